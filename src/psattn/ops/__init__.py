@@ -1,0 +1,14 @@
+"""The PSA operator: RoPE, momentum and shear, attention (fast, reference, score terms), cache."""
+
+from .attention import ScoreTerms, attention_weights, psa_attention, psa_attention_reference, score_terms
+from .cache import LayerCache, PSACache
+from .hooks import HookPoint, capture
+from .rope import RotaryEmbedding, apply_rope
+from .shear import momentum, previous, sequence_starts, shear, unshear
+from .variants import PLACEMENTS, VARIANTS, variant_gammas
+
+__all__ = [
+    "HookPoint", "LayerCache", "PLACEMENTS", "PSACache", "RotaryEmbedding", "ScoreTerms", "VARIANTS",
+    "apply_rope", "attention_weights", "capture", "momentum", "previous", "psa_attention",
+    "psa_attention_reference", "score_terms", "sequence_starts", "shear", "unshear", "variant_gammas",
+]

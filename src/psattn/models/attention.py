@@ -1,0 +1,114 @@
+"""The PhaseSpaceAttention layer: projections, RoPE, shear, SDPA, output projection.
+
+Hook points (see :mod:`psattn.ops.hooks`):
+- ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D);
+- ``hook_q_sheared``, ``hook_k_sheared``: the q̂, k̂ that enter attention;
+- ``hook_v``: values (B, Hkv, T, Dv);
+- ``hook_score_terms``: :class:`~psattn.ops.attention.ScoreTerms` T1..T4 (B, Hq, T, T), unscaled,
+  computed only when hooked and only without a cache (the cache keeps no raw keys);
+- ``hook_pattern``: the attention pattern (B, Hq, T, S), computed only when hooked;
+- ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..ops.attention import ScoreTerms, attention_weights, expand_kv_heads
+from ..ops.cache import LayerCache
+from ..ops.hooks import HookPoint
+from ..ops.rope import RotaryEmbedding, apply_rope
+from ..ops.shear import momentum, shear
+from .config import AttentionConfig
+from .context import AttentionContext
+
+
+class PhaseSpaceAttention(nn.Module):
+    """Multi-head (or grouped-query) causal self-attention with the PSA shear."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        attention: AttentionConfig | None = None,
+        *,
+        rope_base: float = 10000.0,
+        rotary_fraction: float = 1.0,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(
+                f"need d_model % n_heads == 0 and n_heads % n_kv_heads == 0; got {d_model}, {n_heads}, {n_kv_heads}"
+            )
+        self.config = attention or AttentionConfig()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.gamma_q, self.gamma_k = self.config.gammas
+        self.post_rope = self.config.placement == "post_rope"
+        self.boundary = self.config.boundary
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
+        self.rope = RotaryEmbedding(self.head_dim, rope_base, rotary_fraction)
+        for name in ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern", "out"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def new_cache(self, max_rollback: int = 0) -> LayerCache:
+        return LayerCache(self.gamma_q != 0.0, self.gamma_k != 0.0, max_rollback)
+
+    def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor:
+        return shear(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
+
+    def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None) -> Tensor:
+        """x (B, T, d_model) -> (B, T, d_model)."""
+        B, T, _ = x.shape
+        ctx = context or AttentionContext.causal(B, T, x.device)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        cos, sin = self.rope(ctx.position_ids, x.dtype)
+        prev_q, prev_k = cache.last_raw() if cache is not None and len(cache) else (None, None)
+
+        if self.post_rope:  # the shear acts on the rotated streams
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            site_q, site_k = q, k
+            q_hat = self._shear(q, self.gamma_q, ctx, prev_q)
+            k_hat = self._shear(k, self.gamma_k, ctx, prev_k)
+        else:  # ablation: shear first, then rotate
+            site_q, site_k = q, k
+            q_hat = apply_rope(self._shear(q, self.gamma_q, ctx, prev_q), cos, sin)
+            k_hat = apply_rope(self._shear(k, self.gamma_k, ctx, prev_k), cos, sin)
+            if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.hook_q(q), self.hook_k(k)
+        q_hat, k_hat, v = self.hook_q_sheared(q_hat), self.hook_k_sheared(k_hat), self.hook_v(v)
+
+        if self.hook_score_terms.active and cache is None:
+            self.hook_score_terms(self._score_terms(site_q, site_k, q, k, ctx, cos, sin))
+        if cache is not None:
+            k_hat, v = cache.append(k_hat, v, raw_k=site_k, raw_q=site_q)
+        if self.hook_pattern.active:
+            self.hook_pattern(attention_weights(q_hat, k_hat, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal))
+
+        out = F.scaled_dot_product_attention(
+            q_hat, k_hat, v, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
+            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_heads != self.n_kv_heads,
+        )  # (B, Hq, T, D)
+        out = self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
+        return self.o_proj(out)
+
+    def _score_terms(self, site_q, site_k, q, k, ctx, cos, sin) -> ScoreTerms:
+        """T1..T4 with momenta taken where the shear acts (rotated afterwards for pre-RoPE), so that
+        their sum is always q̂ᵀk̂."""
+        p_q = momentum(site_q, starts=ctx.starts, boundary=self.boundary)
+        p_k = momentum(site_k, starts=ctx.starts, boundary=self.boundary)
+        if not self.post_rope:
+            p_q, p_k = apply_rope(p_q, cos, sin), apply_rope(p_k, cos, sin)
+        k, p_k = expand_kv_heads(k, self.n_heads), expand_kv_heads(p_k, self.n_heads)
+        return ScoreTerms.from_streams(q, p_q, k, p_k, self.gamma_q, self.gamma_k)

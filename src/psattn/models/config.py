@@ -1,0 +1,102 @@
+"""Typed, validated configuration of the attention layers and the decoder."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ops.rope import rotary_dim
+from ..ops.shear import check_boundary, check_gamma
+from ..ops.variants import check_placement, check_variant, variant_gammas
+
+
+@dataclass
+class AttentionConfig:
+    """Which PSA variant an attention layer uses: gamma_q, gamma_k follow from variant and gamma."""
+
+    variant: str = "baseline"
+    gamma: float = 0.0
+    placement: str = "post_rope"
+    boundary: str = "replicate"
+
+    def __post_init__(self):
+        check_variant(self.variant)
+        self.gamma = check_gamma(self.gamma)
+        check_placement(self.placement)
+        check_boundary(self.boundary)
+
+    @property
+    def gammas(self) -> tuple[float, float]:
+        """(gamma_q, gamma_k)."""
+        return variant_gammas(self.variant, self.gamma)
+
+
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only transformer. ``attention`` is one config for every layer or one per layer."""
+
+    vocab_size: int = 64
+    d_model: int = 128
+    n_layers: int = 1
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: as many as n_heads (MHA); fewer: GQA
+    mlp: bool = True  # False: attention-only blocks
+    d_mlp: int | None = None  # None: 4 * d_model
+    rope_base: float = 10000.0
+    rotary_fraction: float = 1.0
+    norm: str = "layernorm"
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.d_mlp is None:
+            self.d_mlp = 4 * self.d_model
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown norm {self.norm!r}; expected one of {NORMS}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+        rotary_dim(self.head_dim, self.rotary_fraction)
+        if isinstance(self.attention, dict):
+            self.attention = AttentionConfig(**self.attention)
+        if isinstance(self.attention, list):
+            self.attention = [AttentionConfig(**a) if isinstance(a, dict) else a for a in self.attention]
+            if len(self.attention) != self.n_layers:
+                raise ValueError(f"{len(self.attention)} attention configs given for {self.n_layers} layers")
+        for a in self.layer_attention_configs():
+            if not isinstance(a, AttentionConfig):
+                raise TypeError(f"attention must be an AttentionConfig (or a list of them), got {type(a).__name__}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def layer_attention_configs(self) -> list[AttentionConfig]:
+        if isinstance(self.attention, list):
+            return list(self.attention)
+        return [self.attention] * self.n_layers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown model config fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)

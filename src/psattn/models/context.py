@@ -1,0 +1,90 @@
+"""Positions, sequence starts and the attention mask of one forward pass, computed once per model
+call and shared by all layers.
+
+Three kinds of input share one rule set:
+- plain batches: positions 0..T-1, causal attention (the SDPA ``is_causal`` fast path);
+- left-padded batches (``attention_mask`` with zeros): positions count real tokens only, the first
+  real token is a sequence start, padding is never attended to;
+- packed batches (``position_ids`` restarting at 0): every restart begins a new document, which
+  attends only within itself and starts its own momentum.
+With a cache the chunk continues the cached tokens; its queries sit after them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..ops.cache import PSACache
+from ..ops.shear import sequence_starts
+
+
+@dataclass
+class AttentionContext:
+    position_ids: Tensor  # (B, T)
+    starts: Tensor | None  # (B, T) bool, or None when only t = 0 of a fresh sequence is a start
+    attn_mask: Tensor | None  # (B, 1, T, S) bool, True = may attend
+    is_causal: bool
+
+    @classmethod
+    def causal(cls, batch: int, length: int, device: torch.device | None = None) -> "AttentionContext":
+        positions = torch.arange(length, device=device).expand(batch, length)  # (B, T)
+        return cls(positions, None, None, True)
+
+
+def build_context(
+    batch: int,
+    length: int,
+    device: torch.device,
+    *,
+    position_ids: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    cache: PSACache | None = None,
+) -> AttentionContext:
+    """Work out positions, starts and mask for a chunk of ``length`` tokens; record its bookkeeping
+    in ``cache``. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
+    B, T = batch, length
+    for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
+        if x is not None and tuple(x.shape) != (B, T):
+            raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
+    past = 0 if cache is None else len(cache)
+    valid = torch.ones(B, T, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+    if position_ids is None:
+        first = cache.next_position() if past else torch.zeros(B, dtype=torch.long, device=device)
+        position_ids = (first[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
+    position_ids = position_ids.long()
+
+    starts = sequence_starts(position_ids, attention_mask)
+    if past == 0:
+        starts[:, 0] = True
+    prev_seq = cache.key_seq[:, -1:] if past else torch.full((B, 1), -1, dtype=torch.long, device=device)
+    seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
+    simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, 0].any()))
+    if cache is not None:
+        simple = simple and cache.simple
+        cache.record(valid, seq, position_ids, simple)
+
+    if simple:
+        shear_starts = None
+        if past == 0:
+            return AttentionContext(position_ids, None, None, True)
+        if T == 1:  # one query after all cached keys sees every key
+            return AttentionContext(position_ids, None, None, False)
+    else:
+        shear_starts = starts
+
+    S = past + T
+    q_idx = torch.arange(past, S, device=device)  # (T,)
+    k_idx = torch.arange(S, device=device)  # (S,)
+    causal = k_idx[None, :] <= q_idx[:, None]  # (T, S)
+    if simple:
+        mask = causal[None, None]  # (1, 1, T, S)
+    else:
+        k_valid = valid if cache is None else cache.key_valid  # (B, S)
+        k_seq = seq if cache is None else cache.key_seq
+        same_seq = k_seq[:, None, :] == seq[:, :, None]  # (B, T, S)
+        self_key = k_idx[None, :] == q_idx[:, None]  # a query always sees itself: no empty row
+        mask = ((causal & same_seq & k_valid[:, None, :]) | self_key)[:, None]  # (B, 1, T, S)
+    return AttentionContext(position_ids, shear_starts, mask, False)

@@ -1,0 +1,110 @@
+"""A small decoder-only transformer whose attention layers are PhaseSpaceAttention.
+
+    h = embed(tokens)
+    for each block:  h = h + attn(norm(h));  h = h + mlp(norm(h))   (mlp optional)
+    logits = lm_head(norm(h))
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..ops.cache import PSACache
+from .attention import PhaseSpaceAttention
+from .config import ModelConfig
+from .context import build_context
+
+
+def _norm(config: ModelConfig) -> nn.Module:
+    return nn.RMSNorm(config.d_model) if config.norm == "rmsnorm" else nn.LayerNorm(config.d_model)
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, d_mlp: int, dropout: float):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_mlp)
+        self.down = nn.Linear(d_mlp, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.down(nn.functional.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.norm_attn = _norm(config)
+        self.attn = PhaseSpaceAttention(
+            config.d_model, config.n_heads, config.n_kv_heads, config.layer_attention_configs()[layer],
+            rope_base=config.rope_base, rotary_fraction=config.rotary_fraction, dropout=config.dropout,
+        )
+        self.drop = nn.Dropout(config.dropout)
+        self.norm_mlp = _norm(config) if config.mlp else None
+        self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if config.mlp else None
+
+    def forward(self, h, context, cache=None):
+        h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
+        if self.mlp is not None:
+            h = h + self.mlp(self.norm_mlp(h))
+        return h
+
+
+class DecoderLM(nn.Module):
+    """Token embedding, ``n_layers`` blocks, final norm, LM head (tied to the embedding by default)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm_final = _norm(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        """Number of distinct trainable parameters (a tied head counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self, max_rollback: int = 0) -> PSACache:
+        """An empty cache; ``max_rollback`` is how many tokens :meth:`PSACache.crop` may undo."""
+        return PSACache([block.attn.new_cache(max_rollback) for block in self.blocks])
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        position_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache: PSACache | None = None,
+    ) -> Tensor:
+        """input_ids (B, T) -> logits (B, T, V).
+
+        ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
+        ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
+        the tokens continue the cached ones and the cache is extended.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        if cache is not None and len(cache.layers) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
+        B, T = input_ids.shape
+        context = build_context(
+            B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
+        )
+        h = self.drop(self.embed(input_ids))  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            h = block(h, context, None if cache is None else cache.layers[i])
+        return self.lm_head(self.norm_final(h))  # (B, T, V)

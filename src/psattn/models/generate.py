@@ -1,0 +1,153 @@
+"""Decoding with the PSA cache: prefill (optionally in chunks), then one token per step.
+
+:func:`speculative_generate` drafts tokens with a small model, scores them with the target model in
+one step and rolls both caches back to the accepted length; its output equals the target's greedy
+decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..ops.cache import PSACache
+from .decoder import DecoderLM
+
+
+@dataclass
+class GenerationOutput:
+    sequences: Tensor  # (B, T_prompt + n): prompt followed by the new tokens
+    logits: Tensor  # (B, n, V): the logits each new token was chosen from
+
+
+@torch.no_grad()
+def prefill(
+    model: DecoderLM,
+    input_ids: Tensor,
+    cache: PSACache,
+    *,
+    attention_mask: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Run the prompt (B, T) through the model into ``cache``, ``chunk_size`` tokens at a time;
+    returns the logits at the last position (B, V)."""
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
+    if chunk_size is not None and chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    T = input_ids.shape[1]
+    step = chunk_size or T
+    for start in range(0, T, step):
+        chunk = slice(start, start + step)
+        mask = None if attention_mask is None else attention_mask[:, chunk]
+        logits = model(input_ids[:, chunk], attention_mask=mask, cache=cache)
+    return logits[:, -1]
+
+
+def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, generator) -> Tensor:
+    """Next token (B,) from logits (B, V)."""
+    if not do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
+
+
+@torch.no_grad()
+def generate(
+    model: DecoderLM,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    attention_mask: Tensor | None = None,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    prefill_chunk_size: int | None = None,
+    cache: PSACache | None = None,
+) -> GenerationOutput:
+    """Greedy (default) or sampled continuation of a left-padded prompt batch (B, T).
+
+    Sampling draws from ``generator`` so a seeded generator gives reproducible output. A given
+    ``cache`` (for instance a fork of a shared prefix) is continued and extended in place.
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if do_sample and not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and top_k <= 0:
+        raise ValueError(f"top_k must be positive, got {top_k}")
+    cache = model.new_cache() if cache is None else cache
+    logits = prefill(model, input_ids, cache, attention_mask=attention_mask, chunk_size=prefill_chunk_size)
+    tokens, all_logits = [], []
+    for step in range(max_new_tokens):
+        token = _choose(logits, do_sample, temperature, top_k, generator)  # (B,)
+        tokens.append(token)
+        all_logits.append(logits)
+        if step + 1 < max_new_tokens:
+            logits = model(token[:, None], cache=cache)[:, -1]
+    B, V = input_ids.shape[0], model.config.vocab_size
+    new = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(B, 0)
+    scores = torch.stack(all_logits, dim=1) if all_logits else logits.new_zeros(B, 0, V)
+    return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
+
+
+@torch.no_grad()
+def speculative_generate(
+    target: DecoderLM,
+    draft: DecoderLM,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    num_draft: int = 4,
+) -> tuple[Tensor, dict[str, int]]:
+    """Greedy speculative decoding of one prompt (1, T): the draft proposes ``num_draft`` tokens,
+    the target scores them all in one forward step, and both caches roll back to the accepted
+    prefix. Returns the sequence (1, T + max_new_tokens) and counts of drafted/accepted tokens."""
+    if input_ids.shape[0] != 1:
+        raise ValueError("speculative_generate decodes one sequence at a time (batch size 1)")
+    if num_draft < 1:
+        raise ValueError(f"num_draft must be >= 1, got {num_draft}")
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise ValueError("target and draft models must share a vocabulary")
+    target_cache = target.new_cache(max_rollback=num_draft)
+    draft_cache = draft.new_cache(max_rollback=num_draft)
+    if input_ids.shape[1] > 1:
+        prefill(target, input_ids[:, :-1], target_cache)
+        prefill(draft, input_ids[:, :-1], draft_cache)
+    device = input_ids.device
+    out = input_ids[0].tolist()
+    pending = out[-1]  # last committed token, not yet in either cache
+    stats = {"drafted": 0, "accepted": 0, "target_steps": 0}
+    while len(out) - input_ids.shape[1] < max_new_tokens:
+        base = len(target_cache)
+        # Draft num_draft tokens one by one, then feed the last one too so both caches match.
+        proposal, token = [], pending
+        for _ in range(num_draft + 1):
+            logits = draft(torch.tensor([[token]], device=device), cache=draft_cache)[0, -1]
+            if len(proposal) == num_draft:
+                break
+            token = int(logits.argmax())
+            proposal.append(token)
+        # Score [pending, d_1..d_k] in one target step: row i predicts the token after it.
+        scored = target(torch.tensor([[pending, *proposal]], device=device), cache=target_cache)[0]  # (k + 1, V)
+        choice = scored.argmax(dim=-1).tolist()
+        accepted = 0
+        while accepted < num_draft and proposal[accepted] == choice[accepted]:
+            accepted += 1
+        stats["drafted"] += num_draft
+        stats["accepted"] += accepted
+        stats["target_steps"] += 1
+        keep = base + 1 + accepted  # pending + accepted drafts
+        target_cache.crop(keep)
+        draft_cache.crop(keep)
+        out.extend(proposal[:accepted])
+        pending = choice[accepted]  # the target's own next token
+        out.append(pending)
+    sequence = torch.tensor(out[: input_ids.shape[1] + max_new_tokens], device=device)[None]
+    return sequence, stats

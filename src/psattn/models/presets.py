@@ -1,0 +1,41 @@
+"""Model sizes across the paper's range (about 4M, 20M and 92M parameters).
+
+The counts quoted are exact for the default vocabulary of 8192 tokens with tied embeddings;
+:func:`preset_parameter_count` recomputes them for any overrides. ``psa-4m`` and ``psa-20m`` train
+on a CPU; ``psa-92m`` is meant for a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .config import ModelConfig
+
+PRESETS: dict[str, dict] = {
+    "psa-4m": dict(vocab_size=8192, d_model=256, n_layers=3, n_heads=4),
+    "psa-20m": dict(vocab_size=8192, d_model=512, n_layers=5, n_heads=8),
+    "psa-92m": dict(vocab_size=8192, d_model=768, n_layers=12, n_heads=12),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """A :class:`ModelConfig` for a named preset, with any field overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = set(overrides) - fields
+    if unknown:
+        raise ValueError(f"unknown model config fields {sorted(unknown)}")
+    return ModelConfig(**{**PRESETS[name], **overrides})
+
+
+def preset_parameter_count(config: ModelConfig) -> int:
+    """Exact number of parameters of a :class:`~psattn.models.decoder.DecoderLM` with ``config``,
+    by arithmetic (no model is built)."""
+    C, V, L = config.d_model, config.vocab_size, config.n_layers
+    kv = config.n_kv_heads * config.head_dim
+    norm = C if config.norm == "rmsnorm" else 2 * C
+    attn = C * C * 2 + C * kv * 2  # q, o and k, v projections (no bias)
+    mlp = (C * config.d_mlp + config.d_mlp) + (config.d_mlp * C + C) + norm if config.mlp else 0
+    head = 0 if config.tie_embeddings else V * C
+    return V * C + L * (norm + attn + mlp) + norm + head

@@ -1,0 +1,196 @@
+"""PSA attention: shear the (post-RoPE) query and key streams, then attend as usual.
+
+    q̂ = shear(q, gamma_q),  k̂ = shear(k, gamma_k),  out = softmax(scale * q̂ k̂ᵀ + mask) v
+
+The fast path hands q̂, k̂, v to ``torch.nn.functional.scaled_dot_product_attention`` unchanged
+(so every SDPA backend, GQA, dropout and masking work as they do for plain attention); the
+reference path forms the scores explicitly. :func:`score_terms` splits the score into
+
+    T1 = q_tᵀ k_j,  T2 = gamma_q p_{q,t}ᵀ k_j,  T3 = gamma_k q_tᵀ p_{k,j},  T4 = gamma_q gamma_k p_{q,t}ᵀ p_{k,j},
+
+whose sum is q̂_tᵀ k̂_j (before scaling).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .shear import check_boundary, check_gamma, momentum, shear
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> None:
+    """Raise a ValueError / TypeError naming the problem if q (B, Hq, Tq, D), k (B, Hkv, Tk, D),
+    v (B, Hkv, Tk, Dv) and the mask do not fit together."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be (B, H, T, D), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k head dimensions differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in heads or length")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+            raise TypeError(f"attn_mask must be bool or {q.dtype}, got {attn_mask.dtype}")
+        target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        try:
+            if torch.broadcast_shapes(attn_mask.shape, target) != target:
+                raise RuntimeError
+        except RuntimeError:
+            raise ValueError(
+                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (B, Hq, Tq, Tk) = {target}"
+            ) from None
+
+
+def _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary):
+    if starts is not None and q.shape[2] != k.shape[2]:
+        raise ValueError("starts applies to q and k together; their lengths must match")
+    q_hat = shear(q, gamma_q, starts=starts, prev=prev_q, boundary=boundary)
+    k_hat = shear(k, gamma_k, starts=starts, prev=prev_k, boundary=boundary)
+    return q_hat, k_hat
+
+
+def psa_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    gamma_q: float = 0.0,
+    gamma_k: float = 0.0,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    starts: Tensor | None = None,
+    prev_q: Tensor | None = None,
+    prev_k: Tensor | None = None,
+    boundary: str = "replicate",
+) -> Tensor:
+    """Phase Space Attention on post-RoPE q (B, Hq, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv).
+
+    Masking, dropout and scale mean what they mean for SDPA; Hq may be a multiple of Hkv (GQA).
+    ``starts`` (B, T) marks sequence starts (see :mod:`psattn.ops.shear`); ``prev_q``/``prev_k``
+    continue a cached stream. Returns (B, Hq, Tq, Dv).
+    """
+    check_qkv(q, k, v, attn_mask)
+    q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
+    return F.scaled_dot_product_attention(
+        q_hat, k_hat, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+        scale=scale, enable_gqa=q.shape[1] != k.shape[1],
+    )
+
+
+def expand_kv_heads(x: Tensor, n_q_heads: int) -> Tensor:
+    """Repeat key/value heads (B, Hkv, T, D) to match Hq query heads (GQA)."""
+    return x.repeat_interleave(n_q_heads // x.shape[1], dim=1)  # (B, Hq, Tk, D)
+
+
+def attention_weights(
+    q_hat: Tensor, k_hat: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """softmax(scale * q̂ k̂ᵀ + mask) as an explicit (B, Hq, Tq, Tk) pattern, SDPA's conventions
+    (the causal mask is aligned top-left, a bool mask marks allowed keys)."""
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either is_causal or attn_mask, not both")
+    scale = 1.0 / math.sqrt(q_hat.shape[-1]) if scale is None else scale
+    k_hat = expand_kv_heads(k_hat, q_hat.shape[1])
+    scores = (q_hat @ k_hat.transpose(-2, -1)) * scale  # (B, Hq, Tq, Tk)
+    if is_causal:
+        Tq, Tk = scores.shape[-2:]
+        attn_mask = torch.ones(Tq, Tk, dtype=torch.bool, device=scores.device).tril()
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return scores.softmax(dim=-1)
+
+
+def psa_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    gamma_q: float = 0.0,
+    gamma_k: float = 0.0,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    starts: Tensor | None = None,
+    prev_q: Tensor | None = None,
+    prev_k: Tensor | None = None,
+    boundary: str = "replicate",
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Slow, explicit version of :func:`psa_attention` (same arguments); optionally also returns
+    the attention pattern (B, Hq, Tq, Tk)."""
+    check_qkv(q, k, v, attn_mask)
+    q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
+    weights = attention_weights(q_hat, k_hat, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    out = dropped @ expand_kv_heads(v, q.shape[1])  # (B, Hq, Tq, Dv)
+    return (out, weights) if return_weights else out
+
+
+class ScoreTerms(NamedTuple):
+    """The four unscaled terms (each (B, Hq, Tq, Tk)) of the PSA score q̂_tᵀ k̂_j."""
+
+    t1: Tensor
+    t2: Tensor
+    t3: Tensor
+    t4: Tensor
+
+    def total(self) -> Tensor:
+        return self.t1 + self.t2 + self.t3 + self.t4
+
+    @classmethod
+    def from_streams(cls, q: Tensor, p_q: Tensor, k: Tensor, p_k: Tensor, gamma_q: float, gamma_k: float) -> "ScoreTerms":
+        """Terms from streams and momenta with matching heads (B, H, T, D)."""
+        kT, p_kT = k.transpose(-2, -1), p_k.transpose(-2, -1)  # (B, H, D, Tk)
+        return cls(
+            t1=q @ kT,
+            t2=gamma_q * (p_q @ kT),
+            t3=gamma_k * (q @ p_kT),
+            t4=(gamma_q * gamma_k) * (p_q @ p_kT),
+        )
+
+
+def score_terms(
+    q: Tensor,
+    k: Tensor,
+    *,
+    gamma_q: float = 0.0,
+    gamma_k: float = 0.0,
+    starts: Tensor | None = None,
+    prev_q: Tensor | None = None,
+    prev_k: Tensor | None = None,
+    boundary: str = "replicate",
+) -> ScoreTerms:
+    """T1..T4 of the PSA score for q (B, Hq, Tq, D), k (B, Hkv, Tk, D); T1 + T2 + T3 + T4 = q̂ k̂ᵀ."""
+    gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
+    check_boundary(boundary)
+    check_qkv(q, k, k)
+    if starts is not None and q.shape[2] != k.shape[2]:
+        raise ValueError("starts applies to q and k together; their lengths must match")
+    p_q = momentum(q, starts=starts, prev=prev_q, boundary=boundary)
+    p_k = momentum(k, starts=starts, prev=prev_k, boundary=boundary)
+    k, p_k = expand_kv_heads(k, q.shape[1]), expand_kv_heads(p_k, q.shape[1])
+    return ScoreTerms.from_streams(q, p_q, k, p_k, gamma_q, gamma_k)

@@ -1,0 +1,168 @@
+"""A KV cache for PSA that stores sheared keys.
+
+Because k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1} depends only on k_j and its predecessor, the cache
+can store k̂ in place of k: the attention of a new query then needs nothing else from the past. The
+only extra state per layer is the last raw key (and the last raw query when gamma_q != 0), needed to
+shear the next token: O(1) in the sequence length, zero extra bytes per cached token. A layer with
+gamma = 0 keeps no raw state at all: its cache is a plain KV cache.
+
+Rolling back (speculative decoding) to an earlier length n needs the raw key at n - 1, so a cache
+built with ``max_rollback = r`` keeps the last r + 1 raw keys instead of one; still O(1) in the
+sequence length. Appending never modifies stored tensors in place, so :meth:`fork` is a cheap
+shallow copy (prefix reuse).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor
+
+
+def _nbytes(x: Tensor | None) -> int:
+    return 0 if x is None else x.numel() * x.element_size()
+
+
+class LayerCache:
+    """Sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and a window of raw stream values."""
+
+    def __init__(self, keep_query: bool, keep_key: bool = True, max_rollback: int = 0):
+        if max_rollback < 0:
+            raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
+        self.keep_query, self.keep_key = keep_query, keep_key
+        self.window = max_rollback + 1
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.raw_k: Tensor | None = None  # (B, Hkv, <= window, D): raw keys at the last positions
+        self.raw_q: Tensor | None = None  # (B, Hq, <= window, D), only when keep_query
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def last_raw(self) -> tuple[Tensor | None, Tensor | None]:
+        """(prev_q, prev_k), each (B, H, 1, D) or None: the raw stream values at the last position."""
+        prev_k = None if self.raw_k is None else self.raw_k[..., -1:, :]
+        prev_q = None if self.raw_q is None else self.raw_q[..., -1:, :]
+        return prev_q, prev_k
+
+    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Add a chunk of T tokens; returns all sheared keys and values so far."""
+        if self.keys is None:
+            self.keys, self.values = k_hat, v
+        else:
+            self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
+            self.values = torch.cat([self.values, v], dim=2)
+        if self.keep_key:
+            self.raw_k = self._slide(self.raw_k, raw_k)
+        if self.keep_query:
+            if raw_q is None:
+                raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
+            self.raw_q = self._slide(self.raw_q, raw_q)
+        return self.keys, self.values
+
+    def _slide(self, window: Tensor | None, new: Tensor) -> Tensor:
+        joined = new if window is None else torch.cat([window, new], dim=2)
+        return joined[..., -self.window :, :]
+
+    def crop(self, length: int) -> None:
+        """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
+        S = len(self)
+        if not 0 <= length <= S:
+            raise ValueError(f"cannot crop a cache of length {S} to {length}")
+        if length == S:
+            return
+        if length == 0:
+            self.keys = self.values = self.raw_k = self.raw_q = None
+            return
+        drop = S - length
+        raw = self.raw_k if self.raw_k is not None else self.raw_q
+        if raw is not None and drop >= raw.shape[2]:
+            raise ValueError(
+                f"cannot roll back {drop} tokens: this cache keeps raw keys for {self.window - 1} "
+                f"(build it with max_rollback >= {drop})"
+            )
+        self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+        if self.raw_k is not None:
+            self.raw_k = self.raw_k[:, :, :-drop]
+        if self.raw_q is not None:
+            self.raw_q = self.raw_q[:, :, :-drop]
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search)."""
+        for name in ("keys", "values", "raw_k", "raw_q"):
+            x = getattr(self, name)
+            if x is not None:
+                setattr(self, name, x.index_select(0, index))
+
+    def kv_bytes(self) -> int:
+        return _nbytes(self.keys) + _nbytes(self.values)
+
+    def extra_state_bytes(self) -> int:
+        """Bytes held beyond the plain KV tensors (the raw windows)."""
+        return _nbytes(self.raw_k) + _nbytes(self.raw_q)
+
+
+class PSACache:
+    """Per-layer caches plus the per-token bookkeeping all layers share (which keys are real,
+    which sequence each belongs to, its position) and that any KV cache needs for masking."""
+
+    def __init__(self, layers: list[LayerCache]):
+        self.layers = layers
+        self.key_valid: Tensor | None = None  # (B, S) bool: a real token, not padding
+        self.key_seq: Tensor | None = None  # (B, S) int64: index of the sequence each key belongs to
+        self.key_pos: Tensor | None = None  # (B, S) int64: RoPE position of each key
+        self.simple = True  # no padding and no sequence restart so far: plain causal masking
+
+    def __len__(self) -> int:
+        return 0 if self.key_pos is None else self.key_pos.shape[1]
+
+    def next_position(self) -> Tensor | None:
+        """(B,) position of the next token, or None for an empty cache."""
+        if self.key_pos is None:
+            return None
+        return torch.where(self.key_valid[:, -1], self.key_pos[:, -1] + 1, 0)
+
+    def record(self, valid: Tensor, seq: Tensor, pos: Tensor, simple: bool) -> None:
+        """Append the bookkeeping of a new chunk (each (B, T))."""
+        if self.key_pos is None:
+            self.key_valid, self.key_seq, self.key_pos = valid, seq, pos
+        else:
+            self.key_valid = torch.cat([self.key_valid, valid], dim=1)
+            self.key_seq = torch.cat([self.key_seq, seq], dim=1)
+            self.key_pos = torch.cat([self.key_pos, pos], dim=1)
+        self.simple = self.simple and simple
+
+    def crop(self, length: int) -> None:
+        """Roll every layer back to ``length`` tokens (speculative decoding)."""
+        S = len(self)
+        if not 0 <= length <= S:
+            raise ValueError(f"cannot crop a cache of length {S} to {length}")
+        for layer in self.layers:
+            layer.crop(length)
+        if length == 0:
+            self.key_valid = self.key_seq = self.key_pos = None
+            self.simple = True
+        else:
+            self.key_valid, self.key_seq, self.key_pos = (
+                self.key_valid[:, :length], self.key_seq[:, :length], self.key_pos[:, :length]
+            )
+
+    def fork(self) -> "PSACache":
+        """An independent copy sharing the (never mutated) tensors: continue two suffixes."""
+        twin = copy.copy(self)
+        twin.layers = [copy.copy(layer) for layer in self.layers]
+        return twin
+
+    def reorder(self, index: Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(index)
+        self.key_valid, self.key_seq, self.key_pos = (
+            x.index_select(0, index) for x in (self.key_valid, self.key_seq, self.key_pos)
+        )
+
+    def kv_bytes(self) -> int:
+        return sum(layer.kv_bytes() for layer in self.layers)
+
+    def extra_state_bytes(self) -> int:
+        return sum(layer.extra_state_bytes() for layer in self.layers)

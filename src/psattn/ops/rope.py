@@ -1,0 +1,61 @@
+"""Rotary position embedding (RoPE).
+
+The rotation pairs channel i with channel i + r/2 of the rotary part (the "rotate half" layout used
+by Llama-family models). With ``rotary_fraction < 1`` only the first ``r = fraction * d`` channels
+rotate; the rest pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
+    """Number of rotating channels; it must be even and positive."""
+    if not 0.0 < rotary_fraction <= 1.0:
+        raise ValueError(f"rotary_fraction must lie in (0, 1], got {rotary_fraction}")
+    r = int(round(head_dim * rotary_fraction))
+    if r <= 0 or r % 2:
+        raise ValueError(
+            f"RoPE needs an even, positive rotary dimension; head_dim={head_dim} with "
+            f"rotary_fraction={rotary_fraction} gives {r}"
+        )
+    return r
+
+
+class RotaryEmbedding(nn.Module):
+    """Produces cos/sin tables for given positions: angle(t, i) = t * base^(-2i/r)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0, rotary_fraction: float = 1.0):
+        super().__init__()
+        if not base > 1.0:
+            raise ValueError(f"RoPE base must be > 1, got {base}")
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim(head_dim, rotary_fraction)
+        inv_freq = base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def forward(self, position_ids: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+        """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads."""
+        if position_ids.dim() != 2:
+            raise ValueError(f"position_ids must be (B, T), got shape {tuple(position_ids.shape)}")
+        angles = position_ids.to(torch.float32)[..., None] * self.inv_freq  # (B, T, r/2)
+        angles = torch.cat([angles, angles], dim=-1)[:, None]  # (B, 1, T, r)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x (B, H, T, D) by the tables from :class:`RotaryEmbedding` (first r channels)."""
+    r = cos.shape[-1]
+    if r > x.shape[-1]:
+        raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")
+    if r == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    return torch.cat([x_rot * cos + _rotate_half(x_rot) * sin, x_pass], dim=-1)

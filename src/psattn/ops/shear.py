@@ -1,0 +1,158 @@
+"""Momentum and the symplectic upper shear of a stream along the sequence axis.
+
+For a stream x_t (queries or keys of one head) the momentum is the first backward difference
+p_t = x_t - x_{t-1}, and the shear M_gamma : (x, p) -> (x + gamma p, p) gives
+
+    x̂_t = x_t + gamma p_t = (1 + gamma) x_t - gamma x_{t-1},
+
+a causal two-tap filter H(z) = (1 + gamma) - gamma z^-1.
+
+Boundary rule. At every sequence start (t = 0, the first real token after left padding, each
+document start of a packed batch) there is no predecessor. With ``boundary="replicate"`` (the
+default) x_{-1} := x_t, so the momentum is 0 and x̂_t = x_t: the filter stays DC-neutral (H(1) = 1)
+and a token never sees anything before its own sequence. With ``boundary="zero"`` x_{-1} := 0, so
+x̂_t = (1 + gamma) x_t; it is kept for ablations.
+
+All functions take streams shaped (B, H, T, D) and an optional ``starts`` mask (B, T) marking
+sequence starts, and an optional ``prev`` (B, H, 1, D): the raw value just before x[..., 0, :]
+(used by cached decoding, where the chunk continues an earlier one).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+from torch import Tensor
+
+BOUNDARIES = ("replicate", "zero")
+
+
+def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
+    """Return gamma as a finite Python float, or raise a TypeError / ValueError naming it."""
+    if isinstance(gamma, Tensor):
+        if gamma.numel() != 1:
+            raise TypeError(f"{name} must be a scalar, got a tensor of shape {tuple(gamma.shape)}")
+        gamma = gamma.item()
+    if isinstance(gamma, bool) or not isinstance(gamma, Real):
+        raise TypeError(f"{name} must be a real number, got {type(gamma).__name__}")
+    gamma = float(gamma)
+    if not math.isfinite(gamma):
+        raise ValueError(f"{name} must be finite, got {gamma}")
+    return gamma
+
+
+def check_boundary(boundary: str) -> str:
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"unknown boundary rule {boundary!r}; expected one of {BOUNDARIES}")
+    return boundary
+
+
+def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor | None = None) -> Tensor:
+    """Mark sequence starts (B, T): where ``position_ids`` is 0, or where a padding run
+    (``attention_mask`` 0) gives way to a real token. Position 0 of the chunk is left to the caller
+    (it is a start unless the chunk continues a cached one)."""
+    if position_ids is None and attention_mask is None:
+        raise ValueError("sequence_starts needs position_ids or attention_mask")
+    starts = None
+    if position_ids is not None:
+        starts = position_ids == 0
+    if attention_mask is not None:
+        real = attention_mask.bool()
+        after_pad = torch.zeros_like(real)
+        after_pad[:, 1:] = real[:, 1:] & ~real[:, :-1]
+        starts = after_pad if starts is None else starts | after_pad
+    return starts
+
+
+def _check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"streams must be (B, H, T, D), got shape {tuple(x.shape)}")
+    B, H, T, D = x.shape
+    if starts is not None and tuple(starts.shape) != (B, T):
+        raise ValueError(f"starts must be (B, T) = {(B, T)}, got {tuple(starts.shape)}")
+    if prev is not None and tuple(prev.shape) != (B, H, 1, D):
+        raise ValueError(f"prev must be (B, H, 1, D) = {(B, H, 1, D)}, got {tuple(prev.shape)}")
+
+
+def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
+             boundary: str = "replicate") -> Tensor:
+    """The lagged stream x_{t-1} (B, H, T, D) under the boundary rule."""
+    _check_stream(x, starts, prev)
+    check_boundary(boundary)
+    fill = x if boundary == "replicate" else torch.zeros_like(x)
+    first = prev if prev is not None else fill[..., :1, :]
+    x_prev = torch.cat([first, x[..., :-1, :]], dim=-2)  # (B, H, T, D)
+    if starts is not None:
+        x_prev = torch.where(starts[:, None, :, None], fill, x_prev)
+    return x_prev
+
+
+def momentum(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
+             boundary: str = "replicate") -> Tensor:
+    """p_t = x_t - x_{t-1} (B, H, T, D); 0 at sequence starts under the replicate rule."""
+    return x - previous(x, starts=starts, prev=prev, boundary=boundary)
+
+
+class _LagOneShear(torch.autograd.Function):
+    """x̂_t = (1 + gamma) x_t - gamma x_{t-1} with only t = 0 as a start, in one pass over shifted
+    views. Its backward is the transposed filter g_t (1 + gamma) - gamma g_{t+1}."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, gamma: float, replicate: bool) -> Tensor:
+        ctx.gamma, ctx.replicate = gamma, replicate
+        out = torch.empty_like(x)
+        torch.lerp(x[..., :-1, :], x[..., 1:, :], 1.0 + gamma, out=out[..., 1:, :])
+        out[..., :1, :] = x[..., :1, :] if replicate else x[..., :1, :] * (1.0 + gamma)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        gamma = ctx.gamma
+        gx = torch.empty_like(g)
+        torch.lerp(g[..., 1:, :], g[..., :-1, :], 1.0 + gamma, out=gx[..., :-1, :])
+        gx[..., -1:, :] = g[..., -1:, :] * (1.0 + gamma)
+        if ctx.replicate:  # x̂_0 = x_0: the first tap has weight 1, not 1 + gamma
+            gx[..., :1, :] -= gamma * g[..., :1, :]
+        return gx, None, None
+
+
+def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
+          boundary: str = "replicate") -> Tensor:
+    """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule."""
+    gamma = check_gamma(gamma)
+    _check_stream(x, starts, prev)
+    check_boundary(boundary)
+    if gamma == 0.0:
+        return x
+    if starts is None and prev is None:
+        return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
+    return torch.lerp(previous(x, starts=starts, prev=prev, boundary=boundary), x, 1.0 + gamma)
+
+
+def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
+            boundary: str = "replicate") -> Tensor:
+    """The exact inverse of :func:`shear`: x_t = (y_t + gamma x_{t-1}) / (1 + gamma), x = y at
+    replicate-rule starts. A sequential scan over T; needs gamma != -1."""
+    gamma = check_gamma(gamma)
+    _check_stream(y, starts, prev)
+    check_boundary(boundary)
+    if gamma == -1.0:
+        raise ValueError("the shear with gamma = -1 is not invertible (x̂_t = x_{t-1})")
+    T = y.shape[-2]
+    is_start = torch.zeros(y.shape[0], T, dtype=torch.bool, device=y.device)
+    if starts is not None:
+        is_start |= starts.bool()
+    if prev is None:
+        is_start[:, 0] = True
+    xs = []
+    x_last = prev if prev is not None else torch.zeros_like(y[..., :1, :])
+    for t in range(T):
+        y_t = y[..., t : t + 1, :]  # (B, H, 1, D)
+        start = is_start[:, t, None, None, None]
+        x_start = y_t if boundary == "replicate" else y_t / (1.0 + gamma)
+        x_t = torch.where(start, x_start, (y_t + gamma * x_last) / (1.0 + gamma))
+        xs.append(x_t)
+        x_last = x_t
+    return torch.cat(xs, dim=-2)

@@ -1,0 +1,33 @@
+"""Named PSA variants: which streams the shear acts on, and where (before or after RoPE)."""
+
+from __future__ import annotations
+
+from .shear import check_gamma
+
+# name -> (query sheared, key sheared)
+VARIANTS: dict[str, tuple[bool, bool]] = {
+    "baseline": (False, False),
+    "symmetric": (True, True),
+    "key_only": (False, True),
+    "query_only": (True, False),
+}
+PLACEMENTS = ("post_rope", "pre_rope")
+
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown PSA variant {variant!r}; expected one of {sorted(VARIANTS)}")
+    return variant
+
+
+def check_placement(placement: str) -> str:
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown shear placement {placement!r}; expected one of {PLACEMENTS}")
+    return placement
+
+
+def variant_gammas(variant: str, gamma: float) -> tuple[float, float]:
+    """(gamma_q, gamma_k) of a named variant at coupling gamma."""
+    shear_q, shear_k = VARIANTS[check_variant(variant)]
+    gamma = check_gamma(gamma)
+    return (gamma if shear_q else 0.0, gamma if shear_k else 0.0)

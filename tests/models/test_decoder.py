@@ -1,0 +1,136 @@
+import pytest
+import torch
+
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig, PRESETS, preset, preset_parameter_count
+from psattn.ops.attention import score_terms
+from psattn.ops.hooks import capture
+from psattn.ops.shear import shear
+
+from helpers import ALL_VARIANTS, random_model
+
+
+def test_gamma_zero_variants_equal_baseline():
+    base = random_model("baseline", gamma=0.0, seed=3)
+    x = torch.randint(0, 37, (2, 11))
+    for variant in ("symmetric", "key_only", "query_only"):
+        model = random_model(variant, gamma=0.0, seed=3)
+        assert torch.equal(model(x), base(x))
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+def test_causality(variant, placement):
+    model = random_model(variant, placement)
+    x = torch.randint(0, 37, (2, 12))
+    y = x.clone()
+    y[:, 7] = (y[:, 7] + 1) % 37
+    a, b = model(x), model(y)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert not torch.allclose(a[:, 7:], b[:, 7:], atol=1e-3)
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+def test_left_padded_batch_equals_sequences_alone(variant, placement):
+    model = random_model(variant, placement)
+    a, b = torch.randint(0, 37, (1, 5)), torch.randint(0, 37, (1, 9))
+    batch = torch.cat([torch.cat([torch.full((1, 4), 36), a], 1), b])
+    mask = torch.tensor([[0] * 4 + [1] * 5, [1] * 9])
+    out = model(batch, attention_mask=mask)
+    assert torch.allclose(out[0, 4:], model(a)[0], atol=1e-5)
+    assert torch.allclose(out[1], model(b)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+def test_packed_batch_equals_documents_alone(variant, placement):
+    model = random_model(variant, placement)
+    docs = [torch.randint(0, 37, (1, n)) for n in (4, 1, 6)]
+    packed = torch.cat(docs, 1)
+    positions = torch.cat([torch.arange(d.shape[1]) for d in docs])[None]
+    out = model(packed, position_ids=positions)
+    start = 0
+    for d in docs:
+        assert torch.allclose(out[0, start : start + d.shape[1]], model(d)[0], atol=1e-5)
+        start += d.shape[1]
+
+
+@pytest.mark.parametrize("placement", ["post_rope", "pre_rope"])
+def test_hook_points_expose_streams_terms_and_pattern(placement):
+    model = random_model("symmetric", placement, gamma=0.7, n_kv_heads=4)
+    x = torch.randint(0, 37, (2, 8))
+    with capture(model, "blocks.0.attn.*") as seen:
+        model(x)
+    attn = "blocks.0.attn."
+    q, k = seen[attn + "hook_q"], seen[attn + "hook_k"]
+    q_hat, k_hat = seen[attn + "hook_q_sheared"], seen[attn + "hook_k_sheared"]
+    terms = seen[attn + "hook_score_terms"]
+    assert torch.allclose(terms.total(), q_hat @ k_hat.transpose(-2, -1), atol=1e-4)
+    pattern = seen[attn + "hook_pattern"]
+    assert pattern.shape == (2, 4, 8, 8)
+    assert torch.allclose(pattern.sum(-1), torch.ones(2, 4, 8, dtype=pattern.dtype), atol=1e-10)
+    assert torch.equal(pattern.triu(1), torch.zeros_like(pattern))
+    if placement == "post_rope":
+        assert torch.allclose(q_hat, shear(q, 0.7), atol=1e-6)
+        assert torch.allclose(terms.t4, score_terms(q, k, gamma_q=0.7, gamma_k=0.7).t4, atol=1e-5)
+    else:  # the Coriolis error: pre-RoPE shear differs from post-RoPE shear
+        assert not torch.allclose(q_hat, shear(q, 0.7), atol=1e-3)
+
+
+def test_capture_rejects_unknown_names():
+    with pytest.raises(ValueError, match="no hook point"):
+        with capture(random_model(), "nothing.here"):
+            pass
+
+
+def test_attention_only_and_per_layer_configs():
+    layers = [AttentionConfig("key_only", 1.0), AttentionConfig("baseline")]
+    config = ModelConfig(n_layers=2, mlp=False, attention=layers)
+    model = DecoderLM(config)
+    assert model.blocks[0].mlp is None
+    assert (model.blocks[0].attn.gamma_k, model.blocks[1].attn.gamma_k) == (1.0, 0.0)
+    assert model(torch.randint(0, 64, (1, 5))).shape == (1, 5, 64)
+
+
+def test_config_round_trip_and_errors():
+    config = ModelConfig(attention=AttentionConfig("symmetric", 0.8))
+    assert ModelConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown model config fields"):
+        ModelConfig.from_dict({"d_modle": 3})
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="even"):
+        ModelConfig(d_model=12, n_heads=4)
+    with pytest.raises(ValueError, match="unknown PSA variant"):
+        AttentionConfig("sym")
+    with pytest.raises(ValueError, match="placement"):
+        AttentionConfig("symmetric", 1.0, placement="mid_rope")
+    with pytest.raises(ValueError, match="finite"):
+        AttentionConfig("symmetric", float("inf"))
+    with pytest.raises(ValueError, match="attention configs"):
+        ModelConfig(n_layers=2, attention=[AttentionConfig()])
+
+
+def test_bad_model_inputs():
+    model = random_model()
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        model(torch.randint(0, 37, (5,)))
+    with pytest.raises(TypeError, match="integer"):
+        model(torch.rand(1, 5))
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(torch.randint(0, 37, (1, 5)), attention_mask=torch.ones(1, 4))
+
+
+@pytest.mark.parametrize("name,approx", [("psa-4m", 4e6), ("psa-20m", 20e6), ("psa-92m", 92e6)])
+def test_presets_report_exact_counts(name, approx):
+    config = preset(name)
+    count = preset_parameter_count(config)
+    assert abs(count - approx) / approx < 0.15
+    if name != "psa-92m":  # building the 92M model is cheap too, but keep the test light
+        assert DecoderLM(config).num_parameters() == count
+    with pytest.raises(ValueError, match="unknown model preset"):
+        preset("psa-1b")
+    assert set(PRESETS) == {"psa-4m", "psa-20m", "psa-92m"}
+
+
+def test_preset_count_formula_for_gqa_untied_rmsnorm():
+    config = ModelConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=8, n_kv_heads=2,
+                         tie_embeddings=False, norm="rmsnorm", d_mlp=100)
+    assert DecoderLM(config).num_parameters() == preset_parameter_count(config)

@@ -1,0 +1,164 @@
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psattn.models import generate, prefill, speculative_generate
+from helpers import ALL_VARIANTS, random_model
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_token_by_token_equals_full_forward(variant, placement, boundary):
+    model = random_model(variant, placement)
+    for blk in model.blocks:
+        blk.attn.boundary = boundary
+    x = torch.randint(0, 37, (2, 10))
+    full = model(x)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in range(10)], dim=1)
+    assert torch.allclose(steps, full, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+@pytest.mark.parametrize("prompt_len", [1, 2, 5])
+def test_generate_logits_equal_full_forward(variant, placement, prompt_len):
+    model = random_model(variant, placement)
+    prompt = torch.randint(0, 37, (2, prompt_len))
+    out = generate(model, prompt, 6)
+    full = model(out.sequences)  # (B, T, V)
+    assert torch.allclose(out.logits, full[:, prompt_len - 1 : -1], atol=1e-5)
+    # greedy: each new token is the argmax of the full forward at the previous position
+    assert torch.equal(out.sequences[:, prompt_len:], full[:, prompt_len - 1 : -1].argmax(-1))
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "key_only", "query_only"])
+@pytest.mark.parametrize("chunk", [1, 3, 4, 11])
+def test_chunked_prefill(variant, chunk):
+    model = random_model(variant)
+    x = torch.randint(0, 37, (2, 11))
+    cache = model.new_cache()
+    last = prefill(model, x, cache, chunk_size=chunk)
+    assert torch.allclose(last, model(x)[:, -1], atol=1e-5)
+    nxt = torch.randint(0, 37, (2, 1))
+    assert torch.allclose(model(nxt, cache=cache)[:, -1], model(torch.cat([x, nxt], 1))[:, -1], atol=1e-5)
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+def test_left_padded_generation_equals_sequences_alone(variant, placement):
+    model = random_model(variant, placement)
+    a, b = torch.randint(0, 37, (1, 3)), torch.randint(0, 37, (1, 7))
+    batch = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), a], 1), b])
+    mask = torch.tensor([[0] * 4 + [1] * 3, [1] * 7])
+    together = generate(model, batch, 8, attention_mask=mask, prefill_chunk_size=3)
+    alone_a, alone_b = generate(model, a, 8), generate(model, b, 8)
+    assert torch.equal(together.sequences[0, 4:], alone_a.sequences[0])
+    assert torch.equal(together.sequences[1], alone_b.sequences[0])
+    assert torch.allclose(together.logits[0], alone_a.logits[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "key_only"])
+def test_forked_prefix_continues_two_suffixes(variant):
+    model = random_model(variant)
+    prefix, s1, s2 = (torch.randint(0, 37, (1, n)) for n in (6, 3, 4))
+    cache = model.new_cache()
+    prefill(model, prefix, cache)
+    twin = cache.fork()
+    out1 = model(s1, cache=cache)
+    out2 = model(s2, cache=twin)
+    assert len(cache) == 9 and len(twin) == 10
+    assert torch.allclose(out1, model(torch.cat([prefix, s1], 1))[:, 6:], atol=1e-5)
+    assert torch.allclose(out2, model(torch.cat([prefix, s2], 1))[:, 6:], atol=1e-5)
+
+
+@pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
+def test_speculative_rollback_to_any_accepted_length(variant, placement):
+    model = random_model(variant, placement)
+    prompt, draft = torch.randint(0, 37, (1, 5)), torch.randint(0, 37, (1, 4))
+    for accepted in range(5):
+        cache = model.new_cache(max_rollback=4)
+        prefill(model, prompt, cache)
+        model(draft, cache=cache)  # score all drafts in one step
+        cache.crop(5 + accepted)
+        nxt = torch.randint(0, 37, (1, 2))
+        got = model(nxt, cache=cache)
+        want = model(torch.cat([prompt, draft[:, :accepted], nxt], 1))[:, -2:]
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_rollback_beyond_the_window_is_refused():
+    model = random_model("symmetric")
+    cache = model.new_cache(max_rollback=2)
+    prefill(model, torch.randint(0, 37, (1, 8)), cache)
+    with pytest.raises(ValueError, match="max_rollback"):
+        cache.crop(4)
+
+
+@pytest.mark.parametrize("variant", ["baseline", "symmetric", "key_only"])
+def test_speculative_decoding_equals_target_greedy(variant):
+    target = random_model(variant, seed=1)
+    draft = random_model(variant, seed=2, n_layers=1, d_model=16, n_heads=2, n_kv_heads=1)
+    prompt = torch.randint(0, 37, (1, 4))
+    seq, stats = speculative_generate(target, draft, prompt, 15, num_draft=3)
+    assert torch.equal(seq, generate(target, prompt, 15).sequences)
+    assert stats["accepted"] < stats["drafted"]  # the draft disagrees sometimes: rollbacks happened
+    seq, stats = speculative_generate(target, target, prompt, 15, num_draft=3)
+    assert torch.equal(seq, generate(target, prompt, 15).sequences)
+    assert stats["accepted"] == stats["drafted"]
+
+
+@pytest.mark.parametrize("variant,extra", [("baseline", 0), ("key_only", 1), ("symmetric", 2), ("query_only", 1)])
+def test_extra_cache_state_does_not_grow(variant, extra):
+    model = random_model(variant, n_kv_heads=4)
+    cache = model.new_cache()
+    sizes = []
+    prefill(model, torch.randint(0, 37, (1, 3)), cache)
+    for _ in range(20):
+        model(torch.randint(0, 37, (1, 1)), cache=cache)
+        sizes.append((cache.extra_state_bytes(), cache.kv_bytes()))
+    heads, head_dim, layers, nbytes = 4, 8, 2, 8  # float64
+    vector = heads * head_dim * nbytes
+    assert {s[0] for s in sizes} == {extra * vector * layers}  # one raw vector per sheared stream
+    per_token = [b[1] - a[1] for a, b in zip(sizes, sizes[1:])]
+    assert set(per_token) == {2 * vector * layers}  # exactly a plain KV cache's k and v
+
+
+def test_seeded_sampling_is_reproducible():
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (3, 4))
+    runs = [generate(model, prompt, 10, do_sample=True, top_k=5, temperature=0.9,
+                     generator=torch.Generator().manual_seed(s)).sequences for s in (7, 7, 8)]
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])
+
+
+def test_bad_generation_arguments():
+    model = random_model()
+    prompt = torch.randint(0, 37, (1, 3))
+    with pytest.raises(ValueError, match="temperature"):
+        generate(model, prompt, 3, do_sample=True, temperature=0.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        generate(model, prompt, 3, prefill_chunk_size=0)
+    with pytest.raises(ValueError, match="at least one token"):
+        generate(model, prompt[:, :0], 3)
+    with pytest.raises(ValueError, match="batch size 1"):
+        speculative_generate(model, model, prompt.expand(2, 3), 3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    gamma=st.floats(-0.9, 2.5),
+    variant=st.sampled_from(["symmetric", "key_only", "query_only"]),
+    placement=st.sampled_from(["post_rope", "pre_rope"]),
+    seed=st.integers(0, 1000),
+)
+def test_property_any_chunking_equals_full_forward(lengths, gamma, variant, placement, seed):
+    model = random_model(variant, placement, gamma=gamma, seed=seed)
+    x = torch.randint(0, 37, (2, sum(lengths)), generator=torch.Generator().manual_seed(seed))
+    cache = model.new_cache()
+    pieces, start = [], 0
+    for n in lengths:
+        pieces.append(model(x[:, start : start + n], cache=cache))
+        start += n
+    assert torch.allclose(torch.cat(pieces, 1), model(x), atol=1e-4)

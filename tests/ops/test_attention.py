@@ -1,0 +1,135 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psattn.ops.attention import psa_attention, psa_attention_reference, score_terms
+from psattn.ops.shear import shear
+from psattn.ops.variants import VARIANTS, variant_gammas
+
+
+def qkv(B=2, Hq=4, Hkv=2, T=9, D=8, dtype=torch.float32, S=None):
+    S = T if S is None else S
+    return (torch.randn(B, Hq, T, D, dtype=dtype), torch.randn(B, Hkv, S, D, dtype=dtype),
+            torch.randn(B, Hkv, S, D, dtype=dtype))
+
+
+def test_gamma_zero_is_exactly_sdpa():
+    q, k, v = qkv(Hkv=4)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(psa_attention(q, k, v, is_causal=True), expected)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("mask_kind", ["causal", "bool", "float", "none"])
+def test_fast_path_equals_reference(variant, mask_kind):
+    q, k, v = qkv()
+    gamma_q, gamma_k = variant_gammas(variant, 0.9)
+    kwargs = dict(gamma_q=gamma_q, gamma_k=gamma_k)
+    if mask_kind == "causal":
+        kwargs["is_causal"] = True
+    elif mask_kind == "bool":
+        kwargs["attn_mask"] = torch.rand(2, 1, 9, 9) < 0.7
+        kwargs["attn_mask"][..., 0] = True
+    elif mask_kind == "float":
+        kwargs["attn_mask"] = torch.randn(2, 4, 9, 9)
+    fast = psa_attention(q, k, v, **kwargs)
+    ref = psa_attention_reference(q, k, v, **kwargs)
+    assert torch.allclose(fast, ref, atol=1e-5), (fast - ref).abs().max()
+
+
+def test_reference_forms_the_sheared_scores():
+    q, k, v = qkv(Hkv=4)
+    out, weights = psa_attention_reference(q, k, v, gamma_q=0.5, gamma_k=1.5, is_causal=True, scale=0.3,
+                                           return_weights=True)
+    scores = 0.3 * shear(q, 0.5) @ shear(k, 1.5).transpose(-2, -1)
+    scores = scores.masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf"))
+    assert torch.allclose(weights, scores.softmax(-1), atol=1e-6)
+    assert torch.allclose(out, weights @ v, atol=1e-6)
+
+
+def test_score_terms_sum_to_the_score_and_vanish_as_they_should():
+    q, k, _ = qkv()
+    starts = torch.zeros(2, 9, dtype=torch.bool)
+    starts[1, 5] = True
+    terms = score_terms(q, k, gamma_q=0.4, gamma_k=1.1, starts=starts)
+    k_hat = shear(k, 1.1, starts=starts).repeat_interleave(2, dim=1)
+    assert torch.allclose(terms.total(), shear(q, 0.4, starts=starts) @ k_hat.transpose(-2, -1), atol=1e-5)
+    assert torch.allclose(terms.t1, q @ k.repeat_interleave(2, dim=1).transpose(-2, -1))
+    key_only = score_terms(q, k, gamma_k=1.0)
+    assert key_only.t2.abs().max() == 0 and key_only.t4.abs().max() == 0 and key_only.t3.abs().max() > 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    B=st.integers(1, 3), kv_heads=st.integers(1, 2), group=st.integers(1, 3), T=st.integers(1, 16),
+    D=st.sampled_from([2, 4, 8]), gamma_q=st.floats(-1.0, 2.0), gamma_k=st.floats(-1.0, 2.0),
+    boundary=st.sampled_from(["replicate", "zero"]), seed=st.integers(0, 2**16),
+)
+def test_property_fast_equals_reference(B, kv_heads, group, T, D, gamma_q, gamma_k, boundary, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, kv_heads * group, T, D, generator=g, dtype=torch.float64)
+    k = torch.randn(B, kv_heads, T, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, kv_heads, T, D, generator=g, dtype=torch.float64)
+    kwargs = dict(gamma_q=gamma_q, gamma_k=gamma_k, is_causal=True, boundary=boundary)
+    assert torch.allclose(psa_attention(q, k, v, **kwargs), psa_attention_reference(q, k, v, **kwargs), atol=1e-10)
+    terms = score_terms(q, k, gamma_q=gamma_q, gamma_k=gamma_k, boundary=boundary)
+    k_hat = shear(k, gamma_k, boundary=boundary).repeat_interleave(group, dim=1)
+    assert torch.allclose(terms.total(), shear(q, gamma_q, boundary=boundary) @ k_hat.transpose(-2, -1), atol=1e-10)
+
+
+def test_backward_through_fast_path_matches_reference():
+    q, k, v = (x.double().requires_grad_() for x in qkv())
+    grads = []
+    for fn in (psa_attention, psa_attention_reference):
+        out = fn(q, k, v, gamma_q=0.3, gamma_k=0.8, is_causal=True)
+        grads.append(torch.autograd.grad(out.square().sum(), (q, k, v)))
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_causality_of_the_operator():
+    q, k, v = qkv()
+    out = psa_attention(q, k, v, gamma_q=1.0, gamma_k=1.0, is_causal=True)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    for x in (q2, k2, v2):
+        x[:, :, 6:] += torch.randn_like(x[:, :, 6:])
+    out2 = psa_attention(q2, k2, v2, gamma_q=1.0, gamma_k=1.0, is_causal=True)
+    assert torch.allclose(out[:, :, :6], out2[:, :, :6])
+    assert not torch.allclose(out[:, :, 6:], out2[:, :, 6:])
+
+
+@pytest.mark.parametrize(
+    "change,match,error",
+    [
+        (lambda q, k, v: (q, k[:, :, :-1], v), "differ in heads or length", ValueError),
+        (lambda q, k, v: (q[..., :-1], k, v), "head dimensions differ", ValueError),
+        (lambda q, k, v: (q[:, :3], k, v), "multiple", ValueError),
+        (lambda q, k, v: (q, k.double(), v), "dtypes differ", TypeError),
+        (lambda q, k, v: (q[0], k, v), r"\(B, H, T, D\)", ValueError),
+        (lambda q, k, v: (q, k[:1], v[:1]), "batch sizes differ", ValueError),
+        (lambda q, k, v: (q.long(), k, v), "floating-point", TypeError),
+    ],
+)
+def test_bad_shapes_and_dtypes(change, match, error):
+    with pytest.raises(error, match=match):
+        psa_attention(*change(*qkv()), gamma_k=1.0)
+
+
+def test_bad_mask_and_gamma():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attn_mask"):
+        psa_attention(q, k, v, attn_mask=torch.ones(9, 8, dtype=torch.bool))
+    with pytest.raises(TypeError, match="attn_mask"):
+        psa_attention(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="finite"):
+        psa_attention(q, k, v, gamma_k=float("nan"))
+    with pytest.raises(ValueError, match="unknown PSA variant"):
+        variant_gammas("both", 1.0)
+
+
+def test_mismatched_devices():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="devices differ"):
+        psa_attention(q, k.to("meta"), v, gamma_k=1.0)

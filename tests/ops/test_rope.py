@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from psattn.ops.rope import RotaryEmbedding, apply_rope, rotary_dim
+
+
+def test_rotation_preserves_norm_and_relative_angle():
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    def rotated(x, pos):
+        cos, sin = rope(torch.tensor([[pos]]))
+        return apply_rope(x, cos, sin)
+    assert torch.allclose(rotated(q, 5).norm(), q.norm(), atol=1e-5)
+    # the score depends on the position difference only
+    s1 = (rotated(q, 7) * rotated(k, 3)).sum()
+    s2 = (rotated(q, 14) * rotated(k, 10)).sum()
+    assert torch.allclose(s1, s2, atol=1e-5)
+
+
+def test_matches_complex_rotation_by_hand():
+    rope = RotaryEmbedding(4, base=100.0)
+    x = torch.randn(1, 1, 1, 4)
+    cos, sin = rope(torch.tensor([[3]]))
+    out = apply_rope(x, cos, sin)[0, 0, 0]
+    for i, freq in enumerate([1.0, 100.0 ** -0.5]):
+        z = complex(x[0, 0, 0, i], x[0, 0, 0, i + 2]) * complex(torch.cos(torch.tensor(3 * freq)), torch.sin(torch.tensor(3 * freq)))
+        assert out[i].item() == pytest.approx(z.real, abs=1e-5)
+        assert out[i + 2].item() == pytest.approx(z.imag, abs=1e-5)
+
+
+def test_partial_rotary_leaves_the_rest_untouched():
+    rope = RotaryEmbedding(8, rotary_fraction=0.5)
+    assert rope.rotary_dim == 4
+    x = torch.randn(2, 3, 5, 8)
+    cos, sin = rope(torch.arange(5).expand(2, 5))
+    out = apply_rope(x, cos, sin)
+    assert torch.equal(out[..., 4:], x[..., 4:])
+    assert not torch.allclose(out[..., :4], x[..., :4])
+
+
+def test_position_ids_per_row():
+    rope = RotaryEmbedding(8)
+    x = torch.randn(1, 2, 4, 8).expand(2, 2, 4, 8)
+    pos = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8]])
+    out = apply_rope(x, *rope(pos))
+    cos, sin = rope(pos[1:])
+    assert torch.allclose(out[1:], apply_rope(x[1:], cos, sin))
+    assert not torch.allclose(out[0], out[1])
+
+
+@pytest.mark.parametrize("head_dim,fraction", [(7, 1.0), (8, 0.25 / 2), (6, 0.5)])
+def test_odd_rotary_dimension_is_rejected(head_dim, fraction):
+    with pytest.raises(ValueError, match="even"):
+        rotary_dim(head_dim, fraction)
+
+
+def test_bad_fraction_and_base():
+    with pytest.raises(ValueError, match="rotary_fraction"):
+        RotaryEmbedding(8, rotary_fraction=1.5)
+    with pytest.raises(ValueError, match="base"):
+        RotaryEmbedding(8, base=1.0)

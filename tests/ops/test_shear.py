@@ -1,0 +1,110 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psattn.ops.shear import momentum, previous, sequence_starts, shear, unshear
+
+
+def shear_by_hand(x, gamma, starts, boundary):
+    """Loop over positions: x̂_t = (1+γ) x_t − γ x_{t−1}, with the boundary rule at starts."""
+    B, H, T, D = x.shape
+    out = torch.empty_like(x)
+    for b in range(B):
+        for t in range(T):
+            if t == 0 or starts[b, t]:
+                x_prev = x[b, :, t] if boundary == "replicate" else torch.zeros_like(x[b, :, t])
+            else:
+                x_prev = x[b, :, t - 1]
+            out[b, :, t] = (1 + gamma) * x[b, :, t] - gamma * x_prev
+    return out
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+@pytest.mark.parametrize("with_starts", [False, True])
+def test_shear_matches_loop(boundary, with_starts):
+    x = torch.randn(2, 3, 9, 4, dtype=torch.float64)
+    starts = torch.zeros(2, 9, dtype=torch.bool)
+    if with_starts:
+        starts[0, 4] = starts[1, 2] = starts[1, 7] = True
+    got = shear(x, 0.7, starts=starts if with_starts else None, boundary=boundary)
+    assert torch.allclose(got, shear_by_hand(x, 0.7, starts, boundary))
+
+
+def test_momentum_is_zero_at_starts_under_replicate():
+    x = torch.randn(1, 2, 6, 3)
+    starts = torch.tensor([[False, False, False, True, False, False]])
+    p = momentum(x, starts=starts)
+    assert torch.equal(p[:, :, 0], torch.zeros_like(p[:, :, 0]))
+    assert torch.equal(p[:, :, 3], torch.zeros_like(p[:, :, 3]))
+    assert torch.allclose(p[:, :, 4], x[:, :, 4] - x[:, :, 3])
+    assert torch.allclose(momentum(x, boundary="zero")[:, :, 0], x[:, :, 0])
+
+
+def test_prev_continues_a_stream():
+    x = torch.randn(2, 3, 10, 4)
+    full = shear(x, 1.3)
+    tail = shear(x[:, :, 6:], 1.3, prev=x[:, :, 5:6])
+    assert torch.allclose(full[:, :, 6:], tail, atol=1e-6)
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_fast_path_gradient_matches_generic_path(boundary):
+    x = torch.randn(2, 3, 7, 5, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 3, 7, 5, dtype=torch.float64)
+    fast = torch.autograd.grad((shear(x, 0.6, boundary=boundary) * g).sum(), x)[0]
+    generic = torch.autograd.grad((torch.lerp(previous(x, boundary=boundary), x, 1.6) * g).sum(), x)[0]
+    assert torch.allclose(fast, generic)
+    assert torch.autograd.gradcheck(lambda y: shear(y, 0.6, boundary=boundary), (x,))
+    starts = torch.zeros(2, 7, dtype=torch.bool)
+    starts[1, 3] = True
+    assert torch.autograd.gradcheck(lambda y: shear(y, 0.6, starts=starts, boundary=boundary), (x,))
+
+
+def test_gamma_zero_is_identity():
+    x = torch.randn(1, 1, 4, 2)
+    assert shear(x, 0.0) is x
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    T=st.integers(1, 12),
+    gamma=st.floats(-0.45, 3.0, allow_nan=False),
+    boundary=st.sampled_from(["replicate", "zero"]),
+    seed=st.integers(0, 2**16),
+)
+def test_unshear_inverts_shear(T, gamma, boundary, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 2, T, 3, generator=g, dtype=torch.float64)
+    starts = torch.rand(2, T, generator=g) < 0.2
+    y = shear(x, gamma, starts=starts, boundary=boundary)
+    assert torch.allclose(unshear(y, gamma, starts=starts, boundary=boundary), x, atol=1e-9)
+
+
+def test_sequence_starts_from_positions_and_padding():
+    pos = torch.tensor([[0, 1, 2, 0, 1], [3, 4, 5, 6, 7]])
+    assert sequence_starts(pos).tolist() == [[True, False, False, True, False], [False] * 5]
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert sequence_starts(attention_mask=mask).tolist() == [[False, False, True, False, False], [False] * 5]
+
+
+@pytest.mark.parametrize("gamma", [math.nan, math.inf, -math.inf])
+def test_non_finite_gamma_is_rejected(gamma):
+    with pytest.raises(ValueError, match="finite"):
+        shear(torch.randn(1, 1, 3, 2), gamma)
+
+
+def test_bad_inputs_name_the_problem():
+    x = torch.randn(1, 1, 3, 2)
+    with pytest.raises(TypeError, match="real number"):
+        shear(x, "0.5")
+    with pytest.raises(ValueError, match="boundary"):
+        shear(x, 0.5, boundary="reflect")
+    with pytest.raises(ValueError, match=r"\(B, H, T, D\)"):
+        shear(torch.randn(3, 2), 0.5)
+    with pytest.raises(ValueError, match="starts"):
+        shear(x, 0.5, starts=torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="not invertible"):
+        unshear(x, -1.0)
