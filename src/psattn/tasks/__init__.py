@@ -1,0 +1,33 @@
+"""Synthetic tasks: induction, the two negative controls and associative recall.
+
+Every sampler is ``sample(config, batch_size, generator, split="train") -> TaskBatch``,
+a pure function of the config, the generator's state and the split; train and eval
+rows never coincide (see ``psattn.tasks.split``). Every row starts with BOS = 0.
+"""
+
+from psattn.tasks.associative_recall import AssociativeRecallConfig
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch, accuracy
+from psattn.tasks.induction import InductionConfig, induction_targets
+from psattn.tasks.multihop import MultiHopConfig
+from psattn.tasks.random_offset import RandomOffsetConfig
+from psattn.tasks.registry import TASKS, make_task_config, sample_task, task_name
+from psattn.tasks.split import EVAL_BUCKETS, SPLITS, in_split, row_hash
+
+__all__ = [
+    "EVAL_BUCKETS",
+    "IGNORE_INDEX",
+    "SPLITS",
+    "TASKS",
+    "AssociativeRecallConfig",
+    "InductionConfig",
+    "MultiHopConfig",
+    "RandomOffsetConfig",
+    "TaskBatch",
+    "accuracy",
+    "in_split",
+    "induction_targets",
+    "make_task_config",
+    "row_hash",
+    "sample_task",
+    "task_name",
+]

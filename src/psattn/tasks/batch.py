@@ -1,0 +1,64 @@
+"""A batch of a synthetic task: token rows and aligned labels.
+
+Labels are already aligned with the inputs: the model's logits at position t predict
+``targets[t]``, so the caller never shifts anything. Unscored positions hold
+``IGNORE_INDEX`` (the default ``ignore_index`` of ``torch.nn.functional.cross_entropy``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """Token rows ``inputs`` (B, T) int64 and labels ``targets`` (B, T) int64."""
+
+    inputs: Tensor
+    targets: Tensor
+
+    def __post_init__(self) -> None:
+        if self.inputs.dim() != 2:
+            raise ValueError(f"inputs must be (B, T), got shape {tuple(self.inputs.shape)}")
+        if self.targets.shape != self.inputs.shape:
+            raise ValueError(
+                f"targets shape {tuple(self.targets.shape)} != inputs shape {tuple(self.inputs.shape)}"
+            )
+        for name in ("inputs", "targets"):
+            dtype = getattr(self, name).dtype
+            if dtype != torch.int64:
+                raise ValueError(f"{name} must be int64, got {dtype}")
+
+    @property
+    def scored(self) -> Tensor:
+        """(B, T) bool: positions that carry a label."""
+        return self.targets != IGNORE_INDEX
+
+    def to(self, device: torch.device | str) -> TaskBatch:
+        """The same batch on ``device``."""
+        return TaskBatch(self.inputs.to(device), self.targets.to(device))
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+def accuracy(logits: Tensor, batch: TaskBatch) -> float:
+    """Fraction of scored positions where ``argmax(logits)`` equals the target.
+
+    ``logits`` is (B, T, V), aligned with ``batch.inputs`` (no shift).
+    """
+    if logits.shape[:2] != batch.targets.shape:
+        raise ValueError(
+            f"logits shape {tuple(logits.shape)} does not match targets {tuple(batch.targets.shape)}"
+        )
+    mask = batch.scored.to(logits.device)
+    if not bool(mask.any()):
+        raise ValueError("batch has no scored positions")
+    predicted = logits.argmax(dim=-1)  # (B, T)
+    correct = predicted[mask] == batch.targets.to(logits.device)[mask]
+    return correct.float().mean().item()

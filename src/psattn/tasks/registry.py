@@ -1,0 +1,51 @@
+"""Task names -> (config class, sampler), and config construction by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from psattn.tasks import associative_recall, induction, multihop, random_offset
+from psattn.tasks.batch import TaskBatch
+
+Sampler = Callable[..., TaskBatch]
+
+TASKS: dict[str, tuple[type, Sampler]] = {
+    "induction": (induction.InductionConfig, induction.sample),
+    "random_offset": (random_offset.RandomOffsetConfig, random_offset.sample),
+    "multihop": (multihop.MultiHopConfig, multihop.sample),
+    "mqar": (associative_recall.AssociativeRecallConfig, associative_recall.sample),
+}
+
+
+def _lookup(name: str) -> tuple[type, Sampler]:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def make_task_config(name: str, **overrides: Any) -> Any:
+    """The config of task ``name`` with defaults replaced by ``overrides``."""
+    config_cls, _ = _lookup(name)
+    fields = {field.name for field in dataclasses.fields(config_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown fields {unknown} for task {name!r}; fields: {sorted(fields)}")
+    return config_cls(**overrides)
+
+
+def task_name(config: Any) -> str:
+    """The registry name of a task config instance."""
+    for name, (config_cls, _) in TASKS.items():
+        if type(config) is config_cls:
+            return name
+    raise ValueError(f"{type(config).__name__} is not a registered task config; known tasks: {sorted(TASKS)}")
+
+
+def sample_task(config: Any, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
+    """Sample from whichever registered task ``config`` configures."""
+    _, sampler = TASKS[task_name(config)]
+    return sampler(config, batch_size, generator, split)

@@ -1,0 +1,113 @@
+"""Properties every registered task shares: shapes, ranges, determinism, split disjointness."""
+
+import pytest
+import torch
+
+from psattn.tasks import (
+    IGNORE_INDEX,
+    TASKS,
+    AssociativeRecallConfig,
+    InductionConfig,
+    MultiHopConfig,
+    RandomOffsetConfig,
+    in_split,
+    make_task_config,
+    sample_task,
+    task_name,
+)
+
+CONFIGS = {
+    "induction_single": InductionConfig(vocab_size=32, seq_len=24, form="single", num_distractors=4),
+    "induction_full": InductionConfig(vocab_size=16, seq_len=24, form="full"),
+    "random_offset": RandomOffsetConfig(num_keys=6, num_values=4, seq_len=24, num_pairs=4, num_queries=2),
+    "multihop": MultiHopConfig(vocab_size=20, seq_len=40, num_entities=5, num_queries=3),
+    "mqar": AssociativeRecallConfig(vocab_size=32, seq_len=24, num_pairs=4),
+}
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def config(request):
+    return CONFIGS[request.param]
+
+
+def _sample(config, seed, batch_size=64, split="train"):
+    return sample_task(config, batch_size, torch.Generator().manual_seed(seed), split)
+
+
+def test_shapes_dtypes_and_token_ranges(config):
+    batch = _sample(config, 0)
+    assert batch.inputs.shape == batch.targets.shape == (64, config.seq_len)
+    assert batch.inputs.dtype == batch.targets.dtype == torch.int64
+    assert int(batch.inputs.min()) >= 0 and int(batch.inputs.max()) < config.vocab_size
+    assert bool((batch.inputs[:, 0] == 0).all())  # BOS
+    labels = batch.targets[batch.scored]
+    assert int(labels.min()) >= 0 and int(labels.max()) < config.vocab_size
+    assert bool((batch.targets[~batch.scored] == IGNORE_INDEX).all())
+    assert not bool(batch.scored[:, 0].any())
+
+
+def test_every_row_is_scored_somewhere(config):
+    scored_rows = _sample(config, 1).scored.any(dim=1)
+    if isinstance(config, InductionConfig) and config.form == "full":  # repeats are left to chance
+        assert scored_rows.float().mean().item() > 0.9
+    else:
+        assert bool(scored_rows.all())
+
+
+def test_same_seed_same_batch_different_seed_different_batch(config):
+    first, again, other = _sample(config, 7), _sample(config, 7), _sample(config, 8)
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
+    assert not torch.equal(first.inputs, other.inputs)
+
+
+def test_consecutive_batches_from_one_generator_differ(config):
+    generator = torch.Generator().manual_seed(3)
+    first = sample_task(config, 32, generator)
+    second = sample_task(config, 32, generator)
+    assert not torch.equal(first.inputs, second.inputs)
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_rows_belong_to_their_split(config, split):
+    batch = _sample(config, 4, batch_size=128, split=split)
+    assert bool(in_split(batch.inputs, split).all())
+
+
+def test_train_and_eval_never_share_a_row(config):
+    train = {tuple(row) for seed in range(4) for row in _sample(config, seed, 256, "train").inputs.tolist()}
+    evaluation = {tuple(row) for seed in range(4) for row in _sample(config, seed, 256, "eval").inputs.tolist()}
+    assert train and evaluation and not train & evaluation
+
+
+def test_train_and_eval_never_share_a_row_in_a_tiny_row_space():
+    # 3 content tokens, 4 positions: only 3**3 = 27 possible rows, so both splits repeat rows.
+    config = InductionConfig(vocab_size=4, seq_len=4, form="full")
+    train = {tuple(row) for row in _sample(config, 0, 512, "train").inputs.tolist()}
+    evaluation = {tuple(row) for row in _sample(config, 0, 512, "eval").inputs.tolist()}
+    assert train and evaluation and not train & evaluation
+    assert len(train | evaluation) == 27
+
+
+def test_registry_names_and_defaults():
+    assert set(TASKS) == {"induction", "random_offset", "multihop", "mqar"}
+    for name, (config_cls, sampler) in TASKS.items():
+        config = make_task_config(name)
+        assert type(config) is config_cls and task_name(config) == name
+        batch = sampler(config, 8, torch.Generator().manual_seed(0))
+        assert batch.inputs.shape == (8, config.seq_len)
+        assert int(batch.inputs.max()) < config.vocab_size
+
+
+def test_make_task_config_overrides_and_errors():
+    assert make_task_config("induction", seq_len=32, form="full") == InductionConfig(seq_len=32, form="full")
+    with pytest.raises(ValueError, match=r"unknown task 'copy'.*induction.*mqar.*multihop.*random_offset"):
+        make_task_config("copy")
+    with pytest.raises(ValueError, match=r"unknown fields \['vocab_size'\].*num_keys"):
+        make_task_config("random_offset", vocab_size=64)
+    with pytest.raises(ValueError, match="form must be one of"):
+        make_task_config("induction", form="double")
+
+
+def test_sample_task_rejects_foreign_configs():
+    with pytest.raises(ValueError, match="not a registered task config"):
+        sample_task(object(), 4, torch.Generator())
