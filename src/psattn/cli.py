@@ -1,0 +1,100 @@
+"""The ``psattn`` command line: ``psattn demo``, ``psattn train``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from .experiments.configs import small_induction_config
+from .training.config import RunConfig, apply_overrides
+from .training.trainer import TrainingDiverged, train
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    rows = []
+    for variant, gamma in (("baseline", 0.0), ("key_only", 1.0)):
+        config = small_induction_config(variant, gamma, steps=args.steps, seed=args.seed, early_stop=False)
+        result = train(config, out / config.name, resume=False, progress=True)
+        rows.append((config, result))
+        print(f"{config.name:20s} held-out induction accuracy {result.final_accuracy:.3f} "
+              f"(emergence step: {result.emergence_step}, {result.seconds:.0f} s)")
+    lines = [
+        "# psattn demo: one attention layer on induction, with and without PSA",
+        "",
+        f"Ran {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.platform()} "
+        f"(torch {torch.__version__}, psattn {__version__}); command: `psattn demo --steps {args.steps} "
+        f"--seed {args.seed}`.",
+        "",
+        "Model: 1 layer, d_model 128, 4 heads, RoPE, MLP; task: full-sequence induction, vocabulary 64, "
+        "length 64; AdamW lr 3e-3, batch 64; held-out set of 512 rows.",
+        "",
+        "| variant | gamma | steps | held-out accuracy | emergence step (acc >= 0.9) |",
+        "|---|---|---|---|---|",
+    ]
+    for config, result in rows:
+        a = config.model.layer_attention_configs()[0]
+        lines.append(f"| {a.variant} | {a.gamma:g} | {result.steps} | {result.final_accuracy:.3f} | "
+                     f"{result.emergence_step if result.emergence_step is not None else 'not reached'} |")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config = RunConfig.from_file(args.config) if args.config else RunConfig()
+    config = apply_overrides(config, args.set)
+    try:
+        result = train(config, args.run_dir, resume=not args.restart, progress=True)
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"final held-out accuracy {result.final_accuracy:.3f}, emergence step {result.emergence_step}, "
+          f"{result.steps} steps; run directory {args.run_dir}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="psattn", description="Phase Space Attention toolkit")
+    parser.add_argument("--version", action="version", version=f"psattn {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="train one layer with and without PSA on induction; write a report")
+    demo.add_argument("--steps", type=int, default=800)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default="reports/demo")
+    demo.set_defaults(func=cmd_demo)
+
+    tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
+    tr.add_argument("--config", help="JSON file with sections model, task, train")
+    tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides such as model.attention.variant=key_only train.steps=500")
+    tr.add_argument("--run-dir", required=True, help="directory for config, metrics and checkpoints")
+    tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    tr.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return args.func(args)
+    except ValueError as err:
+        parser.exit(2, f"psattn: error: {err}\n")
+    except KeyboardInterrupt as err:
+        print(f"\n{err}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Typed configuration of a training run: model, task and optimisation, nested into one RunConfig.
+
+Precedence: dataclass defaults, then a JSON file, then ``key.sub=value`` command-line overrides
+(:func:`apply_overrides`). The resolved config is written into every run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models.config import ModelConfig
+from ..tasks.registry import TASKS, make_task_config, task_name
+
+
+@dataclass
+class TrainConfig:
+    """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_size: int = 512
+    threshold: float = 0.9  # accuracy that defines the emergence step
+    early_stop: bool = True  # stop once held-out accuracy reaches the threshold
+    checkpoint_every: int = 100
+    seed: int = 0
+    threads: int | None = None  # torch.set_num_threads; None leaves the default
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"train.{name} must be a positive integer, got {value!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not self.lr > 0:
+            raise ValueError(f"train.lr must be positive, got {self.lr}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        if not self.grad_clip > 0:
+            raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip}")
+
+
+@dataclass
+class RunConfig:
+    """One training run: a model trained on a task. ``task`` is a registered task config."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: Any = field(default_factory=lambda: make_task_config("induction"))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = "run"
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelConfig.from_dict(self.model)
+        if isinstance(self.train, dict):
+            self.train = _build(TrainConfig, self.train, "train")
+        if isinstance(self.task, dict):
+            fields = dict(self.task)
+            if "name" not in fields:
+                raise ValueError(f"task needs a 'name', one of {sorted(TASKS)}")
+            self.task = make_task_config(fields.pop("name"), **fields)
+        task_name(self.task)  # raises for an unregistered config
+        vocab = getattr(self.task, "vocab_size", None)
+        if vocab is not None and vocab > self.model.vocab_size:
+            raise ValueError(
+                f"task vocabulary ({vocab}) exceeds the model's vocab_size ({self.model.vocab_size})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model.to_dict(),
+            "task": {"name": task_name(self.task), **dataclasses.asdict(self.task)},
+            "train": dataclasses.asdict(self.train),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        unknown = set(data) - {"name", "model", "task", "train"}
+        if unknown:
+            raise ValueError(f"unknown run config sections {sorted(unknown)}; expected name, model, task, train")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "RunConfig":
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object")
+        return cls.from_dict(data)
+
+
+def _build(cls, data: dict[str, Any], section: str):
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**data)
+
+
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply ``section.field=value`` strings (values parsed as JSON, else kept as text), e.g.
+    ``model.attention.gamma=0.8``, ``train.steps=500``, ``task.seq_len=32``."""
+    data = config.to_dict()
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} must look like section.field=value")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node, parts = data, key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"override {item!r}: {part!r} is not a config section")
+            node = node[part]
+        if parts[-1] not in node:
+            raise ValueError(f"override {item!r}: unknown field {parts[-1]!r}; known: {sorted(node)}")
+        node[parts[-1]] = value
+    return RunConfig.from_dict(data)
+
+
+__all__ = ["RunConfig", "TrainConfig", "apply_overrides"]

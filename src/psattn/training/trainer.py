@@ -1,0 +1,258 @@
+"""Training loop: AdamW, warm-up + cosine schedule, clipping, held-out evaluation, emergence step,
+atomic checkpoints and exact resumption.
+
+Determinism: parameters are initialised from ``train.seed``; the training batch of step s is drawn
+from a generator seeded by (seed, s) alone, and the held-out set from (seed, "eval"), so a resumed
+run sees exactly the batches an uninterrupted run would. A run directory holds::
+
+    config.json   the resolved RunConfig        meta.json     seed, versions, git revision, date
+    metrics.jsonl one line per evaluation       checkpoint.pt model, optimiser, schedule, history
+    result.json   the final summary
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import platform
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..models.decoder import DecoderLM
+from ..tasks.batch import IGNORE_INDEX, TaskBatch
+from ..tasks.registry import sample_task
+from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl
+from .config import RunConfig
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class RunResult:
+    final_accuracy: float
+    best_accuracy: float
+    emergence_step: int | None  # first evaluated step with held-out accuracy >= threshold
+    steps: int  # optimiser steps taken
+    stopped_early: bool
+    seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def git_revision() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """The generator that draws the training batch of ``step``."""
+    return torch.Generator().manual_seed((seed << 32) + step)
+
+
+def eval_batch(config: RunConfig) -> TaskBatch:
+    generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 1)
+    return sample_task(config.task, config.train.eval_size, generator, split="eval")
+
+
+def build_model(config: RunConfig) -> DecoderLM:
+    torch.manual_seed(config.train.seed)
+    return DecoderLM(config.model)
+
+
+def build_optimizer(model: torch.nn.Module, train) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with weight decay on matrices only; linear warm-up then cosine decay to min_lr_ratio."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train.lr, betas=train.betas,
+    )
+
+    def factor(step: int) -> float:
+        if step < train.warmup_steps:
+            return (step + 1) / train.warmup_steps
+        progress = (step - train.warmup_steps) / max(1, train.steps - train.warmup_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return train.min_lr_ratio + (1.0 - train.min_lr_ratio) * cosine
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over scored positions; logits (B, T, V) are aligned with targets (B, T)."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+@torch.no_grad()
+def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[float, float]:
+    """(accuracy, loss) over the scored positions of ``batch``."""
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    loss_sum = 0.0
+    for start in range(0, len(batch), chunk):
+        inputs, targets = batch.inputs[start : start + chunk], batch.targets[start : start + chunk]
+        logits = model(inputs)
+        scored = targets != IGNORE_INDEX
+        correct += int((logits.argmax(-1)[scored] == targets[scored]).sum())
+        total += int(scored.sum())
+        loss_sum += float(F.cross_entropy(logits[scored], targets[scored], reduction="sum"))
+    model.train(was_training)
+    return correct / max(total, 1), loss_sum / max(total, 1)
+
+
+class _StopFlag:
+    """Turns Ctrl-C into a request honoured at the next step boundary (then checkpoint, re-raise)."""
+
+    def __init__(self):
+        self.requested = False
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "requested", True))
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _write_run_files(run_dir: Path, config: RunConfig) -> None:
+    config_path = run_dir / "config.json"
+    resolved = config.to_dict()
+    if config_path.exists():
+        saved = json.loads(config_path.read_text())
+        if saved != json.loads(json.dumps(resolved)):
+            raise ValueError(
+                f"{run_dir} holds a run with a different config; use another directory or delete it"
+            )
+        return
+    write_json(config_path, resolved)
+    write_json(run_dir / "meta.json", {
+        "seed": config.train.seed,
+        "psattn_version": __version__,
+        "git_revision": git_revision(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+
+
+def train(
+    config: RunConfig,
+    run_dir: str | Path | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = False,
+    on_step: Callable[[int, float], None] | None = None,
+) -> RunResult:
+    """Train ``config``; with ``run_dir``, write the run files there and resume from its
+    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step."""
+    t = config.train
+    if t.threads is not None:
+        torch.set_num_threads(t.threads)
+    run_dir = None if run_dir is None else Path(run_dir)
+    ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
+    if run_dir is not None:
+        _write_run_files(run_dir, config)
+
+    model = build_model(config)
+    optimizer, schedule = build_optimizer(model, t)
+    held_out = eval_batch(config)
+    step, history, emergence, seconds = 0, [], None, 0.0
+    if resume and ckpt_path is not None and ckpt_path.exists():
+        state = load_checkpoint(ckpt_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        torch.set_rng_state(state["torch_rng"])
+        step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
+        write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
+        log.info("resumed %s at step %d", run_dir, step)
+
+    def checkpoint() -> None:
+        if ckpt_path is not None:
+            save_checkpoint(ckpt_path, {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(), "step": step,
+                "history": history, "emergence_step": emergence, "seconds": seconds,
+            })
+
+    done = bool(history) and t.early_stop and emergence is not None
+    stop = _StopFlag()
+    bar = tqdm(total=t.steps, initial=step, disable=not progress, desc=config.name, leave=False)
+    model.train()
+    with stop.installed():
+        start = time.perf_counter()
+        while step < t.steps and not done:
+            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+            loss = lm_loss(model(batch.inputs), batch.targets)
+            if not torch.isfinite(loss):
+                last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"
+                raise TrainingDiverged(f"loss became {loss.item()} at step {step}; stopping ({last})")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            optimizer.step()
+            schedule.step()
+            step += 1
+            if on_step is not None:
+                on_step(step, loss.item())
+            bar.update(1)
+            if step % t.eval_every == 0 or step == t.steps:
+                acc, eval_loss = evaluate(model, held_out)
+                row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
+                       "lr": schedule.get_last_lr()[0]}
+                history.append(row)
+                if run_dir is not None:
+                    with open(run_dir / "metrics.jsonl", "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
+                if emergence is None and acc >= t.threshold:
+                    emergence = step
+                    done = t.early_stop
+            if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested:
+                seconds += time.perf_counter() - start
+                start = time.perf_counter()
+                checkpoint()
+            if stop.requested:
+                bar.close()
+                raise KeyboardInterrupt(f"interrupted at step {step}; checkpoint written, rerun to resume")
+        seconds += time.perf_counter() - start
+    bar.close()
+
+    accs = [row["eval_accuracy"] for row in history]
+    result = RunResult(
+        final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
+        emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
+    )
+    if run_dir is not None:
+        write_json(run_dir / "result.json", result.to_dict())
+    return result

@@ -1,0 +1,118 @@
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from psattn.models import AttentionConfig, ModelConfig
+from psattn.tasks import make_task_config
+from psattn.training import trainer as trainer_module
+from psattn.training.config import RunConfig, TrainConfig, apply_overrides
+from psattn.training.trainer import TrainingDiverged, train
+
+
+def tiny_config(steps=40, **train_fields) -> RunConfig:
+    fields = dict(steps=steps, batch_size=16, eval_every=10, eval_size=64, checkpoint_every=10,
+                  early_stop=False, warmup_steps=5, threads=1)
+    fields.update(train_fields)
+    return RunConfig(
+        model=ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2,
+                          attention=AttentionConfig("key_only", 1.0)),
+        task=make_task_config("induction", vocab_size=16, seq_len=16, form="full"),
+        train=TrainConfig(**fields),
+    )
+
+
+def test_deterministic_and_run_directory(tmp_path):
+    a = train(tiny_config(), tmp_path / "a")
+    b = train(tiny_config())
+    assert a.history == b.history and len(a.history) == 4
+    files = {p.name for p in (tmp_path / "a").iterdir()}
+    assert {"config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"} <= files
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert meta["seed"] == 0 and "git_revision" in meta and "psattn_version" in meta
+    lines = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [10, 20, 30, 40]
+    assert RunConfig.from_file(tmp_path / "a" / "config.json").to_dict() == tiny_config().to_dict()
+
+
+def test_training_improves_the_loss():
+    result = train(tiny_config(steps=60))
+    assert result.history[-1]["eval_loss"] < result.history[0]["eval_loss"]
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
+    reference = train(tiny_config())
+
+    def die(step, loss):
+        if step == 25:  # after the checkpoint at step 20, before the next one
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(tiny_config(), tmp_path, on_step=die)
+    resumed = train(tiny_config(), tmp_path)
+    assert resumed.history == reference.history
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20, 30, 40]
+
+
+def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
+    reference = train(tiny_config())
+
+    def interrupt(step, loss):
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt, match="step 13"):
+        train(tiny_config(), tmp_path, on_step=interrupt)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 13
+    assert train(tiny_config(), tmp_path).history == reference.history
+
+
+def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    real_loss = trainer_module.lm_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets):
+        calls["n"] += 1
+        loss = real_loss(logits, targets)
+        return loss * float("nan") if calls["n"] > 15 else loss
+
+    monkeypatch.setattr(trainer_module, "lm_loss", poisoned)
+    with pytest.raises(TrainingDiverged, match="nan at step 15.*checkpoint.pt is kept"):
+        train(tiny_config(), tmp_path)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 10
+    assert all(torch.isfinite(p).all() for p in state["model"].values())
+
+
+def test_early_stop_and_emergence_step():
+    result = train(tiny_config(steps=40, threshold=0.01, early_stop=True))
+    assert result.emergence_step == 10 and result.steps == 10 and result.stopped_early
+
+
+def test_existing_run_directory_with_another_config_is_refused(tmp_path):
+    train(tiny_config(steps=10), tmp_path)
+    with pytest.raises(ValueError, match="different config"):
+        train(tiny_config(steps=20), tmp_path)
+
+
+def test_overrides_and_bad_configs(tmp_path):
+    config = apply_overrides(tiny_config(), ["model.attention.gamma=0.5", "train.steps=7", "task.seq_len=12"])
+    assert config.model.attention.gamma == 0.5 and config.train.steps == 7 and config.task.seq_len == 12
+    with pytest.raises(ValueError, match="unknown field"):
+        apply_overrides(config, ["train.stepz=3"])
+    with pytest.raises(ValueError, match="unknown task"):
+        RunConfig(task={"name": "sorting"})
+    with pytest.raises(ValueError, match="unknown PSA variant"):
+        apply_overrides(config, ["model.attention.variant=sym"])
+    with pytest.raises(ValueError, match="threshold"):
+        TrainConfig(threshold=1.5)
+    with pytest.raises(ValueError, match="exceeds the model's vocab_size"):
+        RunConfig(model=ModelConfig(vocab_size=8), task=make_task_config("induction", vocab_size=16))
+    with pytest.raises(ValueError, match="vocab"):
+        make_task_config("induction", vocab_size=5, seq_len=64)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        RunConfig.from_file(bad)
