@@ -1,0 +1,132 @@
+"""PSA against plain SDPA on one CPU shape: forward, forward+backward, one cached decode step.
+
+Both sides run interleaved in the same process (A, B, A, B, ...) and the ratio of their median
+times is printed, so machine noise largely cancels. Usage:
+
+    python benchmarks/attention_speed.py [--batch 4 --heads 8 --length 1024 --head-dim 64 --threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+
+from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
+from psattn.ops import PSACache, psa_attention
+
+
+def interleaved_medians(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each function, calls interleaved round-robin."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def operator_benchmarks(B, H, T, D, gamma, repeats):
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    grad = torch.randn(B, H, T, D)
+
+    def fwd(fn):
+        def run():
+            with torch.no_grad():
+                fn(q, k, v)
+        return run
+
+    def fwd_bwd(fn):
+        def run():
+            fn(q, k, v).backward(grad)
+        return run
+
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    psa = lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True)  # noqa: E731
+    rows = {}
+    for label, make in (("forward", fwd), ("forward+backward", fwd_bwd)):
+        t = interleaved_medians({"sdpa": make(sdpa), "psa": make(psa)}, repeats)
+        rows[label] = t
+    return rows
+
+
+def decode_benchmark(B, H, T, D, gamma, repeats):
+    """One new token attending to T cached tokens, through the full attention layer (projections,
+    RoPE, shear, cache append, SDPA)."""
+    torch.manual_seed(0)
+    layers = {
+        "sdpa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("baseline")),
+        "psa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("symmetric", gamma)),
+    }
+    prompt = torch.randn(B, T, H * D)
+    step = torch.randn(B, 1, H * D)
+    runs, caches = {}, {}
+    for name, layer in layers.items():
+        cache = PSACache([layer.new_cache()])
+        with torch.no_grad():
+            layer(prompt, build_context(B, T, prompt.device, cache=cache), cache.layers[0])
+        caches[name] = cache
+
+        def run(layer=layer, cache=cache):
+            # decode one token, then drop it again so every call sees T cached tokens
+            fork = cache.fork()
+            with torch.no_grad():
+                layer(step, build_context(B, 1, step.device, cache=fork), fork.layers[0])
+        runs[name] = run
+    times = interleaved_medians(runs, repeats * 5)
+    per_token = {name: c.kv_bytes() // T for name, c in caches.items()}
+    extra = {name: c.extra_state_bytes() for name, c in caches.items()}
+    return times, per_token, extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--gamma", type=float, default=0.8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    B, H, T, D = args.batch, args.heads, args.length, args.head_dim
+
+    rows = operator_benchmarks(B, H, T, D, args.gamma, args.repeats)
+    decode, per_token, extra = decode_benchmark(B, H, T, D, args.gamma, args.repeats)
+    rows["decode step (layer, symmetric)"] = decode
+
+    print(f"PSA (symmetric, gamma={args.gamma}) vs plain SDPA, B={B} H={H} T={T} D={D} fp32, "
+          f"{args.threads} thread(s), torch {torch.__version__}, {platform.processor() or platform.machine()}")
+    print(f"{'':34s}{'SDPA ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
+    for label, t in rows.items():
+        print(f"{label:34s}{t['sdpa'] * 1e3:10.3f}{t['psa'] * 1e3:10.3f}{t['psa'] / t['sdpa']:8.3f}")
+    print(f"cache bytes per token per layer: SDPA {per_token['sdpa']}, PSA {per_token['psa']} "
+          f"(extra: {per_token['psa'] - per_token['sdpa']}); PSA fixed extra state {extra['psa']} bytes "
+          f"per layer, independent of T")
+    if args.json:
+        result = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": platform.platform(), "threads": args.threads, "shape": [B, H, T, D],
+            "gamma": args.gamma, "torch": torch.__version__,
+            "ratios": {label: t["psa"] / t["sdpa"] for label, t in rows.items()},
+            "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},
+            "cache_bytes_per_token": per_token, "extra_state_bytes": extra,
+        }
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+import json
+
+import pytest
+
+from psattn.cli import main
+
+
+def test_demo_writes_a_report(tmp_path, capsys):
+    assert main(["demo", "--steps", "4", "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "| baseline | 0 | 4 |" in report and "| key_only | 1 | 4 |" in report
+    assert "held-out induction accuracy" in capsys.readouterr().out
+
+
+def test_train_with_overrides_and_resume(tmp_path):
+    args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
+            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=full"]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
+    assert main(args) == 0  # finished run: resumes and does nothing more
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_bad_override_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--run-dir", str(tmp_path), "--set", "model.attention.variant=sym"])
+    assert exit_info.value.code == 2
+    assert "unknown PSA variant" in capsys.readouterr().err
