@@ -17,8 +17,8 @@ def random_model(variant="key_only", placement="post_rope", gamma=0.8, *, seed=0
     torch.manual_seed(seed)
     model = DecoderLM(config).double().eval()
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and ".key_lag." not in name:
                 p.normal_(0.0, std)
     return model
 

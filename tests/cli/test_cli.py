@@ -25,4 +25,4 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--run-dir", str(tmp_path), "--set", "model.attention.variant=sym"])
     assert exit_info.value.code == 2
-    assert "unknown PSA variant" in capsys.readouterr().err
+    assert "unknown attention variant" in capsys.readouterr().err

@@ -98,7 +98,7 @@ def test_config_round_trip_and_errors():
         ModelConfig(d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="even"):
         ModelConfig(d_model=12, n_heads=4)
-    with pytest.raises(ValueError, match="unknown PSA variant"):
+    with pytest.raises(ValueError, match="unknown attention variant"):
         AttentionConfig("sym")
     with pytest.raises(ValueError, match="placement"):
         AttentionConfig("symmetric", 1.0, placement="mid_rope")

@@ -104,7 +104,7 @@ def test_overrides_and_bad_configs(tmp_path):
         apply_overrides(config, ["train.stepz=3"])
     with pytest.raises(ValueError, match="unknown task"):
         RunConfig(task={"name": "sorting"})
-    with pytest.raises(ValueError, match="unknown PSA variant"):
+    with pytest.raises(ValueError, match="unknown attention variant"):
         apply_overrides(config, ["model.attention.variant=sym"])
     with pytest.raises(ValueError, match="threshold"):
         TrainConfig(threshold=1.5)

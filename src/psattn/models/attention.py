@@ -22,6 +22,7 @@ from ..ops.rope import RotaryEmbedding, apply_rope
 from ..ops.shear import momentum, shear
 from .config import AttentionConfig
 from .context import AttentionContext
+from .keylag import KEY_LAG
 
 
 class PhaseSpaceAttention(nn.Module):
@@ -56,10 +57,15 @@ class PhaseSpaceAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
         self.rope = RotaryEmbedding(self.head_dim, rope_base, rotary_fraction)
+        self.key_lag = None  # a learned key-lag baseline instead of the fixed shear
+        if self.config.is_key_lag:
+            self.key_lag = KEY_LAG[self.config.variant](n_heads, n_kv_heads, self.head_dim)
         for name in ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern", "out"):
             setattr(self, f"hook_{name}", HookPoint())
 
     def new_cache(self, max_rollback: int = 0) -> LayerCache:
+        if self.key_lag is not None:
+            raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         return LayerCache(self.gamma_q != 0.0, self.gamma_k != 0.0, max_rollback)
 
     def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor:
@@ -73,10 +79,16 @@ class PhaseSpaceAttention(nn.Module):
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         cos, sin = self.rope(ctx.position_ids, x.dtype)
+        if self.key_lag is not None and cache is not None:
+            raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
+        if self.key_lag is not None and self.key_lag.site == "pre_rope":
+            q, k, v = self.key_lag(q, k, v, ctx.starts)
         prev_q, prev_k = cache.last_raw() if cache is not None and len(cache) else (None, None)
 
         if self.post_rope:  # the shear acts on the rotated streams
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if self.key_lag is not None and self.key_lag.site == "post_rope":
+                q, k, v = self.key_lag(q, k, v, ctx.starts)
             site_q, site_k = q, k
             q_hat = self._shear(q, self.gamma_q, ctx, prev_q)
             k_hat = self._shear(k, self.gamma_k, ctx, prev_k)

@@ -8,12 +8,15 @@ from typing import Any
 
 from ..ops.rope import rotary_dim
 from ..ops.shear import check_boundary, check_gamma
-from ..ops.variants import check_placement, check_variant, variant_gammas
+from ..ops.variants import VARIANTS, check_placement, variant_gammas
+from .keylag import KEY_LAG
 
 
 @dataclass
 class AttentionConfig:
-    """Which PSA variant an attention layer uses: gamma_q, gamma_k follow from variant and gamma."""
+    """Which variant an attention layer uses. For the PSA variants (baseline, symmetric, key_only,
+    query_only) gamma_q and gamma_k follow from variant and gamma; the key-lag baselines
+    (smeared_keys, kv_shift, primer_dconv, canon) learn their own weights and take no gamma."""
 
     variant: str = "baseline"
     gamma: float = 0.0
@@ -21,15 +24,25 @@ class AttentionConfig:
     boundary: str = "replicate"
 
     def __post_init__(self):
-        check_variant(self.variant)
+        if self.variant not in VARIANTS and self.variant not in KEY_LAG:
+            raise ValueError(
+                f"unknown attention variant {self.variant!r}; PSA variants: {sorted(VARIANTS)}, "
+                f"key-lag baselines: {sorted(KEY_LAG)}"
+            )
         self.gamma = check_gamma(self.gamma)
+        if self.variant in KEY_LAG and self.gamma != 0.0:
+            raise ValueError(f"the key-lag baseline {self.variant!r} takes no gamma (got {self.gamma})")
         check_placement(self.placement)
         check_boundary(self.boundary)
 
     @property
+    def is_key_lag(self) -> bool:
+        return self.variant in KEY_LAG
+
+    @property
     def gammas(self) -> tuple[float, float]:
-        """(gamma_q, gamma_k)."""
-        return variant_gammas(self.variant, self.gamma)
+        """(gamma_q, gamma_k); (0, 0) for the key-lag baselines."""
+        return (0.0, 0.0) if self.is_key_lag else variant_gammas(self.variant, self.gamma)
 
 
 NORMS = ("layernorm", "rmsnorm")

@@ -1,0 +1,117 @@
+"""Key-lag baselines: other ways of giving one attention layer access to each key's predecessor
+(SPEC §1.5). Unlike PSA they learn their mixing weights. Each acts on the (B, H, T, D) streams at
+a fixed site: the lag-one mixers after RoPE (where PSA acts), the convolutions before it.
+
+- ``smeared_keys`` (Olsson et al., 2022): k̂_j = σ(α_h) k_j + (1 − σ(α_h)) k_{j−1}, one α per head.
+- ``kv_shift`` (Xu et al., 2024): k̂_j = α₁ k_j + α₂ k_{j−1}, v̂_j = β₁ v_j + β₂ v_{j−1}, per head.
+- ``primer_dconv`` (So et al., 2021): causal depthwise convolution, kernel 3, on q, k and v.
+- ``canon`` (Allen-Zhu, 2025): x + causal depthwise convolution, kernel 4, on the concatenated q, k, v.
+
+Boundaries: lag-one mixers use PSA's replicate rule (no predecessor at a sequence start, so
+x_{-1} := x_t); the convolutions zero-pad at every sequence start like an ordinary causal
+convolution. Neither ever reads across a sequence start.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..ops.shear import previous
+
+
+def lagged(x: Tensor, lag: int, starts: Tensor | None) -> Tensor:
+    """x_{t-lag} (B, H, T, D), zero where t - lag falls before the start of t's sequence."""
+    T = x.shape[2]
+    shifted = torch.zeros_like(x)
+    if lag < T:
+        shifted[:, :, lag:] = x[:, :, : T - lag]
+    if starts is None:
+        return shifted
+    index = torch.arange(T, device=x.device).expand_as(starts)  # (B, T)
+    last_start = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
+    inside = (index - last_start >= lag)[:, None, :, None]  # (B, 1, T, 1)
+    return shifted * inside
+
+
+class SmearedKeys(nn.Module):
+    site = "post_rope"
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(n_kv_heads))  # σ(0) = 1/2: an even smear at start
+
+    def forward(self, q, k, v, starts):
+        w = torch.sigmoid(self.alpha)[None, :, None, None]  # (1, Hkv, 1, 1)
+        return q, w * k + (1 - w) * previous(k, starts=starts), v
+
+
+class KVShift(nn.Module):
+    site = "post_rope"
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        # (current, previous) weights per head, starting as plain attention
+        self.key_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))
+        self.value_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))
+
+    def forward(self, q, k, v, starts):
+        a, b = self.key_weights[None, :, None, :].unbind(-1)  # each (1, Hkv, 1)
+        c, d = self.value_weights[None, :, None, :].unbind(-1)
+        k = a[..., None] * k + b[..., None] * previous(k, starts=starts)
+        v = c[..., None] * v + d[..., None] * previous(v, starts=starts)
+        return q, k, v
+
+
+class _DepthwiseCausalConv(nn.Module):
+    """y_t = Σ_{i<K} w_i ⊙ x_{t-i} per channel, over a stream (B, H, T, D)."""
+
+    def __init__(self, channels_shape: tuple[int, int], kernel: int, identity_init: bool):
+        super().__init__()
+        weight = torch.zeros(kernel, *channels_shape)  # (K, H, D)
+        if identity_init:
+            weight[0] = 1.0
+        else:
+            nn.init.uniform_(weight, -kernel ** -0.5, kernel ** -0.5)
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: Tensor, starts: Tensor | None) -> Tensor:
+        out = self.weight[0][None, :, None, :] * x
+        for i in range(1, self.weight.shape[0]):
+            out = out + self.weight[i][None, :, None, :] * lagged(x, i, starts)
+        return out
+
+
+class PrimerDConv(nn.Module):
+    site = "pre_rope"
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        self.q_conv = _DepthwiseCausalConv((n_heads, head_dim), 3, identity_init=True)
+        self.k_conv = _DepthwiseCausalConv((n_kv_heads, head_dim), 3, identity_init=True)
+        self.v_conv = _DepthwiseCausalConv((n_kv_heads, head_dim), 3, identity_init=True)
+
+    def forward(self, q, k, v, starts):
+        return self.q_conv(q, starts), self.k_conv(k, starts), self.v_conv(v, starts)
+
+
+class CanonConv(nn.Module):
+    site = "pre_rope"
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
+        super().__init__()
+        self.split = (n_heads, n_kv_heads, n_kv_heads)
+        self.conv = _DepthwiseCausalConv((sum(self.split), head_dim), 4, identity_init=False)
+
+    def forward(self, q, k, v, starts):
+        qkv = torch.cat([q, k, v], dim=1)  # (B, Hq + 2 Hkv, T, D)
+        qkv = qkv + self.conv(qkv, starts)
+        return qkv.split(self.split, dim=1)
+
+
+KEY_LAG: dict[str, type[nn.Module]] = {
+    "smeared_keys": SmearedKeys,
+    "kv_shift": KVShift,
+    "primer_dconv": PrimerDConv,
+    "canon": CanonConv,
+}

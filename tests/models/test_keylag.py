@@ -1,0 +1,102 @@
+import pytest
+import torch
+
+from psattn.models import AttentionConfig, generate
+from psattn.models.keylag import KEY_LAG, lagged
+from helpers import random_model
+
+KEY_LAG_NAMES = sorted(KEY_LAG)
+
+
+def perturb_key_lag(model, seed=0):
+    """Move every key-lag parameter away from its initial value so the mixers really mix."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".key_lag." in name:
+                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return model
+
+
+def keylag_model(variant, seed=0):
+    return perturb_key_lag(random_model(variant, gamma=0.0, seed=seed), seed)
+
+
+def test_lagged_matches_a_loop():
+    x = torch.randn(2, 1, 7, 3)
+    starts = torch.zeros(2, 7, dtype=torch.bool)
+    starts[:, 0] = True
+    starts[1, 4] = True
+    for lag in (1, 2, 3, 9):
+        got = lagged(x, lag, starts)
+        for b in range(2):
+            for t in range(7):
+                seq_start = 4 if (b == 1 and t >= 4) else 0
+                want = x[b, :, t - lag] if t - lag >= seq_start else torch.zeros_like(x[b, :, t])
+                assert torch.equal(got[b, :, t], want)
+
+
+@pytest.mark.parametrize("variant", KEY_LAG_NAMES)
+def test_initial_or_neutral_weights_give_plain_attention(variant):
+    model = random_model(variant, gamma=0.0, seed=5)
+    baseline = random_model("baseline", gamma=0.0, seed=5)
+    state = {k: v for k, v in model.state_dict().items() if ".key_lag." not in k}
+    baseline.load_state_dict(state)
+    with torch.no_grad():
+        for block in model.blocks:
+            lag = block.attn.key_lag
+            if variant == "smeared_keys":
+                lag.alpha.fill_(50.0)  # σ(α) = 1: no smear
+            elif variant == "canon":
+                lag.conv.weight.zero_()  # residual only
+            # kv_shift and primer_dconv start at the identity
+    x = torch.randint(0, 37, (2, 9))
+    assert torch.allclose(model(x), baseline(x), atol=1e-10)
+
+
+def test_kv_shift_with_shear_weights_is_the_key_only_shear():
+    gamma = 0.7
+    shift = random_model("kv_shift", gamma=0.0, seed=2)
+    psa = random_model("key_only", gamma=gamma, seed=2)
+    psa.load_state_dict({k: v for k, v in shift.state_dict().items() if ".key_lag." not in k})
+    with torch.no_grad():
+        for block in shift.blocks:
+            block.attn.key_lag.key_weights[:] = torch.tensor([1 + gamma, -gamma])
+    x = torch.randint(0, 37, (2, 9))
+    assert torch.allclose(shift(x), psa(x), atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", KEY_LAG_NAMES)
+def test_causal_and_sequence_boundaries(variant):
+    model = keylag_model(variant)
+    x = torch.randint(0, 37, (2, 10))
+    y = x.clone()
+    y[:, 6] = (y[:, 6] + 1) % 37
+    assert torch.allclose(model(x)[:, :6], model(y)[:, :6], atol=1e-10)
+    a, b = torch.randint(0, 37, (1, 4)), torch.randint(0, 37, (1, 6))
+    packed = model(torch.cat([a, b], 1), position_ids=torch.cat([torch.arange(4), torch.arange(6)])[None])
+    assert torch.allclose(packed[0, :4], model(a)[0], atol=1e-10)
+    assert torch.allclose(packed[0, 4:], model(b)[0], atol=1e-10)
+    padded = model(torch.cat([torch.zeros(1, 3, dtype=torch.long), a], 1), attention_mask=torch.tensor([[0, 0, 0, 1, 1, 1, 1]]))
+    assert torch.allclose(padded[0, 3:], model(a)[0], atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", KEY_LAG_NAMES)
+def test_parameters_receive_gradients(variant):
+    model = random_model(variant, gamma=0.0).train()
+    model(torch.randint(0, 37, (2, 8))).square().mean().backward()
+    grads = [p.grad for n, p in model.named_parameters() if ".key_lag." in n]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("variant", KEY_LAG_NAMES)
+def test_cached_decoding_is_refused_clearly(variant):
+    model = random_model(variant, gamma=0.0)
+    with pytest.raises(ValueError, match="does not support cached decoding"):
+        generate(model, torch.randint(0, 37, (1, 3)), 2)
+
+
+def test_key_lag_takes_no_gamma():
+    with pytest.raises(ValueError, match="takes no gamma"):
+        AttentionConfig("smeared_keys", 0.5)
+    assert AttentionConfig("canon").gammas == (0.0, 0.0)
