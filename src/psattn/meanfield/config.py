@@ -1,0 +1,186 @@
+"""Typed, validated configuration of one mean-field simulation.
+
+>>> cfg = SimulationConfig(n=64, d=3, beta=1.0, kernel=KernelConfig("rope", frequencies=(1.0,)), tau=20.0)
+>>> build_kernel(cfg).name
+'rope'
+
+Labels default per kernel: all zero for ``usa``; positions 0, 1, ..., n−1 for the positional kernels;
+contiguous blocks of prompt ids 0..n_prompts−1 for ``prefix``; 0..m−1 in blocks for ``gauge``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from psattn.meanfield.dynamics import DYNAMICS
+from psattn.meanfield.integrators import STEPPERS
+from psattn.meanfield.kernels import (
+    LabelledKernel,
+    cosine_toeplitz_kernel,
+    distance_bias_kernel,
+    gauge_kernel,
+    generalised_rope_kernel,
+    pair_kernel,
+    plain_kernel,
+    prefix_kernel,
+    rope_kernel,
+)
+
+KERNEL_NAMES = ("usa", "rope", "generalised_rope", "cosine_toeplitz", "distance_bias", "prefix", "gauge", "pair")
+POSITIONAL_KERNELS = ("rope", "generalised_rope", "cosine_toeplitz", "distance_bias")
+FRAMES = ("auto", "comoving", "direct")
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+DEFAULT_FREQUENCIES = {"rope": (1.0,), "generalised_rope": (1.0, 0.25)}
+DEFAULT_PLANES = ((0, 1), (1, 2))
+
+Array = list | tuple  # nested lists / tuples of floats (JSON-friendly)
+
+
+@dataclass
+class KernelConfig:
+    """Kernel name and its parameters; only the fields of the chosen kernel are read."""
+
+    name: str = "usa"
+    frequencies: tuple[float, ...] | None = None  # rope, generalised_rope (None: the defaults above)
+    planes: tuple[tuple[int, int], ...] = DEFAULT_PLANES  # generalised_rope: one plane per frequency
+    omega: float = 1.0  # cosine_toeplitz: c = cos(ω (s − t))
+    decay: float = 1.0  # distance_bias: c = exp(−λ |s − t|)
+    n_prompts: int = 4  # prefix: number of prompts
+    gauge_seed: int = 0  # prefix: seed of the random orthogonal gauges
+    gauges: Array | None = None  # gauge: per-label orthogonal matrices (m, d, d)
+    label_factor: Array | None = None  # gauge, pair: c_ij (n, n); default all ones
+    pair_matrices: Array | None = None  # pair: A_ij (n, n, d, d)
+
+    def __post_init__(self) -> None:
+        if self.name not in KERNEL_NAMES:
+            raise ValueError(f"unknown kernel {self.name!r}; choose one of {KERNEL_NAMES}")
+        if self.frequencies is not None:
+            self.frequencies = tuple(float(w) for w in self.frequencies)
+        self.planes = tuple((int(a), int(b)) for a, b in self.planes)
+        if self.name == "distance_bias" and not self.decay >= 0:
+            raise ValueError(f"distance bias decay λ must be non-negative, got {self.decay}")
+        if self.name == "prefix" and self.n_prompts < 1:
+            raise ValueError(f"prefix kernel needs n_prompts ≥ 1, got {self.n_prompts}")
+        if self.name == "gauge" and self.gauges is None:
+            raise ValueError("kernel 'gauge' needs gauges (m, d, d)")
+        if self.name == "pair" and self.pair_matrices is None:
+            raise ValueError("kernel 'pair' needs pair_matrices (n, n, d, d)")
+
+    def resolved_frequencies(self) -> tuple[float, ...]:
+        return self.frequencies if self.frequencies is not None else DEFAULT_FREQUENCIES[self.name]
+
+
+@dataclass
+class SimulationConfig:
+    """One run: n particles on S^{d−1}, a kernel, the dynamics and the integrator."""
+
+    n: int = 64
+    d: int = 3
+    beta: float = 1.0
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    labels: tuple[float, ...] | None = None  # frozen ξ_i, length n; None: the kernel's default
+    dynamics: str = "usa"  # "usa" | "sa"
+    integrator: str = "rk4"  # "euler" | "rk4"
+    dt: float = 0.1  # base step; USA uses η = dt / max(√β e^{β−1/2}, 1) when beta_aware_step
+    beta_aware_step: bool = True
+    tau: float = 20.0  # time horizon
+    seed: int = 0  # initial conditions: i.i.d. uniform on the sphere
+    dtype: str = "float64"
+    batch: int = 1  # independent initial conditions, one label set
+    frame: str = "auto"  # "comoving" (gauge kernels), "direct" (per-pair reference), "auto"
+    n_records: int = 101  # diagnostics are recorded at this many evenly spaced steps
+    keep_states: bool = False  # keep the state at every record
+    threshold: float = 0.999  # ⟨x_i, x_j⟩ above it counts as aligned / same cluster
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kernel, dict):
+            self.kernel = KernelConfig(**self.kernel)
+        if not isinstance(self.n, int) or self.n < 2:
+            raise ValueError(f"need n ≥ 2 particles, got {self.n}")
+        if not isinstance(self.d, int) or self.d < 2:
+            raise ValueError(f"need dimension d ≥ 2 (sphere S^{{d−1}}), got {self.d}")
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"beta must be positive and finite, got {self.beta}")
+        if not (math.isfinite(self.dt) and self.dt > 0):
+            raise ValueError(f"step dt must be positive, got {self.dt}")
+        if not (math.isfinite(self.tau) and self.tau > 0):
+            raise ValueError(f"time horizon tau must be positive, got {self.tau}")
+        if self.dynamics not in DYNAMICS:
+            raise ValueError(f"unknown dynamics {self.dynamics!r}; choose one of {DYNAMICS}")
+        if self.integrator not in STEPPERS:
+            raise ValueError(f"unknown integrator {self.integrator!r}; choose one of {tuple(STEPPERS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
+        max_beta = 0.9 * math.log(torch.finfo(DTYPES[self.dtype]).max)
+        if self.beta > max_beta:
+            raise ValueError(f"beta = {self.beta} overflows e^β in {self.dtype}; keep beta ≤ {max_beta:.0f}")
+        if self.frame not in FRAMES:
+            raise ValueError(f"unknown frame {self.frame!r}; choose one of {FRAMES}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be ≥ 1, got {self.batch}")
+        if self.n_records < 2:
+            raise ValueError(f"n_records must be ≥ 2, got {self.n_records}")
+        if not -1.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must lie in (−1, 1), got {self.threshold}")
+        if self.labels is not None:
+            self.labels = tuple(float(v) for v in self.labels)
+            if len(self.labels) != self.n:
+                raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
+        kernel = build_kernel(self)  # raises on non-orthogonal gauges, bad planes, bad ids ...
+        if self.frame == "comoving" and not kernel.has_gauge_form:
+            raise ValueError(f"kernel {kernel.name!r} is not of gauge form; use frame 'direct' or 'auto'")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_labels(config: SimulationConfig) -> tuple[float, ...]:
+    n, kernel = config.n, config.kernel
+    if kernel.name in POSITIONAL_KERNELS:
+        return tuple(float(i) for i in range(n))
+    if kernel.name == "prefix":
+        return tuple(float(i * kernel.n_prompts // n) for i in range(n))
+    if kernel.name == "gauge":
+        m = len(kernel.gauges)  # type: ignore[arg-type]
+        return tuple(float(i * m // n) for i in range(n))
+    return tuple(0.0 for _ in range(n))
+
+
+def build_kernel(config: SimulationConfig) -> LabelledKernel:
+    """Evaluate the configured kernel on the run's labels (float64)."""
+    kc, n, d = config.kernel, config.n, config.d
+    labels = config.labels if config.labels is not None else default_labels(config)
+    if kc.name == "usa":
+        kernel = plain_kernel(n, d)
+        if any(v != labels[0] for v in labels):
+            raise ValueError("kernel 'usa' has a single label; labels must all be equal")
+        return kernel
+    if kc.name == "rope":
+        return rope_kernel(labels, d, kc.resolved_frequencies())
+    if kc.name == "generalised_rope":
+        return generalised_rope_kernel(labels, d, kc.planes, kc.resolved_frequencies())
+    if kc.name == "cosine_toeplitz":
+        return cosine_toeplitz_kernel(labels, d, kc.omega)
+    if kc.name == "distance_bias":
+        return distance_bias_kernel(labels, d, kc.decay)
+    if kc.name == "prefix":
+        return prefix_kernel(labels, d, kc.n_prompts, kc.gauge_seed)
+    label_factor = None if kc.label_factor is None else torch.as_tensor(kc.label_factor, dtype=torch.float64)
+    if kc.name == "gauge":
+        gauges = torch.as_tensor(kc.gauges, dtype=torch.float64)
+        if gauges.ndim != 3 or gauges.shape[1:] != (d, d):
+            raise ValueError(f"gauges must have shape (m, {d}, {d}), got {tuple(gauges.shape)}")
+        return gauge_kernel(labels, gauges, label_factor)
+    pairs = torch.as_tensor(kc.pair_matrices, dtype=torch.float64)
+    if pairs.shape != (n, n, d, d):
+        raise ValueError(f"pair matrices must have shape ({n}, {n}, {d}, {d}), got {tuple(pairs.shape)}")
+    return pair_kernel(pairs, label_factor)

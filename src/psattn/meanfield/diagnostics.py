@@ -1,0 +1,125 @@
+"""Collapse diagnostics of a particle state (SPEC §2.3–2.4).
+
+Every function takes a batch of states x: (B, n, d) on the sphere and returns one value per batch
+element, (B,). Content (marginal) diagnostics:
+
+- ``mean_cosine``          mean of ⟨x_i, x_j⟩ over pairs i ≠ j (1 at a Dirac mass).
+- ``fraction_aligned``     fraction of pairs i < j with ⟨x_i, x_j⟩ > threshold (default 0.999).
+- ``cluster_count``        connected components of the graph {⟨x_i, x_j⟩ > threshold} (single linkage:
+                           densely sampled curves chain into one component; read it with
+                           ``fraction_aligned``).
+- ``min_inner``            min over pairs of ⟨x_i, x_j⟩.
+- ``marginal_spread``      1 − ‖(1/n) Σ_i x_i‖ ∈ [0, 1]; 0 iff the content marginal is a Dirac mass.
+
+Conditional diagnostics, which need the kernel's labels and gauges:
+
+- ``comoving_spread``      1 − ‖ȳ‖ of the co-moving coordinates y_i = G(ξ_i) x_i; 0 iff every slice
+                           μ_ξ is the Dirac mass at x*(ξ) = G(ξ)ᵀ y* (conditional Dirac-isation).
+- ``graph_law_distance``   mean_i ‖x_i − G(ξ_i)ᵀ y*‖ with y* = ȳ/‖ȳ‖, the distance from the predicted
+                           graph law.
+- ``conditional_spread``   mean over label groups with ≥ 2 tokens of 1 − ‖mean of x in the group‖ (NaN
+                           when every label is distinct, e.g. positions).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from psattn.meanfield.kernels import LabelledKernel
+
+ALIGNED_THRESHOLD = 0.999
+
+
+def _gram(x: Tensor) -> Tensor:
+    return x @ x.transpose(-1, -2)  # (B, n, n)
+
+
+def _off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
+    return ~torch.eye(n, dtype=torch.bool, device=device)
+
+
+def mean_cosine(x: Tensor) -> Tensor:
+    n = x.shape[-2]
+    return (_gram(x) * _off_diagonal(n)).sum((-1, -2)) / (n * (n - 1))
+
+
+def fraction_aligned(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
+    n = x.shape[-2]
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return ((_gram(x) > threshold) & upper).sum((-1, -2)).to(x.dtype) / (n * (n - 1) / 2)
+
+
+def min_inner(x: Tensor) -> Tensor:
+    n = x.shape[-2]
+    gram = _gram(x).masked_fill(~_off_diagonal(n), float("inf"))
+    return gram.amin((-1, -2))
+
+
+def cluster_count(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
+    """Connected components of {⟨x_i, x_j⟩ > threshold}, by min-label propagation."""
+    batch, n, _ = x.shape
+    adjacent = (_gram(x) > threshold) | ~_off_diagonal(n)  # (B, n, n), self-loops included
+    comp = torch.arange(n).expand(batch, n).clone()  # (B, n) component id per particle
+    for _ in range(n):
+        spread = torch.where(adjacent, comp[:, None, :], n).amin(-1)  # (B, n) min id among neighbours
+        if torch.equal(spread, comp):
+            break
+        comp = spread
+    return (comp == torch.arange(n)).sum(-1).to(x.dtype)
+
+
+def marginal_spread(x: Tensor) -> Tensor:
+    return (1.0 - x.mean(-2).norm(dim=-1)).clamp_min(0.0)
+
+
+def comoving_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    return marginal_spread(kernel.to_comoving(x))
+
+
+def graph_law_distance(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    y = kernel.to_comoving(x)  # (B, n, d)
+    y_star = y.mean(-2, keepdim=True)  # (B, 1, d)
+    y_star = y_star / y_star.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    return (y - y_star).norm(dim=-1).mean(-1)  # G orthogonal: ‖x_i − G_iᵀy*‖ = ‖y_i − y*‖
+
+
+def conditional_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    groups = torch.unique(kernel.labels)
+    spreads, weights = [], []
+    for label in groups:
+        members = kernel.labels == label
+        if int(members.sum()) < 2:
+            continue
+        spreads.append(marginal_spread(x[:, members]))  # (B,)
+        weights.append(float(members.sum()))
+    if not spreads:
+        return torch.full(x.shape[:1], float("nan"), dtype=x.dtype)
+    w = torch.tensor(weights, dtype=x.dtype)
+    return (torch.stack(spreads, -1) * w).sum(-1) / w.sum()
+
+
+DIAGNOSTIC_NAMES = (
+    "mean_cosine",
+    "fraction_aligned",
+    "cluster_count",
+    "min_inner",
+    "marginal_spread",
+    "comoving_spread",
+    "graph_law_distance",
+    "conditional_spread",
+)
+
+
+def diagnose(x: Tensor, kernel: LabelledKernel, threshold: float = ALIGNED_THRESHOLD) -> dict[str, Tensor]:
+    """All diagnostics of DIAGNOSTIC_NAMES for a batch of states x: (B, n, d); each value (B,)."""
+    return {
+        "mean_cosine": mean_cosine(x),
+        "fraction_aligned": fraction_aligned(x, threshold),
+        "cluster_count": cluster_count(x, threshold),
+        "min_inner": min_inner(x),
+        "marginal_spread": marginal_spread(x),
+        "comoving_spread": comoving_spread(x, kernel),
+        "graph_law_distance": graph_law_distance(x, kernel),
+        "conditional_spread": conditional_spread(x, kernel),
+    }

@@ -1,0 +1,134 @@
+"""Checks on the energy series of a run: monotonicity and the metastable staircase (SPEC §2.3–2.4).
+
+USA and SA both increase E_h along the exact flow, so a decrease between two steps beyond rounding
+is a step-size problem; ``check_monotone`` reports where it happened and which step size caused it.
+In metastable runs the energy rises in a staircase; ``energy_plateaus`` returns the flat treads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class EnergyViolation:
+    step: int  # the step k with E[k+1] < E[k] − tol
+    time: float  # t_k
+    batch_index: int
+    drop: float  # E[k] − E[k+1] > 0
+    relative_drop: float  # drop / |E[k]|
+    step_size: float  # the step size that produced it
+
+
+@dataclass(frozen=True)
+class EnergyCheck:
+    monotone: bool
+    step_size: float
+    tolerance: float  # relative tolerance used
+    n_violations: int
+    worst_relative_drop: float
+    first_violation_time: float | None  # earliest t_k with a drop, None when monotone
+    violations: tuple[EnergyViolation, ...]  # at most ``max_reported``, largest drops first
+
+    def summary(self) -> str:
+        if self.monotone:
+            return f"energy non-decreasing (step size {self.step_size:.3g}, rtol {self.tolerance:.1e})"
+        return (
+            f"energy decreased {self.n_violations} times with step size {self.step_size:.3g}; "
+            f"worst relative drop {self.worst_relative_drop:.2e}, first at t = {self.first_violation_time:.4g}"
+        )
+
+
+def default_tolerance(dtype: torch.dtype) -> float:
+    """Relative rounding allowance for energy differences: 1000 machine epsilons."""
+    return 1e3 * torch.finfo(dtype).eps
+
+
+def check_monotone(
+    times: Tensor,
+    energy: Tensor,
+    step_size: float,
+    rtol: float | None = None,
+    max_reported: int = 10,
+) -> EnergyCheck:
+    """Report every step where the energy decreased by more than rtol·|E|.
+
+    times: (S+1,); energy: (S+1, B) or (S+1,).
+    """
+    e = energy if energy.ndim == 2 else energy[:, None]  # (S+1, B)
+    tol = default_tolerance(e.dtype) if rtol is None else rtol
+    drop = e[:-1] - e[1:]  # (S, B)
+    scale = e[:-1].abs().clamp_min(torch.finfo(e.dtype).tiny)
+    bad = drop > tol * scale
+    steps, batch = torch.nonzero(bad, as_tuple=True)
+    rel = (drop / scale)[bad]
+    order = torch.argsort(rel, descending=True)[:max_reported]
+    violations = tuple(
+        EnergyViolation(
+            step=int(steps[k]),
+            time=float(times[steps[k]]),
+            batch_index=int(batch[k]),
+            drop=float(drop[steps[k], batch[k]]),
+            relative_drop=float(rel[k]),
+            step_size=step_size,
+        )
+        for k in order
+    )
+    return EnergyCheck(
+        monotone=not violations,
+        step_size=step_size,
+        tolerance=tol,
+        n_violations=int(bad.sum()),
+        worst_relative_drop=float(rel.max()) if rel.numel() else 0.0,
+        first_violation_time=float(times[steps.min()]) if steps.numel() else None,
+        violations=violations,
+    )
+
+
+@dataclass(frozen=True)
+class Plateau:
+    start: float
+    end: float
+    energy: float  # mean energy on the plateau
+
+    @property
+    def length(self) -> float:
+        return self.end - self.start
+
+
+def energy_plateaus(
+    times: Tensor,
+    energy: Tensor,
+    slope_tol: float = 0.05,
+    min_length: float = 0.0,
+) -> list[Plateau]:
+    """Flat treads of the energy staircase of one run.
+
+    A step belongs to a plateau when its slope dE/dt is below slope_tol times the mean slope
+    (E_end − E_0) / (t_end − t_0); consecutive flat steps merge, and plateaus shorter than min_length
+    are dropped. times, energy: (S+1,). A run whose energy does not move returns one plateau.
+    """
+    t, e = times.double(), energy.double()
+    rise = float(e[-1] - e[0])
+    span = float(t[-1] - t[0])
+    if span <= 0:
+        return []
+    mean_slope = rise / span
+    slope = (e[1:] - e[:-1]) / (t[1:] - t[:-1])  # (S,)
+    flat = slope.abs() <= slope_tol * abs(mean_slope) if mean_slope != 0 else torch.ones_like(slope, dtype=torch.bool)
+    plateaus: list[Plateau] = []
+    k, steps = 0, flat.shape[0]
+    while k < steps:
+        if not flat[k]:
+            k += 1
+            continue
+        start = k
+        while k < steps and flat[k]:
+            k += 1
+        p = Plateau(float(t[start]), float(t[k]), float(e[start : k + 1].mean()))
+        if p.length >= min_length:
+            plateaus.append(p)
+    return plateaus

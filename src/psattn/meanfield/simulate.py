@@ -1,0 +1,141 @@
+"""Run one configured simulation: ``simulate(config) -> Trajectory``.
+
+The state is integrated in the co-moving frame y_i = G(ξ_i) x_i whenever the kernel has gauge form
+(``frame="auto"``), in the content frame with per-pair matrices otherwise (``frame="direct"``).
+The energy is recorded at every step; diagnostics of the content state x at ``n_records`` evenly
+spaced steps. The number of steps is ceil(tau / η) and the step is shrunk to tau / steps so the run
+ends exactly at tau.
+
+Runs are small dense tensor loops: on a shared CPU, ``torch.set_num_threads(1)`` is usually fastest
+(``experiments.run_experiments`` does this for its runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from psattn.meanfield.config import SimulationConfig, build_kernel
+from psattn.meanfield.diagnostics import diagnose
+from psattn.meanfield.dynamics import ComovingField, DirectField, VelocityField, normalise
+from psattn.meanfield.energy_monitor import EnergyCheck, check_monotone
+from psattn.meanfield.integrators import get_stepper, usa_step_size
+from psattn.meanfield.kernels import LabelledKernel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Trajectory:
+    """Everything a run produced. B = config.batch, S = steps, R = records."""
+
+    config: SimulationConfig
+    kernel: LabelledKernel  # labels, label factor and gauges of the run
+    x: Tensor  # (B, n, d) final content state
+    x0: Tensor  # (B, n, d) initial content state
+    labels: Tensor  # (n,) the frozen labels
+    frame: str  # "comoving" or "direct": which implementation ran
+    step_size: float  # η actually used
+    times: Tensor  # (S+1,)
+    energy: Tensor  # (S+1, B) E_h at every step
+    record_times: Tensor  # (R,)
+    diagnostics: dict[str, Tensor]  # name -> (R, B)
+    states: Tensor | None  # (R, B, n, d) when config.keep_states
+    energy_check: EnergyCheck
+
+    def final(self, name: str) -> Tensor:
+        """Final value of one diagnostic, (B,)."""
+        return self.diagnostics[name][-1]
+
+
+def initial_state(config: SimulationConfig) -> Tensor:
+    """i.i.d. uniform points on S^{d−1} from config.seed: (B, n, d)."""
+    gen = torch.Generator().manual_seed(config.seed)
+    x = torch.randn(config.batch, config.n, config.d, generator=gen, dtype=torch.float64)
+    return normalise(x).to(config.torch_dtype)
+
+
+def step_size(config: SimulationConfig) -> tuple[float, int]:
+    """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau."""
+    eta = usa_step_size(config.dt, config.beta) if config.dynamics == "usa" and config.beta_aware_step else config.dt
+    steps = max(1, math.ceil(config.tau / eta - 1e-9))
+    return config.tau / steps, steps
+
+
+def _record_steps(steps: int, n_records: int) -> list[int]:
+    return sorted({round(k * steps / (n_records - 1)) for k in range(n_records)})
+
+
+def simulate(config: SimulationConfig, x0: Tensor | None = None) -> Trajectory:
+    """Integrate the configured system from x0 (B, n, d) or from config.seed."""
+    dtype = config.torch_dtype
+    kernel = build_kernel(config).to(dtype)
+    frame = config.frame if config.frame != "auto" else ("comoving" if kernel.has_gauge_form else "direct")
+    field: VelocityField
+    if frame == "comoving":
+        field = ComovingField(kernel.label_factor, config.beta, config.dynamics)
+        to_frame, from_frame = kernel.to_comoving, kernel.from_comoving
+    else:
+        field = DirectField(kernel.label_factor, kernel.pair_matrices(), config.beta, config.dynamics)
+        to_frame = from_frame = _identity
+    stepper = get_stepper(config.integrator)
+
+    if x0 is None:
+        x0 = initial_state(config)
+    elif x0.shape != (config.batch, config.n, config.d):
+        raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
+    x0 = normalise(x0.to(dtype))
+    eta, steps = step_size(config)
+    records = _record_steps(steps, config.n_records)
+    logger.info("simulate %s/%s/%s: n=%d d=%d beta=%g eta=%.3g steps=%d frame=%s",
+                config.kernel.name, config.dynamics, config.integrator, config.n, config.d, config.beta, eta, steps,
+                frame)
+
+    energy = torch.empty(steps + 1, config.batch, dtype=dtype)
+    series: dict[str, list[Tensor]] = {}
+    states: list[Tensor] = []
+
+    def record(state: Tensor) -> None:
+        x = from_frame(state)
+        for name, value in diagnose(x, kernel, config.threshold).items():
+            series.setdefault(name, []).append(value)
+        if config.keep_states:
+            states.append(x.clone())
+
+    state = to_frame(x0)
+    next_record = 0
+    for k in range(steps):
+        if k == records[next_record]:
+            record(state)
+            next_record += 1
+        state, energy[k] = stepper(field, state, eta)
+    energy[steps] = field(state)[1]
+    record(state)
+
+    times = torch.arange(steps + 1, dtype=torch.float64) * eta
+    check = check_monotone(times, energy, eta)
+    if not check.monotone:
+        logger.warning("%s: %s", config.kernel.name, check.summary())
+    return Trajectory(
+        config=config,
+        kernel=kernel,
+        x=from_frame(state),
+        x0=x0,
+        labels=kernel.labels,
+        frame=frame,
+        step_size=eta,
+        times=times,
+        energy=energy,
+        record_times=times[records],
+        diagnostics={name: torch.stack(values) for name, values in series.items()},
+        states=torch.stack(states) if states else None,
+        energy_check=check,
+    )
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x

@@ -1,0 +1,81 @@
+"""SimulationConfig rejects bad inputs with clear ValueErrors."""
+
+import pytest
+import torch
+
+from psattn.meanfield.config import KernelConfig, SimulationConfig, build_kernel
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(d=1), "d ≥ 2"),
+        (dict(n=1), "n ≥ 2"),
+        (dict(beta=-1.0), "beta must be positive"),
+        (dict(beta=0.0), "beta must be positive"),
+        (dict(beta=100.0, dtype="float32"), "overflows"),
+        (dict(dt=-0.1), "step dt must be positive"),
+        (dict(dt=0.0), "step dt must be positive"),
+        (dict(tau=-1.0), "tau must be positive"),
+        (dict(integrator="leapfrog"), "unknown integrator"),
+        (dict(dynamics="softmax"), "unknown dynamics"),
+        (dict(dtype="float16"), "unknown dtype"),
+        (dict(frame="lab"), "unknown frame"),
+        (dict(batch=0), "batch"),
+        (dict(threshold=1.0), "threshold"),
+        (dict(kernel=KernelConfig("rope"), labels=(0.0, 1.0)), "labels must have length n = 4"),
+        (dict(labels=(0.0, 0.0, 1.0, 1.0)), "single label"),
+        (dict(kernel=KernelConfig("rope", frequencies=(1.0, 2.0))), "at most 1 planes"),
+        (dict(kernel=KernelConfig("generalised_rope", planes=((0, 3),), frequencies=(1.0,))), "distinct axes"),
+        (dict(kernel=KernelConfig("generalised_rope", frequencies=(1.0,))), "one frequency per plane"),
+        (dict(kernel=KernelConfig("prefix", n_prompts=2), labels=(0.0, 1.0, 2.0, 0.0)), "prompt ids"),
+        (dict(kernel=KernelConfig("gauge", gauges=[[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 1.0]]])), "orthogonal"),
+        (dict(kernel=KernelConfig("gauge", gauges=[[[1.0, 0.0], [0.0, 1.0]]])), "gauges must have shape"),
+    ],
+)
+def test_bad_config_raises(kwargs, match):
+    base = dict(n=4, d=3)
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        SimulationConfig(**base)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(name="alibi"), "unknown kernel"),
+        (dict(name="distance_bias", decay=-1.0), "non-negative"),
+        (dict(name="prefix", n_prompts=0), "n_prompts"),
+        (dict(name="gauge"), "needs gauges"),
+        (dict(name="pair"), "needs pair_matrices"),
+    ],
+)
+def test_bad_kernel_config_raises(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        KernelConfig(**kwargs)
+
+
+def test_non_orthogonal_pair_matrices_rejected():
+    pairs = torch.eye(3, dtype=torch.float64).expand(4, 4, 3, 3).clone()
+    pairs[0, 1] *= 1.5
+    pairs[1, 0] *= 1.5
+    with pytest.raises(ValueError, match="orthogonal"):
+        SimulationConfig(n=4, d=3, kernel=KernelConfig("pair", pair_matrices=pairs.tolist()))
+
+
+def test_pair_kernel_cannot_run_comoving():
+    pairs = torch.eye(3, dtype=torch.float64).expand(4, 4, 3, 3).tolist()
+    with pytest.raises(ValueError, match="not of gauge form"):
+        SimulationConfig(n=4, d=3, kernel=KernelConfig("pair", pair_matrices=pairs), frame="comoving")
+
+
+def test_default_labels():
+    assert build_kernel(SimulationConfig(n=4, kernel=KernelConfig("rope"))).labels.tolist() == [0, 1, 2, 3]
+    assert build_kernel(SimulationConfig(n=4, kernel=KernelConfig("prefix", n_prompts=2))).labels.tolist() == [0, 0, 1, 1]
+    assert build_kernel(SimulationConfig(n=4)).labels.tolist() == [0, 0, 0, 0]
+
+
+def test_kernel_given_as_dict_and_to_dict_round_trip():
+    cfg = SimulationConfig(n=4, kernel={"name": "cosine_toeplitz", "omega": 0.5})
+    assert isinstance(cfg.kernel, KernelConfig)
+    assert SimulationConfig(**cfg.to_dict()) == cfg

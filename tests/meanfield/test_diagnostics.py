@@ -1,0 +1,90 @@
+"""Diagnostics on states whose answers are known."""
+
+import math
+
+import pytest
+import torch
+
+from psattn.meanfield.diagnostics import (
+    cluster_count,
+    conditional_spread,
+    diagnose,
+    fraction_aligned,
+    graph_law_distance,
+    marginal_spread,
+    mean_cosine,
+    min_inner,
+)
+from psattn.meanfield.kernels import plain_kernel, prefix_kernel, rope_kernel
+
+
+def _f64(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def _great_circle(n):
+    angles = 2 * math.pi * torch.arange(n, dtype=torch.float64) / n
+    return torch.stack([angles.cos(), angles.sin(), torch.zeros(n, dtype=torch.float64)], -1)[None]  # (1, n, 3)
+
+
+def test_dirac_mass():
+    x = _f64([[0.0, 0.0, 1.0]]).expand(1, 5, 3)
+    assert float(mean_cosine(x)) == pytest.approx(1.0)
+    assert float(fraction_aligned(x)) == 1.0
+    assert float(cluster_count(x)) == 1.0
+    assert float(min_inner(x)) == pytest.approx(1.0)
+    assert float(marginal_spread(x)) == pytest.approx(0.0)
+
+
+def test_two_antipodal_clusters():
+    x = _f64([[[0, 0, 1.0], [0, 0, 1.0], [0, 0, -1.0], [0, 0, -1.0]]])
+    assert float(cluster_count(x)) == 2.0
+    assert float(min_inner(x)) == -1.0
+    assert float(fraction_aligned(x)) == pytest.approx(2 / 6)
+    assert float(mean_cosine(x)) == pytest.approx(-1 / 3)
+    assert float(marginal_spread(x)) == pytest.approx(1.0)
+
+
+def test_uniform_great_circle():
+    x = _great_circle(8)
+    assert float(cluster_count(x)) == 8.0
+    assert float(fraction_aligned(x)) == 0.0
+    assert float(mean_cosine(x)) == pytest.approx(-1 / 7)
+    assert float(marginal_spread(x)) == pytest.approx(1.0)
+
+
+def test_cluster_count_follows_chains():
+    # 0–1 and 1–2 above threshold, 0–2 below: one component
+    angles = _f64([0.0, 0.03, 0.06, 2.0])
+    x = torch.stack([angles.cos(), angles.sin(), torch.zeros(4, dtype=torch.float64)], -1)[None]
+    assert float(cluster_count(x, threshold=0.999)) == 2.0
+
+
+def test_rope_graph_law_is_a_conditional_dirac():
+    kernel = rope_kernel(range(10), 3, (1.0,))
+    y_star = _f64([0.6, 0.0, 0.8])
+    x = kernel.from_comoving(y_star.expand(1, 10, 3))  # x_i = G(s_i)ᵀ y*: a latitude circle
+    diag = diagnose(x, kernel)
+    assert float(diag["comoving_spread"]) == pytest.approx(0.0, abs=1e-12)
+    assert float(diag["graph_law_distance"]) == pytest.approx(0.0, abs=1e-12)
+    assert float(diag["marginal_spread"]) > 0.1
+    assert torch.allclose(x[0, :, 2], torch.full((10,), 0.8, dtype=torch.float64))  # constant latitude
+    assert math.isnan(float(diag["conditional_spread"]))  # every position is its own label
+
+
+def test_conditional_spread_per_prompt_group():
+    kernel = prefix_kernel([0, 0, 1, 1], 3, 2, seed=0)
+    x = _f64([[[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0]]])
+    # group 0 collapsed (spread 0), group 1 antipodal (spread 1): mass-weighted mean 0.5
+    assert float(conditional_spread(x, kernel)) == pytest.approx(0.5)
+
+
+def test_graph_law_distance_of_spread_state():
+    assert float(graph_law_distance(_great_circle(6), plain_kernel(6, 3))) > 1.0
+
+
+def test_all_diagnostics_are_batched():
+    x = torch.randn(4, 7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x = x / x.norm(dim=-1, keepdim=True)
+    for name, value in diagnose(x, prefix_kernel([0, 1, 0, 1, 2, 2, 2], 3, 3, 0)).items():
+        assert value.shape == (4,), name

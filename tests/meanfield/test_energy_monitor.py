@@ -1,0 +1,39 @@
+"""Energy monotonicity report and staircase plateaus on synthetic series."""
+
+import torch
+
+from psattn.meanfield.energy_monitor import check_monotone, energy_plateaus
+
+
+def test_monotone_series_passes():
+    t = torch.linspace(0, 1, 11, dtype=torch.float64)
+    check = check_monotone(t, t**2 + 1, step_size=0.1)
+    assert check.monotone and check.n_violations == 0 and check.first_violation_time is None
+
+
+def test_drops_are_reported_with_time_and_step_size():
+    t = torch.linspace(0, 1, 6, dtype=torch.float64)
+    e = torch.tensor([[1.0, 1.0], [2.0, 2.0], [1.5, 2.5], [3.0, 3.0], [3.0, 2.9], [4.0, 4.0]], dtype=torch.float64)
+    check = check_monotone(t, e, step_size=0.2)
+    assert not check.monotone and check.n_violations == 2
+    assert check.first_violation_time == float(t[1])
+    worst = check.violations[0]
+    assert (worst.step, worst.batch_index, worst.step_size) == (1, 0, 0.2)
+    assert worst.relative_drop == 0.25
+    assert "2 times" in check.summary()
+
+
+def test_rounding_level_drops_are_tolerated():
+    t = torch.linspace(0, 1, 3, dtype=torch.float64)
+    e = torch.tensor([1.0, 1.0 - 1e-15, 1.0], dtype=torch.float64)
+    assert check_monotone(t, e, step_size=0.5).monotone
+
+
+def test_staircase_plateaus():
+    t = torch.linspace(0, 10, 1001, dtype=torch.float64)
+    # flat on [0, 3), a rise on [3, 4), flat on [4, 8), a rise on [8, 9), flat to the end
+    e = torch.clamp(t - 3, 0, 1) + torch.clamp(t - 8, 0, 1)
+    plateaus = energy_plateaus(t, e, min_length=0.5)
+    assert [round(p.start, 2) for p in plateaus] == [0.0, 4.0, 9.0]
+    assert [round(p.length, 2) for p in plateaus] == [3.0, 4.0, 1.0]
+    assert [round(p.energy, 6) for p in plateaus] == [0.0, 1.0, 2.0]

@@ -1,0 +1,78 @@
+"""LabelledKernel: symmetry of the pair matrices, co-moving frame, validation."""
+
+import pytest
+import torch
+
+from psattn.meanfield.gauges import random_orthogonal
+from psattn.meanfield.kernels import (
+    LabelledKernel,
+    cosine_toeplitz_kernel,
+    distance_bias_kernel,
+    gauge_kernel,
+    generalised_rope_kernel,
+    pair_kernel,
+    plain_kernel,
+    prefix_kernel,
+    rope_kernel,
+)
+
+POS = list(range(6))
+KERNELS = [
+    plain_kernel(6, 3),
+    rope_kernel(POS, 3, (1.0,)),
+    generalised_rope_kernel(POS, 3, ((0, 1), (1, 2)), (1.0, 0.3)),
+    cosine_toeplitz_kernel(POS, 3, 0.7),
+    distance_bias_kernel(POS, 3, 0.5),
+    prefix_kernel([0, 0, 1, 1, 2, 2], 3, 3, seed=0),
+]
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_pair_matrices_are_orthogonal_and_symmetric(kernel):
+    a = kernel.pair_matrices()  # (n, n, d, d)
+    eye = torch.eye(3, dtype=torch.float64)
+    assert torch.allclose(a.transpose(-1, -2) @ a, eye.expand_as(a), atol=1e-12)
+    assert torch.allclose(a.transpose(0, 1), a.transpose(-1, -2), atol=1e-12)  # A_ji = A_ijᵀ
+    assert torch.allclose(kernel.label_factor, kernel.label_factor.T)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_comoving_round_trip(kernel):
+    x = torch.randn(2, 6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(kernel.from_comoving(kernel.to_comoving(x)), x, atol=1e-12)
+
+
+def test_label_factor_values():
+    assert torch.allclose(cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(torch.tensor(1.0, dtype=torch.float64)))
+    assert torch.allclose(distance_bias_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.exp(torch.tensor(-1.0, dtype=torch.float64)))
+
+
+def test_prefix_gauge_shared_within_a_prompt():
+    k = prefix_kernel([0, 1, 0, 1], 3, 2, seed=5)
+    assert torch.equal(k.gauges[0], k.gauges[2])
+    assert not torch.allclose(k.gauges[0], k.gauges[1])
+
+
+def test_non_orthogonal_gauge_rejected():
+    bad = torch.eye(3, dtype=torch.float64).repeat(2, 1, 1)
+    bad[1, 0, 0] = 1.1
+    with pytest.raises(ValueError, match="orthogonal"):
+        gauge_kernel([0, 1], bad)
+
+
+def test_asymmetric_pair_matrices_rejected():
+    # A(s, t) = R(s) R(t) built directly from rotations about different axes: not symmetric (SPEC §2.2)
+    rots = random_orthogonal(2, 3, seed=0)
+    pairs = torch.einsum("iab,jbc->ijac", rots, rots)  # (2, 2, 3, 3): R_i R_j
+    with pytest.raises(ValueError, match="A\\(ζ, ξ\\)"):
+        pair_kernel(pairs)
+
+
+def test_asymmetric_label_factor_rejected():
+    with pytest.raises(ValueError, match="symmetric"):
+        LabelledKernel("x", 3, torch.zeros(2, dtype=torch.float64), torch.tensor([[1.0, 0.5], [0.2, 1.0]], dtype=torch.float64))
+
+
+def test_prompt_ids_must_be_in_range():
+    with pytest.raises(ValueError, match="prompt ids"):
+        prefix_kernel([0, 3], 3, 2, seed=0)
