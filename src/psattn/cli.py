@@ -1,4 +1,4 @@
-"""The ``psattn`` command line: ``psattn demo``, ``psattn train``."""
+"""The ``psattn`` command line: ``psattn reproduce``, ``psattn demo``, ``psattn train``."""
 
 from __future__ import annotations
 
@@ -48,6 +48,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from .experiments.reproduce import reproduce
+
+    mode = "full" if args.full else "quick"
+    report = reproduce(args.out or f"reports/reproduce-{mode}", mode, workers=args.workers)
+    print(f"report: {report}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     config = RunConfig.from_file(args.config) if args.config else RunConfig()
     config = apply_overrides(config, args.set)
@@ -72,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="reports/demo")
     demo.set_defaults(func=cmd_demo)
+
+    rep = sub.add_parser("reproduce", help="run the declared experiments and write report.md with figures")
+    size = rep.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="CPU scale, about 15 minutes on 2 cores (default)")
+    size.add_argument("--full", action="store_true", help="paper scale, for a GPU")
+    rep.add_argument("--out", help="output directory (default reports/reproduce-MODE)")
+    rep.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
+    rep.set_defaults(func=cmd_reproduce)
 
     tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
     tr.add_argument("--config", help="JSON file with sections model, task, train")

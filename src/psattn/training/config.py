@@ -35,6 +35,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads; None leaves the default
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto" (CUDA when available)
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
@@ -50,6 +51,8 @@ class TrainConfig:
             raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
+            raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         if not self.grad_clip > 0:
             raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip}")
 

@@ -82,6 +82,24 @@ def build_model(config: RunConfig) -> DecoderLM:
     return DecoderLM(config.model)
 
 
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"train.device={name!r} but CUDA is not available")
+    return device
+
+
+def load_trained(run_dir: str | Path) -> DecoderLM:
+    """The model of a run directory, with the weights of its last checkpoint, in eval mode."""
+    run_dir = Path(run_dir)
+    config = RunConfig.from_file(run_dir / "config.json")
+    model = DecoderLM(config.model)
+    model.load_state_dict(load_checkpoint(run_dir / "checkpoint.pt")["model"])
+    return model.eval()
+
+
 def build_optimizer(model: torch.nn.Module, train) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with weight decay on matrices only; linear warm-up then cosine decay to min_lr_ratio."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -183,9 +201,10 @@ def train(
     if run_dir is not None:
         _write_run_files(run_dir, config)
 
-    model = build_model(config)
+    device = resolve_device(t.device)
+    model = build_model(config).to(device)
     optimizer, schedule = build_optimizer(model, t)
-    held_out = eval_batch(config)
+    held_out = eval_batch(config).to(device)
     step, history, emergence, seconds = 0, [], None, 0.0
     if resume and ckpt_path is not None and ckpt_path.exists():
         state = load_checkpoint(ckpt_path)
@@ -212,7 +231,7 @@ def train(
     with stop.installed():
         start = time.perf_counter()
         while step < t.steps and not done:
-            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step)).to(device)
             loss = lm_loss(model(batch.inputs), batch.targets)
             if not torch.isfinite(loss):
                 last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"

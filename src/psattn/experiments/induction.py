@@ -1,0 +1,166 @@
+"""The induction experiments, each a function returning the list of configs it runs, and a
+summary computed from saved results (never from a live run).
+
+1. Variant table: PSA variants, placements and key-lag baselines on one layer, several seeds.
+2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
+3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
+4. Size scan: the same comparison as the model grows.
+
+``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from ..training.config import RunConfig
+from .configs import small_config
+
+MODES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Plan:
+    seeds: tuple[int, ...]
+    extra_seeds: tuple[int, ...]  # for the secondary variants of the variant table
+    steps: int
+    gammas: tuple[float, ...]
+    control_gammas: tuple[float, ...]
+    control_steps: int
+    sizes: tuple[dict[str, Any], ...]
+    size_gamma: float
+    device: str
+
+
+PLANS = {
+    "quick": Plan(
+        seeds=(0, 1), extra_seeds=(0,), steps=600, gammas=(0.0, 0.5, 1.0, 2.0),
+        control_gammas=(0.0, 0.5, 1.0), control_steps=400,
+        sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
+    ),
+    "full": Plan(
+        seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+        control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
+        sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
+        size_gamma=0.8, device="auto",
+    ),
+}
+
+# (variant, gamma, placement, primary): primary rows run every seed
+VARIANT_ROWS = (
+    ("baseline", 0.0, "post_rope", True),
+    ("symmetric", 1.0, "post_rope", True),
+    ("key_only", 1.0, "post_rope", True),
+    ("query_only", 1.0, "post_rope", False),
+    ("symmetric", 1.0, "pre_rope", False),
+    ("key_only", 1.0, "pre_rope", False),
+    ("smeared_keys", 0.0, "post_rope", False),
+    ("kv_shift", 0.0, "post_rope", False),
+    ("primer_dconv", 0.0, "post_rope", False),
+    ("canon", 0.0, "post_rope", False),
+)
+CONTROL_TASKS = ("random_offset", "multihop")
+
+
+def _plan(mode: str) -> Plan:
+    if mode not in PLANS:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    return PLANS[mode]
+
+
+def variant_table(mode: str = "quick") -> list[RunConfig]:
+    p = _plan(mode)
+    model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
+    return [
+        small_config(variant, gamma, placement=placement, seed=seed, steps=p.steps, device=p.device, **model)
+        for variant, gamma, placement, primary in VARIANT_ROWS
+        for seed in (p.seeds if primary else p.extra_seeds)
+    ]
+
+
+def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
+    p = _plan(mode)
+    model = {"model_preset": "psa-92m"} if mode == "full" else {}
+    return [small_config("symmetric", g, seed=s, steps=p.steps, device=p.device, **model)
+            for g in p.gammas for s in p.seeds]
+
+
+def negative_controls(mode: str = "quick") -> list[RunConfig]:
+    p = _plan(mode)
+    return [small_config("symmetric", g, task=task, seed=0, steps=p.control_steps, device=p.device)
+            for task in CONTROL_TASKS for g in p.control_gammas]
+
+
+def size_scan(mode: str = "quick") -> list[RunConfig]:
+    p = _plan(mode)
+    return [small_config(v, g, seed=0, steps=p.steps, device=p.device, **size)
+            for size in p.sizes for v, g in (("baseline", 0.0), ("symmetric", p.size_gamma))]
+
+
+EXPERIMENTS = {
+    "variants": variant_table,
+    "gamma_sweep": gamma_sweep,
+    "controls": negative_controls,
+    "sizes": size_scan,
+}
+
+
+# --- summaries of saved results -------------------------------------------------------------------
+
+
+def _attention(result: dict[str, Any]) -> dict[str, Any]:
+    attention = result["config"]["model"]["attention"]
+    return attention[0] if isinstance(attention, list) else attention
+
+
+def _group_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
+    threshold = results[0]["config"]["train"]["threshold"]
+    emerged = [r["emergence_step"] for r in results if r["emergence_step"] is not None]
+    return {
+        "seeds": len(results),
+        "successes": len(emerged),
+        "success_rate": len(emerged) / len(results),
+        "mean_final_accuracy": statistics.fmean(r["final_accuracy"] for r in results),
+        "mean_best_accuracy": statistics.fmean(r["best_accuracy"] for r in results),
+        "mean_emergence_step": statistics.fmean(emerged) if emerged else None,
+        "threshold": threshold,
+        "steps_budget": results[0]["config"]["train"]["steps"],
+    }
+
+
+def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]]:
+    """Group finished runs by ``key(result)`` (a tuple of named fields) and average over seeds."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for result in results.values():
+        groups.setdefault(tuple(key(result).items()), []).append(result)
+    return [{**dict(k), **_group_stats(v)} for k, v in groups.items()]
+
+
+def variant_key(result: dict[str, Any]) -> dict[str, Any]:
+    a = _attention(result)
+    return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
+
+
+def gamma_key(result: dict[str, Any]) -> dict[str, Any]:
+    return {"gamma": _attention(result)["gamma"]}
+
+
+def control_key(result: dict[str, Any]) -> dict[str, Any]:
+    return {"task": result["config"]["task"]["name"], "gamma": _attention(result)["gamma"]}
+
+
+def size_key(result: dict[str, Any]) -> dict[str, Any]:
+    m = result["config"]["model"]
+    return {"d_model": m["d_model"], "n_layers": m["n_layers"], "variant": _attention(result)["variant"],
+            "gamma": _attention(result)["gamma"]}
+
+
+def best_gamma(rows: list[dict[str, Any]]) -> float:
+    """The gamma with the highest mean final accuracy, then the earliest emergence; ties go to the
+    smallest gamma."""
+    def rank(row):
+        step = row["mean_emergence_step"]
+        return (-round(row["mean_final_accuracy"], 3), step if step is not None else float("inf"), row["gamma"])
+    return min(rows, key=rank)["gamma"]

@@ -1,0 +1,86 @@
+"""Figures of the induction experiments, drawn from saved summaries and saved models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Success rate and mean emergence step against gamma."""
+    rows = sorted(rows, key=lambda r: r["gamma"])
+    gammas = [r["gamma"] for r in rows]
+    fig = Figure(figsize=(6, 3.6))
+    ax = fig.add_subplot()
+    ax.plot(gammas, [r["success_rate"] for r in rows], "o-", color="tab:blue")
+    ax.set_xlabel("gamma")
+    ax.set_ylabel("success rate", color="tab:blue")
+    ax.set_ylim(-0.05, 1.05)
+    ax2 = ax.twinx()
+    steps = [r["mean_emergence_step"] if r["mean_emergence_step"] is not None else np.nan for r in rows]
+    ax2.plot(gammas, steps, "s--", color="tab:red")
+    ax2.set_ylabel("mean emergence step", color="tab:red")
+    ax.set_title(title or "gamma sweep (symmetric PSA)")
+    return _save(fig, path)
+
+
+def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path, threshold: float) -> Path:
+    """Held-out accuracy against step, one line per run."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    for label, history in histories.items():
+        ax.plot([h["step"] for h in history], [h["eval_accuracy"] for h in history], label=label)
+    ax.axhline(threshold, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return _save(fig, path)
+
+
+def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str | Path) -> Path:
+    """Previous-token and induction score of every head (layer 0), grouped by variant."""
+    fig = Figure(figsize=(7, 3.6))
+    axes = fig.subplots(1, 2, sharey=True)
+    names = list(scores)
+    for ax, kind in zip(axes, ("previous_token", "induction")):
+        heads = len(scores[names[0]][kind][0])
+        width = 0.8 / heads
+        for h in range(heads):
+            ax.bar(np.arange(len(names)) + h * width, [scores[n][kind][0][h] for n in names], width,
+                   label=f"head {h}")
+        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{kind.replace('_', '-')} score")
+        ax.set_ylim(0, 1)
+    axes[0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -> Path:
+    """Heat maps of layer-0 attention patterns (heads, T, T) on a [BOS] + R + R row, one row of
+    panels per variant."""
+    names = list(patterns)
+    heads = patterns[names[0]].shape[0]
+    fig = Figure(figsize=(2.2 * heads, 2.2 * len(names)))
+    axes = np.atleast_2d(fig.subplots(len(names), heads))
+    for i, name in enumerate(names):
+        for h in range(heads):
+            ax = axes[i, h]
+            ax.imshow(patterns[name][h], cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if h == 0:
+                ax.set_ylabel(name, fontsize=8)
+            if i == 0:
+                ax.set_title(f"head {h}", fontsize=8)
+    return _save(fig, path)

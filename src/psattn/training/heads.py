@@ -1,0 +1,53 @@
+"""Head diagnostics from the interpretability literature, read from the model's hook points.
+
+On a row [BOS] + R + R, with R a run of n random tokens, position t of the second copy (t > n)
+holds the token of position t - n; an induction head attends to the token after its previous
+occurrence, position t - n + 1. A previous-token head attends to t - 1.
+
+- previous-token score: mean attention mass on t - 1, over positions t >= 1;
+- induction score: mean attention mass on t - n + 1, over the positions of the second copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..ops.hooks import capture
+
+
+@dataclass
+class HeadScores:
+    previous_token: Tensor  # (layers, heads)
+    induction: Tensor  # (layers, heads)
+    patterns: Tensor  # (layers, heads, T, T): mean pattern over the batch
+
+    def as_dict(self) -> dict[str, list[list[float]]]:
+        return {"previous_token": self.previous_token.tolist(), "induction": self.induction.tolist()}
+
+
+def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Generator, bos: int = 0) -> Tensor:
+    """[BOS] + R + R rows (B, 1 + 2 * half), R drawn from the tokens other than BOS."""
+    body = torch.randint(1, vocab_size, (batch, half), generator=generator)
+    return torch.cat([torch.full((batch, 1), bos), body, body], dim=1)
+
+
+@torch.no_grad()
+def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0) -> HeadScores:
+    """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = repeated_tokens(batch, half, model.config.vocab_size, g)
+    was_training = model.training
+    model.eval()
+    with capture(model, "*.hook_pattern") as seen:
+        model(tokens)
+    model.train(was_training)
+    patterns = torch.stack([seen[f"blocks.{i}.attn.hook_pattern"] for i in range(len(model.blocks))])  # (L, B, H, T, T)
+    T = tokens.shape[1]
+    t = torch.arange(1, T)
+    prev = patterns[..., t, t - 1].mean(dim=(1, 3))  # (L, H)
+    second = torch.arange(half + 1, T)  # positions of the second copy
+    ind = patterns[..., second, second - half + 1].mean(dim=(1, 3))  # (L, H)
+    return HeadScores(prev, ind, patterns.mean(dim=1))

@@ -1,0 +1,61 @@
+"""Training throughput of :func:`~psattn.training.trainer.train` against a bare PyTorch loop on the
+same model, data and optimiser, measured interleaved in one process.
+
+Both are timed from the end of their first optimiser step to the end of their last, through the
+``on_step`` callback, so set-up and the trainer's final evaluation are not counted: the ratio is
+one of training steps per second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from ..tasks.registry import sample_task
+from .config import RunConfig
+from .trainer import build_model, build_optimizer, lm_loss, step_generator, train
+
+
+def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:
+    """The minimal loop: sample, forward, loss, backward, AdamW step."""
+    t = config.train
+    model = build_model(config).train()
+    optimizer, _ = build_optimizer(model, t)
+    for step in range(steps):
+        batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+        loss = lm_loss(model(batch.inputs), batch.targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if on_step is not None:
+            on_step(step + 1, loss.item())
+
+
+def trainer_vs_bare_loop(config: RunConfig, steps: int = 30, repeats: int = 3) -> dict[str, float]:
+    """Steps per second of both (median over interleaved repeats) and their ratio."""
+    if steps < 2:
+        raise ValueError("time at least 2 steps")
+    timed = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps=steps, eval_every=steps, checkpoint_every=steps, early_stop=False))
+    if timed.train.threads is not None:
+        torch.set_num_threads(timed.train.threads)
+    marks: list[float] = []
+
+    def mark(step: int, loss: float) -> None:
+        if step in (1, steps):
+            marks.append(time.perf_counter())
+
+    runs = {"trainer": lambda: train(timed, on_step=mark), "bare": lambda: bare_loop(timed, steps, mark)}
+    bare_loop(timed, 3)  # warm up allocator and kernels before timing anything
+    times = {"trainer": [], "bare": []}
+    for i in range(repeats):
+        for name, run in (list(runs.items()) if i % 2 == 0 else list(runs.items())[::-1]):
+            marks.clear()
+            run()
+            times[name].append((marks[1] - marks[0]) / (steps - 1))
+    trainer_sps, bare_sps = 1 / statistics.median(times["trainer"]), 1 / statistics.median(times["bare"])
+    return {"trainer_steps_per_s": trainer_sps, "bare_steps_per_s": bare_sps, "ratio": trainer_sps / bare_sps}

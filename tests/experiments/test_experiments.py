@@ -1,0 +1,111 @@
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from psattn.experiments import induction as exp
+from psattn.experiments.configs import small_config
+from psattn.experiments.reproduce import reproduce
+from psattn.experiments.sweep import load_result, run_sweep
+from psattn.ops.hooks import capture
+from psattn.training.heads import head_scores, repeated_tokens
+from helpers import random_model
+
+
+def tiny(config, steps=4):
+    return dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps=steps, eval_every=2, eval_size=32, batch_size=8))
+
+
+@pytest.mark.parametrize("mode", exp.MODES)
+def test_declared_experiments(mode):
+    for name, fn in exp.EXPERIMENTS.items():
+        configs = fn(mode)
+        assert len({c.name for c in configs}) == len(configs), name
+    controls = exp.negative_controls(mode)
+    assert {c.task.__class__.__name__ for c in controls} == {"RandomOffsetConfig", "MultiHopConfig"}
+    variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
+    assert {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")} <= variants
+    assert all(c.model.n_layers == 1 for c in exp.variant_table(mode))
+    with pytest.raises(ValueError, match="unknown mode"):
+        exp.gamma_sweep("medium")
+
+
+def test_gamma_zero_runs_are_the_baseline_and_shared():
+    assert small_config("symmetric", 0.0).name == small_config("baseline", 0.0).name
+    sweep_names = {c.name for c in exp.gamma_sweep("quick")}
+    table_names = {c.name for c in exp.variant_table("quick")}
+    assert small_config("baseline", 0.0, steps=600, seed=1).name in sweep_names & table_names
+
+
+def test_sweep_runs_in_parallel_and_skips_finished(tmp_path):
+    configs = [tiny(small_config("key_only", 1.0, seed=s, d_model=32, n_heads=2)) for s in (0, 1)]
+    results = run_sweep(configs, tmp_path, workers=2, progress=False)
+    assert set(results) == {c.name for c in configs}
+    assert all(r["steps"] == 4 for r in results.values())
+    stamp = (tmp_path / configs[0].name / "result.json").stat().st_mtime_ns
+    again = run_sweep(configs, tmp_path, workers=2, progress=False)
+    assert again == results
+    assert (tmp_path / configs[0].name / "result.json").stat().st_mtime_ns == stamp  # not rerun
+    assert load_result(tmp_path / "missing") is None
+    with pytest.raises(ValueError, match="unique"):
+        run_sweep(configs + configs[:1], tmp_path)
+
+
+def fake_result(variant, gamma, seed, final, emergence, task="induction"):
+    return {
+        "final_accuracy": final, "best_accuracy": final, "emergence_step": emergence,
+        "config": {"task": {"name": task}, "train": {"threshold": 0.9, "steps": 100, "seed": seed},
+                   "model": {"d_model": 8, "n_layers": 1,
+                             "attention": {"variant": variant, "gamma": gamma, "placement": "post_rope"}}},
+    }
+
+
+def test_summaries_and_best_gamma():
+    results = {
+        "a": fake_result("symmetric", 1.0, 0, 0.95, 40),
+        "b": fake_result("symmetric", 1.0, 1, 0.50, None),
+        "c": fake_result("baseline", 0.0, 0, 0.10, None),
+    }
+    rows = {r["variant"]: r for r in exp.summarise_by(results, exp.variant_key)}
+    assert rows["symmetric"]["success_rate"] == 0.5 and rows["symmetric"]["mean_emergence_step"] == 40
+    assert rows["symmetric"]["mean_final_accuracy"] == pytest.approx(0.725)
+    assert rows["baseline"]["mean_emergence_step"] is None
+    controls = [{"gamma": 0.0, "mean_final_accuracy": 1.0, "mean_emergence_step": 200},
+                {"gamma": 1.0, "mean_final_accuracy": 1.0, "mean_emergence_step": 150},
+                {"gamma": 0.5, "mean_final_accuracy": 0.3, "mean_emergence_step": None}]
+    assert exp.best_gamma(controls) == 1.0
+    controls[1]["mean_emergence_step"] = 200
+    assert exp.best_gamma(controls) == 0.0
+
+
+def test_head_scores_read_the_right_positions():
+    model = random_model("key_only", n_kv_heads=4).float()
+    model.config.vocab_size = 37
+    scores = head_scores(model, batch=3, half=5, seed=1)
+    tokens = repeated_tokens(3, 5, 37, torch.Generator().manual_seed(1))
+    with capture(model, "blocks.1.attn.hook_pattern") as seen:
+        model(tokens)
+    pattern = seen["blocks.1.attn.hook_pattern"]  # (B, H, T, T)
+    for h in range(4):
+        prev = sum(pattern[b, h, t, t - 1] for b in range(3) for t in range(1, 11)) / 30
+        ind = sum(pattern[b, h, t, t - 4] for b in range(3) for t in range(6, 11)) / 15
+        assert scores.previous_token[1, h].item() == pytest.approx(prev.item(), abs=1e-5)
+        assert scores.induction[1, h].item() == pytest.approx(ind.item(), abs=1e-5)
+
+
+@pytest.mark.slow
+def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
+    tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
+                                    sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,))
+    monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
+    report = reproduce(tmp_path, "quick", workers=2, progress=False)
+    text = report.read_text()
+    for needle in ("Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed",
+                   "0.949", "717"):
+        assert needle in text, needle
+    for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):
+        assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["trainer_speed"]["ratio"] > 0
