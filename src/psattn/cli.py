@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from . import __version__
+from .experiments import induction as experiments
 from .experiments.configs import small_induction_config
 from .training.config import RunConfig, apply_overrides
 from .training.trainer import TrainingDiverged, train
@@ -57,6 +58,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .experiments.sweep import run_sweep
+
+    configs = experiments.EXPERIMENTS[args.experiment](args.mode)
+    results = run_sweep(configs, args.out, workers=args.workers)
+    for name, r in results.items():
+        print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     config = RunConfig.from_file(args.config) if args.config else RunConfig()
     config = apply_overrides(config, args.set)
@@ -89,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="output directory (default reports/reproduce-MODE)")
     rep.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
     rep.set_defaults(func=cmd_reproduce)
+
+    sw = sub.add_parser("sweep", help="run one declared experiment (skips finished runs)")
+    sw.add_argument("experiment", choices=list(experiments.EXPERIMENTS))
+    sw.add_argument("--mode", choices=experiments.MODES, default="quick")
+    sw.add_argument("--out", default="runs")
+    sw.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
+    sw.set_defaults(func=cmd_sweep)
 
     tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
     tr.add_argument("--config", help="JSON file with sections model, task, train")

@@ -1,8 +1,10 @@
+import dataclasses
 import json
 
 import pytest
 
 from psattn.cli import main
+from psattn.experiments import induction as exp
 
 
 def test_demo_writes_a_report(tmp_path, capsys):
@@ -26,3 +28,10 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
         main(["train", "--run-dir", str(tmp_path), "--set", "model.attention.variant=sym"])
     assert exit_info.value.code == 2
     assert "unknown attention variant" in capsys.readouterr().err
+
+
+def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(exp.PLANS["quick"], control_steps=2, control_gammas=(0.0,)))
+    assert main(["sweep", "controls", "--out", str(tmp_path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "random_offset" in out and "multihop" in out and "final acc" in out
