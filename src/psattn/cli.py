@@ -14,6 +14,7 @@ import torch
 from . import __version__
 from .experiments import induction as experiments
 from .experiments.configs import small_induction_config
+from .meanfield.cli import register as register_meanfield
 from .training.config import RunConfig, apply_overrides
 from .training.trainer import TrainingDiverged, train
 
@@ -107,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs")
     sw.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
     sw.set_defaults(func=cmd_sweep)
+
+    register_meanfield(sub)
 
     tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
     tr.add_argument("--config", help="JSON file with sections model, task, train")

@@ -88,3 +88,25 @@ def test_all_diagnostics_are_batched():
     x = x / x.norm(dim=-1, keepdim=True)
     for name, value in diagnose(x, prefix_kernel([0, 1, 0, 1, 2, 2, 2], 3, 3, 0)).items():
         assert value.shape == (4,), name
+
+
+def test_cluster_count_matches_scipy_connected_components():
+    csgraph = pytest.importorskip("scipy.sparse.csgraph")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n, d = int(rng.integers(2, 50)), int(rng.integers(2, 4))
+        x = torch.as_tensor(rng.standard_normal((2, n, d)))
+        x = x / x.norm(dim=-1, keepdim=True)
+        threshold = float(rng.uniform(0.0, 0.99))
+        counts = cluster_count(x, threshold)
+        for b in range(2):
+            expected = csgraph.connected_components((x[b] @ x[b].T > threshold).numpy(), directed=False)[0]
+            assert counts[b] == expected
+
+
+def test_cluster_count_of_a_long_chain_is_one():
+    t = torch.linspace(0, 3, 300, dtype=torch.float64)
+    chain = torch.stack([t.cos(), t.sin()], -1)[None]  # spacing 0.01 rad: every neighbour within 0.999
+    assert cluster_count(chain).item() == 1

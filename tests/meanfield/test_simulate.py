@@ -110,3 +110,11 @@ def test_diagnostic_series_shapes():
     assert traj.record_times.shape == (7,)
     for series in traj.diagnostics.values():
         assert series.shape == (7, 2)
+
+
+def test_progress_callback_reaches_the_last_step():
+    calls = []
+    traj = simulate(_cfg("rope", n_records=4), progress=lambda done, total: calls.append((done, total)))
+    steps = traj.times.shape[0] - 1
+    assert calls[-1] == (steps, steps) and len(calls) == 4
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)

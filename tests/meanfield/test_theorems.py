@@ -1,9 +1,19 @@
 """The theorem checks pass on their default examples and fail where the claim does not apply."""
 
+import json
+
+import pytest
+
+from psattn.meanfield.experiments import paper_configs, run_experiments
 from psattn.meanfield.theorems import (
+    check_cluster_count,
     check_conditional_diracisation,
     check_energy_ascent,
     check_metastability,
+    check_metastability_rate,
+    check_paper_claims,
+    check_prefix_gauge_universality,
+    check_rope_orbit_universality,
     check_spectral_dichotomy,
 )
 
@@ -12,11 +22,42 @@ def test_conditional_diracisation_for_gauge_kernels():
     for kernel in ("rope", "generalised_rope", "prefix"):
         result = check_conditional_diracisation(kernel, n=32, batch=1)
         assert result.passed, result.message
+        assert len(result.data["graph_law"]) == 32
 
 
 def test_conditional_diracisation_fails_without_labels():
     # plain USA collapses slices *and* the marginal: the spread part of the claim fails
     assert not check_conditional_diracisation("usa", n=32, batch=1).passed
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_rope_orbit_universality(d):
+    result = check_rope_orbit_universality(n=32, d=d)
+    assert result.passed, result.message
+    assert result.details["w1_prescribed"] < 1e-8
+    assert result.details["w1_target"] < 0.2 * result.details["w1_uniform"]
+
+
+def test_rope_orbit_universality_with_sampled_positions():
+    result = check_rope_orbit_universality(n=32, mode="sample")
+    assert result.passed, result.message
+
+
+def test_rope_orbit_universality_fails_before_the_slices_collapse():
+    assert not check_rope_orbit_universality(n=32, tau=0.5).passed
+
+
+@pytest.mark.parametrize("d", [3, 4])
+def test_prefix_gauge_universality(d):
+    result = check_prefix_gauge_universality(n_prompts=16, d=d)
+    assert result.passed, result.message
+    details = result.details
+    assert details["w1_coupling_bound"] < 1e-8
+    assert details["energy_distance_unaligned"] > details["energy_distance"]  # the alignment is what realises it
+
+
+def test_prefix_gauge_universality_fails_before_the_slices_collapse():
+    assert not check_prefix_gauge_universality(n_prompts=16, tau=0.5).passed
 
 
 def test_spectral_dichotomy():
@@ -33,3 +74,27 @@ def test_energy_ascent():
 def test_metastability():
     result = check_metastability(n=16, tau=150.0)
     assert result.passed, result.message
+
+
+def test_metastability_rate():
+    result = check_metastability_rate(betas=(2.0, 3.0, 4.0, 5.0), batch=1)
+    assert result.passed, result.message
+    assert 0.5 < result.details["rate"] < 1.0 and result.details["r"] > 0.99
+
+
+def test_cluster_count():
+    pytest.importorskip("scipy")
+    result = check_cluster_count(betas=(9.0,), n=128, seeds=(0,))
+    assert result.passed, result.message
+
+
+def test_paper_claims(tmp_path):
+    summary = run_experiments(paper_configs(ns=(16,), tau=20.0), tmp_path)
+    assert check_paper_claims(summary).passed
+    short = run_experiments(paper_configs(ns=(16,), tau=0.5), tmp_path)
+    assert not check_paper_claims(short).passed  # nothing has collapsed yet
+
+
+def test_checks_serialise_to_strict_json():
+    record = check_rope_orbit_universality(n=16).to_dict()
+    assert json.loads(json.dumps(record, allow_nan=False))["kind"] == "rope_orbit"

@@ -4,20 +4,19 @@ each of the paper's numbers beside ours."""
 from __future__ import annotations
 
 import json
-import platform
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .. import __version__
 from ..models import ModelConfig
 from ..models.presets import preset_parameter_count
 from ..training.heads import head_scores
 from ..training.speed import trainer_vs_bare_loop
-from ..training.trainer import git_revision, load_trained
+from ..provenance import git_revision, machine
+from ..training.trainer import load_trained
 from . import induction as exp
 from . import plots
 from .sweep import run_sweep
@@ -128,22 +127,54 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     return lines, data
 
 
-def reproduce(out_dir: str | Path, mode: str = "quick", *, workers: int | None = None, progress: bool = True) -> Path:
+def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], dict]:
+    """The mean-field experiment and theorem checks (their own report lies in ``meanfield/``)."""
+    from ..meanfield.cli import reproduce as reproduce_meanfield
+
+    result = reproduce_meanfield(out / "meanfield", quick=mode == "quick", progress=progress)
+    lines = ["## Mean-field dynamics with auxiliary variables", "",
+             "Full report, figures and animation: [meanfield/report.md](meanfield/report.md).", ""]
+    lines += _table(["check", "result", "details"],
+                    [[c["name"], "PASS" if c["passed"] else "FAIL", c["message"]] for c in result["checks"]])
+    lines += [f"- skipped: {s}" for s in result["skipped"]] + [""]
+    return lines, {"passed": result["passed"], "checks": [
+        {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
+
+
+SECTIONS = ("induction", "meanfield")
+
+
+def reproduce(
+    out_dir: str | Path,
+    mode: str = "quick",
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    sections: tuple[str, ...] = SECTIONS,
+) -> Path:
     """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``."""
     if mode not in exp.MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {exp.MODES}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown report sections {sorted(unknown)}; expected some of {SECTIONS}")
     started = datetime.now(timezone.utc)
-    lines, data = induction_section(out, mode, workers, progress)
+    lines, data = [], {}
+    if "induction" in sections:
+        part, data["induction"] = induction_section(out, mode, workers, progress)
+        lines += part
+    if "meanfield" in sections:
+        part, data["meanfield"] = meanfield_section(out, mode, progress)
+        lines += part
     header = [
         f"# psattn reproduction ({mode})",
         "",
-        f"Ran {started:%Y-%m-%d %H:%M} UTC on {platform.platform()} ({platform.machine()}, "
-        f"{torch.get_num_threads()} torch threads per worker at most), torch {torch.__version__}, psattn {__version__}, "
-        f"git {git_revision() or 'unknown'}. Command: `psattn reproduce --{mode} --out {out}`. Every number below "
+        f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
+        f"git {git_revision() or 'unknown'}, one torch thread per training process. Command: `psattn reproduce --{mode} --out {out}`. Every number below "
         "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
-        "finished runs.",
+        f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
         "",
     ]
     (out / "report.md").write_text("\n".join(header + lines) + "\n")

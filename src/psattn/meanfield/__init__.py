@@ -10,9 +10,14 @@ Files, one idea each:
 - ``energy_monitor`` energy monotonicity check, staircase plateaus
 - ``config``         SimulationConfig / KernelConfig
 - ``simulate``       simulate(config) -> Trajectory
-- ``experiments``    the paper's sweep and its JSON summary
-- ``theorems``       numerical checks of the theorems (pass/fail)
-- ``plots``          figures from saved summaries
+- ``experiments``    the paper's sweep, its JSON summary and saved states
+- ``universality``   target laws and the RoPE-position / prefix-gauge constructions of Theorems 2 and 4
+- ``distances``      W1 on the circle, energy distance on the sphere
+- ``metastability``  two-cluster plateau lifetimes against β, the argmax_k k² I_k(β) cluster count
+- ``theorems``       numerical checks of the theorems (pass/fail, with figure data)
+- ``plots``          figures and the GIF from saved results
+- ``reproduce``      the whole set: report.md, figures, JSON
+- ``cli``            ``psattn meanfield run`` / ``reproduce`` (``register(subparsers)``)
 """
 
 from psattn.meanfield.config import KernelConfig, SimulationConfig, build_kernel

@@ -57,12 +57,17 @@ def min_inner(x: Tensor) -> Tensor:
 
 
 def cluster_count(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
-    """Connected components of {⟨x_i, x_j⟩ > threshold}, by min-label propagation."""
+    """Connected components of {⟨x_i, x_j⟩ > threshold}, by min-label propagation with pointer jumping.
+
+    Each particle's label is the id of a particle of its component and never increases; adopting the
+    label of one's label (comp[comp[i]]) doubles the reach per round, so chains take O(log n) rounds.
+    """
     batch, n, _ = x.shape
     adjacent = (_gram(x) > threshold) | ~_off_diagonal(n)  # (B, n, n), self-loops included
     comp = torch.arange(n).expand(batch, n).clone()  # (B, n) component id per particle
     for _ in range(n):
         spread = torch.where(adjacent, comp[:, None, :], n).amin(-1)  # (B, n) min id among neighbours
+        spread = spread.gather(-1, spread)  # pointer jumping
         if torch.equal(spread, comp):
             break
         comp = spread
@@ -85,18 +90,13 @@ def graph_law_distance(x: Tensor, kernel: LabelledKernel) -> Tensor:
 
 
 def conditional_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
-    groups = torch.unique(kernel.labels)
-    spreads, weights = [], []
-    for label in groups:
-        members = kernel.labels == label
-        if int(members.sum()) < 2:
-            continue
-        spreads.append(marginal_spread(x[:, members]))  # (B,)
-        weights.append(float(members.sum()))
-    if not spreads:
+    _, group, counts = torch.unique(kernel.labels, return_inverse=True, return_counts=True)  # (n,), (G,)
+    weights = (counts * (counts >= 2)).to(x.dtype)  # groups with a single token carry no weight
+    if not weights.sum() > 0:
         return torch.full(x.shape[:1], float("nan"), dtype=x.dtype)
-    w = torch.tensor(weights, dtype=x.dtype)
-    return (torch.stack(spreads, -1) * w).sum(-1) / w.sum()
+    sums = x.new_zeros(x.shape[0], counts.shape[0], x.shape[-1]).index_add_(1, group, x)  # (B, G, d)
+    spreads = (1.0 - (sums / counts[None, :, None].to(x.dtype)).norm(dim=-1)).clamp_min(0.0)  # (B, G)
+    return (spreads * weights).sum(-1) / weights.sum()
 
 
 DIAGNOSTIC_NAMES = (

@@ -53,8 +53,9 @@ class ComovingField:
 
     def __init__(self, label_factor: Tensor, beta: float, dynamics: str) -> None:
         _check_dynamics(dynamics)
-        self.c = label_factor  # (n, n)
-        self.abs_c = label_factor.abs()
+        plain = bool((label_factor == 1).all())  # c ≡ 1: skip the (n, n) products with c and |c|
+        self.c = None if plain else label_factor  # (n, n)
+        self.abs_c = None if plain else label_factor.abs()
         self.beta = beta
         self.normalised = dynamics == "sa"
 
@@ -62,14 +63,14 @@ class ComovingField:
         y = normalise(y)  # (B, n, d)
         n = y.shape[-2]
         gram = y @ y.transpose(-1, -2)  # (B, n, n) ⟨y_i, y_j⟩
-        boltz = torch.exp(self.beta * (gram - 1.0))  # e^{β(⟨y_i,y_j⟩−1)} ≤ 1: no overflow
-        w = self.c * boltz  # (B, n, n) W_ij e^{−β}
+        boltz = gram.sub_(1.0).mul_(self.beta).exp_()  # in place: e^{β(⟨y_i,y_j⟩−1)} ≤ 1, no overflow
+        w = boltz if self.c is None else self.c * boltz  # (B, n, n) W_ij e^{−β}
         energy = math.exp(self.beta) * w.sum((-1, -2)) / (2 * self.beta * n * n)
         if self.normalised:
-            z = (self.abs_c * boltz).sum(-1, keepdim=True)  # (B, n, 1) Z_i e^{−β}
-            drift = (w / z) @ y
+            z = boltz if self.abs_c is None else self.abs_c * boltz
+            drift = (w @ y) / z.sum(-1, keepdim=True)  # Z_i e^{−β}: (B, n, 1)
         else:
-            drift = math.exp(self.beta) / n * (w @ y)
+            drift = (w @ y) * (math.exp(self.beta) / n)
         return tangent_part(y, drift), energy
 
 

@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 import psattn
+from psattn.provenance import git_revision
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
 
@@ -123,31 +125,44 @@ def _record_indices(traj: Trajectory) -> torch.Tensor:
     return torch.round(traj.record_times / traj.step_size).long()
 
 
-def _git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
+def write_summary(runs: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Any]:
+    """Write out_dir/summary.json: the run records with the library version, torch version and git revision."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"version": psattn.__version__, "torch": torch.__version__, "git_revision": git_revision(),
+               "runs": runs}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    return summary
 
 
 def run_experiments(
-    configs: Sequence[SimulationConfig], out_dir: str | Path, threads: int | None = 1
+    configs: Sequence[SimulationConfig], out_dir: str | Path, threads: int | None = 1, progress: bool = False
 ) -> dict[str, Any]:
-    """Run every config and write out_dir/summary.json; returns the same summary."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Run every config and write out_dir/summary.json; returns the same summary.
+
+    progress: show a tqdm bar over the configs (on stderr).
+    """
     runs = []
     with torch_threads(threads):
-        for config in configs:
+        for config in tqdm(configs, desc="mean-field runs", unit="run", disable=not progress, leave=False):
             traj = simulate(config)
             record = summarise(traj)
             logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],
                         record["final"]["fraction_aligned"][0], record["energy_check"])
             runs.append(record)
-    summary = {"version": psattn.__version__, "git_revision": _git_revision(), "runs": runs}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
-    return summary
+    return write_summary(runs, out_dir)
+
+
+def save_states(traj: Trajectory, path: str | Path) -> Path:
+    """Save the recorded states of batch element 0 (needs ``keep_states``) for ``plots.animate_states``.
+
+    The .npz holds states (R, n, d), record_times (R,), labels (n,) and the run name.
+    """
+    if traj.states is None:
+        raise ValueError("the run kept no states; set keep_states=True in its config")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as fh:
+        np.savez_compressed(fh, states=traj.states[:, 0].numpy(), record_times=traj.record_times.numpy(),
+                            labels=traj.labels.numpy(), name=np.array(run_name(traj.config)))
+    return out

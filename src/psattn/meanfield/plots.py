@@ -1,4 +1,9 @@
-"""Figures from a saved experiment summary (``experiments.run_experiments``), never from a live run.
+"""Figures from saved results, never from a live run.
+
+- ``plot_final_states``, ``plot_diagnostics``: from an experiment summary (``experiments.run_experiments``).
+- ``plot_check``: the figure of a theorem check, from its saved record (``TheoremCheck.to_dict()``).
+- ``animate_states``: a GIF of a run, from the states saved by ``experiments.save_states`` (needs Pillow,
+  which matplotlib itself depends on; without it the animation is skipped with a logged message).
 
 Uses matplotlib's object API with the Agg canvas, so importing this module changes no global backend.
 """
@@ -6,6 +11,7 @@ Uses matplotlib's object API with the Agg canvas, so importing this module chang
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +20,8 @@ from typing import Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SERIES = ("marginal_spread", "fraction_aligned", "comoving_spread", "mean_cosine", "energy")
 
@@ -39,23 +47,50 @@ def _save(fig: Figure, out_path: str | Path) -> Path:
     return out
 
 
+def _sphere_axes(fig: Figure, rows: int, cols: int, index: int, title: str):
+    """A 3-D panel with a light wireframe of S²."""
+    ax = fig.add_subplot(rows, cols, index, projection="3d")
+    u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
+    ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", linewidth=0.4)
+    ax.set_title(title, fontsize=9)
+    ax.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1))
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_axis_off()
+    return ax
+
+
+def _circle_axes(fig: Figure, rows: int, cols: int, index: int, title: str):
+    """A 2-D panel with the unit circle."""
+    ax = fig.add_subplot(rows, cols, index)
+    t = np.linspace(0, 2 * np.pi, 200)
+    ax.plot(np.cos(t), np.sin(t), color="0.85", linewidth=0.8)
+    ax.set_aspect("equal")
+    ax.set_title(title, fontsize=9)
+    ax.set_axis_off()
+    return ax
+
+
+def _points(fig: Figure, rows: int, cols: int, index: int, x: np.ndarray, colour: Any, title: str, **kw: Any):
+    """Scatter states (n, 2) on the circle or (n, 3) on the sphere; returns the axes."""
+    if x.shape[1] == 2:
+        ax = _circle_axes(fig, rows, cols, index, title)
+        ax.scatter(x[:, 0], x[:, 1], c=colour, s=kw.pop("s", 12), **kw)
+    else:
+        ax = _sphere_axes(fig, rows, cols, index, title)
+        ax.scatter(x[:, 0], x[:, 1], x[:, 2], c=colour, s=kw.pop("s", 12), depthshade=False, **kw)
+    return ax
+
+
 def plot_final_states(summary: str | Path | dict[str, Any], out_path: str | Path, n: int | None = None) -> Path:
-    """Final states on S² (batch element 0), one panel per run, coloured by label."""
-    runs = [r for r in _select(load_summary(summary)["runs"], n) if r["config"]["d"] == 3]
+    """Final states on S² (or S¹ for d = 2) of batch element 0, one panel per run, coloured by label."""
+    runs = [r for r in _select(load_summary(summary)["runs"], n) if r["config"]["d"] in (2, 3)]
     if not runs:
-        raise ValueError("no runs with d = 3 to draw on the sphere")
+        raise ValueError("no runs with d = 2 or 3 to draw on the circle or sphere")
     cols = min(3, len(runs))
     rows = math.ceil(len(runs) / cols)
     fig = Figure(figsize=(4 * cols, 4 * rows))
-    u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
     for k, run in enumerate(runs):
-        ax = fig.add_subplot(rows, cols, k + 1, projection="3d")
-        ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", linewidth=0.4)
-        x = np.asarray(run["final_state"])  # (n, 3)
-        ax.scatter(x[:, 0], x[:, 1], x[:, 2], c=run["labels"], cmap="viridis", s=12, depthshade=False)
-        ax.set_title(run["name"], fontsize=9)
-        ax.set_box_aspect((1, 1, 1))
-        ax.set_axis_off()
+        _points(fig, rows, cols, k + 1, np.asarray(run["final_state"]), run["labels"], run["name"], cmap="viridis")
     fig.tight_layout()
     return _save(fig, out_path)
 
@@ -80,3 +115,164 @@ def plot_diagnostics(
     fig.axes[0].legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, out_path)
+
+
+def _plot_diracisation(fig: Figure, data: dict[str, Any]) -> None:
+    ax = fig.add_subplot(1, 2, 1)
+    for name, values in data["series"].items():
+        ax.plot(data["times"], np.maximum(values, 1e-17), label=name, linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("t")
+    ax.set_title(f"{data['kernel']}: slices collapse, the marginal does not", fontsize=9)
+    ax.legend(fontsize=7)
+    x, g = np.asarray(data["final_state"]), np.asarray(data["graph_law"])
+    ax3 = _points(fig, 1, 2, 2, x, data["labels"], "final state (colour: label), x: graph law G(ξ)ᵀy*",
+                  cmap="viridis", s=18)
+    if x.shape[1] == 3:
+        ax3.scatter(g[:, 0], g[:, 1], g[:, 2], c="k", marker="x", s=8, depthshade=False)
+    elif x.shape[1] == 2:
+        ax3.scatter(g[:, 0], g[:, 1], c="k", marker="x", s=8)
+
+
+def _plot_rope_orbit(fig: Figure, data: dict[str, Any]) -> None:
+    realised = np.asarray(data["realised_angles"])
+    prescribed = np.asarray(data["prescribed_angles"])
+    grid, density = np.asarray(data["density_grid"]), np.asarray(data["density"])
+    ax = fig.add_subplot(1, 3, 1)
+    ax.hist(realised, bins=24, range=(0, 2 * np.pi), density=True, color="C0", alpha=0.6, label="realised")
+    ax.plot(grid, density, color="C3", label="target density")
+    ax.set_xlabel("angle along the orbit from y*")
+    ax.set_title("law on the RoPE orbit", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = fig.add_subplot(1, 3, 2)
+    n = realised.shape[0]
+    ax.step(np.sort(realised), (np.arange(n) + 1) / n, where="post", label="realised", color="C0")
+    ax.step(np.sort(prescribed), (np.arange(n) + 1) / n, where="post", label="prescribed", color="C1",
+            linestyle="--")
+    cdf = np.cumsum(density) / density.sum()
+    ax.plot(grid, cdf, color="C3", label="target")
+    ax.set_title("CDFs", fontsize=9)
+    ax.legend(fontsize=7)
+    _points(fig, 1, 3, 3, np.asarray(data["final_state"]), data["labels"], "final state (colour: position)",
+            cmap="twilight")
+
+
+def _plot_prefix_gauge(fig: Figure, data: dict[str, Any]) -> None:
+    aligned, raw = np.asarray(data["aligned_state"]), np.asarray(data["raw_state"])
+    reference = np.asarray(data["reference"])
+    if aligned.shape[1] >= 3:
+        ax = _points(fig, 1, 3, 1, reference[:, :3], "0.7", "target sample (grey), realised (colour)", s=3)
+        ax.scatter(aligned[:, 0], aligned[:, 1], aligned[:, 2], c=data["labels"], cmap="viridis", s=18,
+                   depthshade=False)
+        _points(fig, 1, 3, 2, raw[:, :3], data["labels"], "flow state before co-moving alignment",
+                cmap="viridis", s=18)
+    ax = fig.add_subplot(1, 3, 3)
+    bins = np.linspace(-1, 1, 21)
+    ax.hist(reference[:, 0], bins=bins, density=True, color="0.6", alpha=0.6, label="target")
+    ax.hist(aligned[:, 0], bins=bins, density=True, histtype="step", color="C0", label="realised")
+    ax.hist(raw[:, 0], bins=bins, density=True, histtype="step", color="C3", linestyle="--", label="unaligned")
+    ax.set_xlabel("⟨x, e_0⟩")
+    ax.legend(fontsize=7)
+
+
+def _plot_dichotomy(fig: Figure, data: dict[str, Any]) -> None:
+    ax = fig.add_subplot(1, 3, 1)
+    for name, values in data["series"].items():
+        ax.plot(data["times"], np.maximum(values, 1e-17), label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("t")
+    ax.set_title("marginal spread", fontsize=9)
+    ax.legend(fontsize=7)
+    for k, (name, x) in enumerate(data["final_states"].items()):
+        _points(fig, 1, 3, k + 2, np.asarray(x), data["labels"], f"{name}: final state", cmap="viridis")
+
+
+def _plot_metastability(fig: Figure, data: dict[str, Any]) -> None:
+    ax = fig.add_subplot(1, 2, 1)
+    for curve in data["curves"]:
+        ax.plot(np.maximum(curve["times"], 1e-2), curve["energy"], label=f"β = {curve['beta']:g}", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("t")
+    ax.set_ylabel("(E − E_plateau) / (E_merged − E_plateau)")
+    ax.set_title(f"two clusters at distance {data['separation']:.2f}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = fig.add_subplot(1, 2, 2)
+    betas = np.asarray(data["betas"])
+    low = [s[0] for s in data["lifetime_spread"]]
+    high = [s[1] for s in data["lifetime_spread"]]
+    ax.semilogy(betas, data["lifetimes"], "o", label="simulated (median)")
+    ax.vlines(betas, low, high, color="C0", linewidth=1)
+    ax.semilogy(betas, data["reduced_lifetimes"], "--", color="C1", label="reduced two-cluster ODE")
+    ax.semilogy(betas, np.exp(data["intercept"] + data["rate"] * betas), color="C2",
+                label=f"fit: rate {data['rate']:.3f}, r = {data['r']:.4f}")
+    ax.set_xlabel("β")
+    ax.set_ylabel("plateau lifetime")
+    ax.legend(fontsize=7)
+
+
+def _plot_cluster_count(fig: Figure, data: dict[str, Any]) -> None:
+    ax = fig.add_subplot(1, 1, 1)
+    rows = data["rows"]
+    betas = [r["beta"] for r in rows]
+    ax.plot(betas, [r["predicted"] for r in rows], "s-", label="argmax_k k² I_k(β)")
+    for r in rows:
+        ax.plot([r["beta"]] * len(r["measured"]), r["measured"], "o", color="C1", alpha=0.6)
+    ax.plot([], [], "o", color="C1", label="measured (per seed)")
+    ax.set_xlabel("β")
+    ax.set_ylabel("clusters")
+    ax.legend(fontsize=7)
+
+
+_CHECK_PLOTS = {
+    "diracisation": (_plot_diracisation, (9, 4)),
+    "rope_orbit": (_plot_rope_orbit, (13, 4)),
+    "prefix_gauge": (_plot_prefix_gauge, (13, 4)),
+    "dichotomy": (_plot_dichotomy, (13, 4)),
+    "metastability": (_plot_metastability, (11, 4)),
+    "cluster_count": (_plot_cluster_count, (5, 4)),
+}
+
+
+def plot_check(record: dict[str, Any], out_path: str | Path) -> Path | None:
+    """The figure of a saved theorem check (``TheoremCheck.to_dict()``); None for checks without one."""
+    kind = record.get("kind", "")
+    if kind not in _CHECK_PLOTS:
+        return None
+    draw, size = _CHECK_PLOTS[kind]
+    fig = Figure(figsize=size)
+    draw(fig, record["data"])
+    fig.suptitle(f"{record['name']}: {'PASS' if record['passed'] else 'FAIL'}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out_path)
+
+
+def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10, dpi: int = 70) -> Path | None:
+    """A GIF of a saved run (``experiments.save_states``), one frame per record; None without Pillow."""
+    try:
+        import PIL  # noqa: F401  (PillowWriter needs it)
+        from matplotlib.animation import PillowWriter
+    except ImportError:
+        logger.warning("Pillow is not importable: skipping the animation %s", out_path)
+        return None
+    saved = np.load(states_path)
+    states, times, labels = saved["states"], saved["record_times"], saved["labels"]  # (R, n, d), (R,), (n,)
+    d = states.shape[-1]
+    if d not in (2, 3):
+        logger.warning("animation needs d = 2 or 3, the run has d = %d: skipped", d)
+        return None
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(4, 4))
+    FigureCanvasAgg(fig)
+    ax = _points(fig, 1, 1, 1, states[0], labels, "", cmap="viridis")
+    points = ax.collections[-1]
+    writer = PillowWriter(fps=fps)
+    with writer.saving(fig, str(out), dpi):
+        for state, t in zip(states, times):
+            if d == 3:
+                points._offsets3d = (state[:, 0], state[:, 1], state[:, 2])
+            else:
+                points.set_offsets(state)
+            ax.set_title(f"{str(saved['name'])}   t = {t:.2f}", fontsize=9)
+            writer.grab_frame()
+    return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -70,8 +71,15 @@ def _record_steps(steps: int, n_records: int) -> list[int]:
     return sorted({round(k * steps / (n_records - 1)) for k in range(n_records)})
 
 
-def simulate(config: SimulationConfig, x0: Tensor | None = None) -> Trajectory:
-    """Integrate the configured system from x0 (B, n, d) or from config.seed."""
+def simulate(
+    config: SimulationConfig,
+    x0: Tensor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Trajectory:
+    """Integrate the configured system from x0 (B, n, d) or from config.seed.
+
+    progress, if given, is called as progress(steps done, total steps) at every record (for a bar).
+    """
     dtype = config.torch_dtype
     kernel = build_kernel(config).to(dtype)
     frame = config.frame if config.frame != "auto" else ("comoving" if kernel.has_gauge_form else "direct")
@@ -112,9 +120,13 @@ def simulate(config: SimulationConfig, x0: Tensor | None = None) -> Trajectory:
         if k == records[next_record]:
             record(state)
             next_record += 1
+            if progress is not None:
+                progress(k, steps)
         state, energy[k] = stepper(field, state, eta)
     energy[steps] = field(state)[1]
     record(state)
+    if progress is not None:
+        progress(steps, steps)
 
     times = torch.arange(steps + 1, dtype=torch.float64) * eta
     check = check_monotone(times, energy, eta)

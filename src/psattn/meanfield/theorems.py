@@ -1,26 +1,52 @@
 """Numerical checks of the paper's claims on finite particle systems (SPEC §2.3).
 
-Each check runs small seeded simulations and returns a ``TheoremCheck`` (passed + the numbers it
-looked at). They show the claims on examples; they prove nothing.
+Each check runs small seeded simulations and returns a ``TheoremCheck``: passed, a message, the
+numbers it looked at (``details``) and the JSON-ready data its figure is drawn from (``data``, read by
+``plots.plot_check``). They show the claims on examples; they prove nothing.
 
 - ``check_conditional_diracisation``: with a gauge kernel (RoPE, prefix tokens) every slice μ_ξ
   collapses (the co-moving spread → 0, the state reaches the graph law x*(ξ) = G(ξ)ᵀ y*) while the
   content marginal stays spread.
+- ``check_rope_orbit_universality`` (Theorem 2): a non-uniform law on a RoPE orbit is realised as the
+  maximised marginal by choosing the positions (construction in ``universality``); W1 on the circle.
+- ``check_prefix_gauge_universality`` (Theorem 4): a non-uniform law on S^{d−1} is realised by one
+  orthogonal gauge per prompt; energy distance and a coupling bound on W1.
 - ``check_spectral_dichotomy``: a non-negative label factor (distance bias) collapses the content
   marginal to a Dirac mass; a sign-changing one (cosine Toeplitz) does not.
 - ``check_energy_ascent``: E_h is non-decreasing along every kernel's run (gradient flow).
 - ``check_metastability``: plain SA on the circle from a random start forms a few clusters quickly,
   then stays multi-cluster on a long energy plateau instead of merging to one point.
+- ``check_metastability_rate``: the two-cluster plateau lifetime grows exponentially in β, at the rate
+  of the reduced two-cluster ODE (``metastability``).
+- ``check_cluster_count``: a near-uniform start on S¹ forms about argmax_k k² I_k(β) clusters (scipy).
+- ``check_paper_claims``: the paper experiment's summary shows the predicted collapse / non-collapse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from psattn.meanfield.config import SimulationConfig
+import numpy as np
+import torch
+
+from psattn.meanfield.config import KernelConfig, SimulationConfig
+from psattn.meanfield.distances import circle_w1, coupling_w1_bound, energy_distance
 from psattn.meanfield.energy_monitor import energy_plateaus
 from psattn.meanfield.experiments import PAPER_KERNELS, paper_kernel
-from psattn.meanfield.simulate import simulate
+from psattn.meanfield.metastability import measure_cluster_count, measure_lifetimes, predicted_cluster_count
+from psattn.meanfield.simulate import Trajectory, simulate
+from psattn.meanfield.universality import (
+    ProjectedGaussianMixture,
+    VonMisesMixture,
+    default_sphere_target,
+    gauges_for_targets,
+    orbit_angles,
+    rope_positions_for,
+    rotation_taking,
+)
 
 
 @dataclass(frozen=True)
@@ -29,12 +55,28 @@ class TheoremCheck:
     passed: bool
     message: str
     details: dict[str, float] = field(default_factory=dict)
+    kind: str = ""  # which figure ``plots.plot_check`` draws from ``data``
+    data: dict[str, Any] = field(default_factory=dict)  # JSON-ready series for the figure
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def _run(kernel: str, n: int, d: int, beta: float, tau: float, seed: int, batch: int):
+def _run(kernel: str, n: int, d: int, beta: float, tau: float, seed: int, batch: int, n_records: int = 2):
     cfg = SimulationConfig(n=n, d=d, beta=beta, kernel=paper_kernel(kernel, n), tau=tau, seed=seed, batch=batch,
-                           n_records=2)
+                           n_records=n_records)
     return simulate(cfg)
+
+
+def _series(traj: Trajectory, name: str) -> list[float]:
+    return [float(v) for v in traj.diagnostics[name][:, 0]]
+
+
+def _comoving_star(traj: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y (n, d), y* (d,)) of batch element 0: co-moving coordinates and their normalised mean."""
+    y = traj.kernel.to_comoving(traj.x)[0]
+    y_star = y.mean(0)
+    return y, y_star / y_star.norm()
 
 
 def check_conditional_diracisation(
@@ -49,17 +91,161 @@ def check_conditional_diracisation(
     min_marginal_spread: float = 0.01,
 ) -> TheoremCheck:
     """Slices collapse (co-moving spread and graph-law distance < slice_tol), the marginal does not."""
-    traj = _run(kernel, n, d, beta, tau, seed, batch)
+    traj = _run(kernel, n, d, beta, tau, seed, batch, n_records=51)
     comoving = float(traj.final("comoving_spread").max())
     graph = float(traj.final("graph_law_distance").max())
     marginal = float(traj.final("marginal_spread").min())
     passed = comoving < slice_tol and graph < slice_tol ** 0.5 and marginal > min_marginal_spread
+    _, y_star = _comoving_star(traj)
+    graph_law = traj.kernel.from_comoving(y_star.expand(1, n, d).clone())[0]  # (n, d): x*(ξ_i) = G(ξ_i)ᵀ y*
     return TheoremCheck(
         name=f"conditional Dirac-isation ({kernel})",
         passed=passed,
         message=(f"worst co-moving spread {comoving:.2e}, graph-law distance {graph:.2e}; "
                  f"smallest marginal spread {marginal:.3f}"),
         details={"comoving_spread": comoving, "graph_law_distance": graph, "marginal_spread": marginal},
+        kind="diracisation",
+        data={
+            "kernel": kernel,
+            "times": traj.record_times.tolist(),
+            "series": {k: _series(traj, k) for k in ("comoving_spread", "graph_law_distance", "marginal_spread")},
+            "final_state": traj.x[0].tolist(),
+            "graph_law": graph_law.tolist(),
+            "labels": traj.labels.tolist(),
+        },
+    )
+
+
+def check_rope_orbit_universality(
+    target: VonMisesMixture | None = None,
+    n: int = 64,
+    d: int = 3,
+    omega: float = 1.0,
+    beta: float = 1.0,
+    tau: float = 20.0,
+    seed: int = 0,
+    mode: str = "quantile",
+    tol: float = 1e-4,
+    slice_tol: float = 1e-6,
+) -> TheoremCheck:
+    """Theorem 2: positions s_i = −θ_i/ω (θ_i the target's quantiles) make the flow realise the target
+    law on the RoPE orbit through the y* it converges to.
+
+    Passes when the slices collapse (co-moving spread < slice_tol), every particle lies on the orbit
+    through y* (off-plane error < tol), the realised angle law is within W1 < tol of the n-point law
+    the construction prescribes, and its W1 to the target is that n-point law's own discretisation
+    error (+ tol) and below the uniform orbit law's.
+    """
+    target = target if target is not None else VonMisesMixture()
+    real = rope_positions_for(target, n, omega, mode, seed)
+    cfg = SimulationConfig(n=n, d=d, beta=beta, kernel=KernelConfig("rope", frequencies=(omega,)),
+                           labels=tuple(real.positions.tolist()), tau=tau, seed=seed, n_records=51)
+    traj = simulate(cfg)
+    _, y_star = _comoving_star(traj)
+    x = traj.x[0].numpy()
+    base = y_star.numpy()
+    angles = orbit_angles(x, base)
+    off_plane = float(np.abs(x[:, 2:] - base[2:]).max()) if d > 2 else 0.0
+    orbit_radius = float(np.hypot(base[0], base[1]))
+    grid, mass = target.discretise()
+    uniform = np.arange(n) * 2 * np.pi / n
+    w1_ideal = circle_w1(angles, None, real.angles, None)
+    w1_target = circle_w1(angles, None, grid, mass)
+    w1_discretisation = circle_w1(real.angles, None, grid, mass)
+    w1_uniform = circle_w1(uniform, None, grid, mass)
+    comoving = float(traj.final("comoving_spread")[0])
+    passed = (comoving < slice_tol and off_plane < tol and w1_ideal < tol
+              and w1_target <= w1_discretisation + tol and w1_target < w1_uniform)
+    return TheoremCheck(
+        name="orbit-wise universality (RoPE)",
+        passed=passed,
+        message=(f"W1(realised, target) = {w1_target:.4f} (n-point discretisation {w1_discretisation:.4f}, "
+                 f"uniform orbit law {w1_uniform:.3f}); W1(realised, prescribed) = {w1_ideal:.1e}; "
+                 f"co-moving spread {comoving:.1e}; orbit radius {orbit_radius:.3f}"),
+        details={"w1_target": w1_target, "w1_prescribed": w1_ideal, "w1_discretisation": w1_discretisation,
+                 "w1_uniform": w1_uniform, "comoving_spread": comoving, "off_orbit": off_plane,
+                 "orbit_radius": orbit_radius},
+        kind="rope_orbit",
+        data={
+            "mode": mode, "omega": omega,
+            "realised_angles": angles.tolist(),
+            "prescribed_angles": real.angles.tolist(),
+            "density_grid": grid[::16].tolist(),
+            "density": (target.density(grid[::16])).tolist(),
+            "final_state": x.tolist(),
+            "y_star": base.tolist(),
+            "labels": real.positions.tolist(),
+        },
+    )
+
+
+def check_prefix_gauge_universality(
+    target: ProjectedGaussianMixture | None = None,
+    n_prompts: int = 32,
+    tokens_per_prompt: int = 2,
+    d: int = 3,
+    beta: float = 1.0,
+    tau: float = 20.0,
+    seed: int = 0,
+    reference_size: int = 2000,
+    tol: float = 1e-4,
+    slice_tol: float = 1e-6,
+) -> TheoremCheck:
+    """Theorem 4: gauges G(p) with G(p)ᵀ e = t_p (t_p i.i.d. from the target) realise (1/P) Σ δ_{t_p}.
+
+    The flow runs from i.i.d. uniform content states; its limit δ_{y*} (co-moving) is mapped onto the
+    theorem's maximiser δ_e by the co-moving alignment Q (Q y* = e). Passes when the slices collapse,
+    the energy reaches the maximum e^β/(2β), the aligned state is within tol of the prescribed points
+    (mean geodesic distance, a bound on W1), and its energy distance to a large target sample equals
+    the prescribed points' own (±tol) and is below that of a uniform sample of the same size.
+    """
+    target = target if target is not None else default_sphere_target(d)
+    if target.d != d:
+        raise ValueError(f"target law lives in d = {target.d}, run has d = {d}")
+    points = target.sample(n_prompts, seed)  # (P, d): T(p), the p-th draw
+    base = np.eye(d)[0]
+    gauges = gauges_for_targets(points, base, seed=seed + 1)  # (P, d, d)
+    n = n_prompts * tokens_per_prompt
+    prompts = tuple(float(i // tokens_per_prompt) for i in range(n))
+    cfg = SimulationConfig(n=n, d=d, beta=beta, kernel=KernelConfig("gauge", gauges=gauges.tolist()),
+                           labels=prompts, tau=tau, seed=seed, n_records=51)
+    traj = simulate(cfg)
+    y, y_star = _comoving_star(traj)
+    q = torch.as_tensor(rotation_taking(y_star.numpy(), base))  # Q y* = e
+    aligned = traj.kernel.from_comoving((y @ q.T)[None])[0].numpy()  # x̃_i = G_iᵀ Q y_i
+    raw = traj.x[0].numpy()
+    prescribed = points[np.asarray(prompts, dtype=int)]  # (n, d): t_{p_i}
+    reference = target.sample(reference_size, seed + 12345)
+    rng = np.random.default_rng(seed + 7)
+    uniform = rng.standard_normal((n, d))
+    uniform /= np.linalg.norm(uniform, axis=1, keepdims=True)
+    ed_realised = energy_distance(aligned, reference)
+    ed_prescribed = energy_distance(prescribed, reference)
+    ed_uniform = energy_distance(uniform, reference)
+    ed_raw = energy_distance(raw, reference)
+    coupling = coupling_w1_bound(aligned, prescribed)
+    comoving = float(traj.final("comoving_spread")[0])
+    e_max = math.exp(beta) / (2 * beta)
+    energy_gap = float(1.0 - traj.energy[-1, 0] / e_max)
+    passed = (comoving < slice_tol and coupling < tol and abs(ed_realised - ed_prescribed) < tol
+              and ed_realised < ed_uniform and abs(energy_gap) < 1e-8)
+    return TheoremCheck(
+        name="gauge-level universality (prefix tokens)",
+        passed=passed,
+        message=(f"energy distance to the target {ed_realised:.4f} (prescribed points {ed_prescribed:.4f}, "
+                 f"uniform {ed_uniform:.3f}, unaligned flow state {ed_raw:.3f}); W1(realised, prescribed) ≤ "
+                 f"{coupling:.1e}; relative energy gap {energy_gap:.1e}"),
+        details={"energy_distance": ed_realised, "energy_distance_prescribed": ed_prescribed,
+                 "energy_distance_uniform": ed_uniform, "energy_distance_unaligned": ed_raw,
+                 "w1_coupling_bound": coupling, "comoving_spread": comoving, "energy_gap": energy_gap},
+        kind="prefix_gauge",
+        data={
+            "aligned_state": aligned.tolist(),
+            "raw_state": raw.tolist(),
+            "prescribed": prescribed.tolist(),
+            "reference": reference[:600].tolist(),
+            "labels": list(prompts),
+        },
     )
 
 
@@ -74,8 +260,8 @@ def check_spectral_dichotomy(
     min_marginal_spread: float = 0.5,
 ) -> TheoremCheck:
     """Distance bias (c ≥ 0) collapses the marginal; cosine Toeplitz (sign-changing c) keeps it spread."""
-    nonneg = _run("distance_bias", n, d, beta, tau, seed, batch)
-    signed = _run("cosine_toeplitz", n, d, beta, tau, seed, batch)
+    nonneg = _run("distance_bias", n, d, beta, tau, seed, batch, n_records=51)
+    signed = _run("cosine_toeplitz", n, d, beta, tau, seed, batch, n_records=51)
     nonneg_spread = float(nonneg.final("marginal_spread").max())
     signed_spread = float(signed.final("marginal_spread").min())
     passed = nonneg_spread < collapse_tol and signed_spread > min_marginal_spread
@@ -85,6 +271,14 @@ def check_spectral_dichotomy(
         message=(f"distance bias: largest marginal spread {nonneg_spread:.2e}; "
                  f"cosine Toeplitz: smallest marginal spread {signed_spread:.3f}"),
         details={"distance_bias_spread": nonneg_spread, "cosine_toeplitz_spread": signed_spread},
+        kind="dichotomy",
+        data={
+            "times": nonneg.record_times.tolist(),
+            "series": {"distance_bias": _series(nonneg, "marginal_spread"),
+                       "cosine_toeplitz": _series(signed, "marginal_spread")},
+            "final_states": {"distance_bias": nonneg.x[0].tolist(), "cosine_toeplitz": signed.x[0].tolist()},
+            "labels": nonneg.labels.tolist(),
+        },
     )
 
 
@@ -127,4 +321,79 @@ def check_metastability(
         message=(f"{final_clusters:.0f} clusters at t = {tau:g}; longest energy plateau {longest:.1f} "
                  f"({len(plateaus)} plateaus)"),
         details={"final_clusters": final_clusters, "longest_plateau": longest, "n_plateaus": float(len(plateaus))},
+    )
+
+
+def check_metastability_rate(
+    betas: Sequence[float] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
+    n: int = 16,
+    separation: float = math.pi / 2,
+    seed: int = 0,
+    batch: int = 3,
+    min_r: float = 0.99,
+    rate_rtol: float = 0.15,
+) -> TheoremCheck:
+    """log(plateau lifetime) is linear in β (Pearson r ≥ min_r) with the reduced ODE's rate (± rate_rtol)."""
+    res = measure_lifetimes(betas, n=n, separation=separation, seed=seed, batch=batch)
+    passed = (math.isfinite(res.rate) and res.r >= min_r and res.rate > 0
+              and abs(res.rate - res.reduced_rate) <= rate_rtol * res.reduced_rate)
+    return TheoremCheck(
+        name="metastability: plateau lifetime against beta",
+        passed=passed,
+        message=(f"fitted rate d log(lifetime)/dβ = {res.rate:.3f} (r = {res.r:.4f}); reduced two-cluster ODE "
+                 f"{res.reduced_rate:.3f}; large-β rate 1 − cos φ0 = {res.asymptotic_rate:.3f}; lifetimes "
+                 f"{res.lifetimes[0]:.3g} … {res.lifetimes[-1]:.3g} for β = {res.betas[0]:g} … {res.betas[-1]:g}"),
+        details={"rate": res.rate, "r": res.r, "intercept": res.intercept, "reduced_rate": res.reduced_rate,
+                 "asymptotic_rate": res.asymptotic_rate},
+        kind="metastability",
+        data=res.to_dict(),
+    )
+
+
+def check_cluster_count(
+    betas: Sequence[float] = (4.0, 9.0, 16.0, 36.0),
+    n: int = 256,
+    seeds: Sequence[int] = (0, 1),
+    tau: float = 60.0,
+    max_error: int = 1,
+) -> TheoremCheck:
+    """From a near-uniform start on S¹, the first cluster count is argmax_k k² I_k(β) ± max_error (median
+    over seeds). Needs scipy."""
+    rows = []
+    for beta in betas:
+        measured = [measure_cluster_count(beta, n=n, seed=s, tau=tau)["measured"] for s in seeds]
+        rows.append({"beta": beta, "predicted": predicted_cluster_count(beta), "measured": measured,
+                     "median": float(np.median(measured))})
+    errors = [abs(r["median"] - r["predicted"]) for r in rows]
+    passed = max(errors) <= max_error
+    table = ", ".join(f"β={r['beta']:g}: {r['median']:g} vs {r['predicted']}" for r in rows)
+    return TheoremCheck(
+        name="cluster count on the circle (argmax k² I_k(β))",
+        passed=passed,
+        message=f"measured vs predicted clusters: {table}",
+        details={"max_error": float(max(errors))},
+        kind="cluster_count",
+        data={"rows": rows},
+    )
+
+
+def check_paper_claims(
+    summary: dict[str, Any], collapse_tol: float = 1e-3, min_spread: float = 0.01
+) -> TheoremCheck:
+    """In the paper experiment's summary: usa and distance_bias collapse (marginal spread < collapse_tol),
+    rope, generalised_rope, prefix and cosine_toeplitz do not (spread > min_spread), for every n."""
+    collapsing = {"usa", "distance_bias"}
+    wrong, spreads = [], {}
+    for run in summary["runs"]:
+        values = [v for v in run["final"]["marginal_spread"] if v is not None]  # one per batch element
+        spread = min(values) if values else 0.0
+        spreads[run["name"]] = float(spread)
+        collapses = run["config"]["kernel"]["name"] in collapsing
+        if (collapses and spread >= collapse_tol) or (not collapses and spread <= min_spread):
+            wrong.append(run["name"])
+    return TheoremCheck(
+        name="paper experiment: collapse without labels, none with RoPE / prefix tokens",
+        passed=not wrong,
+        message="every run as predicted" if not wrong else f"not as predicted: {wrong}",
+        details=spreads,
     )

@@ -18,7 +18,6 @@ import logging
 import math
 import platform
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .. import __version__
+from ..provenance import git_revision
 from ..models.decoder import DecoderLM
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task
@@ -56,15 +56,6 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def git_revision() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

@@ -1,0 +1,200 @@
+"""Metastability on the circle: plateau lifetime against β, and the cluster count (SPEC §2.3–2.4).
+
+**Plateau lifetime.** The last tread of the energy staircase is two clusters at angular distance φ.
+Under SA (normalised) dynamics two point clusters of equal mass approach each other as
+
+    dφ/dt = −2 e^{β cos φ} sin φ / (e^β + e^{β cos φ}),
+
+so the merging time grows like e^{β(1 − cos φ0)} (up to a power of β): exponentially long plateaus.
+``measure_lifetimes`` starts n particles as two jittered clusters at distance φ0 on S¹, runs SA for
+each β, and records the *lifetime*: the first time the energy E_h passes half-way from the two-cluster
+plateau value (e^β + e^{β cos φ0})/(4β) to the one-cluster value e^β/(2β). It fits
+log(lifetime) = a + rate·β (least squares; Pearson r reported) and compares with the same fit of the
+reduced two-cluster ODE above, whose lifetime ``reduced_lifetime`` is a quadrature.
+
+**Cluster count.** Linearising USA/SA on S¹ about the uniform law, the Fourier mode k of the density
+grows at a rate proportional to k² I_k(β) (I_k the modified Bessel function), so a near-uniform start
+forms about argmax_k k² I_k(β) clusters (``predicted_cluster_count``; needs scipy, the ``theory``
+extra, imported lazily).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from psattn.meanfield.config import SimulationConfig
+from psattn.meanfield.simulate import simulate
+
+
+def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch: int = 1) -> Tensor:
+    """(B, n, 2): the first n//2 particles around angle 0, the rest around separation.
+
+    Each cluster gets N(0, jitter²) angle noise, centred so that the clusters' mean angles stay exactly
+    0 and separation.
+    """
+    if n < 4:
+        raise ValueError(f"need n ≥ 4 particles (two clusters of ≥ 2), got {n}")
+    gen = torch.Generator().manual_seed(seed)
+    first = torch.arange(n) < n // 2
+    centre = torch.where(first, 0.0, float(separation)).double()  # (n,)
+    noise = jitter * torch.randn(batch, n, generator=gen, dtype=torch.float64)  # (B, n)
+    noise[:, first] -= noise[:, first].mean(-1, keepdim=True)
+    noise[:, ~first] -= noise[:, ~first].mean(-1, keepdim=True)
+    angles = centre + noise  # (B, n)
+    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)
+
+
+def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
+    """(two-cluster plateau energy, one-cluster energy) of E_h = (1/(2βn²)) Σ_ij e^{β⟨x_i, x_j⟩}."""
+    return (math.exp(beta) + math.exp(beta * math.cos(separation))) / (4 * beta), math.exp(beta) / (2 * beta)
+
+
+def reduced_lifetime(beta: float, separation: float, points: int = 20001) -> float:
+    """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature)."""
+    # half-way energy ⇔ e^{β cos φ_m} = (e^β + e^{β cos φ0}) / 2; work with e^{β(cos φ − 1)} to avoid overflow
+    target = 0.5 * (1.0 + math.exp(beta * (math.cos(separation) - 1.0)))
+    phi_m = math.acos(min(1.0, 1.0 + math.log(target) / beta))
+    phi = np.linspace(phi_m, separation, points)
+    rel = np.exp(beta * (np.cos(phi) - 1.0))  # e^{β(cos φ − 1)}
+    integrand = (1.0 + rel) / (2.0 * rel * np.sin(phi))  # |dt/dφ|
+    return float(np.sum(0.5 * (integrand[1:] + integrand[:-1]) * np.diff(phi)))
+
+
+def crossing_time(times: Tensor, energy: Tensor, level: float) -> float:
+    """First time a series (S+1,) reaches level (linear interpolation); inf if it never does."""
+    above = torch.nonzero(energy >= level)
+    if above.numel() == 0:
+        return math.inf
+    k = int(above[0])
+    if k == 0:
+        return float(times[0])
+    e0, e1, t0, t1 = (float(v) for v in (energy[k - 1], energy[k], times[k - 1], times[k]))
+    return t0 + (level - e0) / (e1 - e0) * (t1 - t0)
+
+
+def exponential_fit(betas: Sequence[float], lifetimes: Sequence[float]) -> tuple[float, float, float]:
+    """(rate, intercept, Pearson r) of the least-squares fit log(lifetime) = intercept + rate·β."""
+    x, y = np.asarray(betas, dtype=np.float64), np.log(np.asarray(lifetimes, dtype=np.float64))
+    rate, intercept = np.polyfit(x, y, 1)
+    r = float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 else 1.0
+    return float(rate), float(intercept), r
+
+
+@dataclass
+class MetastabilityResult:
+    betas: list[float]
+    separation: float
+    lifetimes: list[float]  # median over the batch, per β
+    lifetime_spread: list[tuple[float, float]]  # (min, max) over the batch, per β
+    reduced_lifetimes: list[float]
+    rate: float  # fitted d log(lifetime) / dβ of the simulations
+    intercept: float
+    r: float
+    reduced_rate: float  # the same fit on the reduced ODE's lifetimes
+    asymptotic_rate: float  # 1 − cos φ0
+    curves: list[dict[str, Any]] = field(default_factory=list)  # per β: times, normalised energy (batch 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def measure_lifetimes(
+    betas: Sequence[float] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
+    n: int = 16,
+    separation: float = math.pi / 2,
+    jitter: float = 0.05,
+    seed: int = 0,
+    batch: int = 3,
+    dt: float = 0.1,
+    integrator: str = "rk4",
+    horizon: float = 2.5,
+    curve_points: int = 300,
+) -> MetastabilityResult:
+    """Two-cluster SA runs on S¹, one per β, each to horizon × the reduced lifetime."""
+    if len(betas) < 2:
+        raise ValueError("need at least two values of beta to fit a rate")
+    lifetimes, spreads, reduced, curves = [], [], [], []
+    for beta in betas:
+        predicted = reduced_lifetime(beta, separation)
+        cfg = SimulationConfig(n=n, d=2, beta=beta, dynamics="sa", integrator=integrator, dt=dt,
+                               tau=horizon * predicted + 1.0, seed=seed, batch=batch, n_records=2)
+        traj = simulate(cfg, two_cluster_state(n, separation, jitter, seed, batch))
+        low, high = plateau_energies(beta, separation)
+        level = 0.5 * (low + high)
+        per_run = [crossing_time(traj.times, traj.energy[:, b], level) for b in range(batch)]
+        lifetimes.append(float(np.median(per_run)))
+        spreads.append((min(per_run), max(per_run)))
+        reduced.append(predicted)
+        stride = max(1, traj.times.shape[0] // curve_points)
+        curves.append({
+            "beta": beta,
+            "times": traj.times[::stride].tolist(),
+            "energy": ((traj.energy[::stride, 0] - low) / (high - low)).tolist(),  # 0 on the plateau, 1 merged
+        })
+    finite = all(math.isfinite(t) and t > 0 for t in lifetimes)
+    rate, intercept, r = exponential_fit(betas, lifetimes) if finite else (math.nan, math.nan, math.nan)
+    reduced_rate = exponential_fit(betas, reduced)[0]
+    return MetastabilityResult(
+        betas=[float(b) for b in betas], separation=float(separation), lifetimes=lifetimes, lifetime_spread=spreads,
+        reduced_lifetimes=reduced, rate=rate, intercept=intercept, r=r, reduced_rate=reduced_rate,
+        asymptotic_rate=1.0 - math.cos(separation), curves=curves,
+    )
+
+
+def predicted_cluster_count(beta: float, k_max: int = 200) -> int:
+    """argmax_{k ≥ 1} k² I_k(β), the fastest-growing Fourier mode of the uniform law on S¹ (needs scipy)."""
+    try:
+        from scipy.special import ive  # optional extra "theory"
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("predicted_cluster_count needs scipy (pip install 'phase-space-attention[theory]')") from err
+    k = np.arange(1, k_max + 1)
+    return int(k[np.argmax(k.astype(np.float64) ** 2 * ive(k, beta))])  # ive = I_k e^{−β}: same argmax
+
+
+def circle_cluster_count(angles: np.ndarray, gap: float) -> int:
+    """Clusters of points on S¹: the number of circular gaps wider than gap between sorted angles (≥ 1)."""
+    a = np.sort(np.mod(np.asarray(angles, dtype=np.float64), 2 * np.pi))
+    gaps = np.diff(np.append(a, a[0] + 2 * np.pi))
+    return max(1, int((gaps > gap).sum()))
+
+
+def near_uniform_circle(n: int, noise: float, seed: int) -> Tensor:
+    """(1, n, 2): n equally spaced angles plus N(0, noise²) perturbations."""
+    gen = torch.Generator().manual_seed(seed)
+    angles = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
+    angles = angles + noise * torch.randn(n, generator=gen, dtype=torch.float64)
+    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)[None]
+
+
+def measure_cluster_count(
+    beta: float,
+    n: int = 256,
+    noise: float = 1e-3,
+    seed: int = 0,
+    tau: float = 60.0,
+    dt: float = 0.1,
+    records: int = 31,
+    gap_factor: float = 10.0,
+) -> dict[str, Any]:
+    """SA on S¹ from a near-uniform start; clusters are separated by gaps > gap_factor · 2π/n.
+
+    The measured count is the most frequent count over the records after the clusters formed
+    (count > 1), i.e. the first metastable plateau.
+    """
+    cfg = SimulationConfig(n=n, d=2, beta=beta, dynamics="sa", dt=dt, tau=tau, seed=seed, n_records=records,
+                           keep_states=True)
+    traj = simulate(cfg, near_uniform_circle(n, noise, seed))
+    assert traj.states is not None
+    gap = gap_factor * 2 * math.pi / n
+    counts = [circle_cluster_count(np.arctan2(s[0, :, 1].numpy(), s[0, :, 0].numpy()), gap) for s in traj.states]
+    formed = [c for c in counts if c > 1]
+    measured = max(set(formed), key=formed.count) if formed else 1
+    return {"beta": beta, "seed": seed, "measured": measured, "counts": counts,
+            "record_times": traj.record_times.tolist()}

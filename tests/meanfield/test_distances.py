@@ -1,0 +1,62 @@
+"""Distances on the circle and the sphere: exact values, symmetry, brute-force agreement."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psattn.meanfield.distances import circle_w1, coupling_w1_bound, energy_distance
+
+
+def test_circle_w1_of_two_points_is_the_shorter_arc():
+    assert circle_w1(np.array([0.1]), None, np.array([0.4]), None) == pytest.approx(0.3)
+    assert circle_w1(np.array([0.1]), None, np.array([2 * np.pi - 0.2]), None) == pytest.approx(0.3)  # wraps
+    assert circle_w1(np.array([0.0]), None, np.array([np.pi]), None) == pytest.approx(np.pi)
+
+
+def test_circle_w1_of_a_rotated_uniform_grid():
+    n, alpha = 16, 0.05
+    grid = np.arange(n) * 2 * np.pi / n
+    assert circle_w1(grid, None, grid + alpha, None) == pytest.approx(alpha)
+    assert circle_w1(grid, None, grid, None) == pytest.approx(0.0, abs=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 7), st.integers(0, 10_000))
+def test_circle_w1_matches_brute_force_cyclic_matching(n, seed):
+    # equal-weight n-point laws on the circle: an optimal plan is a cyclic shift of the sorted matching
+    rng = np.random.default_rng(seed)
+    a, b = np.sort(rng.uniform(0, 2 * np.pi, n)), np.sort(rng.uniform(0, 2 * np.pi, n))
+    arc = lambda u, v: np.minimum(np.abs(u - v), 2 * np.pi - np.abs(u - v))  # noqa: E731
+    brute = min(arc(a, np.roll(b, k)).mean() for k in range(n))
+    assert circle_w1(a, None, b, None) == pytest.approx(brute, abs=1e-12)
+    assert circle_w1(b, None, a, None) == pytest.approx(brute, abs=1e-12)
+
+
+def test_circle_w1_weighted_law():
+    # mass 1/2 at 0 and 1/2 at 1 against a point at 0: move half the mass by 1
+    assert circle_w1(np.array([0.0, 1.0]), np.array([1.0, 1.0]), np.array([0.0]), None) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="weights"):
+        circle_w1(np.array([0.0, 1.0]), np.array([1.0, -1.0]), np.array([0.0]), None)
+
+
+def test_energy_distance_is_a_symmetric_discrepancy():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((50, 3))
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b = a.copy()
+    b[:, 0] = np.abs(b[:, 0])
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    assert energy_distance(a, a) == pytest.approx(0.0, abs=1e-7)
+    assert energy_distance(a, b) == pytest.approx(energy_distance(b, a))
+    assert energy_distance(a, b) > 0.1
+
+
+def test_coupling_bound_dominates_the_circle_w1():
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(0, 2 * np.pi, 20), rng.uniform(0, 2 * np.pi, 20)
+    embed = lambda t: np.stack([np.cos(t), np.sin(t)], 1)  # noqa: E731
+    assert coupling_w1_bound(embed(a), embed(b)) >= circle_w1(a, None, b, None) - 1e-12
+    assert coupling_w1_bound(embed(a), embed(a)) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="same shape"):
+        coupling_w1_bound(embed(a), embed(b)[:3])

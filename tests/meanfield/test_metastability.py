@@ -1,0 +1,58 @@
+"""Two-cluster plateau lifetimes, the reduced ODE, the exponential fit and the cluster-count helpers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from psattn.meanfield.metastability import (
+    circle_cluster_count,
+    crossing_time,
+    exponential_fit,
+    measure_lifetimes,
+    plateau_energies,
+    predicted_cluster_count,
+    reduced_lifetime,
+    two_cluster_state,
+)
+
+
+def test_two_cluster_state_is_on_the_circle():
+    x = two_cluster_state(10, math.pi / 2, 0.0, seed=0, batch=2)
+    assert x.shape == (2, 10, 2) and torch.allclose(x.norm(dim=-1), torch.ones(2, 10, dtype=torch.float64))
+    assert torch.allclose(x[0, :5], torch.tensor([1.0, 0.0], dtype=torch.float64).expand(5, 2))
+
+
+def test_reduced_lifetime_grows_exponentially():
+    times = [reduced_lifetime(b, math.pi / 2) for b in (4.0, 8.0, 16.0)]
+    assert times[0] < times[1] < times[2]
+    # large β: d log T / dβ → 1 − cos φ0 = 1
+    slope = math.log(reduced_lifetime(30.0, math.pi / 2) / reduced_lifetime(29.0, math.pi / 2))
+    assert slope == pytest.approx(1.0, abs=0.05)
+    low, high = plateau_energies(2.0, math.pi / 2)
+    assert low < high
+
+
+def test_crossing_time_and_fit():
+    t = torch.linspace(0, 1, 11, dtype=torch.float64)
+    assert crossing_time(t, t, 0.25) == pytest.approx(0.25)
+    assert crossing_time(t, t, 2.0) == math.inf
+    rate, intercept, r = exponential_fit([1.0, 2.0, 3.0], [math.exp(0.5 + 0.3 * b) for b in (1.0, 2.0, 3.0)])
+    assert (rate, intercept, r) == pytest.approx((0.3, 0.5, 1.0))
+
+
+def test_simulated_lifetimes_follow_the_reduced_ode():
+    res = measure_lifetimes(betas=(2.0, 4.0, 6.0), batch=1)
+    assert all(0.95 < s / p < 1.05 for s, p in zip(res.lifetimes, res.reduced_lifetimes))
+    assert res.r > 0.99 and res.rate == pytest.approx(res.reduced_rate, rel=0.15)
+    assert len(res.curves) == 3 and res.to_dict()["betas"] == [2.0, 4.0, 6.0]
+    with pytest.raises(ValueError, match="two values"):
+        measure_lifetimes(betas=(2.0,))
+
+
+def test_cluster_count_helpers():
+    assert circle_cluster_count(np.array([0.0, 0.01, 3.0, 3.01]), gap=0.5) == 2
+    assert circle_cluster_count(np.array([0.0, 0.01]), gap=0.5) == 1
+    pytest.importorskip("scipy")
+    assert [predicted_cluster_count(b) for b in (1.0, 9.0, 36.0)] == [1, 4, 8]

@@ -1,0 +1,51 @@
+"""Figures of the theorem checks and the GIF are drawn from saved records, never from live runs."""
+
+import dataclasses
+import json
+
+import pytest
+
+from psattn.meanfield import theorems
+from psattn.meanfield.experiments import paper_configs, save_states
+from psattn.meanfield.plots import animate_states, plot_check
+from psattn.meanfield.simulate import simulate
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: theorems.check_conditional_diracisation("rope", n=16, batch=1),
+        lambda: theorems.check_rope_orbit_universality(n=16),
+        lambda: theorems.check_prefix_gauge_universality(n_prompts=8),
+        lambda: theorems.check_spectral_dichotomy(n=16, batch=1),
+        lambda: theorems.check_metastability_rate(betas=(2.0, 3.0, 4.0), batch=1),
+    ],
+    ids=["diracisation", "rope_orbit", "prefix_gauge", "dichotomy", "metastability"],
+)
+def test_every_check_figure_is_drawn_from_its_json_record(make, tmp_path):
+    record = json.loads(json.dumps(make().to_dict(), allow_nan=False))
+    path = plot_check(record, tmp_path / "figure.png")
+    assert path is not None and path.stat().st_size > 0
+
+
+def test_checks_without_figures_return_none(tmp_path):
+    record = theorems.check_energy_ascent(n=8, tau=0.5, batch=1).to_dict()
+    assert plot_check(record, tmp_path / "none.png") is None
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_animation_is_a_gif_with_one_frame_per_record(d, tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0, d=d)[0], keep_states=True,
+                              n_records=4)
+    states = save_states(simulate(cfg), tmp_path / "states.npz")
+    gif = animate_states(states, tmp_path / "run.gif")
+    assert gif is not None
+    with pil.open(gif) as image:
+        assert image.format == "GIF" and image.n_frames == 4
+
+
+def test_save_states_needs_kept_states(tmp_path):
+    cfg = paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0]
+    with pytest.raises(ValueError, match="keep_states"):
+        save_states(simulate(cfg), tmp_path / "states.npz")
