@@ -38,6 +38,7 @@ def small_config(
     seed: int = 0,
     steps: int = 1000,
     early_stop: bool = True,
+    threshold: float = 0.9,
     d_model: int = 128,
     n_heads: int = 4,
     n_layers: int = 1,
@@ -65,7 +66,7 @@ def small_config(
         model=model,
         task=task_config,
         train=TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_every=50, eval_size=512,
-                          early_stop=early_stop, seed=seed, threads=1, device=device),
+                          early_stop=early_stop, threshold=threshold, seed=seed, threads=1, device=device),
     )
 
 

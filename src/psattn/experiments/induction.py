@@ -6,7 +6,11 @@ summary computed from saved results (never from a live run).
 3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
 4. Size scan: the same comparison as the model grows.
 
-``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets.
+``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Runs go
+to their full step budget (no early stop) so that final accuracies compare like with like. The
+quick setting counts emergence at held-out accuracy 0.8: a one-layer model at this size saturates
+between 0.90 and 0.94 on full-sequence induction, so 0.9 would sit on the ceiling and turn seed
+noise into success or failure.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Plan:
     sizes: tuple[dict[str, Any], ...]
     size_gamma: float
     device: str
+    threshold: float
 
 
 PLANS = {
@@ -39,12 +44,13 @@ PLANS = {
         seeds=(0, 1), extra_seeds=(0,), steps=600, gammas=(0.0, 0.5, 1.0, 2.0),
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
+        threshold=0.8,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
-        size_gamma=0.8, device="auto",
+        size_gamma=0.8, device="auto", threshold=0.9,
     ),
 }
 
@@ -70,11 +76,16 @@ def _plan(mode: str) -> Plan:
     return PLANS[mode]
 
 
+def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, **kwargs) -> RunConfig:
+    return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device,
+                        threshold=plan.threshold, early_stop=False, **kwargs)
+
+
 def variant_table(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     return [
-        small_config(variant, gamma, placement=placement, seed=seed, steps=p.steps, device=p.device, **model)
+        _run(p, variant, gamma, placement=placement, seed=seed, **model)
         for variant, gamma, placement, primary in VARIANT_ROWS
         for seed in (p.seeds if primary else p.extra_seeds)
     ]
@@ -83,19 +94,18 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     model = {"model_preset": "psa-92m"} if mode == "full" else {}
-    return [small_config("symmetric", g, seed=s, steps=p.steps, device=p.device, **model)
-            for g in p.gammas for s in p.seeds]
+    return [_run(p, "symmetric", g, seed=s, **model) for g in p.gammas for s in p.seeds]
 
 
 def negative_controls(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
-    return [small_config("symmetric", g, task=task, seed=0, steps=p.control_steps, device=p.device)
+    return [_run(p, "symmetric", g, p.control_steps, task=task, seed=0)
             for task in CONTROL_TASKS for g in p.control_gammas]
 
 
 def size_scan(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
-    return [small_config(v, g, seed=0, steps=p.steps, device=p.device, **size)
+    return [_run(p, v, g, seed=0, **size)
             for size in p.sizes for v, g in (("baseline", 0.0), ("symmetric", p.size_gamma))]
 
 
@@ -157,10 +167,15 @@ def size_key(result: dict[str, Any]) -> dict[str, Any]:
             "gamma": _attention(result)["gamma"]}
 
 
-def best_gamma(rows: list[dict[str, Any]]) -> float:
-    """The gamma with the highest mean final accuracy, then the earliest emergence; ties go to the
-    smallest gamma."""
+TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held-out set
+
+
+def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
+    """The gamma with the highest mean final accuracy; among gammas within ``tie`` of the best,
+    the earliest emergence wins, then the smallest gamma."""
+    top = max(r["mean_final_accuracy"] for r in rows)
+    contenders = [r for r in rows if r["mean_final_accuracy"] >= top - tie]
     def rank(row):
         step = row["mean_emergence_step"]
-        return (-round(row["mean_final_accuracy"], 3), step if step is not None else float("inf"), row["gamma"])
-    return min(rows, key=rank)["gamma"]
+        return (step if step is not None else float("inf"), row["gamma"])
+    return min(contenders, key=rank)["gamma"]

@@ -103,7 +103,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
                     [[r["gamma"], r["seeds"], f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0),
                       r["mean_final_accuracy"]] for r in gammas])
     lines += ["", "![gamma sweep](figures/gamma_sweep.png)", "", "### Negative controls", "",
-              f"Paper: {PAPER['controls']}.", ""]
+              f"Paper: {PAPER['controls']}. Best gamma: the highest final accuracy, where accuracies within "
+              f"{exp.TIE} count as ties, broken by the earliest emergence and then the smallest gamma.", ""]
     for task in exp.CONTROL_TASKS:
         rows = sorted((r for r in controls if r["task"] == task), key=lambda r: r["gamma"])
         lines += [f"**{task}**: best gamma* = {exp.best_gamma(rows):g}", ""]
