@@ -16,5 +16,5 @@ def test_setup_commands_at_the_top():
     first_block = re.search(r"```bash\n(.*?)```", README.read_text(), flags=re.S).group(1)
     commands = [line for line in first_block.splitlines() if line and not line.startswith("#")]
     assert len(commands) == 2
-    assert "psattn demo" in commands[0] and "pytest" in commands[1]
+    assert "psattn reproduce --quick" in commands[0] and "pytest" in commands[1]
     assert all("torch==2.13.0" in c for c in commands)
