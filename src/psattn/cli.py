@@ -14,6 +14,7 @@ import torch
 from . import __version__
 from .experiments import induction as experiments
 from .experiments.configs import small_induction_config
+from .integrations.hf.demo import register as register_hf
 from .meanfield.cli import register as register_meanfield
 from .training.config import RunConfig, apply_overrides
 from .training.trainer import TrainingDiverged, train
@@ -69,6 +70,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    from .export.compare import export_and_compare, format_comparison
+
+    result = export_and_compare(args.run, args.onnx, int8=args.int8)
+    print(format_comparison(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     config = RunConfig.from_file(args.config) if args.config else RunConfig()
     config = apply_overrides(config, args.set)
@@ -109,7 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
     sw.set_defaults(func=cmd_sweep)
 
+    ex = sub.add_parser("export", help="export a trained run to ONNX, run it in ONNX Runtime, compare")
+    ex.add_argument("--run", required=True, help="run directory (config.json + checkpoint.pt)")
+    ex.add_argument("--onnx", required=True, help="output path of the prefill graph; the decode step goes beside it")
+    ex.add_argument("--int8", action="store_true", help="also quantize both graphs to INT8 and compare accuracy")
+    ex.add_argument("--json", help="write the comparison to this JSON file")
+    ex.set_defaults(func=cmd_export)
+
     register_meanfield(sub)
+    register_hf(sub)
 
     tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
     tr.add_argument("--config", help="JSON file with sections model, task, train")

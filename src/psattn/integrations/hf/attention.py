@@ -1,0 +1,104 @@
+"""PSA as a transformers attention function.
+
+Registered in transformers' ``AttentionInterface`` (``modeling_utils.ALL_ATTENTION_FUNCTIONS``) as
+``psa_sdpa`` and ``psa_eager``, with the matching mask builders registered in
+``AttentionMaskInterface`` (``masking_utils.ALL_MASK_ATTENTION_FUNCTIONS``) so that padding and
+packed-sequence masks are built exactly as for ``sdpa`` / ``eager``. A patched model has
+``config._attn_implementation = "psa_sdpa"``; its attention modules call
+
+    psa_sdpa(module, q, k, v, mask, scaling=..., dropout=..., psa_step=..., **kwargs)
+
+with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update``. The function shears the
+queries (and, without a PSA cache, the keys: with one, ``update`` already sheared them) and hands
+q̂, k̂, v to transformers' own SDPA / eager function unchanged. ``psa_step`` (a :class:`PSAStep`) is
+injected into the module's keyword arguments by the pre-hook that :func:`~.patch.apply_psa` installs;
+it carries the model's :class:`~.spec.PSASpec` (so models with different gamma coexist), the chunk's
+sequence starts, and the cache layer.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from torch import Tensor
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
+
+from ...ops.shear import shear
+from .cache import PSALayer
+from .spec import BASES, PSASpec
+
+
+@dataclass
+class PSAStep:
+    """What one attention call needs beyond q, k, v: the spec, the (B, T) starts, the cache layer."""
+
+    spec: PSASpec
+    starts: Tensor
+    layer: PSALayer | None
+
+
+def _eager_base(module):
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise NotImplementedError(
+            f"{type(module).__name__} has no eager attention function; use attn_implementation='sdpa'"
+        )
+    return fn
+
+
+def psa_attention_forward(
+    base, module, query: Tensor, key: Tensor, value: Tensor, attention_mask, psa_step=None, **kwargs
+):
+    """Shear, then attend with ``base`` (a transformers attention function). Returns what base returns:
+    the output (B, T, Hq, Dv) and the weights (or None)."""
+    if psa_step is None:
+        raise RuntimeError(
+            "a psa_* attention implementation was called without PSA state; patch the model with "
+            "psattn.integrations.hf.apply_psa instead of setting attn_implementation by hand"
+        )
+    spec, starts, layer = psa_step.spec, psa_step.starts, psa_step.layer
+    if layer is not None:
+        q_hat = layer.shear_queries(query, starts)
+        k_hat = key  # PSALayer.update stored and returned sheared keys
+    else:
+        if key.shape[-2] != query.shape[-2]:
+            raise RuntimeError(
+                f"PSA got {key.shape[-2]} keys for {query.shape[-2]} queries without a PSA cache layer; "
+                "past keys must come from a DynamicCache/PSACache used by the patched model"
+            )
+        q_hat = shear(query, spec.gamma_q, starts=starts, boundary=spec.boundary)
+        k_hat = shear(key, spec.gamma_k, starts=starts, boundary=spec.boundary)
+    return base(module, q_hat, k_hat, value, attention_mask, **kwargs)
+
+
+def psa_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """PSA on transformers' SDPA attention function."""
+    return psa_attention_forward(sdpa_attention_forward, module, query, key, value, attention_mask, **kwargs)
+
+
+def psa_eager(module, query, key, value, attention_mask, **kwargs):
+    """PSA on the model's own eager attention function (explicit weights, ``output_attentions``)."""
+    return psa_attention_forward(_eager_base(module), module, query, key, value, attention_mask, **kwargs)
+
+
+IMPLEMENTATIONS = {"sdpa": ("psa_sdpa", psa_sdpa, sdpa_mask), "eager": ("psa_eager", psa_eager, eager_mask)}
+assert tuple(IMPLEMENTATIONS) == BASES
+
+
+def register_attention() -> None:
+    """Register the psa_* attention functions and their mask builders (idempotent)."""
+    for name, fn, mask in IMPLEMENTATIONS.values():
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, mask)
+
+
+def implementation_name(base: str) -> str:
+    if base not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"PSA runs on one of the base attention implementations {BASES}, got {base!r} "
+            "(flash and flex kernels are not supported)"
+        )
+    return IMPLEMENTATIONS[base][0]

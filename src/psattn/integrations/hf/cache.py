@@ -1,0 +1,266 @@
+"""A transformers ``DynamicCache`` layer that stores sheared keys k̂ instead of raw keys k.
+
+In the Llama family the attention module applies RoPE, then calls ``cache.update(k, v, layer_idx)``,
+then hands the returned keys to the attention function. :class:`PSALayer` shears the new keys inside
+``update``,
+
+    k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}     (k_{j-1} := k_j at sequence starts),
+
+so the attention function gets all keys already sheared and no cached key is ever recomputed. The
+extra state is a short window of *raw* stream values: the last raw key (and the last raw query when
+gamma_q != 0, filled in by the attention function), i.e. O(1) in the sequence length.
+
+Rolling back. ``crop`` (assisted / speculative decoding) to length n needs the raw key at n - 1. The
+window therefore also holds the raw values of the last forward call's tokens, which existed during
+that call anyway and are dropped by the next ``update`` or by ``crop``; so any crop within the last
+call is exact. ``max_rollback = r`` keeps r more positions (a PSA *assistant* model is cropped
+across several of its own calls), and ``activate_past_recording`` keeps everything until the next
+``crop``, as transformers' sliding-window layers do. A crop beyond the window raises.
+
+Sequence starts of each chunk come from the attention pre-hook (:mod:`.patch`), which calls
+:meth:`PSALayer.prepare` right before the module calls ``update``; an ``update`` that was not
+prepared (the cache used by a model without PSA) raises instead of storing wrong keys.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import Tensor
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+from ...ops.shear import shear
+from .spec import PSASpec
+
+
+def _nbytes(x: Tensor | None) -> int:
+    return 0 if x is None else x.numel() * x.element_size()
+
+
+class RawWindow:
+    """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer."""
+
+    def __init__(self) -> None:
+        self.values: Tensor | None = None
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        return self.start if self.values is None else self.start + self.values.shape[-2]
+
+    def last(self) -> Tensor | None:
+        """(B, H, 1, D): the raw value at position end - 1."""
+        return None if self.values is None else self.values[..., -1:, :]
+
+    def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
+        """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
+        (None: keep all)."""
+        if self.values is None or position == 0:
+            self.values, self.start = chunk, position
+        else:
+            if self.end != position:
+                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
+            self.values = torch.cat([self.values, chunk], dim=-2)
+        if keep_from is not None:
+            self._trim(keep_from)
+
+    def _trim(self, keep_from: int) -> None:
+        drop = keep_from - self.start
+        if self.values is not None and drop > 0:
+            self.values = self.values[..., drop:, :]
+            self.start = keep_from
+
+    def crop(self, length: int, keep: int) -> None:
+        """Keep positions < ``length``, and of those only the last ``keep``."""
+        if self.values is None:
+            return
+        if length == 0:
+            self.values, self.start = None, 0
+            return
+        if not self.start <= length - 1 < self.end:
+            raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
+        self.values = self.values[..., : length - self.start, :]
+        self._trim(max(length - keep, self.start))
+
+    def apply(self, fn) -> None:
+        if self.values is not None:
+            self.values = fn(self.values)
+
+    def clear(self) -> None:
+        self.values, self.start = None, 0
+
+
+class PSALayer(DynamicLayer):
+    """One layer's cache: sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and raw windows."""
+
+    is_croppable = True
+
+    def __init__(self, max_rollback: int = 0, **kwargs):
+        super().__init__()
+        if max_rollback < 0:
+            raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
+        self.max_rollback = max_rollback
+        self.record_past = False
+        self.spec: PSASpec | None = None
+        self.raw_k = RawWindow()  # raw post-RoPE keys (B, Hkv, W, D), when gamma_k != 0
+        self.raw_q = RawWindow()  # raw post-RoPE queries (B, Hq, W, D), when gamma_q != 0
+        self._starts: Tensor | None = None  # (B, T) starts of the chunk the next update brings
+
+    def __repr__(self) -> str:
+        spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
+        return f"PSALayer({spec}, length={self.get_seq_length()})"
+
+    def activate_past_recording(self) -> None:
+        """Keep every raw value until the next ``crop`` (transformers calls this before a rollback)."""
+        self.record_past = True
+
+    def prepare(self, spec: PSASpec, starts: Tensor) -> None:
+        """Announce the next chunk: its (B, T) sequence starts, under ``spec``."""
+        if self.spec is not None and self.spec.shear_key() != spec.shear_key():
+            raise RuntimeError(
+                f"this cache layer holds keys sheared with (gamma_q, gamma_k, boundary) = {self.spec.shear_key()}, "
+                f"but the model asks for {spec.shear_key()}; use one cache per PSA model"
+            )
+        self.spec, self._starts = spec, starts
+
+    def _keep_from(self, chunk_start: int, chunk_end: int) -> int | None:
+        if self.record_past:
+            return None
+        return min(chunk_start - 1, chunk_end - 1 - self.max_rollback)
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        """Shear the new raw keys (B, Hkv, T, D), append them; return all sheared keys and values."""
+        if self._starts is None:
+            raise RuntimeError(
+                "PSALayer.update was called outside a PSA forward pass: this cache stores sheared keys and only "
+                "works with a model patched by psattn.integrations.hf.apply_psa"
+            )
+        starts, self._starts = self._starts, None
+        spec, past = self.spec, self.get_seq_length()
+        T = key_states.shape[-2]
+        prev = self.raw_k.last() if past and spec.gamma_k != 0.0 else None
+        k_hat = shear(key_states, spec.gamma_k, starts=starts, prev=prev, boundary=spec.boundary)
+        if spec.gamma_k != 0.0:
+            self.raw_k.push(key_states, past, self._keep_from(past, past + T))
+        return super().update(k_hat, value_states)
+
+    def shear_queries(self, query: Tensor, starts: Tensor) -> Tensor:
+        """Shear the chunk's raw queries (B, Hq, T, D), continuing the cached query stream; called by
+        the attention function right after ``update``."""
+        spec = self.spec
+        if spec.gamma_q == 0.0:
+            return query
+        T = query.shape[-2]
+        past = self.get_seq_length() - T
+        if past and self.raw_q.end != past:
+            raise RuntimeError(f"the cached query stream ends at {self.raw_q.end}, not at {past}")
+        prev = self.raw_q.last() if past else None
+        q_hat = shear(query, spec.gamma_q, starts=starts, prev=prev, boundary=spec.boundary)
+        self.raw_q.push(query, past, self._keep_from(past, past + T))
+        return q_hat
+
+    def _windows(self) -> tuple[RawWindow, ...]:
+        return (self.raw_k, self.raw_q)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Remove ``-tokens_to_remove`` tokens (a negative int, as for ``DynamicLayer``), then shrink the
+        raw windows back to their working size."""
+        if tokens_to_remove > 0 or not self.is_initialized:
+            return super().crop(tokens_to_remove)
+        length = max(self.get_seq_length() + tokens_to_remove, 0)
+        for window in self._windows():
+            if window.values is not None and length > 0 and window.start > length - 1:
+                raise RuntimeError(
+                    f"cannot roll this PSA cache back to {length} tokens: the raw stream value needed to continue the "
+                    f"sheared stream there was dropped (the layer keeps positions >= {window.start}). Build the "
+                    f"cache with max_rollback >= {self.get_seq_length() - length} (apply_psa(..., "
+                    "max_rollback=...) or PSACache(..., max_rollback=...))"
+                )
+        super().crop(tokens_to_remove)
+        for window in self._windows():
+            window.crop(length, keep=self.max_rollback + 1)
+
+    def reset(self) -> None:
+        super().reset()
+        for window in self._windows():
+            window.clear()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        for window in self._windows():
+            window.apply(lambda x: x.index_select(0, beam_idx.to(x.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        for window in self._windows():
+            window.apply(lambda x: x.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        super().batch_select_indices(indices)
+        for window in self._windows():
+            window.apply(lambda x: x[indices, ...])
+
+    def extra_state_bytes(self) -> int:
+        """Bytes held beyond the KV tensors (the raw windows)."""
+        return sum(_nbytes(w.values) for w in self._windows())
+
+
+_CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+class PSACache(DynamicCache):
+    """A ``DynamicCache`` whose attention layers are :class:`PSALayer`. ``generate`` does not need
+    it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
+    passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
+
+    def __init__(self, config=None, *, max_rollback: int = 0):
+        super().__init__(config=config)
+        self.layers = [_as_psa_layer(layer, max_rollback, i) for i, layer in enumerate(self.layers)]
+        if self.layer_class_to_replicate is not None:
+            self.layer_class_to_replicate = partial(PSALayer, max_rollback=max_rollback)
+
+    def kv_bytes(self) -> int:
+        return sum(_nbytes(layer.keys) + _nbytes(layer.values) for layer in self.layers if layer.is_initialized)
+
+    def extra_state_bytes(self) -> int:
+        return sum(layer.extra_state_bytes() for layer in self.layers if isinstance(layer, PSALayer))
+
+
+def _as_psa_layer(layer, max_rollback: int, index: int) -> PSALayer:
+    if isinstance(layer, PSALayer):
+        return layer
+    if type(layer) in _CONVERTIBLE and layer.get_seq_length() == 0:
+        new = PSALayer(max_rollback=max_rollback)
+        new.record_past = getattr(layer, "record_past", False)
+        return new
+    if type(layer) in _CONVERTIBLE:
+        raise RuntimeError(
+            f"cache layer {index} already holds {layer.get_seq_length()} raw (unsheared) keys from a forward pass "
+            "without PSA; start a fresh cache for the PSA model"
+        )
+    raise TypeError(
+        f"PSA cannot use cache layer {index} of type {type(layer).__name__}: only dynamic attention layers can "
+        "store sheared keys (static, quantized and linear-attention layers are not supported)"
+    )
+
+
+def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
+    """The :class:`PSALayer` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
+    in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
+    cache types that cannot store sheared keys."""
+    if not isinstance(cache, DynamicCache):
+        raise TypeError(
+            f"PSA supports DynamicCache (the default of generate) and PSACache, got {type(cache).__name__}; static, "
+            "quantized, offloaded and encoder-decoder caches store raw keys (drop cache_implementation=...)"
+        )
+    if getattr(cache, "offloading", False):
+        raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
+    if cache.layer_class_to_replicate is DynamicLayer:
+        cache.layer_class_to_replicate = partial(PSALayer, max_rollback=spec.max_rollback)
+    while len(cache.layers) <= layer_idx:
+        cache.layers.append(PSALayer(max_rollback=spec.max_rollback))
+    layer = cache.layers[layer_idx]
+    if not isinstance(layer, PSALayer):
+        layer = cache.layers[layer_idx] = _as_psa_layer(layer, spec.max_rollback, layer_idx)
+    return layer

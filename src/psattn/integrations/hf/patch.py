@@ -1,0 +1,189 @@
+"""Turn PSA on and off in a transformers model: :func:`apply_psa`, :func:`remove_psa`, :func:`load_psa_model`.
+
+Nothing is monkey-patched. :func:`apply_psa` uses three extension points:
+
+1. transformers' attention-function registry: ``model.set_attn_implementation("psa_sdpa")`` routes every
+   attention module to :func:`~.attention.psa_sdpa` (masks come from the matching registered builder);
+2. its cache classes: :class:`~.cache.PSALayer` is a ``DynamicLayer`` that shears keys in ``update``;
+3. a torch forward pre-hook on each attention module, which reads what the module receives
+   (``position_ids``, the 4D mask, the cache), works out the chunk's sequence starts, converts the
+   empty layers of the ``DynamicCache`` that ``generate`` creates into PSA layers, and passes the
+   per-model settings down to the attention function as the ``psa_step`` keyword argument.
+
+:func:`remove_psa` removes the hooks and restores the original attention implementation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import partial
+
+from torch import nn
+
+from .attention import PSAStep, implementation_name, register_attention
+from .cache import psa_layer
+from .spec import PSASpec
+from .starts import chunk_starts
+
+log = logging.getLogger(__name__)
+
+# model_type -> attention module class. Each of these applies RoPE in its attention module, then
+# calls cache.update, then the registered attention function: the pattern PSA relies on (checked
+# by tests/integrations for every entry).
+SUPPORTED = {
+    "llama": "LlamaAttention",
+    "mistral": "MistralAttention",
+    "mixtral": "MixtralAttention",
+    "qwen2": "Qwen2Attention",
+    "qwen2_moe": "Qwen2MoeAttention",
+    "qwen3": "Qwen3Attention",
+    "qwen3_moe": "Qwen3MoeAttention",
+    "smollm3": "SmolLM3Attention",
+    "olmo2": "Olmo2Attention",
+}
+
+
+@dataclass
+class _PSAState:
+    spec: PSASpec
+    base: str
+    original_implementation: str | None
+    handles: list
+
+
+def _attention_pre_hook(spec: PSASpec, name: str, module: nn.Module, args: tuple, kwargs: dict):
+    if module.config._attn_implementation != name:
+        raise RuntimeError(
+            f"PSA was applied with attn_implementation {name!r}, but the model now uses "
+            f"{module.config._attn_implementation!r}; call remove_psa(model) before switching"
+        )
+    hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    B, T = hidden.shape[:2]
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    layer = psa_layer(cache, module.layer_idx, spec) if cache is not None else None
+    past = layer.get_seq_length() if layer is not None else 0
+    starts = chunk_starts(B, T, past, kwargs.get("position_ids"), kwargs.get("attention_mask"), hidden.device)
+    if layer is not None:
+        layer.prepare(spec, starts)
+    kwargs["psa_step"] = PSAStep(spec, starts, layer)
+    return args, kwargs
+
+
+def _attention_modules(model: nn.Module) -> list[nn.Module]:
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "set_attn_implementation"):
+        raise TypeError(f"apply_psa needs a transformers PreTrainedModel, got {type(model).__name__}")
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotImplementedError("PSA supports decoder-only models; encoder-decoder models are not supported")
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED:
+        raise NotImplementedError(
+            f"PSA does not support model_type {model_type!r} ({type(model).__name__}); supported: "
+            f"{sorted(SUPPORTED)}. PSA needs rotary position embeddings applied inside the attention module "
+            "before the cache update and the registered attention function."
+        )
+    modules = [m for m in model.modules() if type(m).__name__ == SUPPORTED[model_type]]
+    expected = getattr(config.get_text_config(decoder=True), "num_hidden_layers", len(modules))
+    if not modules or len(modules) != expected or not all(hasattr(m, "layer_idx") for m in modules):
+        raise NotImplementedError(
+            f"found {len(modules)} {SUPPORTED[model_type]} modules for {expected} layers; this {type(model).__name__} "
+            "does not have the layout PSA supports"
+        )
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    windowed = getattr(config, "use_sliding_window", True) and (
+        window is not None if layer_types is None else "sliding_attention" in layer_types
+    )
+    if windowed and window < 2:
+        raise NotImplementedError(f"sliding_window={window} hides each token's predecessor; PSA needs a window >= 2")
+    return modules
+
+
+def apply_psa(
+    model: nn.Module,
+    variant: str = "key_only",
+    gamma: float = 0.8,
+    *,
+    placement: str = "post_rope",
+    boundary: str = "replicate",
+    attn_implementation: str = "sdpa",
+    max_rollback: int = 0,
+) -> nn.Module:
+    """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
+
+    ``variant`` is one of ``symmetric``, ``key_only`` (the best one for induction), ``query_only``,
+    ``baseline``; ``gamma`` the shear coupling; ``placement`` must be ``post_rope``. ``boundary``
+    ``"replicate"`` (default) sets the momentum to 0 at every sequence start: the first token, the
+    first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
+    documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
+    ``eager``). ``max_rollback`` only matters for a PSA *assistant* model in assisted decoding.
+
+    ``generate`` then keeps sheared keys in its cache (plus one raw key, and one raw query when
+    gamma_q != 0, per layer). Raises NotImplementedError for unsupported architectures and options.
+    """
+    spec = PSASpec(variant, gamma, placement, boundary, max_rollback)
+    name = implementation_name(attn_implementation)
+    if getattr(model, "_psa_state", None) is not None:
+        raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
+    modules = _attention_modules(model)
+    register_attention()
+    original = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    if model.config._attn_implementation != name:
+        model.set_attn_implementation(original)
+        raise NotImplementedError(f"{type(model).__name__} refused attn_implementation={name!r}")
+    handles = [m.register_forward_pre_hook(partial(_attention_pre_hook, spec, name), with_kwargs=True) for m in modules]
+    model._psa_state = _PSAState(spec, attn_implementation, original, handles)
+    log.info("PSA %s gamma=%g on %d attention modules of %s",
+             spec.variant, spec.gamma, len(modules), type(model).__name__)
+    return model
+
+
+def remove_psa(model: nn.Module) -> nn.Module:
+    """Undo :func:`apply_psa`: remove the hooks and restore the original attention implementation.
+    Caches filled while PSA was on hold sheared keys and refuse further use."""
+    state = getattr(model, "_psa_state", None)
+    if state is None:
+        raise RuntimeError("PSA is not applied to this model")
+    for handle in state.handles:
+        handle.remove()
+    model.set_attn_implementation(state.original_implementation or "sdpa")
+    model._psa_state = None
+    return model
+
+
+def psa_spec(model: nn.Module) -> PSASpec | None:
+    """The :class:`PSASpec` a model was patched with, or None."""
+    state = getattr(model, "_psa_state", None)
+    return None if state is None else state.spec
+
+
+def load_psa_model(
+    source,
+    variant: str = "key_only",
+    gamma: float = 0.8,
+    *,
+    placement: str = "post_rope",
+    boundary: str = "replicate",
+    attn_implementation: str = "sdpa",
+    max_rollback: int = 0,
+    model_class=None,
+    **kwargs,
+) -> nn.Module:
+    """Build a model with ``model_class.from_config`` (``source`` a config) or load it with
+    ``model_class.from_pretrained`` (``source`` a name or path; ``kwargs`` go to it), then
+    :func:`apply_psa` with the same options. ``model_class`` defaults to ``AutoModelForCausalLM``."""
+    from transformers import AutoModelForCausalLM, PretrainedConfig
+
+    # Validate the options before loading any weights.
+    PSASpec(variant, gamma, placement, boundary, max_rollback)
+    implementation_name(attn_implementation)
+    cls = model_class or AutoModelForCausalLM
+    kwargs.setdefault("attn_implementation", attn_implementation)
+    if isinstance(source, PretrainedConfig):
+        model = cls.from_config(source, **kwargs)
+    else:
+        model = cls.from_pretrained(source, **kwargs)
+    return apply_psa(model, variant, gamma, placement=placement, boundary=boundary,
+                     attn_implementation=attn_implementation, max_rollback=max_rollback)

@@ -1,0 +1,54 @@
+"""What PSA does inside one patched model: the variant, gamma, placement and boundary rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ops.shear import check_boundary, check_gamma
+from ...ops.variants import check_placement, check_variant, variant_gammas
+
+# Base attention kernels PSA can run on: the shear happens first, then the named kernel attends.
+BASES = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class PSASpec:
+    """PSA settings of one model (immutable, so two models in one process never share state).
+
+    ``max_rollback`` is how many tokens a :class:`~psattn.integrations.hf.cache.PSALayer` can be
+    cropped back beyond the last forward call (assisted decoding crops at most the last call's
+    tokens, which needs no extra window; a PSA *assistant* model needs ``max_rollback`` >= its
+    ``num_assistant_tokens``).
+    """
+
+    variant: str = "key_only"
+    gamma: float = 0.8
+    placement: str = "post_rope"
+    boundary: str = "replicate"
+    max_rollback: int = 0
+
+    def __post_init__(self) -> None:
+        check_variant(self.variant)
+        object.__setattr__(self, "gamma", check_gamma(self.gamma))
+        check_placement(self.placement)
+        check_boundary(self.boundary)
+        if isinstance(self.max_rollback, bool) or not isinstance(self.max_rollback, int) or self.max_rollback < 0:
+            raise ValueError(f"max_rollback must be an int >= 0, got {self.max_rollback!r}")
+        if self.placement != "post_rope":
+            raise NotImplementedError(
+                f"placement={self.placement!r} is not supported by the transformers integration: the models apply "
+                "RoPE inside the attention module, before any extension point, so only the post-RoPE shear (the "
+                "paper's operator) can be placed exactly. Use psattn's own DecoderLM for the pre-RoPE ablation."
+            )
+
+    @property
+    def gamma_q(self) -> float:
+        return variant_gammas(self.variant, self.gamma)[0]
+
+    @property
+    def gamma_k(self) -> float:
+        return variant_gammas(self.variant, self.gamma)[1]
+
+    def shear_key(self) -> tuple[float, float, str]:
+        """What a cache layer must agree on to be shared between forward calls."""
+        return (self.gamma_q, self.gamma_k, self.boundary)

@@ -1,0 +1,89 @@
+"""Beam search (cache reordering), assisted decoding (cache cropping) and the cache's contents."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from integrations.hf_tiny import cache_kw, returned_cache, tiny_model
+
+from psattn.integrations.hf import PSACache, PSALayer, apply_psa
+from psattn.ops.shear import shear
+
+
+def _generate(model, ids, **kwargs):
+    with torch.no_grad():
+        return model.generate(ids, do_sample=False, **kwargs)
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "key_only"])
+def test_beam_search_with_cache_equals_without(variant, prompt):
+    model = apply_psa(tiny_model("llama"), variant, 0.8)
+    kwargs = dict(max_new_tokens=8, num_beams=3, num_return_sequences=2)
+    assert torch.equal(_generate(model, prompt, **kwargs), _generate(model, prompt, use_cache=False, **kwargs))
+
+
+@pytest.mark.parametrize("assistant_psa", [False, True], ids=["plain-assistant", "psa-assistant"])
+def test_assisted_decoding_equals_greedy(assistant_psa, prompt):
+    target = apply_psa(tiny_model("llama"), "symmetric", 0.8)
+    assistant = tiny_model("llama", seed=1)
+    if assistant_psa:
+        # The assistant's own cache is cropped across several of its calls: give it a window.
+        assistant.generation_config.num_assistant_tokens_schedule = "constant"
+        assistant.generation_config.num_assistant_tokens = 4
+        apply_psa(assistant, "key_only", 0.5, max_rollback=4)
+    greedy = _generate(target, prompt, max_new_tokens=12)
+    assisted = _generate(target, prompt, max_new_tokens=12, assistant_model=assistant)
+    assert torch.equal(assisted, greedy)
+
+
+def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):
+    raw_model = tiny_model("qwen3")
+    model = apply_psa(tiny_model("qwen3"), "symmetric", 0.8)
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=6, do_sample=False, return_dict_in_generate=True)
+        raw = returned_cache(raw_model(out.sequences[:, :-1], use_cache=True))
+    cache = returned_cache(out)
+    assert all(isinstance(layer, PSALayer) for layer in cache.layers)
+    # Layer 0 sees the same inputs in both models: its cache holds the shear of the raw keys.
+    first, raw_first = cache.layers[0], raw.layers[0]
+    torch.testing.assert_close(first.keys, shear(raw_first.keys, 0.8), atol=1e-12, rtol=0)
+    torch.testing.assert_close(first.values, raw_first.values, atol=1e-12, rtol=0)
+    for layer in cache.layers:
+        # After one-token decoding steps: the last raw key/query and the one before it (crop window).
+        assert layer.raw_k.values.shape[-2] == 2 and layer.raw_q.values.shape[-2] == 2
+
+
+def test_key_only_keeps_no_raw_queries(prompt):
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    cache = PSACache(model.config)
+    with torch.no_grad():
+        model.generate(prompt, max_new_tokens=3, do_sample=False, **cache_kw(cache))
+    assert all(layer.raw_q.values is None and layer.raw_k.values is not None for layer in cache.layers)
+    assert 0 < cache.extra_state_bytes() < cache.kv_bytes() / 4
+
+
+def test_crop_within_the_last_call_is_exact_and_beyond_raises(prompt):
+    model = apply_psa(tiny_model("llama"), "symmetric", 0.8)
+    cache = PSACache(model.config)
+    with torch.no_grad():
+        model(prompt[:, :5], **cache_kw(cache), use_cache=True)
+        model(prompt[:, 5:], **cache_kw(cache), use_cache=True)  # 4 tokens
+        cache.crop(-3)  # back to 6 tokens: within the last call
+        logits = model(prompt[:, 6:], **cache_kw(cache), use_cache=True).logits
+        expected = model(prompt, use_cache=False).logits[:, 6:]
+        torch.testing.assert_close(logits, expected, atol=1e-10, rtol=0)
+        with pytest.raises(RuntimeError, match="max_rollback"):
+            cache.crop(-5)
+
+
+def test_max_rollback_allows_deeper_crops(prompt):
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    cache = PSACache(model.config, max_rollback=4)
+    with torch.no_grad():
+        for t in range(prompt.shape[1]):
+            model(prompt[:, t : t + 1], **cache_kw(cache), use_cache=True)
+        cache.crop(-4)
+        logits = model(prompt[:, -4:], **cache_kw(cache), use_cache=True).logits
+        torch.testing.assert_close(logits, model(prompt, use_cache=False).logits[:, -4:], atol=1e-10, rtol=0)
+    assert all(layer.raw_k.values.shape[-2] <= 4 + 1 + 4 for layer in cache.layers)

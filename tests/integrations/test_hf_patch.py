@@ -1,0 +1,145 @@
+"""apply_psa / remove_psa / load_psa_model: reversibility, isolation, and clear errors."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from integrations.hf_tiny import cache_kw, returned_cache, tiny_config, tiny_model
+
+from psattn.integrations.hf import PSACache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
+
+
+def logits(model, ids, **kwargs):
+    with torch.no_grad():
+        return model(ids, use_cache=False, **kwargs).logits
+
+
+def test_patch_then_unpatch_restores_the_original(prompt):
+    model = tiny_model("qwen2")
+    before = logits(model, prompt)
+    with torch.no_grad():
+        before_tokens = model.generate(prompt, max_new_tokens=5, do_sample=False)
+    apply_psa(model, "symmetric", 0.8)
+    assert psa_spec(model) == PSASpec("symmetric", 0.8)
+    assert not torch.allclose(logits(model, prompt), before)
+    remove_psa(model)
+    assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
+    assert torch.equal(logits(model, prompt), before)
+    with torch.no_grad():
+        assert torch.equal(model.generate(prompt, max_new_tokens=5, do_sample=False), before_tokens)
+    apply_psa(model, "key_only", 0.3)  # and it can be applied again
+    assert psa_spec(model).gamma == 0.3
+
+
+def test_two_models_with_different_gamma_coexist(prompt):
+    a, b, ref = tiny_model("llama"), tiny_model("llama"), tiny_model("llama")
+    apply_psa(a, "key_only", 0.8)
+    apply_psa(b, "key_only", 0.2)
+    apply_psa(ref, "key_only", 0.2)
+    out_b = logits(b, prompt)
+    assert not torch.allclose(logits(a, prompt), out_b)
+    torch.testing.assert_close(out_b, logits(ref, prompt), atol=0, rtol=0)
+    remove_psa(a)  # the other model keeps its PSA
+    torch.testing.assert_close(logits(b, prompt), out_b, atol=0, rtol=0)
+
+
+def test_loader_passes_the_options_through_from_config(prompt):
+    torch.manual_seed(0)
+    model = load_psa_model(tiny_config("llama"), "symmetric", 0.5, dtype=torch.float64).eval()
+    assert psa_spec(model) == PSASpec("symmetric", 0.5) and model.dtype == torch.float64
+    with torch.no_grad():
+        model.generate(prompt, max_new_tokens=2, do_sample=False)
+
+
+def test_loader_from_pretrained_directory(tmp_path, prompt):
+    saved = tiny_model("qwen3")
+    saved.save_pretrained(tmp_path)
+    model = load_psa_model(str(tmp_path), "key_only", 0.8, dtype=torch.float64).eval()
+    expected = apply_psa(saved, "key_only", 0.8)
+    torch.testing.assert_close(logits(model, prompt), logits(expected, prompt), atol=1e-12, rtol=0)
+
+
+def test_unsupported_architecture_raises():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=61, n_embd=32, n_layer=1, n_head=2, n_positions=64))
+    with pytest.raises(NotImplementedError, match="rotary position embeddings"):
+        apply_psa(gpt2)
+    with pytest.raises(TypeError, match="PreTrainedModel"):
+        apply_psa(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(placement="pre_rope"), NotImplementedError, "post-RoPE"),
+        (dict(attn_implementation="flash_attention_2"), ValueError, "flash"),
+        (dict(variant="sideways"), ValueError, "unknown PSA variant"),
+        (dict(gamma=float("nan")), ValueError, "finite"),
+        (dict(boundary="wrap"), ValueError, "boundary"),
+        (dict(max_rollback=-1), ValueError, "max_rollback"),
+    ],
+)
+def test_unsupported_options_raise(kwargs, error, match):
+    model = tiny_model("llama")
+    with pytest.raises(error, match=match):
+        apply_psa(model, **kwargs)
+    assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
+
+
+def test_a_window_that_hides_the_predecessor_raises():
+    with pytest.raises(NotImplementedError, match="sliding_window=1"):
+        apply_psa(tiny_model("mistral", sliding_window=1))
+
+
+def test_applying_twice_or_removing_unpatched_raises():
+    model = apply_psa(tiny_model("llama"))
+    with pytest.raises(RuntimeError, match="already applied"):
+        apply_psa(model)
+    remove_psa(model)
+    with pytest.raises(RuntimeError, match="not applied"):
+        remove_psa(model)
+
+
+def test_switching_the_attention_implementation_under_psa_raises(prompt):
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    model.set_attn_implementation("sdpa")
+    with pytest.raises(RuntimeError, match="remove_psa"):
+        logits(model, prompt)
+
+
+def test_unsupported_caches_raise(prompt):
+    from transformers import DynamicCache, StaticCache
+
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    with pytest.raises(TypeError, match="StaticCache"), torch.no_grad():
+        model.generate(prompt, max_new_tokens=2, cache_implementation="static")
+    with pytest.raises(TypeError, match="StaticCache"), torch.no_grad():
+        model(prompt, **cache_kw(StaticCache(config=model.config, max_cache_len=32)), use_cache=True)
+    # A cache filled without PSA holds raw keys: refused, not silently mixed.
+    plain = tiny_model("llama")
+    with torch.no_grad():
+        raw_cache = returned_cache(plain(prompt, **cache_kw(DynamicCache(config=plain.config)), use_cache=True))
+        with pytest.raises(RuntimeError, match="raw"):
+            model(prompt[:, :1], **cache_kw(raw_cache), use_cache=True)
+
+
+def test_psa_cache_refuses_a_model_without_psa(prompt):
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    cache = PSACache(model.config)
+    with torch.no_grad():
+        model(prompt, **cache_kw(cache), use_cache=True)
+    remove_psa(model)
+    with pytest.raises(RuntimeError, match="apply_psa"), torch.no_grad():
+        model(prompt[:, :1], **cache_kw(cache), use_cache=True)
+
+
+def test_one_cache_cannot_serve_two_gammas(prompt):
+    a = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    b = apply_psa(tiny_model("llama"), "key_only", 0.4)
+    cache = PSACache(a.config)
+    with torch.no_grad():
+        a(prompt, **cache_kw(cache), use_cache=True)
+        with pytest.raises(RuntimeError, match="one cache per PSA model"):
+            b(prompt[:, :1], **cache_kw(cache), use_cache=True)
