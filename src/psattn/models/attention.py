@@ -83,7 +83,7 @@ class PhaseSpaceAttention(nn.Module):
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
             q, k, v = self.key_lag(q, k, v, ctx.starts)
-        prev_q, prev_k = cache.last_raw() if cache is not None and len(cache) else (None, None)
+        prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
 
         if self.post_rope:  # the shear acts on the rotated streams
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

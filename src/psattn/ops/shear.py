@@ -120,13 +120,15 @@ class _LagOneShear(torch.autograd.Function):
 
 def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
           boundary: str = "replicate") -> Tensor:
-    """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule."""
+    """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule. Eagerly, the common case
+    (no starts but t = 0, no prev) takes a one-pass kernel with its own backward; under
+    ``torch.compile`` / ``torch.export`` the same filter is written with ordinary ops."""
     gamma = check_gamma(gamma)
     _check_stream(x, starts, prev)
     check_boundary(boundary)
     if gamma == 0.0:
         return x
-    if starts is None and prev is None:
+    if starts is None and prev is None and not torch.compiler.is_compiling():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
     return torch.lerp(previous(x, starts=starts, prev=prev, boundary=boundary), x, 1.0 + gamma)
 

@@ -1,0 +1,116 @@
+"""Export a trained run and compare the exported graphs with PyTorch on the run's own task:
+logit error (full forward and every decode step), held-out accuracy in fp32 and INT8, file sizes,
+latency per generated token, and the measured growth of the key range against the bound
+log2(1 + 2 gamma) bits."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..models.decoder import DecoderLM
+from ..models.generate import generate
+from ..ops.hooks import capture
+from ..tasks.batch import IGNORE_INDEX, TaskBatch
+from ..training.config import RunConfig
+from ..training.trainer import eval_batch, load_trained
+from .onnx import OnnxLM, decode_path_for, export_onnx, quantize_int8
+
+
+def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
+    targets = batch.targets.numpy()
+    scored = targets != IGNORE_INDEX
+    return float((logits.argmax(-1)[scored] == targets[scored]).mean())
+
+
+@torch.no_grad()
+def key_range_growth(model: DecoderLM, inputs: torch.Tensor) -> list[dict[str, float]]:
+    """Per layer: log2(max|k̂| / max|k|) measured on ``inputs``, and the bound that
+    ‖k̂‖∞ <= (|1 + gamma_k| + |gamma_k|) ‖k‖∞ gives: log2(1 + 2 gamma_k) bits for gamma_k >= 0."""
+    with capture(model, "*.hook_k", "*.hook_k_sheared") as seen:
+        model(inputs)
+    rows = []
+    for i, block in enumerate(model.blocks):
+        k, k_hat = seen[f"blocks.{i}.attn.hook_k"], seen[f"blocks.{i}.attn.hook_k_sheared"]
+        rows.append({"layer": i, "gamma_k": block.attn.gamma_k,
+                     "measured_bits": math.log2(float(k_hat.abs().max() / k.abs().max())),
+                     "bound_bits": math.log2(abs(1 + block.attn.gamma_k) + abs(block.attn.gamma_k))})
+    return rows
+
+
+def _latency_per_token(model: DecoderLM, onnx_model: OnnxLM, prompt: torch.Tensor, tokens: int, repeats: int = 3):
+    times = {"pytorch": [], "onnxruntime": []}
+    runs = {"pytorch": lambda: generate(model, prompt, tokens), "onnxruntime": lambda: onnx_model.generate(prompt.numpy(), tokens)}
+    for name, run in runs.items():
+        run()  # warm-up
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) / tokens)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@torch.no_grad()
+def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool = False, rows: int = 256,
+                       decode_tokens: int = 24) -> dict[str, Any]:
+    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``; INT8 copies with ``int8``)
+    and measure it against PyTorch. Uses one thread on both sides."""
+    torch.set_num_threads(1)
+    config = RunConfig.from_file(Path(run_dir) / "config.json")
+    model = load_trained(run_dir)
+    paths = export_onnx(model, onnx_path)
+    batch = eval_batch(config)
+    batch = TaskBatch(batch.inputs[:rows], batch.targets[:rows])
+    onnx_model = OnnxLM(paths.prefill, paths.decode)
+
+    torch_logits = model(batch.inputs).numpy()
+    onnx_logits = onnx_model.logits(batch.inputs.numpy())
+    prompt = batch.inputs[:4, : batch.inputs.shape[1] // 2]
+    ours = generate(model, prompt, decode_tokens)
+    seqs, step_logits = onnx_model.generate(prompt.numpy(), decode_tokens)
+    result: dict[str, Any] = {
+        "variant": model.config.layer_attention_configs()[0].variant,
+        "gamma": model.config.layer_attention_configs()[0].gamma,
+        "files": {"prefill": str(paths.prefill), "decode": str(paths.decode)},
+        "size_bytes": {"fp32": paths.prefill.stat().st_size},
+        "max_logit_error": {"full_forward": float(np.abs(torch_logits - onnx_logits).max()),
+                            "decode_steps": float(np.abs(ours.logits.numpy() - step_logits).max())},
+        "greedy_tokens_equal": bool((ours.sequences.numpy() == seqs).all()),
+        "accuracy": {"pytorch": accuracy(torch_logits, batch), "onnx_fp32": accuracy(onnx_logits, batch)},
+        "key_range_growth": key_range_growth(model, batch.inputs),
+    }
+    latency = _latency_per_token(model, onnx_model, batch.inputs[:1, :16], decode_tokens)
+    result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}
+    if int8:
+        q_prefill = quantize_int8(paths.prefill, Path(onnx_path).with_suffix(".int8.onnx"))
+        q_decode = quantize_int8(paths.decode, decode_path_for(q_prefill))
+        q_model = OnnxLM(q_prefill, q_decode)
+        result["files"].update({"prefill_int8": str(q_prefill), "decode_int8": str(q_decode)})
+        result["size_bytes"]["int8"] = q_prefill.stat().st_size
+        result["accuracy"]["onnx_int8"] = accuracy(q_model.logits(batch.inputs.numpy()), batch)
+    return result
+
+
+def format_comparison(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['variant']} (gamma {r['gamma']:g}): prefill graph {r['files']['prefill']}, decode step {r['files']['decode']}",
+        f"  size: fp32 {r['size_bytes']['fp32'] / 1e6:.2f} MB" +
+        (f", int8 {r['size_bytes']['int8'] / 1e6:.2f} MB" if "int8" in r["size_bytes"] else ""),
+        f"  max |logit error| vs PyTorch: full forward {r['max_logit_error']['full_forward']:.2e}, "
+        f"decode steps {r['max_logit_error']['decode_steps']:.2e}; greedy tokens equal: {r['greedy_tokens_equal']}",
+        "  held-out accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in r["accuracy"].items()),
+        f"  latency per token (batch 1, 1 thread): PyTorch {r['latency_ms_per_token']['pytorch']:.2f} ms, "
+        f"ONNX Runtime {r['latency_ms_per_token']['onnxruntime']:.2f} ms "
+        f"(ratio {r['latency_ms_per_token']['onnxruntime'] / r['latency_ms_per_token']['pytorch']:.2f})",
+    ]
+    for g in r["key_range_growth"]:
+        lines.append(f"  layer {g['layer']}: key range grows by {g['measured_bits']:.2f} bits "
+                     f"(bound log2(1 + 2 gamma) = {g['bound_bits']:.2f})")
+    return "\n".join(lines)

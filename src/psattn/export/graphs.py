@@ -1,0 +1,109 @@
+"""Exportable graphs of a DecoderLM: a full forward (prefill) and one cached decode step.
+
+The cache state crosses the graph boundary as plain tensors, stacked over layers:
+
+    keys, values   (L, B, Hkv, S, D)   sheared keys and values: grow by one token per step
+    last_keys      (L, B, Hkv, 1, D)   raw key at the last position      (only when gamma_k != 0)
+    last_queries   (L, B, Hq, 1, D)    raw query at the last position    (only when gamma_q != 0)
+
+so the step's inputs and outputs grow with the sequence exactly as a plain KV cache does. The
+graphs assume unpadded sequences (positions 0, 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..models.context import AttentionContext
+from ..models.decoder import DecoderLM
+
+
+def check_exportable(model: DecoderLM) -> tuple[bool, bool]:
+    """(keeps last raw keys, keeps last raw queries); raises ValueError for what cannot export."""
+    configs = model.config.layer_attention_configs()
+    if any(a.is_key_lag for a in configs):
+        raise ValueError("the key-lag baselines keep no PSA cache and cannot be exported with a decode step")
+    if any(a != configs[0] for a in configs):
+        raise ValueError("export needs the same attention config in every layer")
+    gamma_q, gamma_k = configs[0].gammas
+    return gamma_k != 0.0, gamma_q != 0.0
+
+
+class _TensorLayerCache:
+    """The part of LayerCache's interface the attention layer uses, over given tensors."""
+
+    def __init__(self, keys: Tensor | None, values: Tensor | None, last_k: Tensor | None, last_q: Tensor | None):
+        self.keys, self.values, self.last_k, self.last_q = keys, values, last_k, last_q
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def last_raw(self):
+        return self.last_q, self.last_k
+
+    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None):
+        if self.keys is None:
+            self.keys, self.values = k_hat, v
+        else:
+            self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
+            self.values = torch.cat([self.values, v], dim=2)
+        self.last_k = raw_k[:, :, -1:]
+        self.last_q = None if raw_q is None else raw_q[:, :, -1:]
+        return self.keys, self.values
+
+
+class _CachedGraph(nn.Module):
+    def __init__(self, model: DecoderLM):
+        super().__init__()
+        self.model = model.eval()
+        self.keep_k, self.keep_q = check_exportable(model)
+
+    def _run(self, input_ids: Tensor, context: AttentionContext, caches: list[_TensorLayerCache]):
+        m = self.model
+        h = m.embed(input_ids)  # (B, T, C)
+        for block, cache in zip(m.blocks, caches):
+            h = block(h, context, cache)
+        outputs = [m.lm_head(m.norm_final(h)),
+                   torch.stack([c.keys for c in caches]), torch.stack([c.values for c in caches])]
+        if self.keep_k:
+            outputs.append(torch.stack([c.last_k for c in caches]))
+        if self.keep_q:
+            outputs.append(torch.stack([c.last_q for c in caches]))
+        return tuple(outputs)
+
+    def output_names(self) -> list[str]:
+        return ["logits", "keys", "values"] + ["last_keys"] * self.keep_k + ["last_queries"] * self.keep_q
+
+
+class PrefillGraph(_CachedGraph):
+    """input_ids (B, T) -> logits (B, T, V) and the cache state after the prompt."""
+
+    def forward(self, input_ids: Tensor):
+        B, T = input_ids.shape
+        context = AttentionContext.causal(B, T, input_ids.device)
+        caches = [_TensorLayerCache(None, None, None, None) for _ in self.model.blocks]
+        return self._run(input_ids, context, caches)
+
+    def input_names(self) -> list[str]:
+        return ["input_ids"]
+
+
+class DecodeStepGraph(_CachedGraph):
+    """One token (B, 1) after S cached ones -> logits (B, 1, V) and the cache state grown by one."""
+
+    def forward(self, input_ids: Tensor, keys: Tensor, values: Tensor, *last: Tensor):
+        B = input_ids.shape[0]
+        S = keys.shape[3]
+        last = list(last)
+        last_k = last.pop(0) if self.keep_k else None
+        last_q = last.pop(0) if self.keep_q else None
+        positions = torch.arange(S, S + 1, device=input_ids.device).expand(B, 1)  # (B, 1)
+        context = AttentionContext(positions, None, None, False)  # one query sees every cached key
+        caches = [_TensorLayerCache(keys[i], values[i], None if last_k is None else last_k[i],
+                                    None if last_q is None else last_q[i]) for i in range(len(self.model.blocks))]
+        return self._run(input_ids, context, caches)
+
+    def input_names(self) -> list[str]:
+        return ["input_ids", "past_keys", "past_values"] + ["past_last_keys"] * self.keep_k + \
+            ["past_last_queries"] * self.keep_q

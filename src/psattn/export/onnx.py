@@ -1,0 +1,115 @@
+"""Export a DecoderLM to ONNX (standard operators only), run it in ONNX Runtime, quantize to INT8.
+
+``export_onnx`` writes two graphs: ``<name>.onnx``, the full forward that also returns the cache
+state (prefill), and ``<name>.decode.onnx``, one cached decode step (see :mod:`.graphs`).
+:class:`OnnxLM` drives them: logits of a whole sequence, and a greedy decode loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models.decoder import DecoderLM
+from .graphs import DecodeStepGraph, PrefillGraph
+
+log = logging.getLogger(__name__)
+
+STANDARD_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass
+class OnnxPaths:
+    prefill: Path
+    decode: Path
+
+
+def decode_path_for(path: str | Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.stem + ".decode.onnx")
+
+
+def _export(graph, args, path: Path, dynamic_shapes) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(graph, args, str(path), input_names=graph.input_names(), output_names=graph.output_names(),
+                          dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False)
+
+
+def nonstandard_ops(path: str | Path) -> list[str]:
+    """Operators of the graph outside the standard ONNX domain (should be none)."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    return sorted({f"{n.domain}::{n.op_type}" for n in graph.node if n.domain not in STANDARD_DOMAINS})
+
+
+@torch.no_grad()
+def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
+    """Write the prefill graph to ``path`` and the decode-step graph beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = model.eval()
+    prefill = PrefillGraph(model)
+    decode = DecodeStepGraph(model)
+    batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
+    ids = torch.randint(0, model.config.vocab_size, (2, 5))
+    _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
+    state = prefill(ids)[1:]
+    cache_dims = {1: batch, 3: past}
+    raw_dims = tuple({1: batch} for _ in state[2:])  # last raw key / query: one position each
+    dynamic = ({0: batch}, cache_dims, cache_dims) + ((raw_dims,) if raw_dims else ())
+    _export(decode, (ids[:, :1], *state), decode_path_for(path), dynamic)
+    for p in (path, decode_path_for(path)):
+        extra = nonstandard_ops(p)
+        if extra:
+            raise RuntimeError(f"{p} uses non-standard operators {extra}")
+    return OnnxPaths(path, decode_path_for(path))
+
+
+class OnnxLM:
+    """An exported model in ONNX Runtime (CPU)."""
+
+    def __init__(self, prefill_path: str | Path, decode_path: str | Path | None = None, threads: int = 1):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        self.prefill = ort.InferenceSession(str(prefill_path), options, providers=providers)
+        decode_path = decode_path or decode_path_for(prefill_path)
+        self.decode = ort.InferenceSession(str(decode_path), options, providers=providers)
+        self.decode_inputs = [i.name for i in self.decode.get_inputs()]
+
+    def logits(self, input_ids: np.ndarray) -> np.ndarray:
+        """(B, T) -> (B, T, V)."""
+        return self.prefill.run(["logits"], {"input_ids": np.asarray(input_ids, dtype=np.int64)})[0]
+
+    def generate(self, input_ids: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Greedy decoding: prefill once, then one decode step per token. Returns the sequences
+        (B, T + n) and the logits each new token was chosen from (B, n, V)."""
+        outputs = self.prefill.run(None, {"input_ids": np.asarray(input_ids, dtype=np.int64)})
+        logits, state = outputs[0][:, -1], outputs[1:]
+        tokens, chosen_from = [], []
+        for step in range(max_new_tokens):
+            token = logits.argmax(-1)[:, None].astype(np.int64)  # (B, 1)
+            tokens.append(token)
+            chosen_from.append(logits)
+            if step + 1 < max_new_tokens:
+                outputs = self.decode.run(None, dict(zip(self.decode_inputs, [token, *state])))
+                logits, state = outputs[0][:, -1], outputs[1:]
+        return np.concatenate([input_ids, *tokens], axis=1), np.stack(chosen_from, axis=1)
+
+
+def quantize_int8(src: str | Path, dst: str | Path) -> Path:
+    """Dynamic INT8 quantization of the graph's matrix weights (ONNX Runtime's quantize_dynamic)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+    return Path(dst)

@@ -1,0 +1,82 @@
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from psattn.export import OnnxLM, export_onnx, nonstandard_ops
+from psattn.experiments.configs import small_config
+from psattn.export.compare import export_and_compare, key_range_growth
+from psattn.models import generate
+from psattn.training.trainer import train
+from helpers import random_model
+
+CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
+         ("query_only", "post_rope"), ("symmetric", "pre_rope")]
+
+
+def float_model(variant, placement):
+    return random_model(variant, placement, gamma=0.8, std=0.2, n_kv_heads=2).float()
+
+
+def dims(path, name):
+    graph = onnx.load(str(path)).graph
+    value = next(v for v in list(graph.input) + list(graph.output) if v.name == name)
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("variant,placement", CASES)
+def test_onnx_runtime_matches_pytorch(tmp_path, variant, placement):
+    model = float_model(variant, placement)
+    paths = export_onnx(model, tmp_path / "m.onnx")
+    assert nonstandard_ops(paths.prefill) == [] and nonstandard_ops(paths.decode) == []
+    runtime = OnnxLM(paths.prefill, paths.decode)
+    ids = torch.randint(0, 37, (3, 13))
+    with torch.no_grad():
+        want = model(ids).numpy()
+    assert np.abs(runtime.logits(ids.numpy()) - want).max() < 1e-4
+    prompt = ids[:, :5]
+    ours = generate(model, prompt, 8)
+    seqs, step_logits = runtime.generate(prompt.numpy(), 8)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4  # every decode step
+    assert (seqs == ours.sequences.numpy()).all()
+
+    # the decode step's state grows like a plain KV cache: only the cache length is dynamic
+    L, Hkv, D = 2, 2, 8
+    for name in ("past_keys", "past_values"):
+        shape = dims(paths.decode, name)
+        assert shape[0] == L and shape[2] == Hkv and shape[4] == D and isinstance(shape[3], str)
+    raw_inputs = [i.name for i in onnx.load(str(paths.decode)).graph.input if i.name.startswith("past_last")]
+    gamma_q, gamma_k = model.blocks[0].attn.gamma_q, model.blocks[0].attn.gamma_k
+    assert raw_inputs == ["past_last_keys"] * (gamma_k != 0) + ["past_last_queries"] * (gamma_q != 0)
+    for name in raw_inputs:
+        assert dims(paths.decode, name)[3] == 1  # one position, whatever the sequence length
+
+
+def test_key_lag_and_mixed_layers_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="key-lag"):
+        export_onnx(random_model("canon", gamma=0.0).float(), tmp_path / "x.onnx")
+    model = random_model("key_only").float()
+    model.config.attention = [model.config.attention, type(model.config.attention)("baseline")]
+    with pytest.raises(ValueError, match="same attention config"):
+        export_onnx(model, tmp_path / "x.onnx")
+
+
+def test_key_range_growth_respects_the_bound():
+    for gamma in (0.25, 1.0, 3.0):
+        model = random_model("key_only", gamma=gamma).float()
+        for row in key_range_growth(model, torch.randint(0, 37, (4, 20))):
+            assert row["measured_bits"] <= row["bound_bits"] + 1e-6
+            assert row["bound_bits"] == pytest.approx(np.log2(1 + 2 * gamma))
+
+
+@pytest.mark.slow
+def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path):
+    config = small_config("key_only", 1.0, steps=300, early_stop=False)
+    train(config, tmp_path / "run")
+    result = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=True, rows=256)
+    acc = result["accuracy"]
+    assert acc["pytorch"] > 0.5  # the model has learned induction
+    assert acc["onnx_fp32"] == pytest.approx(acc["pytorch"], abs=1e-3)
+    assert abs(acc["onnx_int8"] - acc["onnx_fp32"]) <= 0.02  # the stated INT8 margin
+    assert result["greedy_tokens_equal"]
+    assert result["size_bytes"]["int8"] < 0.5 * result["size_bytes"]["fp32"]
