@@ -16,6 +16,7 @@ from .experiments import induction as experiments
 from .experiments.configs import small_induction_config
 from .integrations.hf.demo import register as register_hf
 from .meanfield.cli import register as register_meanfield
+from .theory.cli import register as register_theory
 from .training.config import RunConfig, apply_overrides
 from .training.trainer import TrainingDiverged, train
 
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", help="write the comparison to this JSON file")
     ex.set_defaults(func=cmd_export)
 
+    register_theory(sub)
     register_meanfield(sub)
     register_hf(sub)
 

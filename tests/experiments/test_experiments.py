@@ -105,7 +105,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
-    for needle in ("Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field",
+    for needle in ("Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

@@ -142,7 +142,20 @@ def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], 
         {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
 
 
-SECTIONS = ("induction", "meanfield")
+def theory_section(out: Path, mode: str) -> tuple[list[str], dict]:
+    """Certificates, the reduced model against the closed-form law, spectra; the measured Bode plot
+    reads the seed-0 symmetric model of the variant table when it has been trained."""
+    from ..theory.report import reproduce as reproduce_theory
+
+    symmetric = next(c for c in exp.variant_table(mode)
+                     if c.model.attention.variant == "symmetric" and c.model.attention.placement == "post_rope")
+    run_dir = out / "runs" / symmetric.name
+    result = reproduce_theory(out / "theory", quick=mode == "quick",
+                              run_dir=run_dir if (run_dir / "result.json").exists() else None, link_prefix="theory/")
+    return ["## Theory", "", result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
+
+
+SECTIONS = ("induction", "theory", "meanfield")
 
 
 def reproduce(
@@ -165,6 +178,9 @@ def reproduce(
     lines, data = [], {}
     if "induction" in sections:
         part, data["induction"] = induction_section(out, mode, workers, progress)
+        lines += part
+    if "theory" in sections:
+        part, data["theory"] = theory_section(out, mode)
         lines += part
     if "meanfield" in sections:
         part, data["meanfield"] = meanfield_section(out, mode, progress)

@@ -1,0 +1,27 @@
+"""Theory of Phase Space Attention (SPEC §1.3): the critical-coupling law and the reduced Gaussian
+score model, scaling exponents, spectral analysis, and machine-checkable certificates.
+
+- :mod:`.transition`: gamma_c(d_k, T), its branches and crossover d_k* = 8 log(T - 1);
+- :mod:`.reduced_model`: Monte-Carlo simulation of the T4-only reduction and its comparison with gamma_c;
+- :mod:`.scaling`: power-law exponents of gamma_c in d_k (reduced model, trained-model sweeps);
+- :mod:`.spectral`: H(z) = (1 + gamma) - gamma z^-1, the joint score filter, measured Bode plots;
+- :mod:`.certificates`: the certificates (needs SymPy), run against an operator from :mod:`.operators`;
+- :mod:`.plots`, :mod:`.report`: figures (needs matplotlib) and the report section (:func:`reproduce`);
+- :mod:`.cli`: ``psattn certify`` and ``psattn theory``.
+"""
+
+from .reduced_model import ReducedModel, TransitionComparison, compare_with_theory, simulate_transition
+from .report import reproduce
+from .scaling import PowerLawFit, empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent
+from .spectral import (BodeCurves, MeasuredBode, filter_order, joint_response, measure_bode, shear_response,
+                       variant_bode)
+from .transition import (C_CONSTANT, annealed_roots, crossover_dk, crossover_jump, gamma_c, gamma_c_squared,
+                         log_distractors, transition_branch)
+
+__all__ = [
+    "BodeCurves", "C_CONSTANT", "MeasuredBode", "PowerLawFit", "ReducedModel", "TransitionComparison",
+    "annealed_roots", "compare_with_theory", "crossover_dk", "crossover_jump", "empirical_exponent",
+    "filter_order", "fit_power_law", "gamma_c", "gamma_c_squared", "joint_response", "load_sweep_results",
+    "log_distractors", "measure_bode", "reduced_model_exponent", "reproduce", "shear_response",
+    "simulate_transition", "transition_branch", "variant_bode",
+]

@@ -1,0 +1,163 @@
+"""Command-line entry points of the theory: ``psattn certify`` and ``psattn theory ...``.
+
+``register(subparsers)`` adds them to the main parser; heavy imports (SymPy, matplotlib, the
+trainer) happen inside the commands, so building the parser stays cheap.
+
+- ``psattn certify [--json] [--details] [--operator NAME] [--only NAME ...]``: run the certificates,
+  print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken
+  operator, to see the certificates fail.
+- ``psattn theory report --out DIR [--full] [--run-dir RUN] [--sweep FILE]``: the whole theory
+  section (figures, theory.json, theory.md).
+- ``psattn theory phase-diagram --out DIR [--samples N]``: closed form against the simulation.
+- ``psattn theory bode --out DIR [--gamma G] [--run-dir RUN]``: closed-form and measured Bode plots.
+- ``psattn theory gamma-c --d-k D [D ...] --T T [T ...]``: evaluate the law.
+- ``psattn theory fit-exponent FILE``: fit gamma_critical ∝ d_k^alpha to saved sweep results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    from .certificates import format_table, run_certificates
+    from .operators import get_operator
+
+    results = run_certificates(get_operator(args.operator), args.only or None)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=1))
+    else:
+        print(format_table(results, details=args.details))
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import reproduce
+
+    result = reproduce(args.out, quick=not args.full, run_dir=args.run_dir, sweep_results=args.sweep, seed=args.seed)
+    print(f"theory report: {Path(args.out) / 'theory.md'} ({result['seconds']:.0f} s)")
+    return 0
+
+
+def cmd_phase_diagram(args: argparse.Namespace) -> int:
+    from . import plots
+    from .report import GRID_DK, GRID_T
+    from .reduced_model import compare_with_theory
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
+    (out / "transition.json").write_text(json.dumps(comparison, indent=1))
+    path = plots.plot_phase_diagram(json.loads((out / "transition.json").read_text()), out / "phase_diagram.png")
+    for region in ("above_crossover", "below_crossover", "all"):
+        s = comparison["stats"][region]
+        r = "n/a" if s["pearson_r"] is None else f"{s['pearson_r']:.4f}"
+        err = "n/a" if s["max_rel_error"] is None else f"{s['max_rel_error']:.3f}"
+        print(f"{region:16s} points {s['points']:3d}  with transition {s['with_transition']:3d}  "
+              f"Pearson r {r}  largest relative error {err}")
+    print(f"figure: {path}")
+    return 0
+
+
+def cmd_bode(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import plots
+    from .spectral import all_variant_bode, measure_bode
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    closed = [c.to_dict() for c in all_variant_bode(args.gamma)]
+    figures = [plots.plot_bode(closed, out / "bode.png")]
+    if args.run_dir:
+        from ..training.trainer import load_trained
+
+        model, label = load_trained(args.run_dir), f"trained run {Path(args.run_dir).name}"
+    else:
+        from ..models import AttentionConfig, DecoderLM, ModelConfig
+
+        torch.manual_seed(args.seed)
+        model = DecoderLM(ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4,
+                                      attention=AttentionConfig("symmetric", args.gamma))).eval()
+        label = f"symmetric γ={args.gamma:g}, random initialisation"
+    ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=torch.Generator().manual_seed(args.seed))
+    measured = measure_bode(model, ids).to_dict(label)
+    (out / "bode.json").write_text(json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
+    figures.append(plots.plot_measured_bode([measured], out / "bode_measured.png"))
+    for stream in ("key", "query", "joint"):
+        r = measured[f"{stream}_r"]
+        print(f"{stream:6s} measured vs closed form: Pearson r {'n/a' if r is None else f'{r:.5f}'}, "
+              f"largest relative error {measured[f'{stream}_max_rel_error']:.4f}")
+    print("figures: " + ", ".join(str(f) for f in figures))
+    return 0
+
+
+def cmd_gamma_c(args: argparse.Namespace) -> int:
+    from .transition import crossover_dk, gamma_c, transition_branch
+
+    for T in args.T:
+        for d_k in args.d_k:
+            print(f"d_k={d_k:g} T={T:g}: gamma_c={gamma_c(d_k, T, args.c):.6f} "
+                  f"(branch {transition_branch(d_k, T)}, crossover d_k*={crossover_dk(T):.3f})")
+    return 0
+
+
+def cmd_fit_exponent(args: argparse.Namespace) -> int:
+    from .scaling import empirical_exponent, load_sweep_results
+
+    fit = empirical_exponent(load_sweep_results(args.file))
+    if args.json:
+        print(json.dumps(fit.to_dict(), indent=1))
+    else:
+        print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} (± {fit.stderr:.4f}), R² {fit.r_squared:.4f}, "
+              f"{fit.n} points over d_k {fit.x_min:g}–{fit.x_max:g}, {fit.dropped} dropped (paper: about -1.13)")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``certify`` and ``theory`` to the main parser's subcommands."""
+    cert = subparsers.add_parser("certify", help="run the machine-checkable certificates of the PSA claims")
+    cert.add_argument("--json", action="store_true", help="print the results as JSON")
+    cert.add_argument("--details", action="store_true", help="show every sub-check, not only failures")
+    cert.add_argument("--operator", default="psa",
+                      help="operator under test: psa (default) or a broken one (wrong_sign, look_ahead, pre_rope, "
+                           "raw_key_cache, recompute_cache, swapped_law)")
+    cert.add_argument("--only", nargs="*", metavar="NAME", help="run only these certificates")
+    cert.set_defaults(func=cmd_certify)
+
+    theory = subparsers.add_parser("theory", help="critical-coupling law, reduced model, spectra")
+    sub = theory.add_subparsers(dest="theory_command", required=True)
+
+    rep = sub.add_parser("report", help="figures, theory.json and theory.md for the reproduction report")
+    rep.add_argument("--out", default="reports/theory")
+    rep.add_argument("--full", action="store_true", help="more Monte-Carlo draws and a longer training run")
+    rep.add_argument("--run-dir", help="measure the Bode plot on this trained run instead of training one")
+    rep.add_argument("--sweep", help="JSON file of (d_k, gamma_critical) results for the empirical exponent")
+    rep.add_argument("--seed", type=int, default=0)
+    rep.set_defaults(func=cmd_report)
+
+    pd = sub.add_parser("phase-diagram", help="gamma_c over (d_k, T) against the reduced-model simulation")
+    pd.add_argument("--out", default="reports/theory")
+    pd.add_argument("--samples", type=int, default=256, help="Monte-Carlo draws per context length")
+    pd.add_argument("--seed", type=int, default=0)
+    pd.set_defaults(func=cmd_phase_diagram)
+
+    bode = sub.add_parser("bode", help="closed-form and measured Bode plots")
+    bode.add_argument("--out", default="reports/theory")
+    bode.add_argument("--gamma", type=float, default=0.8)
+    bode.add_argument("--run-dir", help="a trained run to measure (default: a random-initialised model)")
+    bode.add_argument("--seed", type=int, default=0)
+    bode.set_defaults(func=cmd_bode)
+
+    gc = sub.add_parser("gamma-c", help="evaluate the closed-form critical coupling")
+    gc.add_argument("--d-k", type=float, nargs="+", required=True)
+    gc.add_argument("--T", type=float, nargs="+", required=True)
+    gc.add_argument("--c", type=float, default=0.74)
+    gc.set_defaults(func=cmd_gamma_c)
+
+    fit = sub.add_parser("fit-exponent", help="fit gamma_critical ∝ d_k^alpha to saved sweep results")
+    fit.add_argument("file", help="JSON: a list of [d_k, gamma_critical] pairs or of records")
+    fit.add_argument("--json", action="store_true")
+    fit.set_defaults(func=cmd_fit_exponent)

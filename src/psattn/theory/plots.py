@@ -1,0 +1,137 @@
+"""Figures of the theory section, drawn from saved results (the dicts written to JSON by
+:mod:`psattn.theory.report`), never from a live run.
+
+- :func:`plot_phase_diagram`: gamma_c over (d_k, T) with the crossover d_k = 8 log(T - 1), and the
+  closed form against the reduced-model simulation;
+- :func:`plot_scaling`: gamma_c against d_k on log-log axes with the fitted exponents;
+- :func:`plot_bode`: closed-form Bode magnitude and phase of every variant;
+- :func:`plot_measured_bode`: the response measured on a model's streams over the closed form.
+
+Uses matplotlib's object API with the Agg canvas, so importing this module changes no global backend.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from .transition import crossover_dk, gamma_c
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def _nan(values) -> np.ndarray:
+    return np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
+
+
+def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float = 0.74) -> Path:
+    """``comparison``: :meth:`TransitionComparison.to_dict` output."""
+    fig = Figure(figsize=(13, 5), layout="constrained")
+    ax_map, ax_cmp = fig.subplots(1, 2)
+    d_grid = np.geomspace(2, 8192, 240)
+    T_grid = np.geomspace(3.5, 1e5, 200)
+    D, TT = np.meshgrid(d_grid, T_grid)
+    G = np.asarray(gamma_c(D, TT, c))
+    mesh = ax_map.pcolormesh(D, TT, G, shading="auto", cmap="viridis", norm=LogNorm())
+    fig.colorbar(mesh, ax=ax_map, label="closed-form γ_c")
+    ax_map.plot(np.asarray(crossover_dk(T_grid)), T_grid, "w--", lw=2, label="crossover d_k = 8 log(T−1)")
+    Ts, dks = comparison["T"], comparison["d_k"]
+    sim = _nan(comparison["gamma_sim"])
+    dd, tt = np.meshgrid(dks, Ts)
+    ax_map.scatter(dd[np.isfinite(sim)], tt[np.isfinite(sim)], s=14, c="white", edgecolors="k",
+                   label="simulated: transition")
+    ax_map.scatter(dd[~np.isfinite(sim)], tt[~np.isfinite(sim)], s=18, marker="x", c="red",
+                   label="simulated: none")
+    ax_map.set(xscale="log", yscale="log", xlabel="head dimension d_k", ylabel="context length T",
+               title="critical coupling γ_c(d_k, T)")
+    ax_map.legend(loc="lower right", fontsize=7)
+
+    colors = [f"C{i}" for i in range(len(Ts))]
+    for i, T in enumerate(Ts):
+        above = d_grid >= float(crossover_dk(T))  # draw the branches apart: the law jumps at the crossover
+        for part, label in ((~above, None), (above, f"T = {T}")):
+            ax_cmp.plot(d_grid[part], np.asarray(gamma_c(d_grid[part], T, c)), color=colors[i], lw=1.2, label=label)
+        ax_cmp.plot(dks, sim[i], "o", color=colors[i], ms=4, mfc="none")
+        ax_cmp.axvline(float(crossover_dk(T)), color=colors[i], ls=":", lw=0.8)
+    r = comparison["stats"]["above_crossover"]["pearson_r"]
+    title = "closed form (lines) vs simulation (circles)"
+    if r is not None:
+        title += f"\nabove the crossover: Pearson r = {r:.4f}"
+    ax_cmp.set(xscale="log", yscale="log", xlabel="head dimension d_k", ylabel="γ_c", title=title)
+    ax_cmp.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_scaling(scaling: dict[str, Any], path: str | Path) -> Path:
+    """``scaling``: {"T": T, "d_k": [...], "closed_form": [...], "simulated": [...], "fits": {name:
+    PowerLawFit dict}}."""
+    fig = Figure(figsize=(5.5, 4.2))
+    ax = fig.subplots()
+    d = np.asarray(scaling["d_k"], dtype=float)
+    for key, style in (("closed_form", "-"), ("simulated", "o")):
+        y = np.array([np.nan if v is None else v for v in scaling[key]], dtype=float)
+        fit = scaling["fits"][key]
+        ax.plot(d, y, style, label=f"{key.replace('_', ' ')}: exponent {fit['exponent']:.3f}")
+    ref = d ** -0.25 * scaling["closed_form"][-1] / d[-1] ** -0.25
+    ax.plot(d, ref, "k:", label="slope −1/4 (paper)")
+    ax.set(xscale="log", yscale="log", xlabel="d_k", ylabel="γ_c", title=f"scaling at T = {scaling['T']}")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
+    """``curves``: :meth:`BodeCurves.to_dict` outputs, one per variant."""
+    fig = Figure(figsize=(3.2 * len(curves), 5.2), layout="constrained")
+    axes = fig.subplots(2, len(curves), sharex=True, squeeze=False)
+    for col, c in enumerate(curves):
+        w = np.asarray(c["omega"])
+        for name, style in (("query", "--"), ("key", ":"), ("joint", "-")):
+            axes[0, col].plot(w, c[f"{name}_gain_db"], style, label=name)
+            axes[1, col].plot(w, np.degrees(c[f"{name}_phase"]), style, label=name)
+        axes[0, col].set_title(f"{c['variant']} (γ = {c['gamma']:g}), order {tuple(c['order'])}", fontsize=9)
+        axes[1, col].set_xlabel("ω (rad / token)")
+    axes[0, 0].set_ylabel("gain (dB)")
+    axes[1, 0].set_ylabel("phase (deg)")
+    axes[0, 0].legend(fontsize=7)
+    for ax in axes.ravel():
+        ax.set_xlim(0, np.pi)
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_measured_bode(measured: list[dict[str, Any]], path: str | Path) -> Path:
+    """``measured``: entries {"label", "omega", "<stream>_measured_gain", "<stream>_theory_gain",
+    "<stream>_measured_phase", "<stream>_theory_phase", "<stream>_r"} for stream in query, key."""
+    fig = Figure(figsize=(4.6 * len(measured), 5.6), layout="constrained")
+    axes = fig.subplots(2, len(measured), sharex=True, squeeze=False)
+    for col, m in enumerate(measured):
+        w = np.asarray(m["omega"])
+        for i, stream in enumerate(("key", "query")):
+            color = f"C{i}"
+            r = m.get(f"{stream}_r")
+            label = f"{stream} measured" + (f" (r = {r:.4f})" if r is not None else "")
+            axes[0, col].plot(w, m[f"{stream}_measured_gain"], "o", ms=3, color=color, label=label)
+            axes[0, col].plot(w, m[f"{stream}_theory_gain"], "-", color=color, lw=1, label=f"{stream} closed form")
+            axes[1, col].plot(w, np.degrees(m[f"{stream}_measured_phase"]), "o", ms=3, color=color)
+            axes[1, col].plot(w, np.degrees(m[f"{stream}_theory_phase"]), "-", color=color, lw=1)
+        axes[0, col].set_title(textwrap.fill(m["label"], 48), fontsize=9)
+        axes[0, col].legend(fontsize=7)
+        axes[1, col].set_xlabel("ω (rad / token)")
+    axes[0, 0].set_ylabel("|H|")
+    axes[1, 0].set_ylabel("phase (deg)")
+    for ax in axes.ravel():
+        ax.set_xlim(0, np.pi)
+        ax.grid(alpha=0.3)
+    return _save(fig, path)

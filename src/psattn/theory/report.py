@@ -1,0 +1,240 @@
+"""The theory section of the reproduction report: certificates, the transition law against the
+reduced model, scaling exponents and the spectral signature, as figures, JSON and markdown.
+
+:func:`reproduce` computes and saves the results (``theory.json``), draws every figure from those
+saved results, and writes ``theory.md``; the top-level ``psattn reproduce`` includes the markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .operators import MUTANTS, REFERENCE
+from .reduced_model import compare_with_theory
+from .scaling import empirical_exponent, fit_power_law, load_sweep_results
+from .spectral import all_variant_bode, measure_bode
+from .transition import C_CONSTANT, crossover_jump, gamma_c
+
+log = logging.getLogger(__name__)
+
+PAPER = {"reduced_exponent": -0.25, "trained_exponent": -1.13, "bode_r": 0.9966}
+GRID_DK = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+GRID_T = [16, 64, 256, 1024, 4096]
+SCALING_T = 256
+SCALING_DK = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
+BODE_GAMMA = 0.8
+
+
+def certificate_results(with_mutants: bool = True) -> dict[str, Any]:
+    """All certificates on the library's operator, and (``with_mutants``) which of them each
+    broken operator fails."""
+    from .certificates import run_certificates
+
+    start = time.perf_counter()
+    results = [r.to_dict() for r in run_certificates(REFERENCE)]
+    out: dict[str, Any] = {"results": results, "seconds": time.perf_counter() - start}
+    if with_mutants:
+        out["mutants"] = {name: {"description": op.description,
+                                 "failed": [r.name for r in run_certificates(op) if not r.passed]}
+                          for name, op in MUTANTS.items()}
+    return out
+
+
+def transition_results(n_samples: int, seed: int = 0) -> dict[str, Any]:
+    cmp = compare_with_theory(GRID_DK, GRID_T, n_samples=n_samples, seed=seed)
+    return cmp.to_dict()
+
+
+def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[str, Any]:
+    from .reduced_model import ReducedModel
+
+    model = ReducedModel(SCALING_T, n_samples, seed)
+    d = np.asarray(SCALING_DK, dtype=float)
+    closed = np.asarray(gamma_c(d, SCALING_T))
+    simulated = np.array([model.transition(x) for x in d])
+    far = d >= 1024
+    fits = {"closed_form": fit_power_law(d, closed).to_dict(), "simulated": fit_power_law(d, simulated).to_dict(),
+            "closed_form_far": fit_power_law(d[far], closed[far]).to_dict(),
+            "simulated_far": fit_power_law(d[far], simulated[far]).to_dict()}
+    out = {"T": SCALING_T, "d_k": d.tolist(), "closed_form": closed.tolist(),
+           "simulated": [None if not np.isfinite(v) else float(v) for v in simulated], "fits": fits,
+           "empirical": None}
+    if sweep_results is not None:
+        pairs = load_sweep_results(sweep_results) if isinstance(sweep_results, (str, Path)) else sweep_results
+        try:
+            out["empirical"] = {"fit": empirical_exponent(pairs).to_dict(),
+                                "pairs": [list(p) for p in pairs]}
+        except ValueError as err:
+            out["empirical"] = {"error": str(err)}
+    return out
+
+
+def _bode_model(out_dir: Path, quick: bool, run_dir, seed: int):
+    """The trained model whose streams are measured, and a label for it."""
+    from ..training.trainer import load_trained, train
+
+    if run_dir is not None:
+        return load_trained(run_dir), f"trained run {Path(run_dir).name}"
+    from ..experiments.configs import small_induction_config
+
+    steps = 100 if quick else 600
+    config = small_induction_config("symmetric", BODE_GAMMA, steps=steps, seed=seed, early_stop=False)
+    target = out_dir / "bode_run"
+    result = train(config, target, resume=False)
+    model = load_trained(target)
+    return model, (f"symmetric γ={BODE_GAMMA:g}, trained {result.steps} steps "
+                   f"(held-out induction accuracy {result.final_accuracy:.2f})")
+
+
+def spectral_results(out_dir: Path, quick: bool, run_dir=None, seed: int = 0) -> dict[str, Any]:
+    from ..models import AttentionConfig, DecoderLM
+
+    closed = [c.to_dict() for c in all_variant_bode(BODE_GAMMA)]
+    model, label = _bode_model(out_dir, quick, run_dir, seed)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (32, 64), generator=torch.Generator().manual_seed(seed))
+    measured = [measure_bode(model, ids).to_dict(label)]
+    pre = dataclasses.replace(model.config, attention=AttentionConfig("symmetric", BODE_GAMMA, "pre_rope"))
+    pre_model = DecoderLM(pre).eval()
+    pre_model.load_state_dict(model.state_dict())
+    measured.append(measure_bode(pre_model, ids).to_dict("same weights, shear placed before RoPE (ablation)"))
+    return {"gamma": BODE_GAMMA, "closed_form": closed, "measured": measured}
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def _fmt(x, spec=".4f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
+    """The theory section; figure links are ``link_prefix`` + file name."""
+    cert, trans, scal, spec = (summary[k] for k in ("certificates", "transition", "scaling", "spectral"))
+    n_pass = sum(r["passed"] for r in cert["results"])
+    lines = ["## Theory: certificates, the critical-coupling law, spectra", "",
+             f"### Certificates (`psattn certify`): {n_pass}/{len(cert['results'])} passed "
+             f"in {cert['seconds']:.1f} s on CPU", "",
+             "| # | certificate | method | result | statement |", "|---|---|---|---|---|"]
+    for i, r in enumerate(cert["results"], 1):
+        lines.append(f"| {i} | {r['name']} | {r['method']} | {'PASS' if r['passed'] else 'FAIL'} | {_cell(r['statement'])} |")
+    if "mutants" in cert:
+        lines += ["", "Each certificate is also run against deliberately broken operators, and must fail on at "
+                  "least one of them:", "", "| broken operator | certificates that fail |", "|---|---|"]
+        for name, m in cert["mutants"].items():
+            lines.append(f"| {name}: {m['description']} | {', '.join(m['failed']) or 'none'} |")
+
+    st = trans["stats"]
+    lines += ["", "### The transition law against the reduced Gaussian model", "",
+              "Closed form (SPEC §1.3): γ_c² = 2L/(√d_k + √(d_k − 8L)) for d_k ≥ 8L, 1/(2c²√(2L)) below, "
+              f"L = log(T − 1), c = {C_CONSTANT}. Simulation (`psattn.theory.reduced_model`): one target score "
+              "γ²√d_k against T − 1 distractor scores N(0, 4γ⁴) (the T4-only reduction); the simulated critical "
+              "coupling is the smallest γ at which the target beats the typical log-partition of the distractors, "
+              f"E log Σ_j e^(s_j) ({trans['n_samples']} draws per T, seed {trans['seed']}). No fitted parameters.", "",
+              f"![phase diagram]({link_prefix}phase_diagram.png)", "",
+              "| region | points | with a simulated transition | Pearson r | largest relative error | median relative error |",
+              "|---|---|---|---|---|---|"]
+    for key, name in (("above_crossover", "d_k ≥ 8L (branch 1)"), ("below_crossover", "d_k < 8L (branch 2)"),
+                      ("all", "all")):
+        s = st[key]
+        lines.append(f"| {name} | {s['points']} | {s['with_transition']} | {_fmt(s['pearson_r'])} | "
+                     f"{_fmt(s['max_rel_error'], '.3f')} | {_fmt(s['median_rel_error'], '.4f')} |")
+    parting = st["parting"]
+    none = [p for p in parting if p["gamma_sim"] is None]
+    far = [p for p in parting if p["gamma_sim"] is not None]
+    lines += ["", f"Where they part (relative difference > {trans['part_threshold']:.0%} or no simulated "
+              f"transition): {len(parting)} of {st['all']['points']} points, "
+              f"{sum(p['branch'] == 2 for p in parting)} of them below the crossover. "
+              f"{len(none)} points have no simulated transition at all"
+              + (f"; at {len(far)} the simulated γ differs: "
+                 + ", ".join(f"(d_k={p['d_k']:g}, T={p['T']}: {p['gamma_sim']:.3f} vs {p['gamma_theory']:.3f})"
+                             for p in far) if far else "") + ".",
+              "Reading: above the crossover the closed form is the annealed solution of this model and the simulation "
+              "reproduces it. Below it the target never (or only at a much larger γ, by finite-T effects) beats the "
+              "typical log-partition, since both grow like γ²; branch 2 is not a prediction of this reduced model. The "
+              f"law also jumps at the crossover by a factor c√(2L) in γ (e.g. {crossover_jump(1024):.2f} at T = 1024)."]
+
+    f = scal["fits"]
+    lines += ["", f"### Scaling exponent of γ_c in d_k (T = {scal['T']})", "",
+              f"![scaling]({link_prefix}scaling.png)", "",
+              "| quantity | d_k range | paper | ours | R² |", "|---|---|---|---|---|"]
+    for key, name in (("closed_form", "reduced model, closed form"), ("simulated", "reduced model, simulated"),
+                      ("closed_form_far", "reduced model, closed form, far from the crossover"),
+                      ("simulated_far", "reduced model, simulated, far from the crossover")):
+        lines.append(f"| {name} | {f[key]['x_min']:g}–{f[key]['x_max']:g} | {PAPER['reduced_exponent']} | "
+                     f"{f[key]['exponent']:.3f} ± {_fmt(f[key]['stderr'], '.3f')} | {f[key]['r_squared']:.4f} |")
+    emp = scal.get("empirical")
+    if emp and "fit" in emp:
+        e = emp["fit"]
+        lines.append(f"| trained models (γ sweep) | {e['x_min']:g}–{e['x_max']:g} | ≈ {PAPER['trained_exponent']} | "
+                     f"{e['exponent']:.3f} ± {_fmt(e['stderr'], '.3f')} ({e['n']} points, {e['dropped']} dropped) | "
+                     f"{e['r_squared']:.4f} |")
+    else:
+        why = emp["error"] if emp else "no sweep results were given to the report"
+        lines.append(f"| trained models (γ sweep) | – | ≈ {PAPER['trained_exponent']} | not measured ({why}) | – |")
+    lines += ["", "The local exponent of branch 1 tends to −1/4 only far above the crossover; near it the curve is "
+              "steeper, so a fit over a finite range reads below −0.25."]
+
+    lines += ["", f"### Spectral signature (γ = {spec['gamma']:g})", "",
+              "H(z) = (1+γ) − γ z⁻¹ per stream; the score filter is H_q(z_q) H_k(z_k) (shown on ω_q = ω_k).", "",
+              f"![Bode plots]({link_prefix}bode.png)", "", f"![measured Bode]({link_prefix}bode_measured.png)", "",
+              "Measured: ratio of the Hann-windowed power spectra of the sheared and raw streams at the hook points "
+              "(phase from the cross-spectrum), averaged over batch, heads and channels (32 rows of 64 random tokens).",
+              "", f"| model | stream | Pearson r of gain (paper {PAPER['bode_r']}) | largest relative error |",
+              "|---|---|---|---|"]
+    for m in spec["measured"]:
+        for s in ("key", "query", "joint"):
+            lines.append(f"| {m['label']} | {s} | {_fmt(m[f'{s}_r'], '.5f')} | {m[f'{s}_max_rel_error']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def reproduce(out_dir: str | Path, quick: bool = True, *, run_dir: str | Path | None = None,
+              sweep_results=None, seed: int = 0, link_prefix: str = "") -> dict[str, Any]:
+    """Write ``theory.json``, the figures (phase_diagram.png, scaling.png, bode.png,
+    bode_measured.png) and ``theory.md`` under ``out_dir``; return the summary with the markdown
+    under "markdown" and figure paths under "figures".
+
+    ``quick``: 128 draws per T and a 100-step training run for the measured Bode plot (about half a
+    minute on 2 CPU cores); otherwise 1024 draws and 600 steps. ``run_dir``: measure a trained run
+    instead of training one. ``sweep_results``: (d_k, gamma_critical) pairs or records, or a JSON
+    file of them, for the empirical exponent. ``link_prefix``: prepended to the figure links of the
+    returned markdown (e.g. "theory/" when it is embedded in a report one folder up); theory.md
+    itself links to the figures beside it. Without ``run_dir`` the training run is written to
+    ``out_dir/bode_run``.
+    """
+    from . import plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n_samples = 128 if quick else 1024
+    start = time.perf_counter()
+    summary: dict[str, Any] = {"quick": quick, "seed": seed, "paper": PAPER}
+    log.info("theory: certificates")
+    summary["certificates"] = certificate_results()
+    log.info("theory: reduced model on the (d_k, T) grid")
+    summary["transition"] = transition_results(n_samples, seed)
+    summary["scaling"] = scaling_results(n_samples, seed, sweep_results)
+    log.info("theory: spectra")
+    summary["spectral"] = spectral_results(out, quick, run_dir, seed)
+    summary["seconds"] = time.perf_counter() - start
+    (out / "theory.json").write_text(json.dumps(summary, indent=1, default=float))
+
+    saved = json.loads((out / "theory.json").read_text())  # figures come from the saved results
+    figures = {
+        "phase_diagram": str(plots.plot_phase_diagram(saved["transition"], out / "phase_diagram.png")),
+        "scaling": str(plots.plot_scaling(saved["scaling"], out / "scaling.png")),
+        "bode": str(plots.plot_bode(saved["spectral"]["closed_form"], out / "bode.png")),
+        "bode_measured": str(plots.plot_measured_bode(saved["spectral"]["measured"], out / "bode_measured.png")),
+    }
+    (out / "theory.md").write_text(render_markdown(saved))
+    return {**saved, "figures": figures, "markdown": render_markdown(saved, link_prefix)}

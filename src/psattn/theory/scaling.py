@@ -1,0 +1,124 @@
+"""Scaling exponents: fit gamma_c ∝ d_k^alpha, for the reduced model and for trained models.
+
+The paper reports alpha = -0.25 for the reduced model (branch 1 tends to gamma_c^2 ~ L / sqrt(d_k),
+i.e. alpha -> -1/4 as d_k / 8L grows; closer to the crossover the local slope is steeper) and about
+-1.13 for the critical gamma of trained models. :func:`empirical_exponent` fits the latter from saved
+sweep results; the sweep itself lives with the induction experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .reduced_model import ReducedModel
+from .transition import C_CONSTANT, gamma_c
+
+#: Keys accepted for the two columns of a sweep record.
+DK_KEYS = ("d_k", "head_dim", "dk")
+GAMMA_KEYS = ("gamma_critical", "gamma_c", "critical_gamma", "gamma")
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """y = prefactor * x^exponent, fitted by least squares on (log x, log y)."""
+
+    exponent: float
+    prefactor: float
+    r_squared: float
+    stderr: float  # standard error of the exponent (NaN for two points)
+    n: int
+    x_min: float
+    x_max: float
+    dropped: int = 0  # input pairs left out (non-finite or non-positive)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def fit_power_law(x, y) -> PowerLawFit:
+    """Least-squares fit of log y = log prefactor + exponent log x over the pairs with x, y > 0 and
+    finite (the others are counted in ``dropped``). Needs two distinct x values."""
+    x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"x and y differ in length: {x.size} vs {y.size}")
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    lx, ly = np.log(x[keep]), np.log(y[keep])
+    if np.unique(lx).size < 2:
+        raise ValueError(f"a power-law fit needs at least two distinct positive x values; got {np.unique(x[keep])}")
+    A = np.stack([lx, np.ones_like(lx)], axis=1)
+    (slope, intercept), *_ = np.linalg.lstsq(A, ly, rcond=None)
+    resid = ly - A @ np.array([slope, intercept])
+    ss_tot = float(((ly - ly.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    n = int(keep.sum())
+    if n > 2:
+        s2 = float((resid**2).sum()) / (n - 2)
+        stderr = math.sqrt(s2 / float(((lx - lx.mean()) ** 2).sum()))
+    else:
+        stderr = math.nan
+    return PowerLawFit(float(slope), float(math.exp(intercept)), r2, stderr, n,
+                       float(x[keep].min()), float(x[keep].max()), int((~keep).sum()))
+
+
+def reduced_model_exponent(T: int, d_ks, *, simulated: bool = False, n_samples: int = 256, seed: int = 0,
+                           c: float = C_CONSTANT) -> PowerLawFit:
+    """Exponent of gamma_c against d_k at fixed T: from the closed form, or (``simulated``) from
+    the Monte-Carlo transition points of :class:`~psattn.theory.reduced_model.ReducedModel`."""
+    d_ks = np.asarray(d_ks, dtype=float)
+    if simulated:
+        model = ReducedModel(T, n_samples, seed)
+        gammas = np.array([model.transition(d) for d in d_ks])
+    else:
+        gammas = np.asarray(gamma_c(d_ks, T, c))
+    return fit_power_law(d_ks, gammas)
+
+
+def _pick(record: Mapping[str, Any], keys: tuple[str, ...], what: str):
+    for key in keys:
+        if key in record and record[key] is not None:
+            return record[key]
+    raise ValueError(f"sweep record {dict(record)!r} has no {what} field (one of {keys})")
+
+
+def sweep_pairs(results: Iterable) -> list[tuple[float, float]]:
+    """(d_k, gamma_critical) pairs from pairs or records (mappings with a d_k and a critical gamma
+    field, see :data:`DK_KEYS` / :data:`GAMMA_KEYS`); a missing gamma (None) becomes NaN."""
+    pairs = []
+    for item in results:
+        if isinstance(item, Mapping):
+            d_k = _pick(item, DK_KEYS, "d_k")
+            gamma = next((item[k] for k in GAMMA_KEYS if k in item), None)
+        else:
+            d_k, gamma = item
+        pairs.append((float(d_k), math.nan if gamma is None else float(gamma)))
+    return pairs
+
+
+def empirical_exponent(results: Iterable) -> PowerLawFit:
+    """Fit gamma_critical ∝ d_k^alpha from saved sweep results: an iterable of (d_k, gamma_critical)
+    pairs or of records (see :func:`sweep_pairs`). Runs where no critical gamma was found (None,
+    NaN) or where it is 0 (the baseline already solves the task) cannot enter a log-log fit and are
+    reported in ``dropped``."""
+    pairs = sweep_pairs(results)
+    if not pairs:
+        raise ValueError("no sweep results to fit")
+    d_k, gamma = zip(*pairs)
+    return fit_power_law(d_k, gamma)
+
+
+def load_sweep_results(path: str | Path) -> list[tuple[float, float]]:
+    """(d_k, gamma_critical) pairs from a JSON file: a list of pairs or records, or an object with
+    such a list under "results"."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, Mapping):
+        if "results" not in data:
+            raise ValueError(f"{path}: expected a list, or an object with a 'results' list")
+        data = data["results"]
+    return sweep_pairs(data)

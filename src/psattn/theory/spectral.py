@@ -1,0 +1,180 @@
+"""Spectral signature of the shear: closed-form transfer functions and a Bode plot measured on a model.
+
+The shear x̂_t = (1 + gamma) x_t - gamma x_{t-1} is the causal two-tap filter
+
+    H_gamma(z) = (1 + gamma) - gamma z^-1,   |H(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω),
+
+DC-neutral (H(1) = 1) and, for gamma > 0, high-pass with a monotone gain up to 1 + 2 gamma at the
+Nyquist frequency ω = π. The score q̂_tᵀ k̂_j is a joint (two-dimensional) filter of the query and key
+streams, H_q(z_q) H_k(z_k), of order (1 if gamma_q else 0, 1 if gamma_k else 0) in (z_q^-1, z_k^-1).
+A Bode plot of the joint filter shows it on the diagonal ω_q = ω_k = ω, where it is H_q(e^{iω})
+H_k(e^{iω}): the response of the score to a query and a key carrying the same frequency.
+
+Measured response (:func:`measure_bode`). From the raw post-RoPE streams x and the sheared streams
+x̂ that enter attention, read from a model's hook points (B, H, T, D), the estimate is the ratio of
+their power spectra and the phase of their cross-spectrum,
+
+    |Ĥ(ω)| = sqrt(<|X̂(ω)|^2> / <|X(ω)|^2>),   arg Ĥ(ω) = arg <X̂(ω) conj X(ω)>,
+
+with X the Hann-windowed DFT along the sequence and <.> the mean over batch, heads and channels.
+For the post-RoPE shear it recovers H up to window leakage and the sequence boundary; for the
+pre-RoPE ablation it does not, because in the rotating frame that shear is not time-invariant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..ops.hooks import capture
+from ..ops.variants import VARIANTS, variant_gammas
+
+
+def shear_response(omega, gamma: float) -> np.ndarray:
+    """H_gamma(e^{iω}) = (1 + gamma) - gamma e^{-iω} (complex)."""
+    omega = np.asarray(omega, dtype=float)
+    return (1.0 + gamma) - gamma * np.exp(-1j * omega)
+
+
+def shear_gain_squared(omega, gamma: float) -> np.ndarray:
+    """|H_gamma(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω)."""
+    omega = np.asarray(omega, dtype=float)
+    return 1.0 + 2.0 * gamma * (1.0 + gamma) * (1.0 - np.cos(omega))
+
+
+def joint_response(omega_q, omega_k, gamma_q: float, gamma_k: float) -> np.ndarray:
+    """The score filter H_q(e^{iω_q}) H_k(e^{iω_k}) (broadcast over the two frequency arrays)."""
+    return shear_response(omega_q, gamma_q) * shear_response(omega_k, gamma_k)
+
+
+def filter_order(gamma_q: float, gamma_k: float) -> tuple[int, int]:
+    """Order of the joint score filter in (z_q^-1, z_k^-1): (0, 0) for plain attention."""
+    return (int(gamma_q != 0.0), int(gamma_k != 0.0))
+
+
+@dataclass
+class BodeCurves:
+    """Complex frequency responses on ``omega`` (radians per token, 0..π)."""
+
+    variant: str
+    gamma: float
+    omega: np.ndarray
+    query: np.ndarray
+    key: np.ndarray
+
+    @property
+    def joint(self) -> np.ndarray:
+        """The score filter on the diagonal ω_q = ω_k."""
+        return self.query * self.key
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return filter_order(*variant_gammas(self.variant, self.gamma))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"variant": self.variant, "gamma": self.gamma, "order": list(self.order),
+                               "omega": self.omega.tolist()}
+        for name in ("query", "key", "joint"):
+            h = getattr(self, name)
+            out[f"{name}_gain_db"] = (20 * np.log10(np.abs(h))).tolist()
+            out[f"{name}_phase"] = np.angle(h).tolist()
+        return out
+
+
+def variant_bode(variant: str, gamma: float, omega=None) -> BodeCurves:
+    """Closed-form responses of a named variant (see :mod:`psattn.ops.variants`)."""
+    omega = np.linspace(0.0, np.pi, 257) if omega is None else np.asarray(omega, dtype=float)
+    gamma_q, gamma_k = variant_gammas(variant, gamma)
+    return BodeCurves(variant, gamma, omega, shear_response(omega, gamma_q), shear_response(omega, gamma_k))
+
+
+def all_variant_bode(gamma: float, omega=None) -> list[BodeCurves]:
+    return [variant_bode(v, gamma, omega) for v in VARIANTS]
+
+
+def spectral_ratio(raw: Tensor, sheared: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(omega, Ĥ(ω)): the response estimate above from streams (B, H, T, D) along T."""
+    if raw.shape != sheared.shape or raw.dim() != 4:
+        raise ValueError(f"expected two (B, H, T, D) streams of one shape, got {tuple(raw.shape)} and {tuple(sheared.shape)}")
+    T = raw.shape[2]
+    if T < 4:
+        raise ValueError(f"need at least 4 positions for a spectrum, got {T}")
+    window = torch.hann_window(T, periodic=False, dtype=torch.float64)[:, None]  # (T, 1)
+    X = torch.fft.rfft(raw.double() * window, dim=2)  # (B, H, F, D)
+    Y = torch.fft.rfft(sheared.double() * window, dim=2)
+    power_x = (X.abs() ** 2).mean(dim=(0, 1, 3))  # (F,)
+    power_y = (Y.abs() ** 2).mean(dim=(0, 1, 3))
+    cross = (Y * X.conj()).mean(dim=(0, 1, 3))
+    gain = torch.sqrt(power_y / power_x.clamp_min(torch.finfo(torch.float64).tiny))
+    response = gain * torch.exp(1j * torch.angle(cross))
+    omega = 2 * np.pi * np.arange(X.shape[2]) / T
+    return omega, response.numpy()
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None  # undefined for a constant curve (gamma = 0)
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+@dataclass
+class MeasuredBode:
+    """Measured and closed-form responses of one layer's query and key streams."""
+
+    layer: int
+    gamma_q: float
+    gamma_k: float
+    omega: np.ndarray
+    query: np.ndarray
+    key: np.ndarray
+
+    def closed_form(self, stream: str) -> np.ndarray:
+        if stream == "joint":
+            return joint_response(self.omega, self.omega, self.gamma_q, self.gamma_k)
+        return shear_response(self.omega, self.gamma_q if stream == "query" else self.gamma_k)
+
+    def measured(self, stream: str) -> np.ndarray:
+        return self.query * self.key if stream == "joint" else getattr(self, stream)
+
+    def correlation(self, stream: str = "key") -> float | None:
+        """Pearson r between measured and closed-form gain |H| (None when the latter is constant)."""
+        return _pearson(np.abs(self.measured(stream)), np.abs(self.closed_form(stream)))
+
+    def max_rel_error(self, stream: str = "key") -> float:
+        theory = np.abs(self.closed_form(stream))
+        return float(np.max(np.abs(np.abs(self.measured(stream)) - theory) / theory))
+
+    def to_dict(self, label: str = "") -> dict[str, Any]:
+        """Curves and numbers for :func:`psattn.theory.plots.plot_measured_bode` and JSON."""
+        out: dict[str, Any] = {"label": label, **self.summary(), "omega": self.omega.tolist()}
+        for s in ("query", "key"):
+            out[f"{s}_measured_gain"] = np.abs(self.measured(s)).tolist()
+            out[f"{s}_theory_gain"] = np.abs(self.closed_form(s)).tolist()
+            out[f"{s}_measured_phase"] = np.angle(self.measured(s)).tolist()
+            out[f"{s}_theory_phase"] = np.angle(self.closed_form(s)).tolist()
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"layer": self.layer, "gamma_q": self.gamma_q, "gamma_k": self.gamma_k,
+                **{f"{s}_r": self.correlation(s) for s in ("query", "key", "joint")},
+                **{f"{s}_max_rel_error": self.max_rel_error(s) for s in ("query", "key", "joint")}}
+
+
+@torch.no_grad()
+def measure_bode(model, input_ids: Tensor, layer: int = 0) -> MeasuredBode:
+    """Estimate the query and key responses of attention layer ``layer`` of a
+    :class:`~psattn.models.DecoderLM` from its hook points on ``input_ids`` (B, T)."""
+    blocks = model.blocks
+    if not 0 <= layer < len(blocks):
+        raise ValueError(f"layer must lie in [0, {len(blocks)}), got {layer}")
+    attn = blocks[layer].attn
+    prefix = f"blocks.{layer}.attn."
+    with capture(model, *(prefix + h for h in ("hook_q", "hook_k", "hook_q_sheared", "hook_k_sheared"))) as seen:
+        model(input_ids)
+    omega, h_q = spectral_ratio(seen[prefix + "hook_q"], seen[prefix + "hook_q_sheared"])
+    _, h_k = spectral_ratio(seen[prefix + "hook_k"], seen[prefix + "hook_k_sheared"])
+    return MeasuredBode(layer, attn.gamma_q, attn.gamma_k, omega, h_q, h_k)

@@ -1,0 +1,82 @@
+import json
+
+import pytest
+
+from psattn.theory.certificates import (REGISTRY, Evidence, certificate_names, format_table, run_certificate,
+                                        run_certificates)
+from psattn.theory.certificates.base import CertificateSpec
+from psattn.theory.operators import MUTANTS, REFERENCE
+
+# Which broken operator each certificate must catch (at least these; others may fail it too).
+MUST_FAIL = {
+    "four_term_decomposition": ["wrong_sign", "pre_rope", "look_ahead"],
+    "symplecticity": ["wrong_sign", "pre_rope"],
+    "hamiltonian_flow": ["wrong_sign", "pre_rope"],
+    "kinetic_energy": ["pre_rope", "look_ahead"],
+    "uniqueness": ["wrong_sign", "pre_rope"],
+    "cache_equivalence": ["raw_key_cache", "recompute_cache"],
+    "flops_per_token": ["recompute_cache"],
+    "transition_law": ["swapped_law", "pre_rope"],
+    "filter_order_gap": ["wrong_sign", "look_ahead"],
+    "dc_neutral_high_pass": ["wrong_sign", "pre_rope"],
+    "causality": ["look_ahead"],
+    "coriolis_placement": ["pre_rope"],
+    "int8_headroom": ["wrong_sign", "pre_rope"],
+}
+
+
+@pytest.fixture(scope="module")
+def reference_results():
+    return {r.name: r for r in run_certificates(REFERENCE)}
+
+
+@pytest.fixture(scope="module")
+def mutant_results():
+    return {name: {r.name: r for r in run_certificates(op)} for name, op in MUTANTS.items()}
+
+
+def test_at_least_ten_certificates_cover_the_issue():
+    assert len(REGISTRY) >= 10
+    assert set(MUST_FAIL) == set(certificate_names())
+    for spec in REGISTRY.values():
+        assert spec.statement and spec.method in ("symbolic", "numeric", "symbolic + numeric")
+
+
+@pytest.mark.parametrize("name", list(MUST_FAIL))
+def test_passes_on_the_library_operator(reference_results, name):
+    r = reference_results[name]
+    assert r.passed and r.error is None and not r.failures, r.details
+    assert r.details.count("ok: ") >= 2
+
+
+@pytest.mark.parametrize("name,mutant", [(n, m) for n, ms in MUST_FAIL.items() for m in ms])
+def test_fails_on_a_broken_operator(mutant_results, name, mutant):
+    r = mutant_results[mutant][name]
+    assert not r.passed, f"{name} did not catch {mutant}: {r.details}"
+    assert r.error is None and r.failures  # it failed a check, it did not crash
+
+
+def test_cache_mutants_break_only_deployment_claims(mutant_results):
+    assert {n for n, r in mutant_results["raw_key_cache"].items() if not r.passed} == {"cache_equivalence"}
+    assert {n for n, r in mutant_results["swapped_law"].items() if not r.passed} == {"transition_law"}
+
+
+def test_evidence_cannot_pass_empty_and_crashes_fail():
+    assert not Evidence().passed
+
+    def crash(op, ev):
+        ev.check(True, "fine")
+        raise RuntimeError("boom")
+
+    r = run_certificate(CertificateSpec("crash", "s", "numeric", crash))
+    assert not r.passed and "boom" in r.error and "ERROR" in r.details
+
+
+def test_table_and_json(reference_results):
+    results = list(reference_results.values())
+    table = format_table(results)
+    assert f"{len(results)}/{len(results)} certificates passed" in table and "PASS" in table
+    assert "ok:" in format_table(results, details=True)
+    json.dumps([r.to_dict() for r in results])
+    with pytest.raises(ValueError, match="unknown certificates"):
+        run_certificates(REFERENCE, ["nope"])

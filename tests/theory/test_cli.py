@@ -1,0 +1,101 @@
+"""The theory commands, wired the way the main CLI does it: ``register(sub)`` on its subparsers."""
+
+import argparse
+import json
+import re
+import time
+
+import pytest
+
+from psattn.theory import report
+from psattn.theory.cli import register
+
+
+def run_cli(argv):
+    parser = argparse.ArgumentParser(prog="psattn")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_certify_prints_a_table_and_passes_within_a_minute(capsys):
+    start = time.perf_counter()
+    assert run_cli(["certify"]) == 0
+    assert time.perf_counter() - start < 60
+    out = capsys.readouterr().out
+    assert "four_term_decomposition" in out and "certificates passed for operator 'psa'" in out
+    assert "FAIL" not in out
+
+
+def test_certify_json(capsys):
+    assert run_cli(["certify", "--json", "--only", "causality", "int8_headroom"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in results] == ["causality", "int8_headroom"]
+    assert all(r["passed"] and r["statement"] and r["method"] for r in results)
+
+
+def test_certify_exits_non_zero_on_a_broken_operator(capsys):
+    assert run_cli(["certify", "--operator", "raw_key_cache", "--only", "cache_equivalence"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_unknown_operator_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown operator"):
+        run_cli(["certify", "--operator", "nope"])
+
+
+def test_gamma_c_and_fit_exponent(tmp_path, capsys):
+    assert run_cli(["theory", "gamma-c", "--d-k", "64", "4", "--T", "8.38905609893065"]) == 0
+    out = capsys.readouterr().out
+    assert "gamma_c=0.517638 (branch 1" in out and "gamma_c=0.675676 (branch 2" in out
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps([[16, 1.0], [64, 0.25], [256, 0.0625]]))
+    assert run_cli(["theory", "fit-exponent", str(sweep), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exponent"] == pytest.approx(-1.0)
+
+
+def test_phase_diagram_and_bode_write_figures(tmp_path, capsys):
+    assert run_cli(["theory", "phase-diagram", "--out", str(tmp_path), "--samples", "8"]) == 0
+    assert "above_crossover" in capsys.readouterr().out
+    assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "transition.json").read_text())["n_samples"] == 8
+    assert run_cli(["theory", "bode", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    r = float(re.search(r"key +measured vs closed form: Pearson r ([0-9.]+)", out).group(1))
+    assert r > 0.999
+    assert (tmp_path / "bode.png").exists() and (tmp_path / "bode_measured.png").exists()
+
+
+@pytest.fixture
+def tiny_run(tmp_path):
+    from psattn.experiments.configs import small_induction_config
+    from psattn.training.config import apply_overrides
+    from psattn.training.trainer import train
+
+    config = small_induction_config("symmetric", 0.8, steps=2, early_stop=False)
+    config = apply_overrides(config, ["train.eval_size=16", "train.eval_every=2", "model.d_model=32"])
+    train(config, tmp_path / "run", resume=False)
+    return tmp_path / "run"
+
+
+def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypatch):
+    monkeypatch.setattr(report, "GRID_DK", [8, 64, 1024])
+    monkeypatch.setattr(report, "GRID_T", [16, 256])
+    monkeypatch.setattr(report, "SCALING_DK", [64, 1024, 4096, 16384])
+    sweep = [{"d_k": 16, "gamma_critical": 1.2}, {"d_k": 32, "gamma_critical": 0.6}, {"d_k": 64, "gamma_critical": None}]
+    out = tmp_path / "theory"
+    result = report.reproduce(out, quick=True, run_dir=tiny_run, sweep_results=sweep, link_prefix="theory/")
+    for name in ("phase_diagram", "scaling", "bode", "bode_measured"):
+        assert (out / f"{name}.png").stat().st_size > 5_000
+    saved = json.loads((out / "theory.json").read_text())
+    assert all(r["passed"] for r in saved["certificates"]["results"])
+    assert all(m["failed"] for m in saved["certificates"]["mutants"].values())
+    assert saved["scaling"]["empirical"]["fit"]["exponent"] == pytest.approx(-1.0)
+    assert saved["spectral"]["measured"][0]["key_r"] > 0.999
+    md = (out / "theory.md").read_text()
+    assert md == result["markdown"].replace("](theory/", "](")
+    assert "![scaling](theory/scaling.png)" in result["markdown"]
+    for text in ("## Theory", "![phase diagram](phase_diagram.png)", "Pearson r", "paper 0.9966", "-1.000 ±",
+                 "| 13 | int8_headroom |"):
+        assert text in md

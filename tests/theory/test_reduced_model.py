@@ -1,0 +1,81 @@
+import math
+
+import numpy as np
+import pytest
+
+from psattn.theory.reduced_model import ReducedModel, compare_with_theory, simulate_transition
+from psattn.theory.transition import crossover_dk, gamma_c
+
+
+def test_seeded_and_reproducible():
+    a = simulate_transition(256, 64, n_samples=64, seed=3)
+    assert a == simulate_transition(256, 64, n_samples=64, seed=3)
+    assert a != simulate_transition(256, 64, n_samples=64, seed=4)
+
+
+@pytest.mark.parametrize("d_k,T", [(512, 64), (1024, 256), (4096, 1024), (2048, 16)])
+def test_agrees_with_branch_one_far_above_the_crossover(d_k, T):
+    """Where d_k >> 8L the typical log-partition equals the annealed one, so the theory must hold."""
+    assert d_k > 8 * crossover_dk(T)
+    sim = simulate_transition(d_k, T, n_samples=128, seed=0)
+    assert sim == pytest.approx(gamma_c(d_k, T), rel=0.01)
+
+
+def test_annealed_criterion_reproduces_branch_one():
+    model = ReducedModel(64, n_samples=256, seed=0)
+    for d_k in (64, 256, 1024):
+        assert model.transition(d_k, "annealed") == pytest.approx(gamma_c(d_k, 64), rel=0.01)
+
+
+def test_annealed_log_partition_estimates_L_plus_v_over_2():
+    model = ReducedModel(256, n_samples=512, seed=1)
+    u = 0.1  # v = 4u^2 = 0.04
+    value, _ = model.log_partition(u, "annealed")
+    assert value == pytest.approx(math.log(255) + 2 * u**2, abs=2e-3)
+
+
+def test_no_transition_well_below_the_crossover():
+    model = ReducedModel(1024, n_samples=64, seed=0)
+    assert math.isnan(model.transition(8.0)) and math.isnan(model.transition(4.0))
+
+
+def test_margin_derivative_matches_finite_differences():
+    model = ReducedModel(32, n_samples=16, seed=0)
+    for criterion in ("quenched", "annealed"):
+        value, slope = model.log_partition(0.3, criterion)
+        h = 1e-6
+        assert slope == pytest.approx((model.log_partition(0.3 + h, criterion)[0] - value) / h, rel=1e-4)
+
+
+def test_target_weight_rises_through_the_transition():
+    model = ReducedModel(256, n_samples=128, seed=0)
+    g = model.transition(1024)
+    assert model.target_weight(0.8 * g, 1024) < 0.5 < model.target_weight(1.2 * g, 1024)
+
+
+def test_compare_with_theory_reports_both_sides():
+    cmp = compare_with_theory([8, 64, 1024], [16, 256], n_samples=32, seed=0)
+    assert cmp.gamma_sim.shape == cmp.gamma_theory.shape == (2, 3)
+    assert cmp.branch.tolist() == [[2, 1, 1], [2, 1, 1]]
+    above = cmp.stats["above_crossover"]
+    assert above["points"] == 4 and above["with_transition"] == 4 and above["max_rel_error"] < 0.05
+    assert above["pearson_r"] > 0.99
+    assert all(p["branch"] == 2 for p in cmp.stats["parting"])
+    d = cmp.to_dict()
+    assert d["gamma_sim"][0][0] is None or isinstance(d["gamma_sim"][0][0], float)
+    assert np.isfinite(np.array(d["gamma_theory"], dtype=float)).all()
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(T=2), "T must be an integer >= 3"),
+                                          (dict(T=64, n_samples=1), "n_samples")])
+def test_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ReducedModel(**kwargs)
+
+
+def test_bad_criterion_and_dk():
+    model = ReducedModel(16, n_samples=4)
+    with pytest.raises(ValueError, match="criterion"):
+        model.transition(64, "median")
+    with pytest.raises(ValueError, match="d_k"):
+        model.transition(0)

@@ -1,0 +1,54 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from psattn.theory.scaling import (empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent,
+                                   sweep_pairs)
+
+
+def test_exact_power_law_is_recovered():
+    x = np.array([16, 32, 64, 128, 256.0])
+    fit = fit_power_law(x, 3.0 * x**-1.13)
+    assert fit.exponent == pytest.approx(-1.13) and fit.prefactor == pytest.approx(3.0)
+    assert fit.r_squared == pytest.approx(1.0) and fit.n == 5 and fit.stderr < 1e-10
+
+
+def test_reduced_model_exponent_tends_to_minus_a_quarter():
+    far = reduced_model_exponent(256, [4096, 16384, 65536, 262144])
+    assert far.exponent == pytest.approx(-0.25, abs=0.005)
+    near = reduced_model_exponent(256, [64, 128, 256, 512])
+    assert near.exponent < -0.26  # steeper near the crossover
+    simulated = reduced_model_exponent(256, [1024, 4096, 16384], simulated=True, n_samples=32)
+    assert simulated.exponent == pytest.approx(-0.25, abs=0.01)
+
+
+def test_empirical_exponent_from_records_drops_unusable_runs():
+    records = [{"d_k": 16, "gamma_critical": 1.0}, {"head_dim": 32, "gamma_c": 0.5}, {"d_k": 64, "gamma": 0.25},
+               {"d_k": 128, "gamma_critical": None}, (256, 0.0)]
+    fit = empirical_exponent(records)
+    assert fit.exponent == pytest.approx(-1.0) and fit.n == 3 and fit.dropped == 2
+
+
+def test_load_sweep_results(tmp_path):
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"results": [[16, 0.9], [64, 0.4]]}))
+    assert load_sweep_results(path) == [(16.0, 0.9), (64.0, 0.4)]
+    path.write_text(json.dumps([{"d_k": 8, "gamma_critical": 1.2}]))
+    assert load_sweep_results(path) == [(8.0, 1.2)]
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(ValueError, match="results"):
+        load_sweep_results(path)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="two distinct"):
+        fit_power_law([16, 16], [1, 2])
+    with pytest.raises(ValueError, match="no sweep results"):
+        empirical_exponent([])
+    with pytest.raises(ValueError, match="no d_k field"):
+        sweep_pairs([{"gamma_c": 1.0}])
+    with pytest.raises(ValueError, match="differ in length"):
+        fit_power_law([1, 2, 3], [1, 2])
+    assert math.isnan(fit_power_law([1, 2], [1, 2]).stderr)

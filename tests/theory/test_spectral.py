@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+import torch
+
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.theory.spectral import (all_variant_bode, filter_order, joint_response, measure_bode, shear_gain_squared,
+                                    shear_response, spectral_ratio, variant_bode)
+
+
+def test_closed_form_gains():
+    w = np.linspace(0, np.pi, 101)
+    for g in (0.3, 0.8, 2.0):
+        h = shear_response(w, g)
+        assert h[0] == pytest.approx(1.0)  # DC-neutral
+        assert abs(h[-1]) == pytest.approx(1 + 2 * g)  # Nyquist gain
+        np.testing.assert_allclose(np.abs(h) ** 2, shear_gain_squared(w, g), rtol=1e-12)
+        assert np.all(np.diff(np.abs(h)) > 0)  # monotone high-pass
+    np.testing.assert_allclose(shear_response(w, 0.0), 1.0)
+
+
+def test_joint_filter_and_orders():
+    assert joint_response(0.0, np.pi, 0.5, 0.5) == pytest.approx(2.0)
+    assert [variant_bode(v, 0.8).order for v in ("baseline", "symmetric", "key_only", "query_only")] == \
+        [(0, 0), (1, 1), (0, 1), (1, 0)]
+    assert filter_order(0.0, 0.3) == (0, 1)
+    curves = all_variant_bode(0.8)
+    assert len(curves) == 4
+    d = curves[1].to_dict()
+    assert d["joint_gain_db"][0] == pytest.approx(0.0) and d["order"] == [1, 1]
+
+
+def test_spectral_ratio_of_an_exact_filter():
+    x = torch.randn(4, 2, 128, 8, dtype=torch.float64)
+    y = 1.5 * x - 0.5 * torch.roll(x, 1, dims=2)  # circular, so the estimate is exact up to the window
+    omega, h = spectral_ratio(x, y)
+    assert np.corrcoef(np.abs(h), np.abs(shear_response(omega, 0.5)))[0, 1] > 0.999
+    with pytest.raises(ValueError, match="one shape"):
+        spectral_ratio(x, y[..., :4])
+
+
+def _model(variant, placement="post_rope", gamma=0.8):
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4,
+                         attention=AttentionConfig(variant, gamma, placement))
+    return DecoderLM(config).eval()
+
+
+def test_measured_bode_matches_the_closed_form_on_a_model():
+    ids = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(0))
+    m = measure_bode(_model("symmetric"), ids, layer=1)
+    assert m.correlation("key") > 0.9999 and m.correlation("query") > 0.9999 and m.correlation("joint") > 0.9999
+    assert m.max_rel_error("key") < 0.01
+    d = m.to_dict("symmetric")
+    assert d["label"] == "symmetric" and len(d["key_measured_gain"]) == len(d["omega"]) == 33
+
+    key_only = measure_bode(_model("key_only"), ids)
+    assert key_only.correlation("query") is None and key_only.max_rel_error("query") < 1e-12
+    assert key_only.correlation("key") > 0.9999
+
+
+def test_pre_rope_placement_departs_from_the_closed_form():
+    ids = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(0))
+    post = measure_bode(_model("symmetric"), ids).max_rel_error("key")
+    pre = measure_bode(_model("symmetric", "pre_rope"), ids).max_rel_error("key")
+    assert pre > 5 * post
+
+
+def test_bad_layer():
+    with pytest.raises(ValueError, match="layer"):
+        measure_bode(_model("symmetric"), torch.zeros(1, 8, dtype=torch.long), layer=5)
