@@ -3,6 +3,8 @@
 import torch
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.tasks import make_task_config
+from psattn.training.config import RunConfig, TrainConfig
 from psattn.ops.variants import PLACEMENTS, VARIANTS
 
 ALL_VARIANTS = [(v, p) for v in VARIANTS for p in PLACEMENTS]
@@ -23,3 +25,13 @@ def random_model(variant="key_only", placement="post_rope", gamma=0.8, *, seed=0
     return model
 
 
+def tiny_config(steps=40, **train_fields) -> RunConfig:
+    fields = dict(steps=steps, batch_size=16, eval_every=10, eval_size=64, checkpoint_every=10,
+                  early_stop=False, warmup_steps=5, threads=1)
+    fields.update(train_fields)
+    return RunConfig(
+        model=ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2,
+                          attention=AttentionConfig("key_only", 1.0)),
+        task=make_task_config("induction", vocab_size=16, seq_len=16, form="full"),
+        train=TrainConfig(**fields),
+    )

@@ -5,23 +5,12 @@ import signal
 import pytest
 import torch
 
-from psattn.models import AttentionConfig, ModelConfig
+from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import trainer as trainer_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
 from psattn.training.trainer import TrainingDiverged, train
-
-
-def tiny_config(steps=40, **train_fields) -> RunConfig:
-    fields = dict(steps=steps, batch_size=16, eval_every=10, eval_size=64, checkpoint_every=10,
-                  early_stop=False, warmup_steps=5, threads=1)
-    fields.update(train_fields)
-    return RunConfig(
-        model=ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2,
-                          attention=AttentionConfig("key_only", 1.0)),
-        task=make_task_config("induction", vocab_size=16, seq_len=16, form="full"),
-        train=TrainConfig(**fields),
-    )
+from helpers import tiny_config
 
 
 def test_deterministic_and_run_directory(tmp_path):
@@ -70,15 +59,15 @@ def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
 
 
 def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
-    real_loss = trainer_module.lm_loss
+    real_loss = trainer_module.shard_loss
     calls = {"n": 0}
 
-    def poisoned(logits, targets):
+    def poisoned(logits, targets, scored, ctx):
         calls["n"] += 1
-        loss = real_loss(logits, targets)
+        loss = real_loss(logits, targets, scored, ctx)
         return loss * float("nan") if calls["n"] > 15 else loss
 
-    monkeypatch.setattr(trainer_module, "lm_loss", poisoned)
+    monkeypatch.setattr(trainer_module, "shard_loss", poisoned)
     with pytest.raises(TrainingDiverged, match="nan at step 15.*checkpoint.pt is kept"):
         train(tiny_config(), tmp_path)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)

@@ -36,6 +36,8 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads; None leaves the default
     device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto" (CUDA when available)
+    precision: str = "fp32"  # "fp32" or "bf16" (autocast; GPU presets)
+    compile: bool = False  # torch.compile the model
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
@@ -53,6 +55,8 @@ class TrainConfig:
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
         if not self.grad_clip > 0:
             raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip}")
 

@@ -3,7 +3,8 @@ atomic checkpoints and exact resumption.
 
 Determinism: parameters are initialised from ``train.seed``; the training batch of step s is drawn
 from a generator seeded by (seed, s) alone, and the held-out set from (seed, "eval"), so a resumed
-run sees exactly the batches an uninterrupted run would. A run directory holds::
+run sees exactly the batches an uninterrupted run would. Under ``torchrun`` the same code trains
+data-parallel (see :mod:`.distributed`); only rank 0 writes. A run directory holds::
 
     config.json   the resolved RunConfig        meta.json     seed, versions, git revision, date
     metrics.jsonl one line per evaluation       checkpoint.pt model, optimiser, schedule, history
@@ -36,6 +37,7 @@ from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task
 from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl
 from .config import RunConfig
+from .distributed import Distributed, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +75,11 @@ def build_model(config: RunConfig) -> DecoderLM:
     return DecoderLM(config.model)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"train.device={name!r} but CUDA is not available")
@@ -152,7 +156,7 @@ class _StopFlag:
             signal.signal(signal.SIGINT, previous)
 
 
-def _write_run_files(run_dir: Path, config: RunConfig) -> None:
+def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True) -> None:
     config_path = run_dir / "config.json"
     resolved = config.to_dict()
     if config_path.exists():
@@ -161,6 +165,8 @@ def _write_run_files(run_dir: Path, config: RunConfig) -> None:
             raise ValueError(
                 f"{run_dir} holds a run with a different config; use another directory or delete it"
             )
+        return
+    if not is_main:
         return
     write_json(config_path, resolved)
     write_json(run_dir / "meta.json", {
@@ -187,14 +193,18 @@ def train(
     t = config.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
+    requested = resolve_device(t.device)
+    ddp = setup_distributed(requested.type)
+    device = resolve_device(t.device, ddp.local_rank)
     run_dir = None if run_dir is None else Path(run_dir)
     ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
     if run_dir is not None:
-        _write_run_files(run_dir, config)
+        _write_run_files(run_dir, config, ddp.is_main)
+    writes = run_dir is not None and ddp.is_main
 
-    device = resolve_device(t.device)
     model = build_model(config).to(device)
     optimizer, schedule = build_optimizer(model, t)
+    forward = _forward_fn(model, config, ddp, device)
     held_out = eval_batch(config).to(device)
     step, history, emergence, seconds = 0, [], None, 0.0
     if resume and ckpt_path is not None and ckpt_path.exists():
@@ -204,27 +214,31 @@ def train(
         schedule.load_state_dict(state["schedule"])
         torch.set_rng_state(state["torch_rng"])
         step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
-        write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
+        if writes:
+            write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
         log.info("resumed %s at step %d", run_dir, step)
 
     def checkpoint() -> None:
-        if ckpt_path is not None:
+        if writes:
             save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(), "step": step,
                 "history": history, "emergence_step": emergence, "seconds": seconds,
             })
+        barrier(ddp)
 
     done = bool(history) and t.early_stop and emergence is not None
     stop = _StopFlag()
-    bar = tqdm(total=t.steps, initial=step, disable=not progress, desc=config.name, leave=False)
+    bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
     model.train()
     with stop.installed():
         start = time.perf_counter()
         while step < t.steps and not done:
-            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step)).to(device)
-            loss = lm_loss(model(batch.inputs), batch.targets)
-            if not torch.isfinite(loss):
+            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+            scored = int((batch.targets != IGNORE_INDEX).sum())
+            mine = shard(batch, ddp).to(device)
+            loss = forward(mine.inputs, mine.targets, scored)
+            if not torch.isfinite(mean_over_ranks(loss, ddp)):
                 last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"
                 raise TrainingDiverged(f"loss became {loss.item()} at step {step}; stopping ({last})")
             optimizer.zero_grad(set_to_none=True)
@@ -235,13 +249,15 @@ def train(
             step += 1
             if on_step is not None:
                 on_step(step, loss.item())
+            if step % t.eval_every == 0 or step == t.steps:
+                loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
             bar.update(1)
             if step % t.eval_every == 0 or step == t.steps:
                 acc, eval_loss = evaluate(model, held_out)
                 row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
                        "lr": schedule.get_last_lr()[0]}
                 history.append(row)
-                if run_dir is not None:
+                if writes:
                     with open(run_dir / "metrics.jsonl", "a") as f:
                         f.write(json.dumps(row) + "\n")
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
@@ -263,6 +279,27 @@ def train(
         final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
         emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
     )
-    if run_dir is not None:
+    if writes:
         write_json(run_dir / "result.json", result.to_dict())
+    barrier(ddp)
     return result
+
+
+def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
+    """(inputs, targets, scored positions of the global batch) -> this rank's loss, with DDP,
+    bf16 autocast and torch.compile as configured."""
+    t = config.train
+    net = model
+    if t.compile:
+        net = torch.compile(net)
+    if ddp.enabled:
+        net = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None)
+    bf16 = t.precision == "bf16"
+
+    def forward(inputs, targets, scored: int):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = net(inputs)
+        return shard_loss(logits, targets, scored, ddp)
+
+    return forward

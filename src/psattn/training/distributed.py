@@ -1,0 +1,75 @@
+"""Data-parallel training under ``torchrun`` (PyTorch DDP: gloo on CPU, NCCL on CUDA).
+
+Every rank draws the same global batch from the step's generator and keeps its own slice of rows,
+so N processes with a global batch of B see exactly the rows one process sees. The loss of a shard
+is its summed cross-entropy divided by the number of scored positions in the *global* batch, times
+N; DDP's gradient average then equals the single-process gradient of the global mean loss.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..tasks.batch import IGNORE_INDEX, TaskBatch
+
+
+@dataclass(frozen=True)
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def setup_distributed(device_type: str) -> Distributed:
+    """Join the process group that ``torchrun`` describes in the environment (a no-op alone)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def shard(batch: TaskBatch, ctx: Distributed) -> TaskBatch:
+    """This rank's rows of the global batch."""
+    if not ctx.enabled:
+        return batch
+    B = len(batch)
+    if B % ctx.world_size:
+        raise ValueError(f"train.batch_size ({B}) must be divisible by the number of processes ({ctx.world_size})")
+    rows = slice(ctx.rank * B // ctx.world_size, (ctx.rank + 1) * B // ctx.world_size)
+    return TaskBatch(batch.inputs[rows], batch.targets[rows])
+
+
+def shard_loss(logits: Tensor, targets: Tensor, scored_global: int, ctx: Distributed) -> Tensor:
+    """Summed cross-entropy of the shard / scored positions of the global batch * world size."""
+    total = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    return total * (ctx.world_size / max(scored_global, 1))
+
+
+def mean_over_ranks(value: Tensor, ctx: Distributed) -> Tensor:
+    """The average of a scalar over ranks (the global loss); the value itself alone."""
+    if not ctx.enabled:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value)
+    return value / ctx.world_size
+
+
+def barrier(ctx: Distributed) -> None:
+    if ctx.enabled:
+        dist.barrier()

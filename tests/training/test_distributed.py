@@ -1,0 +1,77 @@
+"""Data-parallel training: two gloo processes on the CPU train exactly what one process trains."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from psattn.training.checkpoint import load_checkpoint
+from psattn.training.trainer import train
+from helpers import tiny_config
+
+
+def torchrun(config, run_dir, *, background=False):
+    path = run_dir.parent / f"{run_dir.name}.json"
+    path.write_text(json.dumps(config.to_dict()))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "psattn", "train", "--config", str(path), "--run-dir", str(run_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if background:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def same_history(a, b):
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b):
+        for key in ("train_loss", "eval_loss", "eval_accuracy"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-5), (key, x, y)
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(tmp_path):
+    config = tiny_config(steps=30)
+    single = train(config, tmp_path / "single")
+    torchrun(config, tmp_path / "ddp")
+    ddp = json.loads((tmp_path / "ddp" / "result.json").read_text())
+    same_history(ddp["history"], single.history)
+    files = {p.name for p in (tmp_path / "ddp").iterdir()}
+    assert {"config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"} <= files
+    assert len((tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()) == 3  # rank 0 alone writes
+
+
+@pytest.mark.slow
+def test_ddp_resumes_after_a_kill(tmp_path):
+    config = tiny_config(steps=60, checkpoint_every=5)
+    reference = train(config)
+    run_dir = tmp_path / "ddp"
+    proc = torchrun(config, run_dir, background=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        ckpt = run_dir / "checkpoint.pt"
+        if ckpt.exists() and load_checkpoint(ckpt)["step"] >= 10:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = load_checkpoint(run_dir / "checkpoint.pt")["step"]
+    assert 10 <= killed_at < 60 and not (run_dir / "result.json").exists()
+    torchrun(config, run_dir)
+    same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
+
+
+def test_batch_must_split_evenly(monkeypatch):
+    from psattn.training.distributed import Distributed, shard
+    from psattn.tasks import TaskBatch
+    batch = TaskBatch(torch.zeros(6, 4, dtype=torch.long), torch.zeros(6, 4, dtype=torch.long))
+    assert len(shard(batch, Distributed(rank=1, world_size=2))) == 3
+    with pytest.raises(ValueError, match="divisible"):
+        shard(batch, Distributed(rank=0, world_size=4))
