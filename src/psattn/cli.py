@@ -65,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .experiments.sweep import run_sweep
 
     configs = experiments.EXPERIMENTS[args.experiment](args.mode)
-    results = run_sweep(configs, args.out, workers=args.workers)
+    results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
     return 0
@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--mode", choices=experiments.MODES, default="quick")
     sw.add_argument("--out", default="runs")
     sw.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' (start one here), 'auto' or an address")
     sw.set_defaults(func=cmd_sweep)
 
     ex = sub.add_parser("export", help="export a trained run to ONNX, run it in ONNX Runtime, compare")

@@ -1,8 +1,12 @@
-"""Run a list of configs in parallel worker processes; skip those already finished.
+"""Run a list of configs in parallel worker processes, or on a Ray cluster; skip those already
+finished.
 
 Each config trains into ``out_dir/<config.name>``. A config whose ``result.json`` exists is not run
 again, and an interrupted one resumes from its checkpoint, so rerunning a sweep only does the work
-that is left.
+that is left. With ``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"``
+joins the running cluster, anything else is a cluster address) each run is a Ray task of one CPU
+(one GPU too when the config asks for CUDA); results land in the same directories, which must be
+on a file system every node sees.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def run_sweep(
     *,
     workers: int | None = None,
     progress: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Train every config not yet finished, ``workers`` at a time (default: one per core);
-    returns the saved results of all configs, keyed by name."""
+    """Train every config not yet finished, ``workers`` at a time (default: one per core) or on
+    Ray; returns the saved results of all configs, keyed by name."""
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ValueError("config names must be unique within a sweep")
@@ -56,7 +61,9 @@ def run_sweep(
     todo = [c for c in configs if load_result(out_dir / c.name) is None]
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
     workers = workers or os.cpu_count() or 1
-    if todo and workers == 1:
+    if todo and ray_address is not None:
+        _run_on_ray(todo, out_dir, ray_address, workers, progress)
+    elif todo and workers == 1:
         for config in tqdm(todo, desc="runs", disable=not progress):
             train(config, out_dir / config.name)
     elif todo:
@@ -66,3 +73,36 @@ def run_sweep(
             for future in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
                 future.result()
     return {name: load_result(out_dir / name) for name in names}
+
+
+def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("running sweeps on Ray needs the ray extra: pip install 'phase-space-attention[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address == "local":
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    try:
+        tasks = []
+        for c in configs:
+            wants_gpu = c.train.device.startswith("cuda") or (c.train.device == "auto" and _cluster_has_gpus(ray))
+            gpus = 1 if wants_gpu else 0
+            task = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
+            tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
+        pending = list(tasks)
+        with tqdm(total=len(tasks), desc="runs (ray)", disable=not progress) as bar:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                ray.get(done)
+                bar.update(len(done))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _cluster_has_gpus(ray) -> bool:
+    return ray.cluster_resources().get("GPU", 0) > 0

@@ -1,0 +1,30 @@
+"""Sweeps on a local Ray instance land in the same run directories as the process pool's."""
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+from psattn.experiments.configs import small_config
+from psattn.experiments.sweep import load_result, run_sweep
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="ray is not installed (pip install 'phase-space-attention[ray]')")
+
+
+def tiny(config):
+    return dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps=4, eval_every=2, eval_size=32, batch_size=8))
+
+
+@pytest.mark.slow
+def test_ray_sweep_matches_local_and_skips_finished(tmp_path):
+    configs = [tiny(small_config("key_only", 1.0, seed=s, d_model=32, n_heads=2)) for s in (0, 1)]
+    on_ray = run_sweep(configs, tmp_path / "ray", ray_address="local", workers=2, progress=False)
+    local = run_sweep(configs, tmp_path / "local", workers=1, progress=False)
+    for name in local:
+        assert on_ray[name]["history"] == local[name]["history"]
+    stamp = (tmp_path / "ray" / configs[0].name / "result.json").stat().st_mtime_ns
+    assert run_sweep(configs, tmp_path / "ray", ray_address="local", progress=False) == on_ray
+    assert (tmp_path / "ray" / configs[0].name / "result.json").stat().st_mtime_ns == stamp
+    assert load_result(tmp_path / "ray" / configs[1].name)["steps"] == 4
