@@ -1,0 +1,35 @@
+"""The benchmark scripts run (tiny settings): they must not rot between the runs that use them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args, timeout=300):
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke(tmp_path):
+    out = run("benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert {"math forward", "math forward+backward"} <= set(result["kernels"])
+    assert len(result["phase_transition"]["runs"]) == 2 and "ratio" in out
+
+
+def test_attention_speed_small_shape():
+    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
+              "--repeats", "2")
+    assert "forward+backward" in out and "cache bytes per token per layer" in out
+
+
+def test_trainer_speed_runs():
+    out = run("benchmarks/trainer_speed.py", "--steps", "3", "--repeats", "1")
+    assert "ratio" in out
