@@ -43,7 +43,7 @@ def small_config(
     n_heads: int = 4,
     n_layers: int = 1,
     model_preset: str | None = None,
-    device: str = "cpu",
+    device: str = "auto",
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's

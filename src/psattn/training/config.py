@@ -35,7 +35,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads; None leaves the default
-    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto" (CUDA when available)
+    device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda" or "cuda:N"
     precision: str = "fp32"  # "fp32" or "bf16" (autocast; GPU presets)
     compile: bool = False  # torch.compile the model
 
