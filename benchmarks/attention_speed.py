@@ -11,29 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
 
+from psattn.timing import interleaved_medians
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
-
-
-def interleaved_medians(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each function, calls interleaved round-robin."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def operator_benchmarks(B, H, T, D, gamma, repeats):
@@ -55,7 +40,7 @@ def operator_benchmarks(B, H, T, D, gamma, repeats):
     psa = lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True)  # noqa: E731
     rows = {}
     for label, make in (("forward", fwd), ("forward+backward", fwd_bwd)):
-        t = interleaved_medians({"sdpa": make(sdpa), "psa": make(psa)}, repeats)
+        t = interleaved_medians({"sdpa": make(sdpa), "psa": make(psa)}, repeats, warmup=3)
         rows[label] = t
     return rows
 
@@ -83,7 +68,7 @@ def decode_benchmark(B, H, T, D, gamma, repeats):
             with torch.no_grad():
                 layer(step, build_context(B, 1, step.device, cache=fork), fork.layers[0])
         runs[name] = run
-    times = interleaved_medians(runs, repeats * 5)
+    times = interleaved_medians(runs, repeats * 5, warmup=3)
     per_token = {name: c.kv_bytes() // T for name, c in caches.items()}
     extra = {name: c.extra_state_bytes() for name, c in caches.items()}
     return times, per_token, extra

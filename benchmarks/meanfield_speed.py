@@ -26,33 +26,18 @@ if __name__ == "__main__":  # one BLAS thread for NumPy too, unless the caller c
 
 import json  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from psattn.timing import interleaved_medians  # noqa: E402
 from psattn.meanfield.config import build_kernel  # noqa: E402
 from psattn.meanfield.dynamics import ComovingField, DirectField, normalise  # noqa: E402
 from psattn.meanfield.experiments import PAPER_KERNELS, paper_configs  # noqa: E402
 from psattn.meanfield.integrators import euler_step, rk4_step  # noqa: E402
 from psattn.meanfield.simulate import simulate  # noqa: E402
-
-
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
-    """Median seconds per call of each function, calls interleaved round-robin."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def numpy_euler_step(x: np.ndarray, beta: float, h: float) -> np.ndarray:

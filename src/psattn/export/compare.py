@@ -6,8 +6,6 @@ log2(1 + 2 gamma) bits."""
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from ..models.decoder import DecoderLM
 from ..models.generate import generate
 from ..ops.hooks import capture
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
+from ..timing import interleaved_medians
 from ..training.config import RunConfig
 from ..training.trainer import eval_batch, load_trained
 from .onnx import OnnxLM, decode_path_for, export_onnx, quantize_int8
@@ -45,16 +44,8 @@ def key_range_growth(model: DecoderLM, inputs: torch.Tensor) -> list[dict[str, f
 
 
 def _latency_per_token(model: DecoderLM, onnx_model: OnnxLM, prompt: torch.Tensor, tokens: int, repeats: int = 3):
-    times = {"pytorch": [], "onnxruntime": []}
     runs = {"pytorch": lambda: generate(model, prompt, tokens), "onnxruntime": lambda: onnx_model.generate(prompt.numpy(), tokens)}
-    for name, run in runs.items():
-        run()  # warm-up
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append((time.perf_counter() - start) / tokens)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: t / tokens for name, t in interleaved_medians(runs, repeats).items()}
 
 
 @torch.no_grad()
