@@ -83,6 +83,23 @@ def test_summaries_and_best_gamma():
     assert exp.best_gamma(noise) == 0.0  # a 0.001 difference is noise
 
 
+def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
+    rows = [{"d_k": 16, "gamma": 0.5, "success_rate": 0.5}, {"d_k": 16, "gamma": 1.0, "success_rate": 1.0},
+            {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0}]
+    assert exp.critical_pairs(rows) == [(16, 1.0), (64, None)]
+    names = {c.name for c in exp.critical_gamma("quick")}
+    assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
+    assert len(names) == len(exp.critical_gamma("quick"))
+
+
+def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    run_sweep([config], tmp_path, workers=1, progress=False)
+    other = dataclasses.replace(config, train=dataclasses.replace(config.train, lr=1e-4))
+    with pytest.raises(ValueError, match="different config"):
+        run_sweep([other], tmp_path, workers=1, progress=False)
+
+
 def test_head_scores_read_the_right_positions():
     model = random_model("key_only", n_kv_heads=4).float()
     model.config.vocab_size = 37
@@ -101,11 +118,12 @@ def test_head_scores_read_the_right_positions():
 @pytest.mark.slow
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
-                                    sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,))
+                                    sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
+                                    head_counts=(4, 2), critical_gammas=(1.0,))
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
-    for needle in ("Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+    for needle in ("Critical gamma against the head dimension", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

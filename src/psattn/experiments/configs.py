@@ -60,7 +60,7 @@ def small_config(
     else:
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
                             n_heads=n_heads, attention=attention)
-        size = f"L{n_layers}d{d_model}"
+        size = f"L{n_layers}d{d_model}h{n_heads}"
     return RunConfig(
         name=run_name(task, variant, gamma, placement, size, seed),
         model=model,

@@ -5,6 +5,8 @@ summary computed from saved results (never from a live run).
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
 3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
 4. Size scan: the same comparison as the model grows.
+5. Critical gamma: the gamma grid at several head dimensions d_k (same width, more or fewer heads);
+   the smallest gamma that succeeds, against d_k, gives the empirical exponent of gamma_c.
 
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Runs go
 to their full step budget (no early stop) so that final accuracies compare like with like. The
@@ -37,6 +39,8 @@ class Plan:
     size_gamma: float
     device: str
     threshold: float
+    head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
+    critical_gammas: tuple[float, ...]
 
 
 PLANS = {
@@ -44,13 +48,14 @@ PLANS = {
         seeds=(0, 1), extra_seeds=(0,), steps=600, gammas=(0.0, 0.5, 1.0, 2.0),
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
-        threshold=0.8,
+        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.5, 1.0, 2.0),
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
+        head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
     ),
 }
 
@@ -109,11 +114,17 @@ def size_scan(mode: str = "quick") -> list[RunConfig]:
             for size in p.sizes for v, g in (("baseline", 0.0), ("symmetric", p.size_gamma))]
 
 
+def critical_gamma(mode: str = "quick") -> list[RunConfig]:
+    p = _plan(mode)
+    return [_run(p, "symmetric", g, seed=0, n_heads=h) for h in p.head_counts for g in p.critical_gammas]
+
+
 EXPERIMENTS = {
     "variants": variant_table,
     "gamma_sweep": gamma_sweep,
     "controls": negative_controls,
     "sizes": size_scan,
+    "critical_gamma": critical_gamma,
 }
 
 
@@ -168,6 +179,20 @@ def size_key(result: dict[str, Any]) -> dict[str, Any]:
 
 
 TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held-out set
+
+
+def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
+    m = result["config"]["model"]
+    return {"d_k": m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
+
+
+def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None]]:
+    """(d_k, the smallest gamma of the grid whose runs all succeeded, or None) per head dimension."""
+    pairs = []
+    for d_k in sorted({r["d_k"] for r in rows}):
+        passing = [r["gamma"] for r in rows if r["d_k"] == d_k and r["success_rate"] == 1.0]
+        pairs.append((d_k, min(passing) if passing else None))
+    return pairs
 
 
 def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:

@@ -61,6 +61,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     gammas = sorted(exp.summarise_by(_subset(results, declared["gamma_sweep"]), exp.gamma_key), key=lambda r: r["gamma"])
     controls = exp.summarise_by(_subset(results, declared["controls"]), exp.control_key)
     sizes = exp.summarise_by(_subset(results, declared["sizes"]), exp.size_key)
+    critical = exp.summarise_by(_subset(results, declared["critical_gamma"]), exp.head_dim_key)
+    pairs = exp.critical_pairs(critical)
     any_result = next(iter(results.values()))
     threshold, size = any_result["config"]["train"]["threshold"], _param_count(results[declared["variants"][0].name])
 
@@ -115,6 +117,12 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     lines += _table(["layers", "d_model", "variant", "gamma", "final acc", "emergence step"],
                     [[r["n_layers"], r["d_model"], r["variant"], r["gamma"], r["mean_final_accuracy"],
                       _fmt(r["mean_emergence_step"], 0)] for r in sorted(sizes, key=lambda r: (r["d_model"], r["variant"]))])
+    lines += ["", "### Critical gamma against the head dimension", "",
+              "The smallest gamma of the grid at which the symmetric shear succeeds, per head dimension d_k "
+              "(d_model fixed, more or fewer heads); the theory section fits its exponent.", ""]
+    lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in critical})] + ["critical gamma"],
+                    [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(critical, key=lambda r: r["gamma"])
+                              if r["d_k"] == d_k] + [_fmt(g)] for d_k, g in pairs])
     lines += ["", "### Heads", "",
               "Previous-token and induction scores of each head, measured on [BOS] + R + R rows (R: 24 random tokens) "
               "with the seed-0 models:", "", "![head scores](figures/head_scores.png)", "",
@@ -124,7 +132,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"bare PyTorch loop on the same model and batches: ratio {speed['ratio']:.3f} (measured interleaved in this run).",
               ""]
     data = {"variants": variants, "gamma_sweep": gammas, "controls": controls, "sizes": sizes,
-            "head_scores": scores, "trainer_speed": speed}
+            "critical_gamma": critical, "critical_pairs": pairs, "head_scores": scores, "trainer_speed": speed}
     return lines, data
 
 
@@ -142,7 +150,7 @@ def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], 
         {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
 
 
-def theory_section(out: Path, mode: str) -> tuple[list[str], dict]:
+def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[list[str], dict]:
     """Certificates, the reduced model against the closed-form law, spectra; the measured Bode plot
     reads the seed-0 symmetric model of the variant table when it has been trained."""
     from ..theory.report import reproduce as reproduce_theory
@@ -151,8 +159,10 @@ def theory_section(out: Path, mode: str) -> tuple[list[str], dict]:
                      if c.model.attention.variant == "symmetric" and c.model.attention.placement == "post_rope")
     run_dir = out / "runs" / symmetric.name
     result = reproduce_theory(out / "theory", quick=mode == "quick",
-                              run_dir=run_dir if (run_dir / "result.json").exists() else None, link_prefix="theory/")
-    return ["## Theory", "", result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
+                              run_dir=run_dir if (run_dir / "result.json").exists() else None,
+                              sweep_results=[p for p in critical_pairs or [] if p[1] is not None] or None,
+                              link_prefix="theory/")
+    return [result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
 
 
 SECTIONS = ("induction", "theory", "meanfield")
@@ -180,7 +190,7 @@ def reproduce(
         part, data["induction"] = induction_section(out, mode, workers, progress)
         lines += part
     if "theory" in sections:
-        part, data["theory"] = theory_section(out, mode)
+        part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
         lines += part
     if "meanfield" in sections:
         part, data["meanfield"] = meanfield_section(out, mode, progress)

@@ -58,6 +58,10 @@ def run_sweep(
     if len(set(names)) != len(names):
         raise ValueError("config names must be unique within a sweep")
     out_dir = Path(out_dir)
+    for c in configs:
+        saved = out_dir / c.name / "config.json"
+        if saved.exists() and json.loads(saved.read_text()) != json.loads(json.dumps(c.to_dict())):
+            raise ValueError(f"{saved.parent} holds a run with a different config than {c.name!r}")
     todo = [c for c in configs if load_result(out_dir / c.name) is None]
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
     workers = workers or os.cpu_count() or 1
