@@ -105,3 +105,18 @@ def test_overrides_and_bad_configs(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         RunConfig.from_file(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fields", [{"precision": "bf16"}, {"compile": True}])
+def test_bf16_autocast_and_compile_train_like_fp32(fields):
+    import dataclasses
+
+    reference = train(tiny_config(steps=20))
+    config = tiny_config(steps=20)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, **fields))
+    result = train(config)
+    for a, b in zip(result.history, reference.history):
+        assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-2)
+    if "precision" in fields:  # autocast really ran in bf16: the trajectory differs a little
+        assert result.history[-1]["train_loss"] != reference.history[-1]["train_loss"]
