@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import signal
@@ -110,8 +111,6 @@ def test_overrides_and_bad_configs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("fields", [{"precision": "bf16"}, {"compile": True}])
 def test_bf16_autocast_and_compile_train_like_fp32(fields):
-    import dataclasses
-
     reference = train(tiny_config(steps=20))
     config = tiny_config(steps=20)
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, **fields))
