@@ -85,10 +85,12 @@ def test_summaries_and_best_gamma():
 
 def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     rows = [{"d_k": 16, "gamma": 0.5, "success_rate": 0.5}, {"d_k": 16, "gamma": 1.0, "success_rate": 1.0},
-            {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0}]
-    assert exp.critical_pairs(rows) == [(16, 1.0), (64, None)]
+            {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0},
+            {"d_k": 8, "gamma": 0.5, "success_rate": 1.0}, {"d_k": 8, "gamma": 1.0, "success_rate": 1.0}]
+    assert exp.critical_pairs(rows) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "> 0.5")]
     names = {c.name for c in exp.critical_gamma("quick")}
     assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
+    assert {c.train.steps for c in exp.variant_table("quick")} == {600, 400}
     assert len(names) == len(exp.critical_gamma("quick"))
 
 

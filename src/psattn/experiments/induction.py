@@ -32,6 +32,7 @@ class Plan:
     seeds: tuple[int, ...]
     extra_seeds: tuple[int, ...]  # for the secondary variants of the variant table
     steps: int
+    extra_steps: int  # budget of the secondary variants
     gammas: tuple[float, ...]
     control_gammas: tuple[float, ...]
     control_steps: int
@@ -45,13 +46,13 @@ class Plan:
 
 PLANS = {
     "quick": Plan(
-        seeds=(0, 1), extra_seeds=(0,), steps=600, gammas=(0.0, 0.5, 1.0, 2.0),
-        control_gammas=(0.0, 0.5, 1.0), control_steps=400,
+        seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, gammas=(0.0, 0.5, 1.0, 2.0),
+        control_gammas=(0.0, 0.5, 1.0), control_steps=300,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
-        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.5, 1.0, 2.0),
+        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5),
     ),
     "full": Plan(
-        seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+        seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
@@ -90,7 +91,7 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     return [
-        _run(p, variant, gamma, placement=placement, seed=seed, **model)
+        _run(p, variant, gamma, None if primary else p.extra_steps, placement=placement, seed=seed, **model)
         for variant, gamma, placement, primary in VARIANT_ROWS
         for seed in (p.seeds if primary else p.extra_seeds)
     ]
@@ -186,12 +187,21 @@ def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
     return {"d_k": m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
 
 
-def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None]]:
-    """(d_k, the smallest gamma of the grid whose runs all succeeded, or None) per head dimension."""
+def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, str]]:
+    """Per head dimension: (d_k, critical gamma, label). The critical gamma is the smallest gamma
+    of the grid whose runs all succeeded, provided a smaller grid gamma failed; when the smallest
+    grid gamma already succeeds, or none does, the value is censored (None) and the label gives
+    the bound ("<= 0.1", "> 0.5")."""
     pairs = []
     for d_k in sorted({r["d_k"] for r in rows}):
-        passing = [r["gamma"] for r in rows if r["d_k"] == d_k and r["success_rate"] == 1.0]
-        pairs.append((d_k, min(passing) if passing else None))
+        grid = sorted((r for r in rows if r["d_k"] == d_k), key=lambda r: r["gamma"])
+        passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
+        if not passing:
+            pairs.append((d_k, None, f"> {grid[-1]['gamma']:g}"))
+        elif passing[0] == grid[0]["gamma"]:
+            pairs.append((d_k, None, f"<= {passing[0]:g}"))
+        else:
+            pairs.append((d_k, passing[0], f"{passing[0]:g}"))
     return pairs
 
 

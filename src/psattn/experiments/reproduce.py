@@ -118,11 +118,13 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
                     [[r["n_layers"], r["d_model"], r["variant"], r["gamma"], r["mean_final_accuracy"],
                       _fmt(r["mean_emergence_step"], 0)] for r in sorted(sizes, key=lambda r: (r["d_model"], r["variant"]))])
     lines += ["", "### Critical gamma against the head dimension", "",
-              "The smallest gamma of the grid at which the symmetric shear succeeds, per head dimension d_k "
-              "(d_model fixed, more or fewer heads); the theory section fits its exponent.", ""]
+              "Final accuracy per grid gamma, and the smallest gamma of the grid at which the symmetric shear "
+              "succeeds, per head dimension d_k (d_model fixed, more or fewer heads: head count and d_k change "
+              "together). A bound (<= or >) means the grid did not bracket it; only bracketed values enter "
+              "the exponent fit of the theory section.", ""]
     lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in critical})] + ["critical gamma"],
                     [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(critical, key=lambda r: r["gamma"])
-                              if r["d_k"] == d_k] + [_fmt(g)] for d_k, g in pairs])
+                              if r["d_k"] == d_k] + [label] for d_k, _, label in pairs])
     lines += ["", "### Heads", "",
               "Previous-token and induction scores of each head, measured on [BOS] + R + R rows (R: 24 random tokens) "
               "with the seed-0 models:", "", "![head scores](figures/head_scores.png)", "",
@@ -160,7 +162,7 @@ def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[l
     run_dir = out / "runs" / symmetric.name
     result = reproduce_theory(out / "theory", quick=mode == "quick",
                               run_dir=run_dir if (run_dir / "result.json").exists() else None,
-                              sweep_results=[p for p in critical_pairs or [] if p[1] is not None] or None,
+                              sweep_results=[(d_k, g) for d_k, g, _ in critical_pairs or [] if g is not None] or None,
                               link_prefix="theory/")
     return [result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
 
