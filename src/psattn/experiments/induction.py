@@ -47,7 +47,7 @@ class Plan:
 PLANS = {
     "quick": Plan(
         seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, gammas=(0.0, 0.5, 1.0, 2.0),
-        control_gammas=(0.0, 0.5, 1.0), control_steps=300,
+        control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5),
     ),
