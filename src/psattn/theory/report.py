@@ -102,7 +102,8 @@ def spectral_results(out_dir: Path, quick: bool, run_dir=None, seed: int = 0) ->
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (32, 64), generator=torch.Generator().manual_seed(seed))
     measured = [measure_bode(model, ids).to_dict(label)]
-    pre = dataclasses.replace(model.config, attention=AttentionConfig("symmetric", BODE_GAMMA, "pre_rope"))
+    gamma = model.config.layer_attention_configs()[0].gamma  # the ablation keeps the model's own gamma
+    pre = dataclasses.replace(model.config, attention=AttentionConfig("symmetric", gamma, "pre_rope"))
     pre_model = DecoderLM(pre).eval()
     pre_model.load_state_dict(model.state_dict())
     measured.append(measure_bode(pre_model, ids).to_dict("same weights, shear placed before RoPE (ablation)"))
