@@ -1,10 +1,10 @@
 import pytest
-import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, AssociativeRecallConfig
-from psattn.tasks.associative_recall import BOS, FIRST_KEY, PAD, sample
+from psattn.tasks.associative_recall import BOS, FIRST_KEY, PAD
+from tasks.checks import check_random_config, seeded_batch
 
 
 def reference_targets(config: AssociativeRecallConfig, row: list[int]) -> list[int]:
@@ -29,10 +29,6 @@ def check_row(config: AssociativeRecallConfig, row: list[int], labels: list[int]
     assert labels == reference_targets(config, row)
 
 
-def _batch(config, seed=0, batch_size=64, split="train"):
-    return sample(config, batch_size, torch.Generator().manual_seed(seed), split)
-
-
 def test_docstring_example():
     config = AssociativeRecallConfig(vocab_size=16, seq_len=13, num_pairs=2, power_a=1.0)
     row = [0, 3, 10, 6, 12, 3, 1, 1, 1, 6, 1, 1, 1]
@@ -44,7 +40,7 @@ def test_docstring_example():
 @pytest.mark.parametrize("power_a", [0.01, 1.0])
 def test_rows_match_the_brute_force_checker(split, power_a):
     config = AssociativeRecallConfig(vocab_size=64, seq_len=48, num_pairs=6, power_a=power_a)
-    batch = _batch(config, batch_size=60, split=split)
+    batch = seeded_batch(config, batch_size=60, split=split)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_row(config, row, labels)
     assert bool((batch.scored.sum(dim=1) == 6).all())
@@ -53,7 +49,7 @@ def test_rows_match_the_brute_force_checker(split, power_a):
 def test_power_law_favours_early_queries():
     def mean_offset(power_a):
         config = AssociativeRecallConfig(vocab_size=64, seq_len=81, num_pairs=4, power_a=power_a)
-        batch = _batch(config, batch_size=1000)
+        batch = seeded_batch(config, batch_size=1000)
         positions = batch.scored.nonzero()[:, 1].float()
         return (positions - 9).mean().item()  # offset within the query section
 
@@ -64,7 +60,7 @@ def test_power_law_favours_early_queries():
 
 def test_full_query_section_is_supported():
     config = AssociativeRecallConfig(vocab_size=32, seq_len=17, num_pairs=4)  # exactly 4 gaps for 4 queries
-    batch = _batch(config, batch_size=20)
+    batch = seeded_batch(config, batch_size=20)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_row(config, row, labels)
 
@@ -78,13 +74,7 @@ def test_full_query_section_is_supported():
     seed=st.integers(0, 2**31),
 )
 def test_property(vocab_size, seq_len, num_pairs, power_a, seed):
-    try:
-        config = AssociativeRecallConfig(vocab_size, seq_len, num_pairs, power_a)
-    except ValueError:
-        assume(False)
-    batch = _batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
-        check_row(config, row, labels)
+    check_random_config(AssociativeRecallConfig, (vocab_size, seq_len, num_pairs, power_a), check_row, seed)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, InductionConfig, induction_targets
-from psattn.tasks.induction import BOS, sample
+from psattn.tasks.induction import BOS
+from tasks.checks import seeded_batch
 
 
 def reference_targets(row: list[int]) -> list[int]:
@@ -38,10 +39,6 @@ def check_single_row(config: InductionConfig, row: list[int], labels: list[int])
     assert len(counts) == distinct
     assert sum(1 for c in counts.values() if c >= 2) == config.num_distractors
     assert sum(c - 1 for c in counts.values()) == extra
-
-
-def _batch(config, seed=0, batch_size=64, split="train"):
-    return sample(config, batch_size, torch.Generator().manual_seed(seed), split)
 
 
 # ----------------------------------------------------------------- documented examples
@@ -79,7 +76,7 @@ def test_induction_targets_immediate_repeat_targets_itself():
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_full_form_targets_match_brute_force(split):
     config = InductionConfig(vocab_size=10, seq_len=40, form="full")
-    batch = _batch(config, seed=3, batch_size=50, split=split)
+    batch = seeded_batch(config, seed=3, batch_size=50, split=split)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         assert row[0] == BOS and BOS not in row[1:]
         assert labels == reference_targets(row)
@@ -87,7 +84,7 @@ def test_full_form_targets_match_brute_force(split):
 
 def test_full_form_scores_about_the_expected_share_of_positions():
     config = InductionConfig(vocab_size=64, seq_len=64, form="full")
-    fraction = _batch(config, batch_size=512).scored.float().mean().item()
+    fraction = seeded_batch(config, batch_size=512).scored.float().mean().item()
     expected = (63 - 63 * (1 - (62 / 63) ** 63)) / 64  # repeated draws among 63 i.i.d. tokens
     assert abs(fraction - expected) < 0.02
 
@@ -101,14 +98,14 @@ def test_full_form_scores_about_the_expected_share_of_positions():
 )
 def test_single_form_rows_have_every_documented_property(vocab_size, seq_len, num_distractors):
     config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, num_distractors=num_distractors)
-    batch = _batch(config, batch_size=40)
+    batch = seeded_batch(config, batch_size=40)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_single_row(config, row, labels)
 
 
 def test_single_form_answer_position_and_query_are_spread():
     config = InductionConfig(vocab_size=32, seq_len=16, num_distractors=2)
-    batch = _batch(config, batch_size=2000)
+    batch = seeded_batch(config, batch_size=2000)
     first = (batch.inputs[:, 1:-1] == batch.inputs[:, -1:]).float().argmax(dim=1)  # body slot of the query
     assert set(first.tolist()) == set(range(13))  # every slot but the body's last
     assert set(batch.inputs[:, -1].tolist()) == set(range(1, 32))
@@ -117,7 +114,7 @@ def test_single_form_answer_position_and_query_are_spread():
 def test_single_form_answer_is_a_uniform_filler_slot():
     # The answer is a repeated distractor as often as a random filler slot is: 2 * 8 / 61.
     config = InductionConfig(vocab_size=64, seq_len=64, num_distractors=8)
-    batch = _batch(config, batch_size=3000)
+    batch = seeded_batch(config, batch_size=3000)
     answers = batch.targets[:, -1:]
     repeated = ((batch.inputs[:, 1:-1] == answers).sum(dim=1) >= 2).float().mean().item()
     assert abs(repeated - 16 / 61) < 0.03
@@ -135,7 +132,7 @@ def test_single_form_property(vocab_size, seq_len, num_distractors, seed):
         config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, num_distractors=num_distractors)
     except ValueError:
         assume(False)
-    batch = _batch(config, seed=seed, batch_size=8)
+    batch = seeded_batch(config, seed=seed, batch_size=8)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_single_row(config, row, labels)
 
@@ -144,7 +141,7 @@ def test_single_form_property(vocab_size, seq_len, num_distractors, seed):
 @given(vocab_size=st.integers(3, 30), seq_len=st.integers(4, 48), seed=st.integers(0, 2**31))
 def test_full_form_property(vocab_size, seq_len, seed):
     config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, form="full")
-    batch = _batch(config, seed=seed, batch_size=8)
+    batch = seeded_batch(config, seed=seed, batch_size=8)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         assert labels == reference_targets(row)
 

@@ -1,10 +1,11 @@
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, MultiHopConfig
-from psattn.tasks.multihop import BOS, FIRST_ENTITY, IS, NOT, PAD, QUERY, sample
+from psattn.tasks.multihop import BOS, FIRST_ENTITY, IS, NOT, PAD, QUERY
+from tasks.checks import check_random_config, seeded_batch
 
 
 def parse(config: MultiHopConfig, row: list[int]) -> tuple[list[tuple[int, int, int]], list[int]]:
@@ -55,10 +56,6 @@ def check_row(config: MultiHopConfig, row: list[int], labels: list[int]) -> None
     assert labels == reference_targets(config, row)
 
 
-def _batch(config, seed=0, batch_size=64, split="train"):
-    return sample(config, batch_size, torch.Generator().manual_seed(seed), split)
-
-
 def test_docstring_example():
     config = MultiHopConfig(vocab_size=12, seq_len=28, num_entities=4, num_queries=1)
     row = [0, 1, 8, 3, 5, 5, 3, 10, 7, 2, 10, 10, 2, 5, 10, 3, 7, 5, 2, 8, 8, 2, 7, 7, 3, 8, 4, 7]
@@ -69,14 +66,14 @@ def test_docstring_example():
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_rows_match_the_brute_force_checker(split):
     config = MultiHopConfig(vocab_size=30, seq_len=64, num_entities=8, num_queries=4)
-    batch = _batch(config, batch_size=60, split=split)
+    batch = seeded_batch(config, batch_size=60, split=split)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_row(config, row, labels)
 
 
 def test_only_query_entity_positions_are_scored():
     config = MultiHopConfig(vocab_size=30, seq_len=64, num_entities=8, num_queries=4)
-    batch = _batch(config)
+    batch = seeded_batch(config)
     expected = torch.zeros(64, dtype=torch.bool)
     expected[64 - 8 + 1 :: 2] = True
     assert bool((batch.scored == expected).all())
@@ -85,7 +82,7 @@ def test_only_query_entity_positions_are_scored():
 def test_ignoring_negation_gets_the_answer_wrong():
     # Following the negated fact at either hop never lands on the answer.
     config = MultiHopConfig(vocab_size=40, seq_len=64, num_entities=8, num_queries=2)
-    batch = _batch(config, batch_size=50)
+    batch = seeded_batch(config, batch_size=50)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         facts, asked = parse(config, row)
         f = {s: o for s, r, o in facts if r == IS}
@@ -105,13 +102,7 @@ def test_ignoring_negation_gets_the_answer_wrong():
     seed=st.integers(0, 2**31),
 )
 def test_property(vocab_size, seq_len, num_entities, num_queries, seed):
-    try:
-        config = MultiHopConfig(vocab_size, seq_len, num_entities, num_queries)
-    except ValueError:
-        assume(False)
-    batch = _batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
-        check_row(config, row, labels)
+    check_random_config(MultiHopConfig, (vocab_size, seq_len, num_entities, num_queries), check_row, seed)
 
 
 @pytest.mark.parametrize(

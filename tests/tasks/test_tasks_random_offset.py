@@ -1,10 +1,11 @@
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, RandomOffsetConfig
-from psattn.tasks.random_offset import BOS, sample
+from psattn.tasks.random_offset import BOS
+from tasks.checks import check_random_config, seeded_batch
 
 
 def decode(config: RandomOffsetConfig, token: int) -> tuple[str, int | tuple[int, int]]:
@@ -51,10 +52,6 @@ def check_row(config: RandomOffsetConfig, row: list[int], labels: list[int]) -> 
     assert labels == reference_targets(config, row)
 
 
-def _batch(config, seed=0, batch_size=64, split="train"):
-    return sample(config, batch_size, torch.Generator().manual_seed(seed), split)
-
-
 def test_docstring_example():
     config = RandomOffsetConfig(num_keys=3, num_values=2, seq_len=10, num_pairs=2, num_queries=2)
     assert config.vocab_size == 12
@@ -75,14 +72,14 @@ def test_layout_is_a_bijection_onto_the_vocabulary():
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_rows_match_the_brute_force_checker(split):
     config = RandomOffsetConfig(num_keys=6, num_values=4, seq_len=20, num_pairs=5, num_queries=3)
-    batch = _batch(config, batch_size=60, split=split)
+    batch = seeded_batch(config, batch_size=60, split=split)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         check_row(config, row, labels)
 
 
 def test_target_does_not_depend_on_context_order():
     config = RandomOffsetConfig(num_keys=8, num_values=4, seq_len=24, num_pairs=6, num_queries=2)
-    batch = _batch(config, batch_size=30)
+    batch = seeded_batch(config, batch_size=30)
     generator = torch.Generator().manual_seed(9)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
         context = row[1:-2]
@@ -93,7 +90,7 @@ def test_target_does_not_depend_on_context_order():
 def test_predecessor_of_the_answer_pair_carries_no_information():
     # The token before the queried pair names the answer's value no more often than chance (1/N).
     config = RandomOffsetConfig(num_keys=16, num_values=8, seq_len=64, num_pairs=8, num_queries=1)
-    batch = _batch(config, batch_size=4000)
+    batch = seeded_batch(config, batch_size=4000)
     agree = 0
     offsets = set()
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
@@ -118,13 +115,7 @@ def test_predecessor_of_the_answer_pair_carries_no_information():
     seed=st.integers(0, 2**31),
 )
 def test_property(num_keys, num_values, seq_len, num_pairs, num_queries, seed):
-    try:
-        config = RandomOffsetConfig(num_keys, num_values, seq_len, num_pairs, num_queries)
-    except ValueError:
-        assume(False)
-    batch = _batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
-        check_row(config, row, labels)
+    check_random_config(RandomOffsetConfig, (num_keys, num_values, seq_len, num_pairs, num_queries), check_row, seed)
 
 
 @pytest.mark.parametrize(

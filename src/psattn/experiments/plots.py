@@ -8,12 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+from ..figures import save_figure
 
 
 def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
@@ -31,7 +26,7 @@ def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = 
     ax2.plot(gammas, steps, "s--", color="tab:red")
     ax2.set_ylabel("mean emergence step", color="tab:red")
     ax.set_title(title or "gamma sweep (symmetric PSA)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path, threshold: float) -> Path:
@@ -45,7 +40,7 @@ def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str |
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str | Path) -> Path:
@@ -63,7 +58,7 @@ def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str 
         ax.set_title(f"{kind.replace('_', '-')} score")
         ax.set_ylim(0, 1)
     axes[0].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -> Path:
@@ -83,4 +78,4 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
                 ax.set_ylabel(name, fontsize=8)
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -21,6 +21,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from psattn.figures import save_figure
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERIES = ("marginal_spread", "fraction_aligned", "comoving_spread", "mean_cosine", "energy")
@@ -37,14 +39,6 @@ def load_summary(summary: str | Path | dict[str, Any]) -> dict[str, Any]:
 
 def _select(runs: list[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
     return [r for r in runs if n is None or r["config"]["n"] == n]
-
-
-def _save(fig: Figure, out_path: str | Path) -> Path:
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fig.savefig(out, dpi=120)
-    return out
 
 
 def _sphere_axes(fig: Figure, rows: int, cols: int, index: int, title: str):
@@ -92,7 +86,7 @@ def plot_final_states(summary: str | Path | dict[str, Any], out_path: str | Path
     for k, run in enumerate(runs):
         _points(fig, rows, cols, k + 1, np.asarray(run["final_state"]), run["labels"], run["name"], cmap="viridis")
     fig.tight_layout()
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def plot_diagnostics(
@@ -114,7 +108,7 @@ def plot_diagnostics(
         ax.set_title(name, fontsize=9)
     fig.axes[0].legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def _plot_diracisation(fig: Figure, data: dict[str, Any]) -> None:
@@ -243,7 +237,7 @@ def plot_check(record: dict[str, Any], out_path: str | Path) -> Path | None:
     draw(fig, record["data"])
     fig.suptitle(f"{record['name']}: {'PASS' if record['passed'] else 'FAIL'}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10, dpi: int = 70) -> Path | None:

@@ -17,19 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
+from ..figures import save_figure
 from .transition import crossover_dk, gamma_c
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=120)
-    return path
 
 
 def _nan(values) -> np.ndarray:
@@ -71,7 +63,7 @@ def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float = 
         title += f"\nabove the crossover: Pearson r = {r:.4f}"
     ax_cmp.set(xscale="log", yscale="log", xlabel="head dimension d_k", ylabel="γ_c", title=title)
     ax_cmp.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_scaling(scaling: dict[str, Any], path: str | Path) -> Path:
@@ -88,7 +80,7 @@ def plot_scaling(scaling: dict[str, Any], path: str | Path) -> Path:
     ax.plot(d, ref, "k:", label="slope −1/4 (paper)")
     ax.set(xscale="log", yscale="log", xlabel="d_k", ylabel="γ_c", title=f"scaling at T = {scaling['T']}")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
@@ -108,7 +100,7 @@ def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
     for ax in axes.ravel():
         ax.set_xlim(0, np.pi)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_measured_bode(measured: list[dict[str, Any]], path: str | Path) -> Path:
@@ -134,4 +126,4 @@ def plot_measured_bode(measured: list[dict[str, Any]], path: str | Path) -> Path
     for ax in axes.ravel():
         ax.set_xlim(0, np.pi)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)

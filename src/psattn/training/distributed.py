@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
