@@ -1,16 +1,21 @@
-"""The checks that need a GPU, as one script that finishes in under 10 minutes on one large GPU:
+"""The checks that need a GPU, as one script with a wall-clock budget (default 8 minutes):
 
-1. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
+1. equivalence on the device: gamma = 0 against plain SDPA under each forced SDPA backend, the
+   fast path against the reference path, and cached decoding against the full forward (fp32 and
+   bf16 autocast), as largest absolute differences;
+2. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
-2. the paper-scale phase transition: the 91.3M-parameter preset (psa-92m) on full-sequence
-   induction, symmetric gamma = 0.8 against gamma = 0, a few seeds, bf16 autocast, stopping at
-   emergence or at a step cap; emergence steps per seed.
+3. torch.compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed:
+   the loss histories side by side and the step-time ratio after warm-up;
+4. the paper-scale phase transition: the psa-92m preset on full-sequence induction, symmetric
+   gamma = 0.8 against gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence,
+   at a step cap or at its share of the remaining budget; emergence steps per seed.
 
-Results go to OUT/gpu_check.json and are printed. ``--smoke`` runs tiny shapes on the CPU (to test
-the script itself).
+OUT/gpu_check.json is rewritten after every section and every run, so a run cut short still
+leaves what it measured. ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
 
-    python benchmarks/gpu_check.py --out results/ [--seeds 3 --max-steps 1500] [--smoke]
+    python benchmarks/gpu_check.py --out results/ [--budget-s 480 --seeds 3 --max-steps 3000] [--smoke]
 """
 
 from __future__ import annotations
@@ -18,17 +23,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import statistics
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from psattn.experiments.configs import small_config
-from psattn.ops import psa_attention
+from psattn.models import AttentionConfig, DecoderLM, preset
+from psattn.ops import psa_attention, psa_attention_reference
 from psattn.training.trainer import train
+
+
+class Report:
+    """The results so far, rewritten atomically to ``path`` on every :meth:`save`."""
+
+    def __init__(self, path: Path, info: dict):
+        self.path, self.data = path, {"info": info}
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2))
+        os.replace(tmp, self.path)
 
 
 def _timer(device: torch.device):
@@ -48,21 +69,62 @@ def _timer(device: torch.device):
     return measure
 
 
+def _backends(device: torch.device) -> dict:
+    from torch.nn.attention import SDPBackend
+
+    if device.type == "cuda":
+        return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    return {"math": SDPBackend.MATH}
+
+
+def equivalence(device: torch.device, smoke: bool) -> dict:
+    """Largest absolute differences of the equivalences the tests assert on the CPU."""
+    from torch.nn.attention import sdpa_kernel
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    B, H, T, D = (2, 2, 32, 16) if smoke else (4, 8, 1024, 64)
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype) for _ in range(3))
+        for name, backend in _backends(device).items():
+            if dtype == torch.float32 and name == "flash":
+                continue  # the flash kernel takes half precision only
+            with sdpa_kernel([backend]):
+                plain = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                zero = psa_attention(q, k, v, gamma_q=0.0, gamma_k=0.0, is_causal=True)
+                fast = psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True)
+            reference = psa_attention_reference(q.double(), k.double(), v.double(), gamma_q=0.8, gamma_k=0.8,
+                                                is_causal=True)
+            key = f"{name} {str(dtype).removeprefix('torch.')}"
+            out[f"{key}: gamma 0 vs SDPA"] = (zero - plain).abs().max().item()
+            out[f"{key}: fast vs fp64 reference"] = (fast.double() - reference).abs().max().item()
+    config = preset("psa-4m", vocab_size=256, attention=AttentionConfig("symmetric", 0.8))
+    torch.manual_seed(0)
+    model = DecoderLM(config).to(device).eval()
+    x = torch.randint(0, 256, (2, 16 if smoke else 128), generator=g).to(device)
+    for precision in ("fp32", "bf16"):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            full = model(x).float()
+            cache = model.new_cache()
+            steps = torch.cat([model(x[:, t : t + 1], cache=cache).float() for t in range(x.shape[1])], dim=1)
+        out[f"psa-4m {precision}: cached decoding vs full forward (logits)"] = (steps - full).abs().max().item()
+        out[f"psa-4m {precision}: greedy tokens agree"] = float((steps.argmax(-1) == full.argmax(-1)).float().mean())
+    return out
+
+
 def kernel_ratios(device: torch.device, shape: tuple[int, int, int, int], dtype: torch.dtype, repeats: int) -> dict:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
     B, H, T, D = shape
     q, k, v = (torch.randn(B, H, T, D, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     grad = torch.randn(B, H, T, D, device=device, dtype=dtype)
     measure = _timer(device)
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION} \
-        if device.type == "cuda" else {"math": SDPBackend.MATH}
     fns = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "psa": lambda: psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True),
     }
-    results = {}
-    for backend_name, backend in backends.items():
+    results = {"shape": list(shape), "dtype": str(dtype)}
+    for backend_name, backend in _backends(device).items():
         with sdpa_kernel([backend]):
             for label, make in (("forward", lambda f: lambda: f()), ("forward+backward", lambda f: lambda: f().backward(grad))):
                 runs = {name: make(fn) for name, fn in fns.items()}
@@ -78,52 +140,108 @@ def kernel_ratios(device: torch.device, shape: tuple[int, int, int, int], dtype:
     return results
 
 
-def phase_transition(device: str, seeds: int, max_steps: int, smoke: bool) -> dict:
-    rows = []
-    for gamma in (0.8, 0.0):
-        for seed in range(seeds):
-            model = {"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-92m"}
-            config = small_config("symmetric", gamma, seed=seed, steps=max_steps, early_stop=True,
-                                  device=device, **model)
-            config = dataclasses.replace(config, train=dataclasses.replace(
-                config.train, precision="fp32" if smoke else "bf16", threads=None, lr=3e-4 if not smoke else 3e-3,
-                eval_every=10 if smoke else 50))
-            start = time.perf_counter()
-            result = train(config)
-            rows.append({"gamma": gamma, "seed": seed, "emergence_step": result.emergence_step,
-                         "best_accuracy": result.best_accuracy, "steps": result.steps,
-                         "seconds": time.perf_counter() - start})
-            print(f"  gamma {gamma}: seed {seed}: emergence step {result.emergence_step}, "
-                  f"best acc {result.best_accuracy:.3f}, {result.steps} steps", flush=True)
-    return {"runs": rows}
+def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[float]]:
+    stamps: list[float] = []
+    start = time.perf_counter()
+    result = train(config, on_step=lambda step, loss: stamps.append(time.perf_counter()), time_limit_s=time_limit_s)
+    row = {"emergence_step": result.emergence_step, "best_accuracy": result.best_accuracy, "steps": result.steps,
+           "timed_out": result.timed_out, "seconds": time.perf_counter() - start,
+           "first_step_s": stamps[0] - start if stamps else None,  # includes building and compiling
+           "train_loss": [h["train_loss"] for h in result.history]}
+    return row, stamps
+
+
+def compile_check(device: str, smoke: bool) -> dict:
+    """psa-4m trained with and without torch.compile from the same seed."""
+    steps = 20 if smoke else 300
+    config = small_config("symmetric", 0.8, steps=steps, early_stop=False, device=device,
+                          **({"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-4m"}))
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, precision="fp32" if smoke else "bf16", threads=None, lr=1e-3, eval_every=steps // 4))
+    out = {}
+    for mode in ("eager", "compiled"):
+        run = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=mode == "compiled"))
+        row, stamps = _timed_train(run)
+        later = stamps[steps // 2 :]  # after compilation and warm-up
+        row["step_ms"] = 1e3 * (later[-1] - later[0]) / (len(later) - 1)
+        out[mode] = row
+        print(f"  {mode:9s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
+    out["step_time_ratio_compiled_over_eager"] = out["compiled"]["step_ms"] / out["eager"]["step_ms"]
+    out["largest_relative_loss_gap"] = max(abs(a - b) / abs(b) for a, b in
+                                           zip(out["compiled"]["train_loss"], out["eager"]["train_loss"]))
+    return out
+
+
+def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, smoke: bool, report: Report) -> None:
+    plan = [(gamma, seed) for seed in range(seeds) for gamma in (0.8, 0.0)]  # interleaved: a cut keeps pairs
+    rows = report.data["phase_transition"]["runs"]
+    for i, (gamma, seed) in enumerate(plan):
+        share = (deadline - time.perf_counter()) / (len(plan) - i)
+        if share < 5:
+            print(f"  budget spent; skipping the {len(plan) - i} remaining runs", flush=True)
+            break
+        model = {"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-92m"}
+        config = small_config("symmetric", gamma, seed=seed, steps=max_steps, early_stop=True, device=device, **model)
+        config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, precision="fp32" if smoke else "bf16", threads=None, lr=3e-3 if smoke else 3e-4,
+            eval_every=10 if smoke else 50))
+        if i == 0:
+            report.data["phase_transition"]["parameters"] = DecoderLM(config.model).num_parameters()
+        row, stamps = _timed_train(config, time_limit_s=share)
+        row.update(gamma=gamma, seed=seed, step_ms=1e3 * (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1))
+        del row["train_loss"]
+        rows.append(row)
+        report.save()
+        print(f"  gamma {gamma}: seed {seed}: emergence step {row['emergence_step']}, best acc "
+              f"{row['best_accuracy']:.3f}, {row['steps']} steps in {row['seconds']:.0f} s"
+              f"{' (time share spent)' if row['timed_out'] else ''}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget for the whole script")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--max-steps", type=int, default=1500)
+    parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     args = parser.parse_args()
+    deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
-    info = {"torch": torch.__version__, "machine": platform.platform(),
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    info = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+            "machine": platform.platform(),
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "budget_s": args.budget_s}
     print(info, flush=True)
+    report = Report(Path(args.out) / "gpu_check.json", info)
+    report.save()
+
+    print("equivalence (largest absolute differences):", flush=True)
+    report.data["equivalence"] = equivalence(device, args.smoke)
+    for name, value in report.data["equivalence"].items():
+        print(f"  {name:58s} {value:.3g}", flush=True)
+    report.save()
+
     shape = (2, 2, 64, 16) if args.smoke else (8, 16, 4096, 128)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    result = {"info": info, "kernels": {"shape": shape, "dtype": str(dtype),
-                                        **kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats)}}
-    for name, r in result["kernels"].items():
+    report.data["kernels"] = kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats)
+    for name, r in report.data["kernels"].items():
         if isinstance(r, dict):
             print(f"{name:28s} SDPA {r['sdpa_ms']:9.3f} ms  PSA {r['psa_ms']:9.3f} ms  ratio {r['ratio']:.3f}", flush=True)
+    report.save()
+
+    print("torch.compile (psa-4m, bf16):", flush=True)
+    report.data["compile"] = compile_check(device.type, args.smoke)
+    print(f"  compiled/eager step time {report.data['compile']['step_time_ratio_compiled_over_eager']:.3f}, "
+          f"largest relative loss gap {report.data['compile']['largest_relative_loss_gap']:.3g}", flush=True)
+    report.save()
+
     print("phase transition (psa-92m, full-sequence induction):", flush=True)
-    result["phase_transition"] = phase_transition(device.type, 1 if args.smoke else args.seeds,
-                                                  20 if args.smoke else args.max_steps, args.smoke)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
-    print(f"wrote {out / 'gpu_check.json'}")
+    report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
+    phase_transition(device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps,
+                     deadline, args.smoke, report)
+    report.data["seconds"] = args.budget_s - (deadline - time.perf_counter())
+    report.save()
+    print(f"wrote {report.path}")
 
 
 if __name__ == "__main__":

@@ -87,10 +87,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = RunConfig.from_file(args.config) if args.config else RunConfig()
     config = apply_overrides(config, args.set)
     try:
-        result = train(config, args.run_dir, resume=not args.restart, progress=True)
+        result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit)
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if result.timed_out:
+        print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
+              "run the same command again to resume")
+        return 0
     print(f"final held-out accuracy {result.final_accuracy:.3f}, emergence step {result.emergence_step}, "
           f"{result.steps} steps; run directory {args.run_dir}")
     return 0
@@ -141,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="overrides such as model.attention.variant=key_only train.steps=500")
     tr.add_argument("--run-dir", required=True, help="directory for config, metrics and checkpoints")
     tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    tr.add_argument("--time-limit", type=float, metavar="SECONDS",
+                    help="checkpoint and stop after this long; the same command resumes")
     tr.set_defaults(func=cmd_train)
     return parser
 

@@ -21,7 +21,20 @@ def test_gpu_check_smoke(tmp_path):
     out = run("benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path))
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert {"math forward", "math forward+backward"} <= set(result["kernels"])
-    assert len(result["phase_transition"]["runs"]) == 2 and "ratio" in out
+    equivalence = result["equivalence"]
+    assert equivalence["math float32: gamma 0 vs SDPA"] == 0.0
+    assert equivalence["math float32: fast vs fp64 reference"] < 1e-5
+    assert equivalence["psa-4m fp32: cached decoding vs full forward (logits)"] < 1e-4
+    assert result["compile"]["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
+    assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
+    assert "ratio" in out
+
+
+@pytest.mark.slow
+def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp_path):
+    run("benchmarks/gpu_check.py", "--smoke", "--budget-s", "0", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert result["phase_transition"]["runs"] == [] and "kernels" in result and "compile" in result
 
 
 def test_attention_speed_small_shape():

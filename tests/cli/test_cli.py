@@ -23,6 +23,16 @@ def test_train_with_overrides_and_resume(tmp_path):
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+def test_train_time_limit_stops_and_the_same_command_resumes(tmp_path, capsys):
+    args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
+            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=full"]
+    assert main(args + ["--time-limit", "0"]) == 0
+    assert "time limit reached at step 1 of 6" in capsys.readouterr().out
+    assert not (tmp_path / "result.json").exists()
+    assert main(args) == 0
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
+
+
 def test_bad_override_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--run-dir", str(tmp_path), "--set", "model.attention.variant=sym"])

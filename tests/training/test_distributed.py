@@ -15,11 +15,11 @@ from psattn.training.trainer import train
 from helpers import tiny_config
 
 
-def torchrun(config, run_dir, *, background=False):
+def torchrun(config, run_dir, *extra, background=False):
     path = run_dir.parent / f"{run_dir.name}.json"
     path.write_text(json.dumps(config.to_dict()))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "psattn", "train", "--config", str(path), "--run-dir", str(run_dir)]
+               "-m", "psattn", "train", "--config", str(path), "--run-dir", str(run_dir), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if background:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -64,6 +64,17 @@ def test_ddp_resumes_after_a_kill(tmp_path):
     proc.wait()
     killed_at = load_checkpoint(run_dir / "checkpoint.pt")["step"]
     assert 10 <= killed_at < 60 and not (run_dir / "result.json").exists()
+    torchrun(config, run_dir)
+    same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
+
+
+@pytest.mark.slow
+def test_ddp_time_limit_stops_every_rank_and_resumes(tmp_path):
+    config = tiny_config(steps=30)
+    reference = train(config)
+    run_dir = tmp_path / "ddp"
+    torchrun(config, run_dir, "--time-limit", "0")
+    assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1 and not (run_dir / "result.json").exists()
     torchrun(config, run_dir)
     same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
 

@@ -59,6 +59,23 @@ def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
     assert train(tiny_config(), tmp_path).history == reference.history
 
 
+def test_time_limit_checkpoints_an_unfinished_run_that_resumes_exactly(tmp_path):
+    reference = train(tiny_config())
+    first = train(tiny_config(), tmp_path, time_limit_s=0.0)  # stops after the first step
+    assert first.timed_out and first.steps == 1 and first.stopped_early
+    assert not (tmp_path / "result.json").exists()  # unfinished: a sweep must not skip it
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
+    rest = train(tiny_config(), tmp_path, time_limit_s=3600.0)
+    assert not rest.timed_out and rest.history == reference.history
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 40
+
+
+@pytest.mark.parametrize("limit", [-1.0, float("nan")])
+def test_bad_time_limit_is_refused(limit):
+    with pytest.raises(ValueError, match="time_limit_s"):
+        train(tiny_config(), time_limit_s=limit)
+
+
 def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
     real_loss = trainer_module.shard_loss
     calls = {"n": 0}

@@ -49,6 +49,8 @@ def build_context(
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
         if x is not None and tuple(x.shape) != (B, T):
             raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
+    if cache is None and position_ids is None and attention_mask is None:
+        return AttentionContext.causal(B, T, device)  # no data-dependent checks: no host sync, no graph break
     past = 0 if cache is None else len(cache)
     valid = torch.ones(B, T, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
     if position_ids is None:

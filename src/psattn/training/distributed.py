@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
@@ -67,6 +68,15 @@ def mean_over_ranks(value: Tensor, ctx: Distributed) -> Tensor:
     value = value.detach().clone()
     dist.all_reduce(value)
     return value / ctx.world_size
+
+
+def any_rank(flag: bool, ctx: Distributed, device: torch.device) -> bool:
+    """True on every rank when ``flag`` is true on at least one (so all ranks stop together)."""
+    if not ctx.enabled:
+        return flag
+    value = torch.tensor(float(flag), device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def barrier(ctx: Distributed) -> None:

@@ -37,7 +37,7 @@ from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task
 from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl
 from .config import RunConfig
-from .distributed import Distributed, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
+from .distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class RunResult:
     stopped_early: bool
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,9 +188,17 @@ def train(
     resume: bool = True,
     progress: bool = False,
     on_step: Callable[[int, float], None] | None = None,
+    time_limit_s: float | None = None,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
-    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step."""
+    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step.
+
+    ``time_limit_s`` stops at the first step boundary after that many seconds of this call:
+    the checkpoint is written, no ``result.json`` (the run is unfinished), and the returned
+    result has ``timed_out`` set; calling again resumes exactly where it stopped."""
+    if time_limit_s is not None and not time_limit_s >= 0:
+        raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
+    called = time.perf_counter()
     t = config.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
@@ -228,6 +237,7 @@ def train(
         barrier(ddp)
 
     done = bool(history) and t.early_stop and emergence is not None
+    timed_out = False
     stop = _StopFlag()
     bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
     model.train()
@@ -264,13 +274,18 @@ def train(
                 if emergence is None and acc >= t.threshold:
                     emergence = step
                     done = t.early_stop
-            if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested:
+            if time_limit_s is not None and step < t.steps and not done:
+                timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
+            if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested or timed_out:
                 seconds += time.perf_counter() - start
                 start = time.perf_counter()
                 checkpoint()
             if stop.requested:
                 bar.close()
                 raise KeyboardInterrupt(f"interrupted at step {step}; checkpoint written, rerun to resume")
+            if timed_out:
+                log.info("time limit reached at step %d; checkpoint written, rerun to resume", step)
+                break
         seconds += time.perf_counter() - start
     bar.close()
 
@@ -278,8 +293,9 @@ def train(
     result = RunResult(
         final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
         emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
+        timed_out=timed_out,
     )
-    if writes:
+    if writes and not timed_out:
         write_json(run_dir / "result.json", result.to_dict())
     barrier(ddp)
     return result
