@@ -63,6 +63,19 @@ def test_fast_path_gradient_matches_generic_path(boundary):
     assert torch.autograd.gradcheck(lambda y: shear(y, 0.6, starts=starts, boundary=boundary), (x,))
 
 
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_fast_path_has_second_order_forward_mode_and_func_transforms(boundary):
+    x = torch.randn(2, 3, 6, 4, dtype=torch.float64, requires_grad=True)
+    fast = lambda y: shear(y, 0.7, boundary=boundary)  # noqa: E731
+    generic = lambda y: torch.lerp(previous(y, boundary=boundary), y, 1.7)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fast, (x,))
+    assert torch.autograd.gradcheck(fast, (x,), check_forward_ad=True)
+    tangent = torch.randn_like(x)
+    assert torch.allclose(torch.func.jvp(fast, (x.detach(),), (tangent,))[1], generic(tangent))
+    batch = torch.randn(3, 2, 3, 6, 4, dtype=torch.float64)
+    assert torch.allclose(torch.func.vmap(fast)(batch), generic(batch.flatten(0, 1)).view_as(batch))
+
+
 def test_gamma_zero_is_identity():
     x = torch.randn(1, 1, 4, 2)
     assert shear(x, 0.0) is x

@@ -97,7 +97,8 @@ def momentum(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
 
 class _LagOneShear(torch.autograd.Function):
     """x̂_t = (1 + gamma) x_t - gamma x_{t-1} with only t = 0 as a start, in one pass over shifted
-    views. Its backward is the transposed filter g_t (1 + gamma) - gamma g_{t+1}."""
+    views. Its backward is the transposed filter (:class:`_LagOneShearT`), whose backward is this
+    filter again, so gradients of any order stay on the one-pass kernels."""
 
     @staticmethod
     def forward(ctx, x: Tensor, gamma: float, replicate: bool) -> Tensor:
@@ -109,26 +110,50 @@ class _LagOneShear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        gamma = ctx.gamma
+        return _LagOneShearT.apply(g.contiguous(), ctx.gamma, ctx.replicate), None, None
+
+    @staticmethod
+    def jvp(ctx, x_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the filter is linear
+        boundary = "replicate" if ctx.replicate else "zero"
+        return torch.lerp(previous(x_dot, boundary=boundary), x_dot, 1.0 + ctx.gamma)
+
+
+class _LagOneShearT(torch.autograd.Function):
+    """The transposed filter g_t (1 + gamma) - gamma g_{t+1} (the backward of :class:`_LagOneShear`)."""
+
+    @staticmethod
+    def forward(ctx, g: Tensor, gamma: float, replicate: bool) -> Tensor:
+        ctx.gamma, ctx.replicate = gamma, replicate
         gx = torch.empty_like(g)
         torch.lerp(g[..., 1:, :], g[..., :-1, :], 1.0 + gamma, out=gx[..., :-1, :])
         gx[..., -1:, :] = g[..., -1:, :] * (1.0 + gamma)
-        if ctx.replicate:  # x̂_0 = x_0: the first tap has weight 1, not 1 + gamma
+        if replicate:  # x̂_0 = x_0: the first tap has weight 1, not 1 + gamma
             gx[..., :1, :] -= gamma * g[..., :1, :]
-        return gx, None, None
+        return gx
+
+    @staticmethod
+    def backward(ctx, gg: Tensor):
+        return _LagOneShear.apply(gg.contiguous(), ctx.gamma, ctx.replicate), None, None
+
+
+def _plain_ops_only() -> bool:
+    """Under torch.compile / torch.export or a torch.func transform (vmap, jvp, grad), where the
+    one-pass kernels with ``out=`` do not apply."""
+    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
 
 
 def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
           boundary: str = "replicate") -> Tensor:
     """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule. Eagerly, the common case
     (no starts but t = 0, no prev) takes a one-pass kernel with its own backward; under
-    ``torch.compile`` / ``torch.export`` the same filter is written with ordinary ops."""
+    ``torch.compile`` / ``torch.export`` and ``torch.func`` transforms the same filter is written
+    with ordinary ops."""
     gamma = check_gamma(gamma)
     _check_stream(x, starts, prev)
     check_boundary(boundary)
     if gamma == 0.0:
         return x
-    if starts is None and prev is None and not torch.compiler.is_compiling():
+    if starts is None and prev is None and not _plain_ops_only():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
     return torch.lerp(previous(x, starts=starts, prev=prev, boundary=boundary), x, 1.0 + gamma)
 
