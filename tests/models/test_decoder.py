@@ -108,6 +108,20 @@ def test_config_round_trip_and_errors():
         ModelConfig(n_layers=2, attention=[AttentionConfig()])
 
 
+@pytest.mark.parametrize("fields,message", [
+    ({"n_kv_heads": 2.0}, "n_kv_heads must be a positive integer"),
+    ({"d_mlp": 0}, "d_mlp must be a positive integer"),
+    ({"d_mlp": -4}, "d_mlp must be a positive integer"),
+    ({"rope_base": float("nan")}, "rope_base"),
+    ({"mlp": "yes"}, "mlp must be true or false"),
+    ({"attention": {"variant": "key_only", "gama": 1}}, "unknown attention config fields"),
+    ({"attention": {"variant": "smeared_keys", "placement": "pre_rope"}}, "acts at its own site"),
+])
+def test_malformed_model_configs_are_refused_by_name(fields, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_dict(fields)
+
+
 def test_bad_model_inputs():
     model = random_model()
     with pytest.raises(ValueError, match=r"\(B, T\)"):

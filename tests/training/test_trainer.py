@@ -104,6 +104,28 @@ def test_existing_run_directory_with_another_config_is_refused(tmp_path):
         train(tiny_config(steps=20), tmp_path)
 
 
+@pytest.mark.parametrize("fields,message", [
+    ({"betas": [0.9]}, "betas must be two numbers"),
+    ({"betas": [0.9, 1.5]}, "betas must be two numbers"),
+    ({"weight_decay": -1}, "weight_decay"),
+    ({"lr": float("inf")}, "lr must be a finite positive number"),
+    ({"lr": "1e-3"}, "lr must be a finite positive number"),
+    ({"warmup_steps": 2.5}, "warmup_steps must be a non-negative integer"),
+    ({"early_stop": "no"}, "early_stop must be true or false"),
+    ({"threads": 0}, "threads"),
+    ({"threshold": "high"}, "threshold"),
+])
+def test_malformed_train_configs_are_refused_by_name(fields, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_dict({"train": fields})
+
+
+@pytest.mark.parametrize("section", ["model", "train", "task"])
+def test_a_section_that_is_not_an_object_is_refused(section):
+    with pytest.raises(ValueError, match=f"{section} section must be a JSON object"):
+        RunConfig.from_dict({section: [1]})
+
+
 def test_overrides_and_bad_configs(tmp_path):
     config = apply_overrides(tiny_config(), ["model.attention.gamma=0.5", "train.steps=7", "task.seq_len=12"])
     assert config.model.attention.gamma == 0.5 and config.train.steps == 7 and config.task.seq_len == 12

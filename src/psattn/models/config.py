@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,11 @@ class AttentionConfig:
             raise ValueError(f"the key-lag baseline {self.variant!r} takes no gamma (got {self.gamma})")
         check_placement(self.placement)
         check_boundary(self.boundary)
+        if self.variant in KEY_LAG and self.placement != "post_rope":
+            raise ValueError(
+                f"placement applies to the PSA shear; the key-lag baseline {self.variant!r} acts at its own site "
+                "(leave placement at 'post_rope')"
+            )
 
     @property
     def is_key_lag(self) -> bool:
@@ -43,6 +49,14 @@ class AttentionConfig:
     def gammas(self) -> tuple[float, float]:
         """(gamma_q, gamma_k); (0, 0) for the key-lag baselines."""
         return (0.0, 0.0) if self.is_key_lag else variant_gammas(self.variant, self.gamma)
+
+
+def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
+    known = {f.name for f in dataclasses.fields(AttentionConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown attention config fields {sorted(unknown)}; known: {sorted(known)}")
+    return AttentionConfig(**data)
 
 
 NORMS = ("layernorm", "rmsnorm")
@@ -67,27 +81,32 @@ class ModelConfig:
     attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.d_mlp is None:
+            self.d_mlp = 4 * self.d_model
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_mlp"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("mlp", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+        if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.d_mlp is None:
-            self.d_mlp = 4 * self.d_model
+        if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
+            raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
         if self.norm not in NORMS:
             raise ValueError(f"unknown norm {self.norm!r}; expected one of {NORMS}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
         rotary_dim(self.head_dim, self.rotary_fraction)
         if isinstance(self.attention, dict):
-            self.attention = AttentionConfig(**self.attention)
+            self.attention = _attention_from_dict(self.attention)
         if isinstance(self.attention, list):
-            self.attention = [AttentionConfig(**a) if isinstance(a, dict) else a for a in self.attention]
+            self.attention = [_attention_from_dict(a) if isinstance(a, dict) else a for a in self.attention]
             if len(self.attention) != self.n_layers:
                 raise ValueError(f"{len(self.attention)} attention configs given for {self.n_layers} layers")
         for a in self.layer_attention_configs():

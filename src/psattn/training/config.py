@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,25 +41,46 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
 
     def __post_init__(self):
-        self.betas = tuple(self.betas)
         for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ValueError(f"train.{name} must be a positive integer, got {value!r}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if not self.lr > 0:
-            raise ValueError(f"train.lr must be positive, got {self.lr}")
-        if not 0.0 < self.threshold <= 1.0:
+        for name in ("warmup_steps", "seed"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.threads is not None and (not _is_int(self.threads) or self.threads <= 0):
+            raise ValueError(f"train.threads must be a positive integer or null, got {self.threads!r}")
+        for name in ("early_stop", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
+        try:
+            self.betas = tuple(float(b) for b in self.betas)
+        except (TypeError, ValueError):
+            raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}") from None
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not (_is_number(self.lr) and 0 < self.lr < math.inf):
+            raise ValueError(f"train.lr must be a finite positive number, got {self.lr!r}")
+        if not (_is_number(self.weight_decay) and 0 <= self.weight_decay < math.inf):
+            raise ValueError(f"train.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if not (_is_number(self.threshold) and 0.0 < self.threshold <= 1.0):
             raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
+        if not (_is_number(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
-        if not self.grad_clip > 0:
-            raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip}")
+        if not (_is_number(self.grad_clip) and self.grad_clip > 0):
+            raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -75,6 +97,11 @@ class RunConfig:
             self.model = ModelConfig.from_dict(self.model)
         if isinstance(self.train, dict):
             self.train = _build(TrainConfig, self.train, "train")
+        for name, kind in (("model", ModelConfig), ("train", TrainConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"the {name} section must be a JSON object, got {getattr(self, name)!r}")
+        if not isinstance(self.task, dict) and not dataclasses.is_dataclass(self.task):
+            raise ValueError(f"the task section must be a JSON object with a 'name', got {self.task!r}")
         if isinstance(self.task, dict):
             fields = dict(self.task)
             if "name" not in fields:
