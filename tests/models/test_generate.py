@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.models import generate, prefill, speculative_generate
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig, generate, prefill, speculative_generate
 from helpers import ALL_VARIANTS, random_model
 
 
@@ -162,3 +162,46 @@ def test_property_any_chunking_equals_full_forward(lengths, gamma, variant, plac
         pieces.append(model(x[:, start : start + n], cache=cache))
         start += n
     assert torch.allclose(torch.cat(pieces, 1), model(x), atol=1e-4)
+
+
+def test_a_failed_forward_leaves_the_cache_as_it_was():
+    model = random_model("symmetric")
+    x = torch.randint(0, 37, (2, 7))
+    cache = model.new_cache()
+    model(x[:, :5], cache=cache)
+    with pytest.raises(IndexError):
+        model(torch.full((2, 1), 99), cache=cache)  # out of the vocabulary: fails after the bookkeeping
+    assert len(cache) == 5 and all(len(layer) == 5 for layer in cache.layers)
+    steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in (5, 6)], dim=1)
+    assert torch.allclose(steps, model(x)[:, 5:], atol=1e-6)
+
+
+def test_a_refused_crop_changes_no_layer():
+    config = ModelConfig(vocab_size=37, d_model=32, n_layers=2, n_heads=4,
+                         attention=[AttentionConfig("baseline"), AttentionConfig("key_only", 0.8)])
+    model = DecoderLM(config).double().eval()
+    x = torch.randint(0, 37, (1, 8))
+    cache = model.new_cache()  # max_rollback 0: only the key-only layer limits the crop
+    model(x[:, :6], cache=cache)
+    with pytest.raises(ValueError, match="max_rollback"):
+        cache.crop(3)
+    assert len(cache) == 6 and [len(layer) for layer in cache.layers] == [6, 6]
+    steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in (6, 7)], dim=1)
+    assert torch.allclose(steps, model(x)[:, 6:], atol=1e-6)
+
+
+def test_right_padding_and_row_mismatch_with_a_cache_are_refused():
+    model = random_model()
+    cache = model.new_cache()
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    with pytest.raises(ValueError, match="left padding"):
+        model(torch.randint(0, 37, (2, 4)), attention_mask=mask, cache=cache)
+    assert len(cache) == 0
+    model(torch.randint(0, 37, (2, 4)), attention_mask=mask.flip(1), cache=cache)  # left padding works
+    with pytest.raises(ValueError, match="left padding"):
+        model(torch.randint(0, 37, (2, 1)), attention_mask=torch.tensor([[0], [1]]), cache=cache)
+    with pytest.raises(ValueError, match="the cache holds 2 rows, the input 3"):
+        model(torch.randint(0, 37, (3, 1)), cache=cache)
+    empty = model.new_cache()
+    empty.reorder(torch.tensor([0, 0]))  # nothing to reorder yet
+    assert len(empty) == 0

@@ -52,7 +52,16 @@ def build_context(
     if cache is None and position_ids is None and attention_mask is None:
         return AttentionContext.causal(B, T, device)  # no data-dependent checks: no host sync, no graph break
     past = 0 if cache is None else len(cache)
+    if past and cache.key_pos.shape[0] != B:
+        raise ValueError(f"the cache holds {cache.key_pos.shape[0]} rows, the input {B}")
     valid = torch.ones(B, T, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+    if cache is not None and attention_mask is not None:
+        seen = cache.key_valid.any(1, keepdim=True) if past else torch.zeros(B, 1, dtype=torch.bool, device=device)
+        if bool((~valid & (seen | (valid.long().cumsum(1) > 0))).any()):  # padding after a real token
+            raise ValueError(
+                "with a cache, padding must come before each row's tokens (left padding): a row padded on the "
+                "right would continue from its padding"
+            )
     if position_ids is None:
         first = cache.next_position() if past else torch.zeros(B, dtype=torch.long, device=device)
         position_ids = (first[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # (B, T)

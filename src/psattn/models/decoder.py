@@ -100,6 +100,16 @@ class DecoderLM(nn.Module):
             raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         if cache is not None and len(cache.layers) != len(self.blocks):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
+        if cache is None:
+            return self._forward(input_ids, position_ids, attention_mask, None)
+        before = cache.fork()
+        try:
+            return self._forward(input_ids, position_ids, attention_mask, cache)
+        except BaseException:
+            cache.restore(before)  # a failed call leaves the cache as it was
+            raise
+
+    def _forward(self, input_ids, position_ids, attention_mask, cache) -> Tensor:
         B, T = input_ids.shape
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache

@@ -65,23 +65,29 @@ class LayerCache:
         joined = new if window is None else torch.cat([window, new], dim=2)
         return joined[..., -self.window :, :]
 
-    def crop(self, length: int) -> None:
-        """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
+    def check_crop(self, length: int) -> None:
+        """Raise (changing nothing) unless :meth:`crop` to ``length`` tokens is possible."""
         S = len(self)
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
+        drop = S - length
+        raw = self.raw_k if self.raw_k is not None else self.raw_q
+        if 0 < length and raw is not None and drop >= raw.shape[2]:
+            raise ValueError(
+                f"cannot roll back {drop} tokens: this cache keeps raw keys for {self.window - 1} "
+                f"(build it with max_rollback >= {drop})"
+            )
+
+    def crop(self, length: int) -> None:
+        """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
+        self.check_crop(length)
+        S = len(self)
         if length == S:
             return
         if length == 0:
             self.keys = self.values = self.raw_k = self.raw_q = None
             return
         drop = S - length
-        raw = self.raw_k if self.raw_k is not None else self.raw_q
-        if raw is not None and drop >= raw.shape[2]:
-            raise ValueError(
-                f"cannot roll back {drop} tokens: this cache keeps raw keys for {self.window - 1} "
-                f"(build it with max_rollback >= {drop})"
-            )
         self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
         if self.raw_k is not None:
             self.raw_k = self.raw_k[:, :, :-drop]
@@ -134,10 +140,12 @@ class PSACache:
         self.simple = self.simple and simple
 
     def crop(self, length: int) -> None:
-        """Roll every layer back to ``length`` tokens (speculative decoding)."""
+        """Roll every layer back to ``length`` tokens (speculative decoding); all or nothing."""
         S = len(self)
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
+        for layer in self.layers:
+            layer.check_crop(length)
         for layer in self.layers:
             layer.crop(length)
         if length == 0:
@@ -154,7 +162,17 @@ class PSACache:
         twin.layers = [copy.copy(layer) for layer in self.layers]
         return twin
 
+    def restore(self, saved: "PSACache") -> None:
+        """Return to the state of ``saved``, a :meth:`fork` of this cache taken earlier (a forward
+        pass that fails part-way restores the cache it was extending)."""
+        for layer, before in zip(self.layers, saved.layers):
+            layer.__dict__.update(before.__dict__)
+        self.__dict__.update({k: v for k, v in saved.__dict__.items() if k != "layers"})
+
     def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search); nothing to do for an empty cache."""
+        if self.key_pos is None:
+            return
         for layer in self.layers:
             layer.reorder(index)
         self.key_valid, self.key_seq, self.key_pos = (
