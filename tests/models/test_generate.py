@@ -132,6 +132,13 @@ def test_seeded_sampling_is_reproducible():
     assert not torch.equal(runs[0], runs[2])
 
 
+def test_a_tiny_temperature_samples_the_greedy_token():
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (3, 4))
+    cold = generate(model, prompt, 6, do_sample=True, temperature=1e-45, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold.sequences, generate(model, prompt, 6).sequences)
+
+
 def test_bad_generation_arguments():
     model = random_model()
     prompt = torch.randint(0, 37, (1, 3))

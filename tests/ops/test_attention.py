@@ -133,3 +133,17 @@ def test_mismatched_devices():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="devices differ"):
         psa_attention(q, k.to("meta"), v, gamma_k=1.0)
+
+
+def test_a_query_that_may_see_no_key_gets_zeros_on_both_paths():
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 2, :] = False
+    fast = psa_attention(q, k, v, gamma_q=0.5, gamma_k=0.5, attn_mask=mask)
+    reference = psa_attention_reference(q, k, v, gamma_q=0.5, gamma_k=0.5, attn_mask=mask)
+    assert torch.allclose(fast, reference) and (reference[..., 2, :] == 0).all()
+
+
+def test_starts_must_be_boolean():
+    with pytest.raises(TypeError, match="bool"):
+        shear(torch.randn(1, 1, 4, 2), 0.5, starts=torch.zeros(1, 4, dtype=torch.long))

@@ -59,3 +59,11 @@ def test_bad_fraction_and_base():
         RotaryEmbedding(8, rotary_fraction=1.5)
     with pytest.raises(ValueError, match="base"):
         RotaryEmbedding(8, base=1.0)
+
+
+def test_apply_rope_refuses_tables_of_odd_or_unequal_width():
+    x = torch.randn(1, 1, 3, 8)
+    with pytest.raises(ValueError, match="one even width"):
+        apply_rope(x, torch.ones(3, 7), torch.zeros(3, 7))
+    with pytest.raises(ValueError, match="one even width"):
+        apply_rope(x, torch.ones(3, 6), torch.zeros(3, 4))

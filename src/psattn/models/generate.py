@@ -50,7 +50,7 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     """Next token (B,) from logits (B, V)."""
     if not do_sample:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # <= 0: no overflow at tiny temperatures
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -106,7 +106,8 @@ def attention_weights(
     scale: float | None = None,
 ) -> Tensor:
     """softmax(scale * q̂ k̂ᵀ + mask) as an explicit (B, Hq, Tq, Tk) pattern, SDPA's conventions
-    (the causal mask is aligned top-left, a bool mask marks allowed keys)."""
+    (the causal mask is aligned top-left, a bool mask marks allowed keys, a query row that may see
+    no key gets zero weights)."""
     if is_causal and attn_mask is not None:
         raise ValueError("pass either is_causal or attn_mask, not both")
     scale = 1.0 / math.sqrt(q_hat.shape[-1]) if scale is None else scale
@@ -120,7 +121,8 @@ def attention_weights(
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
             scores = scores + attn_mask
-    return scores.softmax(dim=-1)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, Hq, Tq, 1): rows that may see no key
+    return scores.softmax(dim=-1).masked_fill(dead, 0.0)
 
 
 def psa_attention_reference(

@@ -55,6 +55,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     r = cos.shape[-1]
     if r > x.shape[-1]:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")
+    if r % 2 or sin.shape[-1] != r:
+        raise ValueError(f"RoPE tables must share one even width, got cos {r} and sin {sin.shape[-1]}")
     if r == x.shape[-1]:
         return x * cos + _rotate_half(x) * sin
     x_rot, x_pass = x[..., :r], x[..., r:]

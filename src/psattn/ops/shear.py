@@ -72,6 +72,8 @@ def _check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None
     B, H, T, D = x.shape
     if starts is not None and tuple(starts.shape) != (B, T):
         raise ValueError(f"starts must be (B, T) = {(B, T)}, got {tuple(starts.shape)}")
+    if starts is not None and starts.dtype != torch.bool:
+        raise TypeError(f"starts must be a bool tensor (True at sequence starts), got {starts.dtype}")
     if prev is not None and tuple(prev.shape) != (B, H, 1, D):
         raise ValueError(f"prev must be (B, H, 1, D) = {(B, H, 1, D)}, got {tuple(prev.shape)}")
 
