@@ -46,6 +46,15 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20, 30, 40]
 
 
+def test_resume_with_dropout_draws_the_same_masks(tmp_path):
+    config = tiny_config()
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, dropout=0.3))
+    reference = train(config)
+    assert reference.history != train(tiny_config()).history  # dropout is in play
+    train(config, tmp_path, time_limit_s=0.0)  # stops after step 1, mid-way between checkpoints
+    assert train(config, tmp_path).history == reference.history
+
+
 def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
     reference = train(tiny_config())
 
@@ -68,6 +77,17 @@ def test_time_limit_checkpoints_an_unfinished_run_that_resumes_exactly(tmp_path)
     rest = train(tiny_config(), tmp_path, time_limit_s=3600.0)
     assert not rest.timed_out and rest.history == reference.history
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 40
+
+
+def test_restart_clears_the_earlier_run_files(tmp_path):
+    train(tiny_config(steps=20), tmp_path)
+    restarted = train(tiny_config(steps=20), tmp_path, resume=False, time_limit_s=0.0)
+    assert restarted.steps == 1 and not (tmp_path / "result.json").exists()
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
+    done = train(tiny_config(steps=20), tmp_path, resume=False)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20]
+    assert done.history == train(tiny_config(steps=20)).history
 
 
 @pytest.mark.parametrize("limit", [-1.0, float("nan")])

@@ -66,6 +66,12 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed << 32) + step)
 
 
+def seed_step_randomness(seed: int, step: int) -> None:
+    """Seed dropout's generators (CPU and every CUDA device) from (seed, step), so a resumed run
+    draws what the uninterrupted run drew, on any device, with no generator state to save."""
+    torch.manual_seed((seed << 32) + (1 << 30) + step)
+
+
 def eval_batch(config: RunConfig) -> TaskBatch:
     generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 1)
     return sample_task(config.task, config.train.eval_size, generator, split="eval")
@@ -221,17 +227,20 @@ def train(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        torch.set_rng_state(state["torch_rng"])
         step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
         if writes:
             write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
         log.info("resumed %s at step %d", run_dir, step)
+    elif writes:  # a fresh start: nothing of an earlier run in this directory may survive
+        write_jsonl(run_dir / "metrics.jsonl", [])
+        for stale in ("result.json", "checkpoint.pt"):
+            (run_dir / stale).unlink(missing_ok=True)
 
     def checkpoint() -> None:
         if writes:
             save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(), "step": step,
+                "schedule": schedule.state_dict(), "step": step,
                 "history": history, "emergence_step": emergence, "seconds": seconds,
             })
         barrier(ddp)
@@ -245,6 +254,7 @@ def train(
         start = time.perf_counter()
         while step < t.steps and not done:
             batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+            seed_step_randomness(t.seed, step)
             scored = int((batch.targets != IGNORE_INDEX).sum())
             mine = shard(batch, ddp).to(device)
             loss = forward(mine.inputs, mine.targets, scored)
