@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="export a trained run to ONNX, run it in ONNX Runtime, compare")
     ex.add_argument("--run", required=True, help="run directory (config.json + checkpoint.pt)")
     ex.add_argument("--onnx", required=True, help="output path of the prefill graph; the decode step goes beside it")
-    ex.add_argument("--int8", action="store_true", help="also quantize both graphs to INT8 and compare accuracy")
+    ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
+                    help="also quantize both graphs to INT8 (dynamic, the default, or static: calibrated on "
+                         "training rows) and compare accuracy")
     ex.add_argument("--json", help="write the comparison to this JSON file")
     ex.set_defaults(func=cmd_export)
 

@@ -5,7 +5,9 @@ import torch
 
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.experiments.configs import small_config
-from psattn.export.compare import export_and_compare, key_range_growth
+from psattn.export.compare import calibration_inputs, export_and_compare, key_range_growth
+from psattn.export.onnx import quantize_int8
+from psattn.training.trainer import eval_batch
 from psattn.models import generate
 from psattn.training.trainer import train
 from helpers import random_model
@@ -69,14 +71,50 @@ def test_key_range_growth_respects_the_bound():
             assert row["bound_bits"] == pytest.approx(np.log2(1 + 2 * gamma))
 
 
+def test_static_int8_quantizes_every_matmul_and_stays_close(tmp_path):
+    model = float_model("symmetric", "post_rope")
+    paths = export_onnx(model, tmp_path / "m.onnx")
+    fp32 = OnnxLM(paths.prefill, paths.decode)
+    rng = np.random.default_rng(0)
+    calibration = [rng.integers(0, 37, (8, 12)) for _ in range(4)]
+    feeds = [f for rows in calibration for f in fp32.decode_feeds(rows[:, :6], 3)]
+    assert len(feeds) == 12 and set(feeds[0]) == set(fp32.decode_inputs)
+    q_prefill = quantize_int8(paths.prefill, tmp_path / "q.onnx", [{"input_ids": rows} for rows in calibration])
+    q_decode = quantize_int8(paths.decode, tmp_path / "q.decode.onnx", feeds)
+    for path in (q_prefill, q_decode):
+        nodes = onnx.load(str(path)).graph.node
+        matmul_inputs = {i for n in nodes if n.op_type == "MatMul" for i in n.input}
+        dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+        assert matmul_inputs and matmul_inputs <= dequantized  # both operands of every MatMul come through INT8
+    ids = rng.integers(0, 37, (4, 12))
+    want, got = fp32.logits(ids), OnnxLM(q_prefill, q_decode).logits(ids)
+    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
+
+
+def test_int8_mode_must_be_known(tmp_path):
+    with pytest.raises(ValueError, match="int8 must be one of"):
+        export_and_compare(tmp_path, tmp_path / "m.onnx", int8="float8")
+
+
+def test_calibration_rows_come_from_the_training_split():
+    config = small_config("key_only", 1.0)
+    held_out = {tuple(row) for row in eval_batch(config).inputs.tolist()}
+    calibration = np.concatenate(calibration_inputs(config))
+    assert calibration.shape == (128, 64)
+    assert not held_out & {tuple(row) for row in calibration.tolist()}
+
+
 @pytest.mark.slow
-def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path):
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode):
+    run = tmp_path_factory.getbasetemp() / "int8-run"  # trained once, exported in both modes
     config = small_config("key_only", 1.0, steps=300, early_stop=False)
-    train(config, tmp_path / "run")
-    result = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=True, rows=256)
+    train(config, run)
+    result = export_and_compare(run, tmp_path_factory.mktemp(mode) / "m.onnx", int8=mode, rows=256)
     acc = result["accuracy"]
     assert acc["pytorch"] > 0.5  # the model has learned induction
     assert acc["onnx_fp32"] == pytest.approx(acc["pytorch"], abs=1e-3)
     assert abs(acc["onnx_int8"] - acc["onnx_fp32"]) <= 0.02  # the stated INT8 margin
-    assert result["greedy_tokens_equal"]
+    assert result["greedy_tokens_equal"] and result["int8_greedy_tokens_agree"] >= 0.9
     assert result["size_bytes"]["int8"] < 0.5 * result["size_bytes"]["fp32"]
+    assert set(result["latency_ms_per_token"]) == {"pytorch", "onnxruntime", "onnxruntime_int8"}

@@ -16,10 +16,11 @@ from ..models.decoder import DecoderLM
 from ..models.generate import generate
 from ..ops.hooks import capture
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
+from ..tasks.registry import sample_task
 from ..timing import interleaved_medians
 from ..training.config import RunConfig
 from ..training.trainer import eval_batch, load_trained
-from .onnx import OnnxLM, decode_path_for, export_onnx, quantize_int8
+from .onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
 
 
 def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
@@ -43,16 +44,31 @@ def key_range_growth(model: DecoderLM, inputs: torch.Tensor) -> list[dict[str, f
     return rows
 
 
-def _latency_per_token(model: DecoderLM, onnx_model: OnnxLM, prompt: torch.Tensor, tokens: int, repeats: int = 3):
-    runs = {"pytorch": lambda: generate(model, prompt, tokens), "onnxruntime": lambda: onnx_model.generate(prompt.numpy(), tokens)}
+def _latency_per_token(model: DecoderLM, onnx_models: dict[str, OnnxLM], prompt: torch.Tensor, tokens: int,
+                       repeats: int = 3) -> dict[str, float]:
+    """Seconds per greedy token for PyTorch and each ONNX model, measured interleaved in one run."""
+    runs = {"pytorch": lambda: generate(model, prompt, tokens)}
+    runs.update({name: (lambda m=m: m.generate(prompt.numpy(), tokens)) for name, m in onnx_models.items()})
     return {name: t / tokens for name, t in interleaved_medians(runs, repeats).items()}
 
 
+def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> list[np.ndarray]:
+    """Rows (B, T) of the run's task from its *training* split, in chunks: static INT8 calibration
+    never sees the held-out rows it is scored on."""
+    generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 2)
+    inputs = sample_task(config.task, rows, generator, split="train").inputs.numpy()
+    return [inputs[i : i + chunk] for i in range(0, rows, chunk)]
+
+
 @torch.no_grad()
-def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool = False, rows: int = 256,
+def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
                        decode_tokens: int = 24) -> dict[str, Any]:
-    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``; INT8 copies with ``int8``)
-    and measure it against PyTorch. Uses one thread on both sides."""
+    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
+    PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
+    (static ones calibrated on training rows) and measures them. Uses one thread on both sides."""
+    mode = "dynamic" if int8 is True else (int8 or None)
+    if mode is not None and mode not in INT8_MODES:
+        raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
     torch.set_num_threads(1)
     config = RunConfig.from_file(Path(run_dir) / "config.json")
     model = load_trained(run_dir)
@@ -77,15 +93,25 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
         "accuracy": {"pytorch": accuracy(torch_logits, batch), "onnx_fp32": accuracy(onnx_logits, batch)},
         "key_range_growth": key_range_growth(model, batch.inputs),
     }
-    latency = _latency_per_token(model, onnx_model, batch.inputs[:1, :16], decode_tokens)
-    result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}
-    if int8:
-        q_prefill = quantize_int8(paths.prefill, Path(onnx_path).with_suffix(".int8.onnx"))
-        q_decode = quantize_int8(paths.decode, decode_path_for(q_prefill))
+    timed = {"onnxruntime": onnx_model}
+    if mode is not None:
+        prefill_feeds = decode_feeds = None
+        if mode == "static":
+            calibration = calibration_inputs(config)
+            prefill_feeds = [{"input_ids": rows_} for rows_ in calibration]
+            decode_feeds = [f for rows_ in calibration for f in onnx_model.decode_feeds(rows_[:, : rows_.shape[1] // 2], 4)]
+        q_prefill = quantize_int8(paths.prefill, Path(onnx_path).with_suffix(f".int8-{mode}.onnx"), prefill_feeds)
+        q_decode = quantize_int8(paths.decode, decode_path_for(q_prefill), decode_feeds)
         q_model = OnnxLM(q_prefill, q_decode)
+        q_seqs, _ = q_model.generate(prompt.numpy(), decode_tokens)
+        result["int8_mode"] = mode
         result["files"].update({"prefill_int8": str(q_prefill), "decode_int8": str(q_decode)})
         result["size_bytes"]["int8"] = q_prefill.stat().st_size
         result["accuracy"]["onnx_int8"] = accuracy(q_model.logits(batch.inputs.numpy()), batch)
+        result["int8_greedy_tokens_agree"] = float((q_seqs == seqs).mean())
+        timed["onnxruntime_int8"] = q_model
+    latency = _latency_per_token(model, timed, batch.inputs[:1, :16], decode_tokens)
+    result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}
     return result
 
 
@@ -96,10 +122,14 @@ def format_comparison(r: dict[str, Any]) -> str:
         (f", int8 {r['size_bytes']['int8'] / 1e6:.2f} MB" if "int8" in r["size_bytes"] else ""),
         f"  max |logit error| vs PyTorch: full forward {r['max_logit_error']['full_forward']:.2e}, "
         f"decode steps {r['max_logit_error']['decode_steps']:.2e}; greedy tokens equal: {r['greedy_tokens_equal']}",
-        "  held-out accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in r["accuracy"].items()),
+        "  held-out accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in r["accuracy"].items())
+        + (f" (INT8 {r['int8_mode']}; greedy decode tokens agreeing with fp32: {r['int8_greedy_tokens_agree']:.3f})"
+           if "int8_mode" in r else ""),
         f"  latency per token (batch 1, 1 thread): PyTorch {r['latency_ms_per_token']['pytorch']:.2f} ms, "
         f"ONNX Runtime {r['latency_ms_per_token']['onnxruntime']:.2f} ms "
-        f"(ratio {r['latency_ms_per_token']['onnxruntime'] / r['latency_ms_per_token']['pytorch']:.2f})",
+        f"(ratio {r['latency_ms_per_token']['onnxruntime'] / r['latency_ms_per_token']['pytorch']:.2f})"
+        + (f", ONNX Runtime INT8 {r['latency_ms_per_token']['onnxruntime_int8']:.2f} ms"
+           if "onnxruntime_int8" in r["latency_ms_per_token"] else ""),
     ]
     for g in r["key_range_growth"]:
         lines.append(f"  layer {g['layer']}: key range grows by {g['measured_bits']:.2f} bits "

@@ -7,8 +7,10 @@ state (prefill), and ``<name>.decode.onnx``, one cached decode step (see :mod:`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +109,56 @@ class OnnxLM:
         return np.concatenate([input_ids, *tokens], axis=1), np.stack(chosen_from, axis=1)
 
 
-def quantize_int8(src: str | Path, dst: str | Path) -> Path:
-    """Dynamic INT8 quantization of the graph's matrix weights (ONNX Runtime's quantize_dynamic)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    def decode_feeds(self, input_ids: np.ndarray, steps: int) -> list[dict[str, np.ndarray]]:
+        """The decode graph's inputs along a greedy continuation of ``input_ids`` (calibration data)."""
+        outputs = self.prefill.run(None, {"input_ids": np.asarray(input_ids, dtype=np.int64)})
+        feeds = []
+        for _ in range(steps):
+            token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (B, 1)
+            feeds.append(dict(zip(self.decode_inputs, [token, *outputs[1:]])))
+            outputs = self.decode.run(None, feeds[-1])
+        return feeds
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+
+INT8_MODES = ("dynamic", "static")
+
+
+class _Feeds:
+    """ONNX Runtime's CalibrationDataReader protocol over a list of input dicts."""
+
+    def __init__(self, feeds: Iterable[dict[str, np.ndarray]]):
+        self._feeds = iter(feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._feeds, None)
+
+
+def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[str, np.ndarray]] | None = None) -> Path:
+    """INT8 copy of a graph. Without ``calibration``: dynamic (``quantize_dynamic``: INT8 weights,
+    activation ranges found at run time). With it, a list of input dicts: static QDQ
+    (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
+    at ranges fixed by min/max over the calibration inputs; the elementwise operators (RoPE, the
+    shear, the norms) stay in fp32."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    with warnings.catch_warnings(), _quiet("root"):
+        warnings.simplefilter("ignore")
+        if calibration is None:
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+        else:
+            quantize_static(str(src), str(dst), _Feeds(calibration), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,
+                            weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
     return Path(dst)
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """Hold back a logger's warnings (ONNX Runtime's quantizer advises pre-processing on every call)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
