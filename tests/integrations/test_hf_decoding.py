@@ -87,3 +87,36 @@ def test_max_rollback_allows_deeper_crops(prompt):
         logits = model(prompt[:, -4:], **cache_kw(cache), use_cache=True).logits
         torch.testing.assert_close(logits, model(prompt, use_cache=False).logits[:, -4:], atol=1e-10, rtol=0)
     assert all(layer.raw_k.values.shape[-2] <= 4 + 1 + 4 for layer in cache.layers)
+
+
+@pytest.mark.parametrize("keep_last_call,held", [(True, 120), (False, 1)])
+def test_keep_last_call_decides_the_state_right_after_a_prefill(keep_last_call, held):
+    model = apply_psa(tiny_model("llama"), "symmetric", 0.8, keep_last_call=keep_last_call)
+    long_prompt = torch.randint(1, 61, (2, 120))
+    with torch.no_grad():
+        out = model(long_prompt, use_cache=True)
+        cache = returned_cache(out)
+        assert all(layer.raw_k.values.shape[-2] == held for layer in cache.layers)
+        suffix = torch.tensor([[3, 4], [5, 6]])
+        steps = torch.cat([model(suffix[:, t : t + 1], **cache_kw(cache), use_cache=True).logits for t in (0, 1)], 1)
+        full = model(torch.cat([long_prompt, suffix], 1), use_cache=False).logits
+    assert all(layer.raw_k.values.shape[-2] == (2 if keep_last_call else 1) for layer in cache.layers)
+    torch.testing.assert_close(steps, full[:, -2:], atol=1e-10, rtol=0)
+
+
+def test_without_the_last_call_a_crop_is_refused_unless_announced(prompt):
+    model = apply_psa(tiny_model("llama"), "symmetric", 0.8, keep_last_call=False)
+    cache = PSACache(model.config, keep_last_call=False)
+    with torch.no_grad():
+        model(prompt[:, :5], **cache_kw(cache), use_cache=True)
+        model(prompt[:, 5:], **cache_kw(cache), use_cache=True)
+        with pytest.raises(RuntimeError, match="max_rollback"):
+            cache.crop(-3)
+        assert cache.get_seq_length() == prompt.shape[1]  # the refused crop changed nothing
+        cache = PSACache(model.config, keep_last_call=False)
+        cache.activate_past_recording()  # what transformers calls before a generation that rolls back
+        model(prompt[:, :5], **cache_kw(cache), use_cache=True)
+        model(prompt[:, 5:], **cache_kw(cache), use_cache=True)
+        cache.crop(-3)
+        logits = model(prompt[:, 6:], **cache_kw(cache), use_cache=True).logits
+    torch.testing.assert_close(logits, model(prompt, use_cache=False).logits[:, 6:], atol=1e-10, rtol=0)

@@ -16,6 +16,8 @@ that call anyway and are dropped by the next ``update`` or by ``crop``; so any c
 call is exact. ``max_rollback = r`` keeps r more positions (a PSA *assistant* model is cropped
 across several of its own calls), and ``activate_past_recording`` keeps everything until the next
 ``crop``, as transformers' sliding-window layers do. A crop beyond the window raises.
+``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
+right after a long prefill as well, for models that are never cropped further back than that.
 
 Sequence starts of each chunk come from the attention pre-hook (:mod:`.patch`), which calls
 :meth:`PSALayer.prepare` right before the module calls ``update``; an ``update`` that was not
@@ -96,11 +98,11 @@ class PSALayer(DynamicLayer):
 
     is_croppable = True
 
-    def __init__(self, max_rollback: int = 0, **kwargs):
+    def __init__(self, max_rollback: int = 0, keep_last_call: bool = True, **kwargs):
         super().__init__()
         if max_rollback < 0:
             raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
-        self.max_rollback = max_rollback
+        self.max_rollback, self.keep_last_call = max_rollback, keep_last_call
         self.record_past = False
         self.spec: PSASpec | None = None
         self.raw_k = RawWindow()  # raw post-RoPE keys (B, Hkv, W, D), when gamma_k != 0
@@ -127,7 +129,8 @@ class PSALayer(DynamicLayer):
     def _keep_from(self, chunk_start: int, chunk_end: int) -> int | None:
         if self.record_past:
             return None
-        return min(chunk_start - 1, chunk_end - 1 - self.max_rollback)
+        window_start = chunk_end - 1 - self.max_rollback
+        return min(chunk_start - 1, window_start) if self.keep_last_call else window_start
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         """Shear the new raw keys (B, Hkv, T, D), append them; return all sheared keys and values."""
@@ -214,11 +217,12 @@ class PSACache(DynamicCache):
     it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
-    def __init__(self, config=None, *, max_rollback: int = 0):
+    def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
         super().__init__(config=config)
-        self.layers = [_as_psa_layer(layer, max_rollback, i) for i, layer in enumerate(self.layers)]
+        window = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
+        self.layers = [_as_psa_layer(layer, window, i) for i, layer in enumerate(self.layers)]
         if self.layer_class_to_replicate is not None:
-            self.layer_class_to_replicate = partial(PSALayer, max_rollback=max_rollback)
+            self.layer_class_to_replicate = partial(PSALayer, **window)
 
     def kv_bytes(self) -> int:
         return sum(_nbytes(layer.keys) + _nbytes(layer.values) for layer in self.layers if layer.is_initialized)
@@ -227,11 +231,12 @@ class PSACache(DynamicCache):
         return sum(layer.extra_state_bytes() for layer in self.layers if isinstance(layer, PSALayer))
 
 
-def _as_psa_layer(layer, max_rollback: int, index: int) -> PSALayer:
+def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
+    """``layer`` as a :class:`PSALayer` (``window``: its max_rollback and keep_last_call)."""
     if isinstance(layer, PSALayer):
         return layer
     if type(layer) in _CONVERTIBLE and layer.get_seq_length() == 0:
-        new = PSALayer(max_rollback=max_rollback)
+        new = PSALayer(**window)
         new.record_past = getattr(layer, "record_past", False)
         return new
     if type(layer) in _CONVERTIBLE:
@@ -256,11 +261,12 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
         )
     if getattr(cache, "offloading", False):
         raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
+    window = dict(max_rollback=spec.max_rollback, keep_last_call=spec.keep_last_call)
     if cache.layer_class_to_replicate is DynamicLayer:
-        cache.layer_class_to_replicate = partial(PSALayer, max_rollback=spec.max_rollback)
+        cache.layer_class_to_replicate = partial(PSALayer, **window)
     while len(cache.layers) <= layer_idx:
-        cache.layers.append(PSALayer(max_rollback=spec.max_rollback))
+        cache.layers.append(PSALayer(**window))
     layer = cache.layers[layer_idx]
     if not isinstance(layer, PSALayer):
-        layer = cache.layers[layer_idx] = _as_psa_layer(layer, spec.max_rollback, layer_idx)
+        layer = cache.layers[layer_idx] = _as_psa_layer(layer, window, layer_idx)
     return layer

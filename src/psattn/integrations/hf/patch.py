@@ -109,6 +109,7 @@ def apply_psa(
     boundary: str = "replicate",
     attn_implementation: str = "sdpa",
     max_rollback: int = 0,
+    keep_last_call: bool = True,
 ) -> nn.Module:
     """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
 
@@ -118,11 +119,14 @@ def apply_psa(
     first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
     documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
     ``eager``). ``max_rollback`` only matters for a PSA *assistant* model in assisted decoding.
+    ``keep_last_call=False`` holds the extra state at O(1) right after a long prefill too (the raw
+    keys of a call are dropped when it ends); such a model can then be cropped back only
+    ``max_rollback`` tokens, so it cannot be the target of assisted decoding.
 
     ``generate`` then keeps sheared keys in its cache (plus one raw key, and one raw query when
     gamma_q != 0, per layer). Raises NotImplementedError for unsupported architectures and options.
     """
-    spec = PSASpec(variant, gamma, placement, boundary, max_rollback)
+    spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
     name = implementation_name(attn_implementation)
     if getattr(model, "_psa_state", None) is not None:
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
@@ -168,6 +172,7 @@ def load_psa_model(
     boundary: str = "replicate",
     attn_implementation: str = "sdpa",
     max_rollback: int = 0,
+    keep_last_call: bool = True,
     model_class=None,
     **kwargs,
 ) -> nn.Module:
@@ -177,7 +182,7 @@ def load_psa_model(
     from transformers import AutoModelForCausalLM, PretrainedConfig
 
     # Validate the options before loading any weights.
-    PSASpec(variant, gamma, placement, boundary, max_rollback)
+    PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
     implementation_name(attn_implementation)
     cls = model_class or AutoModelForCausalLM
     kwargs.setdefault("attn_implementation", attn_implementation)
@@ -186,4 +191,5 @@ def load_psa_model(
     else:
         model = cls.from_pretrained(source, **kwargs)
     return apply_psa(model, variant, gamma, placement=placement, boundary=boundary,
-                     attn_implementation=attn_implementation, max_rollback=max_rollback)
+                     attn_implementation=attn_implementation, max_rollback=max_rollback,
+                     keep_last_call=keep_last_call)

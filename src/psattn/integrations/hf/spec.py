@@ -18,7 +18,9 @@ class PSASpec:
     ``max_rollback`` is how many tokens a :class:`~psattn.integrations.hf.cache.PSALayer` can be
     cropped back beyond the last forward call (assisted decoding crops at most the last call's
     tokens, which needs no extra window; a PSA *assistant* model needs ``max_rollback`` >= its
-    ``num_assistant_tokens``).
+    ``num_assistant_tokens``). ``keep_last_call=False`` drops the last call's raw values as soon as
+    the call is done, so the extra state is O(1) right after a long prefill too, at the price of
+    crops (assisted decoding of this model) reaching back only ``max_rollback`` tokens.
     """
 
     variant: str = "key_only"
@@ -26,6 +28,7 @@ class PSASpec:
     placement: str = "post_rope"
     boundary: str = "replicate"
     max_rollback: int = 0
+    keep_last_call: bool = True
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -34,6 +37,8 @@ class PSASpec:
         check_boundary(self.boundary)
         if isinstance(self.max_rollback, bool) or not isinstance(self.max_rollback, int) or self.max_rollback < 0:
             raise ValueError(f"max_rollback must be an int >= 0, got {self.max_rollback!r}")
+        if not isinstance(self.keep_last_call, bool):
+            raise ValueError(f"keep_last_call must be True or False, got {self.keep_last_call!r}")
         if self.placement != "post_rope":
             raise NotImplementedError(
                 f"placement={self.placement!r} is not supported by the transformers integration: the models apply "
