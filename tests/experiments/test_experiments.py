@@ -121,11 +121,11 @@ def test_head_scores_read_the_right_positions():
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
                                     sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
-                                    head_counts=(4, 2), critical_gammas=(1.0,))
+                                    head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64))
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
-    for needle in ("Critical gamma against the head dimension", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+    for needle in ("Critical gamma against the head dimension", "fixed width", "fixed head count", "Exponent:", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

@@ -42,6 +42,7 @@ class Plan:
     threshold: float
     head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
     critical_gammas: tuple[float, ...]
+    widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
 
 
 PLANS = {
@@ -49,7 +50,7 @@ PLANS = {
         seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, gammas=(0.0, 0.5, 1.0, 2.0),
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
-        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5),
+        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -57,6 +58,7 @@ PLANS = {
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+        widths=(64, 128, 256, 512),
     ),
 }
 
@@ -116,8 +118,15 @@ def size_scan(mode: str = "quick") -> list[RunConfig]:
 
 
 def critical_gamma(mode: str = "quick") -> list[RunConfig]:
+    """The gamma grid per head dimension at fixed width (d_model 128): d_k and head count change together."""
     p = _plan(mode)
     return [_run(p, "symmetric", g, seed=0, n_heads=h) for h in p.head_counts for g in p.critical_gammas]
+
+
+def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
+    """The gamma grid per head dimension at a fixed head count (4): d_k and width change together."""
+    p = _plan(mode)
+    return [_run(p, "symmetric", g, seed=0, d_model=w, n_heads=4) for w in p.widths for g in p.critical_gammas]
 
 
 EXPERIMENTS = {
@@ -126,6 +135,7 @@ EXPERIMENTS = {
     "controls": negative_controls,
     "sizes": size_scan,
     "critical_gamma": critical_gamma,
+    "critical_gamma_width": critical_gamma_width,
 }
 
 

@@ -26,6 +26,7 @@ PAPER = {
     "gamma_sweep": "91.3M parameters: gamma = 0.80 succeeds in 3/3 seeds at about 717 steps; "
                    "gamma = 0 in 2/3 seeds at about 2700 steps",
     "controls": "best gamma* = 0 on randomised-offset induction and no gain on multi-hop negation",
+    "critical_exponent": "gamma_c ∝ d_k^-1.13",
 }
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 
@@ -63,6 +64,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     sizes = exp.summarise_by(_subset(results, declared["sizes"]), exp.size_key)
     critical = exp.summarise_by(_subset(results, declared["critical_gamma"]), exp.head_dim_key)
     pairs = exp.critical_pairs(critical)
+    critical_width = exp.summarise_by(_subset(results, declared["critical_gamma_width"]), exp.head_dim_key)
+    pairs_width = exp.critical_pairs(critical_width)
     any_result = next(iter(results.values()))
     threshold, size = any_result["config"]["train"]["threshold"], _param_count(results[declared["variants"][0].name])
 
@@ -119,12 +122,19 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
                       _fmt(r["mean_emergence_step"], 0)] for r in sorted(sizes, key=lambda r: (r["d_model"], r["variant"]))])
     lines += ["", "### Critical gamma against the head dimension", "",
               "Final accuracy per grid gamma, and the smallest gamma of the grid at which the symmetric shear "
-              "succeeds, per head dimension d_k (d_model fixed, more or fewer heads: head count and d_k change "
-              "together). A bound (<= or >) means the grid did not bracket it; only bracketed values enter "
-              "the exponent fit of the theory section.", ""]
-    lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in critical})] + ["critical gamma"],
-                    [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(critical, key=lambda r: r["gamma"])
-                              if r["d_k"] == d_k] + [label] for d_k, _, label in pairs])
+              "succeeds, per head dimension d_k, in two designs: at fixed width (d_model "
+              f"{declared['critical_gamma'][0].model.d_model}; head count and d_k change together) and at a fixed "
+              f"head count ({declared['critical_gamma_width'][0].model.n_heads}; width and d_k change together). "
+              "A bound (<= or >) means the grid did not bracket it; only bracketed values enter the exponent fits "
+              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the fixed-width design.", ""]
+    fits = {}
+    for design, rows, design_pairs in (("fixed width", critical, pairs), ("fixed head count", critical_width, pairs_width)):
+        lines += [f"**{design}**", ""]
+        lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in rows})] + ["critical gamma"],
+                        [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(rows, key=lambda r: r["gamma"])
+                                  if r["d_k"] == d_k] + [label] for d_k, _, label in design_pairs])
+        fits[design] = _exponent_fit(design_pairs)
+        lines += ["", f"Exponent: {fits[design]['text']}.", ""]
     lines += ["", "### Heads", "",
               "Previous-token and induction scores of each head, measured on [BOS] + R + R rows (R: 24 random tokens) "
               "with the seed-0 models:", "", "![head scores](figures/head_scores.png)", "",
@@ -134,7 +144,9 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"bare PyTorch loop on the same model and batches: ratio {speed['ratio']:.3f} (measured interleaved in this run).",
               ""]
     data = {"variants": variants, "gamma_sweep": gammas, "controls": controls, "sizes": sizes,
-            "critical_gamma": critical, "critical_pairs": pairs, "head_scores": scores, "trainer_speed": speed}
+            "critical_gamma": critical, "critical_pairs": pairs, "critical_gamma_width": critical_width,
+            "critical_pairs_width": pairs_width, "critical_exponents": fits, "head_scores": scores,
+            "trainer_speed": speed}
     return lines, data
 
 
@@ -150,6 +162,17 @@ def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], 
     lines += [f"- skipped: {s}" for s in result["skipped"]] + [""]
     return lines, {"passed": result["passed"], "checks": [
         {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
+
+
+def _exponent_fit(pairs: list) -> dict:
+    """The fit gamma_critical ∝ d_k^alpha over the bracketed values, or why there is none."""
+    from ..theory.scaling import empirical_exponent
+
+    bracketed = [(d_k, g) for d_k, g, _ in pairs if g is not None]
+    if len(bracketed) < 2:
+        return {"text": f"not fitted ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"}
+    fit = empirical_exponent(bracketed).to_dict()
+    return {**fit, "text": f"{fit['exponent']:+.2f} ± {fit['stderr']:.2f} from {len(bracketed)} points"}
 
 
 def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[list[str], dict]:
