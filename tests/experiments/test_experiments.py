@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -88,6 +89,11 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
             {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0},
             {"d_k": 8, "gamma": 0.5, "success_rate": 1.0}, {"d_k": 8, "gamma": 1.0, "success_rate": 1.0}]
     assert exp.critical_pairs(rows) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "> 0.5")]
+    assert exp.critical_brackets(rows) == [(8, 0.0, 0.5), (16, 0.5, 1.0), (64, 0.5, math.inf)]
+    width = exp.critical_gamma_width("quick")
+    assert {(c.model.n_heads, c.model.head_dim) for c in width} == {(4, 16), (4, 32), (4, 64)}
+    shared = {c.name for c in width} & {c.name for c in exp.critical_gamma("quick")}
+    assert {c.model.head_dim for c in width if c.name in shared} == {32}  # d_model 128, 4 heads: one run, both designs
     names = {c.name for c in exp.critical_gamma("quick")}
     assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
     assert {c.train.steps for c in exp.variant_table("quick")} == {600, 400}

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from psattn.theory.scaling import (empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent,
-                                   sweep_pairs)
+from psattn.theory.scaling import (empirical_exponent, exponent_interval, fit_power_law, load_sweep_results,
+                                   reduced_model_exponent, sweep_pairs)
 
 
 def test_exact_power_law_is_recovered():
@@ -52,3 +52,25 @@ def test_errors():
     with pytest.raises(ValueError, match="differ in length"):
         fit_power_law([1, 2, 3], [1, 2])
     assert math.isnan(fit_power_law([1, 2], [1, 2]).stderr)
+
+
+def test_exponent_interval_holds_exactly_the_power_laws_through_every_bracket():
+    # gamma_c = 4 d_k^-0.5 bracketed on a grid: the true exponent lies inside the interval
+    brackets = [(16, 0.9, 1.1), (64, 0.45, 0.55), (256, 0.2, 0.3)]
+    lower, upper = exponent_interval(brackets)
+    assert lower < -0.5 < upper
+    assert lower == pytest.approx(math.log(0.2 / 1.1) / math.log(16))  # the widest pair binds here
+    assert upper == pytest.approx(math.log(0.3 / 0.9) / math.log(16))
+    rng = np.random.default_rng(0)
+    for alpha in rng.uniform(-3, 3, 200):  # inside iff some prefactor threads every bracket
+        logs = [(math.log(lo) - alpha * math.log(d), math.log(hi) - alpha * math.log(d)) for d, lo, hi in brackets]
+        feasible = max(a for a, _ in logs) < min(b for _, b in logs)
+        assert feasible == (lower < alpha < upper)
+
+
+def test_exponent_interval_with_censored_brackets():
+    # above the grid at 16, below its first point at 64: only an upper bound
+    lower, upper = exponent_interval([(16, 0.5, math.inf), (32, 0.1, 0.2), (64, 0.0, 0.1)])
+    assert lower == -math.inf and upper == pytest.approx(math.log(0.2 / 0.5) / math.log(2))
+    with pytest.raises(ValueError, match="two or more"):
+        exponent_interval([(16, 0.1, 0.2)])

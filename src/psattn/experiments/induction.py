@@ -5,8 +5,9 @@ summary computed from saved results (never from a live run).
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
 3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
 4. Size scan: the same comparison as the model grows.
-5. Critical gamma: the gamma grid at several head dimensions d_k (same width, more or fewer heads);
-   the smallest gamma that succeeds, against d_k, gives the empirical exponent of gamma_c.
+5. Critical gamma: the gamma grid at several head dimensions d_k, in two designs (same width with
+   more or fewer heads; same head count with a wider or narrower model); the smallest gamma that
+   succeeds, against d_k, gives the empirical exponent of gamma_c.
 
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Runs go
 to their full step budget (no early stop) so that final accuracies compare like with like. The
@@ -17,6 +18,7 @@ noise into success or failure.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -213,6 +215,23 @@ def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, 
         else:
             pairs.append((d_k, passing[0], f"{passing[0]:g}"))
     return pairs
+
+
+def critical_brackets(rows: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
+    """Per head dimension: (d_k, lo, hi) with lo < critical gamma <= hi read off the grid: hi the
+    smallest grid gamma whose runs all succeeded (inf if none did), lo the grid gamma below it (0 if
+    there is none)."""
+    out = []
+    for d_k in sorted({r["d_k"] for r in rows}):
+        gammas = sorted(r["gamma"] for r in rows if r["d_k"] == d_k)
+        passing = [r["gamma"] for r in rows if r["d_k"] == d_k and r["success_rate"] == 1.0]
+        if not passing:
+            out.append((d_k, gammas[-1], math.inf))
+            continue
+        hi = min(passing)
+        below = [g for g in gammas if g < hi]
+        out.append((d_k, below[-1] if below else 0.0, hi))
+    return out
 
 
 def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:

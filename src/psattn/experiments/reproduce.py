@@ -133,7 +133,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
         lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in rows})] + ["critical gamma"],
                         [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(rows, key=lambda r: r["gamma"])
                                   if r["d_k"] == d_k] + [label] for d_k, _, label in design_pairs])
-        fits[design] = _exponent_fit(design_pairs)
+        fits[design] = _exponent_fit(design_pairs, exp.critical_brackets(rows))
         lines += ["", f"Exponent: {fits[design]['text']}.", ""]
     lines += ["", "### Heads", "",
               "Previous-token and induction scores of each head, measured on [BOS] + R + R rows (R: 24 random tokens) "
@@ -164,15 +164,25 @@ def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], 
         {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
 
 
-def _exponent_fit(pairs: list) -> dict:
-    """The fit gamma_critical ∝ d_k^alpha over the bracketed values, or why there is none."""
-    from ..theory.scaling import empirical_exponent
+def _exponent_fit(pairs: list, brackets: list) -> dict:
+    """The least-squares fit gamma_critical ∝ d_k^alpha over the bracketed values, and the interval
+    of alpha that every grid bracket (censored ones included) allows."""
+    from ..theory.scaling import empirical_exponent, exponent_interval
 
+    out: dict = {}
     bracketed = [(d_k, g) for d_k, g, _ in pairs if g is not None]
-    if len(bracketed) < 2:
-        return {"text": f"not fitted ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"}
-    fit = empirical_exponent(bracketed).to_dict()
-    return {**fit, "text": f"{fit['exponent']:+.2f} ± {fit['stderr']:.2f} from {len(bracketed)} points"}
+    if len(bracketed) >= 2:
+        out = empirical_exponent(bracketed).to_dict()
+        spread = "" if out["stderr"] is None else f" ± {out['stderr']:.2f}"
+        text = f"{out['exponent']:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
+    else:
+        text = f"no least-squares fit ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"
+    if len(brackets) >= 2:
+        lower, upper = exponent_interval(brackets)
+        out["interval"] = [lower, upper]
+        text += (f"; the grid brackets allow alpha in ({lower:+.2f}, {upper:+.2f})" if lower < upper
+                 else "; no single power law passes through every grid bracket")
+    return {**out, "text": text}
 
 
 def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[list[str], dict]:

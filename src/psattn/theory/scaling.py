@@ -67,6 +67,30 @@ def fit_power_law(x, y) -> PowerLawFit:
                        float(x[keep].min()), float(x[keep].max()), int((~keep).sum()))
 
 
+def exponent_interval(brackets: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
+    """The exponents alpha for which some power law gamma = C d_k^alpha passes through every
+    bracket (d_k, lo, hi), lo < gamma_c(d_k) <= hi (lo may be 0, hi infinite): an open interval
+    (lower, upper), each end possibly infinite. It is empty (lower >= upper) when no power law fits.
+
+    A power law passes through all brackets iff log lo_i - alpha log d_i < log hi_j - alpha log d_j
+    for every pair i, j, so each pair with d_i < d_j bounds alpha from above by
+    log(hi_j / lo_i) / log(d_j / d_i) and from below by log(lo_j / hi_i) / log(d_j / d_i)."""
+    rows = sorted((float(d), float(lo), float(hi)) for d, lo, hi in brackets)
+    if len({d for d, _, _ in rows}) < 2:
+        raise ValueError("an exponent needs brackets at two or more distinct d_k")
+    lower, upper = -math.inf, math.inf
+    for i, (d_i, lo_i, hi_i) in enumerate(rows):
+        for d_j, lo_j, hi_j in rows[i + 1 :]:
+            if d_j == d_i:
+                continue
+            span = math.log(d_j / d_i)
+            if lo_i > 0 and math.isfinite(hi_j):
+                upper = min(upper, math.log(hi_j / lo_i) / span)
+            if lo_j > 0 and math.isfinite(hi_i):
+                lower = max(lower, math.log(lo_j / hi_i) / span)
+    return lower, upper
+
+
 def reduced_model_exponent(T: int, d_ks, *, simulated: bool = False, n_samples: int = 256, seed: int = 0,
                            c: float = C_CONSTANT) -> PowerLawFit:
     """Exponent of gamma_c against d_k at fixed T: from the closed form, or (``simulated``) from
