@@ -131,7 +131,8 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
-    for needle in ("Critical gamma against the head dimension", "fixed width", "fixed head count", "Exponent:", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+    for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
+                   "fixed head count", "Exponent:", "grid brackets allow", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

@@ -56,7 +56,10 @@ def _param_count(result: dict) -> str:
 def induction_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict]:
     declared = {name: fn(mode) for name, fn in exp.EXPERIMENTS.items()}
     unique = {c.name: c for configs in declared.values() for c in configs}
+    reused = [name for name in unique if (out / "runs" / name / "result.json").exists()]
     results = run_sweep(list(unique.values()), out / "runs", workers=workers, progress=progress)
+    provenance = {"trained_now": len(unique) - len(reused), "reused": len(reused),
+                  "reused_git_revisions": sorted({_run_revision(out / "runs" / name) for name in reused})}
 
     variants = exp.summarise_by(_subset(results, declared["variants"]), exp.variant_key)
     gammas = sorted(exp.summarise_by(_subset(results, declared["gamma_sweep"]), exp.gamma_key), key=lambda r: r["gamma"])
@@ -146,7 +149,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     data = {"variants": variants, "gamma_sweep": gammas, "controls": controls, "sizes": sizes,
             "critical_gamma": critical, "critical_pairs": pairs, "critical_gamma_width": critical_width,
             "critical_pairs_width": pairs_width, "critical_exponents": fits, "head_scores": scores,
-            "trainer_speed": speed}
+            "trainer_speed": speed, "runs": provenance}
     return lines, data
 
 
@@ -162,6 +165,12 @@ def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], 
     lines += [f"- skipped: {s}" for s in result["skipped"]] + [""]
     return lines, {"passed": result["passed"], "checks": [
         {"name": c["name"], "passed": c["passed"], "message": c["message"]} for c in result["checks"]]}
+
+
+def _run_revision(run_dir: Path) -> str:
+    meta = run_dir / "meta.json"
+    revision = json.loads(meta.read_text()).get("git_revision") if meta.exists() else None
+    return (revision or "unknown")[:7]
 
 
 def _exponent_fit(pairs: list, brackets: list) -> dict:
@@ -239,6 +248,10 @@ def reproduce(
         f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
         "",
     ]
+    runs = data.get("induction", {}).get("runs")
+    if runs:
+        header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} finished ones"
+                       + (f" (trained at git {', '.join(runs['reused_git_revisions'])})." if runs["reused"] else "."))
     (out / "report.md").write_text("\n".join(header + lines) + "\n")
     (out / "results.json").write_text(json.dumps(data, indent=2, default=_json_default))
     return out / "report.md"
