@@ -90,6 +90,9 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
             {"d_k": 8, "gamma": 0.5, "success_rate": 1.0}, {"d_k": 8, "gamma": 1.0, "success_rate": 1.0}]
     assert exp.critical_pairs(rows) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "> 0.5")]
     assert exp.critical_brackets(rows) == [(8, 0.0, 0.5), (16, 0.5, 1.0), (64, 0.5, math.inf)]
+    with_plain = rows + [{"d_k": 8, "gamma": 0.0, "success_rate": 0.0}, {"d_k": 64, "gamma": 0.0, "success_rate": 1.0}]
+    assert exp.critical_pairs(with_plain) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "none: gamma 0 succeeds")]
+    assert exp.critical_brackets(with_plain) == [(8, 0.0, 0.5), (16, 0.5, 1.0)]
     width = exp.critical_gamma_width("quick")
     assert {(c.model.n_heads, c.model.head_dim) for c in width} == {(4, 16), (4, 32), (4, 64)}
     shared = {c.name for c in width} & {c.name for c in exp.critical_gamma("quick")}

@@ -126,9 +126,10 @@ def critical_gamma(mode: str = "quick") -> list[RunConfig]:
 
 
 def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
-    """The gamma grid per head dimension at a fixed head count (4): d_k and width change together."""
+    """The gamma grid per head dimension at a fixed head count (4): d_k and width change together.
+    Gamma 0 runs too: a width at which one plain layer already succeeds has no critical gamma."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, seed=0, d_model=w, n_heads=4) for w in p.widths for g in p.critical_gammas]
+    return [_run(p, "symmetric", g, seed=0, d_model=w, n_heads=4) for w in p.widths for g in (0.0, *p.critical_gammas)]
 
 
 EXPERIMENTS = {
@@ -200,15 +201,17 @@ def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, str]]:
-    """Per head dimension: (d_k, critical gamma, label). The critical gamma is the smallest gamma
-    of the grid whose runs all succeeded, provided a smaller grid gamma failed; when the smallest
-    grid gamma already succeeds, or none does, the value is censored (None) and the label gives
-    the bound ("<= 0.1", "> 0.5")."""
+    """Per head dimension: (d_k, critical gamma, label). The critical gamma is the smallest positive
+    gamma of the grid whose runs all succeeded, provided a smaller grid gamma failed; when the
+    smallest positive grid gamma already succeeds, or none does, the value is censored (None) and
+    the label gives the bound ("<= 0.1", "> 0.5"). A gamma-0 row, where the grid has one, is the
+    plain layer: if it succeeds there is no critical gamma at all ("none: gamma 0 succeeds")."""
     pairs = []
-    for d_k in sorted({r["d_k"] for r in rows}):
-        grid = sorted((r for r in rows if r["d_k"] == d_k), key=lambda r: r["gamma"])
+    for d_k, grid, plain_succeeds in _grids(rows):
         passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
-        if not passing:
+        if plain_succeeds:
+            pairs.append((d_k, None, "none: gamma 0 succeeds"))
+        elif not passing:
             pairs.append((d_k, None, f"> {grid[-1]['gamma']:g}"))
         elif passing[0] == grid[0]["gamma"]:
             pairs.append((d_k, None, f"<= {passing[0]:g}"))
@@ -219,19 +222,26 @@ def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, 
 
 def critical_brackets(rows: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
     """Per head dimension: (d_k, lo, hi) with lo < critical gamma <= hi read off the grid: hi the
-    smallest grid gamma whose runs all succeeded (inf if none did), lo the grid gamma below it (0 if
-    there is none)."""
+    smallest positive grid gamma whose runs all succeeded (inf if none did), lo the grid gamma below
+    it (0 if there is none). Head dimensions where gamma 0 already succeeds have no bracket."""
     out = []
-    for d_k in sorted({r["d_k"] for r in rows}):
-        gammas = sorted(r["gamma"] for r in rows if r["d_k"] == d_k)
-        passing = [r["gamma"] for r in rows if r["d_k"] == d_k and r["success_rate"] == 1.0]
-        if not passing:
-            out.append((d_k, gammas[-1], math.inf))
+    for d_k, grid, plain_succeeds in _grids(rows):
+        if plain_succeeds:
             continue
-        hi = min(passing)
-        below = [g for g in gammas if g < hi]
-        out.append((d_k, below[-1] if below else 0.0, hi))
+        passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
+        if not passing:
+            out.append((d_k, grid[-1]["gamma"], math.inf))
+            continue
+        below = [r["gamma"] for r in grid if r["gamma"] < passing[0]]
+        out.append((d_k, below[-1] if below else 0.0, passing[0]))
     return out
+
+
+def _grids(rows: list[dict[str, Any]]):
+    """(d_k, the positive-gamma rows sorted by gamma, whether a gamma-0 row succeeded) per d_k."""
+    for d_k in sorted({r["d_k"] for r in rows}):
+        mine = sorted((r for r in rows if r["d_k"] == d_k), key=lambda r: r["gamma"])
+        yield d_k, [r for r in mine if r["gamma"] > 0], any(r["success_rate"] == 1.0 for r in mine if r["gamma"] == 0)
 
 
 def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
