@@ -95,6 +95,9 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     assert exp.critical_brackets(with_plain) == [(8, 0.0, 0.5), (16, 0.5, 1.0)]
     width = exp.critical_gamma_width("quick")
     assert {(c.model.n_heads, c.model.head_dim) for c in width} == {(4, 16), (4, 32), (4, 64)}
+    head_dim = exp.critical_gamma_head_dim("quick")
+    assert {(c.model.d_model, c.model.n_heads, c.model.head_dim) for c in head_dim} == {(128, 4, 16), (128, 4, 32), (128, 4, 64)}
+    assert {c.name for c in head_dim if c.model.head_dim == 32} <= {c.name for c in width}  # the default head: shared
     shared = {c.name for c in width} & {c.name for c in exp.critical_gamma("quick")}
     assert {c.model.head_dim for c in width if c.name in shared} == {32}  # d_model 128, 4 heads: one run, both designs
     names = {c.name for c in exp.critical_gamma("quick")}
@@ -130,12 +133,12 @@ def test_head_scores_read_the_right_positions():
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
                                     sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
-                                    head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64))
+                                    head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64), head_dims=(8, 16))
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
-                   "fixed head count", "Exponent:", "grid brackets allow", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

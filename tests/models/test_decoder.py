@@ -108,6 +108,22 @@ def test_config_round_trip_and_errors():
         ModelConfig(n_layers=2, attention=[AttentionConfig()])
 
 
+def test_an_explicit_head_width_decouples_d_k_from_d_model():
+    config = ModelConfig(d_model=32, n_heads=4, d_head=16, attention=AttentionConfig("symmetric", 0.8))
+    assert config.head_dim == 16 and ModelConfig.from_dict(config.to_dict()) == config
+    model = DecoderLM(config)
+    assert model.blocks[0].attn.q_proj.out_features == 64
+    assert sum(p.numel() for p in model.parameters()) == preset_parameter_count(config)
+    x = torch.randint(0, 64, (2, 7))
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in range(7)], dim=1)
+    assert torch.allclose(steps, model(x), atol=1e-5)
+    assert "d_head" not in ModelConfig(d_model=32, n_heads=4, d_head=8).to_dict()  # the default, canonical
+    assert ModelConfig(d_model=30, n_heads=4, d_head=8).head_dim == 8  # no divisibility needed then
+    with pytest.raises(ValueError, match="d_head must be a positive integer"):
+        ModelConfig(d_head=0)
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"n_kv_heads": 2.0}, "n_kv_heads must be a positive integer"),
     ({"d_mlp": 0}, "d_mlp must be a positive integer"),

@@ -42,6 +42,7 @@ def small_config(
     d_model: int = 128,
     n_heads: int = 4,
     n_layers: int = 1,
+    d_head: int | None = None,
     model_preset: str | None = None,
     device: str = "auto",
     **task_fields,
@@ -59,8 +60,8 @@ def small_config(
         size = model_preset
     else:
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
-                            n_heads=n_heads, attention=attention)
-        size = f"L{n_layers}d{d_model}h{n_heads}"
+                            n_heads=n_heads, attention=attention, d_head=d_head)
+        size = f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
     return RunConfig(
         name=run_name(task, variant, gamma, placement, size, seed),
         model=model,

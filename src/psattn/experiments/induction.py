@@ -5,9 +5,10 @@ summary computed from saved results (never from a live run).
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
 3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
 4. Size scan: the same comparison as the model grows.
-5. Critical gamma: the gamma grid at several head dimensions d_k, in two designs (same width with
-   more or fewer heads; same head count with a wider or narrower model); the smallest gamma that
-   succeeds, against d_k, gives the empirical exponent of gamma_c.
+5. Critical gamma: the gamma grid at several head dimensions d_k, in three designs (same width with
+   more or fewer heads; same head count with a wider or narrower model; same width and head count
+   with a wider or narrower head); the smallest gamma that succeeds, against d_k, gives the
+   empirical exponent of gamma_c.
 
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Runs go
 to their full step budget (no early stop) so that final accuracies compare like with like. The
@@ -45,6 +46,7 @@ class Plan:
     head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
     critical_gammas: tuple[float, ...]
     widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
+    head_dims: tuple[int, ...]  # d_k at d_model 128 and 4 heads (the attention's inner width follows)
 
 
 PLANS = {
@@ -53,6 +55,7 @@ PLANS = {
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
+        head_dims=(16, 32, 64),
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -60,7 +63,7 @@ PLANS = {
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
-        widths=(64, 128, 256, 512),
+        widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128),
     ),
 }
 
@@ -132,6 +135,13 @@ def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
     return [_run(p, "symmetric", g, seed=0, d_model=w, n_heads=4) for w in p.widths for g in (0.0, *p.critical_gammas)]
 
 
+def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
+    """The gamma grid per head dimension at a fixed width (d_model 128) *and* head count (4): only
+    d_k (and with it the attention's inner width) changes. Gamma 0 runs too."""
+    p = _plan(mode)
+    return [_run(p, "symmetric", g, seed=0, n_heads=4, d_head=k) for k in p.head_dims for g in (0.0, *p.critical_gammas)]
+
+
 EXPERIMENTS = {
     "variants": variant_table,
     "gamma_sweep": gamma_sweep,
@@ -139,6 +149,7 @@ EXPERIMENTS = {
     "sizes": size_scan,
     "critical_gamma": critical_gamma,
     "critical_gamma_width": critical_gamma_width,
+    "critical_gamma_head_dim": critical_gamma_head_dim,
 }
 
 
@@ -197,7 +208,7 @@ TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held
 
 def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
     m = result["config"]["model"]
-    return {"d_k": m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
+    return {"d_k": m.get("d_head") or m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
 
 
 def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, str]]:

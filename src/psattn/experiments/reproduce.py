@@ -28,6 +28,12 @@ PAPER = {
     "controls": "best gamma* = 0 on randomised-offset induction and no gain on multi-hop negation",
     "critical_exponent": "gamma_c ∝ d_k^-1.13",
 }
+#: The designs of the critical-gamma experiment: report heading -> experiment.
+CRITICAL_DESIGNS = {
+    "fixed width, more or fewer heads": "critical_gamma",
+    "fixed head count, wider or narrower model": "critical_gamma_width",
+    "fixed width and head count, wider or narrower heads": "critical_gamma_head_dim",
+}
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 
 
@@ -67,8 +73,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     sizes = exp.summarise_by(_subset(results, declared["sizes"]), exp.size_key)
     critical = exp.summarise_by(_subset(results, declared["critical_gamma"]), exp.head_dim_key)
     pairs = exp.critical_pairs(critical)
-    critical_width = exp.summarise_by(_subset(results, declared["critical_gamma_width"]), exp.head_dim_key)
-    pairs_width = exp.critical_pairs(critical_width)
+    designs = {name: exp.summarise_by(_subset(results, declared[experiment]), exp.head_dim_key)
+               for name, experiment in CRITICAL_DESIGNS.items()}
     any_result = next(iter(results.values()))
     threshold, size = any_result["config"]["train"]["threshold"], _param_count(results[declared["variants"][0].name])
 
@@ -125,13 +131,15 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
                       _fmt(r["mean_emergence_step"], 0)] for r in sorted(sizes, key=lambda r: (r["d_model"], r["variant"]))])
     lines += ["", "### Critical gamma against the head dimension", "",
               "Final accuracy per grid gamma, and the smallest gamma of the grid at which the symmetric shear "
-              "succeeds, per head dimension d_k, in two designs: at fixed width (d_model "
-              f"{declared['critical_gamma'][0].model.d_model}; head count and d_k change together) and at a fixed "
-              f"head count ({declared['critical_gamma_width'][0].model.n_heads}; width and d_k change together). "
-              "A bound (<= or >) means the grid did not bracket it; only bracketed values enter the exponent fits "
-              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the fixed-width design.", ""]
+              "succeeds, per head dimension d_k, in three designs: at fixed width and more or fewer heads (d_k and "
+              "head count change together); at a fixed head count and a wider or narrower model (d_k and width "
+              "change together); at fixed width and head count with a wider or narrower head (d_k and the "
+              "attention's inner width change together). A bound (<= or >) means the grid did not bracket it; only "
+              "bracketed values enter the least-squares fits, while the interval uses every bracket "
+              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design.", ""]
     fits = {}
-    for design, rows, design_pairs in (("fixed width", critical, pairs), ("fixed head count", critical_width, pairs_width)):
+    for design, rows in designs.items():
+        design_pairs = exp.critical_pairs(rows)
         lines += [f"**{design}**", ""]
         lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in rows})] + ["critical gamma"],
                         [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(rows, key=lambda r: r["gamma"])
@@ -147,8 +155,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"bare PyTorch loop on the same model and batches: ratio {speed['ratio']:.3f} (measured interleaved in this run).",
               ""]
     data = {"variants": variants, "gamma_sweep": gammas, "controls": controls, "sizes": sizes,
-            "critical_gamma": critical, "critical_pairs": pairs, "critical_gamma_width": critical_width,
-            "critical_pairs_width": pairs_width, "critical_exponents": fits, "head_scores": scores,
+            "critical_gamma": critical, "critical_pairs": pairs, "critical_designs": designs,
+            "critical_exponents": fits, "head_scores": scores,
             "trainer_speed": speed, "runs": provenance}
     return lines, data
 

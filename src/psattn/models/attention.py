@@ -38,16 +38,18 @@ class PhaseSpaceAttention(nn.Module):
         rope_base: float = 10000.0,
         rotary_fraction: float = 1.0,
         dropout: float = 0.0,
+        head_dim: int | None = None,
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
-        if d_model % n_heads or n_heads % n_kv_heads:
+        if (head_dim is None and d_model % n_heads) or n_heads % n_kv_heads:
             raise ValueError(
-                f"need d_model % n_heads == 0 and n_heads % n_kv_heads == 0; got {d_model}, {n_heads}, {n_kv_heads}"
+                f"need d_model % n_heads == 0 (or an explicit head_dim) and n_heads % n_kv_heads == 0; "
+                f"got {d_model}, {n_heads}, {n_kv_heads}"
             )
         self.config = attention or AttentionConfig()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim  # d_k: may differ from d_model / n_heads
         self.gamma_q, self.gamma_k = self.config.gammas
         self.post_rope = self.config.placement == "post_rope"
         self.boundary = self.config.boundary

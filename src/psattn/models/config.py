@@ -79,6 +79,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     dropout: float = 0.0
     attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
+    d_head: int | None = None  # per-head width d_k; None: d_model / n_heads
 
     def __post_init__(self):
         if self.n_kv_heads is None:
@@ -89,11 +90,17 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_head is not None:
+            if not isinstance(self.d_head, int) or isinstance(self.d_head, bool) or self.d_head <= 0:
+                raise ValueError(f"d_head must be a positive integer or null, got {self.d_head!r}")
+            if self.d_head * self.n_heads == self.d_model:
+                self.d_head = None  # the default, written the canonical way (runs then share names)
         for name in ("mlp", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
+                             "or give d_head")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
@@ -115,7 +122,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.d_head is None else self.d_head
 
     def layer_attention_configs(self) -> list[AttentionConfig]:
         if isinstance(self.attention, list):
@@ -123,7 +130,10 @@ class ModelConfig:
         return [self.attention] * self.n_layers
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if data["d_head"] is None:
+            del data["d_head"]  # configs without it read as they always have
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":

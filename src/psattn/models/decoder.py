@@ -38,6 +38,7 @@ class Block(nn.Module):
         self.attn = PhaseSpaceAttention(
             config.d_model, config.n_heads, config.n_kv_heads, config.layer_attention_configs()[layer],
             rope_base=config.rope_base, rotary_fraction=config.rotary_fraction, dropout=config.dropout,
+            head_dim=config.head_dim,
         )
         self.drop = nn.Dropout(config.dropout)
         self.norm_mlp = _norm(config) if config.mlp else None

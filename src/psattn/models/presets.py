@@ -33,9 +33,9 @@ def preset_parameter_count(config: ModelConfig) -> int:
     """Exact number of parameters of a :class:`~psattn.models.decoder.DecoderLM` with ``config``,
     by arithmetic (no model is built)."""
     C, V, L = config.d_model, config.vocab_size, config.n_layers
-    kv = config.n_kv_heads * config.head_dim
+    q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     norm = C if config.norm == "rmsnorm" else 2 * C
-    attn = C * C * 2 + C * kv * 2  # q, o and k, v projections (no bias)
+    attn = C * q * 2 + C * kv * 2  # q, o and k, v projections (no bias)
     mlp = (C * config.d_mlp + config.d_mlp) + (config.d_mlp * C + C) + norm if config.mlp else 0
     head = 0 if config.tie_embeddings else V * C
     return V * C + L * (norm + attn + mlp) + norm + head
