@@ -191,7 +191,7 @@ def _exponent_fit(pairs: list, brackets: list) -> dict:
     if len(bracketed) >= 2:
         out = empirical_exponent(bracketed).to_dict()
         spread = "" if out["stderr"] is None else f" ± {out['stderr']:.2f}"
-        text = f"{out['exponent']:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
+        text = f"{round(out['exponent'], 2) + 0.0:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
     else:
         text = f"no least-squares fit ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"
     if len(brackets) >= 2:
