@@ -92,8 +92,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if result.timed_out:
+        again = "the same command without --restart" if args.restart else "the same command"
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
-              "run the same command again to resume")
+              f"run {again} to resume")
         return 0
     print(f"final held-out accuracy {result.final_accuracy:.3f}, emergence step {result.emergence_step}, "
           f"{result.steps} steps; run directory {args.run_dir}")

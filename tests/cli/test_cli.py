@@ -31,6 +31,8 @@ def test_train_time_limit_stops_and_the_same_command_resumes(tmp_path, capsys):
     assert not (tmp_path / "result.json").exists()
     assert main(args) == 0
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
+    assert main(args + ["--restart", "--time-limit", "0"]) == 0
+    assert "run the same command without --restart to resume" in capsys.readouterr().out
 
 
 def test_bad_override_is_a_clear_error(tmp_path, capsys):

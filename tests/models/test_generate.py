@@ -171,13 +171,22 @@ def test_property_any_chunking_equals_full_forward(lengths, gamma, variant, plac
     assert torch.allclose(torch.cat(pieces, 1), model(x), atol=1e-4)
 
 
-def test_a_failed_forward_leaves_the_cache_as_it_was():
+def test_a_failed_forward_leaves_the_cache_as_it_was(monkeypatch):
     model = random_model("symmetric")
     x = torch.randint(0, 37, (2, 7))
     cache = model.new_cache()
     model(x[:, :5], cache=cache)
     with pytest.raises(IndexError):
         model(torch.full((2, 1), 99), cache=cache)  # out of the vocabulary: fails after the bookkeeping
+    assert len(cache) == 5 and all(len(layer) == 5 for layer in cache.layers)
+
+    def fail(*args):
+        raise RuntimeError("out of memory")
+
+    with monkeypatch.context() as patch:  # fails in the last block, after every layer cache took the token
+        patch.setattr(model.blocks[-1].mlp, "forward", fail)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            model(x[:, 5:6], cache=cache)
     assert len(cache) == 5 and all(len(layer) == 5 for layer in cache.layers)
     steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in (5, 6)], dim=1)
     assert torch.allclose(steps, model(x)[:, 5:], atol=1e-6)

@@ -68,6 +68,30 @@ def test_ddp_resumes_after_a_kill(tmp_path):
     same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
 
 
+ANY_RANK = """
+import json, sys
+import torch
+from psattn.training.distributed import any_rank, setup_distributed
+ctx = setup_distributed("cpu")
+flags = json.loads(sys.argv[2])
+answer = any_rank(flags[ctx.rank], ctx, torch.device("cpu"))
+open(f"{sys.argv[1]}/rank{ctx.rank}", "w").write(json.dumps(answer))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,expected", [([True, False], True), ([False, True], True), ([False, False], False)])
+def test_any_rank_tells_every_rank_when_one_rank_says_stop(tmp_path, flags, expected):
+    script = tmp_path / "any_rank.py"
+    script.write_text(ANY_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), str(tmp_path), json.dumps(flags)]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)] == [expected, expected]
+
+
 @pytest.mark.slow
 def test_ddp_time_limit_stops_every_rank_and_resumes(tmp_path):
     config = tiny_config(steps=30)

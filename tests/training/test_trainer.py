@@ -81,9 +81,11 @@ def test_time_limit_checkpoints_an_unfinished_run_that_resumes_exactly(tmp_path)
 
 def test_restart_clears_the_earlier_run_files(tmp_path):
     train(tiny_config(steps=20), tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps({"git_revision": "OLDREV", "started": "2000-01-01"}))
     restarted = train(tiny_config(steps=20), tmp_path, resume=False, time_limit_s=0.0)
     assert restarted.steps == 1 and not (tmp_path / "result.json").exists()
     assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert json.loads((tmp_path / "meta.json").read_text())["started"] != "2000-01-01"  # this run's provenance
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
     done = train(tiny_config(steps=20), tmp_path, resume=False)
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20]

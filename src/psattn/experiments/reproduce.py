@@ -194,6 +194,9 @@ def _exponent_fit(pairs: list, brackets: list) -> dict:
         text = f"{round(out['exponent'], 2) + 0.0:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
     else:
         text = f"no least-squares fit ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"
+    plain = [d_k for d_k, _, label in pairs if label.startswith("none")]
+    if plain:
+        text += f"; left out, as gamma 0 already succeeds there: d_k {', '.join(map(str, plain))}"
     if len(brackets) >= 2:
         lower, upper = exponent_interval(brackets)
         out["interval"] = [lower, upper]

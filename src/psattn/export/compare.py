@@ -108,7 +108,8 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
         result["files"].update({"prefill_int8": str(q_prefill), "decode_int8": str(q_decode)})
         result["size_bytes"]["int8"] = q_prefill.stat().st_size
         result["accuracy"]["onnx_int8"] = accuracy(q_model.logits(batch.inputs.numpy()), batch)
-        result["int8_greedy_tokens_agree"] = float((q_seqs == seqs).mean())
+        new = slice(prompt.shape[1], None)  # the generated tokens, not the prompt both share
+        result["int8_greedy_tokens_agree"] = float((q_seqs[:, new] == seqs[:, new]).mean())
         timed["onnxruntime_int8"] = q_model
     latency = _latency_per_token(model, timed, batch.inputs[:1, :16], decode_tokens)
     result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}

@@ -31,7 +31,8 @@ def preset(name: str, **overrides) -> ModelConfig:
 
 def preset_parameter_count(config: ModelConfig) -> int:
     """Exact number of parameters of a :class:`~psattn.models.decoder.DecoderLM` with ``config``,
-    by arithmetic (no model is built)."""
+    by arithmetic (no model is built), for the PSA variants, which add none; the learned key-lag
+    baselines add their own few (count those with ``DecoderLM.num_parameters``)."""
     C, V, L = config.d_model, config.vocab_size, config.n_layers
     q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     norm = C if config.norm == "rmsnorm" else 2 * C

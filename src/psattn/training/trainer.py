@@ -163,7 +163,9 @@ class _StopFlag:
             signal.signal(signal.SIGINT, previous)
 
 
-def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True) -> None:
+def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False) -> None:
+    """Write config.json and meta.json; a directory with another run's config is refused. An existing
+    run keeps its meta.json unless ``fresh`` (a restart from step 0)."""
     config_path = run_dir / "config.json"
     resolved = config.to_dict()
     if config_path.exists():
@@ -172,7 +174,8 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True) -> 
             raise ValueError(
                 f"{run_dir} holds a run with a different config; use another directory or delete it"
             )
-        return
+        if not fresh:
+            return
     if not is_main:
         return
     write_json(config_path, resolved)
@@ -213,8 +216,9 @@ def train(
     device = resolve_device(t.device, ddp.local_rank)
     run_dir = None if run_dir is None else Path(run_dir)
     ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
+    fresh = not (resume and ckpt_path is not None and ckpt_path.exists())
     if run_dir is not None:
-        _write_run_files(run_dir, config, ddp.is_main)
+        _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
     writes = run_dir is not None and ddp.is_main
 
     model = build_model(config).to(device)
