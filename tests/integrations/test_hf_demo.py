@@ -27,6 +27,13 @@ def test_hf_demo_runs_and_its_checks_pass(arch, variant, capsys):
     assert out.count("[ok]") == 3 and "FAIL" not in out
 
 
+@pytest.mark.parametrize("flag,value", [("--prompt-length", "1"), ("--prompt-length", "0"), ("--new-tokens", "0")])
+def test_hf_demo_refuses_sizes_it_cannot_run(flag, value):
+    args = _parser().parse_args(["hf-demo", flag, value])
+    with pytest.raises(ValueError, match=flag):
+        args.func(args)
+
+
 def test_readme_example_runs():
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S) if README.exists() else []
     examples = [b for b in blocks if "apply_psa" in b]

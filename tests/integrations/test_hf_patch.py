@@ -52,6 +52,31 @@ def test_loader_passes_the_options_through_from_config(prompt):
         model.generate(prompt, max_new_tokens=2, do_sample=False)
 
 
+def test_loader_builds_a_concrete_model_class_from_a_config(prompt):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = load_psa_model(tiny_config("llama"), "key_only", 0.5, model_class=LlamaForCausalLM,
+                           dtype=torch.float64).eval()
+    assert isinstance(model, LlamaForCausalLM) and psa_spec(model) == PSASpec("key_only", 0.5)
+    torch.manual_seed(0)
+    expected = apply_psa(LlamaForCausalLM._from_config(tiny_config("llama"), dtype=torch.float64).eval(), "key_only", 0.5)
+    torch.testing.assert_close(logits(model, prompt), logits(expected, prompt), atol=0, rtol=0)
+
+
+def test_a_model_sharing_a_patched_models_config_gets_an_error_that_says_so(prompt):
+    import transformers
+
+    config = tiny_config("llama")
+    a = transformers.AutoModelForCausalLM.from_config(config).double().eval()
+    b = transformers.AutoModelForCausalLM.from_config(config).double().eval()
+    apply_psa(a, "key_only", 0.8)
+    if b.config is not a.config:
+        pytest.skip("this transformers version copies the config per model")
+    with pytest.raises(RuntimeError, match="shares its config object"):
+        logits(b, prompt)
+
+
 def test_loader_from_pretrained_directory(tmp_path, prompt):
     saved = tiny_model("qwen3")
     saved.save_pretrained(tmp_path)

@@ -56,8 +56,10 @@ def psa_attention_forward(
     the output (B, T, Hq, Dv) and the weights (or None)."""
     if psa_step is None:
         raise RuntimeError(
-            "a psa_* attention implementation was called without PSA state; patch the model with "
-            "psattn.integrations.hf.apply_psa instead of setting attn_implementation by hand"
+            "a psa_* attention implementation was called without PSA state: either attn_implementation was set "
+            "by hand (patch the model with psattn.integrations.hf.apply_psa instead), or this model shares its "
+            "config object with a model that apply_psa patched (transformers keeps the attention implementation "
+            "in the config; build each model from its own copy, e.g. copy.deepcopy(config))"
         )
     spec, starts, layer = psa_step.spec, psa_step.starts, psa_step.layer
     if layer is not None:

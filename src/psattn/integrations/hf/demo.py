@@ -32,6 +32,10 @@ def tiny_random_model(arch: str = "llama", seed: int = 0, vocab_size: int = 128)
 
 
 def cmd_hf_demo(args: argparse.Namespace) -> int:
+    if args.prompt_length < 2:
+        raise ValueError(f"--prompt-length must be at least 2 (the shorter prompt is half of it), got {args.prompt_length}")
+    if args.new_tokens < 1:
+        raise ValueError(f"--new-tokens must be at least 1, got {args.new_tokens}")
     try:
         import torch
 

@@ -187,7 +187,9 @@ def load_psa_model(
     cls = model_class or AutoModelForCausalLM
     kwargs.setdefault("attn_implementation", attn_implementation)
     if isinstance(source, PretrainedConfig):
-        model = cls.from_config(source, **kwargs)
+        # the Auto classes build from a config with from_config, concrete model classes with _from_config
+        build = getattr(cls, "from_config", None) or cls._from_config
+        model = build(source, **kwargs)
     else:
         model = cls.from_pretrained(source, **kwargs)
     return apply_psa(model, variant, gamma, placement=placement, boundary=boundary,
