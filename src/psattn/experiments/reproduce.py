@@ -71,10 +71,10 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     gammas = sorted(exp.summarise_by(_subset(results, declared["gamma_sweep"]), exp.gamma_key), key=lambda r: r["gamma"])
     controls = exp.summarise_by(_subset(results, declared["controls"]), exp.control_key)
     sizes = exp.summarise_by(_subset(results, declared["sizes"]), exp.size_key)
-    critical = exp.summarise_by(_subset(results, declared["critical_gamma"]), exp.head_dim_key)
-    pairs = exp.critical_pairs(critical)
     designs = {name: exp.summarise_by(_subset(results, declared[experiment]), exp.head_dim_key)
                for name, experiment in CRITICAL_DESIGNS.items()}
+    critical = next(iter(designs.values()))  # the fixed-width design, which the theory section fits
+    pairs = exp.critical_pairs(critical)
     any_result = next(iter(results.values()))
     threshold, size = any_result["config"]["train"]["threshold"], _param_count(results[declared["variants"][0].name])
 
