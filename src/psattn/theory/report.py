@@ -184,7 +184,9 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
         why = emp["error"] if emp else "no sweep results were given to the report"
         lines.append(f"| trained models (γ sweep) | – | ≈ {PAPER['trained_exponent']} | not measured ({why}) | – |")
     lines += ["", "The local exponent of branch 1 tends to −1/4 only far above the crossover; near it the curve is "
-              "steeper, so a fit over a finite range reads below −0.25."]
+              "steeper, so a fit over a finite range reads below −0.25. The trained-model row is the sweep given to "
+              "the report (in `psattn reproduce`, the fixed-width design; the induction section gives every design "
+              "with the exponent interval its grid allows)."]
 
     lines += ["", f"### Spectral signature (γ = {spec['gamma']:g})", "",
               "H(z) = (1+γ) − γ z⁻¹ per stream; the score filter is H_q(z_q) H_k(z_k) (shown on ω_q = ω_k).", "",
