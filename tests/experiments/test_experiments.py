@@ -138,7 +138,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
-                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "0.949", "717"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):

@@ -3,7 +3,8 @@ summary computed from saved results (never from a live run).
 
 1. Variant table: PSA variants, placements and key-lag baselines on one layer, several seeds.
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
-3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation.
+3. Negative controls: the best gamma on random-offset retrieval and on multi-hop negation; and a
+   positive one, multi-query associative recall (MQAR), an induction pattern in another format.
 4. Size scan: the same comparison as the model grows.
 5. Critical gamma: the gamma grid at several head dimensions d_k, in three designs (same width with
    more or fewer heads; same head count with a wider or narrower model; same width and head count
@@ -116,6 +117,17 @@ def negative_controls(mode: str = "quick") -> list[RunConfig]:
             for task in CONTROL_TASKS for g in p.control_gammas]
 
 
+#: (variant, gamma) rows of the MQAR comparison
+MQAR_ROWS = (("baseline", 0.0), ("symmetric", 1.0), ("key_only", 1.0), ("query_only", 1.0))
+
+
+def associative_recall(mode: str = "quick") -> list[RunConfig]:
+    """MQAR (Zoology) on one layer: recalling the value after a queried key is an induction pattern,
+    so the key-side shear should help there as it does on induction (a positive control)."""
+    p = _plan(mode)
+    return [_run(p, v, g, p.control_steps, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
+
+
 def size_scan(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     return [_run(p, v, g, seed=0, **size)
@@ -146,6 +158,7 @@ EXPERIMENTS = {
     "variants": variant_table,
     "gamma_sweep": gamma_sweep,
     "controls": negative_controls,
+    "mqar": associative_recall,
     "sizes": size_scan,
     "critical_gamma": critical_gamma,
     "critical_gamma_width": critical_gamma_width,
