@@ -18,6 +18,7 @@ from .integrations.hf.demo import register as register_hf
 from .meanfield.cli import register as register_meanfield
 from .theory.cli import register as register_theory
 from .training.config import RunConfig, apply_overrides
+from .training.distributed import teardown_distributed
 from .training.trainer import TrainingDiverged, train
 
 
@@ -88,9 +89,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = apply_overrides(config, args.set)
     try:
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit)
-    except TrainingDiverged as err:
+    except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
+        teardown_distributed()
         print(f"error: {err}", file=sys.stderr)
         return 1
+    teardown_distributed()  # under torchrun: leave the process group before exiting
     if result.timed_out:
         again = "the same command without --restart" if args.restart else "the same command"
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "

@@ -71,11 +71,12 @@ def test_ddp_resumes_after_a_kill(tmp_path):
 ANY_RANK = """
 import json, sys
 import torch
-from psattn.training.distributed import any_rank, setup_distributed
+from psattn.training.distributed import any_rank, setup_distributed, teardown_distributed
 ctx = setup_distributed("cpu")
 flags = json.loads(sys.argv[2])
 answer = any_rank(flags[ctx.rank], ctx, torch.device("cpu"))
 open(f"{sys.argv[1]}/rank{ctx.rank}", "w").write(json.dumps(answer))
+teardown_distributed()
 """
 
 

@@ -44,6 +44,14 @@ def setup_distributed(device_type: str) -> Distributed:
     return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def teardown_distributed() -> None:
+    """Leave the process group, if one was joined: every rank waits for the others, then the group
+    is destroyed (a process that exits with the group alive can abort in the backend's threads)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def shard(batch: TaskBatch, ctx: Distributed) -> TaskBatch:
     """This rank's rows of the global batch."""
     if not ctx.enabled:
