@@ -15,3 +15,17 @@ def _single_thread():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(1234)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _token_cache(tmp_path_factory):
+    """Tokenized corpora go to a folder of this session, never to the user's cache."""
+    import os
+
+    previous = os.environ.get("PSATTN_CACHE")
+    os.environ["PSATTN_CACHE"] = str(tmp_path_factory.mktemp("psattn-cache"))
+    yield
+    if previous is None:
+        del os.environ["PSATTN_CACHE"]
+    else:
+        os.environ["PSATTN_CACHE"] = previous

@@ -104,6 +104,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .text.generate import continue_text, run_tokenizer
+    from .training.trainer import load_trained
+
+    if not (Path(args.run_dir) / "checkpoint.pt").exists():
+        raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
+    tokenizer = run_tokenizer(args.run_dir)
+    model = load_trained(args.run_dir)
+    text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
+                         top_k=args.top_k, seed=args.seed)
+    print(args.prompt + text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="psattn", description="Phase Space Attention toolkit")
     parser.add_argument("--version", action="version", version=f"psattn {__version__}")
@@ -140,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "training rows) and compare accuracy")
     ex.add_argument("--json", help="write the comparison to this JSON file")
     ex.set_defaults(func=cmd_export)
+
+    gen = sub.add_parser("generate", help="continue a prompt with a text run's model and tokenizer")
+    gen.add_argument("--run", "--run-dir", dest="run_dir", required=True, help="run directory of a text run")
+    gen.add_argument("--prompt", required=True, help="text to continue")
+    gen.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy (default 0.8)")
+    gen.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.set_defaults(func=cmd_generate)
 
     register_theory(sub)
     register_meanfield(sub)

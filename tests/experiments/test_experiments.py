@@ -10,7 +10,7 @@ from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
 from psattn.experiments.sweep import load_result, run_sweep
 from psattn.ops.hooks import capture
-from psattn.training.heads import head_scores, repeated_tokens
+from psattn.models.heads import head_scores, repeated_tokens
 from helpers import random_model
 
 

@@ -89,7 +89,7 @@ def test_train_and_eval_never_share_a_row_in_a_tiny_row_space():
 
 
 def test_registry_names_and_defaults():
-    assert set(TASKS) == {"induction", "random_offset", "multihop", "mqar"}
+    assert set(TASKS) == {"induction", "random_offset", "multihop", "mqar", "text"}
     for name, (config_cls, sampler) in TASKS.items():
         config = make_task_config(name)
         assert type(config) is config_cls and task_name(config) == name
@@ -100,7 +100,7 @@ def test_registry_names_and_defaults():
 
 def test_make_task_config_overrides_and_errors():
     assert make_task_config("induction", seq_len=32, form="full") == InductionConfig(seq_len=32, form="full")
-    with pytest.raises(ValueError, match=r"unknown task 'copy'.*induction.*mqar.*multihop.*random_offset"):
+    with pytest.raises(ValueError, match=r"unknown task .copy.*induction.*mqar.*multihop.*random_offset.*text"):
         make_task_config("copy")
     with pytest.raises(ValueError, match=r"unknown fields \['vocab_size'\].*num_keys"):
         make_task_config("random_offset", vocab_size=64)

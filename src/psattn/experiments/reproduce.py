@@ -13,7 +13,7 @@ import numpy as np
 from .. import __version__
 from ..models import ModelConfig
 from ..models.presets import preset_parameter_count
-from ..training.heads import head_scores
+from ..models.heads import head_scores
 from ..training.speed import trainer_vs_bare_loop
 from ..provenance import git_revision, machine
 from ..training.trainer import load_trained

@@ -80,6 +80,7 @@ class ModelConfig:
     dropout: float = 0.0
     attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
     d_head: int | None = None  # per-head width d_k; None: d_model / n_heads
+    init_std: float | None = 0.02  # std of the normal init of every matrix; None: PyTorch's own defaults
 
     def __post_init__(self):
         if self.n_kv_heads is None:
@@ -95,6 +96,11 @@ class ModelConfig:
                 raise ValueError(f"d_head must be a positive integer or null, got {self.d_head!r}")
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
+        if self.init_std is not None and not (
+            isinstance(self.init_std, (int, float)) and not isinstance(self.init_std, bool)
+            and 0.0 < self.init_std < math.inf
+        ):
+            raise ValueError(f"init_std must be a finite positive number or null, got {self.init_std!r}")
         for name in ("mlp", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

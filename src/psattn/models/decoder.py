@@ -62,14 +62,15 @@ class DecoderLM(nn.Module):
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         self.norm_final = _norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        if config.init_std is not None:
+            self.apply(lambda module: self._init_weights(module, config.init_std))
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(module: nn.Module, std: float) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
+            nn.init.normal_(module.weight, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 

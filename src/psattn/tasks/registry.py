@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from psattn.tasks import associative_recall, induction, multihop, random_offset
+from psattn.tasks import associative_recall, induction, multihop, random_offset, text
 from psattn.tasks.batch import TaskBatch
 
 Sampler = Callable[..., TaskBatch]
@@ -18,6 +18,7 @@ TASKS: dict[str, tuple[type, Sampler]] = {
     "random_offset": (random_offset.RandomOffsetConfig, random_offset.sample),
     "multihop": (multihop.MultiHopConfig, multihop.sample),
     "mqar": (associative_recall.AssociativeRecallConfig, associative_recall.sample),
+    "text": (text.TextConfig, text.sample),
 }
 
 

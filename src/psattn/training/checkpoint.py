@@ -42,3 +42,7 @@ def write_json(path: str | Path, data: Any) -> None:
 
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
     _atomic_write(Path(path), lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+
+
+def write_text(path: str | Path, text: str) -> None:
+    _atomic_write(Path(path), lambda f: f.write(text.encode()))

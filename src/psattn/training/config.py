@@ -150,17 +150,20 @@ def _build(cls, data: dict[str, Any], section: str):
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply ``section.field=value`` strings (values parsed as JSON, else kept as text), e.g.
-    ``model.attention.gamma=0.8``, ``train.steps=500``, ``task.seq_len=32``."""
+    ``model.attention.gamma=0.8``, ``train.steps=500``, ``task.seq_len=32``.
+
+    ``task.name=X`` switches to task X with X's own defaults (whatever its position among the
+    overrides), and the model's vocabulary follows X's unless ``model.vocab_size`` is given too."""
     data = config.to_dict()
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} must look like section.field=value")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        node, parts = data, key.split(".")
+    parsed = [_parse_override(item) for item in overrides]
+    switch = [value for key, value, _ in parsed if key == ["task", "name"]]
+    if switch and switch[-1] != data["task"]["name"]:
+        data["task"] = dataclasses.asdict(make_task_config(switch[-1])) | {"name": switch[-1]}
+        vocab = data["task"].get("vocab_size")
+        if vocab is not None and not any(key == ["model", "vocab_size"] for key, _, _ in parsed):
+            data["model"]["vocab_size"] = vocab
+    for parts, value, item in parsed:
+        node = data
         for part in parts[:-1]:
             if not isinstance(node.get(part), dict):
                 raise ValueError(f"override {item!r}: {part!r} is not a config section")
@@ -169,6 +172,17 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
             raise ValueError(f"override {item!r}: unknown field {parts[-1]!r}; known: {sorted(node)}")
         node[parts[-1]] = value
     return RunConfig.from_dict(data)
+
+
+def _parse_override(item: str) -> tuple[list[str], Any, str]:
+    key, sep, raw = item.partition("=")
+    if not sep:
+        raise ValueError(f"override {item!r} must look like section.field=value")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.split("."), value, item
 
 
 __all__ = ["RunConfig", "TrainConfig", "apply_overrides"]

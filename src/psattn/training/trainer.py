@@ -34,12 +34,17 @@ from .. import __version__
 from ..provenance import git_revision
 from ..models.decoder import DecoderLM
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
-from ..tasks.registry import sample_task
-from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl
+from ..tasks.registry import sample_task, task_name
+from ..text.metrics import text_metrics
+from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
 from .config import RunConfig
 from .distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 
 log = logging.getLogger(__name__)
+
+
+#: task name -> (model, task config, held-out batch) -> extra columns of every evaluation row
+TASK_METRICS: dict[str, Callable[..., dict[str, Any]]] = {"text": text_metrics}
 
 
 class TrainingDiverged(RuntimeError):
@@ -179,6 +184,9 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     if not is_main:
         return
     write_json(config_path, resolved)
+    tokens = getattr(config.task, "tokens", None)
+    if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
+        write_text(run_dir / "tokenizer.json", tokens().tokenizer.to_json())
     write_json(run_dir / "meta.json", {
         "seed": config.train.seed,
         "psattn_version": __version__,
@@ -225,6 +233,7 @@ def train(
     optimizer, schedule = build_optimizer(model, t)
     forward = _forward_fn(model, config, ddp, device)
     held_out = eval_batch(config).to(device)
+    metrics = TASK_METRICS.get(task_name(config.task))
     step, history, emergence, seconds = 0, [], None, 0.0
     if resume and ckpt_path is not None and ckpt_path.exists():
         state = load_checkpoint(ckpt_path)
@@ -280,6 +289,8 @@ def train(
                 acc, eval_loss = evaluate(model, held_out)
                 row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
                        "lr": schedule.get_last_lr()[0]}
+                if metrics is not None:
+                    row.update(metrics(model, config.task, held_out))
                 history.append(row)
                 if writes:
                     with open(run_dir / "metrics.jsonl", "a") as f:

@@ -34,20 +34,36 @@ def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Gen
     return torch.cat([torch.full((batch, 1), bos), body, body], dim=1)
 
 
+@dataclass
+class RepeatScores(HeadScores):
+    first_copy_loss: float  # mean next-token loss (nats) inside the first copy
+    second_copy_loss: float  # ... inside the second copy: low when the model copies in context
+
+
 @torch.no_grad()
-def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0) -> HeadScores:
-    """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows."""
-    g = torch.Generator().manual_seed(seed)
-    tokens = repeated_tokens(batch, half, model.config.vocab_size, g)
+def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScores:
+    """Head scores and per-copy losses on ``rows`` (B, T) that hold a run of ``half`` tokens at
+    ``offset`` and its exact repeat right after it (T >= offset + 2 * half)."""
+    if rows.shape[1] < offset + 2 * half or half < 2:
+        raise ValueError(f"rows of length {rows.shape[1]} cannot hold two copies of {half} tokens after {offset}")
     was_training = model.training
     model.eval()
     with capture(model, "*.hook_pattern") as seen:
-        model(tokens)
+        logits = model(rows)  # (B, T, V)
     model.train(was_training)
     patterns = torch.stack([seen[f"blocks.{i}.attn.hook_pattern"] for i in range(len(model.blocks))])  # (L, B, H, T, T)
-    T = tokens.shape[1]
-    t = torch.arange(1, T)
+    t = torch.arange(1, rows.shape[1])
     prev = patterns[..., t, t - 1].mean(dim=(1, 3))  # (L, H)
-    second = torch.arange(half + 1, T)  # positions of the second copy
+    second = torch.arange(offset + half, offset + 2 * half)  # positions of the second copy
     ind = patterns[..., second, second - half + 1].mean(dim=(1, 3))  # (L, H)
-    return HeadScores(prev, ind, patterns.mean(dim=1))
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), rows[:, 1:], reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t
+    first = losses[offset : offset + half - 1].mean()  # predictions of tokens 1..half-1 of the first copy
+    second_loss = losses[offset + half : offset + 2 * half - 1].mean()  # ... of the second copy
+    return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss))
+
+
+def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0) -> HeadScores:
+    """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows."""
+    g = torch.Generator().manual_seed(seed)
+    return repeat_scores(model, repeated_tokens(batch, half, model.config.vocab_size, g), half, offset=1)

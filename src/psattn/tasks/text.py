@@ -1,0 +1,72 @@
+"""Language modelling on real text: windows of a tokenized corpus, every next token scored.
+
+A row is ``seq_len + 1`` consecutive tokens of one split's stream; inputs are the first ``seq_len``
+and targets the last ``seq_len`` (so position t predicts token t + 1). Training windows start at
+offsets drawn from the generator alone, so a batch is a function of (seed, step); held-out windows
+come from the held-out text (the last ``eval_fraction`` of every document, see
+:mod:`psattn.text.tokens`), never from training text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from psattn.tasks.batch import TaskBatch
+from psattn.tasks.split import check_split
+from psattn.text.tokenizer import KINDS
+from psattn.text.tokens import TokenizedCorpus, tokenize_corpus
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """``corpus``: a shipped corpus name or a path; ``tokenizer``: "byte", "bpe" (trained on the
+    corpus's training text with ``vocab_size`` entries) or the path of a saved tokenizer.json."""
+
+    corpus: str = "austen"
+    tokenizer: str = "byte"
+    vocab_size: int = 256
+    seq_len: int = 256
+    eval_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise ValueError(f"corpus must be a shipped corpus name or a path, got {self.corpus!r}")
+        if not isinstance(self.tokenizer, str) or (self.tokenizer not in KINDS and not self.tokenizer.endswith(".json")):
+            raise ValueError(f"tokenizer must be one of {KINDS} or a tokenizer.json path, got {self.tokenizer!r}")
+        if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
+            raise ValueError(f"vocab_size must be an integer, got {self.vocab_size!r}")
+        if self.tokenizer == "byte" and self.vocab_size != 256:
+            raise ValueError(f"the byte tokenizer has vocab_size 256, got {self.vocab_size}")
+        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**20:
+            raise ValueError(f"a BPE vocabulary needs 257..{2**20} entries (256 bytes plus merges), got {self.vocab_size}")
+        if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 2:
+            raise ValueError(f"seq_len must be an integer >= 2, got {self.seq_len!r}")
+        if not (isinstance(self.eval_fraction, float) and 0.0 < self.eval_fraction < 0.5 and math.isfinite(self.eval_fraction)):
+            raise ValueError(f"eval_fraction must be a number in (0, 0.5), got {self.eval_fraction!r}")
+
+    def tokens(self) -> TokenizedCorpus:
+        """The tokenized corpus (built and cached on first use)."""
+        return tokenize_corpus(self.corpus, self.tokenizer, self.vocab_size, self.eval_fraction)
+
+
+def windows(stream: np.ndarray, starts: np.ndarray, length: int) -> torch.Tensor:
+    """(B, length) int64 rows stream[s : s + length] for each start s."""
+    index = starts[:, None] + np.arange(length)[None, :]  # (B, length)
+    return torch.from_numpy(np.asarray(stream[index], dtype=np.int64))
+
+
+def sample(config: TextConfig, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
+    """``batch_size`` windows of ``split``'s text."""
+    check_split(split)
+    corpus = config.tokens()
+    stream = corpus.train if split == "train" else corpus.eval
+    span = len(stream) - config.seq_len - 1
+    if span < 0:
+        raise ValueError(f"the {split} text ({len(stream)} tokens) is shorter than one window of {config.seq_len + 1}")
+    starts = torch.randint(0, span + 1, (batch_size,), generator=generator).numpy()
+    rows = windows(stream, starts, config.seq_len + 1)  # (B, T + 1)
+    return TaskBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())

@@ -1,0 +1,97 @@
+"""Where text comes from: the shipped corpora or a user's path, read as a list of documents.
+
+A corpus is named (``"austen"``: the six novels shipped in ``psattn/data/corpora``) or a path:
+a UTF-8 text file (``.txt``, optionally compressed as ``.txt.xz`` / ``.txt.gz``), a folder of such
+files (each file one document, in sorted order), or an already tokenized token file (``.npy``:
+a 1-D integer array, one document). Documents keep their order, so the held-out split can take
+the last part of each one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import lzma
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz")
+TOKEN_SUFFIX = ".npy"
+SHIPPED = ("austen",)
+
+
+@dataclass(frozen=True)
+class Document:
+    name: str
+    text: str | None = None  # a text document
+    tokens: np.ndarray | None = None  # an already tokenized document (1-D integers)
+
+
+def shipped_corpus_dir(name: str) -> Path:
+    """The folder of a corpus shipped inside the package."""
+    return Path(str(resources.files("psattn") / "data" / "corpora" / name))
+
+
+def resolve(corpus: str) -> Path:
+    """The file or folder that ``corpus`` (a shipped name or a path) refers to."""
+    if corpus in SHIPPED:
+        return shipped_corpus_dir(corpus)
+    path = Path(corpus).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"corpus {corpus!r} is neither a shipped corpus {SHIPPED} nor an existing path")
+    return path
+
+
+def _is_text(path: Path) -> bool:
+    return any(path.name.endswith(s) for s in TEXT_SUFFIXES)
+
+
+def corpus_files(corpus: str) -> list[Path]:
+    """The files of ``corpus`` in document order."""
+    path = resolve(corpus)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and _is_text(p))
+        if not files:
+            raise ValueError(f"corpus folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)})")
+        return files
+    if _is_text(path) or path.suffix == TOKEN_SUFFIX:
+        return [path]
+    raise ValueError(f"corpus file {path} must end in one of {TEXT_SUFFIXES + (TOKEN_SUFFIX,)}")
+
+
+def _read_bytes(path: Path) -> bytes:
+    if path.name.endswith(".xz"):
+        return lzma.decompress(path.read_bytes())
+    if path.name.endswith(".gz"):
+        return gzip.decompress(path.read_bytes())
+    return path.read_bytes()
+
+
+def read_document(path: Path) -> Document:
+    name = path.name.split(".")[0]
+    if path.suffix == TOKEN_SUFFIX:
+        tokens = np.load(path, allow_pickle=False)
+        if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+            raise ValueError(f"token file {path} must hold a 1-D integer array, got {tokens.dtype} {tokens.shape}")
+        return Document(name, tokens=tokens)
+    try:
+        return Document(name, text=_read_bytes(path).decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text: {err}") from None
+
+
+def load_documents(corpus: str) -> list[Document]:
+    """Every document of ``corpus``, in order."""
+    return [read_document(p) for p in corpus_files(corpus)]
+
+
+def corpus_hash(corpus: str) -> str:
+    """A digest of the corpus files' names and contents (the token cache's key)."""
+    digest = hashlib.sha256()
+    for path in corpus_files(corpus):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

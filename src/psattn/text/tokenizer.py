@@ -1,0 +1,95 @@
+"""Tokenizers for the text task: byte-level (no dependency) and BPE (Hugging Face ``tokenizers``).
+
+Both turn text into ids and back and serialise to one JSON file, which every text run keeps in its
+run directory (``tokenizer.json``) so that the directory alone suffices for evaluation and
+generation. ``token_bytes`` gives each id's length in UTF-8 bytes, the denominator of bits per byte.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+KINDS = ("byte", "bpe")
+
+
+class ByteTokenizer:
+    """Ids are the 256 byte values of the UTF-8 encoding."""
+
+    kind = "byte"
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self) -> np.ndarray:
+        return np.ones(self.vocab_size, dtype=np.int64)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": "byte"})
+
+
+class BPETokenizer:
+    """Byte-level BPE from Hugging Face ``tokenizers`` (GPT-2's pre-tokenisation, no special tokens)."""
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        tokenizer.train_from_iterator(texts, trainer)
+        return cls(tokenizer)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def token_bytes(self) -> np.ndarray:
+        # a byte-level token is written in GPT-2's byte alphabet: one character per byte
+        return np.array([len(self.tokenizer.id_to_token(i)) for i in range(self.vocab_size)], dtype=np.int64)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": "bpe", "tokenizer": json.loads(self.tokenizer.to_str())})
+
+
+Tokenizer = ByteTokenizer | BPETokenizer
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    data = json.loads(text)
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "byte":
+        return ByteTokenizer()
+    if kind == "bpe":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])))
+    raise ValueError(f"not a psattn tokenizer file (kind {kind!r}; expected one of {KINDS})")
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no tokenizer at {path}")
+    return tokenizer_from_json(path.read_text())

@@ -1,0 +1,249 @@
+"""The text task: corpora, tokenizers, the cached disjoint split, batches, LM metrics, and runs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from helpers import tiny_config
+from psattn.models import AttentionConfig, ModelConfig
+from psattn.ops.hooks import HookPoint
+from psattn.tasks import make_task_config, sample_task
+from psattn.text import tokens as token_cache
+from psattn.text.corpus import corpus_hash, load_documents
+from psattn.text.metrics import bits_per_byte, icl_score, icl_window
+from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
+from psattn.text.tokens import split_text
+from psattn.models.heads import repeat_scores
+from psattn.training.config import RunConfig, TrainConfig, apply_overrides
+from psattn.training.trainer import train
+
+TEXT = "Héllo, wörld! It is a truth universally acknowledged.\nNew line — with a dash.\n"
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    token_cache._open.cache_clear()
+    yield tmp_path / "cache"
+    token_cache._open.cache_clear()
+
+
+def numbered_corpus(folder, docs=2, paragraphs=60):
+    """Documents of unique numbered paragraphs, so any piece of text says where it came from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in range(docs):
+        body = "\n\n".join(f"Document {d} paragraph {p} says something of its own." for p in range(paragraphs))
+        (folder / f"doc{d}.txt").write_text(body + "\n")
+    return folder
+
+
+def test_byte_tokenizer_round_trips_utf8():
+    tok = ByteTokenizer()
+    ids = tok.encode(TEXT)
+    assert len(ids) == len(TEXT.encode("utf-8")) and max(ids) < 256
+    assert tok.decode(ids) == TEXT
+    assert isinstance(tokenizer_from_json(tok.to_json()), ByteTokenizer)
+
+
+def test_bpe_tokenizer_round_trips_saves_and_counts_bytes(tmp_path):
+    tok = BPETokenizer.train([TEXT * 20, "another line of text\n" * 20], vocab_size=300)
+    ids = tok.encode(TEXT)
+    assert tok.decode(ids) == TEXT
+    assert len(ids) < len(TEXT.encode())  # merges happened
+    (tmp_path / "tokenizer.json").write_text(tok.to_json())
+    again = load_tokenizer(tmp_path / "tokenizer.json")
+    assert again.encode(TEXT) == ids
+    assert int(tok.token_bytes()[ids].sum()) == len(TEXT.encode("utf-8"))
+
+
+def test_tokenizer_file_errors_are_clear(tmp_path):
+    (tmp_path / "t.json").write_text('{"kind": "wordpiece"}')
+    with pytest.raises(ValueError, match="not a psattn tokenizer"):
+        load_tokenizer(tmp_path / "t.json")
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        load_tokenizer(tmp_path / "missing.json")
+
+
+def test_the_shipped_corpus_is_six_novels_of_real_prose():
+    docs = load_documents("austen")
+    assert len(docs) == 6
+    assert sum(len(d.text.split()) for d in docs) > 700_000
+    assert docs[1].text.startswith("PRIDE AND PREJUDICE")
+
+
+def test_split_cuts_at_a_paragraph_and_loses_nothing():
+    text = "\n\n".join(f"paragraph {i} " + "x" * 50 for i in range(100))
+    train_part, held = split_text(text, 0.1)
+    assert train_part + held == text
+    assert held.startswith("paragraph ") and train_part.endswith("\n\n")
+    assert 0.05 < len(held) / len(text) < 0.15
+
+
+@pytest.mark.parametrize("tokenizer, vocab", [("byte", 256), ("bpe", 300)])
+def test_held_out_text_is_disjoint_from_training_text(tmp_path, tokenizer, vocab):
+    corpus = str(numbered_corpus(tmp_path / "corpus"))
+    config = make_task_config("text", corpus=corpus, tokenizer=tokenizer, vocab_size=vocab, seq_len=32,
+                              eval_fraction=0.1)
+    data = config.tokens()
+    decode = data.tokenizer.decode
+    train_paragraphs = set(decode(data.train).split("\n\n"))
+    eval_paragraphs = set(decode(data.eval).split("\n\n"))
+    assert not (train_paragraphs & eval_paragraphs - {""})
+    # every document gives its last paragraphs to held-out text, and nothing is lost
+    assert {p.split(" paragraph")[0] for p in eval_paragraphs if p} == {"Document 0", "Document 1"}
+    assert len(train_paragraphs | eval_paragraphs - {""}) == 120
+    # training windows hold only training text
+    held_ids = [p.split(" says")[0] + " says" for p in eval_paragraphs if p]
+    for step in range(20):
+        batch = sample_task(config, 8, torch.Generator().manual_seed(step))
+        for row in batch.inputs:
+            assert not any(i in decode(row.tolist()) for i in held_ids)
+
+
+def test_tokens_are_cached_and_reused(tmp_path, cache_dir, monkeypatch):
+    corpus = str(numbered_corpus(tmp_path / "corpus"))
+    config = make_task_config("text", corpus=corpus, seq_len=16)
+    first = config.tokens()
+    assert first.train.dtype == np.uint16 and isinstance(first.train, np.memmap)
+    token_cache._open.cache_clear()
+    monkeypatch.setattr(token_cache, "_build", lambda *a: pytest.fail("tokenized twice"))
+    again = config.tokens()
+    assert again.directory == first.directory and np.array_equal(again.train, first.train)
+    assert first.directory.parent.parent == cache_dir
+    # another corpus gets another entry
+    (tmp_path / "corpus" / "doc0.txt").write_text("changed\n\n" * 200)
+    assert corpus_hash(corpus) not in first.directory.name
+
+
+def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
+    folder = numbered_corpus(tmp_path / "corpus")
+    one = make_task_config("text", corpus=str(folder / "doc0.txt"), seq_len=16).tokens()
+    both = make_task_config("text", corpus=str(folder), seq_len=16).tokens()
+    assert 0 < len(one.train) < len(both.train)
+    np.save(tmp_path / "tokens.npy", np.arange(1000) % 256)
+    tokens = make_task_config("text", corpus=str(tmp_path / "tokens.npy"), seq_len=16).tokens()
+    assert len(tokens.train) == 950 and tokens.eval[0] == 950 % 256
+    with pytest.raises(FileNotFoundError, match="neither a shipped corpus"):
+        make_task_config("text", corpus=str(tmp_path / "nothing"), seq_len=16).tokens()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no text files"):
+        make_task_config("text", corpus=str(tmp_path / "empty"), seq_len=16).tokens()
+
+
+def test_text_config_refuses_bad_values():
+    for fields, match in [({"tokenizer": "word"}, "tokenizer"), ({"vocab_size": 300}, "byte tokenizer"),
+                          ({"tokenizer": "bpe", "vocab_size": 100}, "BPE"), ({"seq_len": 1}, "seq_len"),
+                          ({"eval_fraction": 0.7}, "eval_fraction")]:
+        with pytest.raises(ValueError, match=match):
+            make_task_config("text", **fields)
+
+
+def test_batches_are_next_token_windows_drawn_from_the_generator_alone(tmp_path):
+    config = make_task_config("text", corpus=str(numbered_corpus(tmp_path / "corpus")), seq_len=24)
+    a = sample_task(config, 4, torch.Generator().manual_seed(3))
+    b = sample_task(config, 4, torch.Generator().manual_seed(3))
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert torch.equal(a.inputs[:, 1:], a.targets[:, :-1])  # targets are the inputs shifted by one
+    stream = config.tokens().train
+    row = a.inputs[0].numpy()
+    starts = [s for s in range(len(stream) - 24) if np.array_equal(stream[s : s + 24], row)]
+    assert starts  # a window of the training stream
+
+
+def test_switching_task_by_name_takes_its_defaults_and_vocabulary():
+    config = apply_overrides(RunConfig(), ["task.name=mqar"])
+    assert type(config.task).__name__ == "AssociativeRecallConfig"
+    assert config.model.vocab_size == config.task.vocab_size
+    text = apply_overrides(RunConfig(), ["task.seq_len=64", "task.name=text"])
+    assert text.task.seq_len == 64 and text.model.vocab_size == 256
+    explicit = apply_overrides(RunConfig(), ["task.name=text", "model.vocab_size=512"])
+    assert explicit.model.vocab_size == 512
+
+
+def test_icl_score_and_bits_per_byte_on_known_cases():
+    early, late = icl_window(256)
+    assert (early.start, early.stop, late.start, late.stop) == (16, 32, 224, 256)
+    losses = torch.full((256,), 3.0)
+    losses[list(late)] = 1.0
+    assert icl_score(losses) == pytest.approx(-2.0)
+    assert icl_score(torch.full((64,), 2.0)) == 0.0
+    token_bytes = np.array([1, 2, 3])
+    targets = torch.tensor([[0, 1, 2]])
+    assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
+
+
+class PatternModel(nn.Module):
+    """A stand-in model whose one head attends where it is told, and predicts uniformly."""
+
+    def __init__(self, attend, vocab=10):
+        super().__init__()
+        self.attend, self.vocab = attend, vocab
+        self.blocks = nn.ModuleList([nn.Module()])
+        self.blocks[0].attn = nn.Module()
+        self.blocks[0].attn.hook_pattern = HookPoint()
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        pattern = torch.zeros(B, 1, T, T)
+        for t in range(T):
+            pattern[:, 0, t, self.attend(t)] = 1.0
+        self.blocks[0].attn.hook_pattern(pattern)
+        return torch.zeros(B, T, self.vocab)
+
+
+def test_induction_and_previous_token_scores_on_hand_built_heads():
+    half = 6
+    rows = torch.randint(0, 10, (3, half)).repeat(1, 2)
+    induction_head = repeat_scores(PatternModel(lambda t: t - half + 1 if t >= half else 0), rows, half)
+    assert induction_head.induction.item() == 1.0
+    previous_head = repeat_scores(PatternModel(lambda t: max(t - 1, 0)), rows, half)
+    assert previous_head.previous_token.item() == 1.0 and previous_head.induction.item() == 0.0
+    assert induction_head.first_copy_loss == pytest.approx(math.log(10))
+
+
+def text_run(tmp_path, steps=6):
+    corpus = str(numbered_corpus(tmp_path / "corpus", paragraphs=40))
+    config = tiny_config(steps, eval_every=3, checkpoint_every=3, eval_size=8, batch_size=4)
+    return RunConfig(model=ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2,
+                                       attention=AttentionConfig("key_only", 1.0)),
+                     task=make_task_config("text", corpus=corpus, seq_len=32), train=config.train)
+
+
+def test_a_text_run_logs_lm_metrics_keeps_its_tokenizer_and_resumes_exactly(tmp_path):
+    config = text_run(tmp_path)
+    whole = train(config, tmp_path / "whole")
+    assert (tmp_path / "whole" / "tokenizer.json").exists()
+    row = json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("bits_per_byte", "icl_score", "position_loss", "random_second_loss", "induction_score",
+                "passage_second_loss", "prefix_matching_score"):
+        assert key in row
+    assert len(row["position_loss"]) == 32 and row["bits_per_byte"] == pytest.approx(row["eval_loss"] / math.log(2), rel=1e-4)
+    half = tmp_path / "half"
+    short = RunConfig.from_dict({**config.to_dict(), "train": {**config.to_dict()["train"], "steps": 6}})
+    train(short, half, time_limit_s=0.0)  # stops after the first step, checkpoint written
+    resumed = train(short, half)
+    assert resumed.history == whole.history
+
+
+def test_generate_cli_continues_a_prompt_with_the_runs_tokenizer(tmp_path, capsys):
+    from psattn.cli import main
+
+    train(text_run(tmp_path, steps=3), tmp_path / "run")
+    args = ["generate", "--run", str(tmp_path / "run"), "--prompt", "Document 1", "--max-new-tokens", "12", "--seed", "3"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("Document 1") and len(first.encode()) >= len("Document 1") + 1
+    assert main(args) == 0 and capsys.readouterr().out == first  # seeded: the same text again
+    assert main(args[:-2] + ["--temperature", "0"]) == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--run", str(tmp_path / "missing"), "--prompt", "x"])
+    assert exit_info.value.code == 2
+    synthetic = tmp_path / "synthetic"
+    train(tiny_config(2), synthetic)
+    with pytest.raises(SystemExit):
+        main(["generate", "--run", str(synthetic), "--prompt", "x"])
+    assert "only runs of the text task" in capsys.readouterr().err
