@@ -1,7 +1,10 @@
 """Our trainer against a bare PyTorch loop (same model, batches and optimiser), as a ratio of
 training steps per second measured interleaved in one run. Usage:
 
-    python benchmarks/trainer_speed.py [--steps 30 --repeats 3]
+    python benchmarks/trainer_speed.py [--task induction|text] [--steps 30 --repeats 3]
+
+``text`` is the one-layer key-only model of the quick real-text experiment (byte-level Austen,
+context 128, batch 32).
 """
 
 import argparse
@@ -10,6 +13,7 @@ import platform
 import torch
 
 from psattn.experiments.configs import small_induction_config
+from psattn.experiments.text import TEXT_PLANS, text_config
 from psattn.training.speed import trainer_vs_bare_loop
 
 
@@ -17,10 +21,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--task", choices=("induction", "text"), default="induction")
     args = parser.parse_args()
-    config = small_induction_config("key_only", 1.0)
+    if args.task == "text":
+        config = text_config(TEXT_PLANS["quick"], 1, "key_only", 1.0, seed=0)
+    else:
+        config = small_induction_config("key_only", 1.0)
     r = trainer_vs_bare_loop(config, args.steps, args.repeats)
-    print(f"default small induction config, 1 thread, torch {torch.__version__}, {platform.machine()}")
+    print(f"{args.task}: {config.name}, 1 thread, torch {torch.__version__}, {platform.machine()}")
     print(f"trainer {r['trainer_steps_per_s']:.2f} steps/s, bare loop {r['bare_steps_per_s']:.2f} steps/s, "
           f"ratio {r['ratio']:.3f}")
 

@@ -44,9 +44,10 @@ def test_attention_speed_small_shape():
     assert "forward+backward" in out and "cache bytes per token per layer" in out
 
 
-def test_trainer_speed_runs():
-    out = run("benchmarks/trainer_speed.py", "--steps", "3", "--repeats", "1")
-    assert "ratio" in out
+@pytest.mark.parametrize("task", ["induction", "text"])
+def test_trainer_speed_runs(task):
+    out = run("benchmarks/trainer_speed.py", "--task", task, "--steps", "3", "--repeats", "1")
+    assert out.startswith(task) and "ratio" in out
 
 
 @pytest.mark.slow

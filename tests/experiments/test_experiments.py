@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from psattn.experiments import induction as exp
+from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
 from psattn.experiments.sweep import load_result, run_sweep
@@ -135,14 +136,19 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                                     sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
                                     head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64), head_dims=(8, 16))
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
+    monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
+        text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8))
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+                   "## Real text", "ICL score", "Samples",
                    "0.949", "717"):
         assert needle in text, needle
-    for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns"):
+    for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns", "text_curves",
+                   "text_position_loss", "text_induction_scores"):
         assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["induction"]["trainer_speed"]["ratio"] > 0
     assert data["meanfield"]["passed"] is True
+    assert len(data["text"]["rows"]) == 5 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])

@@ -17,6 +17,32 @@ def test_gamma_zero_variants_equal_baseline():
         assert torch.equal(model(x), base(x))
 
 
+@pytest.mark.parametrize("variant, mlp", [("key_only", True), ("symmetric", False), ("canon", True)])
+def test_output_mask_gives_the_logits_of_the_marked_positions(variant, mlp):
+    model = random_model(variant, gamma=0.0 if variant == "canon" else 0.8, mlp=mlp)
+    x = torch.randint(0, 37, (3, 9))
+    keep = torch.rand(3, 9) < 0.4
+    keep[0, -1] = True
+    assert torch.allclose(model(x, output_mask=keep), model(x)[keep], atol=1e-10)
+    with pytest.raises(ValueError, match="output_mask must be"):
+        model(x, output_mask=keep[:, :4])
+
+
+@pytest.mark.parametrize("std", [0.1, None])
+def test_init_std_sets_the_scale_of_every_matrix(std):
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(d_model=64, init_std=std))
+    embed, q = model.embed.weight, model.blocks[0].attn.q_proj.weight
+    if std is None:  # PyTorch's own: N(0, 1) embeddings, uniform(±1/sqrt(fan_in)) linear layers
+        assert embed.std().item() == pytest.approx(1.0, rel=0.05)
+        assert q.abs().max().item() <= 64 ** -0.5
+    else:
+        assert embed.std().item() == pytest.approx(std, rel=0.05) and q.std().item() == pytest.approx(std, rel=0.05)
+    for bad in (0.0, -1.0, float("inf"), "0.1", True):
+        with pytest.raises(ValueError, match="init_std"):
+            ModelConfig(init_std=bad)
+
+
 @pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
 def test_causality(variant, placement):
     model = random_model(variant, placement)

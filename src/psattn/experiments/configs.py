@@ -23,10 +23,15 @@ DEFAULT_TASK_FIELDS = {
 SHEARED = ("symmetric", "key_only", "query_only")
 
 
-def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int) -> str:
+DEFAULT_INIT_STD = ModelConfig().init_std
+
+
+def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
+             init_std: float | None = DEFAULT_INIT_STD) -> str:
     where = "" if placement == "post_rope" else f"-{placement}"
     coupling = f"-g{gamma:g}" if variant in SHEARED else ""
-    return f"{task}-{size}-{variant}{coupling}{where}-s{seed}"
+    init = "" if init_std == DEFAULT_INIT_STD else ("-inittorch" if init_std is None else f"-init{init_std:g}")
+    return f"{task}-{size}-{variant}{coupling}{where}{init}-s{seed}"
 
 
 def small_config(
@@ -45,6 +50,7 @@ def small_config(
     d_head: int | None = None,
     model_preset: str | None = None,
     device: str = "auto",
+    init_std: float | None = DEFAULT_INIT_STD,
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
@@ -56,14 +62,16 @@ def small_config(
     task_config = make_task_config(task, **fields)
     attention = AttentionConfig(variant, gamma, placement)
     if model_preset is not None:
-        model = preset(model_preset, vocab_size=task_config.vocab_size, attention=attention)
+        model = preset(model_preset, vocab_size=task_config.vocab_size, attention=attention, init_std=init_std)
         size = model_preset
     else:
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
-                            n_heads=n_heads, attention=attention, d_head=d_head)
+                            n_heads=n_heads, attention=attention, d_head=d_head, init_std=init_std)
         size = f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
+    form = getattr(task_config, "form", "full")
+    label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
-        name=run_name(task, variant, gamma, placement, size, seed),
+        name=run_name(label, variant, gamma, placement, size, seed, init_std),
         model=model,
         task=task_config,
         train=TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_every=50, eval_size=512,

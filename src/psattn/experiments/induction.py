@@ -27,6 +27,7 @@ from typing import Any
 
 from ..training.config import RunConfig
 from .configs import small_config
+from .text import text_experiment
 
 MODES = ("quick", "full")
 
@@ -163,6 +164,7 @@ EXPERIMENTS = {
     "critical_gamma": critical_gamma,
     "critical_gamma_width": critical_gamma_width,
     "critical_gamma_head_dim": critical_gamma_head_dim,
+    "text": text_experiment,
 }
 
 

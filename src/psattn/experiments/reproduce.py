@@ -19,7 +19,10 @@ from ..provenance import git_revision, machine
 from ..training.trainer import load_trained
 from . import induction as exp
 from . import plots
+from .markdown import fmt as _fmt
+from .markdown import table as _table
 from .sweep import run_sweep
+from .text_report import text_section
 
 PAPER = {
     "variants": {"key_only": "0.949", "symmetric": "0.811", "query_only": "chance", "baseline": "fails (one layer)"},
@@ -35,20 +38,6 @@ CRITICAL_DESIGNS = {
     "fixed width and head count, wider or narrower heads": "critical_gamma_head_dim",
 }
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}" if digits else f"{x:.0f}"
-    return str(x)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows
-    ]
 
 
 def _subset(results: dict[str, dict], configs) -> dict[str, dict]:
@@ -229,7 +218,7 @@ def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[l
     return [result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
 
 
-SECTIONS = ("induction", "theory", "meanfield")
+SECTIONS = ("induction", "text", "theory", "meanfield")
 
 
 def reproduce(
@@ -252,6 +241,9 @@ def reproduce(
     lines, data = [], {}
     if "induction" in sections:
         part, data["induction"] = induction_section(out, mode, workers, progress)
+        lines += part
+    if "text" in sections:
+        part, data["text"] = text_section(out, mode, workers, progress)
         lines += part
     if "theory" in sections:
         part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))

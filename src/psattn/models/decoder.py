@@ -44,8 +44,12 @@ class Block(nn.Module):
         self.norm_mlp = _norm(config) if config.mlp else None
         self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if config.mlp else None
 
-    def forward(self, h, context, cache=None):
+    def forward(self, h, context, cache=None, keep: Tensor | None = None):
+        """h (B, T, C) -> (B, T, C); with ``keep`` (B, T) bool, only the kept positions go on
+        through the position-wise MLP: -> (N, C)."""
         h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
+        if keep is not None:
+            h = h[keep]  # (N, C)
         if self.mlp is not None:
             h = h + self.mlp(self.norm_mlp(h))
         return h
@@ -89,12 +93,16 @@ class DecoderLM(nn.Module):
         position_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         cache: PSACache | None = None,
+        output_mask: Tensor | None = None,
     ) -> Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
         ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
         ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
-        the tokens continue the cached ones and the cache is extended.
+        the tokens continue the cached ones and the cache is extended. With ``output_mask`` (B, T)
+        bool, only the logits of the marked positions are computed, as (N, V) in row-major order:
+        everything after the last attention is position-wise, so the last block's MLP, the final
+        norm and the LM head run there alone (training on a few scored positions costs less).
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
@@ -102,21 +110,24 @@ class DecoderLM(nn.Module):
             raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         if cache is not None and len(cache.layers) != len(self.blocks):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
+        if output_mask is not None and output_mask.shape != input_ids.shape:
+            raise ValueError(f"output_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(output_mask.shape)}")
         if cache is None:
-            return self._forward(input_ids, position_ids, attention_mask, None)
+            return self._forward(input_ids, position_ids, attention_mask, None, output_mask)
         before = cache.fork()
         try:
-            return self._forward(input_ids, position_ids, attention_mask, cache)
+            return self._forward(input_ids, position_ids, attention_mask, cache, output_mask)
         except BaseException:
             cache.restore(before)  # a failed call leaves the cache as it was
             raise
 
-    def _forward(self, input_ids, position_ids, attention_mask, cache) -> Tensor:
+    def _forward(self, input_ids, position_ids, attention_mask, cache, output_mask) -> Tensor:
         B, T = input_ids.shape
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
         )
         h = self.drop(self.embed(input_ids))  # (B, T, C)
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            h = block(h, context, None if cache is None else cache.layers[i])
-        return self.lm_head(self.norm_final(h))  # (B, T, V)
+            h = block(h, context, None if cache is None else cache.layers[i], output_mask if i == last else None)
+        return self.lm_head(self.norm_final(h))  # (B, T, V), or (N, V) with output_mask

@@ -15,19 +15,22 @@ from typing import Callable
 
 import torch
 
+from ..tasks.batch import IGNORE_INDEX
 from ..tasks.registry import sample_task
 from .config import RunConfig
 from .trainer import build_model, build_optimizer, lm_loss, step_generator, train
 
 
 def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:
-    """The minimal loop: sample, forward, loss, backward, AdamW step."""
+    """The minimal loop: sample, forward (logits at the scored positions, as the trainer does), loss,
+    backward, AdamW step."""
     t = config.train
     model = build_model(config).train()
     optimizer, _ = build_optimizer(model, t)
     for step in range(steps):
         batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
-        loss = lm_loss(model(batch.inputs), batch.targets)
+        keep = batch.targets != IGNORE_INDEX
+        loss = lm_loss(model(batch.inputs, output_mask=keep), batch.targets[keep])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -127,8 +127,8 @@ def build_optimizer(model: torch.nn.Module, train) -> tuple[torch.optim.Optimize
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over scored positions; logits (B, T, V) are aligned with targets (B, T)."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+    """Cross-entropy over scored positions; logits (..., V) are aligned with targets (...)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 @torch.no_grad()
@@ -140,11 +140,11 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
     loss_sum = 0.0
     for start in range(0, len(batch), chunk):
         inputs, targets = batch.inputs[start : start + chunk], batch.targets[start : start + chunk]
-        logits = model(inputs)
         scored = targets != IGNORE_INDEX
-        correct += int((logits.argmax(-1)[scored] == targets[scored]).sum())
+        logits = model(inputs, output_mask=scored)  # (N, V)
+        correct += int((logits.argmax(-1) == targets[scored]).sum())
         total += int(scored.sum())
-        loss_sum += float(F.cross_entropy(logits[scored], targets[scored], reduction="sum"))
+        loss_sum += float(F.cross_entropy(logits, targets[scored], reduction="sum"))
     model.train(was_training)
     return correct / max(total, 1), loss_sum / max(total, 1)
 
@@ -340,7 +340,10 @@ def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: t
 
     def forward(inputs, targets, scored: int):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = net(inputs)
-        return shard_loss(logits, targets, scored, ddp)
+            if t.compile:  # a data-dependent shape would break the compiled graph
+                return shard_loss(net(inputs), targets, scored, ddp)
+            keep = targets != IGNORE_INDEX
+            logits = net(inputs, output_mask=keep)  # (N, V): the scored positions only
+        return shard_loss(logits, targets[keep], scored, ddp)
 
     return forward
