@@ -22,9 +22,14 @@ def tiny(config, steps=4):
 
 @pytest.mark.parametrize("mode", exp.MODES)
 def test_declared_experiments(mode):
+    seen = {}
     for name, fn in exp.EXPERIMENTS.items():
         configs = fn(mode)
         assert len({c.name for c in configs}) == len(configs), name
+        for c in configs:  # a run two experiments share is one run: same name, same config
+            assert seen.setdefault(c.name, c) == c, c.name
+    forms = {(c.task.form, c.model.init) for c in exp.init_sensitivity(mode)}
+    assert {f for f, _ in forms} == {"full", "single"} and {"scaled", "torch", 0.02} <= {i for _, i in forms}
     controls = exp.negative_controls(mode)
     assert {c.task.__class__.__name__ for c in controls} == {"RandomOffsetConfig", "MultiHopConfig"}
     variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
@@ -103,7 +108,8 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     assert {c.model.head_dim for c in width if c.name in shared} == {32}  # d_model 128, 4 heads: one run, both designs
     names = {c.name for c in exp.critical_gamma("quick")}
     assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
-    assert {c.train.steps for c in exp.variant_table("quick")} == {600, 400}
+    steps = {(c.task.form, c.train.steps) for c in exp.variant_table("quick")}
+    assert steps == {("full", 600), ("full", 400), ("single", 1000), ("single", 667)}
     assert len(names) == len(exp.critical_gamma("quick"))
 
 
@@ -134,7 +140,8 @@ def test_head_scores_read_the_right_positions():
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
                                     sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
-                                    head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64), head_dims=(8, 16))
+                                    head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64), head_dims=(8, 16),
+                                    single_steps=4)
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
         text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8))
@@ -142,13 +149,32 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
-                   "## Real text", "ICL score", "Samples",
+                   "## Real text", "ICL score", "Samples", "Single-answer form", "Full-sequence form",
+                   "Sensitivity to the initialisation", "torch",
                    "0.949", "717"):
         assert needle in text, needle
-    for figure in ("gamma_sweep", "curves", "head_scores", "attention_patterns", "text_curves",
+    for figure in ("gamma_sweep", "curves", "curves_single", "head_scores", "attention_patterns", "text_curves",
                    "text_position_loss", "text_induction_scores"):
         assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["induction"]["trainer_speed"]["ratio"] > 0
     assert data["meanfield"]["passed"] is True
+    assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}
+    assert {str(r["init"]) for r in data["induction"]["init_sensitivity"]} == {"0.02", "scaled", "torch"}
     assert len(data["text"]["rows"]) == 5 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
+
+
+def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():
+    from psattn.experiments.plateau import attention_at_queries, previous_occurrence
+    from psattn.training.trainer import build_model, eval_batch
+
+    config = small_config("key_only", 1.0, form="single", d_model=32, n_heads=2)
+    model = build_model(config)
+    batch = eval_batch(config)
+    with torch.no_grad():
+        model.blocks[0].attn.q_proj.weight.zero_()  # every score is 0: uniform attention
+    stats = attention_at_queries(model, batch, rows=8)
+    assert stats["entropy_ratio"] == pytest.approx(1.0) and stats["t1_std"] == 0.0 and stats["t3_std"] == 0.0
+    assert stats["target_mass"] == pytest.approx(stats["uniform_mass"]) == pytest.approx(1 / 64)
+    inputs = torch.tensor([[0, 5, 7, 5, 9]])
+    assert previous_occurrence(inputs, 0, 3) == 1 and previous_occurrence(inputs, 0, 4) is None

@@ -28,19 +28,21 @@ def test_output_mask_gives_the_logits_of_the_marked_positions(variant, mlp):
         model(x, output_mask=keep[:, :4])
 
 
-@pytest.mark.parametrize("std", [0.1, None])
-def test_init_std_sets_the_scale_of_every_matrix(std):
+@pytest.mark.parametrize("init, std", [("scaled", (3 * 64) ** -0.5), (0.1, 0.1), ("torch", None)])
+def test_init_sets_the_scale_of_every_matrix(init, std):
     torch.manual_seed(0)
-    model = DecoderLM(ModelConfig(d_model=64, init_std=std))
-    embed, q = model.embed.weight, model.blocks[0].attn.q_proj.weight
+    model = DecoderLM(ModelConfig(d_model=64, init=init))
+    embed, q, down = model.embed.weight, model.blocks[0].attn.q_proj.weight, model.blocks[0].mlp.down.weight
     if std is None:  # PyTorch's own: N(0, 1) embeddings, uniform(±1/sqrt(fan_in)) linear layers
         assert embed.std().item() == pytest.approx(1.0, rel=0.05)
-        assert q.abs().max().item() <= 64 ** -0.5
+        assert q.abs().max().item() <= 64 ** -0.5 and down.abs().max().item() <= 256 ** -0.5
     else:
-        assert embed.std().item() == pytest.approx(std, rel=0.05) and q.std().item() == pytest.approx(std, rel=0.05)
-    for bad in (0.0, -1.0, float("inf"), "0.1", True):
-        with pytest.raises(ValueError, match="init_std"):
-            ModelConfig(init_std=bad)
+        for weight in (embed, q, down):
+            assert weight.std().item() == pytest.approx(std, rel=0.05)
+    assert ModelConfig(d_model=768).init_std == pytest.approx(0.0208, abs=1e-4)  # GPT-2's 0.02 at its width
+    for bad in (0.0, -1.0, float("inf"), "0.1", True, "xavier"):
+        with pytest.raises(ValueError, match="init must be"):
+            ModelConfig(init=bad)
 
 
 @pytest.mark.parametrize("variant,placement", ALL_VARIANTS)

@@ -23,15 +23,16 @@ DEFAULT_TASK_FIELDS = {
 SHEARED = ("symmetric", "key_only", "query_only")
 
 
-DEFAULT_INIT_STD = ModelConfig().init_std
+DEFAULT_INIT = ModelConfig().init
 
 
 def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
-             init_std: float | None = DEFAULT_INIT_STD) -> str:
+             init: float | str = DEFAULT_INIT, tag_init: bool = False) -> str:
+    """The run's directory name; the initialisation appears when it is not the default (or ``tag_init``)."""
     where = "" if placement == "post_rope" else f"-{placement}"
     coupling = f"-g{gamma:g}" if variant in SHEARED else ""
-    init = "" if init_std == DEFAULT_INIT_STD else ("-inittorch" if init_std is None else f"-init{init_std:g}")
-    return f"{task}-{size}-{variant}{coupling}{where}{init}-s{seed}"
+    tag = "" if init == DEFAULT_INIT and not tag_init else f"-init{init:g}" if isinstance(init, (int, float)) else f"-init{init}"
+    return f"{task}-{size}-{variant}{coupling}{where}{tag}-s{seed}"
 
 
 def small_config(
@@ -50,7 +51,8 @@ def small_config(
     d_head: int | None = None,
     model_preset: str | None = None,
     device: str = "auto",
-    init_std: float | None = DEFAULT_INIT_STD,
+    init: float | str = DEFAULT_INIT,
+    tag_init: bool = False,
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
@@ -62,16 +64,16 @@ def small_config(
     task_config = make_task_config(task, **fields)
     attention = AttentionConfig(variant, gamma, placement)
     if model_preset is not None:
-        model = preset(model_preset, vocab_size=task_config.vocab_size, attention=attention, init_std=init_std)
+        model = preset(model_preset, vocab_size=task_config.vocab_size, attention=attention, init=init)
         size = model_preset
     else:
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
-                            n_heads=n_heads, attention=attention, d_head=d_head, init_std=init_std)
+                            n_heads=n_heads, attention=attention, d_head=d_head, init=init)
         size = f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
-        name=run_name(label, variant, gamma, placement, size, seed, init_std),
+        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init),
         model=model,
         task=task_config,
         train=TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_every=50, eval_size=512,

@@ -49,6 +49,11 @@ class Plan:
     critical_gammas: tuple[float, ...]
     widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
     head_dims: tuple[int, ...]  # d_k at d_model 128 and 4 heads (the attention's inner width follows)
+    single_steps: int  # budget of the single-answer form (one scored position a row)
+    inits: tuple[float | str, ...]  # initialisations of the sensitivity table (ModelConfig.init)
+    sensitivity_seeds: tuple[int, ...]
+    sensitivity_extra_seeds: tuple[int, ...]  # for its learned key-lag rows
+    sensitivity_key_lag: bool  # whether the sensitivity table has the learned key-lag rows
 
 
 PLANS = {
@@ -57,7 +62,8 @@ PLANS = {
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
-        head_dims=(16, 32, 64),
+        head_dims=(16, 32, 64), single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,),
+        sensitivity_extra_seeds=(), sensitivity_key_lag=False,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -65,7 +71,9 @@ PLANS = {
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
-        widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128),
+        widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
+        inits=(0.02, "scaled", 0.1, "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0,),
+        sensitivity_key_lag=True,
     ),
 }
 
@@ -83,6 +91,8 @@ VARIANT_ROWS = (
     ("canon", 0.0, "post_rope", False),
 )
 CONTROL_TASKS = ("random_offset", "multihop")
+FORMS = ("full", "single")  # the induction task's two forms: every repeat scored, or one answer a row
+KEY_LAG_ROWS = tuple((v, g) for v, g, p, primary in VARIANT_ROWS if v in ("smeared_keys", "kv_shift", "primer_dconv", "canon"))
 
 
 def _plan(mode: str) -> Plan:
@@ -91,19 +101,42 @@ def _plan(mode: str) -> Plan:
     return PLANS[mode]
 
 
-def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, **kwargs) -> RunConfig:
+def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, early_stop: bool = False,
+         **kwargs) -> RunConfig:
     return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device,
-                        threshold=plan.threshold, early_stop=False, **kwargs)
+                        threshold=plan.threshold, early_stop=early_stop, **kwargs)
 
 
 def variant_table(mode: str = "quick") -> list[RunConfig]:
+    """Every variant on the full-sequence form (primary rows on every seed), and the same on the
+    single-answer form with its own budget (secondary rows there at the secondary budget scaled alike)."""
     p = _plan(mode)
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
+    scale = p.single_steps / p.steps
     return [
-        _run(p, variant, gamma, None if primary else p.extra_steps, placement=placement, seed=seed, **model)
+        _run(p, variant, gamma, budget, placement=placement, seed=seed, form=form, **model)
+        for form, budget_of in (("full", lambda primary: p.steps if primary else p.extra_steps),
+                                ("single", lambda primary: round((p.steps if primary else p.extra_steps) * scale)))
         for variant, gamma, placement, primary in VARIANT_ROWS
+        for budget in (budget_of(primary),)
         for seed in (p.seeds if primary else p.extra_seeds)
     ]
+
+
+def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
+    """Emergence against the initialisation scale on both forms, for the baseline and the shears (and,
+    in the full plan, the learned key-lag baselines). The question is one of CPU scale, so both plans
+    train the quick plan's model and budgets; ``full`` has more scales, seeds and rows. In the quick
+    plan the runs at the default initialisation are the variant table's own; in the full plan, whose
+    other experiments train longer, their names say the initialisation."""
+    p, q = _plan(mode), PLANS["quick"]
+    rows = [(v, g, p.sensitivity_seeds) for v, g in (("baseline", 0.0), ("key_only", 1.0), ("symmetric", 1.0))]
+    if p.sensitivity_key_lag:
+        rows += [(v, g, p.sensitivity_extra_seeds) for v, g in KEY_LAG_ROWS]
+    budget = {"full": q.steps, "single": q.single_steps}
+    return [small_config(v, g, steps=budget[form], device=p.device, threshold=q.threshold, early_stop=False,
+                         form=form, init=init, seed=s, tag_init=mode != "quick")
+            for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds]
 
 
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
@@ -164,6 +197,7 @@ EXPERIMENTS = {
     "critical_gamma": critical_gamma,
     "critical_gamma_width": critical_gamma_width,
     "critical_gamma_head_dim": critical_gamma_head_dim,
+    "init_sensitivity": init_sensitivity,
     "text": text_experiment,
 }
 
@@ -202,6 +236,16 @@ def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]
 def variant_key(result: dict[str, Any]) -> dict[str, Any]:
     a = _attention(result)
     return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
+
+
+def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
+    return {"form": result["config"]["task"].get("form", "full"), **variant_key(result)}
+
+
+def init_key(result: dict[str, Any]) -> dict[str, Any]:
+    a = _attention(result)
+    return {"init": result["config"]["model"].get("init", 0.02), "form": result["config"]["task"]["form"],
+            "variant": a["variant"], "gamma": a["gamma"]}
 
 
 def gamma_key(result: dict[str, Any]) -> dict[str, Any]:

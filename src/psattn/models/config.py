@@ -60,6 +60,10 @@ def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
 
 
 NORMS = ("layernorm", "rmsnorm")
+#: "scaled": every embedding and linear weight ~ N(0, 1 / (3 d_model)), the scale of PyTorch's default
+#: nn.Linear init for a d_model-wide input (0.051 at d_model 128; 0.021 at 768, GPT-2's 0.02);
+#: "torch": PyTorch's own module defaults (N(0, 1) embeddings, uniform linear weights).
+INITS = ("scaled", "torch")
 
 
 @dataclass
@@ -80,7 +84,7 @@ class ModelConfig:
     dropout: float = 0.0
     attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
     d_head: int | None = None  # per-head width d_k; None: d_model / n_heads
-    init_std: float | None = 0.02  # std of the normal init of every matrix; None: PyTorch's own defaults
+    init: float | str = "scaled"  # see INITS: "scaled", "torch", or the std of a normal init of every matrix
 
     def __post_init__(self):
         if self.n_kv_heads is None:
@@ -96,11 +100,10 @@ class ModelConfig:
                 raise ValueError(f"d_head must be a positive integer or null, got {self.d_head!r}")
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
-        if self.init_std is not None and not (
-            isinstance(self.init_std, (int, float)) and not isinstance(self.init_std, bool)
-            and 0.0 < self.init_std < math.inf
+        if self.init not in INITS and not (
+            isinstance(self.init, (int, float)) and not isinstance(self.init, bool) and 0.0 < self.init < math.inf
         ):
-            raise ValueError(f"init_std must be a finite positive number or null, got {self.init_std!r}")
+            raise ValueError(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
         for name in ("mlp", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -125,6 +128,13 @@ class ModelConfig:
         for a in self.layer_attention_configs():
             if not isinstance(a, AttentionConfig):
                 raise TypeError(f"attention must be an AttentionConfig (or a list of them), got {type(a).__name__}")
+
+    @property
+    def init_std(self) -> float | None:
+        """The std of the normal init of every matrix; None for PyTorch's own defaults."""
+        if self.init == "torch":
+            return None
+        return (3 * self.d_model) ** -0.5 if self.init == "scaled" else float(self.init)
 
     @property
     def head_dim(self) -> int:
