@@ -19,6 +19,7 @@ from .meanfield.cli import register as register_meanfield
 from .theory.cli import register as register_theory
 from .training.config import RunConfig, apply_overrides
 from .training.distributed import teardown_distributed
+from .training.signals import TrainingInterrupted
 from .training.trainer import TrainingDiverged, train
 
 
@@ -90,10 +91,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit)
     except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
-        teardown_distributed()
         print(f"error: {err}", file=sys.stderr)
         return 1
-    teardown_distributed()  # under torchrun: leave the process group before exiting
+    finally:
+        teardown_distributed()  # under torchrun: leave the process group before exiting
     if result.timed_out:
         again = "the same command without --restart" if args.restart else "the same command"
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
@@ -188,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ValueError as err:
         parser.exit(2, f"psattn: error: {err}\n")
-    except KeyboardInterrupt as err:
-        print(f"\n{err}", file=sys.stderr)
+    except TrainingInterrupted as err:  # checkpointed: the message says how to resume
+        print(f"\npsattn: stopped by {err}", file=sys.stderr)
+        return 128 + err.signum
+    except KeyboardInterrupt:
+        print("\npsattn: interrupted", file=sys.stderr)
         return 130
 
 

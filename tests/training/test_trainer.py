@@ -180,3 +180,28 @@ def test_bf16_autocast_and_compile_train_like_fp32(fields):
         assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-2)
     if "precision" in fields:  # autocast really ran in bf16: the trajectory differs a little
         assert result.history[-1]["train_loss"] != reference.history[-1]["train_loss"]
+
+
+def test_a_saved_config_matches_its_run_however_it_was_spelled(tmp_path):
+    from psattn.training.config import holds_same_run
+
+    config = tiny_config()
+    path = tmp_path / "config.json"
+    data = config.to_dict()
+    data["model"].update(n_kv_heads=config.model.n_heads, d_mlp=4 * config.model.d_model)  # resolved spelling
+    path.write_text(json.dumps(data))
+    assert holds_same_run(path, config)
+    del data["model"]["init"]  # written before init existed: trained at N(0, 0.02), not today's default
+    path.write_text(json.dumps(data))
+    assert not holds_same_run(path, config)
+    assert holds_same_run(path, dataclasses.replace(config, model=dataclasses.replace(config.model, init=0.02)))
+    path.write_text("{not json")
+    assert not holds_same_run(path, config)
+
+
+def test_overriding_the_width_carries_the_derived_sizes_along():
+    from psattn.training.config import RunConfig, apply_overrides
+
+    config = apply_overrides(RunConfig(), ["model.d_model=32", "model.n_heads=2"])
+    assert config.model.d_mlp == 128 and config.model.n_kv_heads == 2
+    assert apply_overrides(RunConfig(), ["model.n_kv_heads=2"]).model.n_kv_heads == 2

@@ -134,7 +134,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     if p.sensitivity_key_lag:
         rows += [(v, g, p.sensitivity_extra_seeds) for v, g in KEY_LAG_ROWS]
     budget = {"full": q.steps, "single": q.single_steps}
-    return [small_config(v, g, steps=budget[form], device=p.device, threshold=q.threshold, early_stop=False,
+    return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
                          form=form, init=init, seed=s, tag_init=mode != "quick")
             for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds]
 

@@ -7,6 +7,10 @@ that is left. With ``ray_address`` (``"local"`` starts a Ray instance on this ma
 joins the running cluster, anything else is a cluster address) each run is a Ray task of one CPU
 (one GPU too when the config asks for CUDA); results land in the same directories, which must be
 on a file system every node sees.
+
+A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its workers: running runs
+checkpoint at their next step, queued ones are not started, and the sweep raises
+:class:`~psattn.training.signals.TrainingInterrupted`; the same call then resumes them all.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ import json
 import logging
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..training.config import RunConfig
+from ..training.config import RunConfig, holds_same_run
+from ..training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
 from ..training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -38,9 +44,22 @@ def load_result(run_dir: str | Path) -> dict[str, Any] | None:
     return result
 
 
+_STOP = None  # in a worker process: the sweep's stop event
+
+
+def _init_worker(stop) -> None:
+    """Workers leave stop signals to the sweep's process, which passes a stop on through ``stop``."""
+    global _STOP
+    _STOP = stop
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 def _run_one(config_dict: dict[str, Any], run_dir: str) -> str:
+    if _STOP is not None and _STOP.is_set():  # queued before the stop: leave it unstarted
+        raise TrainingInterrupted("not started", signal.SIGTERM)
     config = RunConfig.from_dict(config_dict)
-    train(config, run_dir)
+    train(config, run_dir, should_stop=None if _STOP is None else _STOP.is_set, handle_signals=_STOP is None)
     return config.name
 
 
@@ -60,7 +79,7 @@ def run_sweep(
     out_dir = Path(out_dir)
     for c in configs:
         saved = out_dir / c.name / "config.json"
-        if saved.exists() and json.loads(saved.read_text()) != json.loads(json.dumps(c.to_dict())):
+        if saved.exists() and not holds_same_run(saved, c):
             raise ValueError(f"{saved.parent} holds a run with a different config than {c.name!r}")
     todo = [c for c in configs if load_result(out_dir / c.name) is None]
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
@@ -71,12 +90,44 @@ def run_sweep(
         for config in tqdm(todo, desc="runs", disable=not progress):
             train(config, out_dir / config.name)
     elif todo:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
-            futures = [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name)) for c in todo]
-            for future in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
-                future.result()
+        _run_in_pool(todo, out_dir, min(workers, len(todo)), progress)
     return {name: load_result(out_dir / name) for name in names}
+
+
+def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool) -> None:
+    """Worker processes, one run each at a time. A stop signal to this process is passed on to the
+    workers: runs not yet started are cancelled, running ones checkpoint at their next step and stop,
+    and :class:`TrainingInterrupted` is raised here once they have."""
+    context = multiprocessing.get_context("spawn")
+    stop, stopped = context.Event(), []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                             initargs=(stop,)) as pool:
+        futures = [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name)) for c in configs]
+
+        def forward(signum, _frame):
+            stopped.append(signum)
+            stop.set()
+            for future in futures:
+                future.cancel()
+
+        pending = set(futures)
+        with on_stop_signals(forward), tqdm(total=len(futures), desc="runs", disable=not progress) as bar:
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future.cancelled():
+                        continue
+                    try:
+                        future.result()
+                    except TrainingInterrupted:
+                        if not stopped:
+                            raise
+                    bar.update(1)
+                pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
+    if stopped:
+        name = signal.Signals(stopped[0]).name
+        raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
+                                  "run the same command again to resume", stopped[0])
 
 
 def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:

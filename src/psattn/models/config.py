@@ -149,6 +149,11 @@ class ModelConfig:
         data = dataclasses.asdict(self)
         if data["d_head"] is None:
             del data["d_head"]  # configs without it read as they always have
+        # derived defaults stay derived, so that overriding d_model or n_heads carries them along
+        if data["n_kv_heads"] == data["n_heads"]:
+            data["n_kv_heads"] = None
+        if data["d_mlp"] == 4 * data["d_model"]:
+            data["d_mlp"] = None
         return data
 
     @classmethod

@@ -140,6 +140,19 @@ class RunConfig:
         return cls.from_dict(data)
 
 
+def holds_same_run(path: str | Path, config: RunConfig) -> bool:
+    """Whether the config.json at ``path`` describes ``config``: compared as parsed configs, so an
+    older spelling of the same run matches (a model section written before ``init`` existed was
+    initialised N(0, 0.02), the default then)."""
+    try:
+        saved = json.loads(Path(path).read_text())
+        if isinstance(saved.get("model"), dict):
+            saved["model"].setdefault("init", 0.02)
+        return RunConfig.from_dict(saved).to_dict() == config.to_dict()
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
 def _build(cls, data: dict[str, Any], section: str):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(data) - known
@@ -185,4 +198,4 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
     return key.split("."), value, item
 
 
-__all__ = ["RunConfig", "TrainConfig", "apply_overrides"]
+__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "holds_same_run"]

@@ -19,7 +19,6 @@ import logging
 import math
 import platform
 import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -36,8 +35,9 @@ from ..models.decoder import DecoderLM
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task, task_name
 from ..text.metrics import text_metrics
+from .signals import TrainingInterrupted, on_stop_signals
 from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
-from .config import RunConfig
+from .config import RunConfig, holds_same_run
 from .distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 
 log = logging.getLogger(__name__)
@@ -150,22 +150,17 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
 
 
 class _StopFlag:
-    """Turns Ctrl-C into a request honoured at the next step boundary (then checkpoint, re-raise)."""
+    """Turns a stop signal into a request honoured at the next step boundary (then checkpoint, raise)."""
 
     def __init__(self):
-        self.requested = False
+        self.signum: int | None = None
 
-    @contextlib.contextmanager
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
     def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, lambda *_: setattr(self, "requested", True))
-        try:
-            yield self
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        return on_stop_signals(lambda signum, _frame: setattr(self, "signum", signum))
 
 
 def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False) -> None:
@@ -174,8 +169,7 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     config_path = run_dir / "config.json"
     resolved = config.to_dict()
     if config_path.exists():
-        saved = json.loads(config_path.read_text())
-        if saved != json.loads(json.dumps(resolved)):
+        if not holds_same_run(config_path, config):
             raise ValueError(
                 f"{run_dir} holds a run with a different config; use another directory or delete it"
             )
@@ -206,13 +200,19 @@ def train(
     progress: bool = False,
     on_step: Callable[[int, float], None] | None = None,
     time_limit_s: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    handle_signals: bool = True,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
     checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step.
 
     ``time_limit_s`` stops at the first step boundary after that many seconds of this call:
     the checkpoint is written, no ``result.json`` (the run is unfinished), and the returned
-    result has ``timed_out`` set; calling again resumes exactly where it stopped."""
+    result has ``timed_out`` set; calling again resumes exactly where it stopped.
+
+    A stop signal (SIGINT, SIGTERM, SIGHUP; unless ``handle_signals`` is false), or ``should_stop()``
+    turning true, stops at the next step boundary: the checkpoint is written and
+    :class:`~psattn.training.signals.TrainingInterrupted` raised; calling again resumes exactly."""
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()
@@ -263,7 +263,7 @@ def train(
     stop = _StopFlag()
     bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
     model.train()
-    with stop.installed():
+    with stop.installed() if handle_signals else contextlib.nullcontext():
         start = time.perf_counter()
         while step < t.steps and not done:
             batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
@@ -301,13 +301,18 @@ def train(
                     done = t.early_stop
             if time_limit_s is not None and step < t.steps and not done:
                 timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
+            if should_stop is not None and not stop.requested and should_stop():
+                stop.signum = signal.SIGTERM
             if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested or timed_out:
                 seconds += time.perf_counter() - start
                 start = time.perf_counter()
                 checkpoint()
             if stop.requested:
                 bar.close()
-                raise KeyboardInterrupt(f"interrupted at step {step}; checkpoint written, rerun to resume")
+                name = signal.Signals(stop.signum).name
+                hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
+                        else "no run directory, nothing kept")
+                raise TrainingInterrupted(f"{name} at step {step}: {hint}", stop.signum, step)
             if timed_out:
                 log.info("time limit reached at step %d; checkpoint written, rerun to resume", step)
                 break

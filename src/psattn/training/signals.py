@@ -1,0 +1,43 @@
+"""Stopping cleanly: the signals a run checkpoints on, and the exception that says so.
+
+SIGINT is Ctrl-C; SIGTERM is how ``timeout``, SLURM, Kubernetes and most schedulers stop a job;
+SIGHUP comes from a closing terminal. SIGKILL cannot be caught: a killed run resumes from its
+last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Callable, Iterator
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A stop signal arrived; what was running was checkpointed and resumes when run again."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT, step: int = 0):
+        super().__init__(message)
+        self.signum, self.step = signum, step
+
+    def __reduce__(self):  # keep signum and step across processes (sweep workers)
+        return type(self), (str(self), self.signum, self.step)
+
+
+@contextlib.contextmanager
+def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """Route the stop signals to ``handler(signum, frame)`` inside the block (main thread only:
+    elsewhere Python cannot install handlers, and the block runs unchanged)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,106 @@
+"""Stop signals: a run checkpoints at the step boundary, exits with 128 + the signal's number and a
+resume hint, and the same command resumes exactly; a sweep passes the signal on to its workers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import tiny_config
+from psattn.training.signals import TrainingInterrupted
+from psattn.training.trainer import train
+
+OVERRIDES = ["model.d_model=32", "model.n_heads=2", "task.vocab_size=16", "model.vocab_size=16", "task.seq_len=16",
+             "task.form=full", "train.batch_size=8", "train.eval_every=5", "train.eval_size=32",
+             "train.checkpoint_every=1000", "train.early_stop=false", "train.threads=1"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_every_stop_signal_checkpoints_at_the_step_boundary_and_resumes(tmp_path, signum):
+    reference = train(tiny_config())
+
+    def stop(step, loss):
+        if step == 13:
+            os.kill(os.getpid(), signum)
+
+    with pytest.raises(TrainingInterrupted, match=f"{signal.Signals(signum).name} at step 13") as info:
+        train(tiny_config(), tmp_path, on_step=stop)
+    assert info.value.signum == signum and info.value.step == 13
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 13
+    assert train(tiny_config(), tmp_path).history == reference.history
+
+
+def wait_for(path: Path, predicate, timeout=120.0):
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if path.exists() and predicate(path):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} never became ready")
+
+
+def psattn(*args):
+    return [sys.executable, "-m", "psattn", *args]
+
+
+@pytest.mark.slow
+def test_sigterm_to_psattn_train_checkpoints_exits_143_and_the_same_command_resumes(tmp_path):
+    run = tmp_path / "run"
+    command = psattn("train", "--run-dir", str(run), "--set", *OVERRIDES, "train.steps=400")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(run / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM at step" in err and "run the same command again to resume" in err
+    stopped = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
+    assert 10 <= stopped < 400 and not (run / "result.json").exists()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    whole = tmp_path / "whole"
+    subprocess.run(psattn("train", "--run-dir", str(whole), "--set", *OVERRIDES, "train.steps=400"),
+                   capture_output=True, text=True, timeout=300, check=True)
+    lines = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert lines(run) == lines(whole)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_stops_its_workers_with_checkpoints_and_a_rerun_finishes(tmp_path):
+    script = tmp_path / "sweep.py"
+    script.write_text(f"""
+import dataclasses, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from helpers import tiny_config
+from psattn.experiments.sweep import run_sweep
+if __name__ == "__main__":  # spawned workers import this file again
+    configs = [dataclasses.replace(tiny_config(4000), name=f"run{{i}}") for i in range(4)]
+    run_sweep(configs, sys.argv[1], workers=2, progress=False)
+""")
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(out / "run0" / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "TrainingInterrupted" in err and "SIGTERM" in err
+    started = [d for d in out.iterdir() if (d / "checkpoint.pt").exists()]
+    assert started and not any((d / "result.json").exists() for d in out.iterdir())
+    assert not any(d.name in ("run2", "run3") for d in started)  # not yet started: cancelled, not trained
+    time.sleep(0.5)
+    leftover = subprocess.run(["pgrep", "-f", "multiprocessing.spawn"], capture_output=True, text=True).stdout.split()
+    assert not [pid for pid in leftover if _parent(pid) == proc.pid]  # no orphaned workers
+    subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300, check=True)
+    assert all((out / f"run{i}" / "result.json").exists() for i in range(4))
+
+
+def _parent(pid: str) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().split()[3])
+    except (OSError, ValueError):
+        return -1
