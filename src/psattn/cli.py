@@ -70,6 +70,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
+    key = experiments.SUMMARY_KEYS.get(args.experiment)
+    if key is not None:
+        print("\nsummary (seeds averaged; success: held-out accuracy reached the run's threshold)")
+        for row in experiments.summarise_by(results, key):
+            group = ", ".join(f"{k} {v}" for k, v in row.items() if k in key(next(iter(results.values()))))
+            step = row["mean_emergence_step"]
+            print(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
+                  f"{'—' if step is None else f'{step:.0f}'}, mean best acc {row['mean_best_accuracy']:.3f}, "
+                  f"mean final acc {row['mean_final_accuracy']:.3f}")
     return 0
 
 

@@ -47,3 +47,5 @@ def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
     assert main(["sweep", "controls", "--out", str(tmp_path), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "random_offset" in out and "multihop" in out and "final acc" in out
+    summary = out.split("summary")[1]
+    assert "task random_offset, gamma 0.0: 0/1 succeed" in summary and "task multihop, gamma 0.0" in summary

@@ -72,7 +72,7 @@ PLANS = {
         size_gamma=0.8, device="auto", threshold=0.9,
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
-        inits=(0.02, "scaled", 0.1, "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0,),
+        inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0,),
         sensitivity_key_lag=True,
     ),
 }
@@ -323,3 +323,11 @@ def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
         step = row["mean_emergence_step"]
         return (step if step is not None else float("inf"), row["gamma"])
     return min(contenders, key=rank)["gamma"]
+
+
+#: how ``psattn sweep`` groups an experiment's runs for its summary (seeds averaged)
+SUMMARY_KEYS = {
+    "variants": form_variant_key, "init_sensitivity": init_key, "gamma_sweep": gamma_key, "controls": control_key,
+    "mqar": variant_key, "sizes": size_key, "critical_gamma": head_dim_key, "critical_gamma_width": head_dim_key,
+    "critical_gamma_head_dim": head_dim_key,
+}
