@@ -149,7 +149,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
-                   "## Real text", "ICL score", "Samples", "Single-answer form", "Full-sequence form",
+                   "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form", "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
                    "0.949", "717"):
         assert needle in text, needle

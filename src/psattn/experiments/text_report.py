@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..models.presets import preset_parameter_count
 from ..models import ModelConfig
 from ..text.generate import continue_text, run_tokenizer
+from ..timing import interleaved_medians
 from ..training.trainer import load_trained
 from . import text_plots
 from .markdown import fmt, table
@@ -17,6 +19,8 @@ from .sweep import run_sweep
 from .text import TEXT_PLANS, model_key, summarise_text, text_experiment
 
 SAMPLE_PROMPT_CHARS = 120
+#: the pair the edge table compares: one PSA layer against the two plain layers induction needs
+EDGE_MODELS = ((1, "key_only", 1.0), (2, "baseline", 0.0))
 
 
 def _label(layers: int, variant: str, gamma: float) -> str:
@@ -45,6 +49,41 @@ def samples(out: Path, configs, plan, max_new_tokens: int = 160) -> dict[str, di
     return result
 
 
+def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[str, dict] | None:
+    """Export the seed-0 models of ``EDGE_MODELS`` to ONNX (fp32 and dynamic INT8), then time every
+    graph's greedy decoding interleaved in one loop; None when the export extra is not installed."""
+    try:
+        import onnxruntime  # noqa: F401
+
+        from ..export.compare import export_and_compare
+        from ..export.onnx import OnnxLM
+    except ImportError:
+        return None
+    threads = torch.get_num_threads()
+    rows, graphs = {}, {}
+    try:
+        for config in configs:
+            key = model_key({"config": config.to_dict()})
+            if config.train.seed != plan.seeds[0] or key not in EDGE_MODELS:
+                continue
+            label = _label(*key)
+            r = export_and_compare(out / "runs" / config.name, out / "onnx" / config.name / "model.onnx", int8=True,
+                                   decode_tokens=decode_tokens)
+            rows[label] = {"parameters": preset_parameter_count(config.model), "size_bytes": r["size_bytes"],
+                           "text": r["text"], "greedy_tokens_equal": r["greedy_tokens_equal"],
+                           "int8_greedy_tokens_agree": r["int8_greedy_tokens_agree"]}
+            graphs[f"{label} fp32"] = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
+            graphs[f"{label} int8"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
+        prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
+        latency = interleaved_medians({k: (lambda g=g: g.generate(prompt, decode_tokens)) for k, g in graphs.items()},
+                                      repeats=7)
+    finally:
+        torch.set_num_threads(threads)
+    for label, row in rows.items():
+        row["ms_per_token"] = {kind: latency[f"{label} {kind}"] / decode_tokens * 1e3 for kind in ("fp32", "int8")}
+    return rows
+
+
 def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict[str, Any]]:
     configs = text_experiment(mode)
     plan = TEXT_PLANS[mode]
@@ -59,6 +98,7 @@ def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> t
     text_plots.plot_induction_heatmaps({labels[c.name]: results[c.name]["history"][-1]["induction_score"] for c in first_seed},
                                        figures / "text_induction_scores.png")
     examples = samples(out, configs, plan)
+    edge = edge_comparison(out, configs, plan)
     params = {c.name: preset_parameter_count(ModelConfig.from_dict(c.model.to_dict())) for c in first_seed}
     early, late = (plan.seq_len // 16, plan.seq_len // 8), (plan.seq_len - plan.seq_len // 8, plan.seq_len)
     lines = [
@@ -90,9 +130,26 @@ def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> t
               "![loss against position](figures/text_position_loss.png)", "",
               "![induction score of every head](figures/text_induction_scores.png)", "",
               "Samples (temperature 0.8, seed 0) continuing the same held-out prompt:", ""]
+    edge_lines = ["### On a device: one PSA layer against two plain layers", ""]
+    if edge is None:
+        edge_lines += ["(Not measured: install the export extra, `pip install -e \".[export]\"`, for the ONNX comparison.)", ""]
+    else:
+        edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
+                       "decode-step graph carrying the cache) and quantized to INT8 (dynamic); greedy decoding of 32 tokens "
+                       "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
+                       "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows.", ""]
+        edge_lines += table(
+            ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
+             "ICL score fp32 / INT8", "INT8 greedy tokens = fp32"],
+            [[label, f"{r['parameters']:,}", f"{r['size_bytes']['fp32'] / 1e6:.2f} / {r['size_bytes']['int8'] / 1e6:.2f} MB",
+              f"{r['ms_per_token']['fp32']:.3f} / {r['ms_per_token']['int8']:.3f}",
+              f"{r['text']['onnx_fp32']['bits_per_byte']:.3f} / {r['text']['onnx_int8']['bits_per_byte']:.3f}",
+              f"{r['text']['onnx_fp32']['icl_score']:+.3f} / {r['text']['onnx_int8']['icl_score']:+.3f}",
+              f"{r['int8_greedy_tokens_agree']:.2f}"] for label, r in edge.items()])
+        edge_lines.append("")
     prompt = next(iter(examples.values()))["prompt"]
     lines += ["Prompt: `" + prompt.replace("\n", " ").replace("`", "'") + "`", ""]
     for label, sample in examples.items():
         lines += [f"- **{label}**: `" + sample["continuation"].replace("\n", " ").replace("`", "'") + "`"]
     lines.append("")
-    return lines, {"rows": rows, "samples": examples, "parameters": params}
+    return lines + edge_lines, {"rows": rows, "samples": examples, "parameters": params, "edge": edge}

@@ -19,8 +19,16 @@ from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task
 from ..timing import interleaved_medians
 from ..training.config import RunConfig
+from ..text.metrics import bits_per_byte, icl_score
 from ..training.trainer import eval_batch, load_trained
 from .onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+
+
+def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:
+    """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime."""
+    losses = torch.nn.functional.cross_entropy(torch.from_numpy(logits).transpose(1, 2).float(), batch.targets,
+                                               reduction="none")  # (B, T)
+    return {"bits_per_byte": bits_per_byte(losses, batch.targets, token_bytes), "icl_score": icl_score(losses.mean(0))}
 
 
 def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
@@ -93,6 +101,10 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
         "accuracy": {"pytorch": accuracy(torch_logits, batch), "onnx_fp32": accuracy(onnx_logits, batch)},
         "key_range_growth": key_range_growth(model, batch.inputs),
     }
+    token_bytes = config.task.tokens().token_bytes if hasattr(config.task, "tokens") else None
+    if token_bytes is not None:  # a text run: language-model quality in every runtime
+        result["text"] = {"pytorch": text_quality(torch_logits, batch, token_bytes),
+                          "onnx_fp32": text_quality(onnx_logits, batch, token_bytes)}
     timed = {"onnxruntime": onnx_model}
     if mode is not None:
         prefill_feeds = decode_feeds = None
@@ -107,7 +119,10 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
         result["int8_mode"] = mode
         result["files"].update({"prefill_int8": str(q_prefill), "decode_int8": str(q_decode)})
         result["size_bytes"]["int8"] = q_prefill.stat().st_size
-        result["accuracy"]["onnx_int8"] = accuracy(q_model.logits(batch.inputs.numpy()), batch)
+        q_logits = q_model.logits(batch.inputs.numpy())
+        result["accuracy"]["onnx_int8"] = accuracy(q_logits, batch)
+        if token_bytes is not None:
+            result["text"]["onnx_int8"] = text_quality(q_logits, batch, token_bytes)
         new = slice(prompt.shape[1], None)  # the generated tokens, not the prompt both share
         result["int8_greedy_tokens_agree"] = float((q_seqs[:, new] == seqs[:, new]).mean())
         timed["onnxruntime_int8"] = q_model
@@ -132,6 +147,9 @@ def format_comparison(r: dict[str, Any]) -> str:
         + (f", ONNX Runtime INT8 {r['latency_ms_per_token']['onnxruntime_int8']:.2f} ms"
            if "onnxruntime_int8" in r["latency_ms_per_token"] else ""),
     ]
+    if "text" in r:
+        lines.append("  held-out bits per byte: " + ", ".join(f"{k} {v['bits_per_byte']:.3f}" for k, v in r["text"].items())
+                     + "; ICL score: " + ", ".join(f"{k} {v['icl_score']:+.3f}" for k, v in r["text"].items()))
     for g in r["key_range_growth"]:
         lines.append(f"  layer {g['layer']}: key range grows by {g['measured_bits']:.2f} bits "
                      f"(bound log2(1 + 2 gamma) = {g['bound_bits']:.2f})")
