@@ -40,8 +40,9 @@ def test_spectral_ratio_of_an_exact_filter():
 
 def _model(variant, placement="post_rope", gamma=0.8):
     torch.manual_seed(0)
+    # init 0.02: the streams these tolerances were set on (the estimate's error depends on the streams)
     config = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4,
-                         attention=AttentionConfig(variant, gamma, placement))
+                         attention=AttentionConfig(variant, gamma, placement), init=0.02)
     return DecoderLM(config).eval()
 
 
