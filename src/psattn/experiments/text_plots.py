@@ -15,7 +15,7 @@ MARKERS = "osD^v<>"
 
 def plot_text_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path) -> Path:
     """Held-out bits per byte and the in-context-learning score against step, one line per model."""
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
     axes = fig.subplots(1, 2)
     for i, (label, history) in enumerate(histories.items()):
         steps = [h["step"] for h in history]
@@ -32,7 +32,7 @@ def plot_text_curves(histories: dict[str, list[dict[str, Any]]], path: str | Pat
 
 def plot_position_loss(curves: dict[str, list[float]], path: str | Path) -> Path:
     """Final held-out loss against position in the context, one line per model."""
-    fig = Figure(figsize=(6.5, 3.8))
+    fig = Figure(figsize=(6.5, 3.8), layout="constrained")
     ax = fig.add_subplot()
     for i, (label, losses) in enumerate(curves.items()):
         ax.plot(np.arange(len(losses)), losses, label=label, linewidth=1.2,
@@ -45,7 +45,7 @@ def plot_position_loss(curves: dict[str, list[float]], path: str | Path) -> Path
 
 def plot_induction_heatmaps(scores: dict[str, list[list[float]]], path: str | Path) -> Path:
     """Induction score of every head (rows: layers, columns: heads), one panel per model."""
-    fig = Figure(figsize=(2.6 * len(scores) + 0.8, 2.6))
+    fig = Figure(figsize=(2.8 * len(scores) + 1.2, 2.8), layout="constrained")
     axes = fig.subplots(1, len(scores), squeeze=False)[0]
     image = None
     for ax, (label, grid) in zip(axes, scores.items()):
