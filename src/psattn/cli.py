@@ -14,7 +14,7 @@ import torch
 from . import __version__
 from .experiments import induction as experiments
 from .experiments.configs import small_induction_config
-from .integrations.hf.demo import register as register_hf
+from .integrations.hf_demo import register as register_hf
 from .meanfield.cli import register as register_meanfield
 from .theory.cli import register as register_theory
 from .training.config import RunConfig, apply_overrides

@@ -67,3 +67,15 @@ def returned_cache(output):
     """The cache of a model or generate output, under either name."""
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over VOCAB ids (offline): id 0 is [PAD], the rest are words w1..w60."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": PAD, **{f"w{i}": i for i in range(1, VOCAB)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[PAD]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[PAD]")

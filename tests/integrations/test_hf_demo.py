@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from psattn.integrations.hf.demo import register
+from psattn.integrations.hf_demo import register
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -72,7 +72,7 @@ PLANS = {
         size_gamma=0.8, device="auto", threshold=0.9,
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
-        inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0,),
+        inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
         sensitivity_key_lag=True,
     ),
 }

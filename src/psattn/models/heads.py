@@ -6,6 +6,9 @@ occurrence, position t - n + 1. A previous-token head attends to t - 1.
 
 - previous-token score: mean attention mass on t - 1, over positions t >= 1;
 - induction score: mean attention mass on t - n + 1, over the positions of the second copy.
+
+Any model with ``hook_pattern`` hook points works: psattn's own models, and transformers models
+patched with :func:`psattn.integrations.hf.apply_psa`.
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     was_training = model.training
     model.eval()
     with capture(model, "*.hook_pattern") as seen:
-        logits = model(rows)  # (B, T, V)
+        out = model(rows)
     model.train(was_training)
-    patterns = torch.stack([seen[f"blocks.{i}.attn.hook_pattern"] for i in range(len(model.blocks))])  # (L, B, H, T, T)
+    logits = getattr(out, "logits", out)  # (B, T, V); transformers models return an output object
+    patterns = torch.stack(list(seen.values()))  # (L, B, H, T, T), in the order the layers ran
     t = torch.arange(1, rows.shape[1])
     prev = patterns[..., t, t - 1].mean(dim=(1, 3))  # (L, H)
     second = torch.arange(offset + half, offset + 2 * half)  # positions of the second copy

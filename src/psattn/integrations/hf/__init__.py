@@ -3,35 +3,22 @@
     from psattn.integrations.hf import apply_psa, remove_psa
     apply_psa(model, variant="key_only", gamma=0.8)   # Llama, Mistral, Qwen2/3, SmolLM3, ...
     out = model.generate(**inputs)                     # the cache stores sheared keys
+    model.save_pretrained(path)                        # the PSA settings go into config.json
+    AutoModelForCausalLM.from_pretrained(path)         # the same PSA model (psattn imported)
     remove_psa(model)
 
 Modules: :mod:`.spec` (settings), :mod:`.starts` (sequence starts from position ids and masks),
 :mod:`.cache` (``PSALayer`` / ``PSACache``), :mod:`.attention` (the registered attention functions),
-:mod:`.patch` (apply / remove / load), :mod:`.demo` (the ``psattn hf-demo`` command).
+:mod:`.hooks` (hook points for ``capture``), :mod:`.saving` (the ``psattn_<base>`` model types),
+:mod:`.patch` (apply / remove / load), :mod:`.warmup` (γ warm-up for converting a model).
 
-Attributes load lazily, so ``psattn.integrations.hf.demo.register`` (used by the CLI) does not
-import transformers.
+Importing this package imports transformers and registers the ``psattn_<base>`` model types with
+its Auto classes. The ``psattn hf-demo`` command lives in :mod:`psattn.integrations.hf_demo`.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-
 MIN_TRANSFORMERS = (5, 0)
-
-_EXPORTS = {
-    "apply_psa": "patch",
-    "remove_psa": "patch",
-    "load_psa_model": "patch",
-    "psa_spec": "patch",
-    "SUPPORTED": "patch",
-    "PSASpec": "spec",
-    "PSACache": "cache",
-    "PSALayer": "cache",
-    "chunk_starts": "starts",
-}
-
-__all__ = sorted(_EXPORTS)
 
 
 def check_transformers() -> None:
@@ -47,8 +34,13 @@ def check_transformers() -> None:
         raise ImportError(f"psattn.integrations.hf needs transformers >= 5.0, found {transformers.__version__}")
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    check_transformers()
-    return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+check_transformers()
+
+from .cache import PSACache, PSALayer  # noqa: E402
+from .patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
+from .spec import PSASpec  # noqa: E402
+from .starts import chunk_starts  # noqa: E402
+from .warmup import GammaWarmup, gamma_warmup  # noqa: E402
+
+__all__ = ["SUPPORTED", "GammaWarmup", "PSACache", "PSALayer", "PSASpec", "apply_psa", "chunk_starts",
+           "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa", "set_psa_gamma"]

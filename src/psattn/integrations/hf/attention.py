@@ -28,6 +28,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from ...ops.shear import shear
 from .cache import PSALayer
+from .hooks import record
 from .spec import BASES, PSASpec
 
 
@@ -64,8 +65,9 @@ def psa_attention_forward(
     spec, starts, layer = psa_step.spec, psa_step.starts, psa_step.layer
     if layer is not None:
         q_hat = layer.shear_queries(query, starts)
-        k_hat = key  # PSALayer.update stored and returned sheared keys
+        k_hat, raw_key = key, None  # PSALayer.update stored and returned sheared keys
     else:
+        raw_key = key
         if key.shape[-2] != query.shape[-2]:
             raise RuntimeError(
                 f"PSA got {key.shape[-2]} keys for {query.shape[-2]} queries without a PSA cache layer; "
@@ -73,6 +75,7 @@ def psa_attention_forward(
             )
         q_hat = shear(query, spec.gamma_q, starts=starts, boundary=spec.boundary)
         k_hat = shear(key, spec.gamma_k, starts=starts, boundary=spec.boundary)
+    record(module, spec, starts, query, raw_key, q_hat, k_hat, value, attention_mask, kwargs.get("scaling"))
     return base(module, q_hat, k_hat, value, attention_mask, **kwargs)
 
 

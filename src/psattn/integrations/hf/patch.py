@@ -11,10 +11,15 @@ Nothing is monkey-patched. :func:`apply_psa` uses three extension points:
    per-model settings down to the attention function as the ``psa_step`` keyword argument.
 
 :func:`remove_psa` removes the hooks and restores the original attention implementation.
+
+The settings travel with the model: :func:`apply_psa` turns ``model.config`` into a ``psattn_<base>``
+config that carries them (see :mod:`.saving`), so ``save_pretrained`` writes them and
+``AutoModelForCausalLM.from_pretrained`` / :func:`load_psa_model` rebuild the same model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +28,8 @@ from torch import nn
 
 from .attention import PSAStep, implementation_name, register_attention
 from .cache import psa_layer
+from .hooks import add_hook_points, remove_hook_points
+from .saving import base_model_type, mark_config, psa_model_class, register_auto_classes, saved_spec, unmark_config
 from .spec import PSASpec
 from .starts import chunk_starts
 
@@ -46,13 +53,16 @@ SUPPORTED = {
 
 @dataclass
 class _PSAState:
-    spec: PSASpec
+    spec: PSASpec  # replaced (never mutated) by set_psa_gamma; the hooks read it at every call
     base: str
     original_implementation: str | None
+    original_config_class: type
+    modules: list
     handles: list
 
 
-def _attention_pre_hook(spec: PSASpec, name: str, module: nn.Module, args: tuple, kwargs: dict):
+def _attention_pre_hook(state: _PSAState, name: str, module: nn.Module, args: tuple, kwargs: dict):
+    spec = state.spec
     if module.config._attn_implementation != name:
         raise RuntimeError(
             f"PSA was applied with attn_implementation {name!r}, but the model now uses "
@@ -76,7 +86,7 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
         raise TypeError(f"apply_psa needs a transformers PreTrainedModel, got {type(model).__name__}")
     if getattr(config, "is_encoder_decoder", False):
         raise NotImplementedError("PSA supports decoder-only models; encoder-decoder models are not supported")
-    model_type = getattr(config, "model_type", None)
+    model_type = base_model_type(getattr(config, "model_type", None))
     if model_type not in SUPPORTED:
         raise NotImplementedError(
             f"PSA does not support model_type {model_type!r} ({type(model).__name__}); supported: "
@@ -137,8 +147,11 @@ def apply_psa(
     if model.config._attn_implementation != name:
         model.set_attn_implementation(original)
         raise NotImplementedError(f"{type(model).__name__} refused attn_implementation={name!r}")
-    handles = [m.register_forward_pre_hook(partial(_attention_pre_hook, spec, name), with_kwargs=True) for m in modules]
-    model._psa_state = _PSAState(spec, attn_implementation, original, handles)
+    state = _PSAState(spec, attn_implementation, original, mark_config(model.config, spec), modules, [])
+    for m in modules:
+        state.handles.append(m.register_forward_pre_hook(partial(_attention_pre_hook, state, name), with_kwargs=True))
+        add_hook_points(m)
+    model._psa_state = state
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
     return model
@@ -152,9 +165,24 @@ def remove_psa(model: nn.Module) -> nn.Module:
         raise RuntimeError("PSA is not applied to this model")
     for handle in state.handles:
         handle.remove()
+    for m in state.modules:
+        remove_hook_points(m)
     model.set_attn_implementation(state.original_implementation or "sdpa")
+    unmark_config(model.config, state.original_config_class)
     model._psa_state = None
     return model
+
+
+def set_psa_gamma(model: nn.Module, gamma: float) -> None:
+    """Change the shear coupling of a patched model (or of the patched model inside a wrapper such
+    as PEFT's ``PeftModel``) in place; the variant, hence which streams are sheared, stays. Used by
+    the γ warm-up of :mod:`.warmup`; a cache filled under another γ refuses further use."""
+    patched = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]
+    if not patched:
+        raise RuntimeError("PSA is not applied to this model; call apply_psa(model, ...) first")
+    for m in patched:
+        m._psa_state.spec = dataclasses.replace(m._psa_state.spec, gamma=gamma)
+        m.config.psa = m._psa_state.spec.to_dict()
 
 
 def psa_spec(model: nn.Module) -> PSASpec | None:
@@ -165,33 +193,52 @@ def psa_spec(model: nn.Module) -> PSASpec | None:
 
 def load_psa_model(
     source,
-    variant: str = "key_only",
-    gamma: float = 0.8,
+    variant: str | None = None,
+    gamma: float | None = None,
     *,
-    placement: str = "post_rope",
-    boundary: str = "replicate",
+    placement: str | None = None,
+    boundary: str | None = None,
     attn_implementation: str = "sdpa",
-    max_rollback: int = 0,
-    keep_last_call: bool = True,
+    max_rollback: int | None = None,
+    keep_last_call: bool | None = None,
     model_class=None,
     **kwargs,
 ) -> nn.Module:
-    """Build a model with ``model_class.from_config`` (``source`` a config) or load it with
-    ``model_class.from_pretrained`` (``source`` a name or path; ``kwargs`` go to it), then
-    :func:`apply_psa` with the same options. ``model_class`` defaults to ``AutoModelForCausalLM``."""
-    from transformers import AutoModelForCausalLM, PretrainedConfig
+    """Load (``source`` a name or path; ``kwargs`` go to ``from_pretrained``) or build (``source`` a
+    config) a model with PSA on. ``model_class`` defaults to ``AutoModelForCausalLM``.
 
+    A model saved with PSA on comes back with its saved settings; passing settings that differ from
+    them raises ValueError (change them after loading with :func:`remove_psa` / :func:`apply_psa`).
+    A plain model is converted with the given settings, defaults ``key_only`` and γ = 0.8."""
+    from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+
+    given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
+                 max_rollback=max_rollback, keep_last_call=keep_last_call)
+    given = {k: v for k, v in given.items() if v is not None}
+    config = source if isinstance(source, PretrainedConfig) else AutoConfig.from_pretrained(
+        source, **{k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only") if k in kwargs})
+    saved = saved_spec(config)
     # Validate the options before loading any weights.
-    PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
+    spec = PSASpec(**{**(saved.to_dict() if saved else {}), **given})
     implementation_name(attn_implementation)
+    if saved is not None and spec != saved:
+        raise ValueError(
+            f"{source if not isinstance(source, PretrainedConfig) else 'this config'} holds a PSA model saved with "
+            f"{saved}; it loads only with those settings (got {given}). Load it, then remove_psa / apply_psa to change them."
+        )
     cls = model_class or AutoModelForCausalLM
     kwargs.setdefault("attn_implementation", attn_implementation)
+    if saved is not None and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
+        cls = psa_model_class(cls)
     if isinstance(source, PretrainedConfig):
         # the Auto classes build from a config with from_config, concrete model classes with _from_config
         build = getattr(cls, "from_config", None) or cls._from_config
         model = build(source, **kwargs)
     else:
         model = cls.from_pretrained(source, **kwargs)
-    return apply_psa(model, variant, gamma, placement=placement, boundary=boundary,
-                     attn_implementation=attn_implementation, max_rollback=max_rollback,
-                     keep_last_call=keep_last_call)
+    if saved is not None:
+        return model  # built with PSA applied (see .saving)
+    return apply_psa(model, **spec.to_dict(), attn_implementation=attn_implementation)
+
+
+register_auto_classes(SUPPORTED)

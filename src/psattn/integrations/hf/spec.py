@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ...ops.shear import check_boundary, check_gamma
 from ...ops.variants import check_placement, check_variant, variant_gammas
@@ -53,6 +53,20 @@ class PSASpec:
     @property
     def gamma_k(self) -> float:
         return variant_gammas(self.variant, self.gamma)[1]
+
+    def to_dict(self) -> dict:
+        """Plain values, as stored in a saved model's ``config.json`` under ``"psa"``."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values) -> "PSASpec":
+        """The inverse of :meth:`to_dict`; raises ValueError on anything else."""
+        if not isinstance(values, dict):
+            raise ValueError(f"PSA settings must be a mapping of {[f.name for f in fields(cls)]}, got {values!r}")
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown PSA settings {unknown}; known: {[f.name for f in fields(cls)]}")
+        return cls(**values)
 
     def shear_key(self) -> tuple[float, float, str]:
         """What a cache layer must agree on to be shared between forward calls."""

@@ -1,0 +1,78 @@
+"""capture and the head diagnostics on patched transformers models."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from integrations.hf_tiny import tiny_model  # noqa: E402
+from psattn.integrations.hf import apply_psa, remove_psa  # noqa: E402
+from psattn.models.heads import head_scores, repeat_scores, repeated_tokens  # noqa: E402
+from psattn.ops.attention import expand_kv_heads  # noqa: E402
+from psattn.ops.hooks import capture  # noqa: E402
+
+LAYER = "model.layers.{}.self_attn.hook_{}"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_pattern_hook_equals_the_eager_attention_weights(arch, prompt):
+    model = apply_psa(tiny_model(arch), "symmetric", 0.9, attn_implementation="eager")
+    with capture(model, "*.hook_pattern") as seen, torch.no_grad():
+        out = model(prompt, output_attentions=True, use_cache=False)
+    assert len(seen) == 2
+    for i, weights in enumerate(out.attentions):
+        torch.testing.assert_close(seen[LAYER.format(i, "pattern")], weights, atol=1e-6, rtol=1e-6)
+
+
+def test_pattern_hook_with_padding_and_a_cache(prompt):
+    model = apply_psa(tiny_model(), "key_only", 1.0, attn_implementation="eager")
+    ids = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], dim=1)  # left-padded
+    mask = (ids != 0).long()
+    with capture(model, "*.hook_pattern") as seen, torch.no_grad():
+        out = model(ids, attention_mask=mask, output_attentions=True)  # default: with a cache
+    pattern = seen[LAYER.format(0, "pattern")][..., 3:, :]  # the rows of real tokens (padding rows are moot)
+    torch.testing.assert_close(pattern, out.attentions[0][..., 3:, :], atol=1e-6, rtol=1e-6)
+    assert pattern[..., :3].abs().max() == 0  # real tokens never look at the padding
+
+
+def test_score_terms_add_up_to_the_sheared_scores(prompt):
+    model = apply_psa(tiny_model(), "symmetric", 0.6)
+    with capture(model, "*.hook_score_terms", "*.hook_q_sheared", "*.hook_k_sheared", "*.hook_k") as seen, torch.no_grad():
+        model(prompt, use_cache=False)
+    for i in range(2):
+        terms = seen[LAYER.format(i, "score_terms")]
+        q_hat, k_hat = seen[LAYER.format(i, "q_sheared")], seen[LAYER.format(i, "k_sheared")]
+        assert seen[LAYER.format(i, "k")].shape == k_hat.shape == (1, 2, 9, 8)  # GQA: 2 KV heads
+        scores = q_hat @ expand_kv_heads(k_hat, q_hat.shape[1]).transpose(-2, -1)  # (B, Hq, T, T)
+        torch.testing.assert_close(terms.total(), scores)
+        assert terms.t3.abs().max() > 0 and terms.t2.abs().max() > 0
+
+
+def test_raw_keys_and_score_terms_are_not_recorded_with_a_cache(prompt):
+    model = apply_psa(tiny_model(), "key_only", 1.0)
+    with capture(model, "*.hook_k", "*.hook_score_terms", "*.hook_pattern") as seen, torch.no_grad():
+        model(prompt)  # use_cache defaults to True: the cache keeps sheared keys only
+    assert set(seen) == {LAYER.format(i, "pattern") for i in range(2)}
+
+
+def test_hook_points_go_with_remove_psa():
+    model = remove_psa(apply_psa(tiny_model(), "key_only", 1.0))
+    with pytest.raises(ValueError, match="no hook point"):
+        with capture(model, "*.hook_pattern"):
+            pass
+    assert not any("hook_" in n for n, _ in model.named_modules())
+
+
+def test_head_scores_on_a_transformers_model():
+    model = apply_psa(tiny_model(), "key_only", 1.0, attn_implementation="eager")
+    scores = head_scores(model, batch=4, half=6)
+    assert scores.previous_token.shape == scores.induction.shape == (2, 4)
+    rows = repeated_tokens(4, 6, model.config.vocab_size, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        attentions = torch.stack(model(rows, output_attentions=True).attentions)  # (L, B, H, T, T)
+    t = torch.arange(1, rows.shape[1])
+    torch.testing.assert_close(scores.previous_token, attentions[..., t, t - 1].mean(dim=(1, 3)), atol=1e-6, rtol=1e-6)
+    second = torch.arange(7, 13)
+    torch.testing.assert_close(scores.induction, attentions[..., second, second - 5].mean(dim=(1, 3)), atol=1e-6, rtol=1e-6)
+    full = repeat_scores(model, rows, 6, offset=1)
+    assert full.first_copy_loss > 0 and full.second_copy_loss > 0

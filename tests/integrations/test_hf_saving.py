@@ -1,0 +1,145 @@
+"""PSA settings travel with save_pretrained; a saved PSA model never loads silently as a plain one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from transformers import AutoModelForCausalLM, pipeline  # noqa: E402
+
+from integrations.hf_tiny import CORE, tiny_model, tiny_tokenizer  # noqa: E402
+from psattn.integrations.hf import PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
+
+
+def _saved(tmp_path, arch="llama", variant="symmetric", gamma=0.5, **kw):
+    model = apply_psa(tiny_model(arch), variant, gamma, **kw)
+    model.save_pretrained(tmp_path)
+    return model
+
+
+@pytest.mark.parametrize("arch", CORE)
+def test_save_and_reload_gives_back_the_same_psa_model(arch, tmp_path, prompt):
+    model = _saved(tmp_path, arch, "query_only", 0.7, boundary="zero")
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == f"psattn_{arch}"
+    assert config["psa"]["variant"] == "query_only" and config["psa"]["gamma"] == 0.7
+    with torch.no_grad():
+        want = model(prompt).logits
+        for loaded in (AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64),
+                       load_psa_model(tmp_path, dtype=torch.float64)):
+            assert psa_spec(loaded) == psa_spec(model)
+            assert torch.equal(loaded.eval()(prompt).logits, want)
+            assert isinstance(loaded, type(model))  # a subclass of the base model class
+
+
+def test_reload_generates_the_same_tokens(tmp_path, prompt):
+    model = _saved(tmp_path, "qwen2", "key_only", 1.0)
+    loaded = load_psa_model(tmp_path, dtype=torch.float64).eval()
+    kw = dict(max_new_tokens=8, do_sample=False)
+    assert torch.equal(loaded.generate(prompt, **kw), model.generate(prompt, **kw))
+
+
+def test_eager_base_kernel_on_reload(tmp_path, prompt):
+    model = _saved(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64, attn_implementation="eager").eval()
+    assert loaded.config._attn_implementation == "psa_eager"
+    torch.testing.assert_close(loaded(prompt).logits, model(prompt).logits, atol=1e-5, rtol=1e-5)  # eager: fp32 softmax
+
+
+def test_load_refuses_settings_that_differ_from_the_saved_ones(tmp_path):
+    _saved(tmp_path, gamma=0.5)
+    with pytest.raises(ValueError, match="saved with"):
+        load_psa_model(tmp_path, gamma=0.3)
+    assert psa_spec(load_psa_model(tmp_path, variant="symmetric", gamma=0.5)).gamma == 0.5
+
+
+def test_a_plain_checkpoint_is_converted_with_the_given_settings(tmp_path):
+    tiny_model().save_pretrained(tmp_path)
+    assert psa_spec(load_psa_model(tmp_path)) == PSASpec("key_only", 0.8)
+    assert psa_spec(load_psa_model(tmp_path, "symmetric", 1.5)) == PSASpec("symmetric", 1.5)
+
+
+def test_remove_psa_before_saving_gives_a_plain_checkpoint(tmp_path, prompt):
+    model = remove_psa(_saved(tmp_path / "psa"))
+    model.save_pretrained(tmp_path / "plain")
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert config["model_type"] == "llama" and "psa" not in config
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain", dtype=torch.float64).eval()
+    assert psa_spec(plain) is None
+    assert torch.equal(plain(prompt).logits, tiny_model()(prompt).logits)
+
+
+@pytest.mark.parametrize("psa,match", [
+    ({"variant": "sideways", "gamma": 1.0}, "variant"),
+    ({"variant": "key_only", "gamma": "big"}, "gamma"),
+    ({"variant": "key_only", "gamma": 1.0, "colour": "red"}, "unknown PSA settings"),
+    (None, "no PSA settings"),
+])
+def test_malformed_saved_settings_are_refused(tmp_path, psa, match):
+    _saved(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    config["psa"] = psa
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        load_psa_model(tmp_path)
+
+
+def test_set_psa_gamma_changes_the_model_and_its_saved_settings(tmp_path, prompt):
+    model = apply_psa(tiny_model(), "key_only", 0.0)
+    with torch.no_grad():
+        at_zero = model(prompt).logits
+        set_psa_gamma(model, 1.0)
+        at_one = model(prompt).logits
+    assert not torch.allclose(at_zero, at_one)
+    assert psa_spec(model) == PSASpec("key_only", 1.0) and model.config.psa["gamma"] == 1.0
+    model.save_pretrained(tmp_path)
+    assert torch.equal(load_psa_model(tmp_path, dtype=torch.float64).eval()(prompt).logits, at_one)
+    with pytest.raises(RuntimeError, match="not applied"):
+        set_psa_gamma(tiny_model(), 1.0)
+
+
+WITHOUT_PSATTN = textwrap.dedent("""
+    import logging, sys, warnings
+    import transformers
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    assert not any(m.startswith("psattn") for m in sys.modules), "psattn was imported"
+    try:
+        AutoModelForCausalLM.from_pretrained(sys.argv[1])
+    except ValueError as err:
+        print("AUTO REFUSED:", err)
+    transformers.logging.set_verbosity_warning()
+    LlamaForCausalLM.from_pretrained(sys.argv[1])
+""")
+
+
+def test_without_psattn_a_saved_psa_model_is_refused_or_flagged(tmp_path):
+    _saved(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", WITHOUT_PSATTN, str(tmp_path)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "AUTO REFUSED" in run.stdout and "psattn_llama" in run.stdout
+    assert "psattn_llama" in run.stderr  # the concrete class warns that the checkpoint is a psattn model
+
+
+def test_text_generation_pipeline(tmp_path):
+    model, tokenizer = apply_psa(tiny_model(), "key_only", 1.0), tiny_tokenizer()
+    prompt = "w3 w5 w7 w3 w5"
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    want = tokenizer.decode(model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1]:])
+    assert len(want.split()) == 6
+    kw = dict(max_new_tokens=6, do_sample=False, return_full_text=False)
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    assert generator(prompt, **kw)[0]["generated_text"] == want
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    from_disk = pipeline("text-generation", model=str(tmp_path), dtype=torch.float64)
+    assert psa_spec(from_disk.model) == psa_spec(model)
+    assert from_disk(prompt, **kw)[0]["generated_text"] == want
