@@ -15,6 +15,7 @@ def random_model(variant="key_only", placement="post_rope", gamma=0.8, *, seed=0
     input (so that equivalence tests compare non-trivial outputs at tight tolerance)."""
     fields = dict(vocab_size=37, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2)
     fields.update(overrides)
+    gamma = 0.0 if variant == "baseline" else gamma  # the baseline has no shear
     config = ModelConfig(**fields, attention=AttentionConfig(variant, gamma, placement))
     torch.manual_seed(seed)
     model = DecoderLM(config).double().eval()

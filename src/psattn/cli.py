@@ -128,6 +128,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _one_line(err: Exception) -> str:
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.strerror or type(err).__name__}: {err.filename}"
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="psattn", description="Phase Space Attention toolkit")
     parser.add_argument("--version", action="version", version=f"psattn {__version__}")
@@ -135,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="train one layer with and without PSA on induction; write a report")
-    demo.add_argument("--steps", type=int, default=800)
+    demo.add_argument("--steps", type=positive_int, default=800)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="reports/demo")
     demo.set_defaults(func=cmd_demo)
@@ -145,14 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--quick", action="store_true", help="CPU scale, under an hour on 2 cores (default)")
     size.add_argument("--full", action="store_true", help="paper scale, for a GPU")
     rep.add_argument("--out", help="output directory (default reports/reproduce-MODE)")
-    rep.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
+    rep.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     rep.set_defaults(func=cmd_reproduce)
 
     sw = sub.add_parser("sweep", help="run one declared experiment (skips finished runs)")
     sw.add_argument("experiment", choices=list(experiments.EXPERIMENTS))
     sw.add_argument("--mode", choices=experiments.MODES, default="quick")
     sw.add_argument("--out", default="runs")
-    sw.add_argument("--workers", type=int, help="parallel training processes (default: one per core)")
+    sw.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' (start one here), 'auto' or an address")
     sw.set_defaults(func=cmd_sweep)
 
@@ -196,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.func(args)
-    except ValueError as err:
-        parser.exit(2, f"psattn: error: {err}\n")
+    except (ValueError, OSError) as err:  # bad input: one line, exit code 2 (-v adds the traceback)
+        if args.verbose:
+            logging.exception("details")
+        parser.exit(2, f"psattn: error: {_one_line(err)}\n")
     except TrainingInterrupted as err:  # checkpointed: the message says how to resume
         print(f"\npsattn: stopped by {err}", file=sys.stderr)
         return 128 + err.signum

@@ -150,6 +150,34 @@ def test_bad_generation_arguments():
         generate(model, prompt[:, :0], 3)
     with pytest.raises(ValueError, match="batch size 1"):
         speculative_generate(model, model, prompt.expand(2, 3), 3)
+    with pytest.raises(ValueError, match=r"\(batch, length\).*input_ids\[None\]"):
+        generate(model, prompt[0], 3)
+    with pytest.raises(ValueError, match="integer token ids"):
+        generate(model, prompt.float(), 3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, prompt, 2.5)
+    with pytest.raises(ValueError, match="eos_token_id"):
+        generate(model, prompt, 3, eos_token_id=37)
+    with pytest.warns(UserWarning, match="only when do_sample=True"):
+        greedy = generate(model, prompt, 3, temperature=5.0, top_k=3)
+    assert torch.equal(greedy.sequences, generate(model, prompt, 3).sequences)
+
+
+def test_generation_stops_each_row_at_eos():
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(1))
+    free = generate(model, prompt, 12).sequences[:, 5:]  # (4, 12) without EOS
+    eos = int(free[0, 2])  # row 0 emits it at step 2; other rows whenever they happen to
+    out = generate(model, prompt, 12, eos_token_id=eos, pad_token_id=0).sequences[:, 5:]
+    for row, new in zip(free, out):
+        hits = (row == eos).nonzero()
+        stop = int(hits[0]) if len(hits) else None
+        kept = len(new) if stop is None else stop + 1
+        assert torch.equal(new[:kept], row[:kept])  # identical up to and including the first EOS
+        assert (new[kept:] == 0).all()  # padding after it
+    if all((row == eos).any() for row in free):
+        assert out.shape[1] == max(int((row == eos).nonzero()[0]) for row in free) + 1  # stops when all are done
+    assert (free[0] == eos).nonzero()[0] == 2
 
 
 @settings(max_examples=20, deadline=None)

@@ -3,7 +3,8 @@ finished.
 
 Each config trains into ``out_dir/<config.name>``. A config whose ``result.json`` exists is not run
 again, and an interrupted one resumes from its checkpoint, so rerunning a sweep only does the work
-that is left. With ``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"``
+that is left. Each run is trained under its directory's lock (:mod:`psattn.training.lock`), so two
+sweeps on the same directory at once never train a run twice: one waits and finds it finished. With ``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"``
 joins the running cluster, anything else is a cluster address) each run is a Ray task of one CPU
 (one GPU too when the config asks for CUDA); results land in the same directories, which must be
 on a file system every node sees.
@@ -27,6 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..training.config import RunConfig, holds_same_run
+from ..training.lock import run_lock
 from ..training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
 from ..training.trainer import train
 
@@ -55,11 +57,23 @@ def _init_worker(stop) -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> None:
+    """Train ``config`` in ``run_dir`` unless it is finished there. Waits while another process
+    (another sweep on the same directory) trains it, then finds it finished: no run is trained twice."""
+    with run_lock(run_dir, wait=True):
+        if load_result(run_dir) is not None:
+            log.info("%s: finished by another process", run_dir)
+            return
+        log.info("%s: training", run_dir)
+        train(config, run_dir, lock=False, **kwargs)
+
+
 def _run_one(config_dict: dict[str, Any], run_dir: str) -> str:
     if _STOP is not None and _STOP.is_set():  # queued before the stop: leave it unstarted
         raise TrainingInterrupted("not started", signal.SIGTERM)
     config = RunConfig.from_dict(config_dict)
-    train(config, run_dir, should_stop=None if _STOP is None else _STOP.is_set, handle_signals=_STOP is None)
+    train_unless_finished(config, run_dir, should_stop=None if _STOP is None else _STOP.is_set,
+                          handle_signals=_STOP is None)
     return config.name
 
 
@@ -83,12 +97,14 @@ def run_sweep(
             raise ValueError(f"{saved.parent} holds a run with a different config than {c.name!r}")
     todo = [c for c in configs if load_result(out_dir / c.name) is None]
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     workers = workers or os.cpu_count() or 1
     if todo and ray_address is not None:
         _run_on_ray(todo, out_dir, ray_address, workers, progress)
     elif todo and workers == 1:
         for config in tqdm(todo, desc="runs", disable=not progress):
-            train(config, out_dir / config.name)
+            train_unless_finished(config, out_dir / config.name)
     elif todo:
         _run_in_pool(todo, out_dir, min(workers, len(todo)), progress)
     return {name: load_result(out_dir / name) for name in names}

@@ -78,8 +78,8 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
     if mode is not None and mode not in INT8_MODES:
         raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
     torch.set_num_threads(1)
+    model = load_trained(run_dir)  # checks that run_dir is a run directory
     config = RunConfig.from_file(Path(run_dir) / "config.json")
-    model = load_trained(run_dir)
     paths = export_onnx(model, onnx_path)
     batch = eval_batch(config)
     batch = TaskBatch(batch.inputs[:rows], batch.targets[:rows])

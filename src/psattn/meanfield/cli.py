@@ -89,15 +89,29 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return group
 
 
+def _read_json_object(path: str) -> dict[str, Any]:
+    if not Path(path).is_file():
+        raise ValueError(f"config file {path} does not exist")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return data
+
+
 def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     """Defaults, then --config, then the flags given (None means not given)."""
-    base: dict[str, Any] = json.loads(Path(args.config).read_text()) if args.config else {}
+    base: dict[str, Any] = _read_json_object(args.config) if args.config else {}
     base = base.get("config", base)  # also accept a run directory's config.json
     sim = {k: v for k, v in base.items() if k != "kernel"}
     for flag, key in _SIM_FLAGS.items():
         if getattr(args, flag, None) is not None:
             sim[key] = getattr(args, flag)
     n = sim.get("n", SimulationConfig.n)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:  # the paper kernels' frequencies divide by n
+        raise ValueError(f"n, the number of particles, must be an integer >= 2, got {n!r}")
     if args.kernel is not None:
         kernel = dataclasses.asdict(paper_kernel(args.kernel, n))
     else:

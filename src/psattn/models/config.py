@@ -31,6 +31,8 @@ class AttentionConfig:
                 f"key-lag baselines: {sorted(KEY_LAG)}"
             )
         self.gamma = check_gamma(self.gamma)
+        if self.variant == "baseline" and self.gamma != 0.0:
+            raise ValueError(f"the baseline has no shear, so gamma must be 0 (got {self.gamma}); pick a PSA variant")
         if self.variant in KEY_LAG and self.gamma != 0.0:
             raise ValueError(f"the key-lag baseline {self.variant!r} takes no gamma (got {self.gamma})")
         check_placement(self.placement)

@@ -7,6 +7,7 @@ decoding.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -70,28 +71,53 @@ def generate(
     generator: torch.Generator | None = None,
     prefill_chunk_size: int | None = None,
     cache: PSACache | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
 ) -> GenerationOutput:
     """Greedy (default) or sampled continuation of a left-padded prompt batch (B, T).
 
-    Sampling draws from ``generator`` so a seeded generator gives reproducible output. A given
-    ``cache`` (for instance a fork of a shared prefix) is continued and extended in place.
+    Sampling draws from ``generator`` so a seeded generator gives reproducible output; ``temperature``
+    and ``top_k`` apply to sampling only (a warning says so when they are given without it). With
+    ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
+    (default: the EOS token), and decoding stops once every row is finished, so the result may be
+    shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
+    continued and extended in place.
     """
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a (batch, length) tensor of token ids, got {shape}; "
+                         "for one prompt pass input_ids[None]")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if do_sample and not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     if top_k is not None and top_k <= 0:
         raise ValueError(f"top_k must be positive, got {top_k}")
+    if not do_sample and (temperature != 1.0 or top_k is not None):
+        warnings.warn("temperature and top_k apply only when do_sample=True; decoding greedily", stacklevel=2)
+    V = model.config.vocab_size
+    for name, token in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+        if token is not None and not (isinstance(token, int) and not isinstance(token, bool) and 0 <= token < V):
+            raise ValueError(f"{name} must be a token id in [0, {V}), got {token!r}")
+    pad = eos_token_id if pad_token_id is None else pad_token_id
     cache = model.new_cache() if cache is None else cache
     logits = prefill(model, input_ids, cache, attention_mask=attention_mask, chunk_size=prefill_chunk_size)
+    B = input_ids.shape[0]
+    finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     tokens, all_logits = [], []
     for step in range(max_new_tokens):
         token = _choose(logits, do_sample, temperature, top_k, generator)  # (B,)
+        if eos_token_id is not None:
+            token = token.masked_fill(finished, pad)
+            finished |= token == eos_token_id
         tokens.append(token)
         all_logits.append(logits)
-        if step + 1 < max_new_tokens:
+        if step + 1 < max_new_tokens and not bool(finished.all()):
             logits = model(token[:, None], cache=cache)[:, -1]
-    B, V = input_ids.shape[0], model.config.vocab_size
+        elif step + 1 < max_new_tokens:
+            break
     new = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(B, 0)
     scores = torch.stack(all_logits, dim=1) if all_logits else logits.new_zeros(B, 0, V)
     return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)

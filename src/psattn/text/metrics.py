@@ -42,12 +42,14 @@ def icl_score(position_loss: Tensor) -> float:
 
 @torch.no_grad()
 def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
-    """(B, T) next-token loss in nats at every position of ``batch`` (all positions scored)."""
+    """(B, T) next-token loss in nats at every position of ``batch`` (all positions scored), for
+    psattn's models and transformers causal LMs alike."""
     was_training = model.training
     model.eval()
     out = []
     for start in range(0, len(batch), chunk):
-        logits = model(batch.inputs[start : start + chunk])  # (b, T, V)
+        result = model(batch.inputs[start : start + chunk])
+        logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
         out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
     model.train(was_training)
     return torch.cat(out)

@@ -140,7 +140,12 @@ def empirical_exponent(results: Iterable) -> PowerLawFit:
 def load_sweep_results(path: str | Path) -> list[tuple[float, float]]:
     """(d_k, gamma_critical) pairs from a JSON file: a list of pairs or records, or an object with
     such a list under "results"."""
-    data = json.loads(Path(path).read_text())
+    if not Path(path).is_file():
+        raise ValueError(f"{path} does not exist")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
     if isinstance(data, Mapping):
         if "results" not in data:
             raise ValueError(f"{path}: expected a list, or an object with a 'results' list")

@@ -1,4 +1,9 @@
-"""Atomic file writes: a file is either its old or its new whole self, never half written."""
+"""Atomic file writes: a file is either its old or its new whole self, never half written.
+
+Files get the permissions any new file gets (0644 under the usual umask 022), not the private
+0600 of the temporary file they are written to. Checkpoints hold plain types and tensors only and
+are read with ``torch.load(weights_only=True)``: opening one never runs code from the file.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,13 @@ from typing import Any
 
 import torch
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read, or that is not a psattn training checkpoint."""
+
 
 def _atomic_write(path: Path, write) -> None:
     path = Path(path)
@@ -20,6 +32,7 @@ def _atomic_write(path: Path, write) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -32,8 +45,28 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     _atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=False)
+#: what every training checkpoint holds
+CHECKPOINT_KEYS = ("model", "optimizer", "schedule", "step", "history", "emergence_step", "seconds")
+
+
+def load_checkpoint(path: str | Path, keys: tuple[str, ...] = CHECKPOINT_KEYS) -> dict[str, Any]:
+    """The state saved by :func:`save_checkpoint`, on the CPU. Raises :class:`CheckpointError`, naming
+    the file, when it is missing, unreadable (truncated, corrupt, not written by torch.save), holds
+    anything but tensors and plain values, or lacks one of ``keys``."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a bad file: RuntimeError, UnpicklingError, EOFError, ...
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        reason = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+        raise CheckpointError(f"{path} is not a readable psattn checkpoint ({reason[:200]}); "
+                              "move it away or start the run over (psattn train --restart)") from None
+    missing = [k for k in keys if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is not a psattn training checkpoint (missing {missing})")
+    return state
 
 
 def write_json(path: str | Path, data: Any) -> None:

@@ -94,9 +94,9 @@ class RunConfig:
 
     def __post_init__(self):
         if isinstance(self.model, dict):
-            self.model = ModelConfig.from_dict(self.model)
+            self.model = _section("model", ModelConfig.from_dict, self.model)
         if isinstance(self.train, dict):
-            self.train = _build(TrainConfig, self.train, "train")
+            self.train = _section("train", _build, TrainConfig, self.train, "train")
         for name, kind in (("model", ModelConfig), ("train", TrainConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"the {name} section must be a JSON object, got {getattr(self, name)!r}")
@@ -104,9 +104,9 @@ class RunConfig:
             raise ValueError(f"the task section must be a JSON object with a 'name', got {self.task!r}")
         if isinstance(self.task, dict):
             fields = dict(self.task)
-            if "name" not in fields:
+            if not isinstance(fields.get("name"), str):
                 raise ValueError(f"task needs a 'name', one of {sorted(TASKS)}")
-            self.task = make_task_config(fields.pop("name"), **fields)
+            self.task = _section("task", make_task_config, fields.pop("name"), **fields)
         task_name(self.task)  # raises for an unregistered config
         vocab = getattr(self.task, "vocab_size", None)
         if vocab is not None and vocab > self.model.vocab_size:
@@ -124,16 +124,23 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Build from plain values (a parsed JSON document); anything malformed raises ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a run config must be a JSON object, got {type(data).__name__}")
         unknown = set(data) - {"name", "model", "task", "train"}
         if unknown:
             raise ValueError(f"unknown run config sections {sorted(unknown)}; expected name, model, task, train")
+        if not isinstance(data.get("name", ""), str):
+            raise ValueError(f"the run name must be a string, got {data['name']!r}")
         return cls(**data)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RunConfig":
+        if not Path(path).is_file():
+            raise ValueError(f"config file {path} does not exist")
         try:
             data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{path} is not valid JSON: {err}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path} must hold a JSON object")
@@ -151,6 +158,14 @@ def holds_same_run(path: str | Path, config: RunConfig) -> bool:
         return RunConfig.from_dict(saved).to_dict() == config.to_dict()
     except (ValueError, TypeError, AttributeError):
         return False
+
+
+def _section(section: str, build, *args, **kwargs):
+    """``build(*args, **kwargs)``, with a value of the wrong type reported as a ValueError naming the section."""
+    try:
+        return build(*args, **kwargs)
+    except (TypeError, AttributeError, KeyError, OverflowError) as err:
+        raise ValueError(f"malformed {section} section: {err}") from None
 
 
 def _build(cls, data: dict[str, Any], section: str):
@@ -171,8 +186,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     parsed = [_parse_override(item) for item in overrides]
     switch = [value for key, value, _ in parsed if key == ["task", "name"]]
     if switch and switch[-1] != data["task"]["name"]:
-        data["task"] = dataclasses.asdict(make_task_config(switch[-1])) | {"name": switch[-1]}
-        vocab = data["task"].get("vocab_size")
+        task = make_task_config(switch[-1])
+        data["task"] = dataclasses.asdict(task) | {"name": switch[-1]}
+        vocab = getattr(task, "vocab_size", None)  # a field, or derived from the task's fields
         if vocab is not None and not any(key == ["model", "vocab_size"] for key, _, _ in parsed):
             data["model"]["vocab_size"] = vocab
     for parts, value, item in parsed:
@@ -194,8 +210,11 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        value = raw
+        value = float(raw) if raw.strip().lower() in _NON_FINITE else raw  # so that checks say "not finite"
     return key.split("."), value, item
+
+
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
 __all__ = ["RunConfig", "TrainConfig", "apply_overrides", "holds_same_run"]

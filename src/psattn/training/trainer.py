@@ -36,8 +36,9 @@ from ..tasks.batch import IGNORE_INDEX, TaskBatch
 from ..tasks.registry import sample_task, task_name
 from ..text.metrics import text_metrics
 from .signals import TrainingInterrupted, on_stop_signals
-from .checkpoint import load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
 from .config import RunConfig, holds_same_run
+from .lock import run_lock
 from .distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def load_trained(run_dir: str | Path) -> DecoderLM:
     """The model of a run directory, with the weights of its last checkpoint, in eval mode."""
     run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no config.json)")
     config = RunConfig.from_file(run_dir / "config.json")
     model = DecoderLM(config.model)
-    model.load_state_dict(load_checkpoint(run_dir / "checkpoint.pt")["model"])
+    path = run_dir / "checkpoint.pt"
+    try:
+        model.load_state_dict(load_checkpoint(path, keys=("model",))["model"])
+    except RuntimeError as err:  # shapes or names that do not fit the run's config
+        raise CheckpointError(f"{path} does not hold the weights of the model in {run_dir / 'config.json'}: "
+                              f"{str(err).splitlines()[0]}") from None
     return model.eval()
 
 
@@ -168,6 +176,9 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     run keeps its meta.json unless ``fresh`` (a restart from step 0)."""
     config_path = run_dir / "config.json"
     resolved = config.to_dict()
+    if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
+        for stale in run_dir.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
     if config_path.exists():
         if not holds_same_run(config_path, config):
             raise ValueError(
@@ -202,6 +213,7 @@ def train(
     time_limit_s: float | None = None,
     should_stop: Callable[[], bool] | None = None,
     handle_signals: bool = True,
+    lock: bool = True,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
     checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step.
@@ -212,7 +224,10 @@ def train(
 
     A stop signal (SIGINT, SIGTERM, SIGHUP; unless ``handle_signals`` is false), or ``should_stop()``
     turning true, stops at the next step boundary: the checkpoint is written and
-    :class:`~psattn.training.signals.TrainingInterrupted` raised; calling again resumes exactly."""
+    :class:`~psattn.training.signals.TrainingInterrupted` raised; calling again resumes exactly.
+
+    A run directory is trained by one process at a time: another process holding it raises
+    :class:`~psattn.training.lock.RunLocked` (``lock=False``: the caller holds the lock)."""
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()
@@ -223,112 +238,114 @@ def train(
     ddp = setup_distributed(requested.type)
     device = resolve_device(t.device, ddp.local_rank)
     run_dir = None if run_dir is None else Path(run_dir)
-    ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
-    fresh = not (resume and ckpt_path is not None and ckpt_path.exists())
-    if run_dir is not None:
-        _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
-    writes = run_dir is not None and ddp.is_main
+    locked = run_lock(run_dir) if lock and run_dir is not None and ddp.is_main else contextlib.nullcontext()
+    with locked:  # one process per run directory (see psattn.training.lock)
+        ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
+        fresh = not (resume and ckpt_path is not None and ckpt_path.exists())
+        if run_dir is not None:
+            _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
+        writes = run_dir is not None and ddp.is_main
 
-    model = build_model(config).to(device)
-    optimizer, schedule = build_optimizer(model, t)
-    forward = _forward_fn(model, config, ddp, device)
-    held_out = eval_batch(config).to(device)
-    metrics = TASK_METRICS.get(task_name(config.task))
-    step, history, emergence, seconds = 0, [], None, 0.0
-    if resume and ckpt_path is not None and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
-        if writes:
-            write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
-        log.info("resumed %s at step %d", run_dir, step)
-    elif writes:  # a fresh start: nothing of an earlier run in this directory may survive
-        write_jsonl(run_dir / "metrics.jsonl", [])
-        for stale in ("result.json", "checkpoint.pt"):
-            (run_dir / stale).unlink(missing_ok=True)
+        model = build_model(config).to(device)
+        optimizer, schedule = build_optimizer(model, t)
+        forward = _forward_fn(model, config, ddp, device)
+        held_out = eval_batch(config).to(device)
+        metrics = TASK_METRICS.get(task_name(config.task))
+        step, history, emergence, seconds = 0, [], None, 0.0
+        if resume and ckpt_path is not None and ckpt_path.exists():
+            state = load_checkpoint(ckpt_path)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
+            if writes:
+                write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
+            log.info("resumed %s at step %d", run_dir, step)
+        elif writes:  # a fresh start: nothing of an earlier run in this directory may survive
+            write_jsonl(run_dir / "metrics.jsonl", [])
+            for stale in ("result.json", "checkpoint.pt"):
+                (run_dir / stale).unlink(missing_ok=True)
 
-    def checkpoint() -> None:
-        if writes:
-            save_checkpoint(ckpt_path, {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(), "step": step,
-                "history": history, "emergence_step": emergence, "seconds": seconds,
-            })
+        def checkpoint() -> None:
+            if writes:
+                save_checkpoint(ckpt_path, {
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(), "step": step,
+                    "history": history, "emergence_step": emergence, "seconds": seconds,
+                })
+            barrier(ddp)
+
+        done = bool(history) and t.early_stop and emergence is not None
+        timed_out = False
+        stop = _StopFlag()
+        bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
+        model.train()
+        with stop.installed() if handle_signals else contextlib.nullcontext():
+            start = time.perf_counter()
+            while step < t.steps and not done:
+                batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
+                seed_step_randomness(t.seed, step)
+                scored = int((batch.targets != IGNORE_INDEX).sum())
+                mine = shard(batch, ddp).to(device)
+                loss = forward(mine.inputs, mine.targets, scored)
+                if not torch.isfinite(mean_over_ranks(loss, ddp)):
+                    last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"
+                    raise TrainingDiverged(f"loss became {loss.item()} at step {step}; stopping ({last})")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                optimizer.step()
+                schedule.step()
+                step += 1
+                if on_step is not None:
+                    on_step(step, loss.item())
+                if step % t.eval_every == 0 or step == t.steps:
+                    loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
+                bar.update(1)
+                if step % t.eval_every == 0 or step == t.steps:
+                    acc, eval_loss = evaluate(model, held_out)
+                    row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
+                           "lr": schedule.get_last_lr()[0]}
+                    if metrics is not None:
+                        row.update(metrics(model, config.task, held_out))
+                    history.append(row)
+                    if writes:
+                        with open(run_dir / "metrics.jsonl", "a") as f:
+                            f.write(json.dumps(row) + "\n")
+                    bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
+                    if emergence is None and acc >= t.threshold:
+                        emergence = step
+                        done = t.early_stop
+                if time_limit_s is not None and step < t.steps and not done:
+                    timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
+                if should_stop is not None and not stop.requested and should_stop():
+                    stop.signum = signal.SIGTERM
+                if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested or timed_out:
+                    seconds += time.perf_counter() - start
+                    start = time.perf_counter()
+                    checkpoint()
+                if stop.requested:
+                    bar.close()
+                    name = signal.Signals(stop.signum).name
+                    hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
+                            else "no run directory, nothing kept")
+                    raise TrainingInterrupted(f"{name} at step {step}: {hint}", stop.signum, step)
+                if timed_out:
+                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", step)
+                    break
+            seconds += time.perf_counter() - start
+        bar.close()
+
+        accs = [row["eval_accuracy"] for row in history]
+        result = RunResult(
+            final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
+            emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
+            timed_out=timed_out,
+        )
+        if writes and not timed_out:
+            write_json(run_dir / "result.json", result.to_dict())
         barrier(ddp)
-
-    done = bool(history) and t.early_stop and emergence is not None
-    timed_out = False
-    stop = _StopFlag()
-    bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
-    model.train()
-    with stop.installed() if handle_signals else contextlib.nullcontext():
-        start = time.perf_counter()
-        while step < t.steps and not done:
-            batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
-            seed_step_randomness(t.seed, step)
-            scored = int((batch.targets != IGNORE_INDEX).sum())
-            mine = shard(batch, ddp).to(device)
-            loss = forward(mine.inputs, mine.targets, scored)
-            if not torch.isfinite(mean_over_ranks(loss, ddp)):
-                last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"
-                raise TrainingDiverged(f"loss became {loss.item()} at step {step}; stopping ({last})")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            optimizer.step()
-            schedule.step()
-            step += 1
-            if on_step is not None:
-                on_step(step, loss.item())
-            if step % t.eval_every == 0 or step == t.steps:
-                loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
-            bar.update(1)
-            if step % t.eval_every == 0 or step == t.steps:
-                acc, eval_loss = evaluate(model, held_out)
-                row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
-                       "lr": schedule.get_last_lr()[0]}
-                if metrics is not None:
-                    row.update(metrics(model, config.task, held_out))
-                history.append(row)
-                if writes:
-                    with open(run_dir / "metrics.jsonl", "a") as f:
-                        f.write(json.dumps(row) + "\n")
-                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
-                if emergence is None and acc >= t.threshold:
-                    emergence = step
-                    done = t.early_stop
-            if time_limit_s is not None and step < t.steps and not done:
-                timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
-            if should_stop is not None and not stop.requested and should_stop():
-                stop.signum = signal.SIGTERM
-            if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested or timed_out:
-                seconds += time.perf_counter() - start
-                start = time.perf_counter()
-                checkpoint()
-            if stop.requested:
-                bar.close()
-                name = signal.Signals(stop.signum).name
-                hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
-                        else "no run directory, nothing kept")
-                raise TrainingInterrupted(f"{name} at step {step}: {hint}", stop.signum, step)
-            if timed_out:
-                log.info("time limit reached at step %d; checkpoint written, rerun to resume", step)
-                break
-        seconds += time.perf_counter() - start
-    bar.close()
-
-    accs = [row["eval_accuracy"] for row in history]
-    result = RunResult(
-        final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
-        emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
-        timed_out=timed_out,
-    )
-    if writes and not timed_out:
-        write_json(run_dir / "result.json", result.to_dict())
-    barrier(ddp)
-    return result
+        return result
 
 
 def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):

@@ -33,6 +33,8 @@ class PSASpec:
     def __post_init__(self) -> None:
         check_variant(self.variant)
         object.__setattr__(self, "gamma", check_gamma(self.gamma))
+        if self.variant == "baseline" and self.gamma != 0.0:
+            raise ValueError(f"the baseline has no shear, so gamma must be 0 (got {self.gamma}); pick a PSA variant")
         check_placement(self.placement)
         check_boundary(self.boundary)
         if isinstance(self.max_rollback, bool) or not isinstance(self.max_rollback, int) or self.max_rollback < 0:
