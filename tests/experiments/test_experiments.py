@@ -151,13 +151,16 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form", "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
-                   "0.949", "717"):
+                   "0.949", "717", "| part | wall minutes |", "| training |", "longest:"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "curves_single", "head_scores", "attention_patterns", "text_curves",
                    "text_position_loss", "text_induction_scores"):
         assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["induction"]["trainer_speed"]["ratio"] > 0
+    timings = data["timings"]
+    assert set(timings["seconds"]) >= {"training", "theory and certificates", "mean field"}
+    assert timings["runs"]["trained_now"] == len(timings["runs"]["seconds"]) and timings["runs"]["reused"] == 0
     assert data["meanfield"]["passed"] is True
     assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}
     assert {str(r["init"]) for r in data["induction"]["init_sensitivity"]} == {"0.02", "scaled", "torch"}

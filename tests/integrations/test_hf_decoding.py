@@ -120,3 +120,9 @@ def test_without_the_last_call_a_crop_is_refused_unless_announced(prompt):
         cache.crop(-3)
         logits = model(prompt[:, 6:], **cache_kw(cache), use_cache=True).logits
     torch.testing.assert_close(logits, model(prompt, use_cache=False).logits[:, 6:], atol=1e-10, rtol=0)
+
+
+def test_a_keep_last_call_false_model_cannot_be_the_target_of_assisted_decoding(prompt):
+    target = apply_psa(tiny_model("llama"), "key_only", 0.8, keep_last_call=False)
+    with pytest.raises(RuntimeError, match="roll"):
+        _generate(target, prompt, max_new_tokens=12, assistant_model=tiny_model("llama", seed=1))

@@ -37,7 +37,7 @@ def test_pattern_hook_with_padding_and_a_cache(prompt):
 
 def test_score_terms_add_up_to_the_sheared_scores(prompt):
     model = apply_psa(tiny_model(), "symmetric", 0.6)
-    with capture(model, "*.hook_score_terms", "*.hook_q_sheared", "*.hook_k_sheared", "*.hook_k") as seen, torch.no_grad():
+    with capture(model, "*.hook_score_terms", "*.hook_q*", "*.hook_k_sheared", "*.hook_k", "*.hook_v") as seen, torch.no_grad():
         model(prompt, use_cache=False)
     for i in range(2):
         terms = seen[LAYER.format(i, "score_terms")]
@@ -46,6 +46,9 @@ def test_score_terms_add_up_to_the_sheared_scores(prompt):
         scores = q_hat @ expand_kv_heads(k_hat, q_hat.shape[1]).transpose(-2, -1)  # (B, Hq, T, T)
         torch.testing.assert_close(terms.total(), scores)
         assert terms.t3.abs().max() > 0 and terms.t2.abs().max() > 0
+        q, v = seen[LAYER.format(i, "q")], seen[LAYER.format(i, "v")]
+        assert q.shape == q_hat.shape == (1, 4, 9, 8) and v.shape == (1, 2, 9, 8)
+        torch.testing.assert_close(q_hat[..., 1:, :], q[..., 1:, :] + 0.6 * (q[..., 1:, :] - q[..., :-1, :]))
 
 
 def test_raw_keys_and_score_terms_are_not_recorded_with_a_cache(prompt):

@@ -176,11 +176,11 @@ def test_bad_model_inputs():
         model(torch.randint(0, 37, (1, 5)), attention_mask=torch.ones(1, 4))
 
 
-@pytest.mark.parametrize("name,approx", [("psa-4m", 4e6), ("psa-20m", 20e6), ("psa-92m", 92e6)])
-def test_presets_report_exact_counts(name, approx):
+@pytest.mark.parametrize("name,exact", [("psa-4m", 4_463_872), ("psa-20m", 19_947_008), ("psa-92m", 91_310_592)])
+def test_presets_report_exact_counts(name, exact):
     config = preset(name)
     count = preset_parameter_count(config)
-    assert abs(count - approx) / approx < 0.15
+    assert count == exact  # the counts the README quotes
     if name != "psa-92m":  # building the 92M model is cheap too, but keep the test light
         assert DecoderLM(config).num_parameters() == count
     with pytest.raises(ValueError, match="unknown model preset"):

@@ -249,3 +249,24 @@ def test_right_padding_and_row_mismatch_with_a_cache_are_refused():
     empty = model.new_cache()
     empty.reorder(torch.tensor([0, 0]))  # nothing to reorder yet
     assert len(empty) == 0
+
+
+def test_top_k_samples_only_among_the_k_most_likely():
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(3))
+    out = generate(model, prompt, 12, do_sample=True, top_k=3, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    chosen = out.sequences[:, 5:]  # (4, 12)
+    top = out.logits.topk(3, dim=-1).indices  # (4, 12, 3)
+    assert (top == chosen[..., None]).any(-1).all()
+    assert (chosen != out.logits.argmax(-1)).any()  # it really sampled
+
+
+def test_reordering_a_filled_cache_continues_the_chosen_rows():
+    model = random_model("symmetric")
+    x = torch.randint(0, 37, (3, 7), generator=torch.Generator().manual_seed(4))
+    cache = model.new_cache()
+    prefill(model, x[:, :6], cache)
+    index = torch.tensor([2, 0, 0])
+    cache.reorder(index)
+    step = model(x[index, 6:], cache=cache)[:, -1]
+    torch.testing.assert_close(step, model(x[index])[:, -1])

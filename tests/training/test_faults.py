@@ -213,3 +213,12 @@ def test_run_files_have_normal_permissions(tmp_path):
         os.umask(old)
     for name in ("config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_temporary_files_left_by_a_kill_are_removed_when_the_run_is_opened(tmp_path):
+    train(tiny_config(4), tmp_path)
+    stale = [tmp_path / ".checkpoint.pt.abc123.tmp", tmp_path / ".result.json.xyz.tmp"]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    train(tiny_config(4), tmp_path)
+    assert not any(path.exists() for path in stale)

@@ -205,3 +205,21 @@ def test_overriding_the_width_carries_the_derived_sizes_along():
     config = apply_overrides(RunConfig(), ["model.d_model=32", "model.n_heads=2"])
     assert config.model.d_mlp == 128 and config.model.n_kv_heads == 2
     assert apply_overrides(RunConfig(), ["model.n_kv_heads=2"]).model.n_kv_heads == 2
+
+
+def test_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
+    import math
+
+    config = tiny_config(40, eval_every=1, warmup_steps=5)
+    t = config.train
+    lrs = {row["step"]: row["lr"] for row in train(config, tmp_path).history}
+
+    def expected(step):  # after `step` optimiser steps
+        if step < t.warmup_steps:
+            return t.lr * (step + 1) / t.warmup_steps
+        progress = min(1.0, (step - t.warmup_steps) / (t.steps - t.warmup_steps))
+        return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    for step in (1, 4, 5, 20, 40):
+        assert lrs[step] == pytest.approx(expected(step), rel=1e-9)
+    assert lrs[5] == pytest.approx(t.lr) and lrs[40] == pytest.approx(t.lr * t.min_lr_ratio)

@@ -54,6 +54,7 @@ class Plan:
     sensitivity_seeds: tuple[int, ...]
     sensitivity_extra_seeds: tuple[int, ...]  # for its learned key-lag rows
     sensitivity_key_lag: bool  # whether the sensitivity table has the learned key-lag rows
+    sensitivity_variants: tuple[str, ...]  # PSA variants of the sensitivity table
 
 
 PLANS = {
@@ -62,8 +63,9 @@ PLANS = {
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
-        head_dims=(16, 32, 64), single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,),
-        sensitivity_extra_seeds=(), sensitivity_key_lag=False,
+        head_dims=(16, 32, 64),
+        single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
+        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"),
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -73,7 +75,7 @@ PLANS = {
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
-        sensitivity_key_lag=True,
+        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
     ),
 }
 
@@ -130,7 +132,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     plan the runs at the default initialisation are the variant table's own; in the full plan, whose
     other experiments train longer, their names say the initialisation."""
     p, q = _plan(mode), PLANS["quick"]
-    rows = [(v, g, p.sensitivity_seeds) for v, g in (("baseline", 0.0), ("key_only", 1.0), ("symmetric", 1.0))]
+    rows = [(v, 0.0 if v == "baseline" else 1.0, p.sensitivity_seeds) for v in p.sensitivity_variants]
     if p.sensitivity_key_lag:
         rows += [(v, g, p.sensitivity_extra_seeds) for v, g in KEY_LAG_ROWS]
     budget = {"full": q.steps, "single": q.single_steps}

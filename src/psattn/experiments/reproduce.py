@@ -4,6 +4,8 @@ each of the paper's numbers beside ours."""
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from .plateau import attention_at_queries
 from .markdown import fmt as _fmt
 from .markdown import table as _table
 from .sweep import run_sweep
+from .text import text_experiment
 from .text_report import text_section
 
 PAPER = {
@@ -39,6 +42,14 @@ CRITICAL_DESIGNS = {
     "fixed width and head count, wider or narrower heads": "critical_gamma_head_dim",
 }
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
+#: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --mode quick``
+#: trains them at the quick scale, and ``--full`` includes them
+LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim"), "full": ()}
+
+
+def declared_experiments(mode: str) -> dict[str, list]:
+    """The configs of every experiment the reproduction of ``mode`` runs (a left-out one declares none)."""
+    return {name: [] if name in LEFT_OUT[mode] else fn(mode) for name, fn in exp.EXPERIMENTS.items()}
 
 
 def _subset(results: dict[str, dict], configs) -> dict[str, dict]:
@@ -71,12 +82,9 @@ def _param_count(result: dict) -> str:
 
 
 def induction_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict]:
-    declared = {name: fn(mode) for name, fn in exp.EXPERIMENTS.items()}
+    declared = declared_experiments(mode)
     unique = {c.name: c for configs in declared.values() for c in configs}
-    reused = [name for name in unique if (out / "runs" / name / "result.json").exists()]
     results = run_sweep(list(unique.values()), out / "runs", workers=workers, progress=progress)
-    provenance = {"trained_now": len(unique) - len(reused), "reused": len(reused),
-                  "reused_git_revisions": sorted({_run_revision(out / "runs" / name) for name in reused})}
 
     variants = exp.summarise_by(_subset(results, declared["variants"]), exp.form_variant_key)
     sensitivity = exp.summarise_by(_subset(results, declared["init_sensitivity"]), exp.init_key)
@@ -190,6 +198,11 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design.", ""]
     fits = {}
     for design, rows in designs.items():
+        if not rows:
+            experiment = CRITICAL_DESIGNS[design]
+            lines += [f"**{design}**: left out of the quick reproduction; `psattn sweep {experiment} --mode quick` "
+                      "trains it at this scale, and `psattn reproduce --full` includes it.", ""]
+            continue
         design_pairs = exp.critical_pairs(rows)
         lines += [f"**{design}**", ""]
         lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in rows})] + ["critical gamma"],
@@ -208,7 +221,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     data = {"variants": variants, "init_sensitivity": sensitivity, "attention_at_queries": plateau, "gamma_sweep": gammas, "controls": controls, "mqar": mqar, "sizes": sizes,
             "critical_gamma": critical, "critical_pairs": pairs, "critical_designs": designs,
             "critical_exponents": fits, "head_scores": scores,
-            "trainer_speed": speed, "runs": provenance}
+            "trainer_speed": speed}
     return lines, data
 
 
@@ -291,19 +304,26 @@ def reproduce(
     if unknown:
         raise ValueError(f"unknown report sections {sorted(unknown)}; expected some of {SECTIONS}")
     started = datetime.now(timezone.utc)
-    lines, data = [], {}
+    lines, data, timings = [], {}, {}
+    with _timed(timings, "training"):
+        runs = train_all(out, mode, sections, workers, progress)
     if "induction" in sections:
-        part, data["induction"] = induction_section(out, mode, workers, progress)
+        with _timed(timings, "induction tables, heads and figures"):
+            part, data["induction"] = induction_section(out, mode, workers, progress)
         lines += part
     if "text" in sections:
-        part, data["text"] = text_section(out, mode, workers, progress)
+        with _timed(timings, "real text: metrics, samples, edge export"):
+            part, data["text"] = text_section(out, mode, workers, progress)
         lines += part
     if "theory" in sections:
-        part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
+        with _timed(timings, "theory and certificates"):
+            part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
         lines += part
     if "meanfield" in sections:
-        part, data["meanfield"] = meanfield_section(out, mode, progress)
+        with _timed(timings, "mean field"):
+            part, data["meanfield"] = meanfield_section(out, mode, progress)
         lines += part
+    data["timings"] = {"seconds": timings, "runs": runs}
     header = [
         f"# psattn reproduction ({mode})",
         "",
@@ -313,13 +333,51 @@ def reproduce(
         f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
         "",
     ]
-    runs = data.get("induction", {}).get("runs")
-    if runs:
-        header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} finished ones"
-                       + (f" (trained at git {', '.join(runs['reused_git_revisions'])})." if runs["reused"] else "."))
+    if runs["seconds"]:
+        header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
+                       "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
+                                          if runs["reused"] else "."))
+    header += timing_lines(timings, runs["seconds"])
     (out / "report.md").write_text("\n".join(header + lines) + "\n")
     (out / "results.json").write_text(json.dumps(data, indent=2, default=_json_default))
     return out / "report.md"
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str):
+    start = time.perf_counter()
+    yield
+    timings[name] = round(time.perf_counter() - start, 1)
+
+
+def train_all(out: Path, mode: str, sections, workers: int | None, progress: bool) -> dict[str, Any]:
+    """Train every run the sections declare in one sweep, the longest first, so that the workers stay
+    busy across experiments; the sections then read the finished runs. Returns how many runs were
+    trained now and reused, and the training seconds of every run (those trained earlier included)."""
+    configs = []
+    if "induction" in sections:
+        configs += [c for declared in declared_experiments(mode).values() for c in declared]
+    if "text" in sections:
+        configs += text_experiment(mode)
+    unique = list({c.name: c for c in configs}.values())
+    reused = [c.name for c in unique if (out / "runs" / c.name / "result.json").exists()]
+    results = run_sweep(unique, out / "runs", workers=workers, progress=progress)
+    return {"trained_now": len(unique) - len(reused), "reused": len(reused),
+            "reused_git_revisions": sorted({_run_revision(out / "runs" / name) for name in reused}),
+            "seconds": {name: round(r["seconds"], 1) for name, r in results.items()}}
+
+
+def timing_lines(timings: dict[str, float], runs: dict[str, float]) -> list[str]:
+    """Where the wall time went, and the longest runs."""
+    if not timings:
+        return []
+    longest = sorted(runs.items(), key=lambda kv: -kv[1])[:3]
+    lines = ["| part | wall minutes |", "|---|---|"]
+    lines += [f"| {name} | {seconds / 60:.1f} |" for name, seconds in timings.items()]
+    lines += ["", f"Training: {len(runs)} runs, {sum(runs.values()) / 60:.1f} minutes of training in all (per "
+                  "process, summed over the parallel workers); longest: "
+              + ", ".join(f"{name} ({seconds:.0f} s)" for name, seconds in longest) + ".", ""]
+    return lines
 
 
 def _json_default(x):

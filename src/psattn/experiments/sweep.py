@@ -77,6 +77,15 @@ def _run_one(config_dict: dict[str, Any], run_dir: str) -> str:
     return config.name
 
 
+def estimated_cost(config: RunConfig) -> float:
+    """Relative training cost of a run (steps x tokens per step x multiply-adds per token), used to
+    start the longest runs first so that no worker idles at the end of a sweep."""
+    m = config.model
+    tokens = config.train.batch_size * getattr(config.task, "seq_len", 64)
+    per_token = m.n_layers * 12 * m.d_model ** 2 + m.vocab_size * m.d_model  # attention + MLP, and the head
+    return config.train.steps * tokens * per_token
+
+
 def run_sweep(
     configs: list[RunConfig],
     out_dir: str | Path,
@@ -85,8 +94,8 @@ def run_sweep(
     progress: bool = True,
     ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Train every config not yet finished, ``workers`` at a time (default: one per core) or on
-    Ray; returns the saved results of all configs, keyed by name."""
+    """Train every config not yet finished, the most expensive first, ``workers`` at a time (default:
+    one per core) or on Ray; returns the saved results of all configs, keyed by name."""
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ValueError("config names must be unique within a sweep")
@@ -95,7 +104,7 @@ def run_sweep(
         saved = out_dir / c.name / "config.json"
         if saved.exists() and not holds_same_run(saved, c):
             raise ValueError(f"{saved.parent} holds a run with a different config than {c.name!r}")
-    todo = [c for c in configs if load_result(out_dir / c.name) is None]
+    todo = sorted((c for c in configs if load_result(out_dir / c.name) is None), key=estimated_cost, reverse=True)
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
