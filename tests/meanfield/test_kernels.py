@@ -61,7 +61,7 @@ def test_non_orthogonal_gauge_rejected():
 
 
 def test_asymmetric_pair_matrices_rejected():
-    # A(s, t) = R(s) R(t) built directly from rotations about different axes: not symmetric (SPEC §2.2)
+    # A(s, t) = R(s) R(t) built directly from rotations about different axes: not symmetric (arXiv 2605.30229)
     rots = random_orthogonal(2, 3, seed=0)
     pairs = torch.einsum("iab,jbc->ijac", rots, rots)  # (2, 2, 3, 3): R_i R_j
     with pytest.raises(ValueError, match="A\\(ζ, ξ\\)"):

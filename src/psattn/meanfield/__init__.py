@@ -1,4 +1,4 @@
-"""Mean-field attention with frozen auxiliary labels (USA-AV, SPEC Part 2).
+"""Mean-field attention with frozen auxiliary labels (USA-AV, arXiv 2605.30229).
 
 Files, one idea each:
 

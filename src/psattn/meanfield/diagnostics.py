@@ -1,4 +1,4 @@
-"""Collapse diagnostics of a particle state (SPEC §2.3–2.4).
+"""Collapse diagnostics of a particle state (arXiv 2605.30229).
 
 Every function takes a batch of states x: (B, n, d) on the sphere and returns one value per batch
 element, (B,). Content (marginal) diagnostics:

@@ -1,4 +1,4 @@
-"""Velocity fields of the labelled particle system and its energy (SPEC §2.1–2.2).
+"""Velocity fields of the labelled particle system and its energy (arXiv 2605.30229).
 
 With W_ij = c_ij exp(β⟨x_i, A_ij x_j⟩) and P_x = I − x xᵀ:
 

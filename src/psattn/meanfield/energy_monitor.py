@@ -1,4 +1,4 @@
-"""Checks on the energy series of a run: monotonicity and the metastable staircase (SPEC §2.3–2.4).
+"""Checks on the energy series of a run: monotonicity and the metastable staircase (arXiv 2605.30229).
 
 USA and SA both increase E_h along the exact flow, so a decrease between two steps beyond rounding
 is a step-size problem; ``check_monotone`` reports where it happened and which step size caused it.

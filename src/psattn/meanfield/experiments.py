@@ -1,4 +1,4 @@
-"""The paper's particle experiment (SPEC §2.3) as a list of configs, and a runner writing a JSON summary.
+"""The paper's particle experiment (arXiv 2605.30229) as a list of configs, and a runner writing a JSON summary.
 
 Baseline USA against five labelled kernels, for n ∈ {64, 128, 256} particles on S², run to τ = 20.
 Parameter choices (the summaries give none; these make the predicted shapes easy to see):

@@ -1,4 +1,4 @@
-"""Orthogonal gauges G(ξ) for the mean-field kernels (SPEC §2.2).
+"""Orthogonal gauges G(ξ) for the mean-field kernels (arXiv 2605.30229).
 
 A gauge maps each label ξ_i to an orthogonal matrix G(ξ_i) ∈ O(d); the pair matrix of the kernel is
 A(ξ, ζ) = G(ξ)ᵀ G(ζ), symmetric in the sense A(ζ, ξ) = A(ξ, ζ)ᵀ by construction.

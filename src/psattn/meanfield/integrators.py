@@ -1,4 +1,4 @@
-"""Time steppers on the sphere and the β-aware step size (SPEC §2.4).
+"""Time steppers on the sphere and the β-aware step size (arXiv 2605.30229).
 
 - ``euler``: forward Euler followed by renormalisation, the scheme of the reference simulation code.
   Order 1.

@@ -1,4 +1,4 @@
-"""Labelled interaction kernels h((x,ξ),(y,ζ)) = c(ξ,ζ) · exp(β⟨x, A(ξ,ζ) y⟩) / β (SPEC §2.2).
+"""Labelled interaction kernels h((x,ξ),(y,ζ)) = c(ξ,ζ) · exp(β⟨x, A(ξ,ζ) y⟩) / β (arXiv 2605.30229).
 
 A kernel is evaluated once on the n frozen labels of a run: the label factor c_ij = c(ξ_i, ξ_j) and,
 in the gauge form A_ij = G(ξ_i)ᵀ G(ξ_j), the per-token gauges G_i = G(ξ_i). Kernels that are not of

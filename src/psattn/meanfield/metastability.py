@@ -1,4 +1,4 @@
-"""Metastability on the circle: plateau lifetime against β, and the cluster count (SPEC §2.3–2.4).
+"""Metastability on the circle: plateau lifetime against β, and the cluster count (arXiv 2605.30229).
 
 **Plateau lifetime.** The last tread of the energy staircase is two clusters at angular distance φ.
 Under SA (normalised) dynamics two point clusters of equal mass approach each other as

@@ -1,4 +1,4 @@
-"""Numerical checks of the paper's claims on finite particle systems (SPEC §2.3).
+"""Numerical checks of the paper's claims on finite particle systems (arXiv 2605.30229).
 
 Each check runs small seeded simulations and returns a ``TheoremCheck``: passed, a message, the
 numbers it looked at (``details``) and the JSON-ready data its figure is drawn from (``data``, read by

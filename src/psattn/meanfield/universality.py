@@ -1,6 +1,6 @@
-"""Target laws and the label/gauge constructions that realise them (SPEC §2.3, Theorems 2 and 4).
+"""Target laws and the label/gauge constructions that realise them (arXiv 2605.30229, Theorems 2 and 4).
 
-Both theorems rest on the co-moving picture of SPEC §2.2: for a gauge kernel A(ξ, ζ) = G(ξ)ᵀG(ζ) with
+Both theorems rest on the co-moving picture of arXiv 2605.30229: for a gauge kernel A(ξ, ζ) = G(ξ)ᵀG(ζ) with
 c ≡ 1, the co-moving coordinates y_i = G(ξ_i) x_i follow plain USA, whose maximisers are the Dirac
 masses δ_{y*}; the content state of that maximiser is the graph law x*(ξ) = G(ξ)ᵀ y*, and the
 maximised marginal output law is the push-forward (ξ ↦ G(ξ)ᵀ y*)_# ρ of the label law ρ. Choosing

@@ -1,5 +1,5 @@
 """Key-lag baselines: other ways of giving one attention layer access to each key's predecessor
-(SPEC §1.5). Unlike PSA they learn their mixing weights. Each acts on the (B, H, T, D) streams at
+(arXiv 2609.32319). Unlike PSA they learn their mixing weights. Each acts on the (B, H, T, D) streams at
 a fixed site: the lag-one mixers after RoPE (where PSA acts), the convolutions before it.
 
 - ``smeared_keys`` (Olsson et al., 2022): k̂_j = σ(α_h) k_j + (1 − σ(α_h)) k_{j−1}, one α per head.

@@ -1,4 +1,4 @@
-"""Multi-query associative recall (MQAR, Zoology; SPEC §1.6).
+"""Multi-query associative recall (MQAR, Zoology; arXiv 2609.32319).
 
 Vocabulary (Zoology's halves, with our BOS in front)::
 

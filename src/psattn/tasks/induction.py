@@ -1,4 +1,4 @@
-"""SHT hop-1 induction (SPEC §1.6): copy the token that followed the previous occurrence.
+"""SHT hop-1 induction (arXiv 2609.32319): copy the token that followed the previous occurrence.
 
 Vocabulary: id 0 is BOS and starts every row; ids 1..vocab_size-1 are content tokens,
 all interchangeable (their names carry no meaning; only in-context repeats matter).

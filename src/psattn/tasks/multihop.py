@@ -1,4 +1,4 @@
-"""Negative control 2 (SPEC §1.4): two-hop reasoning over facts with negation.
+"""Negative control 2 (arXiv 2609.32319): two-hop reasoning over facts with negation.
 
 Vocabulary::
 

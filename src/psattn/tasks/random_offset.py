@@ -1,4 +1,4 @@
-"""Negative control 1 (SPEC §1.4): random-offset retrieval, solvable in one layer.
+"""Negative control 1 (arXiv 2609.32319): random-offset retrieval, solvable in one layer.
 
 Design. Each key–value pair is *fused into a single token* F(k, v); a query token
 Q(k) at the end of the row asks for the value bound to key k, answered by V(v)::

@@ -1,4 +1,4 @@
-"""Theory of Phase Space Attention (SPEC §1.3): the critical-coupling law and the reduced Gaussian
+"""Theory of Phase Space Attention (arXiv 2609.32319): the critical-coupling law and the reduced Gaussian
 score model, scaling exponents, spectral analysis, and machine-checkable certificates.
 
 - :mod:`.transition`: gamma_c(d_k, T), its branches and crossover d_k* = 8 log(T - 1);

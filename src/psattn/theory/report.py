@@ -137,7 +137,7 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
 
     st = trans["stats"]
     lines += ["", "### The transition law against the reduced Gaussian model", "",
-              "Closed form (SPEC §1.3): γ_c² = 2L/(√d_k + √(d_k − 8L)) for d_k ≥ 8L, 1/(2c²√(2L)) below, "
+              "Closed form (arXiv 2609.32319): γ_c² = 2L/(√d_k + √(d_k − 8L)) for d_k ≥ 8L, 1/(2c²√(2L)) below, "
               f"L = log(T − 1), c = {C_CONSTANT}. Simulation (`psattn.theory.reduced_model`): one target score "
               "γ²√d_k against T − 1 distractor scores N(0, 4γ⁴) (the T4-only reduction); the simulated critical "
               "coupling is the smallest γ at which the target beats the typical log-partition of the distractors, "

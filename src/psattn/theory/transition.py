@@ -1,4 +1,4 @@
-"""The closed-form critical coupling gamma_c(d_k, T) of the reduced Gaussian score model (SPEC §1.3).
+"""The closed-form critical coupling gamma_c(d_k, T) of the reduced Gaussian score model (arXiv 2609.32319).
 
 With L = log(T - 1), the number of distractor keys T - 1 and c = :data:`C_CONSTANT` = 0.74::
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: The constant c of branch 2 (SPEC §1.3: c ~ 0.74). It is the only free parameter of the law.
+#: The constant c of branch 2 (arXiv 2609.32319: c ~ 0.74). It is the only free parameter of the law.
 C_CONSTANT = 0.74
 
 
@@ -85,7 +85,7 @@ def transition_branch(d_k, T):
 
 
 def gamma_c_squared(d_k, T, c: float = C_CONSTANT):
-    """gamma_c^2(d_k, T) of SPEC §1.3, both branches."""
+    """gamma_c^2(d_k, T) of arXiv 2609.32319, both branches."""
     c = _check_c(c)
     d_k, T = np.broadcast_arrays(_check_dk(d_k), _check_T(T))
     L = np.log(T - 1.0)

@@ -1,4 +1,4 @@
-"""Machine-checkable certificates of the PSA claims (SPEC §1.3), run against an operator under test.
+"""Machine-checkable certificates of the PSA claims (arXiv 2609.32319), run against an operator under test.
 
     from psattn.theory.certificates import run_certificates
     results = run_certificates()                     # the library's operator: all pass
