@@ -97,6 +97,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     config = RunConfig.from_file(args.config) if args.config else RunConfig()
     config = apply_overrides(config, args.set)
+    if args.print_config:  # the resolved config, as a run directory would store it; nothing is trained
+        import json
+
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    if args.run_dir is None:
+        raise ValueError("--run-dir is required to train (or pass --print-config)")
     try:
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit)
     except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
@@ -200,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="JSON file with sections model, task, train")
     tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500")
-    tr.add_argument("--run-dir", required=True, help="directory for config, metrics and checkpoints")
+    tr.add_argument("--run-dir", help="directory for config, metrics and checkpoints (required to train)")
+    tr.add_argument("--print-config", action="store_true",
+                    help="print the resolved config (defaults, --config, --set) as JSON and exit")
     tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     tr.add_argument("--time-limit", type=float, metavar="SECONDS",
                     help="checkpoint and stop after this long; the same command resumes")

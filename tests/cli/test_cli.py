@@ -49,3 +49,15 @@ def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
     assert "random_offset" in out and "multihop" in out and "final acc" in out
     summary = out.split("summary")[1]
     assert "task random_offset, gamma 0.0: 0/1 succeed" in summary and "task multihop, gamma 0.0" in summary
+
+
+def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, capsys):
+    assert main(["train", "--print-config", "--set", "task.name=mqar", "model.attention.variant=key_only",
+                 "model.attention.gamma=0.5"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert config["task"]["name"] == "mqar" and config["model"]["attention"] == {
+        "variant": "key_only", "gamma": 0.5, "placement": "post_rope", "boundary": "replicate"}
+    assert config["model"]["vocab_size"] == config["task"]["vocab_size"]
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--set", "train.steps=3"])
+    assert stop.value.code == 2 and "--run-dir is required" in capsys.readouterr().err
