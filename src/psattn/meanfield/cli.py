@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 import psattn
+from psattn.jsonfile import read_json
 from psattn.provenance import git_revision
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
@@ -89,21 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return group
 
 
-def _read_json_object(path: str) -> dict[str, Any]:
-    if not Path(path).is_file():
-        raise ValueError(f"config file {path} does not exist")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
-
-
 def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     """Defaults, then --config, then the flags given (None means not given)."""
-    base: dict[str, Any] = _read_json_object(args.config) if args.config else {}
+    base: dict[str, Any] = read_json(args.config, what="config file", object_only=True) if args.config else {}
     base = base.get("config", base)  # also accept a run directory's config.json
     sim = {k: v for k, v in base.items() if k != "kernel"}
     for flag, key in _SIM_FLAGS.items():

@@ -8,7 +8,6 @@ sweep results; the sweep itself lives with the induction experiments.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonfile import read_json
 from .reduced_model import ReducedModel
 from .transition import C_CONSTANT, gamma_c
 
@@ -140,12 +140,7 @@ def empirical_exponent(results: Iterable) -> PowerLawFit:
 def load_sweep_results(path: str | Path) -> list[tuple[float, float]]:
     """(d_k, gamma_critical) pairs from a JSON file: a list of pairs or records, or an object with
     such a list under "results"."""
-    if not Path(path).is_file():
-        raise ValueError(f"{path} does not exist")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    data = read_json(path, what="sweep results file")
     if isinstance(data, Mapping):
         if "results" not in data:
             raise ValueError(f"{path}: expected a list, or an object with a 'results' list")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jsonfile import read_json
 from ..models.config import ModelConfig
 from ..tasks.registry import TASKS, make_task_config, task_name
 
@@ -136,15 +137,7 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RunConfig":
-        if not Path(path).is_file():
-            raise ValueError(f"config file {path} does not exist")
-        try:
-            data = json.loads(Path(path).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object")
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path, what="config file", object_only=True))
 
 
 def holds_same_run(path: str | Path, config: RunConfig) -> bool:

@@ -1,0 +1,22 @@
+"""Reading the JSON files a user hands to psattn (configs, sweep results), with one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_json(path: str | Path, *, what: str = "file", object_only: bool = False) -> Any:
+    """The parsed contents of ``path``. Raises ValueError, naming ``what`` and the path, when the file
+    does not exist, is not valid UTF-8 JSON, or (``object_only``) does not hold a JSON object."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what} {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if object_only and not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return data
