@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="run the declared experiments and write report.md with figures")
     size = rep.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="CPU scale, under an hour on 2 cores (default)")
+    size.add_argument("--quick", action="store_true", help="CPU scale, about 25 minutes on 2 cores (default)")
     size.add_argument("--full", action="store_true", help="paper scale, for a GPU")
     rep.add_argument("--out", help="output directory (default reports/reproduce-MODE)")
     rep.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")

@@ -195,7 +195,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               "change together); at fixed width and head count with a wider or narrower head (d_k and the "
               "attention's inner width change together). A bound (<= or >) means the grid did not bracket it; only "
               "bracketed values enter the least-squares fits, while the interval uses every bracket "
-              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design.", ""]
+              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design"
+              + (", the only one the quick reproduction trains." if LEFT_OUT[mode] else "."), ""]
     fits = {}
     for design, rows in designs.items():
         if not rows:
