@@ -100,6 +100,7 @@ def test_unsupported_architecture_raises():
     [
         (dict(placement="pre_rope"), NotImplementedError, "post-RoPE"),
         (dict(attn_implementation="flash_attention_2"), ValueError, "flash"),
+        (dict(attn_implementation="flex_attention"), ValueError, "flex"),
         (dict(variant="sideways"), ValueError, "unknown PSA variant"),
         (dict(gamma=float("nan")), ValueError, "finite"),
         (dict(boundary="wrap"), ValueError, "boundary"),
@@ -142,6 +143,11 @@ def test_unsupported_caches_raise(prompt):
         model.generate(prompt, max_new_tokens=2, cache_implementation="static")
     with pytest.raises(TypeError, match="StaticCache"), torch.no_grad():
         model(prompt, **cache_kw(StaticCache(config=model.config, max_cache_len=32)), use_cache=True)
+    # Quantized caches (which need an extra backend package to build) are not DynamicCaches either,
+    # so the same type check refuses them.
+    from transformers.cache_utils import QuantizedCache
+
+    assert not issubclass(QuantizedCache, DynamicCache)
     # A cache filled without PSA holds raw keys: refused, not silently mixed.
     plain = tiny_model("llama")
     with torch.no_grad():

@@ -147,3 +147,16 @@ def test_a_query_that_may_see_no_key_gets_zeros_on_both_paths():
 def test_starts_must_be_boolean():
     with pytest.raises(TypeError, match="bool"):
         shear(torch.randn(1, 1, 4, 2), 0.5, starts=torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_fast_path_scale_and_dropout_mean_what_they_mean_for_sdpa():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    kw = dict(gamma_q=0.4, gamma_k=0.9, is_causal=True)
+    torch.testing.assert_close(psa_attention(q, k, v, scale=0.3, **kw), psa_attention_reference(q, k, v, scale=0.3, **kw))
+    assert not torch.allclose(psa_attention(q, k, v, scale=0.3, **kw), psa_attention(q, k, v, **kw))
+    torch.manual_seed(0)
+    dropped = psa_attention(q, k, v, dropout_p=0.5, **kw)
+    torch.manual_seed(0)
+    assert torch.equal(psa_attention(q, k, v, dropout_p=0.5, **kw), dropped)  # reproducible from the seed
+    assert not torch.allclose(dropped, psa_attention(q, k, v, **kw))

@@ -102,7 +102,7 @@ def test_make_task_config_overrides_and_errors():
     assert make_task_config("induction", seq_len=32, form="full") == InductionConfig(seq_len=32, form="full")
     with pytest.raises(ValueError, match=r"unknown task .copy.*induction.*mqar.*multihop.*random_offset.*text"):
         make_task_config("copy")
-    with pytest.raises(ValueError, match=r"unknown fields \['vocab_size'\].*num_keys"):
+    with pytest.raises(ValueError, match=r"unknown task 'random_offset' fields \['vocab_size'\].*num_keys"):
         make_task_config("random_offset", vocab_size=64)
     with pytest.raises(ValueError, match="form must be one of"):
         make_task_config("induction", form="double")

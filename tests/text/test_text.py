@@ -247,3 +247,14 @@ def test_generate_cli_continues_a_prompt_with_the_runs_tokenizer(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["generate", "--run", str(synthetic), "--prompt", "x"])
     assert "only runs of the text task" in capsys.readouterr().err
+
+
+def test_a_saved_tokenizer_json_is_a_tokenizer_choice(tmp_path):
+    corpus = str(numbered_corpus(tmp_path / "corpus"))
+    bpe = make_task_config("text", corpus=corpus, tokenizer="bpe", vocab_size=300, seq_len=16).tokens()
+    path = tmp_path / "tokenizer.json"
+    path.write_text(bpe.tokenizer.to_json())
+    reused = make_task_config("text", corpus=corpus, tokenizer=str(path), vocab_size=300, seq_len=16).tokens()
+    assert np.array_equal(np.asarray(reused.train), np.asarray(bpe.train))
+    assert np.array_equal(np.asarray(reused.eval), np.asarray(bpe.eval))
+    assert reused.tokenizer.encode(TEXT) == bpe.tokenizer.encode(TEXT)

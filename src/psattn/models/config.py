@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..fields import from_fields
 from ..ops.rope import rotary_dim
 from ..ops.shear import check_boundary, check_gamma
 from ..ops.variants import VARIANTS, check_placement, variant_gammas
@@ -54,11 +55,7 @@ class AttentionConfig:
 
 
 def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
-    known = {f.name for f in dataclasses.fields(AttentionConfig)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"unknown attention config fields {sorted(unknown)}; known: {sorted(known)}")
-    return AttentionConfig(**data)
+    return from_fields(AttentionConfig, data, "attention config")
 
 
 NORMS = ("layernorm", "rmsnorm")
@@ -160,8 +157,4 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown model config fields {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**data)
+        return from_fields(cls, data, "model config")

@@ -7,8 +7,8 @@ on a CPU; ``psa-92m`` is meant for a GPU.
 
 from __future__ import annotations
 
-import dataclasses
 
+from ..fields import from_fields
 from .config import ModelConfig
 
 PRESETS: dict[str, dict] = {
@@ -22,10 +22,7 @@ def preset(name: str, **overrides) -> ModelConfig:
     """A :class:`ModelConfig` for a named preset, with any field overridden."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = set(overrides) - fields
-    if unknown:
-        raise ValueError(f"unknown model config fields {sorted(unknown)}")
+    from_fields(ModelConfig, overrides, "model config")  # refuses unknown overrides before building
     return ModelConfig(**{**PRESETS[name], **overrides})
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from psattn.fields import from_fields
 from psattn.tasks import associative_recall, induction, multihop, random_offset, text
 from psattn.tasks.batch import TaskBatch
 
@@ -31,11 +31,7 @@ def _lookup(name: str) -> tuple[type, Sampler]:
 def make_task_config(name: str, **overrides: Any) -> Any:
     """The config of task ``name`` with defaults replaced by ``overrides``."""
     config_cls, _ = _lookup(name)
-    fields = {field.name for field in dataclasses.fields(config_cls)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise ValueError(f"unknown fields {unknown} for task {name!r}; fields: {sorted(fields)}")
-    return config_cls(**overrides)
+    return from_fields(config_cls, overrides, f"task {name!r}")
 
 
 def task_name(config: Any) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fields import from_fields
 from ..jsonfile import read_json
 from ..models.config import ModelConfig
 from ..tasks.registry import TASKS, make_task_config, task_name
@@ -97,7 +98,7 @@ class RunConfig:
         if isinstance(self.model, dict):
             self.model = _section("model", ModelConfig.from_dict, self.model)
         if isinstance(self.train, dict):
-            self.train = _section("train", _build, TrainConfig, self.train, "train")
+            self.train = _section("train", from_fields, TrainConfig, self.train, "train")
         for name, kind in (("model", ModelConfig), ("train", TrainConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"the {name} section must be a JSON object, got {getattr(self, name)!r}")
@@ -160,13 +161,6 @@ def _section(section: str, build, *args, **kwargs):
     except (TypeError, AttributeError, KeyError, OverflowError) as err:
         raise ValueError(f"malformed {section} section: {err}") from None
 
-
-def _build(cls, data: dict[str, Any], section: str):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(known)}")
-    return cls(**data)
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:

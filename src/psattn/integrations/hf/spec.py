@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
+from ...fields import from_fields
 from ...ops.shear import check_boundary, check_gamma
 from ...ops.variants import check_placement, check_variant, variant_gammas
 
@@ -63,12 +64,7 @@ class PSASpec:
     @classmethod
     def from_dict(cls, values) -> "PSASpec":
         """The inverse of :meth:`to_dict`; raises ValueError on anything else."""
-        if not isinstance(values, dict):
-            raise ValueError(f"PSA settings must be a mapping of {[f.name for f in fields(cls)]}, got {values!r}")
-        unknown = sorted(set(values) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown PSA settings {unknown}; known: {[f.name for f in fields(cls)]}")
-        return cls(**values)
+        return from_fields(cls, values, "PSA settings")
 
     def shear_key(self) -> tuple[float, float, str]:
         """What a cache layer must agree on to be shared between forward calls."""
