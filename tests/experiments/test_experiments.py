@@ -9,7 +9,7 @@ from psattn.experiments import induction as exp
 from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
-from psattn.experiments.sweep import load_result, run_sweep
+from psattn.experiments.sweep import load_result, run_sweep, unique_configs
 from psattn.ops.hooks import capture
 from psattn.models.heads import head_scores, repeated_tokens
 from helpers import random_model
@@ -44,6 +44,27 @@ def test_gamma_zero_runs_are_the_baseline_and_shared():
     sweep_names = {c.name for c in exp.gamma_sweep("quick")}
     table_names = {c.name for c in exp.variant_table("quick")}
     assert small_config("baseline", 0.0, steps=600, seed=1).name in sweep_names & table_names
+
+
+def test_quick_rows_that_report_success_stop_once_it_is_decided():
+    primary = {v for v, _, _, is_primary in exp.VARIANT_ROWS if is_primary}
+    for c in exp.variant_table("quick"):
+        decided = c.model.attention.variant not in primary or c.model.attention.placement != "post_rope"
+        assert c.train.early_stop == decided and c.train.early_stop_evals == (2 if decided else 1), c.name
+        assert ("-stop2-" in c.name) == decided
+    assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in exp.EXPERIMENTS[name]("quick"))
+    assert not any(c.train.early_stop for name in ("gamma_sweep", "controls", "sizes") for c in exp.EXPERIMENTS[name]("quick"))
+    table = {c.name: c for c in exp.variant_table("quick")}
+    for c in exp.init_sensitivity("quick"):  # default-init rows are the variant table's own full-budget runs
+        assert (c.name in table) == (c.model.init == "scaled") and c.train.early_stop == (c.model.init != "scaled")
+    assert not any(c.train.early_stop for name, fn in exp.EXPERIMENTS.items() for c in fn("full"))
+
+
+def test_one_name_for_two_configs_is_refused():
+    a, b = small_config("key_only", 1.0), small_config("key_only", 1.0, steps=7)
+    assert unique_configs([a, a, dataclasses.replace(b, name="other")]) == [a, dataclasses.replace(b, name="other")]
+    with pytest.raises(ValueError, match="two different configs are named"):
+        unique_configs([a, b])
 
 
 def test_sweep_runs_in_parallel_and_skips_finished(tmp_path):
@@ -138,7 +159,7 @@ def test_head_scores_read_the_right_positions():
 
 @pytest.mark.slow
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
-    tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, control_steps=4,
+    tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, extra_steps=4, control_steps=4,
                                     sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
                                     head_counts=(4, 2), critical_gammas=(1.0,), widths=(32, 64), head_dims=(8, 16),
                                     single_steps=4)
@@ -151,7 +172,8 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form", "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
-                   "0.949", "717", "| part | wall minutes |", "| training |", "longest:"):
+                   "0.949", "717", "| part | wall minutes |", "| training |", "longest:",
+                   "stops once held-out accuracy has stayed at the threshold for 2 evaluations in a row"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "curves_single", "head_scores", "attention_patterns", "text_curves",
                    "text_position_loss", "text_induction_scores"):

@@ -10,7 +10,8 @@ from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import trainer as trainer_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
-from psattn.training.trainer import TrainingDiverged, train
+from psattn.training.signals import TrainingInterrupted
+from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
 from helpers import tiny_config
 
 
@@ -120,6 +121,31 @@ def test_early_stop_and_emergence_step():
     assert result.emergence_step == 10 and result.steps == 10 and result.stopped_early
 
 
+def test_early_stop_can_wait_for_the_accuracy_to_stay_at_the_threshold():
+    result = train(tiny_config(steps=60, threshold=0.01, early_stop=True, early_stop_evals=3))
+    assert result.emergence_step == 10 and result.steps == 30 and result.stopped_early
+    assert [row["step"] for row in result.history] == [10, 20, 30]
+
+
+def test_the_streak_counts_only_the_latest_evaluations_in_a_row():
+    history = [{"eval_accuracy": a} for a in (0.9, 0.2, 0.85, 0.95)]
+    assert at_threshold_streak(history, 0.8) == 2
+    assert at_threshold_streak(history, 0.9) == 1
+    assert at_threshold_streak(history[:2], 0.8) == 0
+    assert at_threshold_streak([], 0.8) == 0
+
+
+def test_a_run_interrupted_inside_its_streak_resumes_to_the_same_stop(tmp_path):
+    config = tiny_config(steps=60, threshold=0.01, early_stop=True, early_stop_evals=3)
+    steps = []
+    with pytest.raises(TrainingInterrupted):
+        train(config, tmp_path, on_step=lambda step, _: steps.append(step), should_stop=lambda: steps[-1] >= 20)
+    resumed = train(config, tmp_path)
+    whole = train(config)
+    assert resumed.steps == whole.steps == 30 and resumed.emergence_step == whole.emergence_step == 10
+    assert [r["eval_accuracy"] for r in resumed.history] == [r["eval_accuracy"] for r in whole.history]
+
+
 def test_existing_run_directory_with_another_config_is_refused(tmp_path):
     train(tiny_config(steps=10), tmp_path)
     with pytest.raises(ValueError, match="different config"):
@@ -135,6 +161,7 @@ def test_existing_run_directory_with_another_config_is_refused(tmp_path):
     ({"warmup_steps": 2.5}, "warmup_steps must be a non-negative integer"),
     ({"early_stop": "no"}, "early_stop must be true or false"),
     ({"threads": 0}, "threads"),
+    ({"early_stop_evals": 0}, "early_stop_evals must be a positive integer"),
     ({"threshold": "high"}, "threshold"),
 ])
 def test_malformed_train_configs_are_refused_by_name(fields, message):

@@ -28,12 +28,14 @@ DEFAULT_INIT = ModelConfig().init
 
 
 def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
-             init: float | str = DEFAULT_INIT, tag_init: bool = False) -> str:
-    """The run's directory name; the initialisation appears when it is not the default (or ``tag_init``)."""
+             init: float | str = DEFAULT_INIT, tag_init: bool = False, stop_after: int = 0) -> str:
+    """The run's directory name; the initialisation appears when it is not the default (or ``tag_init``),
+    and ``-stop{n}`` when the run stops once its accuracy has stayed at the threshold for n evaluations."""
     where = "" if placement == "post_rope" else f"-{placement}"
     coupling = f"-g{gamma:g}" if variant in SHEARED else ""
     tag = "" if init == DEFAULT_INIT and not tag_init else f"-init{init:g}" if isinstance(init, (int, float)) else f"-init{init}"
-    return f"{task}-{size}-{variant}{coupling}{where}{tag}-s{seed}"
+    stop = f"-stop{stop_after}" if stop_after else ""
+    return f"{task}-{size}-{variant}{coupling}{where}{tag}{stop}-s{seed}"
 
 
 def small_config(
@@ -45,6 +47,7 @@ def small_config(
     seed: int = 0,
     steps: int = 1000,
     early_stop: bool = True,
+    stop_after: int = 0,
     threshold: float = 0.9,
     d_model: int = 128,
     n_heads: int = 4,
@@ -57,8 +60,10 @@ def small_config(
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
-    vocabulary. A key-only or symmetric run at gamma = 0 is the baseline itself, so it is named
-    and configured as the baseline (sweeps then share those runs)."""
+    vocabulary. ``stop_after`` > 0 ends the run once held-out accuracy has stayed at the threshold
+    for that many evaluations in a row (and overrides ``early_stop``). A key-only or symmetric run at
+    gamma = 0 is the baseline itself, so it is named and configured as the baseline (sweeps then share
+    those runs)."""
     if variant == "baseline" or (gamma == 0.0 and variant in SHEARED):
         variant, gamma, placement = "baseline", 0.0, "post_rope"
     fields = {**DEFAULT_TASK_FIELDS.get(task, {}), **task_fields}
@@ -74,11 +79,12 @@ def small_config(
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
-        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init),
+        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, stop_after),
         model=model,
         task=task_config,
         train=TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_every=50, eval_size=512,
-                          early_stop=early_stop, threshold=threshold, seed=seed, threads=1, device=device),
+                          early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
+                          threshold=threshold, seed=seed, threads=1, device=device),
     )
 
 

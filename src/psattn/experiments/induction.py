@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..training.config import RunConfig
-from .configs import small_config
+from .configs import DEFAULT_INIT, small_config
 from .text import text_experiment
 
 MODES = ("quick", "full")
@@ -55,6 +55,9 @@ class Plan:
     sensitivity_extra_seeds: tuple[int, ...]  # for its learned key-lag rows
     sensitivity_key_lag: bool  # whether the sensitivity table has the learned key-lag rows
     sensitivity_variants: tuple[str, ...]  # PSA variants of the sensitivity table
+    # rows whose tables report success and emergence (not a final accuracy) stop once held-out accuracy
+    # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
+    stop_after: int
 
 
 PLANS = {
@@ -65,7 +68,7 @@ PLANS = {
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
         head_dims=(16, 32, 64),
         single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
-        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"),
+        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), stop_after=2,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -75,7 +78,7 @@ PLANS = {
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
-        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
+        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"), stop_after=0,
     ),
 }
 
@@ -103,20 +106,24 @@ def _plan(mode: str) -> Plan:
     return PLANS[mode]
 
 
-def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, early_stop: bool = False,
+def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, decided: bool = False,
          **kwargs) -> RunConfig:
-    return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device,
-                        threshold=plan.threshold, early_stop=early_stop, **kwargs)
+    """A run of ``plan``; ``decided``: its table reports success and emergence, so it may stop once
+    they are decided (``plan.stop_after``)."""
+    return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device, threshold=plan.threshold,
+                        early_stop=False, stop_after=plan.stop_after if decided else 0, **kwargs)
 
 
 def variant_table(mode: str = "quick") -> list[RunConfig]:
     """Every variant on the full-sequence form (primary rows on every seed), and the same on the
-    single-answer form with its own budget (secondary rows there at the secondary budget scaled alike)."""
+    single-answer form with its own budget (secondary rows there at the secondary budget scaled alike).
+    Primary rows train to the full budget (the table compares their final accuracy with the paper's);
+    secondary rows may stop once their success is decided."""
     p = _plan(mode)
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     scale = p.single_steps / p.steps
     return [
-        _run(p, variant, gamma, budget, placement=placement, seed=seed, form=form, **model)
+        _run(p, variant, gamma, budget, decided=not primary, placement=placement, seed=seed, form=form, **model)
         for form, budget_of in (("full", lambda primary: p.steps if primary else p.extra_steps),
                                 ("single", lambda primary: round((p.steps if primary else p.extra_steps) * scale)))
         for variant, gamma, placement, primary in VARIANT_ROWS
@@ -136,8 +143,10 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     if p.sensitivity_key_lag:
         rows += [(v, g, p.sensitivity_extra_seeds) for v, g in KEY_LAG_ROWS]
     budget = {"full": q.steps, "single": q.single_steps}
+    shared = mode == "quick"  # the default-initialisation runs are the variant table's, at the full budget
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
-                         form=form, init=init, seed=s, tag_init=mode != "quick")
+                         stop_after=0 if shared and init == DEFAULT_INIT else p.stop_after,
+                         form=form, init=init, seed=s, tag_init=not shared)
             for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds]
 
 
@@ -161,7 +170,7 @@ def associative_recall(mode: str = "quick") -> list[RunConfig]:
     """MQAR (Zoology) on one layer: recalling the value after a queried key is an induction pattern,
     so the key-side shear should help there as it does on induction (a positive control)."""
     p = _plan(mode)
-    return [_run(p, v, g, p.control_steps, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
+    return [_run(p, v, g, p.control_steps, decided=True, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
 
 
 def size_scan(mode: str = "quick") -> list[RunConfig]:
@@ -173,21 +182,23 @@ def size_scan(mode: str = "quick") -> list[RunConfig]:
 def critical_gamma(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at fixed width (d_model 128): d_k and head count change together."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, seed=0, n_heads=h) for h in p.head_counts for g in p.critical_gammas]
+    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=h) for h in p.head_counts for g in p.critical_gammas]
 
 
 def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed head count (4): d_k and width change together.
     Gamma 0 runs too: a width at which one plain layer already succeeds has no critical gamma."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, seed=0, d_model=w, n_heads=4) for w in p.widths for g in (0.0, *p.critical_gammas)]
+    return [_run(p, "symmetric", g, decided=True, seed=0, d_model=w, n_heads=4)
+            for w in p.widths for g in (0.0, *p.critical_gammas)]
 
 
 def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed width (d_model 128) *and* head count (4): only
     d_k (and with it the attention's inner width) changes. Gamma 0 runs too."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, seed=0, n_heads=4, d_head=k) for k in p.head_dims for g in (0.0, *p.critical_gammas)]
+    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=4, d_head=k)
+            for k in p.head_dims for g in (0.0, *p.critical_gammas)]
 
 
 EXPERIMENTS = {
@@ -224,7 +235,14 @@ def _group_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_emergence_step": statistics.fmean(emerged) if emerged else None,
         "threshold": threshold,
         "steps_budget": results[0]["config"]["train"]["steps"],
+        "stops_when_decided": any(_stops_when_decided(r) for r in results),
     }
+
+
+def _stops_when_decided(result: dict[str, Any]) -> bool:
+    """Whether the run was to stop once it reached the threshold (and stayed there for
+    ``train.early_stop_evals`` evaluations): its final accuracy is then the accuracy at that stop."""
+    return bool(result["config"]["train"].get("early_stop"))
 
 
 def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from . import plots
 from .plateau import attention_at_queries
 from .markdown import fmt as _fmt
 from .markdown import table as _table
-from .sweep import run_sweep
+from .sweep import run_sweep, unique_configs
 from .text import text_experiment
 from .text_report import text_section
 
@@ -77,14 +77,28 @@ def _init_order(init) -> tuple:
     return (0, init, "") if isinstance(init, (int, float)) else (1, 0.0, init)
 
 
+def _budget(row: dict) -> str:
+    """The step budget of a summary row, starred when its runs stop once success is decided."""
+    return f"{row['steps_budget']}*" if row.get("stops_when_decided") else str(row["steps_budget"])
+
+
+def _stop_note(rows: list[dict], stop_after: int) -> list[str]:
+    """The footnote for starred budgets, when a table has any."""
+    if not any(r.get("stops_when_decided") for r in rows):
+        return []
+    return ["", f"\\* at most this many steps: the run stops once held-out accuracy has stayed at the threshold for "
+                f"{stop_after} evaluations in a row (success and emergence step are decided then), so its accuracies "
+                "are those at the stop."]
+
+
 def _param_count(result: dict) -> str:
     return f"{preset_parameter_count(ModelConfig.from_dict(result['config']['model'])) / 1e6:.2f}M"
 
 
 def induction_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict]:
     declared = declared_experiments(mode)
-    unique = {c.name: c for configs in declared.values() for c in configs}
-    results = run_sweep(list(unique.values()), out / "runs", workers=workers, progress=progress)
+    unique = unique_configs([c for configs in declared.values() for c in configs])
+    results = run_sweep(unique, out / "runs", workers=workers, progress=progress)
 
     variants = exp.summarise_by(_subset(results, declared["variants"]), exp.form_variant_key)
     sensitivity = exp.summarise_by(_subset(results, declared["init_sensitivity"]), exp.init_key)
@@ -117,6 +131,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     speed = trainer_vs_bare_loop(first_seed[0], steps=30, repeats=2)
 
     budget = declared["variants"][0].train.steps
+    stop_after = exp.PLANS[mode].stop_after
     single_budget = next(c.train.steps for c in declared["variants"] if c.task.form == "single")
     lines = [
         "## Induction (one attention layer)",
@@ -139,21 +154,24 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
         lines += _table(
             ["variant", "gamma", "placement", "steps", "seeds", "success", "mean final acc", "mean best acc",
              "mean emergence step", "paper"],
-            [[r["variant"], r["gamma"], r["placement"], r["steps_budget"], r["seeds"], f"{r['successes']}/{r['seeds']}",
+            [[r["variant"], r["gamma"], r["placement"], _budget(r), r["seeds"], f"{r['successes']}/{r['seeds']}",
               r["mean_final_accuracy"], r["mean_best_accuracy"], _fmt(r["mean_emergence_step"], 0),
               PAPER["variants"].get(r["variant"], "—") if r["placement"] == "post_rope" else "—"] for r in rows],
         )
+        lines += _stop_note(rows, stop_after)
         lines += ["", f"![training curves, {heading.lower()}](figures/{'curves' if form == 'full' else 'curves_single'}.png)", ""]
     lines += ["### Sensitivity to the initialisation", "",
               "Success and emergence against the scale every matrix is initialised at: a fixed std, the default "
               "N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module defaults (\"torch\": N(0, 1) "
               "embeddings, tied to the output layer). Same budgets as the variant table.", ""]
-    lines += _table(["init", "form", "variant", "gamma", "seeds", "success", "mean emergence step", "mean best acc"],
-                    [[str(r["init"]), r["form"], r["variant"], r["gamma"], r["seeds"], f"{r['successes']}/{r['seeds']}",
-                      _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
+    lines += _table(["init", "form", "variant", "gamma", "steps", "seeds", "success", "mean emergence step",
+                     "mean best acc"],
+                    [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
+                      f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
                      for r in sorted(sensitivity, key=lambda r: (r["form"], _init_order(r["init"]), r["variant"]))])
+    lines += _stop_note(sensitivity, stop_after)
     lines += ["", "What the key-only layer's attention does at the single-answer query (layer 0, 64 held-out rows, "
-              "seed 0), at initialisation and at the end of the budget: the entropy of the pattern over its maximum "
+              "seed 0), at initialisation and where its run ended: the entropy of the pattern over its maximum "
               "(1: uniform), the spread of the content score term T1 = q·k and the key-side momentum term T3 over the "
               "visible keys (scaled by 1/sqrt(d_k), as softmax sees them), the best head's attention on the target "
               "(uniform attention puts 0.016 there), and the norm of the attention output over the token embedding's.",
@@ -181,9 +199,10 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"one-layer model, {declared['mqar'][0].train.steps} steps: recalling the value after a queried key is an "
               "induction pattern, so the key-side shear should help here too (a positive control; the paper reports "
               "no MQAR number).", ""]
-    lines += _table(["variant", "gamma", "seeds", "success", "mean final acc", "mean emergence step"],
-                    [[r["variant"], r["gamma"], r["seeds"], f"{r['successes']}/{r['seeds']}", r["mean_final_accuracy"],
-                      _fmt(r["mean_emergence_step"], 0)] for r in mqar])
+    lines += _table(["variant", "gamma", "steps", "seeds", "success", "mean final acc", "mean emergence step"],
+                    [[r["variant"], r["gamma"], _budget(r), r["seeds"], f"{r['successes']}/{r['seeds']}",
+                      r["mean_final_accuracy"], _fmt(r["mean_emergence_step"], 0)] for r in mqar])
+    lines += _stop_note(mqar, stop_after)
     lines += ["", "### Size scan", ""]
     lines += _table(["layers", "d_model", "variant", "gamma", "final acc", "emergence step"],
                     [[r["n_layers"], r["d_model"], r["variant"], r["gamma"], r["mean_final_accuracy"],
@@ -210,6 +229,10 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
                         [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(rows, key=lambda r: r["gamma"])
                                   if r["d_k"] == d_k] + [label] for d_k, _, label in design_pairs])
         fits[design] = _exponent_fit(design_pairs, exp.critical_brackets(rows))
+        if any(r["stops_when_decided"] for r in rows):
+            lines += ["", f"Each run: at most {rows[0]['steps_budget']} steps, stopping once held-out accuracy has "
+                          f"stayed at the threshold for {stop_after} evaluations in a row; the accuracies are those at "
+                          "the stop."]
         lines += ["", f"Exponent: {fits[design]['text']}.", ""]
     lines += ["", "### Heads", "",
               "Previous-token and induction scores of each head, measured on [BOS] + R + R rows (R: 24 random tokens) "
@@ -360,7 +383,7 @@ def train_all(out: Path, mode: str, sections, workers: int | None, progress: boo
         configs += [c for declared in declared_experiments(mode).values() for c in declared]
     if "text" in sections:
         configs += text_experiment(mode)
-    unique = list({c.name: c for c in configs}.values())
+    unique = unique_configs(configs)
     reused = [c.name for c in unique if (out / "runs" / c.name / "result.json").exists()]
     results = run_sweep(unique, out / "runs", workers=workers, progress=progress)
     return {"trained_now": len(unique) - len(reused), "reused": len(reused),

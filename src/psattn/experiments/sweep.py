@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from ..progress import progress_bar
 
 from ..training.config import RunConfig, holds_same_run
 from ..training.lock import run_lock
@@ -83,7 +83,19 @@ def estimated_cost(config: RunConfig) -> float:
     m = config.model
     tokens = config.train.batch_size * getattr(config.task, "seq_len", 64)
     per_token = m.n_layers * 12 * m.d_model ** 2 + m.vocab_size * m.d_model  # attention + MLP, and the head
-    return config.train.steps * tokens * per_token
+    stops_early = 0.5 if config.train.early_stop else 1.0  # a guess: such runs often end half way
+    return stops_early * config.train.steps * tokens * per_token
+
+
+def unique_configs(configs: list[RunConfig]) -> list[RunConfig]:
+    """``configs`` with repeats (same name, same config) dropped, in order; experiments share runs
+    this way. Two different configs under one name are refused."""
+    by_name: dict[str, RunConfig] = {}
+    for c in configs:
+        if c.name in by_name and by_name[c.name].to_dict() != c.to_dict():
+            raise ValueError(f"two different configs are named {c.name!r}")
+        by_name.setdefault(c.name, c)
+    return list(by_name.values())
 
 
 def run_sweep(
@@ -112,7 +124,7 @@ def run_sweep(
     if todo and ray_address is not None:
         _run_on_ray(todo, out_dir, ray_address, workers, progress)
     elif todo and workers == 1:
-        for config in tqdm(todo, desc="runs", disable=not progress):
+        for config in progress_bar(todo, desc="runs", enabled=progress):
             train_unless_finished(config, out_dir / config.name)
     elif todo:
         _run_in_pool(todo, out_dir, min(workers, len(todo)), progress)
@@ -136,7 +148,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                 future.cancel()
 
         pending = set(futures)
-        with on_stop_signals(forward), tqdm(total=len(futures), desc="runs", disable=not progress) as bar:
+        with on_stop_signals(forward), progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
             while pending:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -174,7 +186,7 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
             task = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
             tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
         pending = list(tasks)
-        with tqdm(total=len(tasks), desc="runs (ray)", disable=not progress) as bar:
+        with progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 ray.get(done)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
+from psattn.progress import progress_bar
 
 import psattn
 from psattn.jsonfile import read_json
@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "seed": config.seed, "config": config.to_dict()}
     (out / "config.json").write_text(json.dumps(meta, indent=1))
     _, steps = step_size(config)
-    with tqdm(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
+    with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
     record = summarise(traj)
     summary = write_summary([record], out)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from psattn.progress import progress_bar
 
 import psattn
 from psattn.provenance import git_revision
@@ -144,7 +144,7 @@ def run_experiments(
     """
     runs = []
     with torch_threads(threads):
-        for config in tqdm(configs, desc="mean-field runs", unit="run", disable=not progress, leave=False):
+        for config in progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress, leave=False):
             traj = simulate(config)
             record = summarise(traj)
             logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],

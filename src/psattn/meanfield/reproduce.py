@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
+from psattn.progress import progress_bar
 
 import psattn
 from psattn.provenance import git_revision
@@ -116,7 +116,7 @@ def reproduce(
     checks: list[TheoremCheck] = [theorems.check_paper_claims(summary)]
     plan = _check_plan(quick)
     with torch_threads(threads):
-        for label, thunk in tqdm(plan, desc="theorem checks", unit="check", disable=not progress, leave=False):
+        for label, thunk in progress_bar(plan, desc="theorem checks", unit="check", enabled=progress, leave=False):
             try:
                 checks.append(thunk())
             except ImportError as err:  # optional extras (scipy) missing

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from ..progress import progress_bar
 
 from .corpus import Document, corpus_hash, load_documents
 from .tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
@@ -75,7 +75,7 @@ def _make_tokenizer(tokenizer: str, vocab_size: int, train_texts: list[str]) -> 
 
 
 def _encode(tokenizer: Tokenizer, parts: list[str], desc: str) -> np.ndarray:
-    chunks = [np.asarray(tokenizer.encode(p), dtype=np.int64) for p in tqdm(parts, desc=desc, leave=False)]
+    chunks = [np.asarray(tokenizer.encode(p), dtype=np.int64) for p in progress_bar(parts, desc=desc, leave=False)]
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 

@@ -34,7 +34,8 @@ class TrainConfig:
     eval_every: int = 50
     eval_size: int = 512
     threshold: float = 0.9  # accuracy that defines the emergence step
-    early_stop: bool = True  # stop once held-out accuracy reaches the threshold
+    early_stop: bool = True  # stop once held-out accuracy reaches the threshold ...
+    early_stop_evals: int = 1  # ... at this many consecutive evaluations
     checkpoint_every: int = 100
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads; None leaves the default
@@ -43,7 +44,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every"):
+        for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every", "early_stop_evals"):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
                 raise ValueError(f"train.{name} must be a positive integer, got {value!r}")

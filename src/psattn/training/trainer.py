@@ -27,9 +27,9 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from .. import __version__
+from ..progress import progress_bar
 from ..provenance import git_revision
 from ..models.decoder import DecoderLM
 from ..tasks.batch import IGNORE_INDEX, TaskBatch
@@ -76,6 +76,16 @@ def seed_step_randomness(seed: int, step: int) -> None:
     """Seed dropout's generators (CPU and every CUDA device) from (seed, step), so a resumed run
     draws what the uninterrupted run drew, on any device, with no generator state to save."""
     torch.manual_seed((seed << 32) + (1 << 30) + step)
+
+
+def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
+    """How many of the latest evaluations in a row reached ``threshold`` held-out accuracy."""
+    streak = 0
+    for row in reversed(history):
+        if row["eval_accuracy"] < threshold:
+            break
+        streak += 1
+    return streak
 
 
 def eval_batch(config: RunConfig) -> TaskBatch:
@@ -275,10 +285,10 @@ def train(
                 })
             barrier(ddp)
 
-        done = bool(history) and t.early_stop and emergence is not None
+        done = t.early_stop and at_threshold_streak(history, t.threshold) >= t.early_stop_evals
         timed_out = False
         stop = _StopFlag()
-        bar = tqdm(total=t.steps, initial=step, disable=not (progress and ddp.is_main), desc=config.name, leave=False)
+        bar = progress_bar(total=t.steps, initial=step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
         model.train()
         with stop.installed() if handle_signals else contextlib.nullcontext():
             start = time.perf_counter()
@@ -315,7 +325,7 @@ def train(
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
                     if emergence is None and acc >= t.threshold:
                         emergence = step
-                        done = t.early_stop
+                    done = t.early_stop and at_threshold_streak(history, t.threshold) >= t.early_stop_evals
                 if time_limit_s is not None and step < t.steps and not done:
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
