@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 
-from psattn.timing import interleaved_medians
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
+from psattn.timing import interleaved_medians
 
 
 def operator_benchmarks(B, H, T, D, gamma, repeats):

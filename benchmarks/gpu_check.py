@@ -14,7 +14,8 @@
    at a step cap or at its share of the remaining budget; emergence steps per seed.
 
 OUT/gpu_check.json is rewritten after every section and every run, so a run cut short still
-leaves what it measured; a section that fails is recorded under "errors" and the next one runs. ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
+leaves what it measured; a section that fails is recorded under "errors" and the next one runs.
+``--smoke`` runs tiny shapes on the CPU (to test the script itself).
 
     python benchmarks/gpu_check.py --out results/ [--budget-s 480 --seeds 3 --max-steps 3000] [--smoke]
 """

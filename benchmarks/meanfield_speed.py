@@ -32,12 +32,12 @@ from datetime import datetime, timezone  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from psattn.timing import interleaved_medians  # noqa: E402
 from psattn.meanfield.config import build_kernel  # noqa: E402
 from psattn.meanfield.dynamics import ComovingField, DirectField, normalise  # noqa: E402
 from psattn.meanfield.experiments import PAPER_KERNELS, paper_configs  # noqa: E402
 from psattn.meanfield.integrators import euler_step, rk4_step  # noqa: E402
 from psattn.meanfield.simulate import simulate  # noqa: E402
+from psattn.timing import interleaved_medians  # noqa: E402
 
 
 def numpy_euler_step(x: np.ndarray, beta: float, h: float) -> np.ndarray:
@@ -59,8 +59,8 @@ def euler_rows(ns: tuple[int, ...], ds: tuple[int, ...], beta: float, h: float) 
             x_np = x[0].numpy().copy()
             agree = float(np.abs(euler_step(field, x, h)[0][0].numpy() - numpy_euler_step(x_np, beta, h)).max())
             repeats = 20 if n <= 1024 else 5
-            t = interleaved_medians({"torch": lambda: euler_step(field, x, h),
-                                     "numpy": lambda: numpy_euler_step(x_np, beta, h)}, repeats)
+            t = interleaved_medians({"torch": lambda: euler_step(field, x, h),  # noqa: B023
+                                     "numpy": lambda: numpy_euler_step(x_np, beta, h)}, repeats)  # noqa: B023
             rows.append({"n": n, "d": d, "torch_particle_steps_per_s": n / t["torch"],
                          "numpy_particle_steps_per_s": n / t["numpy"],
                          "ratio_torch_over_numpy": t["numpy"] / t["torch"],
@@ -83,7 +83,7 @@ def comoving_rows(cases: tuple[tuple[int, int], ...], beta: float, h: float) -> 
         y = kernel.to_comoving(x)
         agree = float((kernel.from_comoving(rk4_step(comoving, y, h)[0]) - rk4_step(direct, x, h)[0]).abs().max())
         t = interleaved_medians(
-            {"comoving": lambda: rk4_step(comoving, y, h), "direct": lambda: rk4_step(direct, x, h)}, repeats=5
+            {"comoving": lambda: rk4_step(comoving, y, h), "direct": lambda: rk4_step(direct, x, h)}, repeats=5  # noqa: B023
         )
         rows.append({"n": n, "d": d, "ratio_direct_over_comoving": t["direct"] / t["comoving"],
                      "comoving_particle_steps_per_s": n / t["comoving"], "max_abs_difference": agree})

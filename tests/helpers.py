@@ -3,9 +3,9 @@
 import torch
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.ops.variants import PLACEMENTS, VARIANTS
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
-from psattn.ops.variants import PLACEMENTS, VARIANTS
 
 ALL_VARIANTS = [(v, p) for v in VARIANTS for p in PLACEMENTS]
 

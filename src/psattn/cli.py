@@ -11,16 +11,16 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
-from .experiments import induction as experiments
-from .experiments.configs import small_induction_config
-from .integrations.hf_demo import register as register_hf
-from .meanfield.cli import register as register_meanfield
-from .theory.cli import register as register_theory
-from .training.config import RunConfig, apply_overrides
-from .training.distributed import teardown_distributed
-from .training.signals import TrainingInterrupted
-from .training.trainer import TrainingDiverged, train
+from psattn.commands.theory import register as register_theory
+from psattn.experiments import induction as experiments
+from psattn.experiments.configs import small_induction_config
+from psattn.integrations.hf_demo import register as register_hf
+from psattn.meanfield.cli import register as register_meanfield
+from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.distributed import teardown_distributed
+from psattn.training.signals import TrainingInterrupted
+from psattn.training.trainer import TrainingDiverged, train
+from psattn.version import __version__
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from .experiments.reproduce import reproduce
+    from psattn.experiments.reproduce import reproduce
 
     mode = "full" if args.full else "quick"
     report = reproduce(args.out or f"reports/reproduce-{mode}", mode, workers=args.workers)
@@ -64,7 +64,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .experiments.sweep import run_sweep
+    from psattn.experiments.sweep import run_sweep
 
     configs = experiments.EXPERIMENTS[args.experiment](args.mode)
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
@@ -85,7 +85,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import json
 
-    from .export.compare import export_and_compare, format_comparison
+    from psattn.export.compare import export_and_compare, format_comparison
 
     result = export_and_compare(args.run, args.onnx, int8=args.int8)
     print(format_comparison(result))
@@ -122,8 +122,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .text.generate import continue_text, run_tokenizer
-    from .training.trainer import load_trained
+    from psattn.text.generate import continue_text, run_tokenizer
+    from psattn.training.trainer import load_trained
 
     if not (Path(args.run_dir) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")

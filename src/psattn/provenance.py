@@ -1,13 +1,19 @@
-"""Where a result came from: library version, git revision, machine."""
+"""Where a result came from: library version, git revision, machine; :func:`provenance` is the record
+every run directory the project writes keeps (``meta.json`` of a training run, the mean-field
+``config.json`` and ``summary.json``)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from psattn.version import __version__
 
 
 def git_revision() -> str | None:
@@ -24,3 +30,16 @@ def machine() -> str:
     """One line: platform, processor architecture, CPU count, torch version."""
     return (f"{platform.platform()} ({platform.machine()}, {os.cpu_count()} CPUs), "
             f"torch {torch.__version__}")
+
+
+def provenance(seed: int | None = None) -> dict[str, Any]:
+    """Seed, versions, git revision, machine and start time, under the same keys everywhere."""
+    return {
+        "seed": seed,
+        "psattn_version": __version__,
+        "git_revision": git_revision(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from psattn.cli import main
 from helpers import tiny_config
+from psattn.cli import main
 from psattn.training.trainer import train
 
 

@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
+from helpers import random_model
 from psattn.experiments import induction as exp
 from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
 from psattn.experiments.sweep import load_result, run_sweep, unique_configs
-from psattn.ops.hooks import capture
 from psattn.models.heads import head_scores, repeated_tokens
-from helpers import random_model
+from psattn.ops.hooks import capture
 
 
 def tiny(config, steps=4):
@@ -33,7 +33,8 @@ def test_declared_experiments(mode):
     controls = exp.negative_controls(mode)
     assert {c.task.__class__.__name__ for c in controls} == {"RandomOffsetConfig", "MultiHopConfig"}
     variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
-    assert {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")} <= variants
+    expected = {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")}
+    assert expected <= variants
     assert all(c.model.n_layers == 1 for c in exp.variant_table(mode))
     with pytest.raises(ValueError, match="unknown mode"):
         exp.gamma_sweep("medium")
@@ -169,8 +170,10 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
-                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table", "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
-                   "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form", "Full-sequence form",
+                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table",
+                   "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
+                   "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form",
+                   "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
                    "0.949", "717", "| part | wall minutes |", "| training |", "longest:",
                    "stops once held-out accuracy has stayed at the threshold for 2 evaluations in a row"):

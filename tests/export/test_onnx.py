@@ -3,14 +3,13 @@ import onnx
 import pytest
 import torch
 
-from psattn.export import OnnxLM, export_onnx, nonstandard_ops
+from helpers import random_model
 from psattn.experiments.configs import small_config
+from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.export.compare import calibration_inputs, export_and_compare, key_range_growth
 from psattn.export.onnx import quantize_int8
-from psattn.training.trainer import eval_batch
 from psattn.models import generate
-from psattn.training.trainer import train
-from helpers import random_model
+from psattn.training.trainer import eval_batch, train
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
          ("query_only", "post_rope"), ("symmetric", "pre_rope")]

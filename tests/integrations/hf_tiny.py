@@ -71,7 +71,7 @@ def returned_cache(output):
 
 def tiny_tokenizer():
     """A word-level tokenizer over VOCAB ids (offline): id 0 is [PAD], the rest are words w1..w60."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"[PAD]": PAD, **{f"w{i}": i for i in range(1, VOCAB)}}

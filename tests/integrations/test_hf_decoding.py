@@ -6,7 +6,6 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_model
-
 from psattn.integrations.hf import PSACache, PSALayer, apply_psa
 from psattn.ops.shear import shear
 

@@ -8,7 +8,6 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import CORE, EXTRA, PAD, VOCAB, cache_kw, tiny_model
-
 from psattn.integrations.hf import apply_psa, remove_psa
 
 VARIANTS = ["symmetric", "key_only", "query_only"]

@@ -6,7 +6,6 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_config, tiny_model
-
 from psattn.integrations.hf import PSACache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
 
 

@@ -6,7 +6,6 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import VOCAB, tiny_model
-
 from psattn.integrations.hf import apply_psa
 
 

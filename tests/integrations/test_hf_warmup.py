@@ -10,7 +10,12 @@ from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E4
 
 from integrations.hf_tiny import VOCAB, tiny_model  # noqa: E402
 from psattn.integrations.hf import (  # noqa: E402
-    GammaWarmup, apply_psa, gamma_warmup, load_psa_model, psa_spec, set_psa_gamma,
+    GammaWarmup,
+    apply_psa,
+    gamma_warmup,
+    load_psa_model,
+    psa_spec,
+    set_psa_gamma,
 )
 from psattn.ops.hooks import capture  # noqa: E402
 

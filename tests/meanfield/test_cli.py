@@ -30,7 +30,7 @@ def test_meanfield_run_writes_figures_summary_and_animation(tmp_path, capsys):
     run = summary["runs"][0]
     assert run["name"] == "rope_n8" and run["config"]["tau"] == 1.0 and run["energy_monotone"]
     meta = json.loads((out / "config.json").read_text())
-    assert meta["version"] and meta["seed"] == 0 and meta["config"]["kernel"]["name"] == "rope"
+    assert meta["psattn_version"] and meta["seed"] == 0 and meta["config"]["kernel"]["name"] == "rope"
     assert "rope_n8" in capsys.readouterr().out
     if "animation.gif" in written:
         assert (out / "animation.gif").read_bytes()[:6] in (b"GIF87a", b"GIF89a")

@@ -43,8 +43,9 @@ def test_comoving_round_trip(kernel):
 
 
 def test_label_factor_values():
-    assert torch.allclose(cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(torch.tensor(1.0, dtype=torch.float64)))
-    assert torch.allclose(distance_bias_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.exp(torch.tensor(-1.0, dtype=torch.float64)))
+    one = torch.tensor(1.0, dtype=torch.float64)
+    assert torch.allclose(cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(one))
+    assert torch.allclose(distance_bias_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.exp(-one))
 
 
 def test_prefix_gauge_shared_within_a_prompt():

@@ -1,12 +1,11 @@
 import pytest
 import torch
 
-from psattn.models import AttentionConfig, DecoderLM, ModelConfig, PRESETS, preset, preset_parameter_count
+from helpers import ALL_VARIANTS, random_model
+from psattn.models import PRESETS, AttentionConfig, DecoderLM, ModelConfig, preset, preset_parameter_count
 from psattn.ops.attention import score_terms
 from psattn.ops.hooks import capture
 from psattn.ops.shear import shear
-
-from helpers import ALL_VARIANTS, random_model
 
 
 def test_gamma_zero_variants_equal_baseline():

@@ -3,8 +3,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.models import AttentionConfig, DecoderLM, ModelConfig, generate, prefill, speculative_generate
 from helpers import ALL_VARIANTS, random_model
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig, generate, prefill, speculative_generate
 
 
 @pytest.mark.parametrize("variant,placement", ALL_VARIANTS)

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from helpers import random_model
 from psattn.models import AttentionConfig, generate
 from psattn.models.keylag import KEY_LAG, lagged
-from helpers import random_model
 
 KEY_LAG_NAMES = sorted(KEY_LAG)
 

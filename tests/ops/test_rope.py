@@ -23,7 +23,8 @@ def test_matches_complex_rotation_by_hand():
     cos, sin = rope(torch.tensor([[3]]))
     out = apply_rope(x, cos, sin)[0, 0, 0]
     for i, freq in enumerate([1.0, 100.0 ** -0.5]):
-        z = complex(x[0, 0, 0, i], x[0, 0, 0, i + 2]) * complex(torch.cos(torch.tensor(3 * freq)), torch.sin(torch.tensor(3 * freq)))
+        angle = torch.tensor(3 * freq)
+        z = complex(x[0, 0, 0, i], x[0, 0, 0, i + 2]) * complex(torch.cos(angle), torch.sin(angle))
         assert out[i].item() == pytest.approx(z.real, abs=1e-5)
         assert out[i + 2].item() == pytest.approx(z.imag, abs=1e-5)
 

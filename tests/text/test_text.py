@@ -10,6 +10,7 @@ from torch import nn
 
 from helpers import tiny_config
 from psattn.models import AttentionConfig, ModelConfig
+from psattn.models.heads import repeat_scores
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
 from psattn.text import tokens as token_cache
@@ -17,8 +18,7 @@ from psattn.text.corpus import corpus_hash, load_documents
 from psattn.text.metrics import bits_per_byte, icl_score, icl_window
 from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
 from psattn.text.tokens import split_text
-from psattn.models.heads import repeat_scores
-from psattn.training.config import RunConfig, TrainConfig, apply_overrides
+from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.trainer import train
 
 TEXT = "Héllo, wörld! It is a truth universally acknowledged.\nNew line — with a dash.\n"

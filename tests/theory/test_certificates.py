@@ -2,8 +2,7 @@ import json
 
 import pytest
 
-from psattn.theory.certificates import (REGISTRY, Evidence, certificate_names, format_table, run_certificate,
-                                        run_certificates)
+from psattn.theory.certificates import REGISTRY, Evidence, certificate_names, format_table, run_certificate, run_certificates
 from psattn.theory.certificates.base import CertificateSpec
 from psattn.theory.operators import MUTANTS, REFERENCE
 

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from psattn.commands.theory import register
+from psattn.experiments.bode_model import bode_model
 from psattn.theory import report
-from psattn.theory.cli import register
 
 
 def run_cli(argv):
@@ -85,7 +86,8 @@ def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypa
     monkeypatch.setattr(report, "SCALING_DK", [64, 1024, 4096, 16384])
     sweep = [{"d_k": 16, "gamma_critical": 1.2}, {"d_k": 32, "gamma_critical": 0.6}, {"d_k": 64, "gamma_critical": None}]
     out = tmp_path / "theory"
-    result = report.reproduce(out, quick=True, run_dir=tiny_run, sweep_results=sweep, link_prefix="theory/")
+    model, label = bode_model(out, run_dir=tiny_run)
+    result = report.reproduce(out, model, label, quick=True, sweep_results=sweep, link_prefix="theory/")
     for name in ("phase_diagram", "scaling", "bode", "bode_measured"):
         assert (out / f"{name}.png").stat().st_size > 5_000
     saved = json.loads((out / "theory.json").read_text())

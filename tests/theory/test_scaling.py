@@ -4,8 +4,14 @@ import math
 import numpy as np
 import pytest
 
-from psattn.theory.scaling import (empirical_exponent, exponent_interval, fit_power_law, load_sweep_results,
-                                   reduced_model_exponent, sweep_pairs)
+from psattn.theory.scaling import (
+    empirical_exponent,
+    exponent_interval,
+    fit_power_law,
+    load_sweep_results,
+    reduced_model_exponent,
+    sweep_pairs,
+)
 
 
 def test_exact_power_law_is_recovered():

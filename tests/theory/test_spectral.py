@@ -3,8 +3,16 @@ import pytest
 import torch
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
-from psattn.theory.spectral import (all_variant_bode, filter_order, joint_response, measure_bode, shear_gain_squared,
-                                    shear_response, spectral_ratio, variant_bode)
+from psattn.theory.spectral import (
+    all_variant_bode,
+    filter_order,
+    joint_response,
+    measure_bode,
+    shear_gain_squared,
+    shear_response,
+    spectral_ratio,
+    variant_bode,
+)
 
 
 def test_closed_form_gains():

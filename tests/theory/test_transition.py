@@ -5,8 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.theory.transition import (C_CONSTANT, annealed_roots, crossover_dk, crossover_jump, gamma_c,
-                                      gamma_c_squared, log_distractors, transition_branch)
+from psattn.theory.transition import (
+    C_CONSTANT,
+    annealed_roots,
+    crossover_dk,
+    crossover_jump,
+    gamma_c,
+    gamma_c_squared,
+    log_distractors,
+    transition_branch,
+)
 
 # (d_k, T, gamma_c) worked out by hand; T = 1 + e^L makes L = log(T - 1) a round number.
 HAND = [

@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
+from helpers import tiny_config
 from psattn.training.checkpoint import load_checkpoint
 from psattn.training.trainer import train
-from helpers import tiny_config
 
 
 def torchrun(config, run_dir, *extra, background=False):
@@ -105,8 +105,8 @@ def test_ddp_time_limit_stops_every_rank_and_resumes(tmp_path):
 
 
 def test_batch_must_split_evenly(monkeypatch):
-    from psattn.training.distributed import Distributed, shard
     from psattn.tasks import TaskBatch
+    from psattn.training.distributed import Distributed, shard
     batch = TaskBatch(torch.zeros(6, 4, dtype=torch.long), torch.zeros(6, 4, dtype=torch.long))
     assert len(shard(batch, Distributed(rank=1, world_size=2))) == 3
     with pytest.raises(ValueError, match="divisible"):

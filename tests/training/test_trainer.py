@@ -6,13 +6,13 @@ import signal
 import pytest
 import torch
 
+from helpers import tiny_config
 from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import trainer as trainer_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
-from helpers import tiny_config
 
 
 def test_deterministic_and_run_directory(tmp_path):

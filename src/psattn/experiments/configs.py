@@ -9,10 +9,10 @@ single-answer form (two seeds of three within 1000 steps), while the baseline st
 
 from __future__ import annotations
 
-from ..models import AttentionConfig, ModelConfig
-from ..models.presets import preset
-from ..tasks import make_task_config
-from ..training.config import RunConfig, TrainConfig
+from psattn.models import AttentionConfig, ModelConfig
+from psattn.models.presets import preset
+from psattn.tasks import make_task_config
+from psattn.training.config import RunConfig, TrainConfig
 
 DEFAULT_TASK_FIELDS = {
     "induction": dict(vocab_size=64, seq_len=64, form="full"),

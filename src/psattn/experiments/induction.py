@@ -25,9 +25,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..training.config import RunConfig
-from .configs import DEFAULT_INIT, small_config
-from .text import text_experiment
+from psattn.experiments.configs import DEFAULT_INIT, small_config
+from psattn.experiments.text import text_experiment
+from psattn.training.config import RunConfig
 
 MODES = ("quick", "full")
 

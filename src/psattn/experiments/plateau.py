@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from ..ops.hooks import capture
-from ..tasks.batch import TaskBatch
+from psattn.ops.hooks import capture
+from psattn.tasks.batch import TaskBatch
 
 
 def previous_occurrence(inputs: torch.Tensor, b: int, t: int) -> int | None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..figures import save_figure
+from psattn.figures import save_figure
 
 
 def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:

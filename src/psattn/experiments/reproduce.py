@@ -12,21 +12,22 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
-from ..models import ModelConfig
-from ..models.presets import preset_parameter_count
-from ..models.heads import head_scores
-from ..training.speed import trainer_vs_bare_loop
-from ..provenance import git_revision, machine
-from ..training.trainer import build_model, eval_batch, load_trained
-from . import induction as exp
-from . import plots
-from .plateau import attention_at_queries
-from .markdown import fmt as _fmt
-from .markdown import table as _table
-from .sweep import run_sweep, unique_configs
-from .text import text_experiment
-from .text_report import text_section
+from psattn.experiments import induction as exp
+from psattn.experiments import plots
+from psattn.experiments.bode_model import bode_model
+from psattn.experiments.markdown import fmt as _fmt
+from psattn.experiments.markdown import table as _table
+from psattn.experiments.plateau import attention_at_queries
+from psattn.experiments.sweep import run_sweep, unique_configs
+from psattn.experiments.text import text_experiment
+from psattn.experiments.text_report import text_section
+from psattn.models import ModelConfig
+from psattn.models.heads import head_scores
+from psattn.models.presets import preset_parameter_count
+from psattn.provenance import git_revision, machine
+from psattn.training.speed import trainer_vs_bare_loop
+from psattn.training.trainer import build_model, eval_batch, load_trained
+from psattn.version import __version__
 
 PAPER = {
     "variants": {"key_only": "0.949", "symmetric": "0.811", "query_only": "chance", "baseline": "fails (one layer)"},
@@ -242,7 +243,8 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
               f"Our trainer runs {speed['trainer_steps_per_s']:.2f} steps/s against {speed['bare_steps_per_s']:.2f} for a "
               f"bare PyTorch loop on the same model and batches: ratio {speed['ratio']:.3f} (measured interleaved in this run).",
               ""]
-    data = {"variants": variants, "init_sensitivity": sensitivity, "attention_at_queries": plateau, "gamma_sweep": gammas, "controls": controls, "mqar": mqar, "sizes": sizes,
+    data = {"variants": variants, "init_sensitivity": sensitivity, "attention_at_queries": plateau, "gamma_sweep": gammas,
+            "controls": controls, "mqar": mqar, "sizes": sizes,
             "critical_gamma": critical, "critical_pairs": pairs, "critical_designs": designs,
             "critical_exponents": fits, "head_scores": scores,
             "trainer_speed": speed}
@@ -251,7 +253,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
 
 def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], dict]:
     """The mean-field experiment and theorem checks (their own report lies in ``meanfield/``)."""
-    from ..meanfield.cli import reproduce as reproduce_meanfield
+    from psattn.meanfield.cli import reproduce as reproduce_meanfield
 
     result = reproduce_meanfield(out / "meanfield", quick=mode == "quick", progress=progress)
     lines = ["## Mean-field dynamics with auxiliary variables", "",
@@ -272,7 +274,7 @@ def _run_revision(run_dir: Path) -> str:
 def _exponent_fit(pairs: list, brackets: list) -> dict:
     """The least-squares fit gamma_critical ∝ d_k^alpha over the bracketed values, and the interval
     of alpha that every grid bracket (censored ones included) allows."""
-    from ..theory.scaling import empirical_exponent, exponent_interval
+    from psattn.theory.scaling import empirical_exponent, exponent_interval
 
     out: dict = {}
     bracketed = [(d_k, g) for d_k, g, _ in pairs if g is not None]
@@ -296,13 +298,13 @@ def _exponent_fit(pairs: list, brackets: list) -> dict:
 def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[list[str], dict]:
     """Certificates, the reduced model against the closed-form law, spectra; the measured Bode plot
     reads the seed-0 symmetric model of the variant table when it has been trained."""
-    from ..theory.report import reproduce as reproduce_theory
+    from psattn.theory.report import reproduce as reproduce_theory
 
     symmetric = next(c for c in exp.variant_table(mode)
                      if c.model.attention.variant == "symmetric" and c.model.attention.placement == "post_rope")
     run_dir = out / "runs" / symmetric.name
-    result = reproduce_theory(out / "theory", quick=mode == "quick",
-                              run_dir=run_dir if (run_dir / "result.json").exists() else None,
+    model, label = bode_model(out / "theory", mode == "quick", run_dir if (run_dir / "result.json").exists() else None)
+    result = reproduce_theory(out / "theory", model, label, quick=mode == "quick",
                               sweep_results=[(d_k, g) for d_k, g, _ in critical_pairs or [] if g is not None] or None,
                               link_prefix="theory/")
     return [result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
@@ -352,7 +354,8 @@ def reproduce(
         f"# psattn reproduction ({mode})",
         "",
         f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
-        f"git {git_revision() or 'unknown'}, one torch thread per training process. Command: `psattn reproduce --{mode} --out {out}`. Every number below "
+        f"git {git_revision() or 'unknown'}, one torch thread per training process. "
+        f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
         "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
         f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
         "",

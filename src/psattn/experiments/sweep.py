@@ -4,8 +4,9 @@ finished.
 Each config trains into ``out_dir/<config.name>``. A config whose ``result.json`` exists is not run
 again, and an interrupted one resumes from its checkpoint, so rerunning a sweep only does the work
 that is left. Each run is trained under its directory's lock (:mod:`psattn.training.lock`), so two
-sweeps on the same directory at once never train a run twice: one waits and finds it finished. With ``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"``
-joins the running cluster, anything else is a cluster address) each run is a Ray task of one CPU
+sweeps on the same directory at once never train a run twice: one waits and finds it finished. With
+``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"`` joins the running cluster,
+anything else is a cluster address) each run is a Ray task of one CPU
 (one GPU too when the config asks for CUDA); results land in the same directories, which must be
 on a file system every node sees.
 
@@ -25,12 +26,11 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from ..progress import progress_bar
-
-from ..training.config import RunConfig, holds_same_run
-from ..training.lock import run_lock
-from ..training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
-from ..training.trainer import train
+from psattn.progress import progress_bar
+from psattn.training.config import RunConfig, holds_same_run
+from psattn.training.lock import run_lock
+from psattn.training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
+from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
 

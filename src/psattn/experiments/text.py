@@ -13,10 +13,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import AttentionConfig, ModelConfig
-from ..tasks import make_task_config
-from ..training.config import RunConfig, TrainConfig
-from .configs import run_name
+from psattn.experiments.configs import run_name
+from psattn.models import AttentionConfig, ModelConfig
+from psattn.tasks import make_task_config
+from psattn.training.config import RunConfig, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def summarise_text(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (layers, variant, gamma), runs in groups.items():
         def stat(fn):
-            values = [fn(r) for r in runs]
+            values = [fn(r) for r in runs]  # noqa: B023 (used in this iteration)
             return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
         rows.append({
             "layers": layers, "variant": variant, "gamma": gamma, "seeds": len(runs),

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..figures import save_figure
+from psattn.figures import save_figure
 
 MARKERS = "osD^v<>"
 

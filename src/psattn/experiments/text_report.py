@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..models.presets import preset_parameter_count
-from ..models import ModelConfig
-from ..text.generate import continue_text, run_tokenizer
-from ..timing import interleaved_medians
-from ..training.trainer import load_trained
-from . import text_plots
-from .markdown import fmt, table
-from .sweep import run_sweep
-from .text import TEXT_PLANS, model_key, summarise_text, text_experiment
+from psattn.experiments import text_plots
+from psattn.experiments.markdown import fmt, table
+from psattn.experiments.sweep import run_sweep
+from psattn.experiments.text import TEXT_PLANS, model_key, summarise_text, text_experiment
+from psattn.models import ModelConfig
+from psattn.models.presets import preset_parameter_count
+from psattn.text.generate import continue_text, run_tokenizer
+from psattn.timing import interleaved_medians
+from psattn.training.trainer import load_trained
 
 SAMPLE_PROMPT_CHARS = 120
 #: the pair the edge table compares: one PSA layer against the two plain layers induction needs
@@ -55,8 +55,8 @@ def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[s
     try:
         import onnxruntime  # noqa: F401
 
-        from ..export.compare import export_and_compare
-        from ..export.onnx import OnnxLM
+        from psattn.export.compare import export_and_compare
+        from psattn.export.onnx import OnnxLM
     except ImportError:
         return None
     threads = torch.get_num_threads()

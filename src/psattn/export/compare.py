@@ -12,16 +12,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..models.decoder import DecoderLM
-from ..models.generate import generate
-from ..ops.hooks import capture
-from ..tasks.batch import IGNORE_INDEX, TaskBatch
-from ..tasks.registry import sample_task
-from ..timing import interleaved_medians
-from ..training.config import RunConfig
-from ..text.metrics import bits_per_byte, icl_score
-from ..training.trainer import eval_batch, load_trained
-from .onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+from psattn.models.decoder import DecoderLM
+from psattn.models.generate import generate
+from psattn.ops.hooks import capture
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.tasks.registry import sample_task
+from psattn.text.metrics import bits_per_byte, icl_score
+from psattn.timing import interleaved_medians
+from psattn.training.config import RunConfig
+from psattn.training.trainer import eval_batch, load_trained
 
 
 def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:

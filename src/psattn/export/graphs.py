@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..models.context import AttentionContext
-from ..models.decoder import DecoderLM
+from psattn.models.context import AttentionContext
+from psattn.models.decoder import DecoderLM
 
 
 def check_exportable(model: DecoderLM) -> tuple[bool, bool]:

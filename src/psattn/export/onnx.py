@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models.decoder import DecoderLM
-from .graphs import DecodeStepGraph, PrefillGraph
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph
+from psattn.models.decoder import DecoderLM
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ def cmd_hf_demo(args: argparse.Namespace) -> int:
     try:
         import torch
 
-        from .hf import apply_psa, remove_psa
+        from psattn.integrations.hf import apply_psa, remove_psa
     except ImportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -21,12 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-from psattn.progress import progress_bar
-
-import psattn
 from psattn.jsonfile import read_json
-from psattn.provenance import git_revision
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
 from psattn.meanfield.experiments import (
@@ -40,6 +35,8 @@ from psattn.meanfield.experiments import (
 from psattn.meanfield.integrators import STEPPERS
 from psattn.meanfield.reproduce import reproduce
 from psattn.meanfield.simulate import simulate, step_size
+from psattn.progress import progress_bar
+from psattn.provenance import provenance
 
 __all__ = ["register", "reproduce", "resolve_run_config"]
 
@@ -116,8 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = resolve_run_config(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"version": psattn.__version__, "torch": torch.__version__, "git_revision": git_revision(),
-            "seed": config.seed, "config": config.to_dict()}
+    meta = {**provenance(config.seed), "config": config.to_dict()}
     (out / "config.json").write_text(json.dumps(meta, indent=1))
     _, steps = step_size(config)
     with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):

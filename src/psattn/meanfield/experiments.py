@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from psattn.progress import progress_bar
 
-import psattn
-from psattn.provenance import git_revision
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
+from psattn.progress import progress_bar
+from psattn.provenance import provenance
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +125,10 @@ def _record_indices(traj: Trajectory) -> torch.Tensor:
 
 
 def write_summary(runs: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Any]:
-    """Write out_dir/summary.json: the run records with the library version, torch version and git revision."""
+    """Write out_dir/summary.json: the run records with their provenance (versions, git revision, machine)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"version": psattn.__version__, "torch": torch.__version__, "git_revision": git_revision(),
-               "runs": runs}
+    summary = {**provenance(), "runs": runs}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     return summary
 

@@ -25,10 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from psattn.progress import progress_bar
 
-import psattn
-from psattn.provenance import git_revision
 from psattn.meanfield import theorems
 from psattn.meanfield.experiments import (
     paper_configs,
@@ -38,6 +35,9 @@ from psattn.meanfield.experiments import (
 )
 from psattn.meanfield.simulate import simulate
 from psattn.meanfield.theorems import TheoremCheck
+from psattn.progress import progress_bar
+from psattn.provenance import git_revision
+from psattn.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def _report(
     lines = [
         "# Mean-field attention with auxiliary variables: reproduction report",
         "",
-        f"Ran {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.platform()}, psattn {psattn.__version__}, "
+        f"Ran {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.platform()}, psattn {__version__}, "
         f"torch {torch.__version__}, git revision {git_revision() or 'unknown'}; mode: {'quick' if quick else 'full'}"
         f" (`psattn meanfield reproduce{' --quick' if quick else ''}`).",
         "",

@@ -1,11 +1,11 @@
 """Decoder models with PSA attention, their configs and presets, and cached generation."""
 
-from .attention import PhaseSpaceAttention
-from .config import AttentionConfig, ModelConfig
-from .context import AttentionContext, build_context
-from .decoder import DecoderLM
-from .generate import GenerationOutput, generate, prefill, speculative_generate
-from .presets import PRESETS, preset, preset_parameter_count
+from psattn.models.attention import PhaseSpaceAttention
+from psattn.models.config import AttentionConfig, ModelConfig
+from psattn.models.context import AttentionContext, build_context
+from psattn.models.decoder import DecoderLM
+from psattn.models.generate import GenerationOutput, generate, prefill, speculative_generate
+from psattn.models.presets import PRESETS, preset, preset_parameter_count
 
 __all__ = [
     "AttentionConfig", "AttentionContext", "DecoderLM", "GenerationOutput", "ModelConfig", "PRESETS",

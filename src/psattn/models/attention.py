@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops.attention import ScoreTerms, attention_weights, expand_kv_heads
-from ..ops.cache import LayerCache
-from ..ops.hooks import HookPoint
-from ..ops.rope import RotaryEmbedding, apply_rope
-from ..ops.shear import momentum, shear
-from .config import AttentionConfig
-from .context import AttentionContext
-from .keylag import KEY_LAG
+from psattn.models.config import AttentionConfig
+from psattn.models.context import AttentionContext
+from psattn.models.keylag import KEY_LAG
+from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads
+from psattn.ops.cache import LayerCache
+from psattn.ops.hooks import HookPoint
+from psattn.ops.rope import RotaryEmbedding, apply_rope
+from psattn.ops.shear import momentum, shear
 
 
 class PhaseSpaceAttention(nn.Module):
@@ -54,6 +54,9 @@ class PhaseSpaceAttention(nn.Module):
         self.post_rope = self.config.placement == "post_rope"
         self.boundary = self.config.boundary
         self.dropout = dropout
+        # the shear (x, gamma, *, starts, prev, boundary) -> x + gamma (x - x_prev); assign another
+        # function of that signature to study a different operator (psattn.theory.operators does)
+        self.shear_fn = shear
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -71,7 +74,7 @@ class PhaseSpaceAttention(nn.Module):
         return LayerCache(self.gamma_q != 0.0, self.gamma_k != 0.0, max_rollback)
 
     def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor:
-        return shear(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
+        return self.shear_fn(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
 
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None) -> Tensor:
         """x (B, T, d_model) -> (B, T, d_model)."""

@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fields import from_fields
-from ..ops.rope import rotary_dim
-from ..ops.shear import check_boundary, check_gamma
-from ..ops.variants import VARIANTS, check_placement, variant_gammas
-from .keylag import KEY_LAG
+from psattn.fields import from_fields
+from psattn.models.keylag import KEY_LAG
+from psattn.ops.rope import rotary_dim
+from psattn.ops.shear import check_boundary, check_gamma
+from psattn.ops.variants import VARIANTS, check_placement, variant_gammas
 
 
 @dataclass
@@ -156,5 +156,5 @@ class ModelConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         return from_fields(cls, data, "model config")

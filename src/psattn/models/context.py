@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..ops.cache import PSACache
-from ..ops.shear import sequence_starts
+from psattn.ops.cache import PSACache
+from psattn.ops.shear import sequence_starts
 
 
 @dataclass
@@ -29,7 +29,7 @@ class AttentionContext:
     is_causal: bool
 
     @classmethod
-    def causal(cls, batch: int, length: int, device: torch.device | None = None) -> "AttentionContext":
+    def causal(cls, batch: int, length: int, device: torch.device | None = None) -> AttentionContext:
         positions = torch.arange(length, device=device).expand(batch, length)  # (B, T)
         return cls(positions, None, None, True)
 

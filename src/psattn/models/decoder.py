@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..ops.cache import PSACache
-from .attention import PhaseSpaceAttention
-from .config import ModelConfig
-from .context import build_context
+from psattn.models.attention import PhaseSpaceAttention
+from psattn.models.config import ModelConfig
+from psattn.models.context import build_context
+from psattn.ops.cache import PSACache
 
 
 def _norm(config: ModelConfig) -> nn.Module:

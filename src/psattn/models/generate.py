@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..ops.cache import PSACache
-from .decoder import DecoderLM
+from psattn.models.decoder import DecoderLM
+from psattn.ops.cache import PSACache
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..ops.hooks import capture
+from psattn.ops.hooks import capture
 
 
 @dataclass

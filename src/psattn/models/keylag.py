@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..ops.shear import previous
+from psattn.ops.shear import previous
 
 
 def lagged(x: Tensor, lag: int, starts: Tensor | None) -> Tensor:

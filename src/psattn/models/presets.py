@@ -7,9 +7,8 @@ on a CPU; ``psa-92m`` is meant for a GPU.
 
 from __future__ import annotations
 
-
-from ..fields import from_fields
-from .config import ModelConfig
+from psattn.fields import from_fields
+from psattn.models.config import ModelConfig
 
 PRESETS: dict[str, dict] = {
     "psa-4m": dict(vocab_size=8192, d_model=256, n_layers=3, n_heads=4),

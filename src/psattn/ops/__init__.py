@@ -1,11 +1,11 @@
 """The PSA operator: RoPE, momentum and shear, attention (fast, reference, score terms), cache."""
 
-from .attention import ScoreTerms, attention_weights, psa_attention, psa_attention_reference, score_terms
-from .cache import LayerCache, PSACache
-from .hooks import HookPoint, capture
-from .rope import RotaryEmbedding, apply_rope
-from .shear import momentum, previous, sequence_starts, shear, unshear
-from .variants import PLACEMENTS, VARIANTS, variant_gammas
+from psattn.ops.attention import ScoreTerms, attention_weights, psa_attention, psa_attention_reference, score_terms
+from psattn.ops.cache import LayerCache, PSACache
+from psattn.ops.hooks import HookPoint, capture
+from psattn.ops.rope import RotaryEmbedding, apply_rope
+from psattn.ops.shear import momentum, previous, sequence_starts, shear, unshear
+from psattn.ops.variants import PLACEMENTS, VARIANTS, variant_gammas
 
 __all__ = [
     "HookPoint", "LayerCache", "PLACEMENTS", "PSACache", "RotaryEmbedding", "ScoreTerms", "VARIANTS",

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .shear import check_boundary, check_gamma, momentum, shear
+from psattn.ops.shear import check_boundary, check_gamma, momentum, shear
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> None:
@@ -164,7 +164,7 @@ class ScoreTerms(NamedTuple):
         return self.t1 + self.t2 + self.t3 + self.t4
 
     @classmethod
-    def from_streams(cls, q: Tensor, p_q: Tensor, k: Tensor, p_k: Tensor, gamma_q: float, gamma_k: float) -> "ScoreTerms":
+    def from_streams(cls, q: Tensor, p_q: Tensor, k: Tensor, p_k: Tensor, gamma_q: float, gamma_k: float) -> ScoreTerms:
         """Terms from streams and momenta with matching heads (B, H, T, D)."""
         kT, p_kT = k.transpose(-2, -1), p_k.transpose(-2, -1)  # (B, H, D, Tk)
         return cls(

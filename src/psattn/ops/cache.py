@@ -156,13 +156,13 @@ class PSACache:
                 self.key_valid[:, :length], self.key_seq[:, :length], self.key_pos[:, :length]
             )
 
-    def fork(self) -> "PSACache":
+    def fork(self) -> PSACache:
         """An independent copy sharing the (never mutated) tensors: continue two suffixes."""
         twin = copy.copy(self)
         twin.layers = [copy.copy(layer) for layer in self.layers]
         return twin
 
-    def restore(self, saved: "PSACache") -> None:
+    def restore(self, saved: PSACache) -> None:
         """Return to the state of ``saved``, a :meth:`fork` of this cache taken earlier (a forward
         pass that fails part-way restores the cache it was extending)."""
         for layer, before in zip(self.layers, saved.layers):

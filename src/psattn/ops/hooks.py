@@ -8,8 +8,9 @@ tensor. Modules check :attr:`HookPoint.active` before computing something only a
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from torch import nn
 

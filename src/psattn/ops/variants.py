@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .shear import check_gamma
+from psattn.ops.shear import check_gamma
 
 # name -> (query sheared, key sheared)
 VARIANTS: dict[str, tuple[bool, bool]] = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..models.generate import generate
-from .tokenizer import load_tokenizer
+from psattn.models.generate import generate
+from psattn.text.tokenizer import load_tokenizer
 
 
 def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,

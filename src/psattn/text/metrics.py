@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tasks.batch import TaskBatch
-from ..models.heads import repeat_scores
+from psattn.models.heads import repeat_scores
+from psattn.tasks.batch import TaskBatch
 
 
 def icl_window(seq_len: int) -> tuple[range, range]:

@@ -8,8 +8,8 @@ generation. ``token_bytes`` gives each id's length in UTF-8 bytes, the denominat
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 

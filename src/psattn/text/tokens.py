@@ -22,10 +22,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from ..progress import progress_bar
 
-from .corpus import Document, corpus_hash, load_documents
-from .tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
+from psattn.progress import progress_bar
+from psattn.text.corpus import Document, corpus_hash, load_documents
+from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
 
 
 def cache_root() -> Path:

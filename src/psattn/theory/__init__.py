@@ -7,16 +7,32 @@ score model, scaling exponents, spectral analysis, and machine-checkable certifi
 - :mod:`.spectral`: H(z) = (1 + gamma) - gamma z^-1, the joint score filter, measured Bode plots;
 - :mod:`.certificates`: the certificates (needs SymPy), run against an operator from :mod:`.operators`;
 - :mod:`.plots`, :mod:`.report`: figures (needs matplotlib) and the report section (:func:`reproduce`);
-- :mod:`.cli`: ``psattn certify`` and ``psattn theory``.
+
+Its command-line entry points are in :mod:`psattn.commands.theory`.
 """
 
-from .reduced_model import ReducedModel, TransitionComparison, compare_with_theory, simulate_transition
-from .report import reproduce
-from .scaling import PowerLawFit, empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent
-from .spectral import (BodeCurves, MeasuredBode, filter_order, joint_response, measure_bode, shear_response,
-                       variant_bode)
-from .transition import (C_CONSTANT, annealed_roots, crossover_dk, crossover_jump, gamma_c, gamma_c_squared,
-                         log_distractors, transition_branch)
+from psattn.theory.reduced_model import ReducedModel, TransitionComparison, compare_with_theory, simulate_transition
+from psattn.theory.report import reproduce
+from psattn.theory.scaling import PowerLawFit, empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent
+from psattn.theory.spectral import (
+    BodeCurves,
+    MeasuredBode,
+    filter_order,
+    joint_response,
+    measure_bode,
+    shear_response,
+    variant_bode,
+)
+from psattn.theory.transition import (
+    C_CONSTANT,
+    annealed_roots,
+    crossover_dk,
+    crossover_jump,
+    gamma_c,
+    gamma_c_squared,
+    log_distractors,
+    transition_branch,
+)
 
 __all__ = [
     "BodeCurves", "C_CONSTANT", "MeasuredBode", "PowerLawFit", "ReducedModel", "TransitionComparison",

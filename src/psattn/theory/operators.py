@@ -12,8 +12,8 @@ operator bundles everything the certificates exercise:
 
 :meth:`OperatorUnderTest.sheared` gives the stream that enters attention as a function of the
 post-RoPE stream (the frame the claims are made in); :meth:`OperatorUnderTest.build_model` builds a
-:class:`~psattn.models.DecoderLM` that runs this operator, by overriding each attention layer's
-``_shear`` when the shear is not the library's.
+:class:`~psattn.models.DecoderLM` that runs this operator, by setting each attention layer's
+``shear_fn``.
 
 The mutants (:data:`MUTANTS`) are the bugs the certificates must catch: a shear with the wrong sign,
 a shear that looks one token ahead instead of back, pre-RoPE placement where post-RoPE is claimed,
@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..models.config import AttentionConfig, ModelConfig
-from ..models.decoder import DecoderLM
-from ..ops.cache import LayerCache, PSACache
-from ..ops.rope import RotaryEmbedding, apply_rope
-from ..ops.shear import shear as library_shear
-from .transition import C_CONSTANT, gamma_c
+from psattn.models.config import AttentionConfig, ModelConfig
+from psattn.models.decoder import DecoderLM
+from psattn.ops.cache import LayerCache, PSACache
+from psattn.ops.rope import RotaryEmbedding, apply_rope
+from psattn.ops.shear import shear as library_shear
+from psattn.theory.transition import C_CONSTANT, gamma_c
 
 CACHE_MODES = ("sheared", "raw_keys", "recompute")
 
@@ -77,11 +77,8 @@ class OperatorUnderTest:
             for p in model.parameters():
                 if p.dim() == 2:
                     p.normal_(0.0, std)
-        if self.shear is not library_shear:
-            for block in model.blocks:
-                attn = block.attn
-                attn._shear = (lambda x, g, ctx, prev, attn=attn:
-                               self.shear(x, g, starts=ctx.starts, prev=prev, boundary=attn.boundary))
+        for block in model.blocks:
+            block.attn.shear_fn = self.shear
         return model
 
     def new_cache(self, model: DecoderLM, max_rollback: int = 0) -> PSACache:

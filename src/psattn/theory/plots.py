@@ -20,8 +20,8 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from ..figures import save_figure
-from .transition import crossover_dk, gamma_c
+from psattn.figures import save_figure
+from psattn.theory.transition import crossover_dk, gamma_c
 
 
 def _nan(values) -> np.ndarray:

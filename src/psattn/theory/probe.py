@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .operators import OperatorUnderTest
+from psattn.theory.operators import OperatorUnderTest
 
 #: Couplings at which taps are exact in binary floating point.
 DYADIC_GAMMAS = (0.25, 0.5, 0.75, 2.0)

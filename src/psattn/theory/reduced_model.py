@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .transition import C_CONSTANT, crossover_dk, gamma_c
+from psattn.theory.transition import C_CONSTANT, crossover_dk, gamma_c
 
 CRITERIA = ("quenched", "annealed")
 

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .operators import MUTANTS, REFERENCE
-from .reduced_model import compare_with_theory
-from .scaling import empirical_exponent, fit_power_law, load_sweep_results
-from .spectral import all_variant_bode, measure_bode
-from .transition import C_CONSTANT, crossover_jump, gamma_c
+from psattn.theory.operators import MUTANTS, REFERENCE
+from psattn.theory.reduced_model import compare_with_theory
+from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results
+from psattn.theory.spectral import all_variant_bode, measure_bode
+from psattn.theory.transition import C_CONSTANT, crossover_jump, gamma_c
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ BODE_GAMMA = 0.8
 def certificate_results(with_mutants: bool = True) -> dict[str, Any]:
     """All certificates on the library's operator, and (``with_mutants``) which of them each
     broken operator fails."""
-    from .certificates import run_certificates
+    from psattn.theory.certificates import run_certificates
 
     start = time.perf_counter()
     results = [r.to_dict() for r in run_certificates(REFERENCE)]
@@ -54,7 +54,7 @@ def transition_results(n_samples: int, seed: int = 0) -> dict[str, Any]:
 
 
 def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[str, Any]:
-    from .reduced_model import ReducedModel
+    from psattn.theory.reduced_model import ReducedModel
 
     model = ReducedModel(SCALING_T, n_samples, seed)
     d = np.asarray(SCALING_DK, dtype=float)
@@ -77,28 +77,12 @@ def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[s
     return out
 
 
-def _bode_model(out_dir: Path, quick: bool, run_dir, seed: int):
-    """The trained model whose streams are measured, and a label for it."""
-    from ..training.trainer import load_trained, train
-
-    if run_dir is not None:
-        return load_trained(run_dir), f"trained run {Path(run_dir).name}"
-    from ..experiments.configs import small_induction_config
-
-    steps = 100 if quick else 600
-    config = small_induction_config("symmetric", BODE_GAMMA, steps=steps, seed=seed, early_stop=False)
-    target = out_dir / "bode_run"
-    result = train(config, target, resume=False)
-    model = load_trained(target)
-    return model, (f"symmetric γ={BODE_GAMMA:g}, trained {result.steps} steps "
-                   f"(held-out induction accuracy {result.final_accuracy:.2f})")
-
-
-def spectral_results(out_dir: Path, quick: bool, run_dir=None, seed: int = 0) -> dict[str, Any]:
-    from ..models import AttentionConfig, DecoderLM
+def spectral_results(model, label: str, seed: int = 0) -> dict[str, Any]:
+    """Closed-form Bode curves of every variant, and the curves measured on ``model`` (and on the same
+    weights with the shear placed before RoPE)."""
+    from psattn.models import AttentionConfig, DecoderLM
 
     closed = [c.to_dict() for c in all_variant_bode(BODE_GAMMA)]
-    model, label = _bode_model(out_dir, quick, run_dir, seed)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (32, 64), generator=torch.Generator().manual_seed(seed))
     measured = [measure_bode(model, ids).to_dict(label)]
@@ -201,21 +185,20 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def reproduce(out_dir: str | Path, quick: bool = True, *, run_dir: str | Path | None = None,
+def reproduce(out_dir: str | Path, model, model_label: str, quick: bool = True, *,
               sweep_results=None, seed: int = 0, link_prefix: str = "") -> dict[str, Any]:
     """Write ``theory.json``, the figures (phase_diagram.png, scaling.png, bode.png,
     bode_measured.png) and ``theory.md`` under ``out_dir``; return the summary with the markdown
     under "markdown" and figure paths under "figures".
 
-    ``quick``: 128 draws per T and a 100-step training run for the measured Bode plot (about half a
-    minute on 2 CPU cores); otherwise 1024 draws and 600 steps. ``run_dir``: measure a trained run
-    instead of training one. ``sweep_results``: (d_k, gamma_critical) pairs or records, or a JSON
-    file of them, for the empirical exponent. ``link_prefix``: prepended to the figure links of the
-    returned markdown (e.g. "theory/" when it is embedded in a report one folder up); theory.md
-    itself links to the figures beside it. Without ``run_dir`` the training run is written to
-    ``out_dir/bode_run``.
+    ``model`` (a trained :class:`~psattn.models.DecoderLM`, described by ``model_label``) is the one
+    whose streams the measured Bode plot reads (:func:`psattn.experiments.bode_model.bode_model`
+    gives one). ``quick``: 128 Monte-Carlo draws per T, otherwise 1024. ``sweep_results``: (d_k,
+    gamma_critical) pairs or records, or a JSON file of them, for the empirical exponent.
+    ``link_prefix``: prepended to the figure links of the returned markdown (e.g. "theory/" when it
+    is embedded in a report one folder up); theory.md itself links to the figures beside it.
     """
-    from . import plots
+    from psattn.theory import plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,7 +211,7 @@ def reproduce(out_dir: str | Path, quick: bool = True, *, run_dir: str | Path | 
     summary["transition"] = transition_results(n_samples, seed)
     summary["scaling"] = scaling_results(n_samples, seed, sweep_results)
     log.info("theory: spectra")
-    summary["spectral"] = spectral_results(out, quick, run_dir, seed)
+    summary["spectral"] = spectral_results(model, model_label, seed)
     summary["seconds"] = time.perf_counter() - start
     (out / "theory.json").write_text(json.dumps(summary, indent=1, default=float))
 

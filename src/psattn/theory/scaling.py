@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..jsonfile import read_json
-from .reduced_model import ReducedModel
-from .transition import C_CONSTANT, gamma_c
+from psattn.jsonfile import read_json
+from psattn.theory.reduced_model import ReducedModel
+from psattn.theory.transition import C_CONSTANT, gamma_c
 
 #: Keys accepted for the two columns of a sweep record.
 DK_KEYS = ("d_k", "head_dim", "dk")

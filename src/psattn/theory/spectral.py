@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..ops.hooks import capture
-from ..ops.variants import VARIANTS, variant_gammas
+from psattn.ops.hooks import capture
+from psattn.ops.variants import VARIANTS, variant_gammas
 
 
 def shear_response(omega, gamma: float) -> np.ndarray:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fields import from_fields
-from ..jsonfile import read_json
-from ..models.config import ModelConfig
-from ..tasks.registry import TASKS, make_task_config, task_name
+from psattn.fields import from_fields
+from psattn.jsonfile import read_json
+from psattn.models.config import ModelConfig
+from psattn.tasks.registry import TASKS, make_task_config, task_name
 
 
 @dataclass
@@ -126,7 +126,7 @@ class RunConfig:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Build from plain values (a parsed JSON document); anything malformed raises ValueError."""
         if not isinstance(data, dict):
             raise ValueError(f"a run config must be a JSON object, got {type(data).__name__}")
@@ -138,7 +138,7 @@ class RunConfig:
         return cls(**data)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "RunConfig":
+    def from_file(cls, path: str | Path) -> RunConfig:
         return cls.from_dict(read_json(path, what="config file", object_only=True))
 
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 
 
 @dataclass(frozen=True)

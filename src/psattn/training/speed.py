@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ..tasks.batch import IGNORE_INDEX
-from ..tasks.registry import sample_task
-from .config import RunConfig
-from .trainer import build_model, build_optimizer, lm_loss, step_generator, train
+from psattn.tasks.batch import IGNORE_INDEX
+from psattn.tasks.registry import sample_task
+from psattn.training.config import RunConfig
+from psattn.training.trainer import build_model, build_optimizer, lm_loss, step_generator, train
 
 
 def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:

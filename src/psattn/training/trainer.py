@@ -17,29 +17,27 @@ import contextlib
 import json
 import logging
 import math
-import platform
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .. import __version__
-from ..progress import progress_bar
-from ..provenance import git_revision
-from ..models.decoder import DecoderLM
-from ..tasks.batch import IGNORE_INDEX, TaskBatch
-from ..tasks.registry import sample_task, task_name
-from ..text.metrics import text_metrics
-from .signals import TrainingInterrupted, on_stop_signals
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
-from .config import RunConfig, holds_same_run
-from .lock import run_lock
-from .distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
+from psattn.models.decoder import DecoderLM
+from psattn.progress import progress_bar
+from psattn.provenance import provenance
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.tasks.registry import sample_task, task_name
+from psattn.text.metrics import text_metrics
+from psattn.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
+from psattn.training.config import RunConfig, holds_same_run
+from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
+from psattn.training.lock import run_lock
+from psattn.training.signals import TrainingInterrupted, on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -202,15 +200,7 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     tokens = getattr(config.task, "tokens", None)
     if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
         write_text(run_dir / "tokenizer.json", tokens().tokenizer.to_json())
-    write_json(run_dir / "meta.json", {
-        "seed": config.train.seed,
-        "psattn_version": __version__,
-        "git_revision": git_revision(),
-        "torch_version": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.platform(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })
+    write_json(run_dir / "meta.json", provenance(config.train.seed))
 
 
 def train(

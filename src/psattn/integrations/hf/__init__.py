@@ -36,11 +36,11 @@ def check_transformers() -> None:
 
 check_transformers()
 
-from .cache import PSACache, PSALayer  # noqa: E402
-from .patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
-from .spec import PSASpec  # noqa: E402
-from .starts import chunk_starts  # noqa: E402
-from .warmup import GammaWarmup, gamma_warmup  # noqa: E402
+from psattn.integrations.hf.cache import PSACache, PSALayer  # noqa: E402
+from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
+from psattn.integrations.hf.spec import PSASpec  # noqa: E402
+from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
+from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup  # noqa: E402
 
 __all__ = ["SUPPORTED", "GammaWarmup", "PSACache", "PSALayer", "PSASpec", "apply_psa", "chunk_starts",
            "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa", "set_psa_gamma"]

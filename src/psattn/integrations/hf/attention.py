@@ -26,10 +26,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from ...ops.shear import shear
-from .cache import PSALayer
-from .hooks import record
-from .spec import BASES, PSASpec
+from psattn.integrations.hf.cache import PSALayer
+from psattn.integrations.hf.hooks import record
+from psattn.integrations.hf.spec import BASES, PSASpec
+from psattn.ops.shear import shear
 
 
 @dataclass

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
-from ...ops.shear import shear
-from .spec import PSASpec
+from psattn.integrations.hf.spec import PSASpec
+from psattn.ops.shear import shear
 
 
 def _nbytes(x: Tensor | None) -> int:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ...ops.attention import attention_weights, score_terms
-from ...ops.hooks import HookPoint
+from psattn.ops.attention import attention_weights, score_terms
+from psattn.ops.hooks import HookPoint
 
 HOOK_NAMES = ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern")
 

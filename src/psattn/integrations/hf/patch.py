@@ -26,12 +26,19 @@ from functools import partial
 
 from torch import nn
 
-from .attention import PSAStep, implementation_name, register_attention
-from .cache import psa_layer
-from .hooks import add_hook_points, remove_hook_points
-from .saving import base_model_type, mark_config, psa_model_class, register_auto_classes, saved_spec, unmark_config
-from .spec import PSASpec
-from .starts import chunk_starts
+from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
+from psattn.integrations.hf.cache import psa_layer
+from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
+from psattn.integrations.hf.saving import (
+    base_model_type,
+    mark_config,
+    psa_model_class,
+    register_auto_classes,
+    saved_spec,
+    unmark_config,
+)
+from psattn.integrations.hf.spec import PSASpec
+from psattn.integrations.hf.starts import chunk_starts
 
 log = logging.getLogger(__name__)
 

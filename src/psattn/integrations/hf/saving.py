@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from .spec import PSASpec
+from psattn.integrations.hf.spec import PSASpec
 
 PREFIX = "psattn_"
 
@@ -48,7 +48,7 @@ class _BuildsWithPSA:
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        from .patch import apply_psa
+        from psattn.integrations.hf.patch import apply_psa
 
         spec = saved_spec(config)
         if spec is None:

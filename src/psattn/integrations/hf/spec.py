@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...fields import from_fields
-from ...ops.shear import check_boundary, check_gamma
-from ...ops.variants import check_placement, check_variant, variant_gammas
+from psattn.fields import from_fields
+from psattn.ops.shear import check_boundary, check_gamma
+from psattn.ops.variants import check_placement, check_variant, variant_gammas
 
 # Base attention kernels PSA can run on: the shear happens first, then the named kernel attends.
 BASES = ("sdpa", "eager")
@@ -62,7 +62,7 @@ class PSASpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values) -> "PSASpec":
+    def from_dict(cls, values) -> PSASpec:
         """The inverse of :meth:`to_dict`; raises ValueError on anything else."""
         return from_fields(cls, values, "PSA settings")
 

@@ -19,7 +19,7 @@ import math
 from torch import nn
 from transformers import TrainerCallback
 
-from .patch import set_psa_gamma
+from psattn.integrations.hf.patch import set_psa_gamma
 
 
 def gamma_warmup(step: int, gamma: float, warmup_steps: int) -> float:

@@ -17,10 +17,9 @@ import traceback
 
 import torch
 
-from ..operators import MUTANTS, REFERENCE, OperatorUnderTest
-from . import algebra, deployment, filters, law  # noqa: F401  (registers the checks)
-from .base import REGISTRY, Certificate, CertificateSpec, Evidence, certificate
-
+from psattn.theory.certificates import algebra, deployment, filters, law  # noqa: F401  (registers the checks)
+from psattn.theory.certificates.base import REGISTRY, Certificate, CertificateSpec, Evidence, certificate
+from psattn.theory.operators import MUTANTS, REFERENCE, OperatorUnderTest
 
 #: The order of the claims in the issue: the algebra, the filter, the theory, then deployment.
 ORDER = [

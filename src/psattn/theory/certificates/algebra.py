@@ -12,11 +12,11 @@ import numpy as np
 import sympy as sp
 import torch
 
-from ...ops.attention import ScoreTerms, score_terms
-from ...ops.shear import momentum
-from ..operators import OperatorUnderTest
-from ..probe import DYADIC_GAMMAS, phase_map, probe_taps
-from .base import Evidence, certificate
+from psattn.ops.attention import ScoreTerms, score_terms
+from psattn.ops.shear import momentum
+from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.operators import OperatorUnderTest
+from psattn.theory.probe import DYADIC_GAMMAS, phase_map, probe_taps
 
 DIM = 4  # stream width of the probes (two RoPE pairs)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..operators import OperatorUnderTest
+from psattn.theory.operators import OperatorUnderTest
 
 METHODS = ("symbolic", "numeric", "symbolic + numeric")
 

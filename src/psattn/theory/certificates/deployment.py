@@ -6,11 +6,11 @@ from __future__ import annotations
 import sympy as sp
 import torch
 
-from ...models.generate import prefill
-from ...ops.hooks import capture
-from ..flops import count_flops
-from ..operators import REFERENCE, OperatorUnderTest
-from .base import Evidence, certificate
+from psattn.models.generate import prefill
+from psattn.ops.hooks import capture
+from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.flops import count_flops
+from psattn.theory.operators import REFERENCE, OperatorUnderTest
 
 
 def _decode(model, cache, ids, chunks):
@@ -78,7 +78,7 @@ def flops_per_token(op: OperatorUnderTest, ev: Evidence) -> None:
             for m, cache in ((model, op.new_cache(model)), (base, base.new_cache())):
                 prefill(m, ids[:, :length], cache)
                 with torch.no_grad():
-                    costs.append(count_flops(lambda: m(ids[:, length:length + 1], cache=cache))[0])
+                    costs.append(count_flops(lambda: m(ids[:, length:length + 1], cache=cache))[0])  # noqa: B023
             extras.append((costs[0] - costs[1]) / n_layers)
         ev.check(all(e == per_channel * d_model for e in extras),
                  f"{variant}: extra FLOPs per decoded token per layer {extras} at cache lengths 4 and 20 "

@@ -8,14 +8,14 @@ import sympy as sp
 import torch
 import torch.nn.functional as F
 
-from ...ops.hooks import capture
-from ...ops.rope import apply_rope
-from ...ops.shear import shear as library_shear
-from ...ops.variants import VARIANTS, variant_gammas
-from ..operators import REFERENCE, OperatorUnderTest
-from ..probe import probe_taps
-from ..spectral import filter_order
-from .base import Evidence, certificate
+from psattn.ops.hooks import capture
+from psattn.ops.rope import apply_rope
+from psattn.ops.shear import shear as library_shear
+from psattn.ops.variants import VARIANTS, variant_gammas
+from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.operators import REFERENCE, OperatorUnderTest
+from psattn.theory.probe import probe_taps
+from psattn.theory.spectral import filter_order
 
 DIM = 8
 

@@ -8,9 +8,9 @@ import math
 import sympy as sp
 import torch
 
-from ..operators import OperatorUnderTest
-from ..reduced_model import ReducedModel
-from .base import Evidence, certificate
+from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.operators import OperatorUnderTest
+from psattn.theory.reduced_model import ReducedModel
 
 C = sp.Rational(74, 100)
 

@@ -1,7 +1,8 @@
-"""Command-line entry points of the theory: ``psattn certify`` and ``psattn theory ...``.
+"""Command-line entry points of the theory (:mod:`psattn.theory`): ``psattn certify`` and ``psattn theory ...``.
 
 ``register(subparsers)`` adds them to the main parser; heavy imports (SymPy, matplotlib, the
-trainer) happen inside the commands, so building the parser stays cheap.
+trainer) happen inside the commands, so building the parser stays cheap. They live here, not in
+:mod:`psattn.theory`, because the report and the Bode plot read a trained model.
 
 - ``psattn certify [--json] [--details] [--operator NAME] [--only NAME ...]``: run the certificates,
   print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken
@@ -22,8 +23,8 @@ from pathlib import Path
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from .certificates import format_table, run_certificates
-    from .operators import get_operator
+    from psattn.theory.certificates import format_table, run_certificates
+    from psattn.theory.operators import get_operator
 
     results = run_certificates(get_operator(args.operator), args.only or None)
     if args.json:
@@ -34,17 +35,19 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import reproduce
+    from psattn.experiments.bode_model import bode_model
+    from psattn.theory.report import reproduce
 
-    result = reproduce(args.out, quick=not args.full, run_dir=args.run_dir, sweep_results=args.sweep, seed=args.seed)
+    model, label = bode_model(args.out, quick=not args.full, run_dir=args.run_dir, seed=args.seed)
+    result = reproduce(args.out, model, label, quick=not args.full, sweep_results=args.sweep, seed=args.seed)
     print(f"theory report: {Path(args.out) / 'theory.md'} ({result['seconds']:.0f} s)")
     return 0
 
 
 def cmd_phase_diagram(args: argparse.Namespace) -> int:
-    from . import plots
-    from .report import GRID_DK, GRID_T
-    from .reduced_model import compare_with_theory
+    from psattn.theory import plots
+    from psattn.theory.reduced_model import compare_with_theory
+    from psattn.theory.report import GRID_DK, GRID_T
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -64,19 +67,19 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
 def cmd_bode(args: argparse.Namespace) -> int:
     import torch
 
-    from . import plots
-    from .spectral import all_variant_bode, measure_bode
+    from psattn.theory import plots
+    from psattn.theory.spectral import all_variant_bode, measure_bode
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     closed = [c.to_dict() for c in all_variant_bode(args.gamma)]
     figures = [plots.plot_bode(closed, out / "bode.png")]
     if args.run_dir:
-        from ..training.trainer import load_trained
+        from psattn.training.trainer import load_trained
 
         model, label = load_trained(args.run_dir), f"trained run {Path(args.run_dir).name}"
     else:
-        from ..models import AttentionConfig, DecoderLM, ModelConfig
+        from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 
         torch.manual_seed(args.seed)
         model = DecoderLM(ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4,
@@ -95,7 +98,7 @@ def cmd_bode(args: argparse.Namespace) -> int:
 
 
 def cmd_gamma_c(args: argparse.Namespace) -> int:
-    from .transition import crossover_dk, gamma_c, transition_branch
+    from psattn.theory.transition import crossover_dk, gamma_c, transition_branch
 
     for T in args.T:
         for d_k in args.d_k:
@@ -105,7 +108,7 @@ def cmd_gamma_c(args: argparse.Namespace) -> int:
 
 
 def cmd_fit_exponent(args: argparse.Namespace) -> int:
-    from .scaling import empirical_exponent, load_sweep_results
+    from psattn.theory.scaling import empirical_exponent, load_sweep_results
 
     fit = empirical_exponent(load_sweep_results(args.file))
     if args.json:

@@ -1,0 +1,77 @@
+"""The import layering of docs/architecture.md, checked on the source: a package imports only from
+its own layer and the layers below it; theory and meanfield are leaves; nothing imports the package
+face (``psattn/__init__.py``), which is for users."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "psattn"
+
+#: top-level module or package of psattn -> layer; a module may import its own layer and lower ones
+LAYERS = {
+    "version": 0, "fields": 0, "jsonfile": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0,
+    "ops": 1,
+    "models": 2,
+    "tasks": 3, "text": 3,
+    "training": 4,
+    "export": 5, "integrations": 5,
+    "experiments": 6,
+    "commands": 7, "cli": 7, "__main__": 7,
+}
+#: leaves: what they may import (besides themselves)
+LEAVES = {
+    "theory": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "ops", "models"},
+    "meanfield": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures"},
+}
+for leaf in LEAVES:
+    LAYERS[leaf] = 5  # what may import a leaf: experiments and the commands
+
+
+def top(module: str) -> str | None:
+    """``psattn.a.b`` -> ``a``; the face ``psattn`` -> ""; another library -> None."""
+    parts = module.split(".")
+    if parts[0] != "psattn":
+        return None
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports(path: Path) -> set[str]:
+    """Every psattn module ``path`` imports (at the top or inside functions), as top-level names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found |= {t for t in map(top, names) if t is not None}
+    return found
+
+
+def sources():
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts == ("__init__.py",):
+            continue  # the face imports what it shows users
+        yield rel.parts[0].removesuffix(".py"), path
+
+
+@pytest.mark.parametrize("owner,path", list(sources()), ids=lambda x: str(x.relative_to(SRC)) if isinstance(x, Path) else x)
+def test_imports_follow_the_layers(owner, path):
+    assert owner in LAYERS, f"{owner} has no layer: add it to docs/architecture.md and to LAYERS here"
+    for imported in imports(path) - {owner}:
+        assert imported != "", f"{path.relative_to(SRC)} imports the package face; import the module that defines the name"
+        if owner in LEAVES:
+            assert imported in LEAVES[owner], f"{path.relative_to(SRC)} ({owner}, a leaf) imports {imported}"
+        else:
+            assert LAYERS[imported] <= LAYERS[owner], (
+                f"{path.relative_to(SRC)} (layer {LAYERS[owner]}) imports {imported} (layer {LAYERS[imported]})")
+
+
+def test_relative_imports_are_not_used():
+    relative = [str(p.relative_to(SRC)) for _, p in sources()
+                if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(ast.parse(p.read_text())))]
+    assert relative == []
