@@ -36,3 +36,11 @@ def tiny_config(steps=40, **train_fields) -> RunConfig:
         task=make_task_config("induction", vocab_size=16, seq_len=16, form="full"),
         train=TrainConfig(**fields),
     )
+
+
+WALL_CLOCK = ("seconds",)  # the only fields of a metrics row that depend on the machine's speed
+
+
+def science(history: list[dict]) -> list[dict]:
+    """A run's metrics rows without their wall-clock fields: what equal runs must share exactly."""
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in history]

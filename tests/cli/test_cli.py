@@ -20,7 +20,7 @@ def test_train_with_overrides_and_resume(tmp_path):
     assert main(args) == 0
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
     assert main(args) == 0  # finished run: resumes and does nothing more
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3  # steps 0, 3 and 6
 
 
 def test_train_time_limit_stops_and_the_same_command_resumes(tmp_path, capsys):

@@ -5,6 +5,7 @@ import importlib.util
 
 import pytest
 
+from helpers import science
 from psattn.experiments.configs import small_config
 from psattn.experiments.sweep import load_result, run_sweep
 
@@ -23,7 +24,7 @@ def test_ray_sweep_matches_local_and_skips_finished(tmp_path):
     on_ray = run_sweep(configs, tmp_path / "ray", ray_address="local", workers=2, progress=False)
     local = run_sweep(configs, tmp_path / "local", workers=1, progress=False)
     for name in local:
-        assert on_ray[name]["history"] == local[name]["history"]
+        assert science(on_ray[name]["history"]) == science(local[name]["history"])
     stamp = (tmp_path / "ray" / configs[0].name / "result.json").stat().st_mtime_ns
     assert run_sweep(configs, tmp_path / "ray", ray_address="local", progress=False) == on_ray
     assert (tmp_path / "ray" / configs[0].name / "result.json").stat().st_mtime_ns == stamp

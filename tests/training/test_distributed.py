@@ -31,7 +31,8 @@ def torchrun(config, run_dir, *extra, background=False):
 def same_history(a, b):
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for x, y in zip(a, b):
-        for key in ("train_loss", "eval_loss", "eval_accuracy"):
+        assert (x["train_loss"] is None) == (x["step"] == 0) == (y["train_loss"] is None)  # no step-0 loss
+        for key in ("train_loss", "eval_loss", "eval_accuracy") if x["step"] else ("eval_loss", "eval_accuracy"):
             assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-5), (key, x, y)
 
 
@@ -44,7 +45,7 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     same_history(ddp["history"], single.history)
     files = {p.name for p in (tmp_path / "ddp").iterdir()}
     assert {"config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"} <= files
-    assert len((tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()) == 3  # rank 0 alone writes
+    assert len((tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()) == 4  # rank 0 alone: step 0 and 3 evaluations
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import signal
 import pytest
 import torch
 
-from helpers import tiny_config
+from helpers import science, tiny_config
 from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import trainer as trainer_module
@@ -18,13 +18,14 @@ from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
 def test_deterministic_and_run_directory(tmp_path):
     a = train(tiny_config(), tmp_path / "a")
     b = train(tiny_config())
-    assert a.history == b.history and len(a.history) == 4
+    assert science(a.history) == science(b.history) and len(a.history) == 5  # step 0, then every 10 steps
     files = {p.name for p in (tmp_path / "a").iterdir()}
     assert {"config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"} <= files
     meta = json.loads((tmp_path / "a" / "meta.json").read_text())
     assert meta["seed"] == 0 and "git_revision" in meta and "psattn_version" in meta
     lines = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [10, 20, 30, 40]
+    assert [json.loads(line)["step"] for line in lines] == [0, 10, 20, 30, 40]
+    assert [json.loads(line)["tokens"] for line in lines] == [0, 2560, 5120, 7680, 10240]  # 16 rows of 16 a step
     assert RunConfig.from_file(tmp_path / "a" / "config.json").to_dict() == tiny_config().to_dict()
 
 
@@ -43,8 +44,8 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     with pytest.raises(RuntimeError, match="killed"):
         train(tiny_config(), tmp_path, on_step=die)
     resumed = train(tiny_config(), tmp_path)
-    assert resumed.history == reference.history
-    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20, 30, 40]
+    assert science(resumed.history) == science(reference.history)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 10, 20, 30, 40]
 
 
 def test_resume_with_dropout_draws_the_same_masks(tmp_path):
@@ -53,7 +54,7 @@ def test_resume_with_dropout_draws_the_same_masks(tmp_path):
     reference = train(config)
     assert reference.history != train(tiny_config()).history  # dropout is in play
     train(config, tmp_path, time_limit_s=0.0)  # stops after step 1, mid-way between checkpoints
-    assert train(config, tmp_path).history == reference.history
+    assert science(train(config, tmp_path).history) == science(reference.history)
 
 
 def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
@@ -66,7 +67,7 @@ def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):
     with pytest.raises(KeyboardInterrupt, match="step 13"):
         train(tiny_config(), tmp_path, on_step=interrupt)
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 13
-    assert train(tiny_config(), tmp_path).history == reference.history
+    assert science(train(tiny_config(), tmp_path).history) == science(reference.history)
 
 
 def test_time_limit_checkpoints_an_unfinished_run_that_resumes_exactly(tmp_path):
@@ -76,7 +77,7 @@ def test_time_limit_checkpoints_an_unfinished_run_that_resumes_exactly(tmp_path)
     assert not (tmp_path / "result.json").exists()  # unfinished: a sweep must not skip it
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
     rest = train(tiny_config(), tmp_path, time_limit_s=3600.0)
-    assert not rest.timed_out and rest.history == reference.history
+    assert not rest.timed_out and science(rest.history) == science(reference.history)
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 40
 
 
@@ -85,12 +86,12 @@ def test_restart_clears_the_earlier_run_files(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"git_revision": "OLDREV", "started": "2000-01-01"}))
     restarted = train(tiny_config(steps=20), tmp_path, resume=False, time_limit_s=0.0)
     assert restarted.steps == 1 and not (tmp_path / "result.json").exists()
-    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0]
     assert json.loads((tmp_path / "meta.json").read_text())["started"] != "2000-01-01"  # this run's provenance
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
     done = train(tiny_config(steps=20), tmp_path, resume=False)
-    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20]
-    assert done.history == train(tiny_config(steps=20)).history
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 10, 20]
+    assert science(done.history) == science(train(tiny_config(steps=20)).history)
 
 
 @pytest.mark.parametrize("limit", [-1.0, float("nan")])
@@ -124,14 +125,15 @@ def test_early_stop_and_emergence_step():
 def test_early_stop_can_wait_for_the_accuracy_to_stay_at_the_threshold():
     result = train(tiny_config(steps=60, threshold=0.01, early_stop=True, early_stop_evals=3))
     assert result.emergence_step == 10 and result.steps == 30 and result.stopped_early
-    assert [row["step"] for row in result.history] == [10, 20, 30]
+    assert [row["step"] for row in result.history] == [0, 10, 20, 30]
 
 
 def test_the_streak_counts_only_the_latest_evaluations_in_a_row():
-    history = [{"eval_accuracy": a} for a in (0.9, 0.2, 0.85, 0.95)]
+    history = [{"step": 10 * i, "eval_accuracy": a} for i, a in enumerate((0.9, 0.9, 0.2, 0.85, 0.95))]
     assert at_threshold_streak(history, 0.8) == 2
     assert at_threshold_streak(history, 0.9) == 1
-    assert at_threshold_streak(history[:2], 0.8) == 0
+    assert at_threshold_streak(history[:3], 0.8) == 0
+    assert at_threshold_streak(history[:2], 0.8) == 1  # the step-0 row, before training, never counts
     assert at_threshold_streak([], 0.8) == 0
 
 

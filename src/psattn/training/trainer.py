@@ -7,7 +7,8 @@ run sees exactly the batches an uninterrupted run would. Under ``torchrun`` the 
 data-parallel (see :mod:`.distributed`); only rank 0 writes. A run directory holds::
 
     config.json   the resolved RunConfig        meta.json     seed, versions, git revision, date
-    metrics.jsonl one line per evaluation       checkpoint.pt model, optimiser, schedule, history
+    metrics.jsonl one line per evaluation (step 0 first; wall seconds and tokens seen in each)
+    checkpoint.pt model, optimiser, schedule, history
     result.json   the final summary
 """
 
@@ -77,10 +78,11 @@ def seed_step_randomness(seed: int, step: int) -> None:
 
 
 def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
-    """How many of the latest evaluations in a row reached ``threshold`` held-out accuracy."""
+    """How many of the latest evaluations in a row reached ``threshold`` held-out accuracy (the step-0
+    row, taken before any training, never counts)."""
     streak = 0
     for row in reversed(history):
-        if row["eval_accuracy"] < threshold:
+        if row["step"] == 0 or row["eval_accuracy"] < threshold:
             break
         streak += 1
     return streak
@@ -275,6 +277,24 @@ def train(
                 })
             barrier(ddp)
 
+        tokens_per_step = t.batch_size * getattr(config.task, "seq_len", 0)
+
+        def evaluate_and_log(train_loss: float | None, elapsed: float) -> dict[str, Any]:
+            """One metrics row: held-out accuracy and loss (and the task's own metrics), appended to
+            the history and to metrics.jsonl."""
+            acc, eval_loss = evaluate(model, held_out)
+            row = {"step": step, "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": acc,
+                   "lr": schedule.get_last_lr()[0], "seconds": round(elapsed, 3), "tokens": step * tokens_per_step}
+            if metrics is not None:
+                row.update(metrics(model, config.task, held_out))
+            history.append(row)
+            if writes:
+                with open(run_dir / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            return row
+
+        if not history:  # the step-0 row: where training starts from
+            evaluate_and_log(None, seconds)
         done = t.early_stop and at_threshold_streak(history, t.threshold) >= t.early_stop_evals
         timed_out = False
         stop = _StopFlag()
@@ -303,15 +323,7 @@ def train(
                     loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
                 bar.update(1)
                 if step % t.eval_every == 0 or step == t.steps:
-                    acc, eval_loss = evaluate(model, held_out)
-                    row = {"step": step, "train_loss": loss.item(), "eval_loss": eval_loss, "eval_accuracy": acc,
-                           "lr": schedule.get_last_lr()[0]}
-                    if metrics is not None:
-                        row.update(metrics(model, config.task, held_out))
-                    history.append(row)
-                    if writes:
-                        with open(run_dir / "metrics.jsonl", "a") as f:
-                            f.write(json.dumps(row) + "\n")
+                    acc = evaluate_and_log(loss.item(), seconds + time.perf_counter() - start)["eval_accuracy"]
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
                     if emergence is None and acc >= t.threshold:
                         emergence = step
@@ -336,7 +348,7 @@ def train(
             seconds += time.perf_counter() - start
         bar.close()
 
-        accs = [row["eval_accuracy"] for row in history]
+        accs = [row["eval_accuracy"] for row in history if row["step"] > 0]  # the trained model's
         result = RunResult(
             final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
             emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
