@@ -166,20 +166,22 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                                     single_steps=4)
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
-        text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8))
+        text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8, vocab_size=512))
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table",
                    "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
-                   "## Real text", "ICL score", "Samples", "On a device", "ms per token", "Single-answer form",
+                   "## Real text", "ICL score",
+                   "Copy gain on a repeated held-out passage", "standard library", "Samples", "On a device",
+                   "ms per token", "Single-answer form",
                    "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
                    "0.949", "717", "| part | wall minutes |", "| training |", "longest:",
                    "stops once held-out accuracy has stayed at the threshold for 2 evaluations in a row"):
         assert needle in text, needle
     for figure in ("gamma_sweep", "curves", "curves_single", "head_scores", "attention_patterns", "text_curves",
-                   "text_position_loss", "text_induction_scores"):
+                   "text_position_loss", "text_head_scores"):
         assert (tmp_path / "figures" / f"{figure}.png").stat().st_size > 1000
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["induction"]["trainer_speed"]["ratio"] > 0
@@ -189,7 +191,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     assert data["meanfield"]["passed"] is True
     assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}
     assert {str(r["init"]) for r in data["induction"]["init_sensitivity"]} == {"0.02", "scaled", "torch"}
-    assert len(data["text"]["rows"]) == 5 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
+    assert len(data["text"]["rows"]) == 3 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
 
 
 def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():

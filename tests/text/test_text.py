@@ -2,6 +2,9 @@
 
 import json
 import math
+import sys
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from psattn.models.heads import repeat_scores
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
 from psattn.text import tokens as token_cache
-from psattn.text.corpus import corpus_hash, load_documents
+from psattn.text.corpus import corpus_files, corpus_hash, describe_corpus, load_documents
 from psattn.text.metrics import bits_per_byte, icl_score, icl_window
 from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
 from psattn.text.tokens import split_text
@@ -75,6 +78,16 @@ def test_the_shipped_corpus_is_six_novels_of_real_prose():
     assert docs[1].text.startswith("PRIDE AND PREJUDICE")
 
 
+def test_the_python_stdlib_corpus_is_this_interpreters_source_code():
+    files = corpus_files("python-stdlib")
+    assert len(files) > 100 and all(p.suffix == ".py" for p in files) and files == sorted(files)
+    assert {p.parent for p in files} == {Path(sysconfig.get_paths()["stdlib"])}
+    docs = load_documents("python-stdlib")
+    assert [d.name for d in docs][:3] == [p.name.split(".")[0] for p in files][:3]
+    assert sum("def " in d.text for d in docs) > 100
+    assert describe_corpus("python-stdlib").startswith(f"the source of Python {sys.version_info.major}.")
+
+
 def test_split_cuts_at_a_paragraph_and_loses_nothing():
     text = "\n\n".join(f"paragraph {i} " + "x" * 50 for i in range(100))
     train_part, held = split_text(text, 0.1)
@@ -127,7 +140,7 @@ def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
     np.save(tmp_path / "tokens.npy", np.arange(1000) % 256)
     tokens = make_task_config("text", corpus=str(tmp_path / "tokens.npy"), seq_len=16).tokens()
     assert len(tokens.train) == 950 and tokens.eval[0] == 950 % 256
-    with pytest.raises(FileNotFoundError, match="neither a shipped corpus"):
+    with pytest.raises(FileNotFoundError, match="neither a named corpus"):
         make_task_config("text", corpus=str(tmp_path / "nothing"), seq_len=16).tokens()
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no text files"):
@@ -258,3 +271,27 @@ def test_a_saved_tokenizer_json_is_a_tokenizer_choice(tmp_path):
     assert np.array_equal(np.asarray(reused.train), np.asarray(bpe.train))
     assert np.array_equal(np.asarray(reused.eval), np.asarray(bpe.eval))
     assert reused.tokenizer.encode(TEXT) == bpe.tokenizer.encode(TEXT)
+
+
+def _row(layers, variant, gamma, passage, icl, random=(9.0, 8.9)):
+    return {"layers": layers, "variant": variant, "gamma": gamma, "vocab_size": 2048, "icl_score": (icl, None),
+            "passage_first_loss": (3.8, None), "passage_second_loss": (3.8 - passage, None),
+            "random_first_loss": (random[0], None), "random_second_loss": (random[1], None)}
+
+
+def test_the_text_verdict_reads_each_clause_off_the_numbers():
+    from psattn.experiments.text_report import verdict
+
+    rows = [_row(1, "baseline", 0.0, 0.12, -0.07), _row(1, "key_only", 1.0, 0.36, -0.17),
+            _row(2, "baseline", 0.0, 0.13, -0.16)]
+    text = verdict(rows)
+    assert "largest first: 1 layer, key_only γ=1 0.36, 2 layers, baseline 0.13, 1 layer, baseline 0.12." in text
+    assert "one PSA layer copies, and learns in context, more than one plain layer" in text
+    assert "they copy less than the single PSA layer" in text
+    assert "above the uniform guess's ln V" in text  # 9.0 > ln 2048 = 7.62
+    rows[1] = _row(1, "key_only", 1.0, 0.10, -0.17, random=(7.0, 6.0))
+    rows[0] = _row(1, "baseline", 0.0, 0.12, -0.07, random=(7.0, 6.9))
+    rows[2] = _row(2, "baseline", 0.0, 0.50, -0.30, random=(7.0, 6.0))
+    text = verdict(rows)
+    assert "first clause does not hold at this budget" in text and "they copy more than the single PSA layer" in text
+    assert "ln V" not in text

@@ -14,49 +14,72 @@ MARKERS = "osD^v<>"
 
 
 def plot_text_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path) -> Path:
-    """Held-out bits per byte and the in-context-learning score against step, one line per model."""
-    fig = Figure(figsize=(10, 3.8), layout="constrained")
-    axes = fig.subplots(1, 2)
+    """Held-out bits per byte, the in-context-learning score and the repeated-passage copy gain against
+    step, one line per model (bits per byte from the first trained evaluation, so the untrained model's
+    ~log2 V does not flatten the differences)."""
+    fig = Figure(figsize=(13, 3.8), layout="constrained")
+    axes = fig.subplots(1, 3)
     for i, (label, history) in enumerate(histories.items()):
         steps = [h["step"] for h in history]
         style = dict(marker=MARKERS[i % len(MARKERS)], markersize=4, label=label)
-        axes[0].plot(steps, [h["bits_per_byte"] for h in history], **style)
+        trained = [h for h in history if h["step"] > 0]
+        axes[0].plot([h["step"] for h in trained], [h["bits_per_byte"] for h in trained], **style)
         axes[1].plot(steps, [h["icl_score"] for h in history], **style)
-    axes[0].set(xlabel="training step", ylabel="held-out bits per byte", title="held-out loss")
+        axes[2].plot(steps, [h["passage_first_loss"] - h["passage_second_loss"] for h in history], **style)
+    axes[0].set(xlabel="training step", ylabel="held-out bits per byte", title="held-out loss (lower is better)")
     axes[1].set(xlabel="training step", ylabel="ICL score (nats; late minus early loss)",
                 title="in-context learning (lower is better)")
-    axes[1].axhline(0.0, color="grey", linewidth=0.8, linestyle=":")
-    axes[1].legend(fontsize=8)
+    axes[2].set(xlabel="training step", ylabel="copy gain (nats; 1st minus 2nd copy)",
+                title="copying a repeated passage (higher is better)")
+    for ax in axes[1:]:
+        ax.axhline(0.0, color="grey", linewidth=0.8, linestyle=":")
+    axes[2].legend(fontsize=8)
     return save_figure(fig, path)
 
 
 def plot_position_loss(curves: dict[str, list[float]], path: str | Path) -> Path:
-    """Final held-out loss against position in the context, one line per model."""
+    """Final held-out loss against position in the context, one colour per model: the per-position
+    mean (thin) and its moving average over T/16 positions (thick), on a log position axis."""
     fig = Figure(figsize=(6.5, 3.8), layout="constrained")
     ax = fig.add_subplot()
     for i, (label, losses) in enumerate(curves.items()):
-        ax.plot(np.arange(len(losses)), losses, label=label, linewidth=1.2,
-                linestyle=("-", "--", ":", "-.")[i % 4])
-    ax.set(xlabel="position in the context (tokens)", ylabel="held-out loss (nats per token)",
+        values = np.asarray(losses)
+        width = max(1, len(values) // 16)
+        smooth = np.convolve(values, np.ones(width) / width, mode="valid")  # (T - width + 1,)
+        positions = np.arange(len(values))
+        color = f"C{i}"
+        ax.plot(positions[1:], values[1:], color=color, linewidth=0.6, alpha=0.35)
+        ax.plot(positions[width - 1 :][1:], smooth[1:], color=color, linewidth=2.0,
+                linestyle=("-", "--", ":", "-.")[i % 4], label=f"{label} (mean of {width})")
+    ax.set_xscale("log")
+    ax.set(xlabel="position in the context (tokens, log scale)", ylabel="held-out loss (nats per token)",
            title="loss against position (final models)")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
-def plot_induction_heatmaps(scores: dict[str, list[list[float]]], path: str | Path) -> Path:
-    """Induction score of every head (rows: layers, columns: heads), one panel per model."""
-    fig = Figure(figsize=(2.8 * len(scores) + 1.2, 2.8), layout="constrained")
-    axes = fig.subplots(1, len(scores), squeeze=False)[0]
+def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: str | Path) -> Path:
+    """Every head's induction score (repeated random tokens) and prefix-matching score (repeated passage):
+    rows of panels are the two scores, columns the models; rows of a panel are layers, columns heads.
+    One colour scale for all panels, from 0 to the largest score drawn."""
+    kinds = {"induction_score": "induction score\n(random tokens)", "prefix_matching_score": "prefix matching\n(passage)"}
+    top = max(max(max(row) for row in grids[kind]) for grids in scores.values() for kind in kinds)
+    fig = Figure(figsize=(2.6 * len(scores) + 1.4, 4.6), layout="constrained")
+    axes = fig.subplots(len(kinds), len(scores), squeeze=False)
     image = None
-    for ax, (label, grid) in zip(axes, scores.items()):
-        values = np.asarray(grid)
-        image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-        for (layer, head), v in np.ndenumerate(values):
-            ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if v < 0.5 else "black")
-        ax.set_xticks(range(values.shape[1]))
-        ax.set_yticks(range(values.shape[0]))
-        ax.set(xlabel="head", ylabel="layer", title=label)
-        ax.title.set_fontsize(8)
-    fig.colorbar(image, ax=list(axes), label="induction score (attention to the token\nafter the previous occurrence)")
+    for col, (label, grids) in enumerate(scores.items()):
+        for row, (kind, kind_label) in enumerate(kinds.items()):
+            ax, values = axes[row, col], np.asarray(grids[kind])
+            image = ax.imshow(values, vmin=0.0, vmax=top, cmap="viridis", aspect="auto")
+            for (layer, head), v in np.ndenumerate(values):
+                ax.text(head, layer, f"{v:.3f}", ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.6 * top else "black")
+            ax.set_xticks(range(values.shape[1]))
+            ax.set_yticks(range(values.shape[0]))
+            ax.set(xlabel="head", ylabel="layer" if col == 0 else None)
+            if row == 0:
+                ax.set_title(label, fontsize=8)
+            if col == 0:
+                ax.set_ylabel(f"{kind_label}\nlayer", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention to the token after\nthe earlier occurrence")
     return save_figure(fig, path)

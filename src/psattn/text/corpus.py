@@ -1,6 +1,10 @@
 """Where text comes from: the shipped corpora or a user's path, read as a list of documents.
 
-A corpus is named (``"austen"``: the six novels shipped in ``psattn/data/corpora``) or a path:
+A corpus is named or a path. Named corpora: ``"austen"``, the six novels shipped in
+``psattn/data/corpora``, and ``"python-stdlib"``, source code every Python install already has: the
+running interpreter's standard-library modules (the top-level ``.py`` files of
+``sysconfig.get_paths()["stdlib"]``, each one document; which Python it was is part of the corpus hash
+through the files' contents). A path is
 a UTF-8 text file (``.txt``, optionally compressed as ``.txt.xz`` / ``.txt.gz``), a folder of such
 files (each file one document, in sorted order), or an already tokenized token file (``.npy``:
 a 1-D integer array, one document). Documents keep their order, so the held-out split can take
@@ -12,6 +16,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import lzma
+import sys
+import sysconfig
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +27,8 @@ import numpy as np
 TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz")
 TOKEN_SUFFIX = ".npy"
 SHIPPED = ("austen",)
+PYTHON_STDLIB = "python-stdlib"
+NAMED = (*SHIPPED, PYTHON_STDLIB)
 
 
 @dataclass(frozen=True)
@@ -35,13 +43,22 @@ def shipped_corpus_dir(name: str) -> Path:
     return Path(str(resources.files("psattn") / "data" / "corpora" / name))
 
 
+def python_stdlib_files() -> list[Path]:
+    """The running interpreter's top-level standard-library modules, sorted by name."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no standard-library source under {root} (is this Python stripped of its .py files?)")
+    return files
+
+
 def resolve(corpus: str) -> Path:
     """The file or folder that ``corpus`` (a shipped name or a path) refers to."""
     if corpus in SHIPPED:
         return shipped_corpus_dir(corpus)
     path = Path(corpus).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"corpus {corpus!r} is neither a shipped corpus {SHIPPED} nor an existing path")
+        raise FileNotFoundError(f"corpus {corpus!r} is neither a named corpus {NAMED} nor an existing path")
     return path
 
 
@@ -51,6 +68,8 @@ def _is_text(path: Path) -> bool:
 
 def corpus_files(corpus: str) -> list[Path]:
     """The files of ``corpus`` in document order."""
+    if corpus == PYTHON_STDLIB:
+        return python_stdlib_files()
     path = resolve(corpus)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and _is_text(p))
@@ -60,6 +79,18 @@ def corpus_files(corpus: str) -> list[Path]:
     if _is_text(path) or path.suffix == TOKEN_SUFFIX:
         return [path]
     raise ValueError(f"corpus file {path} must end in one of {TEXT_SUFFIXES + (TOKEN_SUFFIX,)}")
+
+
+def describe_corpus(corpus: str) -> str:
+    """One line saying what ``corpus`` is, for reports."""
+    files = corpus_files(corpus)
+    megabytes = sum(len(_read_bytes(p)) for p in files) / 1e6
+    if corpus == "austen":
+        return f"Jane Austen's six novels, shipped with psattn ({megabytes:.1f} MB)"
+    if corpus == PYTHON_STDLIB:
+        return (f"the source of Python {sys.version_info.major}.{sys.version_info.minor}'s standard library "
+                f"({len(files)} top-level modules, {megabytes:.1f} MB)")
+    return f"{corpus} ({len(files)} file{'s' * (len(files) != 1)}, {megabytes:.1f} MB)"
 
 
 def _read_bytes(path: Path) -> bytes:
