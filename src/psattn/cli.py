@@ -70,6 +70,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
+    if args.experiment.startswith("text"):
+        from psattn.experiments.text import format_text_summary, summarise_text
+
+        print("\nsummary (final evaluation, mean ± sd over seeds)")
+        print("\n".join(format_text_summary(summarise_text(results))))
     key = experiments.SUMMARY_KEYS.get(args.experiment)
     if key is not None:
         print("\nsummary (seeds averaged; success: held-out accuracy reached the run's threshold)")

@@ -61,6 +61,15 @@ def test_quick_rows_that_report_success_stop_once_it_is_decided():
     assert not any(c.train.early_stop for name, fn in exp.EXPERIMENTS.items() for c in fn("full"))
 
 
+def test_the_quick_sensitivity_table_runs_the_plain_layer_at_the_default_init_alone():
+    rows = {(c.model.attention.variant, c.model.init, c.task.form) for c in exp.init_sensitivity("quick")}
+    assert {(i, f) for v, i, f in rows if v == "baseline"} == {("scaled", "full"), ("scaled", "single")}
+    assert {(i, f) for v, i, f in rows if v == "key_only"} == {(i, f) for i in (0.02, "scaled", "torch")
+                                                               for f in ("full", "single")}
+    full = {(c.model.attention.variant, c.model.init) for c in exp.init_sensitivity("full")}
+    assert {("baseline", 0.02), ("baseline", "torch")} <= full
+
+
 def test_one_name_for_two_configs_is_refused():
     a, b = small_config("key_only", 1.0), small_config("key_only", 1.0, steps=7)
     assert unique_configs([a, a, dataclasses.replace(b, name="other")]) == [a, dataclasses.replace(b, name="other")]

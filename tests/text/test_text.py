@@ -295,3 +295,18 @@ def test_the_text_verdict_reads_each_clause_off_the_numbers():
     text = verdict(rows)
     assert "first clause does not hold at this budget" in text and "they copy more than the single PSA layer" in text
     assert "ln V" not in text
+
+
+def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():
+    from psattn.experiments.text import format_text_summary, text_experiment, text_seeds
+
+    quick, seeds = text_experiment("quick"), text_seeds("quick")
+    assert sorted({c.train.seed for c in seeds}) == [0, 1, 2] and len(seeds) == 3 * len(quick)
+    assert [c.to_dict() for c in seeds if c.train.seed == 0] == [c.to_dict() for c in quick]
+    with pytest.raises(ValueError, match="unknown mode"):
+        text_seeds("huge")
+    row = {**_row(1, "key_only", 1.0, 0.3, -0.12), "seeds": 3, "bits_per_byte": (1.74, 0.01),
+           "icl_score": (-0.12, 0.02), "passage_copy_gain": (0.3, 0.05), "best_prefix_matching_score": (0.02, None)}
+    assert format_text_summary([row]) == [
+        "1 layer key_only γ=1 (3 seeds): bits/byte 1.740 ± 0.010, ICL score -0.120 ± 0.020, "
+        "passage copy gain 0.30 ± 0.05, best prefix-matching score 0.020"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psattn.experiments.configs import DEFAULT_INIT, small_config
-from psattn.experiments.text import text_experiment
+from psattn.experiments.text import text_experiment, text_seeds
 from psattn.training.config import RunConfig
 
 MODES = ("quick", "full")
@@ -55,6 +55,7 @@ class Plan:
     sensitivity_extra_seeds: tuple[int, ...]  # for its learned key-lag rows
     sensitivity_key_lag: bool  # whether the sensitivity table has the learned key-lag rows
     sensitivity_variants: tuple[str, ...]  # PSA variants of the sensitivity table
+    sensitivity_baseline_every_init: bool  # the plain layer at every initialisation, or at the default alone
     # rows whose tables report success and emergence (not a final accuracy) stop once held-out accuracy
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
     stop_after: int
@@ -68,7 +69,8 @@ PLANS = {
         threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
         head_dims=(16, 32, 64),
         single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
-        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), stop_after=2,
+        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), sensitivity_baseline_every_init=False,
+        stop_after=2,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -78,7 +80,8 @@ PLANS = {
         head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
-        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"), stop_after=0,
+        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
+        sensitivity_baseline_every_init=True, stop_after=0,
     ),
 }
 
@@ -136,8 +139,9 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     """Emergence against the initialisation scale on both forms, for the baseline and the shears (and,
     in the full plan, the learned key-lag baselines). The question is one of CPU scale, so both plans
     train the quick plan's model and budgets; ``full`` has more scales, seeds and rows. In the quick
-    plan the runs at the default initialisation are the variant table's own; in the full plan, whose
-    other experiments train longer, their names say the initialisation."""
+    plan the runs at the default initialisation are the variant table's own, and the plain layer, which
+    fails at every initialisation of the full plan's three seeds, runs at the default alone; in the full
+    plan, whose other experiments train longer, their names say the initialisation."""
     p, q = _plan(mode), PLANS["quick"]
     rows = [(v, 0.0 if v == "baseline" else 1.0, p.sensitivity_seeds) for v in p.sensitivity_variants]
     if p.sensitivity_key_lag:
@@ -147,7 +151,8 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
                          stop_after=0 if shared and init == DEFAULT_INIT else p.stop_after,
                          form=form, init=init, seed=s, tag_init=not shared)
-            for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds]
+            for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds
+            if v != "baseline" or p.sensitivity_baseline_every_init or init == DEFAULT_INIT]
 
 
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
@@ -212,6 +217,7 @@ EXPERIMENTS = {
     "critical_gamma_head_dim": critical_gamma_head_dim,
     "init_sensitivity": init_sensitivity,
     "text": text_experiment,
+    "text_seeds": text_seeds,
 }
 
 

@@ -45,7 +45,7 @@ CRITICAL_DESIGNS = {
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --mode quick``
 #: trains them at the quick scale, and ``--full`` includes them
-LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim"), "full": ()}
+LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim", "text_seeds"), "full": ()}
 
 
 def declared_experiments(mode: str) -> dict[str, list]:
@@ -164,7 +164,10 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
     lines += ["### Sensitivity to the initialisation", "",
               "Success and emergence against the scale every matrix is initialised at: a fixed std, the default "
               "N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module defaults (\"torch\": N(0, 1) "
-              "embeddings, tied to the output layer). Same budgets as the variant table.", ""]
+              "embeddings, tied to the output layer). Same budgets as the variant table."
+              + ("" if exp.PLANS[mode].sensitivity_baseline_every_init else
+                 " The plain layer runs at the default initialisation alone: in `psattn sweep init_sensitivity --mode "
+                 "full` (three seeds) it fails at every initialisation."), ""]
     lines += _table(["init", "form", "variant", "gamma", "steps", "seeds", "success", "mean emergence step",
                      "mean best acc"],
                     [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
