@@ -150,7 +150,7 @@ def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[
     row = {"emergence_step": result.emergence_step, "best_accuracy": result.best_accuracy, "steps": result.steps,
            "timed_out": result.timed_out, "seconds": time.perf_counter() - start,
            "first_step_s": stamps[0] - start if stamps else None,  # includes building and compiling
-           "train_loss": [h["train_loss"] for h in result.history]}
+           "train_loss": [h["train_loss"] for h in result.history if h["step"] > 0]}  # step 0: untrained
     return row, stamps
 
 

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "psattn"
 
 #: top-level module or package of psattn -> layer; a module may import its own layer and lower ones
 LAYERS = {
-    "version": 0, "fields": 0, "jsonfile": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0,
+    "version": 0, "fields": 0, "jsonfile": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0, "arguments": 0,
     "ops": 1,
     "models": 2,
     "tasks": 3, "text": 3,
@@ -22,8 +22,8 @@ LAYERS = {
 }
 #: leaves: what they may import (besides themselves)
 LEAVES = {
-    "theory": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "ops", "models"},
-    "meanfield": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures"},
+    "theory": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments", "ops", "models"},
+    "meanfield": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments"},
 }
 for leaf in LEAVES:
     LAYERS[leaf] = 5  # what may import a leaf: experiments and the commands

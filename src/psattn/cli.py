@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -11,8 +12,19 @@ from pathlib import Path
 
 import torch
 
+from psattn.arguments import (
+    COMMON,
+    HelpFormatter,
+    add_command,
+    add_json,
+    add_plan_size,
+    add_run_dir,
+    required_run_dir,
+    write_json_output,
+)
 from psattn.commands.theory import register as register_theory
-from psattn.experiments import induction as experiments
+from psattn.experiments import declared as experiments
+from psattn.experiments import summaries
 from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
@@ -42,7 +54,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "Model: 1 layer, d_model 128, 4 heads, RoPE, MLP; task: full-sequence induction, vocabulary 64, "
         "length 64; AdamW lr 3e-3, batch 64; held-out set of 512 rows.",
         "",
-        "| variant | gamma | steps | held-out accuracy | emergence step (acc >= 0.9) |",
+        f"| variant | gamma | steps | held-out accuracy | emergence step (acc >= {rows[0][0].train.threshold:g}) |",
         "|---|---|---|---|---|",
     ]
     for config, result in rows:
@@ -57,8 +69,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from psattn.experiments.reproduce import reproduce
 
-    mode = "full" if args.full else "quick"
-    report = reproduce(args.out or f"reports/reproduce-{mode}", mode, workers=args.workers)
+    report = reproduce(args.out or f"reports/reproduce-{args.mode}", args.mode, workers=args.workers)
     print(f"report: {report}")
     return 0
 
@@ -75,10 +86,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         print("\nsummary (final evaluation, mean ± sd over seeds)")
         print("\n".join(format_text_summary(summarise_text(results))))
-    key = experiments.SUMMARY_KEYS.get(args.experiment)
+    key = summaries.SUMMARY_KEYS.get(args.experiment)
     if key is not None:
         print("\nsummary (seeds averaged; success: held-out accuracy reached the run's threshold)")
-        for row in experiments.summarise_by(results, key):
+        for row in summaries.summarise_by(results, key):
             group = ", ".join(f"{k} {v}" for k, v in row.items() if k in key(next(iter(results.values()))))
             step = row["mean_emergence_step"]
             print(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
@@ -88,14 +99,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import json
-
     from psattn.export.compare import export_and_compare, format_comparison
 
-    result = export_and_compare(args.run, args.onnx, int8=args.int8)
-    print(format_comparison(result))
+    result = export_and_compare(required_run_dir(args), args.onnx, int8=args.int8)
+    if args.json != "-":
+        print(format_comparison(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_json_output(args.json, result)
     return 0
 
 
@@ -126,11 +136,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from psattn.experiments.plots import plot_runs
+    from psattn.jsonfile import read_jsonl
+
+    histories = {}
+    for run_dir in args.run_dirs:
+        path = Path(run_dir) / "metrics.jsonl"
+        if not path.exists():
+            raise ValueError(f"{run_dir} holds no metrics.jsonl (not a run directory, or not started)")
+        label = Path(run_dir).resolve().name
+        histories[label if label not in histories else str(run_dir)] = read_jsonl(path, what="metrics file")
+    metrics = tuple(args.metric) if args.metric else (
+        ("bits_per_byte", "icl_score") if all("bits_per_byte" in h[-1] for h in histories.values() if h)
+        else ("eval_accuracy", "eval_loss"))
+    missing = [m for m in metrics if not any(m in row for h in histories.values() for row in h)]
+    if missing:
+        raise ValueError(f"no run logged {missing}; a row has {sorted(next(iter(histories.values()))[0])}")
+    print(f"figure: {plot_runs(histories, args.out, metrics)}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from psattn.text.generate import continue_text, run_tokenizer
     from psattn.training.trainer import load_trained
 
-    if not (Path(args.run_dir) / "checkpoint.pt").exists():
+    if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
     tokenizer = run_tokenizer(args.run_dir)
     model = load_trained(args.run_dir)
@@ -159,77 +190,98 @@ def _one_line(err: Exception) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="psattn", description="Phase Space Attention toolkit")
+    parser = argparse.ArgumentParser(
+        prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
+        description="Phase Space Attention toolkit: train, reproduce, certify, export.\n"
+                    "Every command takes -q/--quiet and -v/--verbose; `psattn COMMAND -h` shows its options.")
     parser.add_argument("--version", action="version", version=f"psattn {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="train one layer with and without PSA on induction; write a report")
-    demo.add_argument("--steps", type=positive_int, default=800)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="reports/demo")
-    demo.set_defaults(func=cmd_demo)
-
-    rep = sub.add_parser("reproduce", help="run the declared experiments and write report.md with figures")
-    size = rep.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="CPU scale, about 25 minutes on 2 cores (default)")
-    size.add_argument("--full", action="store_true", help="paper scale, for a GPU")
-    rep.add_argument("--out", help="output directory (default reports/reproduce-MODE)")
+    rep = add_command(sub, "reproduce", "run the declared experiments and write report.md with figures",
+                      "Train every declared run (skipping finished ones, resuming interrupted ones), then write "
+                      "report.md, results.json and figures: induction, real text, theory, mean field.")
+    add_plan_size(rep, quick="CPU scale, about 25 minutes on 2 cores", full="paper scale, for a GPU")
+    rep.add_argument("--out", metavar="DIR", help="output directory (default: reports/reproduce-quick or -full)")
     rep.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     rep.set_defaults(func=cmd_reproduce)
 
-    sw = sub.add_parser("sweep", help="run one declared experiment (skips finished runs)")
-    sw.add_argument("experiment", choices=list(experiments.EXPERIMENTS))
-    sw.add_argument("--mode", choices=experiments.MODES, default="quick")
-    sw.add_argument("--out", default="runs")
+    tr = add_command(sub, "train", "train one run from a JSON config with overrides",
+                     "Train one run: defaults, then --config, then --set overrides. The run directory keeps the "
+                     "resolved config, metrics.jsonl, checkpoints and result.json; the same command resumes it.")
+    tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train (configs/ has examples)")
+    tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides such as model.attention.variant=key_only train.steps=500")
+    tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
+    tr.add_argument("--print-config", action="store_true",
+                    help="print the resolved config (defaults, --config, --set) as JSON and exit")
+    tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start from step 0")
+    tr.add_argument("--time-limit", type=float, metavar="SECONDS",
+                    help="checkpoint and stop after this long; the same command resumes")
+    tr.set_defaults(func=cmd_train)
+
+    sw = add_command(sub, "sweep", "run one declared experiment (skips finished runs) and print its summary")
+    sw.add_argument("experiment", choices=list(experiments.EXPERIMENTS), help="the declared experiment to run")
+    add_plan_size(sw, quick="the quick plan's runs", full="the full plan's runs")
+    sw.add_argument("--out", default="runs", metavar="DIR", help="directory of the run directories")
     sw.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' (start one here), 'auto' or an address")
     sw.set_defaults(func=cmd_sweep)
 
-    ex = sub.add_parser("export", help="export a trained run to ONNX, run it in ONNX Runtime, compare")
-    ex.add_argument("--run", required=True, help="run directory (config.json + checkpoint.pt)")
-    ex.add_argument("--onnx", required=True, help="output path of the prefill graph; the decode step goes beside it")
+    demo = add_command(sub, "demo", "train one layer with and without PSA on induction; write a report")
+    demo.add_argument("--steps", type=positive_int, default=800, help="training steps of each run")
+    demo.add_argument("--seed", type=int, default=0, help="seed of both runs")
+    demo.add_argument("--out", default="reports/demo", metavar="DIR", help="output directory")
+    demo.set_defaults(func=cmd_demo)
+
+    gen = add_command(sub, "generate", "continue a prompt with a text run's model and tokenizer")
+    add_run_dir(gen, "run directory of a text run (required)")
+    gen.add_argument("--prompt", required=True, help="text to continue")
+    gen.add_argument("--max-new-tokens", type=positive_int, default=200, help="tokens to generate")
+    gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy")
+    gen.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens only")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed")
+    gen.set_defaults(func=cmd_generate)
+
+    pl = add_command(sub, "plot", "draw the training curves of one or more runs into one figure",
+                     "Draw metrics against step from the metrics.jsonl of each run directory, one line per run: "
+                     "held-out accuracy and loss,\nor bits per byte and ICL score for text runs, unless --metric says.")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
+    pl.add_argument("--out", default="training_curves.png", metavar="PATH", help="the figure (PNG)")
+    pl.set_defaults(func=cmd_plot)
+
+    ex = add_command(sub, "export", "export a trained run to ONNX, run it in ONNX Runtime, compare",
+                     "Export a trained run to two ONNX graphs (prefill, and a decode step carrying the cache), "
+                     "run them in ONNX Runtime and compare their logits and greedy tokens with PyTorch.")
+    add_run_dir(ex, "run directory (config.json + checkpoint.pt; required)")
+    ex.add_argument("--onnx", required=True, metavar="PATH",
+                    help="output path of the prefill graph; the decode step goes beside it")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
                     help="also quantize both graphs to INT8 (dynamic, the default, or static: calibrated on "
                          "training rows) and compare accuracy")
-    ex.add_argument("--json", help="write the comparison to this JSON file")
+    add_json(ex, "the comparison")
     ex.set_defaults(func=cmd_export)
-
-    gen = sub.add_parser("generate", help="continue a prompt with a text run's model and tokenizer")
-    gen.add_argument("--run", "--run-dir", dest="run_dir", required=True, help="run directory of a text run")
-    gen.add_argument("--prompt", required=True, help="text to continue")
-    gen.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
-    gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy (default 0.8)")
-    gen.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    gen.set_defaults(func=cmd_generate)
 
     register_theory(sub)
     register_meanfield(sub)
     register_hf(sub)
-
-    tr = sub.add_parser("train", help="train one run from a JSON config with overrides")
-    tr.add_argument("--config", help="JSON file with sections model, task, train")
-    tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="overrides such as model.attention.variant=key_only train.steps=500")
-    tr.add_argument("--run-dir", help="directory for config, metrics and checkpoints (required to train)")
-    tr.add_argument("--print-config", action="store_true",
-                    help="print the resolved config (defaults, --config, --set) as JSON and exit")
-    tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
-    tr.add_argument("--time-limit", type=float, metavar="SECONDS",
-                    help="checkpoint and stop after this long; the same command resumes")
-    tr.set_defaults(func=cmd_train)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
+    if verbose and quiet:
+        parser.error("-q/--quiet and -v/--verbose cannot be combined")
+    if quiet:
+        os.environ["TQDM_DISABLE"] = "1"  # no bars here or in worker processes
+    level = logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING
+    logging.basicConfig(level=level, format="%(message)s")
     try:
         return args.func(args)
-    except (ValueError, OSError) as err:  # bad input: one line, exit code 2 (-v adds the traceback)
-        if args.verbose:
+    except (ValueError, OSError, ImportError) as err:  # bad input or a missing extra: one line, exit code 2
+        if verbose:
             logging.exception("details")
         parser.exit(2, f"psattn: error: {_one_line(err)}\n")
     except TrainingInterrupted as err:  # checkpointed: the message says how to resume

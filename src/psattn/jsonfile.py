@@ -20,3 +20,18 @@ def read_json(path: str | Path, *, what: str = "file", object_only: bool = False
     if object_only and not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object")
     return data
+
+
+def read_jsonl(path: str | Path, *, what: str = "file") -> list[Any]:
+    """One parsed JSON value per non-empty line of ``path`` (a metrics.jsonl), with the same errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what} {path} does not exist")
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {number} is not valid JSON: {err}") from None
+    return rows

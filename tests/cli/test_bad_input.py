@@ -51,10 +51,10 @@ CASES = [
     ("reproduce --workers -1 --out {d}/rep", "positive integer"),
     ("reproduce --quick --full", "not allowed with"),
     # export, generate
-    ("export --run {d}/missing --onnx {d}/m.onnx", "not a run directory"),
-    ("export --run {d}/corrupt --onnx {d}/m.onnx", "not a readable psattn checkpoint"),
-    ("generate --run {d}/missing --prompt hi", "no trained run"),
-    ("generate --run {d}/run --prompt hi", "no tokenizer.json"),
+    ("export --run-dir {d}/missing --onnx {d}/m.onnx", "not a run directory"),
+    ("export --run-dir {d}/corrupt --onnx {d}/m.onnx", "not a readable psattn checkpoint"),
+    ("generate --run-dir {d}/missing --prompt hi", "no trained run"),
+    ("generate --run-dir {d}/run --prompt hi", "no tokenizer.json"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from psattn.cli import main
-from psattn.experiments import induction as exp
+from psattn.experiments import declared as exp
 
 
 def test_demo_writes_a_report(tmp_path, capsys):
@@ -61,3 +61,16 @@ def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, cap
     with pytest.raises(SystemExit) as stop:
         main(["train", "--set", "train.steps=3"])
     assert stop.value.code == 2 and "--run-dir is required" in capsys.readouterr().err
+
+
+def test_plot_draws_the_curves_of_several_runs(tmp_path, capsys):
+    common = ["--set", "train.steps=4", "train.eval_every=2", "train.eval_size=16", "train.batch_size=8",
+              "model.d_model=32", "task.seq_len=16", "task.form=full"]
+    for name, variant in (("plain", "baseline"), ("psa", "key_only")):
+        assert main(["train", "--run-dir", str(tmp_path / name), *common, f"model.attention.variant={variant}"]) == 0
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(tmp_path / "plain"), str(tmp_path / "psa"), "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000 and f"figure: {out}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["plot", str(tmp_path / "psa"), "--metric", "bits_per_byte", "--out", str(out)])
+    assert info.value.code == 2 and "no run logged ['bits_per_byte']" in capsys.readouterr().err

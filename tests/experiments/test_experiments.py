@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers import random_model
-from psattn.experiments import induction as exp
+from psattn.experiments import declared as exp
+from psattn.experiments import summaries
 from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
@@ -106,30 +107,30 @@ def test_summaries_and_best_gamma():
         "b": fake_result("symmetric", 1.0, 1, 0.50, None),
         "c": fake_result("baseline", 0.0, 0, 0.10, None),
     }
-    rows = {r["variant"]: r for r in exp.summarise_by(results, exp.variant_key)}
+    rows = {r["variant"]: r for r in summaries.summarise_by(results, summaries.variant_key)}
     assert rows["symmetric"]["success_rate"] == 0.5 and rows["symmetric"]["mean_emergence_step"] == 40
     assert rows["symmetric"]["mean_final_accuracy"] == pytest.approx(0.725)
     assert rows["baseline"]["mean_emergence_step"] is None
     controls = [{"gamma": 0.0, "mean_final_accuracy": 1.0, "mean_emergence_step": 200},
                 {"gamma": 1.0, "mean_final_accuracy": 1.0, "mean_emergence_step": 150},
                 {"gamma": 0.5, "mean_final_accuracy": 0.3, "mean_emergence_step": None}]
-    assert exp.best_gamma(controls) == 1.0
+    assert summaries.best_gamma(controls) == 1.0
     controls[1]["mean_emergence_step"] = 200
-    assert exp.best_gamma(controls) == 0.0
+    assert summaries.best_gamma(controls) == 0.0
     noise = [{"gamma": 0.0, "mean_final_accuracy": 0.142, "mean_emergence_step": None},
              {"gamma": 0.5, "mean_final_accuracy": 0.143, "mean_emergence_step": None}]
-    assert exp.best_gamma(noise) == 0.0  # a 0.001 difference is noise
+    assert summaries.best_gamma(noise) == 0.0  # a 0.001 difference is noise
 
 
 def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     rows = [{"d_k": 16, "gamma": 0.5, "success_rate": 0.5}, {"d_k": 16, "gamma": 1.0, "success_rate": 1.0},
             {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0},
             {"d_k": 8, "gamma": 0.5, "success_rate": 1.0}, {"d_k": 8, "gamma": 1.0, "success_rate": 1.0}]
-    assert exp.critical_pairs(rows) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "> 0.5")]
-    assert exp.critical_brackets(rows) == [(8, 0.0, 0.5), (16, 0.5, 1.0), (64, 0.5, math.inf)]
+    assert summaries.critical_pairs(rows) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "> 0.5")]
+    assert summaries.critical_brackets(rows) == [(8, 0.0, 0.5), (16, 0.5, 1.0), (64, 0.5, math.inf)]
     with_plain = rows + [{"d_k": 8, "gamma": 0.0, "success_rate": 0.0}, {"d_k": 64, "gamma": 0.0, "success_rate": 1.0}]
-    assert exp.critical_pairs(with_plain) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "none: gamma 0 succeeds")]
-    assert exp.critical_brackets(with_plain) == [(8, 0.0, 0.5), (16, 0.5, 1.0)]
+    assert summaries.critical_pairs(with_plain) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "none: gamma 0 succeeds")]
+    assert summaries.critical_brackets(with_plain) == [(8, 0.0, 0.5), (16, 0.5, 1.0)]
     width = exp.critical_gamma_width("quick")
     assert {(c.model.n_heads, c.model.head_dim) for c in width} == {(4, 16), (4, 32), (4, 64)}
     head_dim = exp.critical_gamma_head_dim("quick")

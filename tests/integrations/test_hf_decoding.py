@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_model
-from psattn.integrations.hf import PSACache, PSALayer, apply_psa
+from psattn.integrations.hf import PSADynamicCache, PSALayer, apply_psa
 from psattn.ops.shear import shear
 
 
@@ -55,7 +55,7 @@ def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):
 
 def test_key_only_keeps_no_raw_queries(prompt):
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
-    cache = PSACache(model.config)
+    cache = PSADynamicCache(model.config)
     with torch.no_grad():
         model.generate(prompt, max_new_tokens=3, do_sample=False, **cache_kw(cache))
     assert all(layer.raw_q.values is None and layer.raw_k.values is not None for layer in cache.layers)
@@ -64,7 +64,7 @@ def test_key_only_keeps_no_raw_queries(prompt):
 
 def test_crop_within_the_last_call_is_exact_and_beyond_raises(prompt):
     model = apply_psa(tiny_model("llama"), "symmetric", 0.8)
-    cache = PSACache(model.config)
+    cache = PSADynamicCache(model.config)
     with torch.no_grad():
         model(prompt[:, :5], **cache_kw(cache), use_cache=True)
         model(prompt[:, 5:], **cache_kw(cache), use_cache=True)  # 4 tokens
@@ -78,7 +78,7 @@ def test_crop_within_the_last_call_is_exact_and_beyond_raises(prompt):
 
 def test_max_rollback_allows_deeper_crops(prompt):
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
-    cache = PSACache(model.config, max_rollback=4)
+    cache = PSADynamicCache(model.config, max_rollback=4)
     with torch.no_grad():
         for t in range(prompt.shape[1]):
             model(prompt[:, t : t + 1], **cache_kw(cache), use_cache=True)
@@ -105,14 +105,14 @@ def test_keep_last_call_decides_the_state_right_after_a_prefill(keep_last_call, 
 
 def test_without_the_last_call_a_crop_is_refused_unless_announced(prompt):
     model = apply_psa(tiny_model("llama"), "symmetric", 0.8, keep_last_call=False)
-    cache = PSACache(model.config, keep_last_call=False)
+    cache = PSADynamicCache(model.config, keep_last_call=False)
     with torch.no_grad():
         model(prompt[:, :5], **cache_kw(cache), use_cache=True)
         model(prompt[:, 5:], **cache_kw(cache), use_cache=True)
         with pytest.raises(RuntimeError, match="max_rollback"):
             cache.crop(-3)
         assert cache.get_seq_length() == prompt.shape[1]  # the refused crop changed nothing
-        cache = PSACache(model.config, keep_last_call=False)
+        cache = PSADynamicCache(model.config, keep_last_call=False)
         cache.activate_past_recording()  # what transformers calls before a generation that rolls back
         model(prompt[:, :5], **cache_kw(cache), use_cache=True)
         model(prompt[:, 5:], **cache_kw(cache), use_cache=True)
@@ -125,3 +125,12 @@ def test_a_keep_last_call_false_model_cannot_be_the_target_of_assisted_decoding(
     target = apply_psa(tiny_model("llama"), "key_only", 0.8, keep_last_call=False)
     with pytest.raises(RuntimeError, match="roll"):
         _generate(target, prompt, max_new_tokens=12, assistant_model=tiny_model("llama", seed=1))
+
+
+def test_the_old_name_of_the_transformers_cache_still_works_with_a_warning():
+    import psattn.integrations.hf as hf
+
+    with pytest.warns(DeprecationWarning, match="PSADynamicCache"):
+        assert hf.PSACache is PSADynamicCache
+    with pytest.raises(AttributeError):
+        hf.NoSuchThing  # noqa: B018

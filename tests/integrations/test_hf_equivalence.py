@@ -134,10 +134,10 @@ def test_packed_documents_equal_each_document_alone(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_chunked_prefill_equals_full_forward(variant, prompt):
-    from psattn.integrations.hf import PSACache
+    from psattn.integrations.hf import PSADynamicCache
 
     model = apply_psa(tiny_model("qwen2"), variant, 0.8)
-    cache = PSACache(model.config)
+    cache = PSADynamicCache(model.config)
     with torch.no_grad():
         first = model(prompt[:, :4], **cache_kw(cache), use_cache=True).logits
         rest = model(prompt[:, 4:], **cache_kw(cache), use_cache=True).logits

@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_config, tiny_model
-from psattn.integrations.hf import PSACache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
+from psattn.integrations.hf import PSADynamicCache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
 
 
 def logits(model, ids, **kwargs):
@@ -157,7 +157,7 @@ def test_unsupported_caches_raise(prompt):
 
 def test_psa_cache_refuses_a_model_without_psa(prompt):
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
-    cache = PSACache(model.config)
+    cache = PSADynamicCache(model.config)
     with torch.no_grad():
         model(prompt, **cache_kw(cache), use_cache=True)
     remove_psa(model)
@@ -168,7 +168,7 @@ def test_psa_cache_refuses_a_model_without_psa(prompt):
 def test_one_cache_cannot_serve_two_gammas(prompt):
     a = apply_psa(tiny_model("llama"), "key_only", 0.8)
     b = apply_psa(tiny_model("llama"), "key_only", 0.4)
-    cache = PSACache(a.config)
+    cache = PSADynamicCache(a.config)
     with torch.no_grad():
         a(prompt, **cache_kw(cache), use_cache=True)
         with pytest.raises(RuntimeError, match="one cache per PSA model"):

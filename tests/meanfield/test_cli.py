@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from psattn.meanfield.cli import register, reproduce, resolve_run_config
+from psattn.meanfield.cli import meanfield_report, register, resolve_run_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,5 +78,5 @@ def test_reproduce_function_reports_failures(tmp_path, monkeypatch):
     failing = [("always_fails", lambda: TheoremCheck("always fails", False, "by construction"))]
     monkeypatch.setattr(module, "_check_plan", lambda quick: failing)
     monkeypatch.setattr(module, "_plots_available", lambda: False)
-    result = reproduce(tmp_path, quick=True)
+    result = meanfield_report(tmp_path, quick=True)
     assert not result["passed"] and "FAIL" in (tmp_path / "report.md").read_text()

@@ -49,3 +49,41 @@ def test_save_states_needs_kept_states(tmp_path):
     cfg = paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0]
     with pytest.raises(ValueError, match="keep_states"):
         save_states(simulate(cfg), tmp_path / "states.npz")
+
+
+def _summary(names=("usa_n8", "prefix_n8")):
+    times = [0.0, 1.0, 2.0]
+    series = {k: [[v] for v in (0.8, 0.4, 0.1)] for k in
+              ("marginal_spread", "fraction_aligned", "comoving_spread", "mean_cosine")}
+    runs = [{"name": name, "record_times": times, "diagnostics": series, "energy": [[0.5], [0.7], [0.8]],
+             "config": {"d": 3, "n": 8}, "labels": list(range(8)) if i == 0 else [0, 1] * 4,
+             "final_state": [[0.0, 0.0, 1.0]] * 8} for i, name in enumerate(names)]
+    return {"runs": runs}
+
+
+def _captured(monkeypatch):
+    from psattn.meanfield import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path, dpi=120: figures.append(fig) or path)
+    return plots, figures
+
+
+def test_diagnostics_figure_reads_without_the_source(monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    plots.plot_diagnostics(_summary(), "x.png")
+    fig = figures[0]
+    panels = fig.axes
+    assert len(panels) == 5 and fig.get_suptitle()
+    for ax in panels:
+        assert ax.get_xlabel() == "time t" and ax.get_ylabel() and "_" not in ax.get_title()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["usa_n8", "prefix_n8"]  # one legend for all
+    width, height = fig.get_size_inches()
+    assert width / height < 3  # a grid, not one long strip
+
+
+def test_final_states_have_a_colour_bar_per_panel(monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    plots.plot_final_states(_summary(), "x.png")
+    bars = [ax for ax in figures[0].axes if ax.get_ylabel() == "token label"]
+    assert len(bars) == 2

@@ -1,5 +1,7 @@
 """Properties every registered task shares: shapes, ranges, determinism, split disjointness."""
 
+import typing
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from psattn.tasks import (
     InductionConfig,
     MultiHopConfig,
     RandomOffsetConfig,
+    TaskConfig,
     in_split,
     make_task_config,
     sample_task,
@@ -90,6 +93,7 @@ def test_train_and_eval_never_share_a_row_in_a_tiny_row_space():
 
 def test_registry_names_and_defaults():
     assert set(TASKS) == {"induction", "random_offset", "multihop", "mqar", "text"}
+    assert set(typing.get_args(TaskConfig)) == {config_cls for config_cls, _ in TASKS.values()}  # the type names them all
     for name, (config_cls, sampler) in TASKS.items():
         config = make_task_config(name)
         assert type(config) is config_cls and task_name(config) == name

@@ -310,3 +310,16 @@ def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():
     assert format_text_summary([row]) == [
         "1 layer key_only γ=1 (3 seeds): bits/byte 1.740 ± 0.010, ICL score -0.120 ± 0.020, "
         "passage copy gain 0.30 ± 0.05, best prefix-matching score 0.020"]
+
+
+def test_bpe_without_the_tokenizers_library_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    from psattn.cli import main
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed
+    corpus = str(numbered_corpus(tmp_path / "corpus"))
+    with pytest.raises(ImportError, match=r"pip install 'phase-space-attention\[text\]'"):
+        make_task_config("text", corpus=corpus, tokenizer="bpe", vocab_size=300, seq_len=16).tokens()
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--run-dir", str(tmp_path / "run"), "--set", "task.name=text", f"task.corpus={corpus}",
+              "task.tokenizer=bpe", "task.vocab_size=300", "model.vocab_size=300", "train.steps=1"])
+    assert info.value.code == 2 and "needs Hugging Face tokenizers" in capsys.readouterr().err

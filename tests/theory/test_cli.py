@@ -47,7 +47,7 @@ def test_unknown_operator_is_a_value_error():
 
 
 def test_gamma_c_and_fit_exponent(tmp_path, capsys):
-    assert run_cli(["theory", "gamma-c", "--d-k", "64", "4", "--T", "8.38905609893065"]) == 0
+    assert run_cli(["theory", "gamma-c", "--d-k", "64", "4", "--context", "8.38905609893065"]) == 0
     out = capsys.readouterr().out
     assert "gamma_c=0.517638 (branch 1" in out and "gamma_c=0.675676 (branch 2" in out
     sweep = tmp_path / "sweep.json"
@@ -87,7 +87,7 @@ def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypa
     sweep = [{"d_k": 16, "gamma_critical": 1.2}, {"d_k": 32, "gamma_critical": 0.6}, {"d_k": 64, "gamma_critical": None}]
     out = tmp_path / "theory"
     model, label = bode_model(out, run_dir=tiny_run)
-    result = report.reproduce(out, model, label, quick=True, sweep_results=sweep, link_prefix="theory/")
+    result = report.theory_report(out, model, label, quick=True, sweep_results=sweep, link_prefix="theory/")
     for name in ("phase_diagram", "scaling", "bode", "bode_measured"):
         assert (out / f"{name}.png").stat().st_size > 5_000
     saved = json.loads((out / "theory.json").read_text())

@@ -4,14 +4,14 @@
 trainer) happen inside the commands, so building the parser stays cheap. They live here, not in
 :mod:`psattn.theory`, because the report and the Bode plot read a trained model.
 
-- ``psattn certify [--json] [--details] [--operator NAME] [--only NAME ...]``: run the certificates,
-  print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken
+- ``psattn certify [--json [PATH]] [--details] [--operator NAME] [--only NAME ...]``: run the
+  certificates, print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken
   operator, to see the certificates fail.
-- ``psattn theory report --out DIR [--full] [--run-dir RUN] [--sweep FILE]``: the whole theory
+- ``psattn theory report --out DIR [--quick|--full] [--run-dir RUN] [--sweep FILE]``: the whole theory
   section (figures, theory.json, theory.md).
 - ``psattn theory phase-diagram --out DIR [--samples N]``: closed form against the simulation.
 - ``psattn theory bode --out DIR [--gamma G] [--run-dir RUN]``: closed-form and measured Bode plots.
-- ``psattn theory gamma-c --d-k D [D ...] --T T [T ...]``: evaluate the law.
+- ``psattn theory gamma-c --d-k D [D ...] --context T [T ...]``: evaluate the law.
 - ``psattn theory fit-exponent FILE``: fit gamma_critical ∝ d_k^alpha to saved sweep results.
 """
 
@@ -21,25 +21,28 @@ import argparse
 import json
 from pathlib import Path
 
+from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, write_json_output
+
 
 def cmd_certify(args: argparse.Namespace) -> int:
     from psattn.theory.certificates import format_table, run_certificates
     from psattn.theory.operators import get_operator
 
     results = run_certificates(get_operator(args.operator), args.only or None)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1))
-    else:
+    if args.json != "-":
         print(format_table(results, details=args.details))
+    if args.json:
+        write_json_output(args.json, [r.to_dict() for r in results])
     return 0 if all(r.passed for r in results) else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from psattn.experiments.bode_model import bode_model
-    from psattn.theory.report import reproduce
+    from psattn.theory.report import theory_report
 
-    model, label = bode_model(args.out, quick=not args.full, run_dir=args.run_dir, seed=args.seed)
-    result = reproduce(args.out, model, label, quick=not args.full, sweep_results=args.sweep, seed=args.seed)
+    quick = args.mode == "quick"
+    model, label = bode_model(args.out, quick=quick, run_dir=args.run_dir, seed=args.seed)
+    result = theory_report(args.out, model, label, quick=quick, sweep_results=args.sweep, seed=args.seed)
     print(f"theory report: {Path(args.out) / 'theory.md'} ({result['seconds']:.0f} s)")
     return 0
 
@@ -100,7 +103,9 @@ def cmd_bode(args: argparse.Namespace) -> int:
 def cmd_gamma_c(args: argparse.Namespace) -> int:
     from psattn.theory.transition import crossover_dk, gamma_c, transition_branch
 
-    for T in args.T:
+    if not getattr(args, "context", None):
+        raise ValueError("--context T [T ...] is required")
+    for T in args.context:
         for d_k in args.d_k:
             print(f"d_k={d_k:g} T={T:g}: gamma_c={gamma_c(d_k, T, args.c):.6f} "
                   f"(branch {transition_branch(d_k, T)}, crossover d_k*={crossover_dk(T):.3f})")
@@ -112,8 +117,8 @@ def cmd_fit_exponent(args: argparse.Namespace) -> int:
 
     fit = empirical_exponent(load_sweep_results(args.file))
     if args.json:
-        print(json.dumps(fit.to_dict(), indent=1))
-    else:
+        write_json_output(args.json, fit.to_dict())
+    if args.json != "-":
         print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} (± {fit.stderr:.4f}), R² {fit.r_squared:.4f}, "
               f"{fit.n} points over d_k {fit.x_min:g}–{fit.x_max:g}, {fit.dropped} dropped (paper: about -1.13)")
     return 0
@@ -121,46 +126,50 @@ def cmd_fit_exponent(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add ``certify`` and ``theory`` to the main parser's subcommands."""
-    cert = subparsers.add_parser("certify", help="run the machine-checkable certificates of the PSA claims")
-    cert.add_argument("--json", action="store_true", help="print the results as JSON")
+    cert = add_command(subparsers, "certify", "run the machine-checkable certificates of the PSA claims",
+                       "Run the certificates (symbolic with SymPy, numeric on random inputs); print a table, "
+                       "exit 1 if any fails.")
+    add_json(cert, "the results")
     cert.add_argument("--details", action="store_true", help="show every sub-check, not only failures")
     cert.add_argument("--operator", default="psa",
-                      help="operator under test: psa (default) or a broken one (wrong_sign, look_ahead, pre_rope, "
-                           "raw_key_cache, recompute_cache, swapped_law)")
+                      help="operator under test: psa or a broken one (wrong_sign, look_ahead, pre_rope, "
+                           "raw_key_cache, recompute_cache, swapped_law), to see the certificates fail")
     cert.add_argument("--only", nargs="*", metavar="NAME", help="run only these certificates")
     cert.set_defaults(func=cmd_certify)
 
-    theory = subparsers.add_parser("theory", help="critical-coupling law, reduced model, spectra")
-    sub = theory.add_subparsers(dest="theory_command", required=True)
+    theory = add_command(subparsers, "theory", "critical-coupling law, reduced model, spectra")
+    sub = theory.add_subparsers(dest="theory_command", required=True, metavar="COMMAND")
 
-    rep = sub.add_parser("report", help="figures, theory.json and theory.md for the reproduction report")
-    rep.add_argument("--out", default="reports/theory")
-    rep.add_argument("--full", action="store_true", help="more Monte-Carlo draws and a longer training run")
-    rep.add_argument("--run-dir", help="measure the Bode plot on this trained run instead of training one")
-    rep.add_argument("--sweep", help="JSON file of (d_k, gamma_critical) results for the empirical exponent")
-    rep.add_argument("--seed", type=int, default=0)
+    rep = add_command(sub, "report", "figures, theory.json and theory.md for the reproduction report")
+    rep.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
+    add_plan_size(rep, quick="fewer Monte-Carlo draws and a short training run",
+                  full="more Monte-Carlo draws and a longer training run")
+    rep.add_argument("--run-dir", metavar="DIR", help="measure the Bode plot on this trained run instead of training one")
+    rep.add_argument("--sweep", metavar="FILE", help="JSON file of (d_k, gamma_critical) results for the empirical exponent")
+    rep.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo draws and of the training run")
     rep.set_defaults(func=cmd_report)
 
-    pd = sub.add_parser("phase-diagram", help="gamma_c over (d_k, T) against the reduced-model simulation")
-    pd.add_argument("--out", default="reports/theory")
+    pd = add_command(sub, "phase-diagram", "gamma_c over (d_k, T) against the reduced-model simulation")
+    pd.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
     pd.add_argument("--samples", type=int, default=256, help="Monte-Carlo draws per context length")
-    pd.add_argument("--seed", type=int, default=0)
+    pd.add_argument("--seed", type=int, default=0, help="seed of the draws")
     pd.set_defaults(func=cmd_phase_diagram)
 
-    bode = sub.add_parser("bode", help="closed-form and measured Bode plots")
-    bode.add_argument("--out", default="reports/theory")
-    bode.add_argument("--gamma", type=float, default=0.8)
-    bode.add_argument("--run-dir", help="a trained run to measure (default: a random-initialised model)")
-    bode.add_argument("--seed", type=int, default=0)
+    bode = add_command(sub, "bode", "closed-form and measured Bode plots")
+    bode.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
+    bode.add_argument("--gamma", type=float, default=0.8, help="shear coupling of the closed form")
+    bode.add_argument("--run-dir", metavar="DIR", help="a trained run to measure (default: a random-initialised model)")
+    bode.add_argument("--seed", type=int, default=0, help="seed of the random model and of its input tokens")
     bode.set_defaults(func=cmd_bode)
 
-    gc = sub.add_parser("gamma-c", help="evaluate the closed-form critical coupling")
-    gc.add_argument("--d-k", type=float, nargs="+", required=True)
-    gc.add_argument("--T", type=float, nargs="+", required=True)
-    gc.add_argument("--c", type=float, default=0.74)
+    gc = add_command(sub, "gamma-c", "evaluate the closed-form critical coupling")
+    gc.add_argument("--d-k", type=float, nargs="+", required=True, metavar="D", help="head dimensions")
+    gc.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
+    add_deprecated(gc, "--T", "--context", "context", type=float, nargs="+")
+    gc.add_argument("--c", type=float, default=0.74, help="the law's constant")
     gc.set_defaults(func=cmd_gamma_c)
 
-    fit = sub.add_parser("fit-exponent", help="fit gamma_critical ∝ d_k^alpha to saved sweep results")
+    fit = add_command(sub, "fit-exponent", "fit gamma_critical ∝ d_k^alpha to saved sweep results")
     fit.add_argument("file", help="JSON: a list of [d_k, gamma_critical] pairs or of records")
-    fit.add_argument("--json", action="store_true")
+    add_json(fit, "the fit")
     fit.set_defaults(func=cmd_fit_exponent)

@@ -48,7 +48,7 @@ def small_config(
     steps: int = 1000,
     early_stop: bool = True,
     stop_after: int = 0,
-    threshold: float = 0.9,
+    threshold: float = 0.8,
     d_model: int = 128,
     n_heads: int = 4,
     n_layers: int = 1,

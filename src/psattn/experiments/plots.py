@@ -29,17 +29,42 @@ def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = 
     return save_figure(fig, path)
 
 
-def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path, threshold: float) -> Path:
-    """Held-out accuracy against step, one line per run."""
-    fig = Figure(figsize=(7, 4))
+MARKERS = "osD^v<>px*"
+
+
+def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str | Path, threshold: float,
+                         title: str = "held-out accuracy during training") -> Path:
+    """Held-out accuracy against step, one line (with markers, so a one-point run shows) per run, and
+    the success threshold."""
+    fig = Figure(figsize=(7.5, 4), layout="constrained")
     ax = fig.add_subplot()
-    for label, history in histories.items():
-        ax.plot([h["step"] for h in history], [h["eval_accuracy"] for h in history], label=label)
-    ax.axhline(threshold, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(0, 1.02)
+    for i, (label, history) in enumerate(histories.items()):
+        ax.plot([h["step"] for h in history], [h["eval_accuracy"] for h in history], label=label,
+                marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2,
+                linestyle=("-", "--", "-.", ":")[(i // 10) % 4], color=f"C{i % 10}")
+    ax.axhline(threshold, color="grey", linestyle=":", linewidth=1, label=f"success threshold ({threshold:g})")
+    ax.set(xlabel="training step", ylabel="held-out accuracy", title=title, ylim=(0, 1.02))
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return save_figure(fig, path)
+
+
+#: metric of a metrics.jsonl row -> axis label
+RUN_METRICS = {"eval_accuracy": "held-out accuracy", "eval_loss": "held-out loss (nats per scored token)",
+               "train_loss": "training loss (nats)", "bits_per_byte": "held-out bits per byte",
+               "icl_score": "ICL score (nats; late minus early loss)"}
+
+
+def plot_runs(histories: dict[str, list[dict[str, Any]]], path: str | Path, metrics: tuple[str, ...]) -> Path:
+    """One panel per metric against step, one line per run (what ``psattn plot`` draws)."""
+    fig = Figure(figsize=(5.2 * len(metrics) + 1.8, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        for i, (label, history) in enumerate(histories.items()):
+            rows = [h for h in history if h.get(metric) is not None]
+            ax.plot([h["step"] for h in rows], [h[metric] for h in rows], label=label,
+                    marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2, color=f"C{i % 10}")
+        ax.set(xlabel="training step", ylabel=RUN_METRICS.get(metric, metric), title=RUN_METRICS.get(metric, metric))
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, path)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from psattn.arguments import add_command
+
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
 
@@ -101,14 +103,13 @@ def cmd_hf_demo(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``hf-demo`` command to a subparsers object."""
-    parser = subparsers.add_parser(
-        "hf-demo", help="PSA in a tiny random Hugging Face model (offline): generate and compare",
-    )
-    parser.add_argument("--arch", choices=ARCHS, default="llama", help="model family (default llama)")
-    parser.add_argument("--variant", choices=("symmetric", "key_only", "query_only"), default="key_only")
-    parser.add_argument("--gamma", type=float, default=0.8, help="shear coupling (default 0.8)")
-    parser.add_argument("--new-tokens", type=int, default=10, help="tokens to generate (default 10)")
-    parser.add_argument("--prompt-length", type=int, default=12, help="length of the longer prompt (default 12)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = add_command(subparsers, "hf-demo", "PSA in a tiny random Hugging Face model (offline): generate and compare")
+    parser.add_argument("--arch", choices=ARCHS, default="llama", help="model family")
+    parser.add_argument("--variant", choices=("symmetric", "key_only", "query_only"), default="key_only",
+                        help="which streams are sheared")
+    parser.add_argument("--gamma", type=float, default=0.8, help="shear coupling")
+    parser.add_argument("--new-tokens", type=int, default=10, help="tokens to generate")
+    parser.add_argument("--prompt-length", type=int, default=12, help="length of the longer prompt")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random model and prompts")
     parser.set_defaults(func=cmd_hf_demo)
     return parser

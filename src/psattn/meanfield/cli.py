@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from psattn.arguments import add_command, add_plan_size
 from psattn.jsonfile import read_json
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
@@ -33,12 +34,12 @@ from psattn.meanfield.experiments import (
     write_summary,
 )
 from psattn.meanfield.integrators import STEPPERS
-from psattn.meanfield.reproduce import reproduce
+from psattn.meanfield.reproduce import meanfield_report
 from psattn.meanfield.simulate import simulate, step_size
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 
-__all__ = ["register", "reproduce", "resolve_run_config"]
+__all__ = ["meanfield_report", "register", "resolve_run_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,36 +54,36 @@ _KERNEL_FLAGS = {"frequencies": "frequencies", "omega": "omega", "decay": "decay
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``meanfield`` command group (``run``, ``reproduce``) to a subparsers object."""
-    group = subparsers.add_parser("meanfield", help="mean-field attention dynamics with auxiliary labels")
-    sub = group.add_subparsers(dest="meanfield_command", required=True)
+    group = add_command(subparsers, "meanfield", "mean-field attention dynamics with auxiliary labels")
+    sub = group.add_subparsers(dest="meanfield_command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="simulate one particle system; write figures and a JSON summary")
-    run.add_argument("--config", help="JSON file with a SimulationConfig (flags below override it)")
+    run = add_command(sub, "run", "simulate one particle system; write figures and a JSON summary")
+    run.add_argument("--config", metavar="FILE", help="JSON file with a SimulationConfig (flags below override it)")
     run.add_argument("--kernel", choices=PAPER_KERNELS, help="kernel, with the paper experiment's parameters")
     run.add_argument("--n", type=int, help="number of particles (default 64)")
     run.add_argument("--d", type=int, help="dimension: particles live on S^{d-1} (default 3)")
     run.add_argument("--beta", type=float, help="inverse temperature (default 1)")
     run.add_argument("--tau", type=float, help="time horizon (default 20)")
     run.add_argument("--dt", type=float, help="base step (default 0.1; USA shrinks it with beta)")
-    run.add_argument("--integrator", choices=tuple(STEPPERS), help="default rk4")
+    run.add_argument("--integrator", choices=tuple(STEPPERS), help="time integrator (default rk4)")
     run.add_argument("--dynamics", choices=DYNAMICS, help="usa (unnormalised, default) or sa (normalised)")
     run.add_argument("--seed", type=int, help="seed of the initial condition (default 0)")
     run.add_argument("--batch", type=int, help="independent initial conditions (default 1)")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
     run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
-    run.add_argument("--dtype", choices=("float64", "float32"))
+    run.add_argument("--dtype", choices=("float64", "float32"), help="floating-point precision (default float64)")
     run.add_argument("--frequencies", type=float, nargs="+", help="RoPE / generalised RoPE frequencies")
     run.add_argument("--omega", type=float, help="cosine Toeplitz frequency")
     run.add_argument("--decay", type=float, help="distance-bias decay (non-negative)")
     run.add_argument("--n-prompts", type=int, help="prefix tokens: number of prompts")
     run.add_argument("--gauge-seed", type=int, help="prefix tokens: seed of the random gauges")
     run.add_argument("--no-animation", action="store_true", help="skip states.npz and the GIF")
-    run.add_argument("--out", default="reports/meanfield/run", help="output directory")
+    run.add_argument("--out", default="reports/meanfield/run", metavar="DIR", help="output directory")
     run.set_defaults(func=cmd_run)
 
-    rep = sub.add_parser("reproduce", help="paper experiment + theorem checks + metastability; report.md")
-    rep.add_argument("--out", default="reports/meanfield", help="output directory")
-    rep.add_argument("--quick", action="store_true", help="smaller sweeps (seconds instead of minutes)")
+    rep = add_command(sub, "reproduce", "paper experiment + theorem checks + metastability; report.md")
+    rep.add_argument("--out", default="reports/meanfield", metavar="DIR", help="output directory")
+    add_plan_size(rep, quick="smaller sweeps (seconds)", full="the paper's sweeps (minutes)")
     rep.set_defaults(func=cmd_reproduce)
     return group
 
@@ -153,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    result = reproduce(args.out, quick=args.quick, progress=True)
+    result = meanfield_report(args.out, quick=args.mode == "quick", progress=True)
     for check in result["checks"]:
         print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['message']}")
     for skipped in result["skipped"]:

@@ -26,6 +26,14 @@ from psattn.figures import save_figure
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERIES = ("marginal_spread", "fraction_aligned", "comoving_spread", "mean_cosine", "energy")
+#: series -> (panel title, y-axis label)
+SERIES_LABELS = {
+    "marginal_spread": ("spread of the tokens", "1 − |mean of x_i|  (0: one point)"),
+    "fraction_aligned": ("pairs aligned", "fraction of pairs with cos > 0.999"),
+    "comoving_spread": ("spread in co-moving coordinates", "1 − |mean of G(ξ_i) x_i|"),
+    "mean_cosine": ("mean pairwise cosine", "mean cos(x_i, x_j)  (1: one point)"),
+    "energy": ("interaction energy", "energy"),
+}
 
 
 def load_summary(summary: str | Path | dict[str, Any]) -> dict[str, Any]:
@@ -82,10 +90,13 @@ def plot_final_states(summary: str | Path | dict[str, Any], out_path: str | Path
         raise ValueError("no runs with d = 2 or 3 to draw on the circle or sphere")
     cols = min(3, len(runs))
     rows = math.ceil(len(runs) / cols)
-    fig = Figure(figsize=(4 * cols, 4 * rows))
-    for k, run in enumerate(runs):
-        _points(fig, rows, cols, k + 1, np.asarray(run["final_state"]), run["labels"], run["name"], cmap="viridis")
-    fig.tight_layout()
+    fig = Figure(figsize=(4 * cols + 1, 4 * rows), layout="constrained")
+    for k, run in enumerate(runs):  # labels mean positions in one run and prompt ids in another: a bar each
+        labels = np.asarray(run["labels"])
+        ax = _points(fig, rows, cols, k + 1, np.asarray(run["final_state"]), labels, run["name"], cmap="viridis",
+                     vmin=0, vmax=max(1, int(labels.max())))
+        fig.colorbar(ax.collections[-1], ax=ax, shrink=0.55, pad=0.02, label="token label")
+    fig.suptitle("final states, coloured by each token's frozen label (position, or prompt id for prefix)")
     return save_figure(fig, out_path)
 
 
@@ -95,19 +106,26 @@ def plot_diagnostics(
     names: Sequence[str] = DEFAULT_SERIES,
     n: int | None = None,
 ) -> Path:
-    """Diagnostics (and the energy) against time, batch element 0, one line per run."""
+    """Diagnostics (and the energy) against time, batch element 0, one line per run, in a grid of at
+    most three panels a row with one legend for all."""
     runs = _select(load_summary(summary)["runs"], n)
-    fig = Figure(figsize=(4.5 * len(names), 3.5))
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.4 * rows + 0.6), layout="constrained")
     for k, name in enumerate(names):
-        ax = fig.add_subplot(1, len(names), k + 1)
-        for run in runs:
+        ax = fig.add_subplot(rows, cols, k + 1)
+        for i, run in enumerate(runs):
             series = run["energy"] if name == "energy" else run["diagnostics"][name]
             values = [np.nan if row[0] is None else row[0] for row in series]
-            ax.plot(run["record_times"], values, label=run["name"], linewidth=1)
-        ax.set_xlabel("t")
-        ax.set_title(name, fontsize=9)
-    fig.axes[0].legend(fontsize=7)
-    fig.tight_layout()
+            ax.plot(run["record_times"], values, label=run["name"], linewidth=1.2, color=f"C{i % 10}",
+                    linestyle=("-", "--", "-.", ":")[i % 4])
+        title, ylabel = SERIES_LABELS.get(name, (name.replace("_", " "), name.replace("_", " ")))
+        ax.set(xlabel="time t", ylabel=ylabel, title=title)
+        ax.title.set_fontsize(10)
+        ax.yaxis.label.set_fontsize(8)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8)
+    fig.suptitle("collapse or not: diagnostics against time, one line per kernel (batch element 0)")
     return save_figure(fig, out_path)
 
 

@@ -75,7 +75,7 @@ def _plots_available() -> bool:
     return True
 
 
-def reproduce(
+def meanfield_report(
     out_dir: str | Path, quick: bool = True, progress: bool = False, threads: int | None = 1
 ) -> dict[str, Any]:
     """Run the mean-field set into out_dir; returns {"passed", "checks", "skipped", "files", "report"}.

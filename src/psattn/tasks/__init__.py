@@ -10,13 +10,14 @@ from psattn.tasks.batch import IGNORE_INDEX, TaskBatch, accuracy
 from psattn.tasks.induction import InductionConfig, induction_targets
 from psattn.tasks.multihop import MultiHopConfig
 from psattn.tasks.random_offset import RandomOffsetConfig
-from psattn.tasks.registry import TASKS, make_task_config, sample_task, task_name
+from psattn.tasks.registry import TASKS, TaskConfig, make_task_config, sample_task, task_name
 from psattn.tasks.split import EVAL_BUCKETS, SPLITS, in_split, row_hash
 
 __all__ = [
     "EVAL_BUCKETS",
     "IGNORE_INDEX",
     "SPLITS",
+    "TaskConfig",
     "TASKS",
     "AssociativeRecallConfig",
     "InductionConfig",

@@ -12,6 +12,9 @@ from psattn.tasks import associative_recall, induction, multihop, random_offset,
 from psattn.tasks.batch import TaskBatch
 
 Sampler = Callable[..., TaskBatch]
+#: the config of any registered task
+TaskConfig = (induction.InductionConfig | random_offset.RandomOffsetConfig | multihop.MultiHopConfig
+              | associative_recall.AssociativeRecallConfig | text.TextConfig)
 
 TASKS: dict[str, tuple[type, Sampler]] = {
     "induction": (induction.InductionConfig, induction.sample),
@@ -28,13 +31,13 @@ def _lookup(name: str) -> tuple[type, Sampler]:
     return TASKS[name]
 
 
-def make_task_config(name: str, **overrides: Any) -> Any:
+def make_task_config(name: str, **overrides: Any) -> TaskConfig:
     """The config of task ``name`` with defaults replaced by ``overrides``."""
     config_cls, _ = _lookup(name)
     return from_fields(config_cls, overrides, f"task {name!r}")
 
 
-def task_name(config: Any) -> str:
+def task_name(config: TaskConfig) -> str:
     """The registry name of a task config instance."""
     for name, (config_cls, _) in TASKS.items():
         if type(config) is config_cls:
@@ -42,7 +45,7 @@ def task_name(config: Any) -> str:
     raise ValueError(f"{type(config).__name__} is not a registered task config; known tasks: {sorted(TASKS)}")
 
 
-def sample_task(config: Any, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
+def sample_task(config: TaskConfig, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
     """Sample from whichever registered task ``config`` configures."""
     _, sampler = TASKS[task_name(config)]
     return sampler(config, batch_size, generator, split)

@@ -45,7 +45,9 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        tokenizers = hf_tokenizers()
+        Tokenizer, decoders, models = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.models
+        pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
 
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -76,15 +78,23 @@ class BPETokenizer:
 Tokenizer = ByteTokenizer | BPETokenizer
 
 
+def hf_tokenizers():
+    """The Hugging Face ``tokenizers`` module, or an ImportError that says how to install it."""
+    try:
+        import tokenizers
+    except ImportError as err:
+        raise ImportError("the BPE tokenizer needs Hugging Face tokenizers: pip install "
+                          "'phase-space-attention[text]' (the reproduce extra includes it)") from err
+    return tokenizers
+
+
 def tokenizer_from_json(text: str) -> Tokenizer:
     data = json.loads(text)
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
-        from tokenizers import Tokenizer as HFTokenizer
-
-        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])))
+        return BPETokenizer(hf_tokenizers().Tokenizer.from_str(json.dumps(data["tokenizer"])))
     raise ValueError(f"not a psattn tokenizer file (kind {kind!r}; expected one of {KINDS})")
 
 

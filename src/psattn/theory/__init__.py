@@ -6,13 +6,13 @@ score model, scaling exponents, spectral analysis, and machine-checkable certifi
 - :mod:`.scaling`: power-law exponents of gamma_c in d_k (reduced model, trained-model sweeps);
 - :mod:`.spectral`: H(z) = (1 + gamma) - gamma z^-1, the joint score filter, measured Bode plots;
 - :mod:`.certificates`: the certificates (needs SymPy), run against an operator from :mod:`.operators`;
-- :mod:`.plots`, :mod:`.report`: figures (needs matplotlib) and the report section (:func:`reproduce`);
+- :mod:`.plots`, :mod:`.report`: figures (needs matplotlib) and the report section (:func:`theory_report`);
 
 Its command-line entry points are in :mod:`psattn.commands.theory`.
 """
 
 from psattn.theory.reduced_model import ReducedModel, TransitionComparison, compare_with_theory, simulate_transition
-from psattn.theory.report import reproduce
+from psattn.theory.report import theory_report
 from psattn.theory.scaling import PowerLawFit, empirical_exponent, fit_power_law, load_sweep_results, reduced_model_exponent
 from psattn.theory.spectral import (
     BodeCurves,
@@ -38,6 +38,6 @@ __all__ = [
     "BodeCurves", "C_CONSTANT", "MeasuredBode", "PowerLawFit", "ReducedModel", "TransitionComparison",
     "annealed_roots", "compare_with_theory", "crossover_dk", "crossover_jump", "empirical_exponent",
     "filter_order", "fit_power_law", "gamma_c", "gamma_c_squared", "joint_response", "load_sweep_results",
-    "log_distractors", "measure_bode", "reduced_model_exponent", "reproduce", "shear_response",
+    "log_distractors", "measure_bode", "reduced_model_exponent", "theory_report", "shear_response",
     "simulate_transition", "transition_branch", "variant_bode",
 ]

@@ -57,10 +57,15 @@ def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float = 
             ax_cmp.plot(d_grid[part], np.asarray(gamma_c(d_grid[part], T, c)), color=colors[i], lw=1.2, label=label)
         ax_cmp.plot(dks, sim[i], "o", color=colors[i], ms=4, mfc="none")
         ax_cmp.axvline(float(crossover_dk(T)), color=colors[i], ls=":", lw=0.8)
-    r = comparison["stats"]["above_crossover"]["pearson_r"]
-    title = "closed form (lines) vs simulation (circles)"
-    if r is not None:
-        title += f"\nabove the crossover: Pearson r = {r:.4f}"
+    ax_cmp.plot([], [], "o", color="grey", ms=4, mfc="none", label="simulation")
+    ax_cmp.plot([], [], ":", color="grey", lw=0.8, label="crossover d_k* of each T")
+
+    def r_text(region: str) -> str:
+        r = comparison["stats"][region]["pearson_r"]
+        return "n/a" if r is None else f"{r:.4f}"
+
+    title = (f"closed form (lines) vs simulation (circles)\nPearson r above the crossover {r_text('above_crossover')}, "
+             f"below it {r_text('below_crossover')}")
     ax_cmp.set(xscale="log", yscale="log", xlabel="head dimension d_k", ylabel="γ_c", title=title)
     ax_cmp.legend(fontsize=7)
     return save_figure(fig, path)
@@ -105,23 +110,28 @@ def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
 
 def plot_measured_bode(measured: list[dict[str, Any]], path: str | Path) -> Path:
     """``measured``: entries {"label", "omega", "<stream>_measured_gain", "<stream>_theory_gain",
-    "<stream>_measured_phase", "<stream>_theory_phase", "<stream>_r"} for stream in query, key."""
-    fig = Figure(figsize=(4.6 * len(measured), 5.6), layout="constrained")
+    "<stream>_measured_phase", "<stream>_theory_phase", "<stream>_r"} for stream in query, key. Gain in
+    dB, as in :func:`plot_bode`; the two streams differ in marker and line style, so neither hides the
+    other where they coincide."""
+    fig = Figure(figsize=(4.8 * len(measured), 5.6), layout="constrained")
     axes = fig.subplots(2, len(measured), sharex=True, squeeze=False)
+    styles = {"key": ("o", "-", 3.5), "query": ("x", "--", 5.0)}
     for col, m in enumerate(measured):
         w = np.asarray(m["omega"])
-        for i, stream in enumerate(("key", "query")):
+        for i, (stream, (marker, line, size)) in enumerate(styles.items()):
             color = f"C{i}"
             r = m.get(f"{stream}_r")
             label = f"{stream} measured" + (f" (r = {r:.4f})" if r is not None else "")
-            axes[0, col].plot(w, m[f"{stream}_measured_gain"], "o", ms=3, color=color, label=label)
-            axes[0, col].plot(w, m[f"{stream}_theory_gain"], "-", color=color, lw=1, label=f"{stream} closed form")
-            axes[1, col].plot(w, np.degrees(m[f"{stream}_measured_phase"]), "o", ms=3, color=color)
-            axes[1, col].plot(w, np.degrees(m[f"{stream}_theory_phase"]), "-", color=color, lw=1)
+            gain_db = [20 * np.log10(np.maximum(np.asarray(m[f"{stream}_{kind}_gain"], dtype=float), 1e-12))
+                       for kind in ("measured", "theory")]
+            axes[0, col].plot(w, gain_db[0], marker, ms=size, color=color, mfc="none", label=label)
+            axes[0, col].plot(w, gain_db[1], line, color=color, lw=1, label=f"{stream} closed form")
+            axes[1, col].plot(w, np.degrees(m[f"{stream}_measured_phase"]), marker, ms=size, color=color, mfc="none")
+            axes[1, col].plot(w, np.degrees(m[f"{stream}_theory_phase"]), line, color=color, lw=1)
         axes[0, col].set_title(textwrap.fill(m["label"], 48), fontsize=9)
         axes[0, col].legend(fontsize=7)
         axes[1, col].set_xlabel("ω (rad / token)")
-    axes[0, 0].set_ylabel("|H|")
+    axes[0, 0].set_ylabel("gain (dB)")
     axes[1, 0].set_ylabel("phase (deg)")
     for ax in axes.ravel():
         ax.set_xlim(0, np.pi)

@@ -105,10 +105,18 @@ def _fmt(x, spec=".4f") -> str:
 
 def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
     """The theory section; figure links are ``link_prefix`` + file name."""
-    cert, trans, scal, spec = (summary[k] for k in ("certificates", "transition", "scaling", "spectral"))
+    parts = (_certificate_lines(summary["certificates"]),
+             _transition_lines(summary["transition"], link_prefix),
+             _scaling_lines(summary["scaling"], link_prefix),
+             _spectral_lines(summary["spectral"], link_prefix))
+    return "\n".join(["## Theory: certificates, the critical-coupling law, spectra", ""]
+                     + [line for part in parts for line in part]) + "\n"
+
+
+def _certificate_lines(cert: dict[str, Any]) -> list[str]:
+    """Every certificate's result, and which certificates each broken operator fails."""
     n_pass = sum(r["passed"] for r in cert["results"])
-    lines = ["## Theory: certificates, the critical-coupling law, spectra", "",
-             f"### Certificates (`psattn certify`): {n_pass}/{len(cert['results'])} passed "
+    lines = [f"### Certificates (`psattn certify`): {n_pass}/{len(cert['results'])} passed "
              f"in {cert['seconds']:.1f} s on CPU", "",
              "| # | certificate | method | result | statement |", "|---|---|---|---|---|"]
     for i, r in enumerate(cert["results"], 1):
@@ -119,8 +127,13 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
         for name, m in cert["mutants"].items():
             lines.append(f"| {name}: {m['description']} | {', '.join(m['failed']) or 'none'} |")
 
+    return lines
+
+
+def _transition_lines(trans: dict[str, Any], link_prefix: str) -> list[str]:
+    """The closed-form law against the reduced model's simulation, and where they part."""
     st = trans["stats"]
-    lines += ["", "### The transition law against the reduced Gaussian model", "",
+    lines = ["", "### The transition law against the reduced Gaussian model", "",
               "Closed form (arXiv 2609.32319): γ_c² = 2L/(√d_k + √(d_k − 8L)) for d_k ≥ 8L, 1/(2c²√(2L)) below, "
               f"L = log(T − 1), c = {C_CONSTANT}. Simulation (`psattn.theory.reduced_model`): one target score "
               "γ²√d_k against T − 1 distractor scores N(0, 4γ⁴) (the T4-only reduction); the simulated critical "
@@ -149,8 +162,13 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
               "typical log-partition, since both grow like γ²; branch 2 is not a prediction of this reduced model. The "
               f"law also jumps at the crossover by a factor c√(2L) in γ (e.g. {crossover_jump(1024):.2f} at T = 1024)."]
 
+    return lines
+
+
+def _scaling_lines(scal: dict[str, Any], link_prefix: str) -> list[str]:
+    """The exponent of γ_c in d_k: reduced model (closed form, simulated) and trained models."""
     f = scal["fits"]
-    lines += ["", f"### Scaling exponent of γ_c in d_k (T = {scal['T']})", "",
+    lines = ["", f"### Scaling exponent of γ_c in d_k (T = {scal['T']})", "",
               f"![scaling]({link_prefix}scaling.png)", "",
               "| quantity | d_k range | paper | ours | R² |", "|---|---|---|---|---|"]
     for key, name in (("closed_form", "reduced model, closed form"), ("simulated", "reduced model, simulated"),
@@ -172,7 +190,12 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
               "the report (in `psattn reproduce`, the fixed-width design; the induction section gives every design "
               "with the exponent interval its grid allows)."]
 
-    lines += ["", f"### Spectral signature (γ = {spec['gamma']:g})", "",
+    return lines
+
+
+def _spectral_lines(spec: dict[str, Any], link_prefix: str) -> list[str]:
+    """Closed-form and measured Bode plots, with the measured-against-closed-form agreement."""
+    lines = ["", f"### Spectral signature (γ = {spec['gamma']:g})", "",
               "H(z) = (1+γ) − γ z⁻¹ per stream; the score filter is H_q(z_q) H_k(z_k) (shown on ω_q = ω_k).", "",
               f"![Bode plots]({link_prefix}bode.png)", "", f"![measured Bode]({link_prefix}bode_measured.png)", "",
               "Measured: ratio of the Hann-windowed power spectra of the sheared and raw streams at the hook points "
@@ -182,10 +205,10 @@ def render_markdown(summary: dict[str, Any], link_prefix: str = "") -> str:
     for m in spec["measured"]:
         for s in ("key", "query", "joint"):
             lines.append(f"| {m['label']} | {s} | {_fmt(m[f'{s}_r'], '.5f')} | {m[f'{s}_max_rel_error']:.4f} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def reproduce(out_dir: str | Path, model, model_label: str, quick: bool = True, *,
+def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = True, *,
               sweep_results=None, seed: int = 0, link_prefix: str = "") -> dict[str, Any]:
     """Write ``theory.json``, the figures (phase_diagram.png, scaling.png, bode.png,
     bode_measured.png) and ``theory.md`` under ``out_dir``; return the summary with the markdown

@@ -16,7 +16,7 @@ from typing import Any
 from psattn.fields import from_fields
 from psattn.jsonfile import read_json
 from psattn.models.config import ModelConfig
-from psattn.tasks.registry import TASKS, make_task_config, task_name
+from psattn.tasks.registry import TASKS, TaskConfig, make_task_config, task_name
 
 
 @dataclass
@@ -33,7 +33,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_every: int = 50
     eval_size: int = 512
-    threshold: float = 0.9  # accuracy that defines the emergence step
+    # held-out accuracy that defines the emergence step; 0.8 because a one-layer model at CPU scale
+    # saturates at 0.90-0.94 on full-sequence induction, where 0.9 would turn seed noise into success
+    threshold: float = 0.8
     early_stop: bool = True  # stop once held-out accuracy reaches the threshold ...
     early_stop_evals: int = 1  # ... at this many consecutive evaluations
     checkpoint_every: int = 100
@@ -91,7 +93,7 @@ class RunConfig:
     """One training run: a model trained on a task. ``task`` is a registered task config."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    task: Any = field(default_factory=lambda: make_task_config("induction"))
+    task: TaskConfig = field(default_factory=lambda: make_task_config("induction"))
     train: TrainConfig = field(default_factory=TrainConfig)
     name: str = "run"
 

@@ -205,6 +205,102 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     write_json(run_dir / "meta.json", provenance(config.train.seed))
 
 
+class _Run:
+    """One run's moving parts (model, optimiser, schedule, held-out batch) and the state a checkpoint
+    keeps (step, history, emergence step, training seconds), with the four things the loop does to
+    them: start or resume, take a step, evaluate and log, checkpoint."""
+
+    def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device):
+        self.config, self.t, self.ddp, self.run_dir = config, config.train, ddp, run_dir
+        self.ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
+        self.writes = run_dir is not None and ddp.is_main
+        self.model = build_model(config).to(device)
+        self.optimizer, self.schedule = build_optimizer(self.model, self.t)
+        self.forward = _forward_fn(self.model, config, ddp, device)
+        self.device = device
+        self.held_out = eval_batch(config).to(device)
+        self.metrics = TASK_METRICS.get(task_name(config.task))
+        self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
+        self.step, self.history, self.emergence, self.seconds = 0, [], None, 0.0
+
+    def start_or_resume(self, resume: bool) -> None:
+        """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
+        what an earlier run left in the directory and log the untrained model as the step-0 row."""
+        if resume and self.ckpt_path is not None and self.ckpt_path.exists():
+            state = load_checkpoint(self.ckpt_path)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.schedule.load_state_dict(state["schedule"])
+            self.step, self.history = state["step"], state["history"]
+            self.emergence, self.seconds = state["emergence_step"], state["seconds"]
+            if self.writes:
+                write_jsonl(self.run_dir / "metrics.jsonl", self.history)  # drop lines written after the checkpoint
+            log.info("resumed %s at step %d", self.run_dir, self.step)
+        elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
+            write_jsonl(self.run_dir / "metrics.jsonl", [])
+            for stale in ("result.json", "checkpoint.pt"):
+                (self.run_dir / stale).unlink(missing_ok=True)
+        if not self.history:
+            self.evaluate_and_log(None, self.seconds)
+
+    def train_step(self) -> torch.Tensor:
+        """One optimiser step on the batch of (seed, step); returns this rank's loss."""
+        t = self.t
+        batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.step))
+        seed_step_randomness(t.seed, self.step)
+        scored = int((batch.targets != IGNORE_INDEX).sum())
+        mine = shard(batch, self.ddp).to(self.device)
+        loss = self.forward(mine.inputs, mine.targets, scored)
+        if not torch.isfinite(mean_over_ranks(loss, self.ddp)):
+            kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
+            raise TrainingDiverged(f"loss became {loss.item()} at step {self.step}; stopping ({kept})")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.optimizer.step()
+        self.schedule.step()
+        self.step += 1
+        return loss
+
+    def evaluate_and_log(self, train_loss: float | None, elapsed: float) -> dict[str, Any]:
+        """One metrics row (held-out accuracy and loss, the task's own metrics, wall seconds, tokens
+        seen), appended to the history and to metrics.jsonl; records the emergence step."""
+        acc, eval_loss = evaluate(self.model, self.held_out)
+        row = {"step": self.step, "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": acc,
+               "lr": self.schedule.get_last_lr()[0], "seconds": round(elapsed, 3),
+               "tokens": self.step * self.tokens_per_step}
+        if self.metrics is not None:
+            row.update(self.metrics(self.model, self.config.task, self.held_out))
+        self.history.append(row)
+        if self.writes:
+            with open(self.run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if self.emergence is None and self.step > 0 and acc >= self.t.threshold:
+            self.emergence = self.step
+        return row
+
+    def decided(self) -> bool:
+        """With early stopping: held-out accuracy has stayed at the threshold long enough."""
+        return self.t.early_stop and at_threshold_streak(self.history, self.t.threshold) >= self.t.early_stop_evals
+
+    def checkpoint(self) -> None:
+        if self.writes:
+            save_checkpoint(self.ckpt_path, {
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(), "step": self.step,
+                "history": self.history, "emergence_step": self.emergence, "seconds": self.seconds,
+            })
+        barrier(self.ddp)
+
+    def result(self, timed_out: bool) -> RunResult:
+        accs = [row["eval_accuracy"] for row in self.history if row["step"] > 0]  # the trained model's
+        return RunResult(
+            final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
+            emergence_step=self.emergence, steps=self.step, stopped_early=self.step < self.t.steps,
+            seconds=self.seconds, history=self.history, timed_out=timed_out,
+        )
+
+
 def train(
     config: RunConfig,
     run_dir: str | Path | None = None,
@@ -236,125 +332,52 @@ def train(
     t = config.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
-    requested = resolve_device(t.device)
-    ddp = setup_distributed(requested.type)
+    ddp = setup_distributed(resolve_device(t.device).type)
     device = resolve_device(t.device, ddp.local_rank)
     run_dir = None if run_dir is None else Path(run_dir)
     locked = run_lock(run_dir) if lock and run_dir is not None and ddp.is_main else contextlib.nullcontext()
     with locked:  # one process per run directory (see psattn.training.lock)
-        ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
-        fresh = not (resume and ckpt_path is not None and ckpt_path.exists())
+        fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
         if run_dir is not None:
             _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
-        writes = run_dir is not None and ddp.is_main
-
-        model = build_model(config).to(device)
-        optimizer, schedule = build_optimizer(model, t)
-        forward = _forward_fn(model, config, ddp, device)
-        held_out = eval_batch(config).to(device)
-        metrics = TASK_METRICS.get(task_name(config.task))
-        step, history, emergence, seconds = 0, [], None, 0.0
-        if resume and ckpt_path is not None and ckpt_path.exists():
-            state = load_checkpoint(ckpt_path)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            schedule.load_state_dict(state["schedule"])
-            step, history, emergence, seconds = state["step"], state["history"], state["emergence_step"], state["seconds"]
-            if writes:
-                write_jsonl(run_dir / "metrics.jsonl", history)  # drop lines written after the checkpoint
-            log.info("resumed %s at step %d", run_dir, step)
-        elif writes:  # a fresh start: nothing of an earlier run in this directory may survive
-            write_jsonl(run_dir / "metrics.jsonl", [])
-            for stale in ("result.json", "checkpoint.pt"):
-                (run_dir / stale).unlink(missing_ok=True)
-
-        def checkpoint() -> None:
-            if writes:
-                save_checkpoint(ckpt_path, {
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(), "step": step,
-                    "history": history, "emergence_step": emergence, "seconds": seconds,
-                })
-            barrier(ddp)
-
-        tokens_per_step = t.batch_size * getattr(config.task, "seq_len", 0)
-
-        def evaluate_and_log(train_loss: float | None, elapsed: float) -> dict[str, Any]:
-            """One metrics row: held-out accuracy and loss (and the task's own metrics), appended to
-            the history and to metrics.jsonl."""
-            acc, eval_loss = evaluate(model, held_out)
-            row = {"step": step, "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": acc,
-                   "lr": schedule.get_last_lr()[0], "seconds": round(elapsed, 3), "tokens": step * tokens_per_step}
-            if metrics is not None:
-                row.update(metrics(model, config.task, held_out))
-            history.append(row)
-            if writes:
-                with open(run_dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
-            return row
-
-        if not history:  # the step-0 row: where training starts from
-            evaluate_and_log(None, seconds)
-        done = t.early_stop and at_threshold_streak(history, t.threshold) >= t.early_stop_evals
-        timed_out = False
-        stop = _StopFlag()
-        bar = progress_bar(total=t.steps, initial=step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
-        model.train()
+        run = _Run(config, run_dir, ddp, device)
+        run.start_or_resume(resume)
+        timed_out, stop = False, _StopFlag()
+        bar = progress_bar(total=t.steps, initial=run.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
+        run.model.train()
         with stop.installed() if handle_signals else contextlib.nullcontext():
             start = time.perf_counter()
-            while step < t.steps and not done:
-                batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
-                seed_step_randomness(t.seed, step)
-                scored = int((batch.targets != IGNORE_INDEX).sum())
-                mine = shard(batch, ddp).to(device)
-                loss = forward(mine.inputs, mine.targets, scored)
-                if not torch.isfinite(mean_over_ranks(loss, ddp)):
-                    last = "no checkpoint yet" if ckpt_path is None or not ckpt_path.exists() else f"{ckpt_path} is kept"
-                    raise TrainingDiverged(f"loss became {loss.item()} at step {step}; stopping ({last})")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                optimizer.step()
-                schedule.step()
-                step += 1
+            while run.step < t.steps and not run.decided():
+                loss = run.train_step()
                 if on_step is not None:
-                    on_step(step, loss.item())
-                if step % t.eval_every == 0 or step == t.steps:
-                    loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
+                    on_step(run.step, loss.item())
                 bar.update(1)
-                if step % t.eval_every == 0 or step == t.steps:
-                    acc = evaluate_and_log(loss.item(), seconds + time.perf_counter() - start)["eval_accuracy"]
+                if run.step % t.eval_every == 0 or run.step == t.steps:
+                    loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
+                    acc = run.evaluate_and_log(loss.item(), run.seconds + time.perf_counter() - start)["eval_accuracy"]
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
-                    if emergence is None and acc >= t.threshold:
-                        emergence = step
-                    done = t.early_stop and at_threshold_streak(history, t.threshold) >= t.early_stop_evals
-                if time_limit_s is not None and step < t.steps and not done:
+                done = run.decided()
+                if time_limit_s is not None and run.step < t.steps and not done:
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
-                if step % t.checkpoint_every == 0 or done or step == t.steps or stop.requested or timed_out:
-                    seconds += time.perf_counter() - start
+                if run.step % t.checkpoint_every == 0 or done or run.step == t.steps or stop.requested or timed_out:
+                    run.seconds += time.perf_counter() - start
                     start = time.perf_counter()
-                    checkpoint()
+                    run.checkpoint()
                 if stop.requested:
                     bar.close()
-                    name = signal.Signals(stop.signum).name
                     hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
                             else "no run directory, nothing kept")
-                    raise TrainingInterrupted(f"{name} at step {step}: {hint}", stop.signum, step)
+                    raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {run.step}: {hint}",
+                                              stop.signum, run.step)
                 if timed_out:
-                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", step)
+                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.step)
                     break
-            seconds += time.perf_counter() - start
+            run.seconds += time.perf_counter() - start
         bar.close()
-
-        accs = [row["eval_accuracy"] for row in history if row["step"] > 0]  # the trained model's
-        result = RunResult(
-            final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
-            emergence_step=emergence, steps=step, stopped_early=step < t.steps, seconds=seconds, history=history,
-            timed_out=timed_out,
-        )
-        if writes and not timed_out:
+        result = run.result(timed_out)
+        if run.writes and not timed_out:
             write_json(run_dir / "result.json", result.to_dict())
         barrier(ddp)
         return result

@@ -8,7 +8,7 @@
     remove_psa(model)
 
 Modules: :mod:`.spec` (settings), :mod:`.starts` (sequence starts from position ids and masks),
-:mod:`.cache` (``PSALayer`` / ``PSACache``), :mod:`.attention` (the registered attention functions),
+:mod:`.cache` (``PSALayer`` / ``PSADynamicCache``), :mod:`.attention` (the registered attention functions),
 :mod:`.hooks` (hook points for ``capture``), :mod:`.saving` (the ``psattn_<base>`` model types),
 :mod:`.patch` (apply / remove / load), :mod:`.warmup` (γ warm-up for converting a model).
 
@@ -36,11 +36,21 @@ def check_transformers() -> None:
 
 check_transformers()
 
-from psattn.integrations.hf.cache import PSACache, PSALayer  # noqa: E402
+from psattn.integrations.hf.cache import PSADynamicCache, PSALayer  # noqa: E402
 from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.spec import PSASpec  # noqa: E402
 from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
 from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup  # noqa: E402
 
-__all__ = ["SUPPORTED", "GammaWarmup", "PSACache", "PSALayer", "PSASpec", "apply_psa", "chunk_starts",
+__all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec", "apply_psa", "chunk_starts",
            "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa", "set_psa_gamma"]
+
+
+def __getattr__(name: str):
+    if name == "PSACache":  # the name until 0.1.0, which psattn.ops.cache.PSACache also has
+        import warnings
+
+        warnings.warn("psattn.integrations.hf.PSACache is now PSADynamicCache; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return PSADynamicCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -71,7 +71,7 @@ def psa_attention_forward(
         if key.shape[-2] != query.shape[-2]:
             raise RuntimeError(
                 f"PSA got {key.shape[-2]} keys for {query.shape[-2]} queries without a PSA cache layer; "
-                "past keys must come from a DynamicCache/PSACache used by the patched model"
+                "past keys must come from a DynamicCache/PSADynamicCache used by the patched model"
             )
         q_hat = shear(query, spec.gamma_q, starts=starts, boundary=spec.boundary)
         k_hat = shear(key, spec.gamma_k, starts=starts, boundary=spec.boundary)

@@ -178,7 +178,7 @@ class PSALayer(DynamicLayer):
                     f"cannot roll this PSA cache back to {length} tokens: the raw stream value needed to continue the "
                     f"sheared stream there was dropped (the layer keeps positions >= {window.start}). Build the "
                     f"cache with max_rollback >= {self.get_seq_length() - length} (apply_psa(..., "
-                    "max_rollback=...) or PSACache(..., max_rollback=...))"
+                    "max_rollback=...) or PSADynamicCache(..., max_rollback=...))"
                 )
         super().crop(tokens_to_remove)
         for window in self._windows():
@@ -212,7 +212,7 @@ class PSALayer(DynamicLayer):
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
-class PSACache(DynamicCache):
+class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are :class:`PSALayer`. ``generate`` does not need
     it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
@@ -256,7 +256,7 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     cache types that cannot store sheared keys."""
     if not isinstance(cache, DynamicCache):
         raise TypeError(
-            f"PSA supports DynamicCache (the default of generate) and PSACache, got {type(cache).__name__}; static, "
+            f"PSA supports DynamicCache (the default of generate) and PSADynamicCache, got {type(cache).__name__}; static, "
             "quantized, offloaded and encoder-decoder caches store raw keys (drop cache_implementation=...)"
         )
     if getattr(cache, "offloading", False):

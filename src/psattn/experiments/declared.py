@@ -1,5 +1,5 @@
-"""The induction experiments, each a function returning the list of configs it runs, and a
-summary computed from saved results (never from a live run).
+"""The declared experiments: each a function of the plan (``quick`` or ``full``) returning the run
+configs it trains. Their tables are computed from saved results by :mod:`.summaries`.
 
 1. Variant table: PSA variants, placements and key-lag baselines on one layer, several seeds.
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
@@ -11,8 +11,10 @@ summary computed from saved results (never from a live run).
    with a wider or narrower head); the smallest gamma that succeeds, against d_k, gives the
    empirical exponent of gamma_c.
 
-``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Runs go
-to their full step budget (no early stop) so that final accuracies compare like with like. The
+``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Rows whose
+tables compare final accuracies train to their full budget; in the quick plan, rows whose tables
+report success and emergence stop once held-out accuracy has stayed at the threshold for
+``Plan.stop_after`` evaluations. The real-text experiments are declared in :mod:`.text`. The
 quick setting counts emergence at held-out accuracy 0.8: a one-layer model at this size saturates
 between 0.90 and 0.94 on full-sequence induction, so 0.9 would sit on the ceiling and turn seed
 noise into success or failure.
@@ -20,8 +22,6 @@ noise into success or failure.
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,142 +218,4 @@ EXPERIMENTS = {
     "init_sensitivity": init_sensitivity,
     "text": text_experiment,
     "text_seeds": text_seeds,
-}
-
-
-# --- summaries of saved results -------------------------------------------------------------------
-
-
-def _attention(result: dict[str, Any]) -> dict[str, Any]:
-    attention = result["config"]["model"]["attention"]
-    return attention[0] if isinstance(attention, list) else attention
-
-
-def _group_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
-    threshold = results[0]["config"]["train"]["threshold"]
-    emerged = [r["emergence_step"] for r in results if r["emergence_step"] is not None]
-    return {
-        "seeds": len(results),
-        "successes": len(emerged),
-        "success_rate": len(emerged) / len(results),
-        "mean_final_accuracy": statistics.fmean(r["final_accuracy"] for r in results),
-        "mean_best_accuracy": statistics.fmean(r["best_accuracy"] for r in results),
-        "mean_emergence_step": statistics.fmean(emerged) if emerged else None,
-        "threshold": threshold,
-        "steps_budget": results[0]["config"]["train"]["steps"],
-        "stops_when_decided": any(_stops_when_decided(r) for r in results),
-    }
-
-
-def _stops_when_decided(result: dict[str, Any]) -> bool:
-    """Whether the run was to stop once it reached the threshold (and stayed there for
-    ``train.early_stop_evals`` evaluations): its final accuracy is then the accuracy at that stop."""
-    return bool(result["config"]["train"].get("early_stop"))
-
-
-def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]]:
-    """Group finished runs by ``key(result)`` (a tuple of named fields) and average over seeds."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for result in results.values():
-        groups.setdefault(tuple(key(result).items()), []).append(result)
-    return [{**dict(k), **_group_stats(v)} for k, v in groups.items()]
-
-
-def variant_key(result: dict[str, Any]) -> dict[str, Any]:
-    a = _attention(result)
-    return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
-
-
-def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"form": result["config"]["task"].get("form", "full"), **variant_key(result)}
-
-
-def init_key(result: dict[str, Any]) -> dict[str, Any]:
-    a = _attention(result)
-    return {"init": result["config"]["model"].get("init", 0.02), "form": result["config"]["task"]["form"],
-            "variant": a["variant"], "gamma": a["gamma"]}
-
-
-def gamma_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"gamma": _attention(result)["gamma"]}
-
-
-def control_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"task": result["config"]["task"]["name"], "gamma": _attention(result)["gamma"]}
-
-
-def size_key(result: dict[str, Any]) -> dict[str, Any]:
-    m = result["config"]["model"]
-    return {"d_model": m["d_model"], "n_layers": m["n_layers"], "variant": _attention(result)["variant"],
-            "gamma": _attention(result)["gamma"]}
-
-
-TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held-out set
-
-
-def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
-    m = result["config"]["model"]
-    return {"d_k": m.get("d_head") or m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
-
-
-def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, str]]:
-    """Per head dimension: (d_k, critical gamma, label). The critical gamma is the smallest positive
-    gamma of the grid whose runs all succeeded, provided a smaller grid gamma failed; when the
-    smallest positive grid gamma already succeeds, or none does, the value is censored (None) and
-    the label gives the bound ("<= 0.1", "> 0.5"). A gamma-0 row, where the grid has one, is the
-    plain layer: if it succeeds there is no critical gamma at all ("none: gamma 0 succeeds")."""
-    pairs = []
-    for d_k, grid, plain_succeeds in _grids(rows):
-        passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
-        if plain_succeeds:
-            pairs.append((d_k, None, "none: gamma 0 succeeds"))
-        elif not passing:
-            pairs.append((d_k, None, f"> {grid[-1]['gamma']:g}"))
-        elif passing[0] == grid[0]["gamma"]:
-            pairs.append((d_k, None, f"<= {passing[0]:g}"))
-        else:
-            pairs.append((d_k, passing[0], f"{passing[0]:g}"))
-    return pairs
-
-
-def critical_brackets(rows: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
-    """Per head dimension: (d_k, lo, hi) with lo < critical gamma <= hi read off the grid: hi the
-    smallest positive grid gamma whose runs all succeeded (inf if none did), lo the grid gamma below
-    it (0 if there is none). Head dimensions where gamma 0 already succeeds have no bracket."""
-    out = []
-    for d_k, grid, plain_succeeds in _grids(rows):
-        if plain_succeeds:
-            continue
-        passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
-        if not passing:
-            out.append((d_k, grid[-1]["gamma"], math.inf))
-            continue
-        below = [r["gamma"] for r in grid if r["gamma"] < passing[0]]
-        out.append((d_k, below[-1] if below else 0.0, passing[0]))
-    return out
-
-
-def _grids(rows: list[dict[str, Any]]):
-    """(d_k, the positive-gamma rows sorted by gamma, whether a gamma-0 row succeeded) per d_k."""
-    for d_k in sorted({r["d_k"] for r in rows}):
-        mine = sorted((r for r in rows if r["d_k"] == d_k), key=lambda r: r["gamma"])
-        yield d_k, [r for r in mine if r["gamma"] > 0], any(r["success_rate"] == 1.0 for r in mine if r["gamma"] == 0)
-
-
-def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
-    """The gamma with the highest mean final accuracy; among gammas within ``tie`` of the best,
-    the earliest emergence wins, then the smallest gamma."""
-    top = max(r["mean_final_accuracy"] for r in rows)
-    contenders = [r for r in rows if r["mean_final_accuracy"] >= top - tie]
-    def rank(row):
-        step = row["mean_emergence_step"]
-        return (step if step is not None else float("inf"), row["gamma"])
-    return min(contenders, key=rank)["gamma"]
-
-
-#: how ``psattn sweep`` groups an experiment's runs for its summary (seeds averaged)
-SUMMARY_KEYS = {
-    "variants": form_variant_key, "init_sensitivity": init_key, "gamma_sweep": gamma_key, "controls": control_key,
-    "mqar": variant_key, "sizes": size_key, "critical_gamma": head_dim_key, "critical_gamma_width": head_dim_key,
-    "critical_gamma_head_dim": head_dim_key,
 }

@@ -1,0 +1,112 @@
+"""One grammar for every ``psattn`` subcommand.
+
+- every command has a description and every option a help text, with its default shown;
+- ``-q/--quiet`` and ``-v/--verbose`` are accepted by every command (before or after its name);
+- the same idea has the same flag: ``--quick/--full`` for a plan's size, ``--run-dir DIR`` for a run
+  directory, ``--out DIR`` for an output directory, ``--json [PATH]`` for machine-readable results
+  (written to PATH, or printed when PATH is left out or is ``-``); flags are lowercase;
+- an old spelling keeps working for one release and says on stderr what replaces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written, and ``(default: X)`` after the help of every option with a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or not action.option_strings or default is None or isinstance(default, bool)
+                or default is argparse.SUPPRESS or default == [] or isinstance(action, argparse._StoreConstAction)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The options every command takes (a parent parser)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("output")
+    # SUPPRESS: an option given before the command name is not reset by the command's own parser
+    group.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="no progress bars or log messages; results and errors only")
+    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="log progress messages, and the traceback of an error")
+    return parent
+
+
+COMMON = common_options()
+
+
+def add_command(subparsers: argparse._SubParsersAction, name: str, summary: str,
+                description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand with the common options, ``summary`` in the command list and a description on
+    its own help page (``summary`` as a sentence unless given)."""
+    return subparsers.add_parser(
+        name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
+        formatter_class=HelpFormatter, parents=[COMMON],
+    )
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling of an option: a note on stderr naming the new one, then the same effect."""
+
+    def __init__(self, option_strings, dest, replacement: str, **kwargs):
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"psattn: {option_string} is deprecated and will be removed in the next release; "
+              f"use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if values is None else values)
+
+
+def add_deprecated(parser: argparse.ArgumentParser, old: str, replacement: str, dest: str, **kwargs: Any) -> None:
+    """Accept ``old`` (hidden from the help) as a spelling of ``replacement``."""
+    parser.add_argument(old, dest=dest, action=_Deprecated, replacement=replacement, help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **kwargs)
+
+
+def add_plan_size(parser: argparse.ArgumentParser, quick: str, full: str, default: str = "quick") -> None:
+    """``--quick`` / ``--full`` (into ``args.mode``), and the old ``--mode {quick,full}``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                       help=quick + (" (the default)" if default == "quick" else ""))
+    group.add_argument("--full", dest="mode", action="store_const", const="full",
+                       help=full + (" (the default)" if default == "full" else ""))
+    add_deprecated(parser, "--mode", "--quick or --full", "mode", choices=("quick", "full"))
+    parser.set_defaults(mode=default)
+
+
+def add_run_dir(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--run-dir DIR`` (into ``args.run_dir``, None when absent: a command that needs it says so),
+    and the old ``--run``."""
+    parser.add_argument("--run-dir", metavar="DIR", help=help)
+    add_deprecated(parser, "--run", "--run-dir", "run_dir")
+
+
+def required_run_dir(args: argparse.Namespace) -> str:
+    if getattr(args, "run_dir", None) is None:
+        raise ValueError("--run-dir DIR is required")
+    return args.run_dir
+
+
+def add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--json [PATH]``: ``what`` as JSON, written to PATH or printed."""
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                        help=f"{what} as JSON, written to PATH (printed when PATH is left out or is '-')")
+
+
+def write_json_output(path: str, data: Any) -> None:
+    """Where ``--json`` said: standard output for '-', else the file."""
+    text = json.dumps(data, indent=2)
+    if path == "-":
+        print(text)
+    else:
+        Path(path).write_text(text + "\n")

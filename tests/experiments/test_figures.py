@@ -1,0 +1,70 @@
+"""Every figure passes a reader's check, programmatically: a title, labelled axes, a legend entry (or a
+colour bar) for every drawn series, markers so one-point series show."""
+
+import pytest
+
+from psattn.experiments import plots, text_plots
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the plotting functions save, captured instead of written."""
+    figures = []
+
+    def capture(fig, path, dpi=120):
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    monkeypatch.setattr(text_plots, "save_figure", capture)
+    return figures
+
+
+def check_axes(ax, *, legend=True):
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())
+    if legend:
+        assert ax.get_legend() is not None or ax.figure.legends, ax.get_title()
+
+
+def history(steps, acc, **extra):
+    return [{"step": s, "eval_accuracy": a, "eval_loss": 1 - a, **{k: v[i] for k, v in extra.items()}}
+            for i, (s, a) in enumerate(zip(steps, acc))]
+
+
+def test_training_curves_label_the_threshold_and_mark_every_point(drawn):
+    plots.plot_training_curves({"a": history([0, 50], [0.1, 0.9]), "b": history([50], [0.2])}, "x.png", 0.8)
+    ax = drawn[0].axes[0]
+    check_axes(ax)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["a", "b", "success threshold (0.8)"]
+    assert all(line.get_marker() not in (None, "None", "") for line in ax.get_lines()[:2])  # a one-point run shows
+
+
+def test_plot_runs_draws_one_panel_per_metric(drawn):
+    runs = {"r1": history([0, 10], [0.1, 0.5]), "r2": history([0, 10], [0.1, 0.6])}
+    plots.plot_runs(runs, "x.png", ("eval_accuracy", "eval_loss"))
+    axes = drawn[0].axes
+    assert [ax.get_ylabel() for ax in axes] == ["held-out accuracy", "held-out loss (nats per scored token)"]
+    for ax in axes:
+        check_axes(ax, legend=False)
+        assert len(ax.get_lines()) == 2
+    assert [t.get_text() for t in axes[-1].get_legend().get_texts()] == ["r1", "r2"]
+
+
+def test_text_figures(drawn):
+    rows = history([0, 50, 100], [0.1, 0.2, 0.3], bits_per_byte=[8, 3, 2], icl_score=[0, -0.1, -0.2],
+                   passage_first_loss=[4, 4, 4], passage_second_loss=[4, 3.8, 3.6])
+    text_plots.plot_text_curves({"one": rows, "two": rows}, "x.png")
+    axes = drawn[0].axes
+    assert len(axes) == 3
+    for ax in axes:
+        check_axes(ax, legend=False)
+    assert axes[0].get_lines()[0].get_xdata()[0] == 50  # bits per byte from the first trained evaluation
+    assert [t.get_text() for t in axes[2].get_legend().get_texts()] == ["one", "two"]
+    text_plots.plot_position_loss({"one": [5.0] * 32, "two": [4.0] * 32}, "x.png")
+    check_axes(drawn[1].axes[0])
+    grids = {"induction_score": [[0.1, 0.2]], "prefix_matching_score": [[0.0, 0.05]]}
+    text_plots.plot_head_heatmaps({"one": grids, "two": grids}, "x.png")
+    panels, colorbar = drawn[2].axes[:-1], drawn[2].axes[-1]
+    assert len(panels) == 4 and colorbar.get_ylabel()  # one labelled colour bar for all panels
+    assert {im.get_clim() for ax in panels for im in ax.get_images()} == {(0.0, 0.2)}  # one shared scale

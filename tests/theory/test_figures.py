@@ -1,0 +1,39 @@
+"""The theory figures: gains in dB on both Bode plots, streams told apart, both correlations quoted."""
+
+import numpy as np
+
+from psattn.theory import plots
+
+
+def _captured(monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path, dpi=120: figures.append(fig) or path)
+    return figures
+
+
+def test_measured_bode_uses_db_and_tells_the_streams_apart(monkeypatch):
+    figures = _captured(monkeypatch)
+    w = np.linspace(0, np.pi, 8)
+    gain = list(1 + w)
+    entry = {"label": "run", "omega": list(w), "key_r": 0.99, "query_r": 0.98}
+    for stream in ("key", "query"):
+        entry |= {f"{stream}_measured_gain": gain, f"{stream}_theory_gain": gain,
+                  f"{stream}_measured_phase": list(w / 4), f"{stream}_theory_phase": list(w / 4)}
+    plots.plot_measured_bode([entry], "x.png")
+    gain_ax = figures[0].axes[0]
+    assert gain_ax.get_ylabel() == "gain (dB)"
+    lines = gain_ax.get_lines()
+    assert np.allclose(lines[0].get_ydata(), 20 * np.log10(gain))
+    markers = {line.get_marker() for line in lines if line.get_linestyle() == "None"}
+    styles = {line.get_linestyle() for line in lines if line.get_marker() in (None, "None", "")}
+    assert len(markers) == 2 and len(styles) == 2  # key and query differ in marker and in line style
+
+
+def test_phase_diagram_quotes_both_correlations_and_labels_the_crossovers(monkeypatch):
+    figures = _captured(monkeypatch)
+    comparison = {"T": [16, 64], "d_k": [8, 64, 256], "gamma_sim": [[None, 0.7, 0.4], [None, 0.8, 0.5]],
+                  "stats": {"above_crossover": {"pearson_r": 0.9999}, "below_crossover": {"pearson_r": -0.36}}}
+    plots.plot_phase_diagram(comparison, "x.png")
+    ax_cmp = figures[0].axes[1]
+    assert "above the crossover 0.9999" in ax_cmp.get_title() and "below it -0.3600" in ax_cmp.get_title()
+    assert "crossover d_k* of each T" in [t.get_text() for t in ax_cmp.get_legend().get_texts()]
