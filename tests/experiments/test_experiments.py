@@ -179,6 +179,8 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
         text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8, vocab_size=512))
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
+    lines = text.splitlines()
+    assert not [line for before, line in zip(lines, lines[1:]) if line.startswith("#") and before.strip()]
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table",
                    "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",

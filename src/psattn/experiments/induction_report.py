@@ -12,6 +12,7 @@ import numpy as np
 
 from psattn.experiments import declared as exp
 from psattn.experiments import plots, summaries
+from psattn.experiments.configs import SHEARED
 from psattn.experiments.markdown import fmt as _fmt
 from psattn.experiments.markdown import table as _table
 from psattn.experiments.plateau import attention_at_queries
@@ -166,14 +167,21 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "mqar_steps": declared["mqar"][0].train.steps, "stop_after": exp.PLANS[mode].stop_after,
         "baseline_every_init": exp.PLANS[mode].sensitivity_baseline_every_init,
     }
-    curves = {form: {c.name: results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
+    curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
+
+
+def _curve_label(config) -> str:
+    """variant, γ and placement of a run, as a legend entry."""
+    a = config.model.attention
+    return a.variant + (f" γ={a.gamma:g}" if a.variant in SHEARED else "") + (" (pre-RoPE)" if a.placement != "post_rope" else "")
 
 
 def induction_figures(res: InductionResults, figures: Path) -> None:
     plots.plot_gamma_sweep(res.tables["gamma_sweep"], figures / "gamma_sweep.png")
-    for form, name in (("full", "curves.png"), ("single", "curves_single.png")):
-        plots.plot_training_curves(res.curves[form], figures / name, res.facts["threshold"])
+    for form, name, what in (("full", "curves.png", "full-sequence"), ("single", "curves_single.png", "single-answer")):
+        plots.plot_training_curves(res.curves[form], figures / name, res.facts["threshold"],
+                                   title=f"{what} induction, one layer, seed 0: held-out accuracy")
     plots.plot_head_scores(res.tables["head_scores"], figures / "head_scores.png")
     plots.plot_attention_patterns(res.patterns, figures / "attention_patterns.png")
 
@@ -186,8 +194,13 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
 
 
 def induction_markdown(res: InductionResults) -> list[str]:
-    return [line for part in (_intro, _variant_lines, _sensitivity_lines, _gamma_lines, _control_lines, _mqar_lines,
-                              _size_lines, _critical_lines, _heads_lines) for line in part(res)]
+    lines: list[str] = []
+    for part in (_intro, _variant_lines, _sensitivity_lines, _gamma_lines, _control_lines, _mqar_lines, _size_lines,
+                 _critical_lines, _heads_lines):
+        if lines and lines[-1]:
+            lines.append("")  # a blank line between a table and the next heading
+        lines += part(res)
+    return lines
 
 
 def _intro(res: InductionResults) -> list[str]:

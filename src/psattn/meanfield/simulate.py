@@ -82,21 +82,9 @@ def simulate(
     """
     dtype = config.torch_dtype
     kernel = build_kernel(config).to(dtype)
-    frame = config.frame if config.frame != "auto" else ("comoving" if kernel.has_gauge_form else "direct")
-    field: VelocityField
-    if frame == "comoving":
-        field = ComovingField(kernel.label_factor, config.beta, config.dynamics)
-        to_frame, from_frame = kernel.to_comoving, kernel.from_comoving
-    else:
-        field = DirectField(kernel.label_factor, kernel.pair_matrices(), config.beta, config.dynamics)
-        to_frame = from_frame = _identity
+    frame, field, to_frame, from_frame = _frame(config, kernel)
     stepper = get_stepper(config.integrator)
-
-    if x0 is None:
-        x0 = initial_state(config)
-    elif x0.shape != (config.batch, config.n, config.d):
-        raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
-    x0 = normalise(x0.to(dtype))
+    x0 = _starting_state(config, x0)
     eta, steps = step_size(config)
     records = _record_steps(steps, config.n_records)
     logger.info("simulate %s/%s/%s: n=%d d=%d beta=%g eta=%.3g steps=%d frame=%s",
@@ -147,6 +135,25 @@ def simulate(
         states=torch.stack(states) if states else None,
         energy_check=check,
     )
+
+
+def _frame(config: SimulationConfig, kernel) -> tuple[str, VelocityField, Callable, Callable]:
+    """Where to integrate: co-moving coordinates y_i = G(ξ_i) x_i when the kernel has the gauge form
+    (one n×n product per step), else the direct field; with the maps into and out of that frame."""
+    frame = config.frame if config.frame != "auto" else ("comoving" if kernel.has_gauge_form else "direct")
+    if frame == "comoving":
+        return frame, ComovingField(kernel.label_factor, config.beta, config.dynamics), kernel.to_comoving, kernel.from_comoving
+    field = DirectField(kernel.label_factor, kernel.pair_matrices(), config.beta, config.dynamics)
+    return frame, field, _identity, _identity
+
+
+def _starting_state(config: SimulationConfig, x0: Tensor | None) -> Tensor:
+    """x0 (B, n, d) on the sphere: the given one (shape checked) or the seeded default."""
+    if x0 is None:
+        x0 = initial_state(config)
+    elif x0.shape != (config.batch, config.n, config.d):
+        raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
+    return normalise(x0.to(config.torch_dtype))
 
 
 def _identity(x: Tensor) -> Tensor:
