@@ -252,3 +252,17 @@ def test_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
     for step in (1, 4, 5, 20, 40):
         assert lrs[step] == pytest.approx(expected(step), rel=1e-9)
     assert lrs[5] == pytest.approx(t.lr) and lrs[40] == pytest.approx(t.lr * t.min_lr_ratio)
+
+
+def test_tensorboard_gets_every_metrics_row_once_across_a_resume(tmp_path):
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    config = tiny_config(tensorboard=True)
+    train(config, tmp_path, time_limit_s=0.0)  # stops after step 1: the step-0 row is written
+    train(config, tmp_path)
+    events = accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert {"eval_accuracy", "eval_loss", "train_loss", "lr", "seconds", "tokens"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("eval_accuracy")] == [0, 10, 20, 30, 40]
+    assert [e.step for e in events.Scalars("train_loss")] == [10, 20, 30, 40]  # step 0 has none
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [e.value for e in events.Scalars("eval_accuracy")] == pytest.approx([r["eval_accuracy"] for r in rows])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 from psattn.experiments import text_plots
 from psattn.experiments.markdown import fmt, table
 from psattn.experiments.sweep import run_sweep
-from psattn.experiments.text import HYPOTHESIS_MODELS, TEXT_PLANS, model_key, summarise_text, text_experiment
+from psattn.experiments.text import HYPOTHESIS_MODELS, TEXT_PLANS, TextPlan, model_key, summarise_text, text_experiment
 from psattn.models import ModelConfig
 from psattn.models.presets import preset_parameter_count
 from psattn.text.corpus import describe_corpus
@@ -117,23 +118,52 @@ def verdict(rows: list[dict]) -> str:
     return " ".join(out)
 
 
-def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict[str, Any]]:
+@dataclass
+class TextResults:
+    """Everything the real-text section reports: the summary rows, the seed-0 histories (by model label),
+    samples, the edge comparison and parameter counts."""
+
+    plan: TextPlan
+    rows: list[dict[str, Any]]
+    histories: dict[str, list[dict[str, Any]]]  # model label -> seed-0 metrics rows
+    samples: dict[str, dict[str, str]]
+    edge: dict[str, dict] | None
+    params: dict[str, int]  # model label -> parameters
+
+
+def text_results(out: Path, mode: str, workers: int | None, progress: bool) -> TextResults:
+    """Train what is missing, then summarise, sample and export."""
     configs = text_experiment(mode)
     plan = TEXT_PLANS[mode]
     results = run_sweep(configs, out / "runs", workers=workers, progress=progress)
-    rows = summarise_text(results)
     first_seed = [c for c in configs if c.train.seed == plan.seeds[0]]
     labels = {c.name: _label(*model_key(results[c.name])) for c in first_seed}
-    figures = out / "figures"
-    text_plots.plot_text_curves({labels[c.name]: results[c.name]["history"] for c in first_seed}, figures / "text_curves.png")
-    text_plots.plot_position_loss({labels[c.name]: results[c.name]["history"][-1]["position_loss"] for c in first_seed},
+    return TextResults(
+        plan=plan, rows=summarise_text(results),
+        histories={labels[c.name]: results[c.name]["history"] for c in first_seed},
+        samples=samples(out, configs, plan), edge=edge_comparison(out, configs, plan),
+        params={labels[c.name]: preset_parameter_count(ModelConfig.from_dict(c.model.to_dict())) for c in first_seed},
+    )
+
+
+def text_figures(res: TextResults, figures: Path) -> None:
+    final = {label: history[-1] for label, history in res.histories.items()}
+    text_plots.plot_text_curves(res.histories, figures / "text_curves.png")
+    text_plots.plot_position_loss({label: row["position_loss"] for label, row in final.items()},
                                   figures / "text_position_loss.png")
-    text_plots.plot_head_heatmaps({labels[c.name]: {k: results[c.name]["history"][-1][k] for k in
-                                                     ("induction_score", "prefix_matching_score")} for c in first_seed},
-                                  figures / "text_head_scores.png")
-    examples = samples(out, configs, plan)
-    edge = edge_comparison(out, configs, plan)
-    params = {c.name: preset_parameter_count(ModelConfig.from_dict(c.model.to_dict())) for c in first_seed}
+    text_plots.plot_head_heatmaps({label: {k: row[k] for k in ("induction_score", "prefix_matching_score")}
+                                   for label, row in final.items()}, figures / "text_head_scores.png")
+
+
+def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict[str, Any]]:
+    """The section's markdown lines and its results.json entry."""
+    res = text_results(out, mode, workers, progress)
+    text_figures(res, out / "figures")
+    return text_markdown(res), {"rows": res.rows, "samples": res.samples, "parameters": res.params, "edge": res.edge}
+
+
+def text_markdown(res: TextResults) -> list[str]:
+    plan, rows, examples, edge, params = res.plan, res.rows, res.samples, res.edge, res.params
     early, late = (plan.seq_len // 16, plan.seq_len // 8), (plan.seq_len - plan.seq_len // 8, plan.seq_len)
     lines = [
         "## Real text",
@@ -154,7 +184,7 @@ def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> t
         ["model", "parameters", "held-out bits/byte", "ICL score", "random tokens loss: 1st / 2nd copy",
          "passage loss: 1st / 2nd copy", "best induction score", "best prefix-matching score"],
         [[_label(r["layers"], r["variant"], r["gamma"]),
-          f"{params[next(c.name for c in first_seed if labels[c.name] == _label(r['layers'], r['variant'], r['gamma']))]:,}",
+          f"{params[_label(r['layers'], r['variant'], r['gamma'])]:,}",
           _mean_sd(r["bits_per_byte"]), _mean_sd(r["icl_score"]),
           f"{r['random_first_loss'][0]:.2f} / {r['random_second_loss'][0]:.2f}",
           f"{r['passage_first_loss'][0]:.2f} / {r['passage_second_loss'][0]:.2f}",
@@ -187,4 +217,4 @@ def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> t
     for label, sample in examples.items():
         lines += [f"- **{label}**: `" + sample["continuation"].replace("\n", " ").replace("`", "'") + "`"]
     lines.append("")
-    return lines + edge_lines, {"rows": rows, "samples": examples, "parameters": params, "edge": edge}
+    return lines + edge_lines

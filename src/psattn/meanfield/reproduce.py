@@ -85,63 +85,80 @@ def meanfield_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = _plots_available()
-    files: list[str] = []
+    summary, ns = _paper_experiment(out, quick, threads, progress)
+    files = ["paper/summary.json"]
     notes: list[str] = []
-
-    # 1. the paper experiment
-    ns = (64,) if quick else (64, 128, 256)
-    configs = paper_configs(ns=ns)
-    summary = run_experiments(configs, out / "paper", threads=threads, progress=progress)
-    files.append("paper/summary.json")
     if plots:
-        from psattn.meanfield.plots import animate_states, plot_diagnostics, plot_final_states
+        files += _paper_figures(out, summary, ns, quick, threads, notes)
+    checks, skipped = _theorem_checks(summary, quick, threads, progress)
+    records = [_check_record(out, check, plots) for check in checks]
+    files += [r["figure"] for r in records if r["figure"] is not None]
+    (out / "checks.json").write_text(json.dumps(_json_safe(records), indent=1, allow_nan=False))
+    files.append("checks.json")
+    passed = all(c.passed for c in checks)
+    report = _report(out, quick, summary, records, skipped, notes, files, passed)
+    files.append(report.name)
+    return {"passed": passed, "checks": records, "skipped": skipped, "files": files, "report": str(report)}
 
-        for n in ns:
-            plot_final_states(summary, out / f"final_states_n{n}.png", n=n)
-            plot_diagnostics(summary, out / f"diagnostics_n{n}.png", n=n)
-            files += [f"final_states_n{n}.png", f"diagnostics_n{n}.png"]
-        animated = next(c for c in configs if c.kernel.name == ANIMATED_KERNEL)
-        animated = dataclasses.replace(animated, keep_states=True, n_records=31 if quick else 81)
-        with torch_threads(threads):
-            states = save_states(simulate(animated), out / "animation_states.npz")
-        gif = animate_states(states, out / f"animation_{ANIMATED_KERNEL}_n{animated.n}.gif")
-        if gif is None:
-            notes.append("The animation was skipped (Pillow is not importable).")
-        else:
-            files.append(gif.name)
 
-    # 2. the theorem checks
-    records: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    checks: list[TheoremCheck] = [theorems.check_paper_claims(summary)]
-    plan = _check_plan(quick)
+def _paper_experiment(out: Path, quick: bool, threads: int | None, progress: bool) -> tuple[dict[str, Any], tuple]:
+    """The paper's experiment (every kernel at each n), saved as paper/summary.json."""
+    ns = (64,) if quick else (64, 128, 256)
+    return run_experiments(paper_configs(ns=ns), out / "paper", threads=threads, progress=progress), ns
+
+
+def _paper_figures(out: Path, summary: dict[str, Any], ns: tuple, quick: bool, threads: int | None,
+                   notes: list[str]) -> list[str]:
+    """Final states and diagnostics per n, and the animation of one kernel; the files written."""
+    from psattn.meanfield.plots import animate_states, plot_diagnostics, plot_final_states
+
+    files = []
+    for n in ns:
+        plot_final_states(summary, out / f"final_states_n{n}.png", n=n)
+        plot_diagnostics(summary, out / f"diagnostics_n{n}.png", n=n)
+        files += [f"final_states_n{n}.png", f"diagnostics_n{n}.png"]
+    animated = next(c for c in paper_configs(ns=ns) if c.kernel.name == ANIMATED_KERNEL)
+    animated = dataclasses.replace(animated, keep_states=True, n_records=31 if quick else 81)
     with torch_threads(threads):
-        for label, thunk in progress_bar(plan, desc="theorem checks", unit="check", enabled=progress, leave=False):
+        states = save_states(simulate(animated), out / "animation_states.npz")
+    gif = animate_states(states, out / f"animation_{ANIMATED_KERNEL}_n{animated.n}.gif")
+    if gif is None:
+        notes.append("The animation was skipped (Pillow is not importable).")
+    else:
+        files.append(gif.name)
+    return files
+
+
+def _theorem_checks(summary: dict[str, Any], quick: bool, threads: int | None,
+                    progress: bool) -> tuple[list[TheoremCheck], list[str]]:
+    """Every theorem check of the plan (the paper's claims first); checks whose optional extra is
+    missing are skipped, with the reason."""
+    checks: list[TheoremCheck] = [theorems.check_paper_claims(summary)]
+    skipped: list[str] = []
+    with torch_threads(threads):
+        for label, thunk in progress_bar(_check_plan(quick), desc="theorem checks", unit="check", enabled=progress,
+                                         leave=False):
             try:
                 checks.append(thunk())
             except ImportError as err:  # optional extras (scipy) missing
                 logger.warning("skipping %s: %s", label, err)
                 skipped.append(f"{label}: {err}")
-    for check in checks:
-        record = check.to_dict()
-        record["figure"] = None
-        if plots and check.kind:
-            from psattn.meanfield.plots import plot_check
+    return checks, skipped
 
-            name = f"check_{check.kind}" + (f"_{check.data['kernel']}" if check.kind == "diracisation" else "")
-            path = plot_check(record, out / f"{name}.png")
-            if path is not None:
-                record["figure"] = path.name
-                files.append(path.name)
-        records.append(record)
-        logger.info("%s: %s (%s)", "PASS" if check.passed else "FAIL", check.name, check.message)
-    (out / "checks.json").write_text(json.dumps(_json_safe(records), indent=1, allow_nan=False))
-    files.append("checks.json")
 
-    passed = all(c.passed for c in checks)
-    report = _report(out, quick, summary, records, skipped, notes, files, passed)
-    files.append(report.name)
-    return {"passed": passed, "checks": records, "skipped": skipped, "files": files, "report": str(report)}
+def _check_record(out: Path, check: TheoremCheck, plots: bool) -> dict[str, Any]:
+    """A check's saved record, with the file name of its figure (None without one)."""
+    record = check.to_dict()
+    record["figure"] = None
+    if plots and check.kind:
+        from psattn.meanfield.plots import plot_check
+
+        name = f"check_{check.kind}" + (f"_{check.data['kernel']}" if check.kind == "diracisation" else "")
+        path = plot_check(record, out / f"{name}.png")
+        if path is not None:
+            record["figure"] = path.name
+    logger.info("%s: %s (%s)", "PASS" if check.passed else "FAIL", check.name, check.message)
+    return record
 
 
 def _json_safe(value: Any) -> Any:

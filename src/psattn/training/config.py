@@ -44,6 +44,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda" or "cuda:N"
     precision: str = "fp32"  # "fp32" or "bf16" (autocast; GPU presets)
     compile: bool = False  # torch.compile the model
+    tensorboard: bool = False  # also write every metrics row to <run dir>/tensorboard (the tensorboard extra)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every", "early_stop_evals"):
@@ -55,7 +56,7 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be a non-negative integer, got {getattr(self, name)!r}")
         if self.threads is not None and (not _is_int(self.threads) or self.threads <= 0):
             raise ValueError(f"train.threads must be a positive integer or null, got {self.threads!r}")
-        for name in ("early_stop", "compile"):
+        for name in ("early_stop", "compile", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
         try:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -222,6 +223,7 @@ class _Run:
         self.metrics = TASK_METRICS.get(task_name(config.task))
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
         self.step, self.history, self.emergence, self.seconds = 0, [], None, 0.0
+        self.board = None  # a TensorBoard writer, opened by start_or_resume when train.tensorboard is set
 
     def start_or_resume(self, resume: bool) -> None:
         """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
@@ -240,6 +242,9 @@ class _Run:
             write_jsonl(self.run_dir / "metrics.jsonl", [])
             for stale in ("result.json", "checkpoint.pt"):
                 (self.run_dir / stale).unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+        if self.t.tensorboard and self.writes:
+            self.board = tensorboard_writer(self.run_dir / "tensorboard", purge_step=self.step or None)
         if not self.history:
             self.evaluate_and_log(None, self.seconds)
 
@@ -275,6 +280,11 @@ class _Run:
         if self.writes:
             with open(self.run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
+        if self.board is not None:  # the row's numbers (not the per-position or per-head lists)
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.board.add_scalar(key, value, self.step)
+            self.board.flush()
         if self.emergence is None and self.step > 0 and acc >= self.t.threshold:
             self.emergence = self.step
         return row
@@ -291,6 +301,10 @@ class _Run:
                 "history": self.history, "emergence_step": self.emergence, "seconds": self.seconds,
             })
         barrier(self.ddp)
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
 
     def result(self, timed_out: bool) -> RunResult:
         accs = [row["eval_accuracy"] for row in self.history if row["step"] > 0]  # the trained model's
@@ -376,11 +390,22 @@ def train(
                     break
             run.seconds += time.perf_counter() - start
         bar.close()
+        run.close()
         result = run.result(timed_out)
         if run.writes and not timed_out:
             write_json(run_dir / "result.json", result.to_dict())
         barrier(ddp)
         return result
+
+
+def tensorboard_writer(log_dir: Path, purge_step: int | None = None):
+    """A ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir``; ``purge_step``: a resumed run drops
+    the events an interrupted one wrote after its checkpoint."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:
+        raise ImportError("train.tensorboard needs TensorBoard: pip install 'phase-space-attention[tensorboard]'") from err
+    return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
 
 def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
