@@ -68,3 +68,23 @@ def test_text_figures(drawn):
     panels, colorbar = drawn[2].axes[:-1], drawn[2].axes[-1]
     assert len(panels) == 4 and colorbar.get_ylabel()  # one labelled colour bar for all panels
     assert {im.get_clim() for ax in panels for im in ax.get_images()} == {(0.0, 0.2)}  # one shared scale
+
+
+def test_gamma_sweep_head_scores_and_attention_patterns(drawn):
+    import numpy as np
+
+    rows = [{"gamma": g, "success_rate": s, "mean_emergence_step": e} for g, s, e in ((0.0, 0.0, None), (1.0, 1.0, 200))]
+    plots.plot_gamma_sweep(rows, "x.png")
+    ax, twin = drawn[0].axes
+    check_axes(ax)
+    assert twin.get_ylabel() == "mean emergence step" and len(ax.get_legend().get_texts()) == 2
+    scores = {v: {"previous_token": [[0.1, 0.9]], "induction": [[0.2, 0.3]]} for v in ("baseline", "key_only")}
+    plots.plot_head_scores(scores, "x.png")
+    for ax in drawn[1].axes:
+        assert ax.get_title() and ax.get_xlabel() == "variant"
+    assert drawn[1].axes[0].get_ylabel() and [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [
+        "head 0", "head 1"]
+    plots.plot_attention_patterns({"baseline": np.full((2, 5, 5), 0.2), "key_only": np.eye(5)[None].repeat(2, 0)},
+                                  "x.png")
+    fig = drawn[2]
+    assert fig.get_suptitle() and any(ax.get_ylabel().startswith("attention weight") for ax in fig.axes)  # colour bar

@@ -87,3 +87,27 @@ def test_final_states_have_a_colour_bar_per_panel(monkeypatch):
     plots.plot_final_states(_summary(), "x.png")
     bars = [ax for ax in figures[0].axes if ax.get_ylabel() == "token label"]
     assert len(bars) == 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: theorems.check_conditional_diracisation("rope", n=16, batch=1),
+        lambda: theorems.check_rope_orbit_universality(n=16),
+        lambda: theorems.check_prefix_gauge_universality(n_prompts=8),
+        lambda: theorems.check_spectral_dichotomy(n=16, batch=1),
+        lambda: theorems.check_metastability_rate(betas=(2.0, 3.0, 4.0), batch=1),
+    ],
+    ids=["diracisation", "rope_orbit", "prefix_gauge", "dichotomy", "metastability"],
+)
+def test_every_check_figure_labels_its_axes_and_series(make, monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    plots.plot_check(json.loads(json.dumps(make().to_dict(), allow_nan=False)), "x.png")
+    for ax in figures[0].axes:
+        if ax.name == "3d" or not ax.get_lines() and not ax.collections:
+            continue  # sphere panels and colour bars
+        if ax.get_lines() or ax.collections:
+            assert ax.get_xlabel() and ax.get_ylabel(), (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())
+        labelled = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+        if len(ax.get_lines()) > 1:
+            assert ax.get_legend() is not None and labelled, ax.get_title()

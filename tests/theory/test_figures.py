@@ -37,3 +37,18 @@ def test_phase_diagram_quotes_both_correlations_and_labels_the_crossovers(monkey
     ax_cmp = figures[0].axes[1]
     assert "above the crossover 0.9999" in ax_cmp.get_title() and "below it -0.3600" in ax_cmp.get_title()
     assert "crossover d_k* of each T" in [t.get_text() for t in ax_cmp.get_legend().get_texts()]
+
+
+def test_closed_form_bode_and_scaling_are_labelled(monkeypatch):
+    from psattn.theory.spectral import all_variant_bode
+
+    figures = _captured(monkeypatch)
+    plots.plot_bode([c.to_dict() for c in all_variant_bode(0.8)], "x.png")
+    axes = figures[0].axes
+    assert axes[0].get_ylabel() == "gain (dB)" and all(ax.get_title() for ax in axes[: len(axes) // 2])
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["query", "key", "joint"]
+    fit = {"exponent": -0.25}
+    plots.plot_scaling({"T": 64, "d_k": [16, 64, 256], "closed_form": [1.0, 0.7, 0.5], "simulated": [1.0, None, 0.5],
+                        "fits": {"closed_form": fit, "simulated": fit}}, "x.png")
+    ax = figures[1].axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() and len(ax.get_legend().get_texts()) == 3

@@ -12,19 +12,20 @@ from psattn.figures import save_figure
 
 
 def plot_gamma_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Success rate and mean emergence step against gamma."""
+    """Success rate and mean emergence step against gamma (two y axes, one legend)."""
     rows = sorted(rows, key=lambda r: r["gamma"])
     gammas = [r["gamma"] for r in rows]
-    fig = Figure(figsize=(6, 3.6))
+    fig = Figure(figsize=(6, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    ax.plot(gammas, [r["success_rate"] for r in rows], "o-", color="tab:blue")
-    ax.set_xlabel("gamma")
-    ax.set_ylabel("success rate", color="tab:blue")
+    rate = ax.plot(gammas, [r["success_rate"] for r in rows], "o-", color="tab:blue", label="success rate")
+    ax.set_xlabel("gamma (shear coupling)")
+    ax.set_ylabel("success rate (fraction of seeds)", color="tab:blue")
     ax.set_ylim(-0.05, 1.05)
     ax2 = ax.twinx()
     steps = [r["mean_emergence_step"] if r["mean_emergence_step"] is not None else np.nan for r in rows]
-    ax2.plot(gammas, steps, "s--", color="tab:red")
+    step = ax2.plot(gammas, steps, "s--", color="tab:red", label="mean emergence step (successful seeds)")
     ax2.set_ylabel("mean emergence step", color="tab:red")
+    ax.legend(handles=rate + step, fontsize=7, loc="center right")
     ax.set_title(title or "gamma sweep (symmetric PSA)")
     return save_figure(fig, path)
 
@@ -70,7 +71,7 @@ def plot_runs(histories: dict[str, list[dict[str, Any]]], path: str | Path, metr
 
 def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str | Path) -> Path:
     """Previous-token and induction score of every head (layer 0), grouped by variant."""
-    fig = Figure(figsize=(7, 3.6))
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     names = list(scores)
     for ax, kind in zip(axes, ("previous_token", "induction")):
@@ -81,7 +82,8 @@ def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str 
                    label=f"head {h}")
         ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{kind.replace('_', '-')} score")
-        ax.set_ylim(0, 1)
+        ax.set(xlabel="variant", ylim=(0, 1))
+    axes[0].set_ylabel("attention (mean over rows)")
     axes[0].legend(fontsize=7)
     return save_figure(fig, path)
 
@@ -91,16 +93,19 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
     panels per variant."""
     names = list(patterns)
     heads = patterns[names[0]].shape[0]
-    fig = Figure(figsize=(2.2 * heads, 2.2 * len(names)))
+    fig = Figure(figsize=(2.2 * heads + 1.0, 2.2 * len(names) + 0.4), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(names), heads))
+    image = None
     for i, name in enumerate(names):
         for h in range(heads):
             ax = axes[i, h]
-            ax.imshow(patterns[name][h], cmap="viridis", vmin=0, vmax=1)
+            image = ax.imshow(patterns[name][h], cmap="viridis", vmin=0, vmax=1)
             ax.set_xticks([])
             ax.set_yticks([])
             if h == 0:
                 ax.set_ylabel(name, fontsize=8)
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (row: query, column: key)")
+    fig.suptitle("layer-0 attention on [BOS] + R + R (R: random tokens), seed-0 models")
     return save_figure(fig, path)

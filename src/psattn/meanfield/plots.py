@@ -134,7 +134,7 @@ def _plot_diracisation(fig: Figure, data: dict[str, Any]) -> None:
     for name, values in data["series"].items():
         ax.plot(data["times"], np.maximum(values, 1e-17), label=name, linewidth=1)
     ax.set_yscale("log")
-    ax.set_xlabel("t")
+    ax.set(xlabel="time t", ylabel="spread (log scale)")
     ax.set_title(f"{data['kernel']}: slices collapse, the marginal does not", fontsize=9)
     ax.legend(fontsize=7)
     x, g = np.asarray(data["final_state"]), np.asarray(data["graph_law"])
@@ -153,7 +153,7 @@ def _plot_rope_orbit(fig: Figure, data: dict[str, Any]) -> None:
     ax = fig.add_subplot(1, 3, 1)
     ax.hist(realised, bins=24, range=(0, 2 * np.pi), density=True, color="C0", alpha=0.6, label="realised")
     ax.plot(grid, density, color="C3", label="target density")
-    ax.set_xlabel("angle along the orbit from y*")
+    ax.set(xlabel="angle along the orbit from y* (rad)", ylabel="density")
     ax.set_title("law on the RoPE orbit", fontsize=9)
     ax.legend(fontsize=7)
     ax = fig.add_subplot(1, 3, 2)
@@ -163,6 +163,7 @@ def _plot_rope_orbit(fig: Figure, data: dict[str, Any]) -> None:
             linestyle="--")
     cdf = np.cumsum(density) / density.sum()
     ax.plot(grid, cdf, color="C3", label="target")
+    ax.set(xlabel="angle along the orbit from y* (rad)", ylabel="cumulative fraction")
     ax.set_title("CDFs", fontsize=9)
     ax.legend(fontsize=7)
     _points(fig, 1, 3, 3, np.asarray(data["final_state"]), data["labels"], "final state (colour: position)",
@@ -183,7 +184,8 @@ def _plot_prefix_gauge(fig: Figure, data: dict[str, Any]) -> None:
     ax.hist(reference[:, 0], bins=bins, density=True, color="0.6", alpha=0.6, label="target")
     ax.hist(aligned[:, 0], bins=bins, density=True, histtype="step", color="C0", label="realised")
     ax.hist(raw[:, 0], bins=bins, density=True, histtype="step", color="C3", linestyle="--", label="unaligned")
-    ax.set_xlabel("⟨x, e_0⟩")
+    ax.set(xlabel="⟨x, e_0⟩", ylabel="density", title="first coordinate")
+    ax.title.set_fontsize(9)
     ax.legend(fontsize=7)
 
 
@@ -192,7 +194,7 @@ def _plot_dichotomy(fig: Figure, data: dict[str, Any]) -> None:
     for name, values in data["series"].items():
         ax.plot(data["times"], np.maximum(values, 1e-17), label=name)
     ax.set_yscale("log")
-    ax.set_xlabel("t")
+    ax.set(xlabel="time t", ylabel="1 − |mean of x_i| (log scale)")
     ax.set_title("marginal spread", fontsize=9)
     ax.legend(fontsize=7)
     for k, (name, x) in enumerate(data["final_states"].items()):
