@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,14 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, summary: str,
                 description: str | None = None) -> argparse.ArgumentParser:
     """A subcommand with the common options, ``summary`` in the command list and a description on
     its own help page (``summary`` as a sentence unless given)."""
-    return subparsers.add_parser(
-        name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
-        formatter_class=HelpFormatter, parents=[COMMON],
-    )
+    text = description or summary[0].upper() + summary[1:] + "."
+    return subparsers.add_parser(name, help=summary, description=wrap(text), formatter_class=HelpFormatter,
+                                 parents=[COMMON])
+
+
+def wrap(text: str, width: int = 88) -> str:
+    """``text`` wrapped to ``width``, each of its lines (paragraphs) on its own."""
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
 
 
 class _Deprecated(argparse.Action):

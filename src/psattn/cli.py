@@ -20,6 +20,7 @@ from psattn.arguments import (
     add_plan_size,
     add_run_dir,
     required_run_dir,
+    wrap,
     write_json_output,
 )
 from psattn.commands.theory import register as register_theory
@@ -192,8 +193,8 @@ def _one_line(err: Exception) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
-        description="Phase Space Attention toolkit: train, reproduce, certify, export.\n"
-                    "Every command takes -q/--quiet and -v/--verbose; `psattn COMMAND -h` shows its options.")
+        description=wrap("Phase Space Attention toolkit: train, reproduce, certify, export.\n"
+                         "Every command takes -q/--quiet and -v/--verbose; `psattn COMMAND -h` shows its options."))
     parser.add_argument("--version", action="version", version=f"psattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -244,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = add_command(sub, "plot", "draw the training curves of one or more runs into one figure",
                      "Draw metrics against step from the metrics.jsonl of each run directory, one line per run: "
-                     "held-out accuracy and loss,\nor bits per byte and ICL score for text runs, unless --metric says.")
+                     "held-out accuracy and loss, or bits per byte and ICL score for text runs, unless --metric says.")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
     pl.add_argument("--out", default="training_curves.png", metavar="PATH", help="the figure (PNG)")
