@@ -247,12 +247,12 @@ def _sensitivity_lines(res: InductionResults) -> list[str]:
     """Success against the initialisation, and the attention at the single-answer query."""
     t, f = res.tables, res.facts
     lines = ["### Sensitivity to the initialisation", "",
-              "Success and emergence against the scale every matrix is initialised at: a fixed std, the default "
-              "N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module defaults (\"torch\": N(0, 1) "
-              "embeddings, tied to the output layer). Same budgets as the variant table."
-              + ("" if f["baseline_every_init"] else
-                 " The plain layer runs at the default initialisation alone: in `psattn sweep init_sensitivity "
-                 "--full` (three seeds) it fails at every initialisation."), ""]
+             "Success and emergence against the scale every matrix is initialised at: a fixed std, the default "
+             "N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module defaults (\"torch\": N(0, 1) "
+             "embeddings, tied to the output layer). Same budgets as the variant table."
+             + ("" if f["baseline_every_init"] else
+                " The plain layer runs at the default initialisation alone: in `psattn sweep init_sensitivity "
+                "--full` (three seeds) it fails at every initialisation."), ""]
     lines += _table(["init", "form", "variant", "gamma", "steps", "seeds", "success", "mean emergence step",
                      "mean best acc"],
                     [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
@@ -276,7 +276,7 @@ def _gamma_lines(res: InductionResults) -> list[str]:
     """The gamma sweep."""
     t = res.tables
     lines = ["### Gamma sweep (symmetric PSA, full-sequence form)", "",
-              f"Paper: {PAPER['gamma_sweep']}.", ""]
+             f"Paper: {PAPER['gamma_sweep']}.", ""]
     lines += _table(["gamma", "seeds", "success", "mean emergence step", "mean final acc"],
                     [[r["gamma"], r["seeds"], f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0),
                       r["mean_final_accuracy"]] for r in t["gamma_sweep"]])
@@ -303,10 +303,10 @@ def _mqar_lines(res: InductionResults) -> list[str]:
     """MQAR, a positive control."""
     t, f = res.tables, res.facts
     lines = ["### Multi-query associative recall (MQAR)", "",
-              "Zoology's MQAR (8 key-value pairs, each key queried once; only the answers are scored) on the same "
-              f"one-layer model, {f['mqar_steps']} steps: recalling the value after a queried key is an "
-              "induction pattern, so the key-side shear should help here too (a positive control; the paper reports "
-              "no MQAR number).", ""]
+             "Zoology's MQAR (8 key-value pairs, each key queried once; only the answers are scored) on the same "
+             f"one-layer model, {f['mqar_steps']} steps: recalling the value after a queried key is an "
+             "induction pattern, so the key-side shear should help here too (a positive control; the paper reports "
+             "no MQAR number).", ""]
     lines += _table(["variant", "gamma", "steps", "seeds", "success", "mean final acc", "mean emergence step"],
                     [[r["variant"], r["gamma"], _budget(r), r["seeds"], f"{r['successes']}/{r['seeds']}",
                       r["mean_final_accuracy"], _fmt(r["mean_emergence_step"], 0)] for r in t["mqar"]])
@@ -328,14 +328,14 @@ def _critical_lines(res: InductionResults) -> list[str]:
     """Critical gamma against the head dimension, per design, with the exponent fits."""
     t, f = res.tables, res.facts
     lines = ["### Critical gamma against the head dimension", "",
-              "Final accuracy per grid gamma, and the smallest gamma of the grid at which the symmetric shear "
-              "succeeds, per head dimension d_k, in three designs: at fixed width and more or fewer heads (d_k and "
-              "head count change together); at a fixed head count and a wider or narrower model (d_k and width "
-              "change together); at fixed width and head count with a wider or narrower head (d_k and the "
-              "attention's inner width change together). A bound (<= or >) means the grid did not bracket it; only "
-              "bracketed values enter the least-squares fits, while the interval uses every bracket "
-              f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design"
-              + (", the only one the quick reproduction trains." if LEFT_OUT[res.mode] else "."), ""]
+             "Final accuracy per grid gamma, and the smallest gamma of the grid at which the symmetric shear "
+             "succeeds, per head dimension d_k, in three designs: at fixed width and more or fewer heads (d_k and "
+             "head count change together); at a fixed head count and a wider or narrower model (d_k and width "
+             "change together); at fixed width and head count with a wider or narrower head (d_k and the "
+             "attention's inner width change together). A bound (<= or >) means the grid did not bracket it; only "
+             "bracketed values enter the least-squares fits, while the interval uses every bracket "
+             f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design"
+             + (", the only one the quick reproduction trains." if LEFT_OUT[res.mode] else "."), ""]
     for design, rows in t["critical_designs"].items():
         if not rows:
             experiment = CRITICAL_DESIGNS[design]
