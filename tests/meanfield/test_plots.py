@@ -10,18 +10,18 @@ from psattn.meanfield.experiments import paper_configs, save_states
 from psattn.meanfield.plots import animate_states, plot_check
 from psattn.meanfield.simulate import simulate
 
+#: the checks that draw a figure, each on small inputs
+CHECKS_WITH_FIGURES = [
+    lambda: theorems.check_conditional_diracisation("rope", n=16, batch=1),
+    lambda: theorems.check_rope_orbit_universality(n=16),
+    lambda: theorems.check_prefix_gauge_universality(n_prompts=8),
+    lambda: theorems.check_spectral_dichotomy(n=16, batch=1),
+    lambda: theorems.check_metastability_rate(betas=(2.0, 3.0, 4.0), batch=1),
+]
+CHECK_NAMES = ["diracisation", "rope_orbit", "prefix_gauge", "dichotomy", "metastability"]
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: theorems.check_conditional_diracisation("rope", n=16, batch=1),
-        lambda: theorems.check_rope_orbit_universality(n=16),
-        lambda: theorems.check_prefix_gauge_universality(n_prompts=8),
-        lambda: theorems.check_spectral_dichotomy(n=16, batch=1),
-        lambda: theorems.check_metastability_rate(betas=(2.0, 3.0, 4.0), batch=1),
-    ],
-    ids=["diracisation", "rope_orbit", "prefix_gauge", "dichotomy", "metastability"],
-)
+
+@pytest.mark.parametrize("make", CHECKS_WITH_FIGURES, ids=CHECK_NAMES)
 def test_every_check_figure_is_drawn_from_its_json_record(make, tmp_path):
     record = json.loads(json.dumps(make().to_dict(), allow_nan=False))
     path = plot_check(record, tmp_path / "figure.png")
@@ -89,17 +89,7 @@ def test_final_states_have_a_colour_bar_per_panel(monkeypatch):
     assert len(bars) == 2
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: theorems.check_conditional_diracisation("rope", n=16, batch=1),
-        lambda: theorems.check_rope_orbit_universality(n=16),
-        lambda: theorems.check_prefix_gauge_universality(n_prompts=8),
-        lambda: theorems.check_spectral_dichotomy(n=16, batch=1),
-        lambda: theorems.check_metastability_rate(betas=(2.0, 3.0, 4.0), batch=1),
-    ],
-    ids=["diracisation", "rope_orbit", "prefix_gauge", "dichotomy", "metastability"],
-)
+@pytest.mark.parametrize("make", CHECKS_WITH_FIGURES, ids=CHECK_NAMES)
 def test_every_check_figure_labels_its_axes_and_series(make, monkeypatch):
     plots, figures = _captured(monkeypatch)
     plots.plot_check(json.loads(json.dumps(make().to_dict(), allow_nan=False)), "x.png")
