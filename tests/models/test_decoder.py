@@ -16,13 +16,56 @@ def test_gamma_zero_variants_equal_baseline():
         assert torch.equal(model(x), base(x))
 
 
-@pytest.mark.parametrize("variant, mlp", [("key_only", True), ("symmetric", False), ("canon", True)])
-def test_output_mask_gives_the_logits_of_the_marked_positions(variant, mlp):
-    model = random_model(variant, gamma=0.0 if variant == "canon" else 0.8, mlp=mlp)
+OUTPUT_MASK_CASES = [  # (variant, placement, model fields): MHA and GQA, one and two layers, key-lag baselines
+    ("key_only", "post_rope", {}), ("symmetric", "post_rope", {"mlp": False}), ("query_only", "post_rope", {}),
+    ("symmetric", "pre_rope", {"n_layers": 1}), ("baseline", "post_rope", {"n_kv_heads": 4}),
+    ("canon", "post_rope", {}), ("primer_dconv", "post_rope", {"n_layers": 1}), ("kv_shift", "post_rope", {}),
+    ("smeared_keys", "post_rope", {}),
+]
+
+
+@pytest.mark.parametrize("variant, placement, fields", OUTPUT_MASK_CASES)
+@pytest.mark.parametrize("inputs", ["plain", "left_padded", "packed"])
+def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(variant, placement, fields, inputs):
+    """Only the marked positions of the last block attend; logits and every gradient equal those of
+    the full forward pass at those positions, for plain, left-padded and packed batches."""
+    gamma = 0.0 if variant in ("canon", "primer_dconv", "kv_shift", "smeared_keys") else 0.8
+    model = random_model(variant, placement, gamma, **fields)
     x = torch.randint(0, 37, (3, 9))
-    keep = torch.rand(3, 9) < 0.4
+    kwargs = {}
+    if inputs == "left_padded":
+        kwargs["attention_mask"] = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1], [1] * 9, [0] + [1] * 8])
+    if inputs == "packed":
+        kwargs["position_ids"] = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], list(range(9)), [0, 1, 0, 1, 2, 3, 4, 5, 6]])
+    keep = torch.rand(3, 9, generator=torch.Generator().manual_seed(1)) < 0.4
     keep[0, -1] = True
-    assert torch.allclose(model(x, output_mask=keep), model(x)[keep], atol=1e-10)
+    keep[1] = False  # a row with nothing to score
+    weights = torch.randn(int(keep.sum()), 37, dtype=torch.float64)
+
+    def logits_and_grads(masked: bool):
+        model.zero_grad()
+        logits = model(x, output_mask=keep, **kwargs) if masked else model(x, **kwargs)[keep]  # (N, V)
+        (logits * weights).sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    (masked, masked_grads), (full, full_grads) = logits_and_grads(True), logits_and_grads(False)
+    assert masked.shape == (int(keep.sum()), 37)
+    assert torch.allclose(masked, full, atol=1e-10)
+    for a, b in zip(masked_grads, full_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-9)
+
+
+def test_output_mask_with_a_hooked_last_layer_computes_every_row():
+    """A listener on the last layer sees every position, and the logits are still those of the mask."""
+    model = random_model("key_only")
+    x = torch.randint(0, 37, (2, 9))
+    keep = torch.zeros(2, 9, dtype=torch.bool)
+    keep[:, -1] = True
+    with capture(model, "blocks.1.attn.hook_pattern") as seen:
+        logits = model(x, output_mask=keep)
+    assert seen["blocks.1.attn.hook_pattern"].shape == (2, 4, 9, 9)
+    assert torch.allclose(logits, model(x)[keep], atol=1e-10)
+    assert model(x, output_mask=torch.zeros_like(keep)).shape == (0, 37)
     with pytest.raises(ValueError, match="output_mask must be"):
         model(x, output_mask=keep[:, :4])
 

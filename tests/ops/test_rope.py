@@ -29,6 +29,20 @@ def test_matches_complex_rotation_by_hand():
         assert out[i + 2].item() == pytest.approx(z.imag, abs=1e-5)
 
 
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_the_rotation_kernel_equals_the_formula_with_every_order_of_gradient(fraction):
+    """apply_rope's own backward (the rotation by -angle) against autograd through x cos + rot(x) sin:
+    values, first and second derivatives, and forward-mode derivatives."""
+    rope = RotaryEmbedding(8, rotary_fraction=fraction)
+    cos, sin = (t.double() for t in rope(torch.tensor([[0, 3, 9], [5, 1, 2]])))
+    x = torch.randn(2, 3, 3, 8, dtype=torch.float64, requires_grad=True)
+    r = rope.rotary_dim
+    formula = x[..., :r] * cos + torch.cat([-x[..., r // 2 : r], x[..., : r // 2]], -1) * sin
+    assert torch.allclose(apply_rope(x, cos, sin)[..., :r], formula, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda y: apply_rope(y, cos, sin), (x,), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(lambda y: apply_rope(y, cos, sin), (x,))
+
+
 def test_partial_rotary_leaves_the_rest_untouched():
     rope = RotaryEmbedding(8, rotary_fraction=0.5)
     assert rope.rotary_dim == 4

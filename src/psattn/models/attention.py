@@ -8,11 +8,17 @@ Hook points (see :mod:`psattn.ops.hooks`):
   computed only when hooked and only without a cache (the cache keeps no raw keys);
 - ``hook_pattern``: the attention pattern (B, Hq, T, S), computed only when hooked;
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
+
+With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
+positions), keys and values still come from every position but only the marked queries attend;
+the result is exact and a query costs O(T) instead of every row costing it. The hook points need
+every row, so a hooked layer computes them all.
 """
 
 from __future__ import annotations
 
 import torch.nn.functional as F
+import torch
 from torch import Tensor, nn
 
 from psattn.models.config import AttentionConfig
@@ -76,8 +82,15 @@ class PhaseSpaceAttention(nn.Module):
     def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor:
         return self.shear_fn(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
 
-    def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None) -> Tensor:
-        """x (B, T, d_model) -> (B, T, d_model)."""
+    @property
+    def hooked(self) -> bool:
+        """Whether any hook point of this layer has a listener."""
+        return any(module.active for module in self.children() if isinstance(module, HookPoint))
+
+    def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
+                queries: Tensor | None = None) -> Tensor:
+        """x (B, T, d_model) -> (B, T, d_model); with ``queries`` (B, T) bool, the outputs of the
+        marked positions alone: -> (N, d_model) in row-major order."""
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
@@ -113,12 +126,35 @@ class PhaseSpaceAttention(nn.Module):
         if self.hook_pattern.active:
             self.hook_pattern(attention_weights(q_hat, k_hat, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal))
 
+        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
+            return self.o_proj(self._attend_from(queries, q_hat, k_hat, v, ctx))  # (N, d_model)
         out = F.scaled_dot_product_attention(
             q_hat, k_hat, v, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
             dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_heads != self.n_kv_heads,
         )  # (B, Hq, T, D)
         out = self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
-        return self.o_proj(out)
+        return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+
+    def _attend_from(self, queries: Tensor, q_hat: Tensor, k_hat: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        """Attention outputs (N, Hq * D) of the marked queries (B, T) alone, in row-major order: each
+        row's marked positions are gathered to the front of a (B, Tq) index (Tq: the most in a row),
+        and each gathered query keeps the keys its own row of the mask allows."""
+        B, Hq, T, D = q_hat.shape
+        counts = queries.sum(1)  # (B,)
+        Tq = int(counts.max())
+        index = torch.argsort((~queries).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq): marked first, in order
+        q_sel = q_hat.gather(2, index[:, None, :, None].expand(B, Hq, Tq, D))  # (B, Hq, Tq, D)
+        if ctx.attn_mask is None:  # causal: a query at position p sees keys 0..p
+            mask = (torch.arange(T, device=q_hat.device) <= index[:, :, None])[:, None]  # (B, 1, Tq, T)
+        else:
+            full = ctx.attn_mask.expand(B, 1, T, ctx.attn_mask.shape[-1])  # (B, 1, T, S)
+            mask = full.gather(2, index[:, None, :, None].expand(B, 1, Tq, full.shape[-1]))  # (B, 1, Tq, S)
+        out = F.scaled_dot_product_attention(
+            q_sel, k_hat, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_heads != self.n_kv_heads,
+        )  # (B, Hq, Tq, D)
+        filled = torch.arange(Tq, device=q_hat.device) < counts[:, None]  # (B, Tq): the real entries of the index
+        return out.transpose(1, 2).reshape(B, Tq, Hq * D)[filled]  # (N, Hq * D)
 
     def _score_terms(self, site_q, site_k, q, k, ctx, cos, sin) -> ScoreTerms:
         """T1..T4 with momenta taken where the shear acts (rotated afterwards for pre-RoPE), so that

@@ -45,11 +45,12 @@ class Block(nn.Module):
         self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if config.mlp else None
 
     def forward(self, h, context, cache=None, keep: Tensor | None = None):
-        """h (B, T, C) -> (B, T, C); with ``keep`` (B, T) bool, only the kept positions go on
-        through the position-wise MLP: -> (N, C)."""
-        h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
-        if keep is not None:
-            h = h[keep]  # (N, C)
+        """h (B, T, C) -> (B, T, C); with ``keep`` (B, T) bool, only the kept positions attend and go
+        on through the position-wise MLP: -> (N, C)."""
+        if keep is None:
+            h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
+        else:
+            h = h[keep] + self.drop(self.attn(self.norm_attn(h), context, cache, queries=keep))  # (N, C)
         if self.mlp is not None:
             h = h + self.mlp(self.norm_mlp(h))
         return h
@@ -101,8 +102,9 @@ class DecoderLM(nn.Module):
         ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
         the tokens continue the cached ones and the cache is extended. With ``output_mask`` (B, T)
         bool, only the logits of the marked positions are computed, as (N, V) in row-major order:
-        everything after the last attention is position-wise, so the last block's MLP, the final
-        norm and the LM head run there alone (training on a few scored positions costs less).
+        in the last block only those positions attend (keys and values still come from every
+        position), and everything after that attention is position-wise, so the last block's MLP,
+        the final norm and the LM head run there alone (training on a few scored positions costs less).
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
