@@ -4,7 +4,7 @@ training steps per second measured interleaved in one run. Usage:
     python benchmarks/trainer_speed.py [--task induction|text] [--steps 30 --repeats 3]
 
 ``text`` is the one-layer key-only model of the quick real-text experiment (Python source, BPE
-vocabulary 2048, context 256, batch 32).
+vocabulary 1024, context 256, batch 32).
 """
 
 import argparse

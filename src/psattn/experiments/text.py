@@ -21,7 +21,7 @@ from psattn.models import AttentionConfig, ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
 
-QUICK_STEPS, QUICK_BATCH = 300, 32
+QUICK_STEPS, QUICK_BATCH = 200, 32
 SEEDS_FOR_INTERVALS = (0, 1, 2)
 #: (layers, variant, gamma) of the compared models
 ALL_MODELS = ((1, "baseline", 0.0), (1, "key_only", 1.0), (1, "symmetric", 1.0), (2, "baseline", 0.0), (2, "key_only", 1.0))
@@ -46,7 +46,7 @@ class TextPlan:
 
 
 TEXT_PLANS = {
-    "quick": TextPlan("python-stdlib", HYPOTHESIS_MODELS, "bpe", 2048, 256, 128, 4, steps=QUICK_STEPS,
+    "quick": TextPlan("python-stdlib", HYPOTHESIS_MODELS, "bpe", 1024, 256, 128, 4, steps=QUICK_STEPS,
                       batch_size=QUICK_BATCH, seeds=(0,), eval_every=50, eval_size=64, device="cpu"),
     "full": TextPlan("python-stdlib", ALL_MODELS, "bpe", 4096, 256, 256, 4, steps=6000, batch_size=64,
                      seeds=(0, 1, 2), eval_every=250, eval_size=256, device="auto"),
