@@ -14,7 +14,13 @@ configs it trains. Their tables are computed from saved results by :mod:`.summar
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Rows whose
 tables compare final accuracies train to their full budget; in the quick plan, rows whose tables
 report success and emergence stop once held-out accuracy has stayed at the threshold for
-``Plan.stop_after`` evaluations. The real-text experiments are declared in :mod:`.text`. The
+``Plan.stop_after`` evaluations. The real-text experiments are declared in :mod:`.text`.
+
+A batch is sized by the positions it scores: a full-sequence row scores about 23, so the quick plan
+takes 32 rows a step on that form (and on the control tasks, which score several positions a row),
+and 64 on the single-answer form, which scores one. The critical-gamma grids keep 64 rows on the
+full form: near gamma_c the symmetric shear learns more slowly with 32 (at d_k = 32, gamma = 0.2
+emerges at step 550 of 600 instead of 350), so the grid would measure the budget, not gamma_c. The
 quick setting counts emergence at held-out accuracy 0.8: a one-layer model at this size saturates
 between 0.90 and 0.94 on full-sequence induction, so 0.9 would sit on the ceiling and turn seed
 noise into success or failure.
@@ -59,6 +65,9 @@ class Plan:
     # rows whose tables report success and emergence (not a final accuracy) stop once held-out accuracy
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
     stop_after: int
+    batch_size: int  # rows a step on the full-sequence form and the control tasks
+    single_batch_size: int  # rows a step on the single-answer form (one scored position a row)
+    critical_batch_size: int  # rows a step of the critical-gamma grids (full form)
 
 
 PLANS = {
@@ -70,7 +79,7 @@ PLANS = {
         head_dims=(16, 32, 64),
         single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
         sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), sensitivity_baseline_every_init=False,
-        stop_after=2,
+        stop_after=2, batch_size=32, single_batch_size=64, critical_batch_size=64,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -81,7 +90,7 @@ PLANS = {
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
         sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
-        sensitivity_baseline_every_init=True, stop_after=0,
+        sensitivity_baseline_every_init=True, stop_after=0, batch_size=64, single_batch_size=64, critical_batch_size=64,
     ),
 }
 
@@ -109,10 +118,15 @@ def _plan(mode: str) -> Plan:
     return PLANS[mode]
 
 
+def _batch_size(plan: Plan, form: str = "full") -> int:
+    return plan.single_batch_size if form == "single" else plan.batch_size
+
+
 def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, decided: bool = False,
          **kwargs) -> RunConfig:
     """A run of ``plan``; ``decided``: its table reports success and emergence, so it may stop once
-    they are decided (``plan.stop_after``)."""
+    they are decided (``plan.stop_after``). The batch follows the form unless given."""
+    kwargs.setdefault("batch_size", _batch_size(plan, kwargs.get("form", "full")))
     return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device, threshold=plan.threshold,
                         early_stop=False, stop_after=plan.stop_after if decided else 0, **kwargs)
 
@@ -138,7 +152,7 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
 def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     """Emergence against the initialisation scale on both forms, for the baseline and the shears (and,
     in the full plan, the learned key-lag baselines). The question is one of CPU scale, so both plans
-    train the quick plan's model and budgets; ``full`` has more scales, seeds and rows. In the quick
+    train the quick plan's model, batches and budgets; ``full`` has more scales, seeds and rows. In the quick
     plan the runs at the default initialisation are the variant table's own, and the plain layer, which
     fails at every initialisation of the full plan's three seeds, runs at the default alone; in the full
     plan, whose other experiments train longer, their names say the initialisation."""
@@ -150,7 +164,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     shared = mode == "quick"  # the default-initialisation runs are the variant table's, at the full budget
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
                          stop_after=0 if shared and init == DEFAULT_INIT else p.stop_after,
-                         form=form, init=init, seed=s, tag_init=not shared)
+                         form=form, init=init, seed=s, tag_init=not shared, batch_size=_batch_size(q, form))
             for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds
             if v != "baseline" or p.sensitivity_baseline_every_init or init == DEFAULT_INIT]
 
@@ -187,14 +201,15 @@ def size_scan(mode: str = "quick") -> list[RunConfig]:
 def critical_gamma(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at fixed width (d_model 128): d_k and head count change together."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=h) for h in p.head_counts for g in p.critical_gammas]
+    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=h, batch_size=p.critical_batch_size)
+            for h in p.head_counts for g in p.critical_gammas]
 
 
 def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed head count (4): d_k and width change together.
     Gamma 0 runs too: a width at which one plain layer already succeeds has no critical gamma."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, d_model=w, n_heads=4)
+    return [_run(p, "symmetric", g, decided=True, seed=0, d_model=w, n_heads=4, batch_size=p.critical_batch_size)
             for w in p.widths for g in (0.0, *p.critical_gammas)]
 
 
@@ -202,7 +217,7 @@ def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed width (d_model 128) *and* head count (4): only
     d_k (and with it the attention's inner width) changes. Gamma 0 runs too."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=4, d_head=k)
+    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=4, d_head=k, batch_size=p.critical_batch_size)
             for k in p.head_dims for g in (0.0, *p.critical_gammas)]
 
 

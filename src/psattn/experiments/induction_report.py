@@ -164,6 +164,8 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "threshold": first.train.threshold, "size": _param_count(results[first.name]),
         "d_model": first.model.d_model, "n_heads": first.model.n_heads, "budget": first.train.steps,
         "single_budget": next(c.train.steps for c in declared["variants"] if c.task.form == "single"),
+        "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].single_batch_size,
+        "critical_batch": exp.PLANS[mode].critical_batch_size,
         "mqar_steps": declared["mqar"][0].train.steps, "stop_after": exp.PLANS[mode].stop_after,
         "baseline_every_init": exp.PLANS[mode].sensitivity_baseline_every_init,
     }
@@ -214,7 +216,9 @@ def _intro(res: InductionResults) -> list[str]:
         f"(vocabulary 64, length 64) in two forms: **full-sequence** (every repeated token scored; at most {f['budget']} "
         f"steps) and **single-answer** (one query at the end of each row whose earlier occurrence is unique, with 8 "
         f"repeated distractors: the form of the SHT task the paper builds on; at most {f['single_budget']} steps, as it "
-        f"scores one position a row); AdamW lr 3e-3, batch 64; held-out accuracy on 512 rows every 50 steps; a run "
+        f"scores one position a row); AdamW lr 3e-3, batch {f['batch']} rows on the full-sequence form and the control "
+        f"tasks and {f['single_batch']} on the single-answer form (a batch is sized by the positions it scores); "
+        "held-out accuracy on 512 rows every 50 steps; a run "
         f"succeeds when it reaches {f['threshold']} (its emergence step). Budgets of the secondary rows are stated in the "
         "tables' step column.",
         "",
@@ -334,7 +338,10 @@ def _critical_lines(res: InductionResults) -> list[str]:
              "change together); at fixed width and head count with a wider or narrower head (d_k and the "
              "attention's inner width change together). A bound (<= or >) means the grid did not bracket it; only "
              "bracketed values enter the least-squares fits, while the interval uses every bracket "
-             f"(paper, trained models: {PAPER['critical_exponent']}). The theory section fits the first design"
+             f"(paper, trained models: {PAPER['critical_exponent']}). The grids train on batches of "
+             f"{f['critical_batch']} rows" + (f" (not {f['batch']}: near the critical gamma the symmetric shear learns "
+             "more slowly on smaller batches, and the grid would measure the budget)" if f["critical_batch"] != f["batch"]
+             else "") + ". The theory section fits the first design"
              + (", the only one the quick reproduction trains." if LEFT_OUT[res.mode] else "."), ""]
     for design, rows in t["critical_designs"].items():
         if not rows:
