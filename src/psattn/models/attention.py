@@ -17,8 +17,8 @@ every row, so a hooked layer computes them all.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from psattn.models.config import AttentionConfig
