@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from psattn.progress import progress_bar
-from psattn.training.config import RunConfig, holds_same_run
+from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.lock import run_lock
 from psattn.training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
 from psattn.training.trainer import train
@@ -115,7 +115,10 @@ def run_sweep(
     for c in configs:
         saved = out_dir / c.name / "config.json"
         if saved.exists() and not holds_same_run(saved, c):
-            raise ValueError(f"{saved.parent} holds a run with a different config than {c.name!r}")
+            raise ValueError(
+                f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
+                f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
+                "directory to train it again, or write to another output directory")
     todo = sorted((c for c in configs if load_result(out_dir / c.name) is None), key=estimated_cost, reverse=True)
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):

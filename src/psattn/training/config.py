@@ -158,6 +158,26 @@ def holds_same_run(path: str | Path, config: RunConfig) -> bool:
         return False
 
 
+def config_differences(path: str | Path, config: RunConfig, limit: int = 3) -> str:
+    """The first ``limit`` fields in which the config.json at ``path`` differs from ``config``, as
+    "train.batch_size (saved 64, now 32)", for error messages."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "an unreadable config.json"
+    diffs: list[str] = []
+
+    def walk(old, new, where):
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(set(old) | set(new)):
+                walk(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+        elif old != new and not (isinstance(old, list) and isinstance(new, tuple) and list(new) == old):
+            diffs.append(f"{where} (saved {old!r}, now {new!r})")
+
+    walk(saved, config.to_dict(), "")
+    return ", ".join(diffs[:limit]) + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
+
+
 def _section(section: str, build, *args, **kwargs):
     """``build(*args, **kwargs)``, with a value of the wrong type reported as a ValueError naming the section."""
     try:
@@ -208,4 +228,4 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
-__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "holds_same_run"]
+__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "config_differences", "holds_same_run"]
