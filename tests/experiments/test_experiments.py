@@ -149,7 +149,8 @@ def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
     config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
     run_sweep([config], tmp_path, workers=1, progress=False)
     other = dataclasses.replace(config, train=dataclasses.replace(config.train, lr=1e-4))
-    with pytest.raises(ValueError, match=r"different config .*differs in train.lr \(saved 0.003, now 0.0001\).*delete that directory"):
+    expected = r"different config .*differs in train.lr \(saved 0.003, now 0.0001\).*delete that directory"
+    with pytest.raises(ValueError, match=expected):
         run_sweep([other], tmp_path, workers=1, progress=False)
 
 

@@ -22,18 +22,20 @@ from psattn.training.trainer import build_model, build_optimizer, lm_loss, step_
 
 
 def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:
-    """The minimal loop: sample, forward (logits at the scored positions, as the trainer does), loss,
-    backward, AdamW step."""
+    """The minimal loop with the same recipe: sample, forward (logits at the scored positions, as the
+    trainer does), loss, backward, gradient clipping, AdamW step, learning-rate schedule."""
     t = config.train
     model = build_model(config).train()
-    optimizer, _ = build_optimizer(model, t)
+    optimizer, schedule = build_optimizer(model, t)
     for step in range(steps):
         batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
         keep = batch.targets != IGNORE_INDEX
         loss = lm_loss(model(batch.inputs, output_mask=keep), batch.targets[keep])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         optimizer.step()
+        schedule.step()
         if on_step is not None:
             on_step(step + 1, loss.item())
 

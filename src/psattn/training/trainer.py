@@ -252,7 +252,8 @@ class _Run:
         """One optimiser step on the batch of (seed, step); returns this rank's loss."""
         t = self.t
         batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.step))
-        seed_step_randomness(t.seed, self.step)
+        if self.config.model.dropout > 0:  # the only randomness of a step after its batch
+            seed_step_randomness(t.seed, self.step)
         scored = int((batch.targets != IGNORE_INDEX).sum())
         mine = shard(batch, self.ddp).to(self.device)
         loss = self.forward(mine.inputs, mine.targets, scored)
