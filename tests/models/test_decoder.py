@@ -20,7 +20,7 @@ OUTPUT_MASK_CASES = [  # (variant, placement, model fields): MHA and GQA, one an
     ("key_only", "post_rope", {}), ("symmetric", "post_rope", {"mlp": False}), ("query_only", "post_rope", {}),
     ("symmetric", "pre_rope", {"n_layers": 1}), ("baseline", "post_rope", {"n_kv_heads": 4}),
     ("canon", "post_rope", {}), ("primer_dconv", "post_rope", {"n_layers": 1}), ("kv_shift", "post_rope", {}),
-    ("smeared_keys", "post_rope", {}),
+    ("smeared_keys", "post_rope", {}), ("key_only", "pre_rope", {"n_layers": 1}),
 ]
 
 
@@ -53,6 +53,20 @@ def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(vari
     assert torch.allclose(masked, full, atol=1e-10)
     for a, b in zip(masked_grads, full_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-9)
+
+
+@pytest.mark.parametrize("variant, rows", [("key_only", 4), ("baseline", 4), ("symmetric", 9), ("canon", 9)])
+def test_output_mask_projects_only_the_marked_queries_when_the_query_stream_is_unsheared(variant, rows):
+    """Without a query shear or key-lag module, q̂_t depends on x_t alone, so the last layer projects
+    the queries of the marked positions only (the most in a row: 4 here); otherwise every position."""
+    model = random_model(variant, gamma=0.0 if variant == "canon" else 0.8)
+    keep = torch.zeros(2, 9, dtype=torch.bool)
+    keep[0, [2, 5, 7, 8]] = True
+    keep[1, 3] = True
+    seen = []
+    model.blocks[-1].attn.q_proj.register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
+    model(torch.randint(0, 37, (2, 9)), output_mask=keep)
+    assert seen == [(2, rows, model.config.d_model)]
 
 
 def test_output_mask_with_a_hooked_last_layer_computes_every_row():

@@ -11,8 +11,9 @@ Hook points (see :mod:`psattn.ops.hooks`):
 
 With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), keys and values still come from every position but only the marked queries attend;
-the result is exact and a query costs O(T) instead of every row costing it. The hook points need
-every row, so a hooked layer computes them all.
+the result is exact and a query costs O(T) instead of every row costing it. When the query
+stream is not sheared (and no key-lag module mixes it), q̂_t depends on x_t alone and only the marked
+queries are projected and rotated. The hook points need every row, so a hooked layer computes them all.
 """
 
 from __future__ import annotations
@@ -87,16 +88,28 @@ class PhaseSpaceAttention(nn.Module):
         """Whether any hook point of this layer has a listener."""
         return any(module.active for module in self.children() if isinstance(module, HookPoint))
 
+    @property
+    def _pointwise_queries(self) -> bool:
+        """Whether q̂_t depends on x_t alone (no query shear, no key-lag module, the standard shear),
+        so that the queries of a few positions can be projected and rotated without the others."""
+        return self.gamma_q == 0.0 and self.key_lag is None and self.shear_fn is shear
+
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
                 queries: Tensor | None = None) -> Tensor:
         """x (B, T, d_model) -> (B, T, d_model); with ``queries`` (B, T) bool, the outputs of the
         marked positions alone: -> (N, d_model) in row-major order."""
-        B, T, _ = x.shape
+        B, T, C = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
+        index = filled = None  # the marked positions, gathered to the front of each row
+        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
+            index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
+        few = index is not None and self._pointwise_queries  # project and rotate the marked queries alone
+        x_q = x.gather(1, index[..., None].expand(B, index.shape[1], C)) if few else x  # (B, Tq or T, d_model)
+        q = self.q_proj(x_q).view(B, x_q.shape[1], self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, Tq or T, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         cos, sin = self.rope(ctx.position_ids, x.dtype)
+        cos_q, sin_q = self.rope(ctx.position_ids.gather(1, index), x.dtype) if few else (cos, sin)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
@@ -104,15 +117,15 @@ class PhaseSpaceAttention(nn.Module):
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
 
         if self.post_rope:  # the shear acts on the rotated streams
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos_q, sin_q), apply_rope(k, cos, sin)
             if self.key_lag is not None and self.key_lag.site == "post_rope":
                 q, k, v = self.key_lag(q, k, v, ctx.starts)
             site_q, site_k = q, k
-            q_hat = self._shear(q, self.gamma_q, ctx, prev_q)
+            q_hat = q if few else self._shear(q, self.gamma_q, ctx, prev_q)
             k_hat = self._shear(k, self.gamma_k, ctx, prev_k)
         else:  # ablation: shear first, then rotate
             site_q, site_k = q, k
-            q_hat = apply_rope(self._shear(q, self.gamma_q, ctx, prev_q), cos, sin)
+            q_hat = apply_rope(q if few else self._shear(q, self.gamma_q, ctx, prev_q), cos_q, sin_q)
             k_hat = apply_rope(self._shear(k, self.gamma_k, ctx, prev_k), cos, sin)
             if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -126,8 +139,10 @@ class PhaseSpaceAttention(nn.Module):
         if self.hook_pattern.active:
             self.hook_pattern(attention_weights(q_hat, k_hat, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal))
 
-        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
-            return self.o_proj(self._attend_from(queries, q_hat, k_hat, v, ctx))  # (N, d_model)
+        if index is not None:
+            at = index[:, None, :, None].expand(B, self.n_heads, index.shape[1], self.head_dim)  # (B, Hq, Tq, D)
+            q_sel = q_hat if few else q_hat.gather(2, at)  # (B, Hq, Tq, D)
+            return self.o_proj(self._attend_from(index, filled, q_sel, k_hat, v, ctx))  # (N, d_model)
         out = F.scaled_dot_product_attention(
             q_hat, k_hat, v, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
             dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_heads != self.n_kv_heads,
@@ -135,17 +150,15 @@ class PhaseSpaceAttention(nn.Module):
         out = self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
         return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
 
-    def _attend_from(self, queries: Tensor, q_hat: Tensor, k_hat: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        """Attention outputs (N, Hq * D) of the marked queries (B, T) alone, in row-major order: each
-        row's marked positions are gathered to the front of a (B, Tq) index (Tq: the most in a row),
-        and each gathered query keeps the keys its own row of the mask allows."""
-        B, Hq, T, D = q_hat.shape
-        counts = queries.sum(1)  # (B,)
-        Tq = int(counts.max())
-        index = torch.argsort((~queries).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq): marked first, in order
-        q_sel = q_hat.gather(2, index[:, None, :, None].expand(B, Hq, Tq, D))  # (B, Hq, Tq, D)
+    def _attend_from(self, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
+                     ctx: AttentionContext) -> Tensor:
+        """Attention outputs (N, Hq * D) of the gathered queries q_sel (B, Hq, Tq, D) at positions
+        ``index`` (B, Tq), of which ``filled`` are real, in row-major order: each gathered query
+        keeps the keys its own row of the mask allows."""
+        B, Hq, Tq, D = q_sel.shape
+        T = k_hat.shape[2]
         if ctx.attn_mask is None:  # causal: a query at position p sees keys 0..p
-            mask = (torch.arange(T, device=q_hat.device) <= index[:, :, None])[:, None]  # (B, 1, Tq, T)
+            mask = (torch.arange(T, device=q_sel.device) <= index[:, :, None])[:, None]  # (B, 1, Tq, T)
         else:
             full = ctx.attn_mask.expand(B, 1, T, ctx.attn_mask.shape[-1])  # (B, 1, T, S)
             mask = full.gather(2, index[:, None, :, None].expand(B, 1, Tq, full.shape[-1]))  # (B, 1, Tq, S)
@@ -153,7 +166,6 @@ class PhaseSpaceAttention(nn.Module):
             q_sel, k_hat, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=self.n_heads != self.n_kv_heads,
         )  # (B, Hq, Tq, D)
-        filled = torch.arange(Tq, device=q_hat.device) < counts[:, None]  # (B, Tq): the real entries of the index
         return out.transpose(1, 2).reshape(B, Tq, Hq * D)[filled]  # (N, Hq * D)
 
     def _score_terms(self, site_q, site_k, q, k, ctx, cos, sin) -> ScoreTerms:
@@ -165,3 +177,13 @@ class PhaseSpaceAttention(nn.Module):
             p_q, p_k = apply_rope(p_q, cos, sin), apply_rope(p_k, cos, sin)
         k, p_k = expand_kv_heads(k, self.n_heads), expand_kv_heads(p_k, self.n_heads)
         return ScoreTerms.from_streams(q, p_q, k, p_k, self.gamma_q, self.gamma_k)
+
+
+def marked_first(queries: Tensor) -> tuple[Tensor, Tensor]:
+    """queries (B, T) bool -> index (B, Tq) of each row's marked positions first, in order (Tq: the
+    most marked in a row), and filled (B, Tq): which entries of the index are marked positions."""
+    counts = queries.sum(1)  # (B,)
+    Tq = int(counts.max())
+    index = torch.argsort((~queries).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
+    filled = torch.arange(Tq, device=queries.device) < counts[:, None]  # (B, Tq)
+    return index, filled
