@@ -10,13 +10,14 @@ from psattn.training.config import RunConfig, TrainConfig
 ALL_VARIANTS = [(v, p) for v in VARIANTS for p in PLACEMENTS]
 
 
-def random_model(variant="key_only", placement="post_rope", gamma=0.8, *, seed=0, std=0.3, **overrides):
+def random_model(variant="key_only", placement="post_rope", gamma=0.8, *, seed=0, std=0.3, boundary="replicate",
+                 **overrides):
     """A small float64 model with weights large enough that its outputs depend strongly on the
     input (so that equivalence tests compare non-trivial outputs at tight tolerance)."""
     fields = dict(vocab_size=37, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2)
     fields.update(overrides)
     gamma = 0.0 if variant == "baseline" else gamma  # the baseline has no shear
-    config = ModelConfig(**fields, attention=AttentionConfig(variant, gamma, placement))
+    config = ModelConfig(**fields, attention=AttentionConfig(variant, gamma, placement, boundary=boundary))
     torch.manual_seed(seed)
     model = DecoderLM(config).double().eval()
     with torch.no_grad():

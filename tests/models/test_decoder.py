@@ -3,6 +3,7 @@ import torch
 
 from helpers import ALL_VARIANTS, random_model
 from psattn.models import PRESETS, AttentionConfig, DecoderLM, ModelConfig, preset, preset_parameter_count
+from psattn.models.keylag import KEY_LAG
 from psattn.ops.attention import score_terms
 from psattn.ops.hooks import capture
 from psattn.ops.shear import shear
@@ -21,6 +22,7 @@ OUTPUT_MASK_CASES = [  # (variant, placement, model fields): MHA and GQA, one an
     ("symmetric", "pre_rope", {"n_layers": 1}), ("baseline", "post_rope", {"n_kv_heads": 4}),
     ("canon", "post_rope", {}), ("primer_dconv", "post_rope", {"n_layers": 1}), ("kv_shift", "post_rope", {}),
     ("smeared_keys", "post_rope", {}), ("key_only", "pre_rope", {"n_layers": 1}),
+    ("symmetric", "post_rope", {"boundary": "zero"}), ("query_only", "pre_rope", {"boundary": "zero"}),
 ]
 
 
@@ -39,6 +41,7 @@ def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(vari
         kwargs["position_ids"] = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], list(range(9)), [0, 1, 0, 1, 2, 3, 4, 5, 6]])
     keep = torch.rand(3, 9, generator=torch.Generator().manual_seed(1)) < 0.4
     keep[0, -1] = True
+    keep[0, 4] = keep[2, :3] = True  # queries at sequence starts: t = 0, after padding, in a pack
     keep[1] = False  # a row with nothing to score
     weights = torch.randn(int(keep.sum()), 37, dtype=torch.float64)
 
@@ -55,18 +58,23 @@ def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(vari
         assert torch.allclose(a, b, atol=1e-9)
 
 
-@pytest.mark.parametrize("variant, rows", [("key_only", 4), ("baseline", 4), ("symmetric", 9), ("canon", 9)])
-def test_output_mask_projects_only_the_marked_queries_when_the_query_stream_is_unsheared(variant, rows):
-    """Without a query shear or key-lag module, q̂_t depends on x_t alone, so the last layer projects
-    the queries of the marked positions only (the most in a row: 4 here); otherwise every position."""
-    model = random_model(variant, gamma=0.0 if variant == "canon" else 0.8)
-    keep = torch.zeros(2, 9, dtype=torch.bool)
-    keep[0, [2, 5, 7, 8]] = True
+@pytest.mark.parametrize("variant, marked, rows", [
+    ("key_only", 4, 4), ("baseline", 4, 4), ("smeared_keys", 4, 4), ("kv_shift", 4, 4), ("symmetric", 4, 8),
+    ("query_only", 4, 8), ("canon", 4, 17), ("primer_dconv", 4, 17), ("key_only", 9, 17), ("symmetric", 5, 17),
+])
+def test_output_mask_computes_only_the_queries_of_the_marked_positions(variant, marked, rows):
+    """Unless a key-lag module mixes queries, q̂_t depends on x_t and x_{t-1} alone, so the last layer
+    projects the queries of the marked positions only (the most in a row), and with a query shear
+    those of their predecessors too, as long as that is at most half the row; otherwise every position."""
+    model = random_model(variant, gamma=0.0 if variant in KEY_LAG else 0.8)
+    keep = torch.zeros(2, 17, dtype=torch.bool)
+    keep[0, torch.randperm(17, generator=torch.Generator().manual_seed(0))[:marked]] = True
     keep[1, 3] = True
     seen = []
     model.blocks[-1].attn.q_proj.register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
-    model(torch.randint(0, 37, (2, 9)), output_mask=keep)
-    assert seen == [(2, rows, model.config.d_model)]
+    x = torch.randint(0, 37, (2, 17))
+    assert torch.allclose(model(x, output_mask=keep), model(x)[keep], atol=1e-10)
+    assert seen[0] == (2, rows, model.config.d_model)
 
 
 def test_output_mask_with_a_hooked_last_layer_computes_every_row():

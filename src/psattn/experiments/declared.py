@@ -52,7 +52,8 @@ class Plan:
     device: str
     threshold: float
     head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
-    critical_gammas: tuple[float, ...]
+    head_count_gammas: tuple[float, ...]  # the gamma grid of that design
+    critical_gammas: tuple[float, ...]  # the gamma grid of the designs over widths and head dimensions
     widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
     head_dims: tuple[int, ...]  # d_k at d_model 128 and 4 heads (the attention's inner width follows)
     single_steps: int  # budget of the single-answer form (one scored position a row)
@@ -75,8 +76,8 @@ PLANS = {
         seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, gammas=(0.0, 0.5, 1.0, 2.0),
         control_gammas=(0.0, 0.5, 1.0), control_steps=400,
         sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
-        threshold=0.8, head_counts=(8, 4, 2), critical_gammas=(0.1, 0.2, 0.3, 0.5), widths=(64, 128, 256),
-        head_dims=(16, 32, 64),
+        threshold=0.8, head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2, 0.3), critical_gammas=(0.1, 0.2, 0.3, 0.5),
+        widths=(64, 128, 256), head_dims=(16, 32, 64),
         single_steps=1000, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
         sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), sensitivity_baseline_every_init=False,
         stop_after=2, batch_size=32, single_batch_size=64, critical_batch_size=64,
@@ -86,7 +87,8 @@ PLANS = {
         control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
         sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
         size_gamma=0.8, device="auto", threshold=0.9,
-        head_counts=(16, 8, 4, 2), critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+        head_counts=(16, 8, 4, 2), head_count_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+        critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
         sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
@@ -199,10 +201,11 @@ def size_scan(mode: str = "quick") -> list[RunConfig]:
 
 
 def critical_gamma(mode: str = "quick") -> list[RunConfig]:
-    """The gamma grid per head dimension at fixed width (d_model 128): d_k and head count change together."""
+    """The gamma grid per head dimension at fixed width (d_model 128): d_k and head count change together.
+    Its critical gamma is 0.2 at every head count of the quick plan, so that plan's grid stops at 0.3."""
     p = _plan(mode)
     return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=h, batch_size=p.critical_batch_size)
-            for h in p.head_counts for g in p.critical_gammas]
+            for h in p.head_counts for g in p.head_count_gammas]
 
 
 def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:

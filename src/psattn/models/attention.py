@@ -11,9 +11,10 @@ Hook points (see :mod:`psattn.ops.hooks`):
 
 With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), keys and values still come from every position but only the marked queries attend;
-the result is exact and a query costs O(T) instead of every row costing it. When the query
-stream is not sheared (and no key-lag module mixes it), q̂_t depends on x_t alone and only the marked
-queries are projected and rotated. The hook points need every row, so a hooked layer computes them all.
+the result is exact and a query costs O(T) instead of every row costing it. When the query at t
+depends on x_t and x_{t-1} alone (the standard shear, no key-lag module mixing queries), only the
+marked positions' queries (and, with a query shear, their predecessors') are computed. The hook
+points need every row, so a hooked layer computes them all.
 """
 
 from __future__ import annotations
@@ -89,27 +90,31 @@ class PhaseSpaceAttention(nn.Module):
         return any(module.active for module in self.children() if isinstance(module, HookPoint))
 
     @property
-    def _pointwise_queries(self) -> bool:
-        """Whether q̂_t depends on x_t alone (no query shear, no key-lag module, the standard shear),
-        so that the queries of a few positions can be projected and rotated without the others."""
-        return self.gamma_q == 0.0 and self.key_lag is None and self.shear_fn is shear
+    def _local_queries(self) -> bool:
+        """Whether q̂_t depends on x_t and x_{t-1} alone (the standard shear, no key-lag module that
+        mixes queries), so that the queries of a few positions can be computed without the others."""
+        mixed = self.key_lag is not None and self.key_lag.mixes_queries
+        return not mixed and self.shear_fn is shear
 
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
                 queries: Tensor | None = None) -> Tensor:
         """x (B, T, d_model) -> (B, T, d_model); with ``queries`` (B, T) bool, the outputs of the
         marked positions alone: -> (N, d_model) in row-major order."""
-        B, T, C = x.shape
+        B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         index = filled = None  # the marked positions, gathered to the front of each row
         if queries is not None and cache is None and not self.hooked and bool(queries.any()):
             index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
-        few = index is not None and self._pointwise_queries  # project and rotate the marked queries alone
-        x_q = x.gather(1, index[..., None].expand(B, index.shape[1], C)) if few else x  # (B, Tq or T, d_model)
-        q = self.q_proj(x_q).view(B, x_q.shape[1], self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, Tq or T, D)
+        # q̂ of the marked positions alone, when those (and, with a query shear, their predecessors)
+        # are at most half the row: gathering more rows costs more than it saves
+        few = index is not None and self._local_queries and 2 * index.shape[1] * (1 + (self.gamma_q != 0.0)) <= T
+        if few:
+            q = self._marked_queries(x, ctx, index)  # (B, Hq, Tq, D): already q̂
+        else:
+            q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         cos, sin = self.rope(ctx.position_ids, x.dtype)
-        cos_q, sin_q = self.rope(ctx.position_ids.gather(1, index), x.dtype) if few else (cos, sin)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
@@ -117,15 +122,16 @@ class PhaseSpaceAttention(nn.Module):
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
 
         if self.post_rope:  # the shear acts on the rotated streams
-            q, k = apply_rope(q, cos_q, sin_q), apply_rope(k, cos, sin)
+            q = q if few else apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
             if self.key_lag is not None and self.key_lag.site == "post_rope":
-                q, k, v = self.key_lag(q, k, v, ctx.starts)
+                q, k, v = self.key_lag(q, k, v, ctx.starts)  # q passes unchanged when few
             site_q, site_k = q, k
             q_hat = q if few else self._shear(q, self.gamma_q, ctx, prev_q)
             k_hat = self._shear(k, self.gamma_k, ctx, prev_k)
         else:  # ablation: shear first, then rotate
             site_q, site_k = q, k
-            q_hat = apply_rope(q if few else self._shear(q, self.gamma_q, ctx, prev_q), cos_q, sin_q)
+            q_hat = q if few else apply_rope(self._shear(q, self.gamma_q, ctx, prev_q), cos, sin)
             k_hat = apply_rope(self._shear(k, self.gamma_k, ctx, prev_k), cos, sin)
             if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -149,6 +155,29 @@ class PhaseSpaceAttention(nn.Module):
         )  # (B, Hq, T, D)
         out = self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
         return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+
+    def _marked_queries(self, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
+        """q̂ (B, Hq, Tq, D) at the positions ``index`` (B, Tq) alone, from x at those positions and,
+        with a query shear, at the positions before them: each (previous, current) pair is sheared as
+        a two-token stream that starts at its first token, and again at its second when that is a
+        sequence start, so the boundary rule is the stream's own."""
+        B, Tq = index.shape
+        paired = self.gamma_q != 0.0
+        rows = torch.cat([(index - 1).clamp(min=0), index], 1) if paired else index  # (B, R): R = 2 Tq or Tq
+        x_rows = x.gather(1, rows[..., None].expand(*rows.shape, x.shape[-1]))  # (B, R, d_model)
+        q = self.q_proj(x_rows).view(B, rows.shape[1], self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, R, D)
+        cos, sin = self.rope(ctx.position_ids.gather(1, rows), x.dtype)  # (B, 1, R, r)
+        if self.post_rope:
+            q = apply_rope(q, cos, sin)
+        if paired:
+            starts = index == 0 if ctx.starts is None else ctx.starts.gather(1, index)  # (B, Tq)
+            pairs = q.unflatten(2, (2, Tq)).permute(0, 3, 1, 2, 4).flatten(0, 1)  # (B Tq, Hq, 2, D)
+            pair_starts = torch.stack([torch.ones_like(starts), starts], -1).flatten(0, 1)  # (B Tq, 2)
+            sheared = shear(pairs, self.gamma_q, starts=pair_starts, boundary=self.boundary)[:, :, 1]  # (B Tq, Hq, D)
+            q = sheared.unflatten(0, (B, Tq)).transpose(1, 2)  # (B, Hq, Tq, D)
+        if not self.post_rope:
+            q = apply_rope(q, cos[:, :, -Tq:], sin[:, :, -Tq:])
+        return q
 
     def _attend_from(self, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
                      ctx: AttentionContext) -> Tensor:

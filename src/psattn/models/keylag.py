@@ -9,7 +9,8 @@ a fixed site: the lag-one mixers after RoPE (where PSA acts), the convolutions b
 
 Boundaries: lag-one mixers use PSA's replicate rule (no predecessor at a sequence start, so
 x_{-1} := x_t); the convolutions zero-pad at every sequence start like an ordinary causal
-convolution. Neither ever reads across a sequence start.
+convolution. Neither ever reads across a sequence start. ``mixes_queries``: whether a module's
+query at t depends on other positions (the layer projects only the queries it needs when none does).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def lagged(x: Tensor, lag: int, starts: Tensor | None) -> Tensor:
 
 class SmearedKeys(nn.Module):
     site = "post_rope"
+    mixes_queries = False
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
@@ -48,6 +50,7 @@ class SmearedKeys(nn.Module):
 
 class KVShift(nn.Module):
     site = "post_rope"
+    mixes_queries = False
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
@@ -84,6 +87,7 @@ class _DepthwiseCausalConv(nn.Module):
 
 class PrimerDConv(nn.Module):
     site = "pre_rope"
+    mixes_queries = True
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
@@ -97,6 +101,7 @@ class PrimerDConv(nn.Module):
 
 class CanonConv(nn.Module):
     site = "pre_rope"
+    mixes_queries = True
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
