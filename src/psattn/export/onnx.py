@@ -37,7 +37,8 @@ def decode_path_for(path: str | Path) -> Path:
 
 
 def _export(graph, args, path: Path, dynamic_shapes) -> None:
-    with warnings.catch_warnings():
+    # the exporter logs a warning per torchvision operator it cannot register when torchvision is absent
+    with warnings.catch_warnings(), _quiet("torch.onnx._internal.exporter._registration"):
         warnings.simplefilter("ignore")
         torch.onnx.export(graph, args, str(path), input_names=graph.input_names(), output_names=graph.output_names(),
                           dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False)
