@@ -3,7 +3,7 @@ import torch
 
 from helpers import random_model
 from psattn.models import AttentionConfig, generate
-from psattn.models.keylag import KEY_LAG, lagged
+from psattn.models.keylag import KEY_LAG, _DepthwiseCausalConv, lagged
 
 KEY_LAG_NAMES = sorted(KEY_LAG)
 
@@ -34,6 +34,22 @@ def test_lagged_matches_a_loop():
                 seq_start = 4 if (b == 1 and t >= 4) else 0
                 want = x[b, :, t - lag] if t - lag >= seq_start else torch.zeros_like(x[b, :, t])
                 assert torch.equal(got[b, :, t], want)
+
+
+@pytest.mark.parametrize("kernel", [3, 4])
+def test_the_convolution_without_starts_equals_its_form_with_explicit_starts(kernel):
+    """With t = 0 the only start the convolution reads views of one zero-padded stream; it equals,
+    bit for bit in value and gradients, the general form that masks each lag at the given starts."""
+    torch.manual_seed(0)
+    conv = _DepthwiseCausalConv((3, 5), kernel, identity_init=False)
+    x = torch.randn(2, 3, 9, 5, requires_grad=True)
+    only_t0 = torch.zeros(2, 9, dtype=torch.bool)
+    only_t0[:, 0] = True
+    fast, general = conv(x, None), conv(x, only_t0)
+    g = torch.randn_like(fast)
+    assert torch.equal(fast, general)
+    for a, b in zip(torch.autograd.grad(fast, (x, conv.weight), g), torch.autograd.grad(general, (x, conv.weight), g)):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("variant", KEY_LAG_NAMES)

@@ -16,6 +16,7 @@ query at t depends on other positions (the layer projects only the queries it ne
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from psattn.ops.shear import previous
@@ -79,9 +80,15 @@ class _DepthwiseCausalConv(nn.Module):
         self.weight = nn.Parameter(weight)
 
     def forward(self, x: Tensor, starts: Tensor | None) -> Tensor:
+        K, T = self.weight.shape[0], x.shape[2]
+        if starts is None:  # t = 0 the only start: every lag is a view of one zero-padded copy
+            padded = F.pad(x, (0, 0, K - 1, 0))  # (B, H, K - 1 + T, D)
+            lag = lambda i: padded[:, :, K - 1 - i : K - 1 - i + T]  # noqa: E731
+        else:
+            lag = lambda i: lagged(x, i, starts)  # noqa: E731
         out = self.weight[0][None, :, None, :] * x
-        for i in range(1, self.weight.shape[0]):
-            out = out + self.weight[i][None, :, None, :] * lagged(x, i, starts)
+        for i in range(1, K):
+            out = out + self.weight[i][None, :, None, :] * lag(i)
         return out
 
 
