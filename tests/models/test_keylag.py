@@ -38,8 +38,8 @@ def test_lagged_matches_a_loop():
 
 @pytest.mark.parametrize("kernel", [3, 4])
 def test_the_convolution_without_starts_equals_its_form_with_explicit_starts(kernel):
-    """With t = 0 the only start the convolution reads views of one zero-padded stream; it equals,
-    bit for bit in value and gradients, the general form that masks each lag at the given starts."""
+    """With t = 0 the only start the convolution reads views of one zero-padded stream; alone, it
+    equals bit for bit, in value and gradients, the general form that masks each lag at the starts."""
     torch.manual_seed(0)
     conv = _DepthwiseCausalConv((3, 5), kernel, identity_init=False)
     x = torch.randn(2, 3, 9, 5, requires_grad=True)
