@@ -115,3 +115,14 @@ def write_json_output(path: str, data: Any) -> None:
         print(text)
     else:
         Path(path).write_text(text + "\n")
+
+
+def seed_int(text: str) -> int:
+    """argparse type: a seed, an integer in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2**32 = {2**32}), got {value}")
+    return value

@@ -20,6 +20,7 @@ from psattn.arguments import (
     add_plan_size,
     add_run_dir,
     required_run_dir,
+    seed_int,
     wrap,
     write_json_output,
 )
@@ -82,7 +83,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
-    if args.experiment.startswith("text"):
+    if args.experiment == "text_pilot":
+        from psattn.experiments.text_pilot import format_pilot_table, pilot_table
+
+        print("\nphase change of two plain layers (first evaluation with a head's prefix-matching score >= 0.1, twice)")
+        print("\n".join(format_pilot_table(pilot_table(results))))
+    elif args.experiment.startswith("text"):
         from psattn.experiments.text import format_text_summary, summarise_text
 
         print("\nsummary (final evaluation, mean ± sd over seeds)")
@@ -147,7 +153,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not path.exists():
             raise ValueError(f"{run_dir} holds no metrics.jsonl (not a run directory, or not started)")
         label = Path(run_dir).resolve().name
-        histories[label if label not in histories else str(run_dir)] = read_jsonl(path, what="metrics file")
+        rows = read_jsonl(path, what="metrics file")
+        if not rows or not all(isinstance(row, dict) and "step" in row for row in rows):
+            raise ValueError(f"{path} holds no metrics rows (empty, or cut short): nothing to plot")
+        histories[label if label not in histories else str(run_dir)] = rows
     metrics = tuple(args.metric) if args.metric else (
         ("bits_per_byte", "icl_score") if all("bits_per_byte" in h[-1] for h in histories.values() if h)
         else ("eval_accuracy", "eval_loss"))
@@ -230,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = add_command(sub, "demo", "train one layer with and without PSA on induction; write a report")
     demo.add_argument("--steps", type=positive_int, default=800, help="training steps of each run")
-    demo.add_argument("--seed", type=int, default=0, help="seed of both runs")
+    demo.add_argument("--seed", type=seed_int, default=0, help="seed of both runs")
     demo.add_argument("--out", default="reports/demo", metavar="DIR", help="output directory")
     demo.set_defaults(func=cmd_demo)
 
@@ -240,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=positive_int, default=200, help="tokens to generate")
     gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy")
     gen.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens only")
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed")
+    gen.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
     gen.set_defaults(func=cmd_generate)
 
     pl = add_command(sub, "plot", "draw the training curves of one or more runs into one figure",

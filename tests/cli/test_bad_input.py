@@ -1,8 +1,10 @@
 """Every bad command line gets exit code 2 and a readable message, never a traceback."""
 
 import json
+import shutil
 
 import pytest
+import torch
 
 from helpers import tiny_config
 from psattn.cli import main
@@ -19,7 +21,23 @@ def files(tmp_path):
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "config.json").write_text((tmp_path / "run" / "config.json").read_text())
     (tmp_path / "corrupt" / "checkpoint.pt").write_bytes(b"junk")
+    _copy_run(tmp_path / "run", tmp_path / "nan", lambda state: state["model"]["embed.weight"].__setitem__(0, float("nan")))
+    other = tiny_config(2)
+    other.model.d_model = 64
+    train(other, tmp_path / "other")
+    _copy_run(tmp_path / "run", tmp_path / "foreign", lambda state: state.update(
+        model=torch.load(tmp_path / "other" / "checkpoint.pt", weights_only=True)["model"]))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
     return tmp_path
+
+
+def _copy_run(src, dst, change):
+    """A copy of run directory ``src`` whose checkpoint state went through ``change``."""
+    shutil.copytree(src, dst)
+    state = torch.load(dst / "checkpoint.pt", weights_only=True)
+    change(state)
+    torch.save(state, dst / "checkpoint.pt")
 
 
 CASES = [
@@ -44,6 +62,11 @@ CASES = [
     ("train --run-dir {d}/run --set train.steps=3", "different config"),
     ("train --config {d}/corrupt/config.json --run-dir {d}/corrupt", "not a readable psattn checkpoint"),
     ("train --run-dir {d}/r --steps 3", "unrecognized arguments"),
+    ("train --run-dir {d}/r --set train.seed=4294967296", "seed must be below 2**32"),
+    ("train --run-dir {d}/r --set model.attention.gamma=1e39", "gamma must lie within"),
+    ("train --run-dir {d}/r --set train.lr=1e300", "lr must be a positive number up to 10"),
+    ("train --config {d}/nan/config.json --run-dir {d}/nan", "holds non-finite weights"),
+    ("train --config {d}/foreign/config.json --run-dir {d}/foreign", "does not hold the weights of the model"),
     # demo, sweep, reproduce
     ("demo --steps 0 --out {d}/demo", "positive integer"),
     ("sweep variants --workers 0 --out {d}/s", "positive integer"),
@@ -55,6 +78,10 @@ CASES = [
     ("export --run-dir {d}/corrupt --onnx {d}/m.onnx", "not a readable psattn checkpoint"),
     ("generate --run-dir {d}/missing --prompt hi", "no trained run"),
     ("generate --run-dir {d}/run --prompt hi", "no tokenizer.json"),
+    ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
+    ("export --run-dir {d}/nan --onnx {d}/nan.onnx", "holds non-finite weights"),
+    ("export --run-dir {d}/foreign --onnx {d}/f.onnx", "does not hold the weights of the model"),
+    ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),
@@ -85,3 +112,27 @@ def test_bad_input_exits_2_with_one_readable_line(files, command, message, capsy
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("psattn") and "error:" in last and message in last, err
+
+
+def test_a_failed_start_leaves_the_directory_free_for_the_corrected_command(tmp_path, capsys):
+    """A misspelt corpus fails before anything is written; a folder holding only the config of a failed
+    start (as an older psattn left) is not protected either."""
+    run = tmp_path / "run"
+    base = f"train --run-dir {run} --set task.name=text model.d_model=32 model.n_heads=2 train.steps=2 train.eval_size=4"
+    with pytest.raises(SystemExit):
+        main((base + " task.corpus=austin").split())
+    assert "is neither a named corpus" in capsys.readouterr().err
+    assert not (run / "config.json").exists()
+    train(tiny_config(2), tmp_path / "old")
+    (tmp_path / "old" / "checkpoint.pt").unlink()
+    (tmp_path / "old" / "metrics.jsonl").write_text("")
+    (tmp_path / "old" / "result.json").unlink()
+    assert train(tiny_config(3), tmp_path / "old").steps == 3  # another config, but nothing trained was there
+
+
+def test_an_out_of_memory_model_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(f"train --run-dir {tmp_path / 'r'} --set model.vocab_size=4000000000 model.d_model=1024".split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and "does not fit in memory" in err, err
+    assert not (tmp_path / "r" / "config.json").exists()

@@ -63,19 +63,6 @@ def test_loader_builds_a_concrete_model_class_from_a_config(prompt):
     torch.testing.assert_close(logits(model, prompt), logits(expected, prompt), atol=0, rtol=0)
 
 
-def test_a_model_sharing_a_patched_models_config_gets_an_error_that_says_so(prompt):
-    import transformers
-
-    config = tiny_config("llama")
-    a = transformers.AutoModelForCausalLM.from_config(config).double().eval()
-    b = transformers.AutoModelForCausalLM.from_config(config).double().eval()
-    apply_psa(a, "key_only", 0.8)
-    if b.config is not a.config:
-        pytest.skip("this transformers version copies the config per model")
-    with pytest.raises(RuntimeError, match="shares its config object"):
-        logits(b, prompt)
-
-
 def test_loader_from_pretrained_directory(tmp_path, prompt):
     saved = tiny_model("qwen3")
     saved.save_pretrained(tmp_path)
@@ -173,3 +160,35 @@ def test_one_cache_cannot_serve_two_gammas(prompt):
         a(prompt, **cache_kw(cache), use_cache=True)
         with pytest.raises(RuntimeError, match="one cache per PSA model"):
             b(prompt[:, :1], **cache_kw(cache), use_cache=True)
+
+
+@pytest.mark.parametrize("psa_first", [False, True])
+def test_models_built_from_one_config_stay_apart(tmp_path, prompt, psa_first):
+    """transformers' from_config shares the config object; apply_psa must patch only its own model."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_config("llama")
+    torch.manual_seed(0)
+    first = AutoModelForCausalLM.from_config(cfg).double().eval()
+    if psa_first:
+        apply_psa(first, "key_only", 0.8)
+    second = AutoModelForCausalLM.from_config(cfg).double().eval()  # built after the first was patched
+    plain, psa = (second, first) if psa_first else (first, second)
+    if not psa_first:
+        apply_psa(psa, "key_only", 0.8)
+    assert cfg.model_type == "llama" and not hasattr(cfg, "psa") and cfg._attn_implementation == "sdpa"
+    assert psa_spec(plain) is None and type(plain).__name__ == "LlamaForCausalLM"
+    assert psa_spec(psa) == PSASpec("key_only", 0.8)
+    reference = AutoModelForCausalLM.from_config(tiny_config("llama")).double().eval()
+    reference.load_state_dict(plain.state_dict())
+    torch.testing.assert_close(logits(plain, prompt), logits(reference, prompt), atol=0, rtol=0)
+    assert not torch.allclose(logits(psa, prompt), logits(plain, prompt))
+    for name, model in (("plain", plain), ("psa", psa)):  # each saves and reloads as what it is
+        model.save_pretrained(tmp_path / name)
+        again = AutoModelForCausalLM.from_pretrained(tmp_path / name, dtype=torch.float64).eval()
+        assert psa_spec(again) == psa_spec(model)
+        torch.testing.assert_close(logits(again, prompt), logits(model, prompt))
+    remove_psa(psa)  # the original object comes back, still plain
+    assert psa.config is cfg and not hasattr(cfg, "psa")
+    reference.load_state_dict(psa.state_dict())
+    torch.testing.assert_close(logits(psa, prompt), logits(reference, prompt), atol=0, rtol=0)

@@ -109,6 +109,13 @@ def test_non_finite_gamma_is_rejected(gamma):
         shear(torch.randn(1, 1, 3, 2), gamma)
 
 
+@pytest.mark.parametrize("gamma", [1e39, -2e4])
+def test_gamma_beyond_what_float32_activations_hold_is_rejected(gamma):
+    """1e39 is a finite Python float, but (1 + 2 gamma) times a key overflows float32."""
+    with pytest.raises(ValueError, match="must lie within ±10000"):
+        shear(torch.randn(1, 1, 3, 2), gamma)
+
+
 def test_bad_inputs_name_the_problem():
     x = torch.randn(1, 1, 3, 2)
     with pytest.raises(TypeError, match="real number"):

@@ -55,28 +55,31 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-def _checkpoint_stamp(run_dir: Path):
+def _checkpoint_step(run_dir: Path) -> int:
+    """The step of the checkpoint on disk (0 before the first); reading races only with an atomic rename."""
     path = run_dir / "checkpoint.pt"
-    return path.stat().st_mtime_ns if path.exists() else None
+    return load_checkpoint(path)["step"] if path.exists() else 0
 
 
-def _wait_for_a_new_checkpoint(proc, run_dir: Path, before, timeout: float = 60.0) -> None:
+def _wait_for_step(proc, run_dir: Path, step: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    while _checkpoint_stamp(run_dir) == before and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while proc.poll() is None and time.monotonic() < deadline and _checkpoint_step(run_dir) < step:
+        time.sleep(0.002)
 
 
 def test_sigkill_at_random_moments_never_corrupts_and_the_run_finishes_exactly(tmp_path):
-    """Each process is killed a random moment after it wrote its first checkpoint: with a checkpoint
-    every step, many kills land inside a checkpoint or metrics write."""
+    """Each process is killed once its run has checkpointed a random 1 to 20 steps past where it
+    started, plus a random few milliseconds: with a checkpoint every step, many kills land inside a
+    checkpoint or metrics write. The kills are counted in steps, not seconds, so a faster or slower
+    machine sees the same six kills before the run of 200 steps can finish."""
     reference = train(tiny_config(200, checkpoint_every=1, eval_every=5), tmp_path / "reference").to_dict()
     run_dir, rng, kills, steps = tmp_path / "run", random.Random(0), 0, []
     for _ in range(6):
-        before = _checkpoint_stamp(run_dir)
+        start = _checkpoint_step(run_dir)
         proc = subprocess.Popen([sys.executable, "-c", TRAIN, str(run_dir)], env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_a_new_checkpoint(proc, run_dir, before)
-        time.sleep(rng.uniform(0.0, 0.6))  # 200 steps take about 3 s here, so each kill costs a few dozen steps
+        _wait_for_step(proc, run_dir, start + rng.randint(1, 20))
+        time.sleep(rng.uniform(0.0, 0.02))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
@@ -84,8 +87,8 @@ def test_sigkill_at_random_moments_never_corrupts_and_the_run_finishes_exactly(t
         _check_intact(run_dir)
         if (run_dir / "result.json").exists():
             break
-        steps.append(load_checkpoint(run_dir / "checkpoint.pt")["step"])
-    assert kills >= 4 and steps == sorted(steps), steps  # progress is never lost
+        steps.append(_checkpoint_step(run_dir))
+    assert kills == 6 and steps == sorted(steps), steps  # progress is never lost
     subprocess.run([sys.executable, "-c", TRAIN, str(run_dir)], env=_env(), check=True, timeout=300)
     _same_science(json.loads((run_dir / "result.json").read_text()), reference)
     assert not list(run_dir.glob(".*.tmp"))
@@ -110,7 +113,10 @@ def _sweep(out, workers, **kw):
 def test_sweep_killed_with_its_workers_resumes_every_run_exactly(tmp_path):
     out = tmp_path / "sweep"
     proc = _sweep(out, 2, start_new_session=True)
-    time.sleep(4.0)
+    deadline = time.monotonic() + 120  # killed once a run has checkpointed (40 steps each: mid-sweep on any machine)
+    while not list(out.glob("run*/checkpoint.pt")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: the sweep and its workers
     proc.wait()
     for run_dir in out.glob("run*"):

@@ -158,8 +158,11 @@ def test_existing_run_directory_with_another_config_is_refused(tmp_path):
     ({"betas": [0.9]}, "betas must be two numbers"),
     ({"betas": [0.9, 1.5]}, "betas must be two numbers"),
     ({"weight_decay": -1}, "weight_decay"),
-    ({"lr": float("inf")}, "lr must be a finite positive number"),
-    ({"lr": "1e-3"}, "lr must be a finite positive number"),
+    ({"lr": float("inf")}, "lr must be a positive number up to 10"),
+    ({"lr": "1e-3"}, "lr must be a positive number up to 10"),
+    ({"lr": 1e300}, "lr must be a positive number up to 10"),  # finite, but it overflows float32
+    ({"weight_decay": 1e300}, "weight_decay must be a number in"),
+    ({"seed": 2**32}, r"seed must be below 2\*\*32"),
     ({"warmup_steps": 2.5}, "warmup_steps must be a non-negative integer"),
     ({"early_stop": "no"}, "early_stop must be true or false"),
     ({"threads": 0}, "threads"),

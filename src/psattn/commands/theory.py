@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, write_json_output
+from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, seed_int, write_json_output
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
@@ -146,20 +146,20 @@ def register(subparsers) -> None:
                   full="more Monte-Carlo draws and a longer training run")
     rep.add_argument("--run-dir", metavar="DIR", help="measure the Bode plot on this trained run instead of training one")
     rep.add_argument("--sweep", metavar="FILE", help="JSON file of (d_k, gamma_critical) results for the empirical exponent")
-    rep.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo draws and of the training run")
+    rep.add_argument("--seed", type=seed_int, default=0, help="seed of the Monte-Carlo draws and of the training run")
     rep.set_defaults(func=cmd_report)
 
     pd = add_command(sub, "phase-diagram", "gamma_c over (d_k, T) against the reduced-model simulation")
     pd.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
     pd.add_argument("--samples", type=int, default=256, help="Monte-Carlo draws per context length")
-    pd.add_argument("--seed", type=int, default=0, help="seed of the draws")
+    pd.add_argument("--seed", type=seed_int, default=0, help="seed of the draws")
     pd.set_defaults(func=cmd_phase_diagram)
 
     bode = add_command(sub, "bode", "closed-form and measured Bode plots")
     bode.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
     bode.add_argument("--gamma", type=float, default=0.8, help="shear coupling of the closed form")
     bode.add_argument("--run-dir", metavar="DIR", help="a trained run to measure (default: a random-initialised model)")
-    bode.add_argument("--seed", type=int, default=0, help="seed of the random model and of its input tokens")
+    bode.add_argument("--seed", type=seed_int, default=0, help="seed of the random model and of its input tokens")
     bode.set_defaults(func=cmd_bode)
 
     gc = add_command(sub, "gamma-c", "evaluate the closed-form critical coupling")

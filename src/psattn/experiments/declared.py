@@ -33,6 +33,7 @@ from typing import Any
 
 from psattn.experiments.configs import DEFAULT_INIT, small_config
 from psattn.experiments.text import text_experiment, text_seeds
+from psattn.experiments.text_pilot import text_pilot
 from psattn.training.config import RunConfig
 
 MODES = ("quick", "full")
@@ -236,4 +237,5 @@ EXPERIMENTS = {
     "init_sensitivity": init_sensitivity,
     "text": text_experiment,
     "text_seeds": text_seeds,
+    "text_pilot": text_pilot,
 }

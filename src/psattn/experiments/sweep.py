@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from psattn.jsonfile import read_json
 from psattn.progress import progress_bar
 from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.lock import run_lock
@@ -33,6 +34,8 @@ from psattn.training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_s
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
+#: what every result.json holds (see psattn.training.trainer.RunResult)
+RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "history"}
 
 
 def load_result(run_dir: str | Path) -> dict[str, Any] | None:
@@ -41,8 +44,17 @@ def load_result(run_dir: str | Path) -> dict[str, Any] | None:
     path = run_dir / "result.json"
     if not path.exists():
         return None
-    result = json.loads(path.read_text())
-    result["config"] = json.loads((run_dir / "config.json").read_text())
+    try:
+        result = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        result = None
+    if not isinstance(result, dict) or not RESULT_KEYS <= result.keys() or not result["history"]:
+        # what a full disk or a hand edit leaves: the run is trained again from its checkpoint, which
+        # (the run being finished) rewrites the result without a step
+        log.warning("%s is not a run result; the run will be finished again from its checkpoint", path)
+        path.unlink()
+        return None
+    result["config"] = read_json(run_dir / "config.json", what="run config", object_only=True)
     return result
 
 

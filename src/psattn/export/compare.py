@@ -69,11 +69,32 @@ def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> l
 
 
 @torch.no_grad()
+class ExportFailed(OSError):
+    """Writing or reading back an exported graph failed (a full disk, most often); its partial files are gone."""
+
+
 def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
                        decode_tokens: int = 24) -> dict[str, Any]:
     """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
     PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
-    (static ones calibrated on training rows) and measures them. Uses one thread on both sides."""
+    (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
+    When anything fails, the files this call wrote beside ``onnx_path`` are removed."""
+    folder = Path(onnx_path).resolve().parent
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    try:
+        return _export_and_compare(run_dir, onnx_path, int8, rows, decode_tokens)
+    except BaseException as err:
+        for path in (set(folder.iterdir()) if folder.is_dir() else set()) - before:
+            if path.is_file():
+                path.unlink(missing_ok=True)
+        if isinstance(err, Exception) and not isinstance(err, (ValueError, OSError, ImportError)):
+            raise ExportFailed(f"exporting to {onnx_path} failed ({type(err).__name__}: "
+                               f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no detail'}); "
+                               "its partial files were removed. Is the disk full?") from err
+        raise
+
+
+def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int) -> dict[str, Any]:
     mode = "dynamic" if int8 is True else (int8 or None)
     if mode is not None and mode not in INT8_MODES:
         raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
@@ -87,6 +108,10 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
 
     torch_logits = model(batch.inputs).numpy()
     onnx_logits = onnx_model.logits(batch.inputs.numpy())
+    for runtime, logits in (("PyTorch", torch_logits), ("onnxruntime", onnx_logits)):
+        if not np.isfinite(logits).all():
+            raise ValueError(f"{runtime} gives NaN or infinite logits for {run_dir}'s model; "
+                             "there is nothing meaningful to compare")
     prompt = batch.inputs[:4, : batch.inputs.shape[1] // 2]
     ours = generate(model, prompt, decode_tokens)
     seqs, step_logits = onnx_model.generate(prompt.numpy(), decode_tokens)

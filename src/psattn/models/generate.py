@@ -47,8 +47,15 @@ def prefill(
     return logits[:, -1]
 
 
+class NonFiniteLogits(ValueError):
+    """Decoding met logits that are NaN or infinite."""
+
+
 def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, generator) -> Tensor:
-    """Next token (B,) from logits (B, V)."""
+    """Next token (B,) from logits (B, V); non-finite logits are an error, not a token."""
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteLogits("the model gave NaN or infinite logits; its weights or activations overflow, "
+                              "so no token can be chosen")
     if not do_sample:
         return logits.argmax(dim=-1)
     logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # <= 0: no overflow at tiny temperatures

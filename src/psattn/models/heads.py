@@ -67,7 +67,9 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss))
 
 
-def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0) -> HeadScores:
-    """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows."""
+def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_size: int | None = None) -> HeadScores:
+    """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows of tokens
+    below ``vocab_size`` (default: the model's vocabulary)."""
     g = torch.Generator().manual_seed(seed)
-    return repeat_scores(model, repeated_tokens(batch, half, model.config.vocab_size, g), half, offset=1)
+    vocab_size = model.config.vocab_size if vocab_size is None else vocab_size
+    return repeat_scores(model, repeated_tokens(batch, half, vocab_size, g), half, offset=1)

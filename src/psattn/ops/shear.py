@@ -29,8 +29,14 @@ from torch import Tensor
 BOUNDARIES = ("replicate", "zero")
 
 
+#: the largest |gamma| accepted: far past any useful coupling (the filter's gain is 1 + 2|gamma|), and
+#: small enough that gamma (1 + 2 gamma) times a key stays within float32 and bfloat16
+MAX_GAMMA = 1e4
+
+
 def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
-    """Return gamma as a finite Python float, or raise a TypeError / ValueError naming it."""
+    """Return gamma as a finite Python float of magnitude at most MAX_GAMMA, or raise a TypeError /
+    ValueError naming it."""
     if isinstance(gamma, Tensor):
         if gamma.numel() != 1:
             raise TypeError(f"{name} must be a scalar, got a tensor of shape {tuple(gamma.shape)}")
@@ -40,6 +46,9 @@ def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
     gamma = float(gamma)
     if not math.isfinite(gamma):
         raise ValueError(f"{name} must be finite, got {gamma}")
+    if abs(gamma) > MAX_GAMMA:
+        raise ValueError(f"{name} must lie within ±{MAX_GAMMA:g} (the shear's gain is 1 + 2|{name}|; larger "
+                         f"values overflow float32 activations), got {gamma:g}")
     return gamma
 
 

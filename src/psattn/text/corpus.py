@@ -120,9 +120,11 @@ def load_documents(corpus: str) -> list[Document]:
 
 
 def corpus_hash(corpus: str) -> str:
-    """A digest of the corpus files' names and contents (the token cache's key)."""
+    """A digest of the corpus files' names and contents (the token cache's key). Every name and every
+    content enters with its length in front, so no two different corpora give the same byte stream."""
     digest = hashlib.sha256()
     for path in corpus_files(corpus):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+        for part in (path.name.encode(), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
     return digest.hexdigest()[:16]

@@ -9,11 +9,18 @@ text. A BPE tokenizer is trained on the training parts only. The result is cache
     meta.json        corpus, sizes, bytes    docs.json             per-document token counts
 
 and a second run with the same corpus and tokenizer opens these files instead of tokenizing again.
+``meta.json`` records each array's shape, dtype and SHA-256 and the tokenizer's SHA-256; opening an
+entry checks them all (and that no token id reaches the vocabulary), so a truncated, overwritten or
+tampered cache is an error that names the file, never training data. An entry without ``meta.json``
+(a build cut short, or an older format) is rebuilt, and staging folders of builds whose process is
+gone are removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -27,6 +34,13 @@ from psattn.progress import progress_bar
 from psattn.text.corpus import Document, corpus_hash, load_documents
 from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
 
+log = logging.getLogger(__name__)
+FORMAT = 2  # meta.json's layout; entries of another format are rebuilt
+
+
+class CorruptCache(ValueError):
+    """A token-cache entry does not match its meta.json."""
+
 
 def cache_root() -> Path:
     return Path(os.environ.get("PSATTN_CACHE", Path.home() / ".cache" / "psattn")).expanduser()
@@ -39,6 +53,7 @@ class TokenizedCorpus:
     tokenizer: Tokenizer
     token_bytes: np.ndarray  # (V,) UTF-8 bytes of each id
     directory: Path
+    fingerprint: dict  # corpus and tokenizer hashes, and the arrays' checksums: what a run is bound to
 
 
 def split_text(text: str, eval_fraction: float) -> tuple[str, str]:
@@ -63,7 +78,15 @@ def _tokenizer_key(tokenizer: str, vocab_size: int) -> str:
         return "byte"
     if tokenizer == "bpe":
         return f"bpe{vocab_size}"
-    return "file-" + str(abs(hash(Path(tokenizer).read_text())) % 10**12)
+    return "file-" + _sha256(Path(tokenizer).read_bytes())[:16]
+
+
+def _sha256(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _array_record(array: np.ndarray) -> dict:
+    return {"shape": list(array.shape), "dtype": str(array.dtype), "sha256": _sha256(np.ascontiguousarray(array))}
 
 
 def _make_tokenizer(tokenizer: str, vocab_size: int, train_texts: list[str]) -> Tokenizer:
@@ -79,7 +102,8 @@ def _encode(tokenizer: Tokenizer, parts: list[str], desc: str) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
-def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_fraction: float, out: Path) -> None:
+def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_fraction: float, out: Path,
+           corpus_digest: str = "") -> None:
     texts = [d for d in documents if d.text is not None]
     if texts and len(texts) != len(documents):
         raise ValueError("a corpus must be all text files or all token files, not both")
@@ -100,13 +124,17 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         if len(stream) and (stream.min() < 0 or stream.max() >= tok.vocab_size):
             raise ValueError(f"{name} tokens fall outside the tokenizer's vocabulary of {tok.vocab_size}")
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
-    np.save(out / "train.npy", train.astype(dtype))
-    np.save(out / "eval.npy", held.astype(dtype))
-    (out / "tokenizer.json").write_text(tok.to_json())
+    arrays = {"train": train.astype(dtype), "eval": held.astype(dtype)}
+    for name, array in arrays.items():
+        np.save(out / f"{name}.npy", array)
+    tokenizer_json = tok.to_json()
+    (out / "tokenizer.json").write_text(tokenizer_json)
     (out / "docs.json").write_text(json.dumps({d.name: c for d, c in zip(documents, counts)}))
-    (out / "meta.json").write_text(json.dumps({
-        "documents": len(documents), "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
-        "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction,
+    (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
+        "format": FORMAT, "documents": len(documents), "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
+        "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction, "corpus_sha256": corpus_digest,
+        "tokenizer_sha256": _sha256(tokenizer_json.encode()),
+        "arrays": {name: _array_record(array) for name, array in arrays.items()},
     }))
 
 
@@ -119,22 +147,87 @@ def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
 
 @lru_cache(maxsize=8)
 def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float) -> TokenizedCorpus:
-    if not (directory / "meta.json").exists():
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
-        staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_staging(directory)
+    if not _complete(directory):
+        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction)
+    meta = json.loads((directory / "meta.json").read_text())
+    tokenizer_json = (directory / "tokenizer.json").read_text()
+    if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
+        raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
+    tok = tokenizer_from_json(tokenizer_json)
+    arrays = {name: _verified(directory / f"{name}.npy", record, tok.vocab_size)
+              for name, record in meta["arrays"].items()}
+    fingerprint = {"corpus_sha256": meta["corpus_sha256"], "tokenizer_sha256": meta["tokenizer_sha256"],
+                   **{f"{name}_sha256": record["sha256"] for name, record in meta["arrays"].items()}}
+    return TokenizedCorpus(train=arrays["train"], eval=arrays["eval"], tokenizer=tok, token_bytes=tok.token_bytes(),
+                           directory=directory, fingerprint=fingerprint)
+
+
+def _complete(directory: Path) -> bool:
+    """Whether ``directory`` is a finished entry of this format; a folder that is not (a build cut short
+    before the atomic rename cannot leave one, but an older format or a hand-deleted meta.json can) is removed."""
+    try:
+        if json.loads((directory / "meta.json").read_text()).get("format") == FORMAT:
+            return True
+    except (OSError, ValueError, AttributeError):
+        pass
+    if directory.exists():
+        log.info("rebuilding the token cache entry %s (no meta.json of format %d)", directory, FORMAT)
+        shutil.rmtree(directory)
+    return False
+
+
+def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float) -> None:
+    """Build the entry in a staging folder named after this process, then rename it into place (atomic)."""
+    staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+    try:
+        _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging, corpus_hash(corpus))
         try:
-            _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging)
-            try:
-                staging.rename(directory)  # atomic; another process may have won the race
-            except OSError:
-                if not (directory / "meta.json").exists():
-                    raise
-        finally:
+            staging.rename(directory)  # another process may have won the race
+        except OSError:
+            if not _complete(directory):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_abandoned_staging(directory: Path) -> None:
+    """Remove the staging folders of ``directory`` left by builds whose process no longer runs."""
+    for staging in directory.parent.glob(f"{directory.name}.staging-*"):
+        pid = staging.name[len(directory.name) + len(".staging-"):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            log.info("removing %s, left by an interrupted cache build", staging)
             shutil.rmtree(staging, ignore_errors=True)
-    tok = tokenizer_from_json((directory / "tokenizer.json").read_text())
-    return TokenizedCorpus(
-        train=np.load(directory / "train.npy", mmap_mode="r"),
-        eval=np.load(directory / "eval.npy", mmap_mode="r"),
-        tokenizer=tok, token_bytes=tok.token_bytes(), directory=directory,
-    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _corrupt(path: Path, why: str) -> CorruptCache:
+    return CorruptCache(f"the token cache file {path} is corrupt: {why}. Delete {path.parent} "
+                        "to rebuild it (the next run tokenizes the corpus again)")
+
+
+def _verified(path: Path, record: dict, vocab_size: int) -> np.ndarray:
+    """The memory-mapped array at ``path``, checked against its meta.json ``record`` and the vocabulary."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise _corrupt(path, f"it cannot be read ({err})") from None
+    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
+        raise _corrupt(path, f"it holds {array.dtype} {tuple(array.shape)}, meta.json says "
+                             f"{record['dtype']} {tuple(record['shape'])}")
+    if _sha256(np.ascontiguousarray(array)) != record["sha256"]:
+        raise _corrupt(path, "its SHA-256 differs from meta.json's (the tokens were changed)")
+    if len(array) and int(array.max()) >= vocab_size:
+        raise _corrupt(path, f"it holds token id {int(array.max())}, beyond the vocabulary of {vocab_size}")
+    return array

@@ -41,8 +41,13 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """torch.save ``state`` to ``path`` atomically (temporary file, fsync, rename)."""
-    _atomic_write(Path(path), lambda f: torch.save(state, f))
+    """torch.save ``state`` to ``path`` atomically (temporary file, fsync, rename). A failed write
+    (a full disk, say) raises OSError naming the file; the checkpoint already there stays whole."""
+    try:
+        _atomic_write(Path(path), lambda f: torch.save(state, f))
+    except RuntimeError as err:  # torch.save reports a failed write as RuntimeError
+        raise OSError(f"writing the checkpoint {path} failed ({str(err).strip().splitlines()[0][:200]}); "
+                      "the one already there (if any) is intact. Is the disk full?") from None
 
 
 #: what every training checkpoint holds
@@ -66,7 +71,24 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = CHECKPOINT_KEYS) -
     missing = [k for k in keys if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{path} is not a psattn training checkpoint (missing {missing})")
+    weights = state.get("model") if isinstance(state, dict) else None
+    if isinstance(weights, dict):
+        bad = [name for name, t in weights.items()
+               if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if bad:
+            raise CheckpointError(f"{path} holds non-finite weights (NaN or inf in {', '.join(bad[:3])}"
+                                  f"{', ...' if len(bad) > 3 else ''}); nothing trained or exported from it "
+                                  "would mean anything: restart the run (psattn train --restart)")
     return state
+
+
+def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: Path, config_path: Path) -> None:
+    """``model.load_state_dict(weights)``, with a :class:`CheckpointError` naming both files when they do not fit."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:  # shapes or names that do not fit the run's config
+        raise CheckpointError(f"{path} does not hold the weights of the model in {config_path}: "
+                              f"{str(err).splitlines()[0]}") from None
 
 
 def write_json(path: str | Path, data: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,10 @@ from psattn.fields import from_fields
 from psattn.jsonfile import read_json
 from psattn.models.config import ModelConfig
 from psattn.tasks.registry import TASKS, TaskConfig, make_task_config, task_name
+
+#: the largest learning rate (and weight decay) accepted: AdamW moves each weight by about lr a step,
+#: so anything larger only destroys the model, and 1e300 would overflow float32 at the first step
+MAX_LR = 10.0
 
 
 @dataclass
@@ -54,6 +57,8 @@ class TrainConfig:
         for name in ("warmup_steps", "seed"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.seed >= 2**32:  # a step's batch is drawn from the seed (seed << 32) + step, which must fit 64 bits
+            raise ValueError(f"train.seed must be below 2**32 = {2**32}, got {self.seed}")
         if self.threads is not None and (not _is_int(self.threads) or self.threads <= 0):
             raise ValueError(f"train.threads must be a positive integer or null, got {self.threads!r}")
         for name in ("early_stop", "compile", "tensorboard"):
@@ -65,10 +70,11 @@ class TrainConfig:
             raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}") from None
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not (_is_number(self.lr) and 0 < self.lr < math.inf):
-            raise ValueError(f"train.lr must be a finite positive number, got {self.lr!r}")
-        if not (_is_number(self.weight_decay) and 0 <= self.weight_decay < math.inf):
-            raise ValueError(f"train.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if not (_is_number(self.lr) and 0 < self.lr <= MAX_LR):
+            raise ValueError(f"train.lr must be a positive number up to {MAX_LR:g} (AdamW moves every weight by "
+                             f"about lr a step), got {self.lr!r}")
+        if not (_is_number(self.weight_decay) and 0 <= self.weight_decay <= MAX_LR):
+            raise ValueError(f"train.weight_decay must be a number in [0, {MAX_LR:g}], got {self.weight_decay!r}")
         if not (_is_number(self.threshold) and 0.0 < self.threshold <= 1.0):
             raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
         if not (_is_number(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):

@@ -29,13 +29,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from psattn.jsonfile import read_json
 from psattn.models.decoder import DecoderLM
+from psattn.models.heads import head_scores
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import sample_task, task_name
 from psattn.text.metrics import text_metrics
-from psattn.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_json, write_jsonl, write_text
+from psattn.training.checkpoint import (
+    load_checkpoint,
+    load_model_weights,
+    save_checkpoint,
+    write_json,
+    write_jsonl,
+    write_text,
+)
 from psattn.training.config import RunConfig, holds_same_run
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 from psattn.training.lock import run_lock
@@ -44,8 +53,14 @@ from psattn.training.signals import TrainingInterrupted, on_stop_signals
 log = logging.getLogger(__name__)
 
 
+def induction_head_metrics(model, task, held_out) -> dict[str, Any]:
+    """Every head's previous-token and induction score on [BOS] + R + R rows (see :mod:`psattn.models.heads`)."""
+    scores = head_scores(model, vocab_size=task.vocab_size)
+    return {"previous_token_score": scores.previous_token.tolist(), "induction_score": scores.induction.tolist()}
+
+
 #: task name -> (model, task config, held-out batch) -> extra columns of every evaluation row
-TASK_METRICS: dict[str, Callable[..., dict[str, Any]]] = {"text": text_metrics}
+TASK_METRICS: dict[str, Callable[..., dict[str, Any]]] = {"text": text_metrics, "induction": induction_head_metrics}
 
 
 class TrainingDiverged(RuntimeError):
@@ -118,11 +133,7 @@ def load_trained(run_dir: str | Path) -> DecoderLM:
     config = RunConfig.from_file(run_dir / "config.json")
     model = DecoderLM(config.model)
     path = run_dir / "checkpoint.pt"
-    try:
-        model.load_state_dict(load_checkpoint(path, keys=("model",))["model"])
-    except RuntimeError as err:  # shapes or names that do not fit the run's config
-        raise CheckpointError(f"{path} does not hold the weights of the model in {run_dir / 'config.json'}: "
-                              f"{str(err).splitlines()[0]}") from None
+    load_model_weights(model, load_checkpoint(path, keys=("model",))["model"], path, run_dir / "config.json")
     return model.eval()
 
 
@@ -190,20 +201,54 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
         for stale in run_dir.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
-    if config_path.exists():
+    tokens = getattr(config.task, "tokens", None)
+    if config_path.exists() and not _holds_progress(run_dir):
+        log.info("%s holds a config but no training yet; starting it afresh", run_dir)
+        fresh = True  # a failed start left only its config: nothing to protect
+    elif config_path.exists():
         if not holds_same_run(config_path, config):
             raise ValueError(
                 f"{run_dir} holds a run with a different config; use another directory or delete it"
             )
         if not fresh:
+            if tokens is not None:
+                check_same_data(run_dir, tokens().fingerprint)
             return
     if not is_main:
         return
     write_json(config_path, resolved)
-    tokens = getattr(config.task, "tokens", None)
     if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
         write_text(run_dir / "tokenizer.json", tokens().tokenizer.to_json())
+        write_json(run_dir / "data.json", tokens().fingerprint)
     write_json(run_dir / "meta.json", provenance(config.train.seed))
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]
+
+
+def _holds_progress(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds anything of a run that trained: a checkpoint, a result, or metrics."""
+    metrics = run_dir / "metrics.jsonl"
+    return ((run_dir / "checkpoint.pt").exists() or (run_dir / "result.json").exists()
+            or (metrics.exists() and metrics.stat().st_size > 0))
+
+
+def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
+    """Refuse to resume a text run on data other than what it started on (its data.json)."""
+    path = run_dir / "data.json"
+    if not path.exists():
+        return  # a run from before runs recorded their data
+    recorded = read_json(path, what="data record", object_only=True)
+    changed = [k.removesuffix("_sha256") for k in sorted(set(recorded) | set(fingerprint))
+               if recorded.get(k) != fingerprint.get(k)]
+    if changed:
+        raise ValueError(
+            f"{run_dir} started on other data: the {', '.join(changed)} changed since (data.json records "
+            "what it trained on). Resuming would continue on different tokens; use --restart to start over "
+            "on the new data, or another run directory"
+        )
 
 
 class _Run:
@@ -215,7 +260,13 @@ class _Run:
         self.config, self.t, self.ddp, self.run_dir = config, config.train, ddp, run_dir
         self.ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
         self.writes = run_dir is not None and ddp.is_main
-        self.model = build_model(config).to(device)
+        try:
+            self.model = build_model(config).to(device)
+        except (MemoryError, RuntimeError) as err:  # the allocator's message, as one line
+            if not isinstance(err, MemoryError) and "memory" not in str(err).lower() and "alloc" not in str(err).lower():
+                raise
+            raise ValueError(f"the model does not fit in memory on {device} ({_one_line(err)}); "
+                             "make it smaller (model.d_model, model.n_layers, model.vocab_size)") from None
         self.optimizer, self.schedule = build_optimizer(self.model, self.t)
         self.forward = _forward_fn(self.model, config, ddp, device)
         self.device = device
@@ -230,7 +281,7 @@ class _Run:
         what an earlier run left in the directory and log the untrained model as the step-0 row."""
         if resume and self.ckpt_path is not None and self.ckpt_path.exists():
             state = load_checkpoint(self.ckpt_path)
-            self.model.load_state_dict(state["model"])
+            load_model_weights(self.model, state["model"], self.ckpt_path, self.run_dir / "config.json")
             self.optimizer.load_state_dict(state["optimizer"])
             self.schedule.load_state_dict(state["schedule"])
             self.step, self.history = state["step"], state["history"]
@@ -353,9 +404,9 @@ def train(
     locked = run_lock(run_dir) if lock and run_dir is not None and ddp.is_main else contextlib.nullcontext()
     with locked:  # one process per run directory (see psattn.training.lock)
         fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
+        run = _Run(config, run_dir, ddp, device)  # data resolved and model built before anything is written
         if run_dir is not None:
             _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
-        run = _Run(config, run_dir, ddp, device)
         run.start_or_resume(resume)
         timed_out, stop = False, _StopFlag()
         bar = progress_bar(total=t.steps, initial=run.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)

@@ -19,12 +19,14 @@ config that carries them (see :mod:`.saving`), so ``save_pretrained`` writes the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from dataclasses import dataclass
 from functools import partial
 
 from torch import nn
+from transformers import PretrainedConfig
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.cache import psa_layer
@@ -66,6 +68,7 @@ class _PSAState:
     original_config_class: type
     modules: list
     handles: list
+    shared_config: object  # the config object the model held before: other models may hold it too
 
 
 def _attention_pre_hook(state: _PSAState, name: str, module: nn.Module, args: tuple, kwargs: dict):
@@ -149,12 +152,14 @@ def apply_psa(
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
     modules = _attention_modules(model)
     register_attention()
+    shared = _own_config(model)
     original = model.config._attn_implementation
     model.set_attn_implementation(name)
     if model.config._attn_implementation != name:
         model.set_attn_implementation(original)
+        _point_config(model, model.config, shared)
         raise NotImplementedError(f"{type(model).__name__} refused attn_implementation={name!r}")
-    state = _PSAState(spec, attn_implementation, original, mark_config(model.config, spec), modules, [])
+    state = _PSAState(spec, attn_implementation, original, mark_config(model.config, spec), modules, [], shared)
     for m in modules:
         state.handles.append(m.register_forward_pre_hook(partial(_attention_pre_hook, state, name), with_kwargs=True))
         add_hook_points(m)
@@ -174,10 +179,34 @@ def remove_psa(model: nn.Module) -> nn.Module:
         handle.remove()
     for m in state.modules:
         remove_hook_points(m)
-    model.set_attn_implementation(state.original_implementation or "sdpa")
-    unmark_config(model.config, state.original_config_class)
+    if saved_spec(state.shared_config) is None:
+        _point_config(model, model.config, state.shared_config)  # the plain config it had, untouched all along
+    else:  # built as a PSA model (from a saved one): its own copy, made plain
+        model.set_attn_implementation(state.original_implementation or "sdpa")
+        unmark_config(model.config, state.original_config_class)
     model._psa_state = None
     return model
+
+
+def _point_config(model: nn.Module, old, new) -> None:
+    """Every submodule that holds ``old`` (or one of its sub-configs) as ``.config`` holds ``new``'s instead."""
+    pairs = {id(old): new}
+    for key, value in vars(old).items():
+        if isinstance(value, PretrainedConfig) and isinstance(getattr(new, key, None), PretrainedConfig):
+            pairs[id(value)] = getattr(new, key)
+    for module in model.modules():
+        held = getattr(module, "config", None)
+        if held is not None and id(held) in pairs:
+            module.config = pairs[id(held)]
+
+
+def _own_config(model: nn.Module):
+    """Give ``model`` a config object of its own; return the one it held. transformers' ``from_config``
+    shares the config object between every model built from it, and PSA marks the config it patches:
+    on a shared object that would turn the other models into PSA models too."""
+    shared = model.config
+    _point_config(model, shared, copy.deepcopy(shared))
+    return shared
 
 
 def set_psa_gamma(model: nn.Module, gamma: float) -> None:

@@ -1,0 +1,167 @@
+"""The token cache verifies what it serves, and a text run is bound to the data it started on."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+
+from psattn.tasks import make_task_config  # noqa: E402
+from psattn.text import tokens as token_cache  # noqa: E402
+from psattn.text.corpus import corpus_hash  # noqa: E402
+from psattn.text.tokens import CorruptCache  # noqa: E402
+from psattn.training.config import RunConfig, apply_overrides  # noqa: E402
+from psattn.training.trainer import train  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    token_cache._open.cache_clear()
+    yield tmp_path / "cache"
+    token_cache._open.cache_clear()
+
+
+def corpus_folder(folder, text="def f(x):\n    return x + 1\n\n"):
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in range(2):
+        (folder / f"doc{d}.txt").write_text(f"# document {d}\n\n" + text * 80)
+    return folder
+
+
+def entry(tmp_path, tokenizer="byte", vocab_size=256):
+    corpus = str(corpus_folder(tmp_path / "corpus"))
+    config = make_task_config("text", corpus=corpus, seq_len=16, tokenizer=tokenizer, vocab_size=vocab_size)
+    return config, config.tokens()
+
+
+def reopen(config):
+    token_cache._open.cache_clear()
+    return config.tokens()
+
+
+def overwrite(path, array):
+    """Replace the array stored in ``path`` by ``array`` (same dtype and shape unless told otherwise)."""
+    path.chmod(0o644)
+    np.save(path, array)
+
+
+def test_meta_records_shapes_dtypes_checksums_and_the_tokenizer(tmp_path):
+    _, corpus = entry(tmp_path)
+    meta = json.loads((corpus.directory / "meta.json").read_text())
+    assert meta["arrays"]["train"]["shape"] == [len(corpus.train)] and meta["arrays"]["train"]["dtype"] == "uint16"
+    assert len(meta["arrays"]["eval"]["sha256"]) == 64 and len(meta["tokenizer_sha256"]) == 64
+    assert corpus.fingerprint["corpus_sha256"] == meta["corpus_sha256"] != ""
+
+
+def test_a_zero_filled_train_file_is_refused_naming_it(tmp_path):
+    config, corpus = entry(tmp_path)
+    overwrite(corpus.directory / "train.npy", np.zeros_like(np.asarray(corpus.train)))
+    with pytest.raises(CorruptCache, match=r"train\.npy is corrupt: its SHA-256 differs.*Delete"):
+        reopen(config)
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused(tmp_path):
+    config, corpus = entry(tmp_path)
+    path = corpus.directory / "eval.npy"
+    tampered = np.asarray(corpus.eval).copy()
+    tampered[3] = 300  # beyond the byte vocabulary
+    overwrite(path, tampered)
+    meta_path = corpus.directory / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["arrays"]["eval"]["sha256"] = token_cache._sha256(tampered)  # a consistent checksum: the id check catches it
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(CorruptCache, match=r"eval\.npy is corrupt: it holds token id 300, beyond the vocabulary of 256"):
+        reopen(config)
+
+
+def test_a_truncated_file_is_refused_naming_it(tmp_path):
+    config, corpus = entry(tmp_path)
+    path = corpus.directory / "train.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptCache, match=r"train\.npy is corrupt: it cannot be read"):
+        reopen(config)
+
+
+def test_a_shorter_array_is_refused(tmp_path):
+    config, corpus = entry(tmp_path)
+    overwrite(corpus.directory / "train.npy", np.asarray(corpus.train)[:100])
+    with pytest.raises(CorruptCache, match=r"holds uint16 \(100,\), meta.json says uint16"):
+        reopen(config)
+
+
+def test_a_tampered_tokenizer_is_refused(tmp_path):
+    config, corpus = entry(tmp_path)
+    path = corpus.directory / "tokenizer.json"
+    path.write_text(path.read_text() + " ")
+    with pytest.raises(CorruptCache, match=r"tokenizer\.json is corrupt"):
+        reopen(config)
+
+
+def test_an_entry_without_meta_is_rebuilt(tmp_path):
+    config, corpus = entry(tmp_path)
+    train = np.asarray(corpus.train).copy()
+    (corpus.directory / "meta.json").unlink()
+    again = reopen(config)
+    assert again.directory == corpus.directory and np.array_equal(np.asarray(again.train), train)
+
+
+def test_staging_folders_of_dead_builds_are_removed_and_live_ones_kept(tmp_path):
+    config, corpus = entry(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # a process that has exited
+    stale = corpus.directory.parent / f"{corpus.directory.name}.staging-{pid}-abc"
+    live = corpus.directory.parent / f"{corpus.directory.name}.staging-{os.getpid()}-xyz"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "train.npy").write_bytes(b"0" * 1000)
+    reopen(config)
+    assert not stale.exists() and live.exists()
+
+
+def test_corpus_hash_separates_names_from_contents(tmp_path):
+    """{a.txt, b.txt} and one a.txt holding their contents with b's name between must not collide."""
+    (tmp_path / "two").mkdir()
+    (tmp_path / "two" / "a.txt").write_text("first")
+    (tmp_path / "two" / "b.txt").write_text("second")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "a.txt").write_text("first" + "b.txt" + "second")
+    assert corpus_hash(str(tmp_path / "two")) != corpus_hash(str(tmp_path / "one"))
+
+
+def test_a_tokenizer_file_is_keyed_by_its_content(tmp_path):
+    config, corpus = entry(tmp_path)
+    saved = tmp_path / "tokenizer.json"
+    saved.write_text(corpus.tokenizer.to_json())
+    key = token_cache._tokenizer_key(str(saved), 256)
+    code = ("from psattn.text.tokens import _tokenizer_key; import sys; "
+            f"print(_tokenizer_key({str(saved)!r}, 256))")
+    other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other_process.stdout.strip() == key  # stable across processes (Python's hash() is not)
+
+
+def text_run(tmp_path, corpus):
+    config = RunConfig.from_dict({"task": {"name": "text", "corpus": str(corpus), "seq_len": 16, "tokenizer": "bpe",
+                                           "vocab_size": 300}, "model": {"vocab_size": 300}})
+    return apply_overrides(config, ["model.d_model=32", "model.n_heads=2", "train.steps=6",
+                                    "train.batch_size=2", "train.eval_every=3", "train.eval_size=4",
+                                    "train.checkpoint_every=3", "train.threads=1", "train.device=cpu"])
+
+
+def test_a_run_refuses_to_resume_on_a_changed_corpus(tmp_path):
+    corpus = corpus_folder(tmp_path / "corpus")
+    config = text_run(tmp_path, corpus)
+    run_dir = tmp_path / "run"
+    result = train(config, run_dir, time_limit_s=0)  # stops at the first step boundary, checkpoint kept
+    assert result.timed_out and (run_dir / "data.json").exists()
+    (corpus / "doc1.txt").write_text("class A:\n    pass\n\n" * 90)
+    token_cache._open.cache_clear()
+    with pytest.raises(ValueError, match=r"started on other data: the corpus, eval, tokenizer, train changed"):
+        train(config, run_dir)
+    token_cache._open.cache_clear()
+    assert train(config, run_dir, resume=False).steps == 6  # a restart on the new data is allowed
