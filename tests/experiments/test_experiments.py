@@ -92,6 +92,16 @@ def test_sweep_runs_in_parallel_and_skips_finished(tmp_path):
         run_sweep(configs + configs[:1], tmp_path)
 
 
+@pytest.mark.parametrize("content", ["{garbage", "[1, 2]", "{}", '{"final_accuracy": 1.0}'])
+def test_a_result_json_that_is_not_a_result_is_finished_again(tmp_path, content, caplog):
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    first = run_sweep([config], tmp_path, workers=1, progress=False)
+    (tmp_path / config.name / "result.json").write_text(content)
+    assert load_result(tmp_path / config.name) is None and "is not a run result" in caplog.text
+    again = run_sweep([config], tmp_path, workers=1, progress=False)  # resumed at its last step: no training
+    assert again[config.name]["history"] == first[config.name]["history"]
+
+
 def fake_result(variant, gamma, seed, final, emergence, task="induction"):
     return {
         "final_accuracy": final, "best_accuracy": final, "emergence_step": emergence,

@@ -270,3 +270,14 @@ def test_reordering_a_filled_cache_continues_the_chosen_rows():
     cache.reorder(index)
     step = model(x[index, 6:], cache=cache)[:, -1]
     torch.testing.assert_close(step, model(x[index])[:, -1])
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_non_finite_logits_are_an_error_not_a_token(do_sample):
+    from psattn.models.generate import NonFiniteLogits
+
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=32, n_heads=2)).eval()
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")  # tied: the embedding of token 3 too
+    with pytest.raises(NonFiniteLogits, match="NaN or infinite logits"):
+        generate(model, torch.tensor([[1, 2, 3]]), 4, do_sample=do_sample)

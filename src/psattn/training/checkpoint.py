@@ -7,6 +7,7 @@ are read with ``torch.load(weights_only=True)``: opening one never runs code fro
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -34,20 +35,21 @@ def _atomic_write(path: Path, write) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
+            detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            full = isinstance(err, RuntimeError) or err.errno == errno.ENOSPC
+            raise OSError(f"writing {path} failed ({detail}); the file already there (if any) is intact"
+                          + (". Is the disk full?" if full else "")) from None
         raise
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """torch.save ``state`` to ``path`` atomically (temporary file, fsync, rename). A failed write
     (a full disk, say) raises OSError naming the file; the checkpoint already there stays whole."""
-    try:
-        _atomic_write(Path(path), lambda f: torch.save(state, f))
-    except RuntimeError as err:  # torch.save reports a failed write as RuntimeError
-        raise OSError(f"writing the checkpoint {path} failed ({str(err).strip().splitlines()[0][:200]}); "
-                      "the one already there (if any) is intact. Is the disk full?") from None
+    _atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
 #: what every training checkpoint holds

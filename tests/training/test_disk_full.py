@@ -1,0 +1,57 @@
+"""A full disk: a one-line error naming the file, nothing half written left behind (needs root for a
+small tmpfs; skipped otherwise)."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from helpers import tiny_config
+from psattn.cli import main
+from psattn.training.trainer import train
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A folder on a tmpfs of 96 KiB: room for a run's config and metrics, not for its checkpoint."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line_and_leaves_no_temporary_file(small_disk, capsys):
+    run = small_disk / "run"
+    config = tiny_config(20)
+    config.model.d_model = 64  # a checkpoint of about 800 KB
+    (small_disk / "config.json").write_text(__import__("json").dumps(config.to_dict()))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", str(small_disk / "config.json"), "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err, err
+    assert "checkpoint.pt failed" in err and "Is the disk full?" in err, err
+    assert not list(run.glob(".*.tmp")) and not (run / "checkpoint.pt").exists()
+
+
+def test_an_export_that_does_not_fit_removes_its_partial_files(tmp_path, small_disk, capsys):
+    pytest.importorskip("onnxruntime")
+    train(tiny_config(2), tmp_path / "run")
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--run-dir", str(tmp_path / "run"), "--onnx", str(small_disk / "model.onnx"), "--int8"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err, err
+    assert list(small_disk.iterdir()) == [], err  # nothing partial left
+
+
+def test_the_small_disk_is_really_small(small_disk):
+    """The fixture itself: writing more than it holds fails (so the tests above test a full disk)."""
+    with pytest.raises(OSError):
+        (small_disk / "big").write_bytes(b"0" * 200_000)
+    assert sys.platform.startswith("linux")
