@@ -26,7 +26,7 @@ from psattn.arguments import (
 )
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
-from psattn.experiments import summaries
+from psattn.experiments import gamma_depth, paper_form, summaries, text_pilot, two_layer
 from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
@@ -76,6 +76,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the studies' summaries: experiment -> (title, results -> markdown lines)
+STUDY_TABLES = {
+    "text_pilot": ("phase change of two plain layers (first evaluation with a head's prefix-matching score >= 0.1, twice)",
+                   lambda results: text_pilot.format_pilot_table(text_pilot.pilot_table(results))),
+    "paper_form": ("the single-answer form (seeds averaged; success: held-out accuracy reached the threshold)",
+                   lambda results: paper_form.format_paper_form_table(paper_form.paper_form_table(results))),
+    "gamma_depth": ("best and critical gamma against depth (best: highest accuracy, then earliest emergence)",
+                    lambda results: gamma_depth.format_depth_table(gamma_depth.depth_table(results))),
+    "two_layer": ("two layers, with and without MLPs (seeds averaged)",
+                  lambda results: two_layer.format_two_layer_table(two_layer.two_layer_table(results))),
+}
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from psattn.experiments.sweep import run_sweep
 
@@ -83,11 +96,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
-    if args.experiment == "text_pilot":
-        from psattn.experiments.text_pilot import format_pilot_table, pilot_table
-
-        print("\nphase change of two plain layers (first evaluation with a head's prefix-matching score >= 0.1, twice)")
-        print("\n".join(format_pilot_table(pilot_table(results))))
+    if args.experiment in STUDY_TABLES:
+        title, table = STUDY_TABLES[args.experiment]
+        print(f"\n{title}")
+        print("\n".join(table(results)))
     elif args.experiment.startswith("text"):
         from psattn.experiments.text import format_text_summary, summarise_text
 

@@ -9,6 +9,8 @@ single-answer form (two seeds of three within 1000 steps), while the baseline st
 
 from __future__ import annotations
 
+import dataclasses
+
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.presets import preset
 from psattn.tasks import make_task_config
@@ -52,6 +54,7 @@ def small_config(
     d_model: int = 128,
     n_heads: int = 4,
     n_layers: int = 1,
+    mlp: bool = True,
     d_head: int | None = None,
     model_preset: str | None = None,
     device: str = "auto",
@@ -64,7 +67,7 @@ def small_config(
     vocabulary. ``stop_after`` > 0 ends the run once held-out accuracy has stayed at the threshold
     for that many evaluations in a row (and overrides ``early_stop``). A key-only or symmetric run at
     gamma = 0 is the baseline itself, so it is named and configured as the baseline (sweeps then share
-    those runs)."""
+    those runs). ``mlp=False`` gives attention-only blocks (the name says ``-attnonly``)."""
     if variant == "baseline" or (gamma == 0.0 and variant in SHEARED):
         variant, gamma, placement = "baseline", 0.0, "post_rope"
     fields = {**DEFAULT_TASK_FIELDS.get(task, {}), **task_fields}
@@ -75,8 +78,9 @@ def small_config(
         size = model_preset
     else:
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
-                            n_heads=n_heads, attention=attention, d_head=d_head, init=init)
-        size = f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
+                            n_heads=n_heads, attention=attention, d_head=d_head, init=init, mlp=mlp)
+        size = (f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
+                + ("" if mlp else "-attnonly"))
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
@@ -87,6 +91,13 @@ def small_config(
                           early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )
+
+
+def study_config(study: str, variant: str = "key_only", gamma: float = 1.0, **kwargs) -> RunConfig:
+    """:func:`small_config` named after the long study it belongs to (``<study>-<run name>``), so that
+    it never shares a name with a run of the reproduction's experiments."""
+    config = small_config(variant, gamma, **kwargs)
+    return dataclasses.replace(config, name=f"{study}-{config.name}")
 
 
 def small_induction_config(variant: str = "key_only", gamma: float = 1.0, **kwargs) -> RunConfig:

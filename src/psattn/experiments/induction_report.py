@@ -38,10 +38,10 @@ CRITICAL_DESIGNS = {
 }
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --quick``
-#: trains them at the quick scale, and ``--full`` includes them. The real-text pilot is a study of its
-#: own (hours on a CPU), run by ``psattn sweep text_pilot`` alone.
-LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim", "text_seeds", "text_pilot"),
-            "full": ("text_pilot",)}
+#: trains them at the quick scale, and ``--full`` includes them. The STUDIES are long experiments of
+#: their own (an hour or more on a CPU), run by ``psattn sweep NAME`` alone.
+STUDIES = ("text_pilot", "paper_form", "gamma_depth", "two_layer")
+LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim", "text_seeds", *STUDIES), "full": STUDIES}
 
 
 def declared_experiments(mode: str) -> dict[str, list]:

@@ -9,7 +9,8 @@ import statistics
 from typing import Any
 
 
-def _attention(result: dict[str, Any]) -> dict[str, Any]:
+def first_attention(result: dict[str, Any]) -> dict[str, Any]:
+    """The attention config of a saved result's (first) layer."""
     attention = result["config"]["model"]["attention"]
     return attention[0] if isinstance(attention, list) else attention
 
@@ -45,7 +46,7 @@ def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]
 
 
 def variant_key(result: dict[str, Any]) -> dict[str, Any]:
-    a = _attention(result)
+    a = first_attention(result)
     return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
 
 
@@ -54,23 +55,23 @@ def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def init_key(result: dict[str, Any]) -> dict[str, Any]:
-    a = _attention(result)
+    a = first_attention(result)
     return {"init": result["config"]["model"].get("init", 0.02), "form": result["config"]["task"]["form"],
             "variant": a["variant"], "gamma": a["gamma"]}
 
 
 def gamma_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"gamma": _attention(result)["gamma"]}
+    return {"gamma": first_attention(result)["gamma"]}
 
 
 def control_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"task": result["config"]["task"]["name"], "gamma": _attention(result)["gamma"]}
+    return {"task": result["config"]["task"]["name"], "gamma": first_attention(result)["gamma"]}
 
 
 def size_key(result: dict[str, Any]) -> dict[str, Any]:
     m = result["config"]["model"]
-    return {"d_model": m["d_model"], "n_layers": m["n_layers"], "variant": _attention(result)["variant"],
-            "gamma": _attention(result)["gamma"]}
+    return {"d_model": m["d_model"], "n_layers": m["n_layers"], "variant": first_attention(result)["variant"],
+            "gamma": first_attention(result)["gamma"]}
 
 
 TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held-out set
@@ -78,17 +79,18 @@ TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held
 
 def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
     m = result["config"]["model"]
-    return {"d_k": m.get("d_head") or m["d_model"] // m["n_heads"], "gamma": _attention(result)["gamma"]}
+    return {"d_k": m.get("d_head") or m["d_model"] // m["n_heads"], "gamma": first_attention(result)["gamma"]}
 
 
-def critical_pairs(rows: list[dict[str, Any]]) -> list[tuple[int, float | None, str]]:
+def critical_pairs(rows: list[dict[str, Any]], by: str = "d_k") -> list[tuple[int, float | None, str]]:
     """Per head dimension: (d_k, critical gamma, label). The critical gamma is the smallest positive
     gamma of the grid whose runs all succeeded, provided a smaller grid gamma failed; when the
     smallest positive grid gamma already succeeds, or none does, the value is censored (None) and
     the label gives the bound ("<= 0.1", "> 0.5"). A gamma-0 row, where the grid has one, is the
-    plain layer: if it succeeds there is no critical gamma at all ("none: gamma 0 succeeds")."""
+    plain layer: if it succeeds there is no critical gamma at all ("none: gamma 0 succeeds"). ``by``
+    names the field the grids are grouped by (the head dimension, or the depth)."""
     pairs = []
-    for d_k, grid, plain_succeeds in _grids(rows):
+    for d_k, grid, plain_succeeds in _grids(rows, by):
         passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
         if plain_succeeds:
             pairs.append((d_k, None, "none: gamma 0 succeeds"))
@@ -118,10 +120,10 @@ def critical_brackets(rows: list[dict[str, Any]]) -> list[tuple[int, float, floa
     return out
 
 
-def _grids(rows: list[dict[str, Any]]):
-    """(d_k, the positive-gamma rows sorted by gamma, whether a gamma-0 row succeeded) per d_k."""
-    for d_k in sorted({r["d_k"] for r in rows}):
-        mine = sorted((r for r in rows if r["d_k"] == d_k), key=lambda r: r["gamma"])
+def _grids(rows: list[dict[str, Any]], by: str = "d_k"):
+    """(value of ``by``, the positive-gamma rows sorted by gamma, whether a gamma-0 row succeeded) per value."""
+    for d_k in sorted({r[by] for r in rows}):
+        mine = sorted((r for r in rows if r[by] == d_k), key=lambda r: r["gamma"])
         yield d_k, [r for r in mine if r["gamma"] > 0], any(r["success_rate"] == 1.0 for r in mine if r["gamma"] == 0)
 
 

@@ -68,7 +68,6 @@ def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> l
     return [inputs[i : i + chunk] for i in range(0, rows, chunk)]
 
 
-@torch.no_grad()
 class ExportFailed(OSError):
     """Writing or reading back an exported graph failed (a full disk, most often); its partial files are gone."""
 
@@ -88,12 +87,14 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
             if path.is_file():
                 path.unlink(missing_ok=True)
         if isinstance(err, Exception) and not isinstance(err, (ValueError, OSError, ImportError)):
+            truncated = "Decode" in type(err).__name__  # a graph read back cut short: what a full disk leaves
             raise ExportFailed(f"exporting to {onnx_path} failed ({type(err).__name__}: "
                                f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no detail'}); "
-                               "its partial files were removed. Is the disk full?") from err
+                               "its partial files were removed" + (". Is the disk full?" if truncated else "")) from err
         raise
 
 
+@torch.no_grad()
 def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int) -> dict[str, Any]:
     mode = "dynamic" if int8 is True else (int8 or None)
     if mode is not None and mode not in INT8_MODES:

@@ -1,0 +1,58 @@
+"""One PSA layer against two plain layers, on both induction forms (``psattn sweep two_layer``).
+
+The PSA paper's case is that one key-sheared layer does what otherwise costs a second layer. This is
+the second layer's side of that comparison: two plain layers and two key-only layers, each with and
+without MLPs, two seeds, on the full-sequence form (1,500 steps) and on the single-answer form (3,000
+steps), every run stopping once held-out accuracy has stayed at the threshold for two evaluations. The
+one-layer rows are the variant table's (``psattn sweep variants``).
+
+With MLPs, two plain layers miss the circuit on the full form under every recipe tried (docs/text.md):
+within 200 steps all four second-layer heads become previous-token heads and the first layer's stay
+diffuse, so no head can compose with them; without MLPs two heads of the second layer stay free and
+become induction heads, over first-layer previous-token heads, by step 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psattn.experiments.configs import study_config
+from psattn.experiments.summaries import first_attention, summarise_by
+from psattn.training.config import RunConfig
+
+#: (variant, gamma, MLPs)
+TWO_LAYER_ROWS = (("baseline", 0.0, True), ("baseline", 0.0, False), ("key_only", 1.0, True), ("key_only", 1.0, False))
+BUDGET = {"full": 1500, "single": 3000}
+SEEDS = (0, 1)
+
+
+def two_layer(mode: str = "quick") -> list[RunConfig]:
+    if mode not in ("quick", "full"):
+        raise ValueError(f"unknown mode {mode!r}; expected one of ('quick', 'full')")
+    quick = mode == "quick"  # the full plan trains every run to four times the budget
+    return [study_config("two_layer", v, g, n_layers=2, mlp=mlp, form=form, steps=BUDGET[form] * (1 if quick else 4),
+                         seed=s, batch_size=64, early_stop=False, stop_after=2 if quick else 0,
+                         device="cpu" if quick else "auto")
+            for form in BUDGET for v, g, mlp in TWO_LAYER_ROWS for s in SEEDS]
+
+
+def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
+    m, a = result["config"]["model"], first_attention(result)
+    return {"form": result["config"]["task"].get("form", "full"), "layers": m["n_layers"],
+            "mlp": m.get("mlp", True), "variant": a["variant"], "gamma": a["gamma"]}
+
+
+def two_layer_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = summarise_by(results, two_layer_key)
+    return sorted(rows, key=lambda r: (r["form"], r["variant"] != "baseline", not r["mlp"]))
+
+
+def format_two_layer_table(rows: list[dict[str, Any]], parameters: dict[tuple, int] | None = None) -> list[str]:
+    lines = ["| form | layers | MLPs | variant | succeed | mean emergence step | mean best held-out accuracy | budget |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        step = "—" if r["mean_emergence_step"] is None else f"{r['mean_emergence_step']:.0f}"
+        name = r["variant"] + (f" γ={r['gamma']:g}" if r["variant"] != "baseline" else "")
+        lines.append(f"| {r['form']} | {r['layers']} | {'yes' if r['mlp'] else 'no'} | {name} | {r['successes']}/{r['seeds']} | "
+                     f"{step} | {r['mean_best_accuracy']:.3f} | {r['steps_budget']} |")
+    return lines

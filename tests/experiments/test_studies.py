@@ -1,0 +1,139 @@
+"""The long studies (text_pilot, paper_form, gamma_depth, two_layer): their declarations, the phase-change
+rule, and every table rebuilt from small saved results."""
+
+import math
+
+import numpy as np
+import pytest
+
+from psattn.experiments import declared as exp
+from psattn.experiments.gamma_depth import GAMMAS, PREDECESSOR, depth_table, fit_depth_law, format_depth_table
+from psattn.experiments.induction_report import LEFT_OUT
+from psattn.experiments.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
+from psattn.experiments.phase_change import detect_phase_change
+from psattn.experiments.text_pilot import PILOT_RUNS, format_pilot_table, pilot_table
+from psattn.experiments.two_layer import format_two_layer_table, two_layer_table
+
+
+def row(step, prefix, icl=0.0, previous=0.3):
+    """A text run's metrics row with one 2-layer model's per-head scores."""
+    return {"step": step, "tokens": step * 1000, "seconds": step / 10, "icl_score": icl, "bits_per_byte": 2.0,
+            "prefix_matching_score": [[0.0, 0.001], [prefix, 0.002]], "previous_token_score": [[previous, 0.1], [0.1, 0.1]]}
+
+
+def test_the_phase_change_is_the_first_of_two_evaluations_at_the_threshold():
+    rows = [row(0, 0.5), row(10, 0.004), row(20, 0.12), row(30, 0.05), row(40, 0.11, icl=-0.2), row(50, 0.3, icl=-0.4)]
+    change = detect_phase_change(rows)  # step 0 never counts; 20 is not confirmed at 30
+    assert (change.step, change.tokens, change.score, change.icl_before, change.icl_at) == (40, 40000, 0.11, 0.0, -0.2)
+    assert detect_phase_change(rows, confirm=1).step == 20
+    assert detect_phase_change(rows, threshold=0.5) is None
+    assert detect_phase_change(rows[:5]) is None  # the last one alone is not confirmed
+    with pytest.raises(ValueError, match="confirm"):
+        detect_phase_change(rows, confirm=0)
+
+
+def test_the_detector_finds_the_synthetic_positive_control_and_not_the_failure():
+    """Head scores as the attention-only and the MLP two-layer models logged them on full-sequence induction
+    (induction_score: best second-layer head; rounded from the runs recorded in docs/text.md)."""
+    def runs(scores):
+        return [{"step": 100 * i, "induction_score": [[0.03] * 4, [s, 0.0, 0.0, 0.0]]} for i, s in enumerate(scores)]
+    attention_only = runs([0.03, 0.0, 0.0, 0.0, 0.03, 0.62, 0.71, 0.73])
+    with_mlps = runs([0.03] + [0.0] * 14)
+    assert detect_phase_change(attention_only, "induction_score").step == 500
+    assert detect_phase_change(with_mlps, "induction_score") is None
+
+
+def saved(config, history, **extra):
+    last = history[-1]
+    return {"config": config.to_dict(), "history": history, "final_accuracy": last.get("eval_accuracy", 0.0),
+            "best_accuracy": max(r.get("eval_accuracy", 0.0) for r in history),
+            "emergence_step": extra.get("emergence"), "steps": last["step"]}
+
+
+def test_the_pilot_table_from_saved_runs():
+    configs = {(c.train.batch_size, c.model.mlp): c for c in exp.EXPERIMENTS["text_pilot"]("quick")}
+    assert set(configs) == set(PILOT_RUNS) and all(c.model.n_layers == 2 for c in configs.values())
+    rows_seen = [c.train.steps * c.train.batch_size for c in configs.values()]
+    assert max(rows_seen) - min(rows_seen) < 32  # the same tokens for every batch, to within one step
+    results = {
+        "a": saved(configs[(4, False)], [row(0, 0.0), row(100, 0.2, icl=-0.1), row(200, 0.3, icl=-0.5)]),
+        "b": saved(configs[(32, True)], [row(0, 0.0), row(100, 0.01), row(200, 0.02)]),
+    }
+    rows = pilot_table(results)
+    assert [(r["batch_size"], r["mlp"]) for r in rows] == [(4, False), (32, True)]
+    assert rows[0]["phase_change"].step == 100 and rows[1]["phase_change"] is None
+    lines = format_pilot_table(rows)
+    assert lines[2].startswith("| 4 | no | 0.10M (0.2) | 0.300 |") and "none within 0.2M" in lines[3]
+
+
+def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="full", layers=1, mlp=True,
+         task="induction", best=None):
+    config = {"task": {"name": task, "form": form}, "train": {"threshold": 0.8, "steps": 1000, "seed": seed,
+                                                              "early_stop": True},
+              "model": {"d_model": 128, "n_layers": layers, "mlp": mlp,
+                        "attention": {"variant": variant, "gamma": gamma, "placement": placement}}}
+    accuracy = best if best is not None else (0.85 if success else 0.05)
+    return {"config": config, "final_accuracy": accuracy, "best_accuracy": accuracy,
+            "emergence_step": step if success else None}
+
+
+def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
+    configs = exp.EXPERIMENTS["paper_form"]("quick")
+    assert len(configs) == len(PAPER_FORM_ROWS) * 3
+    assert all(c.task.form == "single" and c.train.steps == 5000 and c.train.early_stop_evals == 2 for c in configs)
+    results = {f"{v}{p}{s}": fake(v, g, s, success=v == "key_only" or (v == "symmetric" and s < 2), step=1000 + s * 100,
+                                  placement=p, form="single")
+               for v, g, p in PAPER_FORM_ROWS for s in (0, 1, 2)}
+    rows = paper_form_table(results)
+    assert [(r["variant"], r["placement"]) for r in rows] == [(v, p) for v, _, p in PAPER_FORM_ROWS]
+    by = {(r["variant"], r["placement"]): r for r in rows}
+    assert by[("key_only", "post_rope")]["successes"] == 3 and by[("key_only", "post_rope")]["mean_emergence_step"] == 1100
+    assert by[("symmetric", "pre_rope")]["successes"] == 2 and by[("baseline", "post_rope")]["successes"] == 0
+    lines = format_paper_form_table(rows)
+    assert "| key_only | post-rope | 3/3 | 1100 | 0.850 | 0.949 |" in lines
+    assert "| symmetric | post-rope | 2/3 | 1050 | 0.583 | 0.811 |" in lines
+
+
+def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law():
+    configs = exp.EXPERIMENTS["gamma_depth"]("quick")
+    names = [c.name for c in configs]
+    assert len(names) == len(set(names)) == 2 * 4 * (1 + 2 * (len(GAMMAS) - 1)) * 2  # gamma 0 shared by both variants
+    # depth N learns fastest at gamma 4 / N (critical gamma 0.5 at every depth); gamma 0 fails
+    results = {}
+    for n in (1, 2, 3, 4):
+        for variant in ("symmetric", "key_only"):
+            for g in GAMMAS:
+                for s in (0, 1):
+                    v = "baseline" if g == 0 else variant
+                    success = g >= 0.5
+                    step = 100 + 50 * abs(math.log2(g / (4 / n))) if success else None
+                    results[f"{n}{v}{g}{s}"] = fake(v, g, s, success=success, step=step, layers=n, task="mqar")
+    rows = depth_table(results)
+    assert len(rows) == 8 and all(r["critical_gamma"] == "0.5" for r in rows)
+    best = {(r["variant"], r["depth"]): r["best_gamma"] for r in rows}
+    assert best[("symmetric", 1)] == 4.0 and best[("symmetric", 2)] == 2.0 and best[("key_only", 4)] == 1.0
+    fit = fit_depth_law([r for r in rows if r["variant"] == "symmetric"])
+    depths = [1, 2, 3, 4]
+    slope, intercept = np.polyfit(np.log(depths), np.log([best[("symmetric", n)] for n in depths]), 1)
+    assert fit["b"] == pytest.approx(slope) and fit["a"] == pytest.approx(math.exp(intercept))
+    assert fit["b_interval"][0] < fit["b"] < fit["b_interval"][1]
+    lines = format_depth_table(rows)
+    assert f"| {PREDECESSOR[0] * 2 ** PREDECESSOR[1]:.2f} |" in lines[3]  # symmetric mqar at depth 2
+    assert any(line.startswith("\nmqar, symmetric: γ* = ") for line in lines)
+
+
+def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
+    configs = exp.EXPERIMENTS["two_layer"]("quick")
+    assert {(c.task.form, c.model.mlp, c.model.attention.variant) for c in configs} == {
+        (f, m, v) for f in ("full", "single") for m in (True, False) for v in ("baseline", "key_only")}
+    assert len({c.name for c in configs}) == len(configs) == 16
+    results = {f"{mlp}{s}": fake("baseline", 0.0, s, success=not mlp, step=500, layers=2, mlp=mlp)
+               for mlp in (True, False) for s in (0, 1)}
+    rows = two_layer_table(results)
+    assert [(r["mlp"], r["successes"]) for r in rows] == [(True, 0), (False, 2)]
+    assert format_two_layer_table(rows)[3] == "| full | 2 | no | baseline | 2/2 | 500 | 0.850 | 1000 |"
+
+
+def test_the_studies_stay_out_of_both_reproductions():
+    for study in ("text_pilot", "paper_form", "gamma_depth", "two_layer"):
+        assert study in LEFT_OUT["quick"] and study in LEFT_OUT["full"]
