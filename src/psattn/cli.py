@@ -100,6 +100,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         title, table = STUDY_TABLES[args.experiment]
         print(f"\n{title}")
         print("\n".join(table(results)))
+        if args.experiment == "text_pilot":
+            print(f"figure: {text_pilot.pilot_figure(results, Path(args.out) / 'text_pilot.png')}")
     elif args.experiment.startswith("text"):
         from psattn.experiments.text import format_text_summary, summarise_text
 

@@ -50,7 +50,7 @@ def saved(config, history, **extra):
             "emergence_step": extra.get("emergence"), "steps": last["step"]}
 
 
-def test_the_pilot_table_from_saved_runs():
+def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
     configs = {(c.train.batch_size, c.model.mlp): c for c in exp.EXPERIMENTS["text_pilot"]("quick")}
     assert set(configs) == set(PILOT_RUNS) and all(c.model.n_layers == 2 for c in configs.values())
     rows_seen = [c.train.steps * c.train.batch_size for c in configs.values()]
@@ -64,6 +64,11 @@ def test_the_pilot_table_from_saved_runs():
     assert rows[0]["phase_change"].step == 100 and rows[1]["phase_change"] is None
     lines = format_pilot_table(rows)
     assert lines[2].startswith("| 4 | no | 0.10M (0.2) | 0.300 |") and "none within 0.2M" in lines[3]
+    pytest.importorskip("matplotlib")
+    from psattn.experiments.text_pilot import pilot_figure
+
+    path = pilot_figure(results, tmp_path / "pilot.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="full", layers=1, mlp=True,

@@ -109,3 +109,38 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (row: query, column: key)")
     fig.suptitle("layer-0 attention on [BOS] + R + R (R: random tokens), seed-0 models")
     return save_figure(fig, path)
+
+
+def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int,
+                      threshold: float, changes: dict[str, Any] | None = None) -> Path:
+    """Olsson-style curves against training tokens, one line per run: the best head's prefix-matching
+    score (log scale; the uniform-attention level and the phase-change threshold marked), the best
+    second-layer previous-token score beside the first layer's, and the ICL score. ``changes`` maps a
+    label to its detected phase change (a circle marks it), or None."""
+    fig = Figure(figsize=(14, 3.9), layout="constrained")
+    prefix, previous, icl = fig.subplots(1, 3)
+    for i, (label, history) in enumerate(histories.items()):
+        rows = [h for h in history if h["step"] > 0]
+        tokens = [h["tokens"] / 1e6 for h in rows]
+        style = dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1)
+        prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], label=label, **style)
+        layers = len(rows[0]["previous_token_score"]) if rows else 0
+        for layer, dash in zip(range(layers), ("--", "-")):
+            previous.plot(tokens, [max(h["previous_token_score"][layer]) for h in rows], linestyle=dash,
+                          label=f"{label}, layer {layer + 1}", **{k: v for k, v in style.items() if k != "marker"})
+        icl.plot(tokens, [h["icl_score"] for h in rows], label=label, **style)
+        change = (changes or {}).get(label)
+        if change is not None:
+            prefix.plot([change.tokens / 1e6], [change.score], "o", markersize=11, markerfacecolor="none",
+                        color=f"C{i % 10}")
+    uniform = 2.0 / context
+    prefix.axhline(uniform, color="grey", linestyle=":", linewidth=1, label=f"uniform attention (~2/T = {uniform:.3f})")
+    prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
+    prefix.set(yscale="log", xlabel="training tokens (millions)", ylabel="best prefix-matching score (any head)",
+               title="prefix matching (circle: phase change)")
+    previous.set(xlabel="training tokens (millions)", ylabel="best previous-token score", ylim=(0, 1),
+                 title="previous-token heads by layer (dashed: layer 1)")
+    icl.set(xlabel="training tokens (millions)", ylabel=RUN_METRICS["icl_score"], title="in-context learning score")
+    prefix.legend(fontsize=6.5, loc="upper left")
+    icl.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return save_figure(fig, path)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psattn.experiments.phase_change import best_head, detect_phase_change
+from psattn.experiments.phase_change import THRESHOLD, best_head, detect_phase_change
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
@@ -70,6 +70,21 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "icl_score": last["icl_score"], "bits_per_byte": last["bits_per_byte"],
         })
     return sorted(rows, key=lambda r: (r["mlp"], r["batch_size"]))
+
+
+def run_label(result: dict[str, Any]) -> str:
+    config = result["config"]
+    return f"{config['train']['batch_size']} rows{'' if config['model']['mlp'] else ', attention-only'}"
+
+
+def pilot_figure(results: dict[str, dict[str, Any]], path) -> Any:
+    """The pilot's curves against training tokens (see :func:`~psattn.experiments.plots.plot_phase_change`)."""
+    from psattn.experiments.plots import plot_phase_change
+
+    ordered = sorted(results.values(), key=lambda r: (r["config"]["model"]["mlp"], r["config"]["train"]["batch_size"]))
+    histories = {run_label(r): r["history"] for r in ordered}
+    changes = {run_label(r): detect_phase_change(r["history"]) for r in ordered}
+    return plot_phase_change(histories, path, context=CONTEXT, threshold=THRESHOLD, changes=changes)
 
 
 def format_pilot_table(rows: list[dict[str, Any]]) -> list[str]:
