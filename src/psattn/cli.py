@@ -30,10 +30,11 @@ from psattn.experiments import gamma_depth, paper_form, summaries, text_pilot, t
 from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
+from psattn.progress import console_line
 from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.distributed import teardown_distributed
 from psattn.training.signals import TrainingInterrupted
-from psattn.training.trainer import TrainingDiverged, train
+from psattn.training.trainer import TrainingDiverged, summary_line, train
 from psattn.version import __version__
 
 
@@ -44,8 +45,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         config = small_induction_config(variant, gamma, steps=args.steps, seed=args.seed, early_stop=False)
         result = train(config, out / config.name, resume=False, progress=True)
         rows.append((config, result))
+        emergence = "not reached" if result.emergence_step is None else f"step {result.emergence_step}"
         print(f"{config.name:20s} held-out induction accuracy {result.final_accuracy:.3f} "
-              f"(emergence step: {result.emergence_step}, {result.seconds:.0f} s)")
+              f"(emergence: {emergence}, {result.seconds:.0f} s)")
     lines = [
         "# psattn demo: one attention layer on induction, with and without PSA",
         "",
@@ -141,7 +143,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise ValueError("--run-dir is required to train (or pass --print-config)")
     try:
-        result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit)
+        report = None if getattr(args, "quiet", False) else console_line
+        result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
+                       report=report)
     except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -152,8 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
               f"run {again} to resume")
         return 0
-    print(f"final held-out accuracy {result.final_accuracy:.3f}, emergence step {result.emergence_step}, "
-          f"{result.steps} steps; run directory {args.run_dir}")
+    print(f"{summary_line(result, config)}; run directory {args.run_dir}")
     return 0
 
 

@@ -21,3 +21,8 @@ def bars_wanted(enabled: bool = True) -> bool:
 def progress_bar(iterable=None, *, enabled: bool = True, **kwargs) -> tqdm:
     """``tqdm(iterable, **kwargs)``, disabled unless :func:`bars_wanted`."""
     return tqdm(iterable, disable=not bars_wanted(enabled), **kwargs)
+
+
+def console_line(line: str) -> None:
+    """Print ``line`` on stderr without breaking a bar being drawn there (tqdm moves the bar below it)."""
+    tqdm.write(line, file=sys.stderr)

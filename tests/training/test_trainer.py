@@ -148,10 +148,44 @@ def test_a_run_interrupted_inside_its_streak_resumes_to_the_same_stop(tmp_path):
     assert [r["eval_accuracy"] for r in resumed.history] == [r["eval_accuracy"] for r in whole.history]
 
 
-def test_existing_run_directory_with_another_config_is_refused(tmp_path):
+def test_existing_run_directory_with_another_config_is_refused_naming_the_fields(tmp_path):
     train(tiny_config(steps=10), tmp_path)
-    with pytest.raises(ValueError, match="different config"):
-        train(tiny_config(steps=20), tmp_path)
+    for other in (tiny_config(steps=10, lr=1e-3), tiny_config(steps=5)):
+        with pytest.raises(ValueError, match=r"different config: train\.(lr|steps) \(saved"):
+            train(other, tmp_path)
+    assert train(tiny_config(steps=10, lr=1e-3), tmp_path, resume=False).steps == 10  # --restart starts it over
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 1e-3
+
+
+def test_a_finished_run_asked_for_more_steps_continues_from_its_checkpoint(tmp_path):
+    first = train(tiny_config(steps=10), tmp_path)
+    longer = train(tiny_config(steps=20), tmp_path)
+    assert longer.steps == 20 and longer.history[: len(first.history)] == first.history
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["extensions"] == [{"at_step": 10, "steps_before": 10, "steps_after": 20, "lr_factor_at": pytest.approx(0.1)}]
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["steps"] == 20
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 20
+    lrs = [row["lr"] for row in longer.history if row["step"] > 10]
+    assert all(lr == pytest.approx(3e-4) for lr in lrs)  # a finished run goes on at its final learning rate
+
+
+def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactly(tmp_path):
+    train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)  # each call stops after one step
+    partial = train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)
+    at = partial.steps
+    extended = train(tiny_config(steps=40), tmp_path / "a")
+    factor = trainer_module.lr_factor
+    extensions = json.loads((tmp_path / "a" / "meta.json").read_text())["extensions"]
+    schedule = factor(tiny_config(steps=40).train, extensions)
+    old = factor(tiny_config(steps=20).train)
+    assert extensions[0]["at_step"] == at and schedule(at - 1) == old(at - 1) and schedule(at) == pytest.approx(old(at))
+    assert schedule(39) == pytest.approx(0.1, abs=0.01) and extended.steps == 40
+    # the same extension, interrupted and resumed, ends exactly where the uninterrupted one did
+    train(tiny_config(steps=20), tmp_path / "b", time_limit_s=0)
+    train(tiny_config(steps=20), tmp_path / "b", time_limit_s=0)
+    train(tiny_config(steps=40), tmp_path / "b", time_limit_s=0)
+    again = train(tiny_config(steps=40), tmp_path / "b")
+    assert science(again.history) == science(extended.history)
 
 
 @pytest.mark.parametrize("fields,message", [
@@ -269,3 +303,11 @@ def test_tensorboard_gets_every_metrics_row_once_across_a_resume(tmp_path):
     assert [e.step for e in events.Scalars("train_loss")] == [10, 20, 30, 40]  # step 0 has none
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [e.value for e in events.Scalars("eval_accuracy")] == pytest.approx([r["eval_accuracy"] for r in rows])
+
+
+def test_the_model_vocabulary_follows_an_overridden_task_vocabulary():
+    config = apply_overrides(RunConfig(), ["task.name=text", "task.tokenizer=bpe", "task.vocab_size=1024"])
+    assert config.task.vocab_size == config.model.vocab_size == 1024
+    given = apply_overrides(RunConfig(), ["task.name=text", "task.tokenizer=bpe", "task.vocab_size=300",
+                                         "model.vocab_size=512"])
+    assert (given.task.vocab_size, given.model.vocab_size) == (300, 512)

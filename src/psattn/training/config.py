@@ -198,7 +198,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     ``model.attention.gamma=0.8``, ``train.steps=500``, ``task.seq_len=32``.
 
     ``task.name=X`` switches to task X with X's own defaults (whatever its position among the
-    overrides), and the model's vocabulary follows X's unless ``model.vocab_size`` is given too."""
+    overrides), and the model's vocabulary follows X's unless ``model.vocab_size`` is given too; so
+    does it follow ``task.vocab_size=N`` (``--set task.tokenizer=bpe task.vocab_size=1024`` sizes
+    both)."""
     data = config.to_dict()
     parsed = [_parse_override(item) for item in overrides]
     switch = [value for key, value, _ in parsed if key == ["task", "name"]]
@@ -217,6 +219,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         if parts[-1] not in node:
             raise ValueError(f"override {item!r}: unknown field {parts[-1]!r}; known: {sorted(node)}")
         node[parts[-1]] = value
+    vocab_given = any(key == ["task", "vocab_size"] for key, _, _ in parsed)
+    if vocab_given and not any(key == ["model", "vocab_size"] for key, _, _ in parsed):
+        data["model"]["vocab_size"] = data["task"]["vocab_size"]  # the model's vocabulary follows the task's
     return RunConfig.from_dict(data)
 
 

@@ -15,6 +15,7 @@ data-parallel (see :mod:`.distributed`); only rank 0 writes. A run directory hol
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -45,7 +46,7 @@ from psattn.training.checkpoint import (
     write_jsonl,
     write_text,
 )
-from psattn.training.config import RunConfig, holds_same_run
+from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 from psattn.training.lock import run_lock
 from psattn.training.signals import TrainingInterrupted, on_stop_signals
@@ -137,23 +138,42 @@ def load_trained(run_dir: str | Path) -> DecoderLM:
     return model.eval()
 
 
-def build_optimizer(model: torch.nn.Module, train) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with weight decay on matrices only; linear warm-up then cosine decay to min_lr_ratio."""
+def lr_factor(train, extensions: list[dict[str, Any]] = ()) -> Callable[[int], float]:
+    """The learning-rate multiplier of each step: linear warm-up, then cosine decay to ``min_lr_ratio``
+    at ``train.steps``. A run extended to more steps (``extensions``, recorded in its meta.json) keeps
+    its schedule up to the step it was extended at, then decays by a new cosine from the factor it had
+    there to ``min_lr_ratio`` at its new last step: nothing it already trained changes, and a finished
+    run continues at its final learning rate."""
+    horizon = extensions[0]["steps_before"] if extensions else train.steps
+
+    def base(step: int) -> float:
+        if step < train.warmup_steps:
+            return (step + 1) / train.warmup_steps
+        progress = (step - train.warmup_steps) / max(1, horizon - train.warmup_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return train.min_lr_ratio + (1.0 - train.min_lr_ratio) * cosine
+
+    def factor(step: int) -> float:
+        for extension in reversed(extensions):
+            at, end, start = extension["at_step"], extension["steps_after"], extension["lr_factor_at"]
+            if step >= at:
+                progress = (step - at) / max(1, end - at)
+                return train.min_lr_ratio + (start - train.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return base(step)
+
+    return factor
+
+
+def build_optimizer(model: torch.nn.Module, train, extensions: list[dict[str, Any]] = ()
+                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with weight decay on matrices only, and the schedule of :func:`lr_factor`."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=train.lr, betas=train.betas,
     )
-
-    def factor(step: int) -> float:
-        if step < train.warmup_steps:
-            return (step + 1) / train.warmup_steps
-        progress = (step - train.warmup_steps) / max(1, train.steps - train.warmup_steps)
-        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return train.min_lr_ratio + (1.0 - train.min_lr_ratio) * cosine
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(train, extensions))
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -193,11 +213,47 @@ class _StopFlag:
         return on_stop_signals(lambda signum, _frame: setattr(self, "signum", signum))
 
 
-def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False) -> None:
-    """Write config.json and meta.json; a directory with another run's config is refused. An existing
-    run keeps its meta.json unless ``fresh`` (a restart from step 0)."""
+def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[str, Any]]:
+    """What ``run_dir`` allows ``config`` to do, checked before anything is written: the run's schedule
+    extensions (its meta.json's, plus one when ``config`` asks a trained run for more steps and nothing
+    else). A directory holding a run with another config is refused, naming the differing fields, unless
+    ``resume`` is false (a restart from step 0); one holding only the config of a failed start is no
+    run to protect."""
     config_path = run_dir / "config.json"
-    resolved = config.to_dict()
+    if not config_path.exists() or not _holds_progress(run_dir) or not resume:
+        return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
+    extensions = _read_meta(run_dir).get("extensions", [])
+    if holds_same_run(config_path, config):
+        return extensions
+    saved = RunConfig.from_file(config_path)
+    more_steps = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=saved.train.steps))
+    checkpoint = run_dir / "checkpoint.pt"
+    if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps and checkpoint.exists():
+        at = load_checkpoint(checkpoint, keys=("step",))["step"]
+        start = lr_factor(saved.train, extensions)(at)
+        log.info("extending %s from %d to %d steps at step %d (learning rate factor %.3f, decaying to %g)",
+                 run_dir, saved.train.steps, config.train.steps, at, start, config.train.min_lr_ratio)
+        return [*extensions, {"at_step": at, "steps_before": saved.train.steps, "steps_after": config.train.steps,
+                              "lr_factor_at": start}]
+    raise ValueError(
+        f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
+        "Only train.steps may grow on a trained run (it continues); use another directory, or --restart"
+    )
+
+
+def _read_meta(run_dir: Path) -> dict[str, Any]:
+    try:
+        meta = read_json(run_dir / "meta.json", what="run metadata", object_only=True)
+    except ValueError:
+        return {}
+    return meta
+
+
+def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False,
+                     extensions: list[dict[str, Any]] = ()) -> None:
+    """Write config.json and meta.json (with the schedule's ``extensions``), after :func:`check_run_dir`.
+    An existing run keeps its meta.json unless ``fresh`` (a restart from step 0) or extended."""
+    config_path = run_dir / "config.json"
     if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
         for stale in run_dir.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
@@ -205,18 +261,19 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     if config_path.exists() and not _holds_progress(run_dir):
         log.info("%s holds a config but no training yet; starting it afresh", run_dir)
         fresh = True  # a failed start left only its config: nothing to protect
-    elif config_path.exists():
-        if not holds_same_run(config_path, config):
-            raise ValueError(
-                f"{run_dir} holds a run with a different config; use another directory or delete it"
-            )
-        if not fresh:
-            if tokens is not None:
-                check_same_data(run_dir, tokens().fingerprint)
+    extended = not fresh and extensions != _read_meta(run_dir).get("extensions", [])
+    if config_path.exists() and not fresh:
+        if tokens is not None:
+            check_same_data(run_dir, tokens().fingerprint)
+        if not extended:
             return
     if not is_main:
         return
-    write_json(config_path, resolved)
+    write_json(config_path, config.to_dict())
+    if extended:
+        (run_dir / "result.json").unlink(missing_ok=True)  # the run is unfinished again
+        write_json(run_dir / "meta.json", {**_read_meta(run_dir), "extensions": list(extensions)})
+        return
     if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
         write_text(run_dir / "tokenizer.json", tokens().tokenizer.to_json())
         write_json(run_dir / "data.json", tokens().fingerprint)
@@ -256,7 +313,8 @@ class _Run:
     keeps (step, history, emergence step, training seconds), with the four things the loop does to
     them: start or resume, take a step, evaluate and log, checkpoint."""
 
-    def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device):
+    def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device,
+                 extensions: list[dict[str, Any]] = ()):
         self.config, self.t, self.ddp, self.run_dir = config, config.train, ddp, run_dir
         self.ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
         self.writes = run_dir is not None and ddp.is_main
@@ -267,7 +325,7 @@ class _Run:
                 raise
             raise ValueError(f"the model does not fit in memory on {device} ({_one_line(err)}); "
                              "make it smaller (model.d_model, model.n_layers, model.vocab_size)") from None
-        self.optimizer, self.schedule = build_optimizer(self.model, self.t)
+        self.optimizer, self.schedule = build_optimizer(self.model, self.t, extensions)
         self.forward = _forward_fn(self.model, config, ddp, device)
         self.device = device
         self.held_out = eval_batch(config).to(device)
@@ -378,6 +436,7 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     handle_signals: bool = True,
     lock: bool = True,
+    report: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
     checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step.
@@ -391,7 +450,10 @@ def train(
     :class:`~psattn.training.signals.TrainingInterrupted` raised; calling again resumes exactly.
 
     A run directory is trained by one process at a time: another process holding it raises
-    :class:`~psattn.training.lock.RunLocked` (``lock=False``: the caller holds the lock)."""
+    :class:`~psattn.training.lock.RunLocked` (``lock=False``: the caller holds the lock).
+
+    ``report(line)`` receives a start line (parameters, device, steps, run directory) and one line per
+    evaluation (:func:`evaluation_line`), for a console."""
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()
@@ -404,10 +466,14 @@ def train(
     locked = run_lock(run_dir) if lock and run_dir is not None and ddp.is_main else contextlib.nullcontext()
     with locked:  # one process per run directory (see psattn.training.lock)
         fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
-        run = _Run(config, run_dir, ddp, device)  # data resolved and model built before anything is written
+        extensions = check_run_dir(run_dir, config, resume) if run_dir is not None else []
+        run = _Run(config, run_dir, ddp, device, extensions)  # data resolved, model built: nothing written yet
         if run_dir is not None:
-            _write_run_files(run_dir, config, ddp.is_main, fresh=fresh)
+            _write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         run.start_or_resume(resume)
+        say = report if report is not None and ddp.is_main else (lambda line: None)
+        say(f"{'resuming' if run.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters on "
+            f"{device}, step {run.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir is not None else ""))
         timed_out, stop = False, _StopFlag()
         bar = progress_bar(total=t.steps, initial=run.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
         run.model.train()
@@ -420,8 +486,9 @@ def train(
                 bar.update(1)
                 if run.step % t.eval_every == 0 or run.step == t.steps:
                     loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
-                    acc = run.evaluate_and_log(loss.item(), run.seconds + time.perf_counter() - start)["eval_accuracy"]
-                    bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
+                    row = run.evaluate_and_log(loss.item(), run.seconds + time.perf_counter() - start)
+                    bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
+                    say(evaluation_line(row, t.steps))
                 done = run.decided()
                 if time_limit_s is not None and run.step < t.steps and not done:
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
@@ -448,6 +515,33 @@ def train(
             write_json(run_dir / "result.json", result.to_dict())
         barrier(ddp)
         return result
+
+
+def evaluation_line(row: dict[str, Any], steps: int) -> str:
+    """One console line for an evaluation row: bits per byte and ICL score for text, accuracy otherwise."""
+    head = f"step {row['step']}/{steps}: "
+    if "bits_per_byte" in row:
+        what = f"held-out bits per byte {row['bits_per_byte']:.3f}, ICL score {row['icl_score']:+.3f}"
+    else:
+        what = f"held-out accuracy {row['eval_accuracy']:.3f}"
+    return head + what + f", loss {row['eval_loss']:.3f} ({row['seconds']:.0f} s)"
+
+
+def summary_line(result: RunResult, config: RunConfig) -> str:
+    """The console's last line about a run: what it measured and, if it stopped early, why."""
+    last = result.history[-1] if result.history else {}
+    if "bits_per_byte" in last:
+        what = f"held-out bits per byte {last['bits_per_byte']:.3f}, ICL score {last['icl_score']:+.3f}"
+    else:
+        emergence = "not reached" if result.emergence_step is None else f"step {result.emergence_step}"
+        what = (f"final held-out accuracy {result.final_accuracy:.3f}, emergence (accuracy >= "
+                f"{config.train.threshold:g}) {emergence}")
+    t = config.train
+    if result.stopped_early and not result.timed_out:
+        return (f"stopped early at step {result.steps} of {t.steps}: held-out accuracy stayed at or above "
+                f"{t.threshold:g} for {t.early_stop_evals} evaluation{'s' * (t.early_stop_evals > 1)} "
+                f"(train.early_stop=false trains the whole budget); {what}")
+    return f"trained {result.steps} steps: {what}"
 
 
 def tensorboard_writer(log_dir: Path, purge_step: int | None = None):
