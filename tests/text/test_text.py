@@ -143,8 +143,23 @@ def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a named corpus"):
         make_task_config("text", corpus=str(tmp_path / "nothing"), seq_len=16).tokens()
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="holds no text files"):
+    with pytest.raises(ValueError, match=r"holds no text files .*give a pattern, e\.g\. task\.corpus="):
         make_task_config("text", corpus=str(tmp_path / "empty"), seq_len=16).tokens()
+
+
+def test_a_pattern_or_a_source_file_is_a_corpus(tmp_path):
+    """A code base is a corpus without renaming: a glob reaching into subfolders, or one .py file."""
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "a.py").write_text("def a():\n    return 1\n" * 40)
+    (tmp_path / "src" / "pkg" / "b.py").write_text("class B:\n    pass\n" * 40)
+    (tmp_path / "src" / "pkg" / "notes.md").write_text("not code\n" * 40)
+    files = corpus_files(str(tmp_path / "src" / "**" / "*.py"))
+    assert [f.name for f in files] == ["a.py", "b.py"]
+    both = make_task_config("text", corpus=str(tmp_path / "src" / "**" / "*.py"), seq_len=16).tokens()
+    one = make_task_config("text", corpus=str(tmp_path / "src" / "a.py"), seq_len=16).tokens()
+    assert 0 < len(one.train) < len(both.train)
+    with pytest.raises(ValueError, match="matches no files"):
+        corpus_files(str(tmp_path / "src" / "*.rs"))
 
 
 def test_text_config_refuses_bad_values():

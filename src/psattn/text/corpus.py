@@ -13,6 +13,7 @@ the last part of each one.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
 import lzma
@@ -66,19 +67,28 @@ def _is_text(path: Path) -> bool:
     return any(path.name.endswith(s) for s in TEXT_SUFFIXES)
 
 
+GLOB_CHARACTERS = "*?["
+
+
 def corpus_files(corpus: str) -> list[Path]:
-    """The files of ``corpus`` in document order."""
+    """The files of ``corpus`` in document order: a named corpus; a glob (``src/**/*.py``, ``**`` reaching
+    into subfolders), every file it matches; a folder, its ``.txt`` (``.txt.xz``, ``.txt.gz``) files;
+    a file, itself (a ``.npy`` token file, or UTF-8 text whatever its name)."""
     if corpus == PYTHON_STDLIB:
         return python_stdlib_files()
+    if corpus not in SHIPPED and any(c in corpus for c in GLOB_CHARACTERS) and not Path(corpus).exists():
+        files = sorted(Path(p) for p in glob.glob(str(Path(corpus).expanduser()), recursive=True) if Path(p).is_file())
+        if not files:
+            raise ValueError(f"corpus pattern {corpus!r} matches no files")
+        return files
     path = resolve(corpus)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and _is_text(p))
         if not files:
-            raise ValueError(f"corpus folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)})")
+            raise ValueError(f"corpus folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)}); for other "
+                             f"files give a pattern, e.g. task.corpus='{path}/**/*.py'")
         return files
-    if _is_text(path) or path.suffix == TOKEN_SUFFIX:
-        return [path]
-    raise ValueError(f"corpus file {path} must end in one of {TEXT_SUFFIXES + (TOKEN_SUFFIX,)}")
+    return [path]
 
 
 def describe_corpus(corpus: str) -> str:
