@@ -192,8 +192,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
     tokenizer = run_tokenizer(args.run_dir)
     model = load_trained(args.run_dir)
+    context = RunConfig.from_file(Path(args.run_dir) / "config.json").task.seq_len
     text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, seed=args.seed)
+                         top_k=args.top_k, seed=args.seed, context=context)
     print(args.prompt + text)
     return 0
 
@@ -263,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = add_command(sub, "generate", "continue a prompt with a text run's model and tokenizer")
     add_run_dir(gen, "run directory of a text run (required)")
     gen.add_argument("--prompt", required=True, help="text to continue")
-    gen.add_argument("--max-new-tokens", type=positive_int, default=200, help="tokens to generate")
+    gen.add_argument("--max-new-tokens", type=positive_int, default=200,
+                     help="tokens to generate; past the context the run trained on, the window slides")
     gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy")
     gen.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens only")
     gen.add_argument("--seed", type=seed_int, default=0, help="sampling seed")

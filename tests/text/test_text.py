@@ -338,3 +338,21 @@ def test_bpe_without_the_tokenizers_library_says_how_to_install_it(tmp_path, mon
         main(["train", "--run-dir", str(tmp_path / "run"), "--set", "task.name=text", f"task.corpus={corpus}",
               "task.tokenizer=bpe", "task.vocab_size=300", "model.vocab_size=300", "train.steps=1"])
     assert info.value.code == 2 and "needs Hugging Face tokenizers" in capsys.readouterr().err
+
+
+def test_generation_past_the_trained_context_slides_its_window():
+    """Greedy tokens past the window: each is the model's prediction from the last context - 1 tokens."""
+    from psattn.models import DecoderLM, ModelConfig
+    from psattn.text.generate import continue_ids
+
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_heads=2, init=0.5)).eval()
+    prompt, context = [1, 2, 3, 4, 5, 6], 8
+    ids = prompt + continue_ids(model, prompt, 20, context=context)
+    assert len(ids) == 26
+    with torch.no_grad():
+        for t in range(6, 26):
+            window = ids[t - (context - 1) : t] if t >= context else ids[:t]
+            assert ids[t] == int(model(torch.tensor([window]))[0, -1].argmax()), t
+    assert continue_ids(model, prompt, 2, context=context) == ids[6:8]
+    assert continue_ids(model, [9] * 30 + prompt, 3, context=context) == continue_ids(model, [9] + prompt, 3, context=context)

@@ -11,17 +11,35 @@ from psattn.text.tokenizer import load_tokenizer
 
 
 def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,
-                  top_k: int | None = None, seed: int = 0) -> str:
+                  top_k: int | None = None, seed: int = 0, context: int | None = None) -> str:
     """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0) from a
-    generator seeded with ``seed``, so the same call gives the same text."""
+    generator seeded with ``seed``, so the same call gives the same text; ``context``: see
+    :func:`continue_ids`."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError("the prompt must not be empty")
-    out = generate(model, torch.tensor([ids]), max_new_tokens, do_sample=temperature > 0,
-                   temperature=temperature or 1.0, top_k=top_k, generator=torch.Generator().manual_seed(seed))
-    return tokenizer.decode(out.sequences[0, len(ids):].tolist())
+    new = continue_ids(model, ids, max_new_tokens, context=context, do_sample=temperature > 0,
+                       temperature=temperature or 1.0, top_k=top_k, generator=torch.Generator().manual_seed(seed))
+    return tokenizer.decode(new)
+
+
+def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | None = None, **sampling) -> list[int]:
+    """``max_new_tokens`` token ids after ``ids``. ``context`` is the window the model was trained on:
+    generation stays within it, as nanoGPT's sampler does. Once prompt and continuation fill it, each
+    further token is predicted from the last ``context - 1`` tokens alone (a fresh forward pass per
+    token, positions restarting at 0), never from positions the model has not seen; a longer prompt
+    keeps its last ``context - 1`` tokens. ``sampling`` goes to :func:`~psattn.models.generate.generate`."""
+    if context is not None and context < 2:
+        raise ValueError(f"context must be at least 2 tokens, got {context}")
+    window = list(ids[-(context - 1):]) if context is not None else list(ids)
+    room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
+    new = generate(model, torch.tensor([window]), room, **sampling).sequences[0, len(window):].tolist()
+    while len(new) < max_new_tokens:  # past the window: slide it, one token at a time
+        recent = (window + new)[-(context - 1):]
+        new += generate(model, torch.tensor([recent]), 1, **sampling).sequences[0, -1:].tolist()
+    return new
 
 
 def run_tokenizer(run_dir: str | Path):
