@@ -210,7 +210,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: optional libraries -> the extra that installs them
+EXTRAS = {"matplotlib": "plot", "scipy": "theory", "sympy": "theory", "transformers": "hf", "accelerate": "hf",
+          "tokenizers": "text", "onnx": "export", "onnxruntime": "export", "onnxscript": "export", "ray": "ray",
+          "tensorboard": "tensorboard", "peft": "test"}
+
+
 def _one_line(err: Exception) -> str:
+    missing = (getattr(err, "name", None) or "").split(".")[0] if isinstance(err, ModuleNotFoundError) else ""
+    if missing in EXTRAS:
+        extra = EXTRAS[missing]
+        return f"this needs {missing}, from the {extra} extra: pip install 'phase-space-attention[{extra}]'"
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.strerror or type(err).__name__}: {err.filename}"
     text = " ".join(str(err).split())

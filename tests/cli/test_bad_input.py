@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import sys
 
 import pytest
 import torch
@@ -136,3 +137,20 @@ def test_an_out_of_memory_model_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err and "does not fit in memory" in err, err
     assert not (tmp_path / "r" / "config.json").exists()
+
+
+@pytest.mark.parametrize("module,command", [
+    ("matplotlib", "plot {d}/run --out {d}/p.png"),
+    ("onnxscript", "export --run-dir {d}/run --onnx {d}/m.onnx"),
+    ("transformers", "hf-demo"),
+])
+def test_a_missing_optional_library_names_its_extra(files, module, command, capsys, monkeypatch):
+    for name in list(sys.modules):
+        if name == module or name.startswith(module + ".") or name.startswith("psattn.integrations.hf."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ModuleNotFoundError
+    with pytest.raises(SystemExit) as stop:
+        main(command.format(d=files).split())
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and err.startswith("psattn") and "error:" in err, err
+    assert module in err and "pip install 'phase-space-attention[" in err, err

@@ -11,7 +11,6 @@ prompt generated alone, and removing PSA restores the original logits.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from psattn.arguments import add_command
 
@@ -38,14 +37,10 @@ def cmd_hf_demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--prompt-length must be at least 2 (the shorter prompt is half of it), got {args.prompt_length}")
     if args.new_tokens < 1:
         raise ValueError(f"--new-tokens must be at least 1, got {args.new_tokens}")
-    try:
-        import torch
-
-        from psattn.integrations.hf import apply_psa, remove_psa
-    except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    import torch
     import transformers
+
+    from psattn.integrations.hf import apply_psa, remove_psa  # an ImportError naming the extra when missing
 
     model = tiny_random_model(args.arch, args.seed)
     vocab, n = model.config.vocab_size, args.new_tokens
