@@ -51,6 +51,33 @@ def test_plot_runs_draws_one_panel_per_metric(drawn):
     assert [t.get_text() for t in axes[-1].get_legend().get_texts()] == ["r1", "r2"]
 
 
+def test_plot_runs_draws_per_head_and_per_position_columns(drawn):
+    heads = [[[0.1, 0.2], [0.3, 0.05]], [[0.1, 0.4], [0.6, 0.05]]]  # two evaluations of (layers, heads)
+    runs = {"r1": history([0, 10], [0.1, 0.5], induction_score=heads, position_loss=[[3, 2, 1], [2.5, 2, 1.5]])}
+    plots.plot_runs(runs, "x.png", ("induction_score", "position_loss"))
+    per_head, per_position = drawn[0].axes
+    assert [line.get_ydata().tolist() for line in per_head.get_lines()] == [[0.2, 0.4], [0.3, 0.6]]  # best head per layer
+    assert [line.get_label() for line in per_head.get_lines()] == ["r1, layer 1", "r1, layer 2"]
+    assert per_position.get_xlabel() == "position in the context" and len(per_position.get_lines()) == 1
+    assert per_position.get_lines()[0].get_ydata().tolist() == [2.5, 2, 1.5] and "step 10" in per_position.get_lines()[0].get_label()
+    for ax in (per_head, per_position):
+        check_axes(ax, legend=False)
+
+
+def test_phase_change_figure(drawn):
+    from psattn.experiments.phase_change import PhaseChange
+
+    rows = [{"step": s, "tokens": s * 100, "icl_score": -s / 100, "prefix_matching_score": [[0.01, 0.0], [p, 0.0]],
+             "previous_token_score": [[0.2, 0.1], [0.3, 0.1]]} for s, p in ((0, 0.0), (10, 0.01), (20, 0.2), (30, 0.3))]
+    change = PhaseChange(20, 2000, 1.0, 0.2, -0.1, -0.2)
+    plots.plot_phase_change({"a": rows, "b": rows}, "x.png", context=256, threshold=0.1, changes={"a": change, "b": None})
+    prefix, previous, icl = drawn[0].axes
+    for ax in (prefix, previous, icl):
+        check_axes(ax, legend=False)
+    assert prefix.get_yscale() == "log" and len(previous.get_lines()) == 4  # two runs, two layers
+    assert prefix.get_legend() is not None and icl.get_legend() is not None
+
+
 def test_text_figures(drawn):
     rows = history([0, 50, 100], [0.1, 0.2, 0.3], bits_per_byte=[8, 3, 2], icl_score=[0, -0.1, -0.2],
                    passage_first_loss=[4, 4, 4], passage_second_loss=[4, 3.8, 3.6])

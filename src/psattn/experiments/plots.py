@@ -52,19 +52,37 @@ def plot_training_curves(histories: dict[str, list[dict[str, Any]]], path: str |
 #: metric of a metrics.jsonl row -> axis label
 RUN_METRICS = {"eval_accuracy": "held-out accuracy", "eval_loss": "held-out loss (nats per scored token)",
                "train_loss": "training loss (nats)", "bits_per_byte": "held-out bits per byte",
-               "icl_score": "ICL score (nats; late minus early loss)"}
+               "icl_score": "ICL score (nats; late minus early loss)",
+               "position_loss": "held-out loss at each position (nats)",
+               "prefix_matching_score": "prefix-matching score", "induction_score": "induction score",
+               "previous_token_score": "previous-token score"}
 
 
 def plot_runs(histories: dict[str, list[dict[str, Any]]], path: str | Path, metrics: tuple[str, ...]) -> Path:
-    """One panel per metric against step, one line per run (what ``psattn plot`` draws)."""
+    """One panel per metric, one line per run (what ``psattn plot`` draws): a number against step; a
+    per-head score (layers of heads) as its best head in each layer against step (dashed: layer 1);
+    a per-position list (``position_loss``) as the last evaluation's values against position."""
     fig = Figure(figsize=(5.2 * len(metrics) + 1.8, 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
+        name = RUN_METRICS.get(metric, metric)
         for i, (label, history) in enumerate(histories.items()):
             rows = [h for h in history if h.get(metric) is not None]
-            ax.plot([h["step"] for h in rows], [h[metric] for h in rows], label=label,
-                    marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2, color=f"C{i % 10}")
-        ax.set(xlabel="training step", ylabel=RUN_METRICS.get(metric, metric), title=RUN_METRICS.get(metric, metric))
+            style = dict(marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2, color=f"C{i % 10}")
+            values = rows[-1][metric] if rows else None
+            if isinstance(values, list) and values and isinstance(values[0], list):  # (layers, heads)
+                for layer in range(len(values)):
+                    ax.plot([h["step"] for h in rows], [max(h[metric][layer]) for h in rows],
+                            label=f"{label}, layer {layer + 1}", linestyle="--" if layer == 0 else "-", **style)
+                ax.set(xlabel="training step", ylabel=f"{name} (best head of each layer)")
+            elif isinstance(values, list):  # one value per position
+                ax.plot(range(len(values)), values, label=f"{label} (step {rows[-1]['step']})",
+                        **{**style, "marker": None})
+                ax.set(xlabel="position in the context", ylabel=f"{name} (last evaluation)")
+            else:
+                ax.plot([h["step"] for h in rows], [h[metric] for h in rows], label=label, **style)
+                ax.set(xlabel="training step", ylabel=name)
+        ax.set_title(name)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, path)
 
