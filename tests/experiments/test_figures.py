@@ -59,7 +59,8 @@ def test_plot_runs_draws_per_head_and_per_position_columns(drawn):
     assert [line.get_ydata().tolist() for line in per_head.get_lines()] == [[0.2, 0.4], [0.3, 0.6]]  # best head per layer
     assert [line.get_label() for line in per_head.get_lines()] == ["r1, layer 1", "r1, layer 2"]
     assert per_position.get_xlabel() == "position in the context" and len(per_position.get_lines()) == 1
-    assert per_position.get_lines()[0].get_ydata().tolist() == [2.5, 2, 1.5] and "step 10" in per_position.get_lines()[0].get_label()
+    last = per_position.get_lines()[0]
+    assert last.get_ydata().tolist() == [2.5, 2, 1.5] and "step 10" in last.get_label()
     for ax in (per_head, per_position):
         check_axes(ax, legend=False)
 
