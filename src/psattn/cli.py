@@ -31,7 +31,7 @@ from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
 from psattn.progress import console_line
-from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.config import RunConfig, apply_overrides, shipped_configs
 from psattn.training.distributed import teardown_distributed
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, summary_line, train
@@ -160,6 +160,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_configs(args: argparse.Namespace) -> int:
+    import json
+
+    shipped = shipped_configs()
+    if args.name is None:
+        for name, path in shipped.items():
+            config = json.loads(path.read_text())
+            print(f"{name:16s} {config['task']['name']}: {config['name']}")
+        print("\npsattn train --config NAME --run-dir DIR trains one; psattn configs NAME > my.json copies it")
+        return 0
+    if args.name not in shipped:
+        raise ValueError(f"no shipped config {args.name!r}; shipped: {', '.join(shipped)}")
+    print(shipped[args.name].read_text().rstrip())
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from psattn.experiments.plots import plot_runs
     from psattn.jsonfile import read_jsonl
@@ -246,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = add_command(sub, "train", "train one run from a JSON config with overrides",
                      "Train one run: defaults, then --config, then --set overrides. The run directory keeps the "
                      "resolved config, metrics.jsonl, checkpoints and result.json; the same command resumes it.")
-    tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train (configs/ has examples)")
+    tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
+                    "shipped example (psattn configs lists them)")
     tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500")
     tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
@@ -288,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
     pl.add_argument("--out", default="training_curves.png", metavar="PATH", help="the figure (PNG)")
     pl.set_defaults(func=cmd_plot)
+
+    cf = add_command(sub, "configs", "list the shipped example run configs, or print one",
+                     "The example configs ship inside the package, one per task, each a run of the quick "
+                     "reproduction; psattn train --config NAME trains one.")
+    cf.add_argument("name", nargs="?", help="the config to print as JSON (default: list them all)")
+    cf.set_defaults(func=cmd_configs)
 
     ex = add_command(sub, "export", "export a trained run to ONNX, run it in ONNX Runtime, compare",
                      "Export a trained run to two ONNX graphs (prefill, and a decode step carrying the cache), "

@@ -1,15 +1,15 @@
-"""The example configs under configs/ are runs of the quick reproduction, one per task, and stay so."""
+"""The shipped example configs are runs of the quick reproduction, one per task, and stay so; they are
+found by name."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from psattn.cli import main
 from psattn.experiments.induction_report import declared_experiments
-from psattn.training.config import RunConfig
+from psattn.training.config import RunConfig, shipped_configs
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.json"))
+CONFIGS = list(shipped_configs().values())
 QUICK = {c.name: c for configs in declared_experiments("quick").values() for c in configs}
 
 
@@ -24,3 +24,18 @@ def test_each_example_is_a_quick_reproduction_run(path, capsys):
     assert config.to_dict() == QUICK[config.name].to_dict(), path.name
     assert main(["train", "--config", str(path), "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(path.read_text())
+
+
+def test_configs_lists_prints_and_trains_by_name(tmp_path, capsys):
+    assert main(["configs"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in shipped_configs())
+    assert main(["configs", "mqar"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(shipped_configs()["mqar"].read_text())
+    assert main(["train", "--config", "mqar", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"]["name"] == "mqar"
+    (tmp_path / "mqar").write_text("{}")  # a file of that name wins over the shipped config
+    assert RunConfig.from_file(tmp_path / "mqar").name == "run"
+    with pytest.raises(SystemExit):
+        main(["configs", "nothing"])
+    assert "no shipped config 'nothing'" in capsys.readouterr().err

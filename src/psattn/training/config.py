@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,18 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
+        """The config in JSON file ``path``, or the shipped example of that name (``mqar``; see
+        :func:`shipped_configs`) when no such file exists."""
+        if not Path(path).exists() and str(path) in shipped_configs():
+            path = shipped_configs()[str(path)]
         return cls.from_dict(read_json(path, what="config file", object_only=True))
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The example run configs shipped inside the package, by name (one per task; each a run of the
+    quick reproduction)."""
+    folder = Path(str(resources.files("psattn") / "data" / "configs"))
+    return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
 
 def holds_same_run(path: str | Path, config: RunConfig) -> bool:
