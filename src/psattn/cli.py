@@ -160,6 +160,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from psattn.training.evaluation import evaluate_run, format_evaluation
+
+    result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows)
+    if args.json != "-":
+        print(format_evaluation(result))
+    if args.json:
+        write_json_output(args.json, result)
+    return 0
+
+
 def cmd_configs(args: argparse.Namespace) -> int:
     import json
 
@@ -305,6 +316,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
     pl.add_argument("--out", default="training_curves.png", metavar="PATH", help="the figure (PNG)")
     pl.set_defaults(func=cmd_plot)
+
+    ev = add_command(sub, "eval", "score a trained run on held-out data of its task, another task or another corpus",
+                     "Held-out accuracy and loss of the run's last checkpoint, and its task's metrics (bits per "
+                     "byte, ICL score and copying for text; head scores for induction), on the run's own task "
+                     "or one changed by --set task.FIELD=VALUE; --corpus scores a text run on another corpus, "
+                     "tokenized with the run's tokenizer.")
+    add_run_dir(ev, "the run directory to score")
+    ev.add_argument("--corpus", help="another corpus for a text run: a shipped name, a file, a folder or a glob")
+    ev.add_argument("--set", nargs="*", default=[], metavar="task.FIELD=VALUE", help="change the task")
+    ev.add_argument("--rows", type=positive_int, help="held-out rows to score (default: the run's eval_size)")
+    add_json(ev, "the scores")
+    ev.set_defaults(func=cmd_eval)
 
     cf = add_command(sub, "configs", "list the shipped example run configs, or print one",
                      "The example configs ship inside the package, one per task, each a run of the quick "
