@@ -171,6 +171,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_footprint(args: argparse.Namespace) -> int:
+    from psattn.export.footprint import footprint, format_footprints
+    from psattn.training.trainer import load_trained
+
+    rows = {}
+    for run_dir in args.run_dirs:
+        model = load_trained(run_dir)
+        context = args.context or RunConfig.from_file(Path(run_dir) / "config.json").task.seq_len
+        a = model.config.layer_attention_configs()[0]
+        name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
+               f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
+        rows[name] = footprint(model, context)
+    if args.json != "-":
+        print("\n".join(format_footprints(rows)))
+    if args.json:
+        write_json_output(args.json, {name: f.as_dict() for name, f in rows.items()})
+    return 0
+
+
 def cmd_configs(args: argparse.Namespace) -> int:
     import json
 
@@ -328,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--rows", type=positive_int, help="held-out rows to score (default: the run's eval_size)")
     add_json(ev, "the scores")
     ev.set_defaults(func=cmd_eval)
+
+    fp = add_command(sub, "footprint", "the memory a trained model needs on a device: weights, KV cache, one decode step",
+                     "Bytes of weights at fp32, INT8 and INT4 (flash), of the KV cache per token and at a context "
+                     "(PSA's fixed extra state shown apart), and of one decode step's tensors (RAM), for each run; "
+                     "then which common SRAM and flash budgets each fits.")
+    fp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
+    fp.add_argument("--context", type=positive_int, help="tokens in the cache (default: each run's context)")
+    add_json(fp, "the footprints")
+    fp.set_defaults(func=cmd_footprint)
 
     cf = add_command(sub, "configs", "list the shipped example run configs, or print one",
                      "The example configs ship inside the package, one per task, each a run of the quick "
