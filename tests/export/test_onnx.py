@@ -107,6 +107,23 @@ def test_calibration_rows_come_from_the_training_split():
 
 
 @pytest.mark.slow
+def test_fidelity_measures_on_known_logits():
+    from psattn.export.compare import greedy_agreement, teacher_forced_agreement
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 7)).astype(np.float32)
+    same = teacher_forced_agreement(logits, logits)
+    assert same["top1_agreement"] == 1.0 and same["kl_nats"] == pytest.approx(0.0, abs=1e-12) and same["positions"] == 15
+    flat = teacher_forced_agreement(logits, np.zeros_like(logits))  # uniform: KL = log V - entropy
+    p = torch.from_numpy(logits).double().softmax(-1)
+    expected = float((np.log(7) + (p * p.log()).sum(-1)).mean())
+    assert flat["kl_nats"] == pytest.approx(expected)
+    assert flat["top1_agreement"] == pytest.approx(float((logits.argmax(-1) == 0).mean()))
+    a = np.array([[1, 2, 3, 4], [1, 2, 3, 4]])
+    b = np.array([[1, 2, 3, 4], [1, 9, 3, 4]])
+    assert greedy_agreement(a, b) == {"tokens_agree": 7 / 8, "prefix_agree": (1 + 1 / 4) / 2, "prompts": 2}
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode):
     run = tmp_path_factory.getbasetemp() / "int8-run"  # trained once, exported in both modes
@@ -118,6 +135,9 @@ def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode
     assert acc["onnx_fp32"] == pytest.approx(acc["pytorch"], abs=1e-3)
     assert abs(acc["onnx_int8"] - acc["onnx_fp32"]) <= 0.02  # the stated INT8 margin
     assert result["greedy_tokens_equal"] and result["int8_greedy_tokens_agree"] >= 0.9
+    tf = result["int8_teacher_forced"]
+    assert tf["positions"] == 256 * 64 and tf["top1_agreement"] >= 0.9 and 0 <= tf["kl_nats"] < 0.05
+    assert result["int8_greedy"]["prompts"] == 16 and 0 <= result["int8_greedy"]["prefix_agree"] <= 1
     assert result["size_bytes"]["int8"] < 0.5 * result["size_bytes"]["fp32"]
     assert set(result["latency_ms_per_token"]) == {"pytorch", "onnxruntime", "onnxruntime_int8"}
 

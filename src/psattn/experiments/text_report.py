@@ -74,7 +74,8 @@ def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[s
                                    decode_tokens=decode_tokens)
             rows[label] = {"parameters": preset_parameter_count(config.model), "size_bytes": r["size_bytes"],
                            "text": r["text"], "greedy_tokens_equal": r["greedy_tokens_equal"],
-                           "int8_greedy_tokens_agree": r["int8_greedy_tokens_agree"]}
+                           "int8_greedy_tokens_agree": r["int8_greedy_tokens_agree"],
+                           "int8_teacher_forced": r["int8_teacher_forced"], "int8_greedy": r["int8_greedy"]}
             graphs[f"{label} fp32"] = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
             graphs[f"{label} int8"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
         prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
@@ -202,14 +203,18 @@ def text_markdown(res: TextResults) -> list[str]:
         edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
                        "decode-step graph carrying the cache) and quantized to INT8 (dynamic); greedy decoding of 32 tokens "
                        "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
-                       "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows.", ""]
+                       "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "
+                       "INT8 against fp32 teacher-forced on every position of those windows (top-1 agreement, mean KL "
+                       "divergence) and in greedy continuations of 16 held-out prompts.", ""]
         edge_lines += table(
             ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
-             "ICL score fp32 / INT8", "INT8 greedy tokens = fp32"],
+             "ICL score fp32 / INT8", "INT8 top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats",
+             "INT8 greedy tokens = fp32 (16 prompts)"],
             [[label, f"{r['parameters']:,}", f"{r['size_bytes']['fp32'] / 1e6:.2f} / {r['size_bytes']['int8'] / 1e6:.2f} MB",
               f"{r['ms_per_token']['fp32']:.3f} / {r['ms_per_token']['int8']:.3f}",
               f"{r['text']['onnx_fp32']['bits_per_byte']:.3f} / {r['text']['onnx_int8']['bits_per_byte']:.3f}",
               f"{r['text']['onnx_fp32']['icl_score']:+.3f} / {r['text']['onnx_int8']['icl_score']:+.3f}",
+              f"{r['int8_teacher_forced']['top1_agreement']:.4f}", f"{r['int8_teacher_forced']['kl_nats']:.1e}",
               f"{r['int8_greedy_tokens_agree']:.2f}"] for label, r in edge.items()])
         edge_lines.append("")
     prompt = next(iter(examples.values()))["prompt"]
