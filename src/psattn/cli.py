@@ -16,6 +16,7 @@ from psattn.arguments import (
     COMMON,
     HelpFormatter,
     add_command,
+    add_deprecated,
     add_json,
     add_plan_size,
     add_run_dir,
@@ -124,7 +125,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from psattn.export.compare import export_and_compare, format_comparison
 
-    result = export_and_compare(required_run_dir(args), args.onnx, int8=args.int8)
+    if args.out is None:
+        raise ValueError("--out is required: the ONNX prefill graph's path, or the folder of the Hugging Face model")
+    if args.format == "hf":
+        from psattn.integrations.hf.decoder_model import export_hf
+
+        if args.int8:
+            raise ValueError("--int8 applies to --format onnx")
+        print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out)} "
+              "(AutoModelForCausalLM.from_pretrained with psattn imported)")
+        return 0
+    result = export_and_compare(required_run_dir(args), args.out, int8=args.int8)
     if args.json != "-":
         print(format_comparison(result))
     if args.json:
@@ -363,12 +374,16 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("name", nargs="?", help="the config to print as JSON (default: list them all)")
     cf.set_defaults(func=cmd_configs)
 
-    ex = add_command(sub, "export", "export a trained run to ONNX, run it in ONNX Runtime, compare",
-                     "Export a trained run to two ONNX graphs (prefill, and a decode step carrying the cache), "
-                     "run them in ONNX Runtime and compare their logits and greedy tokens with PyTorch.")
+    ex = add_command(sub, "export", "export a trained run to ONNX (and compare in ONNX Runtime) or to Hugging Face",
+                     "--format onnx (the default): two ONNX graphs (prefill, and a decode step carrying the cache), "
+                     "run in ONNX Runtime and compared with PyTorch (logits, greedy tokens, INT8 fidelity). "
+                     "--format hf: a transformers checkpoint (the registered psattn model type) with the run's "
+                     "tokenizer, for AutoModelForCausalLM, pipeline and PEFT.")
     add_run_dir(ex, "run directory (config.json + checkpoint.pt; required)")
-    ex.add_argument("--onnx", required=True, metavar="PATH",
-                    help="output path of the prefill graph; the decode step goes beside it")
+    ex.add_argument("--format", choices=["onnx", "hf"], default="onnx", help="what to write (default: onnx)")
+    ex.add_argument("--out", metavar="PATH",
+                    help="onnx: the prefill graph's path (the decode step goes beside it); hf: the model's folder")
+    add_deprecated(ex, "--onnx", "--out", "out")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
                     help="also quantize both graphs to INT8 (dynamic, the default, or static: calibrated on "
                          "training rows) and compare accuracy")

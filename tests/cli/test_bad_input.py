@@ -75,13 +75,13 @@ CASES = [
     ("reproduce --workers -1 --out {d}/rep", "positive integer"),
     ("reproduce --quick --full", "not allowed with"),
     # export, generate
-    ("export --run-dir {d}/missing --onnx {d}/m.onnx", "not a run directory"),
-    ("export --run-dir {d}/corrupt --onnx {d}/m.onnx", "not a readable psattn checkpoint"),
+    ("export --run-dir {d}/missing --out {d}/m.onnx", "not a run directory"),
+    ("export --run-dir {d}/corrupt --out {d}/m.onnx", "not a readable psattn checkpoint"),
     ("generate --run-dir {d}/missing --prompt hi", "no trained run"),
     ("generate --run-dir {d}/run --prompt hi", "no tokenizer.json"),
     ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
-    ("export --run-dir {d}/nan --onnx {d}/nan.onnx", "holds non-finite weights"),
-    ("export --run-dir {d}/foreign --onnx {d}/f.onnx", "does not hold the weights of the model"),
+    ("export --run-dir {d}/nan --out {d}/nan.onnx", "holds non-finite weights"),
+    ("export --run-dir {d}/foreign --out {d}/f.onnx", "does not hold the weights of the model"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
@@ -141,7 +141,7 @@ def test_an_out_of_memory_model_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("module,command", [
     ("matplotlib", "plot {d}/run --out {d}/p.png"),
-    ("onnxscript", "export --run-dir {d}/run --onnx {d}/m.onnx"),
+    ("onnxscript", "export --run-dir {d}/run --out {d}/m.onnx"),
     ("transformers", "hf-demo"),
 ])
 def test_a_missing_optional_library_names_its_extra(files, module, command, capsys, monkeypatch):

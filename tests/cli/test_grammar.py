@@ -60,7 +60,8 @@ def test_old_spellings_work_and_say_what_replaces_them(capsys):
     assert parser.parse_args(["sweep", "text", "--mode", "full"]).mode == "full"
     assert "--mode is deprecated" in capsys.readouterr().err
     args = parser.parse_args(["export", "--run", "runs/x", "--onnx", "m.onnx"])
-    assert args.run_dir == "runs/x" and "use --run-dir" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert args.run_dir == "runs/x" and args.out == "m.onnx" and "use --run-dir" in err and "use --out" in err
     assert parser.parse_args(["generate", "--run", "runs/x", "--prompt", "a"]).run_dir == "runs/x"
     assert parser.parse_args(["theory", "gamma-c", "--d-k", "4", "--T", "8"]).context == [8.0]
     assert "use --context" in capsys.readouterr().err

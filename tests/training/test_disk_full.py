@@ -44,7 +44,7 @@ def test_an_export_that_does_not_fit_removes_its_partial_files(tmp_path, small_d
     pytest.importorskip("onnxruntime")
     train(tiny_config(2), tmp_path / "run")
     with pytest.raises(SystemExit) as stop:
-        main(["export", "--run-dir", str(tmp_path / "run"), "--onnx", str(small_disk / "model.onnx"), "--int8"])
+        main(["export", "--run-dir", str(tmp_path / "run"), "--out", str(small_disk / "model.onnx"), "--int8"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err, err
     assert list(small_disk.iterdir()) == [], err  # nothing partial left

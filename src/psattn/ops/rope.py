@@ -31,10 +31,13 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if not base > 1.0:
             raise ValueError(f"RoPE base must be > 1, got {base}")
-        self.head_dim = head_dim
+        self.head_dim, self.base = head_dim, base
         self.rotary_dim = rotary_dim(head_dim, rotary_fraction)
-        inv_freq = base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self) -> Tensor:
+        """base^(-2i/r) for i < r/2, (r/2,) in float32 (computed in float64)."""
+        return (self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)).float()
 
     def forward(self, position_ids: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
         """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads."""

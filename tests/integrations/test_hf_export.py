@@ -1,0 +1,68 @@
+"""psattn export --format hf: a trained DecoderLM as a transformers model, reloaded, generating, in a pipeline."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from helpers import tiny_config  # noqa: E402
+from psattn.cli import main  # noqa: E402
+from psattn.models.generate import generate  # noqa: E402
+from psattn.training.config import RunConfig, apply_overrides  # noqa: E402
+from psattn.training.trainer import load_trained, train  # noqa: E402
+
+
+def text_run(tmp_path, monkeypatch, tokenizer):
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "code.txt").write_text("def f(x):\n    return x + 1\n\nclass A:\n    pass\n\n" * 100)
+    vocab = 300 if tokenizer == "bpe" else 256
+    config = RunConfig.from_dict({"task": {"name": "text", "corpus": str(tmp_path / "code.txt"), "seq_len": 32,
+                                           "tokenizer": tokenizer, "vocab_size": vocab}, "model": {"vocab_size": vocab}})
+    config = apply_overrides(config, ["model.d_model=32", "model.n_heads=2", "model.attention.variant=symmetric",
+                                      "model.attention.gamma=0.5", "train.steps=30", "train.batch_size=8",
+                                      "train.eval_every=30", "train.eval_size=8", "train.threads=1"])
+    train(config, tmp_path / "run")
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_a_text_run_exported_to_hf_reloads_generates_and_runs_in_a_pipeline(tmp_path, monkeypatch, tokenizer):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    from psattn.text.tokenizer import load_tokenizer
+
+    run = text_run(tmp_path, monkeypatch, tokenizer)
+    assert main(["export", "--format", "hf", "--run-dir", str(run), "--out", str(tmp_path / "hf")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ours = load_trained(run)
+    assert type(model).__name__ == "PsattnForCausalLM" and model.config.psattn_model["attention"]["variant"] == "symmetric"
+    ids = torch.randint(0, model.config.vocab_size, (2, 24))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # left padding
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ours(ids), atol=1e-6, rtol=0)
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, ours(ids, attention_mask=mask), atol=1e-6, rtol=0)
+        hf_tokens = model.generate(ids[:1, :10], max_new_tokens=8, do_sample=False)
+    assert torch.equal(hf_tokens, generate(ours, ids[:1, :10], 8).sequences)  # greedy, with psattn's cache
+    text = "def f(x):\n    return"
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf")(text).input_ids == load_tokenizer(run / "tokenizer.json").encode(text)
+    out = pipeline("text-generation", model=str(tmp_path / "hf"))(text, max_new_tokens=5, do_sample=False)
+    assert out[0]["generated_text"].startswith(text)
+
+
+def test_an_induction_run_exports_without_a_tokenizer_and_the_diagnostics_and_peft_see_it(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from psattn.models.heads import head_scores
+
+    train(tiny_config(4), tmp_path / "run")
+    assert main(["export", "--format", "hf", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    scores = head_scores(model, vocab_size=16)
+    assert scores.induction.shape == (1, 2)
+    lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    assert lora.get_nb_trainable_parameters()[0] > 0
+    with pytest.raises(SystemExit):
+        main(["export", "--format", "hf", "--int8", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "x")])
