@@ -67,3 +67,27 @@ def test_gpu_check_records_a_failing_part_and_runs_the_next(tmp_path, monkeypatc
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["errors"] == {"compile": "RuntimeError: no C compiler for inductor"}
     assert len(result["phase_transition"]["runs"]) == 2 and "kernels" in result
+
+
+def test_two_layer_recipes_build_and_change_what_they_say(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recipes", ROOT / "scripts" / "two_layer_recipes.py")
+    recipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipes)
+    for name, (fields, change, steps) in recipes.RECIPES.items():
+        config = recipes.config_for(fields, change, steps)
+        assert config.model.n_layers == 2 and config.model.attention.variant == "baseline", name
+        model = recipes.build_model(config)
+        recipes.change_model(model, change)
+        if change == "zero MLP output":
+            assert all(b.mlp.down.weight.abs().sum() == 0 for b in model.blocks)
+        if change == "layer-1 norm bias N(0, 1)":
+            assert model.blocks[0].norm_attn.bias.std() > 0.5 and model.blocks[1].norm_attn.bias.abs().sum() == 0
+        if change == "embedding std 1":
+            assert 0.9 < model.embed.weight.std() < 1.1
+    assert recipes.config_for({}, "lr=1e-3", 10).train.lr == 1e-3
+    assert not recipes.config_for({}, "untied", 10).model.tie_embeddings
+    monkeypatch.setitem(recipes.RECIPES, "tiny", ({"batch_size": 4}, None, 2))
+    result = recipes.run("tiny")
+    assert [r["step"] for r in result["history"]] == [0, 2] and len(result["history"][0]["induction"]) == 2
