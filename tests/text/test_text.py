@@ -309,7 +309,8 @@ def test_the_text_verdict_reads_each_clause_off_the_numbers():
     rows[2] = _row(2, "baseline", 0.0, 0.50, -0.30, random=(7.0, 6.0))
     text = verdict(rows)
     assert "first clause does not hold at this budget" in text and "they copy more than the single PSA layer" in text
-    assert "ln V" not in text
+    assert "ln V" not in text and "speaks for" not in text
+    assert verdict(rows, tokens=1_638_400).startswith("This verdict speaks for 1.6M training tokens, before two plain")
 
 
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():

@@ -93,12 +93,17 @@ def copy_gain(row: dict, probe: str = "passage") -> float:
     return row[f"{probe}_first_loss"][0] - row[f"{probe}_second_loss"][0]
 
 
-def verdict(rows: list[dict]) -> str:
-    """The hypothesis, clause by clause, read off the repeated-passage copy gain and the ICL score."""
+def verdict(rows: list[dict], tokens: int | None = None) -> str:
+    """The hypothesis, clause by clause, read off the repeated-passage copy gain and the ICL score, at the
+    budget of ``tokens`` training tokens (named first: the verdict speaks for that budget only)."""
     by = {(r["layers"], r["variant"], r["gamma"]): r for r in rows}
     ranking = ", ".join(f"{_label(*key)} {copy_gain(r):.2f}" for key, r in
                         sorted(by.items(), key=lambda kv: -copy_gain(kv[1])))
-    out = [f"Copy gain on a repeated held-out passage (nats, first copy minus second), largest first: {ranking}."]
+    out = [] if tokens is None else [
+        f"This verdict speaks for {tokens / 1e6:.1f}M training tokens, before two plain layers have formed an "
+        "induction head (none had by 24M tokens at any batch size in `psattn sweep text_pilot`, docs/text.md); "
+        "whether the one-layer advantage lasts is a longer experiment's question."]
+    out.append(f"Copy gain on a repeated held-out passage (nats, first copy minus second), largest first: {ranking}.")
     one_plain, one_psa, two_plain = (by.get(key) for key in HYPOTHESIS_MODELS)
     if one_plain and one_psa:
         holds = copy_gain(one_psa) > copy_gain(one_plain) and one_psa["icl_score"][0] < one_plain["icl_score"][0]
@@ -191,7 +196,7 @@ def text_markdown(res: TextResults) -> list[str]:
           f"{r['passage_first_loss'][0]:.2f} / {r['passage_second_loss'][0]:.2f}",
           _mean_sd(r["best_induction_score"]), _mean_sd(r["best_prefix_matching_score"])] for r in rows],
     )
-    lines += ["", verdict(rows), "",
+    lines += ["", verdict(rows, plan.steps * plan.batch_size * plan.seq_len), "",
               "![held-out loss, ICL score and passage copy gain against step](figures/text_curves.png)", "",
               "![loss against position](figures/text_position_loss.png)", "",
               "![induction and prefix-matching score of every head](figures/text_head_scores.png)", "",
