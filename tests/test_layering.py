@@ -26,7 +26,7 @@ LEAVES = {
     "meanfield": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments"},
 }
 for leaf in LEAVES:
-    LAYERS[leaf] = 5  # what may import a leaf: experiments and the commands
+    LAYERS[leaf] = 5  # importable by the layers from 5 up: export, integrations, experiments, the commands
 
 
 def top(module: str) -> str | None:

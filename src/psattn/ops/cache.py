@@ -74,7 +74,8 @@ class LayerCache:
         raw = self.raw_k if self.raw_k is not None else self.raw_q
         if 0 < length and raw is not None and drop >= raw.shape[2]:
             raise ValueError(
-                f"cannot roll back {drop} tokens: this cache keeps raw keys for {self.window - 1} "
+                f"cannot roll back {drop} tokens: this cache keeps raw {'keys' if self.raw_k is not None else 'queries'} "
+                f"for {self.window - 1} "
                 f"(build it with max_rollback >= {drop})"
             )
 

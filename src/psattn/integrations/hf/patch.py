@@ -1,6 +1,7 @@
 """Turn PSA on and off in a transformers model: :func:`apply_psa`, :func:`remove_psa`, :func:`load_psa_model`.
 
-Nothing is monkey-patched. :func:`apply_psa` uses three extension points:
+No transformers code is replaced: :func:`apply_psa` uses three extension points (and, to carry the
+settings, turns the model's own config copy into a ``psattn_<base>`` config; see :mod:`.saving`):
 
 1. transformers' attention-function registry: ``model.set_attn_implementation("psa_sdpa")`` routes every
    attention module to :func:`~.attention.psa_sdpa` (masks come from the matching registered builder);
