@@ -74,3 +74,36 @@ def test_plot_draws_the_curves_of_several_runs(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["plot", str(tmp_path / "psa"), "--metric", "bits_per_byte", "--out", str(out)])
     assert info.value.code == 2 and "no run logged ['bits_per_byte']" in capsys.readouterr().err
+
+
+TINY = ["model.d_model=32", "model.n_heads=2", "train.eval_size=32", "train.threads=1"]
+
+
+def test_train_says_what_it_does_on_stderr_and_why_it_stopped(tmp_path, capsys):
+    """A start line and one line per evaluation on stderr (even piped), none with -q; the last line
+    says the run stopped early, at which step of how many, and why."""
+    run = str(tmp_path / "run")
+    args = ["--run-dir", run, "--set", *TINY, "task.form=full", "model.attention.variant=key_only",
+            "model.attention.gamma=1.0", "train.steps=800", "train.eval_every=50", "train.early_stop=true",
+            "train.threshold=0.03"]
+    assert main(["train", *args]) == 0
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("training run: ") and "parameters on cpu, step 0 of 800, run directory" in lines[0]
+    assert lines[1].startswith("step 50/800: held-out accuracy ")
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("stopped early at step 50 of 800: held-out accuracy stayed at or above 0.03 for 1 evaluation")
+    assert "emergence (accuracy >= 0.03) step 50" in last
+    assert main(["-q", "train", *args[:-1], "train.threshold=0.04", "--run-dir", str(tmp_path / "quiet")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_text_run_ends_with_bits_per_byte_and_icl_score(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat.\n\n" * 200)
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--set", "task.name=text", f"task.corpus={tmp_path / 'text.txt'}",
+                 "task.seq_len=32", *TINY, "train.steps=4", "train.eval_every=2", "train.batch_size=4"]) == 0
+    out, err = capsys.readouterr()
+    assert "held-out bits per byte" in out.strip().splitlines()[-1] and "ICL score" in out
+    assert "accuracy" not in out.strip().splitlines()[-1] and "emergence" not in out
+    assert "step 2/4: held-out bits per byte" in err
