@@ -108,6 +108,14 @@ def add_json(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"{what} as JSON, written to PATH (printed when PATH is left out or is '-')")
 
 
+def report(json_path: str | None, text: str, data: Any) -> None:
+    """Print ``text`` (unless ``--json`` prints the JSON itself) and write ``data`` where ``--json`` said."""
+    if json_path != "-":
+        print(text)
+    if json_path:
+        write_json_output(json_path, data)
+
+
 def write_json_output(path: str, data: Any) -> None:
     """Where ``--json`` said: standard output for '-', else the file."""
     text = json.dumps(data, indent=2)

@@ -20,10 +20,10 @@ from psattn.arguments import (
     add_json,
     add_plan_size,
     add_run_dir,
+    report,
     required_run_dir,
     seed_int,
     wrap,
-    write_json_output,
 )
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
@@ -136,10 +136,7 @@ def cmd_export(args: argparse.Namespace) -> int:
               "(AutoModelForCausalLM.from_pretrained with psattn imported)")
         return 0
     result = export_and_compare(required_run_dir(args), args.out, int8=args.int8)
-    if args.json != "-":
-        print(format_comparison(result))
-    if args.json:
-        write_json_output(args.json, result)
+    report(args.json, format_comparison(result), result)
     return 0
 
 
@@ -154,9 +151,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise ValueError("--run-dir is required to train (or pass --print-config)")
     try:
-        report = None if getattr(args, "quiet", False) else console_line
+        lines = None if getattr(args, "quiet", False) else console_line
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
-                       report=report)
+                       report=lines)
     except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -175,10 +172,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from psattn.training.evaluation import evaluate_run, format_evaluation
 
     result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows)
-    if args.json != "-":
-        print(format_evaluation(result))
-    if args.json:
-        write_json_output(args.json, result)
+    report(args.json, format_evaluation(result), result)
     return 0
 
 
@@ -194,10 +188,7 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
                f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
         rows[name] = footprint(model, context)
-    if args.json != "-":
-        print("\n".join(format_footprints(rows)))
-    if args.json:
-        write_json_output(args.json, {name: f.as_dict() for name, f in rows.items()})
+    report(args.json, "\n".join(format_footprints(rows)), {name: f.as_dict() for name, f in rows.items()})
     return 0
 
 

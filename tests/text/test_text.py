@@ -27,14 +27,6 @@ from psattn.training.trainer import train
 TEXT = "Héllo, wörld! It is a truth universally acknowledged.\nNew line — with a dash.\n"
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
-    token_cache._open.cache_clear()
-    yield tmp_path / "cache"
-    token_cache._open.cache_clear()
-
-
 def numbered_corpus(folder, docs=2, paragraphs=60):
     """Documents of unique numbered paragraphs, so any piece of text says where it came from."""
     folder.mkdir(parents=True, exist_ok=True)

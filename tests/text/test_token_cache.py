@@ -18,14 +18,6 @@ from psattn.training.config import RunConfig, apply_overrides  # noqa: E402
 from psattn.training.trainer import train  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
-    token_cache._open.cache_clear()
-    yield tmp_path / "cache"
-    token_cache._open.cache_clear()
-
-
 def corpus_folder(folder, text="def f(x):\n    return x + 1\n\n"):
     folder.mkdir(parents=True, exist_ok=True)
     for d in range(2):
