@@ -98,7 +98,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     configs = experiments.EXPERIMENTS[args.experiment](args.mode)
     results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
-        print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence step {r['emergence_step']}")
+        last = r["history"][-1] if r.get("history") else {}
+        if "bits_per_byte" in last:
+            print(f"{name:48s} bits per byte {last['bits_per_byte']:.3f}  ICL score {last['icl_score']:+.3f}")
+        else:
+            emergence = "not reached" if r["emergence_step"] is None else f"step {r['emergence_step']}"
+            print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence {emergence}")
     if args.experiment in STUDY_TABLES:
         title, table = STUDY_TABLES[args.experiment]
         print(f"\n{title}")

@@ -63,7 +63,8 @@ def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
     assert [(r["batch_size"], r["mlp"]) for r in rows] == [(4, False), (32, False)]
     assert rows[0]["phase_change"].step == 100 and rows[1]["phase_change"] is None
     lines = format_pilot_table(rows)
-    assert lines[2].startswith("| 4 | no | 0.10M (0.2) | 0.300 |") and lines[3].startswith("| 32 | no | none within 0.2M")
+    assert lines[2].startswith("| 4 | no | 0.10M (0.2) | 0.300 | 0.30 / 0.10 |")
+    assert lines[3].startswith("| 32 | no | none within 0.2M")
     pytest.importorskip("matplotlib")
     from psattn.experiments.text_pilot import pilot_figure
 
@@ -142,3 +143,17 @@ def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
 def test_the_studies_stay_out_of_both_reproductions():
     for study in ("text_pilot", "paper_form", "gamma_depth", "two_layer"):
         assert study in LEFT_OUT["quick"] and study in LEFT_OUT["full"]
+
+
+def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
+    from pathlib import Path
+
+    from psattn.experiments.sweep import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    saved_runs = sorted((root / "docs" / "results" / "text_pilot").iterdir())
+    results = {d.name: load_result(d) for d in saved_runs}
+    assert len(results) == len(PILOT_RUNS) and all(r is not None for r in results.values())
+    table = format_pilot_table(pilot_table(results))
+    docs = (root / "docs" / "text.md").read_text()
+    assert all(line in docs for line in table), "\n".join(table)

@@ -65,7 +65,7 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "tokens": last["tokens"], "minutes": last["seconds"] / 60,
             "phase_change": change,
             "best_prefix_matching_score": best_head(last, "prefix_matching_score"),
-            "best_previous_token_score": best_head(last, "previous_token_score"),
+            "previous_token_by_layer": [max(layer) for layer in last["previous_token_score"]],
             "icl_score": last["icl_score"], "bits_per_byte": last["bits_per_byte"],
         })
     return sorted(rows, key=lambda r: (r["mlp"], r["batch_size"]))
@@ -89,14 +89,14 @@ def pilot_figure(results: dict[str, dict[str, Any]], path) -> Any:
 def format_pilot_table(rows: list[dict[str, Any]]) -> list[str]:
     """The pilot table as markdown lines."""
     lines = ["| rows a step | MLPs | phase change: tokens (minutes) | best prefix-matching score | "
-             "best previous-token score | ICL score | bits per byte | trained: tokens (minutes) |",
+             "best previous-token score, layer 1 / 2 | ICL score | bits per byte | trained: tokens (minutes) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         change = r["phase_change"]
         when = (f"none within {r['tokens'] / 1e6:.1f}M" if change is None
                 else f"{change.tokens / 1e6:.2f}M ({change.seconds / 60:.1f})")
         lines.append(f"| {r['batch_size']} | {'yes' if r['mlp'] else 'no'} | {when} | "
-                     f"{r['best_prefix_matching_score']:.3f} | {r['best_previous_token_score']:.3f} | "
+                     f"{r['best_prefix_matching_score']:.3f} | {' / '.join(f'{x:.2f}' for x in r['previous_token_by_layer'])} | "
                      f"{r['icl_score']:+.3f} | {r['bits_per_byte']:.3f} | "
                      f"{r['tokens'] / 1e6:.1f}M ({r['minutes']:.1f}) |")
     return lines
