@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 
-def _nbytes(x: Tensor | None) -> int:
+def tensor_bytes(x: Tensor | None) -> int:
+    """Bytes a tensor holds (0 for None)."""
     return 0 if x is None else x.numel() * x.element_size()
 
 
@@ -103,11 +104,11 @@ class LayerCache:
                 setattr(self, name, x.index_select(0, index))
 
     def kv_bytes(self) -> int:
-        return _nbytes(self.keys) + _nbytes(self.values)
+        return tensor_bytes(self.keys) + tensor_bytes(self.values)
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the plain KV tensors (the raw windows)."""
-        return _nbytes(self.raw_k) + _nbytes(self.raw_q)
+        return tensor_bytes(self.raw_k) + tensor_bytes(self.raw_q)
 
 
 class PSACache:

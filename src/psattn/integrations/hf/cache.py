@@ -33,11 +33,8 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
+from psattn.ops.cache import tensor_bytes
 from psattn.ops.shear import shear
-
-
-def _nbytes(x: Tensor | None) -> int:
-    return 0 if x is None else x.numel() * x.element_size()
 
 
 class RawWindow:
@@ -206,7 +203,7 @@ class PSALayer(DynamicLayer):
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the KV tensors (the raw windows)."""
-        return sum(_nbytes(w.values) for w in self._windows())
+        return sum(tensor_bytes(w.values) for w in self._windows())
 
 
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
@@ -225,7 +222,7 @@ class PSADynamicCache(DynamicCache):
             self.layer_class_to_replicate = partial(PSALayer, **window)
 
     def kv_bytes(self) -> int:
-        return sum(_nbytes(layer.keys) + _nbytes(layer.values) for layer in self.layers if layer.is_initialized)
+        return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in self.layers if layer.is_initialized)
 
     def extra_state_bytes(self) -> int:
         return sum(layer.extra_state_bytes() for layer in self.layers if isinstance(layer, PSALayer))
