@@ -286,16 +286,16 @@ def _gamma_lines(res: InductionResults) -> list[str]:
     lines += _table(["gamma", "seeds", "success", "mean emergence step", "mean final acc"],
                     [[r["gamma"], r["seeds"], f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0),
                       r["mean_final_accuracy"]] for r in t["gamma_sweep"]])
-    lines += ["", "![gamma sweep](figures/gamma_sweep.png)", "", "### Negative controls", "",
-              f"Paper: {PAPER['controls']}. Best gamma: the highest final accuracy, where accuracies within "
-              f"{summaries.TIE} count as ties, broken by the earliest emergence and then the smallest gamma.", ""]
+    lines += ["", "![gamma sweep](figures/gamma_sweep.png)", ""]
     return lines
 
 
 def _control_lines(res: InductionResults) -> list[str]:
     """The negative controls and their best gamma."""
     t = res.tables
-    lines = []
+    lines = ["### Negative controls", "",
+             f"Paper: {PAPER['controls']}. Best gamma: the highest final accuracy, where accuracies within "
+             f"{summaries.TIE} count as ties, broken by the earliest emergence and then the smallest gamma.", ""]
     for task in exp.CONTROL_TASKS:
         rows = sorted((r for r in t["controls"] if r["task"] == task), key=lambda r: r["gamma"])
         lines += [f"**{task}**: best gamma* = {summaries.best_gamma(rows):g}", ""]
