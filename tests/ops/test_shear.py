@@ -128,3 +128,19 @@ def test_bad_inputs_name_the_problem():
         shear(x, 0.5, starts=torch.zeros(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="not invertible"):
         unshear(x, -1.0)
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_the_exported_shear_is_adds_and_multiplies_and_equals_eager(boundary):
+    """Under torch.export the shear is x + gamma (x - x_prev): no lerp, which on-device runtimes such as
+    ExecuTorch cannot run, and the same values as the eager kernel."""
+    class Shear(torch.nn.Module):
+        def forward(self, x, starts):
+            return shear(x, 0.7, starts=starts, boundary=boundary)
+
+    x = torch.randn(2, 3, 6, 4)
+    starts = torch.zeros(2, 6, dtype=torch.bool)
+    starts[:, 0] = starts[1, 3] = True
+    exported = torch.export.export(Shear(), (x, starts))
+    assert not any("lerp" in str(node.target) for node in exported.graph.nodes)
+    torch.testing.assert_close(exported.module()(x, starts), shear(x, 0.7, starts=starts, boundary=boundary))

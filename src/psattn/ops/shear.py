@@ -166,7 +166,10 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
         return x
     if starts is None and prev is None and not _plain_ops_only():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
-    return torch.lerp(previous(x, starts=starts, prev=prev, boundary=boundary), x, 1.0 + gamma)
+    x_prev = previous(x, starts=starts, prev=prev, boundary=boundary)
+    if torch.compiler.is_exporting():  # lerp has no kernel in some runtimes (ExecuTorch): the same filter in adds
+        return x + gamma * (x - x_prev)
+    return torch.lerp(x_prev, x, 1.0 + gamma)
 
 
 def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
