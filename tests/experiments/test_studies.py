@@ -157,3 +157,15 @@ def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
     table = format_pilot_table(pilot_table(results))
     docs = (root / "docs" / "text.md").read_text()
     assert all(line in docs for line in table), "\n".join(table)
+
+
+def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
+    from pathlib import Path
+
+    from psattn.experiments.sweep import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "two_layer").iterdir())}
+    assert len(results) == len(exp.EXPERIMENTS["two_layer"]("quick")) and all(r is not None for r in results.values())
+    table = format_two_layer_table(two_layer_table(results))
+    assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
