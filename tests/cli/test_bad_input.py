@@ -3,6 +3,7 @@
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +13,10 @@ from psattn.cli import main
 from psattn.training.trainer import train
 
 
-@pytest.fixture
-def files(tmp_path):
+@pytest.fixture(scope="module")
+def made_once(tmp_path_factory):
+    """The files and runs every case reads, trained once for the module (each case gets a copy)."""
+    tmp_path = tmp_path_factory.mktemp("bad-input")
     (tmp_path / "broken.json").write_text('{"model": {')
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
@@ -31,6 +34,12 @@ def files(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
     return tmp_path
+
+
+@pytest.fixture
+def files(made_once, tmp_path):
+    """A fresh copy of the shared files, so that no case sees what another wrote."""
+    return Path(shutil.copytree(made_once, tmp_path / "files"))
 
 
 def _copy_run(src, dst, change):
