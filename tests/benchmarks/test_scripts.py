@@ -91,3 +91,12 @@ def test_two_layer_recipes_build_and_change_what_they_say(monkeypatch):
     monkeypatch.setitem(recipes.RECIPES, "tiny", ({"batch_size": 4}, None, 2))
     result = recipes.run("tiny")
     assert [r["step"] for r in result["history"]] == [0, 2] and len(result["history"][0]["induction"]) == 2
+
+
+def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give():
+    saved = ROOT / "docs" / "results" / "two_layer_recipes"
+    names = sorted(p.stem for p in saved.glob("*.json"))
+    out = run("scripts/two_layer_recipes.py", str(saved), *names)  # every recipe saved: nothing is trained
+    docs = (ROOT / "docs" / "text.md").read_text()
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(rows) == len(names) + 1 and all(line in docs for line in rows), out
