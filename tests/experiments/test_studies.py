@@ -169,3 +169,12 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
     assert len(results) == len(exp.EXPERIMENTS["two_layer"]("quick")) and all(r is not None for r in results.values())
     table = format_two_layer_table(two_layer_table(results))
     assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
+
+
+def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
+    from psattn.experiments.configs import small_config
+    from psattn.training.trainer import build_model
+
+    def count(**kw):
+        return build_model(small_config("baseline", 0.0, **kw)).num_parameters()
+    assert (count(), count(n_layers=2), count(n_layers=2, mlp=False)) == (206_208, 403_968, 140_032)
