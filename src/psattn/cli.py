@@ -128,18 +128,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from psattn.export.compare import export_and_compare, format_comparison
-
     if args.out is None:
-        raise ValueError("--out is required: the ONNX prefill graph's path, or the folder of the Hugging Face model")
+        raise ValueError("--out is required: the ONNX prefill graph's path, the ExecuTorch program's path, "
+                         "or the folder of the Hugging Face model")
+    if args.int8 and args.format != "onnx":
+        raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")
+    if args.quantize and args.format != "executorch":
+        raise ValueError("--quantize applies to --format executorch (ONNX takes --int8)")
     if args.format == "hf":
         from psattn.integrations.hf.decoder_model import export_hf
 
-        if args.int8:
-            raise ValueError("--int8 applies to --format onnx")
         print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out)} "
               "(AutoModelForCausalLM.from_pretrained with psattn imported)")
         return 0
+    if args.format == "executorch":
+        from psattn.export.compare_executorch import executorch_and_compare, format_executorch_comparison
+
+        result = executorch_and_compare(required_run_dir(args), args.out, quantize=tuple(args.quantize or ()))
+        report(args.json, format_executorch_comparison(result), result)
+        return 0
+    from psattn.export.compare import export_and_compare, format_comparison
+
     result = export_and_compare(required_run_dir(args), args.out, int8=args.int8)
     report(args.json, format_comparison(result), result)
     return 0
@@ -266,7 +275,7 @@ def positive_int(text: str) -> int:
 #: optional libraries -> the extra that installs them
 EXTRAS = {"matplotlib": "plot", "scipy": "theory", "sympy": "theory", "transformers": "hf", "accelerate": "hf",
           "tokenizers": "text", "onnx": "export", "onnxruntime": "export", "onnxscript": "export", "ray": "ray",
-          "tensorboard": "tensorboard", "peft": "test"}
+          "tensorboard": "tensorboard", "peft": "test", "executorch": "executorch", "torchao": "executorch"}
 
 
 def _one_line(err: Exception) -> str:
@@ -370,19 +379,26 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("name", nargs="?", help="the config to print as JSON (default: list them all)")
     cf.set_defaults(func=cmd_configs)
 
-    ex = add_command(sub, "export", "export a trained run to ONNX (and compare in ONNX Runtime) or to Hugging Face",
+    ex = add_command(sub, "export", "export a trained run to ONNX, ExecuTorch or Hugging Face, and compare with PyTorch",
                      "--format onnx (the default): two ONNX graphs (prefill, and a decode step carrying the cache), "
                      "run in ONNX Runtime and compared with PyTorch (logits, greedy tokens, INT8 fidelity). "
-                     "--format hf: a transformers checkpoint (the registered psattn model type) with the run's "
-                     "tokenizer, for AutoModelForCausalLM, pipeline and PEFT.")
+                     "--format executorch: one .pte program (methods prefill and decode, the cache as explicit "
+                     "state, XNNPACK), run in ExecuTorch's runtime and compared alike; --quantize adds int8 or int4 "
+                     "weight copies. --format hf: a transformers checkpoint (the registered psattn model type) with "
+                     "the run's tokenizer, for AutoModelForCausalLM, pipeline and PEFT.")
     add_run_dir(ex, "run directory (config.json + checkpoint.pt; required)")
-    ex.add_argument("--format", choices=["onnx", "hf"], default="onnx", help="what to write (default: onnx)")
+    ex.add_argument("--format", choices=["onnx", "executorch", "hf"], default="onnx", help="what to write (default: onnx)")
     ex.add_argument("--out", metavar="PATH",
-                    help="onnx: the prefill graph's path (the decode step goes beside it); hf: the model's folder")
+                    help="onnx: the prefill graph's path (the decode step goes beside it); executorch: the .pte "
+                         "program's path; hf: the model's folder")
     add_deprecated(ex, "--onnx", "--out", "out")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
-                    help="also quantize both graphs to INT8 (dynamic, the default, or static: calibrated on "
+                    help="onnx: also quantize both graphs to INT8 (dynamic, the default, or static: calibrated on "
                          "training rows) and compare accuracy")
+    ex.add_argument("--quantize", nargs="+", choices=["int8", "int4"], metavar="{int8,int4}",
+                    help="executorch: also write quantized programs beside the fp32 one (int8: int8 weights per "
+                         "channel; int4: int4 weights in groups of 32; both with int8 dynamic activations) and "
+                         "measure their agreement with fp32")
     add_json(ex, "the comparison")
     ex.set_defaults(func=cmd_export)
 

@@ -91,6 +91,8 @@ CASES = [
     ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
     ("export --run-dir {d}/nan --out {d}/nan.onnx", "holds non-finite weights"),
     ("export --run-dir {d}/foreign --out {d}/f.onnx", "does not hold the weights of the model"),
+    ("export --run-dir {d}/run --out {d}/m.onnx --quantize int8", "--quantize applies to --format executorch"),
+    ("export --format executorch --run-dir {d}/run --out {d}/m.pte --int8", "--int8 applies to --format onnx"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
@@ -151,6 +153,7 @@ def test_an_out_of_memory_model_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("module,command", [
     ("matplotlib", "plot {d}/run --out {d}/p.png"),
     ("onnxscript", "export --run-dir {d}/run --out {d}/m.onnx"),
+    ("executorch", "export --format executorch --run-dir {d}/run --out {d}/m.pte"),
     ("transformers", "hf-demo"),
 ])
 def test_a_missing_optional_library_names_its_extra(files, module, command, capsys, monkeypatch):

@@ -5,6 +5,7 @@ log2(1 + 2 gamma) bits."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -95,26 +96,33 @@ class ExportFailed(OSError):
     """Writing or reading back an exported graph failed (a full disk, most often); its partial files are gone."""
 
 
-def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
-                       decode_tokens: int = 24) -> dict[str, Any]:
-    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
-    PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
-    (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
-    When anything fails, the files this call wrote beside ``onnx_path`` are removed."""
-    folder = Path(onnx_path).resolve().parent
+@contextlib.contextmanager
+def remove_new_files(folder: Path, target: str | Path):
+    """On any failure inside, remove the files that appeared in ``folder`` meanwhile, and turn an
+    exporter's own error into one line (:class:`ExportFailed`)."""
     before = set(folder.iterdir()) if folder.is_dir() else set()
     try:
-        return _export_and_compare(run_dir, onnx_path, int8, rows, decode_tokens)
+        yield
     except BaseException as err:
         for path in (set(folder.iterdir()) if folder.is_dir() else set()) - before:
             if path.is_file():
                 path.unlink(missing_ok=True)
         if isinstance(err, Exception) and not isinstance(err, (ValueError, OSError, ImportError)):
             truncated = "Decode" in type(err).__name__  # a graph read back cut short: what a full disk leaves
-            raise ExportFailed(f"exporting to {onnx_path} failed ({type(err).__name__}: "
+            raise ExportFailed(f"exporting to {target} failed ({type(err).__name__}: "
                                f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no detail'}); "
                                "its partial files were removed" + (". Is the disk full?" if truncated else "")) from err
         raise
+
+
+def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
+                       decode_tokens: int = 24) -> dict[str, Any]:
+    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
+    PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
+    (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
+    When anything fails, the files this call wrote beside ``onnx_path`` are removed."""
+    with remove_new_files(Path(onnx_path).resolve().parent, onnx_path):
+        return _export_and_compare(run_dir, onnx_path, int8, rows, decode_tokens)
 
 
 @torch.no_grad()

@@ -92,9 +92,9 @@ def decode_step_bytes(model: DecoderLM, context: int) -> int:
     per_layer = (2 * c.d_model  # residual and normalised input
                  + 3 * c.n_heads * c.head_dim  # q, k, v (k and v at most as wide as q)
                  + c.n_heads * (context + 1)  # scores over the cache and the new token
-                 + c.n_heads * c.head_dim  # attention output
-                 + (c.d_mlp if c.mlp else 0))
-    return FP32 * (per_layer * c.n_layers + c.d_model + c.vocab_size)
+                 + c.n_heads * c.head_dim)  # attention output
+    mlp = c.d_mlp * sum(c.layer_mlps())  # the MLP's hidden layer, where a block has one
+    return FP32 * (per_layer * c.n_layers + mlp + c.d_model + c.vocab_size)
 
 
 def footprint(model: DecoderLM, context: int) -> Footprint:

@@ -94,7 +94,11 @@ def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
     check_boundary(boundary)
     fill = x if boundary == "replicate" else torch.zeros_like(x)
     first = prev if prev is not None else fill[..., :1, :]
-    x_prev = torch.cat([first, x[..., :-1, :]], dim=-2)  # (B, H, T, D)
+    if torch.compiler.is_exporting():  # slicing off x_{T-1} would make the exported graph refuse T = 2
+        is_first = torch.arange(x.shape[-2], device=x.device)[:, None] == 0  # (T, 1)
+        x_prev = torch.where(is_first, first, torch.roll(x, 1, dims=-2))  # (B, H, T, D)
+    else:
+        x_prev = torch.cat([first, x[..., :-1, :]], dim=-2)  # (B, H, T, D)
     if starts is not None:
         x_prev = torch.where(starts[:, None, :, None], fill, x_prev)
     return x_prev

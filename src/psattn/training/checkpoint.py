@@ -103,3 +103,7 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     _atomic_write(Path(path), lambda f: f.write(text.encode()))
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    _atomic_write(Path(path), lambda f: f.write(data))

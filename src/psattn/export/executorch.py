@@ -1,0 +1,147 @@
+"""Export a DecoderLM to ExecuTorch, PyTorch's on-device runtime (Android, iOS, Arm microcontrollers).
+
+``export_executorch`` writes one ``.pte`` program with two methods over the graphs of :mod:`.graphs`:
+``prefill`` (input_ids (B, T) -> logits and the cache state) and ``decode`` (one token and the cache
+state -> logits and the state grown by one), lowered to the XNNPACK delegate, plus a constant method
+``max_context``: the longest sequence the program plans memory for. The cache crosses the program
+boundary as explicit state (sheared keys, values, and the last raw key and query where the shear needs
+them), so PSA's cache survives the path unchanged. The program takes one sequence at a time (batch 1),
+as on a device.
+
+Quantization (torchao, before export): ``int8`` is int8 dynamic activations with int8 weights, one
+scale per output channel; ``int4`` is int8 dynamic activations with int4 weights, one scale per 32
+weights (every linear layer's input width must then be a multiple of 32). Only the linear layers are
+quantized (the LM head among them); the embedding table, norms, RoPE and the shear stay fp32.
+
+Needs the ``executorch`` extra (executorch, which brings torchao).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph
+from psattn.models.decoder import DecoderLM
+from psattn.training.checkpoint import write_bytes
+
+QUANTIZATIONS = ("fp32", "int8", "int4")
+INT4_GROUP = 32  # weights sharing one int4 scale
+
+
+def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
+    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged)."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantize!r}; expected one of {QUANTIZATIONS}")
+    model = copy.deepcopy(model).eval()
+    if quantize == "fp32":
+        return model
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if quantize == "int4":
+        narrow = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)
+                         and m.in_features % INT4_GROUP})
+        if narrow:
+            raise ValueError(f"int4 weights take groups of {INT4_GROUP} input features; this model has linear layers "
+                             f"{narrow} wide (use int8)")
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(INT4_GROUP))
+    else:
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    if model.config.tie_embeddings:  # quantizing the head must leave the embedding table as it is
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_(model, config)
+    return model
+
+
+@torch.no_grad()
+def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32") -> Path:
+    """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    if max_context < 2:
+        raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = quantized_copy(model, quantize)
+    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
+    ids = torch.randint(0, model.config.vocab_size, (1, 5))
+    state = prefill(ids)[1:]
+    seq = torch.export.Dim("seq", min=1, max=max_context)
+    past = torch.export.Dim("past", min=1, max=max_context - 1)
+    cache_dims = {3: past}
+    decode_dims = ({}, cache_dims, cache_dims) + ((tuple({} for _ in state[2:]),) if state[2:] else ())
+    with _quiet():
+        programs = {"prefill": torch.export.export(prefill, (ids,), dynamic_shapes={"input_ids": {1: seq}}),
+                    "decode": torch.export.export(decode, (ids[:, :1], *state), dynamic_shapes=decode_dims)}
+        lowered = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()],
+                                              constant_methods={"max_context": max_context})
+        buffer = lowered.to_executorch().buffer
+    write_bytes(path, buffer)
+    return path
+
+
+class ExecuTorchLM:
+    """An exported program in ExecuTorch's Python runtime; the same interface as :class:`~.onnx.OnnxLM`."""
+
+    def __init__(self, path: str | Path):
+        from executorch.runtime import Runtime
+
+        with _quiet():
+            self.program = Runtime.get().load_program(Path(path))
+            self.prefill = self.program.load_method("prefill")
+            self.decode = self.program.load_method("decode")
+            self.max_context = int(self.program.load_method("max_context").execute([])[0])
+
+    def _check_length(self, length: int) -> None:
+        if length > self.max_context:
+            raise ValueError(f"the program plans memory for {self.max_context} tokens; {length} asked")
+
+    def logits(self, input_ids: np.ndarray) -> np.ndarray:
+        """(B, T) -> (B, T, V), one row at a time (the program takes batch 1, as on a device)."""
+        self._check_length(input_ids.shape[1])
+        rows = np.asarray(input_ids, dtype=np.int64)
+        return np.concatenate([self.prefill.execute([torch.from_numpy(row[None])])[0].numpy() for row in rows])
+
+    def generate(self, input_ids: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Greedy decoding of each row: prefill once, then one decode step per token. Returns the
+        sequences (B, T + n) and the logits each new token was chosen from (B, n, V)."""
+        self._check_length(input_ids.shape[1] + max_new_tokens - 1)
+        runs = [self._generate_row(row, max_new_tokens) for row in np.asarray(input_ids, dtype=np.int64)]
+        return np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])
+
+    def _generate_row(self, row: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        outputs = self.prefill.execute([torch.from_numpy(row[None])])
+        logits, state = outputs[0][:, -1], list(outputs[1:])  # (1, V)
+        tokens, chosen_from = [], []
+        for step in range(max_new_tokens):
+            token = logits.argmax(-1)[:, None]  # (1, 1)
+            tokens.append(int(token))
+            chosen_from.append(logits[0].numpy())
+            if step + 1 < max_new_tokens:
+                outputs = self.decode.execute([token, *state])
+                logits, state = outputs[0][:, -1], list(outputs[1:])
+        return np.concatenate([row, np.array(tokens, dtype=np.int64)]), np.stack(chosen_from)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Hold back the exporters' and torchao's warnings about their own internals."""
+    logger = logging.getLogger("torch._export")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)

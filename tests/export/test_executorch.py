@@ -1,0 +1,80 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+from psattn import AttentionConfig, DecoderLM, ModelConfig  # noqa: E402
+from psattn.cli import main  # noqa: E402
+from psattn.experiments.configs import small_config  # noqa: E402
+from psattn.export.executorch import ExecuTorchLM, export_executorch, quantized_copy  # noqa: E402
+from psattn.models import generate  # noqa: E402
+from psattn.training.trainer import train  # noqa: E402
+
+pytestmark = pytest.mark.slow  # each program takes tens of seconds to lower
+
+
+def float_model():
+    """Two symmetric layers (the cache keeps the last raw key and query), GQA, weights large enough
+    that the logits depend strongly on the input."""
+    config = ModelConfig(vocab_size=37, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                         attention=AttentionConfig("symmetric", 0.8))
+    torch.manual_seed(0)
+    model = DecoderLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def test_prefill_and_cached_decode_equal_pytorch(tmp_path):
+    model = float_model()
+    program = ExecuTorchLM(export_executorch(model, tmp_path / "m.pte", max_context=24))
+    assert program.max_context == 24
+    ids = torch.randint(0, 37, (3, 13))
+    with torch.no_grad():
+        assert np.abs(program.logits(ids.numpy()) - model(ids).numpy()).max() < 1e-4
+        assert np.abs(program.logits(ids[:, :1].numpy()) - model(ids[:, :1]).numpy()).max() < 1e-4  # one token
+    prompt = ids[:, :5]
+    ours = generate(model, prompt, 12)
+    seqs, step_logits = program.generate(prompt.numpy(), 12)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4  # every decode step, the cache as explicit state
+    assert (seqs == ours.sequences.numpy()).all()
+    with pytest.raises(ValueError, match="plans memory for 24 tokens; 25 asked"):
+        program.logits(torch.zeros(1, 25, dtype=torch.long).numpy())
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        export_executorch(model, tmp_path / "n.pte", max_context=1)
+
+
+def test_int4_needs_widths_in_groups_of_32():
+    narrow = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+    with pytest.raises(ValueError, match=r"groups of 32 input features; this model has linear layers \[16\] wide"):
+        quantized_copy(narrow, "int4")
+    with pytest.raises(ValueError, match="unknown quantization"):
+        quantized_copy(narrow, "int2")
+    tied = quantized_copy(float_model(), "int8")
+    assert tied.embed.weight.dtype == torch.float32  # the embedding table is not quantized with the head
+
+
+def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path):
+    run = tmp_path / "run"
+    train(small_config("key_only", 1.0, steps=300, early_stop=False), run)
+    out = tmp_path / "pte" / "model.pte"
+    assert main(["export", "--format", "executorch", "--run-dir", str(run), "--out", str(out),
+                 "--quantize", "int8", "int4", "--json", str(tmp_path / "r.json")]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.int4.pte", "model.int8.pte", "model.pte"]
+    assert r["max_logit_error"]["full_forward"] < 1e-4 and r["max_logit_error"]["decode_steps"] < 1e-4
+    assert r["greedy_tokens_equal"]
+    acc = r["accuracy"]
+    assert acc["pytorch"] > 0.5 and acc["executorch_fp32"] == pytest.approx(acc["pytorch"], abs=1e-3)
+    int8, int4 = r["quantized"]["int8"]["teacher_forced"], r["quantized"]["int4"]["teacher_forced"]
+    assert int8["positions"] == 64 * 64 and int8["top1_agreement"] >= 0.9 and 0 <= int8["kl_nats"] < 0.05
+    assert int4["top1_agreement"] >= 0.8 and int4["kl_nats"] >= int8["kl_nats"]  # fewer bits, further from fp32
+    assert abs(acc["executorch_int8"] - acc["pytorch"]) <= 0.02
+    sizes = r["size_bytes"]
+    assert sizes["int4"] < sizes["int8"] < 0.5 * sizes["fp32"]
+    assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32", "executorch_int8", "executorch_int4"}
