@@ -181,6 +181,20 @@ def test_attention_only_and_per_layer_configs():
     assert model(torch.randint(0, 64, (1, 5))).shape == (1, 5, 64)
 
 
+def test_an_mlp_per_layer():
+    config = ModelConfig(n_layers=3, mlp=[False, True, False], d_model=32, n_heads=2)
+    model = DecoderLM(config)
+    assert [block.mlp is not None for block in model.blocks] == [False, True, False]
+    assert [block.norm_mlp is not None for block in model.blocks] == [False, True, False]
+    assert model.num_parameters() == preset_parameter_count(config)
+    assert ModelConfig.from_dict(config.to_dict()) == config
+    assert ModelConfig(n_layers=2, mlp=[True, True]).layer_mlps() == ModelConfig(n_layers=2).layer_mlps()
+    x = torch.randint(0, 64, (2, 6))
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in range(6)], dim=1)
+    assert torch.allclose(steps, model(x), atol=1e-5)
+
+
 def test_config_round_trip_and_errors():
     config = ModelConfig(attention=AttentionConfig("symmetric", 0.8))
     assert ModelConfig.from_dict(config.to_dict()) == config
@@ -221,7 +235,9 @@ def test_an_explicit_head_width_decouples_d_k_from_d_model():
     ({"d_mlp": 0}, "d_mlp must be a positive integer"),
     ({"d_mlp": -4}, "d_mlp must be a positive integer"),
     ({"rope_base": float("nan")}, "rope_base"),
-    ({"mlp": "yes"}, "mlp must be true or false"),
+    ({"mlp": "yes"}, "mlp must be true, false or one true/false per layer"),
+    ({"mlp": [True, False]}, r"one true/false per layer \(1\)"),
+    ({"n_layers": 2, "mlp": [True, 1]}, "one true/false per layer"),
     ({"attention": {"variant": "key_only", "gama": 1}}, "unknown attention config fields"),
     ({"attention": {"variant": "smeared_keys", "placement": "pre_rope"}}, "acts at its own site"),
 ])

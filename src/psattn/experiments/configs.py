@@ -54,7 +54,7 @@ def small_config(
     d_model: int = 128,
     n_heads: int = 4,
     n_layers: int = 1,
-    mlp: bool = True,
+    mlp: bool | list[bool] = True,
     d_head: int | None = None,
     model_preset: str | None = None,
     device: str = "auto",
@@ -67,7 +67,8 @@ def small_config(
     vocabulary. ``stop_after`` > 0 ends the run once held-out accuracy has stayed at the threshold
     for that many evaluations in a row (and overrides ``early_stop``). A key-only or symmetric run at
     gamma = 0 is the baseline itself, so it is named and configured as the baseline (sweeps then share
-    those runs). ``mlp=False`` gives attention-only blocks (the name says ``-attnonly``)."""
+    those runs). ``mlp=False`` gives attention-only blocks (the name says ``-attnonly``); a list gives one
+    flag per layer (the name says which layers have one, e.g. ``-mlp2`` for the second layer alone)."""
     if variant == "baseline" or (gamma == 0.0 and variant in SHEARED):
         variant, gamma, placement = "baseline", 0.0, "post_rope"
     fields = {**DEFAULT_TASK_FIELDS.get(task, {}), **task_fields}
@@ -80,7 +81,7 @@ def small_config(
         model = ModelConfig(vocab_size=task_config.vocab_size, d_model=d_model, n_layers=n_layers,
                             n_heads=n_heads, attention=attention, d_head=d_head, init=init, mlp=mlp)
         size = (f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
-                + ("" if mlp else "-attnonly"))
+                + _mlp_tag(mlp))
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
@@ -91,6 +92,14 @@ def small_config(
                           early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )
+
+
+def _mlp_tag(mlp: bool | list[bool]) -> str:
+    if isinstance(mlp, list) and all(mlp):
+        mlp = True
+    if isinstance(mlp, list) and any(mlp):
+        return "-mlp" + "".join(str(i + 1) for i, m in enumerate(mlp) if m)
+    return "" if mlp else "-attnonly"
 
 
 def study_config(study: str, variant: str = "key_only", gamma: float = 1.0, **kwargs) -> RunConfig:

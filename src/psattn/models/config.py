@@ -74,7 +74,7 @@ class ModelConfig:
     n_layers: int = 1
     n_heads: int = 4
     n_kv_heads: int | None = None  # None: as many as n_heads (MHA); fewer: GQA
-    mlp: bool = True  # False: attention-only blocks
+    mlp: bool | list[bool] = True  # False: attention-only blocks; a list: one flag per layer
     d_mlp: int | None = None  # None: 4 * d_model
     rope_base: float = 10000.0
     rotary_fraction: float = 1.0
@@ -103,9 +103,14 @@ class ModelConfig:
             isinstance(self.init, (int, float)) and not isinstance(self.init, bool) and 0.0 < self.init < math.inf
         ):
             raise ValueError(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
-        for name in ("mlp", "tie_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
+        if isinstance(self.mlp, list):
+            if len(self.mlp) != self.n_layers or not all(isinstance(m, bool) for m in self.mlp):
+                raise ValueError(f"mlp must be true, false or one true/false per layer ({self.n_layers}), "
+                                 f"got {self.mlp!r}")
+        elif not isinstance(self.mlp, bool):
+            raise ValueError(f"mlp must be true, false or one true/false per layer, got {self.mlp!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
                              "or give d_head")
@@ -138,6 +143,10 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads if self.d_head is None else self.d_head
+
+    def layer_mlps(self) -> list[bool]:
+        """Whether each layer's block has an MLP."""
+        return list(self.mlp) if isinstance(self.mlp, list) else [self.mlp] * self.n_layers
 
     def layer_attention_configs(self) -> list[AttentionConfig]:
         if isinstance(self.attention, list):

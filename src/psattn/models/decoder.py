@@ -1,7 +1,7 @@
 """A small decoder-only transformer whose attention layers are PhaseSpaceAttention.
 
     h = embed(tokens)
-    for each block:  h = h + attn(norm(h));  h = h + mlp(norm(h))   (mlp optional)
+    for each block:  h = h + attn(norm(h));  h = h + mlp(norm(h))   (mlp optional, per layer)
     logits = lm_head(norm(h))
 """
 
@@ -41,8 +41,9 @@ class Block(nn.Module):
             head_dim=config.head_dim,
         )
         self.drop = nn.Dropout(config.dropout)
-        self.norm_mlp = _norm(config) if config.mlp else None
-        self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if config.mlp else None
+        has_mlp = config.layer_mlps()[layer]
+        self.norm_mlp = _norm(config) if has_mlp else None
+        self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if has_mlp else None
 
     def forward(self, h, context, cache=None, keep: Tensor | None = None):
         """h (B, T, C) -> (B, T, C); with ``keep`` (B, T) bool, only the kept positions attend and go

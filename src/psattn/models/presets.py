@@ -33,6 +33,6 @@ def preset_parameter_count(config: ModelConfig) -> int:
     q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     norm = C if config.norm == "rmsnorm" else 2 * C
     attn = C * q * 2 + C * kv * 2  # q, o and k, v projections (no bias)
-    mlp = (C * config.d_mlp + config.d_mlp) + (config.d_mlp * C + C) + norm if config.mlp else 0
+    mlp = (C * config.d_mlp + config.d_mlp) + (config.d_mlp * C + C) + norm
     head = 0 if config.tie_embeddings else V * C
-    return V * C + L * (norm + attn + mlp) + norm + head
+    return V * C + L * (norm + attn) + sum(config.layer_mlps()) * mlp + norm + head
