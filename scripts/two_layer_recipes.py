@@ -5,7 +5,7 @@ Two layers (d_model 128, 4 heads) on the full-sequence form (vocabulary 64, leng
 [BOS] + R + R rows. Each recipe changes one thing of the quick plan's recipe; some change the
 initialisation after the model is built (not a config field), which is why this is a script and not a
 sweep. Results go to one JSON file per recipe in OUT (a finished recipe is skipped), and a table is
-printed. About 2 to 4 minutes a recipe on one core.
+printed. About 2 to 4 minutes a recipe of 1,500 steps on one core.
 
     python scripts/two_layer_recipes.py OUT [RECIPE ...]
 """
@@ -38,6 +38,11 @@ RECIPES = {
     "embedding-std-1-b32": (dict(batch_size=32), "embedding std 1", 1500),
     "zero-mlp-output-b64": (dict(batch_size=64), "zero MLP output", 1500),
     "layer-1-norm-bias-b64": (dict(batch_size=64), "layer-1 norm bias N(0, 1)", 1500),
+    # which MLP stands in the way: the second layer's alone, the first layer's alone, the first frozen at init
+    "mlp-layer-2-only-b64": (dict(batch_size=64, mlp=[False, True]), None, 1500),
+    "mlp-layer-1-only-b64": (dict(batch_size=64, mlp=[True, False]), None, 1500),
+    "frozen-layer-1-mlp-b64": (dict(batch_size=64), "layer-1 MLP frozen at init", 1500),
+    "default-b64-6000-steps": (dict(batch_size=64), None, 6000),
 }
 
 
@@ -63,6 +68,8 @@ def change_model(model, change: str | None) -> None:
         g = torch.Generator().manual_seed(1)
         bias = model.blocks[0].norm_attn.bias
         bias.copy_(torch.randn(bias.shape, generator=g))
+    if change == "layer-1 MLP frozen at init":
+        model.blocks[0].mlp.requires_grad_(False)  # no gradient, so AdamW neither moves nor decays it
 
 
 def run(name: str) -> dict:

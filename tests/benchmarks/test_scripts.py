@@ -86,6 +86,11 @@ def test_two_layer_recipes_build_and_change_what_they_say(monkeypatch):
             assert model.blocks[0].norm_attn.bias.std() > 0.5 and model.blocks[1].norm_attn.bias.abs().sum() == 0
         if change == "embedding std 1":
             assert 0.9 < model.embed.weight.std() < 1.1
+        if change == "layer-1 MLP frozen at init":
+            assert not any(p.requires_grad for p in model.blocks[0].mlp.parameters())
+            assert all(p.requires_grad for p in model.blocks[1].mlp.parameters())
+        if isinstance(fields.get("mlp"), list):
+            assert [b.mlp is not None for b in model.blocks] == fields["mlp"], name
     assert recipes.config_for({}, "lr=1e-3", 10).train.lr == 1e-3
     assert not recipes.config_for({}, "untied", 10).model.tie_embeddings
     monkeypatch.setitem(recipes.RECIPES, "tiny", ({"batch_size": 4}, None, 2))
