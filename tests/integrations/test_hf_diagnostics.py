@@ -58,6 +58,53 @@ def test_raw_keys_and_score_terms_are_not_recorded_with_a_cache(prompt):
     assert set(seen) == {LAYER.format(i, "pattern") for i in range(2)}
 
 
+def patched(model, replacements, *args, **kwargs):
+    """model(*args, **kwargs) with each named hook point returning the given tensor."""
+    handles = [model.get_submodule(n).register_forward_hook(lambda _m, _i, _o, t=t: t) for n, t in replacements.items()]
+    try:
+        with torch.no_grad():
+            return model(*args, **kwargs).logits
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_patched_raw_keys_and_queries_are_sheared_downstream(prompt, attn):
+    """As in psattn's own layer: a replacement at hook_k (hook_q) flows through the shear, so it gives
+    what the sheared replacement at hook_k_sheared (hook_q_sheared) gives."""
+    model = apply_psa(tiny_model(), "symmetric", 0.7, attn_implementation=attn)
+    other = torch.roll(prompt, 3, dims=1)
+    with capture(model, "model.layers.0.self_attn.hook_*") as seen, torch.no_grad():
+        model(other, use_cache=False)
+    with torch.no_grad():
+        plain = model(prompt, use_cache=False).logits
+    for raw in ("k", "q"):
+        before = patched(model, {LAYER.format(0, raw): seen[LAYER.format(0, raw)]}, prompt, use_cache=False)
+        after = patched(model, {LAYER.format(0, f"{raw}_sheared"): seen[LAYER.format(0, f"{raw}_sheared")]},
+                        prompt, use_cache=False)
+        torch.testing.assert_close(before, after, atol=1e-5, rtol=1e-5)
+        assert (before - plain).abs().max() > 1e-3, raw
+
+
+def test_a_patched_pattern_is_the_one_attention_uses(prompt):
+    model = apply_psa(tiny_model(), "key_only", 1.0)
+    T = prompt.shape[1]
+    uniform = torch.ones(T, T, dtype=next(model.parameters()).dtype).tril()
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(1, 4, T, T)  # (B, Hq, T, T)
+    with capture(model, "model.layers.0.self_attn.hook_v") as seen:
+        patched(model, {LAYER.format(0, "pattern"): uniform}, prompt, use_cache=False)
+    out = {}
+    handle = model.model.layers[0].self_attn.o_proj.register_forward_pre_hook(lambda _m, a: out.__setitem__("x", a[0]))
+    patched(model, {LAYER.format(0, "pattern"): uniform}, prompt, use_cache=False)
+    handle.remove()
+    v = expand_kv_heads(seen[LAYER.format(0, "v")], 4)  # (B, Hq, T, D)
+    mean_so_far = v.cumsum(2) / torch.arange(1, T + 1, dtype=v.dtype)[:, None]  # what uniform causal attention returns
+    torch.testing.assert_close(out["x"], mean_so_far.transpose(1, 2).reshape(1, T, -1), atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        assert (patched(model, {}, prompt, use_cache=False) - model(prompt, use_cache=False).logits).abs().max() == 0
+
+
 def test_hook_points_go_with_remove_psa():
     model = remove_psa(apply_psa(tiny_model(), "key_only", 1.0))
     with pytest.raises(ValueError, match="no hook point"):

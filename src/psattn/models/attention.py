@@ -1,12 +1,18 @@
-"""The PhaseSpaceAttention layer: projections, RoPE, shear, SDPA, output projection.
+"""The PhaseSpaceAttention layer: project -> rotate -> shear -> attend -> output projection.
 
-Hook points (see :mod:`psattn.ops.hooks`):
-- ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D);
-- ``hook_q_sheared``, ``hook_k_sheared``: the q̂, k̂ that enter attention;
+Hook points (see :mod:`psattn.ops.hooks`). As in TransformerLens, a forward hook that returns a tensor
+replaces the one passing through, and the layer computes everything after the point from it
+(activation patching, ablation); a hook that returns nothing only reads:
+- ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D), before the
+  shear: a replacement is sheared (with the pre-RoPE ablation, rotated back first) and is what the
+  cache keeps as the last raw query or key;
+- ``hook_q_sheared``, ``hook_k_sheared``: the q̂, k̂ that enter attention (and the cache);
 - ``hook_v``: values (B, Hkv, T, Dv);
 - ``hook_score_terms``: :class:`~psattn.ops.attention.ScoreTerms` T1..T4 (B, Hq, T, T), unscaled,
-  computed only when hooked and only without a cache (the cache keeps no raw keys);
-- ``hook_pattern``: the attention pattern (B, Hq, T, S), computed only when hooked;
+  computed only when hooked and only without a cache (the cache keeps no raw keys); read-only: the
+  scores that attention uses are q̂ᵀk̂, so patch ``hook_q_sheared``/``hook_k_sheared`` instead;
+- ``hook_pattern``: the attention pattern (B, Hq, T, S), computed only when hooked; when hooked, the
+  layer attends with the explicit pattern (the one the hook returns, if any) instead of SDPA;
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
 
 With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
@@ -102,59 +108,101 @@ class PhaseSpaceAttention(nn.Module):
         marked positions alone: -> (N, d_model) in row-major order."""
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
-        index = filled = None  # the marked positions, gathered to the front of each row
-        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
-            index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
-        # q̂ of the marked positions alone, when those (and, with a query shear, their predecessors)
-        # are at most half the row: gathering more rows costs more than it saves
-        few = index is not None and self._local_queries and 2 * index.shape[1] * (1 + (self.gamma_q != 0.0)) <= T
-        if few:
-            q = self._marked_queries(x, ctx, index)  # (B, Hq, Tq, D): already q̂
-        else:
-            q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        cos, sin = self.rope(ctx.position_ids, x.dtype)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
+        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
+            return self.o_proj(self._attend_marked(x, ctx, queries))  # (N, d_model)
+        q_hat, k_hat, v = self._streams(x, ctx, cache)
+        out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
+        return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, d_model) -> q (B, Hq, T, D), k and v (B, Hkv, T, D), before RoPE."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        return q, k, v
+
+    def _streams(self, x: Tensor, ctx: AttentionContext, cache: LayerCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """q̂ (B, Hq, T, D), k̂ and v (B, Hkv, S, D) as attention sees them: projected, rotated and
+        sheared (in the order the placement says), passed through the hook points, and, with a
+        cache, k̂ and v extended by the cached ones."""
+        q, k, v = self._project(x)
+        cos, sin = self.rope(ctx.position_ids, x.dtype)
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
             q, k, v = self.key_lag(q, k, v, ctx.starts)
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
-
         if self.post_rope:  # the shear acts on the rotated streams
-            q = q if few else apply_rope(q, cos, sin)
-            k = apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if self.key_lag is not None and self.key_lag.site == "post_rope":
-                q, k, v = self.key_lag(q, k, v, ctx.starts)  # q passes unchanged when few
-            site_q, site_k = q, k
-            q_hat = q if few else self._shear(q, self.gamma_q, ctx, prev_q)
-            k_hat = self._shear(k, self.gamma_k, ctx, prev_k)
+                q, k, v = self.key_lag(q, k, v, ctx.starts)
+            q, k = self.hook_q(q), self.hook_k(k)
+            raw_q, raw_k = q, k  # the streams the shear acts on
+            q_hat = self._shear(raw_q, self.gamma_q, ctx, prev_q)
+            k_hat = self._shear(raw_k, self.gamma_k, ctx, prev_k)
         else:  # ablation: shear first, then rotate
-            site_q, site_k = q, k
-            q_hat = q if few else apply_rope(self._shear(q, self.gamma_q, ctx, prev_q), cos, sin)
-            k_hat = apply_rope(self._shear(k, self.gamma_k, ctx, prev_k), cos, sin)
+            raw_q, raw_k = q, k
             if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        q, k = self.hook_q(q), self.hook_k(k)
+                patched_q, patched_k = self.hook_q(q), self.hook_k(k)
+                if patched_q is not q:  # a replacement, in the rotated frame: rotate it back to shear it
+                    q, raw_q = patched_q, apply_rope(patched_q, cos, -sin)
+                if patched_k is not k:
+                    k, raw_k = patched_k, apply_rope(patched_k, cos, -sin)
+            q_hat = apply_rope(self._shear(raw_q, self.gamma_q, ctx, prev_q), cos, sin)
+            k_hat = apply_rope(self._shear(raw_k, self.gamma_k, ctx, prev_k), cos, sin)
         q_hat, k_hat, v = self.hook_q_sheared(q_hat), self.hook_k_sheared(k_hat), self.hook_v(v)
-
-        if self.hook_score_terms.active and cache is None:
-            self.hook_score_terms(self._score_terms(site_q, site_k, q, k, ctx, cos, sin))
+        if self.hook_score_terms.active and cache is None:  # read-only: see the module docstring
+            self.hook_score_terms(self._score_terms(raw_q, raw_k, q, k, ctx, cos, sin))
         if cache is not None:
-            k_hat, v = cache.append(k_hat, v, raw_k=site_k, raw_q=site_q)
-        if self.hook_pattern.active:
-            self.hook_pattern(attention_weights(q_hat, k_hat, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal))
+            k_hat, v = cache.append(k_hat, v, raw_k=raw_k, raw_q=raw_q)  # (B, Hkv, S, D)
+        return q_hat, k_hat, v
 
-        if index is not None:
-            at = index[:, None, :, None].expand(B, self.n_heads, index.shape[1], self.head_dim)  # (B, Hq, Tq, D)
-            q_sel = q_hat if few else q_hat.gather(2, at)  # (B, Hq, Tq, D)
-            return self.o_proj(self._attend_from(index, filled, q_sel, k_hat, v, ctx))  # (N, d_model)
-        out = F.scaled_dot_product_attention(
-            q_hat, k_hat, v, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
-            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_heads != self.n_kv_heads,
-        )  # (B, Hq, T, D)
-        out = self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
-        return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+    def _attend(self, q_hat: Tensor, k_hat: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        """Causal attention of q̂ (B, Hq, T, D) over k̂, v (B, Hkv, S, D) -> (B, T, Hq * D), through
+        ``hook_out``; with ``hook_pattern`` hooked, from the explicit (and possibly replaced) pattern."""
+        B, _, T, _ = q_hat.shape
+        dropout = self.dropout if self.training else 0.0
+        if self.hook_pattern.active:
+            pattern = attention_weights(q_hat, k_hat, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal)
+            pattern = F.dropout(self.hook_pattern(pattern), dropout)  # (B, Hq, T, S)
+            out = pattern @ expand_kv_heads(v, self.n_heads)  # (B, Hq, T, D)
+        else:
+            out = F.scaled_dot_product_attention(
+                q_hat, k_hat, v, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal, dropout_p=dropout,
+                enable_gqa=self.n_heads != self.n_kv_heads,
+            )  # (B, Hq, T, D)
+        return self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
+
+    def _attend_marked(self, x: Tensor, ctx: AttentionContext, queries: Tensor) -> Tensor:
+        """The unhooked, uncached forward for the marked positions alone -> (N, Hq * D): q̂ of those
+        positions only when that is cheaper (they, and with a query shear their predecessors, are at
+        most half the row), else every q̂ and then a gather."""
+        index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
+        B, Tq = index.shape
+        T = x.shape[1]
+        if self._local_queries and 2 * Tq * (1 + (self.gamma_q != 0.0)) <= T:
+            q_sel = self._marked_queries(x, ctx, index)  # (B, Hq, Tq, D)
+            k_hat, v = self._keys_values(x, ctx)
+        else:
+            q_hat, k_hat, v = self._streams(x, ctx, None)
+            at = index[:, None, :, None].expand(B, self.n_heads, Tq, self.head_dim)  # (B, Hq, Tq, D)
+            q_sel = q_hat.gather(2, at)  # (B, Hq, Tq, D)
+        return self._attend_from(index, filled, q_sel, k_hat, v, ctx)
+
+    def _keys_values(self, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """k̂ and v (B, Hkv, T, D) of every position, for a layer whose queries are computed apart."""
+        B, T, _ = x.shape
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        cos, sin = self.rope(ctx.position_ids, x.dtype)
+        if self.post_rope:
+            k = apply_rope(k, cos, sin)
+            if self.key_lag is not None:  # post-RoPE and not mixing queries, or this path is not taken
+                _, k, v = self.key_lag(None, k, v, ctx.starts)
+            return self._shear(k, self.gamma_k, ctx, None), v
+        return apply_rope(self._shear(k, self.gamma_k, ctx, None), cos, sin), v
 
     def _marked_queries(self, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
         """q̂ (B, Hq, Tq, D) at the positions ``index`` (B, Tq) alone, from x at those positions and,

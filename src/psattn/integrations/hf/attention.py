@@ -21,14 +21,16 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+import torch.nn.functional as F
 from torch import Tensor
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
+from psattn.integrations.hf import hooks
 from psattn.integrations.hf.cache import PSALayer
-from psattn.integrations.hf.hooks import record
 from psattn.integrations.hf.spec import BASES, PSASpec
+from psattn.ops.attention import expand_kv_heads
 from psattn.ops.shear import shear
 
 
@@ -63,19 +65,27 @@ def psa_attention_forward(
             "in the config; build each model from its own copy, e.g. copy.deepcopy(config))"
         )
     spec, starts, layer = psa_step.spec, psa_step.starts, psa_step.layer
+    query = hooks.through(module, "q", query)
     if layer is not None:
         q_hat = layer.shear_queries(query, starts)
-        k_hat, raw_key = key, None  # PSALayer.update stored and returned sheared keys
+        k_hat = key  # PSALayer.update stored and returned sheared keys
     else:
-        raw_key = key
         if key.shape[-2] != query.shape[-2]:
             raise RuntimeError(
                 f"PSA got {key.shape[-2]} keys for {query.shape[-2]} queries without a PSA cache layer; "
                 "past keys must come from a DynamicCache/PSADynamicCache used by the patched model"
             )
+        key = hooks.through(module, "k", key)
+        hooks.read_score_terms(module, spec, starts, query, key)
         q_hat = shear(query, spec.gamma_q, starts=starts, boundary=spec.boundary)
         k_hat = shear(key, spec.gamma_k, starts=starts, boundary=spec.boundary)
-    record(module, spec, starts, query, raw_key, q_hat, k_hat, value, attention_mask, kwargs.get("scaling"))
+    q_hat, k_hat = hooks.through(module, "q_sheared", q_hat), hooks.through(module, "k_sheared", k_hat)
+    value = hooks.through(module, "v", value)
+    if hooks.listening(module, "pattern"):  # attend with the explicit pattern the hook saw (or returned)
+        weights = hooks.pattern(module, q_hat, k_hat, attention_mask, kwargs.get("scaling"))
+        weights = F.dropout(weights, kwargs.get("dropout", 0.0), module.training)
+        out = weights @ expand_kv_heads(value, q_hat.shape[1])  # (B, Hq, T, Dv)
+        return out.transpose(1, 2).contiguous(), weights  # (B, T, Hq, Dv), as transformers' functions return
     return base(module, q_hat, k_hat, value, attention_mask, **kwargs)
 
 

@@ -1,18 +1,23 @@
 """Hook points on the attention modules of a patched transformers model.
 
 :func:`~.patch.apply_psa` adds the same hook points as psattn's own attention layer (see
-:mod:`psattn.models.attention`) to every attention module, so :func:`psattn.ops.hooks.capture` and
-the head diagnostics of :mod:`psattn.models.heads` work on transformers models too::
+:mod:`psattn.models.attention`) to every attention module, with the same meaning: a forward hook
+that returns a tensor replaces the one passing through and the attention call computes the rest from
+it (activation patching, ablation), so :func:`psattn.ops.hooks.capture`, patching and the head
+diagnostics of :mod:`psattn.models.heads` work on transformers models too::
 
     with capture(model, "*.hook_pattern", "*.hook_score_terms") as seen:
         model(input_ids, use_cache=False)
     seen["model.layers.0.self_attn.hook_pattern"]  # (B, Hq, T, T)
 
-- ``hook_q``, ``hook_q_sheared``: raw post-RoPE queries and q̂ (B, Hq, T, D);
-- ``hook_k``: raw post-RoPE keys (B, Hkv, T, D), and ``hook_score_terms``: T1..T4 (B, Hq, T, T),
-  only without a cache (a cache keeps sheared keys, not raw ones: pass ``use_cache=False``);
+- ``hook_q``: raw post-RoPE queries (B, Hq, T, D), before the shear (a replacement is sheared and,
+  with a cache, is what the cache keeps as the last raw query); ``hook_q_sheared``: q̂;
+- ``hook_k``: raw post-RoPE keys (B, Hkv, T, D) before the shear, only without a cache (a cache
+  shears keys as it stores them: pass ``use_cache=False`` to read or patch them);
 - ``hook_k_sheared``, ``hook_v``: k̂ and the values (B, Hkv, S, D) that enter attention, past included;
-- ``hook_pattern``: the attention pattern (B, Hq, T, S).
+- ``hook_score_terms``: T1..T4 (B, Hq, T, T), only without a cache; read-only (attention uses q̂ᵀk̂);
+- ``hook_pattern``: the attention pattern (B, Hq, T, S); when hooked, the call attends with the
+  explicit (and possibly replaced) pattern instead of transformers' attention function.
 
 Nothing is computed for a hook point nobody listens to.
 """
@@ -38,32 +43,30 @@ def remove_hook_points(module: nn.Module) -> None:
             delattr(module, f"hook_{name}")
 
 
-def _listening(module: nn.Module) -> bool:
-    return any(getattr(module, f"hook_{name}", None) is not None and getattr(module, f"hook_{name}").active
-               for name in HOOK_NAMES)
+def through(module: nn.Module, name: str, x: Tensor) -> Tensor:
+    """``x`` through the module's hook point ``hook_<name>`` (its replacement, if a hook returns one)."""
+    point = getattr(module, f"hook_{name}", None)
+    return x if point is None or not point.active else point(x)
 
 
-def record(module: nn.Module, spec, starts: Tensor, query: Tensor, key: Tensor | None, q_hat: Tensor,
-           k_hat: Tensor, value: Tensor, mask, scaling: float | None) -> None:
-    """Pass the streams of one attention call through the module's hook points. ``key`` is the
-    chunk's raw keys, or None when a cache already sheared them; ``mask`` is transformers' 4D mask
-    (boolean, True = attend, or additive float) or None for plain causal attention."""
-    if not _listening(module):
-        return
-    module.hook_q(query)
-    module.hook_q_sheared(q_hat)
-    module.hook_k_sheared(k_hat)
-    module.hook_v(value)
-    if key is not None:
-        module.hook_k(key)
-        if module.hook_score_terms.active:
-            module.hook_score_terms(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k,
-                                                starts=starts, boundary=spec.boundary))
-    if module.hook_pattern.active:
-        Tq, Tk = q_hat.shape[-2], k_hat.shape[-2]
-        if isinstance(mask, Tensor):
-            mask = mask[..., :Tk]  # (B, 1, Tq, Tk), as transformers' eager attention slices it
-        module.hook_pattern(attention_weights(
-            q_hat, k_hat, attn_mask=mask if isinstance(mask, Tensor) else None,
-            is_causal=mask is None and Tq == Tk and Tq > 1, scale=scaling,
-        ))
+def listening(module: nn.Module, name: str) -> bool:
+    point = getattr(module, f"hook_{name}", None)
+    return point is not None and point.active
+
+
+def read_score_terms(module: nn.Module, spec, starts: Tensor, query: Tensor, key: Tensor) -> None:
+    """Pass T1..T4 of the chunk's raw streams to ``hook_score_terms`` (read-only)."""
+    if listening(module, "score_terms"):
+        module.hook_score_terms(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k,
+                                            starts=starts, boundary=spec.boundary))
+
+
+def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: float | None) -> Tensor:
+    """The attention pattern (B, Hq, Tq, Tk) through ``hook_pattern``. ``mask`` is transformers' 4D
+    mask (boolean, True = attend, or additive float) or None for plain causal attention."""
+    Tq, Tk = q_hat.shape[-2], k_hat.shape[-2]
+    if isinstance(mask, Tensor):
+        mask = mask[..., :Tk]  # (B, 1, Tq, Tk), as transformers' eager attention slices it
+    weights = attention_weights(q_hat, k_hat, attn_mask=mask if isinstance(mask, Tensor) else None,
+                                is_causal=mask is None and Tq == Tk and Tq > 1, scale=scaling)
+    return module.hook_pattern(weights)
