@@ -130,19 +130,34 @@ def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law()
 
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
     configs = exp.EXPERIMENTS["two_layer"]("quick")
-    assert {(c.task.form, c.model.mlp, c.model.attention.variant) for c in configs} == {
-        (f, m, v) for f in ("full", "single") for m in (True, False) for v in ("baseline", "key_only")}
-    assert len({c.name for c in configs}) == len(configs) == 16
-    results = {f"{mlp}{s}": fake("baseline", 0.0, s, success=not mlp, step=500, layers=2, mlp=mlp)
-               for mlp in (True, False) for s in (0, 1)}
+    assert {(c.task.form, str(c.model.mlp), c.model.attention.variant) for c in configs} == {
+        (f, m, v) for f in ("full", "single") for m in ("True", "False") for v in ("baseline", "key_only")} | {
+        (f, "[False, True]", "baseline") for f in ("full", "single")}
+    assert len({c.name for c in configs}) == len(configs) == 20
+    results = {f"{mlp}{s}": fake("baseline", 0.0, s, success=mlp is not True, step=500, layers=2, mlp=mlp)
+               for mlp in ([False, True], True, False) for s in (0, 1)}
     rows = two_layer_table(results)
-    assert [(r["mlp"], r["successes"]) for r in rows] == [(True, 0), (False, 2)]
+    assert [(r["mlp"], r["successes"]) for r in rows] == [("yes", 0), ("no", 2), ("layer 2 only", 2)]
     assert format_two_layer_table(rows)[3] == "| full | 2 | no | baseline | 2/2 | 500 | 0.850 | 1000 |"
+    assert format_two_layer_table(rows)[4].startswith("| full | 2 | layer 2 only | baseline | 2/2 |")
 
 
 def test_the_studies_stay_out_of_both_reproductions():
     for study in ("text_pilot", "paper_form", "gamma_depth", "two_layer"):
         assert study in LEFT_OUT["quick"] and study in LEFT_OUT["full"]
+
+
+def test_the_paper_form_table_in_the_docs_is_what_its_saved_runs_give():
+    from pathlib import Path
+
+    from psattn.experiments.sweep import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "paper_form").iterdir())}
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in exp.EXPERIMENTS["paper_form"]("quick")}
+    table = format_paper_form_table(paper_form_table(results))
+    docs = (root / "docs" / "paper_form.md").read_text()
+    assert all(line in docs for line in table), "\n".join(table)
 
 
 def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
