@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -19,3 +21,19 @@ def from_fields(cls: type[T], values: Mapping[str, Any], what: str) -> T:
     if unknown:
         raise ValueError(f"unknown {what} fields {unknown}; known: {known}")
     return cls(**values)
+
+
+@functools.cache
+def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+    """The fields of dataclass ``cls`` typed ``Literal[...]``, with their allowed values."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: typing.get_args(hints[f.name]) for f in dataclasses.fields(cls)
+            if typing.get_origin(hints[f.name]) is Literal}
+
+
+def check_choices(obj: Any, what: str) -> None:
+    """Refuse, with a ValueError naming ``what`` and the field, a value outside its ``Literal[...]`` type."""
+    for name, choices in literal_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if value not in choices or isinstance(value, bool):
+            raise ValueError(f"unknown {what} {name} {value!r}; expected one of {list(choices)}")

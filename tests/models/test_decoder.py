@@ -272,3 +272,23 @@ def test_preset_count_formula_for_gqa_untied_rmsnorm():
     config = ModelConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=8, n_kv_heads=2,
                          tie_embeddings=False, norm="rmsnorm", d_mlp=100)
     assert DecoderLM(config).num_parameters() == preset_parameter_count(config)
+
+
+def test_choice_fields_are_literal_types_checked_by_one_helper():
+    import typing
+
+    from psattn.fields import literal_fields
+    from psattn.models.config import KEY_LAG
+    from psattn.ops.variants import VARIANTS
+    from psattn.training.config import TrainConfig
+
+    assert set(literal_fields(AttentionConfig)["variant"]) == set(VARIANTS) | set(KEY_LAG)
+    assert set(literal_fields(AttentionConfig)) == {"variant", "placement", "boundary"}
+    assert literal_fields(ModelConfig) == {"norm": ("layernorm", "rmsnorm")}
+    assert literal_fields(TrainConfig) == {"precision": ("fp32", "bf16")}
+    for make, message in ((lambda: AttentionConfig("symmetric", 1.0, boundary="wrap"), "unknown attention boundary 'wrap'"),
+                          (lambda: ModelConfig(norm="batchnorm"), "unknown model norm 'batchnorm'"),
+                          (lambda: TrainConfig(precision="fp16"), "unknown train precision 'fp16'; expected one of")):
+        with pytest.raises(ValueError, match=message):
+            make()
+    assert typing.get_type_hints(AttentionConfig)["placement"] == typing.Literal["post_rope", "pre_rope"]

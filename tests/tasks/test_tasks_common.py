@@ -108,7 +108,7 @@ def test_make_task_config_overrides_and_errors():
         make_task_config("copy")
     with pytest.raises(ValueError, match=r"unknown task 'random_offset' fields \['vocab_size'\].*num_keys"):
         make_task_config("random_offset", vocab_size=64)
-    with pytest.raises(ValueError, match="form must be one of"):
+    with pytest.raises(ValueError, match="unknown induction task form"):
         make_task_config("induction", form="double")
 
 

@@ -152,7 +152,7 @@ def test_full_form_property(vocab_size, seq_len, seed):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"form": "double"}, "form must be one of"),
+        ({"form": "double"}, "unknown induction task form"),
         ({"seq_len": 3}, "seq_len must be >= 4"),
         ({"vocab_size": 2, "form": "full"}, "vocab_size must be >= 3"),
         ({"vocab_size": 3}, "vocab_size must be >= 4 for form='single'"),

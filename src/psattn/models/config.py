@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-from psattn.fields import from_fields
+from psattn.fields import check_choices, from_fields
 from psattn.models.keylag import KEY_LAG
 from psattn.ops.rope import rotary_dim
-from psattn.ops.shear import check_boundary, check_gamma
-from psattn.ops.variants import VARIANTS, check_placement, variant_gammas
+from psattn.ops.shear import Boundary, check_gamma
+from psattn.ops.variants import Placement, variant_gammas
+
+#: the PSA variants (psattn.ops.variants.VARIANTS) and the learned key-lag baselines (models.keylag.KEY_LAG)
+Variant = Literal["baseline", "symmetric", "key_only", "query_only", "smeared_keys", "kv_shift", "primer_dconv", "canon"]
 
 
 @dataclass
@@ -20,24 +23,18 @@ class AttentionConfig:
     query_only) gamma_q and gamma_k follow from variant and gamma; the key-lag baselines
     (smeared_keys, kv_shift, primer_dconv, canon) learn their own weights and take no gamma."""
 
-    variant: str = "baseline"
+    variant: Variant = "baseline"
     gamma: float = 0.0
-    placement: str = "post_rope"
-    boundary: str = "replicate"
+    placement: Placement = "post_rope"
+    boundary: Boundary = "replicate"
 
     def __post_init__(self):
-        if self.variant not in VARIANTS and self.variant not in KEY_LAG:
-            raise ValueError(
-                f"unknown attention variant {self.variant!r}; PSA variants: {sorted(VARIANTS)}, "
-                f"key-lag baselines: {sorted(KEY_LAG)}"
-            )
+        check_choices(self, "attention")
         self.gamma = check_gamma(self.gamma)
         if self.variant == "baseline" and self.gamma != 0.0:
             raise ValueError(f"the baseline has no shear, so gamma must be 0 (got {self.gamma}); pick a PSA variant")
         if self.variant in KEY_LAG and self.gamma != 0.0:
             raise ValueError(f"the key-lag baseline {self.variant!r} takes no gamma (got {self.gamma})")
-        check_placement(self.placement)
-        check_boundary(self.boundary)
         if self.variant in KEY_LAG and self.placement != "post_rope":
             raise ValueError(
                 f"placement applies to the PSA shear; the key-lag baseline {self.variant!r} acts at its own site "
@@ -58,7 +55,8 @@ def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
     return from_fields(AttentionConfig, data, "attention config")
 
 
-NORMS = ("layernorm", "rmsnorm")
+Norm = Literal["layernorm", "rmsnorm"]
+NORMS: tuple[str, ...] = get_args(Norm)
 #: "scaled": every embedding and linear weight ~ N(0, 1 / (3 d_model)), the scale of PyTorch's default
 #: nn.Linear init for a d_model-wide input (0.051 at d_model 128; 0.021 at 768, GPT-2's 0.02);
 #: "torch": PyTorch's own module defaults (N(0, 1) embeddings, uniform linear weights).
@@ -78,7 +76,7 @@ class ModelConfig:
     d_mlp: int | None = None  # None: 4 * d_model
     rope_base: float = 10000.0
     rotary_fraction: float = 1.0
-    norm: str = "layernorm"
+    norm: Norm = "layernorm"
     tie_embeddings: bool = True
     dropout: float = 0.0
     attention: AttentionConfig | list[AttentionConfig] = field(default_factory=AttentionConfig)
@@ -86,6 +84,7 @@ class ModelConfig:
     init: float | str = "scaled"  # see INITS: "scaled", "torch", or the std of a normal init of every matrix
 
     def __post_init__(self):
+        check_choices(self, "model")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.d_mlp is None:
@@ -118,8 +117,6 @@ class ModelConfig:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
             raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
-        if self.norm not in NORMS:
-            raise ValueError(f"unknown norm {self.norm!r}; expected one of {NORMS}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
         rotary_dim(self.head_dim, self.rotary_fraction)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-BOUNDARIES = ("replicate", "zero")
+Boundary = Literal["replicate", "zero"]
+BOUNDARIES: tuple[str, ...] = get_args(Boundary)
 
 
 #: the largest |gamma| accepted: far past any useful coupling (the filter's gain is 1 + 2|gamma|), and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from psattn.ops.shear import check_gamma
 
 # name -> (query sheared, key sheared)
@@ -11,19 +13,14 @@ VARIANTS: dict[str, tuple[bool, bool]] = {
     "key_only": (False, True),
     "query_only": (True, False),
 }
-PLACEMENTS = ("post_rope", "pre_rope")
+Placement = Literal["post_rope", "pre_rope"]
+PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 
 def check_variant(variant: str) -> str:
     if variant not in VARIANTS:
         raise ValueError(f"unknown PSA variant {variant!r}; expected one of {sorted(VARIANTS)}")
     return variant
-
-
-def check_placement(placement: str) -> str:
-    if placement not in PLACEMENTS:
-        raise ValueError(f"unknown shear placement {placement!r}; expected one of {PLACEMENTS}")
-    return placement
 
 
 def variant_gammas(variant: str, gamma: float) -> tuple[float, float]:

@@ -38,16 +38,19 @@ num_distractors 2: 4 and 9 repeat)::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from psattn.fields import check_choices
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
 
 BOS = 0
-FORMS = ("single", "full")
+Form = Literal["single", "full"]
+FORMS: tuple[str, ...] = get_args(Form)
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,11 @@ class InductionConfig:
 
     vocab_size: int = 64
     seq_len: int = 64
-    form: str = "single"
+    form: Form = "single"
     num_distractors: int = 8
 
     def __post_init__(self) -> None:
-        if self.form not in FORMS:
-            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        check_choices(self, "induction task")
         if self.seq_len < 4:
             raise ValueError(f"seq_len must be >= 4 (BOS, query, answer, query), got {self.seq_len}")
         if self.vocab_size < 3:

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from psattn.fields import from_fields
+from psattn.fields import check_choices, from_fields
 from psattn.jsonfile import read_json
 from psattn.models.config import ModelConfig
 from psattn.tasks.registry import TASKS, TaskConfig, make_task_config, task_name
@@ -46,11 +46,12 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads; None leaves the default
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda" or "cuda:N"
-    precision: str = "fp32"  # "fp32" or "bf16" (autocast; GPU presets)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (GPU presets)
     compile: bool = False  # torch.compile the model
     tensorboard: bool = False  # also write every metrics row to <run dir>/tensorboard (the tensorboard extra)
 
     def __post_init__(self):
+        check_choices(self, "train")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every", "early_stop_evals"):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
@@ -82,8 +83,6 @@ class TrainConfig:
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
         if not (_is_number(self.grad_clip) and self.grad_clip > 0):
             raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip!r}")
 

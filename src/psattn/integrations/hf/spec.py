@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
 
-from psattn.fields import from_fields
-from psattn.ops.shear import check_boundary, check_gamma
-from psattn.ops.variants import check_placement, check_variant, variant_gammas
+from psattn.fields import check_choices, from_fields
+from psattn.ops.shear import Boundary, check_gamma
+from psattn.ops.variants import Placement, variant_gammas
 
 # Base attention kernels PSA can run on: the shear happens first, then the named kernel attends.
 BASES = ("sdpa", "eager")
@@ -24,20 +25,18 @@ class PSASpec:
     crops (assisted decoding of this model) reaching back only ``max_rollback`` tokens.
     """
 
-    variant: str = "key_only"
+    variant: Literal["baseline", "symmetric", "key_only", "query_only"] = "key_only"
     gamma: float = 0.8
-    placement: str = "post_rope"
-    boundary: str = "replicate"
+    placement: Placement = "post_rope"
+    boundary: Boundary = "replicate"
     max_rollback: int = 0
     keep_last_call: bool = True
 
     def __post_init__(self) -> None:
-        check_variant(self.variant)
+        check_choices(self, "PSA")
         object.__setattr__(self, "gamma", check_gamma(self.gamma))
         if self.variant == "baseline" and self.gamma != 0.0:
             raise ValueError(f"the baseline has no shear, so gamma must be 0 (got {self.gamma}); pick a PSA variant")
-        check_placement(self.placement)
-        check_boundary(self.boundary)
         if isinstance(self.max_rollback, bool) or not isinstance(self.max_rollback, int) or self.max_rollback < 0:
             raise ValueError(f"max_rollback must be an int >= 0, got {self.max_rollback!r}")
         if not isinstance(self.keep_last_call, bool):
