@@ -192,4 +192,5 @@ def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
 
     def count(**kw):
         return build_model(small_config("baseline", 0.0, **kw)).num_parameters()
-    assert (count(), count(n_layers=2), count(n_layers=2, mlp=False)) == (206_208, 403_968, 140_032)
+    assert (count(), count(n_layers=2), count(n_layers=2, mlp=[False, True]), count(n_layers=2, mlp=False)) == (
+        206_208, 403_968, 272_000, 140_032)

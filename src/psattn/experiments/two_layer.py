@@ -6,10 +6,11 @@ without MLPs, two seeds, on the full-sequence form (1,500 steps) and on the sing
 steps), every run stopping once held-out accuracy has stayed at the threshold for two evaluations. The
 one-layer rows are the variant table's (``psattn sweep variants``).
 
-With MLPs, two plain layers miss the circuit on the full form under every recipe tried (docs/text.md):
-within 200 steps all four second-layer heads become previous-token heads and the first layer's stay
-diffuse, so no head can compose with them; without MLPs two heads of the second layer stay free and
-become induction heads, over first-layer previous-token heads, by step 500.
+With an MLP in every block, two plain layers miss the circuit on the full form under every recipe
+tried (docs/text.md): within 200 steps all four second-layer heads become previous-token heads and the
+first layer's stay diffuse, so no head can compose with them. The first layer's MLP is what locks them
+(it does so even frozen at its initialisation): without MLPs, or with an MLP in the second layer
+alone, the first layer takes the previous-token role and the second forms induction heads by step 500.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from psattn.experiments.configs import study_config
 from psattn.experiments.summaries import first_attention, summarise_by
 from psattn.training.config import RunConfig
 
-#: (variant, gamma, MLPs)
-TWO_LAYER_ROWS = (("baseline", 0.0, True), ("baseline", 0.0, False), ("key_only", 1.0, True), ("key_only", 1.0, False))
+#: (variant, gamma, MLPs: in both blocks, in neither, or one flag per layer)
+TWO_LAYER_ROWS = (("baseline", 0.0, True), ("baseline", 0.0, False), ("baseline", 0.0, [False, True]),
+                  ("key_only", 1.0, True), ("key_only", 1.0, False))
 BUDGET = {"full": 1500, "single": 3000}
 SEEDS = (0, 1)
 
@@ -39,12 +41,20 @@ def two_layer(mode: str = "quick") -> list[RunConfig]:
 def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
     m, a = result["config"]["model"], first_attention(result)
     return {"form": result["config"]["task"].get("form", "full"), "layers": m["n_layers"],
-            "mlp": m.get("mlp", True), "variant": a["variant"], "gamma": a["gamma"]}
+            "mlp": mlp_label(m.get("mlp", True)), "variant": a["variant"], "gamma": a["gamma"]}
+
+
+def mlp_label(mlp: bool | list[bool]) -> str:
+    """Which blocks have an MLP: "yes" (all), "no" (none), or "layer 2 only" and the like."""
+    if isinstance(mlp, list) and not all(mlp) and any(mlp):
+        return "layer " + ", ".join(str(i + 1) for i, m in enumerate(mlp) if m) + " only"
+    return "yes" if (all(mlp) if isinstance(mlp, list) else mlp) else "no"
 
 
 def two_layer_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = summarise_by(results, two_layer_key)
-    return sorted(rows, key=lambda r: (r["form"], r["variant"] != "baseline", not r["mlp"]))
+    order = {"yes": 0, "no": 1}
+    return sorted(rows, key=lambda r: (r["form"], r["variant"] != "baseline", order.get(r["mlp"], 2)))
 
 
 def format_two_layer_table(rows: list[dict[str, Any]], parameters: dict[tuple, int] | None = None) -> list[str]:
@@ -53,6 +63,6 @@ def format_two_layer_table(rows: list[dict[str, Any]], parameters: dict[tuple, i
     for r in rows:
         step = "—" if r["mean_emergence_step"] is None else f"{r['mean_emergence_step']:.0f}"
         name = r["variant"] + (f" γ={r['gamma']:g}" if r["variant"] != "baseline" else "")
-        lines.append(f"| {r['form']} | {r['layers']} | {'yes' if r['mlp'] else 'no'} | {name} | {r['successes']}/{r['seeds']} | "
+        lines.append(f"| {r['form']} | {r['layers']} | {r['mlp']} | {name} | {r['successes']}/{r['seeds']} | "
                      f"{step} | {r['mean_best_accuracy']:.3f} | {r['steps_budget']} |")
     return lines
