@@ -61,6 +61,7 @@ def small_config(
     init: float | str = DEFAULT_INIT,
     tag_init: bool = False,
     batch_size: int = 64,
+    lr: float = 3e-3,
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
@@ -88,7 +89,7 @@ def small_config(
         name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, stop_after),
         model=model,
         task=task_config,
-        train=TrainConfig(steps=steps, batch_size=batch_size, lr=3e-3, eval_every=50, eval_size=512,
+        train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=50, eval_size=512,
                           early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )
