@@ -151,7 +151,7 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     names = {c.name for c in exp.critical_gamma("quick")}
     assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
     steps = {(c.task.form, c.train.steps) for c in exp.variant_table("quick")}
-    assert steps == {("full", 600), ("full", 400), ("single", 1000), ("single", 667)}
+    assert steps == {("full", 600), ("full", 400), ("single", 800), ("single", 533)}
     assert len(names) == len(exp.critical_gamma("quick"))
 
 
