@@ -167,6 +167,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "d_model": first.model.d_model, "n_heads": first.model.n_heads, "budget": first.train.steps,
         "single_budget": next(c.train.steps for c in declared["variants"] if c.task.form == "single"),
         "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].single_batch_size,
+        "lr": first.train.lr, "single_lr": next(c.train.lr for c in declared["variants"] if c.task.form == "single"),
         "critical_batch": exp.PLANS[mode].critical_batch_size,
         "mqar_steps": declared["mqar"][0].train.steps, "stop_after": exp.PLANS[mode].stop_after,
         "baseline_every_init": exp.PLANS[mode].sensitivity_baseline_every_init,
@@ -218,7 +219,9 @@ def _intro(res: InductionResults) -> list[str]:
         f"(vocabulary 64, length 64) in two forms: **full-sequence** (every repeated token scored; at most {f['budget']} "
         f"steps) and **single-answer** (one query at the end of each row whose earlier occurrence is unique, with 8 "
         f"repeated distractors: the form of the SHT task the paper builds on; at most {f['single_budget']} steps, as it "
-        f"scores one position a row); AdamW lr 3e-3, batch {f['batch']} rows on the full-sequence form and the control "
+        f"scores one position a row); AdamW at peak lr {f['lr']:g} on the full-sequence form and the control tasks and "
+        f"{f['single_lr']:g} on the single-answer form (at {f['lr']:g} that form is learned on some seeds only); batch "
+        f"{f['batch']} rows on the full-sequence form and the control "
         f"tasks and {f['single_batch']} on the single-answer form (a batch is sized by the positions it scores); "
         "held-out accuracy on 512 rows every 50 steps; a run "
         f"succeeds when it reaches {f['threshold']} (its emergence step). Budgets of the secondary rows are stated in the "

@@ -43,6 +43,7 @@ class TextPlan:
     eval_every: int
     eval_size: int
     device: str
+    lr: float = 3e-3  # AdamW's peak learning rate
 
 
 TEXT_PLANS = {
@@ -62,7 +63,7 @@ def text_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed:
     return RunConfig(
         name=run_name(f"text-{plan.corpus}-{plan.tokenizer}{plan.vocab_size}", variant, gamma, "post_rope", size, seed),
         model=model, task=task,
-        train=TrainConfig(steps=plan.steps, batch_size=plan.batch_size, lr=3e-3, eval_every=plan.eval_every,
+        train=TrainConfig(steps=plan.steps, batch_size=plan.batch_size, lr=plan.lr, eval_every=plan.eval_every,
                           eval_size=plan.eval_size, early_stop=False, threshold=1.0, seed=seed, threads=1,
                           device=plan.device),
     )

@@ -178,7 +178,7 @@ def text_markdown(res: TextResults) -> list[str]:
         f"copies a repeated passage; one plain layer does not; two plain layers do. "
         f"Corpus: {describe_corpus(plan.corpus)}, the last 5% of each document held out; "
         f"{plan.tokenizer} tokenizer (vocabulary {plan.vocab_size}), context {plan.seq_len}; d_model {plan.d_model}, "
-        f"{plan.n_heads} heads, MLP; AdamW lr 3e-3, batch {plan.batch_size}, {plan.steps} steps "
+        f"{plan.n_heads} heads, MLP; AdamW lr {plan.lr:g}, batch {plan.batch_size}, {plan.steps} steps "
         f"({plan.steps * plan.batch_size * plan.seq_len / 1e6:.1f}M training tokens), seeds {', '.join(map(str, plan.seeds))}. "
         f"ICL score: mean held-out loss at positions {late[0]}–{late[1] - 1} minus positions {early[0]}–{early[1] - 1} "
         f"(negative: later tokens are predicted better). Repeated passage: a held-out passage of {plan.seq_len // 2} tokens "

@@ -42,8 +42,9 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
     model = copy.deepcopy(model).eval()
     if quantize == "fp32":
         return model
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
+    with _quiet():  # torchao logs the optional kernels it cannot load here (CUDA ones, on a CPU machine)
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+        from torchao.quantization.granularity import PerAxis, PerGroup
 
     if quantize == "int4":
         narrow = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)
@@ -65,8 +66,9 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
 @torch.no_grad()
 def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32") -> Path:
     """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    with _quiet():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
 
     if max_context < 2:
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
@@ -136,12 +138,14 @@ class ExecuTorchLM:
 @contextlib.contextmanager
 def _quiet():
     """Hold back the exporters' and torchao's warnings about their own internals."""
-    logger = logging.getLogger("torch._export")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in ("torch._export", "torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
