@@ -85,8 +85,11 @@ def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", for
 
 def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
     configs = exp.EXPERIMENTS["paper_form"]("quick")
-    assert len(configs) == len(PAPER_FORM_ROWS) * 3
+    assert len(configs) == len({c.name for c in configs}) == len(PAPER_FORM_ROWS) * 3 * 2
     assert all(c.task.form == "single" and c.train.steps == 5000 and c.train.early_stop_evals == 2 for c in configs)
+    assert sorted({c.train.lr for c in configs}) == [1e-3, 3e-3]
+    configs = [c for c in configs if c.train.lr == 3e-3]
+    assert all(c.name.startswith("paper_form-induction") for c in configs)  # the names the first runs were saved under
     results = {f"{v}{p}{s}": fake(v, g, s, success=v == "key_only" or (v == "symmetric" and s < 2), step=1000 + s * 100,
                                   placement=p, form="single")
                for v, g, p in PAPER_FORM_ROWS for s in (0, 1, 2)}
@@ -96,8 +99,8 @@ def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
     assert by[("key_only", "post_rope")]["successes"] == 3 and by[("key_only", "post_rope")]["mean_emergence_step"] == 1100
     assert by[("symmetric", "pre_rope")]["successes"] == 2 and by[("baseline", "post_rope")]["successes"] == 0
     lines = format_paper_form_table(rows)
-    assert "| key_only | post-rope | 3/3 | 1100 | 0.850 | 0.949 |" in lines
-    assert "| symmetric | post-rope | 2/3 | 1050 | 0.583 | 0.811 |" in lines
+    assert "| 0.003 | key_only | post-rope | 3/3 | 1100 | 0.850 | 0.949 |" in lines
+    assert "| 0.003 | symmetric | post-rope | 2/3 | 1050 | 0.583 | 0.811 |" in lines
 
 
 def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law():
