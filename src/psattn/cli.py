@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "weight copies. --format hf: a transformers checkpoint (the registered psattn model type) with "
                      "the run's tokenizer, for AutoModelForCausalLM, pipeline and PEFT.")
     add_run_dir(ex, "run directory (config.json + checkpoint.pt; required)")
-    ex.add_argument("--format", choices=["onnx", "executorch", "hf"], default="onnx", help="what to write (default: onnx)")
+    ex.add_argument("--format", choices=["onnx", "executorch", "hf"], default="onnx", help="what to write")
     ex.add_argument("--out", metavar="PATH",
                     help="onnx: the prefill graph's path (the decode step goes beside it); executorch: the .pte "
                          "program's path; hf: the model's folder")
