@@ -129,12 +129,14 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
     return save_figure(fig, path)
 
 
-def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int,
-                      threshold: float, changes: dict[str, Any] | None = None) -> Path:
+def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int | list[int],
+                      threshold: float, changes: dict[str, Any] | None = None,
+                      predicted: dict[str, float] | None = None) -> Path:
     """Olsson-style curves against training tokens, one line per run: the best head's prefix-matching
-    score (log scale; the uniform-attention level and the phase-change threshold marked), the best
-    second-layer previous-token score beside the first layer's, and the ICL score. ``changes`` maps a
-    label to its detected phase change (a circle marks it), or None."""
+    score (log scale; the uniform-attention level of each ``context`` and the phase-change threshold
+    marked), the best second-layer previous-token score beside the first layer's, and the ICL score.
+    ``changes`` maps a label to its detected phase change (a circle marks it), or None; ``predicted``
+    maps a label to a predicted phase change in tokens (a dotted vertical line in the run's colour)."""
     fig = Figure(figsize=(14, 3.9), layout="constrained")
     prefix, previous, icl = fig.subplots(1, 3)
     for i, (label, history) in enumerate(histories.items()):
@@ -151,11 +153,14 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         if change is not None:
             prefix.plot([change.tokens / 1e6], [change.score], "o", markersize=11, markerfacecolor="none",
                         color=f"C{i % 10}")
-    uniform = 2.0 / context
-    prefix.axhline(uniform, color="grey", linestyle=":", linewidth=1, label=f"uniform attention (~2/T = {uniform:.3f})")
+        if (predicted or {}).get(label) is not None:
+            prefix.axvline(predicted[label] / 1e6, color=f"C{i % 10}", linestyle=":", linewidth=1.2)
+    for t in sorted({context} if isinstance(context, int) else set(context), reverse=True):
+        prefix.axhline(2.0 / t, color="grey", linestyle=":", linewidth=1,
+                       label=f"uniform attention, T = {t} (~2/T = {2.0 / t:.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
     prefix.set(yscale="log", xlabel="training tokens (millions)", ylabel="best prefix-matching score (any head)",
-               title="prefix matching (circle: phase change)")
+               title="prefix matching (circle: phase change" + ("; dotted: predicted)" if predicted else ")"))
     previous.set(xlabel="training tokens (millions)", ylabel="best previous-token score", ylim=(0, 1),
                  title="previous-token heads by layer (dashed: layer 1)")
     icl.set(xlabel="training tokens (millions)", ylabel=RUN_METRICS["icl_score"], title="in-context learning score")

@@ -11,10 +11,16 @@ put all four second-layer heads on the previous token within 200 steps and stay 
 every recipe tried (docs/text.md), while the same two layers without MLPs form the circuit (first-layer
 previous-token heads, second-layer induction heads). With MLPs, at 8 rows a step, two layers showed no
 prefix-matching head by 24.6M tokens in an earlier exploration (docs/text.md).
+
+The same paper fits the training tokens to the phase change as ``T * sqrt(B * C)`` (B rows a step, C
+tokens of context, T about 10**5.7, :func:`law_tokens`): 16M tokens at 4 rows of 256. The law's probe
+runs test it where it predicts the phase change within a few million tokens (2 and 8 rows of 64
+tokens), each trained on about three times its predicted tokens.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from psattn.experiments.phase_change import THRESHOLD, best_head, detect_phase_change
@@ -27,18 +33,31 @@ CONTEXT, VOCAB, EVALUATIONS = 256, 1024, 48
 PILOT_RUNS = ((4, False), (8, False), (16, False), (32, False))
 #: training tokens of every pilot run, per plan: about 20 minutes a run attention-only on one core
 PILOT_TOKENS = {"quick": 24_000_000, "full": 200_000_000}
+#: the emergence law's constant (arXiv 2511.16893): the phase change after LAW_T * sqrt(B * C) tokens
+LAW_T = 10**5.7
+#: (rows a step, context) of the law's probe runs, attention-only, each trained on LAW_BUDGET times the
+#: law's prediction
+LAW_RUNS = ((2, 64), (8, 64))
+LAW_BUDGET = 3
 
 
-def pilot_config(batch_size: int, mlp: bool, tokens: int, *, seed: int = 0, device: str = "cpu") -> RunConfig:
-    """Two plain layers on Python source, ``tokens`` training tokens at ``batch_size`` rows a step,
-    evaluated (and checkpointed) about 48 times."""
-    steps = max(1, tokens // (batch_size * CONTEXT))
+def law_tokens(batch_size: int, context: int) -> float:
+    """Training tokens to the induction-head phase change by the law of arXiv 2511.16893."""
+    return LAW_T * math.sqrt(batch_size * context)
+
+
+def pilot_config(batch_size: int, mlp: bool, tokens: int, *, seed: int = 0, device: str = "cpu",
+                 context: int = CONTEXT) -> RunConfig:
+    """Two plain layers on Python source, ``tokens`` training tokens at ``batch_size`` rows of ``context``
+    tokens a step, evaluated (and checkpointed) about 48 times."""
+    steps = max(1, tokens // (batch_size * context))
     every = max(1, steps // EVALUATIONS)
-    task = make_task_config("text", corpus="python-stdlib", tokenizer="bpe", vocab_size=VOCAB, seq_len=CONTEXT)
+    task = make_task_config("text", corpus="python-stdlib", tokenizer="bpe", vocab_size=VOCAB, seq_len=context)
     model = ModelConfig(vocab_size=VOCAB, d_model=128, n_layers=2, n_heads=4, mlp=mlp,
                         attention=AttentionConfig("baseline", 0.0))
     return RunConfig(
-        name=f"text_pilot-python-stdlib-bpe{VOCAB}-L2d128h4{'' if mlp else '-attnonly'}-b{batch_size}-s{seed}",
+        name=(f"text_pilot-python-stdlib-bpe{VOCAB}{'' if context == CONTEXT else f'-c{context}'}"
+              f"-L2d128h4{'' if mlp else '-attnonly'}-b{batch_size}-s{seed}"),
         model=model, task=task,
         train=TrainConfig(steps=steps, batch_size=batch_size, lr=3e-3, eval_every=every, eval_size=64,
                           checkpoint_every=every, early_stop=False, threshold=1.0, seed=seed, threads=1,
@@ -50,7 +69,9 @@ def text_pilot(mode: str = "quick") -> list[RunConfig]:
     if mode not in PILOT_TOKENS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PILOT_TOKENS)}")
     device = "cpu" if mode == "quick" else "auto"
-    return [pilot_config(b, mlp, PILOT_TOKENS[mode], device=device) for b, mlp in PILOT_RUNS]
+    runs = [pilot_config(b, mlp, PILOT_TOKENS[mode], device=device) for b, mlp in PILOT_RUNS]
+    return runs + [pilot_config(b, False, int(round(LAW_BUDGET * law_tokens(b, c), -5)), device=device, context=c)
+                   for b, c in LAW_RUNS]
 
 
 def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,40 +83,52 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         change = detect_phase_change(history)
         rows.append({
             "batch_size": config["train"]["batch_size"], "mlp": config["model"]["mlp"],
+            "context": config["task"]["seq_len"],
+            "law_tokens": law_tokens(config["train"]["batch_size"], config["task"]["seq_len"]),
             "tokens": last["tokens"], "minutes": last["seconds"] / 60,
             "phase_change": change,
             "best_prefix_matching_score": best_head(last, "prefix_matching_score"),
             "previous_token_by_layer": [max(layer) for layer in last["previous_token_score"]],
             "icl_score": last["icl_score"], "bits_per_byte": last["bits_per_byte"],
         })
-    return sorted(rows, key=lambda r: (r["mlp"], r["batch_size"]))
+    return sorted(rows, key=lambda r: (r["mlp"], -r["context"], r["batch_size"]))
 
 
 def run_label(result: dict[str, Any]) -> str:
     config = result["config"]
-    return f"{config['train']['batch_size']} rows{'' if config['model']['mlp'] else ', attention-only'}"
+    return (f"{config['train']['batch_size']} rows of {config['task']['seq_len']}"
+            f"{'' if config['model']['mlp'] else ', attention-only'}")
 
 
 def pilot_figure(results: dict[str, dict[str, Any]], path) -> Any:
-    """The pilot's curves against training tokens (see :func:`~psattn.experiments.plots.plot_phase_change`)."""
+    """The pilot's curves against training tokens, the law's prediction marked (see
+    :func:`~psattn.experiments.plots.plot_phase_change`); ICL scores of different contexts use different
+    windows (:func:`~psattn.text.metrics.icl_window`)."""
     from psattn.experiments.plots import plot_phase_change
 
-    ordered = sorted(results.values(), key=lambda r: (r["config"]["model"]["mlp"], r["config"]["train"]["batch_size"]))
+    ordered = sorted(results.values(), key=lambda r: (r["config"]["model"]["mlp"], -r["config"]["task"]["seq_len"],
+                                                      r["config"]["train"]["batch_size"]))
     histories = {run_label(r): r["history"] for r in ordered}
     changes = {run_label(r): detect_phase_change(r["history"]) for r in ordered}
-    return plot_phase_change(histories, path, context=CONTEXT, threshold=THRESHOLD, changes=changes)
+    predicted = {run_label(r): law_tokens(r["config"]["train"]["batch_size"], r["config"]["task"]["seq_len"])
+                 for r in ordered}
+    contexts = [r["config"]["task"]["seq_len"] for r in ordered]
+    return plot_phase_change(histories, path, context=contexts, threshold=THRESHOLD, changes=changes,
+                             predicted=predicted)
 
 
 def format_pilot_table(rows: list[dict[str, Any]]) -> list[str]:
     """The pilot table as markdown lines."""
-    lines = ["| rows a step | MLPs | phase change: tokens (minutes) | best prefix-matching score | "
+    lines = ["| rows a step | context | MLPs | the law's phase change | phase change: tokens (minutes) | "
+             "best prefix-matching score | "
              "best previous-token score, layer 1 / 2 | ICL score | bits per byte | trained: tokens (minutes) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         change = r["phase_change"]
         when = (f"none within {r['tokens'] / 1e6:.1f}M" if change is None
                 else f"{change.tokens / 1e6:.2f}M ({change.seconds / 60:.1f})")
-        lines.append(f"| {r['batch_size']} | {'yes' if r['mlp'] else 'no'} | {when} | "
+        lines.append(f"| {r['batch_size']} | {r['context']} | {'yes' if r['mlp'] else 'no'} | "
+                     f"{r['law_tokens'] / 1e6:.1f}M | {when} | "
                      f"{r['best_prefix_matching_score']:.3f} | {' / '.join(f'{x:.2f}' for x in r['previous_token_by_layer'])} | "
                      f"{r['icl_score']:+.3f} | {r['bits_per_byte']:.3f} | "
                      f"{r['tokens'] / 1e6:.1f}M ({r['minutes']:.1f}) |")
