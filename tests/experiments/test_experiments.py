@@ -132,6 +132,18 @@ def test_summaries_and_best_gamma():
     assert summaries.best_gamma(noise) == 0.0  # a 0.001 difference is noise
 
 
+def test_best_gamma_of_runs_that_stop_on_success_ranks_successes_then_emergence_not_the_accuracy_at_the_stop():
+    def row(gamma, accuracy, step, successes=2):
+        return {"gamma": gamma, "mean_final_accuracy": accuracy, "mean_emergence_step": step,
+                "successes": successes, "seeds": 2, "stops_when_decided": True}
+
+    # gamma 2 stopped at 0.852 and gamma 1 at 0.867: the earlier emergence (gamma 2) is the better one
+    assert summaries.best_gamma([row(1.0, 0.867, 100), row(2.0, 0.852, 50), row(4.0, 0.855, 50)]) == 2.0
+    # one failing seed loses to two succeeding ones, however early its other seed emerged
+    assert summaries.best_gamma([row(0.5, 0.6, 20, successes=1), row(1.0, 0.85, 90)]) == 1.0
+    assert summaries.best_gamma([row(0.0, 0.1, None, successes=0), row(1.0, 0.1, None, successes=0)]) == 0.0
+
+
 def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     rows = [{"d_k": 16, "gamma": 0.5, "success_rate": 0.5}, {"d_k": 16, "gamma": 1.0, "success_rate": 1.0},
             {"d_k": 16, "gamma": 2.0, "success_rate": 1.0}, {"d_k": 64, "gamma": 0.5, "success_rate": 0.0},

@@ -136,6 +136,16 @@ def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law()
     lines = format_depth_table(rows)
     assert f"| {PREDECESSOR[0] * 2 ** PREDECESSOR[1]:.2f} |" in lines[3]  # symmetric mqar at depth 2
     assert any(line.startswith("\nmqar, symmetric: γ* = ") for line in lines)
+    assert lines[2] == "| mqar | symmetric | 1 | 4 | 0.5 | 0/2, 0/2, 2/2 @250, 2/2 @200, 2/2 @150, 2/2 @100 | 4.17 |"
+    assert all(c.train.eval_every == 10 and c.name.endswith(("-e10-s0", "-e10-s1")) for c in configs)
+
+
+def test_the_depth_law_fit_of_a_constant_best_gamma_is_exponent_zero_not_nan():
+    rows = [{"depth": n, "best_gamma": 1.0} for n in (1, 2, 3, 4)]
+    fit = fit_depth_law(rows)
+    assert fit["b"] == 0.0 and fit["b_interval"] == (0.0, 0.0) and fit["a"] == pytest.approx(1.0)
+    assert not fit["predecessor_b_inside"]
+    assert fit_depth_law(rows[:2]) is None  # two depths do not make a fit
 
 
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():

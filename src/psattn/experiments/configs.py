@@ -29,15 +29,22 @@ SHEARED = ("symmetric", "key_only", "query_only")
 DEFAULT_INIT = ModelConfig().init
 
 
+#: evaluations (held-out accuracy, emergence) every this many steps, unless a study asks otherwise
+EVAL_EVERY = 50
+
+
 def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
-             init: float | str = DEFAULT_INIT, tag_init: bool = False, stop_after: int = 0) -> str:
+             init: float | str = DEFAULT_INIT, tag_init: bool = False, stop_after: int = 0,
+             eval_every: int = EVAL_EVERY) -> str:
     """The run's directory name; the initialisation appears when it is not the default (or ``tag_init``),
-    and ``-stop{n}`` when the run stops once its accuracy has stayed at the threshold for n evaluations."""
+    ``-stop{n}`` when the run stops once its accuracy has stayed at the threshold for n evaluations, and
+    ``-e{n}`` when it evaluates every n steps instead of every EVAL_EVERY."""
     where = "" if placement == "post_rope" else f"-{placement}"
     coupling = f"-g{gamma:g}" if variant in SHEARED else ""
     tag = "" if init == DEFAULT_INIT and not tag_init else f"-init{init:g}" if isinstance(init, (int, float)) else f"-init{init}"
     stop = f"-stop{stop_after}" if stop_after else ""
-    return f"{task}-{size}-{variant}{coupling}{where}{tag}{stop}-s{seed}"
+    every = "" if eval_every == EVAL_EVERY else f"-e{eval_every}"
+    return f"{task}-{size}-{variant}{coupling}{where}{tag}{stop}{every}-s{seed}"
 
 
 def small_config(
@@ -62,6 +69,7 @@ def small_config(
     tag_init: bool = False,
     batch_size: int = 64,
     lr: float = 3e-3,
+    eval_every: int = EVAL_EVERY,
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
@@ -86,10 +94,10 @@ def small_config(
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
-        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, stop_after),
+        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, stop_after, eval_every),
         model=model,
         task=task_config,
-        train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=50, eval_size=512,
+        train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every, eval_size=512,
                           early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )

@@ -4,15 +4,15 @@
 recall, a best coupling that falls with depth: gamma* = 4.17 N^-0.74. Here N is read as the number of
 layers. At fixed width (d_model 128, 4 heads) and depth N = 1..4, the symmetric and the key-only shear
 run over a gamma grid (gamma 0 is the plain model, shared by both) on MQAR and on full-sequence
-induction, two seeds each, every run stopping once held-out accuracy has stayed at the threshold for
-two evaluations.
+induction, two seeds each, evaluated every 10 steps, every run stopping once held-out accuracy has
+stayed at the threshold for two evaluations.
 
-"Best" is the tie rule of this project's reports (:func:`~psattn.experiments.summaries.best_gamma`):
-the highest mean final held-out accuracy, then, among gammas within 0.01 of it, the earliest mean
-emergence, then the smallest gamma. With early stopping the successful gammas tie on accuracy, so the
-best gamma is the one that learns fastest. The predecessor's own definition is not available here; a
-fixed-budget accuracy or loss optimum is its natural reading, and on tasks every coupling eventually
-solves, "fastest to learn" is the version of it a budget can measure. The critical gamma is the
+"Best" is the rule of :func:`~psattn.experiments.summaries.best_gamma` for runs that stop once they
+succeed: the gamma with the most successful seeds, then the earliest mean emergence (the first
+evaluation at the threshold), then the smallest gamma. The predecessor's own definition is not
+available here; a fixed-budget accuracy or loss optimum is its natural reading, and on tasks every
+coupling eventually solves, "fastest to learn" is the version of it a budget can measure. Emergence is
+read every 10 steps, so gammas within 10 steps of each other are not told apart. The critical gamma is the
 smallest grid gamma at which every seed succeeds, given that a smaller one fails.
 
 :func:`fit_depth_law` fits log gamma* = log a + b log N by least squares over the depths with a
@@ -34,6 +34,7 @@ VARIANTS = ("symmetric", "key_only")
 TASKS = ("mqar", "induction")
 SEEDS = (0, 1)
 STEPS = {"quick": 400, "full": 3000}
+EVAL_EVERY = 10
 #: the predecessor's law: gamma* = A * N ** B
 PREDECESSOR = (4.17, -0.74)
 
@@ -50,7 +51,7 @@ def gamma_depth(mode: str = "quick") -> list[RunConfig]:
                     for seed in SEEDS:
                         c = study_config("gamma_depth", variant, gamma, task=task, n_layers=n, steps=STEPS[mode],
                                          seed=seed, batch_size=32, early_stop=False, stop_after=2 if quick else 0,
-                                         device="cpu" if quick else "auto")
+                                         eval_every=EVAL_EVERY, device="cpu" if quick else "auto")
                         configs[c.name] = c  # gamma 0 is the baseline for both variants: one run
     return list(configs.values())
 
@@ -89,18 +90,24 @@ def fit_depth_law(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     fit = stats.linregress([math.log(n) for n, _ in points], [math.log(g) for _, g in points])
     t = stats.t.ppf(0.975, len(points) - 2)
-    b, log_a = fit.slope, fit.intercept
+    b, log_a, b_err, log_a_err = fit.slope, fit.intercept, fit.stderr, fit.intercept_stderr
+    if len({g for _, g in points}) == 1:  # the same best gamma at every depth: exponent 0, no spread
+        b, log_a, b_err, log_a_err = 0.0, math.log(points[0][1]), 0.0, 0.0
     return {"a": math.exp(log_a), "b": b, "points": len(points),
-            "a_interval": (math.exp(log_a - t * fit.intercept_stderr), math.exp(log_a + t * fit.intercept_stderr)),
-            "b_interval": (b - t * fit.stderr, b + t * fit.stderr),
-            "predecessor_b_inside": b - t * fit.stderr <= PREDECESSOR[1] <= b + t * fit.stderr}
+            "a_interval": (math.exp(log_a - t * log_a_err), math.exp(log_a + t * log_a_err)),
+            "b_interval": (b - t * b_err, b + t * b_err),
+            "predecessor_b_inside": b - t * b_err <= PREDECESSOR[1] <= b + t * b_err}
 
 
 def format_depth_table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| task | variant | depth | best γ | critical γ | successes per γ (" + ", ".join(f"{g:g}" for g in GAMMAS)
-             + ") | predecessor's γ* |", "|---|---|---|---|---|---|---|"]
+    """The table (successes per gamma, with the mean emergence step after the @) and one fit per
+    task and variant, as markdown lines."""
+    lines = ["| task | variant | depth | best γ | critical γ | successes @ mean emergence step, per γ ("
+             + ", ".join(f"{g:g}" for g in GAMMAS) + ") | predecessor's γ* |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        per_gamma = {g["gamma"]: f"{g['successes']}/{g['seeds']}" for g in r["grid"]}
+        per_gamma = {g["gamma"]: f"{g['successes']}/{g['seeds']}"
+                     + ("" if g["mean_emergence_step"] is None else f" @{g['mean_emergence_step']:.0f}")
+                     for g in r["grid"]}
         cells = ", ".join(per_gamma.get(g, "·") for g in GAMMAS)
         lines.append(f"| {r['task']} | {r['variant']} | {r['depth']} | {r['best_gamma']:g} | {r['critical_gamma']} | "
                      f"{cells} | {PREDECESSOR[0] * r['depth'] ** PREDECESSOR[1]:.2f} |")

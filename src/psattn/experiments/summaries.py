@@ -129,7 +129,15 @@ def _grids(rows: list[dict[str, Any]], by: str = "d_k"):
 
 def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
     """The gamma with the highest mean final accuracy; among gammas within ``tie`` of the best,
-    the earliest emergence wins, then the smallest gamma."""
+    the earliest emergence wins, then the smallest gamma. When the runs stop once they succeed
+    (``stops_when_decided``), their final accuracies are those at the stop, a few evaluations past the
+    threshold, and rank nothing: the gamma with the most successful seeds wins, then the earliest mean
+    emergence, then the smallest gamma."""
+    if any(r.get("stops_when_decided") for r in rows):
+        def stopped_rank(row):
+            step = row["mean_emergence_step"]
+            return (-row["successes"], step if step is not None else float("inf"), row["gamma"])
+        return min(rows, key=stopped_rank)["gamma"]
     top = max(r["mean_final_accuracy"] for r in rows)
     contenders = [r for r in rows if r["mean_final_accuracy"] >= top - tie]
     def rank(row):
