@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.ops.shear import momentum, previous, sequence_starts, shear, unshear
+from psattn.ops.tracing import plain_ops_only
 
 
 def shear_by_hand(x, gamma, starts, boundary):
@@ -64,16 +65,28 @@ def test_fast_path_gradient_matches_generic_path(boundary):
 
 
 @pytest.mark.parametrize("boundary", ["replicate", "zero"])
-def test_fast_path_has_second_order_forward_mode_and_func_transforms(boundary):
+def test_fast_path_has_second_order_and_forward_mode_ad(boundary):
     x = torch.randn(2, 3, 6, 4, dtype=torch.float64, requires_grad=True)
+    assert not plain_ops_only()  # eager: shear() below runs the one-pass kernel
     fast = lambda y: shear(y, 0.7, boundary=boundary)  # noqa: E731
-    generic = lambda y: torch.lerp(previous(y, boundary=boundary), y, 1.7)  # noqa: E731
     assert torch.autograd.gradgradcheck(fast, (x,))
     assert torch.autograd.gradcheck(fast, (x,), check_forward_ad=True)
-    tangent = torch.randn_like(x)
-    assert torch.allclose(torch.func.jvp(fast, (x.detach(),), (tangent,))[1], generic(tangent))
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_func_transforms_take_the_plain_ops_path_and_agree_with_the_filter(boundary):
+    seen = []
+
+    def sheared(y):
+        seen.append(plain_ops_only())
+        return shear(y, 0.7, boundary=boundary)
+
+    generic = lambda y: torch.lerp(previous(y, boundary=boundary), y, 1.7)  # noqa: E731
+    x, tangent = torch.randn(2, 3, 6, 4, dtype=torch.float64), torch.randn(2, 3, 6, 4, dtype=torch.float64)
+    assert torch.allclose(torch.func.jvp(sheared, (x,), (tangent,))[1], generic(tangent))
     batch = torch.randn(3, 2, 3, 6, 4, dtype=torch.float64)
-    assert torch.allclose(torch.func.vmap(fast)(batch), generic(batch.flatten(0, 1)).view_as(batch))
+    assert torch.allclose(torch.func.vmap(sheared)(batch), generic(batch.flatten(0, 1)).view_as(batch))
+    assert seen == [True, True]
 
 
 def test_gamma_zero_is_identity():

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from psattn.ops.tracing import plain_ops_only
+
 
 def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
     """Number of rotating channels; it must be even and positive."""
@@ -81,7 +83,7 @@ class _Rotate(torch.autograd.Function):
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x cos + rotate_half(x) sin; eagerly with tables that need no gradient, on :class:`_Rotate`."""
-    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+    if cos.requires_grad or sin.requires_grad or plain_ops_only():
         return x * cos + _rotate_half(x) * sin
     return _Rotate.apply(x, cos, sin)
 

@@ -27,6 +27,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from psattn.ops.tracing import plain_ops_only
+
 Boundary = Literal["replicate", "zero"]
 BOUNDARIES: tuple[str, ...] = get_args(Boundary)
 
@@ -153,12 +155,6 @@ class _LagOneShearT(torch.autograd.Function):
         return _LagOneShear.apply(gg.contiguous(), ctx.gamma, ctx.replicate), None, None
 
 
-def _plain_ops_only() -> bool:
-    """Under torch.compile / torch.export or a torch.func transform (vmap, jvp, grad), where the
-    one-pass kernels with ``out=`` do not apply."""
-    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
-
-
 def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
           boundary: str = "replicate") -> Tensor:
     """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule. Eagerly, the common case
@@ -170,7 +166,7 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
     check_boundary(boundary)
     if gamma == 0.0:
         return x
-    if starts is None and prev is None and not _plain_ops_only():
+    if starts is None and prev is None and not plain_ops_only():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
     x_prev = previous(x, starts=starts, prev=prev, boundary=boundary)
     if torch.compiler.is_exporting():  # lerp has no kernel in some runtimes (ExecuTorch): the same filter in adds
