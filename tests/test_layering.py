@@ -1,6 +1,7 @@
 """The import layering of docs/architecture.md, checked on the source: a package imports only from
-its own layer and the layers below it; theory and meanfield are leaves; nothing imports the package
-face (``psattn/__init__.py``), which is for users."""
+its own layer and the layers below it; the data (tasks, text data) never imports models, training or
+anything above; theory and meanfield are leaves; nothing imports the package face
+(``psattn/__init__.py``), which is for users."""
 
 import ast
 from pathlib import Path
@@ -12,14 +13,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "psattn"
 #: top-level module or package of psattn -> layer; a module may import its own layer and lower ones
 LAYERS = {
     "version": 0, "fields": 0, "jsonfile": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0, "arguments": 0,
-    "ops": 1,
+    "ops": 1, "tasks": 1, "textdata": 1,
     "models": 2,
-    "tasks": 3, "text": 3,
+    "text": 3,
     "training": 4,
     "export": 5, "integrations": 5,
     "experiments": 6,
     "commands": 7, "cli": 7, "__main__": 7,
 }
+#: the data: synthetic tasks and real text as token streams; they import layer 0 and each other only
+DATA = {"tasks", "textdata"}
 #: leaves: what they may import (besides themselves)
 LEAVES = {
     "theory": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments", "ops", "models"},
@@ -66,6 +69,10 @@ def test_imports_follow_the_layers(owner, path):
         assert imported != "", f"{path.relative_to(SRC)} imports the package face; import the module that defines the name"
         if owner in LEAVES:
             assert imported in LEAVES[owner], f"{path.relative_to(SRC)} ({owner}, a leaf) imports {imported}"
+        elif owner in DATA:
+            assert imported in DATA or LAYERS[imported] == 0, (
+                f"{path.relative_to(SRC)} ({owner}, data) imports {imported}: data never imports the operator, "
+                "models or training")
         else:
             assert LAYERS[imported] <= LAYERS[owner], (
                 f"{path.relative_to(SRC)} (layer {LAYERS[owner]}) imports {imported} (layer {LAYERS[imported]})")

@@ -30,7 +30,7 @@ def text_run(tmp_path, monkeypatch, tokenizer):
 def test_a_text_run_exported_to_hf_reloads_generates_and_runs_in_a_pipeline(tmp_path, monkeypatch, tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-    from psattn.text.tokenizer import load_tokenizer
+    from psattn.textdata.tokenizer import load_tokenizer
 
     run = text_run(tmp_path, monkeypatch, tokenizer)
     assert main(["export", "--format", "hf", "--run-dir", str(run), "--out", str(tmp_path / "hf")]) == 0

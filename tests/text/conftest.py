@@ -1,6 +1,6 @@
 import pytest
 
-from psattn.text import tokens as token_cache
+from psattn.textdata import tokens as token_cache
 
 
 @pytest.fixture(autouse=True)

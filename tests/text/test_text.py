@@ -16,11 +16,11 @@ from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.heads import repeat_scores
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
-from psattn.text import tokens as token_cache
-from psattn.text.corpus import corpus_files, corpus_hash, describe_corpus, load_documents
 from psattn.text.metrics import bits_per_byte, icl_score, icl_window
-from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
-from psattn.text.tokens import split_text
+from psattn.textdata import tokens as token_cache
+from psattn.textdata.corpus import corpus_files, corpus_hash, describe_corpus, load_documents
+from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
+from psattn.textdata.tokens import split_text
 from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.trainer import train
 

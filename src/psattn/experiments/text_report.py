@@ -16,8 +16,8 @@ from psattn.experiments.sweep import run_sweep
 from psattn.experiments.text import HYPOTHESIS_MODELS, TEXT_PLANS, TextPlan, model_key, summarise_text, text_experiment
 from psattn.models import ModelConfig
 from psattn.models.presets import preset_parameter_count
-from psattn.text.corpus import describe_corpus
 from psattn.text.generate import continue_text, run_tokenizer
+from psattn.textdata.corpus import describe_corpus
 from psattn.timing import interleaved_medians
 from psattn.training.trainer import load_trained
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from psattn.models.generate import generate
-from psattn.text.tokenizer import load_tokenizer
+from psattn.textdata.tokenizer import load_tokenizer
 
 
 def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,

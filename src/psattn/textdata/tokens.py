@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from psattn.progress import progress_bar
-from psattn.text.corpus import Document, corpus_hash, load_documents
-from psattn.text.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
+from psattn.textdata.corpus import Document, corpus_hash, load_documents
+from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # meta.json's layout; entries of another format are rebuilt

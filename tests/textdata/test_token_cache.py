@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("tokenizers")
 
 from psattn.tasks import make_task_config  # noqa: E402
-from psattn.text import tokens as token_cache  # noqa: E402
-from psattn.text.corpus import corpus_hash  # noqa: E402
-from psattn.text.tokens import CorruptCache  # noqa: E402
+from psattn.textdata import tokens as token_cache  # noqa: E402
+from psattn.textdata.corpus import corpus_hash  # noqa: E402
+from psattn.textdata.tokens import CorruptCache  # noqa: E402
 from psattn.training.config import RunConfig, apply_overrides  # noqa: E402
 from psattn.training.trainer import train  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_a_tokenizer_file_is_keyed_by_its_content(tmp_path):
     saved = tmp_path / "tokenizer.json"
     saved.write_text(corpus.tokenizer.to_json())
     key = token_cache._tokenizer_key(str(saved), 256)
-    code = ("from psattn.text.tokens import _tokenizer_key; import sys; "
+    code = ("from psattn.textdata.tokens import _tokenizer_key; import sys; "
             f"print(_tokenizer_key({str(saved)!r}, 256))")
     other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other_process.stdout.strip() == key  # stable across processes (Python's hash() is not)
