@@ -11,6 +11,7 @@ from psattn.experiments.gamma_depth import GAMMAS, PREDECESSOR, depth_table, fit
 from psattn.experiments.induction_report import LEFT_OUT
 from psattn.experiments.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
 from psattn.experiments.phase_change import detect_phase_change
+from psattn.experiments.text_phase import PHASE_MODELS, SEEDED_MODELS
 from psattn.experiments.text_pilot import LAW_BUDGET, LAW_RUNS, PILOT_RUNS, format_pilot_table, law_tokens, pilot_table
 from psattn.experiments.two_layer import format_two_layer_table, two_layer_table
 
@@ -77,6 +78,19 @@ def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
 
     path = pilot_figure(results, tmp_path / "pilot.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
+    configs = exp.EXPERIMENTS["text_phase"]("quick")
+    keys = [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs]
+    assert len(set(keys)) == len(keys) == len(PHASE_MODELS) + 2 * len(SEEDED_MODELS)
+    assert {k[:3] for k in keys} == set(PHASE_MODELS) and all(k[:3] in SEEDED_MODELS for k in keys if k[3])
+    assert [k[3] for k in keys[: len(PHASE_MODELS)]] == [0] * len(PHASE_MODELS)  # every model's first seed first
+    for c in configs:  # 8 rows of 64 tokens, about 24M tokens (three times the pilot's phase change), 40 evaluations
+        assert (c.task.seq_len, c.train.batch_size, c.model.mlp, c.task.corpus) == (64, 8, False, "python-stdlib")
+        assert c.train.steps * 8 * 64 == pytest.approx(24e6, rel=1e-3) and c.train.steps // c.train.eval_every == 40
+        assert c.train.checkpoint_every == c.train.eval_every and c.name.startswith("text_phase-python-stdlib-bpe1024-c64-")
+    assert "text_phase" in LEFT_OUT["quick"] and "text_phase" in LEFT_OUT["full"]
 
 
 def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="full", layers=1, mlp=True,

@@ -41,6 +41,7 @@ from psattn.experiments.configs import DEFAULT_INIT, small_config
 from psattn.experiments.gamma_depth import gamma_depth
 from psattn.experiments.paper_form import paper_form
 from psattn.experiments.text import text_experiment, text_seeds
+from psattn.experiments.text_phase import text_phase
 from psattn.experiments.text_pilot import text_pilot
 from psattn.experiments.two_layer import two_layer
 from psattn.training.config import RunConfig
@@ -257,6 +258,7 @@ EXPERIMENTS = {
     "text": text_experiment,
     "text_seeds": text_seeds,
     "text_pilot": text_pilot,
+    "text_phase": text_phase,
     "paper_form": paper_form,
     "gamma_depth": gamma_depth,
     "two_layer": two_layer,

@@ -40,7 +40,7 @@ HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --quick``
 #: trains them at the quick scale, and ``--full`` includes them. The STUDIES are long experiments of
 #: their own (an hour or more on a CPU), run by ``psattn sweep NAME`` alone.
-STUDIES = ("text_pilot", "paper_form", "gamma_depth", "two_layer")
+STUDIES = ("text_pilot", "text_phase", "paper_form", "gamma_depth", "two_layer")
 LEFT_OUT = {"quick": ("critical_gamma_width", "critical_gamma_head_dim", "text_seeds", *STUDIES), "full": STUDIES}
 
 
