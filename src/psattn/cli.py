@@ -27,7 +27,7 @@ from psattn.arguments import (
 )
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
-from psattn.experiments import gamma_depth, paper_form, summaries, text_pilot, two_layer
+from psattn.experiments import gamma_depth, paper_form, summaries, text_phase, text_pilot, two_layer
 from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
@@ -83,6 +83,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 STUDY_TABLES = {
     "text_pilot": ("phase change of two plain layers (first evaluation with a head's prefix-matching score >= 0.1, twice)",
                    lambda results: text_pilot.format_pilot_table(text_pilot.pilot_table(results))),
+    "text_phase": ("real text past the phase change, at the end of training (mean ± sd over seeds; tokens per seed)",
+                   lambda results: text_phase.format_phase_table(text_phase.phase_table(results))),
     "paper_form": ("the single-answer form (seeds averaged; success: held-out accuracy reached the threshold)",
                    lambda results: paper_form.format_paper_form_table(paper_form.paper_form_table(results))),
     "gamma_depth": ("best and critical gamma against depth (best: highest accuracy, then earliest emergence)",
@@ -110,6 +112,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("\n".join(table(results)))
         if args.experiment == "text_pilot":
             print(f"figure: {text_pilot.pilot_figure(results, Path(args.out) / 'text_pilot.png')}")
+        if args.experiment == "text_phase":
+            print("\n" + "\n\n".join(text_phase.phase_verdict(results, text_phase.phase_table(results))))
+            report = text_phase.phase_report(results, Path(args.out), args.mode)
+            print(f"report (figure, samples, ONNX sizes and speeds): {report}")
     elif args.experiment.startswith("text"):
         from psattn.experiments.text import format_text_summary, summarise_text
 

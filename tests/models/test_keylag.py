@@ -106,10 +106,19 @@ def test_parameters_receive_gradients(variant):
 
 
 @pytest.mark.parametrize("variant", KEY_LAG_NAMES)
-def test_cached_decoding_is_refused_clearly(variant):
+def test_generation_runs_the_full_forward_and_a_cache_is_refused_clearly(variant):
     model = random_model(variant, gamma=0.0)
+    assert not model.supports_cache and random_model("key_only").supports_cache
+    prompt = torch.randint(0, 37, (2, 3))
+    out = generate(model, prompt, 5)
+    full = model(out.sequences)  # (B, 8, V): each new token is the argmax of the full forward before it
+    assert torch.equal(out.sequences[:, 3:], full[:, 2:-1].argmax(-1))
+    assert torch.allclose(out.logits, full[:, 2:-1], atol=1e-10)
+    padded = generate(model, torch.cat([torch.zeros(1, 2, dtype=torch.long), prompt[:1]], 1), 5,
+                      attention_mask=torch.tensor([[0, 0, 1, 1, 1]]))
+    assert torch.equal(padded.sequences[0, 2:], out.sequences[0])  # a left-padded row equals it alone
     with pytest.raises(ValueError, match="does not support cached decoding"):
-        generate(model, torch.randint(0, 37, (1, 3)), 2)
+        model.new_cache()
 
 
 def test_key_lag_takes_no_gamma():

@@ -160,10 +160,10 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
                        label=f"uniform attention, T = {t} (~2/T = {2.0 / t:.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
     prefix.set(yscale="log", xlabel="training tokens (millions)", ylabel="best prefix-matching score (any head)",
-               title="prefix matching (circle: phase change" + ("; dotted: predicted)" if predicted else ")"))
+               title="prefix matching\n(circle: phase change" + ("; dotted: predicted)" if predicted else ")"))
     previous.set(xlabel="training tokens (millions)", ylabel="best previous-token score", ylim=(0, 1),
-                 title="previous-token heads by layer (dashed: layer 1)")
-    icl.set(xlabel="training tokens (millions)", ylabel=RUN_METRICS["icl_score"], title="in-context learning score")
-    prefix.legend(fontsize=6.5, loc="upper left")
+                 title="previous-token heads by layer\n(dashed: layer 1)")
+    icl.set(xlabel="training tokens (millions)", ylabel=RUN_METRICS["icl_score"], title="in-context learning score\n")
+    prefix.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     icl.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, path)

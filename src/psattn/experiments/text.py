@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from psattn.experiments.configs import run_name
+from psattn.experiments.configs import SHEARED, run_name
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
@@ -105,6 +105,11 @@ def _last(result: dict[str, Any], key: str):
     return result["history"][-1][key]
 
 
+def model_label(layers: int, variant: str, gamma: float) -> str:
+    """"1 layer, key_only γ=1", "2 layers, baseline": a model of the real-text tables."""
+    return f"{layers} layer{'s' * (layers > 1)}, {variant}" + (f" γ={gamma:g}" if variant in SHEARED else "")
+
+
 def model_key(result: dict[str, Any]) -> tuple[int, str, float]:
     m = result["config"]["model"]
     a = m["attention"][0] if isinstance(m["attention"], list) else m["attention"]
@@ -131,6 +136,7 @@ def summarise_text(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "passage_first_loss": stat(lambda r: _last(r, "passage_first_loss")),
             "passage_second_loss": stat(lambda r: _last(r, "passage_second_loss")),
             "passage_copy_gain": stat(lambda r: _last(r, "passage_first_loss") - _last(r, "passage_second_loss")),
+            "random_copy_gain": stat(lambda r: _last(r, "random_first_loss") - _last(r, "random_second_loss")),
             "best_induction_score": stat(lambda r: max(max(layer) for layer in _last(r, "induction_score"))),
             "best_prefix_matching_score": stat(lambda r: max(max(layer) for layer in _last(r, "prefix_matching_score"))),
         })

@@ -83,3 +83,43 @@ def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: st
                 ax.set_ylabel(f"{kind_label}\nlayer", fontsize=8)
     fig.colorbar(image, ax=axes.ravel().tolist(), label="attention to the token after\nthe earlier occurrence")
     return save_figure(fig, path)
+
+
+def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int, threshold: float,
+                 copy_threshold: float, changes: dict[str, Any], copying: dict[str, Any]) -> Path:
+    """Olsson-style curves against training tokens, one line per model: the best head's prefix-matching
+    score (log scale; uniform attention's ~2/T and the phase-change threshold marked, a circle at each
+    detected phase change), the ICL score, the repeated random tokens' copy gain (a square at each
+    model's first copying) and held-out bits per byte."""
+    fig = Figure(figsize=(14, 8), layout="constrained")
+    (prefix, icl), (copy, loss) = fig.subplots(2, 2)
+    for i, (label, history) in enumerate(histories.items()):
+        rows = [h for h in history if h["step"] > 0]
+        tokens = [h["tokens"] / 1e6 for h in rows]
+        colour = f"C{i % 10}"
+        style = dict(color=colour, marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1, label=label)
+        prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], **style)
+        icl.plot(tokens, [h["icl_score"] for h in rows], **style)
+        copy.plot(tokens, [h["random_first_loss"] - h["random_second_loss"] for h in rows], **style)
+        loss.plot(tokens, [h["bits_per_byte"] for h in rows], **style)
+        if changes.get(label) is not None:
+            prefix.plot([changes[label].tokens / 1e6], [changes[label].score], "o", markersize=11,
+                        markerfacecolor="none", color=colour)
+        if copying.get(label) is not None:
+            copy.plot([copying[label].tokens / 1e6], [copying[label].score], "s", markersize=11,
+                      markerfacecolor="none", color=colour)
+    prefix.axhline(2.0 / context, color="grey", linestyle=":", linewidth=1,
+                   label=f"uniform attention (~2/T = {2.0 / context:.3f})")
+    prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
+    copy.axhline(copy_threshold, color="black", linestyle="--", linewidth=1)
+    prefix.set(yscale="log", ylabel="best prefix-matching score (any head)",
+               title="prefix matching\n(circle: phase change)")
+    icl.set(ylabel="ICL score (nats; late minus early loss)", title="in-context learning\n(lower is better)")
+    copy.set(ylabel="copy gain (nats; 1st minus 2nd copy)",
+             title=f"copying repeated random tokens\n(dashed: threshold, {copy_threshold:g}; square: first copying)")
+    loss.set(ylabel="held-out bits per byte", title="held-out loss\n(lower is better)")
+    for ax in (prefix, icl, copy, loss):
+        ax.set_xlabel("training tokens (millions)")
+    icl.axhline(0.0, color="grey", linewidth=0.8, linestyle=":")
+    fig.legend(*prefix.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    return save_figure(fig, path)

@@ -13,7 +13,15 @@ import torch
 from psattn.experiments import text_plots
 from psattn.experiments.markdown import fmt, table
 from psattn.experiments.sweep import run_sweep
-from psattn.experiments.text import HYPOTHESIS_MODELS, TEXT_PLANS, TextPlan, model_key, summarise_text, text_experiment
+from psattn.experiments.text import (
+    HYPOTHESIS_MODELS,
+    TEXT_PLANS,
+    TextPlan,
+    model_key,
+    model_label,
+    summarise_text,
+    text_experiment,
+)
 from psattn.models import ModelConfig
 from psattn.models.presets import preset_parameter_count
 from psattn.text.generate import continue_text, run_tokenizer
@@ -26,35 +34,34 @@ SAMPLE_PROMPT_CHARS = 120
 EDGE_MODELS = ((1, "key_only", 1.0), (2, "baseline", 0.0))
 
 
-def _label(layers: int, variant: str, gamma: float) -> str:
-    return f"{layers} layer{'s' * (layers > 1)}, {variant}" + (f" γ={gamma:g}" if variant != "baseline" else "")
-
-
 def _mean_sd(pair: tuple[float, float | None]) -> str:
     mean, sd = pair
     return fmt(mean) if sd is None else f"{mean:.3f} ± {sd:.3f}"
 
 
-def samples(out: Path, configs, plan, max_new_tokens: int = 160) -> dict[str, dict[str, str]]:
-    """A continuation of the same held-out prompt by every seed-0 model."""
+def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> dict[str, dict[str, str]]:
+    """A continuation of the same held-out prompt by every model of ``configs`` trained on ``seed`` (run
+    directories ``runs/<name>``)."""
     first = configs[0]
-    tokenizer = run_tokenizer(out / "runs" / first.name)
+    tokenizer = run_tokenizer(runs / first.name)
     held = tokenizer.decode(np.asarray(first.task.tokens().eval[: 1 << 14]).tolist())
     start = [i + 2 for i in range(len(held)) if held.startswith("\n\n", i) and held[i + 2 : i + 3].isalpha()][1]
     prompt = held[start : held.rfind(" ", start, start + SAMPLE_PROMPT_CHARS)]  # a paragraph's opening words
     result = {}
     for config in configs:
-        if config.train.seed != plan.seeds[0]:
+        if config.train.seed != seed:
             continue
-        model = load_trained(out / "runs" / config.name)
-        text = continue_text(model, run_tokenizer(out / "runs" / config.name), prompt, max_new_tokens, seed=0)
-        result[_label(*model_key({"config": config.to_dict()}))] = {"prompt": prompt, "continuation": text}
+        model = load_trained(runs / config.name)
+        text = continue_text(model, run_tokenizer(runs / config.name), prompt, max_new_tokens, seed=0)
+        result[model_label(*model_key({"config": config.to_dict()}))] = {"prompt": prompt, "continuation": text}
     return result
 
 
-def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[str, dict] | None:
-    """Export the seed-0 models of ``EDGE_MODELS`` to ONNX (fp32 and dynamic INT8), then time every
-    graph's greedy decoding interleaved in one loop; None when the export extra is not installed."""
+def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_MODELS,
+                    decode_tokens: int = 32) -> dict[str, dict] | None:
+    """Export the ``models`` (layers, variant, gamma) of ``configs`` trained on ``seed`` (run directories
+    ``runs/<name>``) to ONNX under ``onnx`` (fp32 and dynamic INT8), then time every graph's greedy
+    decoding interleaved in one loop; None when the export extra is not installed."""
     try:
         import onnxruntime  # noqa: F401
 
@@ -67,10 +74,10 @@ def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[s
     try:
         for config in configs:
             key = model_key({"config": config.to_dict()})
-            if config.train.seed != plan.seeds[0] or key not in EDGE_MODELS:
+            if config.train.seed != seed or key not in models:
                 continue
-            label = _label(*key)
-            r = export_and_compare(out / "runs" / config.name, out / "onnx" / config.name / "model.onnx", int8=True,
+            label = model_label(*key)
+            r = export_and_compare(runs / config.name, onnx / config.name / "model.onnx", int8=True,
                                    decode_tokens=decode_tokens)
             rows[label] = {"parameters": preset_parameter_count(config.model), "size_bytes": r["size_bytes"],
                            "text": r["text"], "greedy_tokens_equal": r["greedy_tokens_equal"],
@@ -88,6 +95,20 @@ def edge_comparison(out: Path, configs, plan, decode_tokens: int = 32) -> dict[s
     return rows
 
 
+def edge_table(edge: dict[str, dict]) -> list[str]:
+    """The markdown table of :func:`edge_comparison`'s rows."""
+    return table(
+        ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
+         "ICL score fp32 / INT8", "INT8 top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats",
+         "INT8 greedy tokens = fp32 (16 prompts)"],
+        [[label, f"{r['parameters']:,}", f"{r['size_bytes']['fp32'] / 1e6:.2f} / {r['size_bytes']['int8'] / 1e6:.2f} MB",
+          f"{r['ms_per_token']['fp32']:.3f} / {r['ms_per_token']['int8']:.3f}",
+          f"{r['text']['onnx_fp32']['bits_per_byte']:.3f} / {r['text']['onnx_int8']['bits_per_byte']:.3f}",
+          f"{r['text']['onnx_fp32']['icl_score']:+.3f} / {r['text']['onnx_int8']['icl_score']:+.3f}",
+          f"{r['int8_teacher_forced']['top1_agreement']:.4f}", f"{r['int8_teacher_forced']['kl_nats']:.1e}",
+          f"{r['int8_greedy_tokens_agree']:.2f}"] for label, r in edge.items()])
+
+
 def copy_gain(row: dict, probe: str = "passage") -> float:
     """Nats by which the second copy of a repeated ``probe`` ("passage" or "random") is easier than the first."""
     return row[f"{probe}_first_loss"][0] - row[f"{probe}_second_loss"][0]
@@ -97,7 +118,7 @@ def verdict(rows: list[dict], tokens: int | None = None) -> str:
     """The hypothesis, clause by clause, read off the repeated-passage copy gain and the ICL score, at the
     budget of ``tokens`` training tokens (named first: the verdict speaks for that budget only)."""
     by = {(r["layers"], r["variant"], r["gamma"]): r for r in rows}
-    ranking = ", ".join(f"{_label(*key)} {copy_gain(r):.2f}" for key, r in
+    ranking = ", ".join(f"{model_label(*key)} {copy_gain(r):.2f}" for key, r in
                         sorted(by.items(), key=lambda kv: -copy_gain(kv[1])))
     out = [] if tokens is None else [
         f"This verdict speaks for {tokens / 1e6:.1f}M training tokens, before two plain layers have formed an "
@@ -143,11 +164,12 @@ def text_results(out: Path, mode: str, workers: int | None, progress: bool) -> T
     plan = TEXT_PLANS[mode]
     results = run_sweep(configs, out / "runs", workers=workers, progress=progress)
     first_seed = [c for c in configs if c.train.seed == plan.seeds[0]]
-    labels = {c.name: _label(*model_key(results[c.name])) for c in first_seed}
+    labels = {c.name: model_label(*model_key(results[c.name])) for c in first_seed}
     return TextResults(
         plan=plan, rows=summarise_text(results),
         histories={labels[c.name]: results[c.name]["history"] for c in first_seed},
-        samples=samples(out, configs, plan), edge=edge_comparison(out, configs, plan),
+        samples=samples(out / "runs", configs, plan.seeds[0]),
+        edge=edge_comparison(out / "runs", configs, out / "onnx", plan.seeds[0]),
         params={labels[c.name]: preset_parameter_count(ModelConfig.from_dict(c.model.to_dict())) for c in first_seed},
     )
 
@@ -189,8 +211,8 @@ def text_markdown(res: TextResults) -> list[str]:
     lines += table(
         ["model", "parameters", "held-out bits/byte", "ICL score", "random tokens loss: 1st / 2nd copy",
          "passage loss: 1st / 2nd copy", "best induction score", "best prefix-matching score"],
-        [[_label(r["layers"], r["variant"], r["gamma"]),
-          f"{params[_label(r['layers'], r['variant'], r['gamma'])]:,}",
+        [[model_label(r["layers"], r["variant"], r["gamma"]),
+          f"{params[model_label(r['layers'], r['variant'], r['gamma'])]:,}",
           _mean_sd(r["bits_per_byte"]), _mean_sd(r["icl_score"]),
           f"{r['random_first_loss'][0]:.2f} / {r['random_second_loss'][0]:.2f}",
           f"{r['passage_first_loss'][0]:.2f} / {r['passage_second_loss'][0]:.2f}",
@@ -211,16 +233,7 @@ def text_markdown(res: TextResults) -> list[str]:
                        "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "
                        "INT8 against fp32 teacher-forced on every position of those windows (top-1 agreement, mean KL "
                        "divergence) and in greedy continuations of 16 held-out prompts.", ""]
-        edge_lines += table(
-            ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
-             "ICL score fp32 / INT8", "INT8 top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats",
-             "INT8 greedy tokens = fp32 (16 prompts)"],
-            [[label, f"{r['parameters']:,}", f"{r['size_bytes']['fp32'] / 1e6:.2f} / {r['size_bytes']['int8'] / 1e6:.2f} MB",
-              f"{r['ms_per_token']['fp32']:.3f} / {r['ms_per_token']['int8']:.3f}",
-              f"{r['text']['onnx_fp32']['bits_per_byte']:.3f} / {r['text']['onnx_int8']['bits_per_byte']:.3f}",
-              f"{r['text']['onnx_fp32']['icl_score']:+.3f} / {r['text']['onnx_int8']['icl_score']:+.3f}",
-              f"{r['int8_teacher_forced']['top1_agreement']:.4f}", f"{r['int8_teacher_forced']['kl_nats']:.1e}",
-              f"{r['int8_greedy_tokens_agree']:.2f}"] for label, r in edge.items()])
+        edge_lines += edge_table(edge)
         edge_lines.append("")
     prompt = next(iter(examples.values()))["prompt"]
     lines += ["Prompt: `" + prompt.replace("\n", " ").replace("`", "'") + "`", ""]

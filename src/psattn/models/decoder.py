@@ -84,6 +84,11 @@ class DecoderLM(nn.Module):
         """Number of distinct trainable parameters (a tied head counts once)."""
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def supports_cache(self) -> bool:
+        """Whether every layer can decode with a cache (the learned key-lag baselines cannot)."""
+        return not any(block.attn.config.is_key_lag for block in self.blocks)
+
     def new_cache(self, max_rollback: int = 0) -> PSACache:
         """An empty cache; ``max_rollback`` is how many tokens :meth:`PSACache.crop` may undo."""
         return PSACache([block.attn.new_cache(max_rollback) for block in self.blocks])

@@ -88,7 +88,8 @@ def generate(
     ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
     shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
-    continued and extended in place.
+    continued and extended in place. A model without cache support (a learned key-lag baseline, see
+    :attr:`~psattn.models.decoder.DecoderLM.supports_cache`) runs the whole sequence again per token.
     """
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
@@ -109,8 +110,23 @@ def generate(
         if token is not None and not (isinstance(token, int) and not isinstance(token, bool) and 0 <= token < V):
             raise ValueError(f"{name} must be a token id in [0, {V}), got {token!r}")
     pad = eos_token_id if pad_token_id is None else pad_token_id
-    cache = model.new_cache() if cache is None else cache
-    logits = prefill(model, input_ids, cache, attention_mask=attention_mask, chunk_size=prefill_chunk_size)
+    if cache is None and not model.supports_cache:
+        seq, mask = input_ids, attention_mask
+
+        def step_logits(token: Tensor | None) -> Tensor:  # the whole sequence again: (B, T) -> (B, V)
+            nonlocal seq, mask
+            if token is not None:
+                seq = torch.cat([seq, token[:, None]], dim=1)
+                mask = None if mask is None else torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            return model(seq, attention_mask=mask)[:, -1]
+    else:
+        cache = model.new_cache() if cache is None else cache
+
+        def step_logits(token: Tensor | None) -> Tensor:
+            if token is None:
+                return prefill(model, input_ids, cache, attention_mask=attention_mask, chunk_size=prefill_chunk_size)
+            return model(token[:, None], cache=cache)[:, -1]
+    logits = step_logits(None)
     B = input_ids.shape[0]
     finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     tokens, all_logits = [], []
@@ -122,7 +138,7 @@ def generate(
         tokens.append(token)
         all_logits.append(logits)
         if step + 1 < max_new_tokens and not bool(finished.all()):
-            logits = model(token[:, None], cache=cache)[:, -1]
+            logits = step_logits(token)
         elif step + 1 < max_new_tokens:
             break
     new = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(B, 0)

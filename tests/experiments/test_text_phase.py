@@ -1,0 +1,93 @@
+"""text_phase: the first-copying rule, the end-of-training table, the clause-by-clause verdict, and the
+report `psattn sweep text_phase` writes (tiny runs)."""
+
+import dataclasses
+
+import pytest
+
+from psattn.cli import main
+from psattn.experiments import text_phase as tp
+from psattn.experiments.phase_change import detect_copying
+
+
+def evaluation(step, copy, prefix=0.02, icl=-0.1, bpb=2.0):
+    return {"step": step, "tokens": step * 512, "seconds": step / 100, "icl_score": icl, "bits_per_byte": bpb,
+            "random_first_loss": 7.0, "random_second_loss": 7.0 - copy, "passage_first_loss": 3.0,
+            "passage_second_loss": 3.0 - copy, "prefix_matching_score": [[prefix, 0.01]],
+            "induction_score": [[prefix / 2, 0.0]], "previous_token_score": [[0.2, 0.1]]}
+
+
+def run(layers, variant, gamma, seed, copies, prefixes, icl=-0.1, bpb=2.0):
+    config = tp.text_phase("quick")[0]
+    model = dataclasses.replace(config.model, n_layers=layers,
+                                attention=dataclasses.replace(config.model.attention, variant=variant, gamma=gamma))
+    config = dataclasses.replace(config, model=model, train=dataclasses.replace(config.train, seed=seed))
+    history = [evaluation(1000 * i, c, p, icl, bpb) for i, (c, p) in enumerate(zip(copies, prefixes))]
+    return {"config": config.to_dict(), "history": history}
+
+
+def test_first_copying_is_the_random_tokens_copy_gain_held_for_two_evaluations():
+    rows = [evaluation(0, 0.9), evaluation(1000, 0.1), evaluation(2000, 0.3), evaluation(3000, 0.2),
+            evaluation(4000, 0.26), evaluation(5000, 0.5)]
+    change = detect_copying(rows)  # step 0 never counts; 2000 is not confirmed at 3000
+    assert (change.step, change.tokens, change.score) == (4000, 4000 * 512, pytest.approx(0.26))
+    assert detect_copying(rows, threshold=0.6) is None
+
+
+def results_where_two_plain_layers_overtake():
+    psa = [0.0, 0.4, 0.5, 0.5, 0.5, 0.5]
+    plain = [0.0, 0.0, 0.1, 0.6, 0.9, 1.0]
+    return {
+        "psa0": run(1, "key_only", 1.0, 0, psa, [0.02, 0.3, 0.3, 0.3, 0.3, 0.3], icl=-0.2, bpb=1.9),
+        "psa1": run(1, "key_only", 1.0, 1, [c + 0.02 for c in psa], [0.02, 0.3, 0.3, 0.3, 0.3, 0.3], icl=-0.2, bpb=1.9),
+        "plain2": run(2, "baseline", 0.0, 0, plain, [0.02, 0.02, 0.05, 0.2, 0.3, 0.3], icl=-0.3, bpb=1.7),
+        "plain1": run(1, "baseline", 0.0, 0, [0.0] * 6, [0.02] * 6, icl=-0.05, bpb=2.1),
+        "smeared": run(1, "smeared_keys", 0.0, 0, [0.0, 0.3, 0.4, 0.4, 0.4, 0.4], [0.02, 0.2, 0.2, 0.2, 0.2, 0.2]),
+    }
+
+
+def test_the_table_and_the_verdict_read_each_clause_off_the_runs(tmp_path):
+    results = results_where_two_plain_layers_overtake()
+    rows = tp.phase_table(results)
+    assert [(r["layers"], r["variant"]) for r in rows] == [(1, "baseline"), (1, "key_only"), (1, "smeared_keys"),
+                                                           (2, "baseline")]
+    psa = rows[1]
+    assert psa["seeds"] == 2 and [c.tokens for c in psa["first_copying"]] == [1000 * 512] * 2
+    assert [c.tokens for c in rows[3]["phase_change"]] == [3000 * 512] and rows[0]["first_copying"] == [None]
+    lines = tp.format_phase_table(rows)
+    assert lines[3].startswith("| 1 layer, key_only γ=1 | 2 | ") and "| 0.51 ± 0.01 |" in lines[3]
+    assert lines[3].endswith("| 0.5M, 0.5M | 0.5M, 0.5M |") and lines[2].endswith("| — | — |")
+    verdict = " ".join(tp.phase_verdict(results, rows))
+    assert "1 layer, key_only γ=1: 0.5M, 0.5M" in verdict and "2 layers, baseline: 1.5M" in verdict
+    assert "**one PSA layer does not match two plain layers** on the ICL score and passage copying and " \
+           "random-token copying" in verdict
+    assert "1.900 against 1.700 (+0.200" in verdict and "one plain layer: 2.100" in verdict
+    assert "from 1.5M tokens on" in verdict and "transient" in verdict
+    assert "**The learned key lag** (smeared keys)" in verdict
+    pytest.importorskip("matplotlib")
+    assert tp.phase_figure(results, tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_lasting_advantage_is_called_lasting():
+    results = results_where_two_plain_layers_overtake()
+    results["plain2"] = run(2, "baseline", 0.0, 0, [0.0, 0.0, 0.1, 0.2, 0.3, 0.3], [0.02] * 6, icl=-0.1, bpb=1.7)
+    verdict = " ".join(tp.phase_verdict(results, tp.phase_table(results)))
+    assert "the one-layer advantage lasts this budget" in verdict and "**one PSA layer matches two plain layers**" in verdict
+    assert "— : not within 2.6M" in verdict and "2 layers, baseline: 2.0M" in verdict
+
+
+def test_sweep_text_phase_writes_the_report_with_samples_and_onnx(tmp_path, capsys, monkeypatch):
+    tiny = dataclasses.replace(tp._plan("quick"), models=((1, "key_only", 1.0), (2, "baseline", 0.0)), seeds=(0, 1),
+                               steps=8, eval_every=4, seq_len=32, d_model=32, eval_size=8, vocab_size=512)
+    monkeypatch.setattr(tp, "_plan", lambda mode: tiny)
+    assert main(["sweep", "text_phase", "--out", str(tmp_path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "real text past the phase change" in out and "| 1 layer, key_only γ=1 | 2 |" in out
+    assert "**When each model starts copying**" in out and "**Its cost in bits per byte**" in out
+    report = (tmp_path / "text_phase.md").read_text()
+    assert f"report (figure, samples, ONNX sizes and speeds): {tmp_path / 'text_phase.md'}" in out
+    assert "Hypothesis, stated before the run" in report and "![curves](text_phase.png)" in report
+    assert "- **1 layer, key_only γ=1**: `" in report and "- **2 layers, baseline**: `" in report
+    assert (tmp_path / "text_phase.png").stat().st_size > 1000
+    pytest.importorskip("onnxruntime")
+    assert "| 1 layer, key_only γ=1 | " in report.split("On a device")[1] and "ms per token" in report
