@@ -122,8 +122,9 @@ def verdict(rows: list[dict], tokens: int | None = None) -> str:
                         sorted(by.items(), key=lambda kv: -copy_gain(kv[1])))
     out = [] if tokens is None else [
         f"This verdict speaks for {tokens / 1e6:.1f}M training tokens, before two plain layers have formed an "
-        "induction head (none had by 24M tokens at any batch size in `psattn sweep text_pilot`, docs/text.md); "
-        "whether the one-layer advantage lasts is a longer experiment's question."]
+        "induction head (at context 256 none had by 24M tokens at any batch size in `psattn sweep text_pilot`); "
+        "at context 64 two plain layers form one after 7.8M tokens, and `psattn sweep text_phase` compares the "
+        "models past that point (docs/text.md)."]
     out.append(f"Copy gain on a repeated held-out passage (nats, first copy minus second), largest first: {ranking}.")
     one_plain, one_psa, two_plain = (by.get(key) for key in HYPOTHESIS_MODELS)
     if one_plain and one_psa:
