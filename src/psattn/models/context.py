@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from psattn.ops.cache import PSACache
+from psattn.ops.cache import ChunkRecord, PSACache
 from psattn.ops.shear import sequence_starts
 
 
@@ -27,6 +27,7 @@ class AttentionContext:
     starts: Tensor | None  # (B, T) bool, or None when only t = 0 of a fresh sequence is a start
     attn_mask: Tensor | None  # (B, 1, T, S) bool, True = may attend
     is_causal: bool
+    chunk: ChunkRecord | None = None  # with a cache: what it appends once the layers have run
 
     @classmethod
     def causal(cls, batch: int, length: int, device: torch.device | None = None) -> AttentionContext:
@@ -43,8 +44,9 @@ def build_context(
     attention_mask: Tensor | None = None,
     cache: PSACache | None = None,
 ) -> AttentionContext:
-    """Work out positions, starts and mask for a chunk of ``length`` tokens; record its bookkeeping
-    in ``cache``. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
+    """Work out positions, starts and mask for a chunk of ``length`` tokens after the tokens of
+    ``cache``, which is read, not changed: the context's ``chunk`` is what the cache appends after the
+    forward pass. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
     B, T = batch, length
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
         if x is not None and tuple(x.shape) != (B, T):
@@ -73,16 +75,15 @@ def build_context(
     prev_seq = cache.key_seq[:, -1:] if past else torch.full((B, 1), -1, dtype=torch.long, device=device)
     seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
     simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, 0].any()))
-    if cache is not None:
-        simple = simple and cache.simple
-        cache.record(valid, seq, position_ids, simple)
+    chunk = None if cache is None else ChunkRecord(valid, seq, position_ids, simple)
+    simple = simple and (cache is None or cache.simple)
 
     if simple:
         shear_starts = None
         if past == 0:
-            return AttentionContext(position_ids, None, None, True)
+            return AttentionContext(position_ids, None, None, True, chunk)
         if T == 1:  # one query after all cached keys sees every key
-            return AttentionContext(position_ids, None, None, False)
+            return AttentionContext(position_ids, None, None, False, chunk)
     else:
         shear_starts = starts
 
@@ -93,9 +94,9 @@ def build_context(
     if simple:
         mask = causal[None, None]  # (1, 1, T, S)
     else:
-        k_valid = valid if cache is None else cache.key_valid  # (B, S)
-        k_seq = seq if cache is None else cache.key_seq
+        k_valid = torch.cat([cache.key_valid, valid], dim=1) if past else valid  # (B, S)
+        k_seq = torch.cat([cache.key_seq, seq], dim=1) if past else seq
         same_seq = k_seq[:, None, :] == seq[:, :, None]  # (B, T, S)
         self_key = k_idx[None, :] == q_idx[:, None]  # a query always sees itself: no empty row
         mask = ((causal & same_seq & k_valid[:, None, :]) | self_key)[:, None]  # (B, 1, T, S)
-    return AttentionContext(position_ids, shear_starts, mask, False)
+    return AttentionContext(position_ids, shear_starts, mask, False, chunk)

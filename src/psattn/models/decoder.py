@@ -138,4 +138,6 @@ class DecoderLM(nn.Module):
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             h = block(h, context, None if cache is None else cache.layers[i], output_mask if i == last else None)
+        if cache is not None:
+            cache.record(context.chunk)  # the chunk's positions, sequences and padding, beside its keys
         return self.lm_head(self.norm_final(h))  # (B, T, V), or (N, V) with output_mask

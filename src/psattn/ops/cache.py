@@ -15,6 +15,7 @@ shallow copy (prefix reuse).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -111,6 +112,16 @@ class LayerCache:
         return tensor_bytes(self.raw_k) + tensor_bytes(self.raw_q)
 
 
+@dataclass(frozen=True)
+class ChunkRecord:
+    """The bookkeeping of a new chunk of tokens that a cache appends (each (B, T))."""
+
+    valid: Tensor  # bool: a real token, not padding
+    seq: Tensor  # int64: index of the sequence each token belongs to
+    pos: Tensor  # int64: RoPE position of each token
+    simple: bool  # no padding and no sequence restart in the chunk
+
+
 class PSACache:
     """Per-layer caches plus the per-token bookkeeping all layers share (which keys are real,
     which sequence each belongs to, its position) and that any KV cache needs for masking."""
@@ -131,15 +142,15 @@ class PSACache:
             return None
         return torch.where(self.key_valid[:, -1], self.key_pos[:, -1] + 1, 0)
 
-    def record(self, valid: Tensor, seq: Tensor, pos: Tensor, simple: bool) -> None:
-        """Append the bookkeeping of a new chunk (each (B, T))."""
+    def record(self, chunk: ChunkRecord) -> None:
+        """Append the bookkeeping of a new chunk (the model does, once its layers have appended their keys)."""
         if self.key_pos is None:
-            self.key_valid, self.key_seq, self.key_pos = valid, seq, pos
+            self.key_valid, self.key_seq, self.key_pos = chunk.valid, chunk.seq, chunk.pos
         else:
-            self.key_valid = torch.cat([self.key_valid, valid], dim=1)
-            self.key_seq = torch.cat([self.key_seq, seq], dim=1)
-            self.key_pos = torch.cat([self.key_pos, pos], dim=1)
-        self.simple = self.simple and simple
+            self.key_valid = torch.cat([self.key_valid, chunk.valid], dim=1)
+            self.key_seq = torch.cat([self.key_seq, chunk.seq], dim=1)
+            self.key_pos = torch.cat([self.key_pos, chunk.pos], dim=1)
+        self.simple = self.simple and chunk.simple
 
     def crop(self, length: int) -> None:
         """Roll every layer back to ``length`` tokens (speculative decoding); all or nothing."""
