@@ -26,6 +26,68 @@ def tensor_bytes(x: Tensor | None) -> int:
     return 0 if x is None else x.numel() * x.element_size()
 
 
+class RawWindow:
+    """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
+
+    The rollback rule of every PSA cache: the sheared stream can continue after n tokens only if the
+    window holds the raw value at position n - 1 (:meth:`can_crop`); how many positions a cache keeps
+    is its own choice.
+    """
+
+    def __init__(self) -> None:
+        self.values: Tensor | None = None
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        return self.start if self.values is None else self.start + self.values.shape[-2]
+
+    def last(self) -> Tensor | None:
+        """(B, H, 1, D): the raw value at position end - 1."""
+        return None if self.values is None else self.values[..., -1:, :]
+
+    def can_crop(self, length: int) -> bool:
+        """Whether the stream can continue after ``length`` tokens (always, for an empty window or 0)."""
+        return self.values is None or length == 0 or self.start <= length - 1 < self.end
+
+    def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
+        """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
+        (None: keep all)."""
+        if self.values is None or position == 0:
+            self.values, self.start = chunk, position
+        else:
+            if self.end != position:
+                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
+            self.values = torch.cat([self.values, chunk], dim=-2)
+        if keep_from is not None:
+            self._trim(keep_from)
+
+    def _trim(self, keep_from: int) -> None:
+        drop = keep_from - self.start
+        if self.values is not None and drop > 0:
+            self.values = self.values[..., drop:, :]
+            self.start = keep_from
+
+    def crop(self, length: int, keep: int) -> None:
+        """Keep positions < ``length``, and of those only the last ``keep``."""
+        if self.values is None:
+            return
+        if length == 0:
+            self.values, self.start = None, 0
+            return
+        if not self.start <= length - 1 < self.end:
+            raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
+        self.values = self.values[..., : length - self.start, :]
+        self._trim(max(length - keep, self.start))
+
+    def apply(self, fn) -> None:
+        if self.values is not None:
+            self.values = fn(self.values)
+
+    def clear(self) -> None:
+        self.values, self.start = None, 0
+
+
 class LayerCache:
     """Sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and a window of raw stream values."""
 
@@ -33,83 +95,75 @@ class LayerCache:
         if max_rollback < 0:
             raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
         self.keep_query, self.keep_key = keep_query, keep_key
-        self.window = max_rollback + 1
+        self.window = max_rollback + 1  # raw positions kept: the last max_rollback + 1
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
-        self.raw_k: Tensor | None = None  # (B, Hkv, <= window, D): raw keys at the last positions
-        self.raw_q: Tensor | None = None  # (B, Hq, <= window, D), only when keep_query
+        self.raw_k = RawWindow()  # raw keys (B, Hkv, <= window, D) at the last positions, when keep_key
+        self.raw_q = RawWindow()  # raw queries (B, Hq, <= window, D), when keep_query
 
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[2]
 
+    def __copy__(self) -> LayerCache:
+        """A twin sharing the (never mutated) tensors, with windows of its own (:meth:`PSACache.fork`)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin.raw_k, twin.raw_q = copy.copy(self.raw_k), copy.copy(self.raw_q)
+        return twin
+
     def last_raw(self) -> tuple[Tensor | None, Tensor | None]:
         """(prev_q, prev_k), each (B, H, 1, D) or None: the raw stream values at the last position."""
-        prev_k = None if self.raw_k is None else self.raw_k[..., -1:, :]
-        prev_q = None if self.raw_q is None else self.raw_q[..., -1:, :]
-        return prev_q, prev_k
+        return self.raw_q.last(), self.raw_k.last()
 
     def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Add a chunk of T tokens; returns all sheared keys and values so far."""
+        if self.keep_query and raw_q is None:
+            raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
+        past, T = len(self), k_hat.shape[2]
         if self.keys is None:
             self.keys, self.values = k_hat, v
         else:
             self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
             self.values = torch.cat([self.values, v], dim=2)
-        if self.keep_key:
-            self.raw_k = self._slide(self.raw_k, raw_k)
-        if self.keep_query:
-            if raw_q is None:
-                raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
-            self.raw_q = self._slide(self.raw_q, raw_q)
+        for keep, window, raw in ((self.keep_key, self.raw_k, raw_k), (self.keep_query, self.raw_q, raw_q)):
+            if keep:
+                window.push(raw, past, keep_from=past + T - self.window)
         return self.keys, self.values
-
-    def _slide(self, window: Tensor | None, new: Tensor) -> Tensor:
-        joined = new if window is None else torch.cat([window, new], dim=2)
-        return joined[..., -self.window :, :]
 
     def check_crop(self, length: int) -> None:
         """Raise (changing nothing) unless :meth:`crop` to ``length`` tokens is possible."""
         S = len(self)
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
-        drop = S - length
-        raw = self.raw_k if self.raw_k is not None else self.raw_q
-        if 0 < length and raw is not None and drop >= raw.shape[2]:
-            raise ValueError(
-                f"cannot roll back {drop} tokens: this cache keeps raw {'keys' if self.raw_k is not None else 'queries'} "
-                f"for {self.window - 1} "
-                f"(build it with max_rollback >= {drop})"
-            )
+        for name, window in (("keys", self.raw_k), ("queries", self.raw_q)):
+            if not window.can_crop(length):
+                raise ValueError(f"cannot roll back {S - length} tokens: this cache keeps raw {name} for "
+                                 f"{self.window - 1} (build it with max_rollback >= {S - length})")
 
     def crop(self, length: int) -> None:
         """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
         self.check_crop(length)
-        S = len(self)
-        if length == S:
+        if length == len(self):
             return
         if length == 0:
-            self.keys = self.values = self.raw_k = self.raw_q = None
-            return
-        drop = S - length
-        self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
-        if self.raw_k is not None:
-            self.raw_k = self.raw_k[:, :, :-drop]
-        if self.raw_q is not None:
-            self.raw_q = self.raw_q[:, :, :-drop]
+            self.keys = self.values = None
+        else:
+            self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+        for window in (self.raw_k, self.raw_q):
+            window.crop(length, keep=self.window)
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search)."""
-        for name in ("keys", "values", "raw_k", "raw_q"):
-            x = getattr(self, name)
-            if x is not None:
-                setattr(self, name, x.index_select(0, index))
+        self.keys, self.values = (None if x is None else x.index_select(0, index) for x in (self.keys, self.values))
+        for window in (self.raw_k, self.raw_q):
+            window.apply(lambda x: x.index_select(0, index))
 
     def kv_bytes(self) -> int:
         return tensor_bytes(self.keys) + tensor_bytes(self.values)
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the plain KV tensors (the raw windows)."""
-        return tensor_bytes(self.raw_k) + tensor_bytes(self.raw_q)
+        return tensor_bytes(self.raw_k.values) + tensor_bytes(self.raw_q.values)
 
 
 @dataclass(frozen=True)

@@ -33,61 +33,8 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
-from psattn.ops.cache import tensor_bytes
+from psattn.ops.cache import RawWindow, tensor_bytes
 from psattn.ops.shear import shear
-
-
-class RawWindow:
-    """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer."""
-
-    def __init__(self) -> None:
-        self.values: Tensor | None = None
-        self.start = 0
-
-    @property
-    def end(self) -> int:
-        return self.start if self.values is None else self.start + self.values.shape[-2]
-
-    def last(self) -> Tensor | None:
-        """(B, H, 1, D): the raw value at position end - 1."""
-        return None if self.values is None else self.values[..., -1:, :]
-
-    def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
-        """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
-        (None: keep all)."""
-        if self.values is None or position == 0:
-            self.values, self.start = chunk, position
-        else:
-            if self.end != position:
-                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
-            self.values = torch.cat([self.values, chunk], dim=-2)
-        if keep_from is not None:
-            self._trim(keep_from)
-
-    def _trim(self, keep_from: int) -> None:
-        drop = keep_from - self.start
-        if self.values is not None and drop > 0:
-            self.values = self.values[..., drop:, :]
-            self.start = keep_from
-
-    def crop(self, length: int, keep: int) -> None:
-        """Keep positions < ``length``, and of those only the last ``keep``."""
-        if self.values is None:
-            return
-        if length == 0:
-            self.values, self.start = None, 0
-            return
-        if not self.start <= length - 1 < self.end:
-            raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
-        self.values = self.values[..., : length - self.start, :]
-        self._trim(max(length - keep, self.start))
-
-    def apply(self, fn) -> None:
-        if self.values is not None:
-            self.values = fn(self.values)
-
-    def clear(self) -> None:
-        self.values, self.start = None, 0
 
 
 class PSALayer(DynamicLayer):
@@ -170,7 +117,7 @@ class PSALayer(DynamicLayer):
             return super().crop(tokens_to_remove)
         length = max(self.get_seq_length() + tokens_to_remove, 0)
         for window in self._windows():
-            if window.values is not None and length > 0 and window.start > length - 1:
+            if not window.can_crop(length):
                 raise RuntimeError(
                     f"cannot roll this PSA cache back to {length} tokens: the raw stream value needed to continue the "
                     f"sheared stream there was dropped (the layer keeps positions >= {window.start}). Build the "
