@@ -52,14 +52,11 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     _atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
-#: what every training checkpoint holds
-CHECKPOINT_KEYS = ("model", "optimizer", "schedule", "step", "history", "emergence_step", "seconds")
-
-
-def load_checkpoint(path: str | Path, keys: tuple[str, ...] = CHECKPOINT_KEYS) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step")) -> dict[str, Any]:
     """The state saved by :func:`save_checkpoint`, on the CPU. Raises :class:`CheckpointError`, naming
     the file, when it is missing, unreadable (truncated, corrupt, not written by torch.save), holds
-    anything but tensors and plain values, or lacks one of ``keys``."""
+    anything but tensors and plain values, or lacks one of ``keys`` (a training checkpoint's are
+    :data:`psattn.training.state.CHECKPOINT_KEYS`)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint file")

@@ -41,7 +41,6 @@ from psattn.text.metrics import text_metrics
 from psattn.training.checkpoint import (
     load_checkpoint,
     load_model_weights,
-    save_checkpoint,
     write_json,
     write_jsonl,
     write_text,
@@ -50,6 +49,7 @@ from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 from psattn.training.lock import run_lock
 from psattn.training.signals import TrainingInterrupted, on_stop_signals
+from psattn.training.state import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -310,8 +310,8 @@ def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
 
 class _Run:
     """One run's moving parts (model, optimiser, schedule, held-out batch) and the state a checkpoint
-    keeps (step, history, emergence step, training seconds), with the four things the loop does to
-    them: start or resume, take a step, evaluate and log, checkpoint."""
+    keeps (a :class:`~psattn.training.state.TrainState`), with the four things the loop does to them:
+    start or resume, take a step, evaluate and log, checkpoint."""
 
     def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device,
                  extensions: list[dict[str, Any]] = ()):
@@ -331,85 +331,76 @@ class _Run:
         self.held_out = eval_batch(config).to(device)
         self.metrics = TASK_METRICS.get(task_name(config.task))
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
-        self.step, self.history, self.emergence, self.seconds = 0, [], None, 0.0
+        self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
         self.board = None  # a TensorBoard writer, opened by start_or_resume when train.tensorboard is set
 
     def start_or_resume(self, resume: bool) -> None:
         """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
         what an earlier run left in the directory and log the untrained model as the step-0 row."""
         if resume and self.ckpt_path is not None and self.ckpt_path.exists():
-            state = load_checkpoint(self.ckpt_path)
-            load_model_weights(self.model, state["model"], self.ckpt_path, self.run_dir / "config.json")
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.schedule.load_state_dict(state["schedule"])
-            self.step, self.history = state["step"], state["history"]
-            self.emergence, self.seconds = state["emergence_step"], state["seconds"]
+            self.state.load(self.ckpt_path, self.run_dir / "config.json")
             if self.writes:
-                write_jsonl(self.run_dir / "metrics.jsonl", self.history)  # drop lines written after the checkpoint
-            log.info("resumed %s at step %d", self.run_dir, self.step)
+                write_jsonl(self.run_dir / "metrics.jsonl", self.state.history)  # drop lines written after the checkpoint
+            log.info("resumed %s at step %d", self.run_dir, self.state.step)
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
             write_jsonl(self.run_dir / "metrics.jsonl", [])
             for stale in ("result.json", "checkpoint.pt"):
                 (self.run_dir / stale).unlink(missing_ok=True)
             shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
         if self.t.tensorboard and self.writes:
-            self.board = tensorboard_writer(self.run_dir / "tensorboard", purge_step=self.step or None)
-        if not self.history:
-            self.evaluate_and_log(None, self.seconds)
+            self.board = tensorboard_writer(self.run_dir / "tensorboard", purge_step=self.state.step or None)
+        if not self.state.history:
+            self.evaluate_and_log(None, self.state.seconds)
 
     def train_step(self) -> torch.Tensor:
         """One optimiser step on the batch of (seed, step); returns this rank's loss."""
         t = self.t
-        batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.step))
+        batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.state.step))
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
-            seed_step_randomness(t.seed, self.step)
+            seed_step_randomness(t.seed, self.state.step)
         scored = int((batch.targets != IGNORE_INDEX).sum())
         mine = shard(batch, self.ddp).to(self.device)
         loss = self.forward(mine.inputs, mine.targets, scored)
         if not torch.isfinite(mean_over_ranks(loss, self.ddp)):
             kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
-            raise TrainingDiverged(f"loss became {loss.item()} at step {self.step}; stopping ({kept})")
+            raise TrainingDiverged(f"loss became {loss.item()} at step {self.state.step}; stopping ({kept})")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.optimizer.step()
         self.schedule.step()
-        self.step += 1
+        self.state.step += 1
         return loss
 
     def evaluate_and_log(self, train_loss: float | None, elapsed: float) -> dict[str, Any]:
         """One metrics row (held-out accuracy and loss, the task's own metrics, wall seconds, tokens
         seen), appended to the history and to metrics.jsonl; records the emergence step."""
         acc, eval_loss = evaluate(self.model, self.held_out)
-        row = {"step": self.step, "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": acc,
+        row = {"step": self.state.step, "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": acc,
                "lr": self.schedule.get_last_lr()[0], "seconds": round(elapsed, 3),
-               "tokens": self.step * self.tokens_per_step}
+               "tokens": self.state.step * self.tokens_per_step}
         if self.metrics is not None:
             row.update(self.metrics(self.model, self.config.task, self.held_out))
-        self.history.append(row)
+        self.state.history.append(row)
         if self.writes:
             with open(self.run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
         if self.board is not None:  # the row's numbers (not the per-position or per-head lists)
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.board.add_scalar(key, value, self.step)
+                    self.board.add_scalar(key, value, self.state.step)
             self.board.flush()
-        if self.emergence is None and self.step > 0 and acc >= self.t.threshold:
-            self.emergence = self.step
+        if self.state.emergence_step is None and self.state.step > 0 and acc >= self.t.threshold:
+            self.state.emergence_step = self.state.step
         return row
 
     def decided(self) -> bool:
         """With early stopping: held-out accuracy has stayed at the threshold long enough."""
-        return self.t.early_stop and at_threshold_streak(self.history, self.t.threshold) >= self.t.early_stop_evals
+        return self.t.early_stop and at_threshold_streak(self.state.history, self.t.threshold) >= self.t.early_stop_evals
 
     def checkpoint(self) -> None:
         if self.writes:
-            save_checkpoint(self.ckpt_path, {
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict(), "step": self.step,
-                "history": self.history, "emergence_step": self.emergence, "seconds": self.seconds,
-            })
+            self.state.save(self.ckpt_path)
         barrier(self.ddp)
 
     def close(self) -> None:
@@ -417,11 +408,11 @@ class _Run:
             self.board.close()
 
     def result(self, timed_out: bool) -> RunResult:
-        accs = [row["eval_accuracy"] for row in self.history if row["step"] > 0]  # the trained model's
+        accs = [row["eval_accuracy"] for row in self.state.history if row["step"] > 0]  # the trained model's
         return RunResult(
             final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
-            emergence_step=self.emergence, steps=self.step, stopped_early=self.step < self.t.steps,
-            seconds=self.seconds, history=self.history, timed_out=timed_out,
+            emergence_step=self.state.emergence_step, steps=self.state.step, stopped_early=self.state.step < self.t.steps,
+            seconds=self.state.seconds, history=self.state.history, timed_out=timed_out,
         )
 
 
@@ -472,42 +463,42 @@ def train(
             _write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         run.start_or_resume(resume)
         say = report if report is not None and ddp.is_main else (lambda line: None)
-        say(f"{'resuming' if run.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters on "
-            f"{device}, step {run.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir is not None else ""))
+        say(f"{'resuming' if run.state.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters on "
+            f"{device}, step {run.state.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir is not None else ""))
         timed_out, stop = False, _StopFlag()
-        bar = progress_bar(total=t.steps, initial=run.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
+        bar = progress_bar(total=t.steps, initial=run.state.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
         run.model.train()
         with stop.installed() if handle_signals else contextlib.nullcontext():
             start = time.perf_counter()
-            while run.step < t.steps and not run.decided():
+            while run.state.step < t.steps and not run.decided():
                 loss = run.train_step()
                 if on_step is not None:
-                    on_step(run.step, loss.item())
+                    on_step(run.state.step, loss.item())
                 bar.update(1)
-                if run.step % t.eval_every == 0 or run.step == t.steps:
+                if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
                     loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
-                    row = run.evaluate_and_log(loss.item(), run.seconds + time.perf_counter() - start)
+                    row = run.evaluate_and_log(loss.item(), run.state.seconds + time.perf_counter() - start)
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
                     say(evaluation_line(row, t.steps))
                 done = run.decided()
-                if time_limit_s is not None and run.step < t.steps and not done:
+                if time_limit_s is not None and run.state.step < t.steps and not done:
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
-                if run.step % t.checkpoint_every == 0 or done or run.step == t.steps or stop.requested or timed_out:
-                    run.seconds += time.perf_counter() - start
+                if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stop.requested or timed_out:
+                    run.state.seconds += time.perf_counter() - start
                     start = time.perf_counter()
                     run.checkpoint()
                 if stop.requested:
                     bar.close()
                     hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
                             else "no run directory, nothing kept")
-                    raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {run.step}: {hint}",
-                                              stop.signum, run.step)
+                    raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {run.state.step}: {hint}",
+                                              stop.signum, run.state.step)
                 if timed_out:
-                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.step)
+                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
                     break
-            run.seconds += time.perf_counter() - start
+            run.state.seconds += time.perf_counter() - start
         bar.close()
         run.close()
         result = run.result(timed_out)
