@@ -135,7 +135,7 @@ def test_summaries_and_best_gamma():
 def test_best_gamma_of_runs_that_stop_on_success_ranks_successes_then_emergence_not_the_accuracy_at_the_stop():
     def row(gamma, accuracy, step, successes=2):
         return {"gamma": gamma, "mean_final_accuracy": accuracy, "mean_emergence_step": step,
-                "successes": successes, "seeds": 2, "stops_when_decided": True}
+                "successes": successes, "seeds": 2, "stops_early": True}
 
     # gamma 2 stopped at 0.852 and gamma 1 at 0.867: the earlier emergence (gamma 2) is the better one
     assert summaries.best_gamma([row(1.0, 0.867, 100), row(2.0, 0.852, 50), row(4.0, 0.855, 50)]) == 2.0

@@ -34,7 +34,7 @@ EVAL_EVERY = 50
 
 
 def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
-             init: float | str = DEFAULT_INIT, tag_init: bool = False, stop_after: int = 0,
+             init: float | str = DEFAULT_INIT, tag_init: bool = False, early_stop_evals: int = 0,
              eval_every: int = EVAL_EVERY) -> str:
     """The run's directory name; the initialisation appears when it is not the default (or ``tag_init``),
     ``-stop{n}`` when the run stops once its accuracy has stayed at the threshold for n evaluations, and
@@ -42,7 +42,7 @@ def run_name(task: str, variant: str, gamma: float, placement: str, size: str, s
     where = "" if placement == "post_rope" else f"-{placement}"
     coupling = f"-g{gamma:g}" if variant in SHEARED else ""
     tag = "" if init == DEFAULT_INIT and not tag_init else f"-init{init:g}" if isinstance(init, (int, float)) else f"-init{init}"
-    stop = f"-stop{stop_after}" if stop_after else ""
+    stop = f"-stop{early_stop_evals}" if early_stop_evals else ""
     every = "" if eval_every == EVAL_EVERY else f"-e{eval_every}"
     return f"{task}-{size}-{variant}{coupling}{where}{tag}{stop}{every}-s{seed}"
 
@@ -56,7 +56,7 @@ def small_config(
     seed: int = 0,
     steps: int = 1000,
     early_stop: bool = True,
-    stop_after: int = 0,
+    early_stop_evals: int = 0,
     threshold: float = 0.8,
     d_model: int = 128,
     n_heads: int = 4,
@@ -73,8 +73,10 @@ def small_config(
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
-    vocabulary. ``stop_after`` > 0 ends the run once held-out accuracy has stayed at the threshold
-    for that many evaluations in a row (and overrides ``early_stop``). A key-only or symmetric run at
+    vocabulary. ``early_stop`` and ``early_stop_evals`` are :class:`~psattn.training.config.TrainConfig`'s
+    one stopping rule: ``early_stop_evals`` > 0 ends the run once held-out accuracy has stayed at the
+    threshold for that many evaluations in a row (and turns ``early_stop`` on; the name says
+    ``-stop{n}``). A key-only or symmetric run at
     gamma = 0 is the baseline itself, so it is named and configured as the baseline (sweeps then share
     those runs). ``mlp=False`` gives attention-only blocks (the name says ``-attnonly``); a list gives one
     flag per layer (the name says which layers have one, e.g. ``-mlp2`` for the second layer alone)."""
@@ -94,11 +96,11 @@ def small_config(
     form = getattr(task_config, "form", "full")
     label = task if form == "full" else f"{task}-{form}"
     return RunConfig(
-        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, stop_after, eval_every),
+        name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, early_stop_evals, eval_every),
         model=model,
         task=task_config,
         train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every, eval_size=512,
-                          early_stop=early_stop or stop_after > 0, early_stop_evals=max(1, stop_after),
+                          early_stop=early_stop or early_stop_evals > 0, early_stop_evals=max(1, early_stop_evals),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )
 

@@ -14,7 +14,7 @@ configs it trains. Their tables are computed from saved results by :mod:`.summar
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Rows whose
 tables compare final accuracies train to their full budget; in the quick plan, rows whose tables
 report success and emergence stop once held-out accuracy has stayed at the threshold for
-``Plan.stop_after`` evaluations. The real-text experiments are declared in :mod:`.text`.
+``Plan.early_stop_evals`` evaluations. The real-text experiments are declared in :mod:`.text`.
 
 A batch is sized by the positions it scores: a full-sequence row scores about 23, so the quick plan
 takes 32 rows a step on that form (and on the control tasks, which score several positions a row),
@@ -76,7 +76,7 @@ class Plan:
     sensitivity_baseline_every_init: bool  # the plain layer at every initialisation, or at the default alone
     # rows whose tables report success and emergence (not a final accuracy) stop once held-out accuracy
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
-    stop_after: int
+    early_stop_evals: int
     batch_size: int  # rows a step on the full-sequence form and the control tasks
     single_batch_size: int  # rows a step on the single-answer form (one scored position a row)
     critical_batch_size: int  # rows a step of the critical-gamma grids (full form)
@@ -93,7 +93,7 @@ PLANS = {
         widths=(64, 128, 256), head_dims=(16, 32, 64),
         single_steps=800, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
         sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), sensitivity_baseline_every_init=False,
-        stop_after=2, batch_size=32, single_batch_size=64, critical_batch_size=64, lr=3e-3, single_lr=1e-3,
+        early_stop_evals=2, batch_size=32, single_batch_size=64, critical_batch_size=64, lr=3e-3, single_lr=1e-3,
     ),
     "full": Plan(
         seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
@@ -105,7 +105,7 @@ PLANS = {
         widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
         inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
         sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
-        sensitivity_baseline_every_init=True, stop_after=0, batch_size=64, single_batch_size=64, critical_batch_size=64,
+        sensitivity_baseline_every_init=True, early_stop_evals=0, batch_size=64, single_batch_size=64, critical_batch_size=64,
         lr=3e-3, single_lr=1e-3,
     ),
 }
@@ -142,14 +142,14 @@ def _lr(plan: Plan, form: str = "full") -> float:
     return plan.single_lr if form == "single" else plan.lr
 
 
-def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, decided: bool = False,
+def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, stops_early: bool = False,
          **kwargs) -> RunConfig:
-    """A run of ``plan``; ``decided``: its table reports success and emergence, so it may stop once
-    they are decided (``plan.stop_after``). The batch and the learning rate follow the form unless given."""
+    """A run of ``plan``; ``stops_early``: its table reports success and emergence, so it may stop once
+    they are decided (``plan.early_stop_evals``). The batch and the learning rate follow the form unless given."""
     kwargs.setdefault("batch_size", _batch_size(plan, kwargs.get("form", "full")))
     kwargs.setdefault("lr", _lr(plan, kwargs.get("form", "full")))
     return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device, threshold=plan.threshold,
-                        early_stop=False, stop_after=plan.stop_after if decided else 0, **kwargs)
+                        early_stop=False, early_stop_evals=plan.early_stop_evals if stops_early else 0, **kwargs)
 
 
 def variant_table(mode: str = "quick") -> list[RunConfig]:
@@ -161,7 +161,7 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     scale = p.single_steps / p.steps
     return [
-        _run(p, variant, gamma, budget, decided=not primary, placement=placement, seed=seed, form=form, **model)
+        _run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed, form=form, **model)
         for form, budget_of in (("full", lambda primary: p.steps if primary else p.extra_steps),
                                 ("single", lambda primary: round((p.steps if primary else p.extra_steps) * scale)))
         for variant, gamma, placement, primary in VARIANT_ROWS
@@ -184,7 +184,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     budget = {"full": q.steps, "single": q.single_steps}
     shared = mode == "quick"  # the default-initialisation runs are the variant table's, at the full budget
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
-                         stop_after=0 if shared and init == DEFAULT_INIT else p.stop_after,
+                         early_stop_evals=0 if shared and init == DEFAULT_INIT else p.early_stop_evals,
                          form=form, init=init, seed=s, tag_init=not shared, batch_size=_batch_size(q, form),
                          lr=_lr(q, form))
             for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds
@@ -211,7 +211,7 @@ def associative_recall(mode: str = "quick") -> list[RunConfig]:
     """MQAR (Zoology) on one layer: recalling the value after a queried key is an induction pattern,
     so the key-side shear should help there as it does on induction (a positive control)."""
     p = _plan(mode)
-    return [_run(p, v, g, p.control_steps, decided=True, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
+    return [_run(p, v, g, p.control_steps, stops_early=True, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
 
 
 def size_scan(mode: str = "quick") -> list[RunConfig]:
@@ -225,7 +225,7 @@ def critical_gamma(mode: str = "quick") -> list[RunConfig]:
     Its critical gamma is 0.2 at every head count of the quick plan (also on a grid to 0.3), so that
     plan's grid stops at 0.2: a head count where 0.2 fails would read as "above 0.2"."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=h, batch_size=p.critical_batch_size)
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=h, batch_size=p.critical_batch_size)
             for h in p.head_counts for g in p.head_count_gammas]
 
 
@@ -233,7 +233,7 @@ def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed head count (4): d_k and width change together.
     Gamma 0 runs too: a width at which one plain layer already succeeds has no critical gamma."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, d_model=w, n_heads=4, batch_size=p.critical_batch_size)
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, d_model=w, n_heads=4, batch_size=p.critical_batch_size)
             for w in p.widths for g in (0.0, *p.critical_gammas)]
 
 
@@ -241,7 +241,7 @@ def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed width (d_model 128) *and* head count (4): only
     d_k (and with it the attention's inner width) changes. Gamma 0 runs too."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, decided=True, seed=0, n_heads=4, d_head=k, batch_size=p.critical_batch_size)
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=4, d_head=k, batch_size=p.critical_batch_size)
             for k in p.head_dims for g in (0.0, *p.critical_gammas)]
 
 

@@ -50,7 +50,7 @@ def gamma_depth(mode: str = "quick") -> list[RunConfig]:
                 for gamma in GAMMAS:
                     for seed in SEEDS:
                         c = study_config("gamma_depth", variant, gamma, task=task, n_layers=n, steps=STEPS[mode],
-                                         seed=seed, batch_size=32, early_stop=False, stop_after=2 if quick else 0,
+                                         seed=seed, batch_size=32, early_stop=False, early_stop_evals=2 if quick else 0,
                                          eval_every=EVAL_EVERY, device="cpu" if quick else "auto")
                         configs[c.name] = c  # gamma 0 is the baseline for both variants: one run
     return list(configs.values())

@@ -76,15 +76,15 @@ def _init_order(init) -> tuple:
 
 def _budget(row: dict) -> str:
     """The step budget of a summary row, starred when its runs stop once success is decided."""
-    return f"{row['steps_budget']}*" if row.get("stops_when_decided") else str(row["steps_budget"])
+    return f"{row['steps_budget']}*" if row.get("stops_early") else str(row["steps_budget"])
 
 
-def _stop_note(rows: list[dict], stop_after: int) -> list[str]:
+def _stop_note(rows: list[dict], early_stop_evals: int) -> list[str]:
     """The footnote for starred budgets, when a table has any."""
-    if not any(r.get("stops_when_decided") for r in rows):
+    if not any(r.get("stops_early") for r in rows):
         return []
     return ["", f"\\* at most this many steps: the run stops once held-out accuracy has stayed at the threshold for "
-                f"{stop_after} evaluations in a row (success and emergence step are decided then), so its accuracies "
+                f"{early_stop_evals} evaluations in a row (success and emergence step are decided then), so its accuracies "
                 "are those at the stop."]
 
 
@@ -169,7 +169,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].single_batch_size,
         "lr": first.train.lr, "single_lr": next(c.train.lr for c in declared["variants"] if c.task.form == "single"),
         "critical_batch": exp.PLANS[mode].critical_batch_size,
-        "mqar_steps": declared["mqar"][0].train.steps, "stop_after": exp.PLANS[mode].stop_after,
+        "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": exp.PLANS[mode].early_stop_evals,
         "baseline_every_init": exp.PLANS[mode].sensitivity_baseline_every_init,
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
@@ -247,7 +247,7 @@ def _variant_lines(res: InductionResults) -> list[str]:
               r["mean_final_accuracy"], r["mean_best_accuracy"], _fmt(r["mean_emergence_step"], 0),
               PAPER["variants"].get(r["variant"], "—") if r["placement"] == "post_rope" else "—"] for r in rows],
         )
-        lines += _stop_note(rows, f["stop_after"])
+        lines += _stop_note(rows, f["early_stop_evals"])
         lines += ["", f"![training curves, {heading.lower()}](figures/{'curves' if form == 'full' else 'curves_single'}.png)", ""]
     return lines
 
@@ -267,7 +267,7 @@ def _sensitivity_lines(res: InductionResults) -> list[str]:
                     [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
                       f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
                      for r in sorted(t["init_sensitivity"], key=lambda r: (r["form"], _init_order(r["init"]), r["variant"]))])
-    lines += _stop_note(t["init_sensitivity"], f["stop_after"])
+    lines += _stop_note(t["init_sensitivity"], f["early_stop_evals"])
     lines += ["", "What the key-only layer's attention does at the single-answer query (layer 0, 64 held-out rows, "
               "seed 0), at initialisation and where its run ended: the entropy of the pattern over its maximum "
               "(1: uniform), the spread of the content score term T1 = q·k and the key-side momentum term T3 over the "
@@ -319,7 +319,7 @@ def _mqar_lines(res: InductionResults) -> list[str]:
     lines += _table(["variant", "gamma", "steps", "seeds", "success", "mean final acc", "mean emergence step"],
                     [[r["variant"], r["gamma"], _budget(r), r["seeds"], f"{r['successes']}/{r['seeds']}",
                       r["mean_final_accuracy"], _fmt(r["mean_emergence_step"], 0)] for r in t["mqar"]])
-    lines += _stop_note(t["mqar"], f["stop_after"])
+    lines += _stop_note(t["mqar"], f["early_stop_evals"])
     return lines
 
 
@@ -359,10 +359,10 @@ def _critical_lines(res: InductionResults) -> list[str]:
         lines += _table(["d_k"] + [f"gamma {g:g}" for g in sorted({r["gamma"] for r in rows})] + ["critical gamma"],
                         [[d_k] + [_fmt(r["mean_final_accuracy"]) for r in sorted(rows, key=lambda r: r["gamma"])
                                   if r["d_k"] == d_k] + [label] for d_k, _, label in design_pairs])
-        if any(r["stops_when_decided"] for r in rows):
+        if any(r["stops_early"] for r in rows):
             lines += ["", f"Each run: at most {rows[0]['steps_budget']} steps, stopping once held-out accuracy has "
-                          f"stayed at the threshold for {f['stop_after']} evaluations in a row; the accuracies are those at "
-                          "the stop."]
+                          f"stayed at the threshold for {f['early_stop_evals']} evaluations in a row; the accuracies are "
+                          "those at the stop."]
         lines += ["", f"Exponent: {t['critical_exponents'][design]['text']}.", ""]
     return lines
 

@@ -34,7 +34,7 @@ STEPS = {"quick": 5000, "full": 20000}
 #: peak learning rate -> the study's name for its runs (3e-3 came first, under the plain name)
 LRS = {3e-3: "paper_form", 1e-3: "paper_form_lr1e-3"}
 SEEDS = (0, 1, 2)
-STOP_AFTER = 2
+EARLY_STOP_EVALS = 2
 
 
 def paper_form(mode: str = "quick") -> list[RunConfig]:
@@ -42,7 +42,7 @@ def paper_form(mode: str = "quick") -> list[RunConfig]:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(STEPS)}")
     quick = mode == "quick"  # the full plan trains every run to its budget, as its other experiments do
     return [study_config(study, v, g, placement=p, form="single", steps=STEPS[mode], seed=s, batch_size=64, lr=lr,
-                         early_stop=False, stop_after=STOP_AFTER if quick else 0, device="cpu" if quick else "auto")
+                         early_stop=False, early_stop_evals=EARLY_STOP_EVALS if quick else 0, device="cpu" if quick else "auto")
             for lr, study in LRS.items() for v, g, p in PAPER_FORM_ROWS for s in SEEDS]
 
 

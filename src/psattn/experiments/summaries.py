@@ -27,11 +27,11 @@ def _group_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_emergence_step": statistics.fmean(emerged) if emerged else None,
         "threshold": threshold,
         "steps_budget": results[0]["config"]["train"]["steps"],
-        "stops_when_decided": any(_stops_when_decided(r) for r in results),
+        "stops_early": any(_stops_early(r) for r in results),
     }
 
 
-def _stops_when_decided(result: dict[str, Any]) -> bool:
+def _stops_early(result: dict[str, Any]) -> bool:
     """Whether the run was to stop once it reached the threshold (and stayed there for
     ``train.early_stop_evals`` evaluations): its final accuracy is then the accuracy at that stop."""
     return bool(result["config"]["train"].get("early_stop"))
@@ -130,10 +130,10 @@ def _grids(rows: list[dict[str, Any]], by: str = "d_k"):
 def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
     """The gamma with the highest mean final accuracy; among gammas within ``tie`` of the best,
     the earliest emergence wins, then the smallest gamma. When the runs stop once they succeed
-    (``stops_when_decided``), their final accuracies are those at the stop, a few evaluations past the
+    (``stops_early``), their final accuracies are those at the stop, a few evaluations past the
     threshold, and rank nothing: the gamma with the most successful seeds wins, then the earliest mean
     emergence, then the smallest gamma."""
-    if any(r.get("stops_when_decided") for r in rows):
+    if any(r.get("stops_early") for r in rows):
         def stopped_rank(row):
             step = row["mean_emergence_step"]
             return (-row["successes"], step if step is not None else float("inf"), row["gamma"])

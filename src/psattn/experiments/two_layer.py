@@ -33,7 +33,7 @@ def two_layer(mode: str = "quick") -> list[RunConfig]:
         raise ValueError(f"unknown mode {mode!r}; expected one of ('quick', 'full')")
     quick = mode == "quick"  # the full plan trains every run to four times the budget
     return [study_config("two_layer", v, g, n_layers=2, mlp=mlp, form=form, steps=BUDGET[form] * (1 if quick else 4),
-                         seed=s, batch_size=64, early_stop=False, stop_after=2 if quick else 0,
+                         seed=s, batch_size=64, early_stop=False, early_stop_evals=2 if quick else 0,
                          device="cpu" if quick else "auto")
             for form in BUDGET for v, g, mlp in TWO_LAYER_ROWS for s in SEEDS]
 

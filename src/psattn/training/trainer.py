@@ -394,7 +394,7 @@ class _Run:
             self.state.emergence_step = self.state.step
         return row
 
-    def decided(self) -> bool:
+    def stops_early(self) -> bool:
         """With early stopping: held-out accuracy has stayed at the threshold long enough."""
         return self.t.early_stop and at_threshold_streak(self.state.history, self.t.threshold) >= self.t.early_stop_evals
 
@@ -470,7 +470,7 @@ def train(
         run.model.train()
         with stop.installed() if handle_signals else contextlib.nullcontext():
             start = time.perf_counter()
-            while run.state.step < t.steps and not run.decided():
+            while run.state.step < t.steps and not run.stops_early():
                 loss = run.train_step()
                 if on_step is not None:
                     on_step(run.state.step, loss.item())
@@ -480,7 +480,7 @@ def train(
                     row = run.evaluate_and_log(loss.item(), run.state.seconds + time.perf_counter() - start)
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
                     say(evaluation_line(row, t.steps))
-                done = run.decided()
+                done = run.stops_early()
                 if time_limit_s is not None and run.state.step < t.steps and not done:
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
