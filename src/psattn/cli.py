@@ -197,10 +197,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from psattn.export.footprint import footprint, format_footprints
+    from psattn.export.footprint import footprint, format_footprints, format_rss, measured_decode_rss
     from psattn.training.trainer import load_trained
 
-    rows = {}
+    rows, rss = {}, {}
     for run_dir in args.run_dirs:
         model = load_trained(run_dir)
         context = args.context or RunConfig.from_file(Path(run_dir) / "config.json").task.seq_len
@@ -208,7 +208,11 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
                f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
         rows[name] = footprint(model, context)
-    report(args.json, "\n".join(format_footprints(rows)), {name: f.as_dict() for name, f in rows.items()})
+        if args.measure:
+            rss[name] = measured_decode_rss(run_dir, context)
+    lines = format_footprints(rows) + (["", *format_rss(rss, context)] if rss else [])
+    data = {name: {**f.as_dict(), **({"measured_rss": rss[name]} if name in rss else {})} for name, f in rows.items()}
+    report(args.json, "\n".join(lines), data)
     return 0
 
 
@@ -376,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "then which common SRAM and flash budgets each fits.")
     fp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     fp.add_argument("--context", type=positive_int, help="tokens in the cache (default: each run's context)")
+    fp.add_argument("--measure", action="store_true",
+                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens (PyTorch)")
     add_json(fp, "the footprints")
     fp.set_defaults(func=cmd_footprint)
 

@@ -44,3 +44,24 @@ def test_the_footprint_command_prints_a_table_and_the_budgets(tmp_path, capsys):
     data = json.loads((tmp_path / "f.json").read_text())["run (1 layer, key_only γ=1)"]
     assert data["context"] == 64 and data["ram_bytes"] == data["cache_bytes"] + data["decode_step_bytes"]
     assert data["fits"]["256 KB SRAM"] == (data["ram_bytes"] <= 256 * 1024)
+
+
+def test_the_measured_decode_loop_memory_grows_with_the_model(tmp_path, capsys):
+    """A model with ~24 MB more fp32 weights adds at least that much to a decode process's peak memory."""
+    import dataclasses
+
+    small = tiny_config(1)
+    big = dataclasses.replace(small, model=dataclasses.replace(small.model, d_model=1024, n_layers=2, n_heads=8))
+    train(small, tmp_path / "small")
+    train(big, tmp_path / "big")
+    assert main(["footprint", str(tmp_path / "small"), str(tmp_path / "big"), "--context", "16", "--measure",
+                 "--json", str(tmp_path / "f.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Measured: a fresh Python process decoding 16 tokens" in out and "| big (2 layers, key_only γ=1) |" in out
+    data = json.loads((tmp_path / "f.json").read_text())
+    rss = {name.split()[0]: row["measured_rss"] for name, row in data.items()}
+    extra_weights = data["big (2 layers, key_only γ=1)"]["weight_bytes"]["fp32"] - \
+        data["small (1 layer, key_only γ=1)"]["weight_bytes"]["fp32"]
+    assert extra_weights > 20e6
+    assert rss["big"]["model_bytes"] - rss["small"]["model_bytes"] >= 0.9 * extra_weights
+    assert all(r["runtime_bytes"] > 50e6 and r["peak_bytes"] >= r["runtime_bytes"] for r in rss.values())

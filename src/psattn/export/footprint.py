@@ -11,10 +11,13 @@
 - One decode step: the fp32 tensors the step creates (residual, normalised input, q, k, v, the scores
   over the context, the attention output, the MLP's hidden layer, the logits), summed: an upper bound on
   what it holds at once, without the runtime itself.
+- Measured (:func:`measured_decode_rss`): the peak resident memory of a fresh process that decodes
+  with the model, and how much of it the model, cache and loop add to the interpreter and torch.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -134,4 +137,62 @@ def format_footprints(rows: dict[str, Footprint]) -> list[str]:
         fits = [budget for budget, ok in f.fits().items() if ok]
         lines.append(f"{name} fits: {', '.join(fits) if fits else 'none of the budgets'} "
                      "(the runtime's own memory not included)")
+    return lines
+
+
+#: the child process of :func:`measured_decode_rss`: its memory before and after a cached decode loop
+_RSS_CHILD = """
+import json, os, resource, sys
+import torch
+torch.set_num_threads(1)
+from psattn.training.trainer import load_trained
+
+def peak_bytes():
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
+
+def resident_bytes():  # now (Linux); elsewhere the peak so far
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return peak_bytes()
+
+run_dir, context = sys.argv[1], int(sys.argv[2])
+before = resident_bytes()
+model = load_trained(run_dir)
+cache = model.new_cache() if model.supports_cache else None
+token = torch.zeros(1, 1, dtype=torch.long)
+with torch.no_grad():
+    for _ in range(context):
+        logits = model(token, cache=cache)[:, -1]
+        token = logits.argmax(-1, keepdim=True)
+print(json.dumps({"runtime_bytes": before, "after_bytes": resident_bytes(), "peak_bytes": peak_bytes()}))
+"""
+
+
+def measured_decode_rss(run_dir, context: int) -> dict[str, int]:
+    """Resident memory of a fresh Python process that loads the run's model and decodes ``context``
+    tokens one at a time with the cache (PyTorch, one thread): ``runtime_bytes`` before the model is
+    loaded (the interpreter and torch), ``model_bytes`` what the model, its cache and the loop hold at
+    the end beyond that, and ``peak_bytes`` the process's peak. Resident memory now is read from
+    /proc (Linux); elsewhere the peak so far stands in for it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(run_dir), str(context)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the decode-loop process failed: {done.stderr.strip().splitlines()[-1:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**out, "model_bytes": out["after_bytes"] - out["runtime_bytes"]}
+
+
+def format_rss(rows: dict[str, dict[str, int]], context: int) -> list[str]:
+    """The measured peak memory of each decode loop, as markdown lines."""
+    lines = [f"Measured: a fresh Python process decoding {context} tokens with the cache (PyTorch, one thread):", "",
+             "| model | process peak RSS (MiB) | before the model: interpreter and torch (MiB) | held by model, cache "
+             "and loop at the end (MiB) |", "|---|---|---|---|"]
+    lines += [f"| {name} | {r['peak_bytes'] / MIB:.1f} | {r['runtime_bytes'] / MIB:.1f} | {r['model_bytes'] / MIB:.1f} |"
+              for name, r in rows.items()]
     return lines
