@@ -134,22 +134,25 @@ class _Feeds:
         return next(self._feeds, None)
 
 
-def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[str, np.ndarray]] | None = None) -> Path:
+def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[str, np.ndarray]] | None = None,
+                  nodes: list[str] | None = None) -> Path:
     """INT8 copy of a graph. Without ``calibration``: dynamic (``quantize_dynamic``: INT8 weights,
     activation ranges found at run time). With it, a list of input dicts: static QDQ
     (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
     at ranges fixed by min/max over the calibration inputs; the elementwise operators (RoPE, the
-    shear, the norms) stay in fp32."""
+    shear, the norms) stay in fp32. ``nodes``: quantize only the MatMuls of these names (the rest stay
+    fp32; see :mod:`psattn.export.int8_ablation`)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     with warnings.catch_warnings(), _quiet("root"):
         warnings.simplefilter("ignore")
         if calibration is None:
-            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_quantize=nodes)
         else:
             quantize_static(str(src), str(dst), _Feeds(calibration), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,
-                            weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
+                            weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+                            nodes_to_quantize=nodes)
     return Path(dst)
 
 
