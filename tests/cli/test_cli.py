@@ -43,7 +43,9 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
 
 
 def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(exp.PLANS["quick"], control_steps=2, control_gammas=(0.0,)))
+    quick = exp.PLANS["quick"]
+    grids = dataclasses.replace(quick.grids, control_steps=2, control_gammas=(0.0,))
+    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, grids=grids))
     assert main(["sweep", "controls", "--out", str(tmp_path), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "random_offset" in out and "multihop" in out and "final acc" in out

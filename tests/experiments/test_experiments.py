@@ -193,10 +193,12 @@ def test_head_scores_read_the_right_positions():
 
 @pytest.mark.slow
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
-    tiny_plan = dataclasses.replace(exp.PLANS["quick"], steps=4, extra_steps=4, control_steps=4,
-                                    sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0), seeds=(0,),
-                                    head_counts=(4, 2), head_count_gammas=(1.0,), critical_gammas=(1.0,), widths=(32, 64),
-                                    head_dims=(8, 16), single_steps=4)
+    quick = exp.PLANS["quick"]
+    tiny_plan = dataclasses.replace(
+        quick, training=dataclasses.replace(quick.training, steps=4, extra_steps=4, seeds=(0,), single_steps=4),
+        grids=dataclasses.replace(quick.grids, control_steps=4, sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0)),
+        critical=dataclasses.replace(quick.critical, head_counts=(4, 2), head_count_gammas=(1.0,), gammas=(1.0,),
+                                     widths=(32, 64), head_dims=(8, 16)))
     monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
     monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
         text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8, vocab_size=512))

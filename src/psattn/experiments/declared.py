@@ -14,7 +14,7 @@ configs it trains. Their tables are computed from saved results by :mod:`.summar
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Rows whose
 tables compare final accuracies train to their full budget; in the quick plan, rows whose tables
 report success and emergence stop once held-out accuracy has stayed at the threshold for
-``Plan.early_stop_evals`` evaluations. The real-text experiments are declared in :mod:`.text`.
+``Training.early_stop_evals`` evaluations. The real-text experiments are declared in :mod:`.text`.
 
 A batch is sized by the positions it scores: a full-sequence row scores about 23, so the quick plan
 takes 32 rows a step on that form (and on the control tasks, which score several positions a row),
@@ -50,63 +50,92 @@ MODES = ("quick", "full")
 
 
 @dataclass(frozen=True)
-class Plan:
+class Training:
+    """How the plan's one-layer induction runs train."""
+
     seeds: tuple[int, ...]
     extra_seeds: tuple[int, ...]  # for the secondary variants of the variant table
-    steps: int
+    steps: int  # budget on the full-sequence form
     extra_steps: int  # budget of the secondary variants
-    gammas: tuple[float, ...]
-    control_gammas: tuple[float, ...]
-    control_steps: int
-    sizes: tuple[dict[str, Any], ...]
-    size_gamma: float
-    device: str
-    threshold: float
-    head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
-    head_count_gammas: tuple[float, ...]  # the gamma grid of that design
-    critical_gammas: tuple[float, ...]  # the gamma grid of the designs over widths and head dimensions
-    widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
-    head_dims: tuple[int, ...]  # d_k at d_model 128 and 4 heads (the attention's inner width follows)
     single_steps: int  # budget of the single-answer form (one scored position a row)
-    inits: tuple[float | str, ...]  # initialisations of the sensitivity table (ModelConfig.init)
-    sensitivity_seeds: tuple[int, ...]
-    sensitivity_extra_seeds: tuple[int, ...]  # for its learned key-lag rows
-    sensitivity_key_lag: bool  # whether the sensitivity table has the learned key-lag rows
-    sensitivity_variants: tuple[str, ...]  # PSA variants of the sensitivity table
-    sensitivity_baseline_every_init: bool  # the plain layer at every initialisation, or at the default alone
+    batch_size: int  # rows a step on the full-sequence form and the control tasks
+    single_batch_size: int  # rows a step on the single-answer form
+    lr: float  # AdamW's peak learning rate on the full-sequence form and the control tasks
+    single_lr: float  # and on the single-answer form
+    threshold: float  # held-out accuracy that counts as success (emergence)
     # rows whose tables report success and emergence (not a final accuracy) stop once held-out accuracy
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
     early_stop_evals: int
-    batch_size: int  # rows a step on the full-sequence form and the control tasks
-    single_batch_size: int  # rows a step on the single-answer form (one scored position a row)
-    critical_batch_size: int  # rows a step of the critical-gamma grids (full form)
-    lr: float  # AdamW's peak learning rate on the full-sequence form and the control tasks
-    single_lr: float  # and on the single-answer form
+    device: str
+
+
+@dataclass(frozen=True)
+class GammaGrids:
+    """The gamma sweep, the control tasks' grid and the size scan."""
+
+    gammas: tuple[float, ...]  # of the symmetric shear's sweep
+    control_gammas: tuple[float, ...]
+    control_steps: int  # budget of the control tasks and MQAR
+    sizes: tuple[dict[str, Any], ...]  # model fields of the size scan
+    size_gamma: float
+
+
+@dataclass(frozen=True)
+class CriticalGrids:
+    """The critical-gamma grids, one per design of the head dimension d_k."""
+
+    head_counts: tuple[int, ...]  # at d_model 128: d_k = 128 / heads
+    head_count_gammas: tuple[float, ...]  # the gamma grid of that design
+    gammas: tuple[float, ...]  # the gamma grid of the designs over widths and head dimensions
+    widths: tuple[int, ...]  # d_model at 4 heads: d_k = width / 4
+    head_dims: tuple[int, ...]  # d_k at d_model 128 and 4 heads (the attention's inner width follows)
+    batch_size: int  # rows a step (full form)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The table of emergence against the initialisation."""
+
+    inits: tuple[float | str, ...]  # ModelConfig.init values
+    seeds: tuple[int, ...]
+    extra_seeds: tuple[int, ...]  # for its learned key-lag rows
+    key_lag: bool  # whether it has the learned key-lag rows
+    variants: tuple[str, ...]  # PSA variants (and the baseline)
+    baseline_every_init: bool  # the plain layer at every initialisation, or at the default alone
+
+
+@dataclass(frozen=True)
+class Plan:
+    training: Training
+    grids: GammaGrids
+    critical: CriticalGrids
+    sensitivity: Sensitivity
 
 
 PLANS = {
     "quick": Plan(
-        seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, gammas=(0.0, 0.5, 1.0, 2.0),
-        control_gammas=(0.0, 0.5, 1.0), control_steps=400,
-        sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0, device="cpu",
-        threshold=0.8, head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2), critical_gammas=(0.1, 0.2, 0.3, 0.5),
-        widths=(64, 128, 256), head_dims=(16, 32, 64),
-        single_steps=800, inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0,), sensitivity_extra_seeds=(),
-        sensitivity_key_lag=False, sensitivity_variants=("baseline", "key_only"), sensitivity_baseline_every_init=False,
-        early_stop_evals=2, batch_size=32, single_batch_size=64, critical_batch_size=64, lr=3e-3, single_lr=1e-3,
+        Training(seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, single_steps=800, batch_size=32,
+                 single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.8, early_stop_evals=2, device="cpu"),
+        GammaGrids(gammas=(0.0, 0.5, 1.0, 2.0), control_gammas=(0.0, 0.5, 1.0), control_steps=400,
+                   sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0),
+        CriticalGrids(head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2), gammas=(0.1, 0.2, 0.3, 0.5),
+                      widths=(64, 128, 256), head_dims=(16, 32, 64), batch_size=64),
+        Sensitivity(inits=(0.02, "scaled", "torch"), seeds=(0,), extra_seeds=(), key_lag=False,
+                    variants=("baseline", "key_only"), baseline_every_init=False),
     ),
     "full": Plan(
-        seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
-        control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2), control_steps=3000,
-        sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
-        size_gamma=0.8, device="auto", threshold=0.9,
-        head_counts=(16, 8, 4, 2), head_count_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
-        critical_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
-        widths=(64, 128, 256, 512), head_dims=(16, 32, 64, 128), single_steps=5000,
-        inits=(0.02, "scaled", "torch"), sensitivity_seeds=(0, 1, 2), sensitivity_extra_seeds=(0, 1, 2),
-        sensitivity_key_lag=True, sensitivity_variants=("baseline", "key_only", "symmetric"),
-        sensitivity_baseline_every_init=True, early_stop_evals=0, batch_size=64, single_batch_size=64, critical_batch_size=64,
-        lr=3e-3, single_lr=1e-3,
+        Training(seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, single_steps=5000,
+                 batch_size=64, single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.9, early_stop_evals=0,
+                 device="auto"),
+        GammaGrids(gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0), control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2),
+                   control_steps=3000,
+                   sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
+                   size_gamma=0.8),
+        CriticalGrids(head_counts=(16, 8, 4, 2), head_count_gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0),
+                      gammas=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0), widths=(64, 128, 256, 512),
+                      head_dims=(16, 32, 64, 128), batch_size=64),
+        Sensitivity(inits=(0.02, "scaled", "torch"), seeds=(0, 1, 2), extra_seeds=(0, 1, 2), key_lag=True,
+                    variants=("baseline", "key_only", "symmetric"), baseline_every_init=True),
     ),
 }
 
@@ -134,22 +163,23 @@ def _plan(mode: str) -> Plan:
     return PLANS[mode]
 
 
-def _batch_size(plan: Plan, form: str = "full") -> int:
-    return plan.single_batch_size if form == "single" else plan.batch_size
+def _batch_size(t: Training, form: str = "full") -> int:
+    return t.single_batch_size if form == "single" else t.batch_size
 
 
-def _lr(plan: Plan, form: str = "full") -> float:
-    return plan.single_lr if form == "single" else plan.lr
+def _lr(t: Training, form: str = "full") -> float:
+    return t.single_lr if form == "single" else t.lr
 
 
 def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, stops_early: bool = False,
          **kwargs) -> RunConfig:
     """A run of ``plan``; ``stops_early``: its table reports success and emergence, so it may stop once
-    they are decided (``plan.early_stop_evals``). The batch and the learning rate follow the form unless given."""
-    kwargs.setdefault("batch_size", _batch_size(plan, kwargs.get("form", "full")))
-    kwargs.setdefault("lr", _lr(plan, kwargs.get("form", "full")))
-    return small_config(variant, gamma, steps=steps or plan.steps, device=plan.device, threshold=plan.threshold,
-                        early_stop=False, early_stop_evals=plan.early_stop_evals if stops_early else 0, **kwargs)
+    they are decided (``Training.early_stop_evals``). The batch and the learning rate follow the form unless given."""
+    t = plan.training
+    kwargs.setdefault("batch_size", _batch_size(t, kwargs.get("form", "full")))
+    kwargs.setdefault("lr", _lr(t, kwargs.get("form", "full")))
+    return small_config(variant, gamma, steps=steps or t.steps, device=t.device, threshold=t.threshold,
+                        early_stop=False, early_stop_evals=t.early_stop_evals if stops_early else 0, **kwargs)
 
 
 def variant_table(mode: str = "quick") -> list[RunConfig]:
@@ -157,17 +187,17 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     single-answer form with its own budget (secondary rows there at the secondary budget scaled alike).
     Primary rows train to the full budget (the table compares their final accuracy with the paper's);
     secondary rows may stop once their success is decided."""
-    p = _plan(mode)
+    p, t = _plan(mode), _plan(mode).training
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
-    scale = p.single_steps / p.steps
-    return [
-        _run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed, form=form, **model)
-        for form, budget_of in (("full", lambda primary: p.steps if primary else p.extra_steps),
-                                ("single", lambda primary: round((p.steps if primary else p.extra_steps) * scale)))
-        for variant, gamma, placement, primary in VARIANT_ROWS
-        for budget in (budget_of(primary),)
-        for seed in (p.seeds if primary else p.extra_seeds)
-    ]
+    runs = []
+    for form in FORMS:
+        for variant, gamma, placement, primary in VARIANT_ROWS:
+            budget = t.steps if primary else t.extra_steps
+            if form == "single":  # the single-answer budget, secondary rows scaled alike
+                budget = round(budget * t.single_steps / t.steps)
+            runs += [_run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed,
+                          form=form, **model) for seed in (t.seeds if primary else t.extra_seeds)]
+    return runs
 
 
 def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
@@ -177,30 +207,30 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     plan the runs at the default initialisation are the variant table's own, and the plain layer, which
     fails at every initialisation of the full plan's three seeds, runs at the default alone; in the full
     plan, whose other experiments train longer, their names say the initialisation."""
-    p, q = _plan(mode), PLANS["quick"]
-    rows = [(v, 0.0 if v == "baseline" else 1.0, p.sensitivity_seeds) for v in p.sensitivity_variants]
-    if p.sensitivity_key_lag:
-        rows += [(v, g, p.sensitivity_extra_seeds) for v, g in KEY_LAG_ROWS]
+    sens, p, q = _plan(mode).sensitivity, _plan(mode).training, PLANS["quick"].training
+    rows = [(v, 0.0 if v == "baseline" else 1.0, sens.seeds) for v in sens.variants]
+    if sens.key_lag:
+        rows += [(v, g, sens.extra_seeds) for v, g in KEY_LAG_ROWS]
     budget = {"full": q.steps, "single": q.single_steps}
     shared = mode == "quick"  # the default-initialisation runs are the variant table's, at the full budget
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
                          early_stop_evals=0 if shared and init == DEFAULT_INIT else p.early_stop_evals,
                          form=form, init=init, seed=s, tag_init=not shared, batch_size=_batch_size(q, form),
                          lr=_lr(q, form))
-            for init in p.inits for form in FORMS for v, g, seeds in rows for s in seeds
-            if v != "baseline" or p.sensitivity_baseline_every_init or init == DEFAULT_INIT]
+            for init in sens.inits for form in FORMS for v, g, seeds in rows for s in seeds
+            if v != "baseline" or sens.baseline_every_init or init == DEFAULT_INIT]
 
 
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     model = {"model_preset": "psa-92m"} if mode == "full" else {}
-    return [_run(p, "symmetric", g, seed=s, **model) for g in p.gammas for s in p.seeds]
+    return [_run(p, "symmetric", g, seed=s, **model) for g in p.grids.gammas for s in p.training.seeds]
 
 
 def negative_controls(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
-    return [_run(p, "symmetric", g, p.control_steps, task=task, seed=0)
-            for task in CONTROL_TASKS for g in p.control_gammas]
+    return [_run(p, "symmetric", g, p.grids.control_steps, task=task, seed=0)
+            for task in CONTROL_TASKS for g in p.grids.control_gammas]
 
 
 #: (variant, gamma) rows of the MQAR comparison
@@ -211,13 +241,14 @@ def associative_recall(mode: str = "quick") -> list[RunConfig]:
     """MQAR (Zoology) on one layer: recalling the value after a queried key is an induction pattern,
     so the key-side shear should help there as it does on induction (a positive control)."""
     p = _plan(mode)
-    return [_run(p, v, g, p.control_steps, stops_early=True, task="mqar", seed=s) for v, g in MQAR_ROWS for s in p.extra_seeds]
+    return [_run(p, v, g, p.grids.control_steps, stops_early=True, task="mqar", seed=s)
+            for v, g in MQAR_ROWS for s in p.training.extra_seeds]
 
 
 def size_scan(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
     return [_run(p, v, g, seed=0, **size)
-            for size in p.sizes for v, g in (("baseline", 0.0), ("symmetric", p.size_gamma))]
+            for size in p.grids.sizes for v, g in (("baseline", 0.0), ("symmetric", p.grids.size_gamma))]
 
 
 def critical_gamma(mode: str = "quick") -> list[RunConfig]:
@@ -225,24 +256,27 @@ def critical_gamma(mode: str = "quick") -> list[RunConfig]:
     Its critical gamma is 0.2 at every head count of the quick plan (also on a grid to 0.3), so that
     plan's grid stops at 0.2: a head count where 0.2 fails would read as "above 0.2"."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=h, batch_size=p.critical_batch_size)
-            for h in p.head_counts for g in p.head_count_gammas]
+    c = p.critical
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=h, batch_size=c.batch_size)
+            for h in c.head_counts for g in c.head_count_gammas]
 
 
 def critical_gamma_width(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed head count (4): d_k and width change together.
     Gamma 0 runs too: a width at which one plain layer already succeeds has no critical gamma."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, stops_early=True, seed=0, d_model=w, n_heads=4, batch_size=p.critical_batch_size)
-            for w in p.widths for g in (0.0, *p.critical_gammas)]
+    c = p.critical
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, d_model=w, n_heads=4, batch_size=c.batch_size)
+            for w in c.widths for g in (0.0, *c.gammas)]
 
 
 def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
     """The gamma grid per head dimension at a fixed width (d_model 128) *and* head count (4): only
     d_k (and with it the attention's inner width) changes. Gamma 0 runs too."""
     p = _plan(mode)
-    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=4, d_head=k, batch_size=p.critical_batch_size)
-            for k in p.head_dims for g in (0.0, *p.critical_gammas)]
+    c = p.critical
+    return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=4, d_head=k, batch_size=c.batch_size)
+            for k in c.head_dims for g in (0.0, *c.gammas)]
 
 
 EXPERIMENTS = {

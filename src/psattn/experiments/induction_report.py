@@ -166,11 +166,11 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "threshold": first.train.threshold, "size": _param_count(results[first.name]),
         "d_model": first.model.d_model, "n_heads": first.model.n_heads, "budget": first.train.steps,
         "single_budget": next(c.train.steps for c in declared["variants"] if c.task.form == "single"),
-        "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].single_batch_size,
+        "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].training.single_batch_size,
         "lr": first.train.lr, "single_lr": next(c.train.lr for c in declared["variants"] if c.task.form == "single"),
-        "critical_batch": exp.PLANS[mode].critical_batch_size,
-        "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": exp.PLANS[mode].early_stop_evals,
-        "baseline_every_init": exp.PLANS[mode].sensitivity_baseline_every_init,
+        "critical_batch": exp.PLANS[mode].critical.batch_size,
+        "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": exp.PLANS[mode].training.early_stop_evals,
+        "baseline_every_init": exp.PLANS[mode].sensitivity.baseline_every_init,
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
