@@ -32,11 +32,23 @@ from psattn.experiments.configs import small_induction_config
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
 from psattn.progress import console_line
+from psattn.tasks.registry import task_name
 from psattn.training.config import RunConfig, apply_overrides, shipped_configs
 from psattn.training.distributed import teardown_distributed
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, summary_line, train
 from psattn.version import __version__
+
+FORM_NAMES = {"full": "full-sequence ", "single": "single-answer "}
+
+
+def describe_run(config: RunConfig) -> str:
+    """The model, task and optimiser of ``config`` in one sentence, read off the config."""
+    m, t, task = config.model, config.train, config.task
+    mlp = "MLP" if all(m.layer_mlps()) else "no MLP" if not any(m.layer_mlps()) else "MLP in some layers"
+    return (f"Model: {m.n_layers} layer{'s' * (m.n_layers > 1)}, d_model {m.d_model}, {m.n_heads} heads, RoPE, {mlp}; "
+            f"task: {FORM_NAMES.get(getattr(task, 'form', None), '')}{task_name(task)}, vocabulary {task.vocab_size}, length "
+            f"{task.seq_len}; AdamW lr {t.lr:g}, batch {t.batch_size}; held-out set of {t.eval_size} rows.")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -56,8 +68,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"(torch {torch.__version__}, psattn {__version__}); command: `psattn demo --steps {args.steps} "
         f"--seed {args.seed}`.",
         "",
-        "Model: 1 layer, d_model 128, 4 heads, RoPE, MLP; task: full-sequence induction, vocabulary 64, "
-        "length 64; AdamW lr 3e-3, batch 64; held-out set of 512 rows.",
+        describe_run(rows[0][0]),
         "",
         f"| variant | gamma | steps | held-out accuracy | emergence step (acc >= {rows[0][0].train.threshold:g}) |",
         "|---|---|---|---|---|",

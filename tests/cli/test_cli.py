@@ -109,3 +109,12 @@ def test_a_text_run_ends_with_bits_per_byte_and_icl_score(tmp_path, capsys, monk
     assert "held-out bits per byte" in out.strip().splitlines()[-1] and "ICL score" in out
     assert "accuracy" not in out.strip().splitlines()[-1] and "emergence" not in out
     assert "step 2/4: held-out bits per byte" in err
+
+
+def test_the_demo_reports_its_setting_from_the_config_not_from_a_fixed_sentence():
+    from psattn.cli import describe_run
+    from psattn.experiments.configs import small_config
+
+    text = describe_run(small_config("key_only", 1.0, form="single", mlp=False, batch_size=32, lr=1e-3, n_layers=2))
+    assert text.startswith("Model: 2 layers, d_model 128, 4 heads, RoPE, no MLP; task: single-answer induction")
+    assert "AdamW lr 0.001, batch 32; held-out set of 512 rows." in text
