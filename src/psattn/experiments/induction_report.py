@@ -171,6 +171,9 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "critical_batch": exp.PLANS[mode].critical.batch_size,
         "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": exp.PLANS[mode].training.early_stop_evals,
         "baseline_every_init": exp.PLANS[mode].sensitivity.baseline_every_init,
+        "vocab": first.task.vocab_size, "length": first.task.seq_len, "eval_size": first.train.eval_size,
+        "eval_every": first.train.eval_every, "layers": first.model.n_layers,
+        "distractors": next(c.task.num_distractors for c in declared["variants"] if c.task.form == "single"),
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
@@ -214,16 +217,17 @@ def _intro(res: InductionResults) -> list[str]:
     lines = [
         "## Induction (one attention layer)",
         "",
-        f"Model: 1 layer, d_model {f['d_model']}, {f['n_heads']} "
+        f"Model: {f['layers']} layer, d_model {f['d_model']}, {f['n_heads']} "
         f"heads, RoPE, MLP ({f['size']} parameters), every matrix initialised N(0, 1/(3 d_model)); task: induction "
-        f"(vocabulary 64, length 64) in two forms: **full-sequence** (every repeated token scored; at most {f['budget']} "
-        f"steps) and **single-answer** (one query at the end of each row whose earlier occurrence is unique, with 8 "
+        f"(vocabulary {f['vocab']}, length {f['length']}) in two forms: **full-sequence** (every repeated token scored; "
+        f"at most {f['budget']} steps) and **single-answer** (one query at the end of each row whose earlier "
+        f"occurrence is unique, with {f['distractors']} "
         f"repeated distractors: the form of the SHT task the paper builds on; at most {f['single_budget']} steps, as it "
         f"scores one position a row); AdamW at peak lr {f['lr']:g} on the full-sequence form and the control tasks and "
         f"{f['single_lr']:g} on the single-answer form (at {f['lr']:g} that form is learned on some seeds only); batch "
         f"{f['batch']} rows on the full-sequence form and the control "
         f"tasks and {f['single_batch']} on the single-answer form (a batch is sized by the positions it scores); "
-        "held-out accuracy on 512 rows every 50 steps; a run "
+        f"held-out accuracy on {f['eval_size']} rows every {f['eval_every']} steps; a run "
         f"succeeds when it reaches {f['threshold']} (its emergence step). Budgets of the secondary rows are stated in the "
         "tables' step column.",
         "",
