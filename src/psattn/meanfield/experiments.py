@@ -9,8 +9,7 @@ Parameter choices (the summaries give none; these make the predicted shapes easy
 - distance_bias:    λ = 2/n, so c ∈ [e^{−2}, 1] is non-negative: collapses (spectral dichotomy).
 - cosine_toeplitz:  ω = 2π/n, sign-changing c: a non-collapsed state (a great circle at the maximum).
 
->>> [c.kernel.name for c in paper_configs(ns=(64,))][:2]
-['usa', 'rope']
+The first configs of ``paper_configs(ns=(64,))`` are the baseline USA kernel, then RoPE's.
 """
 
 from __future__ import annotations
