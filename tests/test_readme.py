@@ -1,4 +1,5 @@
-"""The README's quick-start snippet runs as written, and its set-up commands stay in place."""
+"""The README's quick-start snippet runs as written, its set-up commands stay in place, every python block
+of the docs pages runs, and the glance table is the same in the README and in docs/reproduction.md."""
 
 import re
 from pathlib import Path
@@ -18,3 +19,27 @@ def test_setup_commands_at_the_top():
     assert len(commands) == 2
     assert "psattn reproduce --quick" in commands[0] and "pytest" in commands[1]
     assert all("torch==2.13.0" in c for c in commands)
+
+
+DOCS = README.parent / "docs"
+
+
+def test_every_python_block_of_the_docs_pages_runs():
+    """Each page's blocks run in order in one namespace (a later block may use an earlier one's names)."""
+    ran = 0
+    for page in sorted(DOCS.glob("*.md")):
+        namespace: dict = {}
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
+            exec(compile(block, str(page.relative_to(README.parent)), "exec"), namespace)
+            ran += 1
+    assert ran >= 2
+
+
+def _glance(text: str) -> list[str]:
+    start = text.index("| | ours (quick) | paper |")
+    return text[start:].split("\n\n")[0].splitlines()
+
+
+def test_the_glance_table_is_the_same_in_the_readme_and_the_docs():
+    assert _glance(README.read_text()) == _glance((DOCS / "reproduction.md").read_text().replace("](", "](docs/")
+                                                   .replace("](docs/reproduction.md#", "](docs/reproduction.md#"))

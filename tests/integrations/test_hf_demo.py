@@ -1,4 +1,4 @@
-"""The ``psattn hf-demo`` command and the README example of the transformers integration."""
+"""The ``psattn hf-demo`` command and the guide's example of the transformers integration (docs/huggingface.md)."""
 
 import argparse
 import re
@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 from psattn.integrations.hf_demo import register
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "huggingface.md"
 
 def _parser():
     parser = argparse.ArgumentParser(prog="psattn")
@@ -34,9 +34,9 @@ def test_hf_demo_refuses_sizes_it_cannot_run(flag, value):
         args.func(args)
 
 
-def test_readme_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S) if README.exists() else []
+def test_the_guides_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S) if GUIDE.exists() else []
     examples = [b for b in blocks if "apply_psa" in b]
-    assert examples, "README has no apply_psa example"
+    assert examples, "docs/huggingface.md has no apply_psa example"
     for block in examples:
-        exec(compile(block, "README.md", "exec"), {})
+        exec(compile(block, "docs/huggingface.md", "exec"), {})
