@@ -43,3 +43,28 @@ def _glance(text: str) -> list[str]:
 def test_the_glance_table_is_the_same_in_the_readme_and_the_docs():
     assert _glance(README.read_text()) == _glance((DOCS / "reproduction.md").read_text().replace("](", "](docs/")
                                                    .replace("](docs/reproduction.md#", "](docs/reproduction.md#"))
+
+
+def test_the_getting_started_commands_run_as_written(tmp_path):
+    """The tutorial's shell block, in a copy of the checkout's layout, with 20 training steps."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    pytest = __import__("pytest")
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("onnxruntime")
+    root = README.parent
+    shutil.copytree(root / "src" / "psattn" / "ops", tmp_path / "src" / "psattn" / "ops")
+    shutil.copytree(root / "tests" / "ops", tmp_path / "tests" / "ops")
+    block = re.search(r"## PSA on your own text file.*?```bash\n(.*?)```", (DOCS / "getting-started.md").read_text(),
+                      flags=re.S).group(1)
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert [c.split()[1] for c in commands] == ["train", "generate", "eval", "plot", "export"]
+    for command in commands:
+        argv = shlex.split(command.replace("train.steps=200", "train.steps=20").replace("train.eval_every=50",
+                                                                                        "train.eval_every=10"))
+        done = subprocess.run([sys.executable, "-m", "psattn", *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+    assert (tmp_path / "runs" / "mine" / "result.json").exists() and (tmp_path / "runs" / "mine" / "curves.png").exists()
