@@ -19,7 +19,7 @@ def bars_wanted(enabled: bool = True) -> bool:
 
 
 def progress_bar(iterable=None, *, enabled: bool = True, **kwargs) -> tqdm:
-    """``tqdm(iterable, **kwargs)``, disabled unless :func:`bars_wanted`."""
+    """``tqdm(iterable, **kwargs)``, disabled unless ``bars_wanted``."""
     return tqdm(iterable, disable=not bars_wanted(enabled), **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""Where a result came from: library version, git revision, machine; :func:`provenance` is the record
+"""Where a result came from: library version, git revision, machine; ``provenance`` is the record
 every run directory the project writes keeps (``meta.json`` of a training run, the mean-field
 ``config.json`` and ``summary.json``)."""
 

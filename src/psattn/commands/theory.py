@@ -1,8 +1,8 @@
-"""Command-line entry points of the theory (:mod:`psattn.theory`): ``psattn certify`` and ``psattn theory ...``.
+"""Command-line entry points of the theory (``psattn.theory``): ``psattn certify`` and ``psattn theory ...``.
 
 ``register(subparsers)`` adds them to the main parser; heavy imports (SymPy, matplotlib, the
 trainer) happen inside the commands, so building the parser stays cheap. They live here, not in
-:mod:`psattn.theory`, because the report and the Bode plot read a trained model.
+``psattn.theory``, because the report and the Bode plot read a trained model.
 
 - ``psattn certify [--json [PATH]] [--details] [--operator NAME] [--only NAME ...]``: run the
   certificates, print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken

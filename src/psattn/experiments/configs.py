@@ -73,7 +73,7 @@ def small_config(
     **task_fields,
 ) -> RunConfig:
     """A one-layer (by default) run; ``model_preset`` swaps in a named preset with the task's
-    vocabulary. ``early_stop`` and ``early_stop_evals`` are :class:`~psattn.training.config.TrainConfig`'s
+    vocabulary. ``early_stop`` and ``early_stop_evals`` are ``TrainConfig``'s
     one stopping rule: ``early_stop_evals`` > 0 ends the run once held-out accuracy has stayed at the
     threshold for that many evaluations in a row (and turns ``early_stop`` on; the name says
     ``-stop{n}``). A key-only or symmetric run at
@@ -114,7 +114,7 @@ def _mlp_tag(mlp: bool | list[bool]) -> str:
 
 
 def study_config(study: str, variant: str = "key_only", gamma: float = 1.0, **kwargs) -> RunConfig:
-    """:func:`small_config` named after the long study it belongs to (``<study>-<run name>``), so that
+    """``small_config`` named after the long study it belongs to (``<study>-<run name>``), so that
     it never shares a name with a run of the reproduction's experiments."""
     config = small_config(variant, gamma, **kwargs)
     return dataclasses.replace(config, name=f"{study}-{config.name}")

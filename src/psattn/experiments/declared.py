@@ -1,5 +1,5 @@
 """The declared experiments: each a function of the plan (``quick`` or ``full``) returning the run
-configs it trains. Their tables are computed from saved results by :mod:`.summaries`.
+configs it trains. Their tables are computed from saved results by ``.summaries``.
 
 1. Variant table: PSA variants, placements and key-lag baselines on one layer, several seeds.
 2. Gamma sweep: the symmetric shear (the paper's PSA) over a gamma grid times seeds.
@@ -14,7 +14,7 @@ configs it trains. Their tables are computed from saved results by :mod:`.summar
 ``quick`` settings run on a 2-core CPU; ``full`` settings are the paper-scale GPU presets. Rows whose
 tables compare final accuracies train to their full budget; in the quick plan, rows whose tables
 report success and emergence stop once held-out accuracy has stayed at the threshold for
-``Training.early_stop_evals`` evaluations. The real-text experiments are declared in :mod:`.text`.
+``Training.early_stop_evals`` evaluations. The real-text experiments are declared in ``.text``.
 
 A batch is sized by the positions it scores: a full-sequence row scores about 23, so the quick plan
 takes 32 rows a step on that form (and on the control tasks, which score several positions a row),

@@ -7,7 +7,7 @@ run over a gamma grid (gamma 0 is the plain model, shared by both) on MQAR and o
 induction, two seeds each, evaluated every 10 steps, every run stopping once held-out accuracy has
 stayed at the threshold for two evaluations.
 
-"Best" is the rule of :func:`~psattn.experiments.summaries.best_gamma` for runs that stop once they
+"Best" is the rule of ``best_gamma`` for runs that stop once they
 succeed: the gamma with the most successful seeds, then the earliest mean emergence (the first
 evaluation at the threshold), then the smallest gamma. The predecessor's own definition is not
 available here; a fixed-budget accuracy or loss optimum is its natural reading, and on tasks every
@@ -15,7 +15,7 @@ coupling eventually solves, "fastest to learn" is the version of it a budget can
 read every 10 steps, so gammas within 10 steps of each other are not told apart. The critical gamma is the
 smallest grid gamma at which every seed succeeds, given that a smaller one fails.
 
-:func:`fit_depth_law` fits log gamma* = log a + b log N by least squares over the depths with a
+``fit_depth_law`` fits log gamma* = log a + b log N by least squares over the depths with a
 positive best gamma and gives 95% intervals (Student t) for a and b.
 """
 

@@ -1,6 +1,6 @@
-"""The induction section of the reproduction report. :func:`induction_results` computes its numbers
-from the saved runs (training whatever is missing); :func:`induction_figures` and
-:func:`induction_markdown` draw and write them."""
+"""The induction section of the reproduction report. ``induction_results`` computes its numbers
+from the saved runs (training whatever is missing); ``induction_figures`` and
+``induction_markdown`` draw and write them."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ real text, ``induction_score`` on synthetic tasks; the maximum over every layer 
 the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
 head that puts a tenth of its mass on the one token after the previous occurrence, consistently, is
 matching prefixes. The ICL
-score (text only) should drop at the same time; :class:`PhaseChange` records it before and after.
+score (text only) should drop at the same time; ``PhaseChange`` records it before and after.
 
 First copying (text runs, any model, one layer too) is read the same way off a behaviour instead of a
 head: the first evaluation at which the repeated random tokens' copy gain (loss on their first copy

@@ -3,7 +3,7 @@ finished.
 
 Each config trains into ``out_dir/<config.name>``. A config whose ``result.json`` exists is not run
 again, and an interrupted one resumes from its checkpoint, so rerunning a sweep only does the work
-that is left. Each run is trained under its directory's lock (:mod:`psattn.training.lock`), so two
+that is left. Each run is trained under its directory's lock (``psattn.training.lock``), so two
 sweeps on the same directory at once never train a run twice: one waits and finds it finished. With
 ``ray_address`` (``"local"`` starts a Ray instance on this machine, ``"auto"`` joins the running cluster,
 anything else is a cluster address) each run is a Ray task of one CPU
@@ -12,7 +12,7 @@ on a file system every node sees.
 
 A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its workers: running runs
 checkpoint at their next step, queued ones are not started, and the sweep raises
-:class:`~psattn.training.signals.TrainingInterrupted`; the same call then resumes them all.
+``TrainingInterrupted``; the same call then resumes them all.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def run_sweep(
 def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool) -> None:
     """Worker processes, one run each at a time. A stop signal to this process is passed on to the
     workers: runs not yet started are cancelled, running ones checkpoint at their next step and stop,
-    and :class:`TrainingInterrupted` is raised here once they have."""
+    and ``TrainingInterrupted`` is raised here once they have."""
     context = multiprocessing.get_context("spawn")
     stop, stopped = context.Event(), []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,

@@ -86,7 +86,7 @@ def text_seeds(mode: str = "quick") -> list[RunConfig]:
 
 
 def format_text_summary(rows: list[dict[str, Any]]) -> list[str]:
-    """The summary of :func:`summarise_text` as printable lines (mean ± sd over seeds)."""
+    """The summary of ``summarise_text`` as printable lines (mean ± sd over seeds)."""
     def cell(pair, digits=3, sign=""):
         mean, sd = pair
         return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")

@@ -1,7 +1,7 @@
 """Real text past the phase change: does one PSA layer still match two plain layers once the two plain
 layers have formed their induction heads? (``psattn sweep text_phase``)
 
-The hypothesis, stated before the run, is :data:`HYPOTHESIS`.
+The hypothesis, stated before the run, is ``HYPOTHESIS``.
 
 The setting is where `psattn sweep text_pilot` saw the phase change within a CPU budget: two plain
 attention-only layers on Python source (``python-stdlib``, BPE 1024) at 8 rows of 64 tokens a step
@@ -77,9 +77,9 @@ def text_phase(mode: str = "quick") -> list[RunConfig]:
 
 
 def phase_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per model: :func:`~psattn.experiments.text.summarise_text`'s final metrics (mean, sd over
+    """One row per model: ``summarise_text``'s final metrics (mean, sd over
     seeds), the parameters, and per seed the training tokens to first copying and to the phase change
-    (:mod:`~psattn.experiments.phase_change`; None where a run shows none)."""
+    (``phase_change``; None where a run shows none)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for result in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
         groups.setdefault(model_key(result), []).append(result)
@@ -184,7 +184,7 @@ def _lasting(results: dict[str, dict[str, Any]]) -> str:
 
 
 def phase_figure(results: dict[str, dict[str, Any]], path) -> Any:
-    """:func:`~psattn.experiments.text_plots.plot_copying` of every model's first seed."""
+    """``plot_copying`` of every model's first seed."""
     from psattn.experiments.text_plots import plot_copying
 
     first = {}

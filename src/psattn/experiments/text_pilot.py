@@ -4,7 +4,7 @@ Published work (arXiv 2511.16893) says the phase change depends on batch and con
 on model size, and comes earlier with small batches and text whose bigrams repeat (code). The pilot
 trains two plain layers on the ``python-stdlib`` corpus (BPE 1024, context 256, d_model 128, 4 heads) on
 the same number of training tokens at 4, 8, 16 and 32 rows a step, and reads the phase change off each
-run's head scores with :func:`~psattn.experiments.phase_change.detect_phase_change`.
+run's head scores with ``detect_phase_change``.
 
 The two-layer reference is attention-only: on the synthetic induction task, two plain layers with MLPs
 put all four second-layer heads on the previous token within 200 steps and stay near chance, under
@@ -13,7 +13,7 @@ previous-token heads, second-layer induction heads). With MLPs, at 8 rows a step
 prefix-matching head by 24.6M tokens in an earlier exploration (docs/text.md).
 
 The same paper fits the training tokens to the phase change as ``T * sqrt(B * C)`` (B rows a step, C
-tokens of context, T about 10**5.7, :func:`law_tokens`): 16M tokens at 4 rows of 256. The law's probe
+tokens of context, T about 10**5.7, ``law_tokens``): 16M tokens at 4 rows of 256. The law's probe
 runs test it where it predicts the phase change within a few million tokens (2 and 8 rows of 64
 tokens), each trained on about three times its predicted tokens.
 """
@@ -102,8 +102,8 @@ def run_label(result: dict[str, Any]) -> str:
 
 def pilot_figure(results: dict[str, dict[str, Any]], path) -> Any:
     """The pilot's curves against training tokens, the law's prediction marked (see
-    :func:`~psattn.experiments.plots.plot_phase_change`); ICL scores of different contexts use different
-    windows (:func:`~psattn.text.metrics.icl_window`)."""
+    ``plot_phase_change``); ICL scores of different contexts use different
+    windows (``icl_window``)."""
     from psattn.experiments.plots import plot_phase_change
 
     ordered = sorted(results.values(), key=lambda r: (r["config"]["model"]["mlp"], -r["config"]["task"]["seq_len"],

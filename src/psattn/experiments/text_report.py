@@ -96,7 +96,7 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
 
 
 def edge_table(edge: dict[str, dict]) -> list[str]:
-    """The markdown table of :func:`edge_comparison`'s rows."""
+    """The markdown table of ``edge_comparison``'s rows."""
     return table(
         ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
          "ICL score fp32 / INT8", "INT8 top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats",

@@ -99,7 +99,7 @@ class ExportFailed(OSError):
 @contextlib.contextmanager
 def remove_new_files(folder: Path, target: str | Path):
     """On any failure inside, remove the files that appeared in ``folder`` meanwhile, and turn an
-    exporter's own error into one line (:class:`ExportFailed`)."""
+    exporter's own error into one line (``ExportFailed``)."""
     before = set(folder.iterdir()) if folder.is_dir() else set()
     try:
         yield

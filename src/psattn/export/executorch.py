@@ -1,6 +1,6 @@
 """Export a DecoderLM to ExecuTorch, PyTorch's on-device runtime (Android, iOS, Arm microcontrollers).
 
-``export_executorch`` writes one ``.pte`` program with two methods over the graphs of :mod:`.graphs`:
+``export_executorch`` writes one ``.pte`` program with two methods over the graphs of ``.graphs``:
 ``prefill`` (input_ids (B, T) -> logits and the cache state) and ``decode`` (one token and the cache
 state -> logits and the state grown by one), lowered to the XNNPACK delegate, plus a constant method
 ``max_context``: the longest sequence the program plans memory for. The cache crosses the program
@@ -93,7 +93,7 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
 
 
 class ExecuTorchLM:
-    """An exported program in ExecuTorch's Python runtime; the same interface as :class:`~.onnx.OnnxLM`."""
+    """An exported program in ExecuTorch's Python runtime; the same interface as ``OnnxLM``."""
 
     def __init__(self, path: str | Path):
         from executorch.runtime import Runtime

@@ -6,12 +6,12 @@
   common grouped INT4 layout); vectors (norms, biases) stay fp32. A tied LM head is stored once.
 - KV cache (fp32): per token and layer, the sheared keys and the values of every KV head; plus PSA's
   fixed state per layer, one raw key per KV head when gamma_k != 0 and one raw query per head when
-  gamma_q != 0, the same at any context (none for the plain model). :func:`measured_cache_bytes`
+  gamma_q != 0, the same at any context (none for the plain model). ``measured_cache_bytes``
   fills a real cache and counts its tensors.
 - One decode step: the fp32 tensors the step creates (residual, normalised input, q, k, v, the scores
   over the context, the attention output, the MLP's hidden layer, the logits), summed: an upper bound on
   what it holds at once, without the runtime itself.
-- Measured (:func:`measured_decode_rss`): the peak resident memory of a fresh process that decodes
+- Measured (``measured_decode_rss``): the peak resident memory of a fresh process that decodes
   with the model, and how much of it the model, cache and loop add to the interpreter and torch.
 """
 
@@ -140,7 +140,7 @@ def format_footprints(rows: dict[str, Footprint]) -> list[str]:
     return lines
 
 
-#: the child process of :func:`measured_decode_rss`: its memory before and after a cached decode loop
+#: the child process of ``measured_decode_rss``: its memory before and after a cached decode loop
 _RSS_CHILD = """
 import json, os, resource, sys
 import torch

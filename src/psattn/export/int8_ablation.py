@@ -5,7 +5,7 @@ each MatMul's weight to the model's parameters, and the two activation products 
 layer, which have no weight: the scores (q̂ against k̂, the sheared streams) and the attention
 weights times the values. Each group is quantized alone, in both graphs (prefill and decode step),
 dynamically or statically (calibrated on training rows), and measured against the fp32 graphs as
-:func:`~psattn.export.compare.export_and_compare` measures the whole INT8 model: teacher-forced top-1
+``export_and_compare`` measures the whole INT8 model: teacher-forced top-1
 agreement and KL over held-out windows, held-out bits per byte (text runs), and greedy agreement
 over held-out prompts. The row "every MatMul" is the whole INT8 model. Under dynamic quantization
 ONNX Runtime quantizes a MatMul only when its second input is a stored weight, so the weightless

@@ -1,8 +1,8 @@
 """Export a DecoderLM to ONNX (standard operators only), run it in ONNX Runtime, quantize to INT8.
 
 ``export_onnx`` writes two graphs: ``<name>.onnx``, the full forward that also returns the cache
-state (prefill), and ``<name>.decode.onnx``, one cached decode step (see :mod:`.graphs`).
-:class:`OnnxLM` drives them: logits of a whole sequence, and a greedy decode loop.
+state (prefill), and ``<name>.decode.onnx``, one cached decode step (see ``.graphs``).
+``OnnxLM`` drives them: logits of a whole sequence, and a greedy decode loop.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
     (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
     at ranges fixed by min/max over the calibration inputs; the elementwise operators (RoPE, the
     shear, the norms) stay in fp32. ``nodes``: quantize only the MatMuls of these names (the rest stay
-    fp32; see :mod:`psattn.export.int8_ablation`)."""
+    fp32; see ``psattn.export.int8_ablation``)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     with warnings.catch_warnings(), _quiet("root"):

@@ -1,6 +1,6 @@
 """The PhaseSpaceAttention layer: project -> rotate -> shear -> attend -> output projection.
 
-Hook points (see :mod:`psattn.ops.hooks`). As in TransformerLens, a forward hook that returns a tensor
+Hook points (see ``psattn.ops.hooks``). As in TransformerLens, a forward hook that returns a tensor
 replaces the one passing through, and the layer computes everything after the point from it
 (activation patching, ablation); a hook that returns nothing only reads:
 - ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D), before the
@@ -8,7 +8,7 @@ replaces the one passing through, and the layer computes everything after the po
   cache keeps as the last raw query or key;
 - ``hook_q_sheared``, ``hook_k_sheared``: the q̂, k̂ that enter attention (and the cache);
 - ``hook_v``: values (B, Hkv, T, Dv);
-- ``hook_score_terms``: :class:`~psattn.ops.attention.ScoreTerms` T1..T4 (B, Hq, T, T), unscaled,
+- ``hook_score_terms``: ``ScoreTerms`` T1..T4 (B, Hq, T, T), unscaled,
   computed only when hooked and only without a cache (the cache keeps no raw keys); read-only: the
   scores that attention uses are q̂ᵀk̂, so patch ``hook_q_sheared``/``hook_k_sheared`` instead;
 - ``hook_pattern``: the attention pattern (B, Hq, T, S), computed only when hooked; when hooked, the

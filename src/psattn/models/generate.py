@@ -1,6 +1,6 @@
 """Decoding with the PSA cache: prefill (optionally in chunks), then one token per step.
 
-:func:`speculative_generate` drafts tokens with a small model, scores them with the target model in
+``speculative_generate`` drafts tokens with a small model, scores them with the target model in
 one step and rolls both caches back to the accepted length; its output equals the target's greedy
 decoding.
 """
@@ -89,7 +89,7 @@ def generate(
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
     shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
     continued and extended in place. A model without cache support (a learned key-lag baseline, see
-    :attr:`~psattn.models.decoder.DecoderLM.supports_cache`) runs the whole sequence again per token.
+    ``supports_cache``) runs the whole sequence again per token.
     """
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__

@@ -8,7 +8,7 @@ occurrence, position t - n + 1. A previous-token head attends to t - 1.
 - induction score: mean attention mass on t - n + 1, over the positions of the second copy.
 
 Any model with ``hook_pattern`` hook points works: psattn's own models, and transformers models
-patched with :func:`psattn.integrations.hf.apply_psa`.
+patched with ``psattn.integrations.hf.apply_psa``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Model sizes across the paper's range (about 4M, 20M and 92M parameters).
 
 The counts quoted are exact for the default vocabulary of 8192 tokens with tied embeddings;
-:func:`preset_parameter_count` recomputes them for any overrides. ``psa-4m`` and ``psa-20m`` train
+``preset_parameter_count`` recomputes them for any overrides. ``psa-4m`` and ``psa-20m`` train
 on a CPU; ``psa-92m`` is meant for a GPU.
 """
 
@@ -18,7 +18,7 @@ PRESETS: dict[str, dict] = {
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-    """A :class:`ModelConfig` for a named preset, with any field overridden."""
+    """A ``ModelConfig`` for a named preset, with any field overridden."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
     from_fields(ModelConfig, overrides, "model config")  # refuses unknown overrides before building
@@ -26,7 +26,7 @@ def preset(name: str, **overrides) -> ModelConfig:
 
 
 def preset_parameter_count(config: ModelConfig) -> int:
-    """Exact number of parameters of a :class:`~psattn.models.decoder.DecoderLM` with ``config``,
+    """Exact number of parameters of a ``DecoderLM`` with ``config``,
     by arithmetic (no model is built), for the PSA variants, which add none; the learned key-lag
     baselines add their own few (count those with ``DecoderLM.num_parameters``)."""
     C, V, L = config.d_model, config.vocab_size, config.n_layers

@@ -4,7 +4,7 @@
 
 The fast path hands q̂, k̂, v to ``torch.nn.functional.scaled_dot_product_attention`` unchanged
 (so every SDPA backend, GQA, dropout and masking work as they do for plain attention); the
-reference path forms the scores explicitly. :func:`score_terms` splits the score into
+reference path forms the scores explicitly. ``score_terms`` splits the score into
 
     T1 = q_tᵀ k_j,  T2 = gamma_q p_{q,t}ᵀ k_j,  T3 = gamma_k q_tᵀ p_{k,j},  T4 = gamma_q gamma_k p_{q,t}ᵀ p_{k,j},
 
@@ -85,7 +85,7 @@ def psa_attention(
     """Phase Space Attention on post-RoPE q (B, Hq, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv).
 
     Masking, dropout and scale mean what they mean for SDPA; Hq may be a multiple of Hkv (GQA).
-    ``starts`` (B, T) marks sequence starts (see :mod:`psattn.ops.shear`); ``prev_q``/``prev_k``
+    ``starts`` (B, T) marks sequence starts (see ``psattn.ops.shear``); ``prev_q``/``prev_k``
     continue a cached stream. Returns (B, Hq, Tq, Dv).
     """
     check_qkv(q, k, v, attn_mask)
@@ -142,7 +142,7 @@ def psa_attention_reference(
     boundary: str = "replicate",
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Slow, explicit version of :func:`psa_attention` (same arguments); optionally also returns
+    """Slow, explicit version of ``psa_attention`` (same arguments); optionally also returns
     the attention pattern (B, Hq, Tq, Tk)."""
     check_qkv(q, k, v, attn_mask)
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)

@@ -8,7 +8,7 @@ gamma = 0 keeps no raw state at all: its cache is a plain KV cache.
 
 Rolling back (speculative decoding) to an earlier length n needs the raw key at n - 1, so a cache
 built with ``max_rollback = r`` keeps the last r + 1 raw keys instead of one; still O(1) in the
-sequence length. Appending never modifies stored tensors in place, so :meth:`fork` is a cheap
+sequence length. Appending never modifies stored tensors in place, so ``fork`` is a cheap
 shallow copy (prefix reuse).
 """
 
@@ -30,7 +30,7 @@ class RawWindow:
     """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
 
     The rollback rule of every PSA cache: the sheared stream can continue after n tokens only if the
-    window holds the raw value at position n - 1 (:meth:`can_crop`); how many positions a cache keeps
+    window holds the raw value at position n - 1 (``can_crop``); how many positions a cache keeps
     is its own choice.
     """
 
@@ -105,7 +105,7 @@ class LayerCache:
         return 0 if self.keys is None else self.keys.shape[2]
 
     def __copy__(self) -> LayerCache:
-        """A twin sharing the (never mutated) tensors, with windows of its own (:meth:`PSACache.fork`)."""
+        """A twin sharing the (never mutated) tensors, with windows of its own (``PSACache.fork``)."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin.raw_k, twin.raw_q = copy.copy(self.raw_k), copy.copy(self.raw_q)
@@ -131,7 +131,7 @@ class LayerCache:
         return self.keys, self.values
 
     def check_crop(self, length: int) -> None:
-        """Raise (changing nothing) unless :meth:`crop` to ``length`` tokens is possible."""
+        """Raise (changing nothing) unless ``crop`` to ``length`` tokens is possible."""
         S = len(self)
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
@@ -230,7 +230,7 @@ class PSACache:
         return twin
 
     def restore(self, saved: PSACache) -> None:
-        """Return to the state of ``saved``, a :meth:`fork` of this cache taken earlier (a forward
+        """Return to the state of ``saved``, a ``fork`` of this cache taken earlier (a forward
         pass that fails part-way restores the cache it was extending)."""
         for layer, before in zip(self.layers, saved.layers):
             layer.__dict__.update(before.__dict__)

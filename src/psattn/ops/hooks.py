@@ -1,9 +1,9 @@
 """Named identity points at interesting tensors, and a context manager that records them.
 
-A :class:`HookPoint` returns its input unchanged; PyTorch forward hooks registered on it see the
+A ``HookPoint`` returns its input unchanged; PyTorch forward hooks registered on it see the
 tensor, and one that returns a value replaces it downstream (TransformerLens's semantics: activation
 patching and ablation); the modules compute what follows a hook point from what it returns.
-Modules check :attr:`HookPoint.active` before computing something only a listener needs
+Modules check ``HookPoint.active`` before computing something only a listener needs
 (the four score terms, the attention pattern), so an unhooked forward pays nothing.
 """
 

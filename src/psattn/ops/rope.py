@@ -82,14 +82,14 @@ class _Rotate(torch.autograd.Function):
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x cos + rotate_half(x) sin; eagerly with tables that need no gradient, on :class:`_Rotate`."""
+    """x cos + rotate_half(x) sin; eagerly with tables that need no gradient, on ``_Rotate``."""
     if cos.requires_grad or sin.requires_grad or plain_ops_only():
         return x * cos + _rotate_half(x) * sin
     return _Rotate.apply(x, cos, sin)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate x (B, H, T, D) by the tables from :class:`RotaryEmbedding` (first r channels)."""
+    """Rotate x (B, H, T, D) by the tables from ``RotaryEmbedding`` (first r channels)."""
     r = cos.shape[-1]
     if r > x.shape[-1]:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")

@@ -116,7 +116,7 @@ def momentum(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
 
 class _LagOneShear(torch.autograd.Function):
     """x̂_t = (1 + gamma) x_t - gamma x_{t-1} with only t = 0 as a start, in one pass over shifted
-    views. Its backward is the transposed filter (:class:`_LagOneShearT`), whose backward is this
+    views. Its backward is the transposed filter (``_LagOneShearT``), whose backward is this
     filter again, so gradients of any order stay on the one-pass kernels."""
 
     @staticmethod
@@ -138,7 +138,7 @@ class _LagOneShear(torch.autograd.Function):
 
 
 class _LagOneShearT(torch.autograd.Function):
-    """The transposed filter g_t (1 + gamma) - gamma g_{t+1} (the backward of :class:`_LagOneShear`)."""
+    """The transposed filter g_t (1 + gamma) - gamma g_{t+1} (the backward of ``_LagOneShear``)."""
 
     @staticmethod
     def forward(ctx, g: Tensor, gamma: float, replicate: bool) -> Tensor:
@@ -176,7 +176,7 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
 
 def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
             boundary: str = "replicate") -> Tensor:
-    """The exact inverse of :func:`shear`: x_t = (y_t + gamma x_{t-1}) / (1 + gamma), x = y at
+    """The exact inverse of ``shear``: x_t = (y_t + gamma x_{t-1}) / (1 + gamma), x = y at
     replicate-rule starts. A sequential scan over T; needs gamma != -1."""
     gamma = check_gamma(gamma)
     _check_stream(y, starts, prev)

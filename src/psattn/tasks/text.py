@@ -4,7 +4,7 @@ A row is ``seq_len + 1`` consecutive tokens of one split's stream; inputs are th
 and targets the last ``seq_len`` (so position t predicts token t + 1). Training windows start at
 offsets drawn from the generator alone, so a batch is a function of (seed, step); held-out windows
 come from the held-out text (the last ``eval_fraction`` of every document, see
-:mod:`psattn.textdata.tokens`), never from training text.
+``psattn.textdata.tokens``), never from training text.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
                   top_k: int | None = None, seed: int = 0, context: int | None = None) -> str:
     """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0) from a
     generator seeded with ``seed``, so the same call gives the same text; ``context``: see
-    :func:`continue_ids`."""
+    ``continue_ids``."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
     ids = tokenizer.encode(prompt)
@@ -30,7 +30,7 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     generation stays within it, as nanoGPT's sampler does. Once prompt and continuation fill it, each
     further token is predicted from the last ``context - 1`` tokens alone (a fresh forward pass per
     token, positions restarting at 0), never from positions the model has not seen; a longer prompt
-    keeps its last ``context - 1`` tokens. ``sampling`` goes to :func:`~psattn.models.generate.generate`."""
+    keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``."""
     if context is not None and context < 2:
         raise ValueError(f"context must be at least 2 tokens, got {context}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)

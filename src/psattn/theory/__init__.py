@@ -1,14 +1,14 @@
 """Theory of Phase Space Attention (arXiv 2609.32319): the critical-coupling law and the reduced Gaussian
 score model, scaling exponents, spectral analysis, and machine-checkable certificates.
 
-- :mod:`.transition`: gamma_c(d_k, T), its branches and crossover d_k* = 8 log(T - 1);
-- :mod:`.reduced_model`: Monte-Carlo simulation of the T4-only reduction and its comparison with gamma_c;
-- :mod:`.scaling`: power-law exponents of gamma_c in d_k (reduced model, trained-model sweeps);
-- :mod:`.spectral`: H(z) = (1 + gamma) - gamma z^-1, the joint score filter, measured Bode plots;
-- :mod:`.certificates`: the certificates (needs SymPy), run against an operator from :mod:`.operators`;
-- :mod:`.plots`, :mod:`.report`: figures (needs matplotlib) and the report section (:func:`theory_report`);
+- ``.transition``: gamma_c(d_k, T), its branches and crossover d_k* = 8 log(T - 1);
+- ``.reduced_model``: Monte-Carlo simulation of the T4-only reduction and its comparison with gamma_c;
+- ``.scaling``: power-law exponents of gamma_c in d_k (reduced model, trained-model sweeps);
+- ``.spectral``: H(z) = (1 + gamma) - gamma z^-1, the joint score filter, measured Bode plots;
+- ``.certificates``: the certificates (needs SymPy), run against an operator from ``.operators``;
+- ``.plots``, ``.report``: figures (needs matplotlib) and the report section (``theory_report``);
 
-Its command-line entry points are in :mod:`psattn.commands.theory`.
+Its command-line entry points are in ``psattn.commands.theory``.
 """
 
 from psattn.theory.reduced_model import ReducedModel, TransitionComparison, compare_with_theory, simulate_transition

@@ -1,21 +1,21 @@
 """The implementation a certificate certifies: the PSA operator, and deliberately broken mutants.
 
-Certificates take an :class:`OperatorUnderTest` instead of calling the library directly, so that
+Certificates take an ``OperatorUnderTest`` instead of calling the library directly, so that
 each can be shown to *fail* on a broken implementation (none of them can pass vacuously). An
 operator bundles everything the certificates exercise:
 
-- ``shear``: the stream map, with the signature of :func:`psattn.ops.shear.shear`;
+- ``shear``: the stream map, with the signature of ``psattn.ops.shear.shear``;
 - ``placement``: where it acts, "post_rope" (as claimed) or "pre_rope";
 - ``cache``: how cached decoding stores keys, "sheared" (the library's cache), "raw_keys" or
   "recompute";
 - ``critical_coupling``: the closed-form law gamma_c(d_k, T).
 
-:meth:`OperatorUnderTest.sheared` gives the stream that enters attention as a function of the
-post-RoPE stream (the frame the claims are made in); :meth:`OperatorUnderTest.build_model` builds a
-:class:`~psattn.models.DecoderLM` that runs this operator, by setting each attention layer's
+``OperatorUnderTest.sheared`` gives the stream that enters attention as a function of the
+post-RoPE stream (the frame the claims are made in); ``OperatorUnderTest.build_model`` builds a
+``DecoderLM`` that runs this operator, by setting each attention layer's
 ``shear_fn``.
 
-The mutants (:data:`MUTANTS`) are the bugs the certificates must catch: a shear with the wrong sign,
+The mutants (``MUTANTS``) are the bugs the certificates must catch: a shear with the wrong sign,
 a shear that looks one token ahead instead of back, pre-RoPE placement where post-RoPE is claimed,
 a cache that stores raw keys, a cache that re-shears the whole prefix each step, and a law with its
 branches swapped.

@@ -1,11 +1,11 @@
 """Figures of the theory section, drawn from saved results (the dicts written to JSON by
-:mod:`psattn.theory.report`), never from a live run.
+``psattn.theory.report``), never from a live run.
 
-- :func:`plot_phase_diagram`: gamma_c over (d_k, T) with the crossover d_k = 8 log(T - 1), and the
+- ``plot_phase_diagram``: gamma_c over (d_k, T) with the crossover d_k = 8 log(T - 1), and the
   closed form against the reduced-model simulation;
-- :func:`plot_scaling`: gamma_c against d_k on log-log axes with the fitted exponents;
-- :func:`plot_bode`: closed-form Bode magnitude and phase of every variant;
-- :func:`plot_measured_bode`: the response measured on a model's streams over the closed form.
+- ``plot_scaling``: gamma_c against d_k on log-log axes with the fitted exponents;
+- ``plot_bode``: closed-form Bode magnitude and phase of every variant;
+- ``plot_measured_bode``: the response measured on a model's streams over the closed form.
 
 Uses matplotlib's object API with the Agg canvas, so importing this module changes no global backend.
 """
@@ -29,7 +29,7 @@ def _nan(values) -> np.ndarray:
 
 
 def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float = 0.74) -> Path:
-    """``comparison``: :meth:`TransitionComparison.to_dict` output."""
+    """``comparison``: ``TransitionComparison.to_dict`` output."""
     fig = Figure(figsize=(13, 5), layout="constrained")
     ax_map, ax_cmp = fig.subplots(1, 2)
     d_grid = np.geomspace(2, 8192, 240)
@@ -89,7 +89,7 @@ def plot_scaling(scaling: dict[str, Any], path: str | Path) -> Path:
 
 
 def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
-    """``curves``: :meth:`BodeCurves.to_dict` outputs, one per variant."""
+    """``curves``: ``BodeCurves.to_dict`` outputs, one per variant."""
     fig = Figure(figsize=(3.2 * len(curves), 5.2), layout="constrained")
     axes = fig.subplots(2, len(curves), sharex=True, squeeze=False)
     for col, c in enumerate(curves):
@@ -111,7 +111,7 @@ def plot_bode(curves: list[dict[str, Any]], path: str | Path) -> Path:
 def plot_measured_bode(measured: list[dict[str, Any]], path: str | Path) -> Path:
     """``measured``: entries {"label", "omega", "<stream>_measured_gain", "<stream>_theory_gain",
     "<stream>_measured_phase", "<stream>_theory_phase", "<stream>_r"} for stream in query, key. Gain in
-    dB, as in :func:`plot_bode`; the two streams differ in marker and line style, so neither hides the
+    dB, as in ``plot_bode``; the two streams differ in marker and line style, so neither hides the
     other where they coincide."""
     fig = Figure(figsize=(4.8 * len(measured), 5.6), layout="constrained")
     axes = fig.subplots(2, len(measured), sharex=True, squeeze=False)

@@ -180,7 +180,7 @@ def _agreement(sim: np.ndarray, theory: np.ndarray) -> dict[str, Any]:
 
 def compare_with_theory(d_ks, Ts, *, n_samples: int = 256, seed: int = 0, criterion: str = "quenched",
                         c: float = C_CONSTANT, part_threshold: float = 0.05) -> TransitionComparison:
-    """Simulate every (d_k, T) of the grid and compare with :func:`gamma_c` (see the class doc).
+    """Simulate every (d_k, T) of the grid and compare with ``gamma_c`` (see the class doc).
     ``stats`` holds Pearson r, the largest and median relative error over all points with a
     simulated transition, then the same per side of the crossover."""
     d_ks, Ts = [float(d) for d in d_ks], [int(t) for t in Ts]

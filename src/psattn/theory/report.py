@@ -1,7 +1,7 @@
 """The theory section of the reproduction report: certificates, the transition law against the
 reduced model, scaling exponents and the spectral signature, as figures, JSON and markdown.
 
-:func:`reproduce` computes and saves the results (``theory.json``), draws every figure from those
+``reproduce`` computes and saves the results (``theory.json``), draws every figure from those
 saved results, and writes ``theory.md``; the top-level ``psattn reproduce`` includes the markdown.
 """
 
@@ -214,8 +214,8 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
     bode_measured.png) and ``theory.md`` under ``out_dir``; return the summary with the markdown
     under "markdown" and figure paths under "figures".
 
-    ``model`` (a trained :class:`~psattn.models.DecoderLM`, described by ``model_label``) is the one
-    whose streams the measured Bode plot reads (:func:`psattn.experiments.bode_model.bode_model`
+    ``model`` (a trained ``DecoderLM``, described by ``model_label``) is the one
+    whose streams the measured Bode plot reads (``psattn.experiments.bode_model.bode_model``
     gives one). ``quick``: 128 Monte-Carlo draws per T, otherwise 1024. ``sweep_results``: (d_k,
     gamma_critical) pairs or records, or a JSON file of them, for the empirical exponent.
     ``link_prefix``: prepended to the figure links of the returned markdown (e.g. "theory/" when it

@@ -2,7 +2,7 @@
 
 The paper reports alpha = -0.25 for the reduced model (branch 1 tends to gamma_c^2 ~ L / sqrt(d_k),
 i.e. alpha -> -1/4 as d_k / 8L grows; closer to the crossover the local slope is steeper) and about
--1.13 for the critical gamma of trained models. :func:`empirical_exponent` fits the latter from saved
+-1.13 for the critical gamma of trained models. ``empirical_exponent`` fits the latter from saved
 sweep results; the sweep itself lives with the induction experiments.
 """
 
@@ -94,7 +94,7 @@ def exponent_interval(brackets: Iterable[tuple[float, float, float]]) -> tuple[f
 def reduced_model_exponent(T: int, d_ks, *, simulated: bool = False, n_samples: int = 256, seed: int = 0,
                            c: float = C_CONSTANT) -> PowerLawFit:
     """Exponent of gamma_c against d_k at fixed T: from the closed form, or (``simulated``) from
-    the Monte-Carlo transition points of :class:`~psattn.theory.reduced_model.ReducedModel`."""
+    the Monte-Carlo transition points of ``ReducedModel``."""
     d_ks = np.asarray(d_ks, dtype=float)
     if simulated:
         model = ReducedModel(T, n_samples, seed)
@@ -113,7 +113,7 @@ def _pick(record: Mapping[str, Any], keys: tuple[str, ...], what: str):
 
 def sweep_pairs(results: Iterable) -> list[tuple[float, float]]:
     """(d_k, gamma_critical) pairs from pairs or records (mappings with a d_k and a critical gamma
-    field, see :data:`DK_KEYS` / :data:`GAMMA_KEYS`); a missing gamma (None) becomes NaN."""
+    field, see ``DK_KEYS`` / ``GAMMA_KEYS``); a missing gamma (None) becomes NaN."""
     pairs = []
     for item in results:
         if isinstance(item, Mapping):
@@ -127,7 +127,7 @@ def sweep_pairs(results: Iterable) -> list[tuple[float, float]]:
 
 def empirical_exponent(results: Iterable) -> PowerLawFit:
     """Fit gamma_critical ∝ d_k^alpha from saved sweep results: an iterable of (d_k, gamma_critical)
-    pairs or of records (see :func:`sweep_pairs`). Runs where no critical gamma was found (None,
+    pairs or of records (see ``sweep_pairs``). Runs where no critical gamma was found (None,
     NaN) or where it is 0 (the baseline already solves the task) cannot enter a log-log fit and are
     reported in ``dropped``."""
     pairs = sweep_pairs(results)

@@ -10,7 +10,7 @@ streams, H_q(z_q) H_k(z_k), of order (1 if gamma_q else 0, 1 if gamma_k else 0) 
 A Bode plot of the joint filter shows it on the diagonal ω_q = ω_k = ω, where it is H_q(e^{iω})
 H_k(e^{iω}): the response of the score to a query and a key carrying the same frequency.
 
-Measured response (:func:`measure_bode`). From the raw post-RoPE streams x and the sheared streams
+Measured response (``measure_bode``). From the raw post-RoPE streams x and the sheared streams
 x̂ that enter attention, read from a model's hook points (B, H, T, D), the estimate is the ratio of
 their power spectra and the phase of their cross-spectrum,
 
@@ -86,7 +86,7 @@ class BodeCurves:
 
 
 def variant_bode(variant: str, gamma: float, omega=None) -> BodeCurves:
-    """Closed-form responses of a named variant (see :mod:`psattn.ops.variants`)."""
+    """Closed-form responses of a named variant (see ``psattn.ops.variants``)."""
     omega = np.linspace(0.0, np.pi, 257) if omega is None else np.asarray(omega, dtype=float)
     gamma_q, gamma_k = variant_gammas(variant, gamma)
     return BodeCurves(variant, gamma, omega, shear_response(omega, gamma_q), shear_response(omega, gamma_k))
@@ -149,7 +149,7 @@ class MeasuredBode:
         return float(np.max(np.abs(np.abs(self.measured(stream)) - theory) / theory))
 
     def to_dict(self, label: str = "") -> dict[str, Any]:
-        """Curves and numbers for :func:`psattn.theory.plots.plot_measured_bode` and JSON."""
+        """Curves and numbers for ``psattn.theory.plots.plot_measured_bode`` and JSON."""
         out: dict[str, Any] = {"label": label, **self.summary(), "omega": self.omega.tolist()}
         for s in ("query", "key"):
             out[f"{s}_measured_gain"] = np.abs(self.measured(s)).tolist()
@@ -167,7 +167,7 @@ class MeasuredBode:
 @torch.no_grad()
 def measure_bode(model, input_ids: Tensor, layer: int = 0) -> MeasuredBode:
     """Estimate the query and key responses of attention layer ``layer`` of a
-    :class:`~psattn.models.DecoderLM` from its hook points on ``input_ids`` (B, T)."""
+    ``DecoderLM`` from its hook points on ``input_ids`` (B, T)."""
     blocks = model.blocks
     if not 0 <= layer < len(blocks):
         raise ValueError(f"layer must lie in [0, {len(blocks)}), got {layer}")

@@ -1,6 +1,6 @@
 """The closed-form critical coupling gamma_c(d_k, T) of the reduced Gaussian score model (arXiv 2609.32319).
 
-With L = log(T - 1), the number of distractor keys T - 1 and c = :data:`C_CONSTANT` = 0.74::
+With L = log(T - 1), the number of distractor keys T - 1 and c = ``C_CONSTANT`` = 0.74::
 
     gamma_c^2 = 2L / (sqrt(d_k) + sqrt(d_k - 8L))   if d_k >= 8L   (branch 1)
     gamma_c^2 = 1 / (2 c^2 sqrt(2L))                if d_k <  8L   (branch 2)
@@ -18,7 +18,7 @@ freezing point of Derrida's random energy model), so branch 1 is self-consistent
 
 Branch 2 has no such derivation in this library; it is implemented as stated. Note that the two
 branches do not meet at the crossover: gamma_branch1 / gamma_branch2 = c sqrt(2L) there
-(:func:`crossover_jump`), which is 1 only at L = 1 / (2c^2), T ~ 3.49.
+(``crossover_jump``), which is 1 only at L = 1 / (2c^2), T ~ 3.49.
 
 All functions broadcast over numpy arrays (scalars in, Python floats out) and raise ValueError on
 T < 3, d_k <= 0 or non-finite input.

@@ -53,10 +53,10 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step")) -> dict[str, Any]:
-    """The state saved by :func:`save_checkpoint`, on the CPU. Raises :class:`CheckpointError`, naming
+    """The state saved by ``save_checkpoint``, on the CPU. Raises ``CheckpointError``, naming
     the file, when it is missing, unreadable (truncated, corrupt, not written by torch.save), holds
     anything but tensors and plain values, or lacks one of ``keys`` (a training checkpoint's are
-    :data:`psattn.training.state.CHECKPOINT_KEYS`)."""
+    ``psattn.training.state.CHECKPOINT_KEYS``)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint file")
@@ -82,7 +82,7 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
 
 
 def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: Path, config_path: Path) -> None:
-    """``model.load_state_dict(weights)``, with a :class:`CheckpointError` naming both files when they do not fit."""
+    """``model.load_state_dict(weights)``, with a ``CheckpointError`` naming both files when they do not fit."""
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:  # shapes or names that do not fit the run's config

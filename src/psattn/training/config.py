@@ -1,7 +1,7 @@
 """Typed configuration of a training run: model, task and optimisation, nested into one RunConfig.
 
 Precedence: dataclass defaults, then a JSON file, then ``key.sub=value`` command-line overrides
-(:func:`apply_overrides`). The resolved config is written into every run directory.
+(``apply_overrides``). The resolved config is written into every run directory.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
         """The config in JSON file ``path``, or the shipped example of that name (``mqar``; see
-        :func:`shipped_configs`) when no such file exists."""
+        ``shipped_configs``) when no such file exists."""
         if not Path(path).exists() and str(path) in shipped_configs():
             path = shipped_configs()[str(path)]
         return cls.from_dict(read_json(path, what="config file", object_only=True))

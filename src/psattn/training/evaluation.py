@@ -45,7 +45,7 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = (), *, corpus: str 
 
 
 def format_evaluation(result: dict[str, Any]) -> str:
-    """A few readable lines of :func:`evaluate_run`'s result."""
+    """A few readable lines of ``evaluate_run``'s result."""
     lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {result['task_config']}"]
     if "bits_per_byte" in result:
         gain = result["passage_first_loss"] - result["passage_second_loss"]

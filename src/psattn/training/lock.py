@@ -3,7 +3,7 @@
 The lock is a ``flock`` on an open file, so the kernel releases it when the holder exits, however
 it exits (SIGKILL included): a stale lock cannot outlive a crashed run. ``psattn train`` refuses a
 directory another process holds; sweep workers wait for it instead, and then find the run finished
-(see :mod:`psattn.experiments.sweep`). Where ``fcntl`` does not exist (Windows) the lock is a no-op.
+(see ``psattn.experiments.sweep``). Where ``fcntl`` does not exist (Windows) the lock is a no-op.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RunLocked(ValueError):
 @contextlib.contextmanager
 def run_lock(run_dir: str | Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the lock of ``run_dir`` for the duration of the block. Without ``wait``, raise
-    :class:`RunLocked` when another process holds it."""
+    ``RunLocked`` when another process holds it."""
     if fcntl is None:
         yield
         return

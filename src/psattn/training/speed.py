@@ -1,4 +1,4 @@
-"""Training throughput of :func:`~psattn.training.trainer.train` against a bare PyTorch loop on the
+"""Training throughput of ``train`` against a bare PyTorch loop on the
 same model, data and optimiser, measured interleaved in one process.
 
 Both are timed from the end of their first optimiser step to the end of their last, through the

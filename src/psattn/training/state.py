@@ -1,6 +1,6 @@
 """Everything a training checkpoint holds, in one object that saves and loads itself.
 
-A run resumes exactly from its :class:`TrainState`: the model's weights, the optimiser's moments, the
+A run resumes exactly from its ``TrainState``: the model's weights, the optimiser's moments, the
 learning-rate schedule's position, the step, the metrics rows so far, the step at which held-out
 accuracy first reached the threshold, and the training seconds spent. Batches need no state: the
 batch of a step is drawn from a generator seeded by (seed, step).
@@ -33,7 +33,7 @@ class TrainState:
                 for f in fields(self) for value in (getattr(self, f.name),)}
 
     def save(self, path: str | Path) -> None:
-        """Write the checkpoint atomically (see :func:`~psattn.training.checkpoint.save_checkpoint`)."""
+        """Write the checkpoint atomically (see ``save_checkpoint``)."""
         save_checkpoint(path, self.state_dict())
 
     def load(self, path: str | Path, config_path: str | Path) -> None:

@@ -4,7 +4,7 @@ atomic checkpoints and exact resumption.
 Determinism: parameters are initialised from ``train.seed``; the training batch of step s is drawn
 from a generator seeded by (seed, s) alone, and the held-out set from (seed, "eval"), so a resumed
 run sees exactly the batches an uninterrupted run would. Under ``torchrun`` the same code trains
-data-parallel (see :mod:`.distributed`); only rank 0 writes. A run directory holds::
+data-parallel (see ``.distributed``); only rank 0 writes. A run directory holds::
 
     config.json   the resolved RunConfig        meta.json     seed, versions, git revision, date
     metrics.jsonl one line per evaluation (step 0 first; wall seconds and tokens seen in each)
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 def induction_head_metrics(model, task, held_out) -> dict[str, Any]:
-    """Every head's previous-token and induction score on [BOS] + R + R rows (see :mod:`psattn.models.heads`)."""
+    """Every head's previous-token and induction score on [BOS] + R + R rows (see ``psattn.models.heads``)."""
     scores = head_scores(model, vocab_size=task.vocab_size)
     return {"previous_token_score": scores.previous_token.tolist(), "induction_score": scores.induction.tolist()}
 
@@ -166,7 +166,7 @@ def lr_factor(train, extensions: list[dict[str, Any]] = ()) -> Callable[[int], f
 
 def build_optimizer(model: torch.nn.Module, train, extensions: list[dict[str, Any]] = ()
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with weight decay on matrices only, and the schedule of :func:`lr_factor`."""
+    """AdamW with weight decay on matrices only, and the schedule of ``lr_factor``."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -251,7 +251,7 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
 
 def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False,
                      extensions: list[dict[str, Any]] = ()) -> None:
-    """Write config.json and meta.json (with the schedule's ``extensions``), after :func:`check_run_dir`.
+    """Write config.json and meta.json (with the schedule's ``extensions``), after ``check_run_dir``.
     An existing run keeps its meta.json unless ``fresh`` (a restart from step 0) or extended."""
     config_path = run_dir / "config.json"
     if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
@@ -310,7 +310,7 @@ def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
 
 class _Run:
     """One run's moving parts (model, optimiser, schedule, held-out batch) and the state a checkpoint
-    keeps (a :class:`~psattn.training.state.TrainState`), with the four things the loop does to them:
+    keeps (a ``TrainState``), with the four things the loop does to them:
     start or resume, take a step, evaluate and log, checkpoint."""
 
     def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device,
@@ -438,13 +438,13 @@ def train(
 
     A stop signal (SIGINT, SIGTERM, SIGHUP; unless ``handle_signals`` is false), or ``should_stop()``
     turning true, stops at the next step boundary: the checkpoint is written and
-    :class:`~psattn.training.signals.TrainingInterrupted` raised; calling again resumes exactly.
+    ``TrainingInterrupted`` raised; calling again resumes exactly.
 
     A run directory is trained by one process at a time: another process holding it raises
-    :class:`~psattn.training.lock.RunLocked` (``lock=False``: the caller holds the lock).
+    ``RunLocked`` (``lock=False``: the caller holds the lock).
 
     ``report(line)`` receives a start line (parameters, device, steps, run directory) and one line per
-    evaluation (:func:`evaluation_line`), for a console."""
+    evaluation (``evaluation_line``), for a console."""
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()

@@ -7,13 +7,13 @@
     AutoModelForCausalLM.from_pretrained(path)         # the same PSA model (psattn imported)
     remove_psa(model)
 
-Modules: :mod:`.spec` (settings), :mod:`.starts` (sequence starts from position ids and masks),
-:mod:`.cache` (``PSALayer`` / ``PSADynamicCache``), :mod:`.attention` (the registered attention functions),
-:mod:`.hooks` (hook points for ``capture``), :mod:`.saving` (the ``psattn_<base>`` model types),
-:mod:`.patch` (apply / remove / load), :mod:`.warmup` (γ warm-up for converting a model).
+Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids and masks),
+``.cache`` (``PSALayer`` / ``PSADynamicCache``), ``.attention`` (the registered attention functions),
+``.hooks`` (hook points for ``capture``), ``.saving`` (the ``psattn_<base>`` model types),
+``.patch`` (apply / remove / load), ``.warmup`` (γ warm-up for converting a model).
 
 Importing this package imports transformers and registers the ``psattn_<base>`` model types with
-its Auto classes. The ``psattn hf-demo`` command lives in :mod:`psattn.integrations.hf_demo`.
+its Auto classes. The ``psattn hf-demo`` command lives in ``psattn.integrations.hf_demo``.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ packed-sequence masks are built exactly as for ``sdpa`` / ``eager``. A patched m
 
 with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update``. The function shears the
 queries (and, without a PSA cache, the keys: with one, ``update`` already sheared them) and hands
-q̂, k̂, v to transformers' own SDPA / eager function unchanged. ``psa_step`` (a :class:`PSAStep`) is
-injected into the module's keyword arguments by the pre-hook that :func:`~.patch.apply_psa` installs;
-it carries the model's :class:`~.spec.PSASpec` (so models with different gamma coexist), the chunk's
+q̂, k̂, v to transformers' own SDPA / eager function unchanged. ``psa_step`` (a ``PSAStep``) is
+injected into the module's keyword arguments by the pre-hook that ``apply_psa`` installs;
+it carries the model's ``PSASpec`` (so models with different gamma coexist), the chunk's
 sequence starts, and the cache layer.
 """
 

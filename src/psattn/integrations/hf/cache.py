@@ -1,7 +1,7 @@
 """A transformers ``DynamicCache`` layer that stores sheared keys k̂ instead of raw keys k.
 
 In the Llama family the attention module applies RoPE, then calls ``cache.update(k, v, layer_idx)``,
-then hands the returned keys to the attention function. :class:`PSALayer` shears the new keys inside
+then hands the returned keys to the attention function. ``PSALayer`` shears the new keys inside
 ``update``,
 
     k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}     (k_{j-1} := k_j at sequence starts),
@@ -19,8 +19,8 @@ across several of its own calls), and ``activate_past_recording`` keeps everythi
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
-Sequence starts of each chunk come from the attention pre-hook (:mod:`.patch`), which calls
-:meth:`PSALayer.prepare` right before the module calls ``update``; an ``update`` that was not
+Sequence starts of each chunk come from the attention pre-hook (``.patch``), which calls
+``PSALayer.prepare`` right before the module calls ``update``; an ``update`` that was not
 prepared (the cache used by a model without PSA) raises instead of storing wrong keys.
 """
 
@@ -157,7 +157,7 @@ _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
 class PSADynamicCache(DynamicCache):
-    """A ``DynamicCache`` whose attention layers are :class:`PSALayer`. ``generate`` does not need
+    """A ``DynamicCache`` whose attention layers are ``PSALayer``. ``generate`` does not need
     it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
@@ -176,7 +176,7 @@ class PSADynamicCache(DynamicCache):
 
 
 def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
-    """``layer`` as a :class:`PSALayer` (``window``: its max_rollback and keep_last_call)."""
+    """``layer`` as a ``PSALayer`` (``window``: its max_rollback and keep_last_call)."""
     if isinstance(layer, PSALayer):
         return layer
     if type(layer) in _CONVERTIBLE and layer.get_seq_length() == 0:
@@ -195,7 +195,7 @@ def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
 
 
 def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
-    """The :class:`PSALayer` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
+    """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
     cache types that cannot store sheared keys."""
     if not isinstance(cache, DynamicCache):

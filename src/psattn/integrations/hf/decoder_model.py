@@ -1,12 +1,12 @@
-"""A trained psattn :class:`~psattn.models.DecoderLM` as a transformers model (``psattn export --format hf``).
+"""A trained psattn ``DecoderLM`` as a transformers model (``psattn export --format hf``).
 
 DecoderLM's blocks (LayerNorm with a bias, a GELU MLP with biases, tied embeddings, PSA or a key-lag
 module in attention) match no transformers architecture exactly: the Llama family that
-:func:`~psattn.integrations.hf.apply_psa` patches uses RMSNorm and a gated SiLU MLP. So the export is a
-registered ``psattn`` model type: :class:`PsattnConfig` carries the model's config (its PSA settings
-included) and :class:`PsattnForCausalLM` wraps the DecoderLM itself, weights and hook points unchanged.
+``apply_psa`` patches uses RMSNorm and a gated SiLU MLP. So the export is a
+registered ``psattn`` model type: ``PsattnConfig`` carries the model's config (its PSA settings
+included) and ``PsattnForCausalLM`` wraps the DecoderLM itself, weights and hook points unchanged.
 With psattn imported, ``AutoModelForCausalLM.from_pretrained``, ``pipeline("text-generation")``, PEFT and
-the head diagnostics (:func:`psattn.models.heads.head_scores`) work on it. Generation recomputes the
+the head diagnostics (``psattn.models.heads.head_scores``) work on it. Generation recomputes the
 whole sequence each step (``generation_config.use_cache`` is off): psattn's own ``generate`` keeps the
 sheared-key cache.
 """
@@ -29,7 +29,7 @@ MODEL_TYPE = "psattn"
 
 
 class PsattnConfig(PretrainedConfig):
-    """A DecoderLM's :class:`~psattn.models.ModelConfig` (``psattn_model``) in a transformers config."""
+    """A DecoderLM's ``ModelConfig`` (``psattn_model``) in a transformers config."""
 
     model_type = MODEL_TYPE
 

@@ -1,10 +1,10 @@
 """Hook points on the attention modules of a patched transformers model.
 
-:func:`~.patch.apply_psa` adds the same hook points as psattn's own attention layer (see
-:mod:`psattn.models.attention`) to every attention module, with the same meaning: a forward hook
+``apply_psa`` adds the same hook points as psattn's own attention layer (see
+``psattn.models.attention``) to every attention module, with the same meaning: a forward hook
 that returns a tensor replaces the one passing through and the attention call computes the rest from
-it (activation patching, ablation), so :func:`psattn.ops.hooks.capture`, patching and the head
-diagnostics of :mod:`psattn.models.heads` work on transformers models too::
+it (activation patching, ablation), so ``psattn.ops.hooks.capture``, patching and the head
+diagnostics of ``psattn.models.heads`` work on transformers models too::
 
     with capture(model, "*.hook_pattern", "*.hook_score_terms") as seen:
         model(input_ids, use_cache=False)

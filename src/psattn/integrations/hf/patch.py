@@ -1,21 +1,21 @@
-"""Turn PSA on and off in a transformers model: :func:`apply_psa`, :func:`remove_psa`, :func:`load_psa_model`.
+"""Turn PSA on and off in a transformers model: ``apply_psa``, ``remove_psa``, ``load_psa_model``.
 
-No transformers code is replaced: :func:`apply_psa` uses three extension points (and, to carry the
-settings, turns the model's own config copy into a ``psattn_<base>`` config; see :mod:`.saving`):
+No transformers code is replaced: ``apply_psa`` uses three extension points (and, to carry the
+settings, turns the model's own config copy into a ``psattn_<base>`` config; see ``.saving``):
 
 1. transformers' attention-function registry: ``model.set_attn_implementation("psa_sdpa")`` routes every
-   attention module to :func:`~.attention.psa_sdpa` (masks come from the matching registered builder);
-2. its cache classes: :class:`~.cache.PSALayer` is a ``DynamicLayer`` that shears keys in ``update``;
+   attention module to ``psa_sdpa`` (masks come from the matching registered builder);
+2. its cache classes: ``PSALayer`` is a ``DynamicLayer`` that shears keys in ``update``;
 3. a torch forward pre-hook on each attention module, which reads what the module receives
    (``position_ids``, the 4D mask, the cache), works out the chunk's sequence starts, converts the
    empty layers of the ``DynamicCache`` that ``generate`` creates into PSA layers, and passes the
    per-model settings down to the attention function as the ``psa_step`` keyword argument.
 
-:func:`remove_psa` removes the hooks and restores the original attention implementation.
+``remove_psa`` removes the hooks and restores the original attention implementation.
 
-The settings travel with the model: :func:`apply_psa` turns ``model.config`` into a ``psattn_<base>``
-config that carries them (see :mod:`.saving`), so ``save_pretrained`` writes them and
-``AutoModelForCausalLM.from_pretrained`` / :func:`load_psa_model` rebuild the same model.
+The settings travel with the model: ``apply_psa`` turns ``model.config`` into a ``psattn_<base>``
+config that carries them (see ``.saving``), so ``save_pretrained`` writes them and
+``AutoModelForCausalLM.from_pretrained`` / ``load_psa_model`` rebuild the same model.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def apply_psa(
 
 
 def remove_psa(model: nn.Module) -> nn.Module:
-    """Undo :func:`apply_psa`: remove the hooks and restore the original attention implementation.
+    """Undo ``apply_psa``: remove the hooks and restore the original attention implementation.
     Caches filled while PSA was on hold sheared keys and refuse further use."""
     state = getattr(model, "_psa_state", None)
     if state is None:
@@ -213,7 +213,7 @@ def _own_config(model: nn.Module):
 def set_psa_gamma(model: nn.Module, gamma: float) -> None:
     """Change the shear coupling of a patched model (or of the patched model inside a wrapper such
     as PEFT's ``PeftModel``) in place; the variant, hence which streams are sheared, stays. Used by
-    the γ warm-up of :mod:`.warmup`; a cache filled under another γ refuses further use."""
+    the γ warm-up of ``.warmup``; a cache filled under another γ refuses further use."""
     patched = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]
     if not patched:
         raise RuntimeError("PSA is not applied to this model; call apply_psa(model, ...) first")
@@ -223,7 +223,7 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
 
 
 def psa_spec(model: nn.Module) -> PSASpec | None:
-    """The :class:`PSASpec` a model was patched with, or None."""
+    """The ``PSASpec`` a model was patched with, or None."""
     state = getattr(model, "_psa_state", None)
     return None if state is None else state.spec
 
@@ -245,7 +245,7 @@ def load_psa_model(
     config) a model with PSA on. ``model_class`` defaults to ``AutoModelForCausalLM``.
 
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
-    them raises ValueError (change them after loading with :func:`remove_psa` / :func:`apply_psa`).
+    them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
     A plain model is converted with the given settings, defaults ``key_only`` and γ = 0.8."""
     from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 

@@ -2,16 +2,16 @@
 
 A patched model's config becomes an instance of a subclass of its own config class whose
 ``model_type`` is ``psattn_<base>`` (``psattn_llama``, ...) and which carries the
-:class:`~.spec.PSASpec` as ``config.psa``; both are written to ``config.json``. So
+``PSASpec`` as ``config.psa``; both are written to ``config.json``. So
 
-- with psattn imported, ``AutoModelForCausalLM.from_pretrained(path)`` and :func:`~.patch.load_psa_model`
+- with psattn imported, ``AutoModelForCausalLM.from_pretrained(path)`` and ``load_psa_model``
   build the registered subclass of the base model class, which applies PSA with the saved settings
   as soon as it is built: the same model that was saved;
 - without psattn, transformers refuses the folder (it does not know the model type
   ``psattn_llama``), and a concrete class (``LlamaForCausalLM.from_pretrained``) warns that it got a
   ``psattn_llama`` checkpoint: a saved PSA model never loads silently as a plain one.
 
-The weights are those of the base model (PSA has no parameters), so :func:`~.patch.remove_psa`
+The weights are those of the base model (PSA has no parameters), so ``remove_psa``
 before saving gives a plain checkpoint again.
 """
 
@@ -83,7 +83,7 @@ def saved_spec(config: PretrainedConfig) -> PSASpec | None:
 
 def mark_config(config: PretrainedConfig, spec: PSASpec) -> type:
     """Make ``config`` a PSA config (in place): its class becomes ``psattn_<base>``'s, ``psa`` the
-    spec. Returns the class it had, for :func:`unmark_config`."""
+    spec. Returns the class it had, for ``unmark_config``."""
     original = type(config)
     config.__class__ = psa_config_class(base_model_type(config.model_type))
     config.psa = spec.to_dict()
@@ -91,7 +91,7 @@ def mark_config(config: PretrainedConfig, spec: PSASpec) -> type:
 
 
 def unmark_config(config: PretrainedConfig, original: type) -> None:
-    """Undo :func:`mark_config`: back to ``original`` (the base class if that was a PSA one), without ``psa``."""
+    """Undo ``mark_config``: back to ``original`` (the base class if that was a PSA one), without ``psa``."""
     if hasattr(config, "psa"):
         del config.psa
     if original.model_type.startswith(PREFIX):

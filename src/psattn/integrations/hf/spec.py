@@ -17,7 +17,7 @@ BASES = ("sdpa", "eager")
 class PSASpec:
     """PSA settings of one model (immutable, so two models in one process never share state).
 
-    ``max_rollback`` is how many tokens a :class:`~psattn.integrations.hf.cache.PSALayer` can be
+    ``max_rollback`` is how many tokens a ``PSALayer`` can be
     cropped back beyond the last forward call (assisted decoding crops at most the last call's
     tokens, which needs no extra window; a PSA *assistant* model needs ``max_rollback`` >= its
     ``num_assistant_tokens``). ``keep_last_call=False`` drops the last call's raw values as soon as
@@ -62,7 +62,7 @@ class PSASpec:
 
     @classmethod
     def from_dict(cls, values) -> PSASpec:
-        """The inverse of :meth:`to_dict`; raises ValueError on anything else."""
+        """The inverse of ``to_dict``; raises ValueError on anything else."""
         return from_fields(cls, values, "PSA settings")
 
     def shear_key(self) -> tuple[float, float, str]:

@@ -1,6 +1,6 @@
 """Sequence starts of one chunk, read from what a transformers attention module receives.
 
-The boundary rule (see :mod:`psattn.ops.shear`) sets the momentum to 0 at every sequence start. A
+The boundary rule (see ``psattn.ops.shear``) sets the momentum to 0 at every sequence start. A
 token at chunk position t is a start when
 
 - it has no predecessor at all (t = 0 of a chunk with no cached past), or

@@ -1,8 +1,8 @@
 """Converting a trained model to PSA without a jump in its outputs: warm γ up from 0.
 
 At γ = 0 the shear is the identity, so a freshly converted model computes exactly what the original
-did; raising γ over the first steps of fine-tuning lets the weights follow. :func:`gamma_warmup` is
-the schedule for custom loops, :class:`GammaWarmup` the same schedule as a ``transformers.Trainer``
+did; raising γ over the first steps of fine-tuning lets the weights follow. ``gamma_warmup`` is
+the schedule for custom loops, ``GammaWarmup`` the same schedule as a ``transformers.Trainer``
 callback::
 
     apply_psa(model, "key_only", gamma=0.0)
@@ -34,7 +34,7 @@ def gamma_warmup(step: int, gamma: float, warmup_steps: int) -> float:
 
 
 class GammaWarmup(TrainerCallback):
-    """Set γ of every PSA layer from :func:`gamma_warmup` before each optimizer step."""
+    """Set γ of every PSA layer from ``gamma_warmup`` before each optimizer step."""
 
     def __init__(self, gamma: float, warmup_steps: int):
         gamma_warmup(0, gamma, warmup_steps)  # validate now, not at the first step

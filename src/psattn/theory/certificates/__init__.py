@@ -4,10 +4,10 @@
     results = run_certificates()                     # the library's operator: all pass
     run_certificates(MUTANTS["wrong_sign"])          # a broken one: some fail
 
-Each result is a :class:`Certificate` (name, statement, method, passed, details). The checks live
-in :mod:`.algebra` (four-term score, symplecticity, Hamiltonian flow, kinetic energy, uniqueness),
-:mod:`.filters` (filter orders, DC and high-pass gains, causality, RoPE placement, INT8 headroom),
-:mod:`.deployment` (cache equivalence, FLOPs per token) and :mod:`.law` (the transition law).
+Each result is a ``Certificate`` (name, statement, method, passed, details). The checks live
+in ``.algebra`` (four-term score, symplecticity, Hamiltonian flow, kinetic energy, uniqueness),
+``.filters`` (filter orders, DC and high-pass gains, causality, RoPE placement, INT8 headroom),
+``.deployment`` (cache equivalence, FLOPs per token) and ``.law`` (the transition law).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ORDER = [
 
 
 def certificate_names() -> list[str]:
-    """Every registered certificate, in :data:`ORDER` (any others after it)."""
+    """Every registered certificate, in ``ORDER`` (any others after it)."""
     return [n for n in ORDER if n in REGISTRY] + [n for n in REGISTRY if n not in ORDER]
 
 
@@ -50,7 +50,7 @@ def run_certificate(spec: CertificateSpec, op: OperatorUnderTest = REFERENCE) ->
 
 
 def run_certificates(op: OperatorUnderTest = REFERENCE, names: list[str] | None = None) -> list[Certificate]:
-    """Run the named certificates (all by default, in :data:`ORDER`) against ``op``, on one
+    """Run the named certificates (all by default, in ``ORDER``) against ``op``, on one
     intra-op thread (their tensors are tiny; more threads only add contention), restoring the
     thread count afterwards."""
     unknown = set(names or ()) - set(REGISTRY)

@@ -2,7 +2,7 @@
 flow, kinetic energy, and uniqueness within the factorised subclass.
 
 Each has a symbolic part (SymPy, about the claimed operator M_gamma) and a part about the operator
-under test: its phase-space matrix M_F (see :mod:`psattn.theory.probe`), read exactly at dyadic
+under test: its phase-space matrix M_F (see ``psattn.theory.probe``), read exactly at dyadic
 couplings and compared with the symbolic object, or its outputs on random tensors.
 """
 
