@@ -18,8 +18,9 @@ def test_each_group_is_quantized_alone_and_every_matmul_is_the_whole_model(tmp_p
                                                  decode_tokens=4)}
     groups = ["q projection", "k projection", "v projection", SCORES, MIXING, "output projection", "MLP up", "MLP down",
               "LM head"]
-    assert set(rows) == {*groups, "every MatMul"}
+    assert set(rows) == {*groups, "every MatMul", "every MatMul but the LM head"}
     assert rows["every MatMul"]["matmuls"] == sum(rows[g]["matmuls"] for g in groups) == 9
+    assert rows["every MatMul but the LM head"]["matmuls"] == 8
     for group in ("q projection", "v projection", "MLP up", "every MatMul"):  # weights in INT8: the logits move
         assert rows[group]["kl_nats"] > 0 and 0.5 < rows[group]["top1_agreement"] <= 1.0, group
     untouched = [SCORES, MIXING] if mode == "dynamic" else []  # dynamic INT8 needs a stored weight

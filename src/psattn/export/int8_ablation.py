@@ -7,7 +7,8 @@ weights times the values. Each group is quantized alone, in both graphs (prefill
 dynamically or statically (calibrated on training rows), and measured against the fp32 graphs as
 ``export_and_compare`` measures the whole INT8 model: teacher-forced top-1
 agreement and KL over held-out windows, held-out bits per byte (text runs), and greedy agreement
-over held-out prompts. The row "every MatMul" is the whole INT8 model. Under dynamic quantization
+over held-out prompts. The row "every MatMul" is the whole INT8 model, and "every MatMul but the LM
+head" the whole model with its output layer kept in fp32. Under dynamic quantization
 ONNX Runtime quantizes a MatMul only when its second input is a stored weight, so the weightless
 products stay fp32 and their rows equal fp32, and so does a tied LM head where the exported graph
 transposes the embedding at run time instead of storing the transpose; under static quantization
@@ -88,7 +89,11 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
         feeds = ([{"input_ids": r} for r in calibration],
                  [f for r in calibration for f in fp32.decode_feeds(r[:, : r.shape[1] // 2], 4)])
     prefill_groups, decode_groups = matmul_groups(paths.prefill, model), matmul_groups(paths.decode, model)
-    every = {"every MatMul": (sum(prefill_groups.values(), []), sum(decode_groups.values(), []))}
+    def all_but(groups: dict[str, list[str]], left: str) -> list[str]:
+        return [node for group, nodes in groups.items() if group != left for node in nodes]
+
+    every = {"every MatMul": (all_but(prefill_groups, ""), all_but(decode_groups, "")),
+             "every MatMul but the LM head": (all_but(prefill_groups, "LM head"), all_but(decode_groups, "LM head"))}
     table = []
     for i, (group, (p_nodes, d_nodes)) in enumerate(
             {**{g: (prefill_groups[g], decode_groups.get(g, [])) for g in prefill_groups}, **every}.items()):
