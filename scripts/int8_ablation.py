@@ -1,7 +1,7 @@
-"""What each quantized tensor costs: INT8 one group of MatMuls at a time, for each run directory.
+"""What each quantized tensor costs: INT8 one group of operators at a time, for each run directory.
 
 For every run, dynamic and static (calibrated) INT8 of each group alone (projections, the LM head, the
-two attention activation products) and of every MatMul, measured against fp32 on held-out windows
+two attention activation products, the embedding table) and of the whole model, measured against fp32 on held-out windows
 (teacher-forced top-1 agreement, KL, bits per byte) and greedy continuations of 16 held-out prompts;
 see psattn.export.int8_ablation. Needs the export extra. About a minute a run on one core.
 

@@ -8,19 +8,23 @@ from psattn.training.trainer import train
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from psattn.export.int8_ablation import MIXING, SCORES, format_ablation, int8_ablation  # noqa: E402
+from psattn.export.int8_ablation import EMBEDDING, MIXING, SCORES, WHOLE, format_ablation, int8_ablation  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_each_group_is_quantized_alone_and_every_matmul_is_the_whole_model(tmp_path, mode):
+def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes(tmp_path, mode):
     train(tiny_config(20), tmp_path / "run")  # one layer with an MLP, tied embeddings
     rows = {r["group"]: r for r in int8_ablation(tmp_path / "run", tmp_path / "onnx", mode=mode, rows=32, prompts=4,
                                                  decode_tokens=4)}
     groups = ["q projection", "k projection", "v projection", SCORES, MIXING, "output projection", "MLP up", "MLP down",
               "LM head"]
-    assert set(rows) == {*groups, "every MatMul", "every MatMul but the LM head"}
-    assert rows["every MatMul"]["matmuls"] == sum(rows[g]["matmuls"] for g in groups) == 9
-    assert rows["every MatMul but the LM head"]["matmuls"] == 8
+    assert set(rows) == {*groups, EMBEDDING, "every MatMul", "every MatMul but the LM head", WHOLE}
+    assert rows["every MatMul"]["nodes"] == sum(rows[g]["nodes"] for g in groups) == 9
+    assert rows["every MatMul but the LM head"]["nodes"] == 8 and rows[EMBEDDING]["nodes"] == 1
+    if mode == "static":  # static INT8 quantizes MatMuls only: the shipped model is every MatMul, the embedding untouched
+        assert rows[WHOLE]["kl_nats"] == rows["every MatMul"]["kl_nats"] and rows[EMBEDDING]["kl_nats"] == 0
+    else:  # dynamic INT8 also quantizes the embedding's Gather
+        assert rows[EMBEDDING]["kl_nats"] > 0
     for group in ("q projection", "v projection", "MLP up", "every MatMul"):  # weights in INT8: the logits move
         assert rows[group]["kl_nats"] > 0 and 0.5 < rows[group]["top1_agreement"] <= 1.0, group
     untouched = [SCORES, MIXING] if mode == "dynamic" else []  # dynamic INT8 needs a stored weight
@@ -29,4 +33,4 @@ def test_each_group_is_quantized_alone_and_every_matmul_is_the_whole_model(tmp_p
     if mode == "static":
         assert rows[SCORES]["kl_nats"] > 0 and rows["LM head"]["kl_nats"] > 0
     lines = format_ablation(list(rows.values()))
-    assert lines[0].startswith("| INT8 group | MatMuls |") and len(lines) == 2 + len(rows)
+    assert lines[0].startswith("| INT8 group | nodes |") and len(lines) == 2 + len(rows)

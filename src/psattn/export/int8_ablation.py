@@ -1,4 +1,4 @@
-"""What each quantized tensor costs: INT8 one group of MatMuls at a time, the rest in fp32.
+"""What each quantized tensor costs: INT8 one group of operators at a time, the rest in fp32.
 
 The groups are the projections (q, k, v, output, the MLP's two layers, the LM head), found by matching
 each MatMul's weight to the model's parameters, and the two activation products of every attention
@@ -7,8 +7,10 @@ weights times the values. Each group is quantized alone, in both graphs (prefill
 dynamically or statically (calibrated on training rows), and measured against the fp32 graphs as
 ``export_and_compare`` measures the whole INT8 model: teacher-forced top-1
 agreement and KL over held-out windows, held-out bits per byte (text runs), and greedy agreement
-over held-out prompts. The row "every MatMul" is the whole INT8 model, and "every MatMul but the LM
-head" the whole model with its output layer kept in fp32. Under dynamic quantization
+over held-out prompts. "every MatMul" quantizes every MatMul, "every MatMul but the LM head" keeps the
+output layer in fp32, and the last row is the INT8 model ``psattn export --int8`` writes: under
+dynamic quantization ONNX Runtime also quantizes the embedding table (its Gather; a group of its own
+here), under static quantization only MatMuls. Under dynamic quantization
 ONNX Runtime quantizes a MatMul only when its second input is a stored weight, so the weightless
 products stay fp32 and their rows equal fp32, and so does a tied LM head where the exported graph
 transposes the embedding at run time instead of storing the transpose; under static quantization
@@ -34,6 +36,8 @@ WEIGHT_GROUPS = {"q_proj": "q projection", "k_proj": "k projection", "v_proj": "
                  "o_proj": "output projection", "mlp.up": "MLP up", "mlp.down": "MLP down", "lm_head": "LM head",
                  "embed": "LM head"}
 SCORES, MIXING = "scores q̂·k̂ (activations)", "attention × values (activations)"
+EMBEDDING = "embedding (Gather)"
+WHOLE = "the INT8 model (psattn export --int8)"
 
 
 def matmul_groups(path: str | Path, model: torch.nn.Module) -> dict[str, list[str]]:
@@ -46,6 +50,8 @@ def matmul_groups(path: str | Path, model: torch.nn.Module) -> dict[str, list[st
     producer = {out: node for node in graph.node for out in node.output}
     params = [(name, p.detach().numpy()) for name, p in model.state_dict().items() if p.dim() == 2]
     groups: dict[str, list[str]] = {}
+    embedding = [n.name for n in graph.node if n.op_type == "Gather" and n.input[0] in weights
+                 and weights[n.input[0]].ndim == 2]
     for node in (n for n in graph.node if n.op_type == "MatMul"):
         source = node.input[1]
         if source not in weights and source in producer and producer[source].op_type == "Transpose":
@@ -61,6 +67,8 @@ def matmul_groups(path: str | Path, model: torch.nn.Module) -> dict[str, list[st
             count = sum(len(groups[g]) for g in previous)
             group = SCORES if count % 2 == 0 else MIXING
         groups.setdefault(group, []).append(node.name)
+    if embedding:
+        groups[EMBEDDING] = embedding
     return groups
 
 
@@ -89,11 +97,13 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
         feeds = ([{"input_ids": r} for r in calibration],
                  [f for r in calibration for f in fp32.decode_feeds(r[:, : r.shape[1] // 2], 4)])
     prefill_groups, decode_groups = matmul_groups(paths.prefill, model), matmul_groups(paths.decode, model)
-    def all_but(groups: dict[str, list[str]], left: str) -> list[str]:
-        return [node for group, nodes in groups.items() if group != left for node in nodes]
+    def all_but(groups: dict[str, list[str]], *left: str) -> list[str]:
+        return [node for group, nodes in groups.items() if group not in left for node in nodes]
 
-    every = {"every MatMul": (all_but(prefill_groups, ""), all_but(decode_groups, "")),
-             "every MatMul but the LM head": (all_but(prefill_groups, "LM head"), all_but(decode_groups, "LM head"))}
+    every = {"every MatMul": (all_but(prefill_groups, EMBEDDING), all_but(decode_groups, EMBEDDING)),
+             "every MatMul but the LM head": (all_but(prefill_groups, EMBEDDING, "LM head"),
+                                              all_but(decode_groups, EMBEDDING, "LM head")),
+             WHOLE: (None, None)}
     table = []
     for i, (group, (p_nodes, d_nodes)) in enumerate(
             {**{g: (prefill_groups[g], decode_groups.get(g, [])) for g in prefill_groups}, **every}.items()):
@@ -102,7 +112,7 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
         quantized = OnnxLM(prefill, decode)
         logits = quantized.logits(batch.inputs.numpy())
         tokens = quantized.generate(starts, decode_tokens)[0][:, starts.shape[1]:]
-        row = {"group": group, "matmuls": len(p_nodes), "mode": mode,
+        row = {"group": group, "nodes": "all" if p_nodes is None else len(p_nodes), "mode": mode,
                **teacher_forced_agreement(reference, logits), "greedy": greedy_agreement(reference_tokens, tokens)}
         if token_bytes is not None:
             row["bits_per_byte"] = text_quality(logits, batch, token_bytes)["bits_per_byte"]
@@ -114,10 +124,10 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
 def format_ablation(rows: list[dict[str, Any]]) -> list[str]:
     """The ablation as markdown lines."""
     text = "bits_per_byte" in rows[0]
-    lines = ["| INT8 group | MatMuls | top-1 = fp32 (teacher-forced) | KL(fp32 ‖ INT8), nats | greedy tokens = fp32 |"
+    lines = ["| INT8 group | nodes | top-1 = fp32 (teacher-forced) | KL(fp32 ‖ INT8), nats | greedy tokens = fp32 |"
              + (" bits/byte (fp32 {:.4f}) |".format(rows[0]["fp32_bits_per_byte"]) if text else ""),
              "|---|---|---|---|---|" + ("---|" if text else "")]
     for r in rows:
-        lines.append(f"| {r['group']} | {r['matmuls']} | {r['top1_agreement']:.4f} | {r['kl_nats']:.1e} | "
+        lines.append(f"| {r['group']} | {r['nodes']} | {r['top1_agreement']:.4f} | {r['kl_nats']:.1e} | "
                      f"{r['greedy']['tokens_agree']:.3f} |" + (f" {r['bits_per_byte']:.4f} |" if text else ""))
     return lines
