@@ -63,7 +63,7 @@ def test_the_table_and_the_verdict_read_each_clause_off_the_runs(tmp_path):
            "random-token copying" in verdict
     assert "1.900 against 1.700 (+0.200" in verdict and "one plain layer: 2.100" in verdict
     assert "from 1.5M tokens on" in verdict and "transient" in verdict
-    assert "**The learned key lag** (smeared keys)" in verdict
+    assert "**The learned key lag, smeared_keys**: smeared_keys ICL score" in verdict and "two plain layers ICL" in verdict
     pytest.importorskip("matplotlib")
     assert tp.phase_figure(results, tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -91,3 +91,20 @@ def test_sweep_text_phase_writes_the_report_with_samples_and_onnx(tmp_path, caps
     assert (tmp_path / "text_phase.png").stat().st_size > 1000
     pytest.importorskip("onnxruntime")
     assert "| 1 layer, key_only γ=1 | " in report.split("On a device")[1] and "ms per token" in report
+
+
+def test_the_docs_table_and_verdict_are_what_the_saved_runs_give():
+    from pathlib import Path
+
+    from psattn.experiments.sweep import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    saved = sorted((root / "docs" / "results" / "text_phase").iterdir())
+    results = {d.name: load_result(d) for d in saved}
+    assert len(results) >= len(tp.PHASE_MODELS) - 1 and all(r is not None for r in results.values())
+    declared = {c.name for c in tp.text_phase("quick")}
+    assert set(results) <= declared  # saved runs are declared runs, under their declared names
+    rows = tp.phase_table(results)
+    docs = (root / "docs" / "text.md").read_text()
+    for line in tp.format_phase_table(rows) + tp.phase_verdict(results, rows):
+        assert line in docs, line

@@ -151,12 +151,13 @@ def phase_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
                    f"({cost:+.3f}; {a['parameters']:,} parameters against {b['parameters']:,})"
                    + (f"; one plain layer: {by[plain1]['bits_per_byte'][0]:.3f}." if plain1 in by else "."))
         out.append(_lasting(results))
-    if (1, "smeared_keys", 0.0) in by and psa in by:
-        s, a = by[(1, "smeared_keys", 0.0)], by[psa]
-        out.append(f"**The learned key lag** (smeared keys): ICL score {s['icl_score'][0]:+.3f}, random copy gain "
-                   f"{s['random_copy_gain'][0]:.2f}, bits per byte {s['bits_per_byte'][0]:.3f}, first copying at "
-                   f"{_when(s['first_copying'])}; the fixed shear: {a['icl_score'][0]:+.3f}, {a['random_copy_gain'][0]:.2f}, "
-                   f"{a['bits_per_byte'][0]:.3f}, {_when(a['first_copying'])}.")
+    for lag in ((1, "smeared_keys", 0.0), (1, "canon", 0.0)):
+        if lag in by and psa in by:
+            out.append(f"**The learned key lag, {lag[1]}**: " + "; ".join(
+                f"{name} ICL score {r['icl_score'][0]:+.3f}, random copy gain {r['random_copy_gain'][0]:.2f}, "
+                f"bits per byte {r['bits_per_byte'][0]:.3f}, first copying at {_when(r['first_copying'])}"
+                for name, r in ((lag[1], by[lag]), ("the fixed key-only shear", by[psa]),
+                                ("two plain layers", by.get(plain2))) if r is not None) + ".")
     return out
 
 
@@ -209,7 +210,7 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     figure = phase_figure(results, runs / "text_phase.png")
     lines = ["# Real text past the phase change (`psattn sweep text_phase`)", "",
              "Hypothesis, stated before the run: " + HYPOTHESIS, "", *format_phase_table(rows), "",
-             *phase_verdict(results, rows), "", f"![curves]({figure.name})", "",
+             *[part for clause in phase_verdict(results, rows) for part in (clause, "")], f"![curves]({figure.name})", "",
              "Samples (temperature 0.8, seed 0) continuing the same held-out prompt:", ""]
     examples = samples(runs, configs, SEEDS[0])
     lines += ["Prompt: `" + next(iter(examples.values()))["prompt"].replace("\n", "⏎").replace("`", "'") + "`", ""]
