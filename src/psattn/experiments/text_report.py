@@ -45,7 +45,9 @@ def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> di
     first = configs[0]
     tokenizer = run_tokenizer(runs / first.name)
     held = tokenizer.decode(np.asarray(first.task.tokens().eval[: 1 << 14]).tolist())
-    start = [i + 2 for i in range(len(held)) if held.startswith("\n\n", i) and held[i + 2 : i + 3].isalpha()][1]
+    starts = [i + 2 for i in range(len(held)) if held.startswith("\n\n", i) and held[i + 2 : i + 3].isalpha()]
+    definitions = [i for i in starts if held.startswith(("def ", "class "), i)]  # in source code, a definition
+    start = definitions[0] if definitions else starts[1]
     prompt = held[start : held.rfind(" ", start, start + SAMPLE_PROMPT_CHARS)]  # a paragraph's opening words
     result = {}
     for config in configs:
