@@ -68,3 +68,18 @@ def test_the_getting_started_commands_run_as_written(tmp_path):
         done = subprocess.run([sys.executable, "-m", "psattn", *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == 0, (command, done.stderr[-2000:])
     assert (tmp_path / "runs" / "mine" / "result.json").exists() and (tmp_path / "runs" / "mine" / "curves.png").exists()
+
+
+def test_the_first_model_tutorial_prints_what_the_page_says(capsys):
+    """docs/getting-started.md's first-model block, run: the plain layer stays at chance, the key-sheared one
+    learns (the page quotes this machine's numbers; float rounding may move them a little elsewhere)."""
+    text = (DOCS / "getting-started.md").read_text()
+    block = re.search(r"## Your first PSA model.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    exec(compile(block, "docs/getting-started.md", "exec"), {})
+    printed = dict(re.findall(r"(baseline|key_only) held-out accuracy ([0-9.]+, emergence step \w+)", capsys.readouterr().out))
+    quoted = dict(re.findall(r"`(baseline|key_only) held-out accuracy ([0-9.]+, emergence step\s+\w+)`", text))
+    assert set(printed) == set(quoted) == {"baseline", "key_only"}
+    for variant, line in printed.items():
+        accuracy, step = line.split(", emergence step ")
+        want_accuracy, want_step = " ".join(quoted[variant].split()).split(", emergence step ")
+        assert abs(float(accuracy) - float(want_accuracy)) < 0.05 and (step == "None") == (want_step == "None")
