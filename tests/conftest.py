@@ -29,3 +29,15 @@ def _token_cache(tmp_path_factory):
         del os.environ["PSATTN_CACHE"]
     else:
         os.environ["PSATTN_CACHE"] = previous
+
+
+@pytest.fixture
+def fresh_token_cache(tmp_path, monkeypatch):
+    """An empty token cache of the test's own (and no entry opened by another test); the text and
+    text-data folders turn it on for every test they hold (their ``cache_dir``)."""
+    from psattn.textdata import tokens as token_cache
+
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    token_cache._open.cache_clear()
+    yield tmp_path / "cache"
+    token_cache._open.cache_clear()
