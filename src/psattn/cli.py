@@ -98,7 +98,8 @@ STUDY_TABLES = {
                    lambda results: text_phase.format_phase_table(text_phase.phase_table(results))),
     "paper_form": ("the single-answer form (seeds averaged; success: held-out accuracy reached the threshold)",
                    lambda results: paper_form.format_paper_form_table(paper_form.paper_form_table(results))),
-    "gamma_depth": ("best and critical gamma against depth (best: highest accuracy, then earliest emergence)",
+    "gamma_depth": ("best gamma against depth (most seeds solved, then earliest mean emergence), the near-best set "
+                    "(every seed solved within one evaluation of the fastest) and the critical gamma",
                     lambda results: gamma_depth.format_depth_table(gamma_depth.depth_table(results))),
     "two_layer": ("two layers, with and without MLPs (seeds averaged)",
                   lambda results: two_layer.format_two_layer_table(two_layer.two_layer_table(results))),
@@ -123,6 +124,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("\n".join(table(results)))
         if args.experiment == "text_pilot":
             print(f"figure: {text_pilot.pilot_figure(results, Path(args.out) / 'text_pilot.png')}")
+        if args.experiment == "gamma_depth":
+            print(f"figure: {gamma_depth.depth_figure(results, Path(args.out) / 'gamma_depth.png')}")
         if args.experiment == "text_phase":
             print("\n" + "\n\n".join(text_phase.phase_verdict(results, text_phase.phase_table(results))))
             report = text_phase.phase_report(results, Path(args.out), args.mode)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from psattn.experiments import declared as exp
-from psattn.experiments.gamma_depth import GAMMAS, PREDECESSOR, depth_table, fit_depth_law, format_depth_table
+from psattn.experiments.gamma_depth import (GAMMAS, PREDECESSOR, allowed_exponents, bracket, depth_table, fit_depth_law,
+                                            format_depth_table, near_best)
 from psattn.experiments.induction_report import LEFT_OUT
 from psattn.experiments.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
 from psattn.experiments.phase_change import detect_phase_change
@@ -141,24 +142,58 @@ def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law()
     assert len(rows) == 8 and all(r["critical_gamma"] == "0.5" for r in rows)
     best = {(r["variant"], r["depth"]): r["best_gamma"] for r in rows}
     assert best[("symmetric", 1)] == 4.0 and best[("symmetric", 2)] == 2.0 and best[("key_only", 4)] == 1.0
+    near = {(r["variant"], r["depth"]): near_best(r["grid"]) for r in rows}
+    assert near[("symmetric", 1)] == [4.0] and near[("symmetric", 3)] == [1.0, 2.0]  # 121 and 129 steps: one evaluation
+    assert bracket([4.0]) == (pytest.approx(4 / math.sqrt(2)), math.inf) and bracket([0.25, 0.5])[0] == 0.0
     fit = fit_depth_law([r for r in rows if r["variant"] == "symmetric"])
     depths = [1, 2, 3, 4]
     slope, intercept = np.polyfit(np.log(depths), np.log([best[("symmetric", n)] for n in depths]), 1)
     assert fit["b"] == pytest.approx(slope) and fit["a"] == pytest.approx(math.exp(intercept))
-    assert fit["b_interval"][0] < fit["b"] < fit["b_interval"][1]
+    low, high = fit["b_allowed"]
+    assert low < -1 < high and high < 0  # the true exponent is allowed, a flat law is not
+    assert fit["predecessor_b_inside"] == (low <= PREDECESSOR[1] <= high)
     lines = format_depth_table(rows)
     assert f"| {PREDECESSOR[0] * 2 ** PREDECESSOR[1]:.2f} |" in lines[3]  # symmetric mqar at depth 2
-    assert any(line.startswith("\nmqar, symmetric: γ* = ") for line in lines)
-    assert lines[2] == "| mqar | symmetric | 1 | 4 | 0.5 | 0/2, 0/2, 2/2 @250, 2/2 @200, 2/2 @150, 2/2 @100 | 4.17 |"
+    assert any(line.startswith("\nmqar, symmetric: least squares γ* = ") for line in lines)
+    assert lines[2] == "| mqar | symmetric | 1 | 4 | 4 | 0.5 | 0/2 | 0/2 | 2/2 @250 | 2/2 @200 | 2/2 @150 | 2/2 @100 | 4.17 |"
     assert all(c.train.eval_every == 10 and c.name.endswith(("-e10-s0", "-e10-s1")) for c in configs)
 
 
-def test_the_depth_law_fit_of_a_constant_best_gamma_is_exponent_zero_not_nan():
-    rows = [{"depth": n, "best_gamma": 1.0} for n in (1, 2, 3, 4)]
+def test_the_exponents_the_brackets_allow():
+    # the same bracket at depth 1 and 4: a factor of 2 each way allows |b| <= log 4 / log 4
+    assert allowed_exponents({1: (0.5, 2.0), 4: (0.5, 2.0)}) == pytest.approx((-1.0, 1.0))
+    assert allowed_exponents({1: (1 / math.sqrt(2), math.sqrt(2)), 2: (1 / math.sqrt(2), math.sqrt(2)),
+                              4: (1 / math.sqrt(2), math.sqrt(2))}) == pytest.approx((-0.5, 0.5))
+    assert allowed_exponents({1: (4.0, 8.0), 2: (4.0, 8.0), 4: (0.5, 1.0)}) is None  # no power law through them
+    assert allowed_exponents({1: (1.0, math.inf), 2: (0.0, 1.0)}) == (-math.inf, 0.0)  # it can only fall
+    assert allowed_exponents({1: (1.0, math.inf), 2: (1.0, math.inf)}) == (-math.inf, math.inf)
+
+
+def test_the_depth_law_fit_of_a_constant_best_gamma_is_exponent_zero():
+    def grid(best):
+        return [{"gamma": g, "seeds": 2, "successes": 2 if g > 0 else 0,
+                 "mean_emergence_step": (100 + 30 * abs(math.log2(g / best))) if g > 0 else None} for g in GAMMAS]
+    rows = [{"depth": n, "best_gamma": 1.0, "grid": grid(1.0)} for n in (1, 2, 3, 4)]
     fit = fit_depth_law(rows)
-    assert fit["b"] == 0.0 and fit["b_interval"] == (0.0, 0.0) and fit["a"] == pytest.approx(1.0)
-    assert not fit["predecessor_b_inside"]
+    assert fit["b"] == 0.0 and fit["a"] == pytest.approx(1.0)
+    assert fit["b_allowed"] == pytest.approx((-0.5, 0.5)) and not fit["predecessor_b_inside"]
     assert fit_depth_law(rows[:2]) is None  # two depths do not make a fit
+
+
+def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give(tmp_path):
+    from pathlib import Path
+
+    from psattn.experiments.gamma_depth import depth_figure
+    from psattn.experiments.sweep import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "gamma_depth").iterdir())}
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in exp.EXPERIMENTS["gamma_depth"]("quick")}
+    table = format_depth_table(depth_table(results))
+    docs = (root / "docs" / "depth_law.md").read_text()
+    assert all(line.strip() in docs for line in table), "\n".join(table)
+    pytest.importorskip("matplotlib")
+    assert depth_figure(results, tmp_path / "depth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():

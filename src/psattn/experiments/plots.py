@@ -167,3 +167,37 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
     prefix.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     icl.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, path)
+
+
+def plot_depth_law(rows: list[dict[str, Any]], path: str | Path, law: tuple[float, float]) -> Path:
+    """One panel per task and variant: mean emergence step against gamma (log scale), one line per
+    depth over the gammas every seed solves, a cross near the top where some seed failed (one row per depth), and the
+    law gamma* = a N^b marked at each depth (``law`` = (a, b))."""
+    panels = sorted({(r["task"], r["variant"]) for r in rows})
+    depths = sorted({r["depth"] for r in rows})
+    fig = Figure(figsize=(9, 3.2 * ((len(panels) + 1) // 2)), layout="constrained")
+    axes = fig.subplots((len(panels) + 1) // 2, 2, squeeze=False, sharex=True).ravel()
+    top = max(g["mean_emergence_step"] or 0 for r in rows for g in r["grid"]) * 1.15
+    for ax, (task, variant) in zip(axes, panels):
+        for r in (r for r in rows if (r["task"], r["variant"]) == (task, variant)):
+            color = f"C{depths.index(r['depth'])}"
+            grid = [g for g in r["grid"] if g["gamma"] > 0]
+            solved = [g for g in grid if g["successes"] == g["seeds"]]
+            ax.plot([g["gamma"] for g in solved], [g["mean_emergence_step"] for g in solved], "o-", color=color,
+                    markersize=4, linewidth=1.2, label=f"N = {r['depth']}")
+            failed = [g["gamma"] for g in grid if g["successes"] < g["seeds"]]
+            row = top * (1 - 0.045 * depths.index(r["depth"]))  # one row of crosses per depth
+            ax.plot(failed, [row] * len(failed), "x", color=color, markersize=6)
+            ax.axvline(law[0] * r["depth"] ** law[1], color=color, linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ticks = sorted({g["gamma"] for r in rows for g in r["grid"] if g["gamma"] > 0})
+        ax.set_xticks(ticks, [f"{g:g}" for g in ticks])
+        ax.set(title=f"{task}, {variant}", ylabel="mean emergence step", ylim=(0, top * 1.08))
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-2:]:
+        ax.set_xlabel("gamma (log scale)")
+    axes[0].legend(fontsize=7, title="depth", title_fontsize=7)
+    fig.suptitle(f"emergence against gamma per depth (crosses on top: some seed failed; dotted: {law[0]:g} N^{law[1]:g})",
+                 fontsize=9)
+    return save_figure(fig, path)
