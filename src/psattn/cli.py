@@ -144,6 +144,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
                   f"{'—' if step is None else f'{step:.0f}'}, mean best acc {row['mean_best_accuracy']:.3f}, "
                   f"mean final acc {row['mean_final_accuracy']:.3f}")
+    from psattn.experiments.induction_report import CRITICAL_DESIGNS, format_critical  # brings matplotlib
+
+    if args.experiment in CRITICAL_DESIGNS.values():
+        print("\n" + "\n".join(format_critical(summaries.summarise_by(results, summaries.head_dim_key))))
     return 0
 
 

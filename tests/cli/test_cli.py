@@ -53,6 +53,17 @@ def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
     assert "task random_offset, gamma 0.0: 0/1 succeed" in summary and "task multihop, gamma 0.0" in summary
 
 
+def test_a_critical_gamma_sweep_prints_the_critical_gamma_and_the_exponent(tmp_path, capsys, monkeypatch):
+    quick = exp.PLANS["quick"]
+    critical = dataclasses.replace(quick.critical, head_counts=(4, 2), head_count_gammas=(1.0,))
+    training = dataclasses.replace(quick.training, steps=2)
+    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, critical=critical, training=training))
+    assert main(["sweep", "critical_gamma", "--out", str(tmp_path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out  # two steps learn nothing: no gamma of the grid succeeds
+    assert "d_k 32: critical gamma > 1" in out and "d_k 64: critical gamma > 1" in out
+    assert "exponent of gamma_c against d_k: no least-squares fit (0 bracketed values; 2 needed)" in out
+
+
 def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, capsys):
     assert main(["train", "--print-config", "--set", "task.name=mqar", "model.attention.variant=key_only",
                  "model.attention.gamma=0.5"]) == 0

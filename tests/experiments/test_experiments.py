@@ -207,7 +207,8 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     lines = text.splitlines()
     assert not [line for before, line in zip(lines, lines[1:]) if line.startswith("#") and before.strip()]
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
-                   "fixed head count", "wider or narrower heads", "Exponent:", "grid brackets allow", "(MQAR)", "Variant table",
+                   "fixed head count", "wider or narrower heads", "`psattn sweep critical_gamma --quick`",
+                   "no critical-γ grid was given to the report", "(MQAR)", "Variant table",
                    "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "## Real text", "ICL score",
                    "Copy gain on a repeated held-out passage", "standard library", "Samples", "On a device",
@@ -245,3 +246,23 @@ def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():
     assert stats["target_mass"] == pytest.approx(stats["uniform_mass"]) == pytest.approx(1 / 64)
     inputs = torch.tensor([[0, 5, 7, 5, 9]])
     assert previous_occurrence(inputs, 0, 3) == 1 and previous_occurrence(inputs, 0, 4) is None
+
+
+def test_the_report_tables_a_trained_critical_gamma_design_and_names_the_sweeps_of_the_others():
+    from types import SimpleNamespace
+
+    from psattn.experiments.induction_report import CRITICAL_DESIGNS, _critical_lines, _exponent_fit
+
+    rows = [{"d_k": d_k, "gamma": g, "success_rate": float(g >= crit), "mean_final_accuracy": 0.9 if g >= crit else 0.1,
+             "stops_early": True, "steps_budget": 600} for d_k, crit in ((16, 0.2), (32, 0.2)) for g in (0.1, 0.2)]
+    designs = dict.fromkeys(CRITICAL_DESIGNS, [])
+    first = next(iter(designs))
+    facts = {"critical_batch": 64, "batch": 32, "early_stop_evals": 2}
+    res = SimpleNamespace(tables={"critical_designs": dict(designs, **{first: rows}), "critical_exponents": {
+        first: _exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))}}, facts=facts, mode="full")
+    text = "\n".join(_critical_lines(res))
+    assert f"**{first}**" in text and "| 16 | 0.100 | 0.900 | 0.2 |" in text and "Exponent: +0.00" in text
+    assert "`psattn sweep critical_gamma_width --quick` trains it" in text
+    none = SimpleNamespace(tables={"critical_designs": designs, "critical_exponents": {}}, facts=facts, mode="quick")
+    text = "\n".join(_critical_lines(none))
+    assert all(f"`psattn sweep {e} --quick`" in text for e in CRITICAL_DESIGNS.values()) and "Exponent" not in text

@@ -183,12 +183,12 @@ def _scaling_lines(scal: dict[str, Any], link_prefix: str) -> list[str]:
                      f"{e['exponent']:.3f} ± {_fmt(e['stderr'], '.3f')} ({e['n']} points, {e['dropped']} dropped) | "
                      f"{e['r_squared']:.4f} |")
     else:
-        why = emp["error"] if emp else "no sweep results were given to the report"
+        why = emp["error"] if emp else "no critical-γ grid was given to the report"
         lines.append(f"| trained models (γ sweep) | – | ≈ {PAPER['trained_exponent']} | not measured ({why}) | – |")
     lines += ["", "The local exponent of branch 1 tends to −1/4 only far above the crossover; near it the curve is "
               "steeper, so a fit over a finite range reads below −0.25. The trained-model row is the sweep given to "
-              "the report (in `psattn reproduce`, the fixed-width design; the induction section gives every design "
-              "with the exponent interval its grid allows)."]
+              "the report (in `psattn reproduce --full`, the fixed-width design, which the quick reproduction leaves "
+              "out; the induction section gives every design trained with the exponent interval its grid allows)."]
 
     return lines
 
