@@ -47,7 +47,7 @@ def describe_run(config: RunConfig) -> str:
     m, t, task = config.model, config.train, config.task
     mlp = "MLP" if all(m.layer_mlps()) else "no MLP" if not any(m.layer_mlps()) else "MLP in some layers"
     return (f"Model: {m.n_layers} layer{'s' * (m.n_layers > 1)}, d_model {m.d_model}, {m.n_heads} heads, RoPE, {mlp}; "
-            f"task: {FORM_NAMES.get(getattr(task, 'form', None), '')}{task_name(task)}, vocabulary {task.vocab_size}, length "
+            f"task: {FORM_NAMES.get(getattr(task, 'form', ''), '')}{task_name(task)}, vocabulary {task.vocab_size}, length "
             f"{task.seq_len}; AdamW lr {t.lr:g}, batch {t.batch_size}; held-out set of {t.eval_size} rows.")
 
 

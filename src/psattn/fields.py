@@ -6,9 +6,12 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def from_fields(cls: type[T], values: Mapping[str, Any], what: str) -> T:
@@ -33,7 +36,8 @@ def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
 
 def check_choices(obj: Any, what: str) -> None:
     """Refuse, with a ValueError naming ``what`` and the field, a value outside its ``Literal[...]`` type."""
-    for name, choices in literal_fields(type(obj)).items():
+    # a class is hashable; mypy checks its unbound __hash__ and says it is not
+    for name, choices in literal_fields(type(obj)).items():  # type: ignore[arg-type]
         value = getattr(obj, name)
         if value not in choices or isinstance(value, bool):
             raise ValueError(f"unknown {what} {name} {value!r}; expected one of {list(choices)}")

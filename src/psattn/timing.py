@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
+def interleaved_medians(fns: Mapping[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
     """Median seconds per call of each function, calls interleaved round-robin after ``warmup``
     untimed rounds."""
     for _ in range(warmup):

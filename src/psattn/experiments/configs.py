@@ -10,13 +10,16 @@ single-answer form (two seeds of three within 1000 steps), while the baseline st
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 from psattn.models import AttentionConfig, ModelConfig
+from psattn.models.config import Variant
 from psattn.models.presets import preset
+from psattn.ops.variants import Placement
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
 
-DEFAULT_TASK_FIELDS = {
+DEFAULT_TASK_FIELDS: dict[str, dict[str, Any]] = {
     "induction": dict(vocab_size=64, seq_len=64, form="full"),
     # dense enough (6 scored queries a row) that one layer solves it in a few hundred steps
     "random_offset": dict(num_keys=8, num_values=8, num_pairs=6, num_queries=6, seq_len=64),
@@ -84,7 +87,7 @@ def small_config(
         variant, gamma, placement = "baseline", 0.0, "post_rope"
     fields = {**DEFAULT_TASK_FIELDS.get(task, {}), **task_fields}
     task_config = make_task_config(task, **fields)
-    attention = AttentionConfig(variant, gamma, placement)
+    attention = AttentionConfig(cast(Variant, variant), gamma, cast(Placement, placement))  # AttentionConfig checks them
     if model_preset is not None:
         model = preset(model_preset, vocab_size=task_config.vocab_size, attention=attention, init=init)
         size = model_preset

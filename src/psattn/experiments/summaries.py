@@ -89,7 +89,7 @@ def critical_pairs(rows: list[dict[str, Any]], by: str = "d_k") -> list[tuple[in
     the label gives the bound ("<= 0.1", "> 0.5"). A gamma-0 row, where the grid has one, is the
     plain layer: if it succeeds there is no critical gamma at all ("none: gamma 0 succeeds"). ``by``
     names the field the grids are grouped by (the head dimension, or the depth)."""
-    pairs = []
+    pairs: list[tuple[int, float | None, str]] = []
     for d_k, grid, plain_succeeds in _grids(rows, by):
         passing = [r["gamma"] for r in grid if r["success_rate"] == 1.0]
         if plain_succeeds:

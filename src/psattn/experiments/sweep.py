@@ -143,7 +143,13 @@ def run_sweep(
             train_unless_finished(config, out_dir / config.name)
     elif todo:
         _run_in_pool(todo, out_dir, min(workers, len(todo)), progress)
-    return {name: load_result(out_dir / name) for name in names}
+    results = {}
+    for name in names:
+        result = load_result(out_dir / name)
+        if result is None:  # a run that ended without its result (say, Ray workers that do not share out_dir)
+            raise RuntimeError(f"{out_dir / name} holds no result after the sweep")
+        results[name] = result
+    return results
 
 
 def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool) -> None:

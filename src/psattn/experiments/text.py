@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from psattn.experiments.configs import SHEARED, run_name
 from psattn.models import AttentionConfig, ModelConfig
+from psattn.models.config import Variant
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
 
@@ -58,7 +59,7 @@ def text_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed:
     task = make_task_config("text", corpus=plan.corpus, tokenizer=plan.tokenizer, vocab_size=plan.vocab_size,
                             seq_len=plan.seq_len)
     model = ModelConfig(vocab_size=plan.vocab_size, d_model=plan.d_model, n_layers=n_layers, n_heads=plan.n_heads,
-                        attention=AttentionConfig(variant, gamma))
+                        attention=AttentionConfig(cast(Variant, variant), gamma))  # AttentionConfig checks it
     size = f"L{n_layers}d{plan.d_model}h{plan.n_heads}"
     return RunConfig(
         name=run_name(f"text-{plan.corpus}-{plan.tokenizer}{plan.vocab_size}", variant, gamma, "post_rope", size, seed),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
@@ -33,6 +33,7 @@ from psattn.experiments.phase_change import (
 )
 from psattn.experiments.text import TextPlan, model_key, model_label, summarise_text, text_config
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.models.config import Variant
 from psattn.training.config import RunConfig
 
 HYPOTHESIS = ("one key-sheared layer copies from the first evaluations on, long before two plain layers go through "
@@ -188,7 +189,7 @@ def phase_figure(results: dict[str, dict[str, Any]], path) -> Any:
     """``plot_copying`` of every model's first seed."""
     from psattn.experiments.text_plots import plot_copying
 
-    first = {}
+    first: dict[tuple[int, str, float], dict[str, Any]] = {}
     for result in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
         first.setdefault(model_key(result), result)
     ordered = sorted(first.items(), key=lambda kv: PHASE_MODELS.index(kv[0]) if kv[0] in PHASE_MODELS else 99)
@@ -216,7 +217,7 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     lines += ["Prompt: `" + next(iter(examples.values()))["prompt"].replace("\n", "⏎").replace("`", "'") + "`", ""]
     lines += [f"- **{name}**: `" + s["continuation"].replace("\n", "⏎").replace("`", "'") + "`"
               for name, s in examples.items()]
-    cached = tuple(m for m in PHASE_MODELS if not AttentionConfig(m[1], m[2]).is_key_lag)
+    cached = tuple(m for m in PHASE_MODELS if not AttentionConfig(cast(Variant, m[1]), m[2]).is_key_lag)
     edge = edge_comparison(runs, configs, runs / "onnx", SEEDS[0], models=cached)
     lines += ["", "On a device (ONNX Runtime, one thread; the learned key-lag layers have no cached decoding, so no "
               "decode-step graph, and are left out):", ""]

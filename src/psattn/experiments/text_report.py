@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,7 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
             graphs[f"{label} fp32"] = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
             graphs[f"{label} int8"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
         prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
-        latency = interleaved_medians({k: (lambda g=g: g.generate(prompt, decode_tokens)) for k, g in graphs.items()},
-                                      repeats=7)
+        latency = interleaved_medians({k: partial(g.generate, prompt, decode_tokens) for k, g in graphs.items()}, repeats=7)
     finally:
         torch.set_num_threads(threads)
     for label, row in rows.items():

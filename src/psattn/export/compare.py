@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +78,8 @@ def key_range_growth(model: DecoderLM, inputs: torch.Tensor) -> list[dict[str, f
 def _latency_per_token(model: DecoderLM, onnx_models: dict[str, OnnxLM], prompt: torch.Tensor, tokens: int,
                        repeats: int = 3) -> dict[str, float]:
     """Seconds per greedy token for PyTorch and each ONNX model, measured interleaved in one run."""
-    runs = {"pytorch": lambda: generate(model, prompt, tokens)}
-    runs.update({name: (lambda m=m: m.generate(prompt.numpy(), tokens)) for name, m in onnx_models.items()})
+    runs: dict[str, Callable[[], object]] = {"pytorch": lambda: generate(model, prompt, tokens)}
+    runs.update({name: partial(m.generate, prompt.numpy(), tokens) for name, m in onnx_models.items()})
     return {name: t / tokens for name, t in interleaved_medians(runs, repeats).items()}
 
 

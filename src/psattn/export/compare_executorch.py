@@ -6,6 +6,8 @@ file sizes and milliseconds per generated token, interleaved with PyTorch in one
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +92,8 @@ def _compare(run_dir, path: Path, quantize: tuple[str, ...], rows: int, decode_t
         if token_bytes is not None:
             result["text"][f"executorch_{q}"] = text_quality(logits, batch, token_bytes)
     prompt = batch.inputs[:1, : min(16, context - decode_tokens)]
-    runs = {"pytorch": lambda: generate(model, prompt, decode_tokens)}
-    runs.update({f"executorch_{q}": (lambda p=p: p.generate(prompt.numpy(), decode_tokens)) for q, p in programs.items()})
+    runs: dict[str, Callable[[], object]] = {"pytorch": lambda: generate(model, prompt, decode_tokens)}
+    runs.update({f"executorch_{q}": partial(p.generate, prompt.numpy(), decode_tokens) for q, p in programs.items()})
     result["latency_ms_per_token"] = {k: v / decode_tokens * 1e3 for k, v in interleaved_medians(runs, 3).items()}
     return result
 

@@ -23,6 +23,7 @@ import copy
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,8 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
         if narrow:
             raise ValueError(f"int4 weights take groups of {INT4_GROUP} input features; this model has linear layers "
                              f"{narrow} wide (use int8)")
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(INT4_GROUP))
+        int4 = torch.int4  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(INT4_GROUP))
     else:
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
     if model.config.tie_embeddings:  # quantizing the head must leave the embedding table as it is
@@ -81,7 +83,7 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
     seq = torch.export.Dim("seq", min=1, max=max_context)
     past = torch.export.Dim("past", min=1, max=max_context - 1)
     cache_dims = {3: past}
-    decode_dims = ({}, cache_dims, cache_dims) + ((tuple({} for _ in state[2:]),) if state[2:] else ())
+    decode_dims: tuple[Any, ...] = ({}, cache_dims, cache_dims) + ((tuple({} for _ in state[2:]),) if state[2:] else ())
     with _quiet():
         programs = {"prefill": torch.export.export(prefill, (ids,), dynamic_shapes={"input_ids": {1: seq}}),
                     "decode": torch.export.export(decode, (ids[:, :1], *state), dynamic_shapes=decode_dims)}

@@ -92,6 +92,7 @@ def cache_bytes(model: DecoderLM, context: int) -> tuple[int, int]:
 def decode_step_bytes(model: DecoderLM, context: int) -> int:
     """Bytes of the fp32 tensors one decode step at ``context`` cached tokens creates, summed."""
     c = model.config
+    assert c.d_mlp is not None  # filled in by ModelConfig
     per_layer = (2 * c.d_model  # residual and normalised input
                  + 3 * c.n_heads * c.head_dim  # q, k, v (k and v at most as wide as q)
                  + c.n_heads * (context + 1)  # scores over the cache and the new token

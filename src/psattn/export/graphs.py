@@ -46,11 +46,19 @@ class _TensorLayerCache:
         if self.keys is None:
             self.keys, self.values = k_hat, v
         else:
+            assert self.values is not None  # keys and values are set together
             self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
             self.values = torch.cat([self.values, v], dim=2)
         self.last_k = raw_k[:, :, -1:]
         self.last_q = None if raw_q is None else raw_q[:, :, -1:]
         return self.keys, self.values
+
+
+def _stack(per_layer: list[Tensor | None]) -> Tensor:
+    """One tensor per layer, each set by the forward pass, stacked: (L, ...)."""
+    present = [x for x in per_layer if x is not None]
+    assert len(present) == len(per_layer)
+    return torch.stack(present)
 
 
 class _CachedGraph(nn.Module):
@@ -64,12 +72,11 @@ class _CachedGraph(nn.Module):
         h = m.embed(input_ids)  # (B, T, C)
         for block, cache in zip(m.blocks, caches):
             h = block(h, context, cache)
-        outputs = [m.lm_head(m.norm_final(h)),
-                   torch.stack([c.keys for c in caches]), torch.stack([c.values for c in caches])]
+        outputs = [m.lm_head(m.norm_final(h)), _stack([c.keys for c in caches]), _stack([c.values for c in caches])]
         if self.keep_k:
-            outputs.append(torch.stack([c.last_k for c in caches]))
+            outputs.append(_stack([c.last_k for c in caches]))
         if self.keep_q:
-            outputs.append(torch.stack([c.last_q for c in caches]))
+            outputs.append(_stack([c.last_q for c in caches]))
         return tuple(outputs)
 
     def output_names(self) -> list[str]:
@@ -95,9 +102,9 @@ class DecodeStepGraph(_CachedGraph):
     def forward(self, input_ids: Tensor, keys: Tensor, values: Tensor, *last: Tensor):
         B = input_ids.shape[0]
         S = keys.shape[3]
-        last = list(last)
-        last_k = last.pop(0) if self.keep_k else None
-        last_q = last.pop(0) if self.keep_q else None
+        rest = list(last)
+        last_k = rest.pop(0) if self.keep_k else None
+        last_q = rest.pop(0) if self.keep_q else None
         positions = torch.arange(S, S + 1, device=input_ids.device).expand(B, 1)  # (B, 1)
         context = AttentionContext(positions, None, None, False)  # one query sees every cached key
         caches = [_TensorLayerCache(keys[i], values[i], None if last_k is None else last_k[i],

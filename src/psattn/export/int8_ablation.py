@@ -91,7 +91,7 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
     starts = batch.inputs[:prompts, : batch.inputs.shape[1] // 2].numpy()
     reference_tokens = fp32.generate(starts, decode_tokens)[0][:, starts.shape[1]:]
     token_bytes = config.task.tokens().token_bytes if hasattr(config.task, "tokens") else None
-    feeds = (None, None)
+    feeds: tuple[list[dict[str, np.ndarray]] | None, list[dict[str, np.ndarray]] | None] = (None, None)  # static: calibration
     if mode == "static":
         calibration = calibration_inputs(config)
         feeds = ([{"input_ids": r} for r in calibration],

@@ -30,7 +30,7 @@ DYNAMICS = ("usa", "sa")
 
 
 class VelocityField(Protocol):
-    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]: ...
+    def __call__(self, x: Tensor, /) -> tuple[Tensor, Tensor]: ...
 
 
 def normalise(x: Tensor) -> Tensor:

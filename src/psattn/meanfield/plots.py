@@ -180,7 +180,7 @@ def _plot_prefix_gauge(fig: Figure, data: dict[str, Any]) -> None:
         _points(fig, 1, 3, 2, raw[:, :3], data["labels"], "flow state before co-moving alignment",
                 cmap="viridis", s=18)
     ax = fig.add_subplot(1, 3, 3)
-    bins = np.linspace(-1, 1, 21)
+    bins = np.linspace(-1, 1, 21).tolist()
     ax.hist(reference[:, 0], bins=bins, density=True, color="0.6", alpha=0.6, label="target")
     ax.hist(aligned[:, 0], bins=bins, density=True, histtype="step", color="C0", label="realised")
     ax.hist(raw[:, 0], bins=bins, density=True, histtype="step", color="C3", linestyle="--", label="unaligned")

@@ -21,6 +21,7 @@ import math
 import platform
 from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def _check_plan(quick: bool) -> list[tuple[str, Callable[[], TheoremCheck]]]:
     """(label, thunk) for every theorem check; quick mode shrinks sizes, not the claims."""
     n = 64
     plan: list[tuple[str, Callable[[], TheoremCheck]]] = [
-        (f"diracisation_{k}", lambda k=k: theorems.check_conditional_diracisation(k, n=n, batch=1 if quick else 2))
+        (f"diracisation_{k}", partial(theorems.check_conditional_diracisation, k, n=n, batch=1 if quick else 2))
         for k in ("rope", "generalised_rope", "prefix")
     ]
     plan += [

@@ -359,7 +359,7 @@ def check_cluster_count(
 ) -> TheoremCheck:
     """From a near-uniform start on S¹, the first cluster count is argmax_k k² I_k(β) ± max_error (median
     over seeds). Needs scipy."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for beta in betas:
         measured = [measure_cluster_count(beta, n=n, seed=s, tau=tau)["measured"] for s in seeds]
         rows.append({"beta": beta, "predicted": predicted_cluster_count(beta), "measured": measured,

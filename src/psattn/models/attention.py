@@ -42,6 +42,16 @@ from psattn.ops.shear import momentum, shear
 class PhaseSpaceAttention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention with the PSA shear."""
 
+    # the hook points, set in __init__ by name
+    hook_q: HookPoint
+    hook_k: HookPoint
+    hook_q_sheared: HookPoint
+    hook_k_sheared: HookPoint
+    hook_v: HookPoint
+    hook_score_terms: HookPoint
+    hook_pattern: HookPoint
+    hook_out: HookPoint
+
     def __init__(
         self,
         d_model: int,

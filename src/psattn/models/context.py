@@ -54,25 +54,29 @@ def build_context(
     if cache is None and position_ids is None and attention_mask is None:
         return AttentionContext.causal(B, T, device)  # no data-dependent checks: no host sync, no graph break
     past = 0 if cache is None else len(cache)
-    if past and cache.key_pos.shape[0] != B:
+    if cache is not None and cache.key_pos is not None and cache.key_pos.shape[0] != B:
         raise ValueError(f"the cache holds {cache.key_pos.shape[0]} rows, the input {B}")
     valid = torch.ones(B, T, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
     if cache is not None and attention_mask is not None:
-        seen = cache.key_valid.any(1, keepdim=True) if past else torch.zeros(B, 1, dtype=torch.bool, device=device)
+        seen = (cache.key_valid.any(1, keepdim=True) if cache.key_valid is not None
+                else torch.zeros(B, 1, dtype=torch.bool, device=device))
         if bool((~valid & (seen | (valid.long().cumsum(1) > 0))).any()):  # padding after a real token
             raise ValueError(
                 "with a cache, padding must come before each row's tokens (left padding): a row padded on the "
                 "right would continue from its padding"
             )
     if position_ids is None:
-        first = cache.next_position() if past else torch.zeros(B, dtype=torch.long, device=device)
+        first = None if cache is None else cache.next_position()  # None for an empty cache
+        if first is None:
+            first = torch.zeros(B, dtype=torch.long, device=device)
         position_ids = (first[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
     position_ids = position_ids.long()
 
     starts = sequence_starts(position_ids, attention_mask)
     if past == 0:
         starts[:, 0] = True
-    prev_seq = cache.key_seq[:, -1:] if past else torch.full((B, 1), -1, dtype=torch.long, device=device)
+    held_seq = None if cache is None else cache.key_seq  # None for an empty cache
+    prev_seq = held_seq[:, -1:] if held_seq is not None else torch.full((B, 1), -1, dtype=torch.long, device=device)
     seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
     simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, 0].any()))
     chunk = None if cache is None else ChunkRecord(valid, seq, position_ids, simple)
@@ -94,8 +98,9 @@ def build_context(
     if simple:
         mask = causal[None, None]  # (1, 1, T, S)
     else:
-        k_valid = torch.cat([cache.key_valid, valid], dim=1) if past else valid  # (B, S)
-        k_seq = torch.cat([cache.key_seq, seq], dim=1) if past else seq
+        held_valid = None if cache is None else cache.key_valid
+        k_valid = torch.cat([held_valid, valid], dim=1) if held_valid is not None else valid  # (B, S)
+        k_seq = torch.cat([held_seq, seq], dim=1) if held_seq is not None else seq
         same_seq = k_seq[:, None, :] == seq[:, :, None]  # (B, T, S)
         self_key = k_idx[None, :] == q_idx[:, None]  # a query always sees itself: no empty row
         mask = ((causal & same_seq & k_valid[:, None, :]) | self_key)[:, None]  # (B, 1, T, S)

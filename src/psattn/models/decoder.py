@@ -43,6 +43,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         has_mlp = config.layer_mlps()[layer]
         self.norm_mlp = _norm(config) if has_mlp else None
+        assert config.d_mlp is not None  # ModelConfig fills it in
         self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if has_mlp else None
 
     def forward(self, h, context, cache=None, keep: Tensor | None = None):
@@ -52,7 +53,7 @@ class Block(nn.Module):
             h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
         else:
             h = h[keep] + self.drop(self.attn(self.norm_attn(h), context, cache, queries=keep))  # (N, C)
-        if self.mlp is not None:
+        if self.mlp is not None and self.norm_mlp is not None:  # set together
             h = h + self.mlp(self.norm_mlp(h))
         return h
 
@@ -60,16 +61,19 @@ class Block(nn.Module):
 class DecoderLM(nn.Module):
     """Token embedding, ``n_layers`` blocks, final norm, LM head (tied to the embedding by default)."""
 
+    blocks: list[Block]  # an nn.ModuleList, typed by what it holds (torch's ModuleList is not generic)
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))  # type: ignore[assignment]
         self.norm_final = _norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.init_std is not None:
-            self.apply(lambda module: self._init_weights(module, config.init_std))
+        std = config.init_std
+        if std is not None:
+            self.apply(lambda module: self._init_weights(module, std))
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 

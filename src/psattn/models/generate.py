@@ -106,9 +106,9 @@ def generate(
     if not do_sample and (temperature != 1.0 or top_k is not None):
         warnings.warn("temperature and top_k apply only when do_sample=True; decoding greedily", stacklevel=2)
     V = model.config.vocab_size
-    for name, token in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if token is not None and not (isinstance(token, int) and not isinstance(token, bool) and 0 <= token < V):
-            raise ValueError(f"{name} must be a token id in [0, {V}), got {token!r}")
+    for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < V):
+            raise ValueError(f"{name} must be a token id in [0, {V}), got {value!r}")
     pad = eos_token_id if pad_token_id is None else pad_token_id
     if cache is None and not model.supports_cache:
         seq, mask = input_ids, attention_mask
@@ -133,6 +133,7 @@ def generate(
     for step in range(max_new_tokens):
         token = _choose(logits, do_sample, temperature, top_k, generator)  # (B,)
         if eos_token_id is not None:
+            assert pad is not None  # pad_token_id, or else the EOS token
             token = token.masked_fill(finished, pad)
             finished |= token == eos_token_id
         tokens.append(token)
@@ -176,7 +177,8 @@ def speculative_generate(
     while len(out) - input_ids.shape[1] < max_new_tokens:
         base = len(target_cache)
         # Draft num_draft tokens one by one, then feed the last one too so both caches match.
-        proposal, token = [], pending
+        proposal: list[int] = []
+        token = pending
         for _ in range(num_draft + 1):
             logits = draft(torch.tensor([[token]], device=device), cache=draft_cache)[0, -1]
             if len(proposal) == num_draft:

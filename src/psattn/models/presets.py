@@ -30,6 +30,7 @@ def preset_parameter_count(config: ModelConfig) -> int:
     by arithmetic (no model is built), for the PSA variants, which add none; the learned key-lag
     baselines add their own few (count those with ``DecoderLM.num_parameters``)."""
     C, V, L = config.d_model, config.vocab_size, config.n_layers
+    assert config.n_kv_heads is not None and config.d_mlp is not None  # filled in by ModelConfig
     q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     norm = C if config.norm == "rmsnorm" else 2 * C
     attn = C * q * 2 + C * kv * 2  # q, o and k, v projections (no bias)

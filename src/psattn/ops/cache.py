@@ -123,10 +123,12 @@ class LayerCache:
         if self.keys is None:
             self.keys, self.values = k_hat, v
         else:
+            assert self.values is not None  # keys and values are set together
             self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
             self.values = torch.cat([self.values, v], dim=2)
         for keep, window, raw in ((self.keep_key, self.raw_k, raw_k), (self.keep_query, self.raw_q, raw_q)):
             if keep:
+                assert raw is not None  # raw_k is always given; raw_q was checked above
                 window.push(raw, past, keep_from=past + T - self.window)
         return self.keys, self.values
 
@@ -148,6 +150,7 @@ class LayerCache:
         if length == 0:
             self.keys = self.values = None
         else:
+            assert self.keys is not None and self.values is not None  # 0 < length < len(self)
             self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
         for window in (self.raw_k, self.raw_q):
             window.crop(length, keep=self.window)
@@ -194,6 +197,7 @@ class PSACache:
         """(B,) position of the next token, or None for an empty cache."""
         if self.key_pos is None:
             return None
+        assert self.key_valid is not None  # the three bookkeeping tensors are set together
         return torch.where(self.key_valid[:, -1], self.key_pos[:, -1] + 1, 0)
 
     def record(self, chunk: ChunkRecord) -> None:
@@ -201,6 +205,7 @@ class PSACache:
         if self.key_pos is None:
             self.key_valid, self.key_seq, self.key_pos = chunk.valid, chunk.seq, chunk.pos
         else:
+            assert self.key_valid is not None and self.key_seq is not None
             self.key_valid = torch.cat([self.key_valid, chunk.valid], dim=1)
             self.key_seq = torch.cat([self.key_seq, chunk.seq], dim=1)
             self.key_pos = torch.cat([self.key_pos, chunk.pos], dim=1)
@@ -219,6 +224,7 @@ class PSACache:
             self.key_valid = self.key_seq = self.key_pos = None
             self.simple = True
         else:
+            assert self.key_valid is not None and self.key_seq is not None and self.key_pos is not None
             self.key_valid, self.key_seq, self.key_pos = (
                 self.key_valid[:, :length], self.key_seq[:, :length], self.key_pos[:, :length]
             )
@@ -242,6 +248,7 @@ class PSACache:
             return
         for layer in self.layers:
             layer.reorder(index)
+        assert self.key_valid is not None and self.key_seq is not None
         self.key_valid, self.key_seq, self.key_pos = (
             x.index_select(0, index) for x in (self.key_valid, self.key_seq, self.key_pos)
         )

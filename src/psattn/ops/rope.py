@@ -29,6 +29,8 @@ def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
 class RotaryEmbedding(nn.Module):
     """Produces cos/sin tables for given positions: angle(t, i) = t * base^(-2i/r)."""
 
+    inv_freq: Tensor  # a buffer (registered in __init__)
+
     def __init__(self, head_dim: int, base: float = 10000.0, rotary_fraction: float = 1.0):
         super().__init__()
         if not base > 1.0:

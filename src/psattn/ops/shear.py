@@ -76,6 +76,7 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
         after_pad = torch.zeros_like(real)
         after_pad[:, 1:] = real[:, 1:] & ~real[:, :-1]
         starts = after_pad if starts is None else starts | after_pad
+    assert starts is not None  # one of the two was given
     return starts
 
 

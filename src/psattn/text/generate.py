@@ -37,6 +37,7 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
     new = generate(model, torch.tensor([window]), room, **sampling).sequences[0, len(window):].tolist()
     while len(new) < max_new_tokens:  # past the window: slide it, one token at a time
+        assert context is not None  # without a window the first call asked for them all
         recent = (window + new)[-(context - 1):]
         new += generate(model, torch.tensor([recent]), 1, **sampling).sequences[0, -1:].tolist()
     return new

@@ -104,11 +104,11 @@ def _encode(tokenizer: Tokenizer, parts: list[str], desc: str) -> np.ndarray:
 
 def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_fraction: float, out: Path,
            corpus_digest: str = "") -> None:
-    texts = [d for d in documents if d.text is not None]
+    texts = [d.text for d in documents if d.text is not None]
     if texts and len(texts) != len(documents):
         raise ValueError("a corpus must be all text files or all token files, not both")
     if texts:
-        parts = [split_text(d.text, eval_fraction) for d in documents]
+        parts = [split_text(text, eval_fraction) for text in texts]
         tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts])
         train = _encode(tok, [p[0] for p in parts], "tokenizing (train)")
         held = _encode(tok, [p[1] for p in parts], "tokenizing (held-out)")
@@ -117,7 +117,10 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         if tokenizer == "bpe":
             raise ValueError("a token-file corpus needs the tokenizer that made it: 'byte' or a tokenizer.json path")
         tok = _make_tokenizer(tokenizer, vocab_size, [])
-        pieces = [split_tokens(d.tokens.astype(np.int64), eval_fraction) for d in documents]
+        pieces = []
+        for d in documents:
+            assert d.tokens is not None  # a document holds text or tokens
+            pieces.append(split_tokens(d.tokens.astype(np.int64), eval_fraction))
         train, held = np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
         counts = [[len(p[0]), len(p[1])] for p in pieces]
     for name, stream in (("train", train), ("eval", held)):

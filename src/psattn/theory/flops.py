@@ -49,7 +49,7 @@ def _matmul_flops(packet, args) -> int | None:
 class FlopCounter(TorchDispatchMode):
     """``with FlopCounter() as fc: ...`` then ``fc.total`` and ``fc.by_op`` (name -> FLOPs)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.by_op: Counter[str] = Counter()
 

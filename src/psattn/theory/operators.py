@@ -25,16 +25,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from psattn.models.config import AttentionConfig, ModelConfig
+from psattn.models.config import AttentionConfig, ModelConfig, Variant
 from psattn.models.decoder import DecoderLM
-from psattn.ops.cache import LayerCache, PSACache
+from psattn.ops.cache import LayerCache, PSACache, tensor_bytes
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import shear as library_shear
+from psattn.ops.variants import Placement
 from psattn.theory.transition import C_CONSTANT, gamma_c
 
 CACHE_MODES = ("sheared", "raw_keys", "recompute")
@@ -45,7 +47,7 @@ class OperatorUnderTest:
     name: str
     description: str
     shear: Callable[..., Tensor] = library_shear
-    placement: str = "post_rope"
+    placement: Placement = "post_rope"
     cache: str = "sheared"
     critical_coupling: Callable = gamma_c
     rope_base: float = 10000.0
@@ -70,7 +72,8 @@ class OperatorUnderTest:
         """A small eval-mode model running this operator, with weights drawn from ``seed`` (normal
         with ``std``, large enough that outputs depend strongly on the input)."""
         base = dict(vocab_size=37, d_model=32, n_layers=2, n_heads=4, rope_base=self.rope_base)
-        config = ModelConfig(**{**base, **fields}, attention=AttentionConfig(variant, gamma, self.placement))
+        attention = AttentionConfig(cast(Variant, variant), gamma, self.placement)  # AttentionConfig checks the variant
+        config = ModelConfig(**{**base, **fields}, attention=attention)
         torch.manual_seed(seed)
         model = DecoderLM(config).to(dtype).eval()
         with torch.no_grad():
@@ -85,7 +88,7 @@ class OperatorUnderTest:
         """The cache this operator decodes with."""
         if self.cache == "sheared":
             return model.new_cache(max_rollback)
-        layers = []
+        layers: list[LayerCache] = []
         for block in model.blocks:
             a = block.attn
             args = (a.gamma_q != 0.0, a.gamma_k != 0.0, max_rollback)
@@ -117,7 +120,7 @@ class RecomputingLayerCache(LayerCache):
         return self.keys, values
 
     def extra_state_bytes(self) -> int:
-        return super().extra_state_bytes() + self.all_raw_k.numel() * self.all_raw_k.element_size()
+        return super().extra_state_bytes() + tensor_bytes(self.all_raw_k)
 
 
 def _wrong_sign_shear(x, gamma, **kw):

@@ -192,9 +192,9 @@ def compare_with_theory(d_ks, Ts, *, n_samples: int = 256, seed: int = 0, criter
     dk_grid, T_grid = np.meshgrid(d_ks, Ts)
     theory = np.asarray(gamma_c(dk_grid, T_grid, c))
     branch = np.where(dk_grid >= np.asarray(crossover_dk(T_grid)), 1, 2)
-    stats = {"all": _agreement(sim.ravel(), theory.ravel()),
-             "above_crossover": _agreement(sim[branch == 1], theory[branch == 1]),
-             "below_crossover": _agreement(sim[branch == 2], theory[branch == 2])}
+    stats: dict[str, Any] = {"all": _agreement(sim.ravel(), theory.ravel()),
+                             "above_crossover": _agreement(sim[branch == 1], theory[branch == 1]),
+                             "below_crossover": _agreement(sim[branch == 2], theory[branch == 2])}
     parting = []
     for i, T in enumerate(Ts):
         for j, d in enumerate(d_ks):

@@ -81,7 +81,8 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
     return state
 
 
-def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: Path, config_path: Path) -> None:
+def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: str | Path,
+                       config_path: str | Path) -> None:
     """``model.load_state_dict(weights)``, with a ``CheckpointError`` naming both files when they do not fit."""
     try:
         model.load_state_dict(weights)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.trainer import TASK_METRICS, eval_batch, evaluate, load_trained
 
 
-def evaluate_run(run_dir: str | Path, overrides: list[str] = (), *, corpus: str | None = None,
+def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: str | None = None,
                  rows: int | None = None) -> dict[str, Any]:
     """Held-out accuracy and loss of ``run_dir``'s model (its last checkpoint) on ``rows`` held-out rows
     (default: the run's eval_size) of its task changed by ``overrides`` (``task.field=value``), plus the

@@ -16,7 +16,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the lock is then a no-op
 
 
 class RunLocked(ValueError):

@@ -56,7 +56,7 @@ def trainer_vs_bare_loop(config: RunConfig, steps: int = 30, repeats: int = 3) -
 
     runs = {"trainer": lambda: train(timed, on_step=mark), "bare": lambda: bare_loop(timed, steps, mark)}
     bare_loop(timed, 3)  # warm up allocator and kernels before timing anything
-    times = {"trainer": [], "bare": []}
+    times: dict[str, list[float]] = {"trainer": [], "bare": []}
     for i in range(repeats):
         for name, run in (list(runs.items()) if i % 2 == 0 else list(runs.items())[::-1]):
             marks.clear()

@@ -22,7 +22,7 @@ import math
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,7 @@ def load_trained(run_dir: str | Path) -> DecoderLM:
     return model.eval()
 
 
-def lr_factor(train, extensions: list[dict[str, Any]] = ()) -> Callable[[int], float]:
+def lr_factor(train, extensions: Sequence[dict[str, Any]] = ()) -> Callable[[int], float]:
     """The learning-rate multiplier of each step: linear warm-up, then cosine decay to ``min_lr_ratio``
     at ``train.steps``. A run extended to more steps (``extensions``, recorded in its meta.json) keeps
     its schedule up to the step it was extended at, then decays by a new cosine from the factor it had
@@ -164,7 +164,7 @@ def lr_factor(train, extensions: list[dict[str, Any]] = ()) -> Callable[[int], f
     return factor
 
 
-def build_optimizer(model: torch.nn.Module, train, extensions: list[dict[str, Any]] = ()
+def build_optimizer(model: torch.nn.Module, train, extensions: Sequence[dict[str, Any]] = ()
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with weight decay on matrices only, and the schedule of ``lr_factor``."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -202,7 +202,7 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
 class _StopFlag:
     """Turns a stop signal into a request honoured at the next step boundary (then checkpoint, raise)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.signum: int | None = None
 
     @property
@@ -250,7 +250,7 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
 
 
 def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False,
-                     extensions: list[dict[str, Any]] = ()) -> None:
+                     extensions: Sequence[dict[str, Any]] = ()) -> None:
     """Write config.json and meta.json (with the schedule's ``extensions``), after ``check_run_dir``.
     An existing run keeps its meta.json unless ``fresh`` (a restart from step 0) or extended."""
     config_path = run_dir / "config.json"
@@ -261,7 +261,7 @@ def _write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fre
     if config_path.exists() and not _holds_progress(run_dir):
         log.info("%s holds a config but no training yet; starting it afresh", run_dir)
         fresh = True  # a failed start left only its config: nothing to protect
-    extended = not fresh and extensions != _read_meta(run_dir).get("extensions", [])
+    extended = not fresh and list(extensions) != _read_meta(run_dir).get("extensions", [])
     if config_path.exists() and not fresh:
         if tokens is not None:
             check_same_data(run_dir, tokens().fingerprint)
@@ -314,7 +314,7 @@ class _Run:
     start or resume, take a step, evaluate and log, checkpoint."""
 
     def __init__(self, config: RunConfig, run_dir: Path | None, ddp: Distributed, device: torch.device,
-                 extensions: list[dict[str, Any]] = ()):
+                 extensions: Sequence[dict[str, Any]] = ()):
         self.config, self.t, self.ddp, self.run_dir = config, config.train, ddp, run_dir
         self.ckpt_path = None if run_dir is None else run_dir / "checkpoint.pt"
         self.writes = run_dir is not None and ddp.is_main
@@ -334,21 +334,27 @@ class _Run:
         self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
         self.board = None  # a TensorBoard writer, opened by start_or_resume when train.tensorboard is set
 
+    @property
+    def directory(self) -> Path:
+        """The run directory, where there is one (``writes``, a checkpoint path)."""
+        assert self.run_dir is not None
+        return self.run_dir
+
     def start_or_resume(self, resume: bool) -> None:
         """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
         what an earlier run left in the directory and log the untrained model as the step-0 row."""
         if resume and self.ckpt_path is not None and self.ckpt_path.exists():
-            self.state.load(self.ckpt_path, self.run_dir / "config.json")
+            self.state.load(self.ckpt_path, self.directory / "config.json")
             if self.writes:
-                write_jsonl(self.run_dir / "metrics.jsonl", self.state.history)  # drop lines written after the checkpoint
+                write_jsonl(self.directory / "metrics.jsonl", self.state.history)  # drop lines written after the checkpoint
             log.info("resumed %s at step %d", self.run_dir, self.state.step)
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
-            write_jsonl(self.run_dir / "metrics.jsonl", [])
+            write_jsonl(self.directory / "metrics.jsonl", [])
             for stale in ("result.json", "checkpoint.pt"):
-                (self.run_dir / stale).unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+                (self.directory / stale).unlink(missing_ok=True)
+            shutil.rmtree(self.directory / "tensorboard", ignore_errors=True)
         if self.t.tensorboard and self.writes:
-            self.board = tensorboard_writer(self.run_dir / "tensorboard", purge_step=self.state.step or None)
+            self.board = tensorboard_writer(self.directory / "tensorboard", purge_step=self.state.step or None)
         if not self.state.history:
             self.evaluate_and_log(None, self.state.seconds)
 
@@ -383,7 +389,7 @@ class _Run:
             row.update(self.metrics(self.model, self.config.task, self.held_out))
         self.state.history.append(row)
         if self.writes:
-            with open(self.run_dir / "metrics.jsonl", "a") as f:
+            with open(self.directory / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
         if self.board is not None:  # the row's numbers (not the per-position or per-head lists)
             for key, value in row.items():
@@ -400,6 +406,7 @@ class _Run:
 
     def checkpoint(self) -> None:
         if self.writes:
+            assert self.ckpt_path is not None  # there is a run directory
             self.state.save(self.ckpt_path)
         barrier(self.ddp)
 
@@ -489,7 +496,7 @@ def train(
                     run.state.seconds += time.perf_counter() - start
                     start = time.perf_counter()
                     run.checkpoint()
-                if stop.requested:
+                if stop.signum is not None:  # stop.requested
                     bar.close()
                     hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
                             else "no run directory, nothing kept")
@@ -503,7 +510,7 @@ def train(
         run.close()
         result = run.result(timed_out)
         if run.writes and not timed_out:
-            write_json(run_dir / "result.json", result.to_dict())
+            write_json(run.directory / "result.json", result.to_dict())
         barrier(ddp)
         return result
 
@@ -549,9 +556,9 @@ def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: t
     """(inputs, targets, scored positions of the global batch) -> this rank's loss, with DDP,
     bf16 autocast and torch.compile as configured."""
     t = config.train
-    net = model
+    net: torch.nn.Module = model
     if t.compile:
-        net = torch.compile(net)
+        net = torch.compile(net)  # type: ignore[assignment]  # an OptimizedModule (torch types the result as a callable)
     if ddp.enabled:
         net = torch.nn.parallel.DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None)

@@ -19,7 +19,9 @@ sequence starts, and the cache layer.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -99,7 +101,8 @@ def psa_eager(module, query, key, value, attention_mask, **kwargs):
     return psa_attention_forward(_eager_base(module), module, query, key, value, attention_mask, **kwargs)
 
 
-IMPLEMENTATIONS = {"sdpa": ("psa_sdpa", psa_sdpa, sdpa_mask), "eager": ("psa_eager", psa_eager, eager_mask)}
+IMPLEMENTATIONS: dict[str, tuple[str, Callable[..., Any], Callable[..., Any]]] = {
+    "sdpa": ("psa_sdpa", psa_sdpa, sdpa_mask), "eager": ("psa_eager", psa_eager, eager_mask)}
 assert tuple(IMPLEMENTATIONS) == BASES
 
 

@@ -27,10 +27,11 @@ prepared (the cache used by a model without PSA) raises instead of storing wrong
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
 from psattn.ops.cache import RawWindow, tensor_bytes
@@ -85,6 +86,7 @@ class PSALayer(DynamicLayer):
             )
         starts, self._starts = self._starts, None
         spec, past = self.spec, self.get_seq_length()
+        assert spec is not None  # prepare sets it with the starts
         T = key_states.shape[-2]
         prev = self.raw_k.last() if past and spec.gamma_k != 0.0 else None
         k_hat = shear(key_states, spec.gamma_k, starts=starts, prev=prev, boundary=spec.boundary)
@@ -96,6 +98,7 @@ class PSALayer(DynamicLayer):
         """Shear the chunk's raw queries (B, Hq, T, D), continuing the cached query stream; called by
         the attention function right after ``update``."""
         spec = self.spec
+        assert spec is not None  # set by prepare, before update
         if spec.gamma_q == 0.0:
             return query
         T = query.shape[-2]
@@ -163,13 +166,14 @@ class PSADynamicCache(DynamicCache):
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
         super().__init__(config=config)
-        window = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
+        window: dict[str, Any] = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
         self.layers = [_as_psa_layer(layer, window, i) for i, layer in enumerate(self.layers)]
         if self.layer_class_to_replicate is not None:
-            self.layer_class_to_replicate = partial(PSALayer, **window)
+            self.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
 
     def kv_bytes(self) -> int:
-        return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in self.layers if layer.is_initialized)
+        return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in self.layers
+                   if isinstance(layer, CacheLayerMixin) and layer.is_initialized)
 
     def extra_state_bytes(self) -> int:
         return sum(layer.extra_state_bytes() for layer in self.layers if isinstance(layer, PSALayer))
@@ -205,9 +209,9 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
         )
     if getattr(cache, "offloading", False):
         raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
-    window = dict(max_rollback=spec.max_rollback, keep_last_call=spec.keep_last_call)
+    window: dict[str, Any] = dict(max_rollback=spec.max_rollback, keep_last_call=spec.keep_last_call)
     if cache.layer_class_to_replicate is DynamicLayer:
-        cache.layer_class_to_replicate = partial(PSALayer, **window)
+        cache.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
     while len(cache.layers) <= layer_idx:
         cache.layers.append(PSALayer(**window))
     layer = cache.layers[layer_idx]

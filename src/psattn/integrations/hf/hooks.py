@@ -56,9 +56,9 @@ def listening(module: nn.Module, name: str) -> bool:
 
 def read_score_terms(module: nn.Module, spec, starts: Tensor, query: Tensor, key: Tensor) -> None:
     """Pass T1..T4 of the chunk's raw streams to ``hook_score_terms`` (read-only)."""
-    if listening(module, "score_terms"):
-        module.hook_score_terms(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k,
-                                            starts=starts, boundary=spec.boundary))
+    point = getattr(module, "hook_score_terms", None)
+    if point is not None and point.active:
+        point(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k, starts=starts, boundary=spec.boundary))
 
 
 def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: float | None) -> Tensor:
@@ -69,4 +69,4 @@ def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: floa
         mask = mask[..., :Tk]  # (B, 1, Tq, Tk), as transformers' eager attention slices it
     weights = attention_weights(q_hat, k_hat, attn_mask=mask if isinstance(mask, Tensor) else None,
                                 is_causal=mask is None and Tq == Tk and Tq > 1, scale=scaling)
-    return module.hook_pattern(weights)
+    return through(module, "pattern", weights)  # called when hook_pattern is listened to

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 from transformers import PretrainedConfig
@@ -40,8 +41,13 @@ from psattn.integrations.hf.saving import (
     saved_spec,
     unmark_config,
 )
-from psattn.integrations.hf.spec import PSASpec
+from psattn.integrations.hf.spec import PSASpec, PSAVariant
 from psattn.integrations.hf.starts import chunk_starts
+from psattn.ops.shear import Boundary
+from psattn.ops.variants import Placement
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +72,13 @@ class _PSAState:
     spec: PSASpec  # replaced (never mutated) by set_psa_gamma; the hooks read it at every call
     base: str
     original_implementation: str | None
-    original_config_class: type
+    original_config_class: type[PretrainedConfig]
     modules: list
     handles: list
     shared_config: object  # the config object the model held before: other models may hold it too
 
 
-def _attention_pre_hook(state: _PSAState, name: str, module: nn.Module, args: tuple, kwargs: dict):
+def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, kwargs: dict):  # a transformers attention module
     spec = state.spec
     if module.config._attn_implementation != name:
         raise RuntimeError(
@@ -98,7 +104,7 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
     if getattr(config, "is_encoder_decoder", False):
         raise NotImplementedError("PSA supports decoder-only models; encoder-decoder models are not supported")
     model_type = base_model_type(getattr(config, "model_type", None))
-    if model_type not in SUPPORTED:
+    if model_type is None or model_type not in SUPPORTED:
         raise NotImplementedError(
             f"PSA does not support model_type {model_type!r} ({type(model).__name__}); supported: "
             f"{sorted(SUPPORTED)}. PSA needs rotary position embeddings applied inside the attention module "
@@ -116,22 +122,22 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
     windowed = getattr(config, "use_sliding_window", True) and (
         window is not None if layer_types is None else "sliding_attention" in layer_types
     )
-    if windowed and window < 2:
+    if windowed and window is not None and window < 2:  # None: no window
         raise NotImplementedError(f"sliding_window={window} hides each token's predecessor; PSA needs a window >= 2")
     return modules
 
 
 def apply_psa(
-    model: nn.Module,
-    variant: str = "key_only",
+    model: PreTrainedModel,
+    variant: PSAVariant = "key_only",
     gamma: float = 0.8,
     *,
-    placement: str = "post_rope",
-    boundary: str = "replicate",
+    placement: Placement = "post_rope",
+    boundary: Boundary = "replicate",
     attn_implementation: str = "sdpa",
     max_rollback: int = 0,
     keep_last_call: bool = True,
-) -> nn.Module:
+) -> PreTrainedModel:
     """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
 
     ``variant`` is one of ``symmetric``, ``key_only`` (the best one for induction), ``query_only``,
@@ -164,13 +170,13 @@ def apply_psa(
     for m in modules:
         state.handles.append(m.register_forward_pre_hook(partial(_attention_pre_hook, state, name), with_kwargs=True))
         add_hook_points(m)
-    model._psa_state = state
+    model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
     return model
 
 
-def remove_psa(model: nn.Module) -> nn.Module:
+def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     """Undo ``apply_psa``: remove the hooks and restore the original attention implementation.
     Caches filled while PSA was on hold sheared keys and refuse further use."""
     state = getattr(model, "_psa_state", None)
@@ -185,7 +191,7 @@ def remove_psa(model: nn.Module) -> nn.Module:
     else:  # built as a PSA model (from a saved one): its own copy, made plain
         model.set_attn_implementation(state.original_implementation or "sdpa")
         unmark_config(model.config, state.original_config_class)
-    model._psa_state = None
+    model._psa_state = None  # type: ignore[assignment]  # as in apply_psa
     return model
 
 
@@ -214,7 +220,7 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
     """Change the shear coupling of a patched model (or of the patched model inside a wrapper such
     as PEFT's ``PeftModel``) in place; the variant, hence which streams are sheared, stays. Used by
     the γ warm-up of ``.warmup``; a cache filled under another γ refuses further use."""
-    patched = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]
+    patched: list[Any] = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]  # transformers models
     if not patched:
         raise RuntimeError("PSA is not applied to this model; call apply_psa(model, ...) first")
     for m in patched:
@@ -263,7 +269,7 @@ def load_psa_model(
             f"{source if not isinstance(source, PretrainedConfig) else 'this config'} holds a PSA model saved with "
             f"{saved}; it loads only with those settings (got {given}). Load it, then remove_psa / apply_psa to change them."
         )
-    cls = model_class or AutoModelForCausalLM
+    cls: Any = model_class or AutoModelForCausalLM
     kwargs.setdefault("attn_implementation", attn_implementation)
     if saved is not None and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
         cls = psa_model_class(cls)

@@ -18,6 +18,7 @@ before saving gives a plain checkpoint again.
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING, overload
 
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
@@ -26,9 +27,16 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from psattn.integrations.hf.spec import PSASpec
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 PREFIX = "psattn_"
 
 
+@overload
+def base_model_type(model_type: str) -> str: ...
+@overload
+def base_model_type(model_type: None) -> None: ...
 def base_model_type(model_type: str | None) -> str | None:
     """``llama`` for ``psattn_llama`` (and for ``llama``)."""
     if model_type is not None and model_type.startswith(PREFIX):
@@ -59,10 +67,11 @@ class _BuildsWithPSA:
 
 
 @cache
-def psa_model_class(model_cls: type) -> type:
+def psa_model_class(model_cls: type[PreTrainedModel]) -> type[PreTrainedModel]:
     """The subclass of a transformers model class that builds with PSA applied from ``config.psa``."""
     if issubclass(model_cls, _BuildsWithPSA):
         return model_cls
+    assert model_cls.config_class is not None  # every causal LM class names its config class
     base = model_cls.config_class.model_type
     return type(f"PSA{model_cls.__name__}", (_BuildsWithPSA, model_cls),
                 {"config_class": psa_config_class(base), "__module__": __name__})
@@ -81,7 +90,7 @@ def saved_spec(config: PretrainedConfig) -> PSASpec | None:
         raise ValueError(f"malformed PSA settings in the model config: {err}") from err
 
 
-def mark_config(config: PretrainedConfig, spec: PSASpec) -> type:
+def mark_config(config: PretrainedConfig, spec: PSASpec) -> type[PretrainedConfig]:
     """Make ``config`` a PSA config (in place): its class becomes ``psattn_<base>``'s, ``psa`` the
     spec. Returns the class it had, for ``unmark_config``."""
     original = type(config)
@@ -90,7 +99,7 @@ def mark_config(config: PretrainedConfig, spec: PSASpec) -> type:
     return original
 
 
-def unmark_config(config: PretrainedConfig, original: type) -> None:
+def unmark_config(config: PretrainedConfig, original: type[PretrainedConfig]) -> None:
     """Undo ``mark_config``: back to ``original`` (the base class if that was a PSA one), without ``psa``."""
     if hasattr(config, "psa"):
         del config.psa

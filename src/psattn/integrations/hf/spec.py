@@ -9,6 +9,9 @@ from psattn.fields import check_choices, from_fields
 from psattn.ops.shear import Boundary, check_gamma
 from psattn.ops.variants import Placement, variant_gammas
 
+#: the PSA variants the transformers integration supports (no learned key-lag baselines)
+PSAVariant = Literal["baseline", "symmetric", "key_only", "query_only"]
+
 # Base attention kernels PSA can run on: the shear happens first, then the named kernel attends.
 BASES = ("sdpa", "eager")
 
@@ -25,7 +28,7 @@ class PSASpec:
     crops (assisted decoding of this model) reaching back only ``max_rollback`` tokens.
     """
 
-    variant: Literal["baseline", "symmetric", "key_only", "query_only"] = "key_only"
+    variant: PSAVariant = "key_only"
     gamma: float = 0.8
     placement: Placement = "post_rope"
     boundary: Boundary = "replicate"

@@ -15,7 +15,7 @@ class Evidence:
     """The sub-checks of one certificate. It passes when every check passed and there was at least
     one (so that a certificate cannot pass by checking nothing)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.items: list[tuple[bool, str]] = []
 
     def check(self, ok, what: str) -> bool:

@@ -57,7 +57,7 @@ def filter_order_gap(op: OperatorUnderTest, ev: Evidence) -> None:
 
     # Symbolic: a key-side order-0 score sees each key only as (token, offset) (plus the query side,
     # which is identical in S1 and S2), so S1's target is S2's distractor and vice versa.
-    feats = {}
+    feats: dict[str, dict[str, tuple[str, int | str]]] = {}
     for name, (seq, target, distractor) in INSTANCE.items():
         t = len(seq) - 1
         previous_a = max(j for j in range(t) if seq[j] == seq[t])
