@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from psattn.experiments import declared as exp
-from psattn.experiments.gamma_depth import (GAMMAS, PREDECESSOR, allowed_exponents, bracket, depth_table, fit_depth_law,
-                                            format_depth_table, near_best)
+from psattn.experiments.gamma_depth import (
+    GAMMAS,
+    PREDECESSOR,
+    allowed_exponents,
+    bracket,
+    depth_table,
+    fit_depth_law,
+    format_depth_table,
+    near_best,
+)
 from psattn.experiments.induction_report import LEFT_OUT
 from psattn.experiments.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
 from psattn.experiments.phase_change import detect_phase_change
