@@ -223,7 +223,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
 
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
     p = _plan(mode)
-    model = {"model_preset": "psa-92m"} if mode == "full" else {}
+    model: dict[str, Any] = {"model_preset": "psa-92m"} if mode == "full" else {}
     return [_run(p, "symmetric", g, seed=s, **model) for g in p.grids.gammas for s in p.training.seeds]
 
 

@@ -110,21 +110,23 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
     """Heat maps of layer-0 attention patterns (heads, T, T) on a [BOS] + R + R row, one row of
     panels per variant."""
     names = list(patterns)
+    if not names:
+        raise ValueError("no attention patterns to draw")
     heads = patterns[names[0]].shape[0]
     fig = Figure(figsize=(2.2 * heads + 1.0, 2.2 * len(names) + 0.4), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(names), heads))
-    image = None
+    images = []
     for i, name in enumerate(names):
         for h in range(heads):
             ax = axes[i, h]
-            image = ax.imshow(patterns[name][h], cmap="viridis", vmin=0, vmax=1)
+            images.append(ax.imshow(patterns[name][h], cmap="viridis", vmin=0, vmax=1))
             ax.set_xticks([])
             ax.set_yticks([])
             if h == 0:
                 ax.set_ylabel(name, fontsize=8)
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=8)
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (row: query, column: key)")
+    fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (row: query, column: key)")
     fig.suptitle("layer-0 attention on [BOS] + R + R (R: random tokens), seed-0 models")
     return save_figure(fig, path)
 
@@ -153,8 +155,9 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         if change is not None:
             prefix.plot([change.tokens / 1e6], [change.score], "o", markersize=11, markerfacecolor="none",
                         color=f"C{i % 10}")
-        if (predicted or {}).get(label) is not None:
-            prefix.axvline(predicted[label] / 1e6, color=f"C{i % 10}", linestyle=":", linewidth=1.2)
+        when = (predicted or {}).get(label)
+        if when is not None:
+            prefix.axvline(when / 1e6, color=f"C{i % 10}", linestyle=":", linewidth=1.2)
     for t in sorted({context} if isinstance(context, int) else set(context), reverse=True):
         prefix.axhline(2.0 / t, color="grey", linestyle=":", linewidth=1,
                        label=f"uniform attention, T = {t} (~2/T = {2.0 / t:.3f})")

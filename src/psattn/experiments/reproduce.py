@@ -49,7 +49,7 @@ def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[l
     from psattn.theory.report import theory_report
 
     symmetric = next(c for c in exp.variant_table(mode)
-                     if c.model.attention.variant == "symmetric" and c.model.attention.placement == "post_rope")
+                     if (a := c.model.layer_attention_configs()[0]).variant == "symmetric" and a.placement == "post_rope")
     run_dir = out / "runs" / symmetric.name
     model, label = bode_model(out / "theory", mode == "quick", run_dir if (run_dir / "result.json").exists() else None)
     result = theory_report(out / "theory", model, label, quick=mode == "quick",
@@ -78,7 +78,9 @@ def reproduce(
     if unknown:
         raise ValueError(f"unknown report sections {sorted(unknown)}; expected some of {SECTIONS}")
     started = datetime.now(timezone.utc)
-    lines, data, timings = [], {}, {}
+    lines: list[str] = []
+    data: dict[str, Any] = {}
+    timings: dict[str, float] = {}
     with _timed(timings, "training"):
         runs = train_all(out, mode, sections, workers, progress)
     if "induction" in sections:
