@@ -36,7 +36,10 @@ def test_declared_experiments(mode):
     variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
     expected = {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")}
     assert expected <= variants
-    assert all(c.model.n_layers == 1 for c in exp.variant_table(mode))
+    two = {(c.task.form, c.model.attention.variant, c.model.mlp) for c in exp.variant_table(mode) if c.model.n_layers == 2}
+    forms = ("full",) if mode == "quick" else ("full", "single")
+    assert two == {(f, v, m) for f in forms for v in ("baseline", "key_only") for m in (True, False)}
+    assert {c.model.n_layers for c in exp.variant_table(mode)} == {1, 2}
     with pytest.raises(ValueError, match="unknown mode"):
         exp.gamma_sweep("medium")
 
@@ -51,7 +54,8 @@ def test_gamma_zero_runs_are_the_baseline_and_shared():
 def test_quick_rows_that_report_success_stop_once_it_is_decided():
     primary = {v for v, _, _, is_primary in exp.VARIANT_ROWS if is_primary}
     for c in exp.variant_table("quick"):
-        decided = c.model.attention.variant not in primary or c.model.attention.placement != "post_rope"
+        decided = (c.model.attention.variant not in primary or c.model.attention.placement != "post_rope"
+                   or c.model.n_layers == 2)
         assert c.train.early_stop == decided and c.train.early_stop_evals == (2 if decided else 1), c.name
         assert ("-stop2-" in c.name) == decided
     assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in exp.EXPERIMENTS[name]("quick"))
@@ -164,6 +168,7 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
     steps = {(c.task.form, c.train.steps) for c in exp.variant_table("quick")}
     assert steps == {("full", 600), ("full", 400), ("single", 800), ("single", 533)}
+    assert {c.train.batch_size for c in exp.variant_table("quick") if c.model.n_layers == 2} == {64}
     assert len(names) == len(exp.critical_gamma("quick"))
 
 
@@ -212,7 +217,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                    "Gamma sweep", "random_offset", "multihop", "Size scan", "Trainer speed", "Mean-field", "## Theory",
                    "## Real text", "ICL score",
                    "Copy gain on a repeated held-out passage", "standard library", "Samples", "On a device",
-                   "ms per token", "Single-answer form",
+                   "ms per token", "INT8 dynamic", "INT8 static", "faithful to fp32", "Single-answer form",
                    "Full-sequence form",
                    "Sensitivity to the initialisation", "torch",
                    "0.949", "717", "| part | wall minutes |", "| training |", "longest:",

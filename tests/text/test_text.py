@@ -305,6 +305,32 @@ def test_the_text_verdict_reads_each_clause_off_the_numbers():
     assert verdict(rows, tokens=1_638_400).startswith("This verdict speaks for 1.6M training tokens, before two plain")
 
 
+def _precision(bpb, top1=None, kl=None):
+    m = {"size_bytes": 1e6, "ms_per_token": 0.1, "text": {"bits_per_byte": bpb, "icl_score": -0.2}}
+    if top1 is not None:
+        m.update(teacher_forced={"top1_agreement": top1, "kl_nats": kl}, greedy={"tokens_agree": 1.0})
+    return m
+
+
+def test_the_edge_verdict_compares_each_int8_mode_on_both_teacher_forced_measures():
+    from psattn.experiments.text_report import edge_table, edge_verdict
+
+    edge = {"1 layer, key_only γ=1": {"parameters": 10, "fp32": _precision(2.000),
+                                      "INT8 dynamic": _precision(2.001, 0.979, 4.0e-4),
+                                      "INT8 static": _precision(2.008, 0.990, 1.0e-4)},
+            "2 layers, baseline": {"parameters": 20, "fp32": _precision(1.900),
+                                   "INT8 dynamic": _precision(1.901, 0.978, 4.2e-4),
+                                   "INT8 static": _precision(1.902, 0.980, 0.9e-4)}}
+    text = edge_verdict(edge)
+    assert "INT8 dynamic: 1 layer, key_only γ=1 at least as faithful to fp32 as 2 layers, baseline" in text
+    assert "+0.0010 from fp32 (within 0.005)" in text
+    # better top-1 but worse KL is not "at least as faithful"; 0.008 bits per byte is outside the margin
+    assert "INT8 static: 1 layer, key_only γ=1 less faithful to fp32 than 2 layers, baseline" in text
+    assert "+0.0080 from fp32 (outside 0.005)" in text
+    lines = edge_table(edge)
+    assert len(lines) == 2 + 6 and lines[3].startswith("|  |  | INT8 dynamic | ")
+
+
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():
     from psattn.experiments.text import format_text_summary, text_experiment, text_seeds
 

@@ -47,6 +47,7 @@ from psattn.experiments.two_layer import two_layer
 from psattn.training.config import RunConfig
 
 MODES = ("quick", "full")
+FORMS = ("full", "single")  # the induction task's two forms: every repeat scored, or one answer a row
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Training:
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
     early_stop_evals: int
     device: str
+    two_layer_forms: tuple[str, ...]  # the forms whose variant table has the two-layer rows
+    two_layer_batch_size: int  # their rows a step, on either form
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,8 @@ class Plan:
 PLANS = {
     "quick": Plan(
         Training(seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, single_steps=800, batch_size=32,
-                 single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.8, early_stop_evals=2, device="cpu"),
+                 single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.8, early_stop_evals=2, device="cpu",
+                 two_layer_forms=("full",), two_layer_batch_size=64),
         GammaGrids(gammas=(0.0, 0.5, 1.0, 2.0), control_gammas=(0.0, 0.5, 1.0), control_steps=400,
                    sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0),
         CriticalGrids(head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2), gammas=(0.1, 0.2, 0.3, 0.5),
@@ -126,7 +130,7 @@ PLANS = {
     "full": Plan(
         Training(seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, single_steps=5000,
                  batch_size=64, single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.9, early_stop_evals=0,
-                 device="auto"),
+                 device="auto", two_layer_forms=FORMS, two_layer_batch_size=64),
         GammaGrids(gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0), control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2),
                    control_steps=3000,
                    sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
@@ -152,8 +156,11 @@ VARIANT_ROWS = (
     ("primer_dconv", 0.0, "post_rope", False),
     ("canon", 0.0, "post_rope", False),
 )
+#: (variant, gamma, MLPs) of the variant table's two-layer rows: the second layer's side of "one PSA
+#: layer does what otherwise costs a second layer", with and without MLPs (``psattn sweep two_layer``
+#: has more seeds and a third recipe)
+TWO_LAYER_ROWS = (("baseline", 0.0, True), ("baseline", 0.0, False), ("key_only", 1.0, True), ("key_only", 1.0, False))
 CONTROL_TASKS = ("random_offset", "multihop")
-FORMS = ("full", "single")  # the induction task's two forms: every repeat scored, or one answer a row
 KEY_LAG_ROWS = tuple((v, g) for v, g, p, primary in VARIANT_ROWS if v in ("smeared_keys", "kv_shift", "primer_dconv", "canon"))
 
 
@@ -186,7 +193,13 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     """Every variant on the full-sequence form (primary rows on every seed), and the same on the
     single-answer form with its own budget (secondary rows there at the secondary budget scaled alike).
     Primary rows train to the full budget (the table compares their final accuracy with the paper's);
-    secondary rows may stop once their success is decided."""
+    secondary rows may stop once their success is decided. Then two plain and two key-only layers, with
+    and without MLPs (``TWO_LAYER_ROWS``), on ``Training.two_layer_forms`` at that form's primary budget,
+    the secondary seeds and ``Training.two_layer_batch_size`` rows a step: at the quick plan's 32 rows two
+    attention-only plain layers need about 1,100 steps on the full form, at 64 about 500
+    (docs/text.md), and deciding two plain layers on the single-answer form takes more than the quick
+    plan's budget (0 of 2 seeds within 3,000 steps in ``psattn sweep two_layer``), so that plan has
+    them on the full form only."""
     p, t = _plan(mode), _plan(mode).training
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     runs = []
@@ -197,6 +210,11 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
                 budget = round(budget * t.single_steps / t.steps)
             runs += [_run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed,
                           form=form, **model) for seed in (t.seeds if primary else t.extra_seeds)]
+    for form in t.two_layer_forms:
+        budget = t.single_steps if form == "single" else t.steps
+        runs += [_run(p, variant, gamma, budget, stops_early=True, n_layers=2, mlp=mlp, seed=seed, form=form,
+                      batch_size=t.two_layer_batch_size, **model)
+                 for variant, gamma, mlp in TWO_LAYER_ROWS for seed in t.extra_seeds]
     return runs
 
 

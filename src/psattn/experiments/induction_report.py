@@ -152,7 +152,8 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
 
     designs = {name: summary(experiment, summaries.head_dim_key) for name, experiment in CRITICAL_DESIGNS.items()}
     critical = next(iter(designs.values()))  # the fixed-width design, which the theory section fits
-    seed0 = {form: [c for c in declared["variants"] if c.train.seed == 0 and c.task.form == form] for form in exp.FORMS}
+    seed0 = {form: [c for c in declared["variants"] if c.train.seed == 0 and c.task.form == form
+                    and c.model.n_layers == 1] for form in exp.FORMS}
     scores, patterns = {}, {}
     for variant in HEAD_VARIANTS:
         config = next(c for c in seed0["full"]
@@ -187,6 +188,8 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "vocab": first.task.vocab_size, "length": first.task.seq_len, "eval_size": first.train.eval_size,
         "eval_every": first.train.eval_every, "layers": first.model.n_layers,
         "distractors": next(c.task.num_distractors for c in declared["variants"] if c.task.form == "single"),
+        "two_layer_batch": exp.PLANS[mode].training.two_layer_batch_size,
+        "two_layer_forms": exp.PLANS[mode].training.two_layer_forms,
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
@@ -258,15 +261,37 @@ def _variant_lines(res: InductionResults) -> list[str]:
         rows = [r for r in t["variants"] if r["form"] == form]
         lines += [f"**{heading}**", ""]
         lines += _table(
-            ["variant", "gamma", "placement", "steps", "seeds", "success", "mean final acc", "mean best acc",
+            ["layers", "variant", "gamma", "placement", "steps", "seeds", "success", "mean final acc", "mean best acc",
              "mean emergence step", "paper"],
-            [[r["variant"], r["gamma"], r["placement"], _budget(r), r["seeds"], f"{r['successes']}/{r['seeds']}",
-              r["mean_final_accuracy"], r["mean_best_accuracy"], _fmt(r["mean_emergence_step"], 0),
-              PAPER_VARIANTS.get(r["variant"], "—") if r["placement"] == "post_rope" else "—"] for r in rows],
+            [[_layers(r), r["variant"], r["gamma"], r["placement"], _budget(r), r["seeds"],
+              f"{r['successes']}/{r['seeds']}", r["mean_final_accuracy"], r["mean_best_accuracy"],
+              _fmt(r["mean_emergence_step"], 0),
+              PAPER_VARIANTS.get(r["variant"], "—") if r["placement"] == "post_rope" and r["layers"] == 1 else "—"]
+             for r in rows],
         )
         lines += _stop_note(rows, f["early_stop_evals"])
+        lines += _two_layer_note(rows, form, f)
         lines += ["", f"![training curves, {heading.lower()}](figures/{'curves' if form == 'full' else 'curves_single'}.png)", ""]
     return lines
+
+
+def _layers(row: dict) -> str:
+    """"1", "2", or "2, no MLP": the model of a variant-table row."""
+    return str(row["layers"]) + ("" if row["mlp"] == "yes" else f", MLP: {row['mlp']}")
+
+
+def _two_layer_note(rows: list[dict], form: str, f: dict) -> list[str]:
+    """What the two-layer rows are, or why a form has none."""
+    if any(r["layers"] == 2 for r in rows):
+        return ["", f"Two-layer rows: the second layer's side of \"one PSA layer does what otherwise costs a second "
+                    f"layer\", at {f['two_layer_batch']} rows a step (at the one-layer rows' batch two attention-only "
+                    "plain layers learn the full form about twice as late); more seeds and a third recipe in "
+                    "`psattn sweep two_layer`."]
+    if form not in f["two_layer_forms"]:
+        return ["", "No two-layer rows on this form in this plan: deciding whether two plain layers learn it takes "
+                    "thousands of steps (`psattn sweep two_layer` trains them to 3,000; docs/text.md); "
+                    "`psattn reproduce --full` has them."]
+    return []
 
 
 def _sensitivity_lines(res: InductionResults) -> list[str]:

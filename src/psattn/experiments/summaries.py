@@ -50,8 +50,18 @@ def variant_key(result: dict[str, Any]) -> dict[str, Any]:
     return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
 
 
+def mlp_label(mlp: bool | list[bool]) -> str:
+    """Which blocks have an MLP: "yes" (all), "no" (none), or "layer 2 only" and the like."""
+    if isinstance(mlp, list) and not all(mlp) and any(mlp):
+        return "layer " + ", ".join(str(i + 1) for i, m in enumerate(mlp) if m) + " only"
+    return "yes" if (all(mlp) if isinstance(mlp, list) else mlp) else "no"
+
+
 def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
-    return {"form": result["config"]["task"].get("form", "full"), **variant_key(result)}
+    """Form, layer count, MLPs (``mlp_label``) and the first layer's attention."""
+    model = result["config"]["model"]
+    return {"form": result["config"]["task"].get("form", "full"), "layers": model["n_layers"],
+            "mlp": mlp_label(model.get("mlp", True)), **variant_key(result)}
 
 
 def init_key(result: dict[str, Any]) -> dict[str, Any]:

@@ -60,16 +60,22 @@ def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> di
     return result
 
 
+PRECISIONS = ("fp32", "INT8 dynamic", "INT8 static")
+
+
 def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_MODELS,
                     decode_tokens: int = 32) -> dict[str, dict] | None:
     """Export the ``models`` (layers, variant, gamma) of ``configs`` trained on ``seed`` (run directories
-    ``runs/<name>``) to ONNX under ``onnx`` (fp32 and dynamic INT8), then time every graph's greedy
-    decoding interleaved in one loop; None when the export extra is not installed."""
+    ``runs/<name>``) to ONNX under ``onnx``, quantize each to INT8 dynamically and statically (the LM head
+    in fp32), measure both against fp32, then time every graph's greedy decoding interleaved in one loop;
+    None when the export extra is not installed. Each row holds one entry per precision (``PRECISIONS``)."""
     try:
         import onnxruntime  # noqa: F401
 
-        from psattn.export.compare import export_and_compare
+        from psattn.export.compare import export_and_compare, int8_against_fp32
         from psattn.export.onnx import OnnxLM
+        from psattn.tasks.batch import TaskBatch
+        from psattn.training.trainer import eval_batch
     except ImportError:
         return None
     threads = torch.get_num_threads()
@@ -80,35 +86,67 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
             if config.train.seed != seed or key not in models:
                 continue
             label = model_label(*key)
-            r = export_and_compare(runs / config.name, onnx / config.name / "model.onnx", int8=True,
-                                   decode_tokens=decode_tokens)
-            rows[label] = {"parameters": preset_parameter_count(config.model), "size_bytes": r["size_bytes"],
-                           "text": r["text"], "greedy_tokens_equal": r["greedy_tokens_equal"],
-                           "int8_greedy_tokens_agree": r["int8_greedy_tokens_agree"],
-                           "int8_teacher_forced": r["int8_teacher_forced"], "int8_greedy": r["int8_greedy"]}
-            graphs[f"{label} fp32"] = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
-            graphs[f"{label} int8"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
+            path = onnx / config.name / "model.onnx"
+            r = export_and_compare(runs / config.name, path, int8="dynamic", decode_tokens=decode_tokens)
+            fp32 = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
+            batch = eval_batch(config)
+            batch = TaskBatch(batch.inputs[:256], batch.targets[:256])  # the rows export_and_compare scores
+            static = int8_against_fp32(fp32, fp32.logits(batch.inputs.numpy()), config, batch, "static",
+                                       path.with_suffix(".int8-static.onnx"), decode_tokens)
+            rows[label] = {"parameters": preset_parameter_count(config.model),
+                           "fp32": {"size_bytes": r["size_bytes"]["fp32"], "text": r["text"]["onnx_fp32"]},
+                           "INT8 dynamic": {"size_bytes": r["size_bytes"]["int8"], "text": r["text"]["onnx_int8"],
+                                            "teacher_forced": r["int8_teacher_forced"], "greedy": r["int8_greedy"]},
+                           "INT8 static": {"size_bytes": static["size_bytes"], "text": static["text"],
+                                           "teacher_forced": static["int8_teacher_forced"],
+                                           "greedy": static["int8_greedy"]},
+                           "greedy_tokens_equal": r["greedy_tokens_equal"]}
+            graphs[f"{label} / fp32"] = fp32
+            graphs[f"{label} / INT8 dynamic"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
+            graphs[f"{label} / INT8 static"] = OnnxLM(static["files"]["prefill_int8"], static["files"]["decode_int8"])
         prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
         latency = interleaved_medians({k: partial(g.generate, prompt, decode_tokens) for k, g in graphs.items()}, repeats=7)
     finally:
         torch.set_num_threads(threads)
     for label, row in rows.items():
-        row["ms_per_token"] = {kind: latency[f"{label} {kind}"] / decode_tokens * 1e3 for kind in ("fp32", "int8")}
+        for precision in PRECISIONS:
+            row[precision]["ms_per_token"] = latency[f"{label} / {precision}"] / decode_tokens * 1e3
     return rows
 
 
+def edge_verdict(edge: dict[str, dict]) -> str:
+    """Whether INT8 keeps the one-layer PSA model (the first row) at least as close to fp32 as the
+    two-layer baseline (the second) on both teacher-forced measures, and within 0.005 bits per byte."""
+    (psa_label, psa), (base_label, base) = list(edge.items())[:2]
+    clauses = []
+    for precision in PRECISIONS[1:]:
+        p, b = psa[precision], base[precision]
+        pt, bt = p["teacher_forced"], b["teacher_forced"]
+        close = pt["top1_agreement"] >= bt["top1_agreement"] and pt["kl_nats"] <= bt["kl_nats"]
+        shift = p["text"]["bits_per_byte"] - psa["fp32"]["text"]["bits_per_byte"]
+        clauses.append(f"{precision}: {psa_label} {'at least as faithful to fp32 as' if close else 'less faithful to fp32 than'} "
+                       f"{base_label} (top-1 {pt['top1_agreement']:.4f} against {bt['top1_agreement']:.4f}, "
+                       f"KL {pt['kl_nats']:.1e} against {bt['kl_nats']:.1e}), its bits per byte "
+                       f"{shift:+.4f} from fp32 ({'within' if abs(shift) <= 0.005 else 'outside'} 0.005)")
+    return "; ".join(clauses) + "."
+
+
 def edge_table(edge: dict[str, dict]) -> list[str]:
-    """The markdown table of ``edge_comparison``'s rows."""
-    return table(
-        ["model", "parameters", "fp32 / INT8 file", "ms per token fp32 / INT8", "bits/byte fp32 / INT8",
-         "ICL score fp32 / INT8", "INT8 top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats",
-         "INT8 greedy tokens = fp32 (16 prompts)"],
-        [[label, f"{r['parameters']:,}", f"{r['size_bytes']['fp32'] / 1e6:.2f} / {r['size_bytes']['int8'] / 1e6:.2f} MB",
-          f"{r['ms_per_token']['fp32']:.3f} / {r['ms_per_token']['int8']:.3f}",
-          f"{r['text']['onnx_fp32']['bits_per_byte']:.3f} / {r['text']['onnx_int8']['bits_per_byte']:.3f}",
-          f"{r['text']['onnx_fp32']['icl_score']:+.3f} / {r['text']['onnx_int8']['icl_score']:+.3f}",
-          f"{r['int8_teacher_forced']['top1_agreement']:.4f}", f"{r['int8_teacher_forced']['kl_nats']:.1e}",
-          f"{r['int8_greedy_tokens_agree']:.2f}"] for label, r in edge.items()])
+    """The markdown table of ``edge_comparison``'s rows: one line per model and precision."""
+    lines = []
+    for label, r in edge.items():
+        for precision in PRECISIONS:
+            m = r[precision]
+            tf, greedy = m.get("teacher_forced"), m.get("greedy")
+            lines.append([label if precision == "fp32" else "", f"{r['parameters']:,}" if precision == "fp32" else "",
+                          precision, f"{m['size_bytes'] / 1e6:.2f} MB", f"{m['ms_per_token']:.3f}",
+                          f"{m['text']['bits_per_byte']:.3f}", f"{m['text']['icl_score']:+.3f}",
+                          "—" if tf is None else f"{tf['top1_agreement']:.4f}",
+                          "—" if tf is None else f"{tf['kl_nats']:.1e}",
+                          "—" if greedy is None else f"{greedy['tokens_agree']:.2f}"])
+    return table(["model", "parameters", "precision", "file", "ms per token", "bits/byte", "ICL score",
+                  "top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats", "greedy tokens = fp32 (16 prompts)"],
+                 lines)
 
 
 def copy_gain(row: dict, probe: str = "passage") -> float:
@@ -231,13 +269,15 @@ def text_markdown(res: TextResults) -> list[str]:
         edge_lines += ["(Not measured: install the export extra, `pip install -e \".[export]\"`, for the ONNX comparison.)", ""]
     else:
         edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
-                       "decode-step graph carrying the cache) and quantized to INT8 (dynamic); greedy decoding of 32 tokens "
+                       "decode-step graph carrying the cache) and quantized to INT8, dynamically (weights and the "
+                       "embedding table; activation ranges at run time) and statically (every MatMul but the LM head, "
+                       "activation ranges calibrated on training windows); greedy decoding of 32 tokens "
                        "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
                        "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "
                        "INT8 against fp32 teacher-forced on every position of those windows (top-1 agreement, mean KL "
                        "divergence) and in greedy continuations of 16 held-out prompts.", ""]
         edge_lines += edge_table(edge)
-        edge_lines.append("")
+        edge_lines += ["", edge_verdict(edge), ""]
     prompt = next(iter(examples.values()))["prompt"]
     lines += ["Prompt: `" + prompt.replace("\n", " ").replace("`", "'") + "`", ""]
     for label, sample in examples.items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from psattn.experiments.configs import study_config
-from psattn.experiments.summaries import first_attention, summarise_by
+from psattn.experiments.summaries import first_attention, mlp_label, summarise_by
 from psattn.training.config import RunConfig
 
 #: (variant, gamma, MLPs: in both blocks, in neither, or one flag per layer)
@@ -44,11 +44,6 @@ def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
             "mlp": mlp_label(m.get("mlp", True)), "variant": a["variant"], "gamma": a["gamma"]}
 
 
-def mlp_label(mlp: bool | list[bool]) -> str:
-    """Which blocks have an MLP: "yes" (all), "no" (none), or "layer 2 only" and the like."""
-    if isinstance(mlp, list) and not all(mlp) and any(mlp):
-        return "layer " + ", ".join(str(i + 1) for i, m in enumerate(mlp) if m) + " only"
-    return "yes" if (all(mlp) if isinstance(mlp, list) else mlp) else "no"
 
 
 def two_layer_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

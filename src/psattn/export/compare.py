@@ -166,31 +166,47 @@ def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int)
                           "onnx_fp32": text_quality(onnx_logits, batch, token_bytes)}
     timed = {"onnxruntime": onnx_model}
     if mode is not None:
-        prefill_feeds = decode_feeds = None
-        if mode == "static":
-            calibration = calibration_inputs(config)
-            prefill_feeds = [{"input_ids": rows_} for rows_ in calibration]
-            decode_feeds = [f for rows_ in calibration for f in onnx_model.decode_feeds(rows_[:, : rows_.shape[1] // 2], 4)]
-        q_prefill = quantize_int8(paths.prefill, Path(onnx_path).with_suffix(f".int8-{mode}.onnx"), prefill_feeds)
-        q_decode = quantize_int8(paths.decode, decode_path_for(q_prefill), decode_feeds)
-        q_model = OnnxLM(q_prefill, q_decode)
-        prompts = batch.inputs[:GREEDY_PROMPTS, : batch.inputs.shape[1] // 2].numpy()
-        fp32_seqs, _ = onnx_model.generate(prompts, decode_tokens)
-        q_seqs, _ = q_model.generate(prompts, decode_tokens)
+        measured = int8_against_fp32(onnx_model, onnx_logits, config, batch, mode,
+                                     Path(onnx_path).with_suffix(f".int8-{mode}.onnx"), decode_tokens)
         result["int8_mode"] = mode
-        result["files"].update({"prefill_int8": str(q_prefill), "decode_int8": str(q_decode)})
-        result["size_bytes"]["int8"] = q_prefill.stat().st_size
-        q_logits = q_model.logits(batch.inputs.numpy())
-        result["accuracy"]["onnx_int8"] = accuracy(q_logits, batch)
-        if token_bytes is not None:
-            result["text"]["onnx_int8"] = text_quality(q_logits, batch, token_bytes)
-        result["int8_teacher_forced"] = teacher_forced_agreement(onnx_logits, q_logits)
-        new = slice(prompts.shape[1], None)  # the generated tokens, not the prompt both share
-        result["int8_greedy"] = greedy_agreement(fp32_seqs[:, new], q_seqs[:, new])
-        result["int8_greedy_tokens_agree"] = result["int8_greedy"]["tokens_agree"]
-        timed["onnxruntime_int8"] = q_model
+        result["files"].update(measured.pop("files"))
+        result["size_bytes"]["int8"] = measured.pop("size_bytes")
+        result["accuracy"]["onnx_int8"] = measured.pop("accuracy")
+        if "text" in measured:
+            result["text"]["onnx_int8"] = measured.pop("text")
+        result.update(measured)
+        timed["onnxruntime_int8"] = OnnxLM(result["files"]["prefill_int8"], result["files"]["decode_int8"])
     latency = _latency_per_token(model, timed, batch.inputs[:1, :16], decode_tokens)
     result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}
+    return result
+
+
+def int8_against_fp32(fp32: OnnxLM, fp32_logits: np.ndarray, config: RunConfig, batch: TaskBatch, mode: str,
+                      path: Path, decode_tokens: int = 24) -> dict[str, Any]:
+    """Quantize the exported graphs of ``fp32`` to INT8 (``mode`` "dynamic" or "static", calibrated on
+    training rows), write them to ``path`` (and its ``.decode.onnx``) and measure them against fp32 on
+    ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1 agreement and
+    KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the file size."""
+    prefill_feeds = decode_feeds = None
+    if mode == "static":
+        calibration = calibration_inputs(config)
+        prefill_feeds = [{"input_ids": rows_} for rows_ in calibration]
+        decode_feeds = [f for rows_ in calibration for f in fp32.decode_feeds(rows_[:, : rows_.shape[1] // 2], 4)]
+    prefill = quantize_int8(fp32.prefill_path, path, prefill_feeds)
+    decode = quantize_int8(fp32.decode_path, decode_path_for(prefill), decode_feeds)
+    quantized = OnnxLM(prefill, decode)
+    prompts = batch.inputs[:GREEDY_PROMPTS, : batch.inputs.shape[1] // 2].numpy()
+    fp32_seqs, _ = fp32.generate(prompts, decode_tokens)
+    q_seqs, _ = quantized.generate(prompts, decode_tokens)
+    logits = quantized.logits(batch.inputs.numpy())
+    new = slice(prompts.shape[1], None)  # the generated tokens, not the prompt both share
+    greedy = greedy_agreement(fp32_seqs[:, new], q_seqs[:, new])
+    result: dict[str, Any] = {
+        "files": {"prefill_int8": str(prefill), "decode_int8": str(decode)}, "size_bytes": prefill.stat().st_size,
+        "accuracy": accuracy(logits, batch), "int8_teacher_forced": teacher_forced_agreement(fp32_logits, logits),
+        "int8_greedy": greedy, "int8_greedy_tokens_agree": greedy["tokens_agree"]}
+    if hasattr(config.task, "tokens"):
+        result["text"] = text_quality(logits, batch, config.task.tokens().token_bytes)
     return result
 
 

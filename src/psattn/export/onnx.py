@@ -85,9 +85,10 @@ class OnnxLM:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         providers = ["CPUExecutionProvider"]
-        self.prefill = ort.InferenceSession(str(prefill_path), options, providers=providers)
-        decode_path = decode_path or decode_path_for(prefill_path)
-        self.decode = ort.InferenceSession(str(decode_path), options, providers=providers)
+        self.prefill_path = Path(prefill_path)
+        self.decode_path = Path(decode_path or decode_path_for(prefill_path))
+        self.prefill = ort.InferenceSession(str(self.prefill_path), options, providers=providers)
+        self.decode = ort.InferenceSession(str(self.decode_path), options, providers=providers)
         self.decode_inputs = [i.name for i in self.decode.get_inputs()]
 
     def logits(self, input_ids: np.ndarray) -> np.ndarray:
@@ -140,9 +141,11 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
     activation ranges found at run time). With it, a list of input dicts: static QDQ
     (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
     at ranges fixed by min/max over the calibration inputs, weights in 7 bits (``reduce_range``: on x86
-    CPUs without VNNI, AVX2 only, 8-bit weights saturate ONNX Runtime's int8 kernels); the elementwise operators (RoPE, the
-    shear, the norms) stay in fp32. ``nodes``: quantize only the MatMuls of these names (the rest stay
-    fp32; see ``psattn.export.int8_ablation``)."""
+    CPUs without VNNI, AVX2 only, 8-bit weights saturate ONNX Runtime's int8 kernels), except the LM
+    head, which stays fp32 (alone it costs more fidelity than any other MatMul: docs/edge.md); the
+    elementwise operators (RoPE, the shear, the norms) stay in fp32. ``nodes``: quantize only the
+    MatMuls of these names, the head included if named (the rest stay fp32; see
+    ``psattn.export.int8_ablation``)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     with warnings.catch_warnings(), _quiet("root"):
@@ -153,8 +156,24 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
             quantize_static(str(src), str(dst), _Feeds(calibration), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,
                             weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax, reduce_range=True,
-                            nodes_to_quantize=nodes)
+                            nodes_to_quantize=nodes, nodes_to_exclude=None if nodes is not None else lm_head_nodes(src))
     return Path(dst)
+
+
+def lm_head_nodes(path: str | Path) -> list[str]:
+    """The MatMul that computes the graph's ``logits`` (the LM head), found by walking back from that
+    output through any operators without weights; empty if there is none."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    producer = {out: node for node in graph.node for out in node.output}
+    name = "logits"
+    while name in producer:
+        node = producer[name]
+        if node.op_type == "MatMul":
+            return [node.name]
+        name = node.input[0]
+    return []
 
 
 @contextlib.contextmanager
