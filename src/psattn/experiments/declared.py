@@ -119,7 +119,7 @@ PLANS = {
     "quick": Plan(
         Training(seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, single_steps=800, batch_size=32,
                  single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.8, early_stop_evals=2, device="cpu",
-                 two_layer_forms=("full",), two_layer_batch_size=64),
+                 two_layer_forms=(), two_layer_batch_size=64),
         GammaGrids(gammas=(0.0, 0.5, 1.0, 2.0), control_gammas=(0.0, 0.5, 1.0), control_steps=400,
                    sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0),
         CriticalGrids(head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2), gammas=(0.1, 0.2, 0.3, 0.5),
@@ -195,11 +195,12 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     Primary rows train to the full budget (the table compares their final accuracy with the paper's);
     secondary rows may stop once their success is decided. Then two plain and two key-only layers, with
     and without MLPs (``TWO_LAYER_ROWS``), on ``Training.two_layer_forms`` at that form's primary budget,
-    the secondary seeds and ``Training.two_layer_batch_size`` rows a step: at the quick plan's 32 rows two
-    attention-only plain layers need about 1,100 steps on the full form, at 64 about 500
-    (docs/text.md), and deciding two plain layers on the single-answer form takes more than the quick
-    plan's budget (0 of 2 seeds within 3,000 steps in ``psattn sweep two_layer``), so that plan has
-    them on the full form only."""
+    the secondary seeds and ``Training.two_layer_batch_size`` rows a step. The quick plan has none:
+    within its 600 steps two attention-only plain layers do not form the circuit on the full form (0.125
+    on 2026-12-03; with the cosine schedule's horizon at 1,500 steps they do by step 500, ``psattn sweep
+    two_layer``), two plain layers are not decided on the single-answer form within 3,000 steps, and the
+    four full-form rows alone cost about two minutes of the main job; ``psattn sweep two_layer`` is
+    where they live at CPU scale."""
     p, t = _plan(mode), _plan(mode).training
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
     runs = []

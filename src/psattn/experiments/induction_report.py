@@ -17,6 +17,7 @@ from psattn.experiments.markdown import fmt as _fmt
 from psattn.experiments.markdown import table as _table
 from psattn.experiments.plateau import attention_at_queries
 from psattn.experiments.sweep import run_sweep, unique_configs
+from psattn.experiments.two_layer import BUDGET as TWO_LAYER_BUDGET
 from psattn.models import ModelConfig
 from psattn.models.heads import head_scores
 from psattn.models.presets import preset_parameter_count
@@ -284,13 +285,14 @@ def _two_layer_note(rows: list[dict], form: str, f: dict) -> list[str]:
     """What the two-layer rows are, or why a form has none."""
     if any(r["layers"] == 2 for r in rows):
         return ["", f"Two-layer rows: the second layer's side of \"one PSA layer does what otherwise costs a second "
-                    f"layer\", at {f['two_layer_batch']} rows a step (at the one-layer rows' batch two attention-only "
-                    "plain layers learn the full form about twice as late); more seeds and a third recipe in "
-                    "`psattn sweep two_layer`."]
+                    f"layer\", at {f['two_layer_batch']} rows a step; more seeds and a third recipe (an MLP in the "
+                    "second layer alone) in `psattn sweep two_layer`."]
     if form not in f["two_layer_forms"]:
-        return ["", "No two-layer rows on this form in this plan: deciding whether two plain layers learn it takes "
-                    "thousands of steps (`psattn sweep two_layer` trains them to 3,000; docs/text.md); "
-                    "`psattn reproduce --full` has them."]
+        budget = f"{TWO_LAYER_BUDGET[form]:,}"
+        return ["", "No two-layer rows in this plan: two plain layers need more steps than its budget to be decided "
+                    f"(`psattn sweep two_layer` trains two plain and two key-only layers, with and without MLPs, "
+                    f"on this form for up to {budget} steps; docs/text.md); `psattn reproduce --full` has them "
+                    "in this table."]
     return []
 
 
