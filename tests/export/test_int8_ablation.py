@@ -21,8 +21,8 @@ def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes
     assert set(rows) == {*groups, EMBEDDING, "every MatMul", "every MatMul but the LM head", WHOLE}
     assert rows["every MatMul"]["nodes"] == sum(rows[g]["nodes"] for g in groups) == 9
     assert rows["every MatMul but the LM head"]["nodes"] == 8 and rows[EMBEDDING]["nodes"] == 1
-    if mode == "static":  # static INT8 quantizes MatMuls only: the shipped model is every MatMul, the embedding untouched
-        assert rows[WHOLE]["kl_nats"] == rows["every MatMul"]["kl_nats"] and rows[EMBEDDING]["kl_nats"] == 0
+    if mode == "static":  # static INT8 quantizes MatMuls only, the LM head kept in fp32; the embedding untouched
+        assert rows[WHOLE]["kl_nats"] == rows["every MatMul but the LM head"]["kl_nats"] and rows[EMBEDDING]["kl_nats"] == 0
     else:  # dynamic INT8 also quantizes the embedding's Gather
         assert rows[EMBEDDING]["kl_nats"] > 0
     for group in ("q projection", "v projection", "MLP up", "every MatMul"):  # weights in INT8: the logits move
@@ -34,3 +34,21 @@ def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes
         assert rows[SCORES]["kl_nats"] > 0 and rows["LM head"]["kl_nats"] > 0
     lines = format_ablation(list(rows.values()))
     assert lines[0].startswith("| INT8 group | nodes |") and len(lines) == 2 + len(rows)
+
+
+def test_dynamic_int8_as_exported_keeps_the_value_projection_in_fp32(tmp_path):
+    import onnx
+
+    from psattn.export.compare import export_and_compare
+    from psattn.export.int8_ablation import dynamic_fp32_nodes, matmul_groups
+    from psattn.training.trainer import load_trained
+
+    train(tiny_config(20), tmp_path / "run")
+    r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8="dynamic", rows=32, decode_tokens=4)
+    model = load_trained(tmp_path / "run")
+    for fp32, int8 in ((r["files"]["prefill"], r["files"]["prefill_int8"]), (r["files"]["decode"], r["files"]["decode_int8"])):
+        kept = dynamic_fp32_nodes(fp32, model)
+        assert kept == matmul_groups(fp32, model)["v projection"] and len(kept) == 1
+        nodes = {n.name: n.op_type for n in onnx.load(int8).graph.node}
+        assert nodes[kept[0]] == "MatMul"  # still the fp32 MatMul
+        assert "MatMulInteger" in nodes.values()  # while the other projections are INT8

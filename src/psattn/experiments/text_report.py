@@ -91,7 +91,8 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
             fp32 = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
             batch = eval_batch(config)
             batch = TaskBatch(batch.inputs[:256], batch.targets[:256])  # the rows export_and_compare scores
-            static = int8_against_fp32(fp32, fp32.logits(batch.inputs.numpy()), config, batch, "static",
+            static = int8_against_fp32(load_trained(runs / config.name), fp32, fp32.logits(batch.inputs.numpy()),
+                                       config, batch, "static",
                                        path.with_suffix(".int8-static.onnx"), decode_tokens)
             rows[label] = {"parameters": preset_parameter_count(config.model),
                            "fp32": {"size_bytes": r["size_bytes"]["fp32"], "text": r["text"]["onnx_fp32"]},
@@ -270,7 +271,8 @@ def text_markdown(res: TextResults) -> list[str]:
     else:
         edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
                        "decode-step graph carrying the cache) and quantized to INT8, dynamically (weights and the "
-                       "embedding table; activation ranges at run time) and statically (every MatMul but the LM head, "
+                       "embedding table, the value projections kept in fp32; activation ranges at run time) and "
+                       "statically (every MatMul but the LM head, "
                        "activation ranges calibrated on training windows); greedy decoding of 32 tokens "
                        "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
                        "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "

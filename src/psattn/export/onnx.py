@@ -136,7 +136,7 @@ class _Feeds:
 
 
 def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[str, np.ndarray]] | None = None,
-                  nodes: list[str] | None = None) -> Path:
+                  nodes: list[str] | None = None, exclude: Iterable[str] = ()) -> Path:
     """INT8 copy of a graph. Without ``calibration``: dynamic (``quantize_dynamic``: INT8 weights,
     activation ranges found at run time). With it, a list of input dicts: static QDQ
     (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
@@ -145,18 +145,20 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
     head, which stays fp32 (alone it costs more fidelity than any other MatMul: docs/edge.md); the
     elementwise operators (RoPE, the shear, the norms) stay in fp32. ``nodes``: quantize only the
     MatMuls of these names, the head included if named (the rest stay fp32; see
-    ``psattn.export.int8_ablation``)."""
+    ``psattn.export.int8_ablation``); ``exclude``: keep these nodes in fp32 too (in either mode)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     with warnings.catch_warnings(), _quiet("root"):
         warnings.simplefilter("ignore")
         if calibration is None:
-            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_quantize=nodes)
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_quantize=nodes,
+                             nodes_to_exclude=list(exclude))
         else:
             quantize_static(str(src), str(dst), _Feeds(calibration), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,
                             weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax, reduce_range=True,
-                            nodes_to_quantize=nodes, nodes_to_exclude=None if nodes is not None else lm_head_nodes(src))
+                            nodes_to_quantize=nodes,
+                            nodes_to_exclude=list(exclude) + (lm_head_nodes(src) if nodes is None else []))
     return Path(dst)
 
 
