@@ -79,7 +79,7 @@ sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from helpers import tiny_config
 from psattn.experiments.sweep import run_sweep
 if __name__ == "__main__":  # spawned workers import this file again
-    configs = [dataclasses.replace(tiny_config(4000), name=f"run{{i}}") for i in range(4)]
+    configs = [dataclasses.replace(tiny_config(1500), name=f"run{{i}}") for i in range(4)]
     run_sweep(configs, sys.argv[1], workers=2, progress=False)
 """)
     out = tmp_path / "runs"

@@ -66,9 +66,10 @@ PRECISIONS = ("fp32", "INT8 dynamic", "INT8 static")
 def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_MODELS,
                     decode_tokens: int = 32) -> dict[str, dict] | None:
     """Export the ``models`` (layers, variant, gamma) of ``configs`` trained on ``seed`` (run directories
-    ``runs/<name>``) to ONNX under ``onnx``, quantize each to INT8 dynamically and statically (the LM head
-    in fp32), measure both against fp32, then time every graph's greedy decoding interleaved in one loop;
-    None when the export extra is not installed. Each row holds one entry per precision (``PRECISIONS``)."""
+    ``runs/<name>``) to ONNX under ``onnx``, quantize each to INT8 dynamically and statically (the value
+    projections in fp32, and under static INT8 the LM head), measure both against fp32, then time every
+    graph's greedy decoding interleaved in one loop; None when the export extra is not installed. Each
+    row holds one entry per precision (``PRECISIONS``)."""
     try:
         import onnxruntime  # noqa: F401
 
@@ -271,9 +272,9 @@ def text_markdown(res: TextResults) -> list[str]:
     else:
         edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
                        "decode-step graph carrying the cache) and quantized to INT8, dynamically (weights and the "
-                       "embedding table, the value projections kept in fp32; activation ranges at run time) and "
-                       "statically (every MatMul but the LM head, "
-                       "activation ranges calibrated on training windows); greedy decoding of 32 tokens "
+                       "embedding table; activation ranges at run time) and statically (every MatMul but the LM "
+                       "head, activation ranges calibrated on training windows), the value projections kept in "
+                       "fp32 in both; greedy decoding of 32 tokens "
                        "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
                        "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "
                        "INT8 against fp32 teacher-forced on every position of those windows (top-1 agreement, mean KL "

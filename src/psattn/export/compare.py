@@ -183,8 +183,8 @@ def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int)
 
 def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, config: RunConfig, batch: TaskBatch,
                       mode: str, path: Path, decode_tokens: int = 24) -> dict[str, Any]:
-    """Quantize the exported graphs of ``model`` (``fp32``) to INT8 (``mode`` "dynamic", the value
-    projections kept in fp32, or "static", calibrated on training rows, the LM head kept in fp32), write
+    """Quantize the exported graphs of ``model`` (``fp32``) to INT8 (``mode`` "dynamic" or "static",
+    calibrated on training rows, the LM head kept in fp32; in both the value projections kept in fp32), write
     them to ``path`` (and its ``.decode.onnx``) and measure them against fp32 on
     ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1 agreement and
     KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the file size."""
@@ -193,13 +193,11 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
         calibration = calibration_inputs(config)
         prefill_feeds = [{"input_ids": rows_} for rows_ in calibration]
         decode_feeds = [f for rows_ in calibration for f in fp32.decode_feeds(rows_[:, : rows_.shape[1] // 2], 4)]
-    from psattn.export.int8_ablation import dynamic_fp32_nodes  # it builds on this module
+    from psattn.export.int8_ablation import fp32_nodes  # it builds on this module
 
-    def kept(graph: Path) -> list[str]:
-        return dynamic_fp32_nodes(graph, model) if mode == "dynamic" else []
-
-    prefill = quantize_int8(fp32.prefill_path, path, prefill_feeds, exclude=kept(fp32.prefill_path))
-    decode = quantize_int8(fp32.decode_path, decode_path_for(prefill), decode_feeds, exclude=kept(fp32.decode_path))
+    prefill = quantize_int8(fp32.prefill_path, path, prefill_feeds, exclude=fp32_nodes(fp32.prefill_path, model))
+    decode = quantize_int8(fp32.decode_path, decode_path_for(prefill), decode_feeds,
+                           exclude=fp32_nodes(fp32.decode_path, model))
     quantized = OnnxLM(prefill, decode)
     prompts = batch.inputs[:GREEDY_PROMPTS, : batch.inputs.shape[1] // 2].numpy()
     fp32_seqs, _ = fp32.generate(prompts, decode_tokens)

@@ -10,8 +10,8 @@ agreement and KL over held-out windows, held-out bits per byte (text runs), and 
 over held-out prompts. "every MatMul" quantizes every MatMul, "every MatMul but the LM head" keeps the
 output layer in fp32, and the last row is the INT8 model ``psattn export --int8`` writes: under
 dynamic quantization ONNX Runtime also quantizes the embedding table (its Gather; a group of its own
-here) and the export keeps the value projections in fp32 (``dynamic_fp32_nodes``); under static
-quantization only MatMuls, the LM head kept in fp32. Under dynamic quantization
+here); under static quantization only MatMuls, the LM head kept in fp32; in both modes the export
+keeps the value projections in fp32 (``fp32_nodes``). Under dynamic quantization
 ONNX Runtime quantizes a MatMul only when its second input is a stored weight, so the weightless
 products stay fp32 and their rows equal fp32, and so does a tied LM head where the exported graph
 transposes the embedding at run time instead of storing the transpose; under static quantization
@@ -73,10 +73,11 @@ def matmul_groups(path: str | Path, model: torch.nn.Module) -> dict[str, list[st
     return groups
 
 
-def dynamic_fp32_nodes(path: str | Path, model: torch.nn.Module) -> list[str]:
-    """The MatMuls that dynamic INT8 keeps in fp32: the value projections. Alone they cost a one-layer
-    key-only text model 3% of its top-1 choices, more than any other group (docs/edge.md), and the
-    shear never touches them."""
+def fp32_nodes(path: str | Path, model: torch.nn.Module) -> list[str]:
+    """The MatMuls that INT8, dynamic or static, keeps in fp32: the value projections. Dynamically
+    quantized, they alone cost a one-layer key-only text model 3% of its top-1 choices, more than any
+    other group; statically, keeping them in fp32 too brings that model as close to fp32 as two plain
+    layers (docs/edge.md). The shear never touches them."""
     return matmul_groups(path, model).get("v projection", [])
 
 
@@ -115,11 +116,11 @@ def int8_ablation(run_dir: str | Path, out_dir: str | Path, *, mode: str = "dyna
     table = []
     for i, (group, (p_nodes, d_nodes)) in enumerate(
             {**{g: (prefill_groups[g], decode_groups.get(g, [])) for g in prefill_groups}, **every}.items()):
-        whole_dynamic = group == WHOLE and mode == "dynamic"  # what ``psattn export --int8`` writes
+        whole = group == WHOLE  # what ``psattn export --int8`` writes
         prefill = quantize_int8(paths.prefill, out_dir / f"group{i}.onnx", feeds[0], p_nodes,
-                                exclude=dynamic_fp32_nodes(paths.prefill, model) if whole_dynamic else ())
+                                exclude=fp32_nodes(paths.prefill, model) if whole else ())
         decode = quantize_int8(paths.decode, decode_path_for(prefill), feeds[1], d_nodes,
-                               exclude=dynamic_fp32_nodes(paths.decode, model) if whole_dynamic else ())
+                               exclude=fp32_nodes(paths.decode, model) if whole else ())
         quantized = OnnxLM(prefill, decode)
         logits = quantized.logits(batch.inputs.numpy())
         tokens = quantized.generate(starts, decode_tokens)[0][:, starts.shape[1]:]
