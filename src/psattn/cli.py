@@ -85,7 +85,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from psattn.experiments.reproduce import reproduce
 
-    report = reproduce(args.out or f"reports/reproduce-{args.mode}", args.mode, workers=args.workers)
+    report = reproduce(args.out or f"reports/reproduce-{args.mode}", args.mode, workers=args.workers,
+                       executorch=args.executorch)
     print(f"report: {report}")
     return 0
 
@@ -331,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_size(rep, quick="CPU scale, about 13 minutes on 2 cores", full="paper scale, for a GPU")
     rep.add_argument("--out", metavar="DIR", help="output directory (default: reports/reproduce-quick or -full)")
     rep.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
+    rep.add_argument("--executorch", action="store_true",
+                     help="the real-text device table also gets ExecuTorch rows (fp32 and int8 programs; needs the "
+                          "executorch extra, a few minutes more)")
     rep.set_defaults(func=cmd_reproduce)
 
     tr = add_command(sub, "train", "train one run from a JSON config with overrides",

@@ -329,6 +329,34 @@ def test_the_edge_verdict_compares_each_int8_mode_on_both_teacher_forced_measure
     assert "+0.0080 from fp32 (outside 0.005)" in text
     lines = edge_table(edge)
     assert len(lines) == 2 + 6 and lines[3].startswith("|  |  | INT8 dynamic | ")
+    assert "ExecuTorch" not in text  # rows without ExecuTorch entries get no ExecuTorch clause
+
+
+def test_the_device_table_takes_executorch_rows_and_judges_their_int8_program():
+    from psattn.experiments.text_report import edge_table, edge_verdict
+
+    edge = {label: {"parameters": 10, "fp32": _precision(bpb), "INT8 dynamic": _precision(bpb, 0.97, 4e-4),
+                    "INT8 static": _precision(bpb, 0.96, 1e-3), "ExecuTorch fp32": _precision(bpb),
+                    "ExecuTorch int8": _precision(bpb + 0.001, top1, 1.4e-4)}
+            for label, bpb, top1 in (("1 layer, key_only γ=1", 2.0, 0.988), ("2 layers, baseline", 1.9, 0.985))}
+    lines = edge_table(edge)
+    assert len(lines) == 2 + 10 and [line.split(" | ")[2] for line in lines[2:7]] == [
+        "fp32", "INT8 dynamic", "INT8 static", "ExecuTorch fp32", "ExecuTorch int8"]
+    text = edge_verdict(edge)
+    assert text.count("at least as faithful") == 3
+    assert "ExecuTorch int8: 1 layer, key_only γ=1 at least as faithful to fp32 as 2 layers, baseline (top-1 0.9880" in text
+
+
+def test_reproduce_with_executorch_rows_needs_the_extra_and_says_so_before_training(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from psattn.cli import main
+
+    monkeypatch.setitem(sys.modules, "executorch", None)  # as if not installed
+    with pytest.raises(SystemExit) as exit_:
+        main(["reproduce", "--quick", "--executorch", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and 'pip install -e ".[executorch]"' in capsys.readouterr().err
+    assert not (tmp_path / "out" / "runs").exists()
 
 
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():

@@ -68,8 +68,10 @@ def reproduce(
     workers: int | None = None,
     progress: bool = True,
     sections: tuple[str, ...] = SECTIONS,
+    executorch: bool = False,
 ) -> Path:
-    """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``."""
+    """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``.
+    ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra)."""
     if mode not in exp.MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {exp.MODES}")
     out = Path(out_dir)
@@ -77,6 +79,11 @@ def reproduce(
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown report sections {sorted(unknown)}; expected some of {SECTIONS}")
+    if executorch:
+        try:
+            import executorch as _  # noqa: F401
+        except ImportError:
+            raise ImportError("the ExecuTorch rows need the executorch extra: pip install -e \".[executorch]\"") from None
     started = datetime.now(timezone.utc)
     lines: list[str] = []
     data: dict[str, Any] = {}
@@ -89,7 +96,7 @@ def reproduce(
         lines += part
     if "text" in sections:
         with _timed(timings, "real text: metrics, samples, edge export"):
-            part, data["text"] = text_section(out, mode, workers, progress)
+            part, data["text"] = text_section(out, mode, workers, progress, executorch)
         lines += part
     if "theory" in sections:
         with _timed(timings, "theory and certificates"):

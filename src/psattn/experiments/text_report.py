@@ -60,16 +60,20 @@ def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> di
     return result
 
 
-PRECISIONS = ("fp32", "INT8 dynamic", "INT8 static")
+PRECISIONS = ("fp32", "INT8 dynamic", "INT8 static")  # ONNX Runtime
+EXECUTORCH_PRECISIONS = ("ExecuTorch fp32", "ExecuTorch int8")  # with ``executorch=True``
+QUANTIZED = ("INT8 dynamic", "INT8 static", "ExecuTorch int8")  # the rows the verdict judges
 
 
 def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_MODELS,
-                    decode_tokens: int = 32) -> dict[str, dict] | None:
+                    decode_tokens: int = 32, executorch: bool = False) -> dict[str, dict] | None:
     """Export the ``models`` (layers, variant, gamma) of ``configs`` trained on ``seed`` (run directories
     ``runs/<name>``) to ONNX under ``onnx``, quantize each to INT8 dynamically and statically (the value
     projections in fp32, and under static INT8 the LM head), measure both against fp32, then time every
     graph's greedy decoding interleaved in one loop; None when the export extra is not installed. Each
-    row holds one entry per precision (``PRECISIONS``)."""
+    row holds one entry per precision (``PRECISIONS``). ``executorch``: also write each model as fp32 and
+    int8 ExecuTorch programs (``executorch_and_compare``; int8 measured against PyTorch's fp32 logits)
+    and time them in the same loop (``EXECUTORCH_PRECISIONS``)."""
     try:
         import onnxruntime  # noqa: F401
 
@@ -106,29 +110,55 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
             graphs[f"{label} / fp32"] = fp32
             graphs[f"{label} / INT8 dynamic"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
             graphs[f"{label} / INT8 static"] = OnnxLM(static["files"]["prefill_int8"], static["files"]["decode_int8"])
+            if executorch:
+                rows[label].update(_executorch_rows(runs / config.name, onnx / config.name / "model.pte", graphs,
+                                                    label, decode_tokens))
         prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
         latency = interleaved_medians({k: partial(g.generate, prompt, decode_tokens) for k, g in graphs.items()}, repeats=7)
     finally:
         torch.set_num_threads(threads)
     for label, row in rows.items():
-        for precision in PRECISIONS:
+        for precision in _precisions(row):
             row[precision]["ms_per_token"] = latency[f"{label} / {precision}"] / decode_tokens * 1e3
     return rows
 
 
+def _executorch_rows(run_dir: Path, path: Path, graphs: dict[str, Any], label: str,
+                     decode_tokens: int) -> dict[str, dict]:
+    """The fp32 and int8 ExecuTorch programs of one run, measured on the rows the ONNX graphs are
+    (256 held-out windows, 16 greedy prompts); their programs join ``graphs`` for the timing loop."""
+    from psattn.export.compare_executorch import executorch_and_compare
+    from psattn.export.executorch import ExecuTorchLM
+
+    et = executorch_and_compare(run_dir, path, quantize=("int8",), rows=256, decode_tokens=decode_tokens)
+    graphs[f"{label} / ExecuTorch fp32"] = ExecuTorchLM(et["files"]["fp32"])
+    graphs[f"{label} / ExecuTorch int8"] = ExecuTorchLM(et["files"]["int8"])
+    int8 = et["quantized"]["int8"]
+    return {"ExecuTorch fp32": {"size_bytes": et["size_bytes"]["fp32"], "text": et["text"]["executorch_fp32"],
+                                "max_logit_error": et["max_logit_error"]},
+            "ExecuTorch int8": {"size_bytes": et["size_bytes"]["int8"], "text": et["text"]["executorch_int8"],
+                                "teacher_forced": int8["teacher_forced"], "greedy": int8["greedy"]}}
+
+
+def _precisions(row: dict[str, Any]) -> list[str]:
+    """The precisions a row of ``edge_comparison`` holds, in table order."""
+    return [p for p in PRECISIONS + EXECUTORCH_PRECISIONS if p in row]
+
+
 def edge_verdict(edge: dict[str, dict]) -> str:
     """Whether INT8 keeps the one-layer PSA model (the first row) at least as close to fp32 as the
-    two-layer baseline (the second) on both teacher-forced measures, and within 0.005 bits per byte."""
+    two-layer baseline (the second) on both teacher-forced measures, and within 0.005 bits per byte,
+    for every quantized precision both rows hold."""
     (psa_label, psa), (base_label, base) = list(edge.items())[:2]
     clauses = []
-    for precision in PRECISIONS[1:]:
+    for precision in (q for q in QUANTIZED if q in psa and q in base):
         p, b = psa[precision], base[precision]
         pt, bt = p["teacher_forced"], b["teacher_forced"]
         close = pt["top1_agreement"] >= bt["top1_agreement"] and pt["kl_nats"] <= bt["kl_nats"]
-        shift = p["text"]["bits_per_byte"] - psa["fp32"]["text"]["bits_per_byte"]
+        shift = p["text"]["bits_per_byte"] - psa["fp32"]["text"]["bits_per_byte"]  # fp32 here equals PyTorch's
         clauses.append(f"{precision}: {psa_label} {'at least as faithful to fp32 as' if close else 'less faithful to fp32 than'} "
                        f"{base_label} (top-1 {pt['top1_agreement']:.4f} against {bt['top1_agreement']:.4f}, "
-                       f"KL {pt['kl_nats']:.1e} against {bt['kl_nats']:.1e}), its bits per byte "
+                       f"KL {pt['kl_nats']:.2e} against {bt['kl_nats']:.2e}), its bits per byte "
                        f"{shift:+.4f} from fp32 ({'within' if abs(shift) <= 0.005 else 'outside'} 0.005)")
     return "; ".join(clauses) + "."
 
@@ -137,7 +167,7 @@ def edge_table(edge: dict[str, dict]) -> list[str]:
     """The markdown table of ``edge_comparison``'s rows: one line per model and precision."""
     lines = []
     for label, r in edge.items():
-        for precision in PRECISIONS:
+        for precision in _precisions(r):
             m = r[precision]
             tf, greedy = m.get("teacher_forced"), m.get("greedy")
             lines.append([label if precision == "fp32" else "", f"{r['parameters']:,}" if precision == "fp32" else "",
@@ -201,8 +231,8 @@ class TextResults:
     params: dict[str, int]  # model label -> parameters
 
 
-def text_results(out: Path, mode: str, workers: int | None, progress: bool) -> TextResults:
-    """Train what is missing, then summarise, sample and export."""
+def text_results(out: Path, mode: str, workers: int | None, progress: bool, executorch: bool = False) -> TextResults:
+    """Train what is missing, then summarise, sample and export (``executorch``: to ExecuTorch as well)."""
     configs = text_experiment(mode)
     plan = TEXT_PLANS[mode]
     results = run_sweep(configs, out / "runs", workers=workers, progress=progress)
@@ -212,7 +242,7 @@ def text_results(out: Path, mode: str, workers: int | None, progress: bool) -> T
         plan=plan, rows=summarise_text(results),
         histories={labels[c.name]: results[c.name]["history"] for c in first_seed},
         samples=samples(out / "runs", configs, plan.seeds[0]),
-        edge=edge_comparison(out / "runs", configs, out / "onnx", plan.seeds[0]),
+        edge=edge_comparison(out / "runs", configs, out / "onnx", plan.seeds[0], executorch=executorch),
         params={labels[c.name]: preset_parameter_count(ModelConfig.from_dict(c.model.to_dict())) for c in first_seed},
     )
 
@@ -226,11 +256,18 @@ def text_figures(res: TextResults, figures: Path) -> None:
                                    for label, row in final.items()}, figures / "text_head_scores.png")
 
 
-def text_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict[str, Any]]:
+def text_section(out: Path, mode: str, workers: int | None, progress: bool,
+                 executorch: bool = False) -> tuple[list[str], dict[str, Any]]:
     """The section's markdown lines and its results.json entry."""
-    res = text_results(out, mode, workers, progress)
+    res = text_results(out, mode, workers, progress, executorch)
     text_figures(res, out / "figures")
     return text_markdown(res), {"rows": res.rows, "samples": res.samples, "parameters": res.params, "edge": res.edge}
+
+
+EXECUTORCH_NOTE = (" ExecuTorch rows: the same models as `.pte` programs (`psattn export --format executorch`: "
+                   "XNNPACK; int8: int8 weights, a scale per output channel, with int8 dynamic activations, torchao; "
+                   "the embedding table in fp32) in ExecuTorch's Python runtime, timed in the same loop; their int8 "
+                   "program measured against PyTorch's fp32 logits, which ONNX Runtime's fp32 graph equals to 1e-5.")
 
 
 def text_markdown(res: TextResults) -> list[str]:
@@ -278,7 +315,10 @@ def text_markdown(res: TextResults) -> list[str]:
                        "after a 16-token prompt in ONNX Runtime, one thread, every graph timed interleaved in one loop "
                        "(median of 7); bits per byte and ICL score of each runtime's logits on the held-out windows; "
                        "INT8 against fp32 teacher-forced on every position of those windows (top-1 agreement, mean KL "
-                       "divergence) and in greedy continuations of 16 held-out prompts.", ""]
+                       "divergence) and in greedy continuations of 16 held-out prompts."
+                       + (EXECUTORCH_NOTE if any("ExecuTorch fp32" in row for row in edge.values()) else
+                          " ExecuTorch rows: `psattn reproduce --executorch` (the executorch extra; a few minutes "
+                          "more)."), ""]
         edge_lines += edge_table(edge)
         edge_lines += ["", edge_verdict(edge), ""]
     prompt = next(iter(examples.values()))["prompt"]
