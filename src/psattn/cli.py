@@ -29,6 +29,7 @@ from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
 from psattn.experiments import gamma_depth, paper_form, summaries, text_phase, text_pilot, two_layer
 from psattn.experiments.configs import small_induction_config
+from psattn.export.footprint import RUNTIMES
 from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
 from psattn.progress import console_line
@@ -227,8 +228,8 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
                f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
         rows[name] = footprint(model, context)
-        if args.measure:
-            rss[name] = measured_decode_rss(run_dir, context)
+        if args.measure is not None:
+            rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime) for runtime in args.measure or ["pytorch"]}
     lines = format_footprints(rows) + (["", *format_rss(rss, context)] if rss else [])
     data = {name: {**f.as_dict(), **({"measured_rss": rss[name]} if name in rss else {})} for name, f in rows.items()}
     report(args.json, "\n".join(lines), data)
@@ -402,8 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "then which common SRAM and flash budgets each fits.")
     fp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     fp.add_argument("--context", type=positive_int, help="tokens in the cache (default: each run's context)")
-    fp.add_argument("--measure", action="store_true",
-                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens (PyTorch)")
+    fp.add_argument("--measure", nargs="*", choices=RUNTIMES, metavar="RUNTIME",
+                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens, in each "
+                         f"RUNTIME ({', '.join(RUNTIMES)}; default pytorch; onnx needs the export extra)")
     add_json(fp, "the footprints")
     fp.set_defaults(func=cmd_footprint)
 

@@ -57,11 +57,37 @@ def test_the_measured_decode_loop_memory_grows_with_the_model(tmp_path, capsys):
     assert main(["footprint", str(tmp_path / "small"), str(tmp_path / "big"), "--context", "16", "--measure",
                  "--json", str(tmp_path / "f.json")]) == 0
     out = capsys.readouterr().out
-    assert "Measured: a fresh Python process decoding 16 tokens" in out and "| big (2 layers, key_only γ=1) |" in out
+    assert "Measured: a fresh Python process decoding 16 tokens" in out and "| big (2 layers, key_only γ=1) | pytorch |" in out
     data = json.loads((tmp_path / "f.json").read_text())
-    rss = {name.split()[0]: row["measured_rss"] for name, row in data.items()}
+    rss = {name.split()[0]: row["measured_rss"]["pytorch"] for name, row in data.items()}
     extra_weights = data["big (2 layers, key_only γ=1)"]["weight_bytes"]["fp32"] - \
         data["small (1 layer, key_only γ=1)"]["weight_bytes"]["fp32"]
     assert extra_weights > 20e6
     assert rss["big"]["model_bytes"] - rss["small"]["model_bytes"] >= 0.9 * extra_weights
     assert all(r["runtime_bytes"] > 50e6 and r["peak_bytes"] >= r["runtime_bytes"] for r in rss.values())
+
+
+def test_onnx_runtime_decodes_in_a_process_without_torch_and_smaller_than_pytorch(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import numpy as np
+
+    train(tiny_config(1), tmp_path / "run")
+    ballast = np.ones(300 * 2**20 // 8)  # 300 MiB held by this process: not the child's peak
+    assert main(["footprint", str(tmp_path / "run"), "--context", "16", "--measure", "pytorch", "onnx", "onnx-int8",
+                 "--json", str(tmp_path / "f.json")]) == 0
+    del ballast
+    assert "| run (1 layer, key_only γ=1) | onnx-int8 |" in capsys.readouterr().out
+    rss = json.loads((tmp_path / "f.json").read_text())["run (1 layer, key_only γ=1)"]["measured_rss"]
+    assert rss["pytorch"]["torch_imported"] and not rss["onnx"]["torch_imported"] and not rss["onnx-int8"]["torch_imported"]
+    # the runtime alone: ONNX Runtime and NumPy hold less than torch does before any model is loaded
+    assert rss["onnx"]["runtime_bytes"] < rss["pytorch"]["runtime_bytes"]
+    assert all(r["peak_bytes"] >= r["after_bytes"] > 0 for r in rss.values())
+    assert rss["onnx"]["peak_bytes"] < 200 * 2**20  # exec would have kept the parent's peak in ru_maxrss
+
+
+def test_an_unknown_runtime_is_refused():
+    from psattn.export.footprint import measured_decode_rss
+
+    with pytest.raises(ValueError, match="unknown runtime 'tflite'"):
+        measured_decode_rss("nowhere", 4, "tflite")

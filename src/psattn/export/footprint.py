@@ -12,7 +12,8 @@
   over the context, the attention output, the MLP's hidden layer, the logits), summed: an upper bound on
   what it holds at once, without the runtime itself.
 - Measured (``measured_decode_rss``): the peak resident memory of a fresh process that decodes
-  with the model, and how much of it the model, cache and loop add to the interpreter and torch.
+  with the model in PyTorch or in ONNX Runtime (fp32 or INT8 graphs, without torch), and how much of it
+  the model, cache and loop add to the interpreter and the runtime (Linux: /proc's high-water mark).
 """
 
 from __future__ import annotations
@@ -141,16 +142,19 @@ def format_footprints(rows: dict[str, Footprint]) -> list[str]:
     return lines
 
 
-#: the child process of ``measured_decode_rss``: its memory before and after a cached decode loop
-_RSS_CHILD = """
+#: what a child process of ``measured_decode_rss`` reports with: its peak and current resident memory
+_MEMORY = """
 import json, os, resource, sys
-import torch
-torch.set_num_threads(1)
-from psattn.training.trainer import load_trained
 
 def peak_bytes():
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
+    # Linux: this process image's high-water mark. getrusage's ru_maxrss would not do: exec keeps the
+    # peak of the process that forked it, here the parent's
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
 
 def resident_bytes():  # now (Linux); elsewhere the peak so far
     try:
@@ -158,6 +162,17 @@ def resident_bytes():  # now (Linux); elsewhere the peak so far
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return peak_bytes()
+
+def report(before):
+    print(json.dumps({"runtime_bytes": before, "after_bytes": resident_bytes(), "peak_bytes": peak_bytes(),
+                      "torch_imported": "torch" in sys.modules}))
+"""
+
+#: PyTorch: the run's model decodes with its cache
+_PYTORCH_CHILD = _MEMORY + """
+import torch
+torch.set_num_threads(1)
+from psattn.training.trainer import load_trained
 
 run_dir, context = sys.argv[1], int(sys.argv[2])
 before = resident_bytes()
@@ -168,32 +183,83 @@ with torch.no_grad():
     for _ in range(context):
         logits = model(token, cache=cache)[:, -1]
         token = logits.argmax(-1, keepdim=True)
-print(json.dumps({"runtime_bytes": before, "after_bytes": resident_bytes(), "peak_bytes": peak_bytes()}))
+report(before)
 """
 
+#: ONNX Runtime alone (no torch, no psattn): the exported prefill graph on one token, then decode steps
+#: that carry the cache state (``psattn.export.onnx.OnnxLM.generate``, written out without its imports)
+_ONNX_CHILD = _MEMORY + """
+import numpy as np
+import onnxruntime as ort
 
-def measured_decode_rss(run_dir, context: int) -> dict[str, int]:
-    """Resident memory of a fresh Python process that loads the run's model and decodes ``context``
-    tokens one at a time with the cache (PyTorch, one thread): ``runtime_bytes`` before the model is
-    loaded (the interpreter and torch), ``model_bytes`` what the model, its cache and the loop hold at
-    the end beyond that, and ``peak_bytes`` the process's peak. Resident memory now is read from
-    /proc (Linux); elsewhere the peak so far stands in for it."""
+prefill_path, decode_path, context = sys.argv[1], sys.argv[2], int(sys.argv[3])
+before = resident_bytes()
+options = ort.SessionOptions()
+options.intra_op_num_threads = options.inter_op_num_threads = 1
+prefill = ort.InferenceSession(prefill_path, options, providers=["CPUExecutionProvider"])
+decode = ort.InferenceSession(decode_path, options, providers=["CPUExecutionProvider"])
+names = [i.name for i in decode.get_inputs()]
+outputs = prefill.run(None, {"input_ids": np.zeros((1, 1), dtype=np.int64)})
+for _ in range(context - 1):
+    token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (1, 1)
+    outputs = decode.run(None, dict(zip(names, [token, *outputs[1:]])))
+report(before)
+"""
+
+#: where ``measured_decode_rss`` can decode: PyTorch, or ONNX Runtime on the fp32 or the dynamic INT8
+#: graphs ``psattn export`` writes
+RUNTIMES = ("pytorch", "onnx", "onnx-int8")
+
+
+def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch") -> dict[str, int]:
+    """Resident memory of a fresh Python process that decodes ``context`` tokens one at a time with
+    the cache, one thread, in ``runtime`` (``RUNTIMES``): ``runtime_bytes`` before the model is loaded
+    (the interpreter and the runtime: torch, or onnxruntime and NumPy), ``model_bytes`` what the model,
+    its cache and the loop hold at the end beyond that, and ``peak_bytes`` the process's peak. The ONNX
+    graphs are exported (and quantized) by this process first, into a temporary folder. Resident memory
+    now is read from /proc (Linux); elsewhere the peak so far stands in for it."""
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
-    done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(run_dir), str(context)], capture_output=True,
-                          text=True, check=False)
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; expected one of {RUNTIMES}")
+    with tempfile.TemporaryDirectory() as tmp:
+        if runtime == "pytorch":
+            args = [_PYTORCH_CHILD, str(run_dir)]
+        else:
+            prefill, decode = _onnx_graphs(run_dir, Path(tmp), int8=runtime == "onnx-int8")
+            args = [_ONNX_CHILD, str(prefill), str(decode)]
+        done = subprocess.run([sys.executable, "-c", *args, str(context)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the decode-loop process failed: {done.stderr.strip().splitlines()[-1:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
     return {**out, "model_bytes": out["after_bytes"] - out["runtime_bytes"]}
 
 
-def format_rss(rows: dict[str, dict[str, int]], context: int) -> list[str]:
-    """The measured peak memory of each decode loop, as markdown lines."""
-    lines = [f"Measured: a fresh Python process decoding {context} tokens with the cache (PyTorch, one thread):", "",
-             "| model | process peak RSS (MiB) | before the model: interpreter and torch (MiB) | held by model, cache "
-             "and loop at the end (MiB) |", "|---|---|---|---|"]
-    lines += [f"| {name} | {r['peak_bytes'] / MIB:.1f} | {r['runtime_bytes'] / MIB:.1f} | {r['model_bytes'] / MIB:.1f} |"
-              for name, r in rows.items()]
+def _onnx_graphs(run_dir, folder, int8: bool):
+    """The run's prefill and decode graphs in ``folder``, fp32 or dynamic INT8 as ``psattn export --int8``
+    writes them (the value projections in fp32)."""
+    from psattn.export.int8_ablation import fp32_nodes
+    from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8
+    from psattn.training.trainer import load_trained
+
+    model = load_trained(run_dir)
+    paths = export_onnx(model, folder / "model.onnx")
+    if not int8:
+        return paths.prefill, paths.decode
+    prefill = quantize_int8(paths.prefill, folder / "model.int8.onnx", exclude=fp32_nodes(paths.prefill, model))
+    decode = quantize_int8(paths.decode, decode_path_for(prefill), exclude=fp32_nodes(paths.decode, model))
+    return prefill, decode
+
+
+def format_rss(rows: dict[str, dict[str, dict[str, Any]]], context: int) -> list[str]:
+    """The measured peak memory of each decode loop (model -> runtime -> ``measured_decode_rss``), as
+    markdown lines."""
+    lines = [f"Measured: a fresh Python process decoding {context} tokens with the cache, one thread:", "",
+             "| model | runtime | process peak RSS (MiB) | before the model: interpreter and runtime (MiB) | held by "
+             "model, cache and loop at the end (MiB) |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {runtime} | {r['peak_bytes'] / MIB:.1f} | {r['runtime_bytes'] / MIB:.1f} | "
+              f"{r['model_bytes'] / MIB:.1f} |" for name, by_runtime in rows.items() for runtime, r in by_runtime.items()]
     return lines
