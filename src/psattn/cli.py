@@ -430,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_deprecated(ex, "--onnx", "--out", "out")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
                     help="onnx: also quantize both graphs to INT8 (dynamic, the default: the weights; or static: "
-                         "every MatMul but the LM head, calibrated on training rows; the value projections stay "
-                         "fp32 in both) and compare accuracy")
+                         "every MatMul but the LM head, calibrated on training rows; the value projections and a "
+                         "key-sheared layer's key projection stay fp32 in both) and compare accuracy")
     ex.add_argument("--quantize", nargs="+", choices=["int8", "int4"], metavar="{int8,int4}",
                     help="executorch: also write quantized programs beside the fp32 one (int8: int8 weights per "
                          "channel; int4: int4 weights in groups of 32; both with int8 dynamic activations) and "

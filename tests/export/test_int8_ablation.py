@@ -37,28 +37,45 @@ def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_int8_as_exported_keeps_the_value_projection_in_fp32(tmp_path, mode):
+def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tmp_path, mode):
     import onnx
 
     from psattn.export.compare import export_and_compare
     from psattn.export.int8_ablation import fp32_nodes, matmul_groups
     from psattn.training.trainer import load_trained
 
-    train(tiny_config(20), tmp_path / "run")
+    train(tiny_config(20), tmp_path / "run")  # one key-only layer
     r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=mode, rows=32, decode_tokens=4)
     model = load_trained(tmp_path / "run")
     for fp32, int8 in ((r["files"]["prefill"], r["files"]["prefill_int8"]), (r["files"]["decode"], r["files"]["decode_int8"])):
         groups = matmul_groups(fp32, model)
         kept = fp32_nodes(fp32, model)
-        assert kept == groups["v projection"] and len(kept) == 1
+        assert sorted(kept) == sorted(groups["v projection"] + groups["k projection"]) and len(kept) == 2
         nodes = onnx.load(int8).graph.node
         if mode == "dynamic":
             matmuls = {n.name for n in nodes if n.op_type == "MatMul"}  # a quantized one is replaced
-            assert kept[0] in matmuls and groups["q projection"][0] not in matmuls
+            assert set(kept) <= matmuls and groups["q projection"][0] not in matmuls
             assert "MatMulInteger" in {n.op_type for n in nodes}
         else:  # static: a QDQ graph, node names kept; INT8 operands come through DequantizeLinear
             dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
             inputs = {n.name: n.input for n in nodes if n.op_type == "MatMul"}
-            for fp32_weight in (kept[0], groups["LM head"][0]):  # (v's input is shared with q and k: INT8)
+            for fp32_weight in (*kept, groups["LM head"][0]):  # (their input is shared with q: INT8)
                 assert inputs[fp32_weight][1] not in dequantized
             assert set(inputs[groups["q projection"][0]]) <= dequantized and set(inputs[groups[MIXING][0]]) <= dequantized
+
+
+def test_only_layers_that_shear_their_keys_keep_the_key_projection_in_fp32(tmp_path):
+    import dataclasses
+
+    from psattn.export.int8_ablation import fp32_nodes, matmul_weights
+    from psattn.export.onnx import export_onnx
+    from psattn.models import AttentionConfig, DecoderLM
+
+    config = tiny_config(1).model
+    for attention, kept in ((AttentionConfig("baseline", 0.0), {"v_proj"}), (AttentionConfig("query_only", 1.0), {"v_proj"}),
+                            (AttentionConfig("symmetric", 0.5), {"v_proj", "k_proj"})):
+        model = DecoderLM(dataclasses.replace(config, n_layers=2, attention=attention)).eval()
+        paths = export_onnx(model, tmp_path / f"{attention.variant}.onnx")
+        names = matmul_weights(paths.prefill, model)
+        assert {names[n].split(".")[3] for n in fp32_nodes(paths.prefill, model)} == kept
+        assert len(fp32_nodes(paths.prefill, model)) == 2 * len(kept)  # both layers

@@ -143,7 +143,8 @@ def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode
     tf = result["int8_teacher_forced"]
     assert tf["positions"] == 256 * 64 and tf["top1_agreement"] >= 0.9 and 0 <= tf["kl_nats"] < 0.05
     assert result["int8_greedy"]["prompts"] == 16 and 0 <= result["int8_greedy"]["prefix_agree"] <= 1
-    assert result["size_bytes"]["int8"] < 0.5 * result["size_bytes"]["fp32"]
+    # static keeps the tied LM head (and so the embedding table) in fp32 beside the value and sheared key projections
+    assert result["size_bytes"]["int8"] < (0.5 if mode == "dynamic" else 0.6) * result["size_bytes"]["fp32"]
     assert set(result["latency_ms_per_token"]) == {"pytorch", "onnxruntime", "onnxruntime_int8"}
 
 

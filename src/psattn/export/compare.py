@@ -184,7 +184,7 @@ def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int)
 def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, config: RunConfig, batch: TaskBatch,
                       mode: str, path: Path, decode_tokens: int = 24) -> dict[str, Any]:
     """Quantize the exported graphs of ``model`` (``fp32``) to INT8 (``mode`` "dynamic" or "static",
-    calibrated on training rows, the LM head kept in fp32; in both the value projections kept in fp32), write
+    calibrated on training rows, the LM head kept in fp32; in both ``int8_ablation.fp32_nodes`` kept in fp32), write
     them to ``path`` (and its ``.decode.onnx``) and measure them against fp32 on
     ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1 agreement and
     KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the file size."""
