@@ -146,10 +146,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
                   f"{'—' if step is None else f'{step:.0f}'}, mean best acc {row['mean_best_accuracy']:.3f}, "
                   f"mean final acc {row['mean_final_accuracy']:.3f}")
-    from psattn.experiments.induction_report import CRITICAL_DESIGNS, format_critical  # brings matplotlib
+    from psattn.experiments.induction_report import (  # brings matplotlib
+        CRITICAL_DESIGNS,
+        attention_at_queries_table,
+        format_critical,
+        plateau_rows,
+    )
 
     if args.experiment in CRITICAL_DESIGNS.values():
         print("\n" + "\n".join(format_critical(summaries.summarise_by(results, summaries.head_dim_key))))
+    if args.experiment == "init_sensitivity":
+        print("\nthe key-only layer's attention at the single-answer query (seed 0), at initialisation and at its "
+              "last checkpoint: entropy over its maximum, spreads of the score terms T1 and T3 over the keys, the best "
+              "head's attention on the target, the attention output's norm over the token embedding's")
+        print("\n".join(attention_at_queries_table(plateau_rows(Path(args.out), configs, results))))
     return 0
 
 

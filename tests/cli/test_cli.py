@@ -64,6 +64,20 @@ def test_a_critical_gamma_sweep_prints_the_critical_gamma_and_the_exponent(tmp_p
     assert "exponent of gamma_c against d_k: no least-squares fit (0 bracketed values; 2 needed)" in out
 
 
+def test_an_init_sensitivity_sweep_prints_the_attention_at_the_query_before_and_after_training(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    quick = exp.PLANS["quick"]
+    training = dataclasses.replace(quick.training, steps=2, single_steps=2)
+    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, training=training))
+    assert main(["sweep", "init_sensitivity", "--out", str(tmp_path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("attention at the single-answer query")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "entropy" not in line]
+    # seed 0's key-only layer on the single-answer form at each of the three scales, before and after its 2 steps
+    assert sorted((r.split(" | ")[0], r.split(" | ")[1]) for r in rows) == sorted(
+        (f"| {init}", when) for init in ("0.02", "scaled", "torch") for when in ("initialisation", "step 2"))
+
+
 def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, capsys):
     assert main(["train", "--print-config", "--set", "task.name=mqar", "model.attention.variant=key_only",
                  "model.attention.gamma=0.5"]) == 0

@@ -36,6 +36,13 @@ def test_declared_experiments(mode):
     variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
     expected = {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")}
     assert expected <= variants
+    single = {c.model.attention.variant for c in exp.variant_table(mode) if c.task.form == "single"}
+    key_lag = {v for v, _ in exp.KEY_LAG_ROWS}
+    assert single & key_lag == (key_lag if mode == "full" else set())  # the quick plan's single form has none
+    lag = {c.name: c for c in exp.key_lag(mode)}  # ... and `psattn sweep key_lag` trains them, as the table would
+    assert {(c.task.form, c.model.attention.variant) for c in lag.values()} == {(f, v) for f in exp.FORMS for v in key_lag}
+    table = {c.name for c in exp.variant_table(mode)}
+    assert {n for n in lag if n not in table} == {n for n, c in lag.items() if c.task.form == "single" and mode == "quick"}
     two = {(c.task.form, c.model.attention.variant, c.model.mlp) for c in exp.variant_table(mode) if c.model.n_layers == 2}
     forms = () if mode == "quick" else ("full", "single")
     assert two == {(f, v, m) for f in forms for v in ("baseline", "key_only") for m in (True, False)}
@@ -233,7 +240,11 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     assert timings["runs"]["trained_now"] == len(timings["runs"]["seconds"]) and timings["runs"]["reused"] == 0
     assert data["meanfield"]["passed"] is True
     assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}
-    assert {str(r["init"]) for r in data["induction"]["init_sensitivity"]} == {"0.02", "scaled", "torch"}
+    assert data["induction"]["init_sensitivity"] == [] and "`psattn sweep init_sensitivity --quick` trains" in text
+    assert "No learned key-lag rows on this form in this plan" in text
+    plateau = {(str(r["init"]), r["when"]) for r in data["induction"]["attention_at_queries"]}
+    assert plateau == {("0.02", "initialisation"), ("torch", "initialisation"), ("scaled", "initialisation"),
+                       ("scaled", "step 4")}  # the default's run is the variant table's, trained here
     assert len(data["text"]["rows"]) == 3 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
 
 

@@ -68,6 +68,7 @@ class Training:
     # has stayed at the threshold for this many evaluations in a row; 0 trains them to the full budget
     early_stop_evals: int
     device: str
+    single_key_lag: bool  # whether the single-answer variant table has the learned key-lag rows
     two_layer_forms: tuple[str, ...]  # the forms whose variant table has the two-layer rows
     two_layer_batch_size: int  # their rows a step, on either form
 
@@ -119,7 +120,7 @@ PLANS = {
     "quick": Plan(
         Training(seeds=(0, 1), extra_seeds=(0,), steps=600, extra_steps=400, single_steps=800, batch_size=32,
                  single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.8, early_stop_evals=2, device="cpu",
-                 two_layer_forms=(), two_layer_batch_size=64),
+                 single_key_lag=False, two_layer_forms=(), two_layer_batch_size=64),
         GammaGrids(gammas=(0.0, 0.5, 1.0, 2.0), control_gammas=(0.0, 0.5, 1.0), control_steps=400,
                    sizes=({"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}), size_gamma=1.0),
         CriticalGrids(head_counts=(8, 4, 2), head_count_gammas=(0.1, 0.2), gammas=(0.1, 0.2, 0.3, 0.5),
@@ -130,7 +131,7 @@ PLANS = {
     "full": Plan(
         Training(seeds=(0, 1, 2), extra_seeds=(0, 1, 2), steps=5000, extra_steps=5000, single_steps=5000,
                  batch_size=64, single_batch_size=64, lr=3e-3, single_lr=1e-3, threshold=0.9, early_stop_evals=0,
-                 device="auto", two_layer_forms=FORMS, two_layer_batch_size=64),
+                 device="auto", single_key_lag=True, two_layer_forms=FORMS, two_layer_batch_size=64),
         GammaGrids(gammas=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0), control_gammas=(0.0, 0.2, 0.4, 0.8, 1.2),
                    control_steps=3000,
                    sizes=({"model_preset": "psa-4m"}, {"model_preset": "psa-20m"}, {"model_preset": "psa-92m"}),
@@ -189,9 +190,31 @@ def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, stops
                         early_stop=False, early_stop_evals=t.early_stop_evals if stops_early else 0, **kwargs)
 
 
+def _one_layer_rows(mode: str, form: str, rows) -> list[RunConfig]:
+    """The variant table's one-layer ``rows`` (of ``VARIANT_ROWS``) on ``form``: primary rows on every seed
+    at the form's budget, the others on the secondary seeds at the secondary budget (on the single-answer
+    form scaled as its budget is)."""
+    p, t = _plan(mode), _plan(mode).training
+    model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
+    runs = []
+    for variant, gamma, placement, primary in rows:
+        budget = t.steps if primary else t.extra_steps
+        if form == "single":  # the single-answer budget, secondary rows scaled alike
+            budget = round(budget * t.single_steps / t.steps)
+        runs += [_run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed,
+                      form=form, **model) for seed in (t.seeds if primary else t.extra_seeds)]
+    return runs
+
+
+def _is_key_lag(row: tuple) -> bool:
+    return (row[0], row[1]) in KEY_LAG_ROWS
+
+
 def variant_table(mode: str = "quick") -> list[RunConfig]:
     """Every variant on the full-sequence form (primary rows on every seed), and the same on the
-    single-answer form with its own budget (secondary rows there at the secondary budget scaled alike).
+    single-answer form with its own budget (secondary rows there at the secondary budget scaled alike;
+    the learned key-lag rows there only where ``Training.single_key_lag``: in the quick plan they cost
+    two training-minutes, and ``psattn sweep key_lag --quick`` trains them).
     Primary rows train to the full budget (the table compares their final accuracy with the paper's);
     secondary rows may stop once their success is decided. Then two plain and two key-only layers, with
     and without MLPs (``TWO_LAYER_ROWS``), on ``Training.two_layer_forms`` at that form's primary budget,
@@ -203,20 +226,20 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     where they live at CPU scale."""
     p, t = _plan(mode), _plan(mode).training
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
-    runs = []
-    for form in FORMS:
-        for variant, gamma, placement, primary in VARIANT_ROWS:
-            budget = t.steps if primary else t.extra_steps
-            if form == "single":  # the single-answer budget, secondary rows scaled alike
-                budget = round(budget * t.single_steps / t.steps)
-            runs += [_run(p, variant, gamma, budget, stops_early=not primary, placement=placement, seed=seed,
-                          form=form, **model) for seed in (t.seeds if primary else t.extra_seeds)]
+    runs = _one_layer_rows(mode, "full", VARIANT_ROWS)
+    runs += _one_layer_rows(mode, "single", [r for r in VARIANT_ROWS if t.single_key_lag or not _is_key_lag(r)])
     for form in t.two_layer_forms:
         budget = t.single_steps if form == "single" else t.steps
         runs += [_run(p, variant, gamma, budget, stops_early=True, n_layers=2, mlp=mlp, seed=seed, form=form,
                       batch_size=t.two_layer_batch_size, **model)
                  for variant, gamma, mlp in TWO_LAYER_ROWS for seed in t.extra_seeds]
     return runs
+
+
+def key_lag(mode: str = "quick") -> list[RunConfig]:
+    """The variant table's learned key-lag rows on both forms (its own runs, at its budgets and seeds),
+    whichever of them the plan's variant table leaves out included."""
+    return [c for form in FORMS for c in _one_layer_rows(mode, form, [r for r in VARIANT_ROWS if _is_key_lag(r)])]
 
 
 def init_sensitivity(mode: str = "quick") -> list[RunConfig]:

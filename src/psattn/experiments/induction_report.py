@@ -43,9 +43,11 @@ HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: trains them at the quick scale, and ``--full`` includes them. The STUDIES are long experiments of
 #: their own (an hour or more on a CPU), run by ``psattn sweep NAME`` alone.
 STUDIES = ("text_pilot", "text_phase", "paper_form", "gamma_depth", "two_layer")
-#: every critical-gamma design is left out of the quick reproduction (each is its own `psattn sweep ... --quick`,
-#: about 6 training-minutes apiece), which keeps the main job short
-LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_head_dim", "text_seeds", *STUDIES),
+#: every critical-gamma design (about 6 training-minutes apiece), the initialisation table (1.4) and the
+#: single-answer key-lag rows (2.0; ``key_lag``, whose full-sequence rows the variant table trains) are left out
+#: of the quick reproduction, each its own `psattn sweep ... --quick`, which keeps the main job short
+LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_head_dim", "init_sensitivity",
+                      "key_lag", "text_seeds", *STUDIES),
             "full": STUDIES}
 
 
@@ -58,9 +60,9 @@ def _subset(results: dict[str, dict], configs) -> dict[str, dict]:
     return {c.name: results[c.name] for c in configs}
 
 
-def plateau_rows(out: Path, configs, results: dict) -> list[dict]:
-    """Attention statistics of the seed-0 single-answer key-only runs of the sensitivity table, freshly
-    initialised and trained (loaded from their checkpoints)."""
+def plateau_rows(runs: Path, configs, results: dict) -> list[dict]:
+    """Attention statistics of the seed-0 single-answer key-only runs of the sensitivity table: freshly
+    initialised, and, for those trained (in ``results``), at their last checkpoint in ``runs``."""
     rows = []
     for c in configs:
         a = c.model.attention
@@ -68,9 +70,10 @@ def plateau_rows(out: Path, configs, results: dict) -> list[dict]:
             continue
         held = eval_batch(c)
         rows.append({"init": c.model.init, "when": "initialisation", **attention_at_queries(build_model(c), held)})
-        rows.append({"init": c.model.init, "when": f"step {results[c.name]['steps']}",
-                     **attention_at_queries(load_trained(out / "runs" / c.name), held),
-                     "accuracy": results[c.name]["final_accuracy"]})
+        if c.name in results:
+            rows.append({"init": c.model.init, "when": f"step {results[c.name]['steps']}",
+                         **attention_at_queries(load_trained(runs / c.name), held),
+                         "accuracy": results[c.name]["final_accuracy"]})
     return rows
 
 
@@ -166,7 +169,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
     tables = {
         "variants": summary("variants", summaries.form_variant_key),
         "init_sensitivity": summary("init_sensitivity", summaries.init_key),
-        "attention_at_queries": plateau_rows(out, declared["init_sensitivity"], results),
+        "attention_at_queries": plateau_rows(out / "runs", exp.init_sensitivity(mode), results),
         "gamma_sweep": sorted(summary("gamma_sweep", summaries.gamma_key), key=lambda r: r["gamma"]),
         "controls": summary("controls", summaries.control_key),
         "mqar": summary("mqar", summaries.variant_key),
@@ -191,6 +194,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "distractors": next(c.task.num_distractors for c in declared["variants"] if c.task.form == "single"),
         "two_layer_batch": exp.PLANS[mode].training.two_layer_batch_size,
         "two_layer_forms": exp.PLANS[mode].training.two_layer_forms,
+        "single_key_lag": exp.PLANS[mode].training.single_key_lag,
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
@@ -272,6 +276,11 @@ def _variant_lines(res: InductionResults) -> list[str]:
         )
         lines += _stop_note(rows, f["early_stop_evals"])
         lines += _two_layer_note(rows, form, f)
+        if form == "single" and not f["single_key_lag"]:
+            lines += ["", "No learned key-lag rows on this form in this plan, to keep it short: `psattn sweep "
+                          "key_lag --quick` trains them at this table's budget and seeds, `psattn sweep "
+                          "init_sensitivity --full` on three seeds at three initialisations, and `psattn reproduce "
+                          "--full` has them in this table."]
         lines += ["", f"![training curves, {heading.lower()}](figures/{'curves' if form == 'full' else 'curves_single'}.png)", ""]
     return lines
 
@@ -297,32 +306,44 @@ def _two_layer_note(rows: list[dict], form: str, f: dict) -> list[str]:
 
 
 def _sensitivity_lines(res: InductionResults) -> list[str]:
-    """Success against the initialisation, and the attention at the single-answer query."""
+    """Success against the initialisation (or where to train it), and the attention at the single-answer query."""
     t, f = res.tables, res.facts
-    lines = ["### Sensitivity to the initialisation", "",
-             "Success and emergence against the scale every matrix is initialised at: a fixed std, the default "
-             "N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module defaults (\"torch\": N(0, 1) "
-             "embeddings, tied to the output layer). Same budgets as the variant table."
-             + ("" if f["baseline_every_init"] else
-                " The plain layer runs at the default initialisation alone: in `psattn sweep init_sensitivity "
-                "--full` (three seeds) it fails at every initialisation."), ""]
-    lines += _table(["init", "form", "variant", "gamma", "steps", "seeds", "success", "mean emergence step",
-                     "mean best acc"],
-                    [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
-                      f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
-                     for r in sorted(t["init_sensitivity"], key=lambda r: (r["form"], _init_order(r["init"]), r["variant"]))])
-    lines += _stop_note(t["init_sensitivity"], f["early_stop_evals"])
+    scales = ("a fixed std, the default N(0, 1/(3 d_model)) (\"scaled\", 0.051 here), and PyTorch's own module "
+              "defaults (\"torch\": N(0, 1) embeddings, tied to the output layer)")
+    lines = ["### Sensitivity to the initialisation", ""]
+    if not t["init_sensitivity"]:
+        lines += [f"Success and emergence against the scale every matrix is initialised at ({scales}) are left out "
+                  "of the quick reproduction to keep it short: `psattn sweep init_sensitivity --quick` trains the "
+                  "key-only layer at the other two scales on both forms at this plan's budgets, and `psattn sweep "
+                  "init_sensitivity --full` every variant at every scale on three seeds (docs/reproduction.md)."]
+    else:
+        lines += [f"Success and emergence against the scale every matrix is initialised at: {scales}. Same budgets "
+                  "as the variant table."
+                  + ("" if f["baseline_every_init"] else
+                     " The plain layer runs at the default initialisation alone: in `psattn sweep init_sensitivity "
+                     "--full` (three seeds) it fails at every initialisation."), ""]
+        lines += _table(["init", "form", "variant", "gamma", "steps", "seeds", "success", "mean emergence step",
+                         "mean best acc"],
+                        [[str(r["init"]), r["form"], r["variant"], r["gamma"], _budget(r), r["seeds"],
+                          f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
+                         for r in sorted(t["init_sensitivity"], key=lambda r: (r["form"], _init_order(r["init"]), r["variant"]))])
+        lines += _stop_note(t["init_sensitivity"], f["early_stop_evals"])
     lines += ["", "What the key-only layer's attention does at the single-answer query (layer 0, 64 held-out rows, "
-              "seed 0), at initialisation and where its run ended: the entropy of the pattern over its maximum "
-              "(1: uniform), the spread of the content score term T1 = q·k and the key-side momentum term T3 over the "
-              "visible keys (scaled by 1/sqrt(d_k), as softmax sees them), the best head's attention on the target "
-              "(uniform attention puts 0.016 there), and the norm of the attention output over the token embedding's.",
-              ""]
-    lines += _table(["init", "when", "entropy / max", "T1 spread", "T3 spread", "attention on target", "attention / embedding",
-                     "held-out acc"],
-                    [[str(r["init"]), r["when"], r["entropy_ratio"], r["t1_std"], r["t3_std"], r["target_mass"],
-                      r["attention_to_embedding"], _fmt(r.get("accuracy"))] for r in t["attention_at_queries"]])
+              "seed 0), at initialisation and where its run ended, for every run trained here: the entropy of the "
+              "pattern over its maximum (1: uniform), the spread of the content score term T1 = q·k and the key-side "
+              "momentum term T3 over the visible keys (scaled by 1/sqrt(d_k), as softmax sees them), the best head's "
+              "attention on the target (uniform attention puts 0.016 there), and the norm of the attention output over "
+              "the token embedding's.", ""]
+    lines += attention_at_queries_table(t["attention_at_queries"])
     return lines
+
+
+def attention_at_queries_table(rows: list[dict]) -> list[str]:
+    """The markdown table of ``plateau_rows``."""
+    return _table(["init", "when", "entropy / max", "T1 spread", "T3 spread", "attention on target",
+                   "attention / embedding", "held-out acc"],
+                  [[str(r["init"]), r["when"], r["entropy_ratio"], r["t1_std"], r["t3_std"], r["target_mass"],
+                    r["attention_to_embedding"], _fmt(r.get("accuracy"))] for r in rows])
 
 
 def _gamma_lines(res: InductionResults) -> list[str]:
