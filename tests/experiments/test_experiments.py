@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -236,7 +237,9 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["induction"]["trainer_speed"]["ratio"] > 0
     timings = data["timings"]
-    assert set(timings["seconds"]) >= {"training", "theory and certificates", "mean field"}
+    beside = (os.cpu_count() or 1) > 1  # the mean-field part runs in its own process, beside the theory
+    assert set(timings["seconds"]) >= {"training", "theory and certificates",
+                                       "mean field (beside the theory)" if beside else "mean field"}
     assert timings["runs"]["trained_now"] == len(timings["runs"]["seconds"]) and timings["runs"]["reused"] == 0
     assert data["meanfield"]["passed"] is True
     assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}

@@ -158,7 +158,8 @@ def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
 
 #: how ``psattn sweep`` groups an experiment's runs for its summary (seeds averaged)
 SUMMARY_KEYS = {
-    "variants": form_variant_key, "key_lag": form_variant_key, "init_sensitivity": init_key, "gamma_sweep": gamma_key, "controls": control_key,
+    "variants": form_variant_key, "key_lag": form_variant_key, "init_sensitivity": init_key, "gamma_sweep": gamma_key,
+    "controls": control_key,
     "mqar": variant_key, "sizes": size_key, "critical_gamma": head_dim_key, "critical_gamma_width": head_dim_key,
     "critical_gamma_head_dim": head_dim_key,
 }
