@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -77,28 +73,46 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
     graph's greedy decoding interleaved in one loop; None when the export extra is not installed. Each
     row holds one entry per precision (``PRECISIONS``). ``executorch``: also write each model as fp32 and
     int8 ExecuTorch programs (``executorch_and_compare``; int8 measured against PyTorch's fp32 logits)
-    and time them in the same loop (``EXECUTORCH_PRECISIONS``). The models are exported and measured
-    side by side, one process each (on one thread each, so the numbers are those of one process); the
-    timing loop runs alone."""
+    and time them in the same loop (``EXECUTORCH_PRECISIONS``)."""
     try:
         import onnxruntime  # noqa: F401
 
+        from psattn.export.compare import export_and_compare, int8_against_fp32
         from psattn.export.onnx import OnnxLM
+        from psattn.tasks.batch import TaskBatch
+        from psattn.training.trainer import eval_batch
     except ImportError:
         return None
-    chosen = [c for c in configs if c.train.seed == seed and model_key({"config": c.to_dict()}) in models]
     threads = torch.get_num_threads()
     rows, graphs = {}, {}
     try:
-        measure = partial(edge_row, runs, onnx=onnx, decode_tokens=decode_tokens, executorch=executorch)
-        with _side_by_side(len(chosen)) as pool:
-            measured = list((pool.map if pool is not None else map)(measure, [c.name for c in chosen]))
-        for config, (row, files) in zip(chosen, measured):
-            label = model_label(*model_key({"config": config.to_dict()}))
-            rows[label] = row
-            for precision, paths in files.items():
-                graphs[f"{label} / {precision}"] = (OnnxLM(*paths) if precision in PRECISIONS
-                                                    else _executorch_program(paths[0]))
+        for config in configs:
+            key = model_key({"config": config.to_dict()})
+            if config.train.seed != seed or key not in models:
+                continue
+            label = model_label(*key)
+            path = onnx / config.name / "model.onnx"
+            r = export_and_compare(runs / config.name, path, int8="dynamic", decode_tokens=decode_tokens)
+            fp32 = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
+            batch = eval_batch(config)
+            batch = TaskBatch(batch.inputs[:256], batch.targets[:256])  # the rows export_and_compare scores
+            static = int8_against_fp32(load_trained(runs / config.name), fp32, fp32.logits(batch.inputs.numpy()),
+                                       config, batch, "static",
+                                       path.with_suffix(".int8-static.onnx"), decode_tokens)
+            rows[label] = {"parameters": preset_parameter_count(config.model),
+                           "fp32": {"size_bytes": r["size_bytes"]["fp32"], "text": r["text"]["onnx_fp32"]},
+                           "INT8 dynamic": {"size_bytes": r["size_bytes"]["int8"], "text": r["text"]["onnx_int8"],
+                                            "teacher_forced": r["int8_teacher_forced"], "greedy": r["int8_greedy"]},
+                           "INT8 static": {"size_bytes": static["size_bytes"], "text": static["text"],
+                                           "teacher_forced": static["int8_teacher_forced"],
+                                           "greedy": static["int8_greedy"]},
+                           "greedy_tokens_equal": r["greedy_tokens_equal"]}
+            graphs[f"{label} / fp32"] = fp32
+            graphs[f"{label} / INT8 dynamic"] = OnnxLM(r["files"]["prefill_int8"], r["files"]["decode_int8"])
+            graphs[f"{label} / INT8 static"] = OnnxLM(static["files"]["prefill_int8"], static["files"]["decode_int8"])
+            if executorch:
+                rows[label].update(_executorch_rows(runs / config.name, onnx / config.name / "model.pte", graphs,
+                                                    label, decode_tokens))
         prompt = np.asarray(configs[0].task.tokens().eval[:16], dtype=np.int64)[None]
         latency = interleaved_medians({k: partial(g.generate, prompt, decode_tokens) for k, g in graphs.items()}, repeats=7)
     finally:
@@ -109,70 +123,21 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
     return rows
 
 
-@contextmanager
-def _side_by_side(jobs: int):
-    """Worker processes for ``jobs`` independent jobs, one per core (None: run them here, one by one)."""
-    workers = min(jobs, os.cpu_count() or 1)
-    if workers < 2:
-        yield None
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
-
-
-def _executorch_program(path: str):
+def _executorch_rows(run_dir: Path, path: Path, graphs: dict[str, Any], label: str,
+                     decode_tokens: int) -> dict[str, dict]:
+    """The fp32 and int8 ExecuTorch programs of one run, measured on the rows the ONNX graphs are
+    (256 held-out windows, 16 greedy prompts); their programs join ``graphs`` for the timing loop."""
+    from psattn.export.compare_executorch import executorch_and_compare
     from psattn.export.executorch import ExecuTorchLM
 
-    return ExecuTorchLM(path)
-
-
-def edge_row(runs: Path, name: str, onnx: Path, decode_tokens: int,
-             executorch: bool) -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
-    """One model's row of the device table (run directory ``runs/<name>``, graphs under ``onnx/<name>``),
-    and the files of its graphs by precision (ONNX: prefill and decode graphs; ExecuTorch: the program)."""
-    from psattn.export.compare import export_and_compare, int8_against_fp32
-    from psattn.export.onnx import OnnxLM
-    from psattn.tasks.batch import TaskBatch
-    from psattn.training.config import RunConfig
-    from psattn.training.trainer import eval_batch
-
-    config = RunConfig.from_file(runs / name / "config.json")
-    path = onnx / name / "model.onnx"
-    r = export_and_compare(runs / name, path, int8="dynamic", decode_tokens=decode_tokens)
-    fp32 = OnnxLM(r["files"]["prefill"], r["files"]["decode"])
-    batch = eval_batch(config)
-    batch = TaskBatch(batch.inputs[:256], batch.targets[:256])  # the rows export_and_compare scores
-    static = int8_against_fp32(load_trained(runs / name), fp32, fp32.logits(batch.inputs.numpy()), config, batch,
-                               "static", path.with_suffix(".int8-static.onnx"), decode_tokens)
-    row = {"parameters": preset_parameter_count(config.model),
-           "fp32": {"size_bytes": r["size_bytes"]["fp32"], "text": r["text"]["onnx_fp32"]},
-           "INT8 dynamic": {"size_bytes": r["size_bytes"]["int8"], "text": r["text"]["onnx_int8"],
-                            "teacher_forced": r["int8_teacher_forced"], "greedy": r["int8_greedy"]},
-           "INT8 static": {"size_bytes": static["size_bytes"], "text": static["text"],
-                           "teacher_forced": static["int8_teacher_forced"], "greedy": static["int8_greedy"]},
-           "greedy_tokens_equal": r["greedy_tokens_equal"]}
-    files: dict[str, tuple[str, ...]] = {"fp32": (r["files"]["prefill"], r["files"]["decode"]),
-                                         "INT8 dynamic": (r["files"]["prefill_int8"], r["files"]["decode_int8"]),
-                                         "INT8 static": (static["files"]["prefill_int8"], static["files"]["decode_int8"])}
-    if executorch:
-        et_rows, et_files = _executorch_rows(runs / name, onnx / name / "model.pte", decode_tokens)
-        row.update(et_rows)
-        files.update(et_files)
-    return row, files
-
-
-def _executorch_rows(run_dir: Path, path: Path, decode_tokens: int) -> tuple[dict[str, dict], dict[str, tuple[str, ...]]]:
-    """The fp32 and int8 ExecuTorch programs of one run, measured on the rows the ONNX graphs are
-    (256 held-out windows, 16 greedy prompts), and their files, for the timing loop."""
-    from psattn.export.compare_executorch import executorch_and_compare
-
     et = executorch_and_compare(run_dir, path, quantize=("int8",), rows=256, decode_tokens=decode_tokens)
+    graphs[f"{label} / ExecuTorch fp32"] = ExecuTorchLM(et["files"]["fp32"])
+    graphs[f"{label} / ExecuTorch int8"] = ExecuTorchLM(et["files"]["int8"])
     int8 = et["quantized"]["int8"]
-    rows = {"ExecuTorch fp32": {"size_bytes": et["size_bytes"]["fp32"], "text": et["text"]["executorch_fp32"],
+    return {"ExecuTorch fp32": {"size_bytes": et["size_bytes"]["fp32"], "text": et["text"]["executorch_fp32"],
                                 "max_logit_error": et["max_logit_error"]},
             "ExecuTorch int8": {"size_bytes": et["size_bytes"]["int8"], "text": et["text"]["executorch_int8"],
                                 "teacher_forced": int8["teacher_forced"], "greedy": int8["greedy"]}}
-    return rows, {"ExecuTorch fp32": (str(et["files"]["fp32"]),), "ExecuTorch int8": (str(et["files"]["int8"]),)}
 
 
 def _precisions(row: dict[str, Any]) -> list[str]:
