@@ -51,6 +51,17 @@ def test_declared_experiments(mode):
         exp.gamma_sweep("medium")
 
 
+def test_every_experiment_the_reproduction_leaves_out_is_one_psattn_sweep_runs():
+    from psattn.cli import build_parser
+    from psattn.experiments.induction_report import LEFT_OUT
+
+    for mode, names in LEFT_OUT.items():
+        assert set(names) <= set(exp.EXPERIMENTS), mode
+    sweep = build_parser()
+    for name in LEFT_OUT["quick"]:
+        assert sweep.parse_args(["sweep", name, "--quick"]).experiment == name
+
+
 def test_gamma_zero_runs_are_the_baseline_and_shared():
     assert small_config("symmetric", 0.0).name == small_config("baseline", 0.0).name
     sweep_names = {c.name for c in exp.gamma_sweep("quick")}

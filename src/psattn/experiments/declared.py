@@ -323,6 +323,7 @@ def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
 
 EXPERIMENTS = {
     "variants": variant_table,
+    "key_lag": key_lag,
     "gamma_sweep": gamma_sweep,
     "controls": negative_controls,
     "mqar": associative_recall,
