@@ -312,10 +312,11 @@ def _sensitivity_lines(res: InductionResults) -> list[str]:
               "defaults (\"torch\": N(0, 1) embeddings, tied to the output layer)")
     lines = ["### Sensitivity to the initialisation", ""]
     if not t["init_sensitivity"]:
-        lines += [f"Success and emergence against the scale every matrix is initialised at ({scales}) are left out "
-                  "of the quick reproduction to keep it short: `psattn sweep init_sensitivity --quick` trains the "
-                  "key-only layer at the other two scales on both forms at this plan's budgets, and `psattn sweep "
-                  "init_sensitivity --full` every variant at every scale on three seeds (docs/reproduction.md)."]
+        lines += [f"The table of success and emergence against the scale every matrix is initialised at ({scales}) "
+                  "is left out of the quick reproduction to keep it short: `psattn sweep init_sensitivity --quick` "
+                  "trains the key-only layer at the other two scales on both forms at this plan's budgets, and "
+                  "`psattn sweep init_sensitivity --full` every variant at every scale on three seeds "
+                  "(docs/reproduction.md)."]
     else:
         lines += [f"Success and emergence against the scale every matrix is initialised at: {scales}. Same budgets "
                   "as the variant table."
