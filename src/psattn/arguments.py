@@ -102,6 +102,19 @@ def required_run_dir(args: argparse.Namespace) -> str:
     return args.run_dir
 
 
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """``--device``: where a trained model runs, whichever device it trained on."""
+    parser.add_argument("--device", default="auto", type=device_name, metavar="DEVICE",
+                        help="cpu, cuda, cuda:N or auto (CUDA when available)")
+
+
+def device_name(text: str) -> str:
+    """argparse type: cpu, cuda, cuda:N or auto."""
+    if text in ("cpu", "cuda", "auto") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or auto, got {text!r}")
+
+
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:
     """``--json [PATH]``: ``what`` as JSON, written to PATH or printed."""
     parser.add_argument("--json", nargs="?", const="-", metavar="PATH",

@@ -17,6 +17,7 @@ from psattn.arguments import (
     HelpFormatter,
     add_command,
     add_deprecated,
+    add_device,
     add_json,
     add_plan_size,
     add_run_dir,
@@ -221,7 +222,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from psattn.training.evaluation import evaluate_run, format_evaluation
 
-    result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows)
+    result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows, device=args.device)
     report(args.json, format_evaluation(result), result)
     return 0
 
@@ -293,7 +294,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
     tokenizer = run_tokenizer(args.run_dir)
-    model = load_trained(args.run_dir)
+    model = load_trained(args.run_dir, args.device)
     context = RunConfig.from_file(Path(args.run_dir) / "config.json").task.seq_len
     text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, seed=args.seed, context=context)
@@ -385,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy")
     gen.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens only")
     gen.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
+    add_device(gen)
     gen.set_defaults(func=cmd_generate)
 
     pl = add_command(sub, "plot", "draw the training curves of one or more runs into one figure",
@@ -404,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--corpus", help="another corpus for a text run: a shipped name, a file, a folder or a glob")
     ev.add_argument("--set", nargs="*", default=[], metavar="task.FIELD=VALUE", help="change the task")
     ev.add_argument("--rows", type=positive_int, help="held-out rows to score (default: the run's eval_size)")
+    add_device(ev)
     add_json(ev, "the scores")
     ev.set_defaults(func=cmd_eval)
 

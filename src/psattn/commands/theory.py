@@ -88,7 +88,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
         model = DecoderLM(ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4,
                                       attention=AttentionConfig("symmetric", args.gamma))).eval()
         label = f"symmetric γ={args.gamma:g}, random initialisation"
-    ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=torch.Generator().manual_seed(args.seed))
+    g = torch.Generator().manual_seed(args.seed)
+    ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=g, device=g.device)  # (B, T)
     measured = measure_bode(model, ids).to_dict(label)
     (out / "bode.json").write_text(json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
     figures.append(plots.plot_measured_bode([measured], out / "bode_measured.png"))

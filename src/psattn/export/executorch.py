@@ -30,6 +30,7 @@ import torch
 
 from psattn.export.graphs import DecodeStepGraph, PrefillGraph
 from psattn.models.decoder import DecoderLM
+from psattn.models.device import on_cpu
 from psattn.training.checkpoint import write_bytes
 
 QUANTIZATIONS = ("fp32", "int8", "int4")
@@ -76,9 +77,9 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = quantized_copy(model, quantize)
+    model = quantized_copy(on_cpu(model), quantize)
     prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
-    ids = torch.randint(0, model.config.vocab_size, (1, 5))
+    ids = torch.randint(0, model.config.vocab_size, (1, 5), device="cpu")  # (1, T): an example prompt
     state = prefill(ids)[1:]
     seq = torch.export.Dim("seq", min=1, max=max_context)
     past = torch.export.Dim("past", min=1, max=max_context - 1)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from psattn.models.decoder import DecoderLM
+from psattn.models.device import model_device
 
 KIB, MIB = 1024, 1024 * 1024
 SRAM_BUDGETS = {"256 KB SRAM": 256 * KIB, "512 KB SRAM": 512 * KIB, "2 MB SRAM": 2 * MIB}
@@ -117,7 +118,8 @@ def footprint(model: DecoderLM, context: int) -> Footprint:
 def measured_cache_bytes(model: DecoderLM, context: int) -> int:
     """Bytes of a real cache after a prefill of ``context`` tokens (batch of one): what it holds."""
     cache = model.new_cache()
-    model.eval()(torch.randint(0, model.config.vocab_size, (1, context)), cache=cache)
+    ids = torch.randint(0, model.config.vocab_size, (1, context), device=model_device(model))  # (1, T)
+    model.eval()(ids, cache=cache)
     return cache.kv_bytes() + cache.extra_state_bytes()
 
 

@@ -19,6 +19,7 @@ import torch
 
 from psattn.export.graphs import DecodeStepGraph, PrefillGraph
 from psattn.models.decoder import DecoderLM
+from psattn.models.device import on_cpu
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,11 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
     """Write the prefill graph to ``path`` and the decode-step graph beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = model.eval()
+    model = on_cpu(model).eval()
     prefill = PrefillGraph(model)
     decode = DecodeStepGraph(model)
     batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
-    ids = torch.randint(0, model.config.vocab_size, (2, 5))
+    ids = torch.randint(0, model.config.vocab_size, (2, 5), device="cpu")  # (B, T): an example prompt
     _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
     state = prefill(ids)[1:]
     cache_dims = {1: batch, 3: past}

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from psattn.models.decoder import DecoderLM
+from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
 
 
@@ -62,7 +63,10 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
+    probs = logits.softmax(dim=-1)  # (B, V)
+    if generator is not None and generator.device != probs.device:  # draw where the generator lives
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator)[:, 0].to(probs.device)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
 @torch.no_grad()
@@ -88,7 +92,8 @@ def generate(
     ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
     shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
-    continued and extended in place. A model without cache support (a learned key-lag baseline, see
+    continued and extended in place. The prompt is moved to the model's device, and so is the
+    result; a ``generator`` on another device draws there. A model without cache support (a learned key-lag baseline, see
     ``supports_cache``) runs the whole sequence again per token.
     """
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
@@ -105,6 +110,9 @@ def generate(
         raise ValueError(f"top_k must be positive, got {top_k}")
     if not do_sample and (temperature != 1.0 or top_k is not None):
         warnings.warn("temperature and top_k apply only when do_sample=True; decoding greedily", stacklevel=2)
+    device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere
+    input_ids = input_ids.to(device)
+    attention_mask = None if attention_mask is None else attention_mask.to(device)
     V = model.config.vocab_size
     for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < V):
@@ -170,7 +178,7 @@ def speculative_generate(
     if input_ids.shape[1] > 1:
         prefill(target, input_ids[:, :-1], target_cache)
         prefill(draft, input_ids[:, :-1], draft_cache)
-    device = input_ids.device
+    device = model_device(target)
     out = input_ids[0].tolist()
     pending = out[-1]  # last committed token, not yet in either cache
     stats = {"drafted": 0, "accepted": 0, "target_steps": 0}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from psattn.models.device import model_device
 from psattn.ops.hooks import capture
 
 
@@ -33,8 +34,8 @@ class HeadScores:
 
 def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Generator, bos: int = 0) -> Tensor:
     """[BOS] + R + R rows (B, 1 + 2 * half), R drawn from the tokens other than BOS."""
-    body = torch.randint(1, vocab_size, (batch, half), generator=generator)
-    return torch.cat([torch.full((batch, 1), bos), body, body], dim=1)
+    body = torch.randint(1, vocab_size, (batch, half), generator=generator, device=generator.device)
+    return torch.cat([torch.full((batch, 1), bos, device=body.device), body, body], dim=1)
 
 
 @dataclass
@@ -49,6 +50,7 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     ``offset`` and its exact repeat right after it (T >= offset + 2 * half)."""
     if rows.shape[1] < offset + 2 * half or half < 2:
         raise ValueError(f"rows of length {rows.shape[1]} cannot hold two copies of {half} tokens after {offset}")
+    rows = rows.to(model_device(model))  # rows come from a generator's device; the model may sit elsewhere
     was_training = model.training
     model.eval()
     with capture(model, "*.hook_pattern") as seen:
@@ -56,9 +58,9 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     model.train(was_training)
     logits = getattr(out, "logits", out)  # (B, T, V); transformers models return an output object
     patterns = torch.stack(list(seen.values()))  # (L, B, H, T, T), in the order the layers ran
-    t = torch.arange(1, rows.shape[1])
+    t = torch.arange(1, rows.shape[1], device=rows.device)
     prev = patterns[..., t, t - 1].mean(dim=(1, 3))  # (L, H)
-    second = torch.arange(offset + half, offset + 2 * half)  # positions of the second copy
+    second = torch.arange(offset + half, offset + 2 * half, device=rows.device)  # positions of the second copy
     ind = patterns[..., second, second - half + 1].mean(dim=(1, 3))  # (L, H)
     losses = torch.nn.functional.cross_entropy(
         logits[:, :-1].transpose(1, 2), rows[:, 1:], reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t

@@ -67,6 +67,6 @@ def sample(config: TextConfig, batch_size: int, generator: torch.Generator, spli
     span = len(stream) - config.seq_len - 1
     if span < 0:
         raise ValueError(f"the {split} text ({len(stream)} tokens) is shorter than one window of {config.seq_len + 1}")
-    starts = torch.randint(0, span + 1, (batch_size,), generator=generator).numpy()
+    starts = torch.randint(0, span + 1, (batch_size,), generator=generator, device=generator.device).cpu().numpy()
     rows = windows(stream, starts, config.seq_len + 1)  # (B, T + 1)
     return TaskBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())

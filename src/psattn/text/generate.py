@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from psattn.models.device import model_device
 from psattn.models.generate import generate
 from psattn.textdata.tokenizer import load_tokenizer
 
@@ -35,11 +36,12 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
         raise ValueError(f"context must be at least 2 tokens, got {context}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
-    new = generate(model, torch.tensor([window]), room, **sampling).sequences[0, len(window):].tolist()
+    device = model_device(model)
+    new = generate(model, torch.tensor([window], device=device), room, **sampling).sequences[0, len(window):].tolist()
     while len(new) < max_new_tokens:  # past the window: slide it, one token at a time
         assert context is not None  # without a window the first call asked for them all
         recent = (window + new)[-(context - 1):]
-        new += generate(model, torch.tensor([recent]), 1, **sampling).sequences[0, -1:].tolist()
+        new += generate(model, torch.tensor([recent], device=device), 1, **sampling).sequences[0, -1:].tolist()
     return new
 
 

@@ -63,13 +63,14 @@ def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> f
 
 def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:
     """(rows, 2 * half) rows R + R, R drawn uniformly from ``vocabulary`` (token ids)."""
-    run = vocabulary[torch.randint(0, len(vocabulary), (rows, half), generator=generator)]  # (rows, half)
+    index = torch.randint(0, len(vocabulary), (rows, half), generator=generator, device=generator.device)  # (rows, half)
+    run = vocabulary[index.to(vocabulary.device)]  # (rows, half)
     return torch.cat([run, run], dim=1)
 
 
 def passage_repeats(stream: np.ndarray, rows: int, half: int, generator: torch.Generator) -> Tensor:
     """(rows, 2 * half) rows P + P, P a passage of ``half`` tokens of ``stream``."""
-    starts = torch.randint(0, len(stream) - half, (rows,), generator=generator).numpy()
+    starts = torch.randint(0, len(stream) - half, (rows,), generator=generator, device=generator.device).cpu().numpy()
     index = starts[:, None] + np.arange(half)[None, :]  # (rows, half)
     passage = torch.from_numpy(np.asarray(stream[index], dtype=np.int64))
     return torch.cat([passage, passage], dim=1)

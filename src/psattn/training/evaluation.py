@@ -8,19 +8,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from psattn.models.device import model_device
 from psattn.tasks.registry import task_name
 from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.trainer import TASK_METRICS, eval_batch, evaluate, load_trained
 
 
 def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: str | None = None,
-                 rows: int | None = None) -> dict[str, Any]:
+                 rows: int | None = None, device: str = "cpu") -> dict[str, Any]:
     """Held-out accuracy and loss of ``run_dir``'s model (its last checkpoint) on ``rows`` held-out rows
     (default: the run's eval_size) of its task changed by ``overrides`` (``task.field=value``), plus the
     task's own metrics (bits per byte, ICL score and copy measures for text; head scores for induction).
-    ``corpus`` scores a text run on another corpus, tokenized with the run's own tokenizer."""
+    ``corpus`` scores a text run on another corpus, tokenized with the run's own tokenizer. ``device``:
+    where the model runs (``"auto"``: CUDA when available), whichever device it trained on."""
     run_dir = Path(run_dir)
-    model = load_trained(run_dir)
+    model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")
     if any(not item.startswith("task.") for item in overrides):
         raise ValueError(f"eval changes the task only (task.field=value), got {list(overrides)}")
@@ -35,7 +37,7 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
                              f"({model.config.vocab_size})")
     if rows is not None:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, eval_size=rows))
-    batch = eval_batch(config)
+    batch = eval_batch(config).to(model_device(model))
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
               "rows": len(batch), "accuracy": accuracy, "loss": loss}

@@ -111,8 +111,11 @@ def eval_batch(config: RunConfig) -> TaskBatch:
 
 
 def build_model(config: RunConfig) -> DecoderLM:
+    """The run's initial model, built on the CPU from the run's seed, so that its weights are the same
+    on every device it is then moved to."""
     torch.manual_seed(config.train.seed)
-    return DecoderLM(config.model)
+    with torch.device("cpu"):
+        return DecoderLM(config.model)
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -126,16 +129,18 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
-def load_trained(run_dir: str | Path) -> DecoderLM:
-    """The model of a run directory, with the weights of its last checkpoint, in eval mode."""
+def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
+    """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
+    (``"auto"``: CUDA when available), whichever device it trained on."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         raise ValueError(f"{run_dir} is not a run directory (no config.json)")
     config = RunConfig.from_file(run_dir / "config.json")
-    model = DecoderLM(config.model)
+    with torch.device("cpu"):
+        model = DecoderLM(config.model)
     path = run_dir / "checkpoint.pt"
     load_model_weights(model, load_checkpoint(path, keys=("model",))["model"], path, run_dir / "config.json")
-    return model.eval()
+    return model.to(resolve_device(device) if isinstance(device, str) else device).eval()
 
 
 def lr_factor(train, extensions: Sequence[dict[str, Any]] = ()) -> Callable[[int], float]:
