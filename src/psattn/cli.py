@@ -176,7 +176,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from psattn.integrations.hf.decoder_model import export_hf
 
         print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out)} "
-              "(AutoModelForCausalLM.from_pretrained with psattn imported)")
+              "(import psattn.integrations.hf, then AutoModelForCausalLM.from_pretrained)")
         return 0
     if args.format == "executorch":
         from psattn.export.compare_executorch import executorch_and_compare, format_executorch_comparison

@@ -62,7 +62,40 @@ def test_an_induction_run_exports_without_a_tokenizer_and_the_diagnostics_and_pe
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     scores = head_scores(model, vocab_size=16)
     assert scores.induction.shape == (1, 2)
+    from psattn.integrations.hf import load_psa_model
+
+    with pytest.raises(ValueError, match="psattn export"):  # its attention settings are its own
+        load_psa_model(tmp_path / "hf", gamma=0.5)
     lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     assert lora.get_nb_trainable_parameters()[0] > 0
     with pytest.raises(SystemExit):
         main(["export", "--format", "hf", "--int8", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "x")])
+
+
+@pytest.mark.slow  # a fresh process imports transformers: about 12 s
+def test_an_export_loads_in_a_new_process_after_the_import_its_hint_names(tmp_path, capsys):
+    """The export's hint names the import; a fresh process that does just that import loads the folder with
+    AutoModelForCausalLM and with load_psa_model, and gets psattn's logits."""
+    import re
+    import subprocess
+    import sys
+
+    train(tiny_config(4), tmp_path / "run")
+    assert main(["export", "--format", "hf", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    module = re.search(r"import (psattn[\w.]*)", capsys.readouterr().out).group(1)
+    ids = torch.arange(12).remainder(16)[None]
+    with torch.no_grad():
+        want = load_trained(tmp_path / "run")(ids)
+    script = (f"import sys, torch; import {module}\n"
+              "from transformers import AutoModelForCausalLM\n"
+              "from psattn.integrations.hf import load_psa_model\n"
+              "ids = torch.arange(12).remainder(16)[None]\n"
+              "with torch.no_grad():\n"
+              "    logits = [m.eval()(ids).logits for m in (AutoModelForCausalLM.from_pretrained(sys.argv[1]),\n"
+              "                                              load_psa_model(sys.argv[1]))]\n"
+              "torch.save(logits, sys.argv[2])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "hf"), str(tmp_path / "logits.pt")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for logits in torch.load(tmp_path / "logits.pt"):
+        torch.testing.assert_close(logits, want, atol=1e-6, rtol=0)

@@ -4,7 +4,7 @@
     apply_psa(model, variant="key_only", gamma=0.8)   # Llama, Mistral, Qwen2/3, SmolLM3, ...
     out = model.generate(**inputs)                     # the cache stores sheared keys
     model.save_pretrained(path)                        # the PSA settings go into config.json
-    AutoModelForCausalLM.from_pretrained(path)         # the same PSA model (psattn imported)
+    AutoModelForCausalLM.from_pretrained(path)         # the same PSA model (after this import)
     remove_psa(model)
 
 Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids and masks),
@@ -12,8 +12,10 @@ Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids an
 ``.hooks`` (hook points for ``capture``), ``.saving`` (the ``psattn_<base>`` model types),
 ``.patch`` (apply / remove / load), ``.warmup`` (γ warm-up for converting a model).
 
-Importing this package imports transformers and registers the ``psattn_<base>`` model types with
-its Auto classes. The ``psattn hf-demo`` command lives in ``psattn.integrations.hf_demo``.
+Importing this package imports transformers and registers with its Auto classes the ``psattn_<base>``
+model types and the ``psattn`` model type of ``psattn export --format hf`` (``.decoder_model``), so
+``import psattn.integrations.hf`` is what a new process needs before ``from_pretrained``. A plain
+``import psattn`` does not import transformers. The ``psattn hf-demo`` command lives in ``psattn.integrations.hf_demo``.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ def check_transformers() -> None:
 check_transformers()
 
 from psattn.integrations.hf.cache import PSADynamicCache, PSALayer  # noqa: E402
+from psattn.integrations.hf.decoder_model import PsattnConfig, PsattnForCausalLM  # noqa: E402  (registers "psattn")
 from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.spec import PSASpec  # noqa: E402
 from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
 from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup  # noqa: E402
 
-__all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec", "apply_psa", "chunk_starts",
+__all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec", "PsattnConfig", "PsattnForCausalLM",
+           "apply_psa", "chunk_starts",
            "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa", "set_psa_gamma"]
 
 

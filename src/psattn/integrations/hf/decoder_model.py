@@ -5,10 +5,10 @@ module in attention) match no transformers architecture exactly: the Llama famil
 ``apply_psa`` patches uses RMSNorm and a gated SiLU MLP. So the export is a
 registered ``psattn`` model type: ``PsattnConfig`` carries the model's config (its PSA settings
 included) and ``PsattnForCausalLM`` wraps the DecoderLM itself, weights and hook points unchanged.
-With psattn imported, ``AutoModelForCausalLM.from_pretrained``, ``pipeline("text-generation")``, PEFT and
-the head diagnostics (``psattn.models.heads.head_scores``) work on it. Generation recomputes the
-whole sequence each step (``generation_config.use_cache`` is off): psattn's own ``generate`` keeps the
-sheared-key cache.
+After ``import psattn.integrations.hf`` (which imports this module),
+``AutoModelForCausalLM.from_pretrained``, ``pipeline("text-generation")``, PEFT and the head diagnostics
+(``psattn.models.heads.head_scores``) work on it. Generation recomputes the whole sequence each step
+(``generation_config.use_cache`` is off): psattn's own ``generate`` keeps the sheared-key cache.
 """
 
 from __future__ import annotations

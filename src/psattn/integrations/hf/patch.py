@@ -32,6 +32,7 @@ from transformers import PretrainedConfig
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.cache import psa_layer
+from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
 from psattn.integrations.hf.saving import (
     base_model_type,
@@ -252,7 +253,8 @@ def load_psa_model(
 
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
     them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
-    A plain model is converted with the given settings, defaults ``key_only`` and γ = 0.8."""
+    A plain model is converted with the given settings, defaults ``key_only`` and γ = 0.8. A folder
+    written by ``psattn export --format hf`` (model type ``psattn``) loads as it was exported."""
     from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
     given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
@@ -260,6 +262,12 @@ def load_psa_model(
     given = {k: v for k, v in given.items() if v is not None}
     config = source if isinstance(source, PretrainedConfig) else AutoConfig.from_pretrained(
         source, **{k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only") if k in kwargs})
+    if isinstance(config, PsattnConfig):  # a psattn export: a DecoderLM whose config holds its attention
+        if given:
+            raise ValueError(f"{source} is a psattn export (model type 'psattn'), which carries its own attention "
+                             f"settings ({config.psattn_model['attention']}); load it without {sorted(given)}")
+        auto = model_class or AutoModelForCausalLM
+        return auto.from_config(source) if isinstance(source, PretrainedConfig) else auto.from_pretrained(source, **kwargs)
     saved = saved_spec(config)
     # Validate the options before loading any weights.
     spec = PSASpec(**{**(saved.to_dict() if saved else {}), **given})

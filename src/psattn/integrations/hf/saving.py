@@ -4,10 +4,10 @@ A patched model's config becomes an instance of a subclass of its own config cla
 ``model_type`` is ``psattn_<base>`` (``psattn_llama``, ...) and which carries the
 ``PSASpec`` as ``config.psa``; both are written to ``config.json``. So
 
-- with psattn imported, ``AutoModelForCausalLM.from_pretrained(path)`` and ``load_psa_model``
+- after ``import psattn.integrations.hf``, ``AutoModelForCausalLM.from_pretrained(path)`` and ``load_psa_model``
   build the registered subclass of the base model class, which applies PSA with the saved settings
   as soon as it is built: the same model that was saved;
-- without psattn, transformers refuses the folder (it does not know the model type
+- without it, transformers refuses the folder (it does not know the model type
   ``psattn_llama``), and a concrete class (``LlamaForCausalLM.from_pretrained``) warns that it got a
   ``psattn_llama`` checkpoint: a saved PSA model never loads silently as a plain one.
 
