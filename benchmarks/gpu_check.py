@@ -1,5 +1,8 @@
 """The checks that need a GPU, as one script with a wall-clock budget (default 7 minutes):
 
+0. commands: every task trained a few steps on the device, a sweep, eval, generate, export, footprint
+   and the transformers integration there (``gpu_commands.py``; a command whose extra is missing on
+   the machine is recorded as skipped);
 1. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
    (gamma 0.8) against an fp64 reference beside plain SDPA against fp64 plain attention (the
    kernel's own error, the yardstick), and cached decoding against the full forward (fp32 and bf16
@@ -28,6 +31,8 @@ import json
 import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +44,9 @@ from psattn.experiments.configs import small_config
 from psattn.models import AttentionConfig, DecoderLM, preset
 from psattn.ops import psa_attention, psa_attention_reference
 from psattn.training.trainer import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_commands.py beside this file
+from gpu_commands import command_smoke  # noqa: E402
 
 
 class Report:
@@ -221,6 +229,7 @@ def main() -> None:
     shape = (2, 2, 64, 16) if args.smoke else (8, 16, 4096, 128)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     sections = {
+        "commands": lambda: command_smoke(device.type, Path(tempfile.mkdtemp(prefix="psattn-commands-"))),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
         "compile": lambda: compile_check(device.type, args.smoke),
@@ -247,7 +256,12 @@ def main() -> None:
 
 
 def _print_section(name: str, result: dict) -> None:
-    if name == "equivalence":
+    if name == "commands":
+        failed = [what for what, row in result.items() if row["status"] == "failed"]
+        skipped = [what for what, row in result.items() if row["status"] == "skipped"]
+        print(f"  {len(result) - len(failed) - len(skipped)} commands ok, skipped {skipped or 'none'}, "
+              f"failed {failed or 'none'}", flush=True)
+    elif name == "equivalence":
         for what, value in result.items():
             print(f"  {what:58s} {value:.3g}", flush=True)
     elif name == "kernels":

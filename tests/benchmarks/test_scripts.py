@@ -21,6 +21,9 @@ def test_gpu_check_smoke(tmp_path):
     out = run("benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path))
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert {"math forward", "math forward+backward"} <= set(result["kernels"])
+    commands = result["commands"]
+    assert {"train text", "sweep", "eval text", "generate text", "export hf induction", "hf integration"} <= set(commands)
+    assert all(row["status"] == "ok" for row in commands.values()), commands
     equivalence = result["equivalence"]
     assert equivalence["math float32: fast PSA vs fp64 reference"] < 1e-5
     assert equivalence["math float32: SDPA vs fp64 plain attention"] < 1e-5
