@@ -199,8 +199,10 @@ def test_foreign_checkpoints_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="not a psattn training checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
     torch.save({"model": Payload()}, tmp_path / "evil.pt")
-    with pytest.raises(CheckpointError, match="not a readable psattn checkpoint"):
+    with pytest.raises(CheckpointError, match="not a readable psattn checkpoint") as refused:
         load_checkpoint(tmp_path / "evil.pt", keys=("model",))  # weights_only: never unpickles code
+    message = str(refused.value)  # one whole sentence, naming what it refused
+    assert "holds Python objects" in message and "system" in message and message.endswith("--restart)"), message
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):
@@ -209,8 +211,14 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
     config.model.d_model = 64
     train(config, tmp_path / "b")
     (tmp_path / "a" / "checkpoint.pt").write_bytes((tmp_path / "b" / "checkpoint.pt").read_bytes())
-    with pytest.raises(CheckpointError, match="does not hold the weights"):
+    with pytest.raises(CheckpointError, match=r"trained with model.d_model = 64, but .*config.json says 32"):
         load_trained(tmp_path / "a")
+    state = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    del state["binding"]  # a checkpoint from before bindings: its shapes still tell
+    torch.save(state, tmp_path / "a" / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="does not hold the weights") as refused:
+        load_trained(tmp_path / "a")
+    assert "size mismatch for" in str(refused.value) and str(refused.value).endswith(")"), refused.value
 
 
 def test_run_files_have_normal_permissions(tmp_path):

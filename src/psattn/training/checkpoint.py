@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -63,10 +65,7 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a bad file: RuntimeError, UnpicklingError, EOFError, ...
-        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        reason = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
-        raise CheckpointError(f"{path} is not a readable psattn checkpoint ({reason[:200]}); "
-                              "move it away or start the run over (psattn train --restart)") from None
+        raise unreadable(path, err) from None
     missing = [k for k in keys if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{path} is not a psattn training checkpoint (missing {missing})")
@@ -81,14 +80,31 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
     return state
 
 
+def unreadable(path: Path, err: Exception) -> CheckpointError:
+    """The one-line error for a checkpoint file torch cannot (or, holding code, will not) read."""
+    if isinstance(err, pickle.UnpicklingError) and "weights only" in str(err).lower():
+        found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", str(err))
+        reason = ("it holds Python objects, not only tensors and plain values"
+                  + (f" ({found.group(1)})" if found else "") + "; it is not opened, since opening it could run code")
+    else:
+        detail = " ".join(str(err).split())
+        reason = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+        if len(reason) > 160:
+            reason = reason[:160].rsplit(" ", 1)[0] + " ..."
+    return CheckpointError(f"{path} is not a readable psattn checkpoint ({reason}); "
+                           "move it away or start the run over (psattn train --restart)")
+
+
 def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: str | Path,
                        config_path: str | Path) -> None:
     """``model.load_state_dict(weights)``, with a ``CheckpointError`` naming both files when they do not fit."""
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:  # shapes or names that do not fit the run's config
-        raise CheckpointError(f"{path} does not hold the weights of the model in {config_path}: "
-                              f"{str(err).splitlines()[0]}") from None
+        problems = [line.strip().rstrip(".") for line in str(err).splitlines()[1:] if line.strip()]
+        detail = "; ".join(problems[:2]) + (f"; and {len(problems) - 2} more" if len(problems) > 2 else "")
+        raise CheckpointError(f"{path} does not hold the weights of the model in {config_path} "
+                              f"({detail or 'its parameters differ'})") from None
 
 
 def write_json(path: str | Path, data: Any) -> None:

@@ -32,9 +32,10 @@ class TrainState:
         return {f.name: (value.state_dict() if hasattr(value, "state_dict") else value)
                 for f in fields(self) for value in (getattr(self, f.name),)}
 
-    def save(self, path: str | Path) -> None:
-        """Write the checkpoint atomically (see ``save_checkpoint``)."""
-        save_checkpoint(path, self.state_dict())
+    def save(self, path: str | Path, binding: dict[str, Any] | None = None) -> None:
+        """Write the checkpoint atomically (see ``save_checkpoint``), with the ``binding`` of its weights
+        to their config and data (see ``psattn.training.binding``)."""
+        save_checkpoint(path, {**self.state_dict(), **({"binding": binding} if binding is not None else {})})
 
     def load(self, path: str | Path, config_path: str | Path) -> None:
         """Continue from the checkpoint at ``path`` (written for the config at ``config_path``, named in

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -38,6 +39,7 @@ from psattn.provenance import provenance
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import sample_task, task_name
 from psattn.text.metrics import text_metrics
+from psattn.training.binding import binding, check_binding, read_binding, record_data_once
 from psattn.training.checkpoint import (
     load_checkpoint,
     load_model_weights,
@@ -131,15 +133,22 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
     """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
-    (``"auto"``: CUDA when available), whichever device it trained on."""
+    (``"auto"``: CUDA when available), whichever device it trained on; refused when the checkpoint's
+    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         raise ValueError(f"{run_dir} is not a run directory (no config.json)")
     config = RunConfig.from_file(run_dir / "config.json")
+    path = run_dir / "checkpoint.pt"
+    state = load_checkpoint(path, keys=("model",))
+    bound = state.get("binding")
+    tokens = getattr(config.task, "tokens", None)
+    if bound is None and tokens is not None and not (run_dir / "data.json").exists():
+        record_data_once(run_dir, tokens().fingerprint)  # a run from before data records
+    check_binding(run_dir, config, path, bound)
     with torch.device("cpu"):
         model = DecoderLM(config.model)
-    path = run_dir / "checkpoint.pt"
-    load_model_weights(model, load_checkpoint(path, keys=("model",))["model"], path, run_dir / "config.json")
+    load_model_weights(model, state["model"], path, run_dir / "config.json")
     return model.to(resolve_device(device) if isinstance(device, str) else device).eval()
 
 
@@ -298,10 +307,18 @@ def _holds_progress(run_dir: Path) -> bool:
 
 
 def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
-    """Refuse to resume a text run on data other than what it started on (its data.json)."""
+    """Refuse to resume a text run on data other than what it started on (its data.json). A run from
+    before runs recorded their data gets its data.json now (``record_data_once``), unless its
+    tokenizer.json already shows the data changed; a missing data.json beside a checkpoint that
+    records its data is refused by ``check_binding`` before this."""
     path = run_dir / "data.json"
     if not path.exists():
-        return  # a run from before runs recorded their data
+        tokenizer = run_dir / "tokenizer.json"
+        if tokenizer.is_file() and hashlib.sha256(tokenizer.read_bytes()).hexdigest() != fingerprint["tokenizer_sha256"]:
+            raise ValueError(f"{run_dir} started on other data: its tokenizer.json is not the tokenizer of the data it "
+                             "would resume on. Use --restart to start over on the new data, or another run directory")
+        record_data_once(run_dir, fingerprint)
+        return
     recorded = read_json(path, what="data record", object_only=True)
     changed = [k.removesuffix("_sha256") for k in sorted(set(recorded) | set(fingerprint))
                if recorded.get(k) != fingerprint.get(k)]
@@ -337,6 +354,8 @@ class _Run:
         self.metrics = TASK_METRICS.get(task_name(config.task))
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
         self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
+        tokens = getattr(config.task, "tokens", None)
+        self.binding = binding(config, None if tokens is None else tokens().fingerprint)  # what it is bound to
         self.board = None  # a TensorBoard writer, opened by start_or_resume when train.tensorboard is set
 
     @property
@@ -412,7 +431,7 @@ class _Run:
     def checkpoint(self) -> None:
         if self.writes:
             assert self.ckpt_path is not None  # there is a run directory
-            self.state.save(self.ckpt_path)
+            self.state.save(self.ckpt_path, self.binding)
         barrier(self.ddp)
 
     def close(self) -> None:
@@ -471,6 +490,8 @@ def train(
         fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
         extensions = check_run_dir(run_dir, config, resume) if run_dir is not None else []
         run = _Run(config, run_dir, ddp, device, extensions)  # data resolved, model built: nothing written yet
+        if run_dir is not None and not fresh:  # the checkpoint must still be this config's, on this data
+            check_binding(run_dir, config, run_dir / "checkpoint.pt", read_binding(run_dir / "checkpoint.pt"))
         if run_dir is not None:
             _write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         run.start_or_resume(resume)

@@ -1,0 +1,131 @@
+"""What a checkpoint's weights are bound to: the config that built the model, and the data it read.
+
+Weights mean something only with the model and task they were trained for and, on text, with the
+tokenizer that turned text into their ids. So every checkpoint records its ``binding``: the model and
+task sections of the run's config with their SHA-256, the SHA-256 of the run's ``tokenizer.json``,
+and the data record of ``data.json`` (corpus, tokenizer and token checksums). Loading a checkpoint
+(``psattn train`` resuming, ``eval``, ``generate``, ``export``, ``footprint``) compares that record
+with the run directory's files and refuses any mismatch in one line that names the field and both
+values. A task's corpus and tokenizer are bound by content (the data record's checksums), not by the
+path that named them, so a run directory whose corpus moved is still the same run.
+
+A checkpoint written before checkpoints carried a binding (``binding`` absent) cannot be checked
+against its config; its next save adds one. A text run from before runs recorded their data gets its
+``data.json`` written once, from the data it is opened with, with a warning saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from psattn.jsonfile import read_json
+from psattn.tasks.registry import task_name
+from psattn.training.checkpoint import CheckpointError, unreadable, write_json
+from psattn.training.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+#: task fields that name files whose contents the data record binds (moving the corpus changes nothing)
+BOUND_BY_CONTENT = ("corpus", "tokenizer")
+
+RESTART = "restore it, or train anew (psattn train --restart, or another run directory)"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def bound_sections(config: RunConfig) -> dict[str, Any]:
+    """The parts of ``config`` that define what the weights are: its model and task sections."""
+    task = {"name": task_name(config.task), **{k: v for k, v in config.to_dict()["task"].items()
+                                               if k not in BOUND_BY_CONTENT}}
+    return {"model": config.model.to_dict(), "task": task}
+
+
+def _digest(sections: dict[str, Any]) -> str:
+    return _sha256(json.dumps(sections, sort_keys=True).encode())
+
+
+def binding(config: RunConfig, data: dict[str, str] | None = None) -> dict[str, Any]:
+    """The binding a checkpoint of ``config`` carries; ``data``: a text run's data record (its
+    data.json, whose ``tokenizer_sha256`` is that of the run's tokenizer.json)."""
+    sections = bound_sections(config)
+    return {"config_sha256": _digest(sections), "config": sections,
+            "tokenizer_sha256": None if data is None else data["tokenizer_sha256"], "data": data}
+
+
+def read_binding(path: str | Path) -> dict[str, Any] | None:
+    """The binding stored in the checkpoint at ``path`` (None for one written before bindings existed),
+    read without loading its weights into memory."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises many types for a bad file
+        raise unreadable(Path(path), err) from None
+    found = state.get("binding") if isinstance(state, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def first_difference(old: Any, new: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """The first field (dotted path) at which two nested JSON values differ, with both values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(k for k in new if k not in old)]:  # in the config's own order
+            found = first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
+        old, new = list(old), list(new)
+    return None if old == new else (where, old, new)
+
+
+def _short(value: Any) -> str:
+    """A value for a message: hashes cut to 12 digits, anything else as Python writes it."""
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12] + "…"
+    return repr(value)
+
+
+def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dict[str, Any] | None) -> None:
+    """Refuse (``CheckpointError``) when the checkpoint's ``bound`` record disagrees with ``config``
+    (the run's config.json), the run's tokenizer.json or its data.json; also when a text run's
+    tokenizer.json is not the one its data.json records. Nothing is checked against the config of a
+    checkpoint older than bindings."""
+    config_path = run_dir / "config.json"
+    if bound is not None:
+        now = bound_sections(config)
+        if bound.get("config_sha256") != _digest(now):
+            field, old, new = first_difference(bound.get("config"), now) or ("the model or task", None, None)
+            raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "
+                                  f"says {_short(new)}: {config_path.name} no longer describes these weights; {RESTART}")
+    tokenizer_path, data_path = run_dir / "tokenizer.json", run_dir / "data.json"
+    tokenizer = _sha256(tokenizer_path.read_bytes()) if tokenizer_path.is_file() else None
+    if bound is not None and bound.get("tokenizer_sha256") is not None and tokenizer != bound["tokenizer_sha256"]:
+        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {checkpoint} was trained with (SHA-256 "
+                              f"{_short(tokenizer)}, the checkpoint's {_short(bound['tokenizer_sha256'])}): {RESTART}")
+    recorded = read_json(data_path, what="data record", object_only=True) if data_path.is_file() else None
+    if bound is not None and bound.get("data") is not None:
+        if recorded is None:
+            raise CheckpointError(f"{run_dir} has a checkpoint but no data.json (the record of the data its weights "
+                                  f"were trained on, which {checkpoint.name} carries too): {RESTART}")
+        field, old, new = first_difference(bound["data"], recorded) or ("", None, None)
+        if field:
+            raise CheckpointError(f"{data_path} records {field} = {_short(new)}, but {checkpoint} was trained on "
+                                  f"{_short(old)}: the data record no longer describes these weights; {RESTART}")
+    if recorded is not None and tokenizer is not None and tokenizer != recorded.get("tokenizer_sha256"):
+        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {data_path.name} records (SHA-256 "
+                              f"{_short(tokenizer)}, recorded {_short(recorded.get('tokenizer_sha256'))}): {RESTART}")
+
+
+def record_data_once(run_dir: Path, data: dict[str, str]) -> None:
+    """Write the data.json of a text run from before runs recorded their data (its checkpoint carries
+    no binding), from ``data``, the data it is opened with; said in a warning, since what it trained
+    on before cannot be checked."""
+    log.warning("%s predates data records: data.json now records the data it is opened with (corpus %s); "
+                "what it trained on before cannot be checked", run_dir, data.get("corpus_sha256", "?")[:12])
+    write_json(run_dir / "data.json", data)

@@ -1,0 +1,131 @@
+"""A run's records bind each other: a checkpoint is refused beside a config, tokenizer or data record
+that no longer describes its weights, by every command that loads one."""
+
+import json
+import logging
+
+import pytest
+import torch
+
+from helpers import tiny_config
+from psattn.cli import main
+from psattn.textdata import tokens as token_cache
+from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.trainer import train
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def _unbind(checkpoint):
+    """Make ``checkpoint`` one written before checkpoints carried a binding."""
+    state = torch.load(checkpoint, weights_only=True)
+    del state["binding"]
+    torch.save(state, checkpoint)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run = tmp_path_factory.mktemp("bound") / "run"
+    train(tiny_config(2), run)
+    return run
+
+
+def test_a_config_edited_after_training_is_refused_naming_the_field_and_both_values(trained, tmp_path, capsys):
+    import shutil
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    _edit_json(run / "config.json", lambda c: c["model"]["attention"].update(gamma=0.5))
+    for argv in (["eval", "--run-dir", str(run)], ["footprint", str(run)],
+                 ["export", "--run-dir", str(run), "--out", str(tmp_path / "m.onnx")],
+                 ["train", "--config", str(run / "config.json"), "--run-dir", str(run)]):
+        err = _refused(argv, capsys)
+        assert "model.attention.gamma = 1.0" in err and "says 0.5" in err and "--restart" in err, (argv, err)
+    assert not (tmp_path / "m.onnx").exists()
+    edited = RunConfig.from_file(run / "config.json")
+    assert train(edited, run, resume=False).steps == 2  # --restart trains the new config
+
+
+def test_a_checkpoint_from_before_bindings_still_loads_and_gains_one_on_its_next_save(trained, tmp_path, capsys):
+    import shutil
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    _unbind(run / "checkpoint.pt")
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    config = apply_overrides(tiny_config(2), ["train.steps=4"])
+    train(config, run)
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["binding"]["config"]["model"]["attention"]["gamma"] == 1.0
+
+
+def _text_config(corpus):
+    config = RunConfig.from_dict({"task": {"name": "text", "corpus": str(corpus), "seq_len": 16},
+                                  "model": {"vocab_size": 256}})
+    return apply_overrides(config, ["model.d_model=32", "model.n_heads=2", "train.steps=4", "train.batch_size=2",
+                                    "train.eval_every=2", "train.eval_size=4", "train.checkpoint_every=2",
+                                    "train.threads=1", "train.device=cpu"])
+
+
+@pytest.fixture
+def text_run(tmp_path, fresh_token_cache):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def f(x):\n    return x + 1\n\n" * 150)
+    run = tmp_path / "run"
+    train(_text_config(corpus), run)
+    return run, corpus
+
+
+def test_a_swapped_tokenizer_is_refused_by_generate_eval_and_export(text_run, tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    from psattn.textdata.tokenizer import BPETokenizer
+
+    run, _ = text_run
+    (run / "tokenizer.json").write_text(BPETokenizer.train(["some other text " * 50], 300).to_json())
+    for argv in (["generate", "--run-dir", str(run), "--prompt", "def", "--max-new-tokens", "2"],
+                 ["eval", "--run-dir", str(run)], ["export", "--format", "hf", "--run-dir", str(run),
+                                                    "--out", str(tmp_path / "hf")]):
+        err = _refused(argv, capsys)
+        assert "tokenizer.json is not the tokenizer" in err, (argv, err)
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_missing_data_record_is_refused_and_a_changed_corpus_never_trained_on(text_run, capsys):
+    run, corpus = text_run
+    (run / "data.json").unlink()
+    corpus.write_text("class A:\n    pass\n\n" * 150)  # the corpus changed too
+    token_cache._open.cache_clear()
+    err = _refused(["train", "--config", str(run / "config.json"), "--run-dir", str(run),
+                    "--set", "train.steps=6"], capsys)
+    assert "no data.json" in err, err
+    assert _refused(["eval", "--run-dir", str(run)], capsys)
+    assert json.loads((run / "result.json").read_text())["steps"] == 4  # nothing trained, nothing rewritten
+
+
+def test_a_run_from_before_data_records_gets_its_data_json_once_with_a_note(text_run, caplog):
+    run, corpus = text_run
+    recorded = json.loads((run / "data.json").read_text())
+    (run / "data.json").unlink()
+    _unbind(run / "checkpoint.pt")
+    config = apply_overrides(_text_config(corpus), ["train.steps=6"])
+    with caplog.at_level(logging.WARNING):
+        assert train(config, run).steps == 6
+    assert "predates data records" in caplog.text
+    assert json.loads((run / "data.json").read_text()) == recorded
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["binding"]["data"] == recorded
+
+
+def test_a_data_record_rewritten_for_other_data_is_refused(text_run, capsys):
+    run, _ = text_run
+    _edit_json(run / "data.json", lambda d: d.update(train_sha256="0" * 64))
+    err = _refused(["eval", "--run-dir", str(run)], capsys)
+    assert "data.json records train_sha256 = 000000000000…, but" in err, err
