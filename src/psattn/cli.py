@@ -316,7 +316,7 @@ def positive_int(text: str) -> int:
 #: optional libraries -> the extra that installs them
 EXTRAS = {"matplotlib": "plot", "scipy": "theory", "sympy": "theory", "transformers": "hf", "accelerate": "hf",
           "tokenizers": "text", "onnx": "export", "onnxruntime": "export", "onnxscript": "export", "ray": "ray",
-          "tensorboard": "tensorboard", "peft": "test", "executorch": "executorch", "torchao": "executorch"}
+          "tensorboard": "tensorboard", "triton": "gpu", "peft": "test", "executorch": "executorch", "torchao": "executorch"}
 
 
 def _one_line(err: Exception) -> str:

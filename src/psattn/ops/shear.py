@@ -80,7 +80,7 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
     return starts
 
 
-def _check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
+def check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
     if x.dim() != 4:
         raise ValueError(f"streams must be (B, H, T, D), got shape {tuple(x.shape)}")
     B, H, T, D = x.shape
@@ -95,7 +95,7 @@ def _check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None
 def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
              boundary: str = "replicate") -> Tensor:
     """The lagged stream x_{t-1} (B, H, T, D) under the boundary rule."""
-    _check_stream(x, starts, prev)
+    check_stream(x, starts, prev)
     check_boundary(boundary)
     fill = x if boundary == "replicate" else torch.zeros_like(x)
     first = prev if prev is not None else fill[..., :1, :]
@@ -163,7 +163,7 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
     ``torch.compile`` / ``torch.export`` and ``torch.func`` transforms the same filter is written
     with ordinary ops."""
     gamma = check_gamma(gamma)
-    _check_stream(x, starts, prev)
+    check_stream(x, starts, prev)
     check_boundary(boundary)
     if gamma == 0.0:
         return x
@@ -180,7 +180,7 @@ def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tens
     """The exact inverse of ``shear``: x_t = (y_t + gamma x_{t-1}) / (1 + gamma), x = y at
     replicate-rule starts. A sequential scan over T; needs gamma != -1."""
     gamma = check_gamma(gamma)
-    _check_stream(y, starts, prev)
+    check_stream(y, starts, prev)
     check_boundary(boundary)
     if gamma == -1.0:
         raise ValueError("the shear with gamma = -1 is not invertible (x̂_t = x_{t-1})")

@@ -1,0 +1,342 @@
+"""PSA attention as one Triton kernel: the shear is formed inside a FlashAttention-style loop.
+
+    q̂_t = q_t + gamma_q (q_t - q_{t-1}),  k̂_j = k_j + gamma_k (k_j - k_{j-1}),
+    out = softmax(scale * q̂ k̂ᵀ + causal mask) v
+
+Each program owns one tile of query rows of one head. It loads the tile's rows and the row before
+each of them, forms q̂ in fp32 and rounds it once to the input dtype for the tensor cores; it then
+walks the key tiles, forming k̂ the same way from rows j and j - 1, with the online softmax of
+FlashAttention (Dao, 2023: arXiv 2307.08691). No sheared stream is ever written to memory, and the
+rounding error is that of one rounding of q̂ and k̂, not of each elementwise operation before SDPA.
+
+The boundary rule is the one of ``psattn.ops.shear``: at a sequence start (t = 0 without ``prev``, and
+wherever ``starts`` is set) the predecessor is the row itself (``replicate``: no shear) or zero
+(``zero``: (1 + gamma) x); ``prev`` (B, H, 1, D) is the row before position 0 of a chunk that
+continues a cached stream.
+
+Backward. Two kernels recompute q̂, k̂ and the probabilities from the saved log-sum-exp (FlashAttention-2's
+backward): one walks query tiles for each key tile and accumulates dk̂ and dv over the query heads that
+share the key head (GQA), the other walks key tiles for each query tile and accumulates dq̂. The shear
+is linear, so dq and dk follow from dq̂ and dk̂ through the transposed filter (``shear_transpose``):
+
+    dx_j = a_j dx̂_j + b_{j+1} dx̂_{j+1},  dprev = b_0 dx̂_0,
+
+where x̂_j = a_j x_j + b_j x_{j-1}: a_j = 1 + gamma, b_j = -gamma inside a sequence, and at a start
+a_j = 1 (replicate) or 1 + gamma (zero), b_j = 0.
+
+Triton runs the same kernels on CPU tensors under its interpreter (``TRITON_INTERPRET=1`` set before
+Triton is imported), which is how the test suite checks them on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+LOG2E = 1.4426950408889634
+
+#: head dimensions the kernels are built for (q, k and v share one)
+HEAD_DIMS = (16, 32, 64, 128)
+#: input dtypes the kernels take
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def interpreted() -> bool:
+    """Whether Triton runs its kernels in the interpreter (on CPU tensors) in this process."""
+    return bool(triton.knobs.runtime.interpret)
+
+
+@triton.jit
+def _sheared_rows(base, prev_base, starts_base, rows, cols, T, stride_t, stride_d, stride_pd, stride_st, gamma,
+                  SHEAR: tl.constexpr, HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
+                  ACC: tl.constexpr):
+    """Rows ``rows`` of one head's stream, sheared, in ``ACC`` (fp32, or fp64 for fp64 input):
+    (len(rows), D); rows past T are 0."""
+    inside = rows < T
+    x = tl.load(base + rows[:, None] * stride_t + cols[None, :] * stride_d, mask=inside[:, None], other=0.0)
+    x = x.to(ACC)
+    if SHEAR:
+        before = tl.load(base + (rows - 1)[:, None] * stride_t + cols[None, :] * stride_d,
+                         mask=(inside & (rows > 0))[:, None], other=0.0)
+        before = before.to(x.dtype)
+        if HAS_PREV:  # the row before position 0: the cached stream's last raw row
+            last = tl.load(prev_base + cols * stride_pd).to(x.dtype)
+            before = tl.where((rows == 0)[:, None], last[None, :], before)
+            start = rows < 0  # none yet
+        else:
+            start = rows == 0
+        if HAS_STARTS:
+            start = start | (tl.load(starts_base + rows * stride_st, mask=inside, other=0) != 0)
+        if REPLICATE:
+            before = tl.where(start[:, None], x, before)
+        else:
+            before = tl.where(start[:, None], 0.0, before)
+        x = x + gamma * (x - before)
+    return x
+
+
+@triton.jit
+def _forward_kernel(
+    Q, K, V, PQ, PK, S, O, LSE,
+    sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod,
+    spqb, spqh, spqd, spkb, spkh, spkd, ssb, sst,
+    Hq, G, Tq, Tk, gamma_q, gamma_k, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
+    HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+):
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // Hq, pid_bh % Hq
+    hk = h // G  # the key/value head this query head reads (GQA)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
+                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
+    q = q.to(K.dtype.element_ty)  # (BLOCK_M, D): q̂, rounded once
+    m = tl.full((BLOCK_M,), float("-inf"), ACC)  # running max of the base-2 scores
+    l = tl.zeros((BLOCK_M,), ACC)  # running sum of their exponentials
+    acc = tl.zeros((BLOCK_M, D), ACC)
+    k_base, v_base = K + b * skb + hk * skh, V + b * svb + hk * svh
+    end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
+    for start_n in range(0, end, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
+                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        seen = keys[None, :] < Tk
+        if CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None])
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(ACC)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, out.to(O.dtype.element_ty),
+             mask=(rows < Tq)[:, None])
+    tl.store(LSE + pid_bh * Tq + rows, m + tl.log2(l), mask=rows < Tq)
+
+
+@triton.jit
+def _dkdv_kernel(
+    Q, K, V, PQ, PK, S, DO, LSE, DELTA, DK, DV,
+    sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sdob, sdoh, sdot, sdod,
+    spqb, spqh, spqd, spkb, spkh, spkd, ssb, sst,
+    Hq, Hkv, G, Tq, Tk, gamma_q, gamma_k, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
+    HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+):
+    """dk̂ and dv of one key tile of one key head, summed over the query heads that share it."""
+    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, hk = pid_bh // Hkv, pid_bh % Hkv
+    keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, D)
+    k = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
+                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+    v = tl.load(V + b * svb + hk * svh + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None],
+                other=0.0)
+    dk = tl.zeros((BLOCK_N, D), ACC)
+    dv = tl.zeros((BLOCK_N, D), ACC)
+    lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0  # earlier queries see none of these keys
+    for g in range(0, G):
+        h = hk * G + g
+        for start_m in range(lo, Tq, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt,
+                              sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+            do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod,
+                         mask=(rows < Tq)[:, None], other=0.0)
+            lse = tl.load(LSE + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=float("inf"))
+            delta = tl.load(DELTA + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=0.0)
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (N, M)
+            seen = (keys[:, None] < Tk) & (rows[None, :] < Tq)
+            if CAUSAL:
+                seen = seen & (keys[:, None] <= rows[None, :])
+            p_t = tl.where(seen, tl.exp2(s_t - lse[None, :]), 0.0)  # (BLOCK_N, BLOCK_M)
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION).to(ACC)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(ACC)
+            ds_t = p_t * (dp_t - delta[None, :])
+            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION).to(ACC)
+    out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
+    tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
+    tl.store(DV + out, dv, mask=(keys < Tk)[:, None])
+
+
+@triton.jit
+def _dq_kernel(
+    Q, K, V, PQ, PK, S, DO, LSE, DELTA, DQ,
+    sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sdob, sdoh, sdot, sdod,
+    spqb, spqh, spqd, spkb, spkh, spkd, ssb, sst,
+    Hq, G, Tq, Tk, gamma_q, gamma_k, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
+    HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+):
+    """dq̂ of one query tile of one query head."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // Hq, pid_bh % Hq
+    hk = h // G
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
+                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None],
+                 other=0.0)
+    lse = tl.load(LSE + pid_bh * Tq + rows, mask=rows < Tq, other=float("inf"))
+    delta = tl.load(DELTA + pid_bh * Tq + rows, mask=rows < Tq, other=0.0)
+    dq = tl.zeros((BLOCK_M, D), ACC)
+    k_base, v_base = K + b * skb + hk * skh, V + b * svb + hk * svh
+    end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
+    for start_n in range(0, end, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
+                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (M, N)
+        seen = (keys[None, :] < Tk) & (rows[:, None] < Tq)
+        if CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None])
+        p = tl.where(seen, tl.exp2(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(ACC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION).to(ACC)
+    tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
+
+
+def shear_transpose(g: Tensor, gamma: float, starts: Tensor | None, has_prev: bool, replicate: bool
+                    ) -> tuple[Tensor, Tensor | None]:
+    """The gradient of the shear's input from its output's ``g`` (B, H, T, D): (dx, dprev), dprev
+    (B, H, 1, D) when the stream continued a ``prev`` row (None otherwise)."""
+    B, _, T, _ = g.shape
+    start = torch.zeros(B, T, dtype=torch.bool, device=g.device) if starts is None else starts.clone()
+    if not has_prev:
+        start[:, 0] = True
+    start = start[:, None, :, None].to(g.dtype)  # (B, 1, T, 1): 1 at starts
+    a = (1.0 + gamma) - (gamma if replicate else 0.0) * start  # x̂_j's weight on x_j
+    b = -gamma * (1.0 - start)  # ... on x_{j-1}
+    bg = b * g  # (B, H, T, D)
+    dx = a * g
+    dx[..., :-1, :] += bg[..., 1:, :]
+    return dx, (bg[..., :1, :] if has_prev else None)
+
+
+def _blocks(D: int, device: torch.device) -> tuple[int, int]:
+    if device.type != "cuda":  # the interpreter: small tiles keep the tests quick
+        return 16, 16
+    return (128, 64) if D <= 64 else (64, 64)
+
+
+def _strides3(x: Tensor | None) -> tuple[int, int, int]:
+    """(batch, head, feature) strides of a (B, H, 1, D) prev row; zeros when absent."""
+    return (0, 0, 0) if x is None else (x.stride(0), x.stride(1), x.stride(3))
+
+
+class _FusedPSA(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, prev_q, prev_k, starts, gamma_q, gamma_k, is_causal, scale, replicate):
+        B, Hq, Tq, D = q.shape
+        Hkv, Tk = k.shape[1], k.shape[2]
+        out = torch.empty_like(q)
+        lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(q))  # base-2 log-sum-exp of each row
+        block_m, block_n = _blocks(D, q.device)
+        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n)
+        s = starts if starts is not None else q  # any pointer when absent
+        pq = prev_q if prev_q is not None else q
+        pk = prev_k if prev_k is not None else k
+        _forward_kernel[(triton.cdiv(Tq, block_m), B * Hq)](
+            q, k, v, pq, pk, s, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            *_strides3(prev_q), *_strides3(prev_k), *_starts_strides(starts),
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+        ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
+        ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, prev_q, prev_k, starts, out, lse = ctx.saved_tensors
+        gamma_q, gamma_k, is_causal, scale, replicate = ctx.args
+        B, Hq, Tq, D = q.shape
+        Hkv, Tk = k.shape[1], k.shape[2]
+        d_out = d_out.contiguous()
+        work = _work(q)
+        delta = (d_out.to(work) * out.to(work)).sum(-1)  # (B, Hq, Tq): rowsum(dO ∘ O)
+        block_m, block_n = _blocks(D, q.device)
+        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n)
+        s = starts if starts is not None else q
+        pq = prev_q if prev_q is not None else q
+        pk = prev_k if prev_k is not None else k
+        common = (*q.stride(), *k.stride(), *v.stride(), *d_out.stride(), *_strides3(prev_q), *_strides3(prev_k),
+                  *_starts_strides(starts))
+        dk_hat = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
+        dv = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
+        _dkdv_kernel[(triton.cdiv(Tk, block_n), B * Hkv)](
+            q, k, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, *common,
+            Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+        dq_hat = torch.empty(B, Hq, Tq, D, device=q.device, dtype=work)
+        _dq_kernel[(triton.cdiv(Tq, block_m), B * Hq)](
+            q, k, v, pq, pk, s, d_out, lse, delta, dq_hat, *common,
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+        flags = None if starts is None else starts.bool()
+        dq, dprev_q = shear_transpose(dq_hat, gamma_q, flags, prev_q is not None, replicate)
+        dk, dprev_k = shear_transpose(dk_hat, gamma_k, flags, prev_k is not None, replicate)
+        cast = (lambda x: None if x is None else x.to(q.dtype))  # noqa: E731
+        return (cast(dq), cast(dk), cast(dv), cast(dprev_q), cast(dprev_k), None, None, None, None, None, None)
+
+
+def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
+    return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
+
+
+def _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n) -> dict:
+    """The compile-time switches of one call."""
+    return dict(
+        D=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
+        SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
+        HAS_STARTS=starts is not None, REPLICATE=replicate,
+        PRECISION="ieee" if q.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
+        ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,
+    )
+
+
+def _work(q: Tensor) -> torch.dtype:
+    """The accumulation dtype: fp64 for fp64 input, fp32 otherwise."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
+                starts: Tensor | None) -> str | None:
+    """Why the fused kernel cannot run this call (None when it can)."""
+    if q.device.type != "cuda" and not interpreted():
+        return f"tensors on {q.device.type}, but Triton was imported without TRITON_INTERPRET=1"
+    if attn_mask is not None:
+        return "an explicit attn_mask (the kernel knows the causal mask only)"
+    if dropout_p > 0:
+        return "attention dropout"
+    if q.dtype not in DTYPES:
+        return f"dtype {q.dtype}"
+    if q.shape[-1] not in HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return f"head dimensions q/k {q.shape[-1]}, v {v.shape[-1]} (the kernel takes one of {HEAD_DIMS} for all three)"
+    if k.shape[2] == 0 or q.shape[2] == 0:
+        return "an empty sequence"
+    if starts is not None and starts.dtype != torch.bool:
+        return f"starts of dtype {starts.dtype}"
+    return None
+
+
+def fused_psa_attention(q: Tensor, k: Tensor, v: Tensor, *, gamma_q: float, gamma_k: float, is_causal: bool,
+                        scale: float | None, starts: Tensor | None, prev_q: Tensor | None, prev_k: Tensor | None,
+                        replicate: bool) -> Tensor:
+    """The fused kernel on checked arguments (``psattn.ops.attention.psa_attention`` checks them and
+    chooses it); q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    starts = None if starts is None else starts.to(torch.int8).contiguous()  # (B, T): one byte a flag
+    return _FusedPSA.apply(q, k, v, prev_q, prev_k, starts, float(gamma_q), float(gamma_k), bool(is_causal), scale,
+                           replicate)

@@ -1,0 +1,124 @@
+"""The fused PSA kernel against the fp64 reference, run on the CPU through Triton's interpreter.
+
+The interpreter executes the same kernel source as a GPU does (tile by tile, in NumPy), so these
+tests check the kernel's indexing, masking, boundary rule, GQA and backward; a GPU adds only the
+compiler and the hardware's rounding (``benchmarks/gpu_check.py`` measures those)."""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are built: run them on CPU tensors
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+pytest.importorskip("triton")
+
+from psattn.ops.attention import psa_attention, psa_attention_reference  # noqa: E402
+from psattn.ops.fused_attention import shear_transpose  # noqa: E402
+from psattn.ops.shear import shear  # noqa: E402
+from psattn.ops.variants import VARIANTS, variant_gammas  # noqa: E402
+
+
+def streams(B=2, Hq=4, Hkv=2, T=19, D=16, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, T, D, generator=g, dtype=dtype)
+    k = torch.randn(B, Hkv, T, D, generator=g, dtype=dtype)
+    v = torch.randn(B, Hkv, T, D, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def forward_and_grads(backend, q, k, v, **kwargs):
+    """The output and the gradients of every input of one call, for one fixed upstream gradient."""
+    inputs = {"q": q, "k": k, "v": v, **{n: kwargs.pop(n) for n in ("prev_q", "prev_k") if kwargs.get(n) is not None}}
+    leaves = {n: x.detach().clone().requires_grad_() for n, x in inputs.items()}
+    out = psa_attention(leaves["q"], leaves["k"], leaves["v"], **kwargs, backend=backend,
+                        **{n: leaves[n] for n in ("prev_q", "prev_k") if n in leaves})
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    grads = torch.autograd.grad(out, list(leaves.values()), upstream)
+    return out, dict(zip(leaves, grads))
+
+
+def assert_matches_reference(q, k, v, atol=1e-12, **kwargs):
+    out, grads = forward_and_grads("fused", q, k, v, **dict(kwargs))
+    ref, ref_grads = forward_and_grads("reference", q, k, v, **dict(kwargs))
+    torch.testing.assert_close(out, ref, atol=atol, rtol=0)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=atol, rtol=0, msg=f"the gradient of {name} differs")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_forward_and_backward_equal_the_fp64_reference(variant):
+    gamma_q, gamma_k = variant_gammas(variant, 0.7)
+    assert_matches_reference(*streams(), gamma_q=gamma_q, gamma_k=gamma_k, is_causal=True)
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_sequence_starts_and_both_boundary_rules(boundary):
+    q, k, v = streams(T=23)
+    starts = torch.zeros(2, 23, dtype=torch.bool)
+    starts[0, [5, 17]] = True  # packed documents; a start inside a tile and on a tile's first row
+    starts[1, 16] = True
+    assert_matches_reference(q, k, v, gamma_q=0.5, gamma_k=1.2, is_causal=True, starts=starts, boundary=boundary)
+
+
+def test_a_chunk_that_continues_a_cached_stream_takes_prev_rows_and_passes_them_gradients():
+    q, k, v = streams(T=21)
+    g = torch.Generator().manual_seed(3)
+    prev_q, prev_k = torch.randn(2, 4, 1, 16, generator=g, dtype=torch.float64), torch.randn(2, 2, 1, 16, generator=g,
+                                                                                             dtype=torch.float64)
+    assert_matches_reference(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, prev_q=prev_q, prev_k=prev_k)
+
+
+@pytest.mark.parametrize(("Hq", "Hkv", "T", "D", "causal"), [(3, 1, 1, 16, True), (2, 2, 33, 32, False), (4, 1, 16, 16, True)])
+def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
+    assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)
+
+
+def test_gamma_zero_equals_sdpa_and_fp32_stays_within_fp32_rounding():
+    q, k, v = streams(dtype=torch.float32)
+    plain = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(psa_attention(q, k, v, is_causal=True, backend="fused"), plain, atol=2e-6, rtol=0)
+    reference = psa_attention_reference(q.double(), k.double(), v.double(), gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    fused = psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, backend="fused")
+    assert (fused.double() - reference).abs().max() < 1e-5
+
+
+def test_gradcheck_at_a_tiny_shape():
+    q, k, v = (x.requires_grad_() for x in streams(B=1, Hq=2, Hkv=1, T=5, D=16))
+    starts = torch.tensor([[False, False, False, True, False]])
+
+    def attend(q, k, v):
+        return psa_attention(q, k, v, gamma_q=0.6, gamma_k=1.1, is_causal=True, starts=starts, backend="fused")
+
+    assert torch.autograd.gradcheck(attend, (q, k, v), fast_mode=True)
+
+
+def test_the_transposed_filter_is_the_shears_gradient():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    prev = torch.randn(2, 3, 1, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
+    starts = torch.zeros(2, 9, dtype=torch.bool)
+    starts[1, [0, 4]] = True
+    for boundary in ("replicate", "zero"):
+        for p in (None, prev):
+            inputs = [x] if p is None else [x, p]
+            expected = torch.autograd.grad(shear(x, 0.9, starts=starts, prev=p, boundary=boundary), inputs, upstream)
+            dx, dprev = shear_transpose(upstream, 0.9, starts, p is not None, boundary == "replicate")
+            torch.testing.assert_close(dx, expected[0], atol=1e-14, rtol=0)
+            if p is not None:
+                torch.testing.assert_close(dprev, expected[1], atol=1e-14, rtol=0)
+
+
+def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_name():
+    q, k, v = streams(dtype=torch.float32)
+    mask = torch.ones(19, 19, dtype=torch.bool).tril()
+    with pytest.raises(ValueError, match="explicit attn_mask"):
+        psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="fused")
+    with pytest.raises(ValueError, match="head dimensions"):
+        psa_attention(q[..., :12], k[..., :12], v[..., :12], gamma_k=0.5, backend="fused")
+    with pytest.raises(ValueError, match="unknown backend"):
+        psa_attention(q, k, v, backend="flash")
+    sdpa = psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="sdpa")
+    torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
