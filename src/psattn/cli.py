@@ -28,7 +28,7 @@ from psattn.arguments import (
 )
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
-from psattn.experiments import gamma_depth, paper_form, summaries, text_phase, text_pilot, two_layer
+from psattn.experiments import gamma_depth, paper_form, paper_scale, summaries, text_phase, text_pilot, two_layer
 from psattn.experiments.configs import small_induction_config
 from psattn.export.footprint import RUNTIMES
 from psattn.integrations.hf_demo import register as register_hf
@@ -106,14 +106,23 @@ STUDY_TABLES = {
                     lambda results: gamma_depth.format_depth_table(gamma_depth.depth_table(results))),
     "two_layer": ("two layers, with and without MLPs (seeds averaged)",
                   lambda results: two_layer.format_two_layer_table(two_layer.two_layer_table(results))),
+    "paper_scale": ("the phase transition at the paper's scale (emergence: held-out accuracy at the threshold; "
+                    "—: not within the cap)",
+                    lambda results: paper_scale.format_scale_table(paper_scale.scale_table(results))),
 }
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from psattn.experiments.sweep import run_sweep
+    from psattn.experiments.sweep import run_sweep, run_within
 
     configs = experiments.EXPERIMENTS[args.experiment](args.mode)
-    results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
+    left: list[str] = []
+    if args.time_limit is not None:
+        if args.ray is not None:
+            raise ValueError("--time-limit runs the sweep in this process, one run after another; it does not take --ray")
+        results, left = run_within(configs, args.out, args.time_limit)
+    else:
+        results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         last = r["history"][-1] if r.get("history") else {}
         if "bits_per_byte" in last:
@@ -121,10 +130,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             emergence = "not reached" if r["emergence_step"] is None else f"step {r['emergence_step']}"
             print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence {emergence}")
-    if args.experiment in STUDY_TABLES:
+    if left:
+        print(f"\ntime limit reached: {len(results)} of {len(configs)} runs finished in {args.out}, {len(left)} left "
+              "(a run cut short kept its checkpoint); the same command resumes")
+    if args.experiment in STUDY_TABLES and results:
         title, table = STUDY_TABLES[args.experiment]
         print(f"\n{title}")
         print("\n".join(table(results)))
+    if left or not results:
+        return 0
+    if args.experiment == "paper_scale":
+        print("\n" + "\n\n".join(paper_scale.scale_verdict(paper_scale.scale_table(results))))
+    if args.experiment in STUDY_TABLES:
         if args.experiment == "text_pilot":
             print(f"figure: {text_pilot.pilot_figure(results, Path(args.out) / 'text_pilot.png')}")
         if args.experiment == "gamma_depth":
@@ -147,6 +164,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
                   f"{'—' if step is None else f'{step:.0f}'}, mean best acc {row['mean_best_accuracy']:.3f}, "
                   f"mean final acc {row['mean_final_accuracy']:.3f}")
+    if not (args.experiment.startswith("critical_gamma") or args.experiment == "init_sensitivity"):
+        return 0  # the rest brings matplotlib, which a GPU machine may lack
     from psattn.experiments.induction_report import (  # brings matplotlib
         CRITICAL_DESIGNS,
         attention_at_queries_table,
@@ -330,6 +349,17 @@ def _one_line(err: Exception) -> str:
     return text or type(err).__name__
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
@@ -370,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs", metavar="DIR", help="directory of the run directories")
     sw.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' (start one here), 'auto' or an address")
+    sw.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
+                    help="train the runs one after another in this process and stop cleanly after this long (the "
+                         "run in progress checkpoints); the same command resumes: a sweep in pieces, on one GPU")
     sw.set_defaults(func=cmd_sweep)
 
     demo = add_command(sub, "demo", "train one layer with and without PSA on induction; write a report")

@@ -17,13 +17,14 @@ from psattn.version import __version__
 
 
 def git_revision() -> str | None:
-    """The commit of the source tree psattn runs from, or None outside a git checkout."""
+    """The commit of the source tree psattn runs from; outside a git checkout (a copy of one sent to another
+    machine), ``$PSATTN_GIT_REVISION``, or None."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+                             cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+        out = ""
+    return out or os.environ.get("PSATTN_GIT_REVISION") or None
 
 
 def machine() -> str:

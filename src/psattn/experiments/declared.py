@@ -40,6 +40,7 @@ from typing import Any
 from psattn.experiments.configs import DEFAULT_INIT, small_config
 from psattn.experiments.gamma_depth import gamma_depth
 from psattn.experiments.paper_form import paper_form
+from psattn.experiments.paper_scale import paper_scale
 from psattn.experiments.text import text_experiment, text_seeds
 from psattn.experiments.text_phase import text_phase
 from psattn.experiments.text_pilot import text_pilot
@@ -339,4 +340,5 @@ EXPERIMENTS = {
     "paper_form": paper_form,
     "gamma_depth": gamma_depth,
     "two_layer": two_layer,
+    "paper_scale": paper_scale,
 }

@@ -13,6 +13,8 @@ on a file system every node sees.
 A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its workers: running runs
 checkpoint at their next step, queued ones are not started, and the sweep raises
 ``TrainingInterrupted``; the same call then resumes them all.
+``run_within`` runs a sweep in pieces instead: one run after another in this process, for a given
+number of seconds, after which the run in progress checkpoints and the rest wait for the next call.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -121,16 +124,8 @@ def run_sweep(
     """Train every config not yet finished, the most expensive first, ``workers`` at a time (default:
     one per core) or on Ray; returns the saved results of all configs, keyed by name."""
     names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        raise ValueError("config names must be unique within a sweep")
     out_dir = Path(out_dir)
-    for c in configs:
-        saved = out_dir / c.name / "config.json"
-        if saved.exists() and not holds_same_run(saved, c):
-            raise ValueError(
-                f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
-                f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
-                "directory to train it again, or write to another output directory")
+    _check_out_dir(configs, out_dir)
     todo = sorted((c for c in configs if load_result(out_dir / c.name) is None), key=estimated_cost, reverse=True)
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -150,6 +145,45 @@ def run_sweep(
             raise RuntimeError(f"{out_dir / name} holds no result after the sweep")
         results[name] = result
     return results
+
+
+def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
+    """Refuse repeated names, and a run directory of ``out_dir`` that holds another config under a name."""
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ValueError("config names must be unique within a sweep")
+    for c in configs:
+        saved = out_dir / c.name / "config.json"
+        if saved.exists() and not holds_same_run(saved, c):
+            raise ValueError(
+                f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
+                f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
+                "directory to train it again, or write to another output directory")
+
+
+def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: float, *, progress: bool = True
+               ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Train the unfinished configs one after another in this process, in the given order, until
+    ``time_limit_s`` seconds have passed: the run then in progress checkpoints at its next step and
+    stops, and no other starts (the same call later resumes it). For a sweep in pieces on one GPU.
+    Returns the saved results of the finished configs, keyed by name, and the names of the rest."""
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        raise ValueError(f"the time limit must be a positive number of seconds, got {time_limit_s!r}")
+    out_dir = Path(out_dir)
+    _check_out_dir(configs, out_dir)
+    deadline = time.monotonic() + time_limit_s
+    for config in progress_bar(configs, desc="runs", enabled=progress):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        run_dir = out_dir / config.name
+        with run_lock(run_dir, wait=True):
+            if load_result(run_dir) is None:
+                log.info("%s: training (%.0f s left)", run_dir, left)
+                if train(config, run_dir, lock=False, time_limit_s=left).timed_out:
+                    break
+    results = {c.name: load_result(out_dir / c.name) for c in configs}
+    return {k: v for k, v in results.items() if v is not None}, [k for k, v in results.items() if v is None]
 
 
 def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool) -> None:

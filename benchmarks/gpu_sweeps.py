@@ -1,0 +1,148 @@
+"""A declared GPU sweep in pieces: one piece per command on a GPU machine, its results back as one archive.
+
+``run EXPERIMENT`` (on the GPU machine, from a plain checkout with ``PYTHONPATH=src``):
+
+1. every run already saved under ``--results`` (default ``docs/results/gpu/EXPERIMENT``, committed) is
+   written back as a finished run directory under ``--runs``, so the sweep skips it on a fresh machine;
+2. ``psattn sweep EXPERIMENT --full --time-limit`` trains what is left, one run after another, until the
+   time limit (counted from the script's start): the run in progress checkpoints, and the next piece
+   resumes it while the machine is still the same one (a fresh machine starts it again);
+3. every run finished but not yet saved is summarised (``psattn.experiments.saved_runs``) into one
+   archive, ``--out/EXPERIMENT.tar.gz``, and its checkpoint deleted (a psa-92m one is about 1 GB).
+
+``unpack ARCHIVE`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``.
+``status EXPERIMENT``: how many of its declared runs are saved.
+
+``--smoke`` runs the quick plan (tiny models on the CPU) and keeps everything under ``--out``: the
+script's own check, end to end (run, pack, unpack, the table rebuilt from the unpacked summaries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_SWEEPS = ("paper_scale", "text_scale", "text_scale_pilot")
+#: where a GPU sweep's summaries are committed
+RESULTS = ROOT / "docs" / "results" / "gpu"
+
+
+def _experiment(name: str):
+    from psattn.experiments.declared import EXPERIMENTS
+
+    return EXPERIMENTS[name]
+
+
+def results_folder(experiment: str) -> str:
+    """The folder of ``docs/results/gpu`` that keeps ``experiment``'s runs (the pilot's are text_scale's)."""
+    return "text_scale" if experiment == "text_scale_pilot" else experiment
+
+
+def restore_saved(results: Path, runs: Path) -> int:
+    from psattn.experiments.saved_runs import restore
+
+    return sum(restore(path, runs) for path in sorted(results.glob("*.json")))
+
+
+def prepare(configs) -> None:
+    """Build the token caches the text runs need, and say what each corpus holds and how often the runs'
+    budget repeats it."""
+    for config in configs:
+        tokens = getattr(config.task, "tokens", None)
+        if tokens is None:
+            continue
+        corpus = tokens()
+        budget = config.train.steps * config.train.batch_size * config.task.seq_len
+        print(f"corpus {config.task.corpus}: {len(corpus.train):,} training tokens, {len(corpus.eval):,} held-out; "
+              f"{config.name}'s budget of {budget:,} tokens repeats it {budget / len(corpus.train):.2f} times", flush=True)
+        return  # the runs of a sweep share one corpus
+
+
+def run(args: argparse.Namespace) -> int:
+    from psattn.cli import main as psattn
+    from psattn.experiments.saved_runs import pack, write_summary
+    from psattn.experiments.sweep import load_result
+
+    start = time.monotonic()
+    mode = "quick" if args.smoke else "full"
+    out = Path(args.out)
+    folder = results_folder(args.experiment)
+    results = Path(args.results) if args.results else (out / "results" if args.smoke else RESULTS) / folder
+    runs = Path(args.runs) if args.runs else (out / "runs" if args.smoke else ROOT / "gpu_runs") / folder
+    configs = _experiment(args.experiment)(mode)
+    restored = restore_saved(results, runs)
+    print(f"{args.experiment} ({mode}): {len(configs)} runs declared; {restored} restored from {results}", flush=True)
+    prepare(configs)
+    left = args.time_limit - (time.monotonic() - start)
+    if left > 0:
+        code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
+        if code:
+            return code
+    saved = {p.stem for p in results.glob("*.json")}
+    new = [c.name for c in configs if c.name not in saved and load_result(runs / c.name) is not None]
+    staging = runs.parent / f"{runs.name}-summaries"
+    shutil.rmtree(staging, ignore_errors=True)
+    paths = [write_summary(runs / name, staging) for name in new]
+    for name in new:
+        (runs / name / "checkpoint.pt").unlink(missing_ok=True)
+    archive = pack(paths, out / f"{args.experiment}.tar.gz", results_folder(args.experiment))
+    print(f"{len(new)} newly finished runs packed into {archive}; "
+          f"{len(saved) + len(new)} of {len(configs)} now saved or packed", flush=True)
+    if args.smoke:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
+        unpack_into(archive, results.parent)
+        print_tables(args.experiment, results, mode)
+    return 0
+
+
+def unpack_into(archive: Path, into: Path) -> None:
+    from psattn.experiments.saved_runs import unpack
+
+    paths = unpack(archive, into)
+    print(f"unpacked {len(paths)} run summaries into {into}")
+
+
+def print_tables(experiment: str, results: Path, mode: str) -> None:
+    from psattn.experiments import at_scale
+
+    print("\n".join(at_scale.section(experiment, results, mode)))
+
+
+def status(args: argparse.Namespace) -> int:
+    from psattn.experiments import at_scale
+
+    for line in at_scale.progress_lines(args.experiment, Path(args.results) if args.results else RESULTS):
+        print(line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run one piece of a GPU sweep and pack its finished runs")
+    r.add_argument("experiment", choices=GPU_SWEEPS)
+    r.add_argument("--time-limit", type=float, default=420.0, help="seconds from the start, then stop cleanly")
+    r.add_argument("--out", default="gpu_sweeps_out", help="where the archive goes ($OUT on the GPU machine)")
+    r.add_argument("--results", help="the saved summaries (default docs/results/gpu/<experiment>)")
+    r.add_argument("--runs", help="the run directories (default gpu_runs/<experiment>)")
+    r.add_argument("--smoke", action="store_true", help="the quick plan on the CPU, everything under --out")
+    u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu")
+    u.add_argument("archive")
+    u.add_argument("--into", default=str(RESULTS))
+    s = sub.add_parser("status", help="how many of an experiment's runs are saved, and what is left")
+    s.add_argument("experiment", choices=GPU_SWEEPS)
+    s.add_argument("--results", help="the folder of saved summaries (default docs/results/gpu)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.command == "unpack":
+        unpack_into(Path(args.archive), Path(args.into))
+        return 0
+    return run(args) if args.command == "run" else status(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

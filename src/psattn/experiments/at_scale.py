@@ -1,0 +1,93 @@
+"""The "At scale (GPU)" page's tables, built from the GPU sweeps' saved summaries (``docs/results/gpu``).
+
+Each GPU sweep has a folder of run summaries (``saved_runs``), filled piece by piece. ``section`` gives
+an experiment's part of the page: where and when its runs trained, its table and verdict, or, while
+none has run, the command that runs it and the time it needs; ``progress_lines`` counts what is saved
+against what is declared; ``glance_rows`` gives the README's glance rows, once real GPU numbers exist.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from psattn.experiments import paper_scale
+from psattn.experiments.saved_runs import load_summaries
+
+#: experiment -> (its declaration, its folder under docs/results/gpu)
+GPU_SWEEPS = {"paper_scale": (paper_scale.paper_scale, "paper_scale")}
+COMMAND = "benchmarks/gpu_sweeps.sh {experiment}"
+
+
+def _provenance(results: dict[str, dict[str, Any]]) -> str:
+    """One sentence: the devices, dates and git revisions the runs were trained at."""
+    metas = [r.get("meta") or {} for r in results.values()]
+    devices = sorted({r.get("device") or "an unrecorded device" for r in results.values()})
+    days = sorted({(m.get("started") or "?")[:10] for m in metas})
+    revisions = sorted({(m.get("git_revision") or "unrecorded")[:7] for m in metas})
+    torch = sorted({m.get("torch_version") or "?" for m in metas})
+    return (f"{len(results)} runs, trained on {', '.join(devices)} on {', '.join(days)} at git "
+            f"{', '.join(revisions)} (torch {', '.join(torch)}).")
+
+
+def progress_lines(experiment: str, results_root: Path) -> list[str]:
+    """How many of ``experiment``'s declared (full-plan) runs are saved under ``results_root``."""
+    declare, folder = GPU_SWEEPS[experiment]
+    names = [c.name for c in declare("full")]
+    saved = {p.stem for p in (Path(results_root) / folder).glob("*.json")}
+    left = [n for n in names if n not in saved]
+    return [f"{experiment}: {len(names) - len(left)} of {len(names)} declared runs saved in {Path(results_root) / folder}",
+            *(f"  left: {n}" for n in left)]
+
+
+def not_run(experiment: str) -> list[str]:
+    """What the page says for an experiment none of whose runs has been saved yet."""
+    declare, _ = GPU_SWEEPS[experiment]
+    configs = declare("full")
+    if experiment == "paper_scale":
+        low, high = paper_scale.expected_minutes()
+        step_ms = f"{paper_scale.H200_STEP_S[0] * 1e3:.0f}–{paper_scale.H200_STEP_S[1] * 1e3:.0f} ms"
+        cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps for the psa-92m runs (at the {step_ms} a "
+                "step measured there, with the emergence steps of the first H200 runs and every other run at its cap; "
+                "the evaluations every 25 steps come on top), and less for psa-20m, whose step time has not been "
+                "measured")
+    else:
+        cost = "time not estimated"
+    return [f"**Not run yet.** No `{experiment}` run has been saved: its {len(configs)} runs need a GPU, "
+            f"{cost}, in commands of at most 9 minutes each: `{COMMAND.format(experiment=experiment)}` on the "
+            "GPU machine, then `python benchmarks/gpu_sweeps.py unpack` on its archive, once per piece."]
+
+
+def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
+    """The page's lines for ``experiment``, from the summaries in the folder ``results`` (of ``mode``'s plan)."""
+    saved = load_summaries(results)
+    if not saved:
+        return not_run(experiment)
+    lines = [_provenance(saved), ""]
+    if experiment == "paper_scale":
+        rows = paper_scale.scale_table(saved)
+        lines += [*paper_scale.format_scale_table(rows), "",
+                  *[part for clause in paper_scale.scale_verdict(rows) for part in (clause, "")]]
+    declared = len(GPU_SWEEPS[experiment][0](mode))
+    if len(saved) < declared:
+        lines.append(f"{len(saved)} of the {declared} declared runs have run; the rest have not.")
+    return lines
+
+
+def glance_rows(results_root: Path) -> list[str]:
+    """The README's glance rows of the GPU sweeps that have saved runs (none before they run)."""
+    rows = []
+    saved = load_summaries(Path(results_root) / "paper_scale")
+    if saved:
+        table = {(r["size"], r["form"], r["variant"], r["gamma"]): r for r in paper_scale.scale_table(saved)}
+        cells = []
+        for gamma in (0.8, 0.0):
+            r = table.get(("psa-92m", "full", "symmetric" if gamma else "baseline", gamma))
+            if r is not None:
+                step = "—" if r["mean_emergence_step"] is None else f"~{r['mean_emergence_step']:,.0f}"
+                cells.append(f"γ = {gamma:g} {r['successes']}/{len(r['seeds'])} at {step}")
+        if cells:
+            rows.append(f"| the phase transition at the paper's scale (`psattn sweep paper_scale --full`: psa-92m, "
+                        f"symmetric, full form; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | "
+                        f"{paper_scale.PAPER_SIZE}: γ = 0.8 3/3 at ~717; γ = 0 2/3 at ~2700 |")
+    return rows

@@ -1,0 +1,146 @@
+"""The GPU sweeps: declared as the issue asks, run end to end at tiny size on the CPU (train, summarise,
+pack, unpack, restore, table), cut by a time limit and resumed; the docs page and README rows are what
+docs/results/gpu gives."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from psattn.cli import main as psattn
+from psattn.experiments import at_scale, paper_scale, saved_runs
+from psattn.experiments import declared as exp
+from psattn.experiments.sweep import load_result
+from psattn.models.presets import preset_parameter_count
+from psattn.training.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
+#: what a GPU machine lacks that the CPU test environment has: the GPU path must not import them
+ABSENT_ON_GPU = ("matplotlib", "scipy", "transformers", "onnx", "onnxruntime", "ray", "tensorboard", "psutil")
+
+
+def test_paper_scale_declares_the_issues_grid_at_the_papers_settings():
+    configs = paper_scale.paper_scale("full")
+    assert len({c.name for c in configs}) == len(configs) == 2 * 3 * (1 + 2 * 4 + 5)
+    full = {(c.model.attention.variant, c.model.attention.gamma) for c in configs if c.task.form == "full"}
+    assert full == {("baseline", 0.0)} | {(v, g) for v in ("symmetric", "key_only") for g in (0.2, 0.4, 0.8, 1.6)}
+    single = {(c.model.attention.variant, c.model.attention.gamma) for c in configs if c.task.form == "single"}
+    assert single == {("baseline", 0.0)} | {(v, g) for v in ("symmetric", "key_only") for g in (0.8, 1.0)}
+    assert {c.train.seed for c in configs} == {0, 1, 2}
+    for c in configs:
+        t = c.train
+        assert (t.precision, t.eval_every, t.lr, t.batch_size, t.device) == ("bf16", 25, 3e-4, 64, "cuda")
+        assert t.steps >= 3000 and t.early_stop and t.early_stop_evals == 2 and t.threshold == 0.8
+    sizes = {preset_parameter_count(c.model) for c in configs}
+    assert sizes == {85_068_288, 15_785_472}  # psa-92m and psa-20m at the task's vocabulary of 64
+    assert [c.name for c in configs[:2]] == ["paper_scale-induction-psa-92m-baseline-stop2-e25-s0",
+                                              "paper_scale-induction-psa-92m-symmetric-g0.2-stop2-e25-s0"]
+    assert "paper_scale" in exp.EXPERIMENTS
+    low, high = paper_scale.expected_minutes()
+    assert 60 < low < high < 150  # the page's estimate, from the measured 50-90 ms a step
+
+
+def fake(size, form, variant, gamma, seed, step):
+    name = f"paper_scale-induction{'' if form == 'full' else '-' + form}-{size}-{variant}-g{gamma:g}-s{seed}"
+    config = {"name": name, "model": {"attention": {"variant": variant, "gamma": gamma, "placement": "post_rope"}},
+              "task": {"name": "induction", "form": form}, "train": {"seed": seed, "steps": 3000, "threshold": 0.8}}
+    return name, {"config": config, "emergence_step": step, "best_accuracy": 0.85 if step else 0.3, "history": [{}]}
+
+
+def test_the_table_and_verdict_put_every_seed_beside_the_papers_table():
+    results = dict([fake("psa-92m", "full", "baseline", 0.0, s, step) for s, step in ((0, 1400), (1, None), (2, 1450))]
+                   + [fake("psa-92m", "full", "symmetric", 0.8, s, 100) for s in (0, 1, 2)]
+                   + [fake("psa-20m", "full", "symmetric", 0.8, 0, 75)])
+    rows = paper_scale.scale_table(results)
+    assert [(r["size"], r["variant"]) for r in rows] == [("psa-92m", "baseline"), ("psa-92m", "symmetric"),
+                                                         ("psa-20m", "symmetric")]
+    lines = paper_scale.format_scale_table(rows)
+    assert lines[2] == "| psa-92m | full | baseline | 0 | 1,400, —, 1,450 | 2/3 | 1,425 | 0.667 | 2/3 at ~2,700 |"
+    assert lines[3] == "| psa-92m | full | symmetric | 0.8 | 100, 100, 100 | 3/3 | 100 | 0.850 | 3/3 at ~717 |"
+    assert lines[4].endswith("| 75 | 0.850 | — |")
+    verdict = paper_scale.scale_verdict(rows)
+    assert len(verdict) == 1 and "14.2× earlier (1,425 against 100 steps" in verdict[0] and "3.8× earlier" in verdict[0]
+
+
+def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive(tmp_path):
+    config = paper_scale.paper_scale("quick")[1]
+    run_dir = tmp_path / "runs" / config.name
+    train(config, run_dir)
+    path = saved_runs.write_summary(run_dir, tmp_path / "summaries")
+    summary = json.loads(path.read_text())
+    history = load_result(run_dir)["history"]
+    assert summary["device"] == "cpu" and summary["meta"]["seed"] == 0 and summary["corpus"] is None
+    assert summary["history"][0]["induction_score"] == [[round(max(layer), 4)] for layer in history[0]["induction_score"]]
+    assert summary["history"][-1] == history[-1]  # the last evaluation keeps every head
+    assert saved_runs.restore(path, tmp_path / "fresh") and not saved_runs.restore(path, tmp_path / "fresh")
+    restored = load_result(tmp_path / "fresh" / config.name)
+    assert restored["emergence_step"] == summary["result"]["emergence_step"] and restored["config"] == summary["config"]
+    archive = saved_runs.pack([path], tmp_path / "piece.tar.gz", "paper_scale")
+    assert [p.relative_to(tmp_path / "docs") for p in saved_runs.unpack(archive, tmp_path / "docs")] == [
+        Path("paper_scale") / path.name]
+    assert saved_runs.load_summaries(tmp_path / "docs" / "paper_scale")[config.name]["config"] == summary["config"]
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(path, arcname="../escape.json")
+    with pytest.raises(ValueError, match="not a run summary"):
+        saved_runs.unpack(bad, tmp_path / "docs")
+    assert not (tmp_path / "escape.json").exists()
+
+
+def test_a_time_limit_stops_the_sweep_cleanly_and_the_same_command_resumes(tmp_path, capsys):
+    out = str(tmp_path / "runs")
+    assert psattn(["sweep", "paper_scale", "--quick", "--out", out, "--time-limit", "0.01", "-q"]) == 0
+    assert "time limit reached: 0 of 16 runs finished" in capsys.readouterr().out
+    first = tmp_path / "runs" / paper_scale.paper_scale("quick")[0].name
+    assert (first / "checkpoint.pt").exists() and not (first / "result.json").exists()
+    assert psattn(["sweep", "paper_scale", "--quick", "--out", out, "--time-limit", "600", "-q"]) == 0
+    assert "time limit" not in capsys.readouterr().out
+    assert all(load_result(tmp_path / "runs" / c.name) for c in paper_scale.paper_scale("quick"))
+
+
+@pytest.mark.slow
+def test_the_gpu_driver_smoke_runs_end_to_end_without_what_a_gpu_machine_lacks(tmp_path):
+    """benchmarks/gpu_sweeps.sh --smoke, with the libraries a GPU machine lacks made unimportable; then a
+    second piece on a fresh machine restores the saved runs and trains none."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(  # None in sys.modules: import fails, find_spec says absent
+        f"import sys\nsys.modules.update(dict.fromkeys({ABSENT_ON_GPU!r}))\n")
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "PYTHONPATH": str(blocker)}
+    done = subprocess.run(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "paper_scale"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "16 newly finished runs packed" in done.stdout and "unpacked 16 run summaries" in done.stdout
+    saved = tmp_path / "out" / "results" / "paper_scale"
+    assert len(list(saved.glob("*.json"))) == 16
+    assert at_scale.section("paper_scale", saved, "quick")[2].startswith("| model | form | variant |")
+    again = subprocess.run(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "paper_scale", "--runs",
+                            str(tmp_path / "fresh")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "16 restored" in again.stdout and "0 newly finished runs packed" in again.stdout
+
+
+def test_the_at_scale_page_and_the_readme_say_what_docs_results_gpu_holds():
+    page = (ROOT / "docs" / "at_scale.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for experiment in at_scale.GPU_SWEEPS:
+        lines = at_scale.section(experiment, ROOT / "docs" / "results" / "gpu" / experiment)
+        assert all(line in page for line in lines), "\n".join(lines)
+    assert all(row in readme for row in at_scale.glance_rows(ROOT / "docs" / "results" / "gpu"))
+    assert "at_scale.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_a_copy_without_git_records_the_revision_it_is_given(monkeypatch):
+    import psattn.provenance as provenance
+
+    def no_git(*args, **kwargs):
+        raise OSError("git: not found")
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
+    monkeypatch.delenv("PSATTN_GIT_REVISION", raising=False)
+    assert provenance.git_revision() is None
+    monkeypatch.setenv("PSATTN_GIT_REVISION", "4f3c995")
+    assert provenance.provenance(0)["git_revision"] == "4f3c995"
