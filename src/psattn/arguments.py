@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -28,6 +29,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or default is argparse.SUPPRESS or default == [] or isinstance(action, argparse._StoreConstAction)):
             return text
         return text + " (default: %(default)s)"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: a required option that an old spelling may stand in for (``add_required``) is
+    reported as argparse reports any required option."""
+
+    def error(self, message: str) -> NoReturn:
+        one = re.fullmatch(r"one of the arguments (\S+) is required", message)
+        super().error(f"the following arguments are required: {one.group(1)}" if one else message)
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -50,8 +60,10 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, summary: str,
     """A subcommand with the common options, ``summary`` in the command list and a description on
     its own help page (``summary`` as a sentence unless given)."""
     text = description or summary[0].upper() + summary[1:] + "."
-    return subparsers.add_parser(name, help=summary, description=wrap(text), formatter_class=HelpFormatter,
-                                 parents=[COMMON])
+    command = subparsers.add_parser(name, help=summary, description=wrap(text), formatter_class=HelpFormatter,
+                                    parents=[COMMON])
+    command.set_defaults(command_parser=command)  # whose usage an error shows (see psattn.cli.main)
+    return command
 
 
 def wrap(text: str, width: int = 88) -> str:
@@ -72,7 +84,7 @@ class _Deprecated(argparse.Action):
         setattr(namespace, self.dest, self.const if values is None else values)
 
 
-def add_deprecated(parser: argparse.ArgumentParser, old: str, replacement: str, dest: str, **kwargs: Any) -> None:
+def add_deprecated(parser: argparse._ActionsContainer, old: str, replacement: str, dest: str, **kwargs: Any) -> None:
     """Accept ``old`` (hidden from the help) as a spelling of ``replacement``."""
     parser.add_argument(old, dest=dest, action=_Deprecated, replacement=replacement, help=argparse.SUPPRESS,
                         default=argparse.SUPPRESS, **kwargs)
@@ -89,11 +101,17 @@ def add_plan_size(parser: argparse.ArgumentParser, quick: str, full: str, defaul
     parser.set_defaults(mode=default)
 
 
+def add_required(parser: argparse.ArgumentParser, flag: str, old: str, dest: str, **kwargs: Any) -> None:
+    """A required option ``flag`` (shown without brackets in the usage line) that its old spelling ``old``
+    may stand in for."""
+    either = parser.add_mutually_exclusive_group(required=True)
+    either.add_argument(flag, dest=dest, **kwargs)
+    add_deprecated(either, old, flag, dest)
+
+
 def add_run_dir(parser: argparse.ArgumentParser, help: str) -> None:
-    """``--run-dir DIR`` (into ``args.run_dir``, None when absent: a command that needs it says so),
-    and the old ``--run``."""
-    parser.add_argument("--run-dir", metavar="DIR", help=help)
-    add_deprecated(parser, "--run", "--run-dir", "run_dir")
+    """The required ``--run-dir DIR`` (into ``args.run_dir``), and the old ``--run``."""
+    add_required(parser, "--run-dir", "--run", "run_dir", metavar="DIR", help=help)
 
 
 def required_run_dir(args: argparse.Namespace) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import platform
@@ -14,12 +15,13 @@ import torch
 
 from psattn.arguments import (
     COMMON,
+    CommandParser,
     HelpFormatter,
     add_command,
-    add_deprecated,
     add_device,
     add_json,
     add_plan_size,
+    add_required,
     add_run_dir,
     report,
     required_run_dir,
@@ -35,7 +37,7 @@ from psattn.integrations.hf_demo import register as register_hf
 from psattn.meanfield.cli import register as register_meanfield
 from psattn.progress import console_line
 from psattn.tasks.registry import task_name
-from psattn.training.config import RunConfig, apply_overrides, shipped_configs
+from psattn.training.config import RunConfig, apply_overrides, holds_same_run, shipped_configs
 from psattn.training.distributed import teardown_distributed
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, summary_line, train
@@ -184,9 +186,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    if args.out is None:
-        raise ValueError("--out is required: the ONNX prefill graph's path, the ExecuTorch program's path, "
-                         "or the folder of the Hugging Face model")
     if args.int8 and args.format != "onnx":
         raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")
     if args.quantize and args.format != "executorch":
@@ -211,8 +210,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    config = RunConfig.from_file(args.config) if args.config else RunConfig()
+    saved = None if args.run_dir is None else Path(args.run_dir) / "config.json"
+    if args.config:
+        config = RunConfig.from_file(args.config)
+    elif saved is not None and saved.is_file():  # the run's own config: the same command continues it
+        config = RunConfig.from_file(saved)
+    else:
+        config = RunConfig()
     config = apply_overrides(config, args.set)
+    if args.config and args.run_dir is not None and args.set and not any(s.startswith("name=") for s in args.set):
+        config.name = Path(args.run_dir).resolve().name  # the file's name describes the file's run, not this one
+        if saved is not None and saved.is_file():  # a run started before runs were named so keeps its name
+            earlier = RunConfig.from_file(saved).name
+            if holds_same_run(saved, dataclasses.replace(config, name=earlier)):
+                config.name = earlier
     if args.print_config:  # the resolved config, as a run directory would store it; nothing is trained
         import json
 
@@ -302,7 +313,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     missing = [m for m in metrics if not any(m in row for h in histories.values() for row in h)]
     if missing:
         raise ValueError(f"no run logged {missing}; a row has {sorted(next(iter(histories.values()))[0])}")
-    print(f"figure: {plot_runs(histories, args.out, metrics)}")
+    if args.out is None and len(args.run_dirs) > 1:
+        raise ValueError("--out PATH is required with several run directories (one run's figure goes into its folder)")
+    out = args.out if args.out is not None else Path(args.run_dirs[0]) / "curves.png"
+    print(f"figure: {plot_runs(histories, out, metrics)}")
     return 0
 
 
@@ -315,9 +329,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tokenizer = run_tokenizer(args.run_dir)
     model = load_trained(args.run_dir, args.device)
     context = RunConfig.from_file(Path(args.run_dir) / "config.json").task.seq_len
-    text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, seed=args.seed, context=context)
-    print(args.prompt + text)
+    for i in range(args.samples):  # sample i is what --seed SEED+i alone gives
+        text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, context=context)
+        if args.samples > 1:
+            print(f"{'' if i == 0 else chr(10)}--- sample {i + 1} of {args.samples} (seed {args.seed + i}) ---")
+        print(args.prompt + text)
     return 0
 
 
@@ -329,6 +346,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
     return value
 
 
@@ -366,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=wrap("Phase Space Attention toolkit: train, reproduce, certify, export.\n"
                          "Every command takes -q/--quiet and -v/--verbose; `psattn COMMAND -h` shows its options."))
     parser.add_argument("--version", action="version", version=f"psattn {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
 
     rep = add_command(sub, "reproduce", "run the declared experiments and write report.md with figures",
                       "Train every declared run (skipping finished ones, resuming interrupted ones), then write "
@@ -383,7 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "Train one run: defaults, then --config, then --set overrides. The run directory keeps the "
                      "resolved config, metrics.jsonl, checkpoints and result.json; the same command resumes it.")
     tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
-                    "shipped example (psattn configs lists them)")
+                    "shipped example (psattn configs lists them); without it, the run directory's own config.json "
+                    "when it has one (so --run-dir alone continues a run), else the defaults. --set overrides "
+                    "other than name= name the run after its directory")
     tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500")
     tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
@@ -412,12 +442,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     gen = add_command(sub, "generate", "continue a prompt with a text run's model and tokenizer")
-    add_run_dir(gen, "run directory of a text run (required)")
+    add_run_dir(gen, "run directory of a text run")
     gen.add_argument("--prompt", required=True, help="text to continue")
     gen.add_argument("--max-new-tokens", type=positive_int, default=200,
                      help="tokens to generate; past the context the run trained on, the window slides")
     gen.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy")
     gen.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens only")
+    gen.add_argument("--top-p", type=probability, metavar="P",
+                     help="sample among the fewest most likely tokens that hold probability P (nucleus sampling)")
+    gen.add_argument("--samples", type=positive_int, default=1, metavar="N",
+                     help="continuations to write, with seeds SEED, SEED+1, ...")
     gen.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
     add_device(gen)
     gen.set_defaults(func=cmd_generate)
@@ -427,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "held-out accuracy and loss, or bits per byte and ICL score for text runs, unless --metric says.")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
-    pl.add_argument("--out", default="training_curves.png", metavar="PATH", help="the figure (PNG)")
+    pl.add_argument("--out", metavar="PATH",
+                    help="the figure (PNG; default: RUN_DIR/curves.png for one run, required for several)")
     pl.set_defaults(func=cmd_plot)
 
     ev = add_command(sub, "eval", "score a trained run on held-out data of its task, another task or another corpus",
@@ -468,12 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "state, XNNPACK), run in ExecuTorch's runtime and compared alike; --quantize adds int8 or int4 "
                      "weight copies. --format hf: a transformers checkpoint (the registered psattn model type) with "
                      "the run's tokenizer, for AutoModelForCausalLM, pipeline and PEFT.")
-    add_run_dir(ex, "run directory (config.json + checkpoint.pt; required)")
+    add_run_dir(ex, "run directory (config.json + checkpoint.pt)")
     ex.add_argument("--format", choices=["onnx", "executorch", "hf"], default="onnx", help="what to write")
-    ex.add_argument("--out", metavar="PATH",
-                    help="onnx: the prefill graph's path (the decode step goes beside it); executorch: the .pte "
-                         "program's path; hf: the model's folder")
-    add_deprecated(ex, "--onnx", "--out", "out")
+    add_required(ex, "--out", "--onnx", "out", metavar="PATH",
+                 help="onnx: the prefill graph's path (the decode step goes beside it); executorch: the .pte "
+                      "program's path; hf: the model's folder")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
                     help="onnx: also quantize both graphs to INT8 (dynamic, the default: the weights; or static: "
                          "every MatMul but the LM head, calibrated on training rows; the value projections and a "
@@ -493,7 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, not the top-level one
+        command = getattr(args, "command_parser", parser)
+        hint = " (a run directory goes after --run-dir)" if any(
+            "--run-dir" in a.option_strings for a in command._actions) and not extra[0].startswith("-") else ""
+        command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
     if verbose and quiet:
         parser.error("-q/--quiet and -v/--verbose cannot be combined")

@@ -69,7 +69,7 @@ CASES = [
     ("train --run-dir {d}/r --set task.name=nothing", "unknown task"),
     ("train --run-dir {d}/r --set task.seq_len=true", "seq_len"),
     ("train --run-dir {d}/r --time-limit -1", "time_limit"),
-    ("train --run-dir {d}/run --set train.steps=3", "different config"),
+    ("train --run-dir {d}/run --set model.d_model=64", "different config"),
     ("train --config {d}/corrupt/config.json --run-dir {d}/corrupt", "not a readable psattn checkpoint"),
     ("train --run-dir {d}/r --steps 3", "unrecognized arguments"),
     ("train --run-dir {d}/r --set train.seed=4294967296", "seed must be below 2**32"),

@@ -71,7 +71,9 @@ def test_a_missing_run_dir_is_a_clear_error(capsys):
     assert_exit = pytest.raises(SystemExit)
     with assert_exit as info:
         main(["generate", "--prompt", "a"])
-    assert info.value.code == 2 and "--run-dir DIR is required" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the command's usage shows it as required, and the error names it
+    assert info.value.code == 2 and "psattn generate [-h] [-q] [-v] --run-dir DIR --prompt PROMPT" in err
+    assert "psattn generate: error: the following arguments are required: --run-dir" in err
 
 
 def test_json_prints_or_writes(tmp_path, capsys):

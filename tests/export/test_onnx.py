@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -9,7 +10,7 @@ import torch
 from helpers import random_model
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
-from psattn.export.compare import calibration_inputs, export_and_compare, key_range_growth
+from psattn.export.compare import calibration_inputs, export_and_compare, format_comparison, key_range_growth
 from psattn.export.onnx import lm_head_nodes, quantize_int8
 from psattn.models import generate
 from psattn.training.trainer import eval_batch, train
@@ -146,10 +147,14 @@ def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode
     # static keeps the tied LM head (and so the embedding table) in fp32 beside the value and sheared key projections
     assert result["size_bytes"]["int8"] < (0.5 if mode == "dynamic" else 0.6) * result["size_bytes"]["fp32"]
     assert set(result["latency_ms_per_token"]) == {"pytorch", "onnxruntime", "onnxruntime_int8"}
+    printed = format_comparison(result)  # what psattn export --int8 prints: the INT8 files too
+    for graph in ("prefill_int8", "decode_int8"):
+        assert Path(result["files"][graph]).exists() and result["files"][graph] in printed
 
 
 EXPORT_IN_A_FRESH_PROCESS = """
 import sys
+from pathlib import Path
 from psattn import AttentionConfig, DecoderLM, ModelConfig
 from psattn.export import export_onnx
 model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, attention=AttentionConfig("key_only", 1.0)))

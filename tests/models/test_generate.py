@@ -261,6 +261,23 @@ def test_top_k_samples_only_among_the_k_most_likely():
     assert (chosen != out.logits.argmax(-1)).any()  # it really sampled
 
 
+def test_top_p_samples_only_among_the_fewest_tokens_holding_that_mass():
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(3))
+    out = generate(model, prompt, 12, do_sample=True, top_p=0.5, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    chosen = out.sequences[:, 5:]  # (4, 12)
+    probs = (out.logits / 2.0).softmax(-1)  # (4, 12, V) at the sampling temperature
+    before = (probs * (probs > probs.gather(-1, chosen[..., None]))).sum(-1)  # mass of the more likely tokens
+    assert (before < 0.5).all()  # each chosen token is inside the nucleus
+    assert (chosen != out.logits.argmax(-1)).any()  # it really sampled
+    seeded = {"do_sample": True, "temperature": 2.0}
+    everything = generate(model, prompt, 12, top_p=1.0, generator=torch.Generator().manual_seed(0), **seeded)
+    assert torch.equal(everything.sequences, generate(model, prompt, 12, generator=torch.Generator().manual_seed(0),
+                                                      **seeded).sequences)  # top_p = 1 keeps every token
+    with pytest.raises(ValueError, match="top_p"):
+        generate(model, prompt, 2, do_sample=True, top_p=0.0)
+
+
 def test_reordering_a_filled_cache_continues_the_chosen_rows():
     model = random_model("symmetric")
     x = torch.randint(0, 37, (3, 7), generator=torch.Generator().manual_seed(4))

@@ -259,6 +259,16 @@ def test_generate_cli_continues_a_prompt_with_the_runs_tokenizer(tmp_path, capsy
     assert first.startswith("Document 1") and len(first.encode()) >= len("Document 1") + 1
     assert main(args) == 0 and capsys.readouterr().out == first  # seeded: the same text again
     assert main(args[:-2] + ["--temperature", "0"]) == 0
+    capsys.readouterr()
+    assert main(args[:-2] + ["--samples", "2", "--top-p", "0.9"]) == 0  # seeds 0 and 1
+    two = capsys.readouterr().out
+    assert "--- sample 1 of 2 (seed 0) ---" in two and "--- sample 2 of 2 (seed 1) ---" in two
+    assert main(args[:-2] + ["--top-p", "0.9", "--seed", "1"]) == 0
+    assert two.rstrip().endswith(capsys.readouterr().out.rstrip())  # sample 2 is seed 1's continuation
+    with pytest.raises(SystemExit):
+        main(["generate", str(tmp_path / "run"), "--prompt", "x"])  # the run directory without its flag
+    err = capsys.readouterr().err  # the command's own usage, not the top-level one
+    assert err.startswith("usage: psattn generate") and "psattn generate: error:" in err and "--run-dir" in err
     with pytest.raises(SystemExit) as exit_info:
         main(["generate", "--run", str(tmp_path / "missing"), "--prompt", "x"])
     assert exit_info.value.code == 2

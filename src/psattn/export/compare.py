@@ -217,6 +217,8 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
 def format_comparison(r: dict[str, Any]) -> str:
     lines = [
         f"{r['variant']} (gamma {r['gamma']:g}): prefill graph {r['files']['prefill']}, decode step {r['files']['decode']}",
+        *([f"  INT8 ({r['int8_mode']}): prefill graph {r['files']['prefill_int8']}, decode step {r['files']['decode_int8']}"]
+          if "prefill_int8" in r["files"] else []),
         f"  size: fp32 {r['size_bytes']['fp32'] / 1e6:.2f} MB" +
         (f", int8 {r['size_bytes']['int8'] / 1e6:.2f} MB" if "int8" in r["size_bytes"] else ""),
         f"  max |logit error| vs PyTorch: full forward {r['max_logit_error']['full_forward']:.2e}, "

@@ -52,7 +52,8 @@ class NonFiniteLogits(ValueError):
     """Decoding met logits that are NaN or infinite."""
 
 
-def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, generator) -> Tensor:
+def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, generator,
+            top_p: float | None = None) -> Tensor:
     """Next token (B,) from logits (B, V); non-finite logits are an error, not a token."""
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteLogits("the model gave NaN or infinite logits; its weights or activations overflow, "
@@ -63,6 +64,11 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:  # nucleus sampling (Holtzman et al., 2020): the most likely tokens holding top_p of the mass
+        ranked, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        ranked_probs = ranked.softmax(dim=-1)
+        drop = ranked_probs.cumsum(dim=-1) - ranked_probs >= top_p  # (B, V): the more likely tokens already hold top_p
+        logits = logits.scatter(-1, order, ranked.masked_fill(drop, float("-inf")))
     probs = logits.softmax(dim=-1)  # (B, V)
     if generator is not None and generator.device != probs.device:  # draw where the generator lives
         return torch.multinomial(probs.to(generator.device), 1, generator=generator)[:, 0].to(probs.device)
@@ -79,6 +85,7 @@ def generate(
     do_sample: bool = False,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
     prefill_chunk_size: int | None = None,
     cache: PSACache | None = None,
@@ -87,8 +94,9 @@ def generate(
 ) -> GenerationOutput:
     """Greedy (default) or sampled continuation of a left-padded prompt batch (B, T).
 
-    Sampling draws from ``generator`` so a seeded generator gives reproducible output; ``temperature``
-    and ``top_k`` apply to sampling only (a warning says so when they are given without it). With
+    Sampling draws from ``generator`` so a seeded generator gives reproducible output; ``temperature``,
+    ``top_k`` (the k most likely tokens) and ``top_p`` (the fewest most likely tokens holding that much
+    probability: nucleus sampling) apply to sampling only (a warning says so when they are given without it). With
     ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
     shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
@@ -108,8 +116,10 @@ def generate(
         raise ValueError(f"temperature must be positive, got {temperature}")
     if top_k is not None and top_k <= 0:
         raise ValueError(f"top_k must be positive, got {top_k}")
-    if not do_sample and (temperature != 1.0 or top_k is not None):
-        warnings.warn("temperature and top_k apply only when do_sample=True; decoding greedily", stacklevel=2)
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
+        warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily", stacklevel=2)
     device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
@@ -139,7 +149,7 @@ def generate(
     finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     tokens, all_logits = [], []
     for step in range(max_new_tokens):
-        token = _choose(logits, do_sample, temperature, top_k, generator)  # (B,)
+        token = _choose(logits, do_sample, temperature, top_k, generator, top_p)  # (B,)
         if eos_token_id is not None:
             assert pad is not None  # pad_token_id, or else the EOS token
             token = token.masked_fill(finished, pad)

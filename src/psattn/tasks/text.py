@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.split import check_split
+from psattn.textdata.corpus import absolute_corpus
 from psattn.textdata.tokenizer import KINDS
 from psattn.textdata.tokens import TokenizedCorpus, tokenize_corpus
 
@@ -24,7 +26,9 @@ from psattn.textdata.tokens import TokenizedCorpus, tokenize_corpus
 @dataclass(frozen=True)
 class TextConfig:
     """``corpus``: a shipped corpus name or a path; ``tokenizer``: "byte", "bpe" (trained on the
-    corpus's training text with ``vocab_size`` entries) or the path of a saved tokenizer.json."""
+    corpus's training text with ``vocab_size`` entries) or the path of a saved tokenizer.json. Relative
+    paths (and globs) are made absolute when the config is built, so a run directory's config.json
+    finds its text from any folder."""
 
     corpus: str = "austen"
     tokenizer: str = "byte"
@@ -37,6 +41,9 @@ class TextConfig:
             raise ValueError(f"corpus must be a shipped corpus name or a path, got {self.corpus!r}")
         if not isinstance(self.tokenizer, str) or (self.tokenizer not in KINDS and not self.tokenizer.endswith(".json")):
             raise ValueError(f"tokenizer must be one of {KINDS} or a tokenizer.json path, got {self.tokenizer!r}")
+        object.__setattr__(self, "corpus", absolute_corpus(self.corpus))  # frozen: set once, here
+        if self.tokenizer.endswith(".json"):
+            object.__setattr__(self, "tokenizer", str(Path(self.tokenizer).expanduser().absolute()))
         if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
             raise ValueError(f"vocab_size must be an integer, got {self.vocab_size!r}")
         if self.tokenizer == "byte" and self.vocab_size != 256:

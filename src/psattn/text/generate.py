@@ -12,17 +12,17 @@ from psattn.textdata.tokenizer import load_tokenizer
 
 
 def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,
-                  top_k: int | None = None, seed: int = 0, context: int | None = None) -> str:
-    """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0) from a
-    generator seeded with ``seed``, so the same call gives the same text; ``context``: see
-    ``continue_ids``."""
+                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, context: int | None = None) -> str:
+    """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0; ``top_k`` and
+    ``top_p`` as in ``psattn.models.generate``) from a generator seeded with ``seed``, so the same call
+    gives the same text; ``context``: see ``continue_ids``."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError("the prompt must not be empty")
     new = continue_ids(model, ids, max_new_tokens, context=context, do_sample=temperature > 0,
-                       temperature=temperature or 1.0, top_k=top_k, generator=torch.Generator().manual_seed(seed))
+                       temperature=temperature or 1.0, top_k=top_k, top_p=top_p, generator=torch.Generator().manual_seed(seed))
     return tokenizer.decode(new)
 
 

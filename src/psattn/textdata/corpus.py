@@ -70,6 +70,18 @@ def _is_text(path: Path) -> bool:
 GLOB_CHARACTERS = "*?["
 
 
+def absolute_corpus(corpus: str) -> str:
+    """``corpus`` with a relative path or glob made absolute (against the current folder), so that a run
+    directory's config finds its text from any folder; a named corpus, an absolute path and a bare word
+    that names no file (an unknown name, reported as such later) are returned unchanged."""
+    if corpus in NAMED:
+        return corpus
+    path = Path(corpus).expanduser()
+    if path.is_absolute() or not (path.exists() or any(c in corpus for c in GLOB_CHARACTERS) or len(path.parts) > 1):
+        return str(path)
+    return str(Path.cwd() / path)
+
+
 def corpus_files(corpus: str) -> list[Path]:
     """The files of ``corpus`` in document order: a named corpus; a glob (``src/**/*.py``, ``**`` reaching
     into subfolders), every file it matches; a folder, its ``.txt`` (``.txt.xz``, ``.txt.gz``) files;

@@ -26,22 +26,46 @@ class RunLocked(ValueError):
 @contextlib.contextmanager
 def run_lock(run_dir: str | Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the lock of ``run_dir`` for the duration of the block. Without ``wait``, raise
-    ``RunLocked`` when another process holds it."""
+    ``RunLocked`` when another process holds it. A block that leaves nothing but the lock file (a start
+    that failed before writing anything) leaves nothing at all: the lock file goes, and the directory
+    too when this call created it."""
     if fcntl is None:
         yield
         return
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    created = not run_dir.exists()
+    fd = _acquire(run_dir, wait)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise RunLocked(f"{run_dir} is being trained by another process (pid {holder}); wait for it to finish "
-                            "or use another run directory") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        try:
+            if [p.name for p in run_dir.iterdir()] == [".lock"]:  # removed while held, so no one else holds it
+                (run_dir / ".lock").unlink()
+                if created:
+                    run_dir.rmdir()
+        except OSError:
+            pass  # another process created something there meanwhile: leave it
         os.close(fd)  # releases the lock
+
+
+def _acquire(run_dir: Path, wait: bool) -> int:
+    """An open descriptor of ``run_dir/.lock``, locked. A holder may remove the file it locked (see
+    ``run_lock``), so the lock counts only when the file locked is still the one at that path."""
+    while True:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLocked(f"{run_dir} is being trained by another process (pid {holder}); wait for it to finish "
+                            "or use another run directory") from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(run_dir / ".lock").st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the file locked was removed by its last holder: lock the one there now

@@ -1,0 +1,74 @@
+"""A run directory is self-contained: used from any folder, continued by --run-dir alone, named after what
+it trains, and a start that fails leaves nothing behind."""
+
+import json
+
+import pytest
+
+from helpers import tiny_config
+from psattn.cli import main
+from psattn.training.trainer import train
+
+SMALL = ["model.d_model=32", "model.n_heads=2", "task.seq_len=16", "train.batch_size=4", "train.eval_size=4",
+         "train.threads=1"]
+
+
+@pytest.mark.slow  # trains, scores and exports to ONNX: about 10 s
+def test_a_text_run_trained_on_a_relative_path_is_evaluated_exported_and_resumed_from_elsewhere(
+        tmp_path, monkeypatch, capsys):
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "here" / "notes").mkdir(parents=True)
+    (tmp_path / "here" / "notes" / "a.txt").write_text("def f(x):\n    return x + 1\n\n" * 200)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert main(["train", "--config", "text", "--run-dir", "runs/mine", "--set", "task.corpus=notes/*.txt",
+                 "task.tokenizer=byte", "task.vocab_size=256", "train.steps=4", "train.eval_every=2", *SMALL]) == 0
+    run = tmp_path / "here" / "runs" / "mine"
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["task"]["corpus"] == str(tmp_path / "here" / "notes" / "*.txt")  # resolves from anywhere
+    assert saved["name"] == "mine"  # not the shipped config's name: its corpus was overridden
+
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    assert main(["export", "--run-dir", str(run), "--out", "model.onnx"]) == 0
+    assert (tmp_path / "elsewhere" / "model.onnx").exists()
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--set", "train.steps=6"]) == 0  # the saved config, 2 steps more
+    assert "trained 6 steps" in capsys.readouterr().out
+    assert json.loads((run / "result.json").read_text())["steps"] == 6
+
+
+def test_train_with_only_the_run_dir_continues_the_run_from_its_saved_config(tmp_path, capsys):
+    train(tiny_config(10), tmp_path / "run")
+    assert main(["train", "--run-dir", str(tmp_path / "run")]) == 0  # finished: the same run, nothing to do
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--set", "train.steps=20"]) == 0
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["steps"] == 20
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["steps"] == 20
+
+
+def test_a_failed_start_leaves_no_lock_and_no_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["train", "--config", "text", "--run-dir", "runs/x", "--set", "task.corpus=missing/*.txt"])
+    assert not (tmp_path / "runs" / "x").exists()
+    (tmp_path / "runs" / "y").mkdir()  # a folder the user made stays, empty
+    with pytest.raises(SystemExit):
+        main(["train", "--config", "text", "--run-dir", "runs/y", "--set", "task.corpus=missing/*.txt"])
+    assert list((tmp_path / "runs" / "y").iterdir()) == []
+
+
+def test_plot_draws_into_the_run_directory_unless_told_and_says_where(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    train(tiny_config(10), tmp_path / "run")
+    train(tiny_config(10, seed=1), tmp_path / "other")
+    assert main(["plot", "run"]) == 0
+    assert capsys.readouterr().out.strip() == f"figure: {tmp_path / 'run' / 'curves.png'}".replace(str(tmp_path) + "/", "")
+    assert (tmp_path / "run" / "curves.png").exists() and not list(tmp_path.glob("*.png"))
+    assert main(["plot", "run", "other", "--out", "both.png"]) == 0
+    assert capsys.readouterr().out.strip() == "figure: both.png"
+    with pytest.raises(SystemExit):
+        main(["plot", "run", "other"])
+    assert "--out PATH is required with several run directories" in capsys.readouterr().err
