@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from psattn.models.config import AttentionConfig
 from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
-from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads
+from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
 from psattn.ops.hooks import HookPoint
 from psattn.ops.rope import RotaryEmbedding, apply_rope
@@ -122,9 +122,32 @@ class PhaseSpaceAttention(nn.Module):
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if queries is not None and cache is None and not self.hooked and bool(queries.any()):
             return self.o_proj(self._attend_marked(x, ctx, queries))  # (N, d_model)
-        q_hat, k_hat, v = self._streams(x, ctx, cache)
-        out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
+        if self._one_call(cache):
+            out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
+        else:
+            q_hat, k_hat, v = self._streams(x, ctx, cache)
+            out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
         return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+
+    def _one_call(self, cache: LayerCache | None) -> bool:
+        """Whether shear and attention can be one ``psa_attention`` call: the standard post-RoPE shear,
+        no cache, no key-lag module, and no hook point between the shear and the output."""
+        between = (self.hook_q_sheared, self.hook_k_sheared, self.hook_score_terms, self.hook_pattern)
+        return (cache is None and self.post_rope and self.key_lag is None and self.shear_fn is shear
+                and not any(hook.active for hook in between))
+
+    def _attend_sheared_inside(self, x: Tensor, ctx: AttentionContext) -> Tensor:
+        """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention``, which shears q and k itself:
+        inside the fused kernel on a GPU (q̂ and k̂ never written to memory), else before SDPA."""
+        B, T, _ = x.shape
+        q, k, v = self._project(x)
+        cos, sin = self.rope(ctx.position_ids, x.dtype)
+        q, k, v = self.hook_q(apply_rope(q, cos, sin)), self.hook_k(apply_rope(k, cos, sin)), self.hook_v(v)
+        out = psa_attention(
+            q, k, v, gamma_q=self.gamma_q, gamma_k=self.gamma_k, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
+            dropout_p=self.dropout if self.training else 0.0, starts=ctx.starts, boundary=self.boundary,
+        )  # (B, Hq, T, D)
+        return self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, d_model) -> q (B, Hq, T, D), k and v (B, Hkv, T, D), before RoPE."""

@@ -122,7 +122,8 @@ def psa_attention(
                                        starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
         if backend == "fused":
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
-        _log_fallback(reason)
+        if not torch.compiler.is_compiling():
+            _log_fallback(reason)
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
     return F.scaled_dot_product_attention(
         q_hat, k_hat, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,

@@ -228,10 +228,31 @@ def shear_transpose(g: Tensor, gamma: float, starts: Tensor | None, has_prev: bo
     return dx, (bg[..., :1, :] if has_prev else None)
 
 
-def _blocks(D: int, device: torch.device) -> tuple[int, int]:
-    if device.type != "cuda":  # the interpreter: small tiles keep the tests quick
-        return 16, 16
-    return (128, 64) if D <= 64 else (64, 64)
+def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in pairs]
+
+
+#: tile shapes the GPU tries (rows of queries, rows of keys, warps, pipeline stages), the best kept per
+#: shape and switch set; the interpreter takes 16 x 16 tiles, the smallest tl.dot takes
+_KEY = ["Tq", "Tk", "D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
+_TUNED = {
+    "forward": triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
+                                         (128, 32, 4, 4), (64, 32, 4, 4)]), key=_KEY)(_forward_kernel),
+    "dkdv": triton.autotune(_configs([(32, 128, 8, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 3),
+                                      (16, 64, 4, 4)]), key=_KEY)(_dkdv_kernel),
+    "dq": triton.autotune(_configs([(128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 4),
+                                    (32, 64, 4, 3)]), key=_KEY)(_dq_kernel),
+}
+_PLAIN = {"forward": _forward_kernel, "dkdv": _dkdv_kernel, "dq": _dq_kernel}
+
+
+def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dict) -> None:
+    """Run kernel ``name`` over ``rows`` positions (tiled by ``along``, BLOCK_M or BLOCK_N) of ``heads``
+    heads: autotuned on a GPU, with 16 x 16 tiles in the interpreter."""
+    if interpreted():
+        _PLAIN[name][(triton.cdiv(rows, 16), heads)](*args, BLOCK_M=16, BLOCK_N=16, **meta)
+    else:
+        _TUNED[name][lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
 
 
 def _strides3(x: Tensor | None) -> tuple[int, int, int]:
@@ -246,15 +267,14 @@ class _FusedPSA(torch.autograd.Function):
         Hkv, Tk = k.shape[1], k.shape[2]
         out = torch.empty_like(q)
         lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(q))  # base-2 log-sum-exp of each row
-        block_m, block_n = _blocks(D, q.device)
-        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n)
+        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
         s = starts if starts is not None else q  # any pointer when absent
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
-        _forward_kernel[(triton.cdiv(Tq, block_m), B * Hq)](
+        _launch("forward", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             *_strides3(prev_q), *_strides3(prev_k), *_starts_strides(starts),
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
         ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
         return out
@@ -268,8 +288,7 @@ class _FusedPSA(torch.autograd.Function):
         d_out = d_out.contiguous()
         work = _work(q)
         delta = (d_out.to(work) * out.to(work)).sum(-1)  # (B, Hq, Tq): rowsum(dO ∘ O)
-        block_m, block_n = _blocks(D, q.device)
-        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n)
+        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
         s = starts if starts is not None else q
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
@@ -277,13 +296,13 @@ class _FusedPSA(torch.autograd.Function):
                   *_starts_strides(starts))
         dk_hat = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
         dv = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
-        _dkdv_kernel[(triton.cdiv(Tk, block_n), B * Hkv)](
+        _launch("dkdv", Tk, B * Hkv, "BLOCK_N", (
             q, k, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, *common,
-            Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+            Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         dq_hat = torch.empty(B, Hq, Tq, D, device=q.device, dtype=work)
-        _dq_kernel[(triton.cdiv(Tq, block_m), B * Hq)](
+        _launch("dq", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, d_out, lse, delta, dq_hat, *common,
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale, **meta)
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         flags = None if starts is None else starts.bool()
         dq, dprev_q = shear_transpose(dq_hat, gamma_q, flags, prev_q is not None, replicate)
         dk, dprev_k = shear_transpose(dk_hat, gamma_k, flags, prev_k is not None, replicate)
@@ -295,10 +314,10 @@ def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
     return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
 
 
-def _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate, block_m, block_n) -> dict:
-    """The compile-time switches of one call."""
+def _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
+    """The compile-time switches of one call (the tile sizes are the launcher's)."""
     return dict(
-        D=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
+        D=q.shape[-1], CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
         HAS_STARTS=starts is not None, REPLICATE=replicate,
         PRECISION="ieee" if q.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
