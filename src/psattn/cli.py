@@ -190,10 +190,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")
     if args.quantize and args.format != "executorch":
         raise ValueError("--quantize applies to --format executorch (ONNX takes --int8)")
+    if args.force and args.format != "hf":
+        raise ValueError("--force applies to --format hf (ONNX and ExecuTorch files replace an earlier export's)")
     if args.format == "hf":
         from psattn.integrations.hf.decoder_model import export_hf
 
-        print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out)} "
+        print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out, force=args.force)} "
               "(import psattn.integrations.hf, then AutoModelForCausalLM.from_pretrained)")
         return 0
     if args.format == "executorch":
@@ -516,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="executorch: also write quantized programs beside the fp32 one (int8: int8 weights per "
                          "channel; int4: int4 weights in groups of 32; both with int8 dynamic activations) and "
                          "measure their agreement with fp32")
+    ex.add_argument("--force", action="store_true",
+                    help="hf: replace the folder --out even when it holds files psattn did not write (an earlier "
+                         "export's folder is replaced as a whole without it)")
     add_json(ex, "the comparison")
     ex.set_defaults(func=cmd_export)
 

@@ -55,3 +55,27 @@ def test_the_small_disk_is_really_small(small_disk):
     with pytest.raises(OSError):
         (small_disk / "big").write_bytes(b"0" * 200_000)
     assert sys.platform.startswith("linux")
+
+
+def test_an_hf_export_that_does_not_fit_leaves_the_earlier_export_whole(tmp_path, small_disk, capsys):
+    """A key-only export fits; a baseline export into the same folder runs out of room while writing its
+    weights: the key-only export stays whole (its config beside its own weights), and loads."""
+    pytest.importorskip("transformers")
+    train(tiny_config(2), tmp_path / "key_only")
+    baseline = tiny_config(2)
+    baseline.model.attention.variant, baseline.model.attention.gamma = "baseline", 0.0
+    train(baseline, tmp_path / "baseline")
+    out = small_disk / "hf"
+    assert main(["export", "--format", "hf", "--run-dir", str(tmp_path / "key_only"), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--format", "hf", "--run-dir", str(tmp_path / "baseline"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and "Is the disk full?" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["hf"]
+    from transformers import AutoModelForCausalLM
+
+    import psattn.integrations.hf  # noqa: F401  # registers the psattn model type
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.psattn_model["attention"]["variant"] == "key_only"

@@ -5,7 +5,6 @@ log2(1 + 2 gamma) bits."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from functools import partial
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
 from psattn.models.generate import generate
 from psattn.ops.hooks import capture
@@ -94,27 +94,10 @@ def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> l
 GREEDY_PROMPTS = 16  # held-out prompts whose greedy continuations INT8 and fp32 are compared on
 
 
-class ExportFailed(OSError):
-    """Writing or reading back an exported graph failed (a full disk, most often); its partial files are gone."""
-
-
-@contextlib.contextmanager
-def remove_new_files(folder: Path, target: str | Path):
-    """On any failure inside, remove the files that appeared in ``folder`` meanwhile, and turn an
-    exporter's own error into one line (``ExportFailed``)."""
-    before = set(folder.iterdir()) if folder.is_dir() else set()
-    try:
-        yield
-    except BaseException as err:
-        for path in (set(folder.iterdir()) if folder.is_dir() else set()) - before:
-            if path.is_file():
-                path.unlink(missing_ok=True)
-        if isinstance(err, Exception) and not isinstance(err, (ValueError, OSError, ImportError)):
-            truncated = "Decode" in type(err).__name__  # a graph read back cut short: what a full disk leaves
-            raise ExportFailed(f"exporting to {target} failed ({type(err).__name__}: "
-                               f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no detail'}); "
-                               "its partial files were removed" + (". Is the disk full?" if truncated else "")) from err
-        raise
+def onnx_family(path: Path) -> list[Path]:
+    """Every file an ONNX export to ``path`` may write: the prefill graph, the decode step, INT8 copies."""
+    prefill = [path, *(path.with_suffix(f".int8-{mode}.onnx") for mode in INT8_MODES)]
+    return [p for graph in prefill for p in (graph, decode_path_for(graph))]
 
 
 def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
@@ -122,9 +105,13 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
     """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
     PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
     (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
-    When anything fails, the files this call wrote beside ``onnx_path`` are removed."""
-    with remove_new_files(Path(onnx_path).resolve().parent, onnx_path):
-        return _export_and_compare(run_dir, onnx_path, int8, rows, decode_tokens)
+    The files are written in a staging folder and moved beside ``onnx_path`` when all are complete,
+    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there."""
+    target = Path(onnx_path)
+    with staged_files(target, onnx_family) as staged:
+        result = _export_and_compare(run_dir, staged, int8, rows, decode_tokens)
+    result["files"] = moved(result["files"], target)
+    return result
 
 
 @torch.no_grad()

@@ -18,11 +18,11 @@ from psattn.export.compare import (
     GREEDY_PROMPTS,
     accuracy,
     greedy_agreement,
-    remove_new_files,
     teacher_forced_agreement,
     text_quality,
 )
 from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, export_executorch
+from psattn.export.staging import moved, staged_files
 from psattn.models.generate import generate
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
@@ -40,12 +40,16 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
                            decode_tokens: int = 24) -> dict[str, Any]:
     """Write the run's model as an fp32 ExecuTorch program at ``path`` (and each of ``quantize``,
     e.g. ``("int8", "int4")``, beside it) and measure them against PyTorch, one thread on both sides.
-    When anything fails, the files this call wrote beside ``path`` are removed."""
+    The programs are written in a staging folder and moved beside ``path`` when all are complete,
+    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there."""
     unknown = set(quantize) - set(QUANTIZATIONS[1:])
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
-    with remove_new_files(Path(path).resolve().parent, path):
-        return _compare(run_dir, Path(path), quantize, rows, decode_tokens)
+    target = Path(path)
+    with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS]) as staged:
+        result = _compare(run_dir, staged, quantize, rows, decode_tokens)
+    result["files"] = moved(result["files"], target)
+    return result
 
 
 @torch.no_grad()

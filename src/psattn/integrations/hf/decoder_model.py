@@ -107,9 +107,12 @@ def hf_tokenizer(tokenizer_json: str):
     return PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
-def export_hf(run_dir: str | Path, out: str | Path) -> Path:
-    """Save a trained run (its last checkpoint) as a transformers checkpoint in ``out``, with its
-    tokenizer when it has one (text runs)."""
+def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> Path:
+    """Save a trained run (its last checkpoint) as a transformers checkpoint in the folder ``out``, with
+    its tokenizer when it has one (text runs). The folder is written whole beside ``out`` and then put
+    in its place, replacing an earlier export there as a whole (``psattn.export.staging``); a folder
+    holding files psattn did not write is replaced only with ``force``."""
+    from psattn.export.staging import staged_folder
     from psattn.training.config import RunConfig
     from psattn.training.trainer import load_trained
 
@@ -117,7 +120,9 @@ def export_hf(run_dir: str | Path, out: str | Path) -> Path:
     model = load_trained(run_dir)
     config = RunConfig.from_file(run_dir / "config.json")
     wrapped = to_hf(model, getattr(config.task, "seq_len", 256))
-    wrapped.save_pretrained(out)
-    if (run_dir / "tokenizer.json").exists():
-        hf_tokenizer((run_dir / "tokenizer.json").read_text()).save_pretrained(out)
+    tokenizer = (run_dir / "tokenizer.json").read_text() if (run_dir / "tokenizer.json").exists() else None
+    with staged_folder(out, force=force, what="a Hugging Face export") as staging:
+        wrapped.save_pretrained(staging)
+        if tokenizer is not None:
+            hf_tokenizer(tokenizer).save_pretrained(staging)
     return out

@@ -1,0 +1,197 @@
+"""Exports land whole or not at all: written into a staging folder beside their target, then moved into
+place only when complete.
+
+A Hugging Face export is a folder (``staged_folder``): it replaces an existing folder as a whole, so no
+file of an earlier export survives beside the new ones; a folder holding files psattn did not write
+(no ``.psattn-export`` manifest lists them) is replaced only when asked (``force``), and a target that
+is a file is refused. An ONNX pair or an ExecuTorch program is a set of files beside one another
+(``staged_files``): the new set replaces the old one, and files of the old set the new one does not
+have (an INT8 copy of an earlier export, say) are removed. The moves into place run with the stop
+signals held back, so Ctrl-C leaves the previous export or the new one, never a mix of the two; a
+failure or a signal before them (a full disk, most often) removes the staging folder and leaves the
+target as it was. A staging folder left by a process that was killed is removed by the next export
+to the same target, and a folder set aside by one killed while moving is put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+log = logging.getLogger(__name__)
+
+MANIFEST = ".psattn-export"  # the files a folder export wrote, one JSON list
+
+
+class ExportFailed(OSError):
+    """Writing or reading back an export failed (a full disk, most often); nothing of it was left."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftovers(target: Path, kind: str) -> Iterator[Path]:
+    """Folders ``.<target name>.<kind>-<pid>-*`` beside ``target`` whose process no longer runs."""
+    prefix = f".{target.name}.{kind}-"
+    for path in target.parent.glob(prefix + "*"):
+        pid = path.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            yield path
+
+
+def _tidy(target: Path) -> None:
+    """Remove what killed exports to ``target`` left, and put back a folder one set aside."""
+    for staging in _leftovers(target, "staging"):
+        log.info("removing %s, left by an interrupted export", staging)
+        shutil.rmtree(staging, ignore_errors=True)
+    for old in _leftovers(target, "old"):
+        if not target.exists():
+            log.warning("putting back %s, set aside by an export that was killed while moving", target)
+            (old / target.name).rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _new_folder(target: Path, kind: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
+    folder.chmod(0o755)  # mkdtemp makes it private
+    return folder
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold back SIGINT, SIGTERM and SIGHUP for the block (delivered after it), where the OS allows."""
+    stops = {signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    except (AttributeError, OSError, ValueError):  # no signal masks here (Windows)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` is, or was caused by, a Ctrl-C (exporters wrap it in their own errors)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]  # walks to None at the end
+    return False
+
+
+def _one_line(err: BaseException, target: Path, staging: Path, final: Path) -> BaseException:
+    """``err`` as the error the export raises: Ctrl-C stays an interrupt; our own one-line errors pass;
+    an exporter's or the disk's error becomes one ``ExportFailed`` line naming the target (a file named
+    inside ``staging`` is named where it would have gone, in ``final``)."""
+    if _interrupted(err):
+        return KeyboardInterrupt()
+    if not isinstance(err, Exception) or (isinstance(err, (ValueError, ImportError)) and not isinstance(err, OSError)):
+        return err
+    text = " ".join(str(err).split()).replace(str(staging), str(final))
+    full = (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "Decode" in type(err).__name__ \
+        or "no space" in text.lower() or "disk full" in text.lower()
+    return ExportFailed(f"exporting to {target} failed ({type(err).__name__}: {text[:160] or 'no detail'}); "
+                        "nothing of it was left there, and an earlier export at that path is intact"
+                        + (". Is the disk full?" if full else ""))
+
+
+def _foreign(folder: Path) -> list[str]:
+    """The entries of ``folder`` that no psattn export wrote (its manifest does not list them)."""
+    try:
+        written = set(json.loads((folder / MANIFEST).read_text()))
+    except (OSError, ValueError, TypeError):
+        written = set()
+    return sorted(p.name for p in folder.iterdir() if p.name != MANIFEST and p.name not in written)
+
+
+def _reraise(err: BaseException, target: Path, staging: Path, final: Path) -> NoReturn:
+    converted = _one_line(err, target, staging, final)
+    if converted is err:
+        raise err
+    raise converted from (None if isinstance(converted, KeyboardInterrupt) else err)
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | Path, *, force: bool = False, what: str = "the export") -> Iterator[Path]:
+    """Yield an empty staging folder beside ``target``; when the block completes, it becomes ``target``
+    (an existing folder there is replaced as a whole). Refused before anything is written: a ``target``
+    that is a file, and (without ``force``) a folder holding files no psattn export wrote."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{target} is a file; {what} is a folder: name a new folder, or one an earlier export wrote")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _tidy(target)
+    if target.is_dir() and not force:
+        foreign = _foreign(target)
+        if foreign:
+            raise ValueError(f"{target} holds files psattn did not write ({', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}); {what} replaces the folder as a whole: "
+                             "pass --force to replace it anyway, or name another folder")
+    staging = _new_folder(target, "staging")
+    try:
+        yield staging
+        names = sorted(p.name for p in staging.iterdir())
+        (staging / MANIFEST).write_text(json.dumps(names))
+        with _signals_held():
+            old = None
+            if target.exists():
+                old = _new_folder(target, "old")
+                os.replace(target, old / target.name)
+            os.replace(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException as err:
+        _reraise(err, target, staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]]) -> Iterator[Path]:
+    """Yield ``target``'s path inside a staging folder beside it, where the export writes it and its
+    companions; when the block completes, they are moved beside ``target``, and the files of
+    ``family(target)`` (every name this kind of export may write) that it did not write are removed."""
+    target = Path(target)
+    if target.is_dir():
+        raise ValueError(f"{target} is a folder; name the file to write")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _tidy(target)
+    staging = _new_folder(target, "staging")
+    try:
+        yield staging / target.name
+        written = sorted(p.name for p in staging.iterdir())
+        with _signals_held():
+            for name in written:
+                os.replace(staging / name, target.parent / name)
+            for stale in family(target):
+                if stale.name not in written:
+                    stale.unlink(missing_ok=True)
+    except BaseException as err:
+        _reraise(err, target, staging, target.parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def moved(paths: dict[str, str], target: Path) -> dict[str, str]:
+    """Paths written in a staging folder, as they read once moved beside ``target``."""
+    return {key: str(target.parent / Path(path).name) for key, path in paths.items()}

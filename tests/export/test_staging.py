@@ -1,0 +1,182 @@
+"""Exports land whole or not at all: an earlier export survives a failed or interrupted one intact, a
+new one replaces it whole (no stale file of it survives), and a target that cannot be an export's is
+refused before anything is written."""
+
+import errno
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import tiny_config
+from psattn.cli import main
+from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.trainer import train
+
+
+def contents(folder) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) with its SHA-256: what must not change."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".staging-" in p.name or ".old-" in p.name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A key-only run (γ 1) and a baseline run, trained once for the module."""
+    folder = tmp_path_factory.mktemp("export-runs")
+    train(tiny_config(2), folder / "key_only")
+    train(apply_overrides(tiny_config(2), ["model.attention.variant=baseline", "model.attention.gamma=0"]),
+          folder / "baseline")
+    return folder
+
+
+def _one_line_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # transformers may draw a progress bar before it
+    assert stop.value.code == 2 and "Traceback" not in err and last.startswith("psattn: error: "), err
+    return last
+
+
+# --- Hugging Face folders -------------------------------------------------------------------------------
+
+def test_hf_export_to_an_existing_file_is_refused_and_the_file_kept(runs, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    (tmp_path / "model").write_text("mine")
+    err = _one_line_error(["export", "--format", "hf", "--run-dir", str(runs / "key_only"),
+                           "--out", str(tmp_path / "model")], capsys)
+    assert "is a file" in err, err
+    assert (tmp_path / "model").read_text() == "mine" and leftovers(tmp_path) == []
+
+
+def test_a_failed_hf_export_leaves_the_earlier_one_whole(runs, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("transformers")
+    from psattn.integrations.hf import decoder_model
+
+    out = tmp_path / "hf"
+    assert main(["export", "--format", "hf", "--run-dir", str(runs / "key_only"), "--out", str(out)]) == 0
+    before = contents(out)
+    save = decoder_model.PsattnForCausalLM.save_pretrained
+
+    def disk_fills(self, folder, **kwargs):  # config.json written, then the weights do not fit
+        save(self, folder, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.safetensors"))
+
+    monkeypatch.setattr(decoder_model.PsattnForCausalLM, "save_pretrained", disk_fills)
+    err = _one_line_error(["export", "--format", "hf", "--run-dir", str(runs / "baseline"), "--out", str(out)], capsys)
+    assert "Is the disk full?" in err and str(out) in err, err
+    assert contents(out) == before and leftovers(tmp_path) == []
+    assert json.loads((out / "config.json").read_text())["psattn_model"]["attention"]["variant"] == "key_only"
+
+
+def test_an_hf_export_replaces_an_earlier_one_whole(runs, tmp_path, capsys, fresh_token_cache):
+    """A text run's export (with its tokenizer) replaced by an induction run's: no tokenizer survives."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    (tmp_path / "corpus.txt").write_text("def f(x):\n    return x + 1\n\n" * 120)
+    text = RunConfig.from_dict({"task": {"name": "text", "corpus": str(tmp_path / "corpus.txt"), "seq_len": 16},
+                                "model": {"vocab_size": 256}})
+    train(apply_overrides(text, ["model.d_model=32", "model.n_heads=2", "train.steps=2", "train.batch_size=2",
+                                 "train.eval_every=2", "train.eval_size=4", "train.threads=1"]), tmp_path / "text")
+    out = tmp_path / "hf"
+    assert main(["export", "--format", "hf", "--run-dir", str(tmp_path / "text"), "--out", str(out)]) == 0
+    assert (out / "tokenizer.json").exists()
+    assert main(["export", "--format", "hf", "--run-dir", str(runs / "key_only"), "--out", str(out)]) == 0
+    assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 16 and leftovers(tmp_path) == []
+
+
+def test_a_folder_holding_other_files_is_replaced_only_with_force(runs, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    err = _one_line_error(["export", "--format", "hf", "--run-dir", str(runs / "key_only"), "--out", str(out)], capsys)
+    assert "notes.txt" in err and "--force" in err, err
+    assert contents(out) == {"notes.txt": hashlib.sha256(b"mine").hexdigest()}
+    assert main(["export", "--format", "hf", "--run-dir", str(runs / "key_only"), "--out", str(out), "--force"]) == 0
+    assert not (out / "notes.txt").exists() and (out / "config.json").exists()
+
+
+# --- ONNX pairs -----------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_onnx_export_leaves_the_earlier_pair_and_says_interrupted(runs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the prefill graph is written, and Ctrl-C that the exporter wraps in its own error:
+    the earlier pair stays as it was, and the command says "interrupted" (exit code 130)."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    from psattn.export import onnx as onnx_export
+
+    out = tmp_path / "m.onnx"
+    assert main(["export", "--run-dir", str(runs / "key_only"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = contents(tmp_path)
+    export = onnx_export._export
+    calls = []
+
+    def interrupted_at_decode(graph, args, path, dynamic_shapes):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        export(graph, args, path, dynamic_shapes)
+
+    def wrapped_by_the_exporter(graph, args, path, dynamic_shapes):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise RuntimeError("Failed to export the model with torch.export") from err
+
+    for fake in (interrupted_at_decode, wrapped_by_the_exporter):
+        monkeypatch.setattr(onnx_export, "_export", fake)
+        assert main(["export", "--run-dir", str(runs / "baseline"), "--out", str(out)]) == 130
+        err = capsys.readouterr().err
+        assert "interrupted" in err and "Error" not in err, err
+        assert contents(tmp_path) == before and leftovers(tmp_path) == []
+
+
+def test_an_onnx_export_removes_the_int8_files_of_an_earlier_one(runs, tmp_path, capsys):
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    (tmp_path / "m.int8-dynamic.onnx").write_text("an earlier export's INT8 graph")
+    (tmp_path / "m.int8-dynamic.decode.onnx").write_text("and its decode step")
+    (tmp_path / "other.onnx").write_text("not of this export")
+    assert main(["export", "--run-dir", str(runs / "baseline"), "--out", str(tmp_path / "m.onnx"), "--json"]) == 0
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert files == {"prefill": str(tmp_path / "m.onnx"), "decode": str(tmp_path / "m.decode.onnx")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "other.onnx"]
+
+
+@pytest.mark.slow
+def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, tmp_path):
+    """Real Ctrl-C to ``psattn export``, at several moments after it starts writing: exit code 130 and
+    "interrupted" (or a finished export), and beside the target either the earlier pair or the new one."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "m.onnx"
+    command = [sys.executable, "-m", "psattn", "export", "--out", str(out), "--run-dir"]
+    subprocess.run(command + [str(runs / "key_only")], check=True, capture_output=True)
+    for delay in (0.5, 2.0):
+        old = contents(tmp_path)
+        process = subprocess.Popen(command + [str(runs / "baseline")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".m.onnx.staging-*")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the export has started writing
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        assert (process.returncode == 130 and "interrupted" in err) or process.returncode == 0, (delay, err)
+        assert "Traceback" not in err and leftovers(tmp_path) == [], err
+        now = contents(tmp_path)
+        assert sorted(now) == ["m.decode.onnx", "m.onnx"], now
+        assert (now["m.onnx"] == old["m.onnx"]) == (now["m.decode.onnx"] == old["m.decode.onnx"]), delay  # one pair
