@@ -10,6 +10,11 @@
 2. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
+   fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
+   at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
+   against fp64;
+   model_step: a psa-92m training step with the shear against the same model plain, eager and
+   compiled;
 3. torch.compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed:
    the loss histories side by side and the step-time ratio after warm-up;
 4. the paper-scale phase transition: the psa-92m preset on full-sequence induction, symmetric
@@ -151,6 +156,110 @@ def kernel_ratios(device: torch.device, shape: tuple[int, int, int, int], dtype:
     return results
 
 
+def _psa(backend: str):
+    return lambda q, k, v: psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, backend=backend)
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
+    """The fused PSA kernel beside SDPA's flash backend and beside today's shear-then-SDPA, forward and
+    forward+backward, at T = 1k, 4k, 16k and D = 64, 128 (bf16; fp32 on the CPU), interleaved; then
+    each one's error against the fp64 reference on a slice of the same inputs."""
+    from torch.nn.attention import sdpa_kernel
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    flash = _backends(device)["flash" if device.type == "cuda" else "math"]
+    shapes = [(1, 2, 33, 16)] if smoke else [
+        (B, 16, T, D) for T, B in ((1024, 32), (4096, 8), (16384, 2)) for D in (64, 128)]
+    measure = _timer(device)
+    rows = {}
+    for B, H, T, D in shapes:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
+        grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
+        fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused")}
+        row: dict = {"shape": [B, H, T, D], "dtype": str(dtype)}
+
+        def forward(f, q=q, k=k, v=v):
+            return lambda: f(q, k, v)
+
+        def forward_backward(f, q=q, k=k, v=v, grad=grad):
+            return lambda: f(q, k, v).backward(grad)
+
+        with sdpa_kernel([flash]):
+            for label, make in (("forward", forward), ("forward+backward", forward_backward)):
+                runs = {name: make(fn) for name, fn in fns.items()}
+                for run in runs.values():  # warm-up (and autotuning)
+                    run()
+                times: dict[str, list[float]] = {name: [] for name in runs}
+                for _ in range(repeats):
+                    for name, run in runs.items():
+                        times[name].append(measure(run))
+                med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+                row[label] = {**{f"{name}_ms": value for name, value in med.items()},
+                              "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
+                              "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"]}
+            row["error_vs_fp64"] = _errors(q, k, v, fns)
+        rows[f"T={T} D={D}"] = row
+        print(f"  T={T:6d} D={D:3d}  fused/SDPA forward {row['forward']['fused_over_sdpa']:.3f}, forward+backward "
+              f"{row['forward+backward']['fused_over_sdpa']:.3f}; errors {row['error_vs_fp64']}", flush=True)
+        del q, k, v, grad
+    return rows
+
+
+def _errors(q, k, v, fns) -> dict:
+    """Largest absolute error against fp64 on the first head of the first sequence, at most 4096 long:
+    plain SDPA against plain attention, each PSA path against the PSA reference."""
+    T = min(q.shape[2], 4096)
+    q1, k1, v1 = (x[:1, :1, :T].detach() for x in (q, k, v))
+    exact = {True: psa_attention_reference(q1.double(), k1.double(), v1.double(), gamma_q=0.8, gamma_k=0.8, is_causal=True),
+             False: psa_attention_reference(q1.double(), k1.double(), v1.double(), is_causal=True)}
+    with torch.no_grad():
+        return {name: (fn(q1, k1, v1).double() - exact[name != "sdpa"]).abs().max().item() for name, fn in fns.items()}
+
+
+def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
+    """One training step (forward, backward, AdamW) of the psa-92m preset with the symmetric shear
+    against the same model plain, bf16 autocast, eager and compiled, interleaved."""
+    B, T = (2, 32) if smoke else (8, 1024)
+    out = {}
+    for mode in ("eager",) if smoke else ("eager", "compiled"):  # compiling on the CPU takes minutes
+        steps = {}
+        for name, attention in (("plain", AttentionConfig("baseline")), ("psa", AttentionConfig("symmetric", 0.8))):
+            torch.manual_seed(0)
+            config = preset("psa-4m" if smoke else "psa-92m", vocab_size=256, attention=attention)
+            model = DecoderLM(config).to(device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+            forward = torch.compile(model) if mode == "compiled" else model
+            ids = torch.randint(0, 256, (B, T + 1), device=device)
+
+            def step(forward=forward, opt=opt, ids=ids):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                    logits = forward(ids[:, :-1])
+                    loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            steps[name] = step
+        measure = _timer(device)
+        for step in steps.values():  # warm-up and compilation
+            for _ in range(3):
+                step()
+        times: dict[str, list[float]] = {name: [] for name in steps}
+        for _ in range(repeats):
+            for name, step in steps.items():
+                times[name].append(measure(step))
+        med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+        out[mode] = {"plain_ms": med["plain"], "psa_ms": med["psa"], "ratio": med["psa"] / med["plain"]}
+        print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}",
+              flush=True)
+    out["batch"], out["length"] = B, T
+    return out
+
+
 def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[float]]:
     stamps: list[float] = []
     start = time.perf_counter()
@@ -219,6 +328,8 @@ def main() -> None:
     args = parser.parse_args()
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
+    if device.type == "cpu":  # the fused kernel then runs in Triton's interpreter (set before it is built)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     info = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
             "machine": platform.platform(),
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "budget_s": args.budget_s}
@@ -232,6 +343,8 @@ def main() -> None:
         "commands": lambda: command_smoke(device.type, Path(tempfile.mkdtemp(prefix="psattn-commands-"))),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
+        "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats),
+        "model_step": lambda: model_step(device, args.smoke, 2 if args.smoke else 10),
         "compile": lambda: compile_check(device.type, args.smoke),
         "phase_transition": lambda: phase_transition(
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,

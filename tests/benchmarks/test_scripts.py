@@ -24,6 +24,9 @@ def test_gpu_check_smoke(tmp_path):
     commands = result["commands"]
     assert {"train text", "sweep", "eval text", "generate text", "export hf induction", "hf integration"} <= set(commands)
     assert all(row["status"] == "ok" for row in commands.values()), commands
+    fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
+    assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
+    assert result["model_step"]["eager"]["ratio"] > 0
     equivalence = result["equivalence"]
     assert equivalence["math float32: fast PSA vs fp64 reference"] < 1e-5
     assert equivalence["math float32: SDPA vs fp64 plain attention"] < 1e-5

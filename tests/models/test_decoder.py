@@ -292,3 +292,19 @@ def test_choice_fields_are_literal_types_checked_by_one_helper():
         with pytest.raises(ValueError, match=message):
             make()
     assert typing.get_type_hints(AttentionConfig)["placement"] == typing.Literal["post_rope", "pre_rope"]
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "key_only"])
+def test_one_psa_attention_call_equals_shearing_before_attention_under_fp32_and_bf16_autocast(variant):
+    """The layer shears inside ``psa_attention`` unless a hook sits between the shear and the output;
+    both ways give the same logits, also under bf16 autocast (where q and k stay fp32 for the shear)."""
+    model = DecoderLM(ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                                  attention=AttentionConfig(variant, 0.8))).eval()
+    ids = torch.randint(0, 32, (2, 24))
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            one_call = model(ids)
+            with capture(model, "*.hook_k_sheared"):  # a listener between shear and attention
+                apart = model(ids)
+        assert one_call.dtype == (torch.bfloat16 if autocast else torch.float32)
+        torch.testing.assert_close(one_call, apart, atol=0, rtol=0)

@@ -28,9 +28,10 @@ from psattn.ops.shear import check_boundary, check_gamma, check_stream, momentum
 log = logging.getLogger(__name__)
 
 
-def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> None:
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, *, same_dtype: bool = True) -> None:
     """Raise a ValueError / TypeError naming the problem if q (B, Hq, Tq, D), k (B, Hkv, Tk, D),
-    v (B, Hkv, Tk, Dv) and the mask do not fit together."""
+    v (B, Hkv, Tk, Dv) and the mask do not fit together (``same_dtype=False``: their dtypes may
+    differ, as under autocast)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -38,7 +39,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) 
             raise ValueError(f"{name} must be (B, H, T, D), got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
+    if same_dtype and not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
@@ -51,7 +52,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) 
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype and same_dtype:
             raise TypeError(f"attn_mask must be bool or {q.dtype}, got {attn_mask.dtype}")
         target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         try:
@@ -100,7 +101,8 @@ def psa_attention(
     ``psa_attention_reference``; ``"auto"`` (the default), the fused kernel on CUDA where it applies
     and SDPA otherwise, with the reason for each fallback logged once at debug level.
     """
-    check_qkv(q, k, v, attn_mask)
+    autocast = torch.is_autocast_enabled(q.device.type)  # SDPA casts q̂, k̂, v itself; the kernel takes v's dtype
+    check_qkv(q, k, v, attn_mask, same_dtype=not autocast)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if backend == "reference":
@@ -118,6 +120,8 @@ def psa_attention(
         if reason is None:
             from psattn.ops.fused_attention import fused_psa_attention
 
+            if autocast:  # the products in autocast's dtype; q and k are sheared at their own precision
+                v = v.to(torch.get_autocast_dtype(q.device.type))
             return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
                                        starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
         if backend == "fused":

@@ -96,7 +96,7 @@ def _forward_kernel(
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
                       spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
-    q = q.to(K.dtype.element_ty)  # (BLOCK_M, D): q̂, rounded once
+    q = q.to(V.dtype.element_ty)  # (BLOCK_M, D): q̂, rounded once to the dtype of the products
     m = tl.full((BLOCK_M,), float("-inf"), ACC)  # running max of the base-2 scores
     l = tl.zeros((BLOCK_M,), ACC)  # running sum of their exponentials
     acc = tl.zeros((BLOCK_M, D), ACC)
@@ -105,7 +105,7 @@ def _forward_kernel(
     for start_n in range(0, end, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
-                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
         seen = keys[None, :] < Tk
@@ -140,7 +140,7 @@ def _dkdv_kernel(
     keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D)
     k = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
-                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
     v = tl.load(V + b * svb + hk * svh + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None],
                 other=0.0)
     dk = tl.zeros((BLOCK_N, D), ACC)
@@ -151,7 +151,7 @@ def _dkdv_kernel(
         for start_m in range(lo, Tq, BLOCK_M):
             rows = start_m + tl.arange(0, BLOCK_M)
             q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt,
-                              sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+                              sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
             do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod,
                          mask=(rows < Tq)[:, None], other=0.0)
             lse = tl.load(LSE + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=float("inf"))
@@ -187,7 +187,7 @@ def _dq_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
-                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
     do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None],
                  other=0.0)
     lse = tl.load(LSE + pid_bh * Tq + rows, mask=rows < Tq, other=float("inf"))
@@ -198,7 +198,7 @@ def _dq_kernel(
     for start_n in range(0, end, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
-                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(K.dtype.element_ty)
+                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (M, N)
         seen = (keys[None, :] < Tk) & (rows[:, None] < Tq)
@@ -232,16 +232,15 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in pairs]
 
 
-#: tile shapes the GPU tries (rows of queries, rows of keys, warps, pipeline stages), the best kept per
-#: shape and switch set; the interpreter takes 16 x 16 tiles, the smallest tl.dot takes
-_KEY = ["Tq", "Tk", "D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
+#: tile shapes the GPU tries (rows of queries, rows of keys, warps, pipeline stages), tuned once per head
+#: dimension and switch set (not per length: a new length reuses the choice); the interpreter takes
+#: 16 x 16 tiles, the smallest tl.dot takes
+_KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
 _TUNED = {
-    "forward": triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
-                                         (128, 32, 4, 4), (64, 32, 4, 4)]), key=_KEY)(_forward_kernel),
-    "dkdv": triton.autotune(_configs([(32, 128, 8, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 3),
-                                      (16, 64, 4, 4)]), key=_KEY)(_dkdv_kernel),
-    "dq": triton.autotune(_configs([(128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 4),
-                                    (32, 64, 4, 3)]), key=_KEY)(_dq_kernel),
+    "forward": triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4)]),
+                               key=_KEY)(_forward_kernel),
+    "dkdv": triton.autotune(_configs([(32, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]), key=_KEY)(_dkdv_kernel),
+    "dq": triton.autotune(_configs([(128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3)]), key=_KEY)(_dq_kernel),
 }
 _PLAIN = {"forward": _forward_kernel, "dkdv": _dkdv_kernel, "dq": _dq_kernel}
 
@@ -265,9 +264,9 @@ class _FusedPSA(torch.autograd.Function):
     def forward(ctx, q, k, v, prev_q, prev_k, starts, gamma_q, gamma_k, is_causal, scale, replicate):
         B, Hq, Tq, D = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
-        out = torch.empty_like(q)
-        lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(q))  # base-2 log-sum-exp of each row
-        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
+        out = torch.empty(B, Hq, Tq, D, device=q.device, dtype=v.dtype)
+        lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(v))  # base-2 log-sum-exp of each row
+        meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
         s = starts if starts is not None else q  # any pointer when absent
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
@@ -286,9 +285,9 @@ class _FusedPSA(torch.autograd.Function):
         B, Hq, Tq, D = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
         d_out = d_out.contiguous()
-        work = _work(q)
+        work = _work(v)
         delta = (d_out.to(work) * out.to(work)).sum(-1)  # (B, Hq, Tq): rowsum(dO ∘ O)
-        meta = _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
+        meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
         s = starts if starts is not None else q
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
@@ -306,28 +305,29 @@ class _FusedPSA(torch.autograd.Function):
         flags = None if starts is None else starts.bool()
         dq, dprev_q = shear_transpose(dq_hat, gamma_q, flags, prev_q is not None, replicate)
         dk, dprev_k = shear_transpose(dk_hat, gamma_k, flags, prev_k is not None, replicate)
-        cast = (lambda x: None if x is None else x.to(q.dtype))  # noqa: E731
-        return (cast(dq), cast(dk), cast(dv), cast(dprev_q), cast(dprev_k), None, None, None, None, None, None)
+        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None if dprev_q is None else dprev_q.to(prev_q.dtype),
+                None if dprev_k is None else dprev_k.to(prev_k.dtype), None, None, None, None, None, None)
 
 
 def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
     return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
 
 
-def _meta(q, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
-    """The compile-time switches of one call (the tile sizes are the launcher's)."""
+def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
+    """The compile-time switches of one call (the tile sizes are the launcher's); the products run in
+    the dtype of ``v``."""
     return dict(
-        D=q.shape[-1], CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
+        D=v.shape[-1], CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
         HAS_STARTS=starts is not None, REPLICATE=replicate,
-        PRECISION="ieee" if q.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
-        ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,
+        PRECISION="ieee" if v.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
+        ACC=tl.float64 if v.dtype == torch.float64 else tl.float32,
     )
 
 
-def _work(q: Tensor) -> torch.dtype:
-    """The accumulation dtype: fp64 for fp64 input, fp32 otherwise."""
-    return torch.float64 if q.dtype == torch.float64 else torch.float32
+def _work(v: Tensor) -> torch.dtype:
+    """The accumulation dtype: fp64 for fp64 products, fp32 otherwise."""
+    return torch.float64 if v.dtype == torch.float64 else torch.float32
 
 
 def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
@@ -339,8 +339,8 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropo
         return "an explicit attn_mask (the kernel knows the causal mask only)"
     if dropout_p > 0:
         return "attention dropout"
-    if q.dtype not in DTYPES:
-        return f"dtype {q.dtype}"
+    if any(x.dtype not in DTYPES for x in (q, k, v)):
+        return f"dtypes {q.dtype}, {k.dtype}, {v.dtype}"
     if q.shape[-1] not in HEAD_DIMS or v.shape[-1] != q.shape[-1]:
         return f"head dimensions q/k {q.shape[-1]}, v {v.shape[-1]} (the kernel takes one of {HEAD_DIMS} for all three)"
     if k.shape[2] == 0 or q.shape[2] == 0:
@@ -354,7 +354,9 @@ def fused_psa_attention(q: Tensor, k: Tensor, v: Tensor, *, gamma_q: float, gamm
                         scale: float | None, starts: Tensor | None, prev_q: Tensor | None, prev_k: Tensor | None,
                         replicate: bool) -> Tensor:
     """The fused kernel on checked arguments (``psattn.ops.attention.psa_attention`` checks them and
-    chooses it); q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D)."""
+    chooses it); q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D) in v's dtype. q and k
+    may be wider than v (fp32 streams under bf16 autocast): the shear runs in fp32 either way, and
+    q̂ and k̂ are rounded once, to v's dtype, for the products."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     starts = None if starts is None else starts.to(torch.int8).contiguous()  # (B, T): one byte a flag
     return _FusedPSA.apply(q, k, v, prev_q, prev_k, starts, float(gamma_q), float(gamma_k), bool(is_causal), scale,
