@@ -1,9 +1,11 @@
-"""PSA against plain SDPA on one CPU shape: forward, forward+backward, one cached decode step.
+"""PSA against plain SDPA on one shape: forward, forward+backward, one cached decode step (on the
+CPU by default; ``--device cuda`` times the same rows on a GPU, where ``psa_attention`` takes the
+fused kernel).
 
 Both sides run interleaved in the same process (A, B, A, B, ...) and the ratio of their median
 times is printed, so machine noise largely cancels. Usage:
 
-    python benchmarks/attention_speed.py [--batch 4 --heads 8 --length 1024 --head-dim 64 --threads 1]
+    python benchmarks/attention_speed.py [--batch 4 --heads 8 --length 1024 --head-dim 64 --threads 1 --device cpu]
 """
 
 from __future__ import annotations
@@ -21,20 +23,27 @@ from psattn.ops import PSACache, psa_attention
 from psattn.timing import interleaved_medians
 
 
-def operator_benchmarks(B, H, T, D, gamma, repeats):
-    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-    grad = torch.randn(B, H, T, D)
+def synced(run, device):
+    """``run``, then wait for the device: a GPU's work is timed, not only its launch."""
+    if device.type != "cuda":
+        return run
+    return lambda: (run(), torch.cuda.synchronize())
+
+
+def operator_benchmarks(B, H, T, D, gamma, repeats, device):
+    q, k, v = (torch.randn(B, H, T, D, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(B, H, T, D, device=device)
 
     def fwd(fn):
         def run():
             with torch.no_grad():
                 fn(q, k, v)
-        return run
+        return synced(run, device)
 
     def fwd_bwd(fn):
         def run():
             fn(q, k, v).backward(grad)
-        return run
+        return synced(run, device)
 
     sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
     psa = lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True)  # noqa: E731
@@ -45,16 +54,16 @@ def operator_benchmarks(B, H, T, D, gamma, repeats):
     return rows
 
 
-def decode_benchmark(B, H, T, D, gamma, repeats):
+def decode_benchmark(B, H, T, D, gamma, repeats, device):
     """One new token attending to T cached tokens, through the full attention layer (projections,
     RoPE, shear, cache append, SDPA)."""
     torch.manual_seed(0)
     layers = {
-        "sdpa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("baseline")),
-        "psa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("symmetric", gamma)),
+        "sdpa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("baseline")).to(device),
+        "psa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("symmetric", gamma)).to(device),
     }
-    prompt = torch.randn(B, T, H * D)
-    step = torch.randn(B, 1, H * D)
+    prompt = torch.randn(B, T, H * D, device=device)
+    step = torch.randn(B, 1, H * D, device=device)
     runs, caches = {}, {}
     for name, layer in layers.items():
         cache = PSACache([layer.new_cache()])
@@ -67,7 +76,7 @@ def decode_benchmark(B, H, T, D, gamma, repeats):
             fork = cache.fork()
             with torch.no_grad():
                 layer(step, build_context(B, 1, step.device, cache=fork), fork.layers[0])
-        runs[name] = run
+        runs[name] = synced(run, device)
     times = interleaved_medians(runs, repeats * 5, warmup=3)
     per_token = {name: c.kv_bytes() // T for name, c in caches.items()}
     extra = {name: c.extra_state_bytes() for name, c in caches.items()}
@@ -83,17 +92,20 @@ def main() -> None:
     parser.add_argument("--gamma", type=float, default=0.8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     B, H, T, D = args.batch, args.heads, args.length, args.head_dim
+    device = torch.device(args.device)
 
-    rows = operator_benchmarks(B, H, T, D, args.gamma, args.repeats)
-    decode, per_token, extra = decode_benchmark(B, H, T, D, args.gamma, args.repeats)
+    rows = operator_benchmarks(B, H, T, D, args.gamma, args.repeats, device)
+    decode, per_token, extra = decode_benchmark(B, H, T, D, args.gamma, args.repeats, device)
     rows["decode step (layer, symmetric)"] = decode
 
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     print(f"PSA (symmetric, gamma={args.gamma}) vs plain SDPA, B={B} H={H} T={T} D={D} fp32, "
-          f"{args.threads} thread(s), torch {torch.__version__}, {platform.processor() or platform.machine()}")
+          f"{args.threads} thread(s), torch {torch.__version__}, {where}")
     print(f"{'':34s}{'SDPA ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
     for label, t in rows.items():
         print(f"{label:34s}{t['sdpa'] * 1e3:10.3f}{t['psa'] * 1e3:10.3f}{t['psa'] / t['sdpa']:8.3f}")
@@ -103,7 +115,7 @@ def main() -> None:
     if args.json:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": platform.platform(), "threads": args.threads, "shape": [B, H, T, D],
+            "machine": platform.platform(), "device": where, "threads": args.threads, "shape": [B, H, T, D],
             "gamma": args.gamma, "torch": torch.__version__,
             "ratios": {label: t["psa"] / t["sdpa"] for label, t in rows.items()},
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},
