@@ -107,7 +107,7 @@ def _forward_kernel(
         k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
                           gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
         seen = keys[None, :] < Tk
         if CAUSAL:
             seen = seen & (keys[None, :] <= rows[:, None])
@@ -116,7 +116,7 @@ def _forward_kernel(
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m - m_new)
         l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(ACC)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
         m = m_new
     out = acc / l[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, out.to(O.dtype.element_ty),
@@ -156,15 +156,15 @@ def _dkdv_kernel(
                          mask=(rows < Tq)[:, None], other=0.0)
             lse = tl.load(LSE + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=float("inf"))
             delta = tl.load(DELTA + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=0.0)
-            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (N, M)
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (N, M)
             seen = (keys[:, None] < Tk) & (rows[None, :] < Tq)
             if CAUSAL:
                 seen = seen & (keys[:, None] <= rows[None, :])
             p_t = tl.where(seen, tl.exp2(s_t - lse[None, :]), 0.0)  # (BLOCK_N, BLOCK_M)
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION).to(ACC)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(ACC)
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION, out_dtype=ACC)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)
             ds_t = p_t * (dp_t - delta[None, :])
-            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION).to(ACC)
+            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
     tl.store(DV + out, dv, mask=(keys < Tk)[:, None])
@@ -200,14 +200,14 @@ def _dq_kernel(
         k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
                           gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(ACC) * (scale * LOG2E)  # (M, N)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (M, N)
         seen = (keys[None, :] < Tk) & (rows[:, None] < Tq)
         if CAUSAL:
             seen = seen & (keys[None, :] <= rows[:, None])
         p = tl.where(seen, tl.exp2(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(ACC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION).to(ACC)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
 
