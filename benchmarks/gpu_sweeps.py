@@ -50,17 +50,19 @@ def restore_saved(results: Path, runs: Path) -> int:
 
 
 def prepare(configs) -> None:
-    """Build the token caches the text runs need, and say what each corpus holds and how often the runs'
-    budget repeats it."""
-    for config in configs:
-        tokens = getattr(config.task, "tokens", None)
-        if tokens is None:
-            continue
-        corpus = tokens()
-        budget = config.train.steps * config.train.batch_size * config.task.seq_len
-        print(f"corpus {config.task.corpus}: {len(corpus.train):,} training tokens, {len(corpus.eval):,} held-out; "
-              f"{config.name}'s budget of {budget:,} tokens repeats it {budget / len(corpus.train):.2f} times", flush=True)
-        return  # the runs of a sweep share one corpus
+    """Build the token cache the text runs share, say what the corpus holds, and refuse a budget that
+    would read it more than twice."""
+    from psattn.experiments.text_scale import check_repeats
+    from psattn.textdata.corpus import describe_corpus
+
+    texts = [c for c in configs if getattr(c.task, "tokens", None) is not None]
+    if not texts:
+        return
+    config = max(texts, key=lambda c: c.train.steps * c.train.batch_size)
+    corpus = config.task.tokens()
+    times = check_repeats(len(corpus.train), config)
+    print(f"corpus: {describe_corpus(config.task.corpus)}; {len(corpus.train):,} training tokens, {len(corpus.eval):,} "
+          f"held-out; the largest budget reads it {times:.2f} times", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
     configs = _experiment(args.experiment)(mode)
     restored = restore_saved(results, runs)
     print(f"{args.experiment} ({mode}): {len(configs)} runs declared; {restored} restored from {results}", flush=True)
-    prepare(configs)
+    try:
+        prepare(configs)
+    except ValueError as err:
+        print(f"gpu_sweeps: {err}", file=sys.stderr)
+        return 2
     left = args.time_limit - (time.monotonic() - start)
     if left > 0:
         code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
@@ -109,13 +115,13 @@ def unpack_into(archive: Path, into: Path) -> None:
 def print_tables(experiment: str, results: Path, mode: str) -> None:
     from psattn.experiments import at_scale
 
-    print("\n".join(at_scale.section(experiment, results, mode)))
+    print("\n".join(at_scale.section(results_folder(experiment), results, mode)))
 
 
 def status(args: argparse.Namespace) -> int:
     from psattn.experiments import at_scale
 
-    for line in at_scale.progress_lines(args.experiment, Path(args.results) if args.results else RESULTS):
+    for line in at_scale.progress_lines(results_folder(args.experiment), Path(args.results) if args.results else RESULTS):
         print(line)
     return 0
 

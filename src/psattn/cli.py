@@ -30,7 +30,16 @@ from psattn.arguments import (
 )
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
-from psattn.experiments import gamma_depth, paper_form, paper_scale, summaries, text_phase, text_pilot, two_layer
+from psattn.experiments import (
+    gamma_depth,
+    paper_form,
+    paper_scale,
+    summaries,
+    text_phase,
+    text_pilot,
+    text_scale,
+    two_layer,
+)
 from psattn.experiments.configs import small_induction_config
 from psattn.export.footprint import RUNTIMES
 from psattn.integrations.hf_demo import register as register_hf
@@ -111,6 +120,10 @@ STUDY_TABLES = {
     "paper_scale": ("the phase transition at the paper's scale (emergence: held-out accuracy at the threshold; "
                     "—: not within the cap)",
                     lambda results: paper_scale.format_scale_table(paper_scale.scale_table(results))),
+    "text_scale_pilot": ("the pilot: each depth's plain model, its phase change against the budget",
+                         text_scale.pilot_table),
+    "text_scale": ("real text with MLPs at the end of training (mean ± sd over seeds; tokens per seed)",
+                   lambda results: text_scale.format_scale_table(text_scale.scale_table(results))),
 }
 
 
@@ -143,6 +156,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.experiment == "paper_scale":
         print("\n" + "\n\n".join(paper_scale.scale_verdict(paper_scale.scale_table(results))))
+    if args.experiment == "text_scale":
+        print("\n" + "\n\n".join(text_scale.scale_verdict(results, text_scale.scale_table(results))))
     if args.experiment in STUDY_TABLES:
         if args.experiment == "text_pilot":
             print(f"figure: {text_pilot.pilot_figure(results, Path(args.out) / 'text_pilot.png')}")

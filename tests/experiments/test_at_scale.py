@@ -106,11 +106,7 @@ def test_a_time_limit_stops_the_sweep_cleanly_and_the_same_command_resumes(tmp_p
 def test_the_gpu_driver_smoke_runs_end_to_end_without_what_a_gpu_machine_lacks(tmp_path):
     """benchmarks/gpu_sweeps.sh --smoke, with the libraries a GPU machine lacks made unimportable; then a
     second piece on a fresh machine restores the saved runs and trains none."""
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(  # None in sys.modules: import fails, find_spec says absent
-        f"import sys\nsys.modules.update(dict.fromkeys({ABSENT_ON_GPU!r}))\n")
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "PYTHONPATH": str(blocker)}
+    env = blocked_env(tmp_path, ABSENT_ON_GPU)
     done = subprocess.run(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "paper_scale"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -144,3 +140,28 @@ def test_a_copy_without_git_records_the_revision_it_is_given(monkeypatch):
     assert provenance.git_revision() is None
     monkeypatch.setenv("PSATTN_GIT_REVISION", "4f3c995")
     assert provenance.provenance(0)["git_revision"] == "4f3c995"
+
+
+def blocked_env(tmp_path, names):
+    """An environment whose Python cannot import ``names`` (None in sys.modules), as on a GPU machine."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text(f"import sys\nsys.modules.update(dict.fromkeys({tuple(names)!r}))\n")
+    return {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "PYTHONPATH": str(blocker)}
+
+
+def test_the_driver_refuses_a_text_sweep_without_tokenizers_and_says_how_to_carry_it(tmp_path):
+    done = subprocess.run(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "text_scale"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=blocked_env(tmp_path, ("tokenizers",)))
+    assert done.returncode == 1 and "lacks tokenizers" in done.stderr and ".gpu-deps" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_gpu_driver_runs_the_text_sweep_end_to_end_and_reports_its_corpus(tmp_path):
+    pytest.importorskip("tokenizers")
+    env = {**blocked_env(tmp_path, ABSENT_ON_GPU), "PSATTN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "text_scale"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "corpus: " in done.stdout and "the largest budget reads it" in done.stdout
+    assert "6 newly finished runs packed" in done.stdout and "The pilot" in done.stdout

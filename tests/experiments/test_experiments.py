@@ -81,12 +81,10 @@ def test_quick_rows_that_report_success_stop_once_it_is_decided():
     table = {c.name: c for c in exp.variant_table("quick")}
     for c in exp.init_sensitivity("quick"):  # default-init rows are the variant table's own full-budget runs
         assert (c.name in table) == (c.model.init == "scaled") and c.train.early_stop == (c.model.init != "scaled")
-    # the CPU plans' full-scale counterparts train to their budgets; the GPU sweeps stop at emergence, as the
-    # paper's phase-transition runs do (their cap decides the plain model)
-    from psattn.experiments.induction_report import GPU_SWEEPS
-
-    assert not any(c.train.early_stop for name, fn in exp.EXPERIMENTS.items() if name not in GPU_SWEEPS for c in fn("full"))
-    assert all(c.train.early_stop for name in GPU_SWEEPS for c in exp.EXPERIMENTS[name]("full"))
+    # the CPU plans' full-scale counterparts train to their budgets; paper_scale stops at emergence, as the
+    # paper's phase-transition runs do (its cap decides the plain model)
+    assert not any(c.train.early_stop for name, fn in exp.EXPERIMENTS.items() if name != "paper_scale" for c in fn("full"))
+    assert all(c.train.early_stop for c in exp.EXPERIMENTS["paper_scale"]("full"))
 
 
 def test_the_quick_sensitivity_table_runs_the_plain_layer_at_the_default_init_alone():

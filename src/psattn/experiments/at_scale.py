@@ -8,14 +8,16 @@ against what is declared; ``glance_rows`` gives the README's glance rows, once r
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from psattn.experiments import paper_scale
+from psattn.experiments import paper_scale, text_scale
 from psattn.experiments.saved_runs import load_summaries
 
-#: experiment -> (its declaration, its folder under docs/results/gpu)
-GPU_SWEEPS = {"paper_scale": (paper_scale.paper_scale, "paper_scale")}
+#: experiment -> (its declaration, its folder under docs/results/gpu); the text pilot's runs are text_scale's own
+GPU_SWEEPS = {"paper_scale": (paper_scale.paper_scale, "paper_scale"),
+              "text_scale": (text_scale.text_scale, "text_scale")}
 COMMAND = "benchmarks/gpu_sweeps.sh {experiment}"
 
 
@@ -28,6 +30,18 @@ def _provenance(results: dict[str, dict[str, Any]]) -> str:
     torch = sorted({m.get("torch_version") or "?" for m in metas})
     return (f"{len(results)} runs, trained on {', '.join(devices)} on {', '.join(days)} at git "
             f"{', '.join(revisions)} (torch {', '.join(torch)}).")
+
+
+def _corpus(results: dict[str, dict[str, Any]]) -> str:
+    """One sentence per distinct corpus the text runs read: files, bytes, digest, tokens, repeats."""
+    seen: dict[str, tuple[dict[str, Any], float | None]] = {}
+    for r in results.values():
+        corpus = r.get("corpus") or {}
+        seen.setdefault(corpus.get("files_sha256", "unrecorded"), (corpus, text_scale.repeats(r)))
+    return " ".join(
+        f"Corpus {digest}: {c.get('files', '?'):,} files, {c.get('bytes', 0) / 1e6:.0f} MB, {c.get('train_tokens', 0):,} "
+        f"training and {c.get('eval_tokens', 0):,} held-out tokens (held out by file), read "
+        f"{'?' if times is None else f'{times:.2f}'} times by a run's budget." for digest, (c, times) in seen.items())
 
 
 def progress_lines(experiment: str, results_root: Path) -> list[str]:
@@ -51,10 +65,20 @@ def not_run(experiment: str) -> list[str]:
                 "step measured there, with the emergence steps of the first H200 runs and every other run at its cap; "
                 "the evaluations every 25 steps come on top), and less for psa-20m, whose step time has not been "
                 "measured")
+        commands = f"`{COMMAND.format(experiment=experiment)}`"
     else:
-        cost = "time not estimated"
+        low, high = text_scale.expected_minutes()
+        deepest = text_scale.plan("full")
+        deepest = dataclasses.replace(deepest, depths=(max(deepest.depths),), seeds=(0,))
+        one = [m / len(text_scale.VARIANTS) for m in text_scale.expected_minutes(deepest)]
+        cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps, extrapolated from psa-92m's step time "
+                "per layer (not measured on these models; the 40 evaluations a run and building the corpus on each "
+                f"fresh machine come on top; a four-layer run, {one[0]:.0f}–{one[1]:.0f} minutes by the same "
+                "extrapolation, may take two pieces on one machine)")
+        commands = (f"`{COMMAND.format(experiment='text_scale_pilot')}` (the plain model of every depth, whose phase "
+                    f"changes say whether the budget is well past them), then `{COMMAND.format(experiment=experiment)}`")
     return [f"**Not run yet.** No `{experiment}` run has been saved: its {len(configs)} runs need a GPU, "
-            f"{cost}, in commands of at most 9 minutes each: `{COMMAND.format(experiment=experiment)}` on the "
+            f"{cost}, in commands of at most 9 minutes each: {commands} on the "
             "GPU machine, then `python benchmarks/gpu_sweeps.py unpack` on its archive, once per piece."]
 
 
@@ -68,6 +92,12 @@ def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
         rows = paper_scale.scale_table(saved)
         lines += [*paper_scale.format_scale_table(rows), "",
                   *[part for clause in paper_scale.scale_verdict(rows) for part in (clause, "")]]
+    if experiment == "text_scale":
+        lines += [_corpus(saved), "", "The pilot (the plain model of every depth, its first seed):", "",
+                  *text_scale.pilot_table(saved), ""]
+        rows = text_scale.scale_table(saved)
+        lines += [*text_scale.format_scale_table(rows), "",
+                  *[part for clause in text_scale.scale_verdict(saved, rows) for part in (clause, "")]]
     declared = len(GPU_SWEEPS[experiment][0](mode))
     if len(saved) < declared:
         lines.append(f"{len(saved)} of the {declared} declared runs have run; the rest have not.")

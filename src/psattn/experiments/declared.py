@@ -44,6 +44,7 @@ from psattn.experiments.paper_scale import paper_scale
 from psattn.experiments.text import text_experiment, text_seeds
 from psattn.experiments.text_phase import text_phase
 from psattn.experiments.text_pilot import text_pilot
+from psattn.experiments.text_scale import text_scale, text_scale_pilot
 from psattn.experiments.two_layer import two_layer
 from psattn.training.config import RunConfig
 
@@ -341,4 +342,6 @@ EXPERIMENTS = {
     "gamma_depth": gamma_depth,
     "two_layer": two_layer,
     "paper_scale": paper_scale,
+    "text_scale_pilot": text_scale_pilot,
+    "text_scale": text_scale,
 }

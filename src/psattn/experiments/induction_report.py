@@ -47,7 +47,7 @@ STUDIES = ("text_pilot", "text_phase", "paper_form", "gamma_depth", "two_layer")
 #: single-answer key-lag rows (2.0; ``key_lag``, whose full-sequence rows the variant table trains) are left out
 #: of the quick reproduction, each its own `psattn sweep ... --quick`, which keeps the main job short
 #: the sweeps that need a GPU, run piece by piece (benchmarks/gpu_sweeps.sh); their quick plans are tiny CPU checks
-GPU_SWEEPS = ("paper_scale",)
+GPU_SWEEPS = ("paper_scale", "text_scale_pilot", "text_scale")
 LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_head_dim", "init_sensitivity",
                       "key_lag", "text_seeds", *STUDIES, *GPU_SWEEPS),
             "full": (*STUDIES, *GPU_SWEEPS)}

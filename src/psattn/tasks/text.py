@@ -3,8 +3,8 @@
 A row is ``seq_len + 1`` consecutive tokens of one split's stream; inputs are the first ``seq_len``
 and targets the last ``seq_len`` (so position t predicts token t + 1). Training windows start at
 offsets drawn from the generator alone, so a batch is a function of (seed, step); held-out windows
-come from the held-out text (the last ``eval_fraction`` of every document, see
-``psattn.textdata.tokens``), never from training text.
+come from the held-out text (the last ``eval_fraction`` of every document, or with ``split="file"``
+whole held-out documents; see ``psattn.textdata.tokens``), never from training text.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,21 +21,23 @@ from psattn.tasks.batch import TaskBatch
 from psattn.tasks.split import check_split
 from psattn.textdata.corpus import absolute_corpus
 from psattn.textdata.tokenizer import KINDS
-from psattn.textdata.tokens import TokenizedCorpus, tokenize_corpus
+from psattn.textdata.tokens import SPLITS, TokenizedCorpus, tokenize_corpus
 
 
 @dataclass(frozen=True)
 class TextConfig:
-    """``corpus``: a shipped corpus name or a path; ``tokenizer``: "byte", "bpe" (trained on the
-    corpus's training text with ``vocab_size`` entries) or the path of a saved tokenizer.json. Relative
-    paths (and globs) are made absolute when the config is built, so a run directory's config.json
-    finds its text from any folder."""
+    """``corpus``: a named corpus or a path; ``tokenizer``: "byte", "bpe" (trained on the corpus's
+    training text with ``vocab_size`` entries) or the path of a saved tokenizer.json; ``split``: hold out
+    the last ``eval_fraction`` of every document ("tail"), or every k-th whole document ("file").
+    Relative paths (and globs) are made absolute when the config is built, so a run directory's
+    config.json finds its text from any folder."""
 
     corpus: str = "austen"
     tokenizer: str = "byte"
     vocab_size: int = 256
     seq_len: int = 256
     eval_fraction: float = 0.05
+    split: Literal["tail", "file"] = "tail"  # hold out each document's tail, or whole documents
 
     def __post_init__(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus:
@@ -54,10 +57,12 @@ class TextConfig:
             raise ValueError(f"seq_len must be an integer >= 2, got {self.seq_len!r}")
         if not (isinstance(self.eval_fraction, float) and 0.0 < self.eval_fraction < 0.5 and math.isfinite(self.eval_fraction)):
             raise ValueError(f"eval_fraction must be a number in (0, 0.5), got {self.eval_fraction!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} (each document's tail, or whole files), got {self.split!r}")
 
     def tokens(self) -> TokenizedCorpus:
         """The tokenized corpus (built and cached on first use)."""
-        return tokenize_corpus(self.corpus, self.tokenizer, self.vocab_size, self.eval_fraction)
+        return tokenize_corpus(self.corpus, self.tokenizer, self.vocab_size, self.eval_fraction, self.split)
 
 
 def windows(stream: np.ndarray, starts: np.ndarray, length: int) -> torch.Tensor:

@@ -4,7 +4,11 @@ A corpus is named or a path. Named corpora: ``"austen"``, the six novels shipped
 ``psattn/data/corpora``, and ``"python-stdlib"``, source code every Python install already has: the
 running interpreter's standard-library modules (the top-level ``.py`` files of
 ``sysconfig.get_paths()["stdlib"]``, each one document; which Python it was is part of the corpus hash
-through the files' contents). A path is
+through the files' contents); and ``"python-installed"``, every ``.py`` file of the running
+interpreter's installed packages: its standard library with its subfolders and its ``site-packages``
+(purelib and platlib), each file one document, in sorted path order, those that are not UTF-8 left out
+(hundreds of MB where torch is installed; which files it holds is the machine's, so record its hash). A
+path is
 a UTF-8 text file (``.txt``, optionally compressed as ``.txt.xz`` / ``.txt.gz``), a folder of such
 files (each file one document, in sorted order), or an already tokenized token file (``.npy``:
 a 1-D integer array, one document). Documents keep their order, so the held-out split can take
@@ -29,7 +33,8 @@ TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz")
 TOKEN_SUFFIX = ".npy"
 SHIPPED = ("austen",)
 PYTHON_STDLIB = "python-stdlib"
-NAMED = (*SHIPPED, PYTHON_STDLIB)
+PYTHON_INSTALLED = "python-installed"
+NAMED = (*SHIPPED, PYTHON_STDLIB, PYTHON_INSTALLED)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,17 @@ def python_stdlib_files() -> list[Path]:
     if not files:
         raise FileNotFoundError(f"no standard-library source under {root} (is this Python stripped of its .py files?)")
     return files
+
+
+def python_installed_files() -> list[Path]:
+    """Every ``.py`` file under the running interpreter's standard library and site-packages, each once,
+    sorted by path."""
+    paths = sysconfig.get_paths()
+    roots = sorted({Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib") if key in paths})
+    files = {p.resolve() for root in roots if root.is_dir() for p in root.rglob("*.py") if p.is_file()}
+    if not files:
+        raise FileNotFoundError(f"no Python source under {', '.join(map(str, roots))}")
+    return sorted(files)
 
 
 def resolve(corpus: str) -> Path:
@@ -88,6 +104,8 @@ def corpus_files(corpus: str) -> list[Path]:
     a file, itself (a ``.npy`` token file, or UTF-8 text whatever its name)."""
     if corpus == PYTHON_STDLIB:
         return python_stdlib_files()
+    if corpus == PYTHON_INSTALLED:
+        return python_installed_files()
     if corpus not in SHIPPED and any(c in corpus for c in GLOB_CHARACTERS) and not Path(corpus).exists():
         files = sorted(Path(p) for p in glob.glob(str(Path(corpus).expanduser()), recursive=True) if Path(p).is_file())
         if not files:
@@ -112,6 +130,9 @@ def describe_corpus(corpus: str) -> str:
     if corpus == PYTHON_STDLIB:
         return (f"the source of Python {sys.version_info.major}.{sys.version_info.minor}'s standard library "
                 f"({len(files)} top-level modules, {megabytes:.1f} MB)")
+    if corpus == PYTHON_INSTALLED:
+        return (f"the Python source of Python {sys.version_info.major}.{sys.version_info.minor}'s installed packages "
+                f"({len(files)} files, {megabytes:.1f} MB)")
     return f"{corpus} ({len(files)} file{'s' * (len(files) != 1)}, {megabytes:.1f} MB)"
 
 
@@ -137,8 +158,16 @@ def read_document(path: Path) -> Document:
 
 
 def load_documents(corpus: str) -> list[Document]:
-    """Every document of ``corpus``, in order."""
-    return [read_document(p) for p in corpus_files(corpus)]
+    """Every document of ``corpus``, in order (of ``python-installed``, the UTF-8 files alone)."""
+    if corpus != PYTHON_INSTALLED:
+        return [read_document(p) for p in corpus_files(corpus)]
+    documents = []
+    for path in corpus_files(corpus):
+        try:
+            documents.append(read_document(path))
+        except ValueError:  # a source file in another encoding: a fact of installed packages, not bad input
+            continue
+    return documents
 
 
 def corpus_hash(corpus: str) -> str:

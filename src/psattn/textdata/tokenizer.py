@@ -25,6 +25,9 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
@@ -63,6 +66,10 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of every text, on every core (the same ids)."""
+        return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode([int(i) for i in ids])

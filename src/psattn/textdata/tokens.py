@@ -2,8 +2,10 @@
 
 The held-out split is the last ``eval_fraction`` of every document, cut at a paragraph boundary
 (a blank line) when the document has one near the cut, so held-out text is never a window of training
-text. A BPE tokenizer is trained on the training parts only. The result is cached under
-``$PSATTN_CACHE`` (default ``~/.cache/psattn``) in ``text/<corpus hash>-<tokenizer>-<fraction>/``::
+text; or, split by file (``split="file"``), whole documents: every k-th in corpus order, k =
+round(1 / eval_fraction), so no held-out file was seen in training at all. A BPE tokenizer is trained
+on the training parts only. The result is cached under
+``$PSATTN_CACHE`` (default ``~/.cache/psattn``) in ``text/<corpus hash>-<tokenizer>-<fraction>[-byfile]/``::
 
     tokenizer.json   the tokenizer           train.npy, eval.npy   token streams (uint16 when they fit)
     meta.json        corpus, sizes, bytes    docs.json             per-document token counts
@@ -73,6 +75,27 @@ def split_tokens(tokens: np.ndarray, eval_fraction: float) -> tuple[np.ndarray, 
     return tokens[:cut], tokens[cut:]
 
 
+SPLITS = ("tail", "file")
+
+
+def held_out_files(count: int, eval_fraction: float) -> list[bool]:
+    """Which of ``count`` documents the split by file holds out: every k-th, k = round(1 / eval_fraction)."""
+    every = max(2, round(1 / eval_fraction))
+    held = [i % every == every - 1 for i in range(count)]
+    if not any(held):
+        raise ValueError(f"a split by file holds out every {every}th document, and the corpus has {count}: "
+                         "raise task.eval_fraction or give a corpus of more files")
+    return held
+
+
+def _split(pieces: list, eval_fraction: float, split: str, cut) -> list[tuple]:
+    """(train part, held-out part) of every document: its tail by ``cut``, or the whole document on one side."""
+    if split == "tail":
+        return [cut(piece, eval_fraction) for piece in pieces]
+    return [(piece[:0], piece) if held else (piece, piece[:0])
+            for piece, held in zip(pieces, held_out_files(len(pieces), eval_fraction))]
+
+
 def _tokenizer_key(tokenizer: str, vocab_size: int) -> str:
     if tokenizer == "byte":
         return "byte"
@@ -97,19 +120,24 @@ def _make_tokenizer(tokenizer: str, vocab_size: int, train_texts: list[str]) -> 
     return load_tokenizer(tokenizer)
 
 
+ENCODE_BATCH = 256  # documents encoded at once (in parallel, by the BPE tokenizer)
+
+
 def _encode(tokenizer: Tokenizer, parts: list[str], desc: str) -> np.ndarray:
-    chunks = [np.asarray(tokenizer.encode(p), dtype=np.int64) for p in progress_bar(parts, desc=desc, leave=False)]
+    chunks = [np.asarray(ids, dtype=np.int64)
+              for start in progress_bar(range(0, len(parts), ENCODE_BATCH), desc=desc, leave=False)
+              for ids in tokenizer.encode_batch(parts[start : start + ENCODE_BATCH])]
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
 def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_fraction: float, out: Path,
-           corpus_digest: str = "") -> None:
+           corpus_digest: str = "", split: str = "tail") -> None:
     texts = [d.text for d in documents if d.text is not None]
     if texts and len(texts) != len(documents):
         raise ValueError("a corpus must be all text files or all token files, not both")
     if texts:
-        parts = [split_text(text, eval_fraction) for text in texts]
-        tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts])
+        parts = _split(texts, eval_fraction, split, split_text)
+        tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts if train])
         train = _encode(tok, [p[0] for p in parts], "tokenizing (train)")
         held = _encode(tok, [p[1] for p in parts], "tokenizing (held-out)")
         counts = [[len(tok.encode(p[0])), len(tok.encode(p[1]))] for p in parts] if len(parts) < 64 else []
@@ -117,10 +145,11 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         if tokenizer == "bpe":
             raise ValueError("a token-file corpus needs the tokenizer that made it: 'byte' or a tokenizer.json path")
         tok = _make_tokenizer(tokenizer, vocab_size, [])
-        pieces = []
+        streams = []
         for d in documents:
             assert d.tokens is not None  # a document holds text or tokens
-            pieces.append(split_tokens(d.tokens.astype(np.int64), eval_fraction))
+            streams.append(d.tokens.astype(np.int64))
+        pieces = _split(streams, eval_fraction, split, split_tokens)
         train, held = np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
         counts = [[len(p[0]), len(p[1])] for p in pieces]
     for name, stream in (("train", train), ("eval", held)):
@@ -135,25 +164,29 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
     (out / "docs.json").write_text(json.dumps({d.name: c for d, c in zip(documents, counts)}))
     (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
         "format": FORMAT, "documents": len(documents), "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
-        "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction, "corpus_sha256": corpus_digest,
+        "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction, "split": split, "corpus_sha256": corpus_digest,
         "tokenizer_sha256": _sha256(tokenizer_json.encode()),
         "arrays": {name: _array_record(array) for name, array in arrays.items()},
     }))
 
 
 def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
-                    eval_fraction: float = 0.05) -> TokenizedCorpus:
-    """The cached token streams of ``corpus`` (building them first if needed)."""
+                    eval_fraction: float = 0.05, split: str = "tail") -> TokenizedCorpus:
+    """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     key = f"{corpus_hash(corpus)}-{_tokenizer_key(tokenizer, vocab_size)}-{eval_fraction:g}"
-    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction)
+    key += "-byfile" if split == "file" else ""
+    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split)
 
 
 @lru_cache(maxsize=8)
-def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float) -> TokenizedCorpus:
+def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
+          split: str = "tail") -> TokenizedCorpus:
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_staging(directory)
     if not _complete(directory):
-        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction)
+        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction, split)
     meta = json.loads((directory / "meta.json").read_text())
     tokenizer_json = (directory / "tokenizer.json").read_text()
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
@@ -181,12 +214,13 @@ def _complete(directory: Path) -> bool:
     return False
 
 
-def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float) -> None:
+def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
+                 split: str = "tail") -> None:
     """Build the entry in a staging folder named after this process, then rename it into place (atomic)."""
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
-        _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging, corpus_hash(corpus))
+        _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging, corpus_hash(corpus), split)
         try:
             staging.rename(directory)  # another process may have won the race
         except OSError:

@@ -1,0 +1,46 @@
+"""The installed-packages corpus and the held-out split by file."""
+
+import sysconfig
+
+import numpy as np
+import pytest
+
+from psattn.tasks import make_task_config
+from psattn.textdata import corpus as corpora
+from psattn.textdata.tokens import held_out_files
+
+
+def test_the_installed_corpus_is_every_python_file_of_stdlib_and_site_packages_once(tmp_path, monkeypatch):
+    stdlib, site = tmp_path / "lib", tmp_path / "lib" / "site-packages"  # site-packages inside the stdlib, as pyenv has it
+    (site / "pkg" / "sub").mkdir(parents=True)
+    (stdlib / "os.py").write_text("import sys\n")
+    (site / "pkg" / "__init__.py").write_text("x = 1\n")
+    (site / "pkg" / "sub" / "mod.py").write_text("def f():\n    return 'é'\n")
+    (site / "pkg" / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))
+    (site / "pkg" / "data.txt").write_text("not python\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(stdlib), "purelib": str(site), "platlib": str(site)})
+    files = corpora.corpus_files("python-installed")
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == [
+        "lib/os.py", "lib/site-packages/pkg/__init__.py", "lib/site-packages/pkg/latin.py", "lib/site-packages/pkg/sub/mod.py"]
+    documents = corpora.load_documents("python-installed")  # the latin-1 file is left out, not an error
+    assert [d.text for d in documents] == ["import sys\n", "x = 1\n", "def f():\n    return 'é'\n"]
+    assert "4 files" in corpora.describe_corpus("python-installed")
+
+
+def test_a_split_by_file_holds_out_whole_files_every_kth(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"doc{i}.txt").write_text(chr(ord("a") + i) * (50 + i))
+    config = make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25, split="file")
+    tokens = config.tokens()
+    held = "".join(chr(int(t)) for t in np.asarray(tokens.eval))
+    train = "".join(chr(int(t)) for t in np.asarray(tokens.train))
+    assert held == "d" * 53 + "h" * 57  # files 3 and 7 of 8, whole
+    assert set(train) == set("abcefg") and len(train) == sum(50 + i for i in (0, 1, 2, 4, 5, 6))
+    tail = make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25).tokens()
+    assert tail.directory != tokens.directory and set("".join(chr(int(t)) for t in np.asarray(tail.eval))) == set("abcdefgh")
+    with pytest.raises(ValueError, match="holds out every 20th document, and the corpus has 3"):
+        held_out_files(3, 0.05)
+    with pytest.raises(ValueError, match="split must be one of"):
+        make_task_config("text", corpus=str(folder), split="random")
