@@ -1,8 +1,12 @@
 """The documentation site builds in strict mode: every page in the nav exists, every link resolves, and
-every docstring of the API reference renders (mkdocs.yml sets strict)."""
+every docstring of the API reference renders (mkdocs.yml sets strict). The built pages show no raw TeX
+(formulas are typeset by the KaTeX the site serves, never fetched from elsewhere) and no list run into
+the paragraph before it."""
 
+import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -10,13 +14,74 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_site_builds_strictly_and_has_every_api_page(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+    out = tmp_path_factory.mktemp("docs") / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                           cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
-    pages = {p.parent.name for p in (tmp_path / "site" / "api").glob("*/index.html")}
+    return out
+
+
+def test_the_site_builds_strictly_and_has_every_api_page(site):
+    pages = {p.parent.name for p in (site / "api").glob("*/index.html")}
     assert pages == {"ops", "models", "data", "text", "training", "experiments", "export", "hf", "theory", "meanfield"}
-    shear = (tmp_path / "site" / "api" / "ops" / "index.html").read_text()
+    shear = (site / "api" / "ops" / "index.html").read_text()
     assert "psattn.ops.shear" in shear and "sequence_starts" in shear  # the docstrings are rendered
+
+
+class _VisibleText(HTMLParser):
+    """The text a reader sees as prose: outside code, scripts and the formulas KaTeX typesets."""
+
+    VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+    HIDDEN = {"code", "pre", "script", "style", "kbd", "samp"}
+
+    def __init__(self):
+        super().__init__()
+        self.hidden: list[bool] = []
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in self.VOID:
+            classes = (dict(attrs).get("class") or "").split()
+            self.hidden.append(tag in self.HIDDEN or "arithmatex" in classes)
+
+    def handle_endtag(self, tag):
+        if tag not in self.VOID and self.hidden:
+            self.hidden.pop()
+
+    def handle_data(self, data):
+        if not any(self.hidden):
+            self.parts.append(data)
+
+
+#: TeX a reader should never see: a sub- or superscript group, a command, or a group glued to a letter (what is
+#: left of ``q_{t-1}`` once Markdown has taken its underscores for emphasis)
+RAW_TEX = re.compile(r"_\{|\^\{|\\[A-Za-z]+|[^\W\d_][\u0300-\u036f]?\{")
+
+
+def test_no_page_shows_raw_tex_or_a_list_run_into_a_paragraph(site):
+    raw, glued = [], []
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text()
+        reader = _VisibleText()
+        reader.feed(html)
+        text = "".join(reader.parts)
+        raw += [f"{page.relative_to(site)}: ...{text[max(0, m.start() - 30):m.end() + 30]}..." for m in RAW_TEX.finditer(text)]
+        glued += [f"{page.relative_to(site)}: {m.group(1)[:80]!r}" for m in re.finditer(r"<p>(.*?)</p>", html, flags=re.S)
+                  if re.search(r"\n\s*(?:[-*+]|\d+\.) ", m.group(1))]
+    assert not raw, "\n".join(raw[:20])
+    assert not glued, "\n".join(glued[:20])
+
+
+def test_formulas_are_typeset_by_katex_served_from_the_site(site):
+    page = (site / "getting-started" / "index.html").read_text()
+    assert r'<span class="arithmatex">\(\hat q_t = q_t' in page  # marked for KaTeX, not left to Markdown
+    for asset in re.findall(r'<(?:script src|link href)="([^"]*katex[^"]*)"', page):
+        assert not asset.startswith(("http:", "https:", "//")), asset  # nothing from a CDN
+        assert (site / "getting-started" / asset).resolve().is_file(), asset
+    css = (site / "assets" / "katex" / "katex.min.css").read_text()
+    fonts = set(re.findall(r"url\((fonts/[^)]+\.woff2)\)", css))
+    assert fonts and all((site / "assets" / "katex" / font).is_file() for font in fonts)

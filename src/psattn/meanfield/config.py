@@ -77,7 +77,7 @@ class KernelConfig:
 
 @dataclass
 class SimulationConfig:
-    """One run: n particles on S^{d−1}, a kernel, the dynamics and the integrator."""
+    """One run: n particles on ``S^{d−1}``, a kernel, the dynamics and the integrator."""
 
     n: int = 64
     d: int = 3

@@ -1,10 +1,10 @@
 """Distances between probability laws on the circle and on the sphere (for the universality checks).
 
 - ``circle_w1``: the exact Wasserstein-1 distance on the circle R/2πZ (arc-length metric) between two
-  discrete laws, via W1 = min_c ∫_0^{2π} |F_μ(θ) − F_ν(θ) − c| dθ (the minimising c is a weighted
+  discrete laws, via ``W1 = min_c ∫_0^{2π} |F_μ(θ) − F_ν(θ) − c| dθ`` (the minimising c is a weighted
   median of F_μ − F_ν). A continuous law enters through ``CircleLaw.discretise`` (cell midpoints).
 - ``energy_distance``: the energy distance with the chordal metric of R^d,
-  D(P, Q)² = 2 E‖X − Y‖ − E‖X − X′‖ − E‖Y − Y′‖, a metric on laws of S^{d−1} (V-statistics of the
+  D(P, Q)² = 2 E‖X − Y‖ − E‖X − X′‖ − E‖Y − Y′‖, a metric on laws of ``S^{d−1}`` (V-statistics of the
   given weighted samples).
 - ``coupling_w1_bound``: mean geodesic distance between paired points, an upper bound on the
   Wasserstein-1 distance between two n-point empirical laws (the identity coupling).
@@ -33,7 +33,7 @@ def _weights(points: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
 def circle_w1(
     angles_a: np.ndarray, weights_a: np.ndarray | None, angles_b: np.ndarray, weights_b: np.ndarray | None
 ) -> float:
-    """Exact W1 on the unit circle between Σ a_i δ_{θ_i} and Σ b_j δ_{φ_j}; angles in radians (any range)."""
+    """Exact W1 on the unit circle between ``Σ a_i δ_{θ_i}`` and ``Σ b_j δ_{φ_j}``; angles in radians (any range)."""
     a = np.mod(np.asarray(angles_a, dtype=np.float64).reshape(-1), TWO_PI)
     b = np.mod(np.asarray(angles_b, dtype=np.float64).reshape(-1), TWO_PI)
     wa, wb = _weights(a, weights_a), _weights(b, weights_b)

@@ -2,8 +2,8 @@
 
 With W_ij = c_ij exp(β⟨x_i, A_ij x_j⟩) and P_x = I − x xᵀ:
 
-- USA (unnormalised): ẋ_i = P_{x_i}( (1/n)   Σ_j W_ij A_ij x_j ), the gradient ascent of E_h.
-- SA  (normalised):   ẋ_i = P_{x_i}( (1/Z_i) Σ_j W_ij A_ij x_j ),  Z_i = Σ_k |c_ik| exp(β⟨x_i, A_ik x_k⟩).
+- USA (unnormalised): ``ẋ_i = P_{x_i}( (1/n)   Σ_j W_ij A_ij x_j )``, the gradient ascent of ``E_h``.
+- SA  (normalised):   ``ẋ_i = P_{x_i}( (1/Z_i) Σ_j W_ij A_ij x_j )``,  ``Z_i = Σ_k |c_ik| exp(β⟨x_i, A_ik x_k⟩)``.
   With c ≡ 1 and A = I this is the usual SA. Using |c| keeps Z_i > 0 for sign-changing label factors;
   since SA is USA with a positive per-particle time change n/Z_i, E_h is non-decreasing under both.
 - Energy of the empirical measure: E_h = (1 / (2β n²)) Σ_ij W_ij.

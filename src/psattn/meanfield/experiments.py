@@ -6,7 +6,7 @@ Parameter choices (the summaries give none; these make the predicted shapes easy
 - rope:             ω = 2π/n, so positions 0..n−1 go once around: x*(s) = R(s)ᵀ y* is a latitude circle.
 - generalised_rope: planes (0,1) then (1,2), frequencies (2π/n, 4π/n): a wavy closed curve.
 - prefix:           4 prompts in contiguous blocks, random orthogonal gauges (seed 0): 4 clusters.
-- distance_bias:    λ = 2/n, so c ∈ [e^{−2}, 1] is non-negative: collapses (spectral dichotomy).
+- distance_bias:    λ = 2/n, so ``c ∈ [e^{−2}, 1]`` is non-negative: collapses (spectral dichotomy).
 - cosine_toeplitz:  ω = 2π/n, sign-changing c: a non-collapsed state (a great circle at the maximum).
 
 The first configs of ``paper_configs(ns=(64,))`` are the baseline USA kernel, then RoPE's.

@@ -51,7 +51,7 @@ def rope_gauges(positions: Tensor, d: int, frequencies: Sequence[float]) -> Tens
 def generalised_rope_gauges(
     positions: Tensor, d: int, planes: Sequence[tuple[int, int]], frequencies: Sequence[float]
 ) -> Tensor:
-    """G(s) = Π_k exp(s ω_k E_{a_k b_k}) in the listed order. positions: (n,) -> (n, d, d)."""
+    """``G(s) = Π_k exp(s ω_k E_{a_k b_k})`` in the listed order. positions: (n,) -> (n, d, d)."""
     if len(planes) != len(frequencies):
         raise ValueError(f"need one frequency per plane, got {len(planes)} planes, {len(frequencies)} frequencies")
     gauge = torch.eye(d, dtype=positions.dtype).repeat(positions.shape[0], 1, 1)  # (n, d, d)

@@ -48,5 +48,5 @@ def get_stepper(name: str) -> Stepper:
 
 
 def usa_step_size(dt: float, beta: float) -> float:
-    """η = dt / max(√β e^{β−1/2}, 1): the USA step shrinks with β as the interaction grows like e^β."""
+    """``η = dt / max(√β e^{β−1/2}, 1)``: the USA step shrinks with β as the interaction grows like ``e^β``."""
     return dt / max(math.sqrt(beta) * math.exp(beta - 0.5), 1.0)

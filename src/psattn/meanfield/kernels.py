@@ -142,7 +142,7 @@ def generalised_rope_kernel(
     planes: Sequence[tuple[int, int]],
     frequencies: Sequence[float],
 ) -> LabelledKernel:
-    """Generalised RoPE: G(s) = Π_k exp(s ω_k E_{a_k b_k}) over arbitrary planes, c = 1."""
+    """Generalised RoPE: ``G(s) = Π_k exp(s ω_k E_{a_k b_k})`` over arbitrary planes, c = 1."""
     pos = _as_labels(positions)
     n = pos.shape[0]
     gauges = generalised_rope_gauges(pos, d, planes, frequencies)

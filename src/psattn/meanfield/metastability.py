@@ -5,10 +5,10 @@ Under SA (normalised) dynamics two point clusters of equal mass approach each ot
 
     dφ/dt = −2 e^{β cos φ} sin φ / (e^β + e^{β cos φ}),
 
-so the merging time grows like e^{β(1 − cos φ0)} (up to a power of β): exponentially long plateaus.
+so the merging time grows like ``e^{β(1 − cos φ0)}`` (up to a power of β): exponentially long plateaus.
 ``measure_lifetimes`` starts n particles as two jittered clusters at distance φ0 on S¹, runs SA for
 each β, and records the *lifetime*: the first time the energy E_h passes half-way from the two-cluster
-plateau value (e^β + e^{β cos φ0})/(4β) to the one-cluster value e^β/(2β). It fits
+plateau value ``(e^β + e^{β cos φ0})/(4β)`` to the one-cluster value ``e^β/(2β)``. It fits
 log(lifetime) = a + rate·β (least squares; Pearson r reported) and compares with the same fit of the
 reduced two-cluster ODE above, whose lifetime ``reduced_lifetime`` is a quadrature.
 
@@ -52,7 +52,7 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
 
 
 def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
-    """(two-cluster plateau energy, one-cluster energy) of E_h = (1/(2βn²)) Σ_ij e^{β⟨x_i, x_j⟩}."""
+    """(two-cluster plateau energy, one-cluster energy) of ``E_h = (1/(2βn²)) Σ_ij e^{β⟨x_i, x_j⟩}``."""
     return (math.exp(beta) + math.exp(beta * math.cos(separation))) / (4 * beta), math.exp(beta) / (2 * beta)
 
 
@@ -149,7 +149,7 @@ def measure_lifetimes(
 
 
 def predicted_cluster_count(beta: float, k_max: int = 200) -> int:
-    """argmax_{k ≥ 1} k² I_k(β), the fastest-growing Fourier mode of the uniform law on S¹ (needs scipy)."""
+    """``argmax_{k ≥ 1} k² I_k(β)``, the fastest-growing Fourier mode of the uniform law on S¹ (needs scipy)."""
     try:
         from scipy.special import ive  # optional extra "theory"
     except ImportError as err:  # pragma: no cover - depends on the environment

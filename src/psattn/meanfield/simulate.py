@@ -54,7 +54,7 @@ class Trajectory:
 
 
 def initial_state(config: SimulationConfig) -> Tensor:
-    """i.i.d. uniform points on S^{d−1} from config.seed: (B, n, d)."""
+    """i.i.d. uniform points on ``S^{d−1}`` from config.seed: (B, n, d)."""
     gen = torch.Generator().manual_seed(config.seed)
     x = torch.randn(config.batch, config.n, config.d, generator=gen, dtype=torch.float64)
     return normalise(x).to(config.torch_dtype)

@@ -9,7 +9,7 @@ numbers it looked at (``details``) and the JSON-ready data its figure is drawn f
   content marginal stays spread.
 - ``check_rope_orbit_universality`` (Theorem 2): a non-uniform law on a RoPE orbit is realised as the
   maximised marginal by choosing the positions (construction in ``universality``); W1 on the circle.
-- ``check_prefix_gauge_universality`` (Theorem 4): a non-uniform law on S^{d−1} is realised by one
+- ``check_prefix_gauge_universality`` (Theorem 4): a non-uniform law on ``S^{d−1}`` is realised by one
   orthogonal gauge per prompt; energy distance and a coupling bound on W1.
 - ``check_spectral_dichotomy``: a non-negative label factor (distance bias) collapses the content
   marginal to a Dirac mass; a sign-changing one (cosine Toeplitz) does not.
@@ -191,9 +191,9 @@ def check_prefix_gauge_universality(
     tol: float = 1e-4,
     slice_tol: float = 1e-6,
 ) -> TheoremCheck:
-    """Theorem 4: gauges G(p) with G(p)ᵀ e = t_p (t_p i.i.d. from the target) realise (1/P) Σ δ_{t_p}.
+    """Theorem 4: gauges G(p) with ``G(p)ᵀ e = t_p`` (t_p i.i.d. from the target) realise ``(1/P) Σ δ_{t_p}``.
 
-    The flow runs from i.i.d. uniform content states; its limit δ_{y*} (co-moving) is mapped onto the
+    The flow runs from i.i.d. uniform content states; its limit ``δ_{y*}`` (co-moving) is mapped onto the
     theorem's maximiser δ_e by the co-moving alignment Q (Q y* = e). Passes when the slices collapse,
     the energy reaches the maximum e^β/(2β), the aligned state is within tol of the prescribed points
     (mean geodesic distance, a bound on W1), and its energy distance to a large target sample equals

@@ -2,7 +2,7 @@
 
 Both theorems rest on the co-moving picture of arXiv 2605.30229: for a gauge kernel A(ξ, ζ) = G(ξ)ᵀG(ζ) with
 c ≡ 1, the co-moving coordinates y_i = G(ξ_i) x_i follow plain USA, whose maximisers are the Dirac
-masses δ_{y*}; the content state of that maximiser is the graph law x*(ξ) = G(ξ)ᵀ y*, and the
+masses ``δ_{y*}``; the content state of that maximiser is the graph law x*(ξ) = G(ξ)ᵀ y*, and the
 maximised marginal output law is the push-forward (ξ ↦ G(ξ)ᵀ y*)_# ρ of the label law ρ. Choosing
 ρ (RoPE) or G (prefix tokens) chooses that law.
 
@@ -15,12 +15,12 @@ law nearest to ν) or n i.i.d. draws. The kernel commutes with the rotations of 
 orbit point is as good a base point as y*; angles are therefore measured from the y* the flow chose.
 
 **Prefix tokens, gauge-level universality (Theorem 4).** Prompt p has a target point t_p = T(p)
-(here: the p-th of P i.i.d. draws from ν, a measurable map from the prompt set to S^{d−1}), and the
+(here: the p-th of P i.i.d. draws from ν, a measurable map from the prompt set to ``S^{d−1}``), and the
 gauge G(p) = S_p R_p with R_p the rotation in the plane of (t_p, e) taking t_p to a base point e,
 and S_p an arbitrary (seeded random) orthogonal map fixing e. Then the maximiser δ_e in co-moving
-coordinates has content law G(p)ᵀ e = t_p, i.e. exactly (1/P) Σ_p δ_{t_p} (and ν itself in the
+coordinates has content law G(p)ᵀ e = t_p, i.e. exactly ``(1/P) Σ_p δ_{t_p}`` (and ν itself in the
 limit of a non-atomic prompt law). Every δ_y is an equally good maximiser (the co-moving energy is
-rotation invariant, and G ↦ QᵀG leaves the kernel unchanged), so the flow converges to some δ_{y*};
+rotation invariant, and G ↦ QᵀG leaves the kernel unchanged), so the flow converges to some ``δ_{y*}``;
 the realised law is read off after the co-moving alignment y ↦ Q y with Q y* = e, i.e.
 x̃_i = G(p_i)ᵀ Q G(p_i) x_i, which maps the flow's maximiser onto the theorem's one.
 """
@@ -37,7 +37,7 @@ TWO_PI = 2.0 * np.pi
 
 @dataclass(frozen=True)
 class VonMisesMixture:
-    """A law on the circle: Σ_k w_k vM(μ_k, κ_k), density Σ_k w_k e^{κ_k cos(θ − μ_k)} / (2π I_0(κ_k))."""
+    """A law on the circle: ``Σ_k w_k vM(μ_k, κ_k)``, density ``Σ_k w_k e^{κ_k cos(θ − μ_k)} / (2π I_0(κ_k))``."""
 
     weights: tuple[float, ...] = (0.65, 0.35)
     means: tuple[float, ...] = (0.0, 2.4)
@@ -81,7 +81,7 @@ class VonMisesMixture:
 
 @dataclass(frozen=True)
 class ProjectedGaussianMixture:
-    """A law on S^{d−1}: pick centre k with weight w_k, draw c_k + σ_k g (g standard normal), normalise."""
+    """A law on ``S^{d−1}``: pick centre k with weight w_k, draw c_k + σ_k g (g standard normal), normalise."""
 
     centres: tuple[tuple[float, ...], ...]
     weights: tuple[float, ...]
@@ -111,7 +111,7 @@ class ProjectedGaussianMixture:
 
 
 def default_sphere_target(d: int) -> ProjectedGaussianMixture:
-    """A non-uniform target on S^{d−1}: a tight bump at e_0 (weight 0.6) and a broad one at (−e_0 + 2e_1)/√5."""
+    """A non-uniform target on ``S^{d−1}``: a tight bump at e_0 (weight 0.6) and a broad one at ``(−e_0 + 2e_1)/√5``."""
     if d < 2:
         raise ValueError(f"need d ≥ 2, got {d}")
     e0 = tuple(1.0 if k == 0 else 0.0 for k in range(d))

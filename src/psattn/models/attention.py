@@ -3,6 +3,7 @@
 Hook points (see ``psattn.ops.hooks``). As in TransformerLens, a forward hook that returns a tensor
 replaces the one passing through, and the layer computes everything after the point from it
 (activation patching, ablation); a hook that returns nothing only reads:
+
 - ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D), before the
   shear: a replacement is sheared (with the pre-RoPE ablation, rotated back first) and is what the
   cache keeps as the last raw query or key;
@@ -18,7 +19,7 @@ replaces the one passing through, and the layer computes everything after the po
 With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), keys and values still come from every position but only the marked queries attend;
 the result is exact and a query costs O(T) instead of every row costing it. When the query at t
-depends on x_t and x_{t-1} alone (the standard shear, no key-lag module mixing queries), only the
+depends on ``x_t`` and ``x_{t-1}`` alone (the standard shear, no key-lag module mixing queries), only the
 marked positions' queries (and, with a query shear, their predecessors') are computed. The hook
 points need every row, so a hooked layer computes them all.
 """
@@ -107,7 +108,7 @@ class PhaseSpaceAttention(nn.Module):
 
     @property
     def _local_queries(self) -> bool:
-        """Whether q̂_t depends on x_t and x_{t-1} alone (the standard shear, no key-lag module that
+        """Whether q̂_t depends on ``x_t`` and ``x_{t-1}`` alone (the standard shear, no key-lag module that
         mixes queries), so that the queries of a few positions can be computed without the others."""
         mixed = self.key_lag is not None and self.key_lag.mixes_queries
         return not mixed and self.shear_fn is shear

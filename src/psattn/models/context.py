@@ -2,11 +2,13 @@
 call and shared by all layers.
 
 Three kinds of input share one rule set:
+
 - plain batches: positions 0..T-1, causal attention (the SDPA ``is_causal`` fast path);
 - left-padded batches (``attention_mask`` with zeros): positions count real tokens only, the first
   real token is a sequence start, padding is never attended to;
 - packed batches (``position_ids`` restarting at 0): every restart begins a new document, which
   attends only within itself and starts its own momentum.
+
 With a cache the chunk continues the cached tokens; its queries sit after them.
 """
 

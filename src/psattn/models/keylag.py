@@ -2,13 +2,13 @@
 (arXiv 2609.32319). Unlike PSA they learn their mixing weights. Each acts on the (B, H, T, D) streams at
 a fixed site: the lag-one mixers after RoPE (where PSA acts), the convolutions before it.
 
-- ``smeared_keys`` (Olsson et al., 2022): k̂_j = σ(α_h) k_j + (1 − σ(α_h)) k_{j−1}, one α per head.
-- ``kv_shift`` (Xu et al., 2024): k̂_j = α₁ k_j + α₂ k_{j−1}, v̂_j = β₁ v_j + β₂ v_{j−1}, per head.
+- ``smeared_keys`` (Olsson et al., 2022): ``k̂_j = σ(α_h) k_j + (1 − σ(α_h)) k_{j−1}``, one α per head.
+- ``kv_shift`` (Xu et al., 2024): ``k̂_j = α₁ k_j + α₂ k_{j−1}``, ``v̂_j = β₁ v_j + β₂ v_{j−1}``, per head.
 - ``primer_dconv`` (So et al., 2021): causal depthwise convolution, kernel 3, on q, k and v.
 - ``canon`` (Allen-Zhu, 2025): x + causal depthwise convolution, kernel 4, on the concatenated q, k, v.
 
 Boundaries: lag-one mixers use PSA's replicate rule (no predecessor at a sequence start, so
-x_{-1} := x_t); the convolutions zero-pad at every sequence start like an ordinary causal
+``x_{-1} := x_t``); the convolutions zero-pad at every sequence start like an ordinary causal
 convolution. Neither ever reads across a sequence start. ``mixes_queries``: whether a module's
 query at t depends on other positions (the layer projects only the queries it needs when none does).
 """
@@ -23,7 +23,7 @@ from psattn.ops.shear import previous
 
 
 def lagged(x: Tensor, lag: int, starts: Tensor | None) -> Tensor:
-    """x_{t-lag} (B, H, T, D), zero where t - lag falls before the start of t's sequence."""
+    """``x_{t-lag}`` (B, H, T, D), zero where t - lag falls before the start of t's sequence."""
     T = x.shape[2]
     shifted = torch.zeros_like(x)
     if lag < T:

@@ -1,6 +1,6 @@
 """A KV cache for PSA that stores sheared keys.
 
-Because k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1} depends only on k_j and its predecessor, the cache
+Because ``k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}`` depends only on k_j and its predecessor, the cache
 can store k̂ in place of k: the attention of a new query then needs nothing else from the past. The
 only extra state per layer is the last raw key (and the last raw query when gamma_q != 0), needed to
 shear the next token: O(1) in the sequence length, zero extra bytes per cached token. A layer with

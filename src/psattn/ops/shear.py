@@ -1,7 +1,7 @@
 """Momentum and the symplectic upper shear of a stream along the sequence axis.
 
 For a stream x_t (queries or keys of one head) the momentum is the first backward difference
-p_t = x_t - x_{t-1}, and the shear M_gamma : (x, p) -> (x + gamma p, p) gives
+``p_t = x_t - x_{t-1}``, and the shear M_gamma : (x, p) -> (x + gamma p, p) gives
 
     x̂_t = x_t + gamma p_t = (1 + gamma) x_t - gamma x_{t-1},
 
@@ -9,9 +9,9 @@ a causal two-tap filter H(z) = (1 + gamma) - gamma z^-1.
 
 Boundary rule. At every sequence start (t = 0, the first real token after left padding, each
 document start of a packed batch) there is no predecessor. With ``boundary="replicate"`` (the
-default) x_{-1} := x_t, so the momentum is 0 and x̂_t = x_t: the filter stays DC-neutral (H(1) = 1)
-and a token never sees anything before its own sequence. With ``boundary="zero"`` x_{-1} := 0, so
-x̂_t = (1 + gamma) x_t; it is kept for ablations.
+default) ``x_{-1} := x_t``, so the momentum is 0 and ``x̂_t = x_t``: the filter stays DC-neutral (H(1) = 1)
+and a token never sees anything before its own sequence. With ``boundary="zero"`` ``x_{-1} := 0``, so
+``x̂_t = (1 + gamma) x_t``; it is kept for ablations.
 
 All functions take streams shaped (B, H, T, D) and an optional ``starts`` mask (B, T) marking
 sequence starts, and an optional ``prev`` (B, H, 1, D): the raw value just before x[..., 0, :]
@@ -94,7 +94,7 @@ def check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
 
 def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
              boundary: str = "replicate") -> Tensor:
-    """The lagged stream x_{t-1} (B, H, T, D) under the boundary rule."""
+    """The lagged stream ``x_{t-1}`` (B, H, T, D) under the boundary rule."""
     check_stream(x, starts, prev)
     check_boundary(boundary)
     fill = x if boundary == "replicate" else torch.zeros_like(x)
@@ -111,7 +111,7 @@ def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
 
 def momentum(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
              boundary: str = "replicate") -> Tensor:
-    """p_t = x_t - x_{t-1} (B, H, T, D); 0 at sequence starts under the replicate rule."""
+    """``p_t = x_t - x_{t-1}`` (B, H, T, D); 0 at sequence starts under the replicate rule."""
     return x - previous(x, starts=starts, prev=prev, boundary=boundary)
 
 
@@ -177,7 +177,7 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
 
 def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
             boundary: str = "replicate") -> Tensor:
-    """The exact inverse of ``shear``: x_t = (y_t + gamma x_{t-1}) / (1 + gamma), x = y at
+    """The exact inverse of ``shear``: ``x_t = (y_t + gamma x_{t-1}) / (1 + gamma)``, x = y at
     replicate-rule starts. A sequential scan over T; needs gamma != -1."""
     gamma = check_gamma(gamma)
     check_stream(y, starts, prev)

@@ -6,9 +6,9 @@ Vocabulary::
     5 .. vocab_size-1   entities (interchangeable names, drawn afresh per row)
 
 A fact is three tokens [s, REL, o]: "s -> o" reads "s points to o", "s NOT-> o" reads
-"s does not point to o". Each row draws ``num_entities`` distinct entities e_0..e_{m-1}
+"s does not point to o". Each row draws ``num_entities`` distinct entities ``e_0..e_{m-1}``
 (a uniform subset in uniform order) and a pointer map f that is one cycle,
-f(e_i) = e_{i+1 mod m}. For every entity s it states the positive fact "s -> f(s)" and
+``f(e_i) = e_{i+1 mod m}``. For every entity s it states the positive fact "s -> f(s)" and
 one negated fact "s NOT-> g(s)", g(s) uniform over the entities other than s, f(s) and
 f(f(s)) (so no single fact about x names the answer); the 2m facts are shuffled. A
 query is [?, x]; the position of x is scored with f(f(x)), the entity two positive

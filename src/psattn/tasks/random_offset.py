@@ -25,7 +25,7 @@ baseline already solves and where the shear gives nothing):
   content-addressed retrieval, with no composition of heads.
 * The predecessor is irrelevant. The token before F(k, v) (and before each query) is
   noise or another pair, independent of the answer, and the target does not change
-  when the context is permuted. The lag-one momentum k_j - k_{j-1} therefore carries
+  when the context is permuted. The lag-one momentum ``k_j - k_{j-1}`` therefore carries
   no signal, only the predecessor's noise; the shear can only add variance (γ* = 0).
 
 Contrast with induction, where key and value are *adjacent tokens* and one layer must

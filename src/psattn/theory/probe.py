@@ -2,10 +2,10 @@
 
 Taps. For a linear stream map F and a generic position t, probing F with unit impulses gives
 x̂_t = sum_s G_s x_s with G_s = ∂x̂_t / ∂x_s (D x D). The taps are indexed by lag t - s; a causal
-one-step map has taps at lags 0 and 1 only: x̂_t = A x_t + B x_{t-1}. For the shear A = (1+gamma) I,
+one-step map has taps at lags 0 and 1 only: ``x̂_t = A x_t + B x_{t-1}``. For the shear A = (1+gamma) I,
 B = -gamma I.
 
-Phase-space form. Writing p = x_t - x_{t-1} and calling p' = (x̂_t - x_t) / gamma the momentum the
+Phase-space form. Writing ``p = x_t - x_{t-1}`` and calling ``p' = (x̂_t - x_t) / gamma`` the momentum the
 map actually adds (x̂ = x + gamma p' by definition), a one-step map acts on phase space as
 
     M_F : (x, p) -> (x̂, p') = [[A + B, -B], [(A + B - I) / gamma, -B / gamma]] (x, p).
@@ -89,7 +89,7 @@ def probe_taps(op: OperatorUnderTest, gamma: float, dim: int = 8, t: int = 5, se
 
 def phase_map(op: OperatorUnderTest, x: torch.Tensor, p: torch.Tensor, gamma: float, t: int = 5):
     """Apply the operator to phase-space points: x, p (N, D) -> (x̂, p') (N, D), with the stream
-    x_{t-1} = x - p, x_t = x at position t (earlier positions zero)."""
+    ``x_{t-1} = x - p``, ``x_t = x`` at position t (earlier positions zero)."""
     N, D = x.shape
     stream = torch.zeros(N, 1, t + 1, D, dtype=x.dtype)
     stream[:, 0, t - 1], stream[:, 0, t] = x - p, x

@@ -3,7 +3,7 @@
 The model (the T4-only reduction). One query attends over one target key and T - 1 distractor keys.
 Only the coherence term T4 = gamma^2 p_qᵀ p_k / sqrt(d_k) of the symmetric PSA score (scaled as in
 attention) is kept; T1..T3, RoPE and the target's own fluctuation are dropped. Token embeddings are
-i.i.d. standard Gaussian vectors e in R^{d_k}, with keys k = e and queries q = -e (the readout that
+i.i.d. standard Gaussian vectors e in ``R^{d_k}``, with keys k = e and queries q = -e (the readout that
 makes the induction match positive). With u = gamma^2 this gives
 
     target score      s_* = u sqrt(d_k)              (the mean of T4 at the target; fixed)
@@ -15,8 +15,8 @@ vectors, of mean 0: T4 has mean gamma^2 sqrt(d_k). At a distractor whose token a
 both new, the four products are all between independent vectors: mean 0, variance 4 d_k, so T4 has
 variance 4 gamma^4. The ``transition_law`` certificate measures both moments on the operator itself.
 
-Observable. The target's attention weight is e^{s_*} / (e^{s_*} + Z) with Z = sum_j e^{s_j}; it
-reaches 1/2 when s_* = log Z. The *simulated transition point* is the smallest u at which
+Observable. The target's attention weight is ``e^{s_*} / (e^{s_*} + Z)`` with ``Z = sum_j e^{s_j}``; it
+reaches 1/2 when ``s_* = log Z``. The *simulated transition point* is the smallest u at which
 
     s_*(u) >= E[log Z(u)]      (criterion "quenched": the typical log-partition, the default), or
     s_*(u) >= log E[Z(u)]      (criterion "annealed": its exact value is L + 2u^2, so this criterion

@@ -1,14 +1,14 @@
 """Spectral signature of the shear: closed-form transfer functions and a Bode plot measured on a model.
 
-The shear x̂_t = (1 + gamma) x_t - gamma x_{t-1} is the causal two-tap filter
+The shear ``x̂_t = (1 + gamma) x_t - gamma x_{t-1}`` is the causal two-tap filter
 
     H_gamma(z) = (1 + gamma) - gamma z^-1,   |H(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω),
 
 DC-neutral (H(1) = 1) and, for gamma > 0, high-pass with a monotone gain up to 1 + 2 gamma at the
 Nyquist frequency ω = π. The score q̂_tᵀ k̂_j is a joint (two-dimensional) filter of the query and key
 streams, H_q(z_q) H_k(z_k), of order (1 if gamma_q else 0, 1 if gamma_k else 0) in (z_q^-1, z_k^-1).
-A Bode plot of the joint filter shows it on the diagonal ω_q = ω_k = ω, where it is H_q(e^{iω})
-H_k(e^{iω}): the response of the score to a query and a key carrying the same frequency.
+A Bode plot of the joint filter shows it on the diagonal ω_q = ω_k = ω, where it is ``H_q(e^{iω})
+H_k(e^{iω})``: the response of the score to a query and a key carrying the same frequency.
 
 Measured response (``measure_bode``). From the raw post-RoPE streams x and the sheared streams
 x̂ that enter attention, read from a model's hook points (B, H, T, D), the estimate is the ratio of
@@ -35,19 +35,19 @@ from psattn.ops.variants import VARIANTS, variant_gammas
 
 
 def shear_response(omega, gamma: float) -> np.ndarray:
-    """H_gamma(e^{iω}) = (1 + gamma) - gamma e^{-iω} (complex)."""
+    """``H_gamma(e^{iω}) = (1 + gamma) - gamma e^{-iω}`` (complex)."""
     omega = np.asarray(omega, dtype=float)
     return (1.0 + gamma) - gamma * np.exp(-1j * omega)
 
 
 def shear_gain_squared(omega, gamma: float) -> np.ndarray:
-    """|H_gamma(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω)."""
+    """``|H_gamma(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω)``."""
     omega = np.asarray(omega, dtype=float)
     return 1.0 + 2.0 * gamma * (1.0 + gamma) * (1.0 - np.cos(omega))
 
 
 def joint_response(omega_q, omega_k, gamma_q: float, gamma_k: float) -> np.ndarray:
-    """The score filter H_q(e^{iω_q}) H_k(e^{iω_k}) (broadcast over the two frequency arrays)."""
+    """The score filter ``H_q(e^{iω_q}) H_k(e^{iω_k})`` (broadcast over the two frequency arrays)."""
     return shear_response(omega_q, gamma_q) * shear_response(omega_k, gamma_k)
 
 

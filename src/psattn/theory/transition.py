@@ -10,7 +10,7 @@ prediction; trained models sit below it (it is an upper bound for them).
 
 Where branch 1 comes from (verified symbolically by the ``transition_law`` certificate): write
 u = gamma^2. A target score of mean u sqrt(d_k) against T - 1 Gaussian distractor scores of variance
-v = 4u^2 wins when it beats their annealed log-partition log E[sum_j e^{s_j}] = L + v/2, i.e. when
+v = 4u^2 wins when it beats their annealed log-partition ``log E[sum_j e^{s_j}] = L + v/2``, i.e. when
 2u^2 - sqrt(d_k) u + L <= 0. Branch 1 is the smaller root u_- = (sqrt(d_k) - sqrt(d_k - 8L)) / 4
 (rationalised, the formula above); the roots are real iff d_k >= 8L, hence the crossover. At the
 crossover v = 2L, exactly where the annealed log-partition stops describing a typical one (the
