@@ -85,3 +85,25 @@ def test_formulas_are_typeset_by_katex_served_from_the_site(site):
     css = (site / "assets" / "katex" / "katex.min.css").read_text()
     fonts = set(re.findall(r"url\((fonts/[^)]+\.woff2)\)", css))
     assert fonts and all((site / "assets" / "katex" / font).is_file() for font in fonts)
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html)).replace("&quot;", '"')
+
+
+def test_the_api_pages_show_dataclass_fields_signatures_and_undocumented_names(site):
+    models = _text((site / "api" / "models" / "index.html").read_text())
+    assert "vocab_size: int = 64" in models and "attention: AttentionConfig | list[AttentionConfig] = AttentionConfig()" in models
+    training = _text((site / "api" / "training" / "index.html").read_text())
+    assert "steps: int = 1000" in training and 'precision: Literal["fp32", "bf16"] = "fp32"' in training
+    assert "RunResult" in training and "TrainState" in training  # shown whether or not they have a docstring
+
+
+def test_search_indexes_greek_letters_and_papers_are_links(site):
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    assert "trimmer" not in index["config"]["pipeline"]  # lunr's trimmer strips γ down to nothing
+    assert any("γ" in doc["text"] for doc in index["docs"])
+    home = (site / "index.html").read_text()
+    assert 'href="https://arxiv.org/abs/2609.32319"' in home and "pip install" in home
