@@ -485,8 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = add_command(sub, "eval", "score a trained run on held-out data of its task, another task or another corpus",
                      "Held-out accuracy and loss of the run's last checkpoint, and its task's metrics (bits per "
                      "byte, ICL score and copying for text; head scores for induction), on the run's own task "
-                     "or one changed by --set task.FIELD=VALUE; --corpus scores a text run on another corpus, "
-                     "tokenized with the run's tokenizer.")
+                     "or one changed by --set task.FIELD=VALUE; --corpus (or --set task.corpus) scores a text run on "
+                     "another corpus. A text run is always scored with its own tokenizer; the first lines say when "
+                     "the text is not what it trained on, or holds fewer windows than --rows asks.")
     add_run_dir(ev, "the run directory to score")
     ev.add_argument("--corpus", help="another corpus for a text run: a shipped name, a file, a folder or a glob")
     ev.add_argument("--set", nargs="*", default=[], metavar="task.FIELD=VALUE", help="change the task")

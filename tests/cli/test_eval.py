@@ -42,4 +42,53 @@ def test_eval_of_a_text_run_on_its_corpus_and_on_another(tmp_path, capsys, monke
     main(["eval", "--run-dir", str(tmp_path / "run"), "--corpus", str(tmp_path / "b.txt"), "--json"])
     other = json.loads(capsys.readouterr().out)
     assert other["task_config"]["corpus"] == str(tmp_path / "b.txt") and other["bits_per_byte"] != own["bits_per_byte"]
-    assert other["task_config"]["tokenizer"].endswith("tokenizer.json")
+    assert other["task_config"]["tokenizer"] == "byte"  # a byte run's own tokenizer is the byte tokenizer
+
+
+def _bpe_run(tmp_path):
+    (tmp_path / "a.txt").write_text("def f(x):\n    return x + 1\n\n" * 200)
+    (tmp_path / "b.txt").write_text("The quick brown fox jumps over the lazy dog.\n\n" * 150)
+    config = RunConfig.from_dict({"task": {"name": "text", "corpus": str(tmp_path / "a.txt"), "seq_len": 32,
+                                           "tokenizer": "bpe", "vocab_size": 300}, "model": {"vocab_size": 300}})
+    config = apply_overrides(config, ["model.d_model=32", "model.n_heads=2", "train.steps=4", "train.batch_size=4",
+                                      "train.eval_every=4", "train.eval_size=8", "train.threads=1"])
+    return train(config, tmp_path / "run"), tmp_path / "run"
+
+
+def test_eval_scores_a_text_run_with_its_own_tokenizer_however_the_corpus_is_given(tmp_path, capsys, fresh_token_cache):
+    """--set task.corpus=X is --corpus X: the run's BPE tokenizer, never one trained anew on X; and the
+    header says the data are not the run's."""
+    pytest.importorskip("tokenizers")
+    result, run = _bpe_run(tmp_path)
+    main(["eval", "--run-dir", str(run), "--json"])
+    own = json.loads(capsys.readouterr().out)
+    assert own["bits_per_byte"] == pytest.approx(result.history[-1]["bits_per_byte"])
+    main(["eval", "--run-dir", str(run), "--corpus", str(tmp_path / "b.txt"), "--json"])
+    by_corpus = json.loads(capsys.readouterr().out)
+    main(["eval", "--run-dir", str(run), "--set", f"task.corpus={tmp_path / 'b.txt'}", "--json"])
+    by_set = json.loads(capsys.readouterr().out)
+    assert by_set["bits_per_byte"] == by_corpus["bits_per_byte"] and by_set["task_config"] == by_corpus["task_config"]
+    assert by_set["task_config"]["tokenizer"] == str((run / "tokenizer.json").resolve())
+    assert own["data_changed"] == [] and by_set["data_changed"] == ["corpus", "eval"]
+    assert main(["eval", "--run-dir", str(run), "--corpus", str(tmp_path / "b.txt")]) == 0
+    assert "not the data the run trained on: the corpus and eval differ" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["eval", "--run-dir", str(run), "--set", "task.tokenizer=byte"])
+    assert "its own tokenizer" in capsys.readouterr().err
+
+
+def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_windows(tmp_path, capsys,
+                                                                                      fresh_token_cache):
+    pytest.importorskip("tokenizers")
+    from psattn.textdata import tokens as token_cache
+
+    _, run = _bpe_run(tmp_path)
+    (tmp_path / "a.txt").write_text("def g(y):\n    return y * 2\n\n" * 200)
+    token_cache._open.cache_clear()
+    main(["eval", "--run-dir", str(run), "--rows", "100000"])
+    out = capsys.readouterr().out
+    assert "not the data the run trained on: the corpus and eval differ" in out, out
+    assert "100,000 rows asked; the held-out text holds" in out, out
+    main(["eval", "--run-dir", str(run), "--rows", "100000", "--json"])
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["rows"] == scores["rows_capped"]["held_out_windows"] < 100000

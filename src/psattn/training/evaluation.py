@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from psattn.jsonfile import read_json
 from psattn.models.device import model_device
 from psattn.tasks.registry import task_name
+from psattn.tasks.text import TextConfig
 from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.trainer import TASK_METRICS, eval_batch, evaluate, load_trained
 
@@ -19,37 +21,93 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     """Held-out accuracy and loss of ``run_dir``'s model (its last checkpoint) on ``rows`` held-out rows
     (default: the run's eval_size) of its task changed by ``overrides`` (``task.field=value``), plus the
     task's own metrics (bits per byte, ICL score and copy measures for text; head scores for induction).
-    ``corpus`` scores a text run on another corpus, tokenized with the run's own tokenizer. ``device``:
-    where the model runs (``"auto"``: CUDA when available), whichever device it trained on."""
+    ``corpus`` (or ``task.corpus=...``) scores a text run on another corpus. A text run is always scored
+    on ids of its own tokenizer (its tokenizer.json); the result's ``data_changed`` lists what of the
+    scored text differs from what the run trained on (its data.json), and ``rows_capped`` says when
+    ``rows`` asked for more windows than the held-out text holds. ``device``: where the model runs
+    (``"auto"``: CUDA when available), whichever device it trained on."""
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")
     if any(not item.startswith("task.") for item in overrides):
         raise ValueError(f"eval changes the task only (task.field=value), got {list(overrides)}")
-    if corpus is not None:
-        if task_name(config.task) != "text":
-            raise ValueError(f"--corpus scores text runs; {run_dir} trained on {task_name(config.task)!r}")
-        overrides = [*overrides, f"task.corpus={corpus}", f"task.tokenizer={(run_dir / 'tokenizer.json').resolve()}"]
+    text = task_name(config.task) == "text"
+    overrides = list(overrides)
+    if text:
+        overrides, corpus = _own_tokenizer(run_dir, config, overrides, corpus)
+    elif corpus is not None:
+        raise ValueError(f"--corpus scores text runs; {run_dir} trained on {task_name(config.task)!r}")
     if overrides:
-        config = apply_overrides(config, list(overrides))
+        config = apply_overrides(config, overrides)
         if getattr(config.task, "vocab_size", 0) > model.config.vocab_size:
             raise ValueError(f"the task's vocabulary ({config.task.vocab_size}) exceeds the model's "
                              f"({model.config.vocab_size})")
+    capped = None
     if rows is not None:
+        task = config.task
+        held = len(task.tokens().eval) - task.seq_len if isinstance(task, TextConfig) else rows
+        if rows > held:
+            capped, rows = rows, max(held, 1)
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, eval_size=rows))
     batch = eval_batch(config).to(model_device(model))
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
               "rows": len(batch), "accuracy": accuracy, "loss": loss}
+    if capped is not None:
+        result["rows_capped"] = {"asked": capped, "held_out_windows": rows}
+    if isinstance(config.task, TextConfig):
+        result["data_changed"] = _data_changed(run_dir, config.task.tokens().fingerprint)
     extra = TASK_METRICS.get(task_name(config.task))
     if extra is not None:
         result.update(extra(model, config.task, batch))
     return result
 
 
+def _own_tokenizer(run_dir: Path, config: RunConfig, overrides: list[str],
+                   corpus: str | None) -> tuple[list[str], str | None]:
+    """The overrides that score a text run with its own tokenizer: ``task.corpus=X`` is ``--corpus X``;
+    the tokenizer and its vocabulary cannot change; a run not trained on bytes reads its tokenizer.json."""
+    kept = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in ("task.tokenizer", "task.vocab_size"):
+            raise ValueError(f"eval scores a text run with its own tokenizer ({run_dir / 'tokenizer.json'}), so "
+                             f"{key} cannot change; --corpus scores another corpus with it")
+        if key == "task.corpus":
+            if corpus is not None and corpus != value:
+                raise ValueError(f"two corpora given: --corpus {corpus} and {item}")
+            corpus = value
+        else:
+            kept.append(item)
+    if corpus is not None:
+        kept.append(f"task.corpus={corpus}")
+    if getattr(config.task, "tokenizer", "byte") != "byte":  # a trained or given tokenizer: the run's own copy, never retrained
+        path = run_dir / "tokenizer.json"
+        if not path.is_file():
+            raise ValueError(f"{run_dir} has no tokenizer.json: its ids cannot be scored with its own tokenizer")
+        kept.append(f"task.tokenizer={path.resolve()}")
+    return kept, corpus
+
+
+def _data_changed(run_dir: Path, fingerprint: dict[str, str]) -> list[str]:
+    """What of the scored text (its corpus, held-out tokens) differs from what the run trained on."""
+    path = run_dir / "data.json"
+    if not path.is_file():
+        return []
+    recorded = read_json(path, what="data record", object_only=True)
+    return [name for name in ("corpus", "eval") if recorded.get(f"{name}_sha256") != fingerprint.get(f"{name}_sha256")]
+
+
 def format_evaluation(result: dict[str, Any]) -> str:
     """A few readable lines of ``evaluate_run``'s result."""
     lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {result['task_config']}"]
+    changed = result.get("data_changed")
+    if changed:
+        lines.append(f"  not the data the run trained on: the {' and '.join(changed)} differ from its data.json's "
+                     "(another corpus, or its corpus changed since)")
+    if "rows_capped" in result:
+        lines.append(f"  {result['rows_capped']['asked']:,} rows asked; the held-out text holds "
+                     f"{result['rows_capped']['held_out_windows']:,} distinct windows, so that many are scored")
     if "bits_per_byte" in result:
         gain = result["passage_first_loss"] - result["passage_second_loss"]
         lines.append(f"  bits per byte {result['bits_per_byte']:.3f}, loss {result['loss']:.3f} nats per token, "
