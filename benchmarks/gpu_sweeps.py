@@ -11,7 +11,9 @@
    archive, ``--out/EXPERIMENT.tar.gz``, and its checkpoint deleted (a psa-92m one is about 1 GB).
 
 ``unpack ARCHIVE`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``.
-``status EXPERIMENT``: how many of its declared runs are saved.
+``page``: docs/at_scale.md's tables, verdicts and status rewritten from ``docs/results/gpu``, and its
+figures drawn into docs/figures (needs matplotlib). ``status EXPERIMENT``: how many of its declared
+runs are saved.
 
 ``--smoke`` runs the quick plan (tiny models on the CPU) and keeps everything under ``--out``: the
 script's own check, end to end (run, pack, unpack, the table rebuilt from the unpacked summaries).
@@ -118,6 +120,16 @@ def print_tables(experiment: str, results: Path, mode: str) -> None:
     print("\n".join(at_scale.section(results_folder(experiment), results, mode)))
 
 
+def page(args: argparse.Namespace) -> int:
+    from psattn.experiments import at_scale
+
+    path = Path(args.page)
+    path.write_text(at_scale.render_page(path.read_text(), Path(args.results)))
+    drawn = at_scale.figures(Path(args.results), path.parent / "figures")
+    print(f"rewrote {path}; figures: {', '.join(map(str, drawn)) or 'none (no saved runs)'}")
+    return 0
+
+
 def status(args: argparse.Namespace) -> int:
     from psattn.experiments import at_scale
 
@@ -139,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu")
     u.add_argument("archive")
     u.add_argument("--into", default=str(RESULTS))
+    p = sub.add_parser("page", help="rewrite docs/at_scale.md's results and figures from docs/results/gpu")
+    p.add_argument("--page", default=str(ROOT / "docs" / "at_scale.md"))
+    p.add_argument("--results", default=str(RESULTS))
     s = sub.add_parser("status", help="how many of an experiment's runs are saved, and what is left")
     s.add_argument("experiment", choices=GPU_SWEEPS)
     s.add_argument("--results", help="the folder of saved summaries (default docs/results/gpu)")
@@ -147,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "unpack":
         unpack_into(Path(args.archive), Path(args.into))
         return 0
-    return run(args) if args.command == "run" else status(args)
+    return {"run": run, "page": page, "status": status}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from psattn.experiments import at_scale, paper_scale, saved_runs
 from psattn.experiments import declared as exp
 from psattn.experiments.sweep import load_result
 from psattn.models.presets import preset_parameter_count
-from psattn.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what a GPU machine lacks that the CPU test environment has: the GPU path must not import them
@@ -66,10 +65,28 @@ def test_the_table_and_verdict_put_every_seed_beside_the_papers_table():
     assert len(verdict) == 1 and "14.2× earlier (1,425 against 100 steps" in verdict[0] and "3.8× earlier" in verdict[0]
 
 
-def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    """The tiny paper_scale sweep, cut by a time limit at once, then resumed to the end: (runs folder, what
+    the cut left in the first run's directory, both commands' output)."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("tiny") / "runs"
+    first = out / paper_scale.paper_scale("quick")[0].name
+    printed = []
+    for limit in ("0.01", "600"):
+        with contextlib.redirect_stdout(io.StringIO()) as text:
+            assert psattn(["sweep", "paper_scale", "--quick", "--out", str(out), "--time-limit", limit, "-q"]) == 0
+        printed.append(text.getvalue())
+        if limit == "0.01":
+            cut = {"checkpoint": (first / "checkpoint.pt").exists(), "result": (first / "result.json").exists()}
+    return out, cut, printed
+
+
+def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive(tiny_sweep, tmp_path):
     config = paper_scale.paper_scale("quick")[1]
-    run_dir = tmp_path / "runs" / config.name
-    train(config, run_dir)
+    run_dir = tiny_sweep[0] / config.name
     path = saved_runs.write_summary(run_dir, tmp_path / "summaries")
     summary = json.loads(path.read_text())
     history = load_result(run_dir)["history"]
@@ -91,15 +108,12 @@ def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive
     assert not (tmp_path / "escape.json").exists()
 
 
-def test_a_time_limit_stops_the_sweep_cleanly_and_the_same_command_resumes(tmp_path, capsys):
-    out = str(tmp_path / "runs")
-    assert psattn(["sweep", "paper_scale", "--quick", "--out", out, "--time-limit", "0.01", "-q"]) == 0
-    assert "time limit reached: 0 of 16 runs finished" in capsys.readouterr().out
-    first = tmp_path / "runs" / paper_scale.paper_scale("quick")[0].name
-    assert (first / "checkpoint.pt").exists() and not (first / "result.json").exists()
-    assert psattn(["sweep", "paper_scale", "--quick", "--out", out, "--time-limit", "600", "-q"]) == 0
-    assert "time limit" not in capsys.readouterr().out
-    assert all(load_result(tmp_path / "runs" / c.name) for c in paper_scale.paper_scale("quick"))
+def test_a_time_limit_stops_the_sweep_cleanly_and_the_same_command_resumes(tiny_sweep):
+    out, cut, (stopped, resumed) = tiny_sweep
+    assert "time limit reached: 0 of 16 runs finished" in stopped
+    assert cut == {"checkpoint": True, "result": False}
+    assert "time limit" not in resumed and "| model | form | variant |" in resumed
+    assert all(load_result(out / c.name) for c in paper_scale.paper_scale("quick"))
 
 
 @pytest.mark.slow
@@ -123,11 +137,29 @@ def test_the_gpu_driver_smoke_runs_end_to_end_without_what_a_gpu_machine_lacks(t
 def test_the_at_scale_page_and_the_readme_say_what_docs_results_gpu_holds():
     page = (ROOT / "docs" / "at_scale.md").read_text()
     readme = (ROOT / "README.md").read_text()
+    assert at_scale.render_page(page, ROOT / "docs" / "results" / "gpu") == page, "python benchmarks/gpu_sweeps.py page"
     for experiment in at_scale.GPU_SWEEPS:
         lines = at_scale.section(experiment, ROOT / "docs" / "results" / "gpu" / experiment)
         assert all(line in page for line in lines), "\n".join(lines)
     assert all(row in readme for row in at_scale.glance_rows(ROOT / "docs" / "results" / "gpu"))
     assert "at_scale.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_saved_runs_fill_the_page_status_sections_figures_and_glance_rows(tiny_sweep, tmp_path):
+    out = tiny_sweep[0]
+    configs = paper_scale.paper_scale("quick")
+    for c in configs[:5]:
+        saved_runs.write_summary(out / c.name, tmp_path / "gpu" / "paper_scale")
+    page = at_scale.render_page((ROOT / "docs" / "at_scale.md").read_text(), tmp_path / "gpu")
+    assert "| psa-92m and psa-20m on induction, the paper's γ grid, 3 seeds | 5 of 84 runs |" in page
+    assert "![paper_scale](figures/paper_scale.png)" in page and "| L2d16h2 | single | baseline | 0 | — | 0/1 |" in page
+    assert "5 of the 84 declared runs have run; the rest have not." in page and "No `text_scale` run has been saved" in page
+    assert at_scale.glance_rows(tmp_path / "gpu") == []  # tiny models: no psa-92m row
+    with pytest.raises(ValueError, match="no block <!-- results: status -->"):
+        at_scale.render_page("# a page without markers", tmp_path / "gpu")
+    pytest.importorskip("matplotlib")
+    drawn = at_scale.figures(tmp_path / "gpu", tmp_path / "figures")
+    assert [p.name for p in drawn] == ["paper_scale.png"] and drawn[0].read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_copy_without_git_records_the_revision_it_is_given(monkeypatch):

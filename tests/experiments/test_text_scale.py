@@ -78,11 +78,15 @@ def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path
     out = tmp_path / "runs"
     assert psattn(["sweep", "text_scale", "--quick", "--out", str(out), "--time-limit", "600", "-q"]) == 0
     for c in text_scale.text_scale("quick"):
-        write_summary(out / c.name, tmp_path / "saved")
-    saved = load_summaries(tmp_path / "saved")
+        write_summary(out / c.name, tmp_path / "gpu" / "text_scale")
+    saved = load_summaries(tmp_path / "gpu" / "text_scale")
     corpus = next(iter(saved.values()))["corpus"]
     assert corpus["files"] == 9 and corpus["eval_tokens"] > 0 and len(corpus["files_sha256"]) == 16
-    lines = at_scale.section("text_scale", tmp_path / "saved", "quick")
+    lines = at_scale.section("text_scale", tmp_path / "gpu" / "text_scale", "quick")
     assert any(line.startswith("Corpus ") and "held out by file" in line for line in lines)
     assert sum(line.startswith("| 1 layer") or line.startswith("| 2 layers") for line in lines) == 6
     assert any(line.startswith("(c) 1 layer, key_only γ=1 against 2 layers, baseline") for line in lines)
+    [row] = at_scale.glance_rows(tmp_path / "gpu")
+    assert row.startswith("| real text with MLPs past the phase change") and "2 layers: key-only " in row
+    pytest.importorskip("matplotlib")
+    assert text_scale.scale_figure(saved, tmp_path / "text_scale.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,9 +1,12 @@
 """The "At scale (GPU)" page's tables, built from the GPU sweeps' saved summaries (``docs/results/gpu``).
 
 Each GPU sweep has a folder of run summaries (``saved_runs``), filled piece by piece. ``section`` gives
-an experiment's part of the page: where and when its runs trained, its table and verdict, or, while
-none has run, the command that runs it and the time it needs; ``progress_lines`` counts what is saved
-against what is declared; ``glance_rows`` gives the README's glance rows, once real GPU numbers exist.
+an experiment's part of the page: where and when its runs trained, its figure, table and verdict, or,
+while none has run, the command that runs it and the time it needs; ``render_page`` writes every
+section (and the status table) between its markers in the page (``<!-- results: NAME -->`` ...
+``<!-- end results: NAME -->``) and ``figures`` draws the figures the sections show;
+``progress_lines`` counts what is saved against what is declared; ``glance_rows`` gives the README's
+glance rows, once real GPU numbers exist.
 """
 
 from __future__ import annotations
@@ -82,12 +85,55 @@ def not_run(experiment: str) -> list[str]:
             "GPU machine, then `python benchmarks/gpu_sweeps.py unpack` on its archive, once per piece."]
 
 
+#: experiment -> its figure's file name (under the page's figures/ folder)
+FIGURES = {"paper_scale": "paper_scale.png", "text_scale": "text_scale.png"}
+
+
+def figures(results_root: Path, out_dir: Path) -> list[Path]:
+    """Draw the figure of every GPU sweep with saved runs into ``out_dir`` (needs matplotlib)."""
+    drawn = []
+    for experiment, (_, folder) in GPU_SWEEPS.items():
+        saved = load_summaries(Path(results_root) / folder)
+        if not saved:
+            continue
+        path = Path(out_dir) / FIGURES[experiment]
+        drawn.append(paper_scale.scale_figure(saved, path) if experiment == "paper_scale"
+                     else text_scale.scale_figure(saved, path))
+    return drawn
+
+
+def status_lines(results_root: Path) -> list[str]:
+    """The page's table of the GPU sweeps and how far each has run."""
+    lines = ["| sweep | what it trains | status |", "|---|---|---|"]
+    what = {"paper_scale": "psa-92m and psa-20m on induction, the paper's γ grid, 3 seeds",
+            "text_scale": "1, 2 and 4 layers with MLPs on real text, plain and PSA, 2 seeds"}
+    for experiment, (declare, folder) in GPU_SWEEPS.items():
+        saved, declared = len(load_summaries(Path(results_root) / folder)), len(declare("full"))
+        status = "not run yet" if not saved else "done" if saved >= declared else f"{saved} of {declared} runs"
+        name = f"`psattn sweep {experiment} --full`" + (" (its pilot: `text_scale_pilot`)" if experiment == "text_scale" else "")
+        lines.append(f"| {name} | {what[experiment]} | {status} |")
+    return lines
+
+
+def render_page(text: str, results_root: Path) -> str:
+    """``text`` (the page) with every marked block rewritten from the summaries under ``results_root``."""
+    blocks = {"status": status_lines(results_root),
+              **{e: section(e, Path(results_root) / folder) for e, (_, folder) in GPU_SWEEPS.items()}}
+    for name, lines in blocks.items():
+        start, end = f"<!-- results: {name} -->", f"<!-- end results: {name} -->"
+        if start not in text or end not in text:
+            raise ValueError(f"the page has no block {start} ... {end}")
+        before, rest = text.split(start, 1)
+        text = "\n".join([before + start, *lines, end + rest.split(end, 1)[1]])
+    return text
+
+
 def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
     """The page's lines for ``experiment``, from the summaries in the folder ``results`` (of ``mode``'s plan)."""
     saved = load_summaries(results)
     if not saved:
         return not_run(experiment)
-    lines = [_provenance(saved), ""]
+    lines = [_provenance(saved), "", f"![{experiment}](figures/{FIGURES[experiment]})", ""]
     if experiment == "paper_scale":
         rows = paper_scale.scale_table(saved)
         lines += [*paper_scale.format_scale_table(rows), "",
@@ -120,4 +166,18 @@ def glance_rows(results_root: Path) -> list[str]:
             rows.append(f"| the phase transition at the paper's scale (`psattn sweep paper_scale --full`: psa-92m, "
                         f"symmetric, full form; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | "
                         f"{paper_scale.PAPER_SIZE}: γ = 0.8 3/3 at ~717; γ = 0 2/3 at ~2700 |")
+    saved = load_summaries(Path(results_root) / "text_scale")
+    if saved:
+        by = {(r["layers"], r["variant"]): r for r in text_scale.scale_table(saved)}
+        cells = []
+        for depth in (2, 4):
+            plain, psa = by.get((depth, "baseline")), by.get((depth, "key_only"))
+            if plain is None or psa is None:
+                continue
+            cells.append(f"{depth} layers: key-only {psa['bits_per_byte'][0]:.3f} bits per byte against plain "
+                         f"{plain['bits_per_byte'][0]:.3f}, phase change at {text_scale.when(psa['phase_change'])} "
+                         f"against {text_scale.when(plain['phase_change'])} tokens")
+        if cells:
+            rows.append("| real text with MLPs past the phase change (`psattn sweep text_scale --full`: 1, 2, 4 layers, "
+                        f"d_model 256, context 256; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | — |")
     return rows

@@ -183,3 +183,34 @@ def expected_minutes(plan: ScalePlan = PLANS["full"], step_s: tuple[float, float
     per_seed += sum(plan.steps for form, _, _ in _rows(plan) if form == "single")  # the single form: unmeasured
     steps = per_seed * len(plan.seeds)
     return steps * step_s[0] / 60, steps * step_s[1] / 60
+
+
+def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
+    """Emergence step against gamma on the full-sequence form, one panel per model size, one line per shear
+    (seed means over the seeds that emerged), every seed a dot; a seed that never emerged sits on the cap,
+    hollow; the paper's 91.3M points marked."""
+    from matplotlib.figure import Figure
+
+    from psattn.figures import save_figure
+
+    rows = [r for r in scale_table(results) if r["form"] == "full"]
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    fig = Figure(figsize=(5.0 * len(sizes), 4.0))
+    axes = fig.subplots(1, len(sizes), squeeze=False)[0]
+    for ax, size in zip(axes, sizes):
+        mine = [r for r in rows if r["size"] == size]
+        plain = [r for r in mine if r["variant"] == "baseline"]
+        for variant, color in (("symmetric", "tab:blue"), ("key_only", "tab:orange")):
+            line = sorted(plain + [r for r in mine if r["variant"] == variant], key=lambda r: r["gamma"])
+            shown = [(r["gamma"], r["mean_emergence_step"]) for r in line if r["mean_emergence_step"] is not None]
+            ax.plot([g for g, _ in shown], [s for _, s in shown], "-", color=color, label=variant)
+            for r in line:
+                for step in r["emergence_steps"]:
+                    ax.plot(r["gamma"], step if step is not None else r["cap"], "o", color=color,
+                            fillstyle="full" if step is not None else "none", alpha=0.7)
+        if size == "psa-92m":
+            ax.plot(list(PAPER), [step for _, _, step in PAPER.values()], "k*", markersize=12, label=f"paper ({PAPER_SIZE})")
+        ax.axhline(mine[0]["cap"], color="grey", linestyle=":", linewidth=1)
+        ax.set(title=f"{size}, full-sequence form", xlabel="gamma", ylabel="emergence step", yscale="log")
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -157,7 +157,8 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["layers"], order.get(r["variant"], 9)))
 
 
-def _when(changes) -> str:
+def when(changes) -> str:
+    """Tokens per seed, "—" where a seed has none."""
     return ", ".join("—" if c is None else f"{c.tokens / 1e6:.1f}M" for c in changes)
 
 
@@ -175,8 +176,8 @@ def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
         [[model_label(r["layers"], r["variant"], r["gamma"]), str(r["seeds"]), _cell(r["bits_per_byte"]),
           _cell(r["icl_score"], sign="+"), _cell(r["passage_copy_gain"], 2), _cell(r["random_copy_gain"], 2),
           " / ".join(f"{x:.2f}" for x in r["previous_token_by_layer"]),
-          " / ".join(f"{x:.2f}" for x in r["prefix_matching_by_layer"]), _when(r["phase_change"]),
-          _when(r["first_copying"])] for r in rows])
+          " / ".join(f"{x:.2f}" for x in r["prefix_matching_by_layer"]), when(r["phase_change"]),
+          when(r["first_copying"])] for r in rows])
 
 
 def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -216,7 +217,7 @@ def scale_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
             if psa is None:
                 continue
             parts.append(f"{v}: {_earlier(plain, psa)}; {_gain(results, (depth, 'baseline', 0.0), (depth, v, g))}")
-        out.append(f"**{depth} layer{'s' * (depth > 1)}**: the plain model's phase change at {_when(plain['phase_change'])}; "
+        out.append(f"**{depth} layer{'s' * (depth > 1)}**: the plain model's phase change at {when(plain['phase_change'])}; "
                    + "; ".join(parts) + ".")
     for small, large in ((1, 2), (2, 4)):
         for v, g in shears:
@@ -234,9 +235,9 @@ def _earlier(plain: dict[str, Any], psa: dict[str, Any]) -> str:
     """(a) the phase change's tokens, PSA against plain (seed means, where every seed has one)."""
     a, b = _mean_tokens(plain["phase_change"]), _mean_tokens(psa["phase_change"])
     if b is None:
-        return f"(a) phase change at {_when(psa['phase_change'])}"
+        return f"(a) phase change at {when(psa['phase_change'])}"
     if a is None:
-        return f"(a) phase change at {_when(psa['phase_change'])}, where the plain model has none on every seed"
+        return f"(a) phase change at {when(psa['phase_change'])}, where the plain model has none on every seed"
     return f"(a) phase change at {b / 1e6:.1f}M tokens against {a / 1e6:.1f}M, {a / b:.1f}× earlier"
 
 
@@ -285,3 +286,21 @@ def check_repeats(train_tokens: int, config: RunConfig) -> float:
                          f"would read them {times:.1f} times (at most {MAX_REPEATS:g}): this machine's installed packages "
                          "are too few; give the sweep a larger corpus or a smaller budget")
     return times
+
+
+def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
+    """``text_plots.plot_copying`` of every model's first seed against training tokens (best prefix-matching
+    head, ICL score, random-token copy gain, bits per byte), each phase change and first copying marked."""
+    from psattn.experiments.phase_change import COPY_THRESHOLD, THRESHOLD
+    from psattn.experiments.text_plots import plot_copying
+
+    first: dict[tuple[int, str, float], dict[str, Any]] = {}
+    for result in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
+        first.setdefault(model_key(result), result)
+    order = {v: i for i, (v, _) in enumerate(VARIANTS)}
+    ordered = sorted(first.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9)))
+    histories = {model_label(*m): r["history"] for m, r in ordered}
+    context = next(iter(first.values()))["config"]["task"]["seq_len"]
+    return plot_copying(histories, path, context=context, threshold=THRESHOLD, copy_threshold=COPY_THRESHOLD,
+                        changes={k: detect_phase_change(h) for k, h in histories.items()},
+                        copying={k: detect_copying(h) for k, h in histories.items()})
