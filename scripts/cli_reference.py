@@ -1,8 +1,9 @@
-"""Write docs/cli.md, the command-line reference, from the ``psattn`` argument parser itself: every
-command's and subcommand's ``-h`` page, in the parser's order. ``tests/cli/test_cli_reference.py``
-fails when the committed page differs from what this script writes, so the page cannot drift.
+"""The command-line reference, from the ``psattn`` argument parser itself: every command's and
+subcommand's ``-h`` page, in the parser's order. The site's build writes it into docs/cli.md where the
+page says ``<!-- psattn-cli-reference -->`` (``scripts/mkdocs_hooks.py``), so the page cannot drift
+from the code; ``tests/test_docs_site.py`` checks the built page against the parser.
 
-    python scripts/cli_reference.py > docs/cli.md
+    python scripts/cli_reference.py     # the same text, printed
 """
 
 from __future__ import annotations
@@ -10,14 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-INTRO = """# Command-line reference
-
-Every `psattn` command and its options, as `psattn COMMAND -h` prints them (generated from the
-parser by `python scripts/cli_reference.py > docs/cli.md`; a test fails when this page and the
-parser differ). Every command takes `-q/--quiet` and `-v/--verbose`; an option's default is shown
-after its help. The commands in order:
-"""
 
 
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -36,8 +29,7 @@ def reference() -> str:
 
     parser = build_parser()
     found = list(commands(parser))
-    lines = [INTRO]
-    lines += [f"- [`psattn {' '.join(path)}`](#psattn-{'-'.join(path)}): {summary}" for path, summary, _ in found]
+    lines = [f"- [`psattn {' '.join(path)}`](#psattn-{'-'.join(path)}): {summary}" for path, summary, _ in found]
     lines += ["", "## psattn", "", "```text", parser.format_help().rstrip(), "```"]
     for path, _, sub in found:
         lines += ["", f"{'#' * min(len(path) + 1, 4)} psattn {' '.join(path)}", "", "```text", sub.format_help().rstrip(), "```"]

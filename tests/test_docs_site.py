@@ -107,3 +107,18 @@ def test_search_indexes_greek_letters_and_papers_are_links(site):
     assert any("γ" in doc["text"] for doc in index["docs"])
     home = (site / "index.html").read_text()
     assert 'href="https://arxiv.org/abs/2609.32319"' in home and "pip install" in home
+
+
+def test_the_cli_reference_page_is_every_command_s_help_from_the_parser(site, monkeypatch):
+    import html
+
+    monkeypatch.setenv("COLUMNS", "100")  # the width the build writes the help at
+    from psattn.cli import build_parser
+
+    reference = __import__("runpy").run_path(str(ROOT / "scripts" / "cli_reference.py"))
+    page = html.unescape((site / "cli" / "index.html").read_text())
+    found = list(reference["commands"](build_parser()))
+    assert {" ".join(path) for path, _, _ in found} >= {"train", "generate", "footprint", "configs", "hf-demo", "certify",
+                                                          "theory gamma-c", "meanfield run"}
+    for _, _, parser in found:
+        assert parser.format_help().rstrip() in page, parser.prog
