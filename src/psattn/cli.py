@@ -228,6 +228,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     saved = None if args.run_dir is None else Path(args.run_dir) / "config.json"
+    if args.config is not None and not args.config.strip():
+        raise ValueError("--config is empty: name a JSON config file or a shipped config (psattn configs lists them)")
     if args.config:
         config = RunConfig.from_file(args.config)
     elif saved is not None and saved.is_file():  # the run's own config: the same command continues it

@@ -117,7 +117,13 @@ def test_sweep_runs_in_parallel_and_skips_finished(tmp_path):
         run_sweep(configs + configs[:1], tmp_path)
 
 
-@pytest.mark.parametrize("content", ["{garbage", "[1, 2]", "{}", '{"final_accuracy": 1.0}'])
+JUNK_VALUES = json.dumps({"final_accuracy": "x", "best_accuracy": 0.5, "emergence_step": None, "steps": 4,
+                          "history": [{"step": 0}]})
+
+
+@pytest.mark.parametrize("content", ["{garbage", "[1, 2]", "{}", '{"final_accuracy": 1.0}', JUNK_VALUES,
+                                     JUNK_VALUES.replace('"steps": 4', '"steps": -1').replace('"x"', "0.5"),
+                                     JUNK_VALUES.replace('"x"', "0.5").replace('[{"step": 0}]', '["row"]')])
 def test_a_result_json_that_is_not_a_result_is_finished_again(tmp_path, content, caplog):
     config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
     first = run_sweep([config], tmp_path, workers=1, progress=False)
@@ -125,6 +131,14 @@ def test_a_result_json_that_is_not_a_result_is_finished_again(tmp_path, content,
     assert load_result(tmp_path / config.name) is None and "is not a run result" in caplog.text
     again = run_sweep([config], tmp_path, workers=1, progress=False)  # resumed at its last step: no training
     assert again[config.name]["history"] == first[config.name]["history"]
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "", "/tmp/abs"])
+def test_a_sweep_writes_only_inside_its_out_dir(tmp_path, name):
+    config = dataclasses.replace(tiny(small_config("key_only", 1.0, d_model=32, n_heads=2)), name=name)
+    with pytest.raises(ValueError, match="not a plain folder name"):
+        run_sweep([config], tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "out").exists()
 
 
 def fake_result(variant, gamma, seed, final, emergence, task="induction"):

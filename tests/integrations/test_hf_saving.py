@@ -151,3 +151,18 @@ def test_text_generation_pipeline(tmp_path):
     from_disk = pipeline("text-generation", model=str(tmp_path), dtype=torch.float64)
     assert psa_spec(from_disk.model) == psa_spec(model)
     assert from_disk(prompt, **kw)[0]["generated_text"] == want
+
+
+def test_psa_settings_under_a_plain_model_type_warn_and_load_with_psa(tmp_path, prompt):
+    """A config that keeps 'psa' but whose model type was edited to 'llama': transformers would build a
+    plain model; load_psa_model says so and applies the saved settings."""
+    model = _saved(tmp_path, "llama", "symmetric", 0.5)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    config["model_type"] = "llama"
+    path.write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match="keeps PSA settings .* model type is 'llama'"):
+        loaded = load_psa_model(tmp_path)
+    assert psa_spec(loaded) == PSASpec("symmetric", 0.5)
+    with torch.no_grad():
+        assert torch.allclose(loaded(prompt).logits, model(prompt).logits, atol=1e-5)

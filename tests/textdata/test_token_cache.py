@@ -157,3 +157,10 @@ def test_a_run_refuses_to_resume_on_a_changed_corpus(tmp_path):
         train(config, run_dir)
     token_cache._open.cache_clear()
     assert train(config, run_dir, resume=False).steps == 6  # a restart on the new data is allowed
+
+
+def test_an_empty_psattn_cache_means_the_default_cache(monkeypatch, tmp_path):
+    """PSATTN_CACHE="" would put the cache in ./text, where it hides the shipped config of that name."""
+    monkeypatch.setenv("PSATTN_CACHE", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert token_cache.cache_root() == tmp_path / ".cache" / "psattn"

@@ -51,7 +51,7 @@ def load_result(run_dir: str | Path) -> dict[str, Any] | None:
         result = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError):
         result = None
-    if not isinstance(result, dict) or not RESULT_KEYS <= result.keys() or not result["history"]:
+    if not _is_result(result):
         # what a full disk or a hand edit leaves: the run is trained again from its checkpoint, which
         # (the run being finished) rewrites the result without a step
         log.warning("%s is not a run result; the run will be finished again from its checkpoint", path)
@@ -59,6 +59,25 @@ def load_result(run_dir: str | Path) -> dict[str, Any] | None:
         return None
     result["config"] = read_json(run_dir / "config.json", what="run config", object_only=True)
     return result
+
+
+def _is_result(result: Any) -> bool:
+    """Whether ``result`` is what a finished run writes: accuracies in [0, 1], whole step counts, and a
+    history of metrics rows (anything else is what a full disk or a hand edit left)."""
+    if not isinstance(result, dict) or not RESULT_KEYS <= result.keys():
+        return False
+
+    def accuracy(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    history = result["history"]
+    return (accuracy(result["final_accuracy"]) and accuracy(result["best_accuracy"]) and count(result["steps"])
+            and (result["emergence_step"] is None or count(result["emergence_step"]))
+            and isinstance(history, list) and bool(history)
+            and all(isinstance(row, dict) and count(row.get("step")) for row in history))
 
 
 _STOP = None  # in a worker process: the sweep's stop event
@@ -152,6 +171,10 @@ def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ValueError("config names must be unique within a sweep")
+    for name in names:  # each run writes into out_dir/<name>, and nowhere else
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise ValueError(f"run name {name!r} is not a plain folder name; a sweep writes each run into "
+                             f"{out_dir}/<name> and nowhere else")
     for c in configs:
         saved = out_dir / c.name / "config.json"
         if saved.exists() and not holds_same_run(saved, c):

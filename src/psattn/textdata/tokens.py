@@ -45,7 +45,9 @@ class CorruptCache(ValueError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("PSATTN_CACHE", Path.home() / ".cache" / "psattn")).expanduser()
+    """``$PSATTN_CACHE``, or ``~/.cache/psattn`` when it is unset or empty (an empty value would put the
+    cache in the working directory)."""
+    return Path(os.environ.get("PSATTN_CACHE", "").strip() or Path.home() / ".cache" / "psattn").expanduser()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
 from psattn.integrations.hf.saving import (
+    PREFIX,
     base_model_type,
     mark_config,
     psa_model_class,
@@ -269,6 +271,13 @@ def load_psa_model(
         auto = model_class or AutoModelForCausalLM
         return auto.from_config(source) if isinstance(source, PretrainedConfig) else auto.from_pretrained(source, **kwargs)
     saved = saved_spec(config)
+    if saved is not None and not (config.model_type or "").startswith(PREFIX):
+        # a config whose PSA settings survived an edit of its model type: transformers builds it plain
+        warnings.warn(f"{source if not isinstance(source, PretrainedConfig) else 'this config'} keeps PSA settings "
+                      f"({saved}) but its model type is {config.model_type!r}, not {PREFIX + config.model_type!r}, so "
+                      "transformers builds a plain model from it; load_psa_model applies those settings to it",
+                      stacklevel=2)
+    marked = saved is not None and (config.model_type or "").startswith(PREFIX)
     # Validate the options before loading any weights.
     spec = PSASpec(**{**(saved.to_dict() if saved else {}), **given})
     implementation_name(attn_implementation)
@@ -279,7 +288,7 @@ def load_psa_model(
         )
     cls: Any = model_class or AutoModelForCausalLM
     kwargs.setdefault("attn_implementation", attn_implementation)
-    if saved is not None and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
+    if marked and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
         cls = psa_model_class(cls)
     if isinstance(source, PretrainedConfig):
         # the Auto classes build from a config with from_config, concrete model classes with _from_config
@@ -287,7 +296,7 @@ def load_psa_model(
         model = build(source, **kwargs)
     else:
         model = cls.from_pretrained(source, **kwargs)
-    if saved is not None:
+    if marked:
         return model  # built with PSA applied (see .saving)
     return apply_psa(model, **spec.to_dict(), attn_implementation=attn_implementation)
 
