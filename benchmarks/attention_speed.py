@@ -54,6 +54,19 @@ def operator_benchmarks(B, H, T, D, gamma, repeats, device):
     return rows
 
 
+def layer_benchmark(B, H, T, D, gamma, repeats, device):
+    """The whole attention layer (projections, RoPE, shear, attention, output projection) forward and
+    backward on a causal batch: what the shear costs a model's training step."""
+    torch.manual_seed(0)
+    layers = {
+        "sdpa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("baseline")).to(device),
+        "psa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("symmetric", gamma)).to(device),
+    }
+    x = torch.randn(B, T, H * D, device=device, requires_grad=True)
+    runs = {name: synced(lambda layer=layer: layer(x).sum().backward(), device) for name, layer in layers.items()}
+    return interleaved_medians(runs, repeats, warmup=3)
+
+
 def decode_benchmark(B, H, T, D, gamma, repeats, device):
     """One new token attending to T cached tokens, through the full attention layer (projections,
     RoPE, shear, cache append, SDPA)."""
@@ -100,6 +113,7 @@ def main() -> None:
     device = torch.device(args.device)
 
     rows = operator_benchmarks(B, H, T, D, args.gamma, args.repeats, device)
+    rows["layer forward+backward"] = layer_benchmark(B, H, T, D, args.gamma, args.repeats, device)
     decode, per_token, extra = decode_benchmark(B, H, T, D, args.gamma, args.repeats, device)
     rows["decode step (layer, symmetric)"] = decode
 

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from psattn.experiments.configs import small_config
 from psattn.models import AttentionConfig, DecoderLM, preset
 from psattn.ops import psa_attention, psa_attention_reference
+from psattn.timing import interleaved_medians
 from psattn.training.trainer import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_commands.py beside this file
@@ -156,6 +157,11 @@ def kernel_ratios(device: torch.device, shape: tuple[int, int, int, int], dtype:
     return results
 
 
+def _interleaved_ms(runs: dict, measure, repeats: int, warmup: int) -> dict[str, float]:
+    """Median milliseconds of each run, interleaved (the warm-up rounds also compile and autotune)."""
+    return {name: t * 1e3 for name, t in interleaved_medians(runs, repeats, warmup, measure).items()}
+
+
 def _psa(backend: str):
     return lambda q, k, v: psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, backend=backend)
 
@@ -191,14 +197,7 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
 
         with sdpa_kernel([flash]):
             for label, make in (("forward", forward), ("forward+backward", forward_backward)):
-                runs = {name: make(fn) for name, fn in fns.items()}
-                for run in runs.values():  # warm-up (and autotuning)
-                    run()
-                times: dict[str, list[float]] = {name: [] for name in runs}
-                for _ in range(repeats):
-                    for name, run in runs.items():
-                        times[name].append(measure(run))
-                med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+                med = _interleaved_ms({name: make(fn) for name, fn in fns.items()}, measure, repeats, warmup=1)
                 row[label] = {**{f"{name}_ms": value for name, value in med.items()},
                               "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
                               "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"]}
@@ -244,15 +243,7 @@ def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             steps[name] = step
-        measure = _timer(device)
-        for step in steps.values():  # warm-up and compilation
-            for _ in range(3):
-                step()
-        times: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(repeats):
-            for name, step in steps.items():
-                times[name].append(measure(step))
-        med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+        med = _interleaved_ms(steps, _timer(device), repeats, warmup=3)  # warm-up: compilation too
         out[mode] = {"plain_ms": med["plain"], "psa_ms": med["psa"], "ratio": med["psa"] / med["plain"]}
         print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}",
               flush=True)
