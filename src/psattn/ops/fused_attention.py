@@ -80,6 +80,33 @@ def _sheared_rows(base, prev_base, starts_base, rows, cols, T, stride_t, stride_
 
 
 @triton.jit
+def _forward_tiles(q, acc, l, m, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
+                   svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                   SHEAR_K: tl.constexpr, HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr,
+                   REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr):
+    """The online softmax over the key tiles [lo, hi): returns the updated (acc, l, m). ``MASKED``
+    tiles may hold keys past Tk or (causal) after a query row; the others are wholly visible."""
+    for start_n in range(lo, hi, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
+        k = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K,
+                          HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_N, D): k̂
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        if MASKED:
+            seen = keys[None, :] < Tk
+            if CAUSAL:
+                seen = seen & (keys[None, :] <= rows[:, None])
+            s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
+        m = m_new
+    return acc, l, m
+
+
+@triton.jit
 def _forward_kernel(
     Q, K, V, PQ, PK, S, O, LSE,
     sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod,
@@ -101,27 +128,47 @@ def _forward_kernel(
     l = tl.zeros((BLOCK_M,), ACC)  # running sum of their exponentials
     acc = tl.zeros((BLOCK_M, D), ACC)
     k_base, v_base = K + b * skb + hk * skh, V + b * svb + hk * svh
+    pk_base, s_base = PK + b * spkb + hk * spkh, S + b * ssb
+    # key tiles wholly visible to every row of this tile (below the diagonal, inside Tk), then the rest
+    whole = (Tk // BLOCK_N) * BLOCK_N
+    if CAUSAL:  # BLOCK_M is a multiple of BLOCK_N: the tiles before this row tile's first row are whole
+        whole = tl.minimum(whole, pid_m * BLOCK_M)
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
-    for start_n in range(0, end, BLOCK_N):
-        keys = start_n + tl.arange(0, BLOCK_N)
-        k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
-                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
-        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
-        seen = keys[None, :] < Tk
-        if CAUSAL:
-            seen = seen & (keys[None, :] <= rows[:, None])
-        s = tl.where(seen, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
-        m = m_new
+    acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd,
+                               spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, False, CAUSAL, SHEAR_K, HAS_PREV_K,
+                               HAS_STARTS, REPLICATE, PRECISION, ACC)
+    acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd,
+                               spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, True, CAUSAL, SHEAR_K, HAS_PREV_K,
+                               HAS_STARTS, REPLICATE, PRECISION, ACC)
     out = acc / l[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, out.to(O.dtype.element_ty),
              mask=(rows < Tq)[:, None])
     tl.store(LSE + pid_bh * Tq + rows, m + tl.log2(l), mask=rows < Tq)
+
+
+@triton.jit
+def _dkdv_tiles(k, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_base, do_base, lse_base, delta_base, Tq, sqt,
+                sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+                SHEAR_Q: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
+                PRECISION: tl.constexpr, ACC: tl.constexpr):
+    """dk̂ and dv of one key tile from the query tiles [lo, hi) of one query head; ``MASKED``: the
+    causal mask applies inside these tiles."""
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q = _sheared_rows(q_base, pq_base, s_base, rows, cols, Tq, sqt, sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q,
+                          HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_M, D): q̂
+        do = tl.load(do_base + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None], other=0.0)
+        lse = tl.load(lse_base + rows, mask=rows < Tq, other=float("inf"))
+        delta = tl.load(delta_base + rows, mask=rows < Tq, other=0.0)
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_N, BLOCK_M)
+        p_t = tl.exp2(s_t - lse[None, :])
+        if MASKED:
+            p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION, out_dtype=ACC)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
+    return dk, dv
 
 
 @triton.jit
@@ -145,29 +192,45 @@ def _dkdv_kernel(
                 other=0.0)
     dk = tl.zeros((BLOCK_N, D), ACC)
     dv = tl.zeros((BLOCK_N, D), ACC)
-    lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0  # earlier queries see none of these keys
+    # causal: query tiles before the diagonal see none of these keys, those on it some (masked), the
+    # later ones all (BLOCK_N is a multiple of BLOCK_M). Keys past Tk and rows past Tq need no mask:
+    # their rows of dk̂ and dv are not stored, and a row past Tq has probability 0 (its lse is +inf).
+    lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    whole = tl.minimum((pid_n + 1) * BLOCK_N, Tq) if CAUSAL else 0
     for g in range(0, G):
         h = hk * G + g
-        for start_m in range(lo, Tq, BLOCK_M):
-            rows = start_m + tl.arange(0, BLOCK_M)
-            q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt,
-                              sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
-            do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod,
-                         mask=(rows < Tq)[:, None], other=0.0)
-            lse = tl.load(LSE + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=float("inf"))
-            delta = tl.load(DELTA + (b * Hq + h) * Tq + rows, mask=rows < Tq, other=0.0)
-            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (N, M)
-            seen = (keys[:, None] < Tk) & (rows[None, :] < Tq)
-            if CAUSAL:
-                seen = seen & (keys[:, None] <= rows[None, :])
-            p_t = tl.where(seen, tl.exp2(s_t - lse[None, :]), 0.0)  # (BLOCK_N, BLOCK_M)
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION, out_dtype=ACC)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)
-            ds_t = p_t * (dp_t - delta[None, :])
-            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
+        q_base, pq_base, s_base = Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb
+        do_base, stats = DO + b * sdob + h * sdoh, (b * Hq + h) * Tq
+        dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, lo, whole, q_base, pq_base, s_base, do_base, LSE + stats,
+                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, True, SHEAR_Q,
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC)
+        dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, whole, Tq, q_base, pq_base, s_base, do_base, LSE + stats,
+                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, False, SHEAR_Q,
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
     tl.store(DV + out, dv, mask=(keys < Tk)[:, None])
+
+
+@triton.jit
+def _dq_tiles(q, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
+              svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, SHEAR_K: tl.constexpr,
+              HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr,
+              ACC: tl.constexpr):
+    """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED``: the causal mask applies inside."""
+    for start_n in range(lo, hi, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
+        k = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K,
+                          HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_N, D): k̂
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        p = tl.exp2(s - lse[:, None])
+        if MASKED:
+            p = tl.where(keys[None, :] <= rows[:, None], p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
+    return dq
 
 
 @triton.jit
@@ -194,20 +257,18 @@ def _dq_kernel(
     delta = tl.load(DELTA + pid_bh * Tq + rows, mask=rows < Tq, other=0.0)
     dq = tl.zeros((BLOCK_M, D), ACC)
     k_base, v_base = K + b * skb + hk * skh, V + b * svb + hk * svh
+    pk_base, s_base = PK + b * spkb + hk * spkh, S + b * ssb
+    # causal: the key tiles before this row tile's first row are wholly visible (BLOCK_M is a multiple
+    # of BLOCK_N), those up to its last row masked. Keys past Tk need no mask: their rows of k̂ and v
+    # are zero, so they add nothing to dq̂.
+    whole = tl.minimum(pid_m * BLOCK_M, Tk) if CAUSAL else Tk
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
-    for start_n in range(0, end, BLOCK_N):
-        keys = start_n + tl.arange(0, BLOCK_N)
-        k = _sheared_rows(k_base, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd, spkd, sst,
-                          gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
-        v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (M, N)
-        seen = (keys[None, :] < Tk) & (rows[:, None] < Tq)
-        if CAUSAL:
-            seen = seen & (keys[None, :] <= rows[:, None])
-        p = tl.where(seen, tl.exp2(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
+    dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
+                   sst, svt, svd, gamma_k, scale, BLOCK_N, False, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
+                   PRECISION, ACC)
+    dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
+                   sst, svt, svd, gamma_k, scale, BLOCK_N, True, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
+                   PRECISION, ACC)
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
 
@@ -234,7 +295,8 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 
 #: tile shapes the GPU tries (rows of queries, rows of keys, warps, pipeline stages), tuned once per head
 #: dimension and switch set (not per length: a new length reuses the choice); the interpreter takes
-#: 16 x 16 tiles, the smallest tl.dot takes
+#: 16 x 16 tiles, the smallest tl.dot takes. The causal split into whole and masked tiles needs BLOCK_M
+#: to be a multiple of BLOCK_N in the forward and dq kernels, and the converse in the dk/dv kernel.
 _KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
 _TUNED = {
     "forward": triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4)]),
