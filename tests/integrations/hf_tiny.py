@@ -2,44 +2,11 @@
 
 import torch
 
-VOCAB = 61
-PAD = 0
+from psattn.integrations.hf.support import PAD, TINY, VOCAB, tiny_config  # noqa: F401  (re-exported for the tests)
 
-# Small enough to run in milliseconds, with weights large enough (initializer_range) that outputs
-# depend strongly on the input, in float64 so that equivalence checks can be tight.
-COMMON = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-    max_position_embeddings=256, pad_token_id=PAD, bos_token_id=None, eos_token_id=None,
-    initializer_range=0.25, tie_word_embeddings=False,
-)
-
-ARCH_EXTRAS = {
-    "llama": {},
-    "qwen2": {},
-    "qwen3": dict(head_dim=8),
-    # A sliding window shorter than the test sequences exercises the sliding mask and the cache
-    # conversion of sliding layers.
-    "mistral": dict(sliding_window=6),
-    # no_rope_layer_interval=2: the second layer has no RoPE at all (NoPE).
-    "smollm3": dict(no_rope_layer_interval=2),
-    "mixtral": dict(num_local_experts=2, num_experts_per_tok=1),
-    "qwen2_moe": dict(
-        num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16
-    ),
-    "qwen3_moe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, head_dim=8),
-    "olmo2": {},
-}
+ARCH_EXTRAS = TINY
 CORE = ["llama", "qwen2", "qwen3", "mistral", "smollm3"]
 EXTRA = ["mixtral", "qwen2_moe", "qwen3_moe", "olmo2"]
-
-
-def tiny_config(arch: str = "llama", gqa: bool = True, **overrides):
-    """The config of a 2-layer model of ``arch`` with 4 query heads and 2 (GQA) or 4 (MHA) KV heads."""
-    import transformers
-
-    fields = dict(COMMON, num_key_value_heads=2 if gqa else 4, **ARCH_EXTRAS[arch])
-    fields.update(overrides)
-    return transformers.AutoConfig.for_model(arch, **fields)
 
 
 def tiny_model(arch: str = "llama", gqa: bool = True, seed: int = 0, **overrides):

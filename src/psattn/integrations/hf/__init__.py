@@ -10,6 +10,7 @@
 Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids and masks),
 ``.cache`` (``PSALayer`` / ``PSADynamicCache``), ``.attention`` (the registered attention functions),
 ``.hooks`` (hook points for ``capture``), ``.saving`` (the ``psattn_<base>`` model types),
+``.detect`` (the dry run that finds the attention modules), ``.support`` (the tested model types),
 ``.patch`` (apply / remove / load), ``.warmup`` (γ warm-up for converting a model).
 
 Importing this package imports transformers and registers with its Auto classes the ``psattn_<base>``

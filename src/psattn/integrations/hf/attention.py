@@ -45,7 +45,7 @@ class PSAStep:
     layer: PSALayer | None
 
 
-def _eager_base(module):
+def eager_base(module):
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
         raise NotImplementedError(
@@ -98,7 +98,7 @@ def psa_sdpa(module, query, key, value, attention_mask, **kwargs):
 
 def psa_eager(module, query, key, value, attention_mask, **kwargs):
     """PSA on the model's own eager attention function (explicit weights, ``output_attentions``)."""
-    return psa_attention_forward(_eager_base(module), module, query, key, value, attention_mask, **kwargs)
+    return psa_attention_forward(eager_base(module), module, query, key, value, attention_mask, **kwargs)
 
 
 IMPLEMENTATIONS: dict[str, tuple[str, Callable[..., Any], Callable[..., Any]]] = {

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 from transformers import PretrainedConfig
+from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
+from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
 from psattn.integrations.hf.saving import (
     PREFIX,
@@ -46,6 +48,7 @@ from psattn.integrations.hf.saving import (
 )
 from psattn.integrations.hf.spec import PSASpec, PSAVariant
 from psattn.integrations.hf.starts import chunk_starts
+from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
 from psattn.ops.variants import Placement
 
@@ -54,20 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# model_type -> attention module class. Each of these applies RoPE in its attention module, then
-# calls cache.update, then the registered attention function: the pattern PSA relies on (checked
-# by tests/integrations for every entry).
-SUPPORTED = {
-    "llama": "LlamaAttention",
-    "mistral": "MistralAttention",
-    "mixtral": "MixtralAttention",
-    "qwen2": "Qwen2Attention",
-    "qwen2_moe": "Qwen2MoeAttention",
-    "qwen3": "Qwen3Attention",
-    "qwen3_moe": "Qwen3MoeAttention",
-    "smollm3": "SmolLM3Attention",
-    "olmo2": "Olmo2Attention",
-}
+# The model types whose tiny random models the tests check (see ``.support``); registered with the Auto
+# classes at import so that a saved PSA model of these types loads in a new process. Any other model
+# type that passes the dry run of ``.detect`` works too and is registered when ``apply_psa`` patches it.
+SUPPORTED: tuple[str, ...] = TESTED
 
 
 @dataclass
@@ -90,7 +83,7 @@ def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, k
         )
     hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
     B, T = hidden.shape[:2]
-    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
     layer = psa_layer(cache, module.layer_idx, spec) if cache is not None else None
     past = layer.get_seq_length() if layer is not None else 0
     starts = chunk_starts(B, T, past, kwargs.get("position_ids"), kwargs.get("attention_mask"), hidden.device)
@@ -100,26 +93,13 @@ def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, k
     return args, kwargs
 
 
-def _attention_modules(model: nn.Module) -> list[nn.Module]:
+def _attention_modules(model: nn.Module, base: str) -> tuple[list[nn.Module], Any]:
+    """The attention modules PSA patches (see ``.detect``) and the config object the model held."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "set_attn_implementation"):
         raise TypeError(f"apply_psa needs a transformers PreTrainedModel, got {type(model).__name__}")
     if getattr(config, "is_encoder_decoder", False):
         raise NotImplementedError("PSA supports decoder-only models; encoder-decoder models are not supported")
-    model_type = base_model_type(getattr(config, "model_type", None))
-    if model_type is None or model_type not in SUPPORTED:
-        raise NotImplementedError(
-            f"PSA does not support model_type {model_type!r} ({type(model).__name__}); supported: "
-            f"{sorted(SUPPORTED)}. PSA needs rotary position embeddings applied inside the attention module "
-            "before the cache update and the registered attention function."
-        )
-    modules = [m for m in model.modules() if type(m).__name__ == SUPPORTED[model_type]]
-    expected = getattr(config.get_text_config(decoder=True), "num_hidden_layers", len(modules))
-    if not modules or len(modules) != expected or not all(hasattr(m, "layer_idx") for m in modules):
-        raise NotImplementedError(
-            f"found {len(modules)} {SUPPORTED[model_type]} modules for {expected} layers; this {type(model).__name__} "
-            "does not have the layout PSA supports"
-        )
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     windowed = getattr(config, "use_sliding_window", True) and (
@@ -127,7 +107,14 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
     )
     if windowed and window is not None and window < 2:  # None: no window
         raise NotImplementedError(f"sliding_window={window} hides each token's predecessor; PSA needs a window >= 2")
-    return modules
+    shared = _own_config(model)
+    try:
+        pattern = find_attention(model, base)
+    except BaseException:
+        _point_config(model, model.config, shared)
+        raise
+    log.info("PSA pattern holds in %s: %s", type(model).__name__, pattern.describe())
+    return pattern.modules, shared
 
 
 def apply_psa(
@@ -160,9 +147,9 @@ def apply_psa(
     name = implementation_name(attn_implementation)
     if getattr(model, "_psa_state", None) is not None:
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
-    modules = _attention_modules(model)
     register_attention()
-    shared = _own_config(model)
+    modules, shared = _attention_modules(model, attn_implementation)
+    register_auto_classes([base_model_type(model.config.model_type)])
     original = model.config._attn_implementation
     model.set_attn_implementation(name)
     if model.config._attn_implementation != name:

@@ -63,7 +63,22 @@ class _BuildsWithPSA:
             raise ValueError(f"{type(self).__name__} needs a config with PSA settings ('psa'), got {type(config).__name__}")
         implementation = config._attn_implementation or "sdpa"
         base = implementation.removeprefix("psa_")
+        if any(p.device.type == "meta" for p in self.parameters()):  # from_pretrained: weights come later
+            self._psa_pending = (spec, base)
+            return
         apply_psa(self, **spec.to_dict(), attn_implementation=base)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Load, then apply PSA (the dry run of ``apply_psa`` needs the loaded weights)."""
+        from psattn.integrations.hf.patch import apply_psa
+
+        model = super().from_pretrained(*args, **kwargs)
+        pending = vars(model).pop("_psa_pending", None)
+        if pending is not None:
+            spec, base = pending
+            apply_psa(model, **spec.to_dict(), attn_implementation=base)
+        return model
 
 
 @cache
@@ -111,6 +126,8 @@ def unmark_config(config: PretrainedConfig, original: type[PretrainedConfig]) ->
 def register_auto_classes(model_types) -> None:
     """Register ``psattn_<base>`` with ``AutoConfig`` and ``AutoModelForCausalLM`` (idempotent)."""
     for base in model_types:
+        if base not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or base not in CONFIG_MAPPING:
+            continue  # a model type transformers does not map to a causal LM class: nothing to register
         config_cls = psa_config_class(base)
         model_cls = psa_model_class(getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[base]))
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)

@@ -1,0 +1,276 @@
+"""Which attention modules of a transformers model PSA can patch, found by a dry run of the model.
+
+PSA shears the post-RoPE queries and keys that attention sees (arXiv:2502.11922's lift, placed after
+RoPE; see ``psattn.ops.shear``). Inside a transformers model that is exact when each attention module
+
+1. applies rotary position embeddings to q and k (a module-level ``apply_*rotary*`` / ``apply_*rope*``
+   function of its modeling file),
+2. then calls the cache's ``update(k, v, layer_idx)`` once, with its own ``layer_idx``,
+3. then calls the registered attention function once, with itself as the module, the keys and values
+   that ``update`` returned and the attention mask it received.
+
+``find_attention`` checks this on the model itself: it runs one forward pass on a tiny left-padded input
+(4 tokens, under ``no_grad`` in eval mode, RNG state kept) with the attention implementation routed
+through a recording function, and records in each module call the rotary calls, the cache updates and
+the attention calls in order. A model qualifies when every module that calls the attention function
+follows the pattern and at least one of them applies rotary embeddings (layers without RoPE, as in
+SmolLM3's NoPE layers, are sheared on their raw q and k). A model that does not is refused with a
+one-line error naming what differs.
+
+What the dry run also reports: partial rotary (only the first r of the head's D channels turn; the
+shear acts on all D channels, rotated or not, as it acts on whatever q and k attention gets) and the
+keyword arguments the module passes to the attention function beyond the usual ones (soft-capping,
+sliding windows, sinks), which the base kernel handles as it does without PSA.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers.cache_utils import Cache
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
+
+from psattn.integrations.hf.attention import eager_base
+
+ROPE_FUNCTION = re.compile(r"^apply_\w*(rotary|rope)\w*$")
+# attention arguments that change what the base kernel computes; reported by ``AttentionPattern.describe``
+NOTABLE_KWARGS = frozenset({"softcap", "sliding_window", "s_aux", "sinks", "position_bias"})
+
+
+@dataclass
+class AttentionPattern:
+    """What the dry run found: the attention modules to patch and how they use rotary embeddings."""
+
+    modules: list[nn.Module]
+    rotary_channels: dict[int, int]  # layer_idx -> rotated channels per head (absent: no RoPE in that layer)
+    head_dim: dict[int, int]  # layer_idx -> channels per query/key head
+    extra_kwargs: set[str] = field(default_factory=set)
+
+    def describe(self) -> str:
+        """One line: how many layers, which channels turn, which extra attention arguments."""
+        partial = sorted({(r, self.head_dim[i]) for i, r in self.rotary_channels.items() if r < self.head_dim[i]})
+        nope = len(self.modules) - len(self.rotary_channels)
+        parts = [f"{len(self.modules)} attention modules"]
+        if partial:
+            parts.append("partial rotary (" + ", ".join(f"{r} of {d} channels turn" for r, d in partial)
+                         + "; the shear acts on all channels)")
+        if nope:
+            parts.append(f"{nope} without RoPE")
+        if self.extra_kwargs:
+            parts.append("attention arguments " + ", ".join(sorted(self.extra_kwargs)))
+        return "; ".join(parts)
+
+
+@dataclass
+class _Call:
+    """One forward call of one module, and what happened inside it."""
+
+    module: nn.Module
+    kwargs: dict[str, Any]
+    events: list[tuple] = field(default_factory=list)  # ("rope", channels) | ("update", idx, k, v) | ("attend", ...)
+
+
+class _Recorder:
+    def __init__(self):
+        self.stack: list[_Call] = []
+        self.calls: list[_Call] = []
+        self.caches: list[Cache] = []
+
+    def enter(self, module, args, kwargs):
+        call = _Call(module, kwargs)
+        self.stack.append(call)
+        self.calls.append(call)
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, Cache) and all(value is not c for c in self.caches):
+                self._watch(value)
+
+    def leave(self, module, args, kwargs, output):
+        if self.stack and self.stack[-1].module is module:
+            self.stack.pop()
+
+    def note(self, event: tuple) -> None:
+        for call in self.stack:
+            call.events.append(event)
+
+    def _watch(self, cache: Cache) -> None:
+        self.caches.append(cache)
+        update = cache.update
+
+        def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
+            keys, values = update(key_states, value_states, layer_idx, *args, **kwargs)
+            self.note(("update", layer_idx, keys, values))
+            return keys, values
+
+        cache.update = recording_update  # type: ignore[method-assign]  # an instance attribute, deleted after the run
+
+    def rope(self, fn: Callable) -> Callable:
+        def recording_rope(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+            self.note(("rope", None if first is None else first.shape[-1]))
+            return out
+
+        return recording_rope
+
+    def attend(self, module, query, key, value, attention_mask, kwargs) -> None:
+        notable = {k for k, v in kwargs.items() if k in NOTABLE_KWARGS and v is not None}
+        event = ("attend", module, query, key, value, attention_mask, notable)
+        for call in self.stack:
+            if call.module is module:
+                call.events.append(event)
+                return
+        self.note(event)
+
+
+_ACTIVE: list[_Recorder] = []
+
+
+def _probe(base: Callable[..., Any] | None) -> Callable[..., Any]:
+    def probe(module, query, key, value, attention_mask, **kwargs):
+        if _ACTIVE:
+            _ACTIVE[-1].attend(module, query, key, value, attention_mask, kwargs)
+        fn = base if base is not None else eager_base(module)
+        return fn(module, query, key, value, attention_mask, **kwargs)
+
+    return probe
+
+
+def _register_probes() -> None:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bases: dict[str, tuple[Callable[..., Any] | None, Callable[..., Any]]] = {
+        "sdpa": (sdpa_attention_forward, sdpa_mask), "eager": (None, eager_mask)}  # None: the model's own eager
+    for name, (base, mask) in bases.items():
+        AttentionInterface.register(f"psa_probe_{name}", _probe(base))
+        AttentionMaskInterface.register(f"psa_probe_{name}", mask)
+
+
+def _dry_input(model: Any) -> tuple[Tensor, Tensor]:
+    """(1, 4) token ids that are no special token, and a mask with one left pad."""
+    config = model.config
+    text = config.get_text_config(decoder=True)
+    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 8
+    special = {v for c in (config, text) for k, v in vars(c).items()
+               if isinstance(v, int) and (k.endswith("_token_id") or k.endswith("_token_index"))}
+    ids = [i for i in range(1, vocab) if i not in special][:4]
+    device = model.get_input_embeddings().weight.device
+    return torch.tensor([ids], device=device), torch.tensor([[0, 1, 1, 1]], device=device)
+
+
+def _record(model: Any, base: str) -> _Recorder:
+    recorder = _Recorder()
+    patched: list[tuple[Any, str, Any]] = []  # (python module, name, original function)
+    for pymod in {sys.modules.get(type(m).__module__) for m in model.modules()} - {None}:
+        for name, fn in list(vars(pymod).items()):
+            if ROPE_FUNCTION.match(name) and callable(fn) and not isinstance(fn, type):
+                patched.append((pymod, name, fn))
+                setattr(pymod, name, recorder.rope(fn))
+    handles = [h for m in model.modules() for h in (
+        m.register_forward_pre_hook(recorder.enter, with_kwargs=True),
+        m.register_forward_hook(recorder.leave, with_kwargs=True, always_call=True))]
+    modes = {m: m.training for m in model.modules()}
+    original = model.config._attn_implementation
+    ids, mask = _dry_input(model)
+    devices = [ids.device] if ids.device.type == "cuda" else []
+    _ACTIVE.append(recorder)
+    try:
+        model.set_attn_implementation(f"psa_probe_{base}")
+        model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            model(input_ids=ids, attention_mask=mask, use_cache=True)
+    except Exception as err:  # noqa: BLE001  (any failure of the model's own forward is reported in one line)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise NotImplementedError(
+            f"PSA could not check {type(model).__name__}: its forward pass on a 4-token input failed "
+            f"({type(err).__name__}: {first[:200]})") from err
+    finally:
+        _ACTIVE.pop()
+        for h in handles:
+            h.remove()
+        for pymod, name, fn in patched:
+            setattr(pymod, name, fn)
+        for cache in recorder.caches:
+            vars(cache).pop("update", None)
+        for m, training in modes.items():
+            m.training = training
+        model.set_attn_implementation(original or "sdpa")
+    return recorder
+
+
+def _check_call(call: _Call) -> str | None:
+    """What differs from the pattern in one attention module call (None: it holds)."""
+    module = call.module
+    kind = type(module).__name__
+    attends = [e for e in call.events if e[0] == "attend" and e[1] is module]
+    if len(attends) != 1:
+        return f"{kind} calls the attention function {len(attends)} times in one forward call (PSA needs once)"
+    at = call.events.index(attends[0])
+    _, _, query, key, value, mask, _ = attends[0]
+    updates = [(i, e) for i, e in enumerate(call.events[:at]) if e[0] == "update"]
+    if not updates:
+        return (f"{kind} attends without calling past_key_values.update first (keys that are not cached, "
+                "or cached elsewhere: PSA keeps sheared keys in the cache)")
+    if len(updates) != 1:
+        return f"{kind} calls past_key_values.update {len(updates)} times before attending (PSA needs once)"
+    u, (_, layer_idx, keys, values) = updates[0]
+    if getattr(module, "layer_idx", None) != layer_idx:
+        return (f"{kind} updates cache layer {layer_idx} but has layer_idx={getattr(module, 'layer_idx', None)} "
+                "(layers that share or borrow another layer's keys)")
+    if any(e[0] == "rope" for e in call.events[u + 1:at]):
+        return f"{kind} applies rotary embeddings after past_key_values.update (the cache holds keys before RoPE)"
+    if key is not keys or value is not values:
+        return f"{kind} changes the keys or values between past_key_values.update and the attention function"
+    if mask is not None and call.kwargs.get("attention_mask") is not mask:
+        return f"{kind} attends with a mask other than the attention_mask it receives"
+    return None
+
+
+def find_attention(model: Any, base: str) -> AttentionPattern:
+    """The attention modules of ``model`` that PSA patches, checked by a dry run with the base kernel
+    ``base`` (``sdpa`` or ``eager``); NotImplementedError with a one-line reason when the pattern fails."""
+    name = type(model).__name__
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise NotImplementedError(f"apply_psa runs {name} once on a tiny input and needs its weights; they are on the "
+                                  "meta device (load them first)")
+    _register_probes()
+    recorder = _record(model, base)
+    first: dict[int, _Call] = {}
+    for call in recorder.calls:
+        for event in call.events:
+            if event[0] == "attend" and event[1] is call.module and id(call.module) not in first:
+                first[id(call.module)] = call
+    if not first:
+        raise NotImplementedError(
+            f"{name} calls no registered transformers attention function (it attends with code of its own); PSA needs "
+            "rotary position embeddings applied inside the attention module before the cache update and the "
+            "registered attention function")
+    calls = list(first.values())
+    for call in calls:
+        reason = _check_call(call)
+        if reason is not None:
+            raise NotImplementedError(f"PSA does not support {name}: {reason}")
+    rotary: dict[int, int] = {}
+    head_dim: dict[int, int] = {}
+    extra: set[str] = set()
+    for call in calls:
+        attend = next(e for e in call.events if e[0] == "attend" and e[1] is call.module)
+        layer = int(call.module.layer_idx)  # type: ignore[arg-type]  # checked by _check_call
+        head_dim[layer] = attend[2].shape[-1]
+        ropes = [e[1] for e in call.events[:call.events.index(attend)] if e[0] == "rope"]
+        if ropes:
+            rotary[layer] = max((r for r in ropes if r is not None), default=head_dim[layer])
+        extra |= attend[6]
+    if not rotary:
+        kinds = sorted({type(c.module).__name__ for c in calls})
+        raise NotImplementedError(
+            f"PSA does not support {name}: {', '.join(kinds)} applies no rotary position embeddings (PSA needs rotary "
+            "position embeddings applied inside the attention module before the cache update and the registered "
+            "attention function)")
+    return AttentionPattern([c.module for c in calls], rotary, head_dim, extra)

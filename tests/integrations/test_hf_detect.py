@@ -1,0 +1,90 @@
+"""apply_psa finds the attention modules by a dry run of the model and refuses, in one line, what differs."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from integrations.hf_tiny import tiny_config, tiny_model  # noqa: E402
+from psattn.integrations.hf import apply_psa, psa_spec  # noqa: E402
+from psattn.integrations.hf.detect import find_attention  # noqa: E402
+
+
+def refusal(model) -> str:
+    """The one-line reason apply_psa gives; the model is left as it was."""
+    config, implementation = model.config, model.config._attn_implementation
+    with pytest.raises(NotImplementedError) as err:
+        apply_psa(model)
+    message = str(err.value)
+    assert "\n" not in message
+    assert psa_spec(model) is None and model.config is config and config._attn_implementation == implementation
+    return message
+
+
+def test_the_pattern_is_found_in_every_layer():
+    model = tiny_model("smollm3")  # the second layer has no RoPE (NoPE)
+    pattern = find_attention(model, "sdpa")
+    assert pattern.modules == [layer.self_attn for layer in model.model.layers]
+    assert pattern.rotary_channels == {0: 8} and pattern.head_dim == {0: 8, 1: 8}
+    assert "1 without RoPE" in pattern.describe()
+
+
+def test_a_model_without_rotary_embeddings_is_refused():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=61, n_embd=32, n_layer=1, n_head=2, n_positions=64)).eval()
+    assert "GPT2Attention applies no rotary position embeddings" in refusal(gpt2)
+
+
+def test_a_model_that_attends_with_its_own_code_is_refused():
+    from transformers import BloomConfig, BloomForCausalLM
+
+    bloom = BloomForCausalLM(BloomConfig(vocab_size=61, hidden_size=32, n_layer=1, n_head=2)).eval()
+    assert "calls no registered transformers attention function" in refusal(bloom)
+
+
+def _rope_after_update(model):
+    """Make every attention module cache its keys before RoPE (a model PSA cannot patch exactly)."""
+    from transformers.models.llama import modeling_llama as llama
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        q, k, v = (p(hidden_states).view(shape).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        q, k = llama.apply_rotary_pos_emb(q, k, *position_embeddings)
+        out, weights = llama.ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)(
+            self, q, k, v, attention_mask, scaling=self.scaling, **kwargs)
+        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1)), weights
+
+    for layer in model.model.layers:
+        layer.self_attn.forward = forward.__get__(layer.self_attn)
+    return model
+
+
+def test_a_module_that_caches_keys_before_rope_is_refused():
+    message = refusal(_rope_after_update(tiny_model("llama")))
+    assert "LlamaAttention" in message and "rotary embeddings after past_key_values.update" in message
+
+
+def test_a_model_on_the_meta_device_is_refused():
+    with torch.device("meta"):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(tiny_config("llama"))
+    with pytest.raises(NotImplementedError, match="meta device"):
+        apply_psa(model)
+
+
+def test_the_dry_run_leaves_no_trace():
+    from transformers.models.llama import modeling_llama as llama
+
+    rope = llama.apply_rotary_pos_emb
+    model = tiny_model("llama").train()
+    model.model.layers[1].eval()
+    torch.manual_seed(5)
+    state = torch.random.get_rng_state()
+    apply_psa(model)
+    assert torch.equal(torch.random.get_rng_state(), state)  # no random numbers drawn
+    assert model.training and not model.model.layers[1].training and model.model.layers[0].training
+    assert llama.apply_rotary_pos_emb is rope
