@@ -24,15 +24,34 @@ def test_setup_commands_at_the_top():
 DOCS = README.parent / "docs"
 
 
+#: pages whose blocks take minutes (ExecuTorch's export), run by their own slow test
+SLOW_PAGES = {"exported.md"}
+
+
+def _run_page(page: Path) -> int:
+    """Run ``page``'s python blocks in order in one namespace; the number run."""
+    namespace: dict = {}
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    for block in blocks:
+        exec(compile(block, str(page.relative_to(README.parent)), "exec"), namespace)
+    return len(blocks)
+
+
 def test_every_python_block_of_the_docs_pages_runs():
     """Each page's blocks run in order in one namespace (a later block may use an earlier one's names)."""
     ran = 0
-    for page in sorted(DOCS.glob("*.md")):
-        namespace: dict = {}
-        for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
-            exec(compile(block, str(page.relative_to(README.parent)), "exec"), namespace)
-            ran += 1
+    for page in sorted(p for p in DOCS.glob("*.md") if p.name not in SLOW_PAGES):
+        ran += _run_page(page)
     assert ran >= 2
+
+
+@__import__("pytest").mark.slow  # exports to ONNX and ExecuTorch and decodes in both runtimes: about a minute
+def test_the_run_the_exported_model_page_runs():
+    """docs/exported.md: the ONNX Runtime and ExecuTorch cache loops give PyTorch's greedy tokens."""
+    pytest = __import__("pytest")
+    for module in ("onnxruntime", "onnxscript", "executorch"):
+        pytest.importorskip(module)
+    assert _run_page(DOCS / "exported.md") == 3
 
 
 def _glance(text: str) -> list[str]:
