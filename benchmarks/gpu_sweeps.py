@@ -79,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
     results = Path(args.results) if args.results else (out / "results" if args.smoke else RESULTS) / folder
     runs = Path(args.runs) if args.runs else (out / "runs" if args.smoke else ROOT / "gpu_runs") / folder
     configs = _experiment(args.experiment)(mode)
+    if not args.smoke:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"gpu_sweeps: {args.experiment} needs a CUDA device (--smoke runs its tiny plan on the CPU)", file=sys.stderr)
+            return 2
     restored = restore_saved(results, runs)
     print(f"{args.experiment} ({mode}): {len(configs)} runs declared; {restored} restored from {results}", flush=True)
     try:

@@ -1,5 +1,6 @@
 """The token cache verifies what it serves, and a text run is bound to the data it started on."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -32,8 +33,9 @@ def entry(tmp_path, tokenizer="byte", vocab_size=256):
 
 
 def reopen(config):
+    """The entry opened afresh, as a new process (a new config object) opens it."""
     token_cache._open.cache_clear()
-    return config.tokens()
+    return dataclasses.replace(config).tokens()
 
 
 def overwrite(path, array):

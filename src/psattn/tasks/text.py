@@ -61,8 +61,14 @@ class TextConfig:
             raise ValueError(f"split must be one of {SPLITS} (each document's tail, or whole files), got {self.split!r}")
 
     def tokens(self) -> TokenizedCorpus:
-        """The tokenized corpus (built and cached on first use)."""
-        return tokenize_corpus(self.corpus, self.tokenizer, self.vocab_size, self.eval_fraction, self.split)
+        """The tokenized corpus (built and cached on first use), opened once per config object: a run samples
+        every step from the corpus it opened at its start, and hashing a corpus of thousands of files
+        (``python-installed``: seconds) at every step would cost more than the step."""
+        opened = self.__dict__.get("_tokens")
+        if opened is None:
+            opened = tokenize_corpus(self.corpus, self.tokenizer, self.vocab_size, self.eval_fraction, self.split)
+            object.__setattr__(self, "_tokens", opened)  # not a field: equality, hashing and to_dict ignore it
+        return opened
 
 
 def windows(stream: np.ndarray, starts: np.ndarray, length: int) -> torch.Tensor:

@@ -479,6 +479,9 @@ def train(
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()
+    # a task config of its own: a text task opens its corpus once per object (TextConfig.tokens), so each
+    # call sees the corpus as it is now, and every step of the call the same one
+    config = dataclasses.replace(config, task=dataclasses.replace(config.task))
     t = config.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
