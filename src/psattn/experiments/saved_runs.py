@@ -50,13 +50,13 @@ def corpus_record(task: dict[str, Any]) -> dict[str, Any] | None:
     if task.get("name") != "text":
         return None
     from psattn.tasks.text import TextConfig
-    from psattn.textdata.corpus import corpus_files, corpus_hash
+    from psattn.textdata.corpus import corpus_files
 
     config = TextConfig(**{k: v for k, v in task.items() if k != "name"})
     files = corpus_files(config.corpus)
     tokens = config.tokens()
     return {"corpus": config.corpus, "files": len(files), "bytes": sum(p.stat().st_size for p in files),
-            "files_sha256": corpus_hash(config.corpus), "train_tokens": int(len(tokens.train)),
+            "files_sha256": tokens.fingerprint["corpus_sha256"], "train_tokens": int(len(tokens.train)),
             "eval_tokens": int(len(tokens.eval))}
 
 
