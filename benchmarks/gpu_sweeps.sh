@@ -15,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 export PYTHONPATH="$PWD/src:$PWD/.gpu-deps${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# the token cache beside the run directories (git-ignored), kept with them while the machine stays the same
+export PSATTN_CACHE="${PSATTN_CACHE:-$PWD/gpu_runs/token-cache}"
 SMOKE=()
 if [ "${1:-}" = "--smoke" ]; then SMOKE=(--smoke); shift; fi
 EXPERIMENT="${1:?usage: benchmarks/gpu_sweeps.sh [--smoke] EXPERIMENT [--time-limit SECONDS]}"
