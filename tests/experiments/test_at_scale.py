@@ -198,3 +198,19 @@ def test_the_gpu_driver_runs_the_text_sweep_end_to_end_and_reports_its_corpus(tm
     assert done.returncode == 0, done.stderr[-3000:]
     assert "corpus: " in done.stdout and "the largest budget reads it" in done.stdout
     assert "6 newly finished runs packed" in done.stdout and "The pilot" in done.stdout
+
+
+def test_the_driver_unpacks_a_piece_and_counts_what_is_left(tiny_sweep, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    name = paper_scale.paper_scale("quick")[0].name
+    summary = saved_runs.write_summary(tiny_sweep[0] / name, tmp_path / "staging")
+    archive = saved_runs.pack([summary], tmp_path / "paper_scale.tar.gz", "paper_scale")
+    assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "gpu")]) == 0
+    assert gpu_sweeps.main(["status", "paper_scale", "--results", str(tmp_path / "gpu")]) == 0
+    out = capsys.readouterr().out
+    assert "unpacked 1 run summaries" in out and "paper_scale: 0 of 84 declared runs saved" in out  # a tiny run
+    assert f"  left: {paper_scale.paper_scale('full')[0].name}" in out
