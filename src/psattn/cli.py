@@ -277,19 +277,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from psattn.export.footprint import footprint, format_footprints, format_rss, measured_decode_rss
+    from psattn.export.footprint import check_measurable, footprint, format_footprints, format_rss, measured_decode_rss
     from psattn.training.trainer import load_trained
 
-    rows, rss = {}, {}
+    rows, rss, contexts = {}, {}, {}
     for run_dir in args.run_dirs:
         model = load_trained(run_dir)
         context = args.context or RunConfig.from_file(Path(run_dir) / "config.json").task.seq_len
         a = model.config.layer_attention_configs()[0]
         name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
                f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
-        rows[name] = footprint(model, context)
+        rows[name], contexts[name] = footprint(model, context), (run_dir, context)
         if args.measure is not None:
-            rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime) for runtime in args.measure or ["pytorch"]}
+            check_measurable(rows[name], context)  # every run checked before any is measured
+    if args.measure is not None:
+        for name, (run_dir, context) in contexts.items():
+            rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, progress=not getattr(args, "quiet", False))
+                         for runtime in args.measure or ["pytorch"]}
     lines = format_footprints(rows) + (["", *format_rss(rss, context)] if rss else [])
     data = {name: {**f.as_dict(), **({"measured_rss": rss[name]} if name in rss else {})} for name, f in rows.items()}
     report(args.json, "\n".join(lines), data)

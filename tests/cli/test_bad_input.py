@@ -167,3 +167,33 @@ def test_a_missing_optional_library_names_its_extra(files, module, command, caps
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and err.startswith("psattn") and "error:" in err, err
     assert module in err and "pip install 'phase-space-attention[" in err, err
+
+
+def test_a_model_beyond_the_memory_available_is_refused_before_anything_is_allocated(tmp_path, capsys, monkeypatch):
+    """About 1.6 GiB of weights, gradients and moments, against 1 GiB available: one line with the
+    numbers, and no run directory."""
+    from psattn.training import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2**30)
+    with pytest.raises(SystemExit) as stop:
+        main(f"train --run-dir {tmp_path / 'r'} --set model.d_model=1024 model.n_layers=8 model.n_heads=8".split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err, err
+    assert "does not fit in memory on cpu" in err and "1.0 GiB is available" in err and "parameters" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused_before_anything_is_written(tmp_path, capsys,
+                                                                                           fresh_token_cache):
+    pytest.importorskip("tokenizers")
+    from psattn.textdata.tokenizer import BPETokenizer
+
+    (tmp_path / "tok.json").write_text(BPETokenizer.train(["def f(x):\n    return x + 1\n"] * 50, 300).to_json())
+    (tmp_path / "corpus.txt").write_text("def g(y):\n    return y * 2\n\n" * 100)
+    with pytest.raises(SystemExit) as stop:
+        main(f"train --run-dir {tmp_path / 'r'} --set task.name=text task.corpus={tmp_path}/corpus.txt "
+             f"task.tokenizer={tmp_path}/tok.json model.vocab_size=256 model.d_model=32 model.n_heads=2 "
+             "task.seq_len=16 train.steps=2 train.eval_size=4".split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and "ids, more than the model's vocabulary of 256" in err, err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

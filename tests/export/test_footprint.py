@@ -91,3 +91,32 @@ def test_an_unknown_runtime_is_refused():
 
     with pytest.raises(ValueError, match="unknown runtime 'tflite'"):
         measured_decode_rss("nowhere", 4, "tflite")
+
+
+def test_measure_is_bounded_and_refused_beyond_it_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """--measure --context 3000000 ran a decode loop with no end in sight; now it is refused in one line,
+    and a measured loop draws a bar of the tokens decoded."""
+    train(tiny_config(2), tmp_path / "run")
+    with pytest.raises(SystemExit) as stop:
+        main(["footprint", str(tmp_path / "run"), "--context", "3000000", "--measure"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "up to 65,536 tokens (asked 3,000,000)" in err and "Traceback" not in err, err
+    seen = []
+    from psattn.export import footprint as footprint_module
+
+    class Bar:  # what progress_bar hands back, recording the tokens it is told of
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            seen.append(n)
+
+    monkeypatch.setattr(footprint_module, "progress_bar", Bar)
+    footprint_module.measured_decode_rss(tmp_path / "run", 200, progress=True)
+    assert seen[0]["total"] == 200 and sum(n for n in seen[1:]) == 200

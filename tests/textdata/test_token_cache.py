@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -166,3 +167,59 @@ def test_an_empty_psattn_cache_means_the_default_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("PSATTN_CACHE", "")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert token_cache.cache_root() == tmp_path / ".cache" / "psattn"
+
+
+@pytest.mark.parametrize("meta", ['{"format": 2}', '{"format": 2, "arrays": {}}', "[2]",
+                                  '{"format": 2, "corpus_sha256": "x", "tokenizer_sha256": "y", "arrays": {"train": 1}}'])
+def test_an_entry_with_a_partial_meta_is_rebuilt(tmp_path, meta):
+    config, corpus = entry(tmp_path)
+    train = np.asarray(corpus.train).copy()
+    (corpus.directory / "meta.json").write_text(meta)
+    again = reopen(config)
+    assert np.array_equal(np.asarray(again.train), train)
+    assert json.loads((again.directory / "meta.json").read_text())["arrays"]["train"]["shape"] == [len(train)]
+
+
+BUILD = """
+import json, sys
+from psattn.tasks import make_task_config
+config = make_task_config("text", corpus=sys.argv[1], seq_len=16, tokenizer="bpe", vocab_size=300)
+print(json.dumps(config.tokens().fingerprint))
+"""
+
+
+def big_corpus(folder):
+    """Enough text (300 kB) that a BPE build takes a moment (about a second) to kill."""
+    folder.mkdir()
+    words = [f"word{i} " * (1 + i % 7) for i in range(600)]
+    for d in range(2):
+        (folder / f"doc{d}.txt").write_text("\n\n".join(" ".join(words[j::(d + 2)]) for j in range(20)))
+    return folder
+
+
+def test_a_cache_build_killed_at_any_moment_leaves_no_entry_and_the_next_builds_it(tmp_path, cache_dir):
+    corpus = big_corpus(tmp_path / "corpus")
+    for delay in (0.0, 0.3):
+        build = subprocess.Popen([sys.executable, "-c", BUILD, str(corpus)], stdout=subprocess.PIPE, text=True)
+        while not list((cache_dir / "text").glob("*.staging-*")) and build.poll() is None:
+            time.sleep(0.005)  # until the build has started
+        time.sleep(delay)
+        build.kill()
+        build.wait()
+        entries = [p for p in (cache_dir / "text").iterdir() if ".staging-" not in p.name]
+        assert all((p / "meta.json").exists() for p in entries)  # whole, or not there
+        token_cache._open.cache_clear()
+    config = make_task_config("text", corpus=str(corpus), seq_len=16, tokenizer="bpe", vocab_size=300)
+    built = config.tokens()
+    assert len(built.train) > 0 and not list((cache_dir / "text").glob("*.staging-*"))
+
+
+def test_two_processes_building_one_cache_entry_agree(tmp_path, cache_dir):
+    corpus = big_corpus(tmp_path / "corpus")
+    builds = [subprocess.Popen([sys.executable, "-c", BUILD, str(corpus)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    outputs = [b.communicate(timeout=300) for b in builds]
+    assert [b.returncode for b in builds] == [0, 0], [err for _, err in outputs]
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out, _ in outputs)
+    assert first == second
+    assert len(list((cache_dir / "text").iterdir())) == 1  # one entry, no staging folder left

@@ -48,6 +48,7 @@ def test_an_export_that_does_not_fit_removes_its_partial_files(tmp_path, small_d
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err, err
     assert list(small_disk.iterdir()) == [], err  # nothing partial left
+    assert f"exporting to {small_disk / 'model.onnx'} failed" in err and "Is the disk full?" in err, err
 
 
 def test_the_small_disk_is_really_small(small_disk):

@@ -169,6 +169,15 @@ def test_a_finished_run_asked_for_more_steps_continues_from_its_checkpoint(tmp_p
     assert all(lr == pytest.approx(3e-4) for lr in lrs)  # a finished run goes on at its final learning rate
 
 
+def test_a_finished_run_without_its_checkpoint_asked_for_more_steps_says_why_not(tmp_path):
+    """It said "Only train.steps may grow" while refusing exactly that."""
+    train(tiny_config(steps=10), tmp_path)
+    (tmp_path / "checkpoint.pt").unlink()
+    with pytest.raises(ValueError, match="has no checkpoint.pt to continue from") as refused:
+        train(tiny_config(steps=20), tmp_path)
+    assert "Only train.steps may grow" not in str(refused.value) and "--restart" in str(refused.value)
+
+
 def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactly(tmp_path):
     train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)  # each call stops after one step
     partial = train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)

@@ -26,6 +26,7 @@ import torch
 
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
+from psattn.progress import progress_bar
 
 KIB, MIB = 1024, 1024 * 1024
 SRAM_BUDGETS = {"256 KB SRAM": 256 * KIB, "512 KB SRAM": 512 * KIB, "2 MB SRAM": 2 * MIB}
@@ -165,6 +166,10 @@ def resident_bytes():  # now (Linux); elsewhere the peak so far
     except OSError:
         return peak_bytes()
 
+def progress(done, total):  # a line on stderr at every hundredth of the loop, for the parent's progress bar
+    if done % max(1, total // 100) == 0 or done == total:
+        print(f"decoded {done}", file=sys.stderr, flush=True)
+
 def report(before):
     print(json.dumps({"runtime_bytes": before, "after_bytes": resident_bytes(), "peak_bytes": peak_bytes(),
                       "torch_imported": "torch" in sys.modules}))
@@ -182,9 +187,10 @@ model = load_trained(run_dir)
 cache = model.new_cache() if model.supports_cache else None
 token = torch.zeros(1, 1, dtype=torch.long)
 with torch.no_grad():
-    for _ in range(context):
+    for done in range(context):
         logits = model(token, cache=cache)[:, -1]
         token = logits.argmax(-1, keepdim=True)
+        progress(done + 1, context)
 report(before)
 """
 
@@ -202,9 +208,10 @@ prefill = ort.InferenceSession(prefill_path, options, providers=["CPUExecutionPr
 decode = ort.InferenceSession(decode_path, options, providers=["CPUExecutionProvider"])
 names = [i.name for i in decode.get_inputs()]
 outputs = prefill.run(None, {"input_ids": np.zeros((1, 1), dtype=np.int64)})
-for _ in range(context - 1):
+for done in range(1, context):
     token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (1, 1)
     outputs = decode.run(None, dict(zip(names, [token, *outputs[1:]])))
+    progress(done + 1, context)
 report(before)
 """
 
@@ -213,13 +220,33 @@ report(before)
 RUNTIMES = ("pytorch", "onnx", "onnx-int8")
 
 
-def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch") -> dict[str, int]:
+#: the longest context ``measured_decode_rss`` decodes: one token at a time in a fresh process, a cache
+#: growing with each, so the loop's time grows with the square of the context
+MAX_MEASURED_CONTEXT = 65_536
+
+
+def check_measurable(row: Footprint, context: int) -> None:
+    """Refuse, before anything runs, a ``--measure`` context beyond ``MAX_MEASURED_CONTEXT`` or one whose
+    cache and decode step (``row``'s RAM) would not fit in the memory available now."""
+    from psattn.training.memory import GIB, MARGIN, available_bytes
+
+    if context > MAX_MEASURED_CONTEXT:
+        raise ValueError(f"--measure decodes one token at a time in a fresh process, up to {MAX_MEASURED_CONTEXT:,} "
+                         f"tokens (asked {context:,}); the footprint table itself takes any --context")
+    free = available_bytes(torch.device("cpu"))
+    if free is not None and row.ram_bytes > MARGIN * free:
+        raise ValueError(f"--measure at {context:,} tokens does not fit in memory: the cache and one decode step need "
+                         f"{row.ram_bytes / GIB:.1f} GiB, and {free / GIB:.1f} GiB is available")
+
+
+def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, progress: bool = False) -> dict[str, int]:
     """Resident memory of a fresh Python process that decodes ``context`` tokens one at a time with
     the cache, one thread, in ``runtime`` (``RUNTIMES``): ``runtime_bytes`` before the model is loaded
     (the interpreter and the runtime: torch, or onnxruntime and NumPy), ``model_bytes`` what the model,
     its cache and the loop hold at the end beyond that, and ``peak_bytes`` the process's peak. The ONNX
     graphs are exported (and quantized) by this process first, into a temporary folder. Resident memory
-    now is read from /proc (Linux); elsewhere the peak so far stands in for it."""
+    now is read from /proc (Linux); elsewhere the peak so far stands in for it. ``progress``: a bar of
+    the tokens decoded so far."""
     import subprocess
     import sys
     import tempfile
@@ -233,10 +260,22 @@ def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch") -> dict
         else:
             prefill, decode = _onnx_graphs(run_dir, Path(tmp), int8=runtime == "onnx-int8")
             args = [_ONNX_CHILD, str(prefill), str(decode)]
-        done = subprocess.run([sys.executable, "-c", *args, str(context)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the decode-loop process failed: {done.stderr.strip().splitlines()[-1:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+        child = subprocess.Popen([sys.executable, "-c", *args, str(context)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        assert child.stderr is not None and child.stdout is not None  # both piped
+        other, seen = [], 0
+        with progress_bar(total=context, enabled=progress, desc=f"decoding ({runtime})", leave=False) as bar:
+            for line in child.stderr:  # "decoded N" lines, and whatever else the child says
+                if line.startswith("decoded "):
+                    bar.update(int(line.split()[1]) - seen)
+                    seen = int(line.split()[1])
+                else:
+                    other.append(line.rstrip())
+        stdout = child.stdout.read()
+        child.wait()
+    if child.returncode != 0:
+        raise RuntimeError(f"the decode-loop process failed: {other[-1:]}")
+    out = json.loads(stdout.strip().splitlines()[-1])
     return {**out, "model_bytes": out["after_bytes"] - out["runtime_bytes"]}
 
 

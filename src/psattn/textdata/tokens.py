@@ -203,15 +203,20 @@ def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fr
 
 
 def _complete(directory: Path) -> bool:
-    """Whether ``directory`` is a finished entry of this format; a folder that is not (a build cut short
-    before the atomic rename cannot leave one, but an older format or a hand-deleted meta.json can) is removed."""
+    """Whether ``directory`` is a finished entry of this format (its meta.json whole: every record the
+    checks read); a folder that is not (a build cut short before the atomic rename cannot leave one, but an
+    older format or a hand-edited or deleted meta.json can) is removed."""
     try:
-        if json.loads((directory / "meta.json").read_text()).get("format") == FORMAT:
+        meta = json.loads((directory / "meta.json").read_text())
+        arrays = meta["arrays"]
+        if (meta["format"] == FORMAT and isinstance(meta["corpus_sha256"], str) and isinstance(meta["tokenizer_sha256"], str)
+                and all(isinstance(arrays[name][key], (str, list)) for name in ("train", "eval")
+                        for key in ("shape", "dtype", "sha256"))):
             return True
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         pass
     if directory.exists():
-        log.info("rebuilding the token cache entry %s (no meta.json of format %d)", directory, FORMAT)
+        log.info("rebuilding the token cache entry %s (no whole meta.json of format %d)", directory, FORMAT)
         shutil.rmtree(directory)
     return False
 

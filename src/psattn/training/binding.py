@@ -122,6 +122,19 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
                               f"{_short(tokenizer)}, recorded {_short(recorded.get('tokenizer_sha256'))}): {RESTART}")
 
 
+def check_vocabulary(config: RunConfig) -> None:
+    """Refuse a text run whose tokenizer has more ids than the model has embeddings (a tokenizer file
+    given by path carries its own vocabulary, whatever ``task.vocab_size`` says)."""
+    tokens = getattr(config.task, "tokens", None)
+    if tokens is None:
+        return
+    size = tokens().tokenizer.vocab_size
+    if size > config.model.vocab_size:
+        raise ValueError(f"the tokenizer {getattr(config.task, 'tokenizer', '')} has {size:,} ids, more than the "
+                         f"model's vocabulary of {config.model.vocab_size:,}: set model.vocab_size={size} (or use a "
+                         "smaller tokenizer)")
+
+
 def record_data_once(run_dir: Path, data: dict[str, str]) -> None:
     """Write the data.json of a text run from before runs recorded their data (its checkpoint carries
     no binding), from ``data``, the data it is opened with; said in a warning, since what it trained

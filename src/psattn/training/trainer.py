@@ -39,7 +39,7 @@ from psattn.provenance import provenance
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import sample_task, task_name
 from psattn.text.metrics import text_metrics
-from psattn.training.binding import binding, check_binding, read_binding, record_data_once
+from psattn.training.binding import binding, check_binding, check_vocabulary, read_binding, record_data_once
 from psattn.training.checkpoint import (
     load_checkpoint,
     load_model_weights,
@@ -50,6 +50,7 @@ from psattn.training.checkpoint import (
 from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, setup_distributed, shard, shard_loss
 from psattn.training.lock import run_lock
+from psattn.training.memory import check_fits
 from psattn.training.signals import TrainingInterrupted, on_stop_signals
 from psattn.training.state import TrainState
 
@@ -249,6 +250,10 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
                  run_dir, saved.train.steps, config.train.steps, at, start, config.train.min_lr_ratio)
         return [*extensions, {"at_step": at, "steps_before": saved.train.steps, "steps_after": config.train.steps,
                               "lr_factor_at": start}]
+    if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps:
+        raise ValueError(f"{run_dir} has no checkpoint.pt to continue from (its metrics or result remain), so it cannot "
+                         f"grow from {saved.train.steps} to {config.train.steps} steps; use --restart to train it anew "
+                         "with the new steps, or another directory")
     raise ValueError(
         f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
         "Only train.steps may grow on a trained run (it continues); use another directory, or --restart"
@@ -487,11 +492,13 @@ def train(
         torch.set_num_threads(t.threads)
     ddp = setup_distributed(resolve_device(t.device).type)
     device = resolve_device(t.device, ddp.local_rank)
+    check_fits(config, device)  # before anything is allocated or written (see psattn.training.memory)
     run_dir = None if run_dir is None else Path(run_dir)
     locked = run_lock(run_dir) if lock and run_dir is not None and ddp.is_main else contextlib.nullcontext()
     with locked:  # one process per run directory (see psattn.training.lock)
         fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
         extensions = check_run_dir(run_dir, config, resume) if run_dir is not None else []
+        check_vocabulary(config)
         run = _Run(config, run_dir, ddp, device, extensions)  # data resolved, model built: nothing written yet
         if run_dir is not None and not fresh:  # the checkpoint must still be this config's, on this data
             check_binding(run_dir, config, run_dir / "checkpoint.pt", read_binding(run_dir / "checkpoint.pt"))

@@ -1,0 +1,99 @@
+"""Whether a run fits in memory, decided from its config before anything is allocated or written.
+
+Training holds the weights, their gradients and AdamW's two moments (four fp32 copies of every
+parameter; the parameter count is ``preset_parameter_count``'s arithmetic) plus one batch's
+activations: per layer the residual stream, the projections and the MLP, and the attention scores and
+probabilities (B·H·T² each), then the logits and their gradient (B·T·V each). The held-out evaluation
+runs in chunks of 256 rows without gradients. A run whose estimate exceeds ``MARGIN`` of the memory
+available now (on a GPU: free device memory; on the CPU: the kernel's MemAvailable, within a cgroup's
+limit) is refused in one line with the numbers: a model that cannot fit would otherwise be killed by
+the kernel's OOM killer without a word, after putting the whole machine under memory pressure.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from psattn.models.presets import preset_parameter_count
+from psattn.training.config import RunConfig
+
+GIB = 2**30
+MARGIN = 0.8  # refuse what needs more than this share of the available memory
+FP32 = 4
+EVAL_CHUNK = 256  # rows per forward pass of psattn.training.trainer.evaluate
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    parameters: int
+    state_bytes: int  # weights, gradients, AdamW moments
+    activation_bytes: int  # the larger of a training step's and an evaluation chunk's
+
+    @property
+    def total_bytes(self) -> int:
+        return self.state_bytes + self.activation_bytes
+
+
+def estimate(config: RunConfig) -> MemoryEstimate:
+    """The bytes ``config`` needs to train, from its fields alone (an estimate, not a bound)."""
+    m = config.model
+    parameters = preset_parameter_count(m)
+    assert m.d_mlp is not None  # filled in by ModelConfig
+    T = getattr(config.task, "seq_len", 64) + 1  # the longest rows a task draws
+    per_token_layer = 8 * m.d_model + 2 * m.d_mlp  # residual, norms, q, k, v, output; MLP up and activation
+
+    def activations(rows: int, backward: bool) -> int:
+        layers = m.n_layers * (rows * T * per_token_layer + 2 * rows * m.n_heads * T * T)
+        logits = rows * T * m.vocab_size * (2 if backward else 1)
+        return FP32 * (layers + logits)
+
+    step = activations(config.train.batch_size, backward=True)
+    evaluation = activations(min(EVAL_CHUNK, config.train.eval_size), backward=False)
+    return MemoryEstimate(parameters, 4 * FP32 * parameters, max(step, evaluation))
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for this process on ``device`` now, or None where it cannot be read."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    if device.type != "cpu":
+        return None
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    if not found and hasattr(os, "sysconf"):
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            pass
+    return min(found) if found else None
+
+
+def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:
+    """Refuse (ValueError, one line with the numbers) a run that cannot fit in ``device``'s memory."""
+    need = estimate(config)
+    free = available_bytes(device)
+    if free is not None and need.total_bytes > MARGIN * free:
+        raise ValueError(
+            f"the model does not fit in memory on {device}: training it needs about {need.total_bytes / GIB:.1f} GiB "
+            f"({need.parameters:,} parameters: {need.state_bytes / GIB:.1f} GiB of weights, gradients and AdamW "
+            f"moments; {need.activation_bytes / GIB:.1f} GiB of activations), and {free / GIB:.1f} GiB is available; "
+            "make it smaller (model.d_model, model.n_layers, model.vocab_size, train.batch_size, task.seq_len)")
+    return need
