@@ -68,7 +68,18 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
 
 @torch.no_grad()
 def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32") -> Path:
-    """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``."""
+    """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``.
+
+    Args:
+        model: the model to export.
+        path: the ``.pte`` file to write.
+        max_context: the most tokens the program's memory plan holds (prompt and continuation).
+        quantize: ``fp32``, ``int8`` or ``int4`` weights.
+
+    Returns:
+        The program's path. [Run the exported model](../exported.md) runs it in ExecuTorch's runtime
+        (the page is run by the test suite).
+    """
     with _quiet():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower

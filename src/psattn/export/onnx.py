@@ -55,7 +55,30 @@ def nonstandard_ops(path: str | Path) -> list[str]:
 
 @torch.no_grad()
 def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
-    """Write the prefill graph to ``path`` and the decode-step graph beside it."""
+    """Write the prefill graph to ``path`` and the decode-step graph beside it.
+
+    Args:
+        model: the model to export (a trained one: ``load_trained(run_dir)``).
+        path: the prefill graph's file; the decode step goes beside it as ``<name>.decode.onnx``.
+
+    Returns:
+        ``OnnxPaths`` of the two graphs. [Run the exported model](../exported.md) shows their inputs,
+        outputs and the cache loop in ONNX Runtime.
+
+    Examples:
+        >>> import tempfile, numpy as np, torch
+        >>> from psattn import AttentionConfig, DecoderLM, ModelConfig
+        >>> from psattn.export import OnnxLM, export_onnx
+        >>> model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+        >>> paths = export_onnx(model.eval(), tempfile.mkdtemp() + "/model.onnx")
+        >>> paths.decode.name
+        'model.decode.onnx'
+        >>> ids = np.array([[1, 2, 3, 4]])
+        >>> with torch.no_grad():
+        ...     expected = model(torch.from_numpy(ids)).numpy()
+        >>> bool(np.allclose(OnnxLM(paths.prefill).logits(ids), expected, atol=1e-4))
+        True
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = on_cpu(model).eval()

@@ -65,7 +65,19 @@ INITS = ("scaled", "torch")
 
 @dataclass
 class ModelConfig:
-    """A decoder-only transformer. ``attention`` is one config for every layer or one per layer."""
+    """A decoder-only transformer. ``attention`` is one config for every layer or one per layer.
+
+    The fields are validated when the config is built (a ValueError names the field); ``to_dict`` and
+    ``from_dict`` give and read the JSON form a run directory stores.
+
+    Examples:
+        >>> from psattn import AttentionConfig, ModelConfig
+        >>> config = ModelConfig(vocab_size=64, n_layers=2, attention=AttentionConfig("symmetric", 0.5))
+        >>> [a.variant for a in config.layer_attention_configs()]
+        ['symmetric', 'symmetric']
+        >>> ModelConfig.from_dict(config.to_dict()) == config
+        True
+    """
 
     vocab_size: int = 64
     d_model: int = 128

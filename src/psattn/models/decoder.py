@@ -59,7 +59,21 @@ class Block(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    """Token embedding, ``n_layers`` blocks, final norm, LM head (tied to the embedding by default)."""
+    """Token embedding, ``n_layers`` blocks, final norm, LM head (tied to the embedding by default).
+
+    Args:
+        config: the model's ``ModelConfig``; its ``attention`` chooses PSA's variant and γ per layer.
+
+    Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
+    ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.
+
+    Examples:
+        >>> import torch
+        >>> from psattn import AttentionConfig, DecoderLM, ModelConfig
+        >>> model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+        >>> model(torch.zeros(2, 10, dtype=torch.long)).shape
+        torch.Size([2, 10, 32])
+    """
 
     blocks: list[Block]  # an nn.ModuleList, typed by what it holds (torch's ModuleList is not generic)
 

@@ -103,6 +103,36 @@ def generate(
     continued and extended in place. The prompt is moved to the model's device, and so is the
     result; a ``generator`` on another device draws there. A model without cache support (a learned key-lag baseline, see
     ``supports_cache``) runs the whole sequence again per token.
+
+    Args:
+        model: the ``DecoderLM`` to decode with.
+        input_ids: the prompts (B, T), left-padded when their lengths differ.
+        max_new_tokens: tokens to add to each row.
+        attention_mask: (B, T), 0 at left padding.
+        do_sample: sample instead of taking the most likely token.
+        temperature: divides the logits before sampling.
+        top_k: sample among the k most likely tokens.
+        top_p: sample among the fewest most likely tokens holding this much probability.
+        generator: the random generator sampling draws from.
+        prefill_chunk_size: run the prompt through in chunks of this many tokens.
+        cache: a ``PSACache`` to continue (default: a new one).
+        eos_token_id: the token that finishes a row.
+        pad_token_id: what a finished row holds (default: the EOS token).
+
+    Returns:
+        A ``GenerationOutput``: ``sequences`` (B, T + n), the prompts and their continuations, and
+        ``logits`` (B, n, V), what each new token was chosen from.
+
+    Examples:
+        >>> import torch
+        >>> from psattn import AttentionConfig, DecoderLM, ModelConfig, generate
+        >>> _ = torch.manual_seed(0)
+        >>> model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+        >>> out = generate(model.eval(), torch.tensor([[1, 2, 3, 4]]), 5)
+        >>> out.sequences.shape, out.logits.shape
+        (torch.Size([1, 9]), torch.Size([1, 5, 32]))
+        >>> bool((out.logits.argmax(-1) == out.sequences[:, 4:]).all())  # greedy: the most likely token each step
+        True
     """
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__

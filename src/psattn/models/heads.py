@@ -71,7 +71,27 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
 
 def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_size: int | None = None) -> HeadScores:
     """Previous-token and induction scores of every head of ``model`` on [BOS] + R + R rows of tokens
-    below ``vocab_size`` (default: the model's vocabulary)."""
+    below ``vocab_size`` (default: the model's vocabulary).
+
+    Args:
+        model (torch.nn.Module): a psattn ``DecoderLM``, or a transformers model patched by ``apply_psa`` or exported by psattn.
+        batch: rows scored.
+        half: length of the random half R each row repeats.
+        seed: seed of the rows.
+        vocab_size: tokens are drawn below it (default: the model's vocabulary).
+
+    Returns:
+        ``HeadScores``: ``previous_token`` and ``induction`` (layers, heads), the mean attention mass
+        on t - 1 (positions t >= 1) and on the token after the current token's earlier occurrence
+        (the second copy's positions), and the mean ``patterns`` (layers, heads, T, T).
+
+    Examples:
+        >>> from psattn import AttentionConfig, DecoderLM, ModelConfig
+        >>> from psattn.models.heads import head_scores
+        >>> model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2))
+        >>> head_scores(model).induction.shape  # (layers, heads)
+        torch.Size([2, 2])
+    """
     g = torch.Generator().manual_seed(seed)
     vocab_size = model.config.vocab_size if vocab_size is None else vocab_size
     return repeat_scores(model, repeated_tokens(batch, half, vocab_size, g), half, offset=1)

@@ -100,6 +100,35 @@ def psa_attention(
     ``"sdpa"``, the shear followed by ``scaled_dot_product_attention``; ``"reference"``, the explicit
     ``psa_attention_reference``; ``"auto"`` (the default), the fused kernel on CUDA where it applies
     and SDPA otherwise, with the reason for each fallback logged once at debug level.
+
+    Args:
+        q: post-RoPE queries (B, Hq, Tq, D).
+        k: post-RoPE keys (B, Hkv, Tk, D); Hq a multiple of Hkv.
+        v: values (B, Hkv, Tk, Dv).
+        gamma_q: the query stream's shear coupling (0: queries unsheared).
+        gamma_k: the key stream's shear coupling (0: keys unsheared).
+        attn_mask: boolean or additive mask, as for SDPA.
+        is_causal: causal attention, as for SDPA.
+        dropout_p: attention dropout, as for SDPA.
+        scale: score scale (default 1/sqrt(D)).
+        starts: (B, T) booleans marking sequence starts, where the momentum restarts.
+        prev_q: the query before the first one (B, Hq, 1, D), continuing a cached stream.
+        prev_k: the key before the first one (B, Hkv, 1, D).
+        boundary: ``"replicate"`` (momentum 0 at a start) or ``"zero"``.
+        backend: ``"auto"``, ``"fused"``, ``"sdpa"`` or ``"reference"``.
+
+    Returns:
+        The attention output (B, Hq, Tq, Dv).
+
+    Examples:
+        >>> import torch
+        >>> from psattn import psa_attention, psa_attention_reference
+        >>> q, k, v = torch.randn(3, 1, 2, 8, 16, generator=torch.Generator().manual_seed(0)).unbind(0)
+        >>> out = psa_attention(q, k, v, gamma_k=0.8, is_causal=True)  # key-only shear
+        >>> out.shape
+        torch.Size([1, 2, 8, 16])
+        >>> torch.allclose(out, psa_attention_reference(q, k, v, gamma_k=0.8, is_causal=True), atol=1e-5)
+        True
     """
     autocast = torch.is_autocast_enabled(q.device.type)  # SDPA casts q̂, k̂, v itself; the kernel takes v's dtype
     check_qkv(q, k, v, attn_mask, same_dtype=not autocast)
@@ -211,7 +240,18 @@ def psa_attention_reference(
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Slow, explicit version of ``psa_attention`` (same arguments); optionally also returns
-    the attention pattern (B, Hq, Tq, Tk)."""
+    the attention pattern (B, Hq, Tq, Tk).
+
+    Returns:
+        The output (B, Hq, Tq, Dv), and with ``return_weights`` the pattern (B, Hq, Tq, Tk) too.
+
+    Examples:
+        >>> import torch
+        >>> from psattn import psa_attention_reference
+        >>> q, k, v = torch.randn(3, 1, 1, 4, 8, generator=torch.Generator().manual_seed(0)).unbind(0)
+        >>> out, pattern = psa_attention_reference(q, k, v, gamma_k=1.0, is_causal=True, return_weights=True)
+        >>> torch.allclose(pattern.sum(-1), torch.ones(1, 1, 4))  # every query's weights sum to 1
+        True"""
     check_qkv(q, k, v, attn_mask)
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
     weights = attention_weights(q_hat, k_hat, attn_mask=attn_mask, is_causal=is_causal, scale=scale)

@@ -15,7 +15,31 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
                   top_k: int | None = None, top_p: float | None = None, seed: int = 0, context: int | None = None) -> str:
     """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0; ``top_k`` and
     ``top_p`` as in ``psattn.models.generate``) from a generator seeded with ``seed``, so the same call
-    gives the same text; ``context``: see ``continue_ids``."""
+    gives the same text; ``context``: see ``continue_ids``.
+
+    Args:
+        model (DecoderLM): a text run's model (``load_trained(run_dir)``).
+        tokenizer (ByteTokenizer | BPETokenizer): its tokenizer (``run_tokenizer(run_dir)``).
+        prompt: the text to continue.
+        max_new_tokens: tokens to write.
+        temperature: sampling temperature; 0 is greedy.
+        top_k: sample among the k most likely tokens.
+        top_p: sample among the fewest most likely tokens holding this much probability.
+        seed: the sampling seed.
+        context: the window the model was trained on (the run's ``task.seq_len``).
+
+    Returns:
+        The continuation, without the prompt.
+
+    Examples:
+        >>> from psattn import DecoderLM, ModelConfig
+        >>> from psattn.text.generate import continue_text
+        >>> from psattn.textdata import ByteTokenizer
+        >>> model = DecoderLM(ModelConfig(vocab_size=256, d_model=32, n_heads=2)).eval()
+        >>> text = continue_text(model, ByteTokenizer(), "Hello", 8, seed=1)
+        >>> text == continue_text(model, ByteTokenizer(), "Hello", 8, seed=1)  # seeded: the same text
+        True
+    """
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
     ids = tokenizer.encode(prompt)

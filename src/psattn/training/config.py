@@ -97,7 +97,19 @@ def _is_number(value) -> bool:
 
 @dataclass
 class RunConfig:
-    """One training run: a model trained on a task. ``task`` is a registered task config."""
+    """One training run: a model trained on a task. ``task`` is a registered task config.
+
+    Built from dataclasses or from plain values (``from_dict``, ``from_file``: a JSON file or a shipped
+    config's name); ``apply_overrides`` applies ``section.field=value`` strings as ``--set`` does.
+
+    Examples:
+        >>> from psattn.training.config import RunConfig, apply_overrides
+        >>> config = RunConfig.from_dict({"task": {"name": "induction", "vocab_size": 16, "seq_len": 32},
+        ...                               "model": {"vocab_size": 16, "d_model": 32, "n_heads": 2}})
+        >>> config = apply_overrides(config, ["model.attention.variant=key_only", "train.steps=100"])
+        >>> config.model.attention.variant, config.train.steps, config.to_dict()["task"]["name"]
+        ('key_only', 100, 'induction')
+    """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=lambda: make_task_config("induction"))

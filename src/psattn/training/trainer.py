@@ -135,7 +135,18 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
     """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
     (``"auto"``: CUDA when available), whichever device it trained on; refused when the checkpoint's
-    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``)."""
+    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``).
+
+    Examples:
+        >>> import tempfile
+        >>> from psattn.experiments.configs import small_config
+        >>> from psattn.training.trainer import load_trained, train
+        >>> run = tempfile.mkdtemp()
+        >>> _ = train(small_config("key_only", 1.0, steps=10, early_stop=False, batch_size=8, device="cpu"), run)
+        >>> model = load_trained(run)  # the folder alone rebuilds it
+        >>> model.config.layer_attention_configs()[0].variant, model.training
+        ('key_only', False)
+    """
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         raise ValueError(f"{run_dir} is not a run directory (no config.json)")
@@ -480,7 +491,33 @@ def train(
     ``RunLocked`` (``lock=False``: the caller holds the lock).
 
     ``report(line)`` receives a start line (parameters, device, steps, run directory) and one line per
-    evaluation (``evaluation_line``), for a console."""
+    evaluation (``evaluation_line``), for a console.
+
+    Args:
+        config: the run: model, task and optimisation.
+        run_dir: where the run's files go (config.json, metrics.jsonl, checkpoint.pt, result.json);
+            None trains in memory and writes nothing.
+        resume: continue from the checkpoint in ``run_dir`` when there is one (False: start over).
+        progress: show a progress bar.
+        on_step: called as ``on_step(step, loss)`` after every optimiser step.
+        time_limit_s: checkpoint and stop after this many seconds.
+        should_stop: polled every step; True checkpoints and stops.
+        handle_signals: turn SIGINT/SIGTERM/SIGHUP into a checkpoint and a stop.
+        lock: take the run directory's lock (False: the caller holds it).
+        report: receives the start line and one line per evaluation.
+
+    Returns:
+        A ``RunResult``: final and best held-out accuracy, the emergence step, steps taken, seconds, and
+        every evaluation row in ``history``.
+
+    Examples:
+        >>> from psattn.experiments.configs import small_config
+        >>> from psattn.training.trainer import train
+        >>> config = small_config("key_only", 1.0, steps=20, early_stop=False, batch_size=8, device="cpu")
+        >>> result = train(config)  # no run directory: nothing is written
+        >>> result.steps, [row["step"] for row in result.history]
+        (20, [0, 20])
+    """
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()

@@ -142,6 +142,37 @@ def apply_psa(
 
     ``generate`` then keeps sheared keys in its cache (plus one raw key, and one raw query when
     gamma_q != 0, per layer). Raises NotImplementedError for unsupported architectures and options.
+
+    Args:
+        model: a transformers causal LM of a supported architecture (``SUPPORTED``).
+        variant: ``symmetric``, ``key_only``, ``query_only`` or ``baseline``.
+        gamma: the shear coupling.
+        placement: ``post_rope`` (the only placement a transformers model takes).
+        boundary: ``replicate`` (momentum 0 at sequence starts) or ``zero``.
+        attn_implementation: ``sdpa`` or ``eager``, the kernel over the sheared streams.
+        max_rollback: tokens a cache can be cropped back beyond the last call (assistant models).
+        keep_last_call: keep the last call's raw keys until the next one, so any crop within it is exact.
+
+    Returns:
+        The same model, patched.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForCausalLM, LlamaConfig
+        >>> from psattn.integrations.hf import apply_psa, psa_spec, remove_psa
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=1)
+        >>> model = AutoModelForCausalLM.from_config(config).eval()
+        >>> apply_psa(model, "key_only", gamma=0.8) is model
+        True
+        >>> psa_spec(model).gamma, model.config.model_type
+        (0.8, 'psattn_llama')
+        >>> with torch.no_grad():
+        ...     tokens = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
+        >>> tokens.shape
+        torch.Size([1, 7])
+        >>> remove_psa(model).config.model_type
+        'llama'
     """
     spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
     name = implementation_name(attn_implementation)
@@ -168,7 +199,26 @@ def apply_psa(
 
 def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     """Undo ``apply_psa``: remove the hooks and restore the original attention implementation.
-    Caches filled while PSA was on hold sheared keys and refuse further use."""
+    Caches filled while PSA was on hold sheared keys and refuse further use.
+
+    Returns:
+        The same model, plain again.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForCausalLM, LlamaConfig
+        >>> from psattn.integrations.hf import apply_psa, psa_spec, remove_psa
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=1)
+        >>> model = AutoModelForCausalLM.from_config(config).eval()
+        >>> ids = torch.tensor([[1, 2, 3, 4]])
+        >>> with torch.no_grad():
+        ...     plain = model(ids).logits
+        ...     sheared = apply_psa(model, "key_only", gamma=1.0)(ids).logits
+        ...     back = remove_psa(model)(ids).logits
+        >>> torch.equal(plain, back), torch.equal(plain, sheared)
+        (True, False)
+    """
     state = getattr(model, "_psa_state", None)
     if state is None:
         raise RuntimeError("PSA is not applied to this model")
@@ -243,7 +293,23 @@ def load_psa_model(
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
     them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
     A plain model is converted with the given settings, defaults ``key_only`` and γ = 0.8. A folder
-    written by ``psattn export --format hf`` (model type ``psattn``) loads as it was exported."""
+    written by ``psattn export --format hf`` (model type ``psattn``) loads as it was exported.
+
+    Returns:
+        The model, with PSA on.
+
+    Examples:
+        >>> import tempfile
+        >>> from transformers import LlamaConfig
+        >>> from psattn.integrations.hf import apply_psa, load_psa_model, psa_spec
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=1)
+        >>> model = load_psa_model(config, "symmetric", gamma=0.5)  # built from a config, PSA on
+        >>> path = tempfile.mkdtemp()
+        >>> model.save_pretrained(path)
+        >>> psa_spec(load_psa_model(path)).variant  # saved settings come back
+        'symmetric'
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
     given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
