@@ -98,7 +98,8 @@ def test_the_api_pages_show_dataclass_fields_signatures_and_undocumented_names(s
     assert "steps: int = 1000" in training and 'precision: Literal["fp32", "bf16"] = "fp32"' in training
     assert "RunResult" in training and "TrainState" in training  # shown whether or not they have a docstring
     ops = _text((site / "api" / "ops" / "index.html").read_text())  # Google-style sections, and the examples
-    assert "Parameters: Name Type Description Default q Tensor post-RoPE queries" in ops and "&gt;&gt;&gt; out = psa_attention(" in ops
+    assert "Parameters: Name Type Description Default q Tensor post-RoPE queries" in ops
+    assert "&gt;&gt;&gt; out = psa_attention(" in ops
 
 
 def test_search_indexes_greek_letters_and_papers_are_links(site):
