@@ -1,6 +1,8 @@
 """text_scale: declared as the issue asks, its pilot first, its verdict read off the curves, and run end
 to end at tiny size on the CPU (split by file, the corpus recorded in every summary)."""
 
+import re
+
 import pytest
 
 from psattn.experiments import at_scale, text_scale
@@ -88,5 +90,6 @@ def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path
     assert any(line.startswith("(c) 1 layer, key_only γ=1 against 2 layers, baseline") for line in lines)
     [row] = at_scale.glance_rows(tmp_path / "gpu")
     assert row.startswith("| real text with MLPs past the phase change") and "2 layers: key-only " in row
+    assert re.search(r"; cpu, \d{4}-\d\d-\d\d, git ", row)
     pytest.importorskip("matplotlib")
     assert text_scale.scale_figure(saved, tmp_path / "text_scale.png").read_bytes()[:4] == b"\x89PNG"

@@ -47,6 +47,15 @@ def _corpus(results: dict[str, dict[str, Any]]) -> str:
         f"{'?' if times is None else f'{times:.2f}'} times by a run's budget." for digest, (c, times) in seen.items())
 
 
+def _where(results: dict[str, dict[str, Any]]) -> str:
+    """"NVIDIA H200, 2026-12-05, git 1234567": where and when the runs trained, for a glance row."""
+    metas = [r.get("meta") or {} for r in results.values()]
+    devices = sorted({r.get("device") or "?" for r in results.values()})
+    days = sorted({(m.get("started") or "?")[:10] for m in metas})
+    revisions = sorted({(m.get("git_revision") or "?")[:7] for m in metas})
+    return f"{', '.join(devices)}, {', '.join(days)}, git {', '.join(revisions)}"
+
+
 def progress_lines(experiment: str, results_root: Path) -> list[str]:
     """How many of ``experiment``'s declared (full-plan) runs are saved under ``results_root``."""
     declare, folder = GPU_SWEEPS[experiment]
@@ -164,7 +173,7 @@ def glance_rows(results_root: Path) -> list[str]:
                 cells.append(f"γ = {gamma:g} {r['successes']}/{len(r['seeds'])} at {step}")
         if cells:
             rows.append(f"| the phase transition at the paper's scale (`psattn sweep paper_scale --full`: psa-92m, "
-                        f"symmetric, full form; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | "
+                        f"symmetric, full form; {_where(saved)}; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | "
                         f"{paper_scale.PAPER_SIZE}: γ = 0.8 3/3 at ~717; γ = 0 2/3 at ~2700 |")
     saved = load_summaries(Path(results_root) / "text_scale")
     if saved:
@@ -179,5 +188,5 @@ def glance_rows(results_root: Path) -> list[str]:
                          f"against {text_scale.when(plain['phase_change'])} tokens")
         if cells:
             rows.append("| real text with MLPs past the phase change (`psattn sweep text_scale --full`: 1, 2, 4 layers, "
-                        f"d_model 256, context 256; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | — |")
+                        f"d_model 256, context 256; {_where(saved)}; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | — |")
     return rows
