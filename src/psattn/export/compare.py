@@ -55,6 +55,7 @@ def greedy_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, floa
 
 
 def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
+    """Next-token accuracy of ``logits`` (B, T, V) on the batch's scored positions."""
     targets = batch.targets.numpy()
     scored = targets != IGNORE_INDEX
     return float((logits.argmax(-1)[scored] == targets[scored]).mean())
@@ -202,6 +203,7 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
 
 
 def format_comparison(r: dict[str, Any]) -> str:
+    """``export_and_compare``'s result as the lines ``psattn export`` prints."""
     lines = [
         f"{r['variant']} (gamma {r['gamma']:g}): prefill graph {r['files']['prefill']}, decode step {r['files']['decode']}",
         *([f"  INT8 ({r['int8_mode']}): prefill graph {r['files']['prefill_int8']}, decode step {r['files']['decode_int8']}"]

@@ -103,6 +103,7 @@ def _compare(run_dir, path: Path, quantize: tuple[str, ...], rows: int, decode_t
 
 
 def format_executorch_comparison(r: dict[str, Any]) -> str:
+    """``executorch_and_compare``'s result as the lines ``psattn export --format executorch`` prints."""
     latency = r["latency_ms_per_token"]
     lines = [
         f"{r['variant']} (gamma {r['gamma']:g}): ExecuTorch program {r['files']['fp32']} (methods prefill, decode; "

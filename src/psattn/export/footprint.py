@@ -37,6 +37,7 @@ FP32 = 4
 
 @dataclass(frozen=True)
 class Footprint:
+    """A model's memory on a device: weights at three precisions, its KV cache, one decode step."""
     parameters: int
     weight_bytes: dict[str, int]  # "fp32", "int8", "int4"
     context: int
@@ -60,6 +61,7 @@ class Footprint:
         return out
 
     def as_dict(self) -> dict[str, Any]:
+        """The footprint as plain values, for JSON."""
         return {**asdict(self), "ram_bytes": self.ram_bytes, "fits": self.fits()}
 
 
@@ -105,6 +107,7 @@ def decode_step_bytes(model: DecoderLM, context: int) -> int:
 
 
 def footprint(model: DecoderLM, context: int) -> Footprint:
+    """The memory ``model`` needs at ``context`` tokens (see ``Footprint``), computed, not measured."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, got {context}")
     per_token, fixed = cache_bytes(model, context)

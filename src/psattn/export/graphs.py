@@ -87,12 +87,14 @@ class PrefillGraph(_CachedGraph):
     """input_ids (B, T) -> logits (B, T, V) and the cache state after the prompt."""
 
     def forward(self, input_ids: Tensor):
+        """input_ids (B, T) -> logits (B, T, V), keys, values and PSA's last raw key (and query)."""
         B, T = input_ids.shape
         context = AttentionContext.causal(B, T, input_ids.device)
         caches = [_TensorLayerCache(None, None, None, None) for _ in self.model.blocks]
         return self._run(input_ids, context, caches)
 
     def input_names(self) -> list[str]:
+        """The graph's input names, as exported."""
         return ["input_ids"]
 
 
@@ -100,6 +102,7 @@ class DecodeStepGraph(_CachedGraph):
     """One token (B, 1) after S cached ones -> logits (B, 1, V) and the cache state grown by one."""
 
     def forward(self, input_ids: Tensor, keys: Tensor, values: Tensor, *last: Tensor):
+        """One token (B, 1) and the cache state -> its logits (B, 1, V) and the state grown by one."""
         B = input_ids.shape[0]
         S = keys.shape[3]
         rest = list(last)
@@ -112,5 +115,6 @@ class DecodeStepGraph(_CachedGraph):
         return self._run(input_ids, context, caches)
 
     def input_names(self) -> list[str]:
+        """The graph's input names, as exported: the token, then the cache state in output order."""
         return ["input_ids", "past_keys", "past_values"] + ["past_last_keys"] * self.keep_k + \
             ["past_last_queries"] * self.keep_q

@@ -28,11 +28,13 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 @dataclass
 class OnnxPaths:
+    """The two graphs ``export_onnx`` writes: prefill and decode step."""
     prefill: Path
     decode: Path
 
 
 def decode_path_for(path: str | Path) -> Path:
+    """Where the decode step goes beside the prefill graph ``path``: ``<name>.decode.onnx``."""
     path = Path(path)
     return path.with_name(path.stem + ".decode.onnx")
 

@@ -94,6 +94,7 @@ class PhaseSpaceAttention(nn.Module):
             setattr(self, f"hook_{name}", HookPoint())
 
     def new_cache(self, max_rollback: int = 0) -> LayerCache:
+        """An empty ``LayerCache`` for this layer (ValueError for a key-lag baseline, which has none)."""
         if self.key_lag is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         return LayerCache(self.gamma_q != 0.0, self.gamma_k != 0.0, max_rollback)

@@ -158,11 +158,13 @@ class ModelConfig:
         return list(self.mlp) if isinstance(self.mlp, list) else [self.mlp] * self.n_layers
 
     def layer_attention_configs(self) -> list[AttentionConfig]:
+        """The attention config of each layer (``attention`` repeated, or the per-layer list)."""
         if isinstance(self.attention, list):
             return list(self.attention)
         return [self.attention] * self.n_layers
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form a run directory stores (derived defaults left out, so they stay derived)."""
         data = dataclasses.asdict(self)
         if data["d_head"] is None:
             del data["d_head"]  # configs without it read as they always have
@@ -175,4 +177,5 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build from plain values (a parsed JSON object); anything malformed raises ValueError."""
         return from_fields(cls, data, "model config")

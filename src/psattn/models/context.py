@@ -25,6 +25,7 @@ from psattn.ops.shear import sequence_starts
 
 @dataclass
 class AttentionContext:
+    """Positions, sequence starts and mask of one forward pass, shared by every layer."""
     position_ids: Tensor  # (B, T)
     starts: Tensor | None  # (B, T) bool, or None when only t = 0 of a fresh sequence is a start
     attn_mask: Tensor | None  # (B, 1, T, S) bool, True = may attend
@@ -33,6 +34,7 @@ class AttentionContext:
 
     @classmethod
     def causal(cls, batch: int, length: int, device: torch.device | None = None) -> AttentionContext:
+        """The context of a plain causal batch (B, T): positions 0..T-1, no padding or packing."""
         positions = torch.arange(length, device=device).expand(batch, length)  # (B, T)
         return cls(positions, None, None, True)
 

@@ -21,6 +21,7 @@ def _norm(config: ModelConfig) -> nn.Module:
 
 
 class MLP(nn.Module):
+    """The block's feed-forward part: Linear, GELU, Linear, dropout."""
     def __init__(self, d_model: int, d_mlp: int, dropout: float):
         super().__init__()
         self.up = nn.Linear(d_model, d_mlp)
@@ -28,10 +29,12 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        """(B, T, C) -> (B, T, C)."""
         return self.drop(self.down(nn.functional.gelu(self.up(x))))
 
 
 class Block(nn.Module):
+    """One pre-norm transformer block: x + attention(norm(x)), then x + MLP(norm(x)) where it has one."""
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.norm_attn = _norm(config)

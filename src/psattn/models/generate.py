@@ -20,6 +20,7 @@ from psattn.ops.cache import PSACache
 
 @dataclass
 class GenerationOutput:
+    """What ``generate`` returns: the sequences and the logits each new token was chosen from."""
     sequences: Tensor  # (B, T_prompt + n): prompt followed by the new tokens
     logits: Tensor  # (B, n, V): the logits each new token was chosen from
 

@@ -24,11 +24,13 @@ from psattn.ops.hooks import capture
 
 @dataclass
 class HeadScores:
+    """Previous-token and induction score of every head, and the mean attention patterns."""
     previous_token: Tensor  # (layers, heads)
     induction: Tensor  # (layers, heads)
     patterns: Tensor  # (layers, heads, T, T): mean pattern over the batch
 
     def as_dict(self) -> dict[str, list[list[float]]]:
+        """The two scores as nested lists (layers x heads), for JSON."""
         return {"previous_token": self.previous_token.tolist(), "induction": self.induction.tolist()}
 
 
@@ -40,6 +42,7 @@ def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Gen
 
 @dataclass
 class RepeatScores(HeadScores):
+    """``HeadScores`` plus the next-token loss in each copy of the repeated rows."""
     first_copy_loss: float  # mean next-token loss (nats) inside the first copy
     second_copy_loss: float  # ... inside the second copy: low when the model copies in context
 

@@ -37,6 +37,7 @@ def lagged(x: Tensor, lag: int, starts: Tensor | None) -> Tensor:
 
 
 class SmearedKeys(nn.Module):
+    """Olsson et al.'s smeared keys: each key mixed with its predecessor by a learned weight per head."""
     site = "post_rope"
     mixes_queries = False
 
@@ -45,11 +46,13 @@ class SmearedKeys(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(n_kv_heads))  # σ(0) = 1/2: an even smear at start
 
     def forward(self, q, k, v, starts):
+        """(q, k, v) with the keys smeared; q and v unchanged."""
         w = torch.sigmoid(self.alpha)[None, :, None, None]  # (1, Hkv, 1, 1)
         return q, w * k + (1 - w) * previous(k, starts=starts), v
 
 
 class KVShift(nn.Module):
+    """Xu et al.'s KV shift: keys and values each a learned mix of themselves and their predecessor."""
     site = "post_rope"
     mixes_queries = False
 
@@ -60,6 +63,7 @@ class KVShift(nn.Module):
         self.value_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))
 
     def forward(self, q, k, v, starts):
+        """(q, k, v) with keys and values shifted; q unchanged."""
         a, b = self.key_weights[None, :, None, :].unbind(-1)  # each (1, Hkv, 1)
         c, d = self.value_weights[None, :, None, :].unbind(-1)
         k = a[..., None] * k + b[..., None] * previous(k, starts=starts)
@@ -93,6 +97,7 @@ class _DepthwiseCausalConv(nn.Module):
 
 
 class PrimerDConv(nn.Module):
+    """So et al.'s Primer: a depthwise causal convolution (3 taps) on q, k and v before RoPE."""
     site = "pre_rope"
     mixes_queries = True
 
@@ -103,10 +108,12 @@ class PrimerDConv(nn.Module):
         self.v_conv = _DepthwiseCausalConv((n_kv_heads, head_dim), 3, identity_init=True)
 
     def forward(self, q, k, v, starts):
+        """(q, k, v), each convolved along time within its sequence."""
         return self.q_conv(q, starts), self.k_conv(k, starts), self.v_conv(v, starts)
 
 
 class CanonConv(nn.Module):
+    """A Canon layer: one residual depthwise causal convolution over q, k and v together."""
     site = "pre_rope"
     mixes_queries = True
 
@@ -116,6 +123,7 @@ class CanonConv(nn.Module):
         self.conv = _DepthwiseCausalConv((sum(self.split), head_dim), 4, identity_init=False)
 
     def forward(self, q, k, v, starts):
+        """(q, k, v) plus their causal convolution along time."""
         qkv = torch.cat([q, k, v], dim=1)  # (B, Hq + 2 Hkv, T, D)
         qkv = qkv + self.conv(qkv, starts)
         return qkv.split(self.split, dim=1)

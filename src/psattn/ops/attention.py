@@ -269,6 +269,7 @@ class ScoreTerms(NamedTuple):
     t4: Tensor
 
     def total(self) -> Tensor:
+        """T1 + T2 + T3 + T4: the unscaled scores of the sheared streams."""
         return self.t1 + self.t2 + self.t3 + self.t4
 
     @classmethod

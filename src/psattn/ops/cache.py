@@ -81,10 +81,12 @@ class RawWindow:
         self._trim(max(length - keep, self.start))
 
     def apply(self, fn) -> None:
+        """Apply ``fn`` to the held raw values (reordering, moving)."""
         if self.values is not None:
             self.values = fn(self.values)
 
     def clear(self) -> None:
+        """Drop the held raw values."""
         self.values, self.start = None, 0
 
 
@@ -162,6 +164,7 @@ class LayerCache:
             window.apply(lambda x: x.index_select(0, index))
 
     def kv_bytes(self) -> int:
+        """Bytes of the cached keys and values (what a plain KV cache holds)."""
         return tensor_bytes(self.keys) + tensor_bytes(self.values)
 
     def extra_state_bytes(self) -> int:
@@ -254,7 +257,9 @@ class PSACache:
         )
 
     def kv_bytes(self) -> int:
+        """Bytes of every layer's cached keys and values."""
         return sum(layer.kv_bytes() for layer in self.layers)
 
     def extra_state_bytes(self) -> int:
+        """Bytes of PSA's fixed extra state over every layer (the last raw key, and query)."""
         return sum(layer.extra_state_bytes() for layer in self.layers)

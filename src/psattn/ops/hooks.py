@@ -18,7 +18,9 @@ from torch import nn
 
 
 class HookPoint(nn.Module):
+    """A named identity on a tensor; hooks registered on it read it, and a hook's return value replaces it."""
     def forward(self, x: Any) -> Any:
+        """``x`` itself (the hooks see and may replace it)."""
         return x
 
     @property

@@ -57,6 +57,7 @@ def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
 
 
 def check_boundary(boundary: str) -> str:
+    """``boundary`` if it is a boundary rule (``replicate`` or ``zero``); ValueError otherwise."""
     if boundary not in BOUNDARIES:
         raise ValueError(f"unknown boundary rule {boundary!r}; expected one of {BOUNDARIES}")
     return boundary
@@ -81,6 +82,7 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
 
 
 def check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
+    """ValueError unless ``x`` is (B, H, T, D) and ``starts``, ``prev`` fit it."""
     if x.dim() != 4:
         raise ValueError(f"streams must be (B, H, T, D), got shape {tuple(x.shape)}")
     B, H, T, D = x.shape

@@ -18,6 +18,7 @@ PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 
 def check_variant(variant: str) -> str:
+    """``variant`` if it names a PSA variant; ValueError otherwise."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown PSA variant {variant!r}; expected one of {sorted(VARIANTS)}")
     return variant

@@ -70,6 +70,7 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
 
 
 def run_tokenizer(run_dir: str | Path):
+    """The tokenizer of a text run's directory; ValueError for a run without one."""
     path = Path(run_dir) / "tokenizer.json"
     if not path.exists():
         raise ValueError(f"{run_dir} has no tokenizer.json: only runs of the text task can generate text")

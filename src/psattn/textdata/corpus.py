@@ -39,6 +39,7 @@ NAMED = (*SHIPPED, PYTHON_STDLIB, PYTHON_INSTALLED)
 
 @dataclass(frozen=True)
 class Document:
+    """One document of a corpus: its text, or its token ids when the corpus is already tokenized."""
     name: str
     text: str | None = None  # a text document
     tokens: np.ndarray | None = None  # an already tokenized document (1-D integers)
@@ -145,6 +146,7 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def read_document(path: Path) -> Document:
+    """The document in ``path``: UTF-8 text (``.txt``, ``.txt.xz``, ``.txt.gz``) or token ids (``.npy``)."""
     name = path.name.split(".")[0]
     if path.suffix == TOKEN_SUFFIX:
         tokens = np.load(path, allow_pickle=False)

@@ -23,18 +23,23 @@ class ByteTokenizer:
     vocab_size = 256
 
     def encode(self, text: str) -> list[int]:
+        """The UTF-8 bytes of ``text``, as ids 0..255."""
         return list(text.encode("utf-8"))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of each text."""
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
+        """The text of byte ids; invalid UTF-8 becomes U+FFFD."""
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
     def token_bytes(self) -> np.ndarray:
+        """UTF-8 bytes of each id (V,): one each; bits per byte divide by them."""
         return np.ones(self.vocab_size, dtype=np.int64)
 
     def to_json(self) -> str:
+        """The tokenizer.json a run directory keeps."""
         return json.dumps({"kind": "byte"})
 
 
@@ -48,6 +53,7 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        """A byte-level BPE tokenizer of ``vocab_size`` ids (256 bytes plus merges) fitted on ``texts``."""
         tokenizers = hf_tokenizers()
         Tokenizer, decoders, models = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.models
         pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
@@ -65,6 +71,7 @@ class BPETokenizer:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
+        """The ids of ``text``."""
         return self.tokenizer.encode(text).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -72,13 +79,16 @@ class BPETokenizer:
         return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
     def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``."""
         return self.tokenizer.decode([int(i) for i in ids])
 
     def token_bytes(self) -> np.ndarray:
+        """UTF-8 bytes of each id (V,), for bits per byte."""
         # a byte-level token is written in GPT-2's byte alphabet: one character per byte
         return np.array([len(self.tokenizer.id_to_token(i)) for i in range(self.vocab_size)], dtype=np.int64)
 
     def to_json(self) -> str:
+        """The tokenizer.json a run directory keeps (the Hugging Face tokenizer inside)."""
         return json.dumps({"kind": "bpe", "tokenizer": json.loads(self.tokenizer.to_str())})
 
 
@@ -96,6 +106,7 @@ def hf_tokenizers():
 
 
 def tokenizer_from_json(text: str) -> Tokenizer:
+    """The tokenizer a tokenizer.json text describes (byte or BPE); ValueError for anything else."""
     data = json.loads(text)
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "byte":
@@ -106,6 +117,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer saved at ``path`` (a run directory's tokenizer.json)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no tokenizer at {path}")

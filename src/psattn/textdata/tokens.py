@@ -52,6 +52,7 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class TokenizedCorpus:
+    """A corpus's cached token streams (memory-mapped), its tokenizer and what a run is bound to."""
     train: np.ndarray  # (N_train,) memory-mapped token ids
     eval: np.ndarray  # (N_eval,)
     tokenizer: Tokenizer
@@ -73,6 +74,7 @@ def split_text(text: str, eval_fraction: float) -> tuple[str, str]:
 
 
 def split_tokens(tokens: np.ndarray, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out): the first ``1 - eval_fraction`` of a document's tokens and the rest."""
     cut = int(len(tokens) * (1.0 - eval_fraction))
     return tokens[:cut], tokens[cut:]
 

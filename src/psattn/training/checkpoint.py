@@ -108,16 +108,20 @@ def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: st
 
 
 def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (a temporary file renamed into place)."""
     _atomic_write(Path(path), lambda f: f.write(json.dumps(data, indent=2).encode()))
 
 
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` as JSON lines to ``path`` atomically."""
     _atomic_write(Path(path), lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
 
 
 def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
     _atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
     _atomic_write(Path(path), lambda f: f.write(data))

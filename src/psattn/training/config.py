@@ -139,6 +139,7 @@ class RunConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form a run directory's config.json holds."""
         return {
             "name": self.name,
             "model": self.model.to_dict(),

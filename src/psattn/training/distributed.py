@@ -21,6 +21,7 @@ from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 
 @dataclass(frozen=True)
 class Distributed:
+    """This process's place in a ``torchrun`` job (rank 0 of 1 when not distributed)."""
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -90,5 +91,6 @@ def any_rank(flag: bool, ctx: Distributed, device: torch.device) -> bool:
 
 
 def barrier(ctx: Distributed) -> None:
+    """Wait for every rank (nothing when not distributed)."""
     if ctx.enabled:
         dist.barrier()

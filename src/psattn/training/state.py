@@ -19,6 +19,7 @@ from psattn.training.checkpoint import load_checkpoint, load_model_weights, save
 
 @dataclass
 class TrainState:
+    """What a checkpoint holds: model, optimiser, schedule, step, history, emergence step and seconds."""
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     schedule: torch.optim.lr_scheduler.LRScheduler

@@ -73,6 +73,7 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class RunResult:
+    """What ``train`` returns: accuracies, the emergence step, steps, seconds and every evaluation row."""
     final_accuracy: float
     best_accuracy: float
     emergence_step: int | None  # first evaluated step with held-out accuracy >= threshold
@@ -83,6 +84,7 @@ class RunResult:
     timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
 
     def to_dict(self) -> dict[str, Any]:
+        """The form result.json holds."""
         return asdict(self)
 
 
@@ -109,6 +111,7 @@ def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
 
 
 def eval_batch(config: RunConfig) -> TaskBatch:
+    """The run's held-out batch: ``eval_size`` rows of its task's held-out split, from its seed alone."""
     generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 1)
     return sample_task(config.task, config.train.eval_size, generator, split="eval")
 
@@ -122,6 +125,7 @@ def build_model(config: RunConfig) -> DecoderLM:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":

@@ -46,6 +46,7 @@ class PSAStep:
 
 
 def eager_base(module):
+    """The eager attention function of ``module``'s transformers architecture."""
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
         raise NotImplementedError(
@@ -114,6 +115,7 @@ def register_attention() -> None:
 
 
 def implementation_name(base: str) -> str:
+    """The registered PSA implementation over ``base`` (``sdpa`` or ``eager``); ValueError for others."""
     if base not in IMPLEMENTATIONS:
         raise ValueError(
             f"PSA runs on one of the base attention implementations {BASES}, got {base!r} "

@@ -132,21 +132,25 @@ class PSALayer(DynamicLayer):
             window.crop(length, keep=self.max_rollback + 1)
 
     def reset(self) -> None:
+        """Empty the layer, raw windows included."""
         super().reset()
         for window in self._windows():
             window.clear()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Reorder the batch (beam search), raw windows included."""
         super().reorder_cache(beam_idx)
         for window in self._windows():
             window.apply(lambda x: x.index_select(0, beam_idx.to(x.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat each row ``repeats`` times, raw windows included."""
         super().batch_repeat_interleave(repeats)
         for window in self._windows():
             window.apply(lambda x: x.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep the rows ``indices``, raw windows included."""
         super().batch_select_indices(indices)
         for window in self._windows():
             window.apply(lambda x: x[indices, ...])
@@ -172,10 +176,12 @@ class PSADynamicCache(DynamicCache):
             self.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
 
     def kv_bytes(self) -> int:
+        """Bytes of every layer's cached keys and values."""
         return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in self.layers
                    if isinstance(layer, CacheLayerMixin) and layer.is_initialized)
 
     def extra_state_bytes(self) -> int:
+        """Bytes every layer holds beyond its KV tensors (the raw windows)."""
         return sum(layer.extra_state_bytes() for layer in self.layers if isinstance(layer, PSALayer))
 
 

@@ -44,6 +44,7 @@ class PsattnConfig(PretrainedConfig):
 
 
 class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
+    """A psattn ``DecoderLM`` as a transformers causal LM (what ``psattn export --format hf`` saves)."""
     config_class = PsattnConfig
     base_model_prefix = "decoder"
     _no_split_modules = ["Block"]
@@ -63,9 +64,11 @@ class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
                 module.inv_freq.copy_(module.frequencies())
 
     def get_input_embeddings(self):
+        """The token embedding."""
         return self.decoder.embed
 
     def get_output_embeddings(self):
+        """The LM head."""
         return self.decoder.lm_head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -33,11 +33,13 @@ HOOK_NAMES = ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern")
 
 
 def add_hook_points(module: nn.Module) -> None:
+    """Give a transformers attention module psattn's hook points (``hook_q``, ``hook_k``, ...)."""
     for name in HOOK_NAMES:
         setattr(module, f"hook_{name}", HookPoint())
 
 
 def remove_hook_points(module: nn.Module) -> None:
+    """Take them away again."""
     for name in HOOK_NAMES:
         if hasattr(module, f"hook_{name}"):
             delattr(module, f"hook_{name}")
@@ -50,6 +52,7 @@ def through(module: nn.Module, name: str, x: Tensor) -> Tensor:
 
 
 def listening(module: nn.Module, name: str) -> bool:
+    """Whether a hook is registered on ``module``'s hook point ``name``."""
     point = getattr(module, f"hook_{name}", None)
     return point is not None and point.active
 

@@ -46,7 +46,9 @@ class GammaWarmup(TrainerCallback):
         set_psa_gamma(model, gamma_warmup(step, self.gamma, self.warmup_steps))
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Set γ for the step training starts at."""
         self._set(model, state.global_step)
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
+        """Set γ for the coming step."""
         self._set(model, state.global_step)
