@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+
+
+def _interrupted_while_loading(signum, frame):
+    """Ctrl-C while the command line loads (torch takes seconds): said like any other, exit code 130."""
+    print("\npsattn: interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
+try:  # until the imports below are done (the main thread only; a library import leaves Ctrl-C alone after)
+    _SIGINT = signal.signal(signal.SIGINT, _interrupted_while_loading) \
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+except ValueError:  # not the main thread
+    _SIGINT = None
+
 import argparse
 import dataclasses
 import logging
 import os
 import platform
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,6 +66,9 @@ from psattn.training.distributed import teardown_distributed
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, summary_line, train
 from psattn.version import __version__
+
+if _SIGINT is not None:  # loaded: Ctrl-C raises KeyboardInterrupt again, which main() reports
+    signal.signal(signal.SIGINT, _SIGINT)
 
 FORM_NAMES = {"full": "full-sequence ", "single": "single-answer "}
 
@@ -553,7 +571,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports each command's module
+    except KeyboardInterrupt:
+        print("\npsattn: interrupted", file=sys.stderr)
+        return 130
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top-level one
         command = getattr(args, "command_parser", parser)

@@ -143,3 +143,18 @@ def test_the_demo_reports_its_setting_from_the_config_not_from_a_fixed_sentence(
     text = describe_run(small_config("key_only", 1.0, form="single", mlp=False, batch_size=32, lr=1e-3, n_layers=2))
     assert text.startswith("Model: 2 layers, d_model 128, 4 heads, RoPE, no MLP; task: single-answer induction")
     assert "AdamW lr 0.001, batch 32; held-out set of 512 rows." in text
+
+
+def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
+    """Torch takes seconds to import; a Ctrl-C then gave a KeyboardInterrupt traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "psattn", "configs"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # the interpreter is up, torch not yet imported (it takes seconds)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and err.strip() == "psattn: interrupted", err
