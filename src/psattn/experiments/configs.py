@@ -124,4 +124,5 @@ def study_config(study: str, variant: str = "key_only", gamma: float = 1.0, **kw
 
 
 def small_induction_config(variant: str = "key_only", gamma: float = 1.0, **kwargs) -> RunConfig:
+    """``small_config`` on the induction task."""
     return small_config(variant, gamma, task="induction", **kwargs)

@@ -112,6 +112,7 @@ class Sensitivity:
 
 @dataclass(frozen=True)
 class Plan:
+    """One plan's sizes (quick or full): training, the γ grids, the critical-γ grids, the sensitivity runs."""
     training: Training
     grids: GammaGrids
     critical: CriticalGrids
@@ -266,12 +267,14 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
 
 
 def gamma_sweep(mode: str = "quick") -> list[RunConfig]:
+    """The symmetric shear over the γ grid, every seed (psattn sweep gamma_sweep)."""
     p = _plan(mode)
     model: dict[str, Any] = {"model_preset": "psa-92m"} if mode == "full" else {}
     return [_run(p, "symmetric", g, seed=s, **model) for g in p.grids.gammas for s in p.training.seeds]
 
 
 def negative_controls(mode: str = "quick") -> list[RunConfig]:
+    """The symmetric shear on the tasks a lag cannot help (random offset, multi-hop negation)."""
     p = _plan(mode)
     return [_run(p, "symmetric", g, p.grids.control_steps, task=task, seed=0)
             for task in CONTROL_TASKS for g in p.grids.control_gammas]
@@ -290,6 +293,7 @@ def associative_recall(mode: str = "quick") -> list[RunConfig]:
 
 
 def size_scan(mode: str = "quick") -> list[RunConfig]:
+    """The baseline and the symmetric shear at each model size of the plan."""
     p = _plan(mode)
     return [_run(p, v, g, seed=0, **size)
             for size in p.grids.sizes for v, g in (("baseline", 0.0), ("symmetric", p.grids.size_gamma))]

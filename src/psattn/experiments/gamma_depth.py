@@ -45,6 +45,7 @@ PREDECESSOR = (4.17, -0.74)
 
 
 def gamma_depth(mode: str = "quick") -> list[RunConfig]:
+    """The γ grid at each depth, on each task of the depth-law study (psattn sweep gamma_depth)."""
     if mode not in STEPS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(STEPS)}")
     quick = mode == "quick"  # the full plan trains every run to its budget
@@ -62,6 +63,7 @@ def gamma_depth(mode: str = "quick") -> list[RunConfig]:
 
 
 def depth_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group in the depth-law table: task, depth, variant and γ."""
     a = first_attention(result)
     return {"task": result["config"]["task"]["name"], "depth": result["config"]["model"]["n_layers"],
             "variant": a["variant"], "gamma": a["gamma"]}

@@ -209,6 +209,7 @@ def _curve_label(config) -> str:
 
 
 def induction_figures(res: InductionResults, figures: Path) -> None:
+    """Draw the induction part's figures (γ sweep, training curves, head scores) into ``figures``."""
     plots.plot_gamma_sweep(res.tables["gamma_sweep"], figures / "gamma_sweep.png")
     for form, name, what in (("full", "curves.png", "full-sequence"), ("single", "curves_single.png", "single-answer")):
         plots.plot_training_curves(res.curves[form], figures / name, res.facts["threshold"],
@@ -225,6 +226,7 @@ def induction_section(out: Path, mode: str, workers: int | None, progress: bool)
 
 
 def induction_markdown(res: InductionResults) -> list[str]:
+    """The induction part of the reproduction report, as markdown lines."""
     lines: list[str] = []
     for part in (_intro, _variant_lines, _sensitivity_lines, _gamma_lines, _control_lines, _mqar_lines, _size_lines,
                  _critical_lines, _heads_lines):

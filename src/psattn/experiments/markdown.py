@@ -6,6 +6,7 @@ from typing import Any
 
 
 def fmt(x: Any, digits: int = 3) -> str:
+    """A table cell: ``x`` with ``digits`` decimals when a float, an em dash when None."""
     if x is None:
         return "—"
     if isinstance(x, float):
@@ -14,6 +15,7 @@ def fmt(x: Any, digits: int = 3) -> str:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown table of ``header`` and ``rows``."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
         "| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows
     ]

@@ -38,6 +38,7 @@ EARLY_STOP_EVALS = 2
 
 
 def paper_form(mode: str = "quick") -> list[RunConfig]:
+    """The single-answer form's runs: each variant and placement at two peak learning rates, every seed."""
     if mode not in STEPS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(STEPS)}")
     quick = mode == "quick"  # the full plan trains every run to its budget, as its other experiments do
@@ -47,6 +48,7 @@ def paper_form(mode: str = "quick") -> list[RunConfig]:
 
 
 def lr_variant_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group in the paper-form table: peak learning rate and variant."""
     return {"lr": result["config"]["train"].get("lr", 3e-3), **variant_key(result)}
 
 
@@ -59,6 +61,7 @@ def paper_form_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def format_paper_form_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The paper-form table's markdown lines, beside the paper's claims."""
     lines = ["| peak lr | variant | placement | succeed | mean emergence step | mean best held-out accuracy | paper |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -37,6 +37,7 @@ PAPER_SIZE = "91.3M"
 
 @dataclass(frozen=True)
 class ScalePlan:
+    """The paper-scale study's sizes, γ values, single-answer rows, seeds and training settings."""
     sizes: tuple[tuple[str, dict[str, Any]], ...]  # (label, model fields of ``small_config``)
     gammas: tuple[float, ...]  # of both shears on the full-sequence form (0: the plain model)
     single_rows: tuple[tuple[str, float], ...]  # (variant, gamma) on the single-answer form
@@ -78,6 +79,7 @@ def _rows(plan: ScalePlan) -> list[tuple[str, str, float]]:
 
 
 def scale_config(plan: ScalePlan, size: dict[str, Any], form: str, variant: str, gamma: float, seed: int) -> RunConfig:
+    """One run of the paper-scale study."""
     config = study_config("paper_scale", variant, gamma, form=form, seed=seed, steps=plan.steps,
                           batch_size=plan.batch_size, lr=plan.lr, threshold=plan.threshold, early_stop=False,
                           early_stop_evals=plan.early_stop_evals, eval_every=plan.eval_every, device=plan.device,

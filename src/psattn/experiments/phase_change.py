@@ -31,6 +31,7 @@ COPY_THRESHOLD = 0.25
 
 @dataclass(frozen=True)
 class PhaseChange:
+    """When a run's phase change happened: step, training tokens, seconds and the best head's score."""
     step: int  # first evaluated step at the threshold
     tokens: int  # training tokens seen by then
     seconds: float  # wall seconds of training by then

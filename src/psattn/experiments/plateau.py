@@ -18,6 +18,7 @@ from psattn.tasks.batch import TaskBatch
 
 
 def previous_occurrence(inputs: torch.Tensor, b: int, t: int) -> int | None:
+    """The last position before ``t`` in row ``b`` holding the token at ``t`` (None if there is none)."""
     same = (inputs[b, :t] == inputs[b, t]).nonzero()
     return int(same[-1]) if len(same) else None
 

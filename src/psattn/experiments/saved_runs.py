@@ -93,6 +93,7 @@ def write_summary(run_dir: str | Path, out_dir: str | Path) -> Path:
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:
+    """A saved run summary (JSON); ValueError when the file is not one."""
     summary = read_json(path, what="run summary", object_only=True)
     missing = {"format", "name", "config", "result", "history"} - summary.keys()
     if missing or summary["format"] != FORMAT:

@@ -46,6 +46,7 @@ def summarise_by(results: dict[str, dict[str, Any]], key) -> list[dict[str, Any]
 
 
 def variant_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by its first layer's variant, γ and placement."""
     a = first_attention(result)
     return {"variant": a["variant"], "gamma": a["gamma"], "placement": a["placement"]}
 
@@ -65,20 +66,24 @@ def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def init_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by initialisation, task form, variant and γ."""
     a = first_attention(result)
     return {"init": result["config"]["model"].get("init", 0.02), "form": result["config"]["task"]["form"],
             "variant": a["variant"], "gamma": a["gamma"]}
 
 
 def gamma_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by γ."""
     return {"gamma": first_attention(result)["gamma"]}
 
 
 def control_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by task and γ."""
     return {"task": result["config"]["task"]["name"], "gamma": first_attention(result)["gamma"]}
 
 
 def size_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by model size (width, depth), variant and γ."""
     m = result["config"]["model"]
     return {"d_model": m["d_model"], "n_layers": m["n_layers"], "variant": first_attention(result)["variant"],
             "gamma": first_attention(result)["gamma"]}
@@ -88,6 +93,7 @@ TIE = 0.01  # accuracies closer than this are within the noise of a 512-row held
 
 
 def head_dim_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group by head dimension d_k and γ."""
     m = result["config"]["model"]
     return {"d_k": m.get("d_head") or m["d_model"] // m["n_heads"], "gamma": first_attention(result)["gamma"]}
 

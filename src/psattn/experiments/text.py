@@ -31,6 +31,7 @@ HYPOTHESIS_MODELS = ((1, "baseline", 0.0), (1, "key_only", 1.0), (2, "baseline",
 
 @dataclass(frozen=True)
 class TextPlan:
+    """One plan of the real-text experiment: corpus, models, tokenizer, sizes, seeds and training length."""
     corpus: str
     models: tuple[tuple[int, str, float], ...]
     tokenizer: str
@@ -56,6 +57,7 @@ TEXT_PLANS = {
 
 
 def text_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed: int) -> RunConfig:
+    """One run of the real-text experiment."""
     task = make_task_config("text", corpus=plan.corpus, tokenizer=plan.tokenizer, vocab_size=plan.vocab_size,
                             seq_len=plan.seq_len)
     model = ModelConfig(vocab_size=plan.vocab_size, d_model=plan.d_model, n_layers=n_layers, n_heads=plan.n_heads,
@@ -71,6 +73,7 @@ def text_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed:
 
 
 def text_experiment(mode: str = "quick") -> list[RunConfig]:
+    """Every run of the real-text experiment's plan (psattn sweep text)."""
     if mode not in TEXT_PLANS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(TEXT_PLANS)}")
     plan = TEXT_PLANS[mode]
@@ -112,6 +115,7 @@ def model_label(layers: int, variant: str, gamma: float) -> str:
 
 
 def model_key(result: dict[str, Any]) -> tuple[int, str, float]:
+    """A run's model as (layers, variant, γ)."""
     m = result["config"]["model"]
     a = m["attention"][0] if isinstance(m["attention"], list) else m["attention"]
     return m["n_layers"], a["variant"], a["gamma"]

@@ -70,6 +70,7 @@ def phase_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed
 
 
 def text_phase(mode: str = "quick") -> list[RunConfig]:
+    """The runs of the past-the-phase-change study (psattn sweep text_phase)."""
     if mode not in PHASE_TOKENS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PHASE_TOKENS)}")
     plan = _plan(mode)

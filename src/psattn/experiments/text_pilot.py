@@ -66,6 +66,7 @@ def pilot_config(batch_size: int, mlp: bool, tokens: int, *, seed: int = 0, devi
 
 
 def text_pilot(mode: str = "quick") -> list[RunConfig]:
+    """The runs of the two plain layers' phase-change pilot (psattn sweep text_pilot)."""
     if mode not in PILOT_TOKENS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PILOT_TOKENS)}")
     device = "cpu" if mode == "quick" else "auto"
@@ -95,6 +96,7 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_label(result: dict[str, Any]) -> str:
+    """A pilot run's label: rows a step, context, and whether it has MLPs."""
     config = result["config"]
     return (f"{config['train']['batch_size']} rows of {config['task']['seq_len']}"
             f"{'' if config['model']['mlp'] else ', attention-only'}")

@@ -248,6 +248,7 @@ def text_results(out: Path, mode: str, workers: int | None, progress: bool, exec
 
 
 def text_figures(res: TextResults, figures: Path) -> None:
+    """Draw the real-text part's figures into ``figures``."""
     final = {label: history[-1] for label, history in res.histories.items()}
     text_plots.plot_text_curves(res.histories, figures / "text_curves.png")
     text_plots.plot_position_loss({label: row["position_loss"] for label, row in final.items()},
@@ -271,6 +272,7 @@ EXECUTORCH_NOTE = (" ExecuTorch rows: the same models as `.pte` programs (`psatt
 
 
 def text_markdown(res: TextResults) -> list[str]:
+    """The real-text part of the reproduction report, as markdown lines."""
     plan, rows, examples, edge, params = res.plan, res.rows, res.samples, res.edge, res.params
     early, late = (plan.seq_len // 16, plan.seq_len // 8), (plan.seq_len - plan.seq_len // 8, plan.seq_len)
     lines = [

@@ -58,6 +58,7 @@ MAX_REPEATS = 2.0
 
 @dataclass(frozen=True)
 class ScalePlan:
+    """The text-at-scale study's corpus, vocabulary, context, depths, width, seeds and budget."""
     corpus: str
     corpus_label: str  # the corpus's part of the run names
     vocab_size: int
@@ -84,6 +85,7 @@ def _quick_corpus() -> str:
 
 
 def plan(mode: str) -> ScalePlan:
+    """The text-at-scale plan of ``mode`` (quick: a CPU check; full: the GPU study)."""
     if mode == "full":
         return ScalePlan("python-installed", "python-installed", 1024, 256, 0.05, depths=(1, 2, 4), d_model=256,
                          n_heads=4, seeds=(0, 1), tokens=80_000_000, batch_size=16, eval_size=256, lr=3e-3,
@@ -95,6 +97,7 @@ def plan(mode: str) -> ScalePlan:
 
 
 def scale_config(p: ScalePlan, n_layers: int, variant: str, gamma: float, seed: int) -> RunConfig:
+    """One run of the text-at-scale study."""
     task = make_task_config("text", corpus=p.corpus, tokenizer="bpe", vocab_size=p.vocab_size, seq_len=p.seq_len,
                             eval_fraction=p.eval_fraction, split="file")
     model = ModelConfig(vocab_size=p.vocab_size, d_model=p.d_model, n_layers=n_layers, n_heads=p.n_heads, mlp=True,

@@ -29,6 +29,7 @@ SEEDS = (0, 1)
 
 
 def two_layer(mode: str = "quick") -> list[RunConfig]:
+    """The two-layer study's runs: with and without MLPs, each form, every seed."""
     if mode not in ("quick", "full"):
         raise ValueError(f"unknown mode {mode!r}; expected one of ('quick', 'full')")
     quick = mode == "quick"  # the full plan trains every run to four times the budget
@@ -39,6 +40,7 @@ def two_layer(mode: str = "quick") -> list[RunConfig]:
 
 
 def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's group in the two-layer table: form, layers, MLPs, variant and γ."""
     m, a = result["config"]["model"], first_attention(result)
     return {"form": result["config"]["task"].get("form", "full"), "layers": m["n_layers"],
             "mlp": mlp_label(m.get("mlp", True)), "variant": a["variant"], "gamma": a["gamma"]}
@@ -47,12 +49,14 @@ def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def two_layer_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The two-layer table's rows, seeds averaged, in the page's order."""
     rows = summarise_by(results, two_layer_key)
     order = {"yes": 0, "no": 1}
     return sorted(rows, key=lambda r: (r["form"], r["variant"] != "baseline", order.get(r["mlp"], 2)))
 
 
 def format_two_layer_table(rows: list[dict[str, Any]], parameters: dict[tuple, int] | None = None) -> list[str]:
+    """The two-layer table's markdown lines."""
     lines = ["| form | layers | MLPs | variant | succeed | mean emergence step | mean best held-out accuracy | budget |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -111,6 +111,7 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``psattn meanfield run``: simulate, write figures and summary.json; the exit code."""
     config = resolve_run_config(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,6 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    """``psattn meanfield reproduce``: the paper's experiments and theorem checks; the exit code."""
     result = meanfield_report(args.out, quick=args.mode == "quick", progress=True)
     for check in result["checks"]:
         print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['message']}")

@@ -72,6 +72,7 @@ class KernelConfig:
             raise ValueError("kernel 'pair' needs pair_matrices (n, n, d, d)")
 
     def resolved_frequencies(self) -> tuple[float, ...]:
+        """The kernel's frequencies: the given ones, or the kernel's defaults."""
         return self.frequencies if self.frequencies is not None else DEFAULT_FREQUENCIES[self.name]
 
 
@@ -140,10 +141,12 @@ class SimulationConfig:
         return DTYPES[self.dtype]
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as plain values, for JSON."""
         return asdict(self)
 
 
 def default_labels(config: SimulationConfig) -> tuple[float, ...]:
+    """The particles' labels when none are given: positions for positional kernels, else the kernel's."""
     n, kernel = config.n, config.kernel
     if kernel.name in POSITIONAL_KERNELS:
         return tuple(float(i) for i in range(n))

@@ -40,17 +40,20 @@ def _off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
 
 
 def mean_cosine(x: Tensor) -> Tensor:
+    """Mean cosine between distinct particles (B,)."""
     n = x.shape[-2]
     return (_gram(x) * _off_diagonal(n)).sum((-1, -2)) / (n * (n - 1))
 
 
 def fraction_aligned(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
+    """Fraction of particle pairs whose cosine exceeds ``threshold`` (B,)."""
     n = x.shape[-2]
     upper = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
     return ((_gram(x) > threshold) & upper).sum((-1, -2)).to(x.dtype) / (n * (n - 1) / 2)
 
 
 def min_inner(x: Tensor) -> Tensor:
+    """Smallest cosine between distinct particles (B,)."""
     n = x.shape[-2]
     gram = _gram(x).masked_fill(~_off_diagonal(n), float("inf"))
     return gram.amin((-1, -2))
@@ -75,14 +78,17 @@ def cluster_count(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
 
 
 def marginal_spread(x: Tensor) -> Tensor:
+    """1 minus the norm of the particles' mean (B,): 0 when they all coincide."""
     return (1.0 - x.mean(-2).norm(dim=-1)).clamp_min(0.0)
 
 
 def comoving_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    """``marginal_spread`` in co-moving coordinates (the kernel's gauges undone)."""
     return marginal_spread(kernel.to_comoving(x))
 
 
 def graph_law_distance(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    """Mean distance of the co-moving particles from their normalised mean (B,)."""
     y = kernel.to_comoving(x)  # (B, n, d)
     y_star = y.mean(-2, keepdim=True)  # (B, 1, d)
     y_star = y_star / y_star.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
@@ -90,6 +96,7 @@ def graph_law_distance(x: Tensor, kernel: LabelledKernel) -> Tensor:
 
 
 def conditional_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
+    """Spread within groups of equal label, weighted by group size (B,); NaN when no group has two."""
     _, group, counts = torch.unique(kernel.labels, return_inverse=True, return_counts=True)  # (n,), (G,)
     weights = (counts * (counts >= 2)).to(x.dtype)  # groups with a single token carry no weight
     if not weights.sum() > 0:

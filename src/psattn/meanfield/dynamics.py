@@ -30,6 +30,7 @@ DYNAMICS = ("usa", "sa")
 
 
 class VelocityField(Protocol):
+    """A velocity field: particles (B, n, d) -> (velocity, energy)."""
     def __call__(self, x: Tensor, /) -> tuple[Tensor, Tensor]: ...
 
 

@@ -15,6 +15,7 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class EnergyViolation:
+    """One step at which the energy fell by more than the tolerance."""
     step: int  # the step k with E[k+1] < E[k] − tol
     time: float  # t_k
     batch_index: int
@@ -25,6 +26,7 @@ class EnergyViolation:
 
 @dataclass(frozen=True)
 class EnergyCheck:
+    """Whether the energy stayed non-decreasing over a run, and where it did not."""
     monotone: bool
     step_size: float
     tolerance: float  # relative tolerance used
@@ -34,6 +36,7 @@ class EnergyCheck:
     violations: tuple[EnergyViolation, ...]  # at most ``max_reported``, largest drops first
 
     def summary(self) -> str:
+        """The check in one line."""
         if self.monotone:
             return f"energy non-decreasing (step size {self.step_size:.3g}, rtol {self.tolerance:.1e})"
         return (
@@ -90,6 +93,7 @@ def check_monotone(
 
 @dataclass(frozen=True)
 class Plateau:
+    """An interval of time over which the energy stayed flat, and its level."""
     start: float
     end: float
     energy: float  # mean energy on the plateau

@@ -75,6 +75,7 @@ def paper_configs(
 
 
 def run_name(config: SimulationConfig) -> str:
+    """A simulation's folder name: kernel and particle count."""
     return f"{config.kernel.name}_n{config.n}"
 
 

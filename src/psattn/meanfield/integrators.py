@@ -42,6 +42,7 @@ STEPPERS: dict[str, Stepper] = {"euler": euler_step, "rk4": rk4_step}
 
 
 def get_stepper(name: str) -> Stepper:
+    """The integrator of that name; ValueError for an unknown one."""
     if name not in STEPPERS:
         raise ValueError(f"unknown integrator {name!r}; choose one of {tuple(STEPPERS)}")
     return STEPPERS[name]

@@ -107,6 +107,7 @@ class LabelledKernel:
         return torch.einsum("iba,Bib->Bia", self.gauges, y)
 
     def to(self, dtype: torch.dtype) -> LabelledKernel:
+        """The kernel with its tensors in ``dtype``."""
         def cast(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(dtype)
 

@@ -89,6 +89,7 @@ def exponential_fit(betas: Sequence[float], lifetimes: Sequence[float]) -> tuple
 
 @dataclass
 class MetastabilityResult:
+    """Two-cluster lifetimes against β, simulated and from the reduced ODE, with the fitted rates."""
     betas: list[float]
     separation: float
     lifetimes: list[float]  # median over the batch, per β
@@ -102,6 +103,7 @@ class MetastabilityResult:
     curves: list[dict[str, Any]] = field(default_factory=list)  # per β: times, normalised energy (batch 0)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as plain values, for JSON."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 

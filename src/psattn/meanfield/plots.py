@@ -37,6 +37,7 @@ SERIES_LABELS = {
 
 
 def load_summary(summary: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """A run summary: the dict itself, or read from a summary.json or its folder."""
     if isinstance(summary, dict):
         return summary
     path = Path(summary)

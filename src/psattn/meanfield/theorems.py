@@ -51,6 +51,7 @@ from psattn.meanfield.universality import (
 
 @dataclass(frozen=True)
 class TheoremCheck:
+    """One theorem check: its name, whether it passed, and what it found."""
     name: str
     passed: bool
     message: str
@@ -59,6 +60,7 @@ class TheoremCheck:
     data: dict[str, Any] = field(default_factory=dict)  # JSON-ready series for the figure
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as plain values, for JSON."""
         return asdict(self)
 
 

@@ -50,6 +50,7 @@ class VonMisesMixture:
             raise ValueError("weights and concentrations must be non-negative, with a positive total weight")
 
     def density(self, theta: np.ndarray) -> np.ndarray:
+        """The mixture's density at angles ``theta``."""
         theta = np.asarray(theta, dtype=np.float64)
         w = np.asarray(self.weights) / sum(self.weights)
         out = np.zeros_like(theta)

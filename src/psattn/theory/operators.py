@@ -44,6 +44,7 @@ CACHE_MODES = ("sheared", "raw_keys", "recompute")
 
 @dataclass(frozen=True)
 class OperatorUnderTest:
+    """An operator the certificates can run on: a name, a description and its shear."""
     name: str
     description: str
     shear: Callable[..., Tensor] = library_shear
@@ -101,6 +102,7 @@ class RawKeyLayerCache(LayerCache):
     """Broken: stores the raw keys k where the sheared keys k̂ belong."""
 
     def append(self, k_hat, v, raw_k, raw_q=None):
+        """Store raw keys where sheared ones belong (a wrong cache, for the certificates' negative cases)."""
         return super().append(raw_k, v, raw_k, raw_q)
 
 
@@ -114,12 +116,14 @@ class RecomputingLayerCache(LayerCache):
         self.all_raw_k: Tensor | None = None
 
     def append(self, k_hat, v, raw_k, raw_q=None):
+        """Keep every raw key and re-shear them all at each step (correct, but O(T) extra state)."""
         self.all_raw_k = raw_k if self.all_raw_k is None else torch.cat([self.all_raw_k, raw_k], dim=2)
         _, values = super().append(k_hat, v, raw_k, raw_q)
         self.keys = self._shear(self.all_raw_k, self.gamma_k)  # (B, Hkv, S, D), recomputed
         return self.keys, values
 
     def extra_state_bytes(self) -> int:
+        """Bytes beyond the KV tensors: the parent's plus every raw key kept."""
         return super().extra_state_bytes() + tensor_bytes(self.all_raw_k)
 
 
@@ -165,6 +169,7 @@ OPERATORS: dict[str, OperatorUnderTest] = {REFERENCE.name: REFERENCE, **MUTANTS}
 
 
 def get_operator(name: str) -> OperatorUnderTest:
+    """The operator of that name; ValueError for an unknown one."""
     if name not in OPERATORS:
         raise ValueError(f"unknown operator {name!r}; expected one of {sorted(OPERATORS)}")
     return OPERATORS[name]

@@ -33,6 +33,7 @@ DYADIC_GAMMAS = (0.25, 0.5, 0.75, 2.0)
 
 @dataclass
 class StreamTaps:
+    """The measured taps of a stream operator: matrix per lag, and how far from linear it is."""
     gamma: float
     taps: dict[int, np.ndarray]  # lag -> (D, D); only lags with a non-zero entry
     linearity_error: float  # max |F(x + 2y) - F(x) - 2F(y)| on random streams
@@ -55,6 +56,7 @@ class StreamTaps:
         return max(self.taps) if self.taps else 0
 
     def tap(self, lag: int) -> np.ndarray:
+        """The (D, D) matrix at ``lag`` (zeros where the operator has none)."""
         D = self.dim
         return self.taps.get(lag, np.zeros((D, D)))
 

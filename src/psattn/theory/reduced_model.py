@@ -158,6 +158,7 @@ class TransitionComparison:
     stats: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as plain values, for JSON (no transition as null)."""
         d = asdict(self)
         for key in ("gamma_sim", "gamma_theory"):  # NaN (no transition) becomes null
             d[key] = [[float(v) if np.isfinite(v) else None for v in row] for row in d[key]]

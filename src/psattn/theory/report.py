@@ -49,11 +49,13 @@ def certificate_results(with_mutants: bool = True) -> dict[str, Any]:
 
 
 def transition_results(n_samples: int, seed: int = 0) -> dict[str, Any]:
+    """The reduced model against the law over the report's (d_k, T) grid."""
     cmp = compare_with_theory(GRID_DK, GRID_T, n_samples=n_samples, seed=seed)
     return cmp.to_dict()
 
 
 def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[str, Any]:
+    """The critical γ against d_k at the report's T: closed form, simulation and fitted exponents."""
     from psattn.theory.reduced_model import ReducedModel
 
     model = ReducedModel(SCALING_T, n_samples, seed)

@@ -39,6 +39,7 @@ class PowerLawFit:
     dropped: int = 0  # input pairs left out (non-finite or non-positive)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fit as plain values, for JSON (non-finite numbers as null)."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 

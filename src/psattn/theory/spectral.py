@@ -76,6 +76,7 @@ class BodeCurves:
         return filter_order(*variant_gammas(self.variant, self.gamma))
 
     def to_dict(self) -> dict[str, Any]:
+        """The curves as plain values, gains in dB, for JSON."""
         out: dict[str, Any] = {"variant": self.variant, "gamma": self.gamma, "order": list(self.order),
                                "omega": self.omega.tolist()}
         for name in ("query", "key", "joint"):
@@ -93,6 +94,7 @@ def variant_bode(variant: str, gamma: float, omega=None) -> BodeCurves:
 
 
 def all_variant_bode(gamma: float, omega=None) -> list[BodeCurves]:
+    """``variant_bode`` of every variant at ``gamma``."""
     return [variant_bode(v, gamma, omega) for v in VARIANTS]
 
 
@@ -133,11 +135,13 @@ class MeasuredBode:
     key: np.ndarray
 
     def closed_form(self, stream: str) -> np.ndarray:
+        """The closed-form response of ``stream`` (query, key or joint) at the measured frequencies."""
         if stream == "joint":
             return joint_response(self.omega, self.omega, self.gamma_q, self.gamma_k)
         return shear_response(self.omega, self.gamma_q if stream == "query" else self.gamma_k)
 
     def measured(self, stream: str) -> np.ndarray:
+        """The measured response of ``stream``."""
         return self.query * self.key if stream == "joint" else getattr(self, stream)
 
     def correlation(self, stream: str = "key") -> float | None:
@@ -145,6 +149,7 @@ class MeasuredBode:
         return _pearson(np.abs(self.measured(stream)), np.abs(self.closed_form(stream)))
 
     def max_rel_error(self, stream: str = "key") -> float:
+        """Largest relative error of the measured gain against the closed form."""
         theory = np.abs(self.closed_form(stream))
         return float(np.max(np.abs(np.abs(self.measured(stream)) - theory) / theory))
 
@@ -159,6 +164,7 @@ class MeasuredBode:
         return out
 
     def summary(self) -> dict[str, Any]:
+        """Correlations and largest errors of each stream, for JSON."""
         return {"layer": self.layer, "gamma_q": self.gamma_q, "gamma_k": self.gamma_k,
                 **{f"{s}_r": self.correlation(s) for s in ("query", "key", "joint")},
                 **{f"{s}_max_rel_error": self.max_rel_error(s) for s in ("query", "key", "joint")}}

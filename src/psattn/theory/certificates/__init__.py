@@ -35,6 +35,7 @@ def certificate_names() -> list[str]:
 
 
 def run_certificate(spec: CertificateSpec, op: OperatorUnderTest = REFERENCE) -> Certificate:
+    """Run one certificate on ``op``: its evidence, verdict and time (an exception fails it)."""
     ev = Evidence()
     start = time.perf_counter()
     error = None

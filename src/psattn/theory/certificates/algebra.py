@@ -33,6 +33,7 @@ def claimed_shear_matrix(gamma, dim: int = 1) -> sp.Matrix:
 
 
 def symplectic_form(dim: int) -> sp.Matrix:
+    """The symplectic form J of a 2``dim``-dimensional phase space."""
     I, Z = sp.eye(dim), sp.zeros(dim)
     return sp.Matrix(sp.BlockMatrix([[Z, I], [-I, Z]]))
 
@@ -58,6 +59,7 @@ def operator_matrices(op: OperatorUnderTest, ev: Evidence) -> dict:
     "symbolic + numeric",
 )
 def four_term_decomposition(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the four-term split of the sheared scores (the statement above)."""
     gq, gk = sp.symbols("gamma_q gamma_k")
     q, qp, k, kp = (sp.Matrix(sp.symbols(f"{n}0:3")) for n in ("q", "qprev", "k", "kprev"))
     pq, pk = q - qp, k - kp
@@ -83,6 +85,7 @@ def four_term_decomposition(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def symplecticity(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that the operator's phase-space map is symplectic (the statement above)."""
     gamma = sp.Symbol("gamma", real=True)
     M, J = claimed_shear_matrix(gamma, 2), symplectic_form(2)
     ev.check(sp.simplify(M.det() - 1) == 0 and sp.simplify(M.T * J * M - J) == sp.zeros(4),
@@ -103,6 +106,7 @@ def symplecticity(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def hamiltonian_flow(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that the shear is the Hamiltonian flow (the statement above)."""
     tau, gamma, q0, p0 = sp.symbols("tau gamma q0 p0", real=True)
     qf, pf = sp.Function("q"), sp.Function("p")
     H = pf(tau) ** 2 / 2
@@ -127,6 +131,7 @@ def hamiltonian_flow(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def kinetic_energy(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that the shear conserves the kinetic energy (the statement above)."""
     gamma = sp.Symbol("gamma", real=True)
     x, p = sp.Matrix(sp.symbols("x0:2", real=True)), sp.Matrix(sp.symbols("p0:2", real=True))
     image = claimed_shear_matrix(gamma, 2) * sp.Matrix.vstack(x, p)
@@ -157,6 +162,7 @@ def _stream_constraints(a, b, m, n):
     "symbolic + numeric",
 )
 def uniqueness(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that the constraints force the symmetric shear (the statement above)."""
     aq, bq, mq, nq, ak, bk, mk, nk = sp.symbols("a_q b_q m_q n_q a_k b_k m_k n_k", real=True)
     x, p, y, r = sp.symbols("x p y r", real=True)
     eqs = list(_stream_constraints(aq, bq, mq, nq).values()) + list(_stream_constraints(ak, bk, mk, nk).values())

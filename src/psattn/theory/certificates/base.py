@@ -19,6 +19,7 @@ class Evidence:
         self.items: list[tuple[bool, str]] = []
 
     def check(self, ok, what: str) -> bool:
+        """Record whether ``ok`` held for ``what``; returns it."""
         ok = bool(ok)
         self.items.append((ok, what))
         return ok
@@ -28,14 +29,17 @@ class Evidence:
         return bool(self.items) and all(ok for ok, _ in self.items)
 
     def details(self) -> str:
+        """Every recorded check in one line."""
         return "; ".join(("ok: " if ok else "FAILED: ") + what for ok, what in self.items)
 
     def failures(self) -> list[str]:
+        """The checks that failed."""
         return [what for ok, what in self.items if not ok]
 
 
 @dataclass(frozen=True)
 class CertificateSpec:
+    """A certificate: its name, statement, method and check function."""
     name: str
     statement: str
     method: str
@@ -57,6 +61,7 @@ class Certificate:
     error: str | None = None  # an exception raised by the check (then passed is False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The certificate's result as plain values, for JSON."""
         return asdict(self)
 
 

@@ -31,6 +31,7 @@ def _decode(model, cache, ids, chunks):
     "numeric",
 )
 def cache_equivalence(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that cached decoding equals the full forward pass (the statement above)."""
     T = 10
     ids = torch.randint(0, 37, (2, T), generator=torch.Generator().manual_seed(6))
     for variant, kv_heads in (("symmetric", 4), ("key_only", 2)):
@@ -63,6 +64,7 @@ def cache_equivalence(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def flops_per_token(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the shear's FLOPs per token (the statement above)."""
     gamma, x, x_prev = sp.symbols("gamma x x_prev")
     ops = sp.count_ops(x + gamma * (x - x_prev))
     ev.check(ops == 3, f"symbolic: x + γ(x - x_prev) takes {ops} operations per channel")

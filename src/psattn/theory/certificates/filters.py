@@ -48,6 +48,7 @@ def _instance_margins(op: OperatorUnderTest, gamma_q: float, gamma_k: float) -> 
     "symbolic + numeric",
 )
 def filter_order_gap(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the score filter's orders and the induction separation (the statement above)."""
     for variant in VARIANTS:
         gq, gk = variant_gammas(variant, 0.5)
         taps = [probe_taps(op, g, DIM) for g in (gq, gk)]
@@ -90,6 +91,7 @@ def filter_order_gap(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def dc_neutral_high_pass(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check that the shear filter is DC-neutral and high-pass (the statement above)."""
     gamma = sp.Symbol("gamma", positive=True)
     omega = sp.Symbol("omega", real=True)
     H = (1 + gamma) - gamma * sp.exp(-sp.I * omega)
@@ -124,6 +126,7 @@ def dc_neutral_high_pass(op: OperatorUnderTest, ev: Evidence) -> None:
     "numeric",
 )
 def causality(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check causality (the statement above)."""
     T, s = 12, 7
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 2, T, DIM, generator=g, dtype=torch.float64) for _ in range(3))
@@ -158,6 +161,7 @@ def causality(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the Coriolis term of the pre-RoPE placement (the statement above)."""
     theta, t, gamma = sp.symbols("theta t gamma", real=True)
     R = lambda phi: sp.Matrix([[sp.cos(phi), -sp.sin(phi)], [sp.sin(phi), sp.cos(phi)]])  # noqa: E731
     qt, qp = sp.Matrix(sp.symbols("u0:2", real=True)), sp.Matrix(sp.symbols("w0:2", real=True))
@@ -212,6 +216,7 @@ def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def int8_headroom(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the sheared keys' INT8 headroom (the statement above)."""
     gamma = sp.Symbol("gamma", nonnegative=True)
     ev.check(sp.simplify(sp.Abs(1 + gamma) + sp.Abs(-gamma) - (1 + 2 * gamma)) == 0,
              "symbolic: the ∞-norm gain of the taps (1+γ, -γ) is |1+γ| + |γ| = 1 + 2γ for γ >= 0")

@@ -49,6 +49,7 @@ def t4_moments(op: OperatorUnderTest, d_k: int = 64, n: int = 4000, gamma: float
     "symbolic + numeric",
 )
 def transition_law(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the critical-coupling law against its derivation and the simulation (the statement above)."""
     u, d, L, v = sp.symbols("u d L v", positive=True)
     s = sp.Symbol("s", real=True)
     roots = sp.solve(2 * u**2 - sp.sqrt(d) * u + L, u)
