@@ -110,6 +110,7 @@ def test_a_folder_holding_other_files_is_replaced_only_with_force(runs, tmp_path
 # --- ONNX pairs -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_interrupted_onnx_export_leaves_the_earlier_pair_and_says_interrupted(runs, tmp_path, capsys, monkeypatch):
     """Ctrl-C after the prefill graph is written, and Ctrl-C that the exporter wraps in its own error:
     the earlier pair stays as it was, and the command says "interrupted" (exit code 130)."""

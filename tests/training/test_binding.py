@@ -129,3 +129,17 @@ def test_a_data_record_rewritten_for_other_data_is_refused(text_run, capsys):
     _edit_json(run / "data.json", lambda d: d.update(train_sha256="0" * 64))
     err = _refused(["eval", "--run-dir", str(run)], capsys)
     assert "data.json records train_sha256 = 000000000000…, but" in err, err
+
+
+def test_a_config_field_added_since_the_checkpoint_is_no_mismatch(trained, tmp_path):
+    """A later psattn with a new model field (at its default) still loads the checkpoints of this one."""
+    import shutil
+
+    from psattn.training.trainer import load_trained
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    del state["binding"]["config"]["model"]["init"]  # as if recorded before the field existed
+    state["binding"]["config_sha256"] = "0" * 64
+    torch.save(state, run / "checkpoint.pt")
+    assert load_trained(run).config.d_model == 32

@@ -2,7 +2,9 @@
 
 Weights mean something only with the model and task they were trained for and, on text, with the
 tokenizer that turned text into their ids. So every checkpoint records its ``binding``: the model and
-task sections of the run's config with their SHA-256, the SHA-256 of the run's ``tokenizer.json``,
+task sections of the run's config with their SHA-256 (compared field by field when the digests
+differ, so a field added to psattn's configs since, which the record lacks, is no mismatch), the
+SHA-256 of the run's ``tokenizer.json``,
 and the data record of ``data.json`` (corpus, tokenizer and token checksums). Loading a checkpoint
 (``psattn train`` resuming, ``eval``, ``generate``, ``export``, ``footprint``) compares that record
 with the run directory's files and refuses any mismatch in one line that names the field and both
@@ -71,11 +73,14 @@ def read_binding(path: str | Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def first_difference(old: Any, new: Any, where: str = "") -> tuple[str, Any, Any] | None:
-    """The first field (dotted path) at which two nested JSON values differ, with both values."""
+def first_difference(old: Any, new: Any, where: str = "", *, common: bool = False) -> tuple[str, Any, Any] | None:
+    """The first field (dotted path) at which two nested JSON values differ, with both values;
+    ``common``: of the fields both have (a field added to the config since, at its default, or one
+    removed, is no difference in the weights)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in [*old, *(k for k in new if k not in old)]:  # in the config's own order
-            found = first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+        keys = [k for k in old if k in new] if common else [*old, *(k for k in new if k not in old)]
+        for key in keys:  # in the config's own order
+            found = first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else key, common=common)
             if found is not None:
                 return found
         return None
@@ -99,8 +104,9 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
     config_path = run_dir / "config.json"
     if bound is not None:
         now = bound_sections(config)
-        if bound.get("config_sha256") != _digest(now):
-            field, old, new = first_difference(bound.get("config"), now) or ("the model or task", None, None)
+        found = None if bound.get("config_sha256") == _digest(now) else first_difference(bound.get("config"), now, common=True)
+        if found is not None:
+            field, old, new = found
             raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "
                                   f"says {_short(new)}: {config_path.name} no longer describes these weights; {RESTART}")
     tokenizer_path, data_path = run_dir / "tokenizer.json", run_dir / "data.json"
