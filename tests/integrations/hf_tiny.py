@@ -2,7 +2,7 @@
 
 import torch
 
-from psattn.integrations.hf.support import PAD, TINY, VOCAB, tiny_config  # noqa: F401  (re-exported for the tests)
+from psattn.integrations.hf.support import PAD, TINY, VOCAB, base_kernel, tiny_config  # noqa: F401  (re-exported for the tests)
 
 ARCH_EXTRAS = TINY
 CORE = ["llama", "qwen2", "qwen3", "mistral", "smollm3"]
@@ -14,7 +14,7 @@ def tiny_model(arch: str = "llama", gqa: bool = True, seed: int = 0, **overrides
 
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(
-        tiny_config(arch, gqa, **overrides), attn_implementation="sdpa", experts_implementation="eager"
+        tiny_config(arch, gqa, **overrides), attn_implementation=base_kernel(arch), experts_implementation="eager"
     )
     return model.double().eval()
 

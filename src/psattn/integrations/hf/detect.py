@@ -252,6 +252,12 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
             "rotary position embeddings applied inside the attention module before the cache update and the "
             "registered attention function")
     calls = list(first.values())
+    if not any(e[0] == "rope" for c in calls for e in c.events):
+        kinds = sorted({type(c.module).__name__ for c in calls})
+        raise NotImplementedError(
+            f"PSA does not support {name}: {', '.join(kinds)} applies no rotary position embeddings (PSA needs rotary "
+            "position embeddings applied inside the attention module before the cache update and the registered "
+            "attention function)")
     for call in calls:
         reason = _check_call(call)
         if reason is not None:
@@ -267,10 +273,4 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
         if ropes:
             rotary[layer] = max((r for r in ropes if r is not None), default=head_dim[layer])
         extra |= attend[6]
-    if not rotary:
-        kinds = sorted({type(c.module).__name__ for c in calls})
-        raise NotImplementedError(
-            f"PSA does not support {name}: {', '.join(kinds)} applies no rotary position embeddings (PSA needs rotary "
-            "position embeddings applied inside the attention module before the cache update and the registered "
-            "attention function)")
     return AttentionPattern([c.module for c in calls], rotary, head_dim, extra)

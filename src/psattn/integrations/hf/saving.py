@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, overload
 
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -82,12 +83,13 @@ class _BuildsWithPSA:
 
 
 @cache
-def psa_model_class(model_cls: type[PreTrainedModel]) -> type[PreTrainedModel]:
-    """The subclass of a transformers model class that builds with PSA applied from ``config.psa``."""
+def psa_model_class(model_cls: type[PreTrainedModel], base: str | None = None) -> type[PreTrainedModel]:
+    """The subclass of a transformers model class that builds with PSA applied from ``config.psa``;
+    ``base`` is the model type, when it is not that of the class's config (``exaone`` uses ``LlamaForCausalLM``)."""
     if issubclass(model_cls, _BuildsWithPSA):
         return model_cls
     assert model_cls.config_class is not None  # every causal LM class names its config class
-    base = model_cls.config_class.model_type
+    base = base or model_cls.config_class.model_type
     return type(f"PSA{model_cls.__name__}", (_BuildsWithPSA, model_cls),
                 {"config_class": psa_config_class(base), "__module__": __name__})
 
@@ -129,6 +131,11 @@ def register_auto_classes(model_types) -> None:
         if base not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or base not in CONFIG_MAPPING:
             continue  # a model type transformers does not map to a causal LM class: nothing to register
         config_cls = psa_config_class(base)
-        model_cls = psa_model_class(getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[base]))
+        base_cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[base])
+        model_cls = psa_model_class(base_cls, base)
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
         AutoModelForCausalLM.register(config_cls, model_cls, exist_ok=True)
+        # the checkpoint names of older releases (GPT-NeoX's embed_out): transformers looks them up by class name
+        renames = get_checkpoint_conversion_mapping(base_cls.__name__)
+        if renames:
+            register_checkpoint_conversion_mapping(model_cls.__name__, renames, overwrite=True)

@@ -33,8 +33,63 @@ TINY: dict[str, dict] = {
     ),
     "qwen3_moe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, head_dim=8),
     "olmo2": {},
+    # Llama's attention code path (q, k, v projections, RoPE, update, attention), copied into each family.
+    "gemma": dict(head_dim=8),  # embeddings scaled by sqrt(hidden_size), GeLU MLP
+    "granite": dict(head_dim=8),  # attention_multiplier as the scaling, residual and logit multipliers
+    "granitemoe": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1),
+    "granitemoeshared": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1),
+    "helium": dict(head_dim=8),
+    "starcoder2": dict(head_dim=8),  # biases, LayerNorm, sliding window off by default
+    "olmo": dict(head_dim=8),  # LayerNorm without parameters, q/k/v clipping
+    "olmoe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1),
+    "flex_olmo": dict(head_dim=8, num_experts=2, num_experts_per_tok=1),
+    "olmo3": dict(head_dim=8),  # QK-norm before RoPE, sliding-window layers
+    "glm": dict(head_dim=8),  # interleaved rotary on half of the channels
+    "glm4": dict(head_dim=8),
+    "ministral": dict(head_dim=8),
+    "ministral3": dict(head_dim=8),
+    "nemotron": dict(head_dim=8),  # partial rotary, LayerNorm1P, squared-ReLU MLP
+    "exaone": dict(head_dim=8),
+    "exaone4": dict(head_dim=8),  # QK-norm, sliding-window layers, NoPE on the global ones
+    "ernie4_5": dict(head_dim=8),
+    "apertus": dict(head_dim=8),  # QK-norm, xIELU MLP
+    "arcee": dict(head_dim=8),
+    "bitnet": dict(head_dim=8),
+    "seed_oss": dict(head_dim=8),
+    "hunyuan_v1_dense": dict(head_dim=8),  # QK-norm after RoPE
+    "mellum": dict(head_dim=8),
+    "nanochat": dict(head_dim=8),
+    "hyperclovax": dict(head_dim=8),
+    "jais2": dict(head_dim=8),
+    "solar_open": dict(head_dim=8),
+    "llama4_text": dict(head_dim=8),  # chunked attention and NoPE layers, QK L2-norm
+    "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
+    # Partial rotary: only the first r channels of each head turn; the shear acts on all of them.
+    "phi": dict(head_dim=8),
+    "persimmon": dict(head_dim=8),
+    "stablelm": dict(head_dim=8),
+    # Fused QKV projections.
+    "phi3": dict(head_dim=8),
+    "gpt_neox": dict(head_dim=8),
+    "phimoe": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1),
+    # Parallel attention and MLP, interleaved rotary, logit scale.
+    "cohere": dict(head_dim=8),
+    "cohere2": dict(head_dim=8),
+    "falcon": dict(new_decoder_architecture=True, num_kv_heads=2, alibi=False),  # parallel blocks, fused QKV
+    "gptj": dict(rotary_dim=4, n_positions=256),  # parallel blocks, interleaved partial rotary
+    "codegen": dict(rotary_dim=4, n_positions=256),
 }
 TESTED: tuple[str, ...] = tuple(TINY)
+# One model type per attention family (the code path its attention module takes): CI runs these.
+REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mixtral", "gemma3_text", "granite",
+                                    "phi", "phi3", "gpt_neox", "cohere", "glm")
+# Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
+EAGER: frozenset[str] = frozenset()
+
+
+def base_kernel(model_type: str) -> str:
+    """The base attention kernel a model type is tested with (``eager`` where SDPA cannot run it)."""
+    return "eager" if model_type in EAGER else "sdpa"
 
 
 def tiny_config(model_type: str, gqa: bool = True, **overrides):
