@@ -107,6 +107,17 @@ def test_a_folder_holding_other_files_is_replaced_only_with_force(runs, tmp_path
     assert not (out / "notes.txt").exists() and (out / "config.json").exists()
 
 
+def test_a_folder_holding_the_run_or_the_working_directory_is_never_replaced(runs, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("transformers")
+    before = contents(runs)
+    monkeypatch.chdir(tmp_path)
+    for out in (runs, runs / "key_only", tmp_path, "."):
+        err = _one_line_error(["export", "--format", "hf", "--run-dir", str(runs / "key_only"), "--out", str(out),
+                               "--force"], capsys)
+        assert "replaces its folder as a whole: name a folder of its own" in err, err
+    assert contents(runs) == before
+
+
 # --- ONNX pairs -----------------------------------------------------------------------------------------
 
 

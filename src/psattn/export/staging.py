@@ -132,13 +132,19 @@ def _reraise(err: BaseException, target: Path, staging: Path, final: Path) -> No
 
 
 @contextlib.contextmanager
-def staged_folder(target: str | Path, *, force: bool = False, what: str = "the export") -> Iterator[Path]:
+def staged_folder(target: str | Path, *, force: bool = False, what: str = "the export",
+                  keep: Iterable[str | Path] = ()) -> Iterator[Path]:
     """Yield an empty staging folder beside ``target``; when the block completes, it becomes ``target``
     (an existing folder there is replaced as a whole). Refused before anything is written: a ``target``
-    that is a file, and (without ``force``) a folder holding files no psattn export wrote."""
+    that is a file; one that is or holds the working directory or any of ``keep`` (even with ``force``);
+    and (without ``force``) a folder holding files no psattn export wrote."""
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ValueError(f"{target} is a file; {what} is a folder: name a new folder, or one an earlier export wrote")
+    whole = target.resolve()
+    for inside in (Path.cwd(), *map(Path, keep)):
+        if inside.resolve() == whole or whole in inside.resolve().parents:
+            raise ValueError(f"{target} holds {inside}, and {what} replaces its folder as a whole: name a folder of its own")
     target.parent.mkdir(parents=True, exist_ok=True)
     _tidy(target)
     if target.is_dir() and not force:

@@ -124,7 +124,7 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
     config = RunConfig.from_file(run_dir / "config.json")
     wrapped = to_hf(model, getattr(config.task, "seq_len", 256))
     tokenizer = (run_dir / "tokenizer.json").read_text() if (run_dir / "tokenizer.json").exists() else None
-    with staged_folder(out, force=force, what="a Hugging Face export") as staging:
+    with staged_folder(out, force=force, what="a Hugging Face export", keep=[run_dir]) as staging:
         wrapped.save_pretrained(staging)
         if tokenizer is not None:
             hf_tokenizer(tokenizer).save_pretrained(staging)
