@@ -320,3 +320,12 @@ def test_the_model_vocabulary_follows_an_overridden_task_vocabulary():
     given = apply_overrides(RunConfig(), ["task.name=text", "task.tokenizer=bpe", "task.vocab_size=300",
                                          "model.vocab_size=512"])
     assert (given.task.vocab_size, given.model.vocab_size) == (300, 512)
+
+
+def test_tensorboard_missing_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"phase-space-attention\[tensorboard\]"):
+        train(tiny_config(2, tensorboard=True), tmp_path / "run")
+    assert not (tmp_path / "run" / "config.json").exists()

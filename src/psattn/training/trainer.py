@@ -540,6 +540,8 @@ def train(
         fresh = not (resume and run_dir is not None and (run_dir / "checkpoint.pt").exists())
         extensions = check_run_dir(run_dir, config, resume) if run_dir is not None else []
         check_vocabulary(config)
+        if t.tensorboard:
+            summary_writer_class()  # installed, before anything is written
         run = _Run(config, run_dir, ddp, device, extensions)  # data resolved, model built: nothing written yet
         if run_dir is not None and not fresh:  # the checkpoint must still be this config's, on this data
             check_binding(run_dir, config, run_dir / "checkpoint.pt", read_binding(run_dir / "checkpoint.pt"))
@@ -622,11 +624,16 @@ def summary_line(result: RunResult, config: RunConfig) -> str:
 def tensorboard_writer(log_dir: Path, purge_step: int | None = None):
     """A ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir``; ``purge_step``: a resumed run drops
     the events an interrupted one wrote after its checkpoint."""
+    return summary_writer_class()(log_dir=str(log_dir), purge_step=purge_step)
+
+
+def summary_writer_class():
+    """TensorBoard's ``SummaryWriter``, or an ImportError naming the extra that installs it."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as err:
         raise ImportError("train.tensorboard needs TensorBoard: pip install 'phase-space-attention[tensorboard]'") from err
-    return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+    return SummaryWriter
 
 
 def _forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
