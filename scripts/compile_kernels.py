@@ -1,0 +1,82 @@
+"""Compile the fused PSA kernels for a GPU architecture without a GPU, and print what each needs.
+
+Triton's interpreter runs the kernels' logic on the CPU but never compiles them, so it cannot see
+what only the compiler refuses (a global that is not a constexpr, a type the code generator rejects)
+or what a tile shape costs in shared memory. This script runs the compiler itself, down to the
+GPU's machine code with the ``ptxas`` that Triton ships, for every kernel at the tile shapes the
+autotuner tries first. It must run in a process where ``TRITON_INTERPRET`` is not set.
+
+    python scripts/compile_kernels.py [--arch 90] [--dtype bf16] [--head-dim 128] [--all-shapes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import time
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from psattn.ops import fused_attention as fa  # noqa: E402
+
+#: pointer arguments: the streams in the input dtype, the starts flags in bytes, the rest fp32
+STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO")
+WORK = ("LSE", "DELTA", "DK", "DV", "DQ")
+
+
+def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, causal: bool, arch: int) -> dict:
+    """Compile kernel ``name`` with one autotuner config; returns its shared memory and seconds."""
+    tuned = fa._TUNED[name]
+    fn = tuned.fn.fn if hasattr(tuned.fn, "fn") else tuned.fn
+    constants = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=True, SHEAR_K=True, HAS_PREV_Q=True, HAS_PREV_K=True,
+                     HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                     ACC=tl.float32, **tile.kwargs)
+    signature = {}
+    for arg in inspect.signature(fn).parameters:
+        if arg in constants:
+            signature[arg] = "constexpr"
+        elif arg in STREAMS:
+            signature[arg] = f"*{dtype}"
+        elif arg in WORK:
+            signature[arg] = "*fp32"
+        elif arg == "S":
+            signature[arg] = "*i8"
+        else:
+            signature[arg] = "fp32" if arg.startswith("gamma") or arg == "scale" else "i32"
+    start = time.perf_counter()
+    kernel = triton.compile(ASTSource(fn=tuned.fn, signature=signature, constexprs=constants),
+                            target=GPUTarget("cuda", arch, 32),
+                            options={"num_warps": tile.num_warps, "num_stages": tile.num_stages})
+    return {"shared_bytes": kernel.metadata.shared, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for Hopper")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    parser.add_argument("--head-dim", type=int, default=128, choices=fa.HEAD_DIMS)
+    parser.add_argument("--all-shapes", action="store_true", help="every tile shape the autotuner tries")
+    parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    args = parser.parse_args(argv)
+    causal = {"yes": (True,), "no": (False,), "both": (True, False)}[args.causal]
+    for name, tuned in fa._TUNED.items():
+        for tile in tuned.configs if args.all_shapes else tuned.configs[:1]:
+            for is_causal in causal:
+                row = compile_kernel(name, tile, args.dtype, args.head_dim, is_causal, args.arch)
+                print(f"sm_{args.arch} {args.dtype} D={args.head_dim} {'causal' if is_causal else 'full':6s} {name:7s} "
+                      f"tile {tile.kwargs['BLOCK_M']}x{tile.kwargs['BLOCK_N']} warps {tile.num_warps} stages "
+                      f"{tile.num_stages}: {row['shared_bytes']:,} bytes of shared memory, compiled in {row['seconds']} s",
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
