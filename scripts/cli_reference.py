@@ -24,7 +24,7 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 
 def reference() -> str:
-    os.environ["COLUMNS"] = "100"  # argparse wraps the help to the terminal's width: one width for the page
+    os.environ["COLUMNS"] = "86"  # argparse wraps the help to the terminal's width: the text column's
     from psattn.cli import build_parser
 
     parser = build_parser()

@@ -115,7 +115,7 @@ def test_search_indexes_greek_letters_and_papers_are_links(site):
 def test_the_cli_reference_page_is_every_command_s_help_from_the_parser(site, monkeypatch):
     import html
 
-    monkeypatch.setenv("COLUMNS", "100")  # the width the build writes the help at
+    monkeypatch.setenv("COLUMNS", "86")  # the width the build writes the help at
     from psattn.cli import build_parser
 
     reference = __import__("runpy").run_path(str(ROOT / "scripts" / "cli_reference.py"))

@@ -14,7 +14,7 @@ ENTRY_POINTS = [
 ]
 #: the same, needing transformers (the hf extra)
 HF_ENTRY_POINTS = ["psattn.integrations.hf.patch.apply_psa", "psattn.integrations.hf.patch.remove_psa",
-                   "psattn.integrations.hf.patch.load_psa_model"]
+                   "psattn.integrations.hf.patch.load_psa_model", "psattn.integrations.hf.decoder_model.export_hf"]
 
 
 def _run_examples(path: str) -> None:

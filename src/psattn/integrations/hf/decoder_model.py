@@ -114,7 +114,30 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
     """Save a trained run (its last checkpoint) as a transformers checkpoint in the folder ``out``, with
     its tokenizer when it has one (text runs). The folder is written whole beside ``out`` and then put
     in its place, replacing an earlier export there as a whole (``psattn.export.staging``); a folder
-    holding files psattn did not write is replaced only with ``force``."""
+    holding files psattn did not write is replaced only with ``force``.
+
+    Args:
+        run_dir: the run directory (config.json, checkpoint.pt, and tokenizer.json for a text run).
+        out: the folder to write.
+        force: replace a folder that holds files psattn did not write.
+
+    Returns:
+        The folder, which ``AutoModelForCausalLM.from_pretrained`` loads after ``import psattn.integrations.hf``.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from transformers import AutoModelForCausalLM
+        >>> from psattn.experiments.configs import small_config
+        >>> from psattn.integrations.hf.decoder_model import export_hf
+        >>> from psattn.training.trainer import load_trained, train
+        >>> run, out = tempfile.mkdtemp(), tempfile.mkdtemp() + "/hf"
+        >>> _ = train(small_config("key_only", 1.0, steps=5, early_stop=False, batch_size=8, device="cpu"), run)
+        >>> model = AutoModelForCausalLM.from_pretrained(export_hf(run, out))
+        >>> ids = torch.randint(0, 64, (1, 12))
+        >>> with torch.no_grad():
+        ...     torch.allclose(model(ids).logits, load_trained(run)(ids), atol=1e-6)
+        True
+    """
     from psattn.export.staging import staged_folder
     from psattn.training.config import RunConfig
     from psattn.training.trainer import load_trained
