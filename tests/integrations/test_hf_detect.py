@@ -88,3 +88,13 @@ def test_the_dry_run_leaves_no_trace():
     assert torch.equal(torch.random.get_rng_state(), state)  # no random numbers drawn
     assert model.training and not model.model.layers[1].training and model.model.layers[0].training
     assert llama.apply_rotary_pos_emb is rope
+
+
+def test_partial_rotary_is_measured_on_the_channels_that_turn():
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    for model_type, turned in (("phi", 4), ("stablelm", 2), ("glm", 4), ("gptj", 4), ("llama", 8)):
+        pattern = find_attention(any_tiny_model(model_type), "sdpa")
+        assert pattern.rotary_channels == {0: turned, 1: turned} and pattern.head_dim == {0: 8, 1: 8}, model_type
+        assert ("partial rotary" in pattern.describe()) == (turned < 8)
+    assert "4 of 8 channels turn; the shear acts on all channels" in find_attention(any_tiny_model("phi"), "sdpa").describe()

@@ -113,8 +113,7 @@ class _Recorder:
     def rope(self, fn: Callable) -> Callable:
         def recording_rope(*args, **kwargs):
             out = fn(*args, **kwargs)
-            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
-            self.note(("rope", None if first is None else first.shape[-1]))
+            self.note(("rope", _turned_channels(args, kwargs, out)))
             return out
 
         return recording_rope
@@ -129,6 +128,14 @@ class _Recorder:
         self.note(event)
 
 
+def _turned_channels(args, kwargs, out) -> int | None:
+    """How many channels of the first rotated tensor the rotary function changed (None: unknown)."""
+    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+    rotated = out[0] if isinstance(out, tuple | list) else out
+    if first is None or not isinstance(rotated, Tensor) or rotated.shape != first.shape:
+        return None
+    changed = (rotated - first).abs().flatten(0, -2).amax(0) > 0  # (D,): channels that moved at some position
+    return int(changed.sum())
 _ACTIVE: list[_Recorder] = []
 
 

@@ -1,0 +1,39 @@
+"""docs/hf_support.md lists every causal-LM model type of the installed transformers, as the code decides."""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from psattn.integrations.hf.support import REFUSED, TESTED, support_page, support_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "hf_support.md"
+
+
+def _rows() -> dict[str, str]:
+    rows = [line.split(" | ") for line in PAGE.read_text().splitlines() if line.startswith("| `")]
+    return {cells[0].strip("| `"): cells[1] for cells in rows}
+
+
+def test_the_table_has_every_causal_lm_type_and_the_tested_ones_are_supported():
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    rows = _rows()
+    assert set(rows) == set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    assert {t for t, s in rows.items() if s == "supported"} == set(TESTED)
+    assert {t for t, s in rows.items() if s == "refused"} == set(REFUSED)
+
+
+def test_the_readme_and_the_guide_give_the_count():
+    count = f"{len(TESTED)} transformers model types"
+    assert count in (ROOT / "README.md").read_text()
+    assert count in (ROOT / "docs" / "huggingface.md").read_text()
+    assert f"**{len(TESTED)} supported**" in PAGE.read_text()
+
+
+def test_the_page_is_what_the_code_generates():
+    """Runs the dry run on a tiny model of every tested and refused type (3 s)."""
+    regenerate = "python -m psattn.integrations.hf.support > docs/hf_support.md"
+    assert PAGE.read_text() == support_page(support_rows()), f"the page is out of date: {regenerate}"
