@@ -527,8 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     fp.add_argument("--context", type=positive_int, help="tokens in the cache (default: each run's context)")
     fp.add_argument("--measure", nargs="*", choices=RUNTIMES, metavar="RUNTIME",
-                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens, in each "
-                         f"RUNTIME ({', '.join(RUNTIMES)}; default pytorch; onnx needs the export extra)")
+                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens (up to "
+                         f"65,536), in each RUNTIME ({', '.join(RUNTIMES)}; default pytorch; onnx needs the export extra)")
     add_json(fp, "the footprints")
     fp.set_defaults(func=cmd_footprint)
 
