@@ -29,12 +29,15 @@ EVAL_CHUNK = 256  # rows per forward pass of psattn.training.trainer.evaluate
 
 @dataclass(frozen=True)
 class MemoryEstimate:
+    """What training a config needs, in bytes (``estimate``)."""
+
     parameters: int
     state_bytes: int  # weights, gradients, AdamW moments
     activation_bytes: int  # the larger of a training step's and an evaluation chunk's
 
     @property
     def total_bytes(self) -> int:
+        """Model state and activations together."""
         return self.state_bytes + self.activation_bytes
 
 
