@@ -9,12 +9,13 @@ CORE = ["llama", "qwen2", "qwen3", "mistral", "smollm3"]
 EXTRA = ["mixtral", "qwen2_moe", "qwen3_moe", "olmo2"]
 
 
-def tiny_model(arch: str = "llama", gqa: bool = True, seed: int = 0, **overrides):
+def tiny_model(arch: str = "llama", gqa: bool = True, seed: int = 0, attn_implementation=None, **overrides):
     import transformers
 
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(
-        tiny_config(arch, gqa, **overrides), attn_implementation=base_kernel(arch), experts_implementation="eager"
+        tiny_config(arch, gqa, **overrides), attn_implementation=attn_implementation or base_kernel(arch),
+        experts_implementation="eager",
     )
     return model.double().eval()
 

@@ -85,7 +85,8 @@ def psa_attention_forward(
     q_hat, k_hat = hooks.through(module, "q_sheared", q_hat), hooks.through(module, "k_sheared", k_hat)
     value = hooks.through(module, "v", value)
     if hooks.listening(module, "pattern"):  # attend with the explicit pattern the hook saw (or returned)
-        weights = hooks.pattern(module, q_hat, k_hat, attention_mask, kwargs.get("scaling"))
+        weights = hooks.pattern(module, q_hat, k_hat, attention_mask, kwargs.get("scaling"),
+                                softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
         weights = F.dropout(weights, kwargs.get("dropout", 0.0), module.training)
         out = weights @ expand_kv_heads(value, q_hat.shape[1])  # (B, Hq, T, Dv)
         return out.transpose(1, 2).contiguous(), weights  # (B, T, Hq, Dv), as transformers' functions return

@@ -134,7 +134,8 @@ def _turned_channels(args, kwargs, out) -> int | None:
     rotated = out[0] if isinstance(out, tuple | list) else out
     if first is None or not isinstance(rotated, Tensor) or rotated.shape != first.shape:
         return None
-    changed = (rotated - first).abs().flatten(0, -2).amax(0) > 0  # (D,): channels that moved at some position
+    # (D,): channels that moved at some position (NaN at a padded position, as in Gemma 2's eager float64, counts as not)
+    changed = ((rotated - first).abs() > 0).flatten(0, -2).any(0)
     return int(changed.sum())
 _ACTIVE: list[_Recorder] = []
 

@@ -24,9 +24,10 @@ Nothing is computed for a hook point nobody listens to.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
-from psattn.ops.attention import attention_weights, score_terms
+from psattn.ops.attention import attention_weights, expand_kv_heads, score_terms
 from psattn.ops.hooks import HookPoint
 
 HOOK_NAMES = ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern")
@@ -64,12 +65,31 @@ def read_score_terms(module: nn.Module, spec, starts: Tensor, query: Tensor, key
         point(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k, starts=starts, boundary=spec.boundary))
 
 
-def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: float | None) -> Tensor:
+def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: float | None,
+            softcap: float | None = None, sinks: Tensor | None = None) -> Tensor:
     """The attention pattern (B, Hq, Tq, Tk) through ``hook_pattern``. ``mask`` is transformers' 4D
-    mask (boolean, True = attend, or additive float) or None for plain causal attention."""
+    mask (boolean, True = attend, or additive float) or None for plain causal attention; ``softcap``
+    (Gemma 2) caps the logits at ±softcap with tanh before the mask, ``sinks`` (Hq,) (GPT-OSS) are one
+    extra logit per head that takes part in the softmax and is dropped from the pattern."""
     Tq, Tk = q_hat.shape[-2], k_hat.shape[-2]
     if isinstance(mask, Tensor):
         mask = mask[..., :Tk]  # (B, 1, Tq, Tk), as transformers' eager attention slices it
-    weights = attention_weights(q_hat, k_hat, attn_mask=mask if isinstance(mask, Tensor) else None,
-                                is_causal=mask is None and Tq == Tk and Tq > 1, scale=scaling)
+    causal = mask is None and Tq == Tk and Tq > 1
+    if softcap is None and sinks is None:
+        weights = attention_weights(q_hat, k_hat, attn_mask=mask if isinstance(mask, Tensor) else None,
+                                    is_causal=causal, scale=scaling)
+    else:
+        scale = q_hat.shape[-1] ** -0.5 if scaling is None else scaling
+        scores = (q_hat @ expand_kv_heads(k_hat, q_hat.shape[1]).transpose(-2, -1)) * scale  # (B, Hq, Tq, Tk)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        if causal:
+            mask = torch.ones(Tq, Tk, dtype=torch.bool, device=scores.device).tril()
+        if isinstance(mask, Tensor):
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        if sinks is None:
+            weights = scores.softmax(dim=-1)
+        else:
+            sink = sinks.reshape(1, -1, 1, 1).to(scores.dtype).expand(scores.shape[0], -1, Tq, 1)  # (B, Hq, Tq, 1)
+            weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
     return through(module, "pattern", weights)  # called when hook_pattern is listened to

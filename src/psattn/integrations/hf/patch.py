@@ -107,6 +107,9 @@ def _attention_modules(model: nn.Module, base: str) -> tuple[list[nn.Module], An
     )
     if windowed and window is not None and window < 2:  # None: no window
         raise NotImplementedError(f"sliding_window={window} hides each token's predecessor; PSA needs a window >= 2")
+    if base == "sdpa" and not getattr(model, "_supports_sdpa", True):
+        raise NotImplementedError(f"transformers runs {type(model).__name__} only with eager attention (logit soft-capping "
+                                  "or attention sinks); use apply_psa(..., attn_implementation='eager')")
     shared = _own_config(model)
     try:
         pattern = find_attention(model, base)
@@ -124,7 +127,7 @@ def apply_psa(
     *,
     placement: Placement = "post_rope",
     boundary: Boundary = "replicate",
-    attn_implementation: str = "sdpa",
+    attn_implementation: str | None = None,
     max_rollback: int = 0,
     keep_last_call: bool = True,
 ) -> PreTrainedModel:
@@ -135,7 +138,9 @@ def apply_psa(
     ``"replicate"`` (default) sets the momentum to 0 at every sequence start: the first token, the
     first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
     documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
-    ``eager``). ``max_rollback`` only matters for a PSA *assistant* model in assisted decoding.
+    ``eager``; by default ``sdpa``, or ``eager`` for a model transformers runs only eagerly, such as
+    Gemma 2 with its logit soft-capping or GPT-OSS with its sinks). ``max_rollback`` only matters
+    for a PSA *assistant* model in assisted decoding.
     ``keep_last_call=False`` holds the extra state at O(1) right after a long prefill too (the raw
     keys of a call are dropped when it ends); such a model can then be cropped back only
     ``max_rollback`` tokens, so it cannot be the target of assisted decoding.
@@ -149,7 +154,8 @@ def apply_psa(
         gamma: the shear coupling.
         placement: ``post_rope`` (the only placement a transformers model takes).
         boundary: ``replicate`` (momentum 0 at sequence starts) or ``zero``.
-        attn_implementation: ``sdpa`` or ``eager``, the kernel over the sheared streams.
+        attn_implementation: ``sdpa`` or ``eager``, the kernel over the sheared streams (None: ``sdpa`` where
+            the model supports it).
         max_rollback: tokens a cache can be cropped back beyond the last call (assistant models).
         keep_last_call: keep the last call's raw keys until the next one, so any crop within it is exact.
 
@@ -175,6 +181,8 @@ def apply_psa(
         'llama'
     """
     spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
+    if attn_implementation is None:
+        attn_implementation = "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
     name = implementation_name(attn_implementation)
     if getattr(model, "_psa_state", None) is not None:
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
@@ -281,7 +289,7 @@ def load_psa_model(
     *,
     placement: str | None = None,
     boundary: str | None = None,
-    attn_implementation: str = "sdpa",
+    attn_implementation: str | None = None,
     max_rollback: int | None = None,
     keep_last_call: bool | None = None,
     model_class=None,
@@ -333,14 +341,15 @@ def load_psa_model(
     marked = saved is not None and (config.model_type or "").startswith(PREFIX)
     # Validate the options before loading any weights.
     spec = PSASpec(**{**(saved.to_dict() if saved else {}), **given})
-    implementation_name(attn_implementation)
+    if attn_implementation is not None:  # None: transformers' default, SDPA where the model supports it
+        implementation_name(attn_implementation)
+        kwargs.setdefault("attn_implementation", attn_implementation)
     if saved is not None and spec != saved:
         raise ValueError(
             f"{source if not isinstance(source, PretrainedConfig) else 'this config'} holds a PSA model saved with "
             f"{saved}; it loads only with those settings (got {given}). Load it, then remove_psa / apply_psa to change them."
         )
     cls: Any = model_class or AutoModelForCausalLM
-    kwargs.setdefault("attn_implementation", attn_implementation)
     if marked and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
         cls = psa_model_class(cls)
     if isinstance(source, PretrainedConfig):

@@ -50,7 +50,7 @@ TINY: dict[str, dict] = {
     "ministral3": dict(head_dim=8),
     "nemotron": dict(head_dim=8),  # partial rotary, LayerNorm1P, squared-ReLU MLP
     "exaone": dict(head_dim=8),
-    "exaone4": dict(head_dim=8),  # QK-norm, sliding-window layers, NoPE on the global ones
+    "exaone4": dict(head_dim=8),  # QK-norm, sliding-window layers
     "ernie4_5": dict(head_dim=8),
     "apertus": dict(head_dim=8),  # QK-norm, xIELU MLP
     "arcee": dict(head_dim=8),
@@ -62,7 +62,7 @@ TINY: dict[str, dict] = {
     "hyperclovax": dict(head_dim=8),
     "jais2": dict(head_dim=8),
     "solar_open": dict(head_dim=8),
-    "llama4_text": dict(head_dim=8),  # chunked attention and NoPE layers, QK L2-norm
+    "llama4_text": dict(head_dim=8),  # chunked attention, QK L2-norm
     "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
     # Partial rotary: only the first r channels of each head turn; the shear acts on all of them.
     "phi": dict(head_dim=8),
@@ -78,13 +78,32 @@ TINY: dict[str, dict] = {
     "falcon": dict(new_decoder_architecture=True, num_kv_heads=2, alibi=False),  # parallel blocks, fused QKV
     "gptj": dict(rotary_dim=4, n_positions=256),  # parallel blocks, interleaved partial rotary
     "codegen": dict(rotary_dim=4, n_positions=256),
+    # More copies of Llama's attention path (dense and MoE), as the dry run finds them.
+    "afmoe": dict(head_dim=8),
+    "apertus1p5_text": dict(head_dim=8),
+    "aria_text": dict(head_dim=8),
+    "beam": dict(head_dim=8),
+    "cohere2_moe": dict(head_dim=8),
+    "ergo": dict(head_dim=8, num_experts=2, num_experts_per_tok=1),
+    "ernie4_5_moe": dict(head_dim=8),
+    "exaone_moe": dict(head_dim=8),
+    "glm4_moe": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1),
+    "minimax_m2": dict(head_dim=8),
+    "hunyuan_v1_moe": dict(head_dim=8),
+    "hy_v3": dict(head_dim=8, num_experts=2, num_experts_per_tok=1),
+    "internlm3": dict(head_dim=8),
+    "iquestcoder": dict(head_dim=8),
+    # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
+    "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
+    "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
+    "gpt_oss": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=6),  # attention sinks
 }
 TESTED: tuple[str, ...] = tuple(TINY)
 # One model type per attention family (the code path its attention module takes): CI runs these.
 REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mixtral", "gemma3_text", "granite",
-                                    "phi", "phi3", "gpt_neox", "cohere", "glm")
+                                    "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss")
 # Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
-EAGER: frozenset[str] = frozenset()
+EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss"})
 
 
 def base_kernel(model_type: str) -> str:
@@ -110,6 +129,10 @@ REFUSED: dict[str, dict] = {
     "bert": dict(is_decoder=True),
     "diffllama": dict(head_dim=8),  # differential attention: two attention calls per layer
     "doge": dict(head_dim=8),  # attends with a dynamic mask of its own
+    "gpt_bigcode": {},
+    "gpt-sw3": {},
+    "inkling_text": dict(head_dim=8),
+    "hrm_text": dict(head_dim=8),  # its modules run several times per forward, each time on another cache layer
 }
 
 
