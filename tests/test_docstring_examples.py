@@ -10,11 +10,13 @@ ENTRY_POINTS = [
     "psattn.ops.attention.psa_attention", "psattn.ops.attention.psa_attention_reference",
     "psattn.models.decoder.DecoderLM", "psattn.models.config.ModelConfig", "psattn.models.generate.generate",
     "psattn.training.trainer.train", "psattn.training.config.RunConfig", "psattn.training.trainer.load_trained",
-    "psattn.export.onnx.export_onnx", "psattn.text.generate.continue_text", "psattn.models.heads.head_scores",
+    pytest.param("psattn.export.onnx.export_onnx", marks=pytest.mark.slow),  # the ONNX exporter: about 10 s
+    "psattn.text.generate.continue_text", "psattn.models.heads.head_scores",
 ]
 #: the same, needing transformers (the hf extra)
 HF_ENTRY_POINTS = ["psattn.integrations.hf.patch.apply_psa", "psattn.integrations.hf.patch.remove_psa",
-                   "psattn.integrations.hf.patch.load_psa_model", "psattn.integrations.hf.decoder_model.export_hf"]
+                   "psattn.integrations.hf.patch.load_psa_model",
+                   pytest.param("psattn.integrations.hf.decoder_model.export_hf", marks=pytest.mark.slow)]  # trains: ~15 s
 
 
 def _run_examples(path: str) -> None:
