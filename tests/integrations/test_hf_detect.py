@@ -98,3 +98,10 @@ def test_partial_rotary_is_measured_on_the_channels_that_turn():
         assert pattern.rotary_channels == {0: turned, 1: turned} and pattern.head_dim == {0: 8, 1: 8}, model_type
         assert ("partial rotary" in pattern.describe()) == (turned < 8)
     assert "4 of 8 channels turn; the shear acts on all channels" in find_attention(any_tiny_model("phi"), "sdpa").describe()
+
+
+def test_multi_latent_attention_is_refused_with_the_reason():
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("deepseek_v3"))
+    assert "DeepseekV3Attention" in message and "multi-latent attention" in message

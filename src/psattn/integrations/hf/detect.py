@@ -234,7 +234,9 @@ def _check_call(call: _Call) -> str | None:
     if any(e[0] == "rope" for e in call.events[u + 1:at]):
         return f"{kind} applies rotary embeddings after past_key_values.update (the cache holds keys before RoPE)"
     if key is not keys or value is not values:
-        return f"{kind} changes the keys or values between past_key_values.update and the attention function"
+        return (f"{kind} attends with keys or values built after past_key_values.update from what it cached (as "
+                "multi-latent attention expands a cached latent that keys and values share): PSA's cache cannot "
+                "hold sheared keys for it exactly")
     if mask is not None and call.kwargs.get("attention_mask") is not mask:
         return f"{kind} attends with a mask other than the attention_mask it receives"
     return None

@@ -93,6 +93,12 @@ TINY: dict[str, dict] = {
     "hy_v3": dict(head_dim=8, num_experts=2, num_experts_per_tok=1),
     "internlm3": dict(head_dim=8),
     "iquestcoder": dict(head_dim=8),
+    "param2moe": dict(head_dim=8),
+    "minimax_m3_vl_text": dict(head_dim=8),
+    # Hybrids: PSA shears the softmax-attention layers; the others (convolution, linear attention) stay as they are.
+    "lfm2": dict(head_dim=8),
+    "minimax": dict(head_dim=8),
+    "olmo_hybrid": dict(head_dim=8),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
     "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
     "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
@@ -101,7 +107,8 @@ TINY: dict[str, dict] = {
 TESTED: tuple[str, ...] = tuple(TINY)
 # One model type per attention family (the code path its attention module takes): CI runs these.
 REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mixtral", "gemma3_text", "granite",
-                                    "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss")
+                                    "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss",
+                                    "olmo_hybrid")
 # Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
 EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss"})
 
@@ -120,6 +127,9 @@ def tiny_config(model_type: str, gqa: bool = True, **overrides):
     return transformers.AutoConfig.for_model(model_type, **fields)
 
 
+_MLA = dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
+            n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, first_k_dense_replace=1, n_group=1,
+            topk_group=1)
 # Model types refused by the dry run of ``apply_psa``, with the tiny config that shows why (beyond TINY_COMMON).
 REFUSED: dict[str, dict] = {
     "gpt2": {},  # learned absolute positions: no rotary embeddings
@@ -133,6 +143,10 @@ REFUSED: dict[str, dict] = {
     "gpt-sw3": {},
     "inkling_text": dict(head_dim=8),
     "hrm_text": dict(head_dim=8),  # its modules run several times per forward, each time on another cache layer
+    # Multi-latent attention: the cache holds a latent that keys and values share, expanded after the update.
+    "deepseek_v3": _MLA,
+    "deepseek_v2": _MLA,
+    "minicpm3": _MLA,
 }
 
 
@@ -142,7 +156,7 @@ def tiny_model(model_type: str, **overrides):
     import transformers
 
     if model_type in REFUSED and model_type not in TINY:
-        fields = dict(TINY_COMMON, num_key_value_heads=2, **REFUSED[model_type])
+        fields = {**TINY_COMMON, "num_key_value_heads": 2, **REFUSED[model_type]}
         config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
     else:
         config = tiny_config(model_type, **overrides)
