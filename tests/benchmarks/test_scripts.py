@@ -111,3 +111,10 @@ def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give():
     docs = (ROOT / "docs" / "text.md").read_text()
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert len(rows) == len(names) + 1 and all(line in docs for line in rows), out
+
+
+def test_hf_decode_speed_runs():
+    pytest.importorskip("transformers")
+    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2", "--json")
+    ratios = json.loads(out.splitlines()[-1])
+    assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())

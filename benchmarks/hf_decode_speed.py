@@ -1,0 +1,92 @@
+"""One cached decode step of a transformers model with PSA against the same model without it, for one
+model type per attention family (``psattn.integrations.hf.support.REPRESENTATIVES``).
+
+Each model is a random one of its family at the size given (default: 2 layers, hidden 512, 8 heads
+of 64 channels, 512 cached tokens, batch 4, fp32, CPU). The plain and the patched copy each decode one
+token from their cache of the prompt and crop it back, interleaved (A, B, A, B, ...); the ratio of their median
+times is printed. Usage:
+
+    python benchmarks/hf_decode_speed.py [--types llama phi ...] [--length 512 --threads 1 --repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import json
+import logging
+
+import torch
+import transformers
+
+from psattn.integrations.hf import apply_psa
+from psattn.integrations.hf.support import REPRESENTATIVES, TINY, base_kernel, tiny_config
+from psattn.timing import interleaved_medians
+
+SIZE = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=8, head_dim=64,
+            vocab_size=1000, max_position_embeddings=4096, initializer_range=0.02)
+# fields a family names differently or derives from the others
+SIZE_EXCEPTIONS = {"falcon": dict(head_dim=None, num_kv_heads=8), "gptj": dict(head_dim=None, rotary_dim=16),
+                   "codegen": dict(head_dim=None, rotary_dim=16)}
+
+
+# transformers 5.24 renamed the forward argument past_key_values to cache
+CACHE = "cache" if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+def model_pair(model_type: str):
+    """(plain, PSA) copies of one random model of ``model_type`` at the benchmark's size."""
+    fields = {**SIZE, **SIZE_EXCEPTIONS.get(model_type, {})}
+    if "sliding_window" in TINY[model_type]:  # a window wider than the cache: plain sliding layers cannot crop
+        fields["sliding_window"] = 4096
+    config = tiny_config(model_type, **{k: v for k, v in fields.items() if v is not None})
+    torch.manual_seed(0)
+    plain = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation=base_kernel(model_type), experts_implementation="eager").eval()
+    psa = apply_psa(copy.deepcopy(plain), "symmetric", 0.8, attn_implementation=base_kernel(model_type))
+    return plain, psa
+
+
+def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int) -> dict[str, float]:
+    plain, psa = model_pair(model_type)
+    prompt = torch.randint(1, 1000, (batch, length))
+    step = torch.randint(1, 1000, (batch, 1))
+    runs = {}
+    for name, model in (("plain", plain), ("psa", psa)):
+        with torch.no_grad():
+            out = model(prompt, use_cache=True)
+            cache = getattr(out, "cache", None) or out.past_key_values
+
+        def run(model=model, cache=cache):
+            with torch.no_grad():
+                model(step, **{CACHE: cache}, use_cache=True)
+            cache.crop(-1)  # drop the new token again: every call sees `length` cached tokens
+        runs[name] = run
+    return interleaved_medians(runs, repeats, warmup=3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # a hybrid's linear-attention cache layers cannot be cropped back, which each timed step needs
+    parser.add_argument("--types", nargs="+", default=[t for t in REPRESENTATIVES if t != "olmo_hybrid"])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)
+    rows = {}
+    print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
+    for model_type in args.types:
+        t = decode_step_seconds(model_type, args.batch, args.length, args.repeats)
+        rows[model_type] = t
+        print(f"{model_type:20s}{t['plain'] * 1e3:10.2f}{t['psa'] * 1e3:10.2f}{t['psa'] / t['plain']:8.3f}", flush=True)
+    if args.json:
+        print(json.dumps({k: {**v, "ratio": v["psa"] / v["plain"]} for k, v in rows.items()}))
+
+
+if __name__ == "__main__":
+    main()
