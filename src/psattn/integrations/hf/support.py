@@ -99,6 +99,9 @@ TINY: dict[str, dict] = {
     "lfm2": dict(head_dim=8),
     "minimax": dict(head_dim=8),
     "olmo_hybrid": dict(head_dim=8),
+    "qwen3_5_text": dict(head_dim=8, num_hidden_layers=4),  # gated delta-net layers, then one attention layer
+    "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                       shared_expert_intermediate_size=16),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
     "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
     "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
@@ -143,6 +146,13 @@ REFUSED: dict[str, dict] = {
     "gpt-sw3": {},
     "inkling_text": dict(head_dim=8),
     "hrm_text": dict(head_dim=8),  # its modules run several times per forward, each time on another cache layer
+    "roberta": dict(is_decoder=True),
+    "xlm-roberta": dict(is_decoder=True),
+    "camembert": dict(is_decoder=True),
+    "electra": dict(is_decoder=True),
+    "nemotron_h": dict(head_dim=8),
+    "lfm3": dict(head_dim=8),  # attends with code of its own
+    "zaya": dict(head_dim=8),  # attends with a mask of its own
     # Multi-latent attention: the cache holds a latent that keys and values share, expanded after the update.
     "deepseek_v3": _MLA,
     "deepseek_v2": _MLA,
