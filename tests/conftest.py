@@ -1,5 +1,13 @@
+import os
+
 import pytest
 import torch
+
+# Without a GPU, Triton runs kernels in its interpreter, and it decides so when it is imported (and
+# when psattn's fused kernels are built): set it before any test can import Triton (torch.compile's
+# tests do), so that the fused kernel's tests can run it on CPU tensors in any worker.
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(autouse=True, scope="session")

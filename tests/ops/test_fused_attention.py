@@ -6,13 +6,19 @@ compiler and the hardware's rounding (``benchmarks/gpu_check.py`` measures those
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are built: run them on CPU tensors
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton and the kernels are built: run them on CPU tensors
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
+
+from psattn.ops import fused_attention  # noqa: E402
+
+if not fused_attention.BUILT_FOR_INTERPRETER:  # Triton came in before TRITON_INTERPRET was set (tests/conftest.py sets it)
+    pytest.skip("the kernels were built for a GPU in this process; benchmarks/gpu_check.py checks them there",
+                allow_module_level=True)
 
 from psattn.ops.attention import psa_attention, psa_attention_reference  # noqa: E402
 from psattn.ops.fused_attention import shear_transpose  # noqa: E402

@@ -25,7 +25,8 @@ where x̂_j = a_j x_j + b_j x_{j-1}: a_j = 1 + gamma, b_j = -gamma inside a sequ
 a_j = 1 (replicate) or 1 + gamma (zero), b_j = 0.
 
 Triton runs the same kernels on CPU tensors under its interpreter (``TRITON_INTERPRET=1`` set before
-Triton is imported), which is how the test suite checks them on a machine without a GPU.
+this module is imported: the kernels are built for one or the other), which is how the test suite
+checks them on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+#: whether this module's kernels were built for Triton's interpreter (``TRITON_INTERPRET=1`` when the
+#: module was imported): they then run on CPU tensors, and on nothing else
+BUILT_FOR_INTERPRETER = bool(triton.knobs.runtime.interpret)
+
+
 def interpreted() -> bool:
-    """Whether Triton runs its kernels in the interpreter (on CPU tensors) in this process."""
-    return bool(triton.knobs.runtime.interpret)
+    """Whether the kernels run in Triton's interpreter (on CPU tensors) in this process."""
+    return BUILT_FOR_INTERPRETER
 
 
 @triton.jit
@@ -400,7 +406,10 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropo
                 starts: Tensor | None) -> str | None:
     """Why the fused kernel cannot run this call (None when it can)."""
     if q.device.type != "cuda" and not interpreted():
-        return f"tensors on {q.device.type}, but Triton was imported without TRITON_INTERPRET=1"
+        return (f"tensors on {q.device.type}, but the kernels were built for a GPU (TRITON_INTERPRET=1 was not set "
+                "when psattn.ops.fused_attention was first imported)")
+    if q.device.type == "cuda" and interpreted():
+        return "tensors on CUDA, but the kernels were built for Triton's interpreter (TRITON_INTERPRET=1)"
     if attn_mask is not None:
         return "an explicit attn_mask (the kernel knows the causal mask only)"
     if dropout_p > 0:
