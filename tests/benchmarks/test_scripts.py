@@ -68,6 +68,8 @@ def test_gpu_check_records_a_failing_part_and_runs_the_next(tmp_path, monkeypatc
         raise RuntimeError("no C compiler for inductor")
 
     monkeypatch.setattr(gpu_check, "compile_check", broken)
+    for heavy in ("command_smoke", "fused_kernel", "model_step"):  # test_gpu_check_smoke runs these
+        monkeypatch.setattr(gpu_check, heavy, lambda *args: {})
     monkeypatch.setattr("sys.argv", ["gpu_check.py", "--smoke", "--out", str(tmp_path)])
     gpu_check.main()
     result = json.loads((tmp_path / "gpu_check.json").read_text())
