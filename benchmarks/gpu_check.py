@@ -316,6 +316,8 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
+    parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
+                        "commands, equivalence, kernels, fused_kernel, model_step, compile, phase_transition")
     args = parser.parse_args()
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
@@ -342,7 +344,12 @@ def main() -> None:
             args.smoke, report),
     }
     report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
+    unknown = set(args.only or ()) - set(sections)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; the sections are {', '.join(sections)}")
     for name, run in sections.items():
+        if args.only and name not in args.only:
+            continue
         print(f"{name}:", flush=True)
         try:  # a failing part is recorded and the next one still runs
             result = run()
