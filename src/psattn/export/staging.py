@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
+from psattn.processes import process_alive
+
 log = logging.getLogger(__name__)
 
 MANIFEST = ".psattn-export"  # the files a folder export wrote, one JSON list
@@ -36,22 +38,12 @@ class ExportFailed(OSError):
     """Writing or reading back an export failed (a full disk, most often); nothing of it was left."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _leftovers(target: Path, kind: str) -> Iterator[Path]:
     """Folders ``.<target name>.<kind>-<pid>-*`` beside ``target`` whose process no longer runs."""
     prefix = f".{target.name}.{kind}-"
     for path in target.parent.glob(prefix + "*"):
         pid = path.name[len(prefix):].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             yield path
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from psattn.processes import process_alive
 from psattn.progress import progress_bar
 from psattn.textdata.corpus import Document, corpus_hash, load_documents
 from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
@@ -243,19 +244,9 @@ def _remove_abandoned_staging(directory: Path) -> None:
     """Remove the staging folders of ``directory`` left by builds whose process no longer runs."""
     for staging in directory.parent.glob(f"{directory.name}.staging-*"):
         pid = staging.name[len(directory.name) + len(".staging-"):].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             log.info("removing %s, left by an interrupted cache build", staging)
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _corrupt(path: Path, why: str) -> CorruptCache:
