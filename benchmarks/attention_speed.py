@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
+from psattn.provenance import git_revision
 from psattn.timing import interleaved_medians
 
 
@@ -130,7 +131,7 @@ def main() -> None:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "device": where, "threads": args.threads, "shape": [B, H, T, D],
-            "gamma": args.gamma, "torch": torch.__version__,
+            "gamma": args.gamma, "torch": torch.__version__, "git": git_revision(),
             "ratios": {label: t["psa"] / t["sdpa"] for label, t in rows.items()},
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},
             "cache_bytes_per_token": per_token, "extra_state_bytes": extra,

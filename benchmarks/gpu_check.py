@@ -1,25 +1,28 @@
-"""The checks that need a GPU, as one script with a wall-clock budget (default 7 minutes):
+"""The checks that need a GPU, as one script with a wall-clock budget (default 7.5 minutes):
 
-0. commands: every task trained a few steps on the device, a sweep, eval, generate, export, footprint
+1. commands: every task trained a few steps on the device, a sweep, eval, generate, export, footprint
    and the transformers integration there (``gpu_commands.py``; a command whose extra is missing on
    the machine is recorded as skipped);
-1. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
+2. fused_correctness: the fused kernel against the fp64 reference on the device, forward and the
+   gradients, for every switch it has (the checks tests/ops/test_fused_attention.py runs in the
+   interpreter);
+3. fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
+   at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
+   against fp64;
+4. model_step: a psa-92m training step with the shear against the same model plain, eager and
+   compiled;
+5. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
    (gamma 0.8) against an fp64 reference beside plain SDPA against fp64 plain attention (the
    kernel's own error, the yardstick), and cached decoding against the full forward (fp32 and bf16
    autocast);
-2. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
+6. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
-   fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
-   at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
-   against fp64;
-   model_step: a psa-92m training step with the shear against the same model plain, eager and
-   compiled;
-3. torch.compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed:
-   the loss histories side by side and the step-time ratio after warm-up;
-4. the paper-scale phase transition: the psa-92m preset on full-sequence induction, symmetric
-   gamma = 0.8 against gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence,
-   at a step cap or at its share of the remaining budget; emergence steps per seed.
+7. compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed: the
+   loss histories side by side and the step-time ratio after warm-up;
+8. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
+   gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
+   its share of the remaining budget; emergence steps per seed.
 
 OUT/gpu_check.json is rewritten after every section and every run, so a run cut short still
 leaves what it measured; a section that fails is recorded under "errors" and the next one runs.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import os
 import platform
@@ -48,6 +52,7 @@ import torch.nn.functional as F
 from psattn.experiments.configs import small_config
 from psattn.models import AttentionConfig, DecoderLM, preset
 from psattn.ops import psa_attention, psa_attention_reference
+from psattn.provenance import git_revision
 from psattn.timing import interleaved_medians
 from psattn.training.trainer import train
 
@@ -66,6 +71,13 @@ class Report:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=2))
         os.replace(tmp, self.path)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _timer(device: torch.device):
@@ -168,6 +180,60 @@ def _psa(backend: str):
 
 def _sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def fused_correctness(device: torch.device, smoke: bool) -> dict:
+    """The fused kernel's fp64-reference checks of the test suite (tests/ops/test_fused_attention.py), run
+    compiled on the device: fp32 inputs, every switch the kernel has (each variant's shear, GQA, sequence
+    starts under both boundary rules, prev rows, no mask, odd lengths), forward and the gradients of
+    every input, as the largest error relative to the reference's largest entry (absolute where that is 0). One bf16 case runs
+    with the autotuned tiles; the rest with fixed 32 x 32 tiles (one compilation per switch set)."""
+    from psattn.ops import fused_attention
+    from psattn.ops.variants import variant_gammas
+
+    def case(B=2, Hq=4, Hkv=2, T=300, D=64, variant="symmetric", gamma=0.8, causal=True, starts=None,
+             boundary="replicate", prev=False, dtype=torch.float32):
+        g = torch.Generator().manual_seed(T + D)
+        q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for H in (Hq, Hkv, Hkv))
+        extra = {"prev_q": torch.randn(B, Hq, 1, D, generator=g, dtype=torch.float64),
+                 "prev_k": torch.randn(B, Hkv, 1, D, generator=g, dtype=torch.float64)} if prev else {}
+        upstream = torch.randn(B, Hq, T, D, generator=g, dtype=torch.float64)
+        gamma_q, gamma_k = variant_gammas(variant, gamma)
+        kwargs = dict(gamma_q=gamma_q, gamma_k=gamma_k, is_causal=causal, boundary=boundary)
+        leaves = {"q": q, "k": k, "v": v, **extra}
+        results = {}
+        for backend, dev, dt in (("reference", "cpu", torch.float64), ("fused", device, dtype)):
+            xs = {n: x.to(dev, dt).requires_grad_() for n, x in leaves.items()}
+            st = None if starts is None else starts.to(dev)
+            out = psa_attention(xs["q"], xs["k"], xs["v"], starts=st, backend=backend, **kwargs,
+                                **{n: xs[n] for n in extra})
+            grads = torch.autograd.grad(out, list(xs.values()), upstream.to(dev, dt))
+            results[backend] = [out.detach(), *grads]
+        names = ["out", *(f"d{n}" for n in leaves)]
+        # a gradient that vanishes exactly (one visible key: the softmax ignores its query) is scored absolutely
+        return {name: ((got.double().cpu() - ref).abs().max() / max(ref.abs().max().item(), 1e-30)).item()
+                if ref.abs().max() > 0 else (got.double().cpu() - ref).abs().max().item()
+                for name, ref, got in zip(names, results["reference"], results["fused"])}
+
+    T = 37 if smoke else 300
+    starts = torch.zeros(2, T, dtype=torch.bool)
+    starts[0, [5, T // 2]] = True
+    starts[1, 32] = True  # on a tile's first row
+    cases = {f"variant {name}": dict(variant=name, T=T) for name in ("symmetric", "key_only", "query_only")}
+    cases.update({
+        "starts, replicate, prev rows": dict(T=T, starts=starts, prev=True, gamma=1.2),
+        "starts, zero boundary": dict(T=T, starts=starts, boundary="zero"),
+        "no mask, D 32, odd length": dict(T=77, D=32, causal=False, Hq=3, Hkv=1),
+        "D 128, MQA, length 1": dict(T=1, D=128, Hq=4, Hkv=1),
+        "gamma 0": dict(T=T, gamma=0.0),
+    })
+    out = {}
+    with fused_attention.fixed_tiles(16 if device.type == "cpu" else 32):
+        for name, kwargs in cases.items():
+            out[name] = case(**kwargs)
+    if device.type == "cuda":  # the tuned tiles, in bf16: errors of bf16 size, not of wrong rows
+        out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)
+    return out
 
 
 def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
@@ -311,19 +377,20 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget for the whole script")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole script")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
-                        "commands, equivalence, kernels, fused_kernel, model_step, compile, phase_transition")
+                        "commands, fused_correctness, fused_kernel, model_step, equivalence, kernels, compile, phase_transition")
     args = parser.parse_args()
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     if device.type == "cpu":  # the fused kernel then runs in Triton's interpreter (set before it is built)
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    info = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+    info = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
+            "torch": torch.__version__, "triton": _version("triton"),
             "machine": platform.platform(),
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "budget_s": args.budget_s}
     print(info, flush=True)
@@ -334,10 +401,11 @@ def main() -> None:
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     sections = {
         "commands": lambda: command_smoke(device.type, Path(tempfile.mkdtemp(prefix="psattn-commands-"))),
-        "equivalence": lambda: equivalence(device, args.smoke),
-        "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
+        "fused_correctness": lambda: fused_correctness(device, args.smoke),
         "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats),
         "model_step": lambda: model_step(device, args.smoke, 2 if args.smoke else 10),
+        "equivalence": lambda: equivalence(device, args.smoke),
+        "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
         "compile": lambda: compile_check(device.type, args.smoke),
         "phase_transition": lambda: phase_transition(
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
@@ -351,6 +419,7 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         print(f"{name}:", flush=True)
+        began = time.perf_counter()
         try:  # a failing part is recorded and the next one still runs
             result = run()
         except Exception as err:
@@ -360,6 +429,7 @@ def main() -> None:
             if result is not None:
                 report.data[name] = result
                 _print_section(name, result)
+        report.data.setdefault("section_seconds", {})[name] = round(time.perf_counter() - began, 1)
         report.save()
     report.data["seconds"] = args.budget_s - (deadline - time.perf_counter())
     report.save()
@@ -372,6 +442,10 @@ def _print_section(name: str, result: dict) -> None:
         skipped = [what for what, row in result.items() if row["status"] == "skipped"]
         print(f"  {len(result) - len(failed) - len(skipped)} commands ok, skipped {skipped or 'none'}, "
               f"failed {failed or 'none'}", flush=True)
+    elif name == "fused_correctness":
+        for what, errors in result.items():
+            worst = max(errors, key=errors.get)
+            print(f"  {what:30s} largest relative error {errors[worst]:.2g} ({worst})", flush=True)
     elif name == "equivalence":
         for what, value in result.items():
             print(f"  {what:58s} {value:.3g}", flush=True)

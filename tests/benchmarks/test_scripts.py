@@ -24,6 +24,7 @@ def test_gpu_check_smoke(tmp_path):
     commands = result["commands"]
     assert {"train text", "sweep", "eval text", "generate text", "export hf induction", "hf integration"} <= set(commands)
     assert all(row["status"] == "ok" for row in commands.values()), commands
+    assert max(max(case.values()) for case in result["fused_correctness"].values()) < 1e-5
     fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
     assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
     assert result["model_step"]["eager"]["ratio"] > 0
@@ -69,7 +70,7 @@ def test_gpu_check_records_a_failing_part_and_runs_the_next(tmp_path, monkeypatc
         raise RuntimeError("no C compiler for inductor")
 
     monkeypatch.setattr(gpu_check, "compile_check", broken)
-    for heavy in ("command_smoke", "fused_kernel", "model_step"):  # test_gpu_check_smoke runs these
+    for heavy in ("command_smoke", "fused_correctness", "fused_kernel", "model_step"):  # test_gpu_check_smoke runs these
         monkeypatch.setattr(gpu_check, heavy, lambda *args: {})
     monkeypatch.setattr("sys.argv", ["gpu_check.py", "--smoke", "--out", str(tmp_path)])
     gpu_check.main()

@@ -81,6 +81,14 @@ def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
     assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)
 
 
+def test_fixed_tiles_compute_the_same_function_as_the_default_tiles():
+    q, k, v = streams(T=45, D=32)
+    starts = torch.zeros(2, 45, dtype=torch.bool)
+    starts[1, 33] = True
+    with fused_attention.fixed_tiles(32):
+        assert_matches_reference(q, k, v, gamma_q=0.4, gamma_k=0.9, is_causal=True, starts=starts)
+
+
 def test_gamma_zero_equals_sdpa_and_fp32_stays_within_fp32_rounding():
     q, k, v = streams(dtype=torch.float32)
     plain = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -31,6 +31,7 @@ checks them on a machine without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -317,11 +318,31 @@ _TUNED = {
 _PLAIN = {"forward": _forward_kernel, "dkdv": _dkdv_kernel, "dq": _dq_kernel}
 
 
+#: one tile shape (rows, rows, warps, stages) for every kernel instead of autotuning; see ``fixed_tiles``
+_FIXED: tuple[int, int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def fixed_tiles(block: int = 32, num_warps: int = 4, num_stages: int = 2):
+    """Run the kernels with ``block`` x ``block`` tiles inside this context instead of autotuning them.
+
+    One compilation per kernel instead of one per candidate shape: for checks that cover many switch
+    sets (each is tuned afresh) and for debugging. Square tiles satisfy every kernel's causal split."""
+    global _FIXED
+    saved, _FIXED = _FIXED, (block, block, num_warps, num_stages)
+    try:
+        yield
+    finally:
+        _FIXED = saved
+
+
 def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dict) -> None:
     """Run kernel ``name`` over ``rows`` positions (tiled by ``along``, BLOCK_M or BLOCK_N) of ``heads``
-    heads: autotuned on a GPU, with 16 x 16 tiles in the interpreter."""
-    if interpreted():
-        _PLAIN[name][(triton.cdiv(rows, 16), heads)](*args, BLOCK_M=16, BLOCK_N=16, **meta)
+    heads: autotuned on a GPU, with 16 x 16 tiles in the interpreter (or the tiles of ``fixed_tiles``)."""
+    if interpreted() or _FIXED is not None:
+        m, n, warps, stages = _FIXED or (16, 16, 4, 2)
+        extra = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
+        _PLAIN[name][(triton.cdiv(rows, m), heads)](*args, BLOCK_M=m, BLOCK_N=n, **meta, **extra)
     else:
         _TUNED[name][lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
 
