@@ -1,4 +1,4 @@
-"""The checks that need a GPU, as one script with a wall-clock budget (default 7.5 minutes):
+"""The checks that need a GPU, as one script with a wall-clock budget (default 7 minutes):
 
 1. commands: every task trained a few steps on the device, a sweep, eval, generate, export, footprint
    and the transformers integration there (``gpu_commands.py``; a command whose extra is missing on
@@ -377,7 +377,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole script")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget for the whole script")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)

@@ -9,5 +9,5 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 "$PYTHON" -c "import psattn, numpy, tqdm" || { echo "missing a dependency of psattn (see pyproject.toml)" >&2; exit 1; }
 mkdir -p "${OUT:-gpu_check}"
 # the CPU benchmark's rows on the GPU (fp32; the fused kernel under psa_attention's auto), then the rest
-timeout 60 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
-timeout 480 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"
+timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
+timeout 450 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"

@@ -17,14 +17,17 @@ from psattn.version import __version__
 
 
 def git_revision() -> str | None:
-    """The commit of the source tree psattn runs from; outside a git checkout (a copy of one sent to another
-    machine), ``$PSATTN_GIT_REVISION``, or None."""
+    """The commit of the source tree psattn runs from: ``$PSATTN_GIT_REVISION`` when set (a copy of a
+    checkout sent to another machine, whose ``.git`` may be stale or absent), else ``git rev-parse HEAD``,
+    or None outside a git checkout."""
+    if os.environ.get("PSATTN_GIT_REVISION"):
+        return os.environ["PSATTN_GIT_REVISION"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         out = ""
-    return out or os.environ.get("PSATTN_GIT_REVISION") or None
+    return out or None
 
 
 def machine() -> str:

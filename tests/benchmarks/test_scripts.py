@@ -46,6 +46,18 @@ def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp
     assert result["phase_transition"]["runs"] == [] and "kernels" in result and "compile" in result
 
 
+def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_tables", ROOT / "benchmarks" / "gpu_tables.py")
+    gpu_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_tables)
+    page = (ROOT / "docs" / "kernel.md").read_text()
+    shown = page.split("<!-- gpu-tables:begin -->\n")[1].split("<!-- gpu-tables:end -->")[0]
+    folder = Path(shown.split("saved in `")[1].split("`")[0])
+    assert shown == gpu_tables.tables(folder if folder.is_absolute() else ROOT / folder).replace(str(ROOT) + "/", "")
+
+
 def test_attention_speed_small_shape():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "2")

@@ -175,6 +175,15 @@ def test_a_copy_without_git_records_the_revision_it_is_given(monkeypatch):
     assert provenance.provenance(0)["git_revision"] == "4f3c995"
 
 
+def test_a_revision_given_by_name_wins_over_a_stale_git_in_the_copy(monkeypatch):
+    import psattn.provenance as provenance
+
+    monkeypatch.delenv("PSATTN_GIT_REVISION", raising=False)
+    found = provenance.git_revision()  # this checkout's HEAD, or None outside git
+    monkeypatch.setenv("PSATTN_GIT_REVISION", "3f4a68c")
+    assert provenance.git_revision() == "3f4a68c" != found
+
+
 def blocked_env(tmp_path, names):
     """An environment whose Python cannot import ``names`` (None in sys.modules), as on a GPU machine."""
     blocker = tmp_path / "blocker"

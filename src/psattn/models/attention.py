@@ -139,8 +139,8 @@ class PhaseSpaceAttention(nn.Module):
                 and not any(hook.active for hook in between))
 
     def _attend_sheared_inside(self, x: Tensor, ctx: AttentionContext) -> Tensor:
-        """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention``, which shears q and k itself:
-        inside the fused kernel on a GPU (q̂ and k̂ never written to memory), else before SDPA."""
+        """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention``, which shears q and k itself and
+        so takes the fastest implementation it has for the call (see its ``backend``)."""
         B, T, _ = x.shape
         q, k, v = self._project(x)
         cos, sin = self.rope(ctx.position_ids, x.dtype)

@@ -14,7 +14,6 @@ whose sum is q̂_tᵀ k̂_j (before scaling).
 from __future__ import annotations
 
 import importlib.util
-import logging
 import math
 import os
 from typing import NamedTuple
@@ -24,8 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from psattn.ops.shear import check_boundary, check_gamma, check_stream, momentum, shear
-
-log = logging.getLogger(__name__)
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, *, same_dtype: bool = True) -> None:
@@ -95,11 +92,12 @@ def psa_attention(
     ``starts`` (B, T) marks sequence starts (see ``psattn.ops.shear``); ``prev_q``/``prev_k``
     continue a cached stream. Returns (B, Hq, Tq, Dv).
 
-    ``backend`` chooses the implementation: ``"fused"``, the Triton kernel that forms q̂ and k̂ inside
-    the attention loop (``psattn.ops.fused_attention``; CUDA, or the CPU under ``TRITON_INTERPRET=1``);
-    ``"sdpa"``, the shear followed by ``scaled_dot_product_attention``; ``"reference"``, the explicit
-    ``psa_attention_reference``; ``"auto"`` (the default), the fused kernel on CUDA where it applies
-    and SDPA otherwise, with the reason for each fallback logged once at debug level.
+    ``backend`` chooses the implementation: ``"sdpa"``, the shear followed by
+    ``scaled_dot_product_attention``; ``"fused"``, the Triton kernel that forms q̂ and k̂ inside the
+    attention loop (``psattn.ops.fused_attention``; CUDA, or the CPU under ``TRITON_INTERPRET=1``), or a
+    ValueError naming why it cannot run the call; ``"reference"``, the explicit ``psa_attention_reference``;
+    ``"auto"`` (the default), the fastest measured: today the shear and SDPA on every device, since on
+    an H200 the fused kernel ran slower than it (docs/kernel.md).
 
     Args:
         q: post-RoPE queries (B, Hq, Tq, D).
@@ -138,25 +136,22 @@ def psa_attention(
         return psa_attention_reference(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, attn_mask=attn_mask,
                                        is_causal=is_causal, dropout_p=dropout_p, scale=scale, starts=starts,
                                        prev_q=prev_q, prev_k=prev_k, boundary=boundary)  # type: ignore[return-value]
-    if backend != "sdpa":
+    if backend == "fused":
         gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
         check_boundary(boundary)
         if starts is not None and q.shape[2] != k.shape[2]:
             raise ValueError("starts applies to q and k together; their lengths must match")
         check_stream(q, starts, prev_q)
         check_stream(k, starts, prev_k)
-        reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal, chosen=backend == "fused")
-        if reason is None:
-            from psattn.ops.fused_attention import fused_psa_attention
-
-            if autocast:  # the products in autocast's dtype; q and k are sheared at their own precision
-                v = v.to(torch.get_autocast_dtype(q.device.type))
-            return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
-                                       starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
-        if backend == "fused":
+        reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal)
+        if reason is not None:
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
-        if not torch.compiler.is_compiling():
-            _log_fallback(reason)
+        from psattn.ops.fused_attention import fused_psa_attention
+
+        if autocast:  # the products in autocast's dtype; q and k are sheared at their own precision
+            v = v.to(torch.get_autocast_dtype(q.device.type))
+        return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
+                                   starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
     return F.scaled_dot_product_attention(
         q_hat, k_hat, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
@@ -166,18 +161,17 @@ def psa_attention(
 
 #: the implementations ``psa_attention`` can choose (see its ``backend``)
 BACKENDS: tuple[str, ...] = ("auto", "fused", "sdpa", "reference")
-_logged: set[str] = set()
 
 
 def fused_unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
-                      starts: Tensor | None, is_causal: bool, *, chosen: bool = False) -> str | None:
-    """Why the fused kernel cannot run a call with these arguments (None when it can). Only a call that
-    ``chosen`` it by name runs it on the CPU, in Triton's interpreter (``TRITON_INTERPRET=1``)."""
+                      starts: Tensor | None, is_causal: bool) -> str | None:
+    """Why the fused kernel cannot run a call with these arguments (None when it can). On the CPU it
+    runs in Triton's interpreter only (``TRITON_INTERPRET=1``)."""
     if is_causal and attn_mask is not None:
         return "both is_causal and attn_mask"
     if torch.compiler.is_compiling():
         return "torch.compile (the compiled graph fuses the shear into its neighbours itself)"
-    interpreter = chosen and os.environ.get("TRITON_INTERPRET") == "1"
+    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
     if q.device.type != "cuda" and not interpreter:
         return f"tensors on {q.device.type} (the kernel runs on CUDA, or on the CPU under TRITON_INTERPRET=1)"
     if importlib.util.find_spec("triton") is None:
@@ -185,12 +179,6 @@ def fused_unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
     from psattn.ops.fused_attention import unsupported
 
     return unsupported(q, k, v, attn_mask, dropout_p, starts)
-
-
-def _log_fallback(reason: str) -> None:
-    if reason not in _logged:
-        _logged.add(reason)
-        log.debug("psa_attention: the fused kernel does not apply (%s); using the shear and SDPA", reason)
 
 
 def expand_kv_heads(x: Tensor, n_q_heads: int) -> Tensor:

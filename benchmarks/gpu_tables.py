@@ -1,0 +1,86 @@
+"""The markdown tables of docs/kernel.md, from one saved GPU check (a folder holding the
+``gpu_check.json`` of ``benchmarks/gpu_check.py`` and, when it ran, the ``attention_speed_cuda.json``
+of ``benchmarks/attention_speed.py --device cuda``).
+
+    python benchmarks/gpu_tables.py docs/results/gpu/checks/2026-12-04-h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _header(info: dict) -> str:
+    return (f"{info['device']}, torch {info['torch']}, Triton {info.get('triton')}, {info['date'][:10]}, "
+            f"git {str(info.get('git'))[:7]}")
+
+
+def fused_kernel_table(check: dict) -> str:
+    """Per shape: SDPA flash's time, and PSA's (the shear then SDPA flash, and the fused kernel) over it,
+    forward and forward+backward; then each one's largest bf16 error against fp64."""
+    lines = ["| B, H, T, D | | SDPA flash, ms | shear then SDPA / SDPA | fused kernel / SDPA |",
+             "|---|---|---|---|---|"]
+    errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |",
+              "|---|---|---|---|"]
+    for row in check["fused_kernel"].values():
+        shape = ", ".join(map(str, row["shape"]))
+        for label in ("forward", "forward+backward"):
+            r = row[label]
+            lines.append(f"| {shape} | {label} | {r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | "
+                         f"{r['fused_over_sdpa']:.3f} |")
+        e = row["error_vs_fp64"]
+        errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |")
+    return "\n".join(lines) + "\n\nLargest absolute bf16 error (first sequence and head, at most 4,096 rows):\n\n" + \
+        "\n".join(errors)
+
+
+def model_step_table(check: dict) -> str:
+    """A psa-92m training step, plain against PSA (symmetric, gamma 0.8), eager and compiled."""
+    step = check["model_step"]
+    lines = [f"| psa-92m step, B {step['batch']}, T {step['length']}, bf16 | plain, ms | PSA, ms | PSA / plain |",
+             "|---|---|---|---|"]
+    for mode in ("eager", "compiled"):
+        if mode in step:
+            r = step[mode]
+            lines.append(f"| {mode} | {r['plain_ms']:.2f} | {r['psa_ms']:.2f} | {r['ratio']:.3f} |")
+    return "\n".join(lines)
+
+
+def correctness_table(check: dict) -> str:
+    """The fused kernel against the fp64 reference on the device: the largest relative error per case."""
+    lines = ["| case | largest relative error (output and every gradient) |", "|---|---|"]
+    for case, errors in check["fused_correctness"].items():
+        lines.append(f"| {case} | {max(errors.values()):.1e} |")
+    return "\n".join(lines)
+
+
+def attention_speed_table(speed: dict) -> str:
+    """``benchmarks/attention_speed.py`` on the device: its rows and ratios."""
+    B, H, T, D = speed["shape"]
+    lines = [f"| B {B}, H {H}, T {T}, D {D}, fp32 | SDPA, ms | PSA, ms | PSA / SDPA |", "|---|---|---|---|"]
+    for label, ms in speed["ms"].items():
+        lines.append(f"| {label} | {ms['sdpa']:.3f} | {ms['psa']:.3f} | {speed['ratios'][label]:.3f} |")
+    return "\n".join(lines)
+
+
+def tables(folder: Path) -> str:
+    """Every table the saved check in ``folder`` has, each under a one-line heading."""
+    check = json.loads((folder / "gpu_check.json").read_text())
+    parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`.",
+             "", correctness_table(check), "", fused_kernel_table(check), "", model_step_table(check)]
+    speed = folder / "attention_speed_cuda.json"
+    if speed.exists():
+        parts += ["", attention_speed_table(json.loads(speed.read_text()))]
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a folder with gpu_check.json (and attention_speed_cuda.json)")
+    print(tables(parser.parse_args().folder), end="")
+
+
+if __name__ == "__main__":
+    main()
