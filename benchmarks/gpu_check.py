@@ -8,7 +8,8 @@
    interpreter);
 3. fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
    at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
-   against fp64;
+   against fp64; the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
+   D = 128 the device time of every kernel each path launches (torch.profiler);
 4. model_step: a psa-92m training step with the shear against the same model plain, eager and
    compiled;
 5. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
@@ -174,8 +175,25 @@ def _interleaved_ms(runs: dict, measure, repeats: int, warmup: int) -> dict[str,
     return {name: t * 1e3 for name, t in interleaved_medians(runs, repeats, warmup, measure).items()}
 
 
-def _psa(backend: str):
-    return lambda q, k, v: psa_attention(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, backend=backend)
+def _psa(backend: str, gamma: float = 0.8):
+    return lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True, backend=backend)
+
+
+def _kernel_times(fn, device: torch.device, steps: int = 5) -> dict[str, float]:
+    """Milliseconds per call of each kernel ``fn`` launches (device time; CPU time on the CPU), by
+    torch.profiler over ``steps`` calls after one warm-up, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    attr = "device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    rows = {e.key: getattr(e, attr) / 1e3 / steps for e in prof.key_averages() if getattr(e, attr) > 0}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1])[:12])
 
 
 def _sdpa(q, k, v):
@@ -252,7 +270,7 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
         g = torch.Generator(device="cpu").manual_seed(0)
         q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
         grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
-        fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused")}
+        fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused"), "fused_gamma0": _psa("fused", 0.0)}
         row: dict = {"shape": [B, H, T, D], "dtype": str(dtype)}
 
         def forward(f, q=q, k=k, v=v):
@@ -266,8 +284,12 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
                 med = _interleaved_ms({name: make(fn) for name, fn in fns.items()}, measure, repeats, warmup=1)
                 row[label] = {**{f"{name}_ms": value for name, value in med.items()},
                               "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
-                              "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"]}
+                              "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"],
+                              "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"]}
             row["error_vs_fp64"] = _errors(q, k, v, fns)
+            if (T, D) == (4096, 128) or smoke:  # where the time goes: device time per kernel, fused against SDPA
+                row["profile_forward_backward"] = {name: _kernel_times(forward_backward(fns[name]), device)
+                                                   for name in ("sdpa", "psa_sdpa", "psa_fused")}
         rows[f"T={T} D={D}"] = row
         print(f"  T={T:6d} D={D:3d}  fused/SDPA forward {row['forward']['fused_over_sdpa']:.3f}, forward+backward "
               f"{row['forward+backward']['fused_over_sdpa']:.3f}; errors {row['error_vs_fp64']}", flush=True)
@@ -277,13 +299,14 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
 
 def _errors(q, k, v, fns) -> dict:
     """Largest absolute error against fp64 on the first head of the first sequence, at most 4096 long:
-    plain SDPA against plain attention, each PSA path against the PSA reference."""
+    each PSA path against the PSA reference, the others (SDPA, the kernel at gamma 0) against plain attention."""
     T = min(q.shape[2], 4096)
     q1, k1, v1 = (x[:1, :1, :T].detach() for x in (q, k, v))
     exact = {True: psa_attention_reference(q1.double(), k1.double(), v1.double(), gamma_q=0.8, gamma_k=0.8, is_causal=True),
              False: psa_attention_reference(q1.double(), k1.double(), v1.double(), is_causal=True)}
     with torch.no_grad():
-        return {name: (fn(q1, k1, v1).double() - exact[name != "sdpa"]).abs().max().item() for name, fn in fns.items()}
+        return {name: (fn(q1, k1, v1).double() - exact[name in ("psa_sdpa", "psa_fused")]).abs().max().item()
+                for name, fn in fns.items()}
 
 
 def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:

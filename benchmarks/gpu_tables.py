@@ -18,22 +18,33 @@ def _header(info: dict) -> str:
 
 
 def fused_kernel_table(check: dict) -> str:
-    """Per shape: SDPA flash's time, and PSA's (the shear then SDPA flash, and the fused kernel) over it,
-    forward and forward+backward; then each one's largest bf16 error against fp64."""
-    lines = ["| B, H, T, D | | SDPA flash, ms | shear then SDPA / SDPA | fused kernel / SDPA |",
-             "|---|---|---|---|---|"]
+    """Per shape: SDPA flash's time, and PSA's (the shear then SDPA flash, and the fused kernel; the
+    kernel at gamma = 0 where the run has it) over it, forward and forward+backward; then each one's
+    largest bf16 error against fp64; then, where the run profiled, the device time of each kernel."""
+    rows = list(check["fused_kernel"].values())
+    gamma0 = "fused_gamma0_over_sdpa" in rows[0]["forward"]
+    lines = ["| B, H, T, D | | SDPA flash, ms | shear then SDPA / SDPA | fused kernel / SDPA |"
+             + (" fused kernel at γ = 0 / SDPA |" if gamma0 else ""),
+             "|---|---|---|---|---|" + ("---|" if gamma0 else "")]
     errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |",
               "|---|---|---|---|"]
-    for row in check["fused_kernel"].values():
+    profiles = []
+    for row in rows:
         shape = ", ".join(map(str, row["shape"]))
         for label in ("forward", "forward+backward"):
             r = row[label]
             lines.append(f"| {shape} | {label} | {r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | "
-                         f"{r['fused_over_sdpa']:.3f} |")
+                         f"{r['fused_over_sdpa']:.3f} |" + (f" {r['fused_gamma0_over_sdpa']:.3f} |" if gamma0 else ""))
         e = row["error_vs_fp64"]
         errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |")
-    return "\n".join(lines) + "\n\nLargest absolute bf16 error (first sequence and head, at most 4,096 rows):\n\n" + \
+        for path, kernels in row.get("profile_forward_backward", {}).items():
+            profiles += [f"| {shape} | {path} | `{name[:60]}` | {ms:.3f} |" for name, ms in kernels.items()]
+    out = "\n".join(lines) + "\n\nLargest absolute bf16 error (first sequence and head, at most 4,096 rows):\n\n" + \
         "\n".join(errors)
+    if profiles:
+        out += ("\n\nWhere forward+backward spends its time (torch.profiler, ms per call):\n\n"
+                "| B, H, T, D | path | kernel | ms |\n|---|---|---|---|\n" + "\n".join(profiles))
+    return out
 
 
 def model_step_table(check: dict) -> str:
