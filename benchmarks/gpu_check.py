@@ -11,7 +11,7 @@
    against fp64; the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
    D = 128 the device time of every kernel each path launches (torch.profiler);
 4. model_step: a psa-92m training step with the shear against the same model plain, eager and
-   compiled;
+   compiled, each with the device time of its most costly kernels (torch.profiler);
 5. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
    (gamma 0.8) against an fp64 reference beside plain SDPA against fp64 plain attention (the
    kernel's own error, the yardstick), and cached decoding against the full forward (fp32 and bf16
@@ -333,7 +333,8 @@ def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
                 opt.zero_grad(set_to_none=True)
             steps[name] = step
         med = _interleaved_ms(steps, _timer(device), repeats, warmup=3)  # warm-up: compilation too
-        out[mode] = {"plain_ms": med["plain"], "psa_ms": med["psa"], "ratio": med["psa"] / med["plain"]}
+        out[mode] = {"plain_ms": med["plain"], "psa_ms": med["psa"], "ratio": med["psa"] / med["plain"],
+                     "profile": {name: _kernel_times(step, device, steps=2) for name, step in steps.items()}}
         print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}",
               flush=True)
     out["batch"], out["length"] = B, T

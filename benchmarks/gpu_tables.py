@@ -56,6 +56,11 @@ def model_step_table(check: dict) -> str:
         if mode in step:
             r = step[mode]
             lines.append(f"| {mode} | {r['plain_ms']:.2f} | {r['psa_ms']:.2f} | {r['ratio']:.3f} |")
+    profiles = [f"| {mode} | {model} | `{name[:60]}` | {ms:.3f} |" for mode in ("eager", "compiled")
+                for model, kernels in step.get(mode, {}).get("profile", {}).items() for name, ms in kernels.items()]
+    if profiles:
+        lines += ["", "The step's most costly kernels (torch.profiler, ms per step):", "",
+                  "| mode | model | kernel | ms |", "|---|---|---|---|", *profiles]
     return "\n".join(lines)
 
 
