@@ -23,17 +23,27 @@ def test_beam_search_with_cache_equals_without(variant, prompt):
 
 
 @pytest.mark.parametrize("assistant_psa", [False, True], ids=["plain-assistant", "psa-assistant"])
-def test_assisted_decoding_equals_greedy(assistant_psa, prompt):
+def test_assisted_decoding_equals_greedy(assistant_psa, prompt, monkeypatch):
     target = apply_psa(tiny_model("llama"), "symmetric", 0.8)
-    assistant = tiny_model("llama", seed=1)
-    if assistant_psa:
-        # The assistant's own cache is cropped across several of its calls: give it a window.
-        assistant.generation_config.num_assistant_tokens_schedule = "constant"
-        assistant.generation_config.num_assistant_tokens = 4
+    assistant = tiny_model("llama", seed=1)  # different weights: its drafts are mostly rejected
+    # Four drafts per step, however unsure the assistant is, so the target's cache is cropped back
+    # several tokens at a time.
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.num_assistant_tokens = 4
+    assistant.generation_config.assistant_confidence_threshold = 0.0
+    if assistant_psa:  # the assistant's own cache is cropped across several of its calls: give it a window
         apply_psa(assistant, "key_only", 0.5, max_rollback=4)
-    greedy = _generate(target, prompt, max_new_tokens=12)
-    assisted = _generate(target, prompt, max_new_tokens=12, assistant_model=assistant)
-    assert torch.equal(assisted, greedy)
+    removed = []
+    crop = PSALayer.crop
+    monkeypatch.setattr(PSALayer, "crop", lambda layer, n: (removed.append(-n), crop(layer, n))[1])
+    kwargs = dict(max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
+    greedy = _generate(target, prompt, **kwargs)
+    assert not removed
+    assisted = _generate(target, prompt, assistant_model=assistant, **kwargs)
+    assert torch.equal(assisted.sequences, greedy.sequences)
+    # The target's logits at every new token too, not only their argmax.
+    torch.testing.assert_close(torch.stack(assisted.logits), torch.stack(greedy.logits), atol=1e-10, rtol=0)
+    assert max(removed) >= 2  # the test rolls PSA caches back by more than one token
 
 
 def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):
