@@ -8,10 +8,8 @@ pytest.importorskip("executorch")
 
 from psattn import AttentionConfig, DecoderLM, ModelConfig  # noqa: E402
 from psattn.cli import main  # noqa: E402
-from psattn.experiments.configs import small_config  # noqa: E402
 from psattn.export.executorch import ExecuTorchLM, export_executorch, quantized_copy  # noqa: E402
 from psattn.models import generate  # noqa: E402
-from psattn.training.trainer import train  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each program takes tens of seconds to lower
 
@@ -59,9 +57,8 @@ def test_int4_needs_widths_in_groups_of_32():
     assert tied.embed.weight.dtype == torch.float32  # the embedding table is not quantized with the head
 
 
-def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path):
-    run = tmp_path / "run"
-    train(small_config("key_only", 1.0, steps=300, early_stop=False), run)
+def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction_run):
+    run = induction_run
     out = tmp_path / "pte" / "model.pte"
     assert main(["export", "--format", "executorch", "--run-dir", str(run), "--out", str(out),
                  "--quantize", "int8", "int4", "--json", str(tmp_path / "r.json")]) == 0

@@ -13,7 +13,7 @@ from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.export.compare import calibration_inputs, export_and_compare, format_comparison, key_range_growth
 from psattn.export.onnx import lm_head_nodes, quantize_int8
 from psattn.models import generate
-from psattn.training.trainer import eval_batch, train
+from psattn.training.trainer import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
          ("query_only", "post_rope"), ("symmetric", "pre_rope")]
@@ -131,10 +131,8 @@ def test_fidelity_measures_on_known_logits():
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, mode):
-    run = tmp_path_factory.getbasetemp() / "int8-run"  # trained once, exported in both modes
-    config = small_config("key_only", 1.0, steps=300, early_stop=False)
-    train(config, run)
+def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, induction_run, mode):
+    run = induction_run  # trained once, exported in both modes
     result = export_and_compare(run, tmp_path_factory.mktemp(mode) / "m.onnx", int8=mode, rows=256)
     acc = result["accuracy"]
     assert acc["pytorch"] > 0.5  # the model has learned induction
