@@ -60,7 +60,7 @@ def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):
     torch.testing.assert_close(first.values, raw_first.values, atol=1e-12, rtol=0)
     for layer in cache.layers:
         # After one-token decoding steps: the last raw key/query and the one before it (crop window).
-        assert layer.raw_k.values.shape[-2] == 2 and layer.raw_q.values.shape[-2] == 2
+        assert layer.shear_state.raw_k.values.shape[-2] == 2 and layer.shear_state.raw_q.values.shape[-2] == 2
 
 
 def test_key_only_keeps_no_raw_queries(prompt):
@@ -68,7 +68,7 @@ def test_key_only_keeps_no_raw_queries(prompt):
     cache = PSADynamicCache(model.config)
     with torch.no_grad():
         model.generate(prompt, max_new_tokens=3, do_sample=False, **cache_kw(cache))
-    assert all(layer.raw_q.values is None and layer.raw_k.values is not None for layer in cache.layers)
+    assert all(layer.shear_state.raw_q.values is None and layer.shear_state.raw_k.values is not None for layer in cache.layers)
     assert 0 < cache.extra_state_bytes() < cache.kv_bytes() / 4
 
 
@@ -82,7 +82,7 @@ def test_crop_within_the_last_call_is_exact_and_beyond_raises(prompt):
         logits = model(prompt[:, 6:], **cache_kw(cache), use_cache=True).logits
         expected = model(prompt, use_cache=False).logits[:, 6:]
         torch.testing.assert_close(logits, expected, atol=1e-10, rtol=0)
-        with pytest.raises(RuntimeError, match="max_rollback"):
+        with pytest.raises(ValueError, match="max_rollback"):
             cache.crop(-5)
 
 
@@ -95,7 +95,7 @@ def test_max_rollback_allows_deeper_crops(prompt):
         cache.crop(-4)
         logits = model(prompt[:, -4:], **cache_kw(cache), use_cache=True).logits
         torch.testing.assert_close(logits, model(prompt, use_cache=False).logits[:, -4:], atol=1e-10, rtol=0)
-    assert all(layer.raw_k.values.shape[-2] <= 4 + 1 + 4 for layer in cache.layers)
+    assert all(layer.shear_state.raw_k.values.shape[-2] <= 4 + 1 + 4 for layer in cache.layers)
 
 
 @pytest.mark.parametrize("keep_last_call,held", [(True, 120), (False, 1)])
@@ -105,11 +105,11 @@ def test_keep_last_call_decides_the_state_right_after_a_prefill(keep_last_call, 
     with torch.no_grad():
         out = model(long_prompt, use_cache=True)
         cache = returned_cache(out)
-        assert all(layer.raw_k.values.shape[-2] == held for layer in cache.layers)
+        assert all(layer.shear_state.raw_k.values.shape[-2] == held for layer in cache.layers)
         suffix = torch.tensor([[3, 4], [5, 6]])
         steps = torch.cat([model(suffix[:, t : t + 1], **cache_kw(cache), use_cache=True).logits for t in (0, 1)], 1)
         full = model(torch.cat([long_prompt, suffix], 1), use_cache=False).logits
-    assert all(layer.raw_k.values.shape[-2] == (2 if keep_last_call else 1) for layer in cache.layers)
+    assert all(layer.shear_state.raw_k.values.shape[-2] == (2 if keep_last_call else 1) for layer in cache.layers)
     torch.testing.assert_close(steps, full[:, -2:], atol=1e-10, rtol=0)
 
 
@@ -119,7 +119,7 @@ def test_without_the_last_call_a_crop_is_refused_unless_announced(prompt):
     with torch.no_grad():
         model(prompt[:, :5], **cache_kw(cache), use_cache=True)
         model(prompt[:, 5:], **cache_kw(cache), use_cache=True)
-        with pytest.raises(RuntimeError, match="max_rollback"):
+        with pytest.raises(ValueError, match="max_rollback"):
             cache.crop(-3)
         assert cache.get_seq_length() == prompt.shape[1]  # the refused crop changed nothing
         cache = PSADynamicCache(model.config, keep_last_call=False)
@@ -133,7 +133,7 @@ def test_without_the_last_call_a_crop_is_refused_unless_announced(prompt):
 
 def test_a_keep_last_call_false_model_cannot_be_the_target_of_assisted_decoding(prompt):
     target = apply_psa(tiny_model("llama"), "key_only", 0.8, keep_last_call=False)
-    with pytest.raises(RuntimeError, match="roll"):
+    with pytest.raises(ValueError, match="roll"):
         _generate(target, prompt, max_new_tokens=12, assistant_model=tiny_model("llama", seed=1))
 
 
@@ -144,3 +144,54 @@ def test_the_old_name_of_the_transformers_cache_still_works_with_a_warning():
         assert hf.PSACache is PSADynamicCache
     with pytest.raises(AttributeError):
         hf.NoSuchThing  # noqa: B018
+
+
+@pytest.mark.parametrize("variant", ["key_only", "symmetric"])
+def test_one_crop_rule_in_both_caches(variant):
+    """The library's LayerCache and transformers' PSALayer keep one ShearState: the same chunks and
+    the same crops leave the same sheared keys and the same raw windows, and the same crop too deep
+    is refused by both with the same error, changing nothing."""
+    from psattn.integrations.hf.spec import PSASpec
+    from psattn.ops.cache import LayerCache
+
+    spec = PSASpec(variant, 0.8, max_rollback=2, keep_last_call=False)
+    ours = LayerCache(keep_query=spec.gamma_q != 0.0, keep_key=True, max_rollback=2)
+    theirs = PSALayer(max_rollback=2, keep_last_call=False)
+    torch.manual_seed(0)
+
+    def add(T):
+        raw_q, raw_k, v = torch.randn(1, 4, T, 8), torch.randn(1, 2, T, 8), torch.randn(1, 2, T, 8)
+        starts = torch.zeros(1, T, dtype=torch.bool)
+        starts[:, 0] = len(ours) == 0
+        prev_q, prev_k = ours.last_raw()
+        q_hat = shear(raw_q, spec.gamma_q, starts=starts, prev=prev_q)
+        keys, _ = ours.append(shear(raw_k, spec.gamma_k, starts=starts, prev=prev_k), v, raw_k=raw_k, raw_q=raw_q)
+        theirs.prepare(spec, starts)
+        their_keys, _ = theirs.update(raw_k, v)
+        assert torch.equal(theirs.shear_queries(raw_q, starts), q_hat)
+        assert torch.equal(their_keys, keys)
+
+    def same_state():
+        assert len(ours) == theirs.get_seq_length()
+        assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+        for stream in ("q", "k"):
+            mine, other = ours.shear_state.window(stream), theirs.shear_state.window(stream)
+            assert (mine.start, mine.end) == (other.start, other.end)
+            assert (mine.values is None and other.values is None) or torch.equal(mine.values, other.values)
+
+    for T in (5, 1, 3):
+        add(T)
+    same_state()
+    ours.crop(7)  # the library's length ...
+    theirs.crop(-2)  # ... and transformers' number of tokens to remove: one rule
+    same_state()
+    add(2)
+    same_state()
+    with pytest.raises(ValueError, match="max_rollback >= 4") as refused_ours:
+        ours.crop(5)
+    with pytest.raises(ValueError, match="max_rollback >= 4") as refused_theirs:
+        theirs.crop(-4)
+    assert str(refused_ours.value) == str(refused_theirs.value)
+    same_state()  # the refused crops changed nothing
+    with pytest.raises(ValueError, match="negative"):
+        theirs.crop(3)

@@ -12,7 +12,7 @@ def test_window_and_crop():
     cache = LayerCache(keep_query=True, keep_key=True, max_rollback=2)
     raws = chunk(6)
     cache.append(chunk(6), chunk(6), raw_k=raws, raw_q=chunk(6))
-    assert len(cache) == 6 and cache.raw_k.values.shape[2] == 3
+    assert len(cache) == 6 and cache.shear_state.raw_k.values.shape[2] == 3
     cache.crop(4)
     assert len(cache) == 4
     assert torch.equal(cache.last_raw()[1], raws[:, :, 3:4])

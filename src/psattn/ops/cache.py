@@ -8,7 +8,8 @@ gamma = 0 keeps no raw state at all: its cache is a plain KV cache.
 
 Rolling back (speculative decoding) to an earlier length n needs the raw key at n - 1, so a cache
 built with ``max_rollback = r`` keeps the last r + 1 raw keys instead of one; still O(1) in the
-sequence length. Appending never modifies stored tensors in place, so ``fork`` is a cheap
+sequence length. The raw values and that rule live in ``psattn.ops.shear_state.ShearState``, which
+the transformers cache layer uses too. Appending never modifies stored tensors in place, so ``fork`` is a cheap
 shallow copy (prefix reuse).
 """
 
@@ -20,148 +21,72 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-
-def tensor_bytes(x: Tensor | None) -> int:
-    """Bytes a tensor holds (0 for None)."""
-    return 0 if x is None else x.numel() * x.element_size()
-
-
-class RawWindow:
-    """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
-
-    The rollback rule of every PSA cache: the sheared stream can continue after n tokens only if the
-    window holds the raw value at position n - 1 (``can_crop``); how many positions a cache keeps
-    is its own choice.
-    """
-
-    def __init__(self) -> None:
-        self.values: Tensor | None = None
-        self.start = 0
-
-    @property
-    def end(self) -> int:
-        return self.start if self.values is None else self.start + self.values.shape[-2]
-
-    def last(self) -> Tensor | None:
-        """(B, H, 1, D): the raw value at position end - 1."""
-        return None if self.values is None else self.values[..., -1:, :]
-
-    def can_crop(self, length: int) -> bool:
-        """Whether the stream can continue after ``length`` tokens (always, for an empty window or 0)."""
-        return self.values is None or length == 0 or self.start <= length - 1 < self.end
-
-    def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
-        """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
-        (None: keep all)."""
-        if self.values is None or position == 0:
-            self.values, self.start = chunk, position
-        else:
-            if self.end != position:
-                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
-            self.values = torch.cat([self.values, chunk], dim=-2)
-        if keep_from is not None:
-            self._trim(keep_from)
-
-    def _trim(self, keep_from: int) -> None:
-        drop = keep_from - self.start
-        if self.values is not None and drop > 0:
-            self.values = self.values[..., drop:, :]
-            self.start = keep_from
-
-    def crop(self, length: int, keep: int) -> None:
-        """Keep positions < ``length``, and of those only the last ``keep``."""
-        if self.values is None:
-            return
-        if length == 0:
-            self.values, self.start = None, 0
-            return
-        if not self.start <= length - 1 < self.end:
-            raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
-        self.values = self.values[..., : length - self.start, :]
-        self._trim(max(length - keep, self.start))
-
-    def apply(self, fn) -> None:
-        """Apply ``fn`` to the held raw values (reordering, moving)."""
-        if self.values is not None:
-            self.values = fn(self.values)
-
-    def clear(self) -> None:
-        """Drop the held raw values."""
-        self.values, self.start = None, 0
+from psattn.ops.shear_state import ShearState, tensor_bytes
 
 
 class LayerCache:
-    """Sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and a window of raw stream values."""
+    """Sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and the ``ShearState`` of the raw streams
+    (the last ``max_rollback + 1`` raw keys, and queries when ``keep_query``)."""
 
     def __init__(self, keep_query: bool, keep_key: bool = True, max_rollback: int = 0):
-        if max_rollback < 0:
-            raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
         self.keep_query, self.keep_key = keep_query, keep_key
-        self.window = max_rollback + 1  # raw positions kept: the last max_rollback + 1
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
-        self.raw_k = RawWindow()  # raw keys (B, Hkv, <= window, D) at the last positions, when keep_key
-        self.raw_q = RawWindow()  # raw queries (B, Hq, <= window, D), when keep_query
+        self.shear_state = ShearState(max_rollback)
 
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[2]
 
     def __copy__(self) -> LayerCache:
-        """A twin sharing the (never mutated) tensors, with windows of its own (``PSACache.fork``)."""
+        """A twin sharing the (never mutated) tensors, with a shear state of its own (``PSACache.fork``)."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
-        twin.raw_k, twin.raw_q = copy.copy(self.raw_k), copy.copy(self.raw_q)
+        twin.shear_state = copy.copy(self.shear_state)
         return twin
 
     def last_raw(self) -> tuple[Tensor | None, Tensor | None]:
         """(prev_q, prev_k), each (B, H, 1, D) or None: the raw stream values at the last position."""
-        return self.raw_q.last(), self.raw_k.last()
+        return self.shear_state.last()
 
     def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Add a chunk of T tokens; returns all sheared keys and values so far."""
         if self.keep_query and raw_q is None:
             raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
-        past, T = len(self), k_hat.shape[2]
+        past = len(self)
         if self.keys is None:
             self.keys, self.values = k_hat, v
         else:
             assert self.values is not None  # keys and values are set together
             self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
             self.values = torch.cat([self.values, v], dim=2)
-        for keep, window, raw in ((self.keep_key, self.raw_k, raw_k), (self.keep_query, self.raw_q, raw_q)):
-            if keep:
-                assert raw is not None  # raw_k is always given; raw_q was checked above
-                window.push(raw, past, keep_from=past + T - self.window)
+        if self.keep_key:
+            self.shear_state.remember("k", raw_k, past)
+        if self.keep_query:
+            assert raw_q is not None  # checked above
+            self.shear_state.remember("q", raw_q, past)
         return self.keys, self.values
 
     def check_crop(self, length: int) -> None:
-        """Raise (changing nothing) unless ``crop`` to ``length`` tokens is possible."""
+        """Raise a ValueError (changing nothing) unless ``crop`` to ``length`` tokens is possible."""
         S = len(self)
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
-        for name, window in (("keys", self.raw_k), ("queries", self.raw_q)):
-            if not window.can_crop(length):
-                raise ValueError(f"cannot roll back {S - length} tokens: this cache keeps raw {name} for "
-                                 f"{self.window - 1} (build it with max_rollback >= {S - length})")
+        self.shear_state.check_crop(length, S)
 
     def crop(self, length: int) -> None:
         """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
         self.check_crop(length)
-        if length == len(self):
-            return
+        self.shear_state.crop(length, len(self))
         if length == 0:
             self.keys = self.values = None
-        else:
+        elif length < len(self):
             assert self.keys is not None and self.values is not None  # 0 < length < len(self)
             self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
-        for window in (self.raw_k, self.raw_q):
-            window.crop(length, keep=self.window)
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search)."""
         self.keys, self.values = (None if x is None else x.index_select(0, index) for x in (self.keys, self.values))
-        for window in (self.raw_k, self.raw_q):
-            window.apply(lambda x: x.index_select(0, index))
+        self.shear_state.apply(lambda x: x.index_select(0, index))
 
     def kv_bytes(self) -> int:
         """Bytes of the cached keys and values (what a plain KV cache holds)."""
@@ -169,7 +94,7 @@ class LayerCache:
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the plain KV tensors (the raw windows)."""
-        return tensor_bytes(self.raw_k.values) + tensor_bytes(self.raw_q.values)
+        return self.shear_state.extra_state_bytes()
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,18 @@ then hands the returned keys to the attention function. ``PSALayer`` shears the 
 
 so the attention function gets all keys already sheared and no cached key is ever recomputed. The
 extra state is a short window of *raw* stream values: the last raw key (and the last raw query when
-gamma_q != 0, filled in by the attention function), i.e. O(1) in the sequence length.
+gamma_q != 0, filled in by the attention function), i.e. O(1) in the sequence length. The shearing,
+the raw windows and the rollback rule are ``psattn.ops.shear_state.ShearState``'s, as in the
+library's own cache; ``PSALayer`` stores what it returns.
 
-Rolling back. ``crop`` (assisted / speculative decoding) to length n needs the raw key at n - 1. The
-window therefore also holds the raw values of the last forward call's tokens, which existed during
-that call anyway and are dropped by the next ``update`` or by ``crop``; so any crop within the last
-call is exact. ``max_rollback = r`` keeps r more positions (a PSA *assistant* model is cropped
-across several of its own calls), and ``activate_past_recording`` keeps everything until the next
-``crop``, as transformers' sliding-window layers do. A crop beyond the window raises.
+Rolling back. ``crop`` (assisted / speculative decoding) to length n needs the raw key at n - 1.
+``crop`` keeps transformers' convention (``crop(-m)`` removes m tokens, ``crop(0)`` only shrinks the
+windows) and hands the resulting length to ``ShearState.crop``. The window also holds the raw
+values of the last forward call's tokens, which existed during that call anyway and are dropped by
+the next ``update`` or by ``crop``; so any crop within the last call is exact. ``max_rollback = r``
+keeps r more positions (a PSA *assistant* model is cropped across several of its own calls), and
+``activate_past_recording`` keeps everything until the next ``crop``, as transformers'
+sliding-window layers do. A crop beyond the window raises a ValueError and changes nothing.
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
@@ -34,29 +38,33 @@ from torch import Tensor
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
-from psattn.ops.cache import RawWindow, tensor_bytes
-from psattn.ops.shear import shear
+from psattn.ops.shear_state import ShearState, tensor_bytes
 
 
 class PSALayer(DynamicLayer):
-    """One layer's cache: sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and raw windows."""
+    """One layer's cache: sheared keys (B, Hkv, S, D) and values (B, Hkv, S, Dv), beside the
+    ``ShearState`` that shears each new chunk and holds the raw values a crop needs."""
 
     is_croppable = True
 
     def __init__(self, max_rollback: int = 0, keep_last_call: bool = True, **kwargs):
         super().__init__()
-        if max_rollback < 0:
-            raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
-        self.max_rollback, self.keep_last_call = max_rollback, keep_last_call
-        self.record_past = False
+        self.shear_state = ShearState(max_rollback, keep_last_call)
         self.spec: PSASpec | None = None
-        self.raw_k = RawWindow()  # raw post-RoPE keys (B, Hkv, W, D), when gamma_k != 0
-        self.raw_q = RawWindow()  # raw post-RoPE queries (B, Hq, W, D), when gamma_q != 0
         self._starts: Tensor | None = None  # (B, T) starts of the chunk the next update brings
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
         return f"PSALayer({spec}, length={self.get_seq_length()})"
+
+    @property
+    def record_past(self) -> bool:
+        """Whether every raw value is held until the next ``crop`` (transformers sets and clears it)."""
+        return self.shear_state.record_past
+
+    @record_past.setter
+    def record_past(self, value: bool) -> None:
+        self.shear_state.record_past = value
 
     def activate_past_recording(self) -> None:
         """Keep every raw value until the next ``crop`` (transformers calls this before a rollback)."""
@@ -71,12 +79,6 @@ class PSALayer(DynamicLayer):
             )
         self.spec, self._starts = spec, starts
 
-    def _keep_from(self, chunk_start: int, chunk_end: int) -> int | None:
-        if self.record_past:
-            return None
-        window_start = chunk_end - 1 - self.max_rollback
-        return min(chunk_start - 1, window_start) if self.keep_last_call else window_start
-
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         """Shear the new raw keys (B, Hkv, T, D), append them; return all sheared keys and values."""
         if self._starts is None:
@@ -85,13 +87,10 @@ class PSALayer(DynamicLayer):
                 "works with a model patched by psattn.integrations.hf.apply_psa"
             )
         starts, self._starts = self._starts, None
-        spec, past = self.spec, self.get_seq_length()
+        spec = self.spec
         assert spec is not None  # prepare sets it with the starts
-        T = key_states.shape[-2]
-        prev = self.raw_k.last() if past and spec.gamma_k != 0.0 else None
-        k_hat = shear(key_states, spec.gamma_k, starts=starts, prev=prev, boundary=spec.boundary)
-        if spec.gamma_k != 0.0:
-            self.raw_k.push(key_states, past, self._keep_from(past, past + T))
+        k_hat = self.shear_state.shear("k", key_states, spec.gamma_k, self.get_seq_length(), starts=starts,
+                                       boundary=spec.boundary)
         return super().update(k_hat, value_states)
 
     def shear_queries(self, query: Tensor, starts: Tensor) -> Tensor:
@@ -99,65 +98,45 @@ class PSALayer(DynamicLayer):
         the attention function right after ``update``."""
         spec = self.spec
         assert spec is not None  # set by prepare, before update
-        if spec.gamma_q == 0.0:
-            return query
-        T = query.shape[-2]
-        past = self.get_seq_length() - T
-        if past and self.raw_q.end != past:
-            raise RuntimeError(f"the cached query stream ends at {self.raw_q.end}, not at {past}")
-        prev = self.raw_q.last() if past else None
-        q_hat = shear(query, spec.gamma_q, starts=starts, prev=prev, boundary=spec.boundary)
-        self.raw_q.push(query, past, self._keep_from(past, past + T))
-        return q_hat
-
-    def _windows(self) -> tuple[RawWindow, ...]:
-        return (self.raw_k, self.raw_q)
+        past = self.get_seq_length() - query.shape[-2]
+        return self.shear_state.shear("q", query, spec.gamma_q, past, starts=starts, boundary=spec.boundary)
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Remove ``-tokens_to_remove`` tokens (a negative int, as for ``DynamicLayer``), then shrink the
-        raw windows back to their working size."""
-        if tokens_to_remove > 0 or not self.is_initialized:
-            return super().crop(tokens_to_remove)
-        length = max(self.get_seq_length() + tokens_to_remove, 0)
-        for window in self._windows():
-            if not window.can_crop(length):
-                raise RuntimeError(
-                    f"cannot roll this PSA cache back to {length} tokens: the raw stream value needed to continue the "
-                    f"sheared stream there was dropped (the layer keeps positions >= {window.start}). Build the "
-                    f"cache with max_rollback >= {self.get_seq_length() - length} (apply_psa(..., "
-                    "max_rollback=...) or PSADynamicCache(..., max_rollback=...))"
-                )
-        super().crop(tokens_to_remove)
-        for window in self._windows():
-            window.crop(length, keep=self.max_rollback + 1)
+        """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
+        the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
+                             f"do, got {tokens_to_remove}")
+        if not self.is_initialized:
+            return
+        now = self.get_seq_length()
+        length = max(now + tokens_to_remove, 0)
+        self.shear_state.crop(length, now)
+        super().crop(length - now)
 
     def reset(self) -> None:
         """Empty the layer, raw windows included."""
         super().reset()
-        for window in self._windows():
-            window.clear()
+        self.shear_state.clear()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder the batch (beam search), raw windows included."""
         super().reorder_cache(beam_idx)
-        for window in self._windows():
-            window.apply(lambda x: x.index_select(0, beam_idx.to(x.device)))
+        self.shear_state.apply(lambda x: x.index_select(0, beam_idx.to(x.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat each row ``repeats`` times, raw windows included."""
         super().batch_repeat_interleave(repeats)
-        for window in self._windows():
-            window.apply(lambda x: x.repeat_interleave(repeats, dim=0))
+        self.shear_state.apply(lambda x: x.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: Tensor) -> None:
         """Keep the rows ``indices``, raw windows included."""
         super().batch_select_indices(indices)
-        for window in self._windows():
-            window.apply(lambda x: x[indices, ...])
+        self.shear_state.apply(lambda x: x[indices, ...])
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the KV tensors (the raw windows)."""
-        return sum(tensor_bytes(w.values) for w in self._windows())
+        return self.shear_state.extra_state_bytes()
 
 
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
@@ -191,7 +170,7 @@ def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
         return layer
     if type(layer) in _CONVERTIBLE and layer.get_seq_length() == 0:
         new = PSALayer(**window)
-        new.record_past = getattr(layer, "record_past", False)
+        new.record_past = bool(getattr(layer, "record_past", False))
         return new
     if type(layer) in _CONVERTIBLE:
         raise RuntimeError(

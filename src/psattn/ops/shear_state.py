@@ -1,0 +1,190 @@
+"""The state of a shear applied chunk by chunk: the raw values it needs, and the one rollback rule.
+
+Shearing a chunk at positions [p, p + T) continues the stream from the raw value at p - 1 (the
+sheared value ``x̂_j = (1 + gamma) x_j - gamma x_{j-1}`` needs only its predecessor). Rolling the
+stream back to n tokens (speculative or assisted decoding) therefore needs the raw value at n - 1:
+a rollback is possible exactly when that value is still held. ``ShearState`` holds the raw queries
+and keys of the last positions, shears new chunks against them, and crops them to a length; both
+KV caches (``psattn.ops.cache.LayerCache`` and the transformers ``PSALayer``) keep one and only
+store the sheared keys and values beside it.
+
+Which positions are held: the last ``max_rollback + 1`` (enough to continue after a rollback of
+``max_rollback`` tokens); with ``keep_last_call`` also every position of the last chunk and the one
+before it (transformers expects any crop within the last forward call to be exact); with
+``record_past`` every position until the next crop (what transformers asks of a cache before a
+generation that rolls back).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from psattn.ops.shear import shear as library_shear
+
+#: the two streams a PSA layer shears: queries and keys
+Stream = Literal["q", "k"]
+
+
+def tensor_bytes(x: Tensor | None) -> int:
+    """Bytes a tensor holds (0 for None)."""
+    return 0 if x is None else x.numel() * x.element_size()
+
+
+class RawWindow:
+    """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
+
+    The rollback rule of every PSA cache: the sheared stream can continue after n tokens only if the
+    window holds the raw value at position n - 1 (``can_crop``); how many positions a cache keeps
+    is its own choice.
+    """
+
+    def __init__(self) -> None:
+        self.values: Tensor | None = None
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        """One past the last position held (``start`` when empty)."""
+        return self.start if self.values is None else self.start + self.values.shape[-2]
+
+    def last(self) -> Tensor | None:
+        """(B, H, 1, D): the raw value at position end - 1."""
+        return None if self.values is None else self.values[..., -1:, :]
+
+    def can_crop(self, length: int) -> bool:
+        """Whether the stream can continue after ``length`` tokens (always, for an empty window or 0)."""
+        return self.values is None or length == 0 or self.start <= length - 1 < self.end
+
+    def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
+        """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
+        (None: keep all)."""
+        if self.values is None or position == 0:
+            self.values, self.start = chunk, position
+        else:
+            if self.end != position:
+                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
+            self.values = torch.cat([self.values, chunk], dim=-2)
+        if keep_from is not None:
+            self._trim(keep_from)
+
+    def _trim(self, keep_from: int) -> None:
+        drop = keep_from - self.start
+        if self.values is not None and drop > 0:
+            self.values = self.values[..., drop:, :]
+            self.start = keep_from
+
+    def crop(self, length: int, keep: int) -> None:
+        """Keep positions < ``length``, and of those only the last ``keep``."""
+        if self.values is None:
+            return
+        if length == 0:
+            self.values, self.start = None, 0
+            return
+        if not self.start <= length - 1 < self.end:
+            raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
+        self.values = self.values[..., : length - self.start, :]
+        self._trim(max(length - keep, self.start))
+
+    def apply(self, fn: Callable[[Tensor], Tensor]) -> None:
+        """Apply ``fn`` to the held raw values (reordering, moving)."""
+        if self.values is not None:
+            self.values = fn(self.values)
+
+    def clear(self) -> None:
+        """Drop the held raw values."""
+        self.values, self.start = None, 0
+
+
+class ShearState:
+    """Raw queries (B, Hq, W, D) and keys (B, Hkv, W, D) of one layer's last positions: shear a chunk,
+    remember its raw values, crop to a length.
+
+    Args:
+        max_rollback: how many tokens back ``crop`` can always go (>= 0).
+        keep_last_call: also hold every position of the last chunk (and the one before it) until
+            the next chunk, so that any crop within it is exact.
+    """
+
+    def __init__(self, max_rollback: int = 0, keep_last_call: bool = False):
+        if isinstance(max_rollback, bool) or not isinstance(max_rollback, int) or max_rollback < 0:
+            raise ValueError(f"max_rollback must be an int >= 0, got {max_rollback!r}")
+        self.max_rollback, self.keep_last_call = max_rollback, keep_last_call
+        self.record_past = False  # hold every position until the next crop
+        self.raw_q, self.raw_k = RawWindow(), RawWindow()
+
+    def __copy__(self) -> ShearState:
+        """A twin sharing the (never mutated) tensors, with windows of its own."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin.raw_q, twin.raw_k = copy.copy(self.raw_q), copy.copy(self.raw_k)
+        return twin
+
+    def window(self, stream: Stream) -> RawWindow:
+        """The raw window of ``stream`` (``"q"`` or ``"k"``)."""
+        return self.raw_q if stream == "q" else self.raw_k
+
+    def last(self) -> tuple[Tensor | None, Tensor | None]:
+        """(prev_q, prev_k), each (B, H, 1, D) or None: the raw values at the last position held."""
+        return self.raw_q.last(), self.raw_k.last()
+
+    def shear(self, stream: Stream, x: Tensor, gamma: float, position: int, *, starts: Tensor | None = None,
+              boundary: str = "replicate", shear_fn: Callable[..., Tensor] = library_shear) -> Tensor:
+        """x̂ (B, H, T, D) of the raw chunk x at positions [position, position + T), continuing the stream
+        from the raw value at position - 1; remembers x. A stream with gamma = 0 is its own shear and
+        keeps no raw state."""
+        if gamma == 0.0:
+            return x
+        window = self.window(stream)
+        if position and window.end != position:
+            raise RuntimeError(f"the held raw {stream} stream ends at {window.end}, but the chunk starts at {position}")
+        prev = window.last() if position else None
+        x_hat = shear_fn(x, gamma, starts=starts, prev=prev, boundary=boundary)
+        self.remember(stream, x, position)
+        return x_hat
+
+    def remember(self, stream: Stream, raw: Tensor, position: int) -> None:
+        """Hold the raw chunk (B, H, T, D) at [position, position + T), dropping what no crop will need."""
+        end = position + raw.shape[-2]
+        window_start = end - 1 - self.max_rollback  # the last max_rollback + 1 positions
+        keep_from = None if self.record_past else (
+            min(position - 1, window_start) if self.keep_last_call else window_start)
+        self.window(stream).push(raw, position, keep_from)
+
+    def check_crop(self, length: int, now: int) -> None:
+        """Raise a ValueError (changing nothing) unless the streams, ``now`` tokens long, can continue
+        after ``length`` tokens."""
+        for name, window in (("query", self.raw_q), ("key", self.raw_k)):
+            if not window.can_crop(length):
+                raise ValueError(
+                    f"cannot roll back {now - length} tokens (to {length}): the raw {name} at position {length - 1} "
+                    f"is no longer held (positions >= {window.start} are); build the cache with "
+                    f"max_rollback >= {now - length}"
+                )
+
+    def crop(self, length: int, now: int) -> None:
+        """Roll the streams, ``now`` tokens long, back to their first ``length`` tokens, and shrink the
+        windows back to their working size (``length == now`` only shrinks)."""
+        if not 0 <= length <= now:
+            raise ValueError(f"cannot crop a stream of length {now} to {length}")
+        self.check_crop(length, now)
+        for window in (self.raw_q, self.raw_k):
+            window.crop(length, keep=self.max_rollback + 1)
+
+    def apply(self, fn: Callable[[Tensor], Tensor]) -> None:
+        """Apply ``fn`` to every held raw value (reordering or repeating batch rows, moving)."""
+        for window in (self.raw_q, self.raw_k):
+            window.apply(fn)
+
+    def clear(self) -> None:
+        """Drop every held raw value."""
+        for window in (self.raw_q, self.raw_k):
+            window.clear()
+
+    def extra_state_bytes(self) -> int:
+        """Bytes of the held raw values (what a PSA cache holds beyond a plain KV cache)."""
+        return tensor_bytes(self.raw_q.values) + tensor_bytes(self.raw_k.values)

@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from psattn.ops.shear import shear
+from psattn.ops.shear_state import ShearState
+
+
+def test_chunks_sheared_against_the_held_raw_value_equal_one_shear_of_the_whole():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 4)
+    state = ShearState()
+    parts, position = [], 0
+    for T in (4, 1, 3, 1):
+        parts.append(state.shear("k", x[..., position : position + T, :], 0.7, position))
+        position += T
+    torch.testing.assert_close(torch.cat(parts, dim=-2), shear(x, 0.7), atol=1e-6, rtol=0)
+    assert state.raw_k.values.shape[-2] == 1 and state.raw_q.values is None  # O(1): the last raw key only
+
+
+@pytest.mark.parametrize("keep_last_call,held", [(False, 3), (True, 6)])
+def test_what_is_held_decides_how_far_back_a_crop_goes(keep_last_call, held):
+    state = ShearState(max_rollback=2, keep_last_call=keep_last_call)
+    state.shear("k", torch.randn(1, 1, 10, 2), 0.5, 0)
+    state.shear("k", torch.randn(1, 1, 5, 2), 0.5, 10)
+    assert state.raw_k.values.shape[-2] == held  # the last 3, or the last call's 5 and the one before
+    deepest = 15 - (held - 1)
+    with pytest.raises(ValueError, match=f"max_rollback >= {15 - deepest + 1}"):
+        state.crop(deepest - 1, 15)
+    assert state.raw_k.values.shape[-2] == held  # a refused crop changes nothing
+    state.crop(deepest, 15)
+    assert state.raw_k.end == deepest and state.raw_k.values.shape[-2] <= 3
+
+
+def test_a_chunk_that_does_not_continue_the_held_stream_is_refused():
+    state = ShearState()
+    state.shear("q", torch.randn(1, 1, 3, 2), 0.5, 0)
+    with pytest.raises(RuntimeError, match="ends at 3"):
+        state.shear("q", torch.randn(1, 1, 1, 2), 0.5, 5)
+
+
+def test_gamma_zero_is_its_own_shear_and_holds_nothing():
+    state = ShearState()
+    x = torch.randn(1, 1, 3, 2)
+    assert state.shear("k", x, 0.0, 0) is x and state.extra_state_bytes() == 0
