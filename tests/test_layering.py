@@ -1,9 +1,11 @@
 """The import layering of docs/architecture.md, checked on the source: a package imports only from
 its own layer and the layers below it; the data (tasks, text data) never imports models, training or
 anything above; theory and meanfield are leaves; nothing imports the package face
-(``psattn/__init__.py``), which is for users."""
+(``psattn/__init__.py``), which is for users; and no two modules import each other, directly or
+through others."""
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,46 @@ def test_relative_imports_are_not_used():
     relative = [str(p.relative_to(SRC)) for _, p in sources()
                 if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(ast.parse(p.read_text())))]
     assert relative == []
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    """``src/psattn/a/b.py`` -> ``psattn.a.b``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """psattn module -> the psattn modules it imports (at the top or inside functions): ``from p import
+    m`` names the submodule ``p.m`` when there is one, else the package ``p``."""
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in paths}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in paths:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                          for a in node.names}
+        graph[name] = found - {name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    try:
+        tuple(graphlib.TopologicalSorter(import_graph()).static_order())
+    except graphlib.CycleError as e:
+        pytest.fail("import circle: " + " -> ".join(e.args[1]))
+
+
+def test_the_circle_check_sees_a_circle_through_a_function_level_import(tmp_path):
+    package = tmp_path / "psattn"
+    (package / "p").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "p" / "__init__.py").write_text("")
+    (package / "p" / "a.py").write_text("from psattn.p.b import g\n")
+    (package / "p" / "b.py").write_text("def g():\n    from psattn.p import a\n")
+    graph = import_graph(package)
+    assert graph["psattn.p.a"] == {"psattn.p.b"} and graph["psattn.p.b"] == {"psattn.p.a"}
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())

@@ -8,7 +8,8 @@ from psattn.training.trainer import train
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from psattn.export.int8_ablation import EMBEDDING, MIXING, SCORES, WHOLE, format_ablation, int8_ablation  # noqa: E402
+from psattn.export.int8_ablation import WHOLE, format_ablation, int8_ablation  # noqa: E402
+from psattn.export.quantize import EMBEDDING, MIXING, SCORES  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
@@ -41,7 +42,7 @@ def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tm
     import onnx
 
     from psattn.export.compare import export_and_compare
-    from psattn.export.int8_ablation import fp32_nodes, matmul_groups
+    from psattn.export.quantize import fp32_nodes, matmul_groups
     from psattn.training.trainer import load_trained
 
     train(tiny_config(20), tmp_path / "run")  # one key-only layer
@@ -67,8 +68,8 @@ def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tm
 def test_only_layers_that_shear_their_keys_keep_the_key_projection_in_fp32(tmp_path):
     import dataclasses
 
-    from psattn.export.int8_ablation import fp32_nodes, matmul_weights
     from psattn.export.onnx import export_onnx
+    from psattn.export.quantize import fp32_nodes, matmul_weights
     from psattn.models import AttentionConfig, DecoderLM
 
     config = tiny_config(1).model

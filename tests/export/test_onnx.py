@@ -10,8 +10,9 @@ import torch
 from helpers import random_model
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
-from psattn.export.compare import calibration_inputs, export_and_compare, format_comparison, key_range_growth
+from psattn.export.compare import export_and_compare, format_comparison, key_range_growth
 from psattn.export.onnx import lm_head_nodes, quantize_int8
+from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
 from psattn.training.trainer import eval_batch
 
@@ -114,7 +115,7 @@ def test_calibration_rows_come_from_the_training_split():
 
 @pytest.mark.slow
 def test_fidelity_measures_on_known_logits():
-    from psattn.export.compare import greedy_agreement, teacher_forced_agreement
+    from psattn.export.metrics import greedy_agreement, teacher_forced_agreement
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 5, 7)).astype(np.float32)

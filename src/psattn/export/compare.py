@@ -14,51 +14,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+from psattn.export.quantize import calibration_inputs, fp32_nodes
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
 from psattn.models.generate import generate
 from psattn.ops.hooks import capture
-from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
-from psattn.tasks.registry import sample_task
-from psattn.text.metrics import bits_per_byte, icl_score
+from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
 from psattn.training.config import RunConfig
 from psattn.training.trainer import eval_batch, load_trained
-
-
-def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:
-    """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime."""
-    losses = torch.nn.functional.cross_entropy(torch.from_numpy(logits).transpose(1, 2).float(), batch.targets,
-                                               reduction="none")  # (B, T)
-    return {"bits_per_byte": bits_per_byte(losses, batch.targets, token_bytes), "icl_score": icl_score(losses.mean(0))}
-
-
-def teacher_forced_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, float]:
-    """How closely ``other`` logits (B, T, V) follow ``reference`` ones on the same inputs, over every
-    position of every row: the fraction with the same top-1 token, and the mean KL divergence
-    KL(reference || other) of the next-token distributions, in nats."""
-    ref = torch.from_numpy(reference).double().log_softmax(-1)
-    oth = torch.from_numpy(other).double().log_softmax(-1)
-    kl = (ref.exp() * (ref - oth)).sum(-1)  # (B, T)
-    return {"top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).mean()), "kl_nats": float(kl.mean()),
-            "positions": int(kl.numel())}
-
-
-def greedy_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, float]:
-    """Greedy continuations (B, N) of the same prompts: the fraction of tokens equal, and the mean
-    fraction of each continuation before its first difference (one early divergence changes
-    everything after it, so the two differ most when the runtimes are close)."""
-    same = reference == other  # (B, N)
-    before = np.where(same.all(1), same.shape[1], (~same).argmax(1)) / same.shape[1]  # (B,)
-    return {"tokens_agree": float(same.mean()), "prefix_agree": float(before.mean()), "prompts": int(same.shape[0])}
-
-
-def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
-    """Next-token accuracy of ``logits`` (B, T, V) on the batch's scored positions."""
-    targets = batch.targets.numpy()
-    scored = targets != IGNORE_INDEX
-    return float((logits.argmax(-1)[scored] == targets[scored]).mean())
 
 
 @torch.no_grad()
@@ -82,14 +48,6 @@ def _latency_per_token(model: DecoderLM, onnx_models: dict[str, OnnxLM], prompt:
     runs: dict[str, Callable[[], object]] = {"pytorch": lambda: generate(model, prompt, tokens)}
     runs.update({name: partial(m.generate, prompt.numpy(), tokens) for name, m in onnx_models.items()})
     return {name: t / tokens for name, t in interleaved_medians(runs, repeats).items()}
-
-
-def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> list[np.ndarray]:
-    """Rows (B, T) of the run's task from its *training* split, in chunks: static INT8 calibration
-    never sees the held-out rows it is scored on."""
-    generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 2)
-    inputs = sample_task(config.task, rows, generator, split="train").inputs.numpy()
-    return [inputs[i : i + chunk] for i in range(0, rows, chunk)]
 
 
 GREEDY_PROMPTS = 16  # held-out prompts whose greedy continuations INT8 and fp32 are compared on
@@ -172,7 +130,7 @@ def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int)
 def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, config: RunConfig, batch: TaskBatch,
                       mode: str, path: Path, decode_tokens: int = 24) -> dict[str, Any]:
     """Quantize the exported graphs of ``model`` (``fp32``) to INT8 (``mode`` "dynamic" or "static",
-    calibrated on training rows, the LM head kept in fp32; in both ``int8_ablation.fp32_nodes`` kept in fp32), write
+    calibrated on training rows, the LM head kept in fp32; in both ``quantize.fp32_nodes`` kept in fp32), write
     them to ``path`` (and its ``.decode.onnx``) and measure them against fp32 on
     ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1 agreement and
     KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the file size."""
@@ -181,8 +139,6 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
         calibration = calibration_inputs(config)
         prefill_feeds = [{"input_ids": rows_} for rows_ in calibration]
         decode_feeds = [f for rows_ in calibration for f in fp32.decode_feeds(rows_[:, : rows_.shape[1] // 2], 4)]
-    from psattn.export.int8_ablation import fp32_nodes  # it builds on this module
-
     prefill = quantize_int8(fp32.prefill_path, path, prefill_feeds, exclude=fp32_nodes(fp32.prefill_path, model))
     decode = quantize_int8(fp32.decode_path, decode_path_for(prefill), decode_feeds,
                            exclude=fp32_nodes(fp32.decode_path, model))

@@ -14,14 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.export.compare import (
-    GREEDY_PROMPTS,
-    accuracy,
-    greedy_agreement,
-    teacher_forced_agreement,
-    text_quality,
-)
+from psattn.export.compare import GREEDY_PROMPTS
 from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, export_executorch
+from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
 from psattn.models.generate import generate
 from psattn.tasks.batch import TaskBatch

@@ -285,8 +285,8 @@ def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, prog
 def _onnx_graphs(run_dir, folder, int8: bool):
     """The run's prefill and decode graphs in ``folder``, fp32 or dynamic INT8 as ``psattn export --int8``
     writes them (the value projections in fp32)."""
-    from psattn.export.int8_ablation import fp32_nodes
     from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8
+    from psattn.export.quantize import fp32_nodes
     from psattn.training.trainer import load_trained
 
     model = load_trained(run_dir)

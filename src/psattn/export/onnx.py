@@ -171,7 +171,8 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
     head, which stays fp32 (alone it costs more fidelity than any other MatMul: docs/edge.md); the
     elementwise operators (RoPE, the shear, the norms) stay in fp32. ``nodes``: quantize only the
     MatMuls of these names, the head included if named (the rest stay fp32; see
-    ``psattn.export.int8_ablation``); ``exclude``: keep these nodes in fp32 too (in either mode)."""
+    ``psattn.export.int8_ablation``); ``exclude``: keep these nodes in fp32 too (in either mode; the
+    export's choice is ``psattn.export.quantize.fp32_nodes``)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     with warnings.catch_warnings(), _quiet("root"):

@@ -9,7 +9,8 @@
 
 Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids and masks),
 ``.cache`` (``PSALayer`` / ``PSADynamicCache``), ``.attention`` (the registered attention functions),
-``.hooks`` (hook points for ``capture``), ``.saving`` (the ``psattn_<base>`` model types),
+``.hooks`` (hook points for ``capture``), ``.saving`` (the ``psattn_<base>`` configs),
+``.auto`` (their model classes in the Auto classes),
 ``.detect`` (the dry run that finds the attention modules), ``.support`` (the tested model types),
 ``.patch`` (apply / remove / load), ``.warmup`` (γ warm-up for converting a model).
 

@@ -33,19 +33,12 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
+from psattn.integrations.hf.auto import psa_model_class, register_auto_classes
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
-from psattn.integrations.hf.saving import (
-    PREFIX,
-    base_model_type,
-    mark_config,
-    psa_model_class,
-    register_auto_classes,
-    saved_spec,
-    unmark_config,
-)
+from psattn.integrations.hf.saving import PREFIX, base_model_type, mark_config, saved_spec, unmark_config
 from psattn.integrations.hf.spec import PSASpec, PSAVariant
 from psattn.integrations.hf.starts import chunk_starts
 from psattn.integrations.hf.support import TESTED
@@ -188,7 +181,7 @@ def apply_psa(
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
     register_attention()
     modules, shared = _attention_modules(model, attn_implementation)
-    register_auto_classes([base_model_type(model.config.model_type)])
+    register_auto_classes([base_model_type(model.config.model_type)], apply_psa)
     original = model.config._attn_implementation
     model.set_attn_implementation(name)
     if model.config._attn_implementation != name:
@@ -351,7 +344,7 @@ def load_psa_model(
         )
     cls: Any = model_class or AutoModelForCausalLM
     if marked and not hasattr(cls, "register"):  # a concrete class: its PSA subclass
-        cls = psa_model_class(cls)
+        cls = psa_model_class(cls, apply_psa)
     if isinstance(source, PretrainedConfig):
         # the Auto classes build from a config with from_config, concrete model classes with _from_config
         build = getattr(cls, "from_config", None) or cls._from_config
@@ -359,8 +352,8 @@ def load_psa_model(
     else:
         model = cls.from_pretrained(source, **kwargs)
     if marked:
-        return model  # built with PSA applied (see .saving)
+        return model  # built with PSA applied (see .auto)
     return apply_psa(model, **spec.to_dict(), attn_implementation=attn_implementation)
 
 
-register_auto_classes(SUPPORTED)
+register_auto_classes(SUPPORTED, apply_psa)

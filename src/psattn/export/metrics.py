@@ -1,0 +1,45 @@
+"""How closely one runtime's outputs follow another's, and the task quality of any runtime's logits:
+top-1 agreement and KL under teacher forcing, agreement of greedy continuations, next-token
+accuracy, and held-out bits per byte and ICL score of text runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.text.metrics import bits_per_byte, icl_score
+
+
+def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:
+    """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime."""
+    losses = torch.nn.functional.cross_entropy(torch.from_numpy(logits).transpose(1, 2).float(), batch.targets,
+                                               reduction="none")  # (B, T)
+    return {"bits_per_byte": bits_per_byte(losses, batch.targets, token_bytes), "icl_score": icl_score(losses.mean(0))}
+
+
+def teacher_forced_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, float]:
+    """How closely ``other`` logits (B, T, V) follow ``reference`` ones on the same inputs, over every
+    position of every row: the fraction with the same top-1 token, and the mean KL divergence
+    KL(reference || other) of the next-token distributions, in nats."""
+    ref = torch.from_numpy(reference).double().log_softmax(-1)
+    oth = torch.from_numpy(other).double().log_softmax(-1)
+    kl = (ref.exp() * (ref - oth)).sum(-1)  # (B, T)
+    return {"top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).mean()), "kl_nats": float(kl.mean()),
+            "positions": int(kl.numel())}
+
+
+def greedy_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, float]:
+    """Greedy continuations (B, N) of the same prompts: the fraction of tokens equal, and the mean
+    fraction of each continuation before its first difference (one early divergence changes
+    everything after it, so the two differ most when the runtimes are close)."""
+    same = reference == other  # (B, N)
+    before = np.where(same.all(1), same.shape[1], (~same).argmax(1)) / same.shape[1]  # (B,)
+    return {"tokens_agree": float(same.mean()), "prefix_agree": float(before.mean()), "prompts": int(same.shape[0])}
+
+
+def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
+    """Next-token accuracy of ``logits`` (B, T, V) on the batch's scored positions."""
+    targets = batch.targets.numpy()
+    scored = targets != IGNORE_INDEX
+    return float((logits.argmax(-1)[scored] == targets[scored]).mean())
