@@ -192,3 +192,20 @@ def test_models_built_from_one_config_stay_apart(tmp_path, prompt, psa_first):
     assert psa.config is cfg and not hasattr(cfg, "psa")
     reference.load_state_dict(psa.state_dict())
     torch.testing.assert_close(logits(psa, prompt), logits(reference, prompt), atol=0, rtol=0)
+
+
+def test_psa_settings_are_the_library_attention_config_plus_cache_options():
+    from psattn.models.config import AttentionConfig
+
+    spec = PSASpec("symmetric", 0.5, max_rollback=3)
+    assert spec.attention == AttentionConfig("symmetric", 0.5)
+    assert (spec.gamma_q, spec.gamma_k) == spec.attention.gammas
+    assert set(spec.to_dict()) == {"variant", "gamma", "placement", "boundary", "max_rollback", "keep_last_call"}
+    for bad in (dict(variant="baseline", gamma=0.5), dict(variant="key_only", gamma=float("nan"))):
+        with pytest.raises(ValueError) as theirs:
+            PSASpec(**bad)
+        with pytest.raises(ValueError) as ours:
+            AttentionConfig(**bad)
+        assert str(theirs.value) == str(ours.value)  # one check, stated once
+    with pytest.raises(ValueError, match="max_rollback"):
+        PSASpec(max_rollback=-1)

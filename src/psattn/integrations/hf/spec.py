@@ -1,4 +1,7 @@
-"""What PSA does inside one patched model: the variant, gamma, placement and boundary rule."""
+"""What PSA does inside one patched model: the attention settings (an ``AttentionConfig``, the
+library's own: variant, gamma, placement, boundary rule) and the cache options of ``ShearState``
+(``max_rollback``, ``keep_last_call``), kept as one flat record because that is the form a saved
+model's ``config.json`` stores under ``"psa"``."""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from psattn.fields import check_choices, from_fields
-from psattn.ops.shear import Boundary, check_gamma
+from psattn.models.config import AttentionConfig
+from psattn.ops.shear import Boundary
+from psattn.ops.shear_state import ShearState
 from psattn.ops.variants import Placement, variant_gammas
 
 #: the PSA variants the transformers integration supports (no learned key-lag baselines)
@@ -36,12 +41,9 @@ class PSASpec:
     keep_last_call: bool = True
 
     def __post_init__(self) -> None:
-        check_choices(self, "PSA")
-        object.__setattr__(self, "gamma", check_gamma(self.gamma))
-        if self.variant == "baseline" and self.gamma != 0.0:
-            raise ValueError(f"the baseline has no shear, so gamma must be 0 (got {self.gamma}); pick a PSA variant")
-        if isinstance(self.max_rollback, bool) or not isinstance(self.max_rollback, int) or self.max_rollback < 0:
-            raise ValueError(f"max_rollback must be an int >= 0, got {self.max_rollback!r}")
+        check_choices(self, "PSA")  # the PSA variants only: the key-lag baselines have no transformers form
+        object.__setattr__(self, "gamma", self.attention.gamma)  # AttentionConfig checks gamma and the baseline
+        ShearState(self.max_rollback, self.keep_last_call)  # checks max_rollback
         if not isinstance(self.keep_last_call, bool):
             raise ValueError(f"keep_last_call must be True or False, got {self.keep_last_call!r}")
         if self.placement != "post_rope":
@@ -52,11 +54,19 @@ class PSASpec:
             )
 
     @property
+    def attention(self) -> AttentionConfig:
+        """The attention settings as the library's ``AttentionConfig`` (what a ``DecoderLM`` layer takes; a
+        new object each time, so changing it changes nothing here)."""
+        return AttentionConfig(self.variant, self.gamma, self.placement, self.boundary)
+
+    @property
     def gamma_q(self) -> float:
+        """The query shear of the variant."""
         return variant_gammas(self.variant, self.gamma)[0]
 
     @property
     def gamma_k(self) -> float:
+        """The key shear of the variant."""
         return variant_gammas(self.variant, self.gamma)[1]
 
     def to_dict(self) -> dict:
