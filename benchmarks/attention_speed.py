@@ -1,6 +1,6 @@
 """PSA against plain SDPA on one shape: forward, forward+backward, one cached decode step (on the
-CPU by default; ``--device cuda`` times the same rows on a GPU, where ``psa_attention`` takes the
-fused kernel).
+CPU by default; ``--device cuda`` times the same rows on a GPU; ``psa_attention`` takes its default
+backend on both, the shear and then SDPA).
 
 Both sides run interleaved in the same process (A, B, A, B, ...) and the ratio of their median
 times is printed, so machine noise largely cancels. Usage:

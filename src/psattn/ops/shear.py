@@ -104,6 +104,8 @@ def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
     if torch.compiler.is_exporting():  # slicing off x_{T-1} would make the exported graph refuse T = 2
         is_first = torch.arange(x.shape[-2], device=x.device)[:, None] == 0  # (T, 1)
         x_prev = torch.where(is_first, first, torch.roll(x, 1, dims=-2))  # (B, H, T, D)
+    elif x.shape[-2] == 1 and first.dtype == x.dtype:  # one decoded row: its predecessor is ``first`` itself
+        x_prev = first  # (B, H, 1, D)
     else:
         x_prev = torch.cat([first, x[..., :-1, :]], dim=-2)  # (B, H, T, D)
     if starts is not None:
