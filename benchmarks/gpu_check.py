@@ -10,18 +10,20 @@
    at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
    against fp64; the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
    D = 128 the device time of every kernel each path launches (torch.profiler);
-4. model_step: a psa-92m training step with the shear against the same model plain, eager and
+4. rope_shear: what a layer does before attention, then SDPA: RoPE alone, RoPE and the shear as
+   separate passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
+5. model_step: a psa-92m training step with the shear against the same model plain, eager and
    compiled, each with the device time of its most costly kernels (torch.profiler);
-5. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
+6. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
    (gamma 0.8) against an fp64 reference beside plain SDPA against fp64 plain attention (the
    kernel's own error, the yardstick), and cached decoding against the full forward (fp32 and bf16
    autocast);
-6. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
+7. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
-7. compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed: the
+8. compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed: the
    loss histories side by side and the step-time ratio after warm-up;
-8. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
+9. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
 
@@ -297,6 +299,62 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
     return rows
 
 
+def rope_shear_step(device: torch.device, smoke: bool, repeats: int) -> dict:
+    """What the layer does before attention, then SDPA, forward and forward+backward: RoPE alone (plain
+    attention), RoPE then the shear as separate passes (the layer today), and ``rope_shear`` (one
+    compiled pass on CUDA); bf16, symmetric gamma 0.8, interleaved; each one's bf16 error against fp64."""
+    shapes = [(1, 2, 33, 16)] if smoke else [(32, 16, 1024, 64), (8, 16, 4096, 128)]
+    rows = {}
+    for shape in shapes:
+        row = _rope_shear_row(device, shape, repeats)
+        B, H, T, D = shape
+        rows[f"T={T} D={D}"] = row
+        print(f"  T={T:6d} D={D:3d}  over RoPE+SDPA: separate passes forward {row['forward']['separate_over_plain']:.3f}, "
+              f"fwd+bwd {row['forward+backward']['separate_over_plain']:.3f}; rope_shear forward "
+              f"{row['forward']['rope_shear_over_plain']:.3f}, fwd+bwd {row['forward+backward']['rope_shear_over_plain']:.3f}",
+              flush=True)
+    return rows
+
+
+def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repeats: int) -> dict:
+    from psattn.ops import RotaryEmbedding, apply_rope, shear
+    from psattn.ops.rope_shear import rope_shear
+
+    B, H, T, D = shape
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
+    grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
+    tables = RotaryEmbedding(D).to(device)(torch.arange(T, device=device)[None])
+    cos, sin = (t.to(dtype) for t in tables)  # (1, 1, T, D)
+
+    def plain(q, k, v, cos=cos, sin=sin):
+        return _sdpa(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+
+    def separate(q, k, v, cos=cos, sin=sin):
+        return _sdpa(shear(apply_rope(q, cos, sin), 0.8), shear(apply_rope(k, cos, sin), 0.8), v)
+
+    def fused(q, k, v, cos=cos, sin=sin):
+        return _sdpa(rope_shear(q, cos, sin, 0.8), rope_shear(k, cos, sin, 0.8), v)
+
+    fns = {"plain": plain, "separate": separate, "rope_shear": fused}
+    row: dict = {"shape": list(shape), "dtype": str(dtype), "compiled": device.type == "cuda"}
+    for label, make in (("forward", lambda f: lambda: f(q, k, v)),
+                        ("forward+backward", lambda f: lambda: f(q, k, v).backward(grad))):
+        med = _interleaved_ms({name: make(fn) for name, fn in fns.items()}, _timer(device), repeats, warmup=2)
+        row[label] = {**{f"{name}_ms": value for name, value in med.items()},
+                      "separate_over_plain": med["separate"] / med["plain"],
+                      "rope_shear_over_plain": med["rope_shear"] / med["plain"]}
+    T1 = min(T, 2048)  # the error on the first sequence and head
+    q1, k1, v1 = (x[:1, :1, :T1].detach() for x in (q, k, v))
+    c1, s1 = cos[..., :T1, :], sin[..., :T1, :]
+    exact = separate(q1.double(), k1.double(), v1.double(), c1.double(), s1.double())
+    with torch.no_grad():
+        row["error_vs_fp64"] = {name: (fns[name](q1, k1, v1, c1, s1).double() - exact).abs().max().item()
+                                for name in ("separate", "rope_shear")}
+    return row
+
+
 def _errors(q, k, v, fns) -> dict:
     """Largest absolute error against fp64 on the first head of the first sequence, at most 4096 long:
     each PSA path against the PSA reference, the others (SDPA, the kernel at gamma 0) against plain attention."""
@@ -407,7 +465,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
-                        "commands, fused_correctness, fused_kernel, model_step, equivalence, kernels, compile, phase_transition")
+                        "commands, fused_correctness, fused_kernel, rope_shear, model_step, equivalence, kernels, compile, "
+                        "phase_transition")
     args = parser.parse_args()
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
@@ -427,6 +486,7 @@ def main() -> None:
         "commands": lambda: command_smoke(device.type, Path(tempfile.mkdtemp(prefix="psattn-commands-"))),
         "fused_correctness": lambda: fused_correctness(device, args.smoke),
         "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats),
+        "rope_shear": lambda: rope_shear_step(device, args.smoke, 1 if args.smoke else args.repeats),
         "model_step": lambda: model_step(device, args.smoke, 2 if args.smoke else 10),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),

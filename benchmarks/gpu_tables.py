@@ -47,6 +47,19 @@ def fused_kernel_table(check: dict) -> str:
     return out
 
 
+def rope_shear_table(check: dict) -> str:
+    """RoPE and the shear before SDPA, as separate passes and as ``rope_shear``, over RoPE alone."""
+    lines = ["| B, H, T, D | | RoPE + SDPA, ms | RoPE, shear, SDPA / RoPE + SDPA | rope_shear + SDPA / RoPE + SDPA |",
+             "|---|---|---|---|---|"]
+    for row in check["rope_shear"].values():
+        shape = ", ".join(map(str, row["shape"]))
+        for label in ("forward", "forward+backward"):
+            r = row[label]
+            lines.append(f"| {shape} | {label} | {r['plain_ms']:.3f} | {r['separate_over_plain']:.3f} | "
+                         f"{r['rope_shear_over_plain']:.3f} |")
+    return "\n".join(lines)
+
+
 def model_step_table(check: dict) -> str:
     """A psa-92m training step, plain against PSA (symmetric, gamma 0.8), eager and compiled."""
     step = check["model_step"]
@@ -85,7 +98,10 @@ def tables(folder: Path) -> str:
     """Every table the saved check in ``folder`` has, each under a one-line heading."""
     check = json.loads((folder / "gpu_check.json").read_text())
     parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`.",
-             "", correctness_table(check), "", fused_kernel_table(check), "", model_step_table(check)]
+             "", correctness_table(check), "", fused_kernel_table(check)]
+    if "rope_shear" in check:
+        parts += ["", rope_shear_table(check)]
+    parts += ["", model_step_table(check)]
     speed = folder / "attention_speed_cuda.json"
     if speed.exists():
         parts += ["", attention_speed_table(json.loads(speed.read_text()))]

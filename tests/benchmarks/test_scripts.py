@@ -28,6 +28,7 @@ def test_gpu_check_smoke(tmp_path):
     fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
     assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
     assert result["model_step"]["eager"]["ratio"] > 0
+    assert max(result["rope_shear"]["T=33 D=16"]["error_vs_fp64"].values()) < 1e-5
     equivalence = result["equivalence"]
     assert equivalence["math float32: fast PSA vs fp64 reference"] < 1e-5
     assert equivalence["math float32: SDPA vs fp64 plain attention"] < 1e-5
