@@ -5,13 +5,18 @@ import torch
 
 pytest.importorskip("transformers")
 
-from integrations.hf_tiny import tiny_model  # noqa: E402
-from psattn.integrations.hf import apply_psa, remove_psa  # noqa: E402
+from integrations.hf_tiny import cache_kw, tiny_model  # noqa: E402
+from psattn.integrations.hf import PSADynamicCache, apply_psa, remove_psa  # noqa: E402
 from psattn.models.heads import head_scores, repeat_scores, repeated_tokens  # noqa: E402
 from psattn.ops.attention import expand_kv_heads  # noqa: E402
-from psattn.ops.hooks import capture  # noqa: E402
+from psattn.ops.hooks import capture, patch  # noqa: E402
 
 LAYER = "model.layers.{}.self_attn.hook_{}"
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -51,11 +56,20 @@ def test_score_terms_add_up_to_the_sheared_scores(prompt):
         torch.testing.assert_close(q_hat[..., 1:, :], q[..., 1:, :] + 0.6 * (q[..., 1:, :] - q[..., :-1, :]))
 
 
-def test_raw_keys_and_score_terms_are_not_recorded_with_a_cache(prompt):
+def test_with_a_cache_the_hook_points_see_the_new_positions_and_score_terms_are_not_recorded(prompt):
     model = apply_psa(tiny_model(), "key_only", 1.0)
-    with capture(model, "*.hook_k", "*.hook_score_terms", "*.hook_pattern") as seen, torch.no_grad():
-        model(prompt)  # use_cache defaults to True: the cache keeps sheared keys only
-    assert set(seen) == {LAYER.format(i, "pattern") for i in range(2)}
+    points = ("*.hook_k", "*.hook_k_sheared", "*.hook_v", "*.hook_score_terms")
+    with capture(model, *points) as whole, torch.no_grad():
+        model(prompt, use_cache=False)
+    cache = PSADynamicCache(model.config)
+    with torch.no_grad():
+        model(prompt[:, :6], **cache_kw(cache), use_cache=True)
+        with capture(model, *points) as step:
+            model(prompt[:, 6:], **cache_kw(cache), use_cache=True)  # 3 new positions
+    assert not any(name.endswith("score_terms") for name in step)  # the past raw keys are not kept
+    for name in (LAYER.format(i, p) for i in range(2) for p in ("k", "k_sheared", "v")):
+        assert step[name].shape[-2] == 3  # the chunk, as in psattn's own layer
+        torch.testing.assert_close(step[name], whole[name][..., 6:, :], atol=1e-10, rtol=0)
 
 
 def patched(model, replacements, *args, **kwargs):
@@ -126,3 +140,30 @@ def test_head_scores_on_a_transformers_model():
     torch.testing.assert_close(scores.induction, attentions[..., second, second - 5].mean(dim=(1, 3)), atol=1e-6, rtol=1e-6)
     full = repeat_scores(model, rows, 6, offset=1)
     assert full.first_copy_loss > 0 and full.second_copy_loss > 0
+
+
+@pytest.mark.parametrize("point", ["k", "k_sheared", "v"])
+def test_a_replacement_with_a_cache_is_what_the_cache_keeps(point, prompt):
+    """Patching the new positions' keys or values while decoding with a cache gives what the same
+    patch gives without one: the cache keeps the replacement."""
+    model = apply_psa(tiny_model(), "symmetric", 0.8)
+    double = {f"model.layers.*.self_attn.hook_{point}": lambda x: 2 * x}
+    with patch(model, double), torch.no_grad():
+        whole = model(prompt, use_cache=False).logits
+        cache = PSADynamicCache(model.config)
+        steps = [model(prompt[:, :5], **cache_kw(cache), use_cache=True).logits]
+        steps += [model(prompt[:, t : t + 1], **cache_kw(cache), use_cache=True).logits for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, atol=1e-10, rtol=0)
+    assert not torch.allclose(whole, logits(model, prompt))  # the patch mattered, and is gone
+
+
+def test_hook_out_is_the_output_before_the_projection(prompt):
+    model = apply_psa(tiny_model(), "key_only", 0.8)
+    with capture(model, LAYER.format(0, "out")) as seen, torch.no_grad():
+        model(prompt)
+    assert seen[LAYER.format(0, "out")].shape == (1, 9, 4 * 8)
+    with patch(model, {LAYER.format(0, "out"): torch.zeros_like}):
+        ablated = logits(model, prompt)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.o_proj.weight.zero_()
+    torch.testing.assert_close(ablated, logits(model, prompt), atol=1e-12, rtol=0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import random_model
-from psattn.ops.hooks import capture
+from psattn.ops.hooks import HOOK_NAMES, HookPoint, capture, patch
 from psattn.ops.shear import shear
 
 PLACEMENTS = ["post_rope", "pre_rope"]
@@ -13,13 +13,8 @@ PLACEMENTS = ["post_rope", "pre_rope"]
 
 def run_with(model, x, replacements, **kwargs):
     """model(x, **kwargs) with each hook point named in ``replacements`` returning the given tensor."""
-    handles = [model.get_submodule(name).register_forward_hook(lambda _m, _i, _o, t=t: t)
-               for name, t in replacements.items()]
-    try:
+    with patch(model, {name: lambda _x, t=t: t for name, t in replacements.items()}):
         return model(x, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -110,3 +105,21 @@ def test_an_unhooked_layer_takes_the_few_queries_path(monkeypatch):
     attn = model.blocks[-1].attn
     monkeypatch.setattr(attn, "_attend", lambda *a: pytest.fail("the full attention ran for two scored positions"))
     assert torch.allclose(model(x, output_mask=keep), want, atol=1e-10)
+
+
+def test_patch_always_detaches_its_hooks_and_refuses_a_name_that_matches_nothing():
+    model = random_model("symmetric", gamma=0.5)
+    x = torch.randint(0, 32, (1, 6))
+    before = model(x)
+    points = [m for m in model.modules() if isinstance(m, HookPoint)]
+    assert len(points) == 2 * len(HOOK_NAMES)  # every layer has the points of the one table
+    with pytest.raises(RuntimeError, match="inside"), patch(model, {"*.hook_v": torch.zeros_like}):
+        assert model.blocks[0].attn.hook_v.active and model.blocks[1].attn.hook_v.active
+        raise RuntimeError("inside")
+    assert not any(m.active for m in points)  # detached on the error too
+    with pytest.raises(ValueError, match="no hook point matches"):
+        with patch(model, {"*.hook_v": torch.zeros_like, "*.hook_nothing": torch.zeros_like}):
+            pass
+    assert not any(m.active for m in points)  # nothing attached
+    with patch(model, {"blocks.0.attn.hook_v": lambda v: None}) as same:  # None: read only
+        assert same is model and torch.equal(model(x), before)

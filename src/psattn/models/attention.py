@@ -1,8 +1,9 @@
 """The PhaseSpaceAttention layer: project -> rotate -> shear -> attend -> output projection.
 
-Hook points (see ``psattn.ops.hooks``). As in TransformerLens, a forward hook that returns a tensor
-replaces the one passing through, and the layer computes everything after the point from it
-(activation patching, ablation); a hook that returns nothing only reads:
+Hook points (the table ``psattn.ops.hooks.HOOKS``, which a patched transformers model shares). As in
+TransformerLens, a forward hook that returns a tensor replaces the one passing through, and the layer
+computes everything after the point from it (activation patching, ablation); a hook that returns
+nothing only reads:
 
 - ``hook_q``, ``hook_k``: raw post-RoPE queries (B, Hq, T, D) and keys (B, Hkv, T, D), before the
   shear: a replacement is sheared (with the pre-RoPE ablation, rotated back first) and is what the
@@ -35,7 +36,7 @@ from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
 from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
-from psattn.ops.hooks import HookPoint
+from psattn.ops.hooks import HookPoint, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import momentum, shear
 
@@ -90,8 +91,7 @@ class PhaseSpaceAttention(nn.Module):
         self.key_lag = None  # a learned key-lag baseline instead of the fixed shear
         if self.config.is_key_lag:
             self.key_lag = KEY_LAG[self.config.variant](n_heads, n_kv_heads, self.head_dim)
-        for name in ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern", "out"):
-            setattr(self, f"hook_{name}", HookPoint())
+        add_hook_points(self)  # every point of psattn.ops.hooks.HOOKS
 
     def new_cache(self, max_rollback: int = 0) -> LayerCache:
         """An empty ``LayerCache`` for this layer (ValueError for a key-lag baseline, which has none)."""

@@ -8,9 +8,10 @@ packed-sequence masks are built exactly as for ``sdpa`` / ``eager``. A patched m
 
     psa_sdpa(module, q, k, v, mask, scaling=..., dropout=..., psa_step=..., **kwargs)
 
-with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update``. The function shears the
-queries (and, without a PSA cache, the keys: with one, ``update`` already sheared them) and hands
-q̂, k̂, v to transformers' own SDPA / eager function unchanged. ``psa_step`` (a ``PSAStep``) is
+with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update`` (which returns the stored,
+sheared keys followed by the chunk's raw ones). The function passes the chunk through the hook points
+of ``psattn.ops.hooks.HOOKS``, shears it, hands it to the cache layer to store, and gives q̂, k̂, v
+to transformers' own SDPA / eager function unchanged. ``psa_step`` (a ``PSAStep``) is
 injected into the module's keyword arguments by the pre-hook that ``apply_psa`` installs;
 it carries the model's ``PSASpec`` (so models with different gamma coexist), the chunk's
 sequence starts, and the cache layer.
@@ -68,29 +69,34 @@ def psa_attention_forward(
             "in the config; build each model from its own copy, e.g. copy.deepcopy(config))"
         )
     spec, starts, layer = psa_step.spec, psa_step.starts, psa_step.layer
-    query = hooks.through(module, "q", query)
-    if layer is not None:
-        q_hat = layer.shear_queries(query, starts)
-        k_hat = key  # PSALayer.update stored and returned sheared keys
-    else:
-        if key.shape[-2] != query.shape[-2]:
-            raise RuntimeError(
-                f"PSA got {key.shape[-2]} keys for {query.shape[-2]} queries without a PSA cache layer; "
-                "past keys must come from a DynamicCache/PSADynamicCache used by the patched model"
-            )
-        key = hooks.through(module, "k", key)
-        hooks.read_score_terms(module, spec, starts, query, key)
+    T = query.shape[-2]
+    if layer is None and key.shape[-2] != T:
+        raise RuntimeError(
+            f"PSA got {key.shape[-2]} keys for {T} queries without a PSA cache layer; "
+            "past keys must come from a DynamicCache/PSADynamicCache used by the patched model"
+        )
+    # The chunk's raw keys and values (B, Hkv, T, D): a cache layer returns its stored (sheared) ones
+    # before them; the raw keys are copied, as the layer will write k̂ over them.
+    raw_k = key if layer is None else key[..., -T:, :].clone()
+    query, raw_k = hooks.through(module, "q", query), hooks.through(module, "k", raw_k)
+    if layer is None:
+        hooks.read_score_terms(module, spec, starts, query, raw_k)
         q_hat = shear(query, spec.gamma_q, starts=starts, boundary=spec.boundary)
-        k_hat = shear(key, spec.gamma_k, starts=starts, boundary=spec.boundary)
+        k_hat = shear(raw_k, spec.gamma_k, starts=starts, boundary=spec.boundary)
+    else:
+        q_hat, k_hat = layer.shear("q", query, starts), layer.shear("k", raw_k, starts)
     q_hat, k_hat = hooks.through(module, "q_sheared", q_hat), hooks.through(module, "k_sheared", k_hat)
-    value = hooks.through(module, "v", value)
+    value = hooks.through(module, "v", value[..., -T:, :])
+    if layer is not None:  # the chunk's k̂ and values go into the cache; attention sees every key
+        k_hat, value = layer.store(k_hat, value)  # (B, Hkv, S, D)
     if hooks.listening(module, "pattern"):  # attend with the explicit pattern the hook saw (or returned)
         weights = hooks.pattern(module, q_hat, k_hat, attention_mask, kwargs.get("scaling"),
                                 softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
         weights = F.dropout(weights, kwargs.get("dropout", 0.0), module.training)
-        out = weights @ expand_kv_heads(value, q_hat.shape[1])  # (B, Hq, T, Dv)
-        return out.transpose(1, 2).contiguous(), weights  # (B, T, Hq, Dv), as transformers' functions return
-    return base(module, q_hat, k_hat, value, attention_mask, **kwargs)
+        out = (weights @ expand_kv_heads(value, q_hat.shape[1])).transpose(1, 2).contiguous()  # (B, T, Hq, Dv)
+    else:
+        out, weights = base(module, q_hat, k_hat, value, attention_mask, **kwargs)  # (B, T, Hq, Dv)
+    return hooks.output(module, out), weights  # as transformers' attention functions return
 
 
 def psa_sdpa(module, query, key, value, attention_mask, **kwargs):

@@ -1,16 +1,17 @@
 """A transformers ``DynamicCache`` layer that stores sheared keys k̂ instead of raw keys k.
 
 In the Llama family the attention module applies RoPE, then calls ``cache.update(k, v, layer_idx)``,
-then hands the returned keys to the attention function. ``PSALayer`` shears the new keys inside
-``update``,
+then hands the returned keys to the attention function. ``PSALayer.update`` appends the chunk and
+returns every key: the stored ones sheared, the chunk's still raw. The PSA attention function then
+passes the chunk through the hook points, shears it (``PSALayer.shear``),
 
     k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}     (k_{j-1} := k_j at sequence starts),
 
-so the attention function gets all keys already sheared and no cached key is ever recomputed. The
-extra state is a short window of *raw* stream values: the last raw key (and the last raw query when
-gamma_q != 0, filled in by the attention function), i.e. O(1) in the sequence length. The shearing,
-the raw windows and the rollback rule are ``psattn.ops.shear_state.ShearState``'s, as in the
-library's own cache; ``PSALayer`` stores what it returns.
+and writes k̂ and the values back over the chunk (``PSALayer.store``), the same steps, in the same
+order, as psattn's own layer with its cache; no cached key is ever recomputed. The extra state is a
+short window of *raw* stream values: the last raw key (and the last raw query when gamma_q != 0),
+i.e. O(1) in the sequence length. The shearing, the raw windows and the rollback rule are
+``psattn.ops.shear_state.ShearState``'s, as in the library's own cache; ``PSALayer`` stores.
 
 Rolling back. ``crop`` (assisted / speculative decoding) to length n needs the raw key at n - 1.
 ``crop`` keeps transformers' convention (``crop(-m)`` removes m tokens, ``crop(0)`` only shrinks the
@@ -38,7 +39,7 @@ from torch import Tensor
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
-from psattn.ops.shear_state import ShearState, tensor_bytes
+from psattn.ops.shear_state import ShearState, Stream, tensor_bytes
 
 
 class PSALayer(DynamicLayer):
@@ -52,6 +53,7 @@ class PSALayer(DynamicLayer):
         self.shear_state = ShearState(max_rollback, keep_last_call)
         self.spec: PSASpec | None = None
         self._starts: Tensor | None = None  # (B, T) starts of the chunk the next update brings
+        self._pending = 0  # tokens of the last chunk still raw in the cache: update appended, store not yet
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
@@ -80,26 +82,40 @@ class PSALayer(DynamicLayer):
         self.spec, self._starts = spec, starts
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        """Shear the new raw keys (B, Hkv, T, D), append them; return all sheared keys and values."""
+        """Append the chunk's raw keys (B, Hkv, T, D) and values; return all keys and values (B, Hkv, S, D),
+        the stored ones sheared and the chunk's still raw. The attention function then shears the chunk
+        (``shear``) and writes it back (``store``), so that the hook points in between see what they see
+        in psattn's own layer."""
         if self._starts is None:
             raise RuntimeError(
                 "PSALayer.update was called outside a PSA forward pass: this cache stores sheared keys and only "
                 "works with a model patched by psattn.integrations.hf.apply_psa"
             )
-        starts, self._starts = self._starts, None
-        spec = self.spec
-        assert spec is not None  # prepare sets it with the starts
-        k_hat = self.shear_state.shear("k", key_states, spec.gamma_k, self.get_seq_length(), starts=starts,
-                                       boundary=spec.boundary)
-        return super().update(k_hat, value_states)
+        if self._pending:
+            raise RuntimeError("the last chunk given to this PSALayer was never stored (its forward pass failed); "
+                               "start a fresh cache")
+        self._starts, self._pending = None, key_states.shape[-2]
+        return super().update(key_states, value_states)
 
-    def shear_queries(self, query: Tensor, starts: Tensor) -> Tensor:
-        """Shear the chunk's raw queries (B, Hq, T, D), continuing the cached query stream; called by
-        the attention function right after ``update``."""
+    def shear(self, stream: Stream, x: Tensor, starts: Tensor) -> Tensor:
+        """Shear the chunk's raw queries or keys x (B, H, T, D), continuing the held stream; called by the
+        attention function between ``update`` and ``store``."""
         spec = self.spec
         assert spec is not None  # set by prepare, before update
-        past = self.get_seq_length() - query.shape[-2]
-        return self.shear_state.shear("q", query, spec.gamma_q, past, starts=starts, boundary=spec.boundary)
+        gamma = spec.gamma_q if stream == "q" else spec.gamma_k
+        past = self.get_seq_length() - x.shape[-2]
+        return self.shear_state.shear(stream, x, gamma, past, starts=starts, boundary=spec.boundary)
+
+    def store(self, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the chunk's sheared keys k̂ (B, Hkv, T, D) and its values over the raw ones ``update``
+        appended; return all keys and values (B, Hkv, S, D)."""
+        T, self._pending = self._pending, 0
+        if k_hat.shape[-2] != T:
+            raise RuntimeError(f"PSALayer.store got {k_hat.shape[-2]} keys for a chunk of {T}")
+        assert self.keys is not None and self.values is not None  # update appended the chunk
+        self.keys[..., -T:, :] = k_hat  # the tensor update made for this chunk: no earlier one changes
+        self.values[..., -T:, :] = v
+        return self.keys, self.values
 
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
@@ -118,6 +134,7 @@ class PSALayer(DynamicLayer):
         """Empty the layer, raw windows included."""
         super().reset()
         self.shear_state.clear()
+        self._pending = 0
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder the batch (beam search), raw windows included."""

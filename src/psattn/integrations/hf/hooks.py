@@ -1,25 +1,20 @@
 """Hook points on the attention modules of a patched transformers model.
 
-``apply_psa`` adds the same hook points as psattn's own attention layer (see
-``psattn.models.attention``) to every attention module, with the same meaning: a forward hook
-that returns a tensor replaces the one passing through and the attention call computes the rest from
-it (activation patching, ablation), so ``psattn.ops.hooks.capture``, patching and the head
-diagnostics of ``psattn.models.heads`` work on transformers models too::
+``apply_psa`` adds the hook points of ``psattn.ops.hooks.HOOKS`` to every attention module: the same
+names, shapes, positions and meaning as in psattn's own attention layer (``psattn.models.attention``).
+A forward hook that returns a tensor replaces the one passing through and the attention call computes
+the rest from it (activation patching, ablation), so ``psattn.ops.hooks.capture`` and ``patch`` and
+the head diagnostics of ``psattn.models.heads`` work on transformers models too::
 
     with capture(model, "*.hook_pattern", "*.hook_score_terms") as seen:
         model(input_ids, use_cache=False)
     seen["model.layers.0.self_attn.hook_pattern"]  # (B, Hq, T, T)
 
-- ``hook_q``: raw post-RoPE queries (B, Hq, T, D), before the shear (a replacement is sheared and,
-  with a cache, is what the cache keeps as the last raw query); ``hook_q_sheared``: q̂;
-- ``hook_k``: raw post-RoPE keys (B, Hkv, T, D) before the shear, only without a cache (a cache
-  shears keys as it stores them: pass ``use_cache=False`` to read or patch them);
-- ``hook_k_sheared``, ``hook_v``: k̂ and the values (B, Hkv, S, D) that enter attention, past included;
-- ``hook_score_terms``: T1..T4 (B, Hq, T, T), only without a cache; read-only (attention uses q̂ᵀk̂);
-- ``hook_pattern``: the attention pattern (B, Hq, T, S); when hooked, the call attends with the
-  explicit (and possibly replaced) pattern instead of transformers' attention function.
-
-Nothing is computed for a hook point nobody listens to.
+With a cache, ``hook_k``, ``hook_k_sheared`` and ``hook_v`` see the new positions' keys and values
+before the cache stores them (a replacement is what the cache keeps), ``hook_pattern`` covers every
+key, past included, and ``hook_score_terms`` is not recorded (the past raw keys are not kept).
+``hook_out`` is the attention output (B, T, Hq * Dv) before the module's output projection. Nothing
+is computed for a hook point nobody listens to.
 """
 
 from __future__ import annotations
@@ -28,22 +23,15 @@ import torch
 from torch import Tensor, nn
 
 from psattn.ops.attention import attention_weights, expand_kv_heads, score_terms
-from psattn.ops.hooks import HookPoint
-
-HOOK_NAMES = ("q", "k", "q_sheared", "k_sheared", "v", "score_terms", "pattern")
-
-
-def add_hook_points(module: nn.Module) -> None:
-    """Give a transformers attention module psattn's hook points (``hook_q``, ``hook_k``, ...)."""
-    for name in HOOK_NAMES:
-        setattr(module, f"hook_{name}", HookPoint())
+from psattn.ops.hooks import HOOK_NAMES
+from psattn.ops.hooks import add_hook_points as add_hook_points  # the same points as psattn's own layer
 
 
 def remove_hook_points(module: nn.Module) -> None:
     """Take them away again."""
     for name in HOOK_NAMES:
-        if hasattr(module, f"hook_{name}"):
-            delattr(module, f"hook_{name}")
+        if hasattr(module, name):
+            delattr(module, name)
 
 
 def through(module: nn.Module, name: str, x: Tensor) -> Tensor:
@@ -56,6 +44,14 @@ def listening(module: nn.Module, name: str) -> bool:
     """Whether a hook is registered on ``module``'s hook point ``name``."""
     point = getattr(module, f"hook_{name}", None)
     return point is not None and point.active
+
+
+def output(module: nn.Module, out: Tensor) -> Tensor:
+    """The attention output (B, T, Hq, Dv) through ``hook_out``, which sees it as (B, T, Hq * Dv)."""
+    point = getattr(module, "hook_out", None)
+    if point is None or not point.active:
+        return out
+    return point(out.flatten(2)).reshape(out.shape)  # (B, T, Hq * Dv) -> (B, T, Hq, Dv)
 
 
 def read_score_terms(module: nn.Module, spec, starts: Tensor, query: Tensor, key: Tensor) -> None:
