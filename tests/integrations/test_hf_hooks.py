@@ -95,3 +95,29 @@ def test_the_same_patch_gives_the_same_logits_in_both_worlds_with_a_cache(point)
     with patch(theirs, {f"model.layers.*.self_attn.{point}": EDITS[point]}):
         torch.testing.assert_close(decoded(theirs, ids), patched, atol=1e-5, rtol=0)
     assert (patched - decoded(ours, ids)).abs().max() > 1e-3  # the patch changed the logits, and is gone
+
+
+def test_a_crop_then_the_same_continuation_gives_the_same_logits_in_both_worlds():
+    """One crop rule: each world decodes, rolls its cache back three tokens (the library's length,
+    transformers' number of tokens to remove) and continues with other tokens; both give the logits of
+    the full forward of what is left."""
+    from integrations.hf_tiny import cache_kw
+    from psattn.integrations.hf import PSADynamicCache
+
+    ours, theirs = twins()
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(3))
+    other = torch.randint(0, VOCAB, (1, 3), generator=torch.Generator().manual_seed(4))
+    kept = torch.cat([ids[:, :6], other], 1)
+    with torch.no_grad():
+        cache = ours.new_cache(max_rollback=3)
+        for t in range(9):
+            ours(ids[:, t : t + 1], cache=cache)
+        cache.crop(6)
+        mine = ours(other, cache=cache)
+        hf_cache = PSADynamicCache(theirs.config, max_rollback=3, keep_last_call=False)
+        for t in range(9):
+            theirs(ids[:, t : t + 1], **cache_kw(hf_cache), use_cache=True)
+        hf_cache.crop(-3)
+        their = theirs(other, **cache_kw(hf_cache), use_cache=True).logits
+    torch.testing.assert_close(mine, logits(ours, kept)[:, 6:], atol=1e-10, rtol=0)
+    torch.testing.assert_close(their, mine, atol=1e-5, rtol=0)
