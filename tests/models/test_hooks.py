@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import random_model
-from psattn.ops.hooks import HOOK_NAMES, HookPoint, capture, patch
+from psattn.ops.hooks import HOOK_NAMES, HookPoint, active, capture, patch
 from psattn.ops.shear import shear
 
 PLACEMENTS = ["post_rope", "pre_rope"]
@@ -115,8 +115,10 @@ def test_patch_always_detaches_its_hooks_and_refuses_a_name_that_matches_nothing
     assert len(points) == 2 * len(HOOK_NAMES)  # every layer has the points of the one table
     with pytest.raises(RuntimeError, match="inside"), patch(model, {"*.hook_v": torch.zeros_like}):
         assert model.blocks[0].attn.hook_v.active and model.blocks[1].attn.hook_v.active
+        attn = model.blocks[0].attn
+        assert active(attn) and active(attn, "hook_q", "hook_v") and not active(attn, "hook_q")
         raise RuntimeError("inside")
-    assert not any(m.active for m in points)  # detached on the error too
+    assert not any(m.active for m in points) and not active(model.blocks[0].attn)  # detached on the error too
     with pytest.raises(ValueError, match="no hook point matches"):
         with patch(model, {"*.hook_v": torch.zeros_like, "*.hook_nothing": torch.zeros_like}):
             pass

@@ -36,7 +36,7 @@ from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
 from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
-from psattn.ops.hooks import HookPoint, add_hook_points
+from psattn.ops.hooks import HookPoint, active, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import momentum, shear
 
@@ -103,11 +103,6 @@ class PhaseSpaceAttention(nn.Module):
         return self.shear_fn(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
 
     @property
-    def hooked(self) -> bool:
-        """Whether any hook point of this layer has a listener."""
-        return any(module.active for module in self.children() if isinstance(module, HookPoint))
-
-    @property
     def _local_queries(self) -> bool:
         """Whether q̂_t depends on ``x_t`` and ``x_{t-1}`` alone (the standard shear, no key-lag module that
         mixes queries), so that the queries of a few positions can be computed without the others."""
@@ -122,7 +117,7 @@ class PhaseSpaceAttention(nn.Module):
         ctx = context or AttentionContext.causal(B, T, x.device)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
-        if queries is not None and cache is None and not self.hooked and bool(queries.any()):
+        if queries is not None and cache is None and not active(self) and bool(queries.any()):
             return self.o_proj(self._attend_marked(x, ctx, queries))  # (N, d_model)
         if self._one_call(cache):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)

@@ -73,6 +73,13 @@ HOOKS: tuple[Hook, ...] = (
 HOOK_NAMES: tuple[str, ...] = tuple(hook.name for hook in HOOKS)
 
 
+def active(module: nn.Module, *names: str) -> bool:
+    """Whether a hook is registered on any of ``module``'s hook points ``names`` (``"hook_pattern"``, ...),
+    or on any of its hook points at all when no name is given."""
+    points = [getattr(module, name, None) for name in names] if names else list(module.children())
+    return any(isinstance(point, HookPoint) and point.active for point in points)
+
+
 def add_hook_points(module: nn.Module) -> None:
     """Give ``module`` a ``HookPoint`` for every entry of ``HOOKS`` (``module.hook_q``, ...)."""
     for name in HOOK_NAMES:

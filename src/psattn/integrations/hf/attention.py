@@ -34,6 +34,7 @@ from psattn.integrations.hf import hooks
 from psattn.integrations.hf.cache import PSALayer
 from psattn.integrations.hf.spec import BASES, PSASpec
 from psattn.ops.attention import expand_kv_heads
+from psattn.ops.hooks import active
 from psattn.ops.shear import shear
 
 
@@ -89,7 +90,7 @@ def psa_attention_forward(
     value = hooks.through(module, "v", value[..., -T:, :])
     if layer is not None:  # the chunk's k̂ and values go into the cache; attention sees every key
         k_hat, value = layer.store(k_hat, value)  # (B, Hkv, S, D)
-    if hooks.listening(module, "pattern"):  # attend with the explicit pattern the hook saw (or returned)
+    if active(module, "hook_pattern"):  # attend with the explicit pattern the hook saw (or returned)
         weights = hooks.pattern(module, q_hat, k_hat, attention_mask, kwargs.get("scaling"),
                                 softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
         weights = F.dropout(weights, kwargs.get("dropout", 0.0), module.training)

@@ -40,12 +40,6 @@ def through(module: nn.Module, name: str, x: Tensor) -> Tensor:
     return x if point is None or not point.active else point(x)
 
 
-def listening(module: nn.Module, name: str) -> bool:
-    """Whether a hook is registered on ``module``'s hook point ``name``."""
-    point = getattr(module, f"hook_{name}", None)
-    return point is not None and point.active
-
-
 def output(module: nn.Module, out: Tensor) -> Tensor:
     """The attention output (B, T, Hq, Dv) through ``hook_out``, which sees it as (B, T, Hq * Dv)."""
     point = getattr(module, "hook_out", None)
