@@ -245,7 +245,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     lines = text.splitlines()
-    assert not [line for before, line in zip(lines, lines[1:]) if line.startswith("#") and before.strip()]
+    assert not [line for before, line in zip(lines, lines[1:], strict=True) if line.startswith("#") and before.strip()]
     for needle in ("This invocation trained", "Critical gamma against the head dimension", "fixed width",
                    "fixed head count", "wider or narrower heads", "`psattn sweep critical_gamma --quick`",
                    "no critical-γ grid was given to the report", "(MQAR)", "Variant table",

@@ -28,7 +28,7 @@ def check_axes(ax, *, legend=True):
 
 def history(steps, acc, **extra):
     return [{"step": s, "eval_accuracy": a, "eval_loss": 1 - a, **{k: v[i] for k, v in extra.items()}}
-            for i, (s, a) in enumerate(zip(steps, acc))]
+            for i, (s, a) in enumerate(zip(steps, acc, strict=True))]
 
 
 def test_training_curves_label_the_threshold_and_mark_every_point(drawn):

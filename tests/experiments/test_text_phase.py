@@ -22,7 +22,7 @@ def run(layers, variant, gamma, seed, copies, prefixes, icl=-0.1, bpb=2.0):
     model = dataclasses.replace(config.model, n_layers=layers,
                                 attention=dataclasses.replace(config.model.attention, variant=variant, gamma=gamma))
     config = dataclasses.replace(config, model=model, train=dataclasses.replace(config.train, seed=seed))
-    history = [evaluation(1000 * i, c, p, icl, bpb) for i, (c, p) in enumerate(zip(copies, prefixes))]
+    history = [evaluation(1000 * i, c, p, icl, bpb) for i, (c, p) in enumerate(zip(copies, prefixes, strict=True))]
     return {"config": config.to_dict(), "history": history}
 
 

@@ -44,7 +44,7 @@ def test_crossing_time_and_fit():
 
 def test_simulated_lifetimes_follow_the_reduced_ode():
     res = measure_lifetimes(betas=(2.0, 4.0, 6.0), batch=1)
-    assert all(0.95 < s / p < 1.05 for s, p in zip(res.lifetimes, res.reduced_lifetimes))
+    assert all(0.95 < s / p < 1.05 for s, p in zip(res.lifetimes, res.reduced_lifetimes, strict=True))
     assert res.r > 0.99 and res.rate == pytest.approx(res.reduced_rate, rel=0.15)
     assert len(res.curves) == 3 and res.to_dict()["betas"] == [2.0, 4.0, 6.0]
     with pytest.raises(ValueError, match="two values"):

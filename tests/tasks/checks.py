@@ -19,5 +19,5 @@ def check_random_config(config_cls, args, check_row, seed):
     except ValueError:
         assume(False)
     batch = seeded_batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_row(config, row, labels)

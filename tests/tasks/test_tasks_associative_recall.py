@@ -41,7 +41,7 @@ def test_docstring_example():
 def test_rows_match_the_brute_force_checker(split, power_a):
     config = AssociativeRecallConfig(vocab_size=64, seq_len=48, num_pairs=6, power_a=power_a)
     batch = seeded_batch(config, batch_size=60, split=split)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_row(config, row, labels)
     assert bool((batch.scored.sum(dim=1) == 6).all())
 
@@ -61,7 +61,7 @@ def test_power_law_favours_early_queries():
 def test_full_query_section_is_supported():
     config = AssociativeRecallConfig(vocab_size=32, seq_len=17, num_pairs=4)  # exactly 4 gaps for 4 queries
     batch = seeded_batch(config, batch_size=20)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_row(config, row, labels)
 
 

@@ -77,7 +77,7 @@ def test_induction_targets_immediate_repeat_targets_itself():
 def test_full_form_targets_match_brute_force(split):
     config = InductionConfig(vocab_size=10, seq_len=40, form="full")
     batch = seeded_batch(config, seed=3, batch_size=50, split=split)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         assert row[0] == BOS and BOS not in row[1:]
         assert labels == reference_targets(row)
 
@@ -99,7 +99,7 @@ def test_full_form_scores_about_the_expected_share_of_positions():
 def test_single_form_rows_have_every_documented_property(vocab_size, seq_len, num_distractors):
     config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, num_distractors=num_distractors)
     batch = seeded_batch(config, batch_size=40)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_single_row(config, row, labels)
 
 
@@ -133,7 +133,7 @@ def test_single_form_property(vocab_size, seq_len, num_distractors, seed):
     except ValueError:
         assume(False)
     batch = seeded_batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_single_row(config, row, labels)
 
 
@@ -142,7 +142,7 @@ def test_single_form_property(vocab_size, seq_len, num_distractors, seed):
 def test_full_form_property(vocab_size, seq_len, seed):
     config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, form="full")
     batch = seeded_batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         assert labels == reference_targets(row)
 
 

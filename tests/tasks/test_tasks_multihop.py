@@ -67,7 +67,7 @@ def test_docstring_example():
 def test_rows_match_the_brute_force_checker(split):
     config = MultiHopConfig(vocab_size=30, seq_len=64, num_entities=8, num_queries=4)
     batch = seeded_batch(config, batch_size=60, split=split)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_row(config, row, labels)
 
 
@@ -83,12 +83,12 @@ def test_ignoring_negation_gets_the_answer_wrong():
     # Following the negated fact at either hop never lands on the answer.
     config = MultiHopConfig(vocab_size=40, seq_len=64, num_entities=8, num_queries=2)
     batch = seeded_batch(config, batch_size=50)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         facts, asked = parse(config, row)
         f = {s: o for s, r, o in facts if r == IS}
         g = {s: o for s, r, o in facts if r == NOT}
         answers = [label for label in labels if label != IGNORE_INDEX]
-        for x, answer in zip(asked, answers):
+        for x, answer in zip(asked, answers, strict=True):
             assert answer == f[f[x]]
             assert answer not in (g[x], f[g[x]], g[f[x]])
 

@@ -73,7 +73,7 @@ def test_layout_is_a_bijection_onto_the_vocabulary():
 def test_rows_match_the_brute_force_checker(split):
     config = RandomOffsetConfig(num_keys=6, num_values=4, seq_len=20, num_pairs=5, num_queries=3)
     batch = seeded_batch(config, batch_size=60, split=split)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         check_row(config, row, labels)
 
 
@@ -81,7 +81,7 @@ def test_target_does_not_depend_on_context_order():
     config = RandomOffsetConfig(num_keys=8, num_values=4, seq_len=24, num_pairs=6, num_queries=2)
     batch = seeded_batch(config, batch_size=30)
     generator = torch.Generator().manual_seed(9)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         context = row[1:-2]
         shuffled = [context[i] for i in torch.randperm(len(context), generator=generator).tolist()]
         assert reference_targets(config, [row[0], *shuffled, *row[-2:]]) == labels
@@ -93,7 +93,7 @@ def test_predecessor_of_the_answer_pair_carries_no_information():
     batch = seeded_batch(config, batch_size=4000)
     agree = 0
     offsets = set()
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist()):
+    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         _, key = decode(config, row[-1])
         answer_pair = ("pair", (key, labels[-1] - config.value_token(0)))
         position = next(j for j, token in enumerate(row) if decode(config, token) == answer_pair)

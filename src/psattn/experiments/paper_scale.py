@@ -199,7 +199,7 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     fig = Figure(figsize=(5.0 * len(sizes), 4.0))
     axes = fig.subplots(1, len(sizes), squeeze=False)[0]
-    for ax, size in zip(axes, sizes):
+    for ax, size in zip(axes, sizes, strict=True):
         mine = [r for r in rows if r["size"] == size]
         plain = [r for r in mine if r["variant"] == "baseline"]
         for variant, color in (("symmetric", "tab:blue"), ("key_only", "tab:orange")):

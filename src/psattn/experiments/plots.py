@@ -64,7 +64,7 @@ def plot_runs(histories: dict[str, list[dict[str, Any]]], path: str | Path, metr
     a per-position list (``position_loss``) as the last evaluation's values against position."""
     fig = Figure(figsize=(5.2 * len(metrics) + 1.8, 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    for ax, metric in zip(axes, metrics):
+    for ax, metric in zip(axes, metrics, strict=True):
         name = RUN_METRICS.get(metric, metric)
         for i, (label, history) in enumerate(histories.items()):
             rows = [h for h in history if h.get(metric) is not None]
@@ -92,7 +92,7 @@ def plot_head_scores(scores: dict[str, dict[str, list[list[float]]]], path: str 
     fig = Figure(figsize=(7, 3.6), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     names = list(scores)
-    for ax, kind in zip(axes, ("previous_token", "induction")):
+    for ax, kind in zip(axes, ("previous_token", "induction"), strict=True):
         heads = len(scores[names[0]][kind][0])
         width = 0.8 / heads
         for h in range(heads):
@@ -147,7 +147,7 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         style = dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1)
         prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], label=label, **style)
         layers = len(rows[0]["previous_token_score"]) if rows else 0
-        for layer, dash in zip(range(layers), ("--", "-")):
+        for layer, dash in zip(range(layers), ("--", "-"), strict=False):  # two line styles: the first two layers
             previous.plot(tokens, [max(h["previous_token_score"][layer]) for h in rows], linestyle=dash,
                           label=f"{label}, layer {layer + 1}", **{k: v for k, v in style.items() if k != "marker"})
         icl.plot(tokens, [h["icl_score"] for h in rows], label=label, **style)
@@ -181,7 +181,7 @@ def plot_depth_law(rows: list[dict[str, Any]], path: str | Path, law: tuple[floa
     fig = Figure(figsize=(9, 3.2 * ((len(panels) + 1) // 2)), layout="constrained")
     axes = fig.subplots((len(panels) + 1) // 2, 2, squeeze=False, sharex=True).ravel()
     top = max(g["mean_emergence_step"] or 0 for r in rows for g in r["grid"]) * 1.15
-    for ax, (task, variant) in zip(axes, panels):
+    for ax, (task, variant) in zip(axes, panels, strict=True):
         for r in (r for r in rows if (r["task"], r["variant"]) == (task, variant)):
             color = f"C{depths.index(r['depth'])}"
             grid = [g for g in r["grid"] if g["gamma"] > 0]

@@ -149,7 +149,7 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for row in summarise_text(results):
         runs = groups[(row["layers"], row["variant"], row["gamma"])]
         last = [r["history"][-1] for r in runs]
-        by_layer = {key: [statistics.fmean(v) for v in zip(*(best_by_layer(h, key) for h in last))]
+        by_layer = {key: [statistics.fmean(v) for v in zip(*(best_by_layer(h, key) for h in last), strict=True)]
                     for key in ("previous_token_score", "prefix_matching_score")}
         rows.append({**row, "tokens": last[0]["tokens"], "phase_change": [detect_phase_change(r["history"]) for r in runs],
                      "first_copying": [detect_copying(r["history"]) for r in runs],

@@ -55,7 +55,7 @@ def generalised_rope_gauges(
     if len(planes) != len(frequencies):
         raise ValueError(f"need one frequency per plane, got {len(planes)} planes, {len(frequencies)} frequencies")
     gauge = torch.eye(d, dtype=positions.dtype).repeat(positions.shape[0], 1, 1)  # (n, d, d)
-    for (a, b), omega in zip(planes, frequencies):
+    for (a, b), omega in zip(planes, frequencies, strict=True):
         if not (0 <= a < d and 0 <= b < d and a != b):
             raise ValueError(f"plane {(a, b)} is not a pair of distinct axes in d={d}")
         gauge = gauge @ plane_rotation(omega * positions, d, a, b)

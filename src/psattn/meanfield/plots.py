@@ -283,7 +283,7 @@ def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10,
     points = ax.collections[-1]
     writer = PillowWriter(fps=fps)
     with writer.saving(fig, str(out), dpi):
-        for state, t in zip(states, times):
+        for state, t in zip(states, times, strict=True):
             if d == 3:
                 points._offsets3d = (state[:, 0], state[:, 1], state[:, 2])
             else:

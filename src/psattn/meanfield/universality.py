@@ -54,7 +54,7 @@ class VonMisesMixture:
         theta = np.asarray(theta, dtype=np.float64)
         w = np.asarray(self.weights) / sum(self.weights)
         out = np.zeros_like(theta)
-        for wk, mu, kappa in zip(w, self.means, self.kappas):
+        for wk, mu, kappa in zip(w, self.means, self.kappas, strict=True):
             out += wk * np.exp(kappa * (np.cos(theta - mu) - 1.0)) / (TWO_PI * np.i0(kappa) * np.exp(-kappa))
         return out
 

@@ -98,7 +98,7 @@ def _split(pieces: list, eval_fraction: float, split: str, cut) -> list[tuple]:
     if split == "tail":
         return [cut(piece, eval_fraction) for piece in pieces]
     return [(piece[:0], piece) if held else (piece, piece[:0])
-            for piece, held in zip(pieces, held_out_files(len(pieces), eval_fraction))]
+            for piece, held in zip(pieces, held_out_files(len(pieces), eval_fraction), strict=True)]
 
 
 def _tokenizer_key(tokenizer: str, vocab_size: int) -> str:
@@ -166,7 +166,8 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         np.save(out / f"{name}.npy", array)
     tokenizer_json = tok.to_json()
     (out / "tokenizer.json").write_text(tokenizer_json)
-    (out / "docs.json").write_text(json.dumps({d.name: c for d, c in zip(documents, counts)}))
+    per_document = {d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
+    (out / "docs.json").write_text(json.dumps(per_document))
     (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
         "format": FORMAT, "documents": len(documents), "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
         "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction, "split": split, "corpus_sha256": corpus_digest,

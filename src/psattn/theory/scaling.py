@@ -134,7 +134,7 @@ def empirical_exponent(results: Iterable) -> PowerLawFit:
     pairs = sweep_pairs(results)
     if not pairs:
         raise ValueError("no sweep results to fit")
-    d_k, gamma = zip(*pairs)
+    d_k, gamma = zip(*pairs, strict=True)
     return fit_power_law(d_k, gamma)
 
 
