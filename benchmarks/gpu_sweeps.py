@@ -70,7 +70,7 @@ def prepare(configs) -> None:
 def run(args: argparse.Namespace) -> int:
     from psattn.cli import main as psattn
     from psattn.experiments.saved_runs import pack, write_summary
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     start = time.monotonic()
     mode = "quick" if args.smoke else "full"

@@ -23,7 +23,11 @@ from psattn.experiments.configs import small_config
 from psattn.models.heads import head_scores
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
-from psattn.training.trainer import build_model, build_optimizer, eval_batch, evaluate, lm_loss, step_generator
+from psattn.training.evaluation import evaluate
+from psattn.training.loss import lm_loss
+from psattn.training.run_dir import build_model, eval_batch
+from psattn.training.schedule import build_optimizer
+from psattn.training.seeds import step_generator
 
 #: name -> (config fields, a change to the built model or None, steps)
 RECIPES = {

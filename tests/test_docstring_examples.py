@@ -9,7 +9,7 @@ import pytest
 ENTRY_POINTS = [
     "psattn.ops.attention.psa_attention", "psattn.ops.attention.psa_attention_reference",
     "psattn.models.decoder.DecoderLM", "psattn.models.config.ModelConfig", "psattn.models.generate.generate",
-    "psattn.training.trainer.train", "psattn.training.config.RunConfig", "psattn.training.trainer.load_trained",
+    "psattn.training.trainer.train", "psattn.training.config.RunConfig", "psattn.training.run_dir.load_trained",
     pytest.param("psattn.export.onnx.export_onnx", marks=pytest.mark.slow),  # the ONNX exporter: about 10 s
     "psattn.text.generate.continue_text", "psattn.models.heads.head_scores",
 ]

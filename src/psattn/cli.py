@@ -63,8 +63,9 @@ from psattn.progress import console_line
 from psattn.tasks.registry import task_name
 from psattn.training.config import RunConfig, apply_overrides, holds_same_run, shipped_configs
 from psattn.training.distributed import teardown_distributed
+from psattn.training.reporting import summary_line
 from psattn.training.signals import TrainingInterrupted
-from psattn.training.trainer import TrainingDiverged, summary_line, train
+from psattn.training.trainer import TrainingDiverged, train
 from psattn.version import __version__
 
 if _SIGINT is not None:  # loaded: Ctrl-C raises KeyboardInterrupt again, which main() reports
@@ -296,7 +297,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_footprint(args: argparse.Namespace) -> int:
     from psattn.export.footprint import check_measurable, footprint, format_footprints, format_rss, measured_decode_rss
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     rows, rss, contexts = {}, {}, {}
     for run_dir in args.run_dirs:
@@ -363,7 +364,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from psattn.text.generate import continue_text, run_tokenizer
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")

@@ -14,8 +14,8 @@ import pytest
 from psattn.cli import main as psattn
 from psattn.experiments import at_scale, paper_scale, saved_runs
 from psattn.experiments import declared as exp
-from psattn.experiments.sweep import load_result
 from psattn.models.presets import preset_parameter_count
+from psattn.training.run_dir import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what a GPU machine lacks that the CPU test environment has: the GPU path must not import them

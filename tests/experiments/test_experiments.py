@@ -12,9 +12,10 @@ from psattn.experiments import summaries
 from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
 from psattn.experiments.reproduce import reproduce
-from psattn.experiments.sweep import load_result, run_sweep, unique_configs
+from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.models.heads import head_scores, repeated_tokens
 from psattn.ops.hooks import capture
+from psattn.training.run_dir import load_result
 
 
 def tiny(config, steps=4):
@@ -281,7 +282,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
 
 def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():
     from psattn.experiments.plateau import attention_at_queries, previous_occurrence
-    from psattn.training.trainer import build_model, eval_batch
+    from psattn.training.run_dir import build_model, eval_batch
 
     config = small_config("key_only", 1.0, form="single", d_model=32, n_heads=2)
     model = build_model(config)

@@ -7,7 +7,8 @@ import pytest
 
 from helpers import science
 from psattn.experiments.configs import small_config
-from psattn.experiments.sweep import load_result, run_sweep
+from psattn.experiments.sweep import run_sweep
+from psattn.training.run_dir import load_result
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="ray is not installed (pip install 'phase-space-attention[ray]')")

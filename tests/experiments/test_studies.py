@@ -264,7 +264,7 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
 
 def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
     from psattn.experiments.configs import small_config
-    from psattn.training.trainer import build_model
+    from psattn.training.run_dir import build_model
 
     def count(**kw):
         return build_model(small_config("baseline", 0.0, **kw)).num_parameters()

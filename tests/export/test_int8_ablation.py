@@ -43,7 +43,7 @@ def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tm
 
     from psattn.export.compare import export_and_compare
     from psattn.export.quantize import fp32_nodes, matmul_groups
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     train(tiny_config(20), tmp_path / "run")  # one key-only layer
     r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=mode, rows=32, decode_tokens=4)

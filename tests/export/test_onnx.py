@@ -14,7 +14,7 @@ from psattn.export.compare import export_and_compare, format_comparison, key_ran
 from psattn.export.onnx import lm_head_nodes, quantize_int8
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
-from psattn.training.trainer import eval_batch
+from psattn.training.run_dir import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
          ("query_only", "post_rope"), ("symmetric", "pre_rope")]

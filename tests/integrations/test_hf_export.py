@@ -10,7 +10,8 @@ from helpers import tiny_config  # noqa: E402
 from psattn.cli import main  # noqa: E402
 from psattn.models.generate import generate  # noqa: E402
 from psattn.training.config import RunConfig, apply_overrides  # noqa: E402
-from psattn.training.trainer import load_trained, train  # noqa: E402
+from psattn.training.run_dir import load_trained  # noqa: E402
+from psattn.training.trainer import train  # noqa: E402
 
 
 def text_run(tmp_path, monkeypatch, tokenizer):

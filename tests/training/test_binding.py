@@ -135,7 +135,7 @@ def test_a_config_field_added_since_the_checkpoint_is_no_mismatch(trained, tmp_p
     """A later psattn with a new model field (at its default) still loads the checkpoints of this one."""
     import shutil
 
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     run = shutil.copytree(trained, tmp_path / "run")
     state = torch.load(run / "checkpoint.pt", weights_only=True)

@@ -17,7 +17,8 @@ import torch
 from helpers import science, tiny_config
 from psattn.training.checkpoint import CheckpointError, load_checkpoint
 from psattn.training.lock import RunLocked, run_lock
-from psattn.training.trainer import load_trained, train
+from psattn.training.run_dir import load_trained
+from psattn.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

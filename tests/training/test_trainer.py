@@ -9,8 +9,9 @@ import torch
 from helpers import science, tiny_config
 from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
-from psattn.training import trainer as trainer_module
+from psattn.training import loss as loss_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
+from psattn.training.schedule import lr_factor
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
 
@@ -101,7 +102,7 @@ def test_bad_time_limit_is_refused(limit):
 
 
 def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
-    real_loss = trainer_module.shard_loss
+    real_loss = loss_module.shard_loss
     calls = {"n": 0}
 
     def poisoned(logits, targets, scored, ctx):
@@ -109,7 +110,7 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
         loss = real_loss(logits, targets, scored, ctx)
         return loss * float("nan") if calls["n"] > 15 else loss
 
-    monkeypatch.setattr(trainer_module, "shard_loss", poisoned)
+    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
     with pytest.raises(TrainingDiverged, match="nan at step 15.*checkpoint.pt is kept"):
         train(tiny_config(), tmp_path)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
@@ -183,7 +184,7 @@ def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactl
     partial = train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)
     at = partial.steps
     extended = train(tiny_config(steps=40), tmp_path / "a")
-    factor = trainer_module.lr_factor
+    factor = lr_factor
     extensions = json.loads((tmp_path / "a" / "meta.json").read_text())["extensions"]
     schedule = factor(tiny_config(steps=40).train, extensions)
     old = factor(tiny_config(steps=20).train)
@@ -329,3 +330,21 @@ def test_tensorboard_missing_is_refused_before_anything_is_written(tmp_path, mon
     with pytest.raises(ImportError, match=r"phase-space-attention\[tensorboard\]"):
         train(tiny_config(2, tensorboard=True), tmp_path / "run")
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_the_evaluation_rows_take_their_extra_columns_from_the_metrics_callback():
+    """By default an induction run's rows carry its head scores (psattn.training.task_metrics); the caller's
+    callback replaces them, and None leaves the rows with the trainer's own columns."""
+    default = train(tiny_config(10)).history[-1]
+    seen = []
+
+    def mine(model, task, held_out):
+        seen.append(len(held_out))
+        return {"rows_scored": len(held_out)}
+
+    own = train(tiny_config(10), metrics=mine).history
+    bare = train(tiny_config(10), metrics=None).history[-1]
+    assert "induction_score" in default and "previous_token_score" in default
+    assert [row["rows_scored"] for row in own] == seen == [64, 64] and "induction_score" not in own[-1]
+    assert set(bare) == {"step", "train_loss", "eval_loss", "eval_accuracy", "lr", "seconds", "tokens"}
+    assert bare["eval_accuracy"] == default["eval_accuracy"]

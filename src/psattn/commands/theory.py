@@ -78,7 +78,7 @@ def cmd_bode(args: argparse.Namespace) -> int:
     closed = [c.to_dict() for c in all_variant_bode(args.gamma)]
     figures = [plots.plot_bode(closed, out / "bode.png")]
     if args.run_dir:
-        from psattn.training.trainer import load_trained
+        from psattn.training.run_dir import load_trained
 
         model, label = load_trained(args.run_dir), f"trained run {Path(args.run_dir).name}"
     else:

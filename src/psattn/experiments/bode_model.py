@@ -8,7 +8,8 @@ from pathlib import Path
 from psattn.experiments.configs import small_induction_config
 from psattn.models import DecoderLM
 from psattn.theory.report import BODE_GAMMA
-from psattn.training.trainer import load_trained, train
+from psattn.training.run_dir import load_trained
+from psattn.training.trainer import train
 
 
 def bode_model(out_dir: str | Path, quick: bool = True, run_dir: str | Path | None = None,

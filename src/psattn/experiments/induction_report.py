@@ -21,8 +21,8 @@ from psattn.experiments.two_layer import BUDGET as TWO_LAYER_BUDGET
 from psattn.models import ModelConfig
 from psattn.models.heads import head_scores
 from psattn.models.presets import preset_parameter_count
+from psattn.training.run_dir import build_model, eval_batch, load_trained
 from psattn.training.speed import trainer_vs_bare_loop
-from psattn.training.trainer import build_model, eval_batch, load_trained
 
 #: The paper's single-answer accuracy of each variant.
 PAPER_VARIANTS = {"key_only": "0.949", "symmetric": "0.811", "query_only": "chance", "baseline": "fails (one layer)"}

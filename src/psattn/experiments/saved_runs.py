@@ -20,9 +20,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from psattn.experiments.sweep import load_result
 from psattn.jsonfile import read_json
 from psattn.training.checkpoint import write_json, write_jsonl
+from psattn.training.run_dir import load_result
 
 FORMAT = 1
 #: per-head score lists of an evaluation row: (layers, heads) nested lists

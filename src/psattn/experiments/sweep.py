@@ -19,7 +19,6 @@ number of seconds, after which the run in progress checkpoints and the rest wait
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -29,57 +28,14 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from psattn.jsonfile import read_json
 from psattn.progress import progress_bar
 from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.lock import run_lock
+from psattn.training.run_dir import load_result
 from psattn.training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
-#: what every result.json holds (see psattn.training.trainer.RunResult)
-RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "history"}
-
-
-def load_result(run_dir: str | Path) -> dict[str, Any] | None:
-    """The saved result of a finished run (with its config under "config"), or None."""
-    run_dir = Path(run_dir)
-    path = run_dir / "result.json"
-    if not path.exists():
-        return None
-    try:
-        result = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
-        result = None
-    if not _is_result(result):
-        # what a full disk or a hand edit leaves: the run is trained again from its checkpoint, which
-        # (the run being finished) rewrites the result without a step
-        log.warning("%s is not a run result; the run will be finished again from its checkpoint", path)
-        path.unlink()
-        return None
-    result["config"] = read_json(run_dir / "config.json", what="run config", object_only=True)
-    return result
-
-
-def _is_result(result: Any) -> bool:
-    """Whether ``result`` is what a finished run writes: accuracies in [0, 1], whole step counts, and a
-    history of metrics rows (anything else is what a full disk or a hand edit left)."""
-    if not isinstance(result, dict) or not RESULT_KEYS <= result.keys():
-        return False
-
-    def accuracy(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
-
-    def count(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-    history = result["history"]
-    return (accuracy(result["final_accuracy"]) and accuracy(result["best_accuracy"]) and count(result["steps"])
-            and (result["emergence_step"] is None or count(result["emergence_step"]))
-            and isinstance(history, list) and bool(history)
-            and all(isinstance(row, dict) and count(row.get("step")) for row in history))
-
-
 _STOP = None  # in a worker process: the sweep's stop event
 
 

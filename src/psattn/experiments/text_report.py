@@ -28,7 +28,7 @@ from psattn.models.presets import preset_parameter_count
 from psattn.text.generate import continue_text, run_tokenizer
 from psattn.textdata.corpus import describe_corpus
 from psattn.timing import interleaved_medians
-from psattn.training.trainer import load_trained
+from psattn.training.run_dir import load_trained
 
 SAMPLE_PROMPT_CHARS = 120
 #: the pair the edge table compares: one PSA layer against the two plain layers induction needs
@@ -80,7 +80,7 @@ def edge_comparison(runs: Path, configs, onnx: Path, seed: int = 0, models=EDGE_
         from psattn.export.compare import export_and_compare, int8_against_fp32
         from psattn.export.onnx import OnnxLM
         from psattn.tasks.batch import TaskBatch
-        from psattn.training.trainer import eval_batch
+        from psattn.training.run_dir import eval_batch
     except ImportError:
         return None
     threads = torch.get_num_threads()

@@ -24,7 +24,7 @@ from psattn.ops.hooks import capture
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
 from psattn.training.config import RunConfig
-from psattn.training.trainer import eval_batch, load_trained
+from psattn.training.run_dir import eval_batch, load_trained
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ from psattn.models.generate import generate
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
 from psattn.training.config import RunConfig
-from psattn.training.trainer import eval_batch, load_trained
+from psattn.training.run_dir import eval_batch, load_trained
 
 
 def quantized_path(path: str | Path, quantize: str) -> Path:

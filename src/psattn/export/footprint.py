@@ -182,7 +182,7 @@ def report(before):
 _PYTORCH_CHILD = _MEMORY + """
 import torch
 torch.set_num_threads(1)
-from psattn.training.trainer import load_trained
+from psattn.training.run_dir import load_trained
 
 run_dir, context = sys.argv[1], int(sys.argv[2])
 before = resident_bytes()
@@ -287,7 +287,7 @@ def _onnx_graphs(run_dir, folder, int8: bool):
     writes them (the value projections in fp32)."""
     from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8
     from psattn.export.quantize import fp32_nodes
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     model = load_trained(run_dir)
     paths = export_onnx(model, folder / "model.onnx")

@@ -31,7 +31,7 @@ from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx,
 from psattn.export.quantize import EMBEDDING, calibration_inputs, fp32_nodes, matmul_groups
 from psattn.tasks.batch import TaskBatch
 from psattn.training.config import RunConfig
-from psattn.training.trainer import eval_batch, load_trained
+from psattn.training.run_dir import eval_batch, load_trained
 
 WHOLE = "the INT8 model (psattn export --int8)"
 

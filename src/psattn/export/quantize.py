@@ -13,6 +13,7 @@ import torch
 from psattn.models.decoder import DecoderLM
 from psattn.tasks.registry import sample_task
 from psattn.training.config import RunConfig
+from psattn.training.seeds import CALIBRATION, stream_generator
 
 #: parameter name part -> group of its MatMul
 WEIGHT_GROUPS = {"q_proj": "q projection", "k_proj": "k projection", "v_proj": "v projection",
@@ -85,6 +86,6 @@ def fp32_nodes(path: str | Path, model: DecoderLM) -> list[str]:
 def calibration_inputs(config: RunConfig, rows: int = 128, chunk: int = 32) -> list[np.ndarray]:
     """Rows (B, T) of the run's task from its *training* split, in chunks: static INT8 calibration
     never sees the held-out rows it is scored on."""
-    generator = torch.Generator().manual_seed((config.train.seed << 32) + (1 << 31) - 2)
+    generator = stream_generator(config.train.seed, CALIBRATION)
     inputs = sample_task(config.task, rows, generator, split="train").inputs.numpy()
     return [inputs[i : i + chunk] for i in range(0, rows, chunk)]

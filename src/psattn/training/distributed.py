@@ -45,6 +45,18 @@ def setup_distributed(device_type: str) -> Distributed:
     return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"train.device={name!r} but CUDA is not available")
+    return device
+
+
 def teardown_distributed() -> None:
     """Leave the process group, if one was joined: every rank waits for the others, then the group
     is destroyed (a process that exits with the group alive can abort in the backend's threads)."""

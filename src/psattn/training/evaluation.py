@@ -1,5 +1,5 @@
-"""Score a trained run on held-out data of its own task, or of another compatible task or corpus
-(what ``psattn eval`` runs)."""
+"""Held-out accuracy and loss of a model (``evaluate``, what training logs), and the score of a trained
+run on held-out data of its own task, or of another compatible task or corpus (what ``psattn eval`` runs)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,36 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 from psattn.jsonfile import read_json
+from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import task_name
 from psattn.tasks.text import TextConfig
 from psattn.training.config import RunConfig, apply_overrides
-from psattn.training.trainer import TASK_METRICS, eval_batch, evaluate, load_trained
+from psattn.training.run_dir import eval_batch, load_trained
+from psattn.training.task_metrics import task_metrics
+
+
+@torch.no_grad()
+def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[float, float]:
+    """(accuracy, loss) over the scored positions of ``batch``."""
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    loss_sum = 0.0
+    for start in range(0, len(batch), chunk):
+        inputs, targets = batch.inputs[start : start + chunk], batch.targets[start : start + chunk]
+        scored = targets != IGNORE_INDEX
+        logits = model(inputs, output_mask=scored)  # (N, V)
+        correct += int((logits.argmax(-1) == targets[scored]).sum())
+        total += int(scored.sum())
+        loss_sum += float(F.cross_entropy(logits, targets[scored], reduction="sum"))
+    model.train(was_training)
+    return correct / max(total, 1), loss_sum / max(total, 1)
 
 
 def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: str | None = None,
@@ -57,9 +81,7 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
         result["rows_capped"] = {"asked": capped, "held_out_windows": rows}
     if isinstance(config.task, TextConfig):
         result["data_changed"] = _data_changed(run_dir, config.task.tokens().fingerprint)
-    extra = TASK_METRICS.get(task_name(config.task))
-    if extra is not None:
-        result.update(extra(model, config.task, batch))
+    result.update(task_metrics(model, config.task, batch))
     return result
 
 

@@ -15,16 +15,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from psattn.models.presets import preset_parameter_count
 from psattn.training.config import RunConfig
 
+Model = TypeVar("Model", bound=torch.nn.Module)
 GIB = 2**30
 MARGIN = 0.8  # refuse what needs more than this share of the available memory
 FP32 = 4
-EVAL_CHUNK = 256  # rows per forward pass of psattn.training.trainer.evaluate
+EVAL_CHUNK = 256  # rows per forward pass of psattn.training.evaluation.evaluate
 
 
 @dataclass(frozen=True)
@@ -100,3 +102,20 @@ def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:
             f"moments; {need.activation_bytes / GIB:.1f} GiB of activations), and {free / GIB:.1f} GiB is available; "
             "make it smaller (model.d_model, model.n_layers, model.vocab_size, train.batch_size, task.seq_len)")
     return need
+
+
+def placed(model: Model, device: torch.device) -> Model:
+    """``model`` moved to ``device``; a ValueError naming the fix, in one line, when it does not fit there
+    (the allocator's message, where ``check_fits`` could not tell beforehand)."""
+    try:
+        return model.to(device)
+    except (MemoryError, RuntimeError) as err:
+        if not isinstance(err, MemoryError) and "memory" not in str(err).lower() and "alloc" not in str(err).lower():
+            raise
+        raise ValueError(f"the model does not fit in memory on {device} ({_one_line(err)}); "
+                         "make it smaller (model.d_model, model.n_layers, model.vocab_size)") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]

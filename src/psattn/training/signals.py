@@ -41,3 +41,17 @@ def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+class StopFlag:
+    """Turns a stop signal into a request honoured at the next step boundary (then checkpoint, raise)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def installed(self):
+        return on_stop_signals(lambda signum, _frame: setattr(self, "signum", signum))

@@ -18,7 +18,11 @@ import torch
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
 from psattn.training.config import RunConfig
-from psattn.training.trainer import build_model, build_optimizer, lm_loss, step_generator, train
+from psattn.training.loss import lm_loss
+from psattn.training.run_dir import build_model
+from psattn.training.schedule import build_optimizer
+from psattn.training.seeds import step_generator
+from psattn.training.trainer import train
 
 
 def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:

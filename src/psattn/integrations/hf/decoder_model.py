@@ -129,7 +129,7 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
         >>> from transformers import AutoModelForCausalLM
         >>> from psattn.experiments.configs import small_config
         >>> from psattn.integrations.hf.decoder_model import export_hf
-        >>> from psattn.training.trainer import load_trained, train
+        >>> from psattn.training import load_trained, train
         >>> run, out = tempfile.mkdtemp(), tempfile.mkdtemp() + "/hf"
         >>> _ = train(small_config("key_only", 1.0, steps=5, early_stop=False, batch_size=8, device="cpu"), run)
         >>> model = AutoModelForCausalLM.from_pretrained(export_hf(run, out))
@@ -140,7 +140,7 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
     """
     from psattn.export.staging import staged_folder
     from psattn.training.config import RunConfig
-    from psattn.training.trainer import load_trained
+    from psattn.training.run_dir import load_trained
 
     run_dir, out = Path(run_dir), Path(out)
     model = load_trained(run_dir)

@@ -1,0 +1,40 @@
+"""The training loss: cross-entropy over the scored positions, and the step's forward pass under
+DDP, bf16 autocast and ``torch.compile`` as the run's config asks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from psattn.models.decoder import DecoderLM
+from psattn.tasks.batch import IGNORE_INDEX
+from psattn.training.config import RunConfig
+from psattn.training.distributed import Distributed, shard_loss
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over scored positions; logits (..., V) are aligned with targets (...)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
+    """(inputs, targets, scored positions of the global batch) -> this rank's loss, with DDP,
+    bf16 autocast and torch.compile as configured."""
+    t = config.train
+    net: torch.nn.Module = model
+    if t.compile:
+        net = torch.compile(net)  # type: ignore[assignment]  # an OptimizedModule (torch types the result as a callable)
+    if ddp.enabled:
+        net = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None)
+    bf16 = t.precision == "bf16"
+
+    def forward(inputs, targets, scored: int):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            if t.compile:  # a data-dependent shape would break the compiled graph
+                return shard_loss(net(inputs), targets, scored, ddp)
+            keep = targets != IGNORE_INDEX
+            logits = net(inputs, output_mask=keep)  # (N, V): the scored positions only
+        return shard_loss(logits, targets[keep], scored, ddp)
+
+    return forward

@@ -1,0 +1,270 @@
+"""A run directory: what it holds, the checks before a run writes into it, and what is read back
+from it (the trained model, the result, the held-out batch). A run directory holds::
+
+    config.json    the resolved RunConfig        meta.json     seed, versions, git revision, date
+    metrics.jsonl  one line per evaluation (step 0 first; wall seconds and tokens seen in each): the history
+    checkpoint.pt  model, optimiser, schedule, step, history (``TrainState``), bound to config and data
+    result.json    the final summary (``RunResult``), written when the run finishes
+    tokenizer.json, data.json  a text run's tokenizer and the fingerprint of the data it trains on
+
+Only ``train`` writes a run directory, through ``check_run_dir`` then ``write_run_files``; every
+reader (export, the transformers bridge, the command line, the studies) reads it through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from psattn.jsonfile import read_json
+from psattn.models.decoder import DecoderLM
+from psattn.provenance import provenance
+from psattn.tasks.batch import TaskBatch
+from psattn.tasks.registry import sample_task
+from psattn.training.binding import check_binding, record_data_once
+from psattn.training.checkpoint import load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
+from psattn.training.config import RunConfig, config_differences, holds_same_run
+from psattn.training.distributed import resolve_device
+from psattn.training.schedule import lr_factor
+from psattn.training.seeds import HELD_OUT, stream_generator
+from psattn.training.state import TrainState
+
+log = logging.getLogger(__name__)
+
+#: the files of a run directory
+CONFIG, META, METRICS, CHECKPOINT, RESULT = "config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"
+TOKENIZER, DATA, TENSORBOARD = "tokenizer.json", "data.json", "tensorboard"
+
+
+@dataclass
+class RunResult:
+    """What ``train`` returns: accuracies, the emergence step, steps, seconds and every evaluation row."""
+    final_accuracy: float
+    best_accuracy: float
+    emergence_step: int | None  # first evaluated step with held-out accuracy >= threshold
+    steps: int  # optimiser steps taken
+    stopped_early: bool
+    seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+    timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
+
+    def to_dict(self) -> dict[str, Any]:
+        """The form result.json holds."""
+        return asdict(self)
+
+    @classmethod
+    def of(cls, state: TrainState, budget: int, timed_out: bool = False) -> RunResult:
+        """The result of a run whose training state is ``state``, with a budget of ``budget`` steps."""
+        accs = [row["eval_accuracy"] for row in state.history if row["step"] > 0]  # the trained model's
+        return cls(final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
+                   emergence_step=state.emergence_step, steps=state.step, stopped_early=state.step < budget,
+                   seconds=state.seconds, history=state.history, timed_out=timed_out)
+
+#: what every result.json holds (see ``RunResult``)
+RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "history"}
+
+
+def load_result(run_dir: str | Path) -> dict[str, Any] | None:
+    """The saved result of a finished run (with its config under "config"), or None."""
+    run_dir = Path(run_dir)
+    path = run_dir / RESULT
+    if not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        result = None
+    if not _is_result(result):
+        # what a full disk or a hand edit leaves: the run is trained again from its checkpoint, which
+        # (the run being finished) rewrites the result without a step
+        log.warning("%s is not a run result; the run will be finished again from its checkpoint", path)
+        path.unlink()
+        return None
+    result["config"] = read_json(run_dir / CONFIG, what="run config", object_only=True)
+    return result
+
+
+def _is_result(result: Any) -> bool:
+    """Whether ``result`` is what a finished run writes: accuracies in [0, 1], whole step counts, and a
+    history of metrics rows (anything else is what a full disk or a hand edit left)."""
+    if not isinstance(result, dict) or not RESULT_KEYS <= result.keys():
+        return False
+
+    def accuracy(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    history = result["history"]
+    return (accuracy(result["final_accuracy"]) and accuracy(result["best_accuracy"]) and count(result["steps"])
+            and (result["emergence_step"] is None or count(result["emergence_step"]))
+            and isinstance(history, list) and bool(history)
+            and all(isinstance(row, dict) and count(row.get("step")) for row in history))
+
+def eval_batch(config: RunConfig) -> TaskBatch:
+    """The run's held-out batch: ``eval_size`` rows of its task's held-out split, from its seed alone."""
+    generator = stream_generator(config.train.seed, HELD_OUT)
+    return sample_task(config.task, config.train.eval_size, generator, split="eval")
+
+def build_model(config: RunConfig) -> DecoderLM:
+    """The run's initial model, built on the CPU from the run's seed, so that its weights are the same
+    on every device it is then moved to."""
+    torch.manual_seed(config.train.seed)
+    with torch.device("cpu"):
+        return DecoderLM(config.model)
+
+def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
+    """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
+    (``"auto"``: CUDA when available), whichever device it trained on; refused when the checkpoint's
+    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``).
+
+    Examples:
+        >>> import tempfile
+        >>> from psattn.experiments.configs import small_config
+        >>> from psattn.training import load_trained, train
+        >>> run = tempfile.mkdtemp()
+        >>> _ = train(small_config("key_only", 1.0, steps=10, early_stop=False, batch_size=8, device="cpu"), run)
+        >>> model = load_trained(run)  # the folder alone rebuilds it
+        >>> model.config.layer_attention_configs()[0].variant, model.training
+        ('key_only', False)
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG).is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no config.json)")
+    config = RunConfig.from_file(run_dir / CONFIG)
+    path = run_dir / CHECKPOINT
+    state = load_checkpoint(path, keys=("model",))
+    bound = state.get("binding")
+    tokens = getattr(config.task, "tokens", None)
+    if bound is None and tokens is not None and not (run_dir / DATA).exists():
+        record_data_once(run_dir, tokens().fingerprint)  # a run from before data records
+    check_binding(run_dir, config, path, bound)
+    with torch.device("cpu"):
+        model = DecoderLM(config.model)
+    load_model_weights(model, state["model"], path, run_dir / CONFIG)
+    return model.to(resolve_device(device) if isinstance(device, str) else device).eval()
+
+def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[str, Any]]:
+    """What ``run_dir`` allows ``config`` to do, checked before anything is written: the run's schedule
+    extensions (its meta.json's, plus one when ``config`` asks a trained run for more steps and nothing
+    else). A directory holding a run with another config is refused, naming the differing fields, unless
+    ``resume`` is false (a restart from step 0); one holding only the config of a failed start is no
+    run to protect."""
+    config_path = run_dir / CONFIG
+    if not config_path.exists() or not holds_progress(run_dir) or not resume:
+        return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
+    extensions = read_meta(run_dir).get("extensions", [])
+    if holds_same_run(config_path, config):
+        return extensions
+    saved = RunConfig.from_file(config_path)
+    more_steps = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=saved.train.steps))
+    checkpoint = run_dir / CHECKPOINT
+    if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps and checkpoint.exists():
+        at = load_checkpoint(checkpoint, keys=("step",))["step"]
+        start = lr_factor(saved.train, extensions)(at)
+        log.info("extending %s from %d to %d steps at step %d (learning rate factor %.3f, decaying to %g)",
+                 run_dir, saved.train.steps, config.train.steps, at, start, config.train.min_lr_ratio)
+        return [*extensions, {"at_step": at, "steps_before": saved.train.steps, "steps_after": config.train.steps,
+                              "lr_factor_at": start}]
+    if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps:
+        raise ValueError(f"{run_dir} has no checkpoint.pt to continue from (its metrics or result remain), so it cannot "
+                         f"grow from {saved.train.steps} to {config.train.steps} steps; use --restart to train it anew "
+                         "with the new steps, or another directory")
+    raise ValueError(
+        f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
+        "Only train.steps may grow on a trained run (it continues); use another directory, or --restart"
+    )
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    try:
+        meta = read_json(run_dir / META, what="run metadata", object_only=True)
+    except ValueError:
+        return {}
+    return meta
+
+
+def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fresh: bool = False,
+                     extensions: Sequence[dict[str, Any]] = ()) -> None:
+    """Write config.json and meta.json (with the schedule's ``extensions``), after ``check_run_dir``.
+    An existing run keeps its meta.json unless ``fresh`` (a restart from step 0) or extended."""
+    config_path = run_dir / CONFIG
+    if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
+        for stale in run_dir.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+    tokens = getattr(config.task, "tokens", None)
+    if config_path.exists() and not holds_progress(run_dir):
+        log.info("%s holds a config but no training yet; starting it afresh", run_dir)
+        fresh = True  # a failed start left only its config: nothing to protect
+    extended = not fresh and list(extensions) != read_meta(run_dir).get("extensions", [])
+    if config_path.exists() and not fresh:
+        if tokens is not None:
+            check_same_data(run_dir, tokens().fingerprint)
+        if not extended:
+            return
+    if not is_main:
+        return
+    write_json(config_path, config.to_dict())
+    if extended:
+        (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
+        write_json(run_dir / META, {**read_meta(run_dir), "extensions": list(extensions)})
+        return
+    if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
+        write_text(run_dir / TOKENIZER, tokens().tokenizer.to_json())
+        write_json(run_dir / DATA, tokens().fingerprint)
+    write_json(run_dir / META, provenance(config.train.seed))
+
+def holds_progress(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds anything of a run that trained: a checkpoint, a result, or metrics."""
+    metrics = run_dir / METRICS
+    return ((run_dir / CHECKPOINT).exists() or (run_dir / RESULT).exists()
+            or (metrics.exists() and metrics.stat().st_size > 0))
+
+
+def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
+    """Refuse to resume a text run on data other than what it started on (its data.json). A run from
+    before runs recorded their data gets its data.json now (``record_data_once``), unless its
+    tokenizer.json already shows the data changed; a missing data.json beside a checkpoint that
+    records its data is refused by ``check_binding`` before this."""
+    path = run_dir / DATA
+    if not path.exists():
+        tokenizer = run_dir / TOKENIZER
+        if tokenizer.is_file() and hashlib.sha256(tokenizer.read_bytes()).hexdigest() != fingerprint["tokenizer_sha256"]:
+            raise ValueError(f"{run_dir} started on other data: its tokenizer.json is not the tokenizer of the data it "
+                             "would resume on. Use --restart to start over on the new data, or another run directory")
+        record_data_once(run_dir, fingerprint)
+        return
+    recorded = read_json(path, what="data record", object_only=True)
+    changed = [k.removesuffix("_sha256") for k in sorted(set(recorded) | set(fingerprint))
+               if recorded.get(k) != fingerprint.get(k)]
+    if changed:
+        raise ValueError(
+            f"{run_dir} started on other data: the {', '.join(changed)} changed since (data.json records "
+            "what it trained on). Resuming would continue on different tokens; use --restart to start over "
+            "on the new data, or another run directory"
+        )
+
+
+def clear_run_files(run_dir: Path) -> None:
+    """What a fresh start (step 0) does to ``run_dir``: nothing of an earlier run survives there (its
+    metrics, result, checkpoint and TensorBoard events)."""
+    write_jsonl(run_dir / METRICS, [])
+    for stale in (RESULT, CHECKPOINT):
+        (run_dir / stale).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / TENSORBOARD, ignore_errors=True)
+
+
+def append_metrics_row(run_dir: Path, row: dict[str, Any]) -> None:
+    """Add one evaluation row to the run's metrics.jsonl."""
+    with open(run_dir / METRICS, "a") as f:
+        f.write(json.dumps(row) + "\n")
