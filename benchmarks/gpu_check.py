@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -233,7 +234,7 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
         # a gradient that vanishes exactly (one visible key: the softmax ignores its query) is scored absolutely
         return {name: ((got.double().cpu() - ref).abs().max() / max(ref.abs().max().item(), 1e-30)).item()
                 if ref.abs().max() > 0 else (got.double().cpu() - ref).abs().max().item()
-                for name, ref, got in zip(names, results["reference"], results["fused"])}
+                for name, ref, got in zip(names, results["reference"], results["fused"], strict=True)}
 
     T = 37 if smoke else 300
     starts = torch.zeros(2, T, dtype=torch.bool)
@@ -422,12 +423,12 @@ def compile_check(device: str, smoke: bool) -> dict:
         run = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=mode == "compiled"))
         row, stamps = _timed_train(run)
         later = stamps[steps // 2 :]  # after compilation and warm-up
-        row["step_ms"] = 1e3 * statistics.median(b - a for a, b in zip(later, later[1:]))  # evaluations excluded
+        row["step_ms"] = 1e3 * statistics.median(b - a for a, b in itertools.pairwise(later))  # evaluations excluded
         out[mode] = row
         print(f"  {mode:9s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
     out["step_time_ratio_compiled_over_eager"] = out["compiled"]["step_ms"] / out["eager"]["step_ms"]
     out["largest_relative_loss_gap"] = max(abs(a - b) / abs(b) for a, b in
-                                           zip(out["compiled"]["train_loss"], out["eager"]["train_loss"]))
+                                           zip(out["compiled"]["train_loss"], out["eager"]["train_loss"], strict=True))
     return out
 
 

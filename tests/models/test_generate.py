@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -119,7 +121,7 @@ def test_extra_cache_state_does_not_grow(variant, extra):
     heads, head_dim, layers, nbytes = 4, 8, 2, 8  # float64
     vector = heads * head_dim * nbytes
     assert {s[0] for s in sizes} == {extra * vector * layers}  # one raw vector per sheared stream
-    per_token = [b[1] - a[1] for a, b in zip(sizes, sizes[1:])]
+    per_token = [b[1] - a[1] for a, b in itertools.pairwise(sizes)]
     assert set(per_token) == {2 * vector * layers}  # exactly a plain KV cache's k and v
 
 
@@ -169,7 +171,7 @@ def test_generation_stops_each_row_at_eos():
     free = generate(model, prompt, 12).sequences[:, 5:]  # (4, 12) without EOS
     eos = int(free[0, 2])  # row 0 emits it at step 2; other rows whenever they happen to
     out = generate(model, prompt, 12, eos_token_id=eos, pad_token_id=0).sequences[:, 5:]
-    for row, new in zip(free, out):
+    for row, new in zip(free, out, strict=True):
         hits = (row == eos).nonzero()
         stop = int(hits[0]) if len(hits) else None
         kept = len(new) if stop is None else stop + 1

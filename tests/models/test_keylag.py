@@ -48,7 +48,8 @@ def test_the_convolution_without_starts_equals_its_form_with_explicit_starts(ker
     fast, general = conv(x, None), conv(x, only_t0)
     g = torch.randn_like(fast)
     assert torch.equal(fast, general)
-    for a, b in zip(torch.autograd.grad(fast, (x, conv.weight), g), torch.autograd.grad(general, (x, conv.weight), g)):
+    grads = torch.autograd.grad(fast, (x, conv.weight), g), torch.autograd.grad(general, (x, conv.weight), g)
+    for a, b in zip(*grads, strict=True):
         assert torch.equal(a, b)
 
 

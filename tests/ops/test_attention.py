@@ -85,7 +85,7 @@ def test_backward_through_fast_path_matches_reference():
     for fn in (psa_attention, psa_attention_reference):
         out = fn(q, k, v, gamma_q=0.3, gamma_k=0.8, is_causal=True)
         grads.append(torch.autograd.grad(out.square().sum(), (q, k, v)))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-10)
 
 

@@ -42,7 +42,7 @@ def forward_and_grads(backend, q, k, v, **kwargs):
                         **{n: leaves[n] for n in ("prev_q", "prev_k") if n in leaves})
     upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
     grads = torch.autograd.grad(out, list(leaves.values()), upstream)
-    return out, dict(zip(leaves, grads))
+    return out, dict(zip(leaves, grads, strict=True))
 
 
 def assert_matches_reference(q, k, v, atol=1e-12, **kwargs):

@@ -166,7 +166,7 @@ class PSACache:
     def restore(self, saved: PSACache) -> None:
         """Return to the state of ``saved``, a ``fork`` of this cache taken earlier (a forward
         pass that fails part-way restores the cache it was extending)."""
-        for layer, before in zip(self.layers, saved.layers):
+        for layer, before in zip(self.layers, saved.layers, strict=True):
             layer.__dict__.update(before.__dict__)
         self.__dict__.update({k: v for k, v in saved.__dict__.items() if k != "layers"})
 
