@@ -16,7 +16,7 @@ ENTRY_POINTS = [
 #: the same, needing transformers (the hf extra)
 HF_ENTRY_POINTS = ["psattn.integrations.hf.patch.apply_psa", "psattn.integrations.hf.patch.remove_psa",
                    "psattn.integrations.hf.patch.load_psa_model",
-                   pytest.param("psattn.integrations.hf.decoder_model.export_hf", marks=pytest.mark.slow)]  # trains: ~15 s
+                   pytest.param("psattn.export.hf.export_hf", marks=pytest.mark.slow)]  # trains: ~15 s
 
 
 def _run_examples(path: str) -> None:

@@ -1,6 +1,7 @@
 """The import layering of docs/architecture.md, checked on the source: a package imports only from
 its own layer and the layers below it; the data (tasks, text data) never imports models, training or
-anything above; theory and meanfield are leaves; nothing imports the package face
+anything above; theory and meanfield are leaves; the transformers bridge (integrations) imports only
+the operator and the models; nothing imports the package face
 (``psattn/__init__.py``), which is for users; and no two modules import each other, directly or
 through others."""
 
@@ -33,6 +34,9 @@ LEAVES = {
 }
 for leaf in LEAVES:
     LAYERS[leaf] = 5  # importable by the layers from 5 up: export, integrations, experiments, the commands
+#: bridges to other libraries: what they may import besides layer 0 and themselves (the transformers bridge
+#: needs the operator and the model, never training: exporting a trained run is export's)
+BRIDGES = {"integrations": {"ops", "models"}}
 
 
 def top(module: str) -> str | None:
@@ -72,6 +76,9 @@ def test_imports_follow_the_layers(owner, path):
         assert imported != "", f"{path.relative_to(SRC)} imports the package face; import the module that defines the name"
         if owner in LEAVES:
             assert imported in LEAVES[owner], f"{path.relative_to(SRC)} ({owner}, a leaf) imports {imported}"
+        elif owner in BRIDGES:
+            assert imported in BRIDGES[owner] or LAYERS[imported] == 0, (
+                f"{path.relative_to(SRC)} ({owner}, a bridge) imports {imported}: it may import {sorted(BRIDGES[owner])}")
         elif owner in DATA:
             assert imported in DATA or LAYERS[imported] == 0, (
                 f"{path.relative_to(SRC)} ({owner}, data) imports {imported}: data never imports the operator, "

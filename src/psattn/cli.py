@@ -227,7 +227,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.force and args.format != "hf":
         raise ValueError("--force applies to --format hf (ONNX and ExecuTorch files replace an earlier export's)")
     if args.format == "hf":
-        from psattn.integrations.hf.decoder_model import export_hf
+        from psattn.export.hf import export_hf
 
         print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out, force=args.force)} "
               "(import psattn.integrations.hf, then AutoModelForCausalLM.from_pretrained)")
