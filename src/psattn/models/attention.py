@@ -18,27 +18,29 @@ nothing only reads:
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
 
 With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
-positions), keys and values still come from every position but only the marked queries attend;
-the result is exact and a query costs O(T) instead of every row costing it. When the query at t
-depends on ``x_t`` and ``x_{t-1}`` alone (the standard shear, no key-lag module mixing queries), only the
-marked positions' queries (and, with a query shear, their predecessors') are computed. The hook
-points need every row, so a hooked layer computes them all.
+positions), only the marked queries attend (``psattn.models.marked``). The hook points need every
+row, so a hooked layer computes them all.
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from psattn.models.config import AttentionConfig
 from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
+from psattn.models.marked import attend_marked
 from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
 from psattn.ops.hooks import HookPoint, active, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import momentum, shear
+
+#: a shear function: (x, gamma, *, starts, prev, boundary) -> x̂ (B, H, T, D)
+ShearFn = Callable[..., Tensor]
 
 
 class PhaseSpaceAttention(nn.Module):
@@ -65,6 +67,7 @@ class PhaseSpaceAttention(nn.Module):
         rotary_fraction: float = 1.0,
         dropout: float = 0.0,
         head_dim: int | None = None,
+        shear_fn: ShearFn = shear,
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -80,9 +83,9 @@ class PhaseSpaceAttention(nn.Module):
         self.post_rope = self.config.placement == "post_rope"
         self.boundary = self.config.boundary
         self.dropout = dropout
-        # the shear (x, gamma, *, starts, prev, boundary) -> x + gamma (x - x_prev); assign another
-        # function of that signature to study a different operator (psattn.theory.operators does)
-        self.shear_fn = shear
+        # the shear (x, gamma, *, starts, prev, boundary) -> x + gamma (x - x_prev); another function of
+        # that signature studies a different operator (psattn.theory.operators does)
+        self.shear_fn = shear_fn
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -103,7 +106,7 @@ class PhaseSpaceAttention(nn.Module):
         return self.shear_fn(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
 
     @property
-    def _local_queries(self) -> bool:
+    def local_queries(self) -> bool:
         """Whether q̂_t depends on ``x_t`` and ``x_{t-1}`` alone (the standard shear, no key-lag module that
         mixes queries), so that the queries of a few positions can be computed without the others."""
         mixed = self.key_lag is not None and self.key_lag.mixes_queries
@@ -118,7 +121,7 @@ class PhaseSpaceAttention(nn.Module):
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if queries is not None and cache is None and not active(self) and bool(queries.any()):
-            return self.o_proj(self._attend_marked(x, ctx, queries))  # (N, d_model)
+            return self.o_proj(attend_marked(self, x, ctx, queries))  # (N, d_model): the scored positions alone
         if self._one_call(cache):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
         else:
@@ -148,11 +151,19 @@ class PhaseSpaceAttention(nn.Module):
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, d_model) -> q (B, Hq, T, D), k and v (B, Hkv, T, D), before RoPE."""
+        return (self.project_queries(x), *self.project_keys_values(x))
+
+    def project_queries(self, x: Tensor) -> Tensor:
+        """x (B, R, d_model) -> q (B, Hq, R, D), before RoPE."""
+        B, R, _ = x.shape
+        return self.q_proj(x).view(B, R, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, R, D)
+
+    def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, T, d_model) -> k and v (B, Hkv, T, D), before RoPE."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        return q, k, v
+        return k, v
 
     def _streams(self, x: Tensor, ctx: AttentionContext, cache: LayerCache | None) -> tuple[Tensor, Tensor, Tensor]:
         """q̂ (B, Hq, T, D), k̂ and v (B, Hkv, S, D) as attention sees them: projected, rotated and
@@ -205,76 +216,6 @@ class PhaseSpaceAttention(nn.Module):
             )  # (B, Hq, T, D)
         return self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
 
-    def _attend_marked(self, x: Tensor, ctx: AttentionContext, queries: Tensor) -> Tensor:
-        """The unhooked, uncached forward for the marked positions alone -> (N, Hq * D): q̂ of those
-        positions only when that is cheaper (they, and with a query shear their predecessors, are at
-        most half the row), else every q̂ and then a gather."""
-        index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
-        B, Tq = index.shape
-        T = x.shape[1]
-        if self._local_queries and 2 * Tq * (1 + (self.gamma_q != 0.0)) <= T:
-            q_sel = self._marked_queries(x, ctx, index)  # (B, Hq, Tq, D)
-            k_hat, v = self._keys_values(x, ctx)
-        else:
-            q_hat, k_hat, v = self._streams(x, ctx, None)
-            at = index[:, None, :, None].expand(B, self.n_heads, Tq, self.head_dim)  # (B, Hq, Tq, D)
-            q_sel = q_hat.gather(2, at)  # (B, Hq, Tq, D)
-        return self._attend_from(index, filled, q_sel, k_hat, v, ctx)
-
-    def _keys_values(self, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-        """k̂ and v (B, Hkv, T, D) of every position, for a layer whose queries are computed apart."""
-        B, T, _ = x.shape
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        cos, sin = self.rope(ctx.position_ids, x.dtype)
-        if self.post_rope:
-            k = apply_rope(k, cos, sin)
-            if self.key_lag is not None:  # post-RoPE and not mixing queries, or this path is not taken
-                _, k, v = self.key_lag(None, k, v, ctx.starts)
-            return self._shear(k, self.gamma_k, ctx, None), v
-        return apply_rope(self._shear(k, self.gamma_k, ctx, None), cos, sin), v
-
-    def _marked_queries(self, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
-        """q̂ (B, Hq, Tq, D) at the positions ``index`` (B, Tq) alone, from x at those positions and,
-        with a query shear, at the positions before them: each (previous, current) pair is sheared as
-        a two-token stream that starts at its first token, and again at its second when that is a
-        sequence start, so the boundary rule is the stream's own."""
-        B, Tq = index.shape
-        paired = self.gamma_q != 0.0
-        rows = torch.cat([(index - 1).clamp(min=0), index], 1) if paired else index  # (B, R): R = 2 Tq or Tq
-        x_rows = x.gather(1, rows[..., None].expand(*rows.shape, x.shape[-1]))  # (B, R, d_model)
-        q = self.q_proj(x_rows).view(B, rows.shape[1], self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, R, D)
-        cos, sin = self.rope(ctx.position_ids.gather(1, rows), x.dtype)  # (B, 1, R, r)
-        if self.post_rope:
-            q = apply_rope(q, cos, sin)
-        if paired:
-            starts = index == 0 if ctx.starts is None else ctx.starts.gather(1, index)  # (B, Tq)
-            pairs = q.unflatten(2, (2, Tq)).permute(0, 3, 1, 2, 4).flatten(0, 1)  # (B Tq, Hq, 2, D)
-            pair_starts = torch.stack([torch.ones_like(starts), starts], -1).flatten(0, 1)  # (B Tq, 2)
-            sheared = shear(pairs, self.gamma_q, starts=pair_starts, boundary=self.boundary)[:, :, 1]  # (B Tq, Hq, D)
-            q = sheared.unflatten(0, (B, Tq)).transpose(1, 2)  # (B, Hq, Tq, D)
-        if not self.post_rope:
-            q = apply_rope(q, cos[:, :, -Tq:], sin[:, :, -Tq:])
-        return q
-
-    def _attend_from(self, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
-                     ctx: AttentionContext) -> Tensor:
-        """Attention outputs (N, Hq * D) of the gathered queries q_sel (B, Hq, Tq, D) at positions
-        ``index`` (B, Tq), of which ``filled`` are real, in row-major order: each gathered query
-        keeps the keys its own row of the mask allows."""
-        B, Hq, Tq, D = q_sel.shape
-        T = k_hat.shape[2]
-        if ctx.attn_mask is None:  # causal: a query at position p sees keys 0..p
-            mask = (torch.arange(T, device=q_sel.device) <= index[:, :, None])[:, None]  # (B, 1, Tq, T)
-        else:
-            full = ctx.attn_mask.expand(B, 1, T, ctx.attn_mask.shape[-1])  # (B, 1, T, S)
-            mask = full.gather(2, index[:, None, :, None].expand(B, 1, Tq, full.shape[-1]))  # (B, 1, Tq, S)
-        out = F.scaled_dot_product_attention(
-            q_sel, k_hat, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.n_heads != self.n_kv_heads,
-        )  # (B, Hq, Tq, D)
-        return out.transpose(1, 2).reshape(B, Tq, Hq * D)[filled]  # (N, Hq * D)
-
     def _score_terms(self, site_q, site_k, q, k, ctx, cos, sin) -> ScoreTerms:
         """T1..T4 with momenta taken where the shear acts (rotated afterwards for pre-RoPE), so that
         their sum is always q̂ᵀk̂."""
@@ -285,12 +226,3 @@ class PhaseSpaceAttention(nn.Module):
         k, p_k = expand_kv_heads(k, self.n_heads), expand_kv_heads(p_k, self.n_heads)
         return ScoreTerms.from_streams(q, p_q, k, p_k, self.gamma_q, self.gamma_k)
 
-
-def marked_first(queries: Tensor) -> tuple[Tensor, Tensor]:
-    """queries (B, T) bool -> index (B, Tq) of each row's marked positions first, in order (Tq: the
-    most marked in a row), and filled (B, Tq): which entries of the index are marked positions."""
-    counts = queries.sum(1)  # (B,)
-    Tq = int(counts.max())
-    index = torch.argsort((~queries).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
-    filled = torch.arange(Tq, device=queries.device) < counts[:, None]  # (B, Tq)
-    return index, filled

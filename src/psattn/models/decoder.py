@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from psattn.models.attention import PhaseSpaceAttention
+from psattn.models.attention import PhaseSpaceAttention, ShearFn
 from psattn.models.config import ModelConfig
 from psattn.models.context import build_context
 from psattn.ops.cache import PSACache
+from psattn.ops.shear import shear
 
 
 def _norm(config: ModelConfig) -> nn.Module:
@@ -35,13 +36,13 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """One pre-norm transformer block: x + attention(norm(x)), then x + MLP(norm(x)) where it has one."""
-    def __init__(self, config: ModelConfig, layer: int):
+    def __init__(self, config: ModelConfig, layer: int, shear_fn: ShearFn = shear):
         super().__init__()
         self.norm_attn = _norm(config)
         self.attn = PhaseSpaceAttention(
             config.d_model, config.n_heads, config.n_kv_heads, config.layer_attention_configs()[layer],
             rope_base=config.rope_base, rotary_fraction=config.rotary_fraction, dropout=config.dropout,
-            head_dim=config.head_dim,
+            head_dim=config.head_dim, shear_fn=shear_fn,
         )
         self.drop = nn.Dropout(config.dropout)
         has_mlp = config.layer_mlps()[layer]
@@ -66,6 +67,8 @@ class DecoderLM(nn.Module):
 
     Args:
         config: the model's ``ModelConfig``; its ``attention`` chooses PSA's variant and γ per layer.
+        shear_fn: the shear every layer applies, ``(x, gamma, *, starts, prev, boundary) -> x̂``
+            (default ``psattn.ops.shear``; ``psattn.theory.operators`` passes others to study them).
 
     Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
     ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.
@@ -80,12 +83,12 @@ class DecoderLM(nn.Module):
 
     blocks: list[Block]  # an nn.ModuleList, typed by what it holds (torch's ModuleList is not generic)
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, *, shear_fn: ShearFn = shear):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))  # type: ignore[assignment]
+        self.blocks = nn.ModuleList(Block(config, i, shear_fn) for i in range(config.n_layers))  # type: ignore[assignment]
         self.norm_final = _norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         std = config.init_std

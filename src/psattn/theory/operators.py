@@ -12,8 +12,7 @@ operator bundles everything the certificates exercise:
 
 ``OperatorUnderTest.sheared`` gives the stream that enters attention as a function of the
 post-RoPE stream (the frame the claims are made in); ``OperatorUnderTest.build_model`` builds a
-``DecoderLM`` that runs this operator, by setting each attention layer's
-``shear_fn``.
+``DecoderLM`` that runs this operator (its ``shear_fn``).
 
 The mutants (``MUTANTS``) are the bugs the certificates must catch: a shear with the wrong sign,
 a shear that looks one token ahead instead of back, pre-RoPE placement where post-RoPE is claimed,
@@ -76,13 +75,11 @@ class OperatorUnderTest:
         attention = AttentionConfig(cast(Variant, variant), gamma, self.placement)  # AttentionConfig checks the variant
         config = ModelConfig(**{**base, **fields}, attention=attention)
         torch.manual_seed(seed)
-        model = DecoderLM(config).to(dtype).eval()
+        model = DecoderLM(config, shear_fn=self.shear).to(dtype).eval()
         with torch.no_grad():
             for p in model.parameters():
                 if p.dim() == 2:
                     p.normal_(0.0, std)
-        for block in model.blocks:
-            block.attn.shear_fn = self.shear
         return model
 
     def new_cache(self, model: DecoderLM, max_rollback: int = 0) -> PSACache:
