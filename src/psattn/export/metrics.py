@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.tasks.batch import TaskBatch
+from psattn.tasks.batch import accuracy as task_accuracy
 from psattn.text.metrics import bits_per_byte, icl_score
 
 
@@ -39,7 +40,5 @@ def greedy_agreement(reference: np.ndarray, other: np.ndarray) -> dict[str, floa
 
 
 def accuracy(logits: np.ndarray, batch: TaskBatch) -> float:
-    """Next-token accuracy of ``logits`` (B, T, V) on the batch's scored positions."""
-    targets = batch.targets.numpy()
-    scored = targets != IGNORE_INDEX
-    return float((logits.argmax(-1)[scored] == targets[scored]).mean())
+    """``psattn.tasks.batch.accuracy`` of a runtime's NumPy logits (B, T, V) on the batch's scored positions."""
+    return task_accuracy(torch.from_numpy(np.ascontiguousarray(logits)), batch)
