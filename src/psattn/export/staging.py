@@ -91,7 +91,7 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
-def _one_line(err: BaseException, target: Path, staging: Path, final: Path) -> BaseException:
+def _export_error(err: BaseException, target: Path, staging: Path, final: Path) -> BaseException:
     """``err`` as the error the export raises: Ctrl-C stays an interrupt; our own one-line errors pass;
     an exporter's or the disk's error becomes one ``ExportFailed`` line naming the target (a file named
     inside ``staging`` is named where it would have gone, in ``final``)."""
@@ -117,7 +117,7 @@ def _foreign(folder: Path) -> list[str]:
 
 
 def _reraise(err: BaseException, target: Path, staging: Path, final: Path) -> NoReturn:
-    converted = _one_line(err, target, staging, final)
+    converted = _export_error(err, target, staging, final)
     if converted is err:
         raise err
     raise converted from (None if isinstance(converted, KeyboardInterrupt) else err)

@@ -112,10 +112,10 @@ def placed(model: Model, device: torch.device) -> Model:
     except (MemoryError, RuntimeError) as err:
         if not isinstance(err, MemoryError) and "memory" not in str(err).lower() and "alloc" not in str(err).lower():
             raise
-        raise ValueError(f"the model does not fit in memory on {device} ({_one_line(err)}); "
+        raise ValueError(f"the model does not fit in memory on {device} ({_first_line(err)}); "
                          "make it smaller (model.d_model, model.n_layers, model.vocab_size)") from None
 
 
-def _one_line(err: BaseException) -> str:
+def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return (text.splitlines()[0] if text else type(err).__name__)[:200]
