@@ -95,7 +95,7 @@ def run(name: str) -> dict:
             break
         batch = sample_task(config.task, config.train.batch_size, step_generator(config.train.seed, step))
         scored = batch.targets != IGNORE_INDEX
-        loss = lm_loss(model(batch.inputs, output_mask=scored), batch.targets[scored])
+        loss = lm_loss(model(batch.inputs, scored=scored), batch.targets[scored])
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)

@@ -28,7 +28,7 @@ OUTPUT_MASK_CASES = [  # (variant, placement, model fields): MHA and GQA, one an
 
 @pytest.mark.parametrize("variant, placement, fields", OUTPUT_MASK_CASES)
 @pytest.mark.parametrize("inputs", ["plain", "left_padded", "packed"])
-def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(variant, placement, fields, inputs):
+def test_scored_gives_the_logits_and_gradients_of_the_marked_positions(variant, placement, fields, inputs):
     """Only the marked positions of the last block attend; logits and every gradient equal those of
     the full forward pass at those positions, for plain, left-padded and packed batches."""
     gamma = 0.0 if variant in ("canon", "primer_dconv", "kv_shift", "smeared_keys") else 0.8
@@ -47,7 +47,7 @@ def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(vari
 
     def logits_and_grads(masked: bool):
         model.zero_grad()
-        logits = model(x, output_mask=keep, **kwargs) if masked else model(x, **kwargs)[keep]  # (N, V)
+        logits = model(x, scored=keep, **kwargs) if masked else model(x, **kwargs)[keep]  # (N, V)
         (logits * weights).sum().backward()
         return logits.detach(), [p.grad.clone() for p in model.parameters()]
 
@@ -62,7 +62,7 @@ def test_output_mask_gives_the_logits_and_gradients_of_the_marked_positions(vari
     ("key_only", 4, 4), ("baseline", 4, 4), ("smeared_keys", 4, 4), ("kv_shift", 4, 4), ("symmetric", 4, 8),
     ("query_only", 4, 8), ("canon", 4, 17), ("primer_dconv", 4, 17), ("key_only", 9, 17), ("symmetric", 5, 17),
 ])
-def test_output_mask_computes_only_the_queries_of_the_marked_positions(variant, marked, rows):
+def test_scored_computes_only_the_queries_of_the_marked_positions(variant, marked, rows):
     """Unless a key-lag module mixes queries, q̂_t depends on x_t and x_{t-1} alone, so the last layer
     projects the queries of the marked positions only (the most in a row), and with a query shear
     those of their predecessors too, as long as that is at most half the row; otherwise every position."""
@@ -73,23 +73,34 @@ def test_output_mask_computes_only_the_queries_of_the_marked_positions(variant, 
     seen = []
     model.blocks[-1].attn.q_proj.register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
     x = torch.randint(0, 37, (2, 17))
-    assert torch.allclose(model(x, output_mask=keep), model(x)[keep], atol=1e-10)
+    assert torch.allclose(model(x, scored=keep), model(x)[keep], atol=1e-10)
     assert seen[0] == (2, rows, model.config.d_model)
 
 
-def test_output_mask_with_a_hooked_last_layer_computes_every_row():
+def test_scored_with_a_hooked_last_layer_computes_every_row():
     """A listener on the last layer sees every position, and the logits are still those of the mask."""
     model = random_model("key_only")
     x = torch.randint(0, 37, (2, 9))
     keep = torch.zeros(2, 9, dtype=torch.bool)
     keep[:, -1] = True
     with capture(model, "blocks.1.attn.hook_pattern") as seen:
-        logits = model(x, output_mask=keep)
+        logits = model(x, scored=keep)
     assert seen["blocks.1.attn.hook_pattern"].shape == (2, 4, 9, 9)
     assert torch.allclose(logits, model(x)[keep], atol=1e-10)
-    assert model(x, output_mask=torch.zeros_like(keep)).shape == (0, 37)
-    with pytest.raises(ValueError, match="output_mask must be"):
-        model(x, output_mask=keep[:, :4])
+    assert model(x, scored=torch.zeros_like(keep)).shape == (0, 37)
+    with pytest.raises(ValueError, match="scored must be"):
+        model(x, scored=keep[:, :4])
+
+
+def test_output_mask_is_the_former_name_of_scored():
+    model = random_model("key_only")
+    x = torch.randint(0, 37, (2, 9))
+    keep = torch.zeros(2, 9, dtype=torch.bool)
+    keep[:, [3, 8]] = True
+    with pytest.warns(DeprecationWarning, match="now called scored"):
+        assert torch.equal(model(x, output_mask=keep), model(x, scored=keep))
+    with pytest.raises(ValueError, match="scored alone"):
+        model(x, scored=keep, output_mask=keep)
 
 
 @pytest.mark.parametrize("init, std", [("scaled", (3 * 64) ** -0.5), (0.1, 0.1), ("torch", None)])

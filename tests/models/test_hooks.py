@@ -104,7 +104,7 @@ def test_an_unhooked_layer_takes_the_few_queries_path(monkeypatch):
     want = model(x)[keep]
     attn = model.blocks[-1].attn
     monkeypatch.setattr(attn, "_attend", lambda *a: pytest.fail("the full attention ran for two scored positions"))
-    assert torch.allclose(model(x, output_mask=keep), want, atol=1e-10)
+    assert torch.allclose(model(x, scored=keep), want, atol=1e-10)
 
 
 def test_patch_always_detaches_its_hooks_and_refuses_a_name_that_matches_nothing():

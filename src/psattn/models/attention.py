@@ -17,8 +17,8 @@ nothing only reads:
   layer attends with the explicit pattern (the one the hook returns, if any) instead of SDPA;
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
 
-With ``queries`` (the positions whose output is needed, as when a model is trained on a few scored
-positions), only the marked queries attend (``psattn.models.marked``). The hook points need every
+With ``scored`` (the positions whose output is needed, as when a model is trained on a few scored
+positions), only those queries attend (``psattn.models.marked``). The hook points need every
 row, so a hooked layer computes them all.
 """
 
@@ -113,21 +113,21 @@ class PhaseSpaceAttention(nn.Module):
         return not mixed and self.shear_fn is shear
 
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
-                queries: Tensor | None = None) -> Tensor:
-        """x (B, T, d_model) -> (B, T, d_model); with ``queries`` (B, T) bool, the outputs of the
-        marked positions alone: -> (N, d_model) in row-major order."""
+                scored: Tensor | None = None) -> Tensor:
+        """x (B, T, d_model) -> (B, T, d_model); with ``scored`` (B, T) bool, the outputs of the
+        scored positions alone: -> (N, d_model) in row-major order."""
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
-        if queries is not None and cache is None and not active(self) and bool(queries.any()):
-            return self.o_proj(attend_marked(self, x, ctx, queries))  # (N, d_model): the scored positions alone
+        if scored is not None and cache is None and not active(self) and bool(scored.any()):
+            return self.o_proj(attend_marked(self, x, ctx, scored))  # (N, d_model): the scored positions alone
         if self._one_call(cache):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
         else:
             q_hat, k_hat, v = self._streams(x, ctx, cache)
             out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
-        return self.o_proj(out if queries is None else out[queries])  # (B, T, d_model) or (N, d_model)
+        return self.o_proj(out if scored is None else out[scored])  # (B, T, d_model) or (N, d_model)
 
     def _one_call(self, cache: LayerCache | None) -> bool:
         """Whether shear and attention can be one ``psa_attention`` call: the standard post-RoPE shear,

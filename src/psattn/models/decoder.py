@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -50,13 +52,13 @@ class Block(nn.Module):
         assert config.d_mlp is not None  # ModelConfig fills it in
         self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if has_mlp else None
 
-    def forward(self, h, context, cache=None, keep: Tensor | None = None):
-        """h (B, T, C) -> (B, T, C); with ``keep`` (B, T) bool, only the kept positions attend and go
+    def forward(self, h, context, cache=None, scored: Tensor | None = None):
+        """h (B, T, C) -> (B, T, C); with ``scored`` (B, T) bool, only the scored positions attend and go
         on through the position-wise MLP: -> (N, C)."""
-        if keep is None:
+        if scored is None:
             h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
         else:
-            h = h[keep] + self.drop(self.attn(self.norm_attn(h), context, cache, queries=keep))  # (N, C)
+            h = h[scored] + self.drop(self.attn(self.norm_attn(h), context, cache, scored=scored))  # (N, C)
         if self.mlp is not None and self.norm_mlp is not None:  # set together
             h = h + self.mlp(self.norm_mlp(h))
         return h
@@ -124,17 +126,19 @@ class DecoderLM(nn.Module):
         position_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         cache: PSACache | None = None,
+        scored: Tensor | None = None,
         output_mask: Tensor | None = None,
     ) -> Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
         ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
         ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
-        the tokens continue the cached ones and the cache is extended. With ``output_mask`` (B, T)
-        bool, only the logits of the marked positions are computed, as (N, V) in row-major order:
-        in the last block only those positions attend (keys and values still come from every
-        position), and everything after that attention is position-wise, so the last block's MLP,
-        the final norm and the LM head run there alone (training on a few scored positions costs less).
+        the tokens continue the cached ones and the cache is extended. With ``scored`` (B, T) bool (a
+        ``TaskBatch``'s ``scored``), only the logits of the marked positions are computed, as (N, V) in
+        row-major order: in the last block only those positions attend (keys and values still come
+        from every position), and everything after that attention is position-wise, so the last
+        block's MLP, the final norm and the LM head run there alone (training on a few scored positions
+        costs less). ``output_mask`` is its former name, still accepted with a DeprecationWarning.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
@@ -142,18 +146,23 @@ class DecoderLM(nn.Module):
             raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         if cache is not None and len(cache.layers) != len(self.blocks):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
-        if output_mask is not None and output_mask.shape != input_ids.shape:
-            raise ValueError(f"output_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(output_mask.shape)}")
+        if output_mask is not None:
+            if scored is not None:
+                raise ValueError("pass scored alone (output_mask is its former name)")
+            warnings.warn("DecoderLM's output_mask is now called scored", DeprecationWarning, stacklevel=2)
+            scored = output_mask
+        if scored is not None and scored.shape != input_ids.shape:
+            raise ValueError(f"scored must be (B, T) = {tuple(input_ids.shape)}, got {tuple(scored.shape)}")
         if cache is None:
-            return self._forward(input_ids, position_ids, attention_mask, None, output_mask)
+            return self._forward(input_ids, position_ids, attention_mask, None, scored)
         before = cache.fork()
         try:
-            return self._forward(input_ids, position_ids, attention_mask, cache, output_mask)
+            return self._forward(input_ids, position_ids, attention_mask, cache, scored)
         except BaseException:
             cache.restore(before)  # a failed call leaves the cache as it was
             raise
 
-    def _forward(self, input_ids, position_ids, attention_mask, cache, output_mask) -> Tensor:
+    def _forward(self, input_ids, position_ids, attention_mask, cache, scored) -> Tensor:
         B, T = input_ids.shape
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
@@ -161,7 +170,7 @@ class DecoderLM(nn.Module):
         h = self.drop(self.embed(input_ids))  # (B, T, C)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            h = block(h, context, None if cache is None else cache.layers[i], output_mask if i == last else None)
+            h = block(h, context, None if cache is None else cache.layers[i], scored if i == last else None)
         if cache is not None:
             cache.record(context.chunk)  # the chunk's positions, sequences and padding, beside its keys
-        return self.lm_head(self.norm_final(h))  # (B, T, V), or (N, V) with output_mask
+        return self.lm_head(self.norm_final(h))  # (B, T, V), or (N, V) with scored

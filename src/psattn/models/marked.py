@@ -46,10 +46,10 @@ class PhaseSpaceAttention(Protocol):
     def _streams(self, x: Tensor, ctx: AttentionContext, cache: Any) -> tuple[Tensor, Tensor, Tensor]: ...
 
 
-def attend_marked(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext, queries: Tensor) -> Tensor:
-    """The unhooked, uncached attention outputs (N, Hq * D) of ``layer`` at the positions ``queries``
+def attend_marked(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext, scored: Tensor) -> Tensor:
+    """The unhooked, uncached attention outputs (N, Hq * D) of ``layer`` at the positions ``scored``
     (B, T) marks, in row-major order, from x (B, T, d_model)."""
-    index, filled = marked_first(queries)  # (B, Tq), (B, Tq)
+    index, filled = marked_first(scored)  # (B, Tq), (B, Tq)
     B, Tq = index.shape
     rows_needed = Tq * (1 + (layer.gamma_q != 0.0))  # with a query shear, each query's predecessor too
     if layer.local_queries and 2 * rows_needed <= x.shape[1]:  # cheaper than every row
@@ -62,13 +62,13 @@ def attend_marked(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext, 
     return attend_from(layer, index, filled, q_sel, k_hat, v, ctx)
 
 
-def marked_first(queries: Tensor) -> tuple[Tensor, Tensor]:
-    """queries (B, T) bool -> index (B, Tq) of each row's marked positions first, in order (Tq: the
+def marked_first(scored: Tensor) -> tuple[Tensor, Tensor]:
+    """scored (B, T) bool -> index (B, Tq) of each row's marked positions first, in order (Tq: the
     most marked in a row), and filled (B, Tq): which entries of the index are marked positions."""
-    counts = queries.sum(1)  # (B,)
+    counts = scored.sum(1)  # (B,)
     Tq = int(counts.max())
-    index = torch.argsort((~queries).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
-    filled = torch.arange(Tq, device=queries.device) < counts[:, None]  # (B, Tq)
+    index = torch.argsort((~scored).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
+    filled = torch.arange(Tq, device=scored.device) < counts[:, None]  # (B, Tq)
     return index, filled
 
 

@@ -32,7 +32,7 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
     for start in range(0, len(batch), chunk):
         inputs, targets = batch.inputs[start : start + chunk], batch.targets[start : start + chunk]
         scored = targets != IGNORE_INDEX
-        logits = model(inputs, output_mask=scored)  # (N, V)
+        logits = model(inputs, scored=scored)  # (N, V)
         correct += int((logits.argmax(-1) == targets[scored]).sum())
         total += int(scored.sum())
         loss_sum += float(F.cross_entropy(logits, targets[scored], reduction="sum"))

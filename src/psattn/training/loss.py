@@ -34,7 +34,7 @@ def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: to
             if t.compile:  # a data-dependent shape would break the compiled graph
                 return shard_loss(net(inputs), targets, scored, ddp)
             keep = targets != IGNORE_INDEX
-            logits = net(inputs, output_mask=keep)  # (N, V): the scored positions only
+            logits = net(inputs, scored=keep)  # (N, V): the scored positions only
         return shard_loss(logits, targets[keep], scored, ddp)
 
     return forward

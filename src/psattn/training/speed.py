@@ -34,7 +34,7 @@ def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], Non
     for step in range(steps):
         batch = sample_task(config.task, t.batch_size, step_generator(t.seed, step))
         keep = batch.targets != IGNORE_INDEX
-        loss = lm_loss(model(batch.inputs, output_mask=keep), batch.targets[keep])
+        loss = lm_loss(model(batch.inputs, scored=keep), batch.targets[keep])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
