@@ -187,6 +187,7 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
+    """The run's ``meta.json`` as a dict; empty when it is missing or unreadable."""
     try:
         meta = read_json(run_dir / META, what="run metadata", object_only=True)
     except ValueError:

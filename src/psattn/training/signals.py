@@ -54,4 +54,5 @@ class StopFlag:
         return self.signum is not None
 
     def installed(self):
+        """A context in which the stop signals set this flag instead of stopping the process (main thread only)."""
         return on_stop_signals(lambda signum, _frame: setattr(self, "signum", signum))
