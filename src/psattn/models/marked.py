@@ -22,7 +22,7 @@ from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import Boundary
 
 
-class PhaseSpaceAttention(Protocol):
+class AttentionLayer(Protocol):
     """What this path reads of a ``psattn.models.attention.PhaseSpaceAttention`` layer."""
 
     n_heads: int
@@ -39,14 +39,20 @@ class PhaseSpaceAttention(Protocol):
     shear_fn: Callable[..., Tensor]
 
     @property
-    def local_queries(self) -> bool: ...
-    def project_queries(self, x: Tensor) -> Tensor: ...
-    def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]: ...
+    def local_queries(self) -> bool:
+        """Whether q̂_t depends on ``x_t`` and ``x_{t-1}`` alone."""
+
+    def project_queries(self, x: Tensor) -> Tensor:
+        """x (B, R, d_model) -> q (B, Hq, R, D), before RoPE."""
+
+    def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, T, d_model) -> k and v (B, Hkv, T, D), before RoPE."""
+
     def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor: ...
     def _streams(self, x: Tensor, ctx: AttentionContext, cache: Any) -> tuple[Tensor, Tensor, Tensor]: ...
 
 
-def attend_marked(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext, scored: Tensor) -> Tensor:
+def attend_marked(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, scored: Tensor) -> Tensor:
     """The unhooked, uncached attention outputs (N, Hq * D) of ``layer`` at the positions ``scored``
     (B, T) marks, in row-major order, from x (B, T, d_model)."""
     index, filled = marked_first(scored)  # (B, Tq), (B, Tq)
@@ -72,7 +78,7 @@ def marked_first(scored: Tensor) -> tuple[Tensor, Tensor]:
     return index, filled
 
 
-def keys_values(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+def keys_values(layer: AttentionLayer, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
     """k̂ and v (B, Hkv, T, D) of every position, for a layer whose queries are computed apart."""
     k, v = layer.project_keys_values(x)  # (B, Hkv, T, D) each
     cos, sin = layer.rope(ctx.position_ids, x.dtype)
@@ -84,7 +90,7 @@ def keys_values(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext) ->
     return layer._shear(k, layer.gamma_k, ctx, None), v
 
 
-def marked_queries(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
+def marked_queries(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
     """q̂ (B, Hq, Tq, D) at the positions ``index`` (B, Tq) alone, from x at those positions and, with a
     query shear, at the positions before them: each (previous, current) pair is sheared as a two-token
     stream that starts at its first token, and again at its second when that is a sequence start, so
@@ -108,7 +114,7 @@ def marked_queries(layer: PhaseSpaceAttention, x: Tensor, ctx: AttentionContext,
     return q
 
 
-def attend_from(layer: PhaseSpaceAttention, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
+def attend_from(layer: AttentionLayer, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
                 ctx: AttentionContext) -> Tensor:
     """Attention outputs (N, Hq * D) of the gathered queries q_sel (B, Hq, Tq, D) at positions ``index``
     (B, Tq), of which ``filled`` are real, in row-major order: each gathered query keeps the keys its
