@@ -43,6 +43,8 @@ from psattn.arguments import (
     seed_int,
     wrap,
 )
+from psattn.commands.hf_demo import register as register_hf
+from psattn.commands.meanfield import register as register_meanfield
 from psattn.commands.theory import register as register_theory
 from psattn.experiments import declared as experiments
 from psattn.experiments import (
@@ -57,8 +59,6 @@ from psattn.experiments import (
 )
 from psattn.experiments.configs import small_induction_config
 from psattn.export.footprint import RUNTIMES
-from psattn.integrations.hf_demo import register as register_hf
-from psattn.meanfield.cli import register as register_meanfield
 from psattn.progress import console_line
 from psattn.tasks.registry import task_name
 from psattn.training.config import RunConfig, apply_overrides, holds_same_run, shipped_configs

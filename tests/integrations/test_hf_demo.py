@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from psattn.integrations.hf_demo import register
+from psattn.commands.hf_demo import register
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "huggingface.md"
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from psattn.meanfield.cli import meanfield_report, register, resolve_run_config
+from psattn.commands.meanfield import register, resolve_run_config
+from psattn.meanfield.reproduce import meanfield_report
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids an
 Importing this package imports transformers and registers with its Auto classes the ``psattn_<base>``
 model types and the ``psattn`` model type of ``psattn export --format hf`` (``.decoder_model``), so
 ``import psattn.integrations.hf`` is what a new process needs before ``from_pretrained``. A plain
-``import psattn`` does not import transformers. The ``psattn hf-demo`` command lives in ``psattn.integrations.hf_demo``.
+``import psattn`` does not import transformers. The ``psattn hf-demo`` command lives in ``psattn.commands.hf_demo``.
 """
 
 from __future__ import annotations

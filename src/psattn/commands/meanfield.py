@@ -1,4 +1,4 @@
-"""``psattn meanfield run`` and ``psattn meanfield reproduce``: thin entry points over the package.
+"""``psattn meanfield run`` and ``psattn meanfield reproduce``: thin entry points over ``psattn.meanfield``.
 
 Wire into a parser with ``register(subparsers)``; every subcommand sets ``func`` (args -> exit code).
 
@@ -34,12 +34,11 @@ from psattn.meanfield.experiments import (
     write_summary,
 )
 from psattn.meanfield.integrators import STEPPERS
-from psattn.meanfield.reproduce import meanfield_report
 from psattn.meanfield.simulate import simulate, step_size
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 
-__all__ = ["meanfield_report", "register", "resolve_run_config"]
+__all__ = ["register", "resolve_run_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """``psattn meanfield reproduce``: the paper's experiments and theorem checks; the exit code."""
+    from psattn.meanfield.reproduce import meanfield_report
+
     result = meanfield_report(args.out, quick=args.mode == "quick", progress=True)
     for check in result["checks"]:
         print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['message']}")
