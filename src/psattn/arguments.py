@@ -15,8 +15,12 @@ import json
 import re
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
+
+#: the number an argparse type parses
+_Number = TypeVar("_Number", int, float)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -156,12 +160,41 @@ def write_json_output(path: str, data: Any) -> None:
         Path(path).write_text(text + "\n")
 
 
+def _parse(parse: Callable[[str], _Number], text: str, expected: str) -> _Number:
+    """``parse(text)``; a ValueError becomes the argparse error "expected EXPECTED, got 'TEXT'"."""
+    try:
+        return parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
 def seed_int(text: str) -> int:
     """argparse type: a seed, an integer in [0, 2**32)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    value = _parse(int, text, "an integer seed")
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2**32 = {2**32}), got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _parse(int, text, "a positive integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    value = _parse(float, text, "a positive number")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    value = _parse(float, text, "a number in (0, 1]")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
     return value

@@ -137,7 +137,7 @@ def test_a_text_run_ends_with_bits_per_byte_and_icl_score(tmp_path, capsys, monk
 
 
 def test_the_demo_reports_its_setting_from_the_config_not_from_a_fixed_sentence():
-    from psattn.cli import describe_run
+    from psattn.commands.demo import describe_run
     from psattn.experiments.configs import small_config
 
     text = describe_run(small_config("key_only", 1.0, form="single", mlp=False, batch_size=32, lr=1e-3, n_layers=2))

@@ -1,0 +1,78 @@
+"""``psattn train``: train one run, or resume it, from a config with overrides."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from psattn.arguments import add_command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``train`` to the main parser's subcommands."""
+    tr = add_command(subparsers, "train", "train one run from a JSON config with overrides",
+                     "Train one run: defaults, then --config, then --set overrides. The run directory keeps the "
+                     "resolved config, metrics.jsonl, checkpoints and result.json; the same command resumes it.")
+    tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
+                    "shipped example (psattn configs lists them); without it, the run directory's own config.json "
+                    "when it has one (so --run-dir alone continues a run), else the defaults. --set overrides "
+                    "other than name= name the run after its directory")
+    tr.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides such as model.attention.variant=key_only train.steps=500")
+    tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
+    tr.add_argument("--print-config", action="store_true",
+                    help="print the resolved config (defaults, --config, --set) as JSON and exit")
+    tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start from step 0")
+    tr.add_argument("--time-limit", type=float, metavar="SECONDS",
+                    help="checkpoint and stop after this long; the same command resumes")
+    tr.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from psattn.progress import console_line
+    from psattn.training.config import RunConfig, apply_overrides, holds_same_run
+    from psattn.training.distributed import teardown_distributed
+    from psattn.training.reporting import summary_line
+    from psattn.training.trainer import TrainingDiverged, train
+
+    saved = None if args.run_dir is None else Path(args.run_dir) / "config.json"
+    if args.config is not None and not args.config.strip():
+        raise ValueError("--config is empty: name a JSON config file or a shipped config (psattn configs lists them)")
+    if args.config:
+        config = RunConfig.from_file(args.config)
+    elif saved is not None and saved.is_file():  # the run's own config: the same command continues it
+        config = RunConfig.from_file(saved)
+    else:
+        config = RunConfig()
+    config = apply_overrides(config, args.set)
+    if args.config and args.run_dir is not None and args.set and not any(s.startswith("name=") for s in args.set):
+        config.name = Path(args.run_dir).resolve().name  # the file's name describes the file's run, not this one
+        if saved is not None and saved.is_file():  # a run started before runs were named so keeps its name
+            earlier = RunConfig.from_file(saved).name
+            if holds_same_run(saved, dataclasses.replace(config, name=earlier)):
+                config.name = earlier
+    if args.print_config:  # the resolved config, as a run directory would store it; nothing is trained
+        import json
+
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    if args.run_dir is None:
+        raise ValueError("--run-dir is required to train (or pass --print-config)")
+    try:
+        lines = None if getattr(args, "quiet", False) else console_line
+        result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
+                       report=lines)
+    except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        teardown_distributed()  # under torchrun: leave the process group before exiting
+    if result.timed_out:
+        again = "the same command without --restart" if args.restart else "the same command"
+        print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
+              f"run {again} to resume")
+        return 0
+    print(f"{summary_line(result, config)}; run directory {args.run_dir}")
+    return 0
