@@ -1,13 +1,15 @@
 """One grammar across every psattn command: descriptions and help everywhere, lowercase flags, -q/-v on
 every command, --quick/--full, --run-dir and --json [PATH] meaning one thing, old spellings still
-working with a note on stderr."""
+working with a note on stderr; every command defined in psattn.commands."""
 
 import argparse
 import json
 import os
+from pathlib import Path
 
 import pytest
 
+import psattn
 from psattn.cli import build_parser, main
 
 
@@ -31,6 +33,19 @@ def test_every_command_has_a_description_and_every_option_help():
                 continue
             assert action.help, (path, action.option_strings or action.dest)
             assert all(flag == flag.lower() for flag in action.option_strings), (path, action.option_strings)
+
+
+def test_every_command_lives_in_commands():
+    """One home: each command's handler is defined in a module of psattn.commands (cli.py only builds the
+    parser from them), and no module elsewhere adds a command."""
+    handlers = {path: parser.get_default("func") for path, parser in commands()}
+    for path, func in handlers.items():
+        if func is not None:  # a command group has no handler of its own
+            assert func.__module__.startswith("psattn.commands."), (path, func.__module__)
+    src = Path(psattn.__file__).parent
+    elsewhere = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if p.parent.name != "commands" and "add_command(" in p.read_text() and p.name != "arguments.py"]
+    assert elsewhere == []
 
 
 def test_every_command_takes_quiet_and_verbose():
