@@ -12,6 +12,7 @@ import torch
 
 from helpers import tiny_config
 from psattn.training.checkpoint import load_checkpoint
+from psattn.training.run_dir import load_result
 from psattn.training.trainer import train
 
 
@@ -41,7 +42,7 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     config = tiny_config(steps=30)
     single = train(config, tmp_path / "single")
     torchrun(config, tmp_path / "ddp")
-    ddp = json.loads((tmp_path / "ddp" / "result.json").read_text())
+    ddp = load_result(tmp_path / "ddp")
     same_history(ddp["history"], single.history)
     files = {p.name for p in (tmp_path / "ddp").iterdir()}
     assert {"config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json"} <= files
@@ -66,7 +67,7 @@ def test_ddp_resumes_after_a_kill(tmp_path):
     killed_at = load_checkpoint(run_dir / "checkpoint.pt")["step"]
     assert 10 <= killed_at < 60 and not (run_dir / "result.json").exists()
     torchrun(config, run_dir)
-    same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
+    same_history(load_result(run_dir)["history"], reference.history)
 
 
 ANY_RANK = """
@@ -102,7 +103,7 @@ def test_ddp_time_limit_stops_every_rank_and_resumes(tmp_path):
     torchrun(config, run_dir, "--time-limit", "0")
     assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1 and not (run_dir / "result.json").exists()
     torchrun(config, run_dir)
-    same_history(json.loads((run_dir / "result.json").read_text())["history"], reference.history)
+    same_history(load_result(run_dir)["history"], reference.history)
 
 
 def test_batch_must_split_evenly(monkeypatch):

@@ -17,7 +17,7 @@ import torch
 from helpers import science, tiny_config
 from psattn.training.checkpoint import CheckpointError, load_checkpoint
 from psattn.training.lock import RunLocked, run_lock
-from psattn.training.run_dir import load_trained
+from psattn.training.run_dir import load_result, load_trained
 from psattn.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +33,11 @@ def _same_science(a: dict, b: dict) -> None:
     def kept(result):
         return {k: science(v) if k == "history" else v for k, v in result.items() if k not in TIMING}
     assert kept(a) == kept(b)
+
+
+def _saved(run_dir: Path) -> dict:
+    """The run's saved result as ``RunResult.to_dict`` gives it: result.json with metrics.jsonl's rows."""
+    return {k: v for k, v in load_result(run_dir).items() if k != "config"}
 
 
 def _check_intact(run_dir: Path) -> None:
@@ -91,7 +96,7 @@ def test_sigkill_at_random_moments_never_corrupts_and_the_run_finishes_exactly(t
         steps.append(_checkpoint_step(run_dir))
     assert kills == 6 and steps == sorted(steps), steps  # progress is never lost
     subprocess.run([sys.executable, "-c", TRAIN, str(run_dir)], env=_env(), check=True, timeout=300)
-    _same_science(json.loads((run_dir / "result.json").read_text()), reference)
+    _same_science(_saved(run_dir), reference)
     assert not list(run_dir.glob(".*.tmp"))
 
 
@@ -126,7 +131,7 @@ def test_sweep_killed_with_its_workers_resumes_every_run_exactly(tmp_path):
     assert again.wait(timeout=300) == 0, again.stdout.read()
     for i in range(4):
         alone = train(tiny_config(40, seed=i), tmp_path / f"alone{i}").to_dict()
-        _same_science(json.loads((out / f"run{i}" / "result.json").read_text()), alone)
+        _same_science(_saved(out / f"run{i}"), alone)
 
 
 def test_two_sweeps_on_one_directory_train_each_run_once(tmp_path):

@@ -127,7 +127,7 @@ def restore(summary_path: str | Path, runs_dir: str | Path) -> bool:
     if s.get("data") is not None:
         write_json(run_dir / "data.json", s["data"])
     write_jsonl(run_dir / "metrics.jsonl", s["history"])
-    write_json(run_dir / "result.json", {**s["result"], "history": s["history"]})
+    write_json(run_dir / "result.json", s["result"])  # the history is metrics.jsonl's
     return True
 
 

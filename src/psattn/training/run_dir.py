@@ -4,7 +4,7 @@ from it (the trained model, the result, the held-out batch). A run directory hol
     config.json    the resolved RunConfig        meta.json     seed, versions, git revision, date
     metrics.jsonl  one line per evaluation (step 0 first; wall seconds and tokens seen in each): the history
     checkpoint.pt  model, optimiser, schedule, step, history (``TrainState``), bound to config and data
-    result.json    the final summary (``RunResult``), written when the run finishes
+    result.json    the final summary (``RunResult.summary``: all but the history), written when the run finishes
     tokenizer.json, data.json  a text run's tokenizer and the fingerprint of the data it trains on
 
 Only ``train`` writes a run directory, through ``check_run_dir`` then ``write_run_files``; every
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from psattn.jsonfile import read_json
+from psattn.jsonfile import read_json, read_jsonl
 from psattn.models.decoder import DecoderLM
 from psattn.provenance import provenance
 from psattn.tasks.batch import TaskBatch
@@ -58,8 +58,12 @@ class RunResult:
     timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
 
     def to_dict(self) -> dict[str, Any]:
-        """The form result.json holds."""
+        """Every field, the history included."""
         return asdict(self)
+
+    def summary(self) -> dict[str, Any]:
+        """What result.json holds: every field but the history, which metrics.jsonl holds."""
+        return {k: v for k, v in asdict(self).items() if k != "history"}
 
     @classmethod
     def of(cls, state: TrainState, budget: int, timed_out: bool = False) -> RunResult:
@@ -69,18 +73,23 @@ class RunResult:
                    emergence_step=state.emergence_step, steps=state.step, stopped_early=state.step < budget,
                    seconds=state.seconds, history=state.history, timed_out=timed_out)
 
-#: what every result.json holds (see ``RunResult``)
+
+#: what every loaded result holds (see ``RunResult``): result.json's summary and the history
 RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "history"}
 
 
 def load_result(run_dir: str | Path) -> dict[str, Any] | None:
-    """The saved result of a finished run (with its config under "config"), or None."""
+    """The saved result of a finished run: its result.json, its evaluation rows under "history" (from
+    metrics.jsonl, or from result.json itself where an older run wrote them there) and its config under
+    "config"; None when the run has not finished."""
     run_dir = Path(run_dir)
     path = run_dir / RESULT
     if not path.exists():
         return None
     try:
         result = json.loads(path.read_text())
+        if isinstance(result, dict) and "history" not in result:
+            result["history"] = read_jsonl(run_dir / METRICS, what="metrics")
     except (ValueError, UnicodeDecodeError):
         result = None
     if not _is_result(result):

@@ -291,6 +291,6 @@ def train(
         run.close()
         result = RunResult.of(run.state, t.steps, timed_out)
         if run.writes and not timed_out:
-            write_json(run.directory / RESULT, result.to_dict())
+            write_json(run.directory / RESULT, result.summary())
         barrier(ddp)
         return result

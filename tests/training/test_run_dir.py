@@ -1,0 +1,33 @@
+"""A run directory keeps one copy of the history: metrics.jsonl. result.json is the summary, and
+``load_result`` gives the history from metrics.jsonl, or from an older result.json that holds it."""
+
+import json
+
+from helpers import tiny_config
+from psattn.training.run_dir import load_result
+from psattn.training.trainer import train
+
+
+def test_result_json_is_the_summary_and_load_result_reads_the_rows_from_metrics_jsonl(tmp_path):
+    result = train(tiny_config(20), tmp_path)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved == result.summary() and "history" not in saved
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == result.history
+    loaded = load_result(tmp_path)
+    assert loaded["history"] == result.history and loaded["config"]["name"] == tiny_config(20).name
+    assert {k: v for k, v in loaded.items() if k != "config"} == result.to_dict()
+
+
+def test_an_older_result_json_with_its_history_still_loads(tmp_path):
+    result = train(tiny_config(20), tmp_path)
+    (tmp_path / "result.json").write_text(json.dumps(result.to_dict()))  # what runs wrote before
+    (tmp_path / "metrics.jsonl").write_text("")  # not read: the result holds its rows
+    assert load_result(tmp_path)["history"] == result.history
+
+
+def test_a_finished_run_whose_metrics_are_lost_is_finished_again(tmp_path):
+    result = train(tiny_config(20), tmp_path)
+    (tmp_path / "metrics.jsonl").unlink()
+    assert load_result(tmp_path) is None and not (tmp_path / "result.json").exists()
+    again = train(tiny_config(20), tmp_path)  # resumes at its last step: the checkpoint's rows come back
+    assert again.steps == 20 and load_result(tmp_path)["history"] == result.history
