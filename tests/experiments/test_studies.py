@@ -192,7 +192,7 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
     from pathlib import Path
 
     from psattn.experiments.gamma_depth import depth_figure
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "gamma_depth").iterdir())}
@@ -226,7 +226,7 @@ def test_the_studies_stay_out_of_both_reproductions():
 def test_the_paper_form_table_in_the_docs_is_what_its_saved_runs_give():
     from pathlib import Path
 
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "paper_form").iterdir())}
@@ -239,7 +239,7 @@ def test_the_paper_form_table_in_the_docs_is_what_its_saved_runs_give():
 def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
     from pathlib import Path
 
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     saved_runs = sorted((root / "docs" / "results" / "text_pilot").iterdir())
@@ -253,7 +253,7 @@ def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
 def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
     from pathlib import Path
 
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "two_layer").iterdir())}

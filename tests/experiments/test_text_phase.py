@@ -96,7 +96,7 @@ def test_sweep_text_phase_writes_the_report_with_samples_and_onnx(tmp_path, caps
 def test_the_docs_table_and_verdict_are_what_the_saved_runs_give():
     from pathlib import Path
 
-    from psattn.experiments.sweep import load_result
+    from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     saved = sorted((root / "docs" / "results" / "text_phase").iterdir())
