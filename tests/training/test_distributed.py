@@ -31,7 +31,7 @@ def torchrun(config, run_dir, *extra, background=False):
 
 def same_history(a, b):
     assert [r["step"] for r in a] == [r["step"] for r in b]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert (x["train_loss"] is None) == (x["step"] == 0) == (y["train_loss"] is None)  # no step-0 loss
         for key in ("train_loss", "eval_loss", "eval_accuracy") if x["step"] else ("eval_loss", "eval_accuracy"):
             assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-5), (key, x, y)

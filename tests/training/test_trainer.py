@@ -252,7 +252,7 @@ def test_bf16_autocast_and_compile_train_like_fp32(fields):
     config = tiny_config(steps=20)
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, **fields))
     result = train(config)
-    for a, b in zip(result.history, reference.history):
+    for a, b in zip(result.history, reference.history, strict=True):
         assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-2)
     if "precision" in fields:  # autocast really ran in bf16: the trajectory differs a little
         assert result.history[-1]["train_loss"] != reference.history[-1]["train_loss"]

@@ -161,5 +161,5 @@ def _quiet():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for logger, level in zip(loggers, levels):
+        for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

@@ -70,7 +70,7 @@ class _CachedGraph(nn.Module):
     def _run(self, input_ids: Tensor, context: AttentionContext, caches: list[_TensorLayerCache]):
         m = self.model
         h = m.embed(input_ids)  # (B, T, C)
-        for block, cache in zip(m.blocks, caches):
+        for block, cache in zip(m.blocks, caches, strict=True):
             h = block(h, context, cache)
         outputs = [m.lm_head(m.norm_final(h)), _stack([c.keys for c in caches]), _stack([c.values for c in caches])]
         if self.keep_k:

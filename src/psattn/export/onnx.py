@@ -132,7 +132,7 @@ class OnnxLM:
             tokens.append(token)
             chosen_from.append(logits)
             if step + 1 < max_new_tokens:
-                outputs = self.decode.run(None, dict(zip(self.decode_inputs, [token, *state])))
+                outputs = self.decode.run(None, dict(zip(self.decode_inputs, [token, *state], strict=True)))
                 logits, state = outputs[0][:, -1], outputs[1:]
         return np.concatenate([input_ids, *tokens], axis=1), np.stack(chosen_from, axis=1)
 
@@ -143,7 +143,7 @@ class OnnxLM:
         feeds = []
         for _ in range(steps):
             token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (B, 1)
-            feeds.append(dict(zip(self.decode_inputs, [token, *outputs[1:]])))
+            feeds.append(dict(zip(self.decode_inputs, [token, *outputs[1:]], strict=True)))
             outputs = self.decode.run(None, feeds[-1])
         return feeds
 
