@@ -152,8 +152,11 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     import sys
     import time
 
+    def default_ctrl_c():  # as from a terminal: a test process before this one may have left SIGINT ignored,
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # and a child would inherit that (and finish, rc 0)
+
     process = subprocess.Popen([sys.executable, "-m", "psattn", "configs"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
     time.sleep(0.5)  # the interpreter is up, torch not yet imported (it takes seconds)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
