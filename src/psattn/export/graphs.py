@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from psattn.models.context import AttentionContext
 from psattn.models.decoder import DecoderLM
+from psattn.ops.cache import extend_kv
 
 
 def check_exportable(model: DecoderLM) -> tuple[bool, bool]:
@@ -43,12 +44,7 @@ class _TensorLayerCache:
         return self.last_q, self.last_k
 
     def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None):
-        if self.keys is None:
-            self.keys, self.values = k_hat, v
-        else:
-            assert self.values is not None  # keys and values are set together
-            self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
-            self.values = torch.cat([self.values, v], dim=2)
+        self.keys, self.values = extend_kv(self.keys, self.values, k_hat, v)  # (B, Hkv, S + T, D)
         self.last_k = raw_k[:, :, -1:]
         self.last_q = None if raw_q is None else raw_q[:, :, -1:]
         return self.keys, self.values

@@ -24,6 +24,14 @@ from torch import Tensor
 from psattn.ops.shear_state import ShearState, tensor_bytes
 
 
+def extend_kv(keys: Tensor | None, values: Tensor | None, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """The cached keys and values (B, Hkv, S, D), or None before the first chunk, extended by a chunk's
+    k̂ and v (B, Hkv, T, D): -> (B, Hkv, S + T, D) each."""
+    if keys is None or values is None:  # set together
+        return k_hat, v
+    return torch.cat([keys, k_hat], dim=2), torch.cat([values, v], dim=2)  # (B, Hkv, S + T, D)
+
+
 class LayerCache:
     """Sheared keys (B, Hkv, S, D), values (B, Hkv, S, Dv) and the ``ShearState`` of the raw streams
     (the last ``max_rollback + 1`` raw keys, and queries when ``keep_query``)."""
@@ -53,12 +61,7 @@ class LayerCache:
         if self.keep_query and raw_q is None:
             raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
         past = len(self)
-        if self.keys is None:
-            self.keys, self.values = k_hat, v
-        else:
-            assert self.values is not None  # keys and values are set together
-            self.keys = torch.cat([self.keys, k_hat], dim=2)  # (B, Hkv, S + T, D)
-            self.values = torch.cat([self.values, v], dim=2)
+        self.keys, self.values = extend_kv(self.keys, self.values, k_hat, v)
         if self.keep_key:
             self.shear_state.remember("k", raw_k, past)
         if self.keep_query:
