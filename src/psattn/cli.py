@@ -4,14 +4,18 @@ Ctrl-C while the command line loads."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 
 def _interrupted_while_loading(signum, frame):
-    """Ctrl-C while the command line loads (torch takes seconds): said like any other, exit code 130."""
-    print("\npsattn: interrupted", file=sys.stderr)
-    raise SystemExit(130)
+    """Ctrl-C while the command line loads (torch takes seconds): said like any other, exit code 130.
+
+    It ends the process at once (``os._exit``): only imports have run, so nothing is lost, and an exception
+    raised here may land inside torch's C++ import code, which turns it into an abort (rc -6) and a trace."""
+    print("\npsattn: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
 
 
 try:  # until the imports below are done (the main thread only; a library import leaves Ctrl-C alone after)
@@ -22,7 +26,6 @@ except ValueError:  # not the main thread
 
 import argparse
 import logging
-import os
 
 from psattn.arguments import COMMON, CommandParser, HelpFormatter, wrap
 from psattn.commands import (
