@@ -54,7 +54,7 @@ def restore_saved(results: Path, runs: Path) -> int:
 def prepare(configs) -> None:
     """Build the token cache the text runs share, say what the corpus holds, and refuse a budget that
     would read it more than twice."""
-    from psattn.experiments.text_scale import check_repeats
+    from psattn.experiments.studies.text_scale import check_repeats
     from psattn.textdata.corpus import describe_corpus
 
     texts = [c for c in configs if getattr(c.task, "tokens", None) is not None]

@@ -13,7 +13,7 @@ import platform
 import torch
 
 from psattn.experiments.configs import small_induction_config
-from psattn.experiments.text import TEXT_PLANS, text_config
+from psattn.experiments.studies.text import TEXT_PLANS, text_config
 from psattn.training.speed import trainer_vs_bare_loop
 
 

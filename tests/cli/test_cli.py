@@ -4,7 +4,7 @@ import json
 import pytest
 
 from psattn.cli import main
-from psattn.experiments import declared as exp
+from psattn.experiments.studies import induction
 
 
 def test_demo_writes_a_report(tmp_path, capsys):
@@ -43,9 +43,9 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
 
 
 def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
-    quick = exp.PLANS["quick"]
+    quick = induction.PLANS["quick"]
     grids = dataclasses.replace(quick.grids, control_steps=2, control_gammas=(0.0,))
-    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, grids=grids))
+    monkeypatch.setitem(induction.PLANS, "quick", dataclasses.replace(quick, grids=grids))
     assert main(["sweep", "controls", "--out", str(tmp_path), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "random_offset" in out and "multihop" in out and "final acc" in out
@@ -54,10 +54,10 @@ def test_sweep_command_lists_results(tmp_path, capsys, monkeypatch):
 
 
 def test_a_critical_gamma_sweep_prints_the_critical_gamma_and_the_exponent(tmp_path, capsys, monkeypatch):
-    quick = exp.PLANS["quick"]
+    quick = induction.PLANS["quick"]
     critical = dataclasses.replace(quick.critical, head_counts=(4, 2), head_count_gammas=(1.0,))
     training = dataclasses.replace(quick.training, steps=2)
-    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, critical=critical, training=training))
+    monkeypatch.setitem(induction.PLANS, "quick", dataclasses.replace(quick, critical=critical, training=training))
     assert main(["sweep", "critical_gamma", "--out", str(tmp_path), "--workers", "1"]) == 0
     out = capsys.readouterr().out  # two steps learn nothing: no gamma of the grid succeeds
     assert "d_k 32: critical gamma > 1" in out and "d_k 64: critical gamma > 1" in out
@@ -66,9 +66,9 @@ def test_a_critical_gamma_sweep_prints_the_critical_gamma_and_the_exponent(tmp_p
 
 def test_an_init_sensitivity_sweep_prints_the_attention_at_the_query_before_and_after_training(tmp_path, capsys,
                                                                                                  monkeypatch):
-    quick = exp.PLANS["quick"]
+    quick = induction.PLANS["quick"]
     training = dataclasses.replace(quick.training, steps=2, single_steps=2)
-    monkeypatch.setitem(exp.PLANS, "quick", dataclasses.replace(quick, training=training))
+    monkeypatch.setitem(induction.PLANS, "quick", dataclasses.replace(quick, training=training))
     assert main(["sweep", "init_sensitivity", "--out", str(tmp_path), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     table = out.split("attention at the single-answer query")[1]

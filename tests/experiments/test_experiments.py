@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from helpers import random_model
-from psattn.experiments import declared as exp
 from psattn.experiments import summaries
-from psattn.experiments import text as text_exp
 from psattn.experiments.configs import small_config
+from psattn.experiments.declared import EXPERIMENTS
 from psattn.experiments.reproduce import reproduce
+from psattn.experiments.studies import induction
+from psattn.experiments.studies import text as text_exp
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.models.heads import head_scores, repeated_tokens
 from psattn.ops.hooks import capture
@@ -24,33 +25,33 @@ def tiny(config, steps=4):
         config.train, steps=steps, eval_every=2, eval_size=32, batch_size=8))
 
 
-@pytest.mark.parametrize("mode", exp.MODES)
+@pytest.mark.parametrize("mode", induction.MODES)
 def test_declared_experiments(mode):
     seen = {}
-    for name, fn in exp.EXPERIMENTS.items():
+    for name, fn in EXPERIMENTS.items():
         configs = fn(mode)
         assert len({c.name for c in configs}) == len(configs), name
         for c in configs:  # a run two experiments share is one run: same name, same config
             assert seen.setdefault(c.name, c) == c, c.name
-    forms = {(c.task.form, c.model.init) for c in exp.init_sensitivity(mode)}
+    forms = {(c.task.form, c.model.init) for c in induction.init_sensitivity(mode)}
     assert {f for f, _ in forms} == {"full", "single"} and {"scaled", "torch", 0.02} <= {i for _, i in forms}
-    controls = exp.negative_controls(mode)
+    controls = induction.negative_controls(mode)
     assert {c.task.__class__.__name__ for c in controls} == {"RandomOffsetConfig", "MultiHopConfig"}
-    variants = {(c.model.attention.variant, c.model.attention.placement) for c in exp.variant_table(mode)}
+    variants = {(c.model.attention.variant, c.model.attention.placement) for c in induction.variant_table(mode)}
     expected = {("key_only", "pre_rope"), ("smeared_keys", "post_rope"), ("canon", "post_rope"), ("query_only", "post_rope")}
     assert expected <= variants
-    single = {c.model.attention.variant for c in exp.variant_table(mode) if c.task.form == "single"}
-    key_lag = {v for v, _ in exp.KEY_LAG_ROWS}
+    single = {c.model.attention.variant for c in induction.variant_table(mode) if c.task.form == "single"}
+    key_lag = {v for v, _ in induction.KEY_LAG_ROWS}
     assert single & key_lag == (key_lag if mode == "full" else set())  # the quick plan's single form has none
-    lag = {c.name: c for c in exp.key_lag(mode)}  # ... and `psattn sweep key_lag` trains them, as the table would
-    assert {(c.task.form, c.model.attention.variant) for c in lag.values()} == {(f, v) for f in exp.FORMS for v in key_lag}
-    table = {c.name for c in exp.variant_table(mode)}
+    lag = {c.name: c for c in induction.key_lag(mode)}  # ... and `psattn sweep key_lag` trains them, as the table would
+    assert {(c.task.form, c.model.attention.variant) for c in lag.values()} == {(f, v) for f in induction.FORMS for v in key_lag}
+    table = {c.name for c in induction.variant_table(mode)}
     assert {n for n in lag if n not in table} == {n for n, c in lag.items() if c.task.form == "single" and mode == "quick"}
-    two = {(c.task.form, c.model.attention.variant, c.model.mlp) for c in exp.variant_table(mode) if c.model.n_layers == 2}
+    two = {(c.task.form, c.model.attention.variant, c.model.mlp) for c in induction.variant_table(mode) if c.model.n_layers == 2}
     forms = () if mode == "quick" else ("full", "single")
     assert two == {(f, v, m) for f in forms for v in ("baseline", "key_only") for m in (True, False)}
     with pytest.raises(ValueError, match="unknown mode"):
-        exp.gamma_sweep("medium")
+        induction.gamma_sweep("medium")
 
 
 def test_every_experiment_the_reproduction_leaves_out_is_one_psattn_sweep_runs():
@@ -58,7 +59,7 @@ def test_every_experiment_the_reproduction_leaves_out_is_one_psattn_sweep_runs()
     from psattn.experiments.induction_report import LEFT_OUT
 
     for mode, names in LEFT_OUT.items():
-        assert set(names) <= set(exp.EXPERIMENTS), mode
+        assert set(names) <= set(EXPERIMENTS), mode
     sweep = build_parser()
     for name in LEFT_OUT["quick"]:
         assert sweep.parse_args(["sweep", name, "--quick"]).experiment == name
@@ -66,35 +67,35 @@ def test_every_experiment_the_reproduction_leaves_out_is_one_psattn_sweep_runs()
 
 def test_gamma_zero_runs_are_the_baseline_and_shared():
     assert small_config("symmetric", 0.0).name == small_config("baseline", 0.0).name
-    sweep_names = {c.name for c in exp.gamma_sweep("quick")}
-    table_names = {c.name for c in exp.variant_table("quick")}
+    sweep_names = {c.name for c in induction.gamma_sweep("quick")}
+    table_names = {c.name for c in induction.variant_table("quick")}
     assert small_config("baseline", 0.0, steps=600, seed=1).name in sweep_names & table_names
 
 
 def test_quick_rows_that_report_success_stop_once_it_is_decided():
-    primary = {v for v, _, _, is_primary in exp.VARIANT_ROWS if is_primary}
-    for c in exp.variant_table("quick"):
+    primary = {v for v, _, _, is_primary in induction.VARIANT_ROWS if is_primary}
+    for c in induction.variant_table("quick"):
         decided = (c.model.attention.variant not in primary or c.model.attention.placement != "post_rope"
                    or c.model.n_layers == 2)
         assert c.train.early_stop == decided and c.train.early_stop_evals == (2 if decided else 1), c.name
         assert ("-stop2-" in c.name) == decided
-    assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in exp.EXPERIMENTS[name]("quick"))
-    assert not any(c.train.early_stop for name in ("gamma_sweep", "controls", "sizes") for c in exp.EXPERIMENTS[name]("quick"))
-    table = {c.name: c for c in exp.variant_table("quick")}
-    for c in exp.init_sensitivity("quick"):  # default-init rows are the variant table's own full-budget runs
+    assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in EXPERIMENTS[name]("quick"))
+    assert not any(c.train.early_stop for name in ("gamma_sweep", "controls", "sizes") for c in EXPERIMENTS[name]("quick"))
+    table = {c.name: c for c in induction.variant_table("quick")}
+    for c in induction.init_sensitivity("quick"):  # default-init rows are the variant table's own full-budget runs
         assert (c.name in table) == (c.model.init == "scaled") and c.train.early_stop == (c.model.init != "scaled")
     # the CPU plans' full-scale counterparts train to their budgets; paper_scale stops at emergence, as the
     # paper's phase-transition runs do (its cap decides the plain model)
-    assert not any(c.train.early_stop for name, fn in exp.EXPERIMENTS.items() if name != "paper_scale" for c in fn("full"))
-    assert all(c.train.early_stop for c in exp.EXPERIMENTS["paper_scale"]("full"))
+    assert not any(c.train.early_stop for name, fn in EXPERIMENTS.items() if name != "paper_scale" for c in fn("full"))
+    assert all(c.train.early_stop for c in EXPERIMENTS["paper_scale"]("full"))
 
 
 def test_the_quick_sensitivity_table_runs_the_plain_layer_at_the_default_init_alone():
-    rows = {(c.model.attention.variant, c.model.init, c.task.form) for c in exp.init_sensitivity("quick")}
+    rows = {(c.model.attention.variant, c.model.init, c.task.form) for c in induction.init_sensitivity("quick")}
     assert {(i, f) for v, i, f in rows if v == "baseline"} == {("scaled", "full"), ("scaled", "single")}
     assert {(i, f) for v, i, f in rows if v == "key_only"} == {(i, f) for i in (0.02, "scaled", "torch")
                                                                for f in ("full", "single")}
-    full = {(c.model.attention.variant, c.model.init) for c in exp.init_sensitivity("full")}
+    full = {(c.model.attention.variant, c.model.init) for c in induction.init_sensitivity("full")}
     assert {("baseline", 0.02), ("baseline", "torch")} <= full
 
 
@@ -194,19 +195,19 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     with_plain = rows + [{"d_k": 8, "gamma": 0.0, "success_rate": 0.0}, {"d_k": 64, "gamma": 0.0, "success_rate": 1.0}]
     assert summaries.critical_pairs(with_plain) == [(8, None, "<= 0.5"), (16, 1.0, "1"), (64, None, "none: gamma 0 succeeds")]
     assert summaries.critical_brackets(with_plain) == [(8, 0.0, 0.5), (16, 0.5, 1.0)]
-    width = exp.critical_gamma_width("quick")
+    width = induction.critical_gamma_width("quick")
     assert {(c.model.n_heads, c.model.head_dim) for c in width} == {(4, 16), (4, 32), (4, 64)}
-    head_dim = exp.critical_gamma_head_dim("quick")
+    head_dim = induction.critical_gamma_head_dim("quick")
     assert {(c.model.d_model, c.model.n_heads, c.model.head_dim) for c in head_dim} == {(128, 4, 16), (128, 4, 32), (128, 4, 64)}
     assert {c.name for c in head_dim if c.model.head_dim == 32} <= {c.name for c in width}  # the default head: shared
-    shared = {c.name for c in width} & {c.name for c in exp.critical_gamma("quick")}
+    shared = {c.name for c in width} & {c.name for c in induction.critical_gamma("quick")}
     assert {c.model.head_dim for c in width if c.name in shared} == {32}  # d_model 128, 4 heads: one run, both designs
-    names = {c.name for c in exp.critical_gamma("quick")}
-    assert {c.model.head_dim for c in exp.critical_gamma("quick")} == {16, 32, 64}
-    steps = {(c.task.form, c.train.steps) for c in exp.variant_table("quick")}
+    names = {c.name for c in induction.critical_gamma("quick")}
+    assert {c.model.head_dim for c in induction.critical_gamma("quick")} == {16, 32, 64}
+    steps = {(c.task.form, c.train.steps) for c in induction.variant_table("quick")}
     assert steps == {("full", 600), ("full", 400), ("single", 800), ("single", 533)}
-    assert {c.train.batch_size for c in exp.variant_table("full") if c.model.n_layers == 2} == {64}
-    assert len(names) == len(exp.critical_gamma("quick"))
+    assert {c.train.batch_size for c in induction.variant_table("full") if c.model.n_layers == 2} == {64}
+    assert len(names) == len(induction.critical_gamma("quick"))
 
 
 def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
@@ -235,13 +236,13 @@ def test_head_scores_read_the_right_positions():
 
 @pytest.mark.slow
 def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
-    quick = exp.PLANS["quick"]
+    quick = induction.PLANS["quick"]
     tiny_plan = dataclasses.replace(
         quick, training=dataclasses.replace(quick.training, steps=4, extra_steps=4, seeds=(0,), single_steps=4),
         grids=dataclasses.replace(quick.grids, control_steps=4, sizes=({"d_model": 32, "n_heads": 2},), gammas=(0.0, 1.0)),
         critical=dataclasses.replace(quick.critical, head_counts=(4, 2), head_count_gammas=(1.0,), gammas=(1.0,),
                                      widths=(32, 64), head_dims=(8, 16)))
-    monkeypatch.setitem(exp.PLANS, "quick", tiny_plan)
+    monkeypatch.setitem(induction.PLANS, "quick", tiny_plan)
     monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
         text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8, vocab_size=512))
     report = reproduce(tmp_path, "quick", workers=2, progress=False)

@@ -6,8 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from psattn.experiments import declared as exp
-from psattn.experiments.gamma_depth import (
+from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.induction_report import LEFT_OUT
+from psattn.experiments.phase_change import detect_phase_change
+from psattn.experiments.studies.gamma_depth import (
     GAMMAS,
     PREDECESSOR,
     allowed_exponents,
@@ -17,12 +19,10 @@ from psattn.experiments.gamma_depth import (
     format_depth_table,
     near_best,
 )
-from psattn.experiments.induction_report import LEFT_OUT
-from psattn.experiments.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
-from psattn.experiments.phase_change import detect_phase_change
-from psattn.experiments.text_phase import PHASE_MODELS, SEEDED_MODELS
-from psattn.experiments.text_pilot import LAW_BUDGET, LAW_RUNS, PILOT_RUNS, format_pilot_table, law_tokens, pilot_table
-from psattn.experiments.two_layer import format_two_layer_table, two_layer_table
+from psattn.experiments.studies.paper_form import PAPER_FORM_ROWS, format_paper_form_table, paper_form_table
+from psattn.experiments.studies.text_phase import PHASE_MODELS, SEEDED_MODELS
+from psattn.experiments.studies.text_pilot import LAW_BUDGET, LAW_RUNS, PILOT_RUNS, format_pilot_table, law_tokens, pilot_table
+from psattn.experiments.studies.two_layer import format_two_layer_table, two_layer_table
 
 
 def row(step, prefix, icl=0.0, previous=0.3):
@@ -61,7 +61,7 @@ def saved(config, history, **extra):
 
 
 def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
-    configs = {(c.train.batch_size, c.task.seq_len): c for c in exp.EXPERIMENTS["text_pilot"]("quick")}
+    configs = {(c.train.batch_size, c.task.seq_len): c for c in EXPERIMENTS["text_pilot"]("quick")}
     assert set(configs) == {(b, 256) for b, _ in PILOT_RUNS} | set(LAW_RUNS)
     assert all(c.model.n_layers == 2 and c.model.mlp is False for c in configs.values())
     rows_seen = [configs[(b, 256)].train.steps * b for b, _ in PILOT_RUNS]
@@ -83,14 +83,14 @@ def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
     assert lines[3].startswith("| 32 | 256 | no | 45.4M | none within 0.2M")
     assert lines[4].startswith("| 2 | 64 | no | 5.7M | none within")
     pytest.importorskip("matplotlib")
-    from psattn.experiments.text_pilot import pilot_figure
+    from psattn.experiments.studies.text_pilot import pilot_figure
 
     path = pilot_figure(results, tmp_path / "pilot.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
-    configs = exp.EXPERIMENTS["text_phase"]("quick")
+    configs = EXPERIMENTS["text_phase"]("quick")
     keys = [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs]
     assert len(set(keys)) == len(keys) == len(PHASE_MODELS) + 2 * len(SEEDED_MODELS)
     assert {k[:3] for k in keys} == set(PHASE_MODELS) and all(k[:3] in SEEDED_MODELS for k in keys if k[3])
@@ -113,7 +113,7 @@ def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", for
 
 
 def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
-    configs = exp.EXPERIMENTS["paper_form"]("quick")
+    configs = EXPERIMENTS["paper_form"]("quick")
     assert len(configs) == len({c.name for c in configs}) == len(PAPER_FORM_ROWS) * 3 * 2
     assert all(c.task.form == "single" and c.train.steps == 5000 and c.train.early_stop_evals == 2 for c in configs)
     assert sorted({c.train.lr for c in configs}) == [1e-3, 3e-3]
@@ -133,7 +133,7 @@ def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
 
 
 def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law():
-    configs = exp.EXPERIMENTS["gamma_depth"]("quick")
+    configs = EXPERIMENTS["gamma_depth"]("quick")
     names = [c.name for c in configs]
     assert len(names) == len(set(names)) == 2 * 4 * (1 + 2 * (len(GAMMAS) - 1)) * 2  # gamma 0 shared by both variants
     # depth N learns fastest at gamma 4 / N (critical gamma 0.5 at every depth); gamma 0 fails
@@ -191,12 +191,12 @@ def test_the_depth_law_fit_of_a_constant_best_gamma_is_exponent_zero():
 def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give(tmp_path):
     from pathlib import Path
 
-    from psattn.experiments.gamma_depth import depth_figure
+    from psattn.experiments.studies.gamma_depth import depth_figure
     from psattn.training.run_dir import load_result
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "gamma_depth").iterdir())}
-    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in exp.EXPERIMENTS["gamma_depth"]("quick")}
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in EXPERIMENTS["gamma_depth"]("quick")}
     table = format_depth_table(depth_table(results))
     docs = (root / "docs" / "depth_law.md").read_text()
     assert all(line.strip() in docs for line in table), "\n".join(table)
@@ -205,7 +205,7 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
 
 
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
-    configs = exp.EXPERIMENTS["two_layer"]("quick")
+    configs = EXPERIMENTS["two_layer"]("quick")
     assert {(c.task.form, str(c.model.mlp), c.model.attention.variant) for c in configs} == {
         (f, m, v) for f in ("full", "single") for m in ("True", "False") for v in ("baseline", "key_only")} | {
         (f, "[False, True]", "baseline") for f in ("full", "single")}
@@ -230,7 +230,7 @@ def test_the_paper_form_table_in_the_docs_is_what_its_saved_runs_give():
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "paper_form").iterdir())}
-    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in exp.EXPERIMENTS["paper_form"]("quick")}
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in EXPERIMENTS["paper_form"]("quick")}
     table = format_paper_form_table(paper_form_table(results))
     docs = (root / "docs" / "paper_form.md").read_text()
     assert all(line in docs for line in table), "\n".join(table)
@@ -257,7 +257,7 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "two_layer").iterdir())}
-    assert len(results) == len(exp.EXPERIMENTS["two_layer"]("quick")) and all(r is not None for r in results.values())
+    assert len(results) == len(EXPERIMENTS["two_layer"]("quick")) and all(r is not None for r in results.values())
     table = format_two_layer_table(two_layer_table(results))
     assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
 

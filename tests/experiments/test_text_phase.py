@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from psattn.cli import main
-from psattn.experiments import text_phase as tp
 from psattn.experiments.phase_change import detect_copying
+from psattn.experiments.studies import text_phase as tp
 
 
 def evaluation(step, copy, prefix=0.02, icl=-0.1, bpb=2.0):

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from psattn.experiments import at_scale, text_scale
-from psattn.experiments import declared as exp
+from psattn.experiments import at_scale
+from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.studies import text_scale
 
 
 def test_text_scale_declares_depths_with_mlps_three_attentions_two_seeds_and_its_pilot_first():
@@ -24,7 +25,7 @@ def test_text_scale_declares_depths_with_mlps_three_attentions_two_seeds_and_its
     pilot = text_scale.text_scale_pilot("full")
     assert [c.name for c in configs[:3]] == [c.name for c in pilot]
     assert {(c.model.n_layers, c.model.attention.variant, c.train.seed) for c in pilot} == {(n, "baseline", 0) for n in (1, 2, 4)}
-    assert {"text_scale", "text_scale_pilot"} <= set(exp.EXPERIMENTS)
+    assert {"text_scale", "text_scale_pilot"} <= set(EXPERIMENTS)
     low, high = text_scale.expected_minutes()
     assert 50 < low < high < 200
     with pytest.raises(ValueError, match="read them 3.0 times"):
@@ -84,7 +85,7 @@ def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path
         write_summary(out / c.name, tmp_path / "gpu" / "text_scale")
     saved = load_summaries(tmp_path / "gpu" / "text_scale")
     corpus = next(iter(saved.values()))["corpus"]
-    ops_sources = len(list((Path(text_scale.__file__).parents[1] / "ops").glob("*.py")))  # the quick corpus
+    ops_sources = len(list((Path(text_scale.__file__).parents[2] / "ops").glob("*.py")))  # the quick corpus
     assert corpus["files"] == ops_sources and corpus["eval_tokens"] > 0 and len(corpus["files_sha256"]) == 16
     lines = at_scale.section("text_scale", tmp_path / "gpu" / "text_scale", "quick")
     assert any(line.startswith("Corpus ") and "held out by file" in line for line in lines)

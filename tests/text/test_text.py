@@ -370,7 +370,7 @@ def test_reproduce_with_executorch_rows_needs_the_extra_and_says_so_before_train
 
 
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():
-    from psattn.experiments.text import format_text_summary, text_experiment, text_seeds
+    from psattn.experiments.studies.text import format_text_summary, text_experiment, text_seeds
 
     quick, seeds = text_experiment("quick"), text_seeds("quick")
     assert sorted({c.train.seed for c in seeds}) == [0, 1, 2] and len(seeds) == 3 * len(quick)

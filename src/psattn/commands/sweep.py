@@ -8,11 +8,11 @@ from pathlib import Path
 
 from psattn.arguments import add_command, add_plan_size, positive_float, positive_int
 from psattn.experiments import declared as experiments
-from psattn.experiments import (
+from psattn.experiments import summaries
+from psattn.experiments.studies import (
     gamma_depth,
     paper_form,
     paper_scale,
-    summaries,
     text_phase,
     text_pilot,
     text_scale,
@@ -98,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             report = text_phase.phase_report(results, Path(args.out), args.mode)
             print(f"report (figure, samples, ONNX sizes and speeds): {report}")
     elif args.experiment.startswith("text"):
-        from psattn.experiments.text import format_text_summary, summarise_text
+        from psattn.experiments.studies.text import format_text_summary, summarise_text
 
         print("\nsummary (final evaluation, mean ± sd over seeds)")
         print("\n".join(format_text_summary(summarise_text(results))))

@@ -1,3 +1,4 @@
-"""Declared experiments: each is a function returning the list of run configs it trains (``declared``,
-the studies' modules), the summaries and tables read from their saved results, and the reproduction
-report with its figures (``reproduce``). ``psattn sweep NAME`` and ``psattn reproduce`` run them."""
+"""Declared experiments and what runs and reports them: the studies, one module each in ``studies``
+and listed in ``declared``; the summaries and tables read from their saved results; the sweep runner
+(``sweep``); and the reproduction report with its figures (``reproduce``). ``psattn sweep NAME`` and
+``psattn reproduce`` run them."""

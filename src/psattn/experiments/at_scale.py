@@ -15,8 +15,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from psattn.experiments import paper_scale, text_scale
 from psattn.experiments.saved_runs import load_summaries
+from psattn.experiments.studies import paper_scale, text_scale
 
 #: experiment -> (its declaration, its folder under docs/results/gpu); the text pilot's runs are text_scale's own
 GPU_SWEEPS = {"paper_scale": (paper_scale.paper_scale, "paper_scale"),

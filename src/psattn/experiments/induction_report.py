@@ -10,14 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from psattn.experiments import declared as exp
 from psattn.experiments import plots, summaries
 from psattn.experiments.configs import SHEARED
+from psattn.experiments.declared import EXPERIMENTS
 from psattn.experiments.markdown import fmt as _fmt
 from psattn.experiments.markdown import table as _table
 from psattn.experiments.plateau import attention_at_queries
+from psattn.experiments.studies import induction
+from psattn.experiments.studies.two_layer import BUDGET as TWO_LAYER_BUDGET
 from psattn.experiments.sweep import run_sweep, unique_configs
-from psattn.experiments.two_layer import BUDGET as TWO_LAYER_BUDGET
 from psattn.models import ModelConfig
 from psattn.models.heads import head_scores
 from psattn.models.presets import preset_parameter_count
@@ -55,7 +56,7 @@ LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_
 
 def declared_experiments(mode: str) -> dict[str, list]:
     """The configs of every experiment the reproduction of ``mode`` runs (a left-out one declares none)."""
-    return {name: [] if name in LEFT_OUT[mode] else fn(mode) for name, fn in exp.EXPERIMENTS.items()}
+    return {name: [] if name in LEFT_OUT[mode] else fn(mode) for name, fn in EXPERIMENTS.items()}
 
 
 def _subset(results: dict[str, dict], configs) -> dict[str, dict]:
@@ -159,7 +160,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
     designs = {name: summary(experiment, summaries.head_dim_key) for name, experiment in CRITICAL_DESIGNS.items()}
     critical = next(iter(designs.values()))  # the fixed-width design, which the theory section fits
     seed0 = {form: [c for c in declared["variants"] if c.train.seed == 0 and c.task.form == form
-                    and c.model.n_layers == 1] for form in exp.FORMS}
+                    and c.model.n_layers == 1] for form in induction.FORMS}
     scores, patterns = {}, {}
     for variant in HEAD_VARIANTS:
         config = next(c for c in seed0["full"]
@@ -171,7 +172,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
     tables = {
         "variants": summary("variants", summaries.form_variant_key),
         "init_sensitivity": summary("init_sensitivity", summaries.init_key),
-        "attention_at_queries": plateau_rows(out / "runs", exp.init_sensitivity(mode), results),
+        "attention_at_queries": plateau_rows(out / "runs", induction.init_sensitivity(mode), results),
         "gamma_sweep": sorted(summary("gamma_sweep", summaries.gamma_key), key=lambda r: r["gamma"]),
         "controls": summary("controls", summaries.control_key),
         "mqar": summary("mqar", summaries.variant_key),
@@ -186,17 +187,17 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "threshold": first.train.threshold, "size": _param_count(results[first.name]),
         "d_model": first.model.d_model, "n_heads": first.model.n_heads, "budget": first.train.steps,
         "single_budget": next(c.train.steps for c in declared["variants"] if c.task.form == "single"),
-        "batch": first.train.batch_size, "single_batch": exp.PLANS[mode].training.single_batch_size,
+        "batch": first.train.batch_size, "single_batch": induction.PLANS[mode].training.single_batch_size,
         "lr": first.train.lr, "single_lr": next(c.train.lr for c in declared["variants"] if c.task.form == "single"),
-        "critical_batch": exp.PLANS[mode].critical.batch_size,
-        "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": exp.PLANS[mode].training.early_stop_evals,
-        "baseline_every_init": exp.PLANS[mode].sensitivity.baseline_every_init,
+        "critical_batch": induction.PLANS[mode].critical.batch_size,
+        "mqar_steps": declared["mqar"][0].train.steps, "early_stop_evals": induction.PLANS[mode].training.early_stop_evals,
+        "baseline_every_init": induction.PLANS[mode].sensitivity.baseline_every_init,
         "vocab": first.task.vocab_size, "length": first.task.seq_len, "eval_size": first.train.eval_size,
         "eval_every": first.train.eval_every, "layers": first.model.n_layers,
         "distractors": next(c.task.num_distractors for c in declared["variants"] if c.task.form == "single"),
-        "two_layer_batch": exp.PLANS[mode].training.two_layer_batch_size,
-        "two_layer_forms": exp.PLANS[mode].training.two_layer_forms,
-        "single_key_lag": exp.PLANS[mode].training.single_key_lag,
+        "two_layer_batch": induction.PLANS[mode].training.two_layer_batch_size,
+        "two_layer_forms": induction.PLANS[mode].training.two_layer_forms,
+        "single_key_lag": induction.PLANS[mode].training.single_key_lag,
     }
     curves = {form: {_curve_label(c): results[c.name]["history"] for c in configs} for form, configs in seed0.items()}
     return InductionResults(mode, tables, facts, curves, patterns)
@@ -369,7 +370,7 @@ def _control_lines(res: InductionResults) -> list[str]:
     lines = ["### Negative controls", "",
              f"Paper: {PAPER['controls']}. Best gamma: the highest final accuracy, where accuracies within "
              f"{summaries.TIE} count as ties, broken by the earliest emergence and then the smallest gamma.", ""]
-    for task in exp.CONTROL_TASKS:
+    for task in induction.CONTROL_TASKS:
         rows = sorted((r for r in t["controls"] if r["task"] == task), key=lambda r: r["gamma"])
         lines += [f"**{task}**: best gamma* = {summaries.best_gamma(rows):g}", ""]
         lines += _table(["gamma", "final acc", "emergence step"],

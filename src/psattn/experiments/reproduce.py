@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from psattn.experiments import declared as exp
 from psattn.experiments.bode_model import bode_model
 from psattn.experiments.induction_report import declared_experiments, induction_section
 from psattn.experiments.markdown import table as _table
+from psattn.experiments.studies import induction
+from psattn.experiments.studies.text import text_experiment
 from psattn.experiments.sweep import run_sweep, unique_configs
-from psattn.experiments.text import text_experiment
 from psattn.experiments.text_report import text_section
 from psattn.provenance import git_revision, machine
 from psattn.version import __version__
@@ -51,7 +51,7 @@ def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[l
     reads the seed-0 symmetric model of the variant table when it has been trained."""
     from psattn.theory.report import theory_report
 
-    symmetric = next(c for c in exp.variant_table(mode)
+    symmetric = next(c for c in induction.variant_table(mode)
                      if (a := c.model.layer_attention_configs()[0]).variant == "symmetric" and a.placement == "post_rope")
     run_dir = out / "runs" / symmetric.name
     model, label = bode_model(out / "theory", mode == "quick", run_dir if (run_dir / "result.json").exists() else None)
@@ -75,8 +75,8 @@ def reproduce(
 ) -> Path:
     """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``.
     ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra)."""
-    if mode not in exp.MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {exp.MODES}")
+    if mode not in induction.MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {induction.MODES}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     unknown = set(sections) - set(SECTIONS)

@@ -13,8 +13,7 @@ import torch
 
 from psattn.experiments import text_plots
 from psattn.experiments.markdown import fmt, table
-from psattn.experiments.sweep import run_sweep
-from psattn.experiments.text import (
+from psattn.experiments.studies.text import (
     HYPOTHESIS_MODELS,
     TEXT_PLANS,
     TextPlan,
@@ -23,6 +22,7 @@ from psattn.experiments.text import (
     summarise_text,
     text_experiment,
 )
+from psattn.experiments.sweep import run_sweep
 from psattn.models import ModelConfig
 from psattn.models.presets import preset_parameter_count
 from psattn.text.generate import continue_text, run_tokenizer

@@ -31,7 +31,7 @@ from psattn.experiments.phase_change import (
     detect_phase_change,
     random_copy_gain,
 )
-from psattn.experiments.text import TextPlan, model_key, model_label, summarise_text, text_config
+from psattn.experiments.studies.text import TextPlan, model_key, model_label, summarise_text, text_config
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.models.config import Variant
 from psattn.training.config import RunConfig

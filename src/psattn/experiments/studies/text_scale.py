@@ -38,11 +38,11 @@ from typing import Any, cast
 
 from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
-from psattn.experiments.paper_scale import H200_STEP_S
 from psattn.experiments.phase_change import detect_copying, detect_phase_change
-from psattn.experiments.text import model_key, model_label, summarise_text
-from psattn.experiments.text_phase import mean_curve
-from psattn.experiments.text_pilot import law_tokens
+from psattn.experiments.studies.paper_scale import H200_STEP_S
+from psattn.experiments.studies.text import model_key, model_label, summarise_text
+from psattn.experiments.studies.text_phase import mean_curve
+from psattn.experiments.studies.text_pilot import law_tokens
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.config import Variant
 from psattn.tasks import make_task_config
@@ -81,7 +81,7 @@ class ScalePlan:
 
 def _quick_corpus() -> str:
     """psattn's own ``ops`` sources: a corpus of a few files every install has."""
-    return str(Path(__file__).resolve().parents[1] / "ops" / "*.py")
+    return str(Path(__file__).resolve().parents[2] / "ops" / "*.py")
 
 
 def plan(mode: str) -> ScalePlan:
