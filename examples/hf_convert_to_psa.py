@@ -8,7 +8,7 @@
 3. Report for the pretrained model and both copies: held-out loss (nats per token, bits per byte),
    the in-context-learning score (late minus early loss in the context), the loss on the second copy
    of repeated random tokens (against the first) and of a repeated held-out passage, and the best
-   induction-head score; see ``psattn.text.metrics``.
+   induction-head score; see ``psattn.models.lm_eval``.
 
     pip install -e ".[hf,text]"
     python examples/hf_convert_to_psa.py --out reports/hf-convert
@@ -30,8 +30,8 @@ from torch.utils.data import Dataset
 from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainingArguments
 
 from psattn.integrations.hf import GammaWarmup, apply_psa, load_psa_model, psa_spec, remove_psa
+from psattn.models.lm_eval import text_metrics
 from psattn.tasks.text import TextConfig, sample
-from psattn.text.metrics import text_metrics
 
 
 class Windows(Dataset):

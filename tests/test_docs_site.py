@@ -27,7 +27,7 @@ def site(tmp_path_factory):
 
 def test_the_site_builds_strictly_and_has_every_api_page(site):
     pages = {p.parent.name for p in (site / "api").glob("*/index.html")}
-    assert pages == {"ops", "models", "data", "text", "training", "experiments", "export", "hf", "theory", "meanfield"}
+    assert pages == {"ops", "models", "data", "training", "experiments", "export", "hf", "theory", "meanfield"}
     shear = (site / "api" / "ops" / "index.html").read_text()
     assert "psattn.ops.shear" in shear and "sequence_starts" in shear  # the docstrings are rendered
 

@@ -11,7 +11,7 @@ ENTRY_POINTS = [
     "psattn.models.decoder.DecoderLM", "psattn.models.config.ModelConfig", "psattn.models.generate.generate",
     "psattn.training.trainer.train", "psattn.training.config.RunConfig", "psattn.training.run_dir.load_trained",
     pytest.param("psattn.export.onnx.export_onnx", marks=pytest.mark.slow),  # the ONNX exporter: about 10 s
-    "psattn.text.generate.continue_text", "psattn.models.heads.head_scores",
+    "psattn.models.generate.continue_text", "psattn.models.heads.head_scores",
 ]
 #: the same, needing transformers (the hf extra)
 HF_ENTRY_POINTS = ["psattn.integrations.hf.patch.apply_psa", "psattn.integrations.hf.patch.remove_psa",

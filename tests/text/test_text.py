@@ -14,9 +14,9 @@ from torch import nn
 from helpers import science, tiny_config
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.heads import repeat_scores
+from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
-from psattn.text.metrics import bits_per_byte, icl_score, icl_window
 from psattn.textdata import tokens as token_cache
 from psattn.textdata.corpus import corpus_files, corpus_hash, describe_corpus, load_documents
 from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
@@ -400,7 +400,7 @@ def test_bpe_without_the_tokenizers_library_says_how_to_install_it(tmp_path, mon
 def test_generation_past_the_trained_context_slides_its_window():
     """Greedy tokens past the window: each is the model's prediction from the last context - 1 tokens."""
     from psattn.models import DecoderLM, ModelConfig
-    from psattn.text.generate import continue_ids
+    from psattn.models.generate import continue_ids
 
     torch.manual_seed(0)
     model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_heads=2, init=0.5)).eval()

@@ -27,9 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from psattn.text.generate import continue_text, run_tokenizer
+    from psattn.models.generate import continue_text
     from psattn.training.config import RunConfig
-    from psattn.training.run_dir import load_trained
+    from psattn.training.run_dir import load_trained, run_tokenizer
 
     if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")

@@ -24,11 +24,11 @@ from psattn.experiments.studies.text import (
 )
 from psattn.experiments.sweep import run_sweep
 from psattn.models import ModelConfig
+from psattn.models.generate import continue_text
 from psattn.models.presets import preset_parameter_count
-from psattn.text.generate import continue_text, run_tokenizer
 from psattn.textdata.corpus import describe_corpus
 from psattn.timing import interleaved_medians
-from psattn.training.run_dir import load_trained
+from psattn.training.run_dir import load_trained, run_tokenizer
 
 SAMPLE_PROMPT_CHARS = 120
 #: the pair the edge table compares: one PSA layer against the two plain layers induction needs

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from psattn.models.lm_eval import bits_per_byte, icl_score
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.batch import accuracy as task_accuracy
-from psattn.text.metrics import bits_per_byte, icl_score
 
 
 def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """A run directory: what it holds, the checks before a run writes into it, and what is read back
-from it (the trained model, the result, the held-out batch). A run directory holds::
+from it (the trained model, its tokenizer, the result, the held-out batch). A run directory holds::
 
     config.json    the resolved RunConfig        meta.json     seed, versions, git revision, date
     metrics.jsonl  one line per evaluation (step 0 first; wall seconds and tokens seen in each): the history
@@ -30,6 +30,7 @@ from psattn.models.decoder import DecoderLM
 from psattn.provenance import provenance
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task
+from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
 from psattn.training.checkpoint import load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
 from psattn.training.config import RunConfig, config_differences, holds_same_run
@@ -162,6 +163,13 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> Dec
         model = DecoderLM(config.model)
     load_model_weights(model, state["model"], path, run_dir / CONFIG)
     return model.to(resolve_device(device) if isinstance(device, str) else device).eval()
+
+def run_tokenizer(run_dir: str | Path) -> Tokenizer:
+    """The tokenizer of a text run's directory (its tokenizer.json); ValueError for a run without one."""
+    path = Path(run_dir) / TOKENIZER
+    if not path.exists():
+        raise ValueError(f"{run_dir} has no tokenizer.json: only runs of the text task can generate text")
+    return load_tokenizer(path)
 
 def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[str, Any]]:
     """What ``run_dir`` allows ``config`` to do, checked before anything is written: the run's schedule

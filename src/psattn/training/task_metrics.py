@@ -1,5 +1,5 @@
 """The task's own columns of every evaluation row (``train``'s default ``metrics``, and ``psattn eval``'s):
-bits per byte, ICL score and copy measures for text runs (``psattn.text.metrics``), every head's
+bits per byte, ICL score and copy measures for text runs (``psattn.models.lm_eval``), every head's
 previous-token and induction score for induction runs (``psattn.models.heads``); none for the others."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from psattn.models.heads import head_scores
+from psattn.models.lm_eval import text_metrics
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import task_name
-from psattn.text.metrics import text_metrics
 
 #: (model, task config, held-out batch) -> extra columns of an evaluation row
 RowMetrics = Callable[[Any, Any, TaskBatch], dict[str, Any]]

@@ -1,0 +1,100 @@
+"""Language-model metrics on held-out text, logged at every evaluation of a text run.
+
+- loss in nats per token, and bits per byte (nats / ln 2 / UTF-8 bytes of the predicted tokens),
+  which compares models across tokenizers;
+- the loss at every position of the context (the curve against position);
+- the in-context-learning score of Olsson et al. (2022): mean loss late in the context minus mean
+  loss early in it. With a context of T tokens, "early" is positions [T/16, T/8) and "late" is
+  [7T/8, T) (at T = 256: 16-31 and 224-255); negative means later tokens are predicted better;
+- repeated random tokens: a run R of T/2 tokens drawn from the training text's vocabulary, then R
+  again; the loss on each copy and every head's induction score (attention from a token of the
+  second copy to the token after its first occurrence) and previous-token score;
+- a repeated passage: a held-out passage of T/2 tokens shown twice; the loss on each copy (the most
+  direct measure of copying in context) and every head's prefix-matching score on it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from psattn.models.heads import repeat_scores
+from psattn.tasks.batch import TaskBatch
+
+
+def icl_window(seq_len: int) -> tuple[range, range]:
+    """(early, late) positions of the in-context-learning score for a context of ``seq_len``."""
+    early = range(max(1, seq_len // 16), max(2, seq_len // 8))
+    late = range(seq_len - max(1, seq_len // 8), seq_len)
+    return early, late
+
+
+def icl_score(position_loss: Tensor) -> float:
+    """Mean loss over the late positions minus mean loss over the early ones."""
+    early, late = icl_window(len(position_loss))
+    return float(position_loss[list(late)].mean() - position_loss[list(early)].mean())
+
+
+@torch.no_grad()
+def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
+    """(B, T) next-token loss in nats at every position of ``batch`` (all positions scored), for
+    psattn's models and transformers causal LMs alike."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(batch), chunk):
+        result = model(batch.inputs[start : start + chunk])
+        logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
+        out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
+    """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict."""
+    nbytes = torch.as_tensor(token_bytes, device=targets.device)[targets].sum()
+    return float(losses.sum() / math.log(2) / nbytes.clamp(min=1))
+
+
+def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:
+    """(rows, 2 * half) rows R + R, R drawn uniformly from ``vocabulary`` (token ids)."""
+    index = torch.randint(0, len(vocabulary), (rows, half), generator=generator, device=generator.device)  # (rows, half)
+    run = vocabulary[index.to(vocabulary.device)]  # (rows, half)
+    return torch.cat([run, run], dim=1)
+
+
+def passage_repeats(stream: np.ndarray, rows: int, half: int, generator: torch.Generator) -> Tensor:
+    """(rows, 2 * half) rows P + P, P a passage of ``half`` tokens of ``stream``."""
+    starts = torch.randint(0, len(stream) - half, (rows,), generator=generator, device=generator.device).cpu().numpy()
+    index = starts[:, None] + np.arange(half)[None, :]  # (rows, half)
+    passage = torch.from_numpy(np.asarray(stream[index], dtype=np.int64))
+    return torch.cat([passage, passage], dim=1)
+
+
+def text_metrics(model, config, held_out: TaskBatch, *, probe_rows: int = 16, seed: int = 0) -> dict[str, Any]:
+    """Every metric above, as one flat dict (the extra columns of a text run's metrics.jsonl)."""
+    corpus = config.tokens()
+    losses = token_losses(model, held_out)  # (B, T)
+    position = losses.mean(0)  # (T,)
+    half = config.seq_len // 2
+    g = torch.Generator().manual_seed(seed)
+    vocabulary = torch.from_numpy(np.unique(np.asarray(corpus.train[: 1 << 20])).astype(np.int64))
+    rand = repeat_scores(model, random_repeats(vocabulary, probe_rows, half, g), half)
+    passage = repeat_scores(model, passage_repeats(corpus.eval, probe_rows, half, g), half)
+    return {
+        "bits_per_byte": bits_per_byte(losses, held_out.targets, corpus.token_bytes),
+        "icl_score": icl_score(position),
+        "position_loss": [round(float(x), 4) for x in position],
+        "random_first_loss": rand.first_copy_loss,
+        "random_second_loss": rand.second_copy_loss,
+        "induction_score": rand.induction.tolist(),
+        "previous_token_score": rand.previous_token.tolist(),
+        "passage_first_loss": passage.first_copy_loss,
+        "passage_second_loss": passage.second_copy_loss,
+        "prefix_matching_score": passage.induction.tolist(),
+    }
