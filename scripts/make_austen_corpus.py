@@ -1,4 +1,4 @@
-"""Rebuild the shipped Jane Austen corpus (src/psattn/data/corpora/austen) from Debian's package.
+"""Rebuild the shipped Jane Austen corpus (src/psattn/textdata/corpora/austen) from Debian's package.
 
 Debian's ``r-cran-janeaustenr`` ships the six novels as an R lazy-load database; this reads it
 with the ``rdata`` parser (no R needed) and writes one xz-compressed UTF-8 file per novel, one
@@ -39,7 +39,7 @@ def read_lazy_load_db(base: Path) -> dict[str, list[str]]:
 
 def main(package_root: str) -> None:
     base = Path(package_root) / "usr/lib/R/site-library/janeaustenr/data/Rdata"
-    out = Path(__file__).resolve().parents[1] / "src/psattn/data/corpora/austen"
+    out = Path(__file__).resolve().parents[1] / "src/psattn/textdata/corpora/austen"
     for name, lines in read_lazy_load_db(base).items():
         text = "\n".join(lines).strip() + "\n"
         (out / f"{NOVELS[name]}.txt.xz").write_bytes(lzma.compress(text.encode("utf-8"), preset=9 | lzma.PRESET_EXTREME))

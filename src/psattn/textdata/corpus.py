@@ -1,7 +1,7 @@
 """Where text comes from: the shipped corpora or a user's path, read as a list of documents.
 
 A corpus is named or a path. Named corpora: ``"austen"``, the six novels shipped in
-``psattn/data/corpora``, and ``"python-stdlib"``, source code every Python install already has: the
+``psattn/textdata/corpora``, and ``"python-stdlib"``, source code every Python install already has: the
 running interpreter's standard-library modules (the top-level ``.py`` files of
 ``sysconfig.get_paths()["stdlib"]``, each one document; which Python it was is part of the corpus hash
 through the files' contents); and ``"python-installed"``, every ``.py`` file of the running
@@ -47,7 +47,7 @@ class Document:
 
 def shipped_corpus_dir(name: str) -> Path:
     """The folder of a corpus shipped inside the package."""
-    return Path(str(resources.files("psattn") / "data" / "corpora" / name))
+    return Path(str(resources.files("psattn.textdata") / "corpora" / name))
 
 
 def python_stdlib_files() -> list[Path]:
