@@ -25,6 +25,7 @@ from torch import Tensor
 
 from psattn.models.heads import repeat_scores
 from psattn.tasks.batch import TaskBatch
+from psattn.tasks.text import windows
 
 
 def icl_window(seq_len: int) -> tuple[range, range]:
@@ -71,8 +72,7 @@ def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Ge
 def passage_repeats(stream: np.ndarray, rows: int, half: int, generator: torch.Generator) -> Tensor:
     """(rows, 2 * half) rows P + P, P a passage of ``half`` tokens of ``stream``."""
     starts = torch.randint(0, len(stream) - half, (rows,), generator=generator, device=generator.device).cpu().numpy()
-    index = starts[:, None] + np.arange(half)[None, :]  # (rows, half)
-    passage = torch.from_numpy(np.asarray(stream[index], dtype=np.int64))
+    passage = windows(stream, starts, half)  # (rows, half)
     return torch.cat([passage, passage], dim=1)
 
 
