@@ -1,5 +1,6 @@
-"""Real text as data: the shipped corpora, the byte and BPE tokenizers, and the cached token streams.
-Imports neither models nor training (tasks read it); language-model evaluation lives in ``psattn.text``."""
+"""Real text as data: the corpora (the shipped ones in ``corpora/``), the byte and BPE tokenizers, and the
+cached token streams. Imports neither models nor training (tasks read it); language-model evaluation lives
+beside the models, in ``psattn.models.lm_eval``."""
 
 from psattn.textdata.corpus import load_documents
 from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer
