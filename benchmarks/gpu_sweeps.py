@@ -35,9 +35,9 @@ RESULTS = ROOT / "docs" / "results" / "gpu"
 
 
 def _experiment(name: str):
-    from psattn.experiments.declared import EXPERIMENTS
+    from psattn.experiments.declared import STUDIES
 
-    return EXPERIMENTS[name]
+    return STUDIES[name].plan
 
 
 def results_folder(experiment: str) -> str:

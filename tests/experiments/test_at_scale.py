@@ -13,7 +13,7 @@ import pytest
 
 from psattn.cli import main as psattn
 from psattn.experiments import at_scale, saved_runs
-from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.studies import paper_scale
 from psattn.models.presets import preset_parameter_count
 from psattn.training.run_dir import load_result
@@ -39,7 +39,7 @@ def test_paper_scale_declares_the_issues_grid_at_the_papers_settings():
     assert sizes == {85_068_288, 15_785_472}  # psa-92m and psa-20m at the task's vocabulary of 64
     assert [c.name for c in configs[:2]] == ["paper_scale-induction-psa-92m-baseline-stop2-e25-s0",
                                               "paper_scale-induction-psa-92m-symmetric-g0.2-stop2-e25-s0"]
-    assert "paper_scale" in EXPERIMENTS
+    assert "paper_scale" in STUDIES
     low, high = paper_scale.expected_minutes()
     assert 60 < low < high < 150  # the page's estimate, from the measured 50-90 ms a step
 

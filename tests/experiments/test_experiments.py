@@ -10,10 +10,11 @@ import torch
 from helpers import random_model
 from psattn.experiments import summaries
 from psattn.experiments.configs import small_config
-from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.reproduce import reproduce
 from psattn.experiments.studies import induction
 from psattn.experiments.studies import text as text_exp
+from psattn.experiments.study import MODES
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.models.heads import head_scores, repeated_tokens
 from psattn.ops.hooks import capture
@@ -25,11 +26,11 @@ def tiny(config, steps=4):
         config.train, steps=steps, eval_every=2, eval_size=32, batch_size=8))
 
 
-@pytest.mark.parametrize("mode", induction.MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_declared_experiments(mode):
     seen = {}
-    for name, fn in EXPERIMENTS.items():
-        configs = fn(mode)
+    for name, study in STUDIES.items():
+        configs = study.plan(mode)
         assert len({c.name for c in configs}) == len(configs), name
         for c in configs:  # a run two experiments share is one run: same name, same config
             assert seen.setdefault(c.name, c) == c, c.name
@@ -54,12 +55,47 @@ def test_declared_experiments(mode):
         induction.gamma_sweep("medium")
 
 
+def test_every_declared_study_has_one_protocol_plans_per_mode_and_says_when_it_has_no_table_or_verdict():
+    from psattn.experiments.study import Study
+    from psattn.training.config import RunConfig
+
+    for name, study in STUDIES.items():
+        assert type(study) is Study and study.name == name
+        assert (study.title is None) == (study.table is None), name
+        for mode in MODES:
+            configs = study.plan(mode)
+            assert configs and all(isinstance(c, RunConfig) for c in configs), (name, mode)
+        with pytest.raises(ValueError, match=r"unknown mode 'medium'; expected one of \('quick', 'full'\)"):
+            study.plan("medium")
+    assert all(study.table is not None for study in STUDIES.values())  # every study tables its runs
+    assert sorted(name for name, study in STUDIES.items() if study.verdict is not None) == [
+        "critical_gamma", "critical_gamma_head_dim", "critical_gamma_width", "paper_scale", "text_phase", "text_scale"]
+    assert sorted(name for name, study in STUDIES.items() if study.report is not None) == [
+        "gamma_depth", "init_sensitivity", "text_phase", "text_pilot"]
+
+
+def test_a_study_tables_and_judges_its_finished_runs_alone():
+    """The critical-gamma study's table and verdict from saved results, no run directory needed."""
+    study = STUDIES["critical_gamma"]
+    results = {}
+    for heads, crit in ((4, 0.2), (2, 0.2)):
+        for gamma in (0.1, 0.2):
+            config = small_config("symmetric", gamma, n_heads=heads, early_stop_evals=2)
+            emerged = gamma >= crit
+            results[config.name] = {"config": config.to_dict(), "emergence_step": 100 if emerged else None,
+                                    "final_accuracy": 0.9 if emerged else 0.1, "best_accuracy": 0.9 if emerged else 0.1}
+    assert "d_k 32, gamma 0.2: 1/1 succeed, mean emergence step 100" in "\n".join(study.table(results))
+    verdict = study.verdict(results)
+    assert verdict[:2] == ["d_k 32: critical gamma 0.2", "d_k 64: critical gamma 0.2"]
+    assert verdict[2].startswith("exponent of gamma_c against d_k: +0.00 (least squares on 2 bracketed values)")
+
+
 def test_every_experiment_the_reproduction_leaves_out_is_one_psattn_sweep_runs():
     from psattn.cli import build_parser
     from psattn.experiments.induction_report import LEFT_OUT
 
     for mode, names in LEFT_OUT.items():
-        assert set(names) <= set(EXPERIMENTS), mode
+        assert set(names) <= set(STUDIES), mode
     sweep = build_parser()
     for name in LEFT_OUT["quick"]:
         assert sweep.parse_args(["sweep", name, "--quick"]).experiment == name
@@ -79,15 +115,15 @@ def test_quick_rows_that_report_success_stop_once_it_is_decided():
                    or c.model.n_layers == 2)
         assert c.train.early_stop == decided and c.train.early_stop_evals == (2 if decided else 1), c.name
         assert ("-stop2-" in c.name) == decided
-    assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in EXPERIMENTS[name]("quick"))
-    assert not any(c.train.early_stop for name in ("gamma_sweep", "controls", "sizes") for c in EXPERIMENTS[name]("quick"))
+    assert all(c.train.early_stop for name in ("critical_gamma", "mqar") for c in STUDIES[name].plan("quick"))
+    assert not any(c.train.early_stop for name in ("gamma_sweep", "controls", "sizes") for c in STUDIES[name].plan("quick"))
     table = {c.name: c for c in induction.variant_table("quick")}
     for c in induction.init_sensitivity("quick"):  # default-init rows are the variant table's own full-budget runs
         assert (c.name in table) == (c.model.init == "scaled") and c.train.early_stop == (c.model.init != "scaled")
     # the CPU plans' full-scale counterparts train to their budgets; paper_scale stops at emergence, as the
     # paper's phase-transition runs do (its cap decides the plain model)
-    assert not any(c.train.early_stop for name, fn in EXPERIMENTS.items() if name != "paper_scale" for c in fn("full"))
-    assert all(c.train.early_stop for c in EXPERIMENTS["paper_scale"]("full"))
+    assert not any(c.train.early_stop for name, study in STUDIES.items() if name != "paper_scale" for c in study.plan("full"))
+    assert all(c.train.early_stop for c in STUDIES["paper_scale"].plan("full"))
 
 
 def test_the_quick_sensitivity_table_runs_the_plain_layer_at_the_default_init_alone():
@@ -301,15 +337,16 @@ def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():
 def test_the_report_tables_a_trained_critical_gamma_design_and_names_the_sweeps_of_the_others():
     from types import SimpleNamespace
 
-    from psattn.experiments.induction_report import CRITICAL_DESIGNS, _critical_lines, _exponent_fit
+    from psattn.experiments.induction_report import CRITICAL_DESIGNS, _critical_lines
 
     rows = [{"d_k": d_k, "gamma": g, "success_rate": float(g >= crit), "mean_final_accuracy": 0.9 if g >= crit else 0.1,
              "stops_early": True, "steps_budget": 600} for d_k, crit in ((16, 0.2), (32, 0.2)) for g in (0.1, 0.2)]
     designs = dict.fromkeys(CRITICAL_DESIGNS, [])
     first = next(iter(designs))
     facts = {"critical_batch": 64, "batch": 32, "early_stop_evals": 2}
-    res = SimpleNamespace(tables={"critical_designs": dict(designs, **{first: rows}), "critical_exponents": {
-        first: _exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))}}, facts=facts, mode="full")
+    fit = summaries.exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))
+    res = SimpleNamespace(tables={"critical_designs": dict(designs, **{first: rows}), "critical_exponents": {first: fit}},
+                          facts=facts, mode="full")
     text = "\n".join(_critical_lines(res))
     assert f"**{first}**" in text and "| 16 | 0.100 | 0.900 | 0.2 |" in text and "Exponent: +0.00" in text
     assert "`psattn sweep critical_gamma_width --quick` trains it" in text

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.induction_report import LEFT_OUT
 from psattn.experiments.phase_change import detect_phase_change
 from psattn.experiments.studies.gamma_depth import (
@@ -61,7 +61,7 @@ def saved(config, history, **extra):
 
 
 def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
-    configs = {(c.train.batch_size, c.task.seq_len): c for c in EXPERIMENTS["text_pilot"]("quick")}
+    configs = {(c.train.batch_size, c.task.seq_len): c for c in STUDIES["text_pilot"].plan("quick")}
     assert set(configs) == {(b, 256) for b, _ in PILOT_RUNS} | set(LAW_RUNS)
     assert all(c.model.n_layers == 2 and c.model.mlp is False for c in configs.values())
     rows_seen = [configs[(b, 256)].train.steps * b for b, _ in PILOT_RUNS]
@@ -90,7 +90,7 @@ def test_the_pilot_table_and_figure_from_saved_runs(tmp_path):
 
 
 def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
-    configs = EXPERIMENTS["text_phase"]("quick")
+    configs = STUDIES["text_phase"].plan("quick")
     keys = [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs]
     assert len(set(keys)) == len(keys) == len(PHASE_MODELS) + 2 * len(SEEDED_MODELS)
     assert {k[:3] for k in keys} == set(PHASE_MODELS) and all(k[:3] in SEEDED_MODELS for k in keys if k[3])
@@ -113,7 +113,7 @@ def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", for
 
 
 def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
-    configs = EXPERIMENTS["paper_form"]("quick")
+    configs = STUDIES["paper_form"].plan("quick")
     assert len(configs) == len({c.name for c in configs}) == len(PAPER_FORM_ROWS) * 3 * 2
     assert all(c.task.form == "single" and c.train.steps == 5000 and c.train.early_stop_evals == 2 for c in configs)
     assert sorted({c.train.lr for c in configs}) == [1e-3, 3e-3]
@@ -133,7 +133,7 @@ def test_paper_form_declares_every_row_on_three_seeds_and_tables_them():
 
 
 def test_gamma_depth_tables_best_and_critical_gamma_per_depth_and_fits_the_law():
-    configs = EXPERIMENTS["gamma_depth"]("quick")
+    configs = STUDIES["gamma_depth"].plan("quick")
     names = [c.name for c in configs]
     assert len(names) == len(set(names)) == 2 * 4 * (1 + 2 * (len(GAMMAS) - 1)) * 2  # gamma 0 shared by both variants
     # depth N learns fastest at gamma 4 / N (critical gamma 0.5 at every depth); gamma 0 fails
@@ -196,8 +196,8 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "gamma_depth").iterdir())}
-    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in EXPERIMENTS["gamma_depth"]("quick")}
-    table = format_depth_table(depth_table(results))
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in STUDIES["gamma_depth"].plan("quick")}
+    table = STUDIES["gamma_depth"].table(results)  # the study's own table, as `psattn sweep` prints it
     docs = (root / "docs" / "depth_law.md").read_text()
     assert all(line.strip() in docs for line in table), "\n".join(table)
     pytest.importorskip("matplotlib")
@@ -205,7 +205,7 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
 
 
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
-    configs = EXPERIMENTS["two_layer"]("quick")
+    configs = STUDIES["two_layer"].plan("quick")
     assert {(c.task.form, str(c.model.mlp), c.model.attention.variant) for c in configs} == {
         (f, m, v) for f in ("full", "single") for m in ("True", "False") for v in ("baseline", "key_only")} | {
         (f, "[False, True]", "baseline") for f in ("full", "single")}
@@ -230,8 +230,8 @@ def test_the_paper_form_table_in_the_docs_is_what_its_saved_runs_give():
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "paper_form").iterdir())}
-    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in EXPERIMENTS["paper_form"]("quick")}
-    table = format_paper_form_table(paper_form_table(results))
+    assert {r["config"]["name"] for r in results.values() if r} == {c.name for c in STUDIES["paper_form"].plan("quick")}
+    table = STUDIES["paper_form"].table(results)
     docs = (root / "docs" / "paper_form.md").read_text()
     assert all(line in docs for line in table), "\n".join(table)
 
@@ -245,7 +245,7 @@ def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
     saved_runs = sorted((root / "docs" / "results" / "text_pilot").iterdir())
     results = {d.name: load_result(d) for d in saved_runs}
     assert len(results) >= len(PILOT_RUNS) and all(r is not None for r in results.values())
-    table = format_pilot_table(pilot_table(results))
+    table = STUDIES["text_pilot"].table(results)
     docs = (root / "docs" / "text.md").read_text()
     assert all(line in docs for line in table), "\n".join(table)
 
@@ -257,8 +257,8 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
 
     root = Path(__file__).resolve().parents[2]
     results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "two_layer").iterdir())}
-    assert len(results) == len(EXPERIMENTS["two_layer"]("quick")) and all(r is not None for r in results.values())
-    table = format_two_layer_table(two_layer_table(results))
+    assert len(results) == len(STUDIES["two_layer"].plan("quick")) and all(r is not None for r in results.values())
+    table = STUDIES["two_layer"].table(results)
     assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from psattn.cli import main
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.phase_change import detect_copying
 from psattn.experiments.studies import text_phase as tp
 
@@ -104,7 +105,7 @@ def test_the_docs_table_and_verdict_are_what_the_saved_runs_give():
     assert len(results) >= len(tp.PHASE_MODELS) - 1 and all(r is not None for r in results.values())
     declared = {c.name for c in tp.text_phase("quick")}
     assert set(results) <= declared  # saved runs are declared runs, under their declared names
-    rows = tp.phase_table(results)
+    study = STUDIES["text_phase"]  # its table and verdict, as `psattn sweep text_phase` prints them
     docs = (root / "docs" / "text.md").read_text()
-    for line in tp.format_phase_table(rows) + tp.phase_verdict(results, rows):
+    for line in study.table(results) + study.verdict(results):
         assert line in docs, line

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from psattn.experiments import at_scale
-from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.studies import text_scale
 
 
@@ -25,7 +25,7 @@ def test_text_scale_declares_depths_with_mlps_three_attentions_two_seeds_and_its
     pilot = text_scale.text_scale_pilot("full")
     assert [c.name for c in configs[:3]] == [c.name for c in pilot]
     assert {(c.model.n_layers, c.model.attention.variant, c.train.seed) for c in pilot} == {(n, "baseline", 0) for n in (1, 2, 4)}
-    assert {"text_scale", "text_scale_pilot"} <= set(EXPERIMENTS)
+    assert {"text_scale", "text_scale_pilot"} <= set(STUDIES)
     low, high = text_scale.expected_minutes()
     assert 50 < low < high < 200
     with pytest.raises(ValueError, match="read them 3.0 times"):

@@ -1,4 +1,5 @@
-"""Declared experiments and what runs and reports them: the studies, one module each in ``studies``
-and listed in ``declared``; the summaries and tables read from their saved results; the sweep runner
-(``sweep``); and the reproduction report with its figures (``reproduce``). ``psattn sweep NAME`` and
-``psattn reproduce`` run them."""
+"""Declared studies and what runs and reports them. Every study is one ``study.Study`` (its plans, its
+table, its verdict), declared in its module of ``studies`` and listed by name in ``declared``; apart from
+them sit the sweep runner (``sweep``), the grouped summaries the tables read (``summaries``) and the
+reproduction report with its figures (``reproduce``). ``psattn sweep NAME`` and ``psattn reproduce`` run
+them."""

@@ -15,12 +15,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.saved_runs import load_summaries
 from psattn.experiments.studies import paper_scale, text_scale
 
 #: experiment -> (its declaration, its folder under docs/results/gpu); the text pilot's runs are text_scale's own
-GPU_SWEEPS = {"paper_scale": (paper_scale.paper_scale, "paper_scale"),
-              "text_scale": (text_scale.text_scale, "text_scale")}
+GPU_SWEEPS = {"paper_scale": (STUDIES["paper_scale"], "paper_scale"),
+              "text_scale": (STUDIES["text_scale"], "text_scale")}
 COMMAND = "benchmarks/gpu_sweeps.sh {experiment}"
 
 
@@ -58,8 +59,8 @@ def _where(results: dict[str, dict[str, Any]]) -> str:
 
 def progress_lines(experiment: str, results_root: Path) -> list[str]:
     """How many of ``experiment``'s declared (full-plan) runs are saved under ``results_root``."""
-    declare, folder = GPU_SWEEPS[experiment]
-    names = [c.name for c in declare("full")]
+    study, folder = GPU_SWEEPS[experiment]
+    names = [c.name for c in study.plan("full")]
     saved = {p.stem for p in (Path(results_root) / folder).glob("*.json")}
     left = [n for n in names if n not in saved]
     return [f"{experiment}: {len(names) - len(left)} of {len(names)} declared runs saved in {Path(results_root) / folder}",
@@ -68,8 +69,7 @@ def progress_lines(experiment: str, results_root: Path) -> list[str]:
 
 def not_run(experiment: str) -> list[str]:
     """What the page says for an experiment none of whose runs has been saved yet."""
-    declare, _ = GPU_SWEEPS[experiment]
-    configs = declare("full")
+    configs = GPU_SWEEPS[experiment][0].plan("full")
     if experiment == "paper_scale":
         low, high = paper_scale.expected_minutes()
         step_ms = f"{paper_scale.H200_STEP_S[0] * 1e3:.0f}–{paper_scale.H200_STEP_S[1] * 1e3:.0f} ms"
@@ -80,7 +80,7 @@ def not_run(experiment: str) -> list[str]:
         commands = f"`{COMMAND.format(experiment=experiment)}`"
     else:
         low, high = text_scale.expected_minutes()
-        deepest = text_scale.plan("full")
+        deepest = text_scale.scale_plan("full")
         deepest = dataclasses.replace(deepest, depths=(max(deepest.depths),), seeds=(0,))
         one = [m / len(text_scale.VARIANTS) for m in text_scale.expected_minutes(deepest)]
         cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps, extrapolated from psa-92m's step time "
@@ -116,8 +116,8 @@ def status_lines(results_root: Path) -> list[str]:
     lines = ["| sweep | what it trains | status |", "|---|---|---|"]
     what = {"paper_scale": "psa-92m and psa-20m on induction, the paper's γ grid, 3 seeds",
             "text_scale": "1, 2 and 4 layers with MLPs on real text, plain and PSA, 2 seeds"}
-    for experiment, (declare, folder) in GPU_SWEEPS.items():
-        saved, declared = len(load_summaries(Path(results_root) / folder)), len(declare("full"))
+    for experiment, (study, folder) in GPU_SWEEPS.items():
+        saved, declared = len(load_summaries(Path(results_root) / folder)), len(study.plan("full"))
         status = "not run yet" if not saved else "done" if saved >= declared else f"{saved} of {declared} runs"
         name = f"`psattn sweep {experiment} --full`" + (" (its pilot: `text_scale_pilot`)" if experiment == "text_scale" else "")
         lines.append(f"| {name} | {what[experiment]} | {status} |")
@@ -142,18 +142,14 @@ def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
     saved = load_summaries(results)
     if not saved:
         return not_run(experiment)
+    study = GPU_SWEEPS[experiment][0]
     lines = [_provenance(saved), "", f"![{experiment}](figures/{FIGURES[experiment]})", ""]
-    if experiment == "paper_scale":
-        rows = paper_scale.scale_table(saved)
-        lines += [*paper_scale.format_scale_table(rows), "",
-                  *[part for clause in paper_scale.scale_verdict(rows) for part in (clause, "")]]
     if experiment == "text_scale":
         lines += [_corpus(saved), "", "The pilot (the plain model of every depth, its first seed):", "",
                   *text_scale.pilot_table(saved), ""]
-        rows = text_scale.scale_table(saved)
-        lines += [*text_scale.format_scale_table(rows), "",
-                  *[part for clause in text_scale.scale_verdict(saved, rows) for part in (clause, "")]]
-    declared = len(GPU_SWEEPS[experiment][0](mode))
+    assert study.table is not None and study.verdict is not None  # both GPU sweeps have them
+    lines += [*study.table(saved), "", *[part for clause in study.verdict(saved) for part in (clause, "")]]
+    declared = len(study.plan(mode))
     if len(saved) < declared:
         lines.append(f"{len(saved)} of the {declared} declared runs have run; the rest have not.")
     return lines

@@ -12,17 +12,17 @@ import numpy as np
 
 from psattn.experiments import plots, summaries
 from psattn.experiments.configs import SHEARED
-from psattn.experiments.declared import EXPERIMENTS
+from psattn.experiments.declared import STUDIES
 from psattn.experiments.markdown import fmt as _fmt
 from psattn.experiments.markdown import table as _table
-from psattn.experiments.plateau import attention_at_queries
+from psattn.experiments.plateau import attention_at_queries_table, plateau_rows
 from psattn.experiments.studies import induction
 from psattn.experiments.studies.two_layer import BUDGET as TWO_LAYER_BUDGET
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.models import ModelConfig
 from psattn.models.heads import head_scores
 from psattn.models.presets import preset_parameter_count
-from psattn.training.run_dir import build_model, eval_batch, load_trained
+from psattn.training.run_dir import load_trained
 from psattn.training.speed import trainer_vs_bare_loop
 
 #: The paper's single-answer accuracy of each variant.
@@ -31,7 +31,7 @@ PAPER = {
     "gamma_sweep": "91.3M parameters: gamma = 0.80 succeeds in 3/3 seeds at about 717 steps; "
                    "gamma = 0 in 2/3 seeds at about 2700 steps",
     "controls": "best gamma* = 0 on randomised-offset induction and no gain on multi-hop negation",
-    "critical_exponent": "gamma_c ∝ d_k^-1.13",
+    "critical_exponent": induction.PAPER_CRITICAL_EXPONENT,
 }
 #: The designs of the critical-gamma experiment: report heading -> experiment.
 CRITICAL_DESIGNS = {
@@ -41,43 +41,26 @@ CRITICAL_DESIGNS = {
 }
 HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --quick``
-#: trains them at the quick scale, and ``--full`` includes them. The STUDIES are long experiments of
+#: trains them at the quick scale, and ``--full`` includes them. The LONG_STUDIES are long experiments of
 #: their own (an hour or more on a CPU), run by ``psattn sweep NAME`` alone.
-STUDIES = ("text_pilot", "text_phase", "paper_form", "gamma_depth", "two_layer")
+LONG_STUDIES = ("text_pilot", "text_phase", "paper_form", "gamma_depth", "two_layer")
 #: every critical-gamma design (about 6 training-minutes apiece), the initialisation table (1.4) and the
 #: single-answer key-lag rows (2.0; ``key_lag``, whose full-sequence rows the variant table trains) are left out
 #: of the quick reproduction, each its own `psattn sweep ... --quick`, which keeps the main job short
 #: the sweeps that need a GPU, run piece by piece (benchmarks/gpu_sweeps.sh); their quick plans are tiny CPU checks
 GPU_SWEEPS = ("paper_scale", "text_scale_pilot", "text_scale")
 LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_head_dim", "init_sensitivity",
-                      "key_lag", "text_seeds", *STUDIES, *GPU_SWEEPS),
-            "full": (*STUDIES, *GPU_SWEEPS)}
+                      "key_lag", "text_seeds", *LONG_STUDIES, *GPU_SWEEPS),
+            "full": (*LONG_STUDIES, *GPU_SWEEPS)}
 
 
 def declared_experiments(mode: str) -> dict[str, list]:
     """The configs of every experiment the reproduction of ``mode`` runs (a left-out one declares none)."""
-    return {name: [] if name in LEFT_OUT[mode] else fn(mode) for name, fn in EXPERIMENTS.items()}
+    return {name: [] if name in LEFT_OUT[mode] else study.plan(mode) for name, study in STUDIES.items()}
 
 
 def _subset(results: dict[str, dict], configs) -> dict[str, dict]:
     return {c.name: results[c.name] for c in configs}
-
-
-def plateau_rows(runs: Path, configs, results: dict) -> list[dict]:
-    """Attention statistics of the seed-0 single-answer key-only runs of the sensitivity table: freshly
-    initialised, and, for those trained (in ``results``), at their last checkpoint in ``runs``."""
-    rows = []
-    for c in configs:
-        a = c.model.attention
-        if c.train.seed != 0 or c.task.form != "single" or a.variant != "key_only":
-            continue
-        held = eval_batch(c)
-        rows.append({"init": c.model.init, "when": "initialisation", **attention_at_queries(build_model(c), held)})
-        if c.name in results:
-            rows.append({"init": c.model.init, "when": f"step {results[c.name]['steps']}",
-                         **attention_at_queries(load_trained(runs / c.name), held),
-                         "accuracy": results[c.name]["final_accuracy"]})
-    return rows
 
 
 def _init_order(init) -> tuple:
@@ -101,39 +84,6 @@ def _stop_note(rows: list[dict], early_stop_evals: int) -> list[str]:
 
 def _param_count(result: dict) -> str:
     return f"{preset_parameter_count(ModelConfig.from_dict(result['config']['model'])) / 1e6:.2f}M"
-
-
-def _exponent_fit(pairs: list, brackets: list) -> dict:
-    """The least-squares fit gamma_critical ∝ d_k^alpha over the bracketed values, and the interval
-    of alpha that every grid bracket (censored ones included) allows."""
-    from psattn.theory.scaling import empirical_exponent, exponent_interval
-
-    out: dict = {}
-    bracketed = [(d_k, g) for d_k, g, _ in pairs if g is not None]
-    if len(bracketed) >= 2:
-        out = empirical_exponent(bracketed).to_dict()
-        spread = "" if out["stderr"] is None else f" ± {out['stderr']:.2f}"
-        text = f"{round(out['exponent'], 2) + 0.0:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
-    else:
-        text = f"no least-squares fit ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"
-    plain = [d_k for d_k, _, label in pairs if label.startswith("none")]
-    if plain:
-        text += f"; left out, as gamma 0 already succeeds there: d_k {', '.join(map(str, plain))}"
-    if len(brackets) >= 2:
-        lower, upper = exponent_interval(brackets)
-        out["interval"] = [lower, upper]
-        text += (f"; the grid brackets allow alpha in ({lower:+.2f}, {upper:+.2f})" if lower < upper
-                 else "; no single power law passes through every grid bracket")
-    return {**out, "text": text}
-
-
-def format_critical(rows: list[dict]) -> list[str]:
-    """One critical-gamma design's summary rows (``summaries.head_dim_key``) as printable lines: the
-    critical gamma per head dimension and the exponent fit with the interval its grid allows."""
-    pairs = summaries.critical_pairs(rows)
-    return ([f"d_k {d_k}: critical gamma {label}" for d_k, _, label in pairs]
-            + [f"exponent of gamma_c against d_k: {_exponent_fit(pairs, summaries.critical_brackets(rows))['text']} "
-               f"(paper, trained models: {PAPER['critical_exponent']})"])
 
 
 @dataclass
@@ -178,7 +128,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "mqar": summary("mqar", summaries.variant_key),
         "sizes": summary("sizes", summaries.size_key),
         "critical_gamma": critical, "critical_pairs": summaries.critical_pairs(critical), "critical_designs": designs,
-        "critical_exponents": {design: _exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))
+        "critical_exponents": {design: summaries.exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))
                                for design, rows in designs.items() if rows},
         "head_scores": scores,
         "trainer_speed": trainer_vs_bare_loop(seed0["full"][0], steps=30, repeats=2),
@@ -342,14 +292,6 @@ def _sensitivity_lines(res: InductionResults) -> list[str]:
               "the token embedding's.", ""]
     lines += attention_at_queries_table(t["attention_at_queries"])
     return lines
-
-
-def attention_at_queries_table(rows: list[dict]) -> list[str]:
-    """The markdown table of ``plateau_rows``."""
-    return _table(["init", "when", "entropy / max", "T1 spread", "T3 spread", "attention on target",
-                   "attention / embedding", "held-out acc"],
-                  [[str(r["init"]), r["when"], r["entropy_ratio"], r["t1_std"], r["t3_std"], r["target_mass"],
-                    r["attention_to_embedding"], _fmt(r.get("accuracy"))] for r in rows])
 
 
 def _gamma_lines(res: InductionResults) -> list[str]:

@@ -4,17 +4,21 @@ target (the position after the query token's previous occurrence, where an induc
 
 Used to explain plateaus: a layer whose attention is uniform and whose score terms are tiny cannot
 tell the target from the other positions; one whose attention is already sharp on the wrong places
-has to unlearn that first.
+has to unlearn that first. ``plateau_rows`` reads them for the initialisation study's key-only runs,
+before and after training.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 
+from psattn.experiments.markdown import fmt, table
 from psattn.ops.hooks import capture
 from psattn.tasks.batch import TaskBatch
+from psattn.training.run_dir import build_model, eval_batch, load_trained
 
 
 def previous_occurrence(inputs: torch.Tensor, b: int, t: int) -> int | None:
@@ -63,3 +67,28 @@ def attention_at_queries(model, batch: TaskBatch, rows: int = 64) -> dict[str, f
         sums["attention_to_embedding"] += float(outputs[0][b, t].norm() / embedded[b, t].norm())
         count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+def plateau_rows(runs: Path, configs, results: dict) -> list[dict]:
+    """Attention statistics of the seed-0 single-answer key-only runs of the sensitivity table: freshly
+    initialised, and, for those trained (in ``results``), at their last checkpoint in ``runs``."""
+    rows = []
+    for c in configs:
+        a = c.model.attention
+        if c.train.seed != 0 or c.task.form != "single" or a.variant != "key_only":
+            continue
+        held = eval_batch(c)
+        rows.append({"init": c.model.init, "when": "initialisation", **attention_at_queries(build_model(c), held)})
+        if c.name in results:
+            rows.append({"init": c.model.init, "when": f"step {results[c.name]['steps']}",
+                         **attention_at_queries(load_trained(runs / c.name), held),
+                         "accuracy": results[c.name]["final_accuracy"]})
+    return rows
+
+
+def attention_at_queries_table(rows: list[dict]) -> list[str]:
+    """The markdown table of ``plateau_rows``."""
+    return table(["init", "when", "entropy / max", "T1 spread", "T3 spread", "attention on target",
+                  "attention / embedding", "held-out acc"],
+                 [[str(r["init"]), r["when"], r["entropy_ratio"], r["t1_std"], r["t3_std"], r["target_mass"],
+                   r["attention_to_embedding"], fmt(r.get("accuracy"))] for r in rows])

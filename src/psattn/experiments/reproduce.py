@@ -20,6 +20,7 @@ from psattn.experiments.induction_report import declared_experiments, induction_
 from psattn.experiments.markdown import table as _table
 from psattn.experiments.studies import induction
 from psattn.experiments.studies.text import text_experiment
+from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.provenance import git_revision, machine
@@ -75,8 +76,7 @@ def reproduce(
 ) -> Path:
     """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``.
     ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra)."""
-    if mode not in induction.MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {induction.MODES}")
+    check_mode(mode)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     unknown = set(sections) - set(SECTIONS)

@@ -162,10 +162,38 @@ def best_gamma(rows: list[dict[str, Any]], tie: float = TIE) -> float:
     return min(contenders, key=rank)["gamma"]
 
 
-#: how ``psattn sweep`` groups an experiment's runs for its summary (seeds averaged)
-SUMMARY_KEYS = {
-    "variants": form_variant_key, "key_lag": form_variant_key, "init_sensitivity": init_key, "gamma_sweep": gamma_key,
-    "controls": control_key,
-    "mqar": variant_key, "sizes": size_key, "critical_gamma": head_dim_key, "critical_gamma_width": head_dim_key,
-    "critical_gamma_head_dim": head_dim_key,
-}
+def exponent_fit(pairs: list, brackets: list) -> dict:
+    """The least-squares fit gamma_critical ∝ d_k^alpha over the bracketed values, and the interval
+    of alpha that every grid bracket (censored ones included) allows."""
+    from psattn.theory.scaling import empirical_exponent, exponent_interval
+
+    out: dict = {}
+    bracketed = [(d_k, g) for d_k, g, _ in pairs if g is not None]
+    if len(bracketed) >= 2:
+        out = empirical_exponent(bracketed).to_dict()
+        spread = "" if out["stderr"] is None else f" ± {out['stderr']:.2f}"
+        text = f"{round(out['exponent'], 2) + 0.0:+.2f}{spread} (least squares on {len(bracketed)} bracketed values)"
+    else:
+        text = f"no least-squares fit ({len(bracketed)} bracketed value{'s' * (len(bracketed) != 1)}; 2 needed)"
+    plain = [d_k for d_k, _, label in pairs if label.startswith("none")]
+    if plain:
+        text += f"; left out, as gamma 0 already succeeds there: d_k {', '.join(map(str, plain))}"
+    if len(brackets) >= 2:
+        lower, upper = exponent_interval(brackets)
+        out["interval"] = [lower, upper]
+        text += (f"; the grid brackets allow alpha in ({lower:+.2f}, {upper:+.2f})" if lower < upper
+                 else "; no single power law passes through every grid bracket")
+    return {**out, "text": text}
+
+
+def format_summary(results: dict[str, dict[str, Any]], key) -> list[str]:
+    """``summarise_by(results, key)`` as printable lines: per group, successes, mean emergence step and
+    mean best and final accuracy."""
+    lines = []
+    for row in summarise_by(results, key):
+        group = ", ".join(f"{k} {v}" for k, v in row.items() if k in key(next(iter(results.values()))))
+        step = row["mean_emergence_step"]
+        lines.append(f"{group}: {row['successes']}/{row['seeds']} succeed, mean emergence step "
+                     f"{'—' if step is None else f'{step:.0f}'}, mean best acc {row['mean_best_accuracy']:.3f}, "
+                     f"mean final acc {row['mean_final_accuracy']:.3f}")
+    return lines

@@ -25,11 +25,13 @@ gives the exponents the brackets allow: the b for which some a puts a N^b inside
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from psattn.experiments.configs import study_config
+from psattn.experiments.study import Results, Study, check_mode
 from psattn.experiments.summaries import best_gamma, critical_pairs, first_attention, summarise_by
 from psattn.training.config import RunConfig
 
@@ -46,9 +48,7 @@ PREDECESSOR = (4.17, -0.74)
 
 def gamma_depth(mode: str = "quick") -> list[RunConfig]:
     """The γ grid at each depth, on each task of the depth-law study (psattn sweep gamma_depth)."""
-    if mode not in STEPS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(STEPS)}")
-    quick = mode == "quick"  # the full plan trains every run to its budget
+    quick = check_mode(mode) == "quick"  # the full plan trains every run to its budget
     configs = {}
     for task in TASKS:
         for n in DEPTHS:
@@ -181,3 +181,13 @@ def depth_figure(results: dict[str, dict[str, Any]], path) -> Any:
     from psattn.experiments.plots import plot_depth_law
 
     return plot_depth_law(depth_table(results), path, PREDECESSOR)
+
+
+def _figure(results: Results, runs: Path, mode: str) -> list[str]:
+    return [f"figure: {depth_figure(results, runs / 'gamma_depth.png')}"]
+
+
+STUDIES = (Study("gamma_depth", gamma_depth,
+                 "best gamma against depth (most seeds solved, then earliest mean emergence), the near-best set "
+                 "(every seed solved within one evaluation of the fastest) and the critical gamma",
+                 lambda results: format_depth_table(depth_table(results)), verdict=None, report=_figure),)

@@ -36,12 +36,16 @@ within 450 steps (docs/paper_form.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+from psattn.experiments import summaries
 from psattn.experiments.configs import DEFAULT_INIT, small_config
+from psattn.experiments.plateau import attention_at_queries_table, plateau_rows
+from psattn.experiments.study import Results, Study, check_mode
 from psattn.training.config import RunConfig
 
-MODES = ("quick", "full")
 FORMS = ("full", "single")  # the induction task's two forms: every repeat scored, or one answer a row
 
 
@@ -162,9 +166,7 @@ KEY_LAG_ROWS = tuple((v, g) for v, g, p, primary in VARIANT_ROWS if v in ("smear
 
 
 def _plan(mode: str) -> Plan:
-    if mode not in PLANS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    return PLANS[mode]
+    return PLANS[check_mode(mode)]
 
 
 def _batch_size(t: Training, form: str = "full") -> int:
@@ -318,3 +320,52 @@ def critical_gamma_head_dim(mode: str = "quick") -> list[RunConfig]:
     c = p.critical
     return [_run(p, "symmetric", g, stops_early=True, seed=0, n_heads=4, d_head=k, batch_size=c.batch_size)
             for k in c.head_dims for g in (0.0, *c.gammas)]
+
+
+#: the paper's exponent of the critical gamma, measured on trained models
+PAPER_CRITICAL_EXPONENT = "gamma_c ∝ d_k^-1.13"
+
+
+def format_critical(rows: list[dict]) -> list[str]:
+    """One critical-gamma design's summary rows (``summaries.head_dim_key``) as printable lines: the
+    critical gamma per head dimension and the exponent fit with the interval its grid allows."""
+    pairs = summaries.critical_pairs(rows)
+    return ([f"d_k {d_k}: critical gamma {label}" for d_k, _, label in pairs]
+            + [f"exponent of gamma_c against d_k: {summaries.exponent_fit(pairs, summaries.critical_brackets(rows))['text']} "
+               f"(paper, trained models: {PAPER_CRITICAL_EXPONENT})"])
+
+
+def critical_verdict(results: Results) -> list[str]:
+    """A critical-gamma design's conclusion: the critical gamma per head dimension and the exponent."""
+    return format_critical(summaries.summarise_by(results, summaries.head_dim_key))
+
+
+def attention_report(results: Results, runs: Path, mode: str) -> list[str]:
+    """What the initialisation study's key-only layers attend to at the single-answer query, before and after
+    training (``plateau_rows``)."""
+    return ["the key-only layer's attention at the single-answer query (seed 0), at initialisation and at its "
+            "last checkpoint: entropy over its maximum, spreads of the score terms T1 and T3 over the keys, the best "
+            "head's attention on the target, the attention output's norm over the token embedding's",
+            *attention_at_queries_table(plateau_rows(runs, init_sensitivity(mode), results))]
+
+
+SUMMARY_TITLE = "summary (seeds averaged; success: held-out accuracy reached the run's threshold)"
+
+
+def _study(name: str, plan, key, **kwargs) -> Study:
+    """An induction study whose table is its runs grouped by ``key``, seeds averaged."""
+    return Study(name, plan, SUMMARY_TITLE, partial(summaries.format_summary, key=key), **kwargs)
+
+
+STUDIES = (
+    _study("variants", variant_table, summaries.form_variant_key, verdict=None),
+    _study("key_lag", key_lag, summaries.form_variant_key, verdict=None),
+    _study("gamma_sweep", gamma_sweep, summaries.gamma_key, verdict=None),
+    _study("controls", negative_controls, summaries.control_key, verdict=None),
+    _study("mqar", associative_recall, summaries.variant_key, verdict=None),
+    _study("sizes", size_scan, summaries.size_key, verdict=None),
+    _study("critical_gamma", critical_gamma, summaries.head_dim_key, verdict=critical_verdict),
+    _study("critical_gamma_width", critical_gamma_width, summaries.head_dim_key, verdict=critical_verdict),
+    _study("critical_gamma_head_dim", critical_gamma_head_dim, summaries.head_dim_key, verdict=critical_verdict),
+    _study("init_sensitivity", init_sensitivity, summaries.init_key, verdict=None, report=attention_report),
+)

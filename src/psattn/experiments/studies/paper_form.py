@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from psattn.experiments.configs import study_config
+from psattn.experiments.study import Study, check_mode
 from psattn.experiments.summaries import summarise_by, variant_key
 from psattn.training.config import RunConfig
 
@@ -39,9 +40,7 @@ EARLY_STOP_EVALS = 2
 
 def paper_form(mode: str = "quick") -> list[RunConfig]:
     """The single-answer form's runs: each variant and placement at two peak learning rates, every seed."""
-    if mode not in STEPS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(STEPS)}")
-    quick = mode == "quick"  # the full plan trains every run to its budget, as its other experiments do
+    quick = check_mode(mode) == "quick"  # the full plan trains every run to its budget, as its other experiments do
     return [study_config(study, v, g, placement=p, form="single", steps=STEPS[mode], seed=s, batch_size=64, lr=lr,
                          early_stop=False, early_stop_evals=EARLY_STOP_EVALS if quick else 0, device="cpu" if quick else "auto")
             for lr, study in LRS.items() for v, g, p in PAPER_FORM_ROWS for s in SEEDS]
@@ -70,3 +69,8 @@ def format_paper_form_table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {r['lr']:g} | {r['variant']} | {r['placement'].replace('_', '-')} | "
                      f"{r['successes']}/{r['seeds']} | {step} | {r['mean_best_accuracy']:.3f} | {paper} |")
     return lines
+
+
+STUDIES = (Study("paper_form", paper_form,
+                 "the single-answer form (seeds averaged; success: held-out accuracy reached the threshold)",
+                 lambda results: format_paper_form_table(paper_form_table(results)), verdict=None),)

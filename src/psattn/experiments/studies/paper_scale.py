@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from psattn.experiments.configs import study_config
 from psattn.experiments.markdown import table
+from psattn.experiments.study import Study, check_mode
 from psattn.experiments.summaries import first_attention
 from psattn.training.config import RunConfig
 
@@ -92,9 +93,7 @@ def scale_config(plan: ScalePlan, size: dict[str, Any], form: str, variant: str,
 def paper_scale(mode: str = "quick") -> list[RunConfig]:
     """Every run of the plan, the larger model first, seeds interleaved within each size (a sweep cut
     short keeps whole seeds of every row)."""
-    if mode not in PLANS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PLANS)}")
-    plan = PLANS[mode]
+    plan = PLANS[check_mode(mode)]
     return [scale_config(plan, size, form, variant, gamma, seed)
             for _, size in plan.sizes for seed in plan.seeds for form, variant, gamma in _rows(plan)]
 
@@ -216,3 +215,10 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
         ax.set(title=f"{size}, full-sequence form", xlabel="gamma", ylabel="emergence step", yscale="log")
         ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+STUDIES = (Study("paper_scale", paper_scale,
+                 "the phase transition at the paper's scale (emergence: held-out accuracy at the threshold; "
+                 "—: not within the cap)",
+                 lambda results: format_scale_table(scale_table(results)),
+                 verdict=lambda results: scale_verdict(scale_table(results))),)

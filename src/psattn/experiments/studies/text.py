@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from psattn.experiments.configs import SHEARED, run_name
+from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.config import Variant
 from psattn.tasks import make_task_config
@@ -74,18 +75,14 @@ def text_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed:
 
 def text_experiment(mode: str = "quick") -> list[RunConfig]:
     """Every run of the real-text experiment's plan (psattn sweep text)."""
-    if mode not in TEXT_PLANS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(TEXT_PLANS)}")
-    plan = TEXT_PLANS[mode]
+    plan = TEXT_PLANS[check_mode(mode)]
     return [text_config(plan, layers, variant, gamma, seed) for layers, variant, gamma in plan.models for seed in plan.seeds]
 
 
 def text_seeds(mode: str = "quick") -> list[RunConfig]:
     """The plan's models on three seeds (the quick plan trains seed 0 alone, to fit the main job's time):
     the runs behind the seed intervals of the real-text claims."""
-    if mode not in TEXT_PLANS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(TEXT_PLANS)}")
-    plan = replace(TEXT_PLANS[mode], seeds=SEEDS_FOR_INTERVALS)
+    plan = replace(TEXT_PLANS[check_mode(mode)], seeds=SEEDS_FOR_INTERVALS)
     return [text_config(plan, layers, variant, gamma, seed) for layers, variant, gamma in plan.models for seed in plan.seeds]
 
 
@@ -146,3 +143,13 @@ def summarise_text(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "best_prefix_matching_score": stat(lambda r: max(max(layer) for layer in _last(r, "prefix_matching_score"))),
         })
     return sorted(rows, key=lambda r: (r["layers"], r["variant"] != "baseline", r["variant"]))
+
+
+def text_table(results: Results) -> list[str]:
+    """``summarise_text``'s rows as printable lines."""
+    return format_text_summary(summarise_text(results))
+
+
+SUMMARY_TITLE = "summary (final evaluation, mean ± sd over seeds)"
+STUDIES = (Study("text", text_experiment, SUMMARY_TITLE, text_table, verdict=None),
+           Study("text_seeds", text_seeds, SUMMARY_TITLE, text_table, verdict=None))

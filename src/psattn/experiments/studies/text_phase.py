@@ -32,6 +32,7 @@ from psattn.experiments.phase_change import (
     random_copy_gain,
 )
 from psattn.experiments.studies.text import TextPlan, model_key, model_label, summarise_text, text_config
+from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.models.config import Variant
 from psattn.training.config import RunConfig
@@ -71,9 +72,7 @@ def phase_config(plan: TextPlan, n_layers: int, variant: str, gamma: float, seed
 
 def text_phase(mode: str = "quick") -> list[RunConfig]:
     """The runs of the past-the-phase-change study (psattn sweep text_phase)."""
-    if mode not in PHASE_TOKENS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PHASE_TOKENS)}")
-    plan = _plan(mode)
+    plan = _plan(check_mode(mode))
     return [phase_config(plan, *model, seed) for seed in plan.seeds for model in plan.models
             if seed == plan.seeds[0] or model in SEEDED_MODELS or mode == "full"]
 
@@ -227,3 +226,13 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     path = runs / "text_phase.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _report(results: Results, runs: Path, mode: str) -> list[str]:
+    return [f"report (figure, samples, ONNX sizes and speeds): {phase_report(results, runs, mode)}"]
+
+
+STUDIES = (Study("text_phase", text_phase,
+                 "real text past the phase change, at the end of training (mean ± sd over seeds; tokens per seed)",
+                 lambda results: format_phase_table(phase_table(results)),
+                 verdict=lambda results: phase_verdict(results, phase_table(results)), report=_report),)

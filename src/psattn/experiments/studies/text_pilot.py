@@ -21,9 +21,11 @@ tokens), each trained on about three times its predicted tokens.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from psattn.experiments.phase_change import THRESHOLD, best_head, detect_phase_change
+from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
@@ -67,9 +69,7 @@ def pilot_config(batch_size: int, mlp: bool, tokens: int, *, seed: int = 0, devi
 
 def text_pilot(mode: str = "quick") -> list[RunConfig]:
     """The runs of the two plain layers' phase-change pilot (psattn sweep text_pilot)."""
-    if mode not in PILOT_TOKENS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {tuple(PILOT_TOKENS)}")
-    device = "cpu" if mode == "quick" else "auto"
+    device = "cpu" if check_mode(mode) == "quick" else "auto"
     runs = [pilot_config(b, mlp, PILOT_TOKENS[mode], device=device) for b, mlp in PILOT_RUNS]
     return runs + [pilot_config(b, False, int(round(LAW_BUDGET * law_tokens(b, c), -5)), device=device, context=c)
                    for b, c in LAW_RUNS]
@@ -135,3 +135,12 @@ def format_pilot_table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{r['icl_score']:+.3f} | {r['bits_per_byte']:.3f} | "
                      f"{r['tokens'] / 1e6:.1f}M ({r['minutes']:.1f}) |")
     return lines
+
+
+def _figure(results: Results, runs: Path, mode: str) -> list[str]:
+    return [f"figure: {pilot_figure(results, runs / 'text_pilot.png')}"]
+
+
+STUDIES = (Study("text_pilot", text_pilot,
+                 "phase change of two plain layers (first evaluation with a head's prefix-matching score >= 0.1, twice)",
+                 lambda results: format_pilot_table(pilot_table(results)), verdict=None, report=_figure),)

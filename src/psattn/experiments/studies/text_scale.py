@@ -43,6 +43,7 @@ from psattn.experiments.studies.paper_scale import H200_STEP_S
 from psattn.experiments.studies.text import model_key, model_label, summarise_text
 from psattn.experiments.studies.text_phase import mean_curve
 from psattn.experiments.studies.text_pilot import law_tokens
+from psattn.experiments.study import Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.config import Variant
 from psattn.tasks import make_task_config
@@ -84,16 +85,14 @@ def _quick_corpus() -> str:
     return str(Path(__file__).resolve().parents[2] / "ops" / "*.py")
 
 
-def plan(mode: str) -> ScalePlan:
+def scale_plan(mode: str) -> ScalePlan:
     """The text-at-scale plan of ``mode`` (quick: a CPU check; full: the GPU study)."""
-    if mode == "full":
+    if check_mode(mode) == "full":
         return ScalePlan("python-installed", "python-installed", 1024, 256, 0.05, depths=(1, 2, 4), d_model=256,
                          n_heads=4, seeds=(0, 1), tokens=80_000_000, batch_size=16, eval_size=256, lr=3e-3,
                          device="cuda")
-    if mode == "quick":
-        return ScalePlan(_quick_corpus(), "psattn-ops", 300, 32, 0.25, depths=(1, 2), d_model=16, n_heads=2, seeds=(0,),
-                         tokens=6 * 4 * 32, batch_size=4, eval_size=8, lr=3e-3, device="cpu")
-    raise ValueError(f"unknown mode {mode!r}; expected one of ('quick', 'full')")
+    return ScalePlan(_quick_corpus(), "psattn-ops", 300, 32, 0.25, depths=(1, 2), d_model=16, n_heads=2, seeds=(0,),
+                     tokens=6 * 4 * 32, batch_size=4, eval_size=8, lr=3e-3, device="cpu")
 
 
 def scale_config(p: ScalePlan, n_layers: int, variant: str, gamma: float, seed: int) -> RunConfig:
@@ -114,7 +113,7 @@ def scale_config(p: ScalePlan, n_layers: int, variant: str, gamma: float, seed: 
 
 def text_scale(mode: str = "quick") -> list[RunConfig]:
     """Every run: the pilot's (plain, seed 0, every depth) first, then the rest seed by seed."""
-    p = plan(mode)
+    p = scale_plan(mode)
     runs = [scale_config(p, depth, variant, gamma, seed) for seed in p.seeds for depth in p.depths
             for variant, gamma in VARIANTS]
     pilot = {c.name for c in text_scale_pilot(mode)}
@@ -123,7 +122,7 @@ def text_scale(mode: str = "quick") -> list[RunConfig]:
 
 def text_scale_pilot(mode: str = "quick") -> list[RunConfig]:
     """The plain model at every depth, first seed: where the phase change comes, before the rest runs."""
-    p = plan(mode)
+    p = scale_plan(mode)
     return [scale_config(p, depth, "baseline", 0.0, p.seeds[0]) for depth in p.depths]
 
 
@@ -274,7 +273,7 @@ def expected_minutes(p: ScalePlan | None = None) -> tuple[float, float]:
     """(low, high) minutes of training steps for the full plan, extrapolated from psa-92m's H200 step time
     per layer (its 12 layers at 50-90 ms: small models on a GPU are bound by kernel launches, which grow
     with depth). Not measured on these models: a planning figure only."""
-    p = p or plan("full")
+    p = p or scale_plan("full")
     layer_runs = len(p.seeds) * len(VARIANTS) * sum(p.depths)
     return layer_runs * p.steps * H200_STEP_S[0] / 12 / 60, layer_runs * p.steps * H200_STEP_S[1] / 12 / 60
 
@@ -307,3 +306,11 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     return plot_copying(histories, path, context=context, threshold=THRESHOLD, copy_threshold=COPY_THRESHOLD,
                         changes={k: detect_phase_change(h) for k, h in histories.items()},
                         copying={k: detect_copying(h) for k, h in histories.items()})
+
+
+STUDIES = (Study("text_scale_pilot", text_scale_pilot,
+                 "the pilot: each depth's plain model, its phase change against the budget", pilot_table, verdict=None),
+           Study("text_scale", text_scale,
+                 "real text with MLPs at the end of training (mean ± sd over seeds; tokens per seed)",
+                 lambda results: format_scale_table(scale_table(results)),
+                 verdict=lambda results: scale_verdict(results, scale_table(results))))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from psattn.experiments.configs import study_config
+from psattn.experiments.study import Study, check_mode
 from psattn.experiments.summaries import first_attention, mlp_label, summarise_by
 from psattn.training.config import RunConfig
 
@@ -30,9 +31,7 @@ SEEDS = (0, 1)
 
 def two_layer(mode: str = "quick") -> list[RunConfig]:
     """The two-layer study's runs: with and without MLPs, each form, every seed."""
-    if mode not in ("quick", "full"):
-        raise ValueError(f"unknown mode {mode!r}; expected one of ('quick', 'full')")
-    quick = mode == "quick"  # the full plan trains every run to four times the budget
+    quick = check_mode(mode) == "quick"  # the full plan trains every run to four times the budget
     return [study_config("two_layer", v, g, n_layers=2, mlp=mlp, form=form, steps=BUDGET[form] * (1 if quick else 4),
                          seed=s, batch_size=64, early_stop=False, early_stop_evals=2 if quick else 0,
                          device="cpu" if quick else "auto")
@@ -65,3 +64,7 @@ def format_two_layer_table(rows: list[dict[str, Any]], parameters: dict[tuple, i
         lines.append(f"| {r['form']} | {r['layers']} | {r['mlp']} | {name} | {r['successes']}/{r['seeds']} | "
                      f"{step} | {r['mean_best_accuracy']:.3f} | {r['steps_budget']} |")
     return lines
+
+
+STUDIES = (Study("two_layer", two_layer, "two layers, with and without MLPs (seeds averaged)",
+                 lambda results: format_two_layer_table(two_layer_table(results)), verdict=None),)
