@@ -12,8 +12,8 @@ from psattn.experiments.declared import STUDIES
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``sweep`` to the main parser's subcommands."""
-    sw = add_command(subparsers, "sweep", "run one declared experiment (skips finished runs) and print its summary")
-    sw.add_argument("experiment", choices=list(STUDIES), help="the declared experiment to run")
+    sw = add_command(subparsers, "sweep", "run one declared study (skips finished runs) and print its table and verdict")
+    sw.add_argument("experiment", choices=list(STUDIES), help="the declared study to run")
     add_plan_size(sw, quick="the quick plan's runs", full="the full plan's runs")
     sw.add_argument("--out", default="runs", metavar="DIR", help="directory of the run directories")
     sw.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
