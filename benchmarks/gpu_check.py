@@ -302,8 +302,8 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
 
 def rope_shear_step(device: torch.device, smoke: bool, repeats: int) -> dict:
     """What the layer does before attention, then SDPA, forward and forward+backward: RoPE alone (plain
-    attention), RoPE then the shear as separate passes (the layer today), and ``rope_shear`` (one
-    compiled pass on CUDA); bf16, symmetric gamma 0.8, interleaved; each one's bf16 error against fp64."""
+    attention), RoPE then the shear as separate passes, and ``rope_shear`` (one compiled pass on CUDA,
+    as the layers run it); bf16, symmetric gamma 0.8, interleaved; each one's bf16 error against fp64."""
     shapes = [(1, 2, 33, 16)] if smoke else [(32, 16, 1024, 64), (8, 16, 4096, 128)]
     rows = {}
     for shape in shapes:
@@ -326,8 +326,8 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
     g = torch.Generator(device="cpu").manual_seed(0)
     q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
     grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
-    tables = RotaryEmbedding(D).to(device)(torch.arange(T, device=device)[None])
-    cos, sin = (t.to(dtype) for t in tables)  # (1, 1, T, D)
+    cos32, sin32 = RotaryEmbedding(D).to(device)(torch.arange(T, device=device)[None])  # (1, 1, T, D), float32
+    cos, sin = cos32.to(dtype), sin32.to(dtype)
 
     def plain(q, k, v, cos=cos, sin=sin):
         return _sdpa(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
@@ -335,7 +335,7 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
     def separate(q, k, v, cos=cos, sin=sin):
         return _sdpa(shear(apply_rope(q, cos, sin), 0.8), shear(apply_rope(k, cos, sin), 0.8), v)
 
-    def fused(q, k, v, cos=cos, sin=sin):
+    def fused(q, k, v, cos=cos32, sin=sin32):  # float32 tables, as a layer gives it
         return _sdpa(rope_shear(q, cos, sin, 0.8), rope_shear(k, cos, sin, 0.8), v)
 
     fns = {"plain": plain, "separate": separate, "rope_shear": fused}
@@ -348,11 +348,11 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
                       "rope_shear_over_plain": med["rope_shear"] / med["plain"]}
     T1 = min(T, 2048)  # the error on the first sequence and head
     q1, k1, v1 = (x[:1, :1, :T1].detach() for x in (q, k, v))
-    c1, s1 = cos[..., :T1, :], sin[..., :T1, :]
+    c1, s1 = cos32[..., :T1, :], sin32[..., :T1, :]
     exact = separate(q1.double(), k1.double(), v1.double(), c1.double(), s1.double())
     with torch.no_grad():
-        row["error_vs_fp64"] = {name: (fns[name](q1, k1, v1, c1, s1).double() - exact).abs().max().item()
-                                for name in ("separate", "rope_shear")}
+        row["error_vs_fp64"] = {name: (fns[name](q1, k1, v1, c1.to(t), s1.to(t)).double() - exact).abs().max().item()
+                                for name, t in (("separate", dtype), ("rope_shear", torch.float32))}
     return row
 
 
@@ -370,15 +370,19 @@ def _errors(q, k, v, fns) -> dict:
 
 def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
     """One training step (forward, backward, AdamW) of the psa-92m preset with the symmetric shear
-    against the same model plain, bf16 autocast, eager and compiled, interleaved."""
+    against the same model plain, bf16 autocast, eager and compiled, interleaved; eagerly on CUDA also
+    PSA on the fused kernel (``backend="fused"``)."""
     B, T = (2, 32) if smoke else (8, 1024)
     out = {}
     for mode in ("eager",) if smoke else ("eager", "compiled"):  # compiling on the CPU takes minutes
         steps = {}
-        for name, attention in (("plain", AttentionConfig("baseline")), ("psa", AttentionConfig("symmetric", 0.8))):
+        models = [("plain", AttentionConfig("baseline"), "auto"), ("psa", AttentionConfig("symmetric", 0.8), "auto")]
+        if mode == "eager" and device.type == "cuda":  # the fused kernel refuses torch.compile's tracing
+            models.append(("psa_fused", AttentionConfig("symmetric", 0.8), "fused"))
+        for name, attention, backend in models:
             torch.manual_seed(0)
             config = preset("psa-4m" if smoke else "psa-92m", vocab_size=256, attention=attention)
-            model = DecoderLM(config).to(device)
+            model = DecoderLM(config, backend=backend).to(device)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
             forward = torch.compile(model) if mode == "compiled" else model
             ids = torch.randint(0, 256, (B, T + 1), device=device)
@@ -394,8 +398,12 @@ def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
         med = _interleaved_ms(steps, _timer(device), repeats, warmup=3)  # warm-up: compilation too
         out[mode] = {"plain_ms": med["plain"], "psa_ms": med["psa"], "ratio": med["psa"] / med["plain"],
                      "profile": {name: _kernel_times(step, device, steps=2) for name, step in steps.items()}}
-        print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}",
-              flush=True)
+        fused = ""
+        if "psa_fused" in med:
+            out[mode] |= {"psa_fused_ms": med["psa_fused"], "fused_ratio": med["psa_fused"] / med["plain"]}
+            fused = f", PSA on the fused kernel {med['psa_fused']:.2f} ms, ratio {out[mode]['fused_ratio']:.3f}"
+        print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}"
+              f"{fused}", flush=True)
     out["batch"], out["length"] = B, T
     return out
 

@@ -69,6 +69,8 @@ def model_step_table(check: dict) -> str:
         if mode in step:
             r = step[mode]
             lines.append(f"| {mode} | {r['plain_ms']:.2f} | {r['psa_ms']:.2f} | {r['ratio']:.3f} |")
+            if "psa_fused_ms" in r:  # eagerly on CUDA: PSA on the fused kernel (backend="fused")
+                lines.append(f"| {mode}, fused kernel | {r['plain_ms']:.2f} | {r['psa_fused_ms']:.2f} | {r['fused_ratio']:.3f} |")
     profiles = [f"| {mode} | {model} | `{name[:60]}` | {ms:.3f} |" for mode in ("eager", "compiled")
                 for model, kernels in step.get(mode, {}).get("profile", {}).items() for name, ms in kernels.items()]
     if profiles:

@@ -306,16 +306,25 @@ def test_choice_fields_are_literal_types_checked_by_one_helper():
 
 
 @pytest.mark.parametrize("variant", ["symmetric", "key_only"])
-def test_one_psa_attention_call_equals_shearing_before_attention_under_fp32_and_bf16_autocast(variant):
-    """The layer shears inside ``psa_attention`` unless a hook sits between the shear and the output;
-    both ways give the same logits, also under bf16 autocast (where q and k stay fp32 for the shear)."""
-    model = DecoderLM(ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
-                                  attention=AttentionConfig(variant, 0.8))).eval()
+def test_the_one_pass_rotation_and_shear_equals_shearing_in_psa_attention_and_apart_under_fp32_and_bf16_autocast(variant):
+    """By default a layer rotates and shears q and k in one pass and calls SDPA; with ``backend="sdpa"``
+    it rotates and ``psa_attention`` shears; with a hook on the rotated keys the shear runs apart. The
+    three give the same logits, also under bf16 autocast (where the shear computes in fp32)."""
+    config = ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                         attention=AttentionConfig(variant, 0.8))
+    model = DecoderLM(config).eval()
+    in_psa_attention = DecoderLM(config, backend="sdpa").eval()
+    in_psa_attention.load_state_dict(model.state_dict())
     ids = torch.randint(0, 32, (2, 24))
     for autocast in (False, True):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            one_call = model(ids)
-            with capture(model, "*.hook_k_sheared"):  # a listener between shear and attention
+            one_pass = model(ids)
+            with capture(model, "*.hook_k"):  # a listener between the rotation and the shear
                 apart = model(ids)
-        assert one_call.dtype == (torch.bfloat16 if autocast else torch.float32)
-        torch.testing.assert_close(one_call, apart, atol=0, rtol=0)
+            inside = in_psa_attention(ids)
+        assert one_pass.dtype == (torch.bfloat16 if autocast else torch.float32)
+        torch.testing.assert_close(one_pass, apart, atol=0, rtol=0)
+        torch.testing.assert_close(one_pass, inside, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
+        DecoderLM(config, backend="flash")
+

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from psattn.ops import RotaryEmbedding, apply_rope, shear
-from psattn.ops.rope_shear import rope_shear
+from psattn.ops.rope_shear import rope_shear, rotate_and_shear
 
 
 def stream(T=21, D=16, seed=0):
@@ -29,8 +29,39 @@ def test_the_compiled_pass_equals_the_composition_with_starts_prev_and_gradients
     starts[1, 20] = True
     prev = torch.randn(2, 3, 1, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     upstream = torch.randn(2, 3, 37, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    fused = rope_shear(x, cos, sin, 1.3, starts=starts, prev=prev, fused=True)
+    rotated, fused = rotate_and_shear(x, cos, sin, 1.3, starts=starts, prev=prev, fused=True)  # as a cache asks
     plain = shear(apply_rope(x, cos, sin), 1.3, starts=starts, prev=prev)
     torch.testing.assert_close(fused, plain, atol=1e-12, rtol=0)
+    torch.testing.assert_close(rotated, apply_rope(x, cos, sin), atol=1e-12, rtol=0)
     (g_fused,), (g_plain,) = torch.autograd.grad(fused, x, upstream), torch.autograd.grad(plain, x, upstream)
     torch.testing.assert_close(g_fused, g_plain, atol=1e-12, rtol=0)
+
+
+def test_a_bf16_stream_is_rotated_and_sheared_in_fp32_and_rounded_once():
+    """Rotating and shearing in bf16 rounds twice, and the shear's gain amplifies the first rounding;
+    in fp32 with one rounding the error against fp64 is that of rounding x̂ alone, and smaller."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 512, 64, generator=g).to(torch.bfloat16)
+    cos, sin = RotaryEmbedding(64)(torch.arange(512)[None].expand(2, 512))  # float32 tables
+    for gamma in (0.0, 0.8, 1.6):
+        exact = shear(apply_rope(x.double(), cos.double(), sin.double()), gamma)
+        rotated, one_pass = rotate_and_shear(x, cos, sin, gamma)
+        twice = shear(apply_rope(x, cos.bfloat16(), sin.bfloat16()), gamma)  # each operation in bf16
+
+        def error(y, exact=exact):
+            return ((y.double() - exact).norm() / exact.norm()).item()
+
+        assert one_pass.dtype == rotated.dtype == torch.bfloat16
+        assert error(one_pass) == pytest.approx(error(exact.bfloat16()), rel=0.01)  # x̂ rounded once
+        if gamma:
+            assert error(one_pass) < 0.65 * error(twice)
+        torch.testing.assert_close(rotated, apply_rope(x.float(), cos, sin).bfloat16(), atol=0, rtol=0)  # rounded once
+
+
+def test_the_rotated_stream_is_kept_only_when_asked():
+    x, cos, sin = stream()
+    rotated, sheared = rotate_and_shear(x, cos, sin, 0.5)
+    torch.testing.assert_close(rotated, apply_rope(x, cos, sin))
+    torch.testing.assert_close(sheared, rope_shear(x, cos, sin, 0.5))
+    assert rotate_and_shear(x, cos, sin, 0.5, keep_rotated=False)[0] is None
+    assert rotate_and_shear(x, cos, sin, 0.0, keep_rotated=False)[0] is None

@@ -17,6 +17,10 @@ nothing only reads:
   layer attends with the explicit pattern (the one the hook returns, if any) instead of SDPA;
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
 
+Rotation and shear run as one pass (``psattn.ops.rope_shear``: one compiled kernel on CUDA, in
+float32 for 16-bit streams) unless ``hook_q``, ``hook_k`` or ``hook_score_terms`` sits between
+them; the layer's ``backend`` other than ``"auto"`` hands the shear to ``psa_attention`` instead.
+
 With ``scored`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), only those queries attend (``psattn.models.marked``). The hook points need every
 row, so a hooked layer computes them all.
@@ -25,6 +29,7 @@ row, so a hooked layer computes them all.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -33,10 +38,11 @@ from psattn.models.config import AttentionConfig
 from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
 from psattn.models.marked import attend_marked
-from psattn.ops.attention import ScoreTerms, attention_weights, expand_kv_heads, psa_attention
+from psattn.ops.attention import BACKENDS, ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
 from psattn.ops.hooks import HookPoint, active, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
+from psattn.ops.rope_shear import rotate_and_shear, wide_dtype
 from psattn.ops.shear import momentum, shear
 
 #: a shear function: (x, gamma, *, starts, prev, boundary) -> x̂ (B, H, T, D)
@@ -68,8 +74,11 @@ class PhaseSpaceAttention(nn.Module):
         dropout: float = 0.0,
         head_dim: int | None = None,
         shear_fn: ShearFn = shear,
+        backend: str = "auto",
     ):
         super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
         n_kv_heads = n_kv_heads or n_heads
         if (head_dim is None and d_model % n_heads) or n_heads % n_kv_heads:
             raise ValueError(
@@ -86,6 +95,9 @@ class PhaseSpaceAttention(nn.Module):
         # the shear (x, gamma, *, starts, prev, boundary) -> x + gamma (x - x_prev); another function of
         # that signature studies a different operator (psattn.theory.operators does)
         self.shear_fn = shear_fn
+        # "auto": RoPE and the shear in one pass (psattn.ops.rope_shear), then SDPA; "fused", "sdpa",
+        # "reference": rotate, then psa_attention with that backend, which shears itself
+        self.backend = backend
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -122,7 +134,7 @@ class PhaseSpaceAttention(nn.Module):
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if scored is not None and cache is None and not active(self) and bool(scored.any()):
             return self.o_proj(attend_marked(self, x, ctx, scored))  # (N, d_model): the scored positions alone
-        if self._one_call(cache):
+        if self.backend != "auto" and self._one_call(cache):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
         else:
             q_hat, k_hat, v = self._streams(x, ctx, cache)
@@ -136,9 +148,17 @@ class PhaseSpaceAttention(nn.Module):
         return (cache is None and self.post_rope and self.key_lag is None and self.shear_fn is shear
                 and not any(hook.active for hook in between))
 
+    def _one_pass(self) -> bool:
+        """Whether RoPE and the shear can be one pass (``rotate_and_shear``): the standard post-RoPE
+        shear, with no key-lag module after RoPE and no hook point between the rotation and the shear."""
+        between = (self.hook_q, self.hook_k, self.hook_score_terms)
+        lag_after_rope = self.key_lag is not None and self.key_lag.site == "post_rope"
+        return (self.post_rope and not lag_after_rope and self.shear_fn is shear
+                and not any(hook.active for hook in between))
+
     def _attend_sheared_inside(self, x: Tensor, ctx: AttentionContext) -> Tensor:
-        """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention``, which shears q and k itself and
-        so takes the fastest implementation it has for the call (see its ``backend``)."""
+        """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention`` with the layer's ``backend``, which
+        shears q and k itself (the fused kernel: inside its tiles)."""
         B, T, _ = x.shape
         q, k, v = self._project(x)
         cos, sin = self.rope(ctx.position_ids, x.dtype)
@@ -146,6 +166,7 @@ class PhaseSpaceAttention(nn.Module):
         out = psa_attention(
             q, k, v, gamma_q=self.gamma_q, gamma_k=self.gamma_k, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
             dropout_p=self.dropout if self.training else 0.0, starts=ctx.starts, boundary=self.boundary,
+            backend=self.backend,
         )  # (B, Hq, T, D)
         return self.hook_out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, Hq * D)
 
@@ -170,11 +191,17 @@ class PhaseSpaceAttention(nn.Module):
         sheared (in the order the placement says), passed through the hook points, and, with a
         cache, k̂ and v extended by the cached ones."""
         q, k, v = self._project(x)
-        cos, sin = self.rope(ctx.position_ids, x.dtype)
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
             q, k, v = self.key_lag(q, k, v, ctx.starts)
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
-        if self.post_rope:  # the shear acts on the rotated streams
+        if self._one_pass():  # the shear acts on the rotated streams, in one pass with the rotation
+            cos, sin = self.rope(ctx.position_ids, wide_dtype(q.dtype))
+            rotate = partial(rotate_and_shear, cos=cos, sin=sin, starts=ctx.starts, boundary=self.boundary,
+                             keep_rotated=cache is not None)  # the rotated streams: for a cache only
+            raw_q, q_hat = rotate(q, gamma=self.gamma_q, prev=prev_q)
+            raw_k, k_hat = rotate(k, gamma=self.gamma_k, prev=prev_k)
+        elif self.post_rope:  # the shear acts on the rotated streams
+            cos, sin = self.rope(ctx.position_ids, x.dtype)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if self.key_lag is not None and self.key_lag.site == "post_rope":
                 q, k, v = self.key_lag(q, k, v, ctx.starts)
@@ -183,6 +210,7 @@ class PhaseSpaceAttention(nn.Module):
             q_hat = self._shear(raw_q, self.gamma_q, ctx, prev_q)
             k_hat = self._shear(raw_k, self.gamma_k, ctx, prev_k)
         else:  # ablation: shear first, then rotate
+            cos, sin = self.rope(ctx.position_ids, x.dtype)
             raw_q, raw_k = q, k
             if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -197,6 +225,7 @@ class PhaseSpaceAttention(nn.Module):
         if self.hook_score_terms.active and cache is None:  # read-only: see the module docstring
             self.hook_score_terms(self._score_terms(raw_q, raw_k, q, k, ctx, cos, sin))
         if cache is not None:
+            assert raw_k is not None  # the one pass keeps the rotated streams for a cache
             k_hat, v = cache.append(k_hat, v, raw_k=raw_k, raw_q=raw_q)  # (B, Hkv, S, D)
         return q_hat, k_hat, v
 

@@ -38,13 +38,13 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """One pre-norm transformer block: x + attention(norm(x)), then x + MLP(norm(x)) where it has one."""
-    def __init__(self, config: ModelConfig, layer: int, shear_fn: ShearFn = shear):
+    def __init__(self, config: ModelConfig, layer: int, shear_fn: ShearFn = shear, backend: str = "auto"):
         super().__init__()
         self.norm_attn = _norm(config)
         self.attn = PhaseSpaceAttention(
             config.d_model, config.n_heads, config.n_kv_heads, config.layer_attention_configs()[layer],
             rope_base=config.rope_base, rotary_fraction=config.rotary_fraction, dropout=config.dropout,
-            head_dim=config.head_dim, shear_fn=shear_fn,
+            head_dim=config.head_dim, shear_fn=shear_fn, backend=backend,
         )
         self.drop = nn.Dropout(config.dropout)
         has_mlp = config.layer_mlps()[layer]
@@ -71,6 +71,9 @@ class DecoderLM(nn.Module):
         config: the model's ``ModelConfig``; its ``attention`` chooses PSA's variant and γ per layer.
         shear_fn: the shear every layer applies, ``(x, gamma, *, starts, prev, boundary) -> x̂``
             (default ``psattn.ops.shear``; ``psattn.theory.operators`` passes others to study them).
+        backend: how every layer attends: ``"auto"`` (default) rotates and shears q and k in one pass
+            (``psattn.ops.rope_shear``) and calls SDPA; ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate
+            and call ``psa_attention`` with that backend, which shears itself (docs/kernel.md).
 
     Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
     ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.
@@ -85,12 +88,12 @@ class DecoderLM(nn.Module):
 
     blocks: list[Block]  # an nn.ModuleList, typed by what it holds (torch's ModuleList is not generic)
 
-    def __init__(self, config: ModelConfig, *, shear_fn: ShearFn = shear):
+    def __init__(self, config: ModelConfig, *, shear_fn: ShearFn = shear, backend: str = "auto"):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i, shear_fn) for i in range(config.n_layers))  # type: ignore[assignment]
+        self.blocks = nn.ModuleList(Block(config, i, shear_fn, backend) for i in range(config.n_layers))  # type: ignore[assignment]
         self.norm_final = _norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         std = config.init_std

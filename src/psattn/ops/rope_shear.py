@@ -1,4 +1,4 @@
-"""RoPE and the shear of one stream as one pass: x̂ = shear(rope(x)).
+"""RoPE and the shear of one stream as one pass: x̂ = shear(rope(x)), computed in float32 and rounded once.
 
 Written as two operations, rotating a stream and then shearing it reads and writes the stream twice
 forward and twice backward. Both are elementwise along the feature axis (the shear also reads the
@@ -6,6 +6,11 @@ row before), so a compiler fuses them into one kernel each way: ``rope_shear`` c
 composition with ``torch.compile`` on CUDA, where each pass over the stream costs memory traffic,
 and runs the two eager operations elsewhere, where each already is one pass (``psattn.ops.rope``,
 ``psattn.ops.shear``).
+
+Precision. In bfloat16 or float16, rounding the rotated stream and then the sheared one would round
+twice, and the shear's gain (1 + 2γ) amplifies the first rounding. Both steps run in float32
+instead (tables included), and only x̂ is rounded to the stream's dtype; with γ = 0, the rotated
+stream is.
 """
 
 from __future__ import annotations
@@ -17,31 +22,65 @@ from psattn.ops.rope import apply_rope
 from psattn.ops.shear import check_gamma, shear
 from psattn.ops.tracing import plain_ops_only
 
+#: dtypes whose rotation and shear run in float32 (and are rounded once, at the end)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
 _compiled = None
 
 
-def _rope_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
-                     boundary: str) -> Tensor:
-    return shear(apply_rope(x, cos, sin), gamma, starts=starts, prev=prev, boundary=boundary)
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype RoPE and the shear compute in for a stream of ``dtype``: float32 for 16-bit floats."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
-def rope_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None = None,
-               prev: Tensor | None = None, boundary: str = "replicate", fused: bool | None = None) -> Tensor:
-    """``shear(apply_rope(x, cos, sin), gamma, ...)`` (B, H, T, D), in one compiled pass where that pays.
+def _rotate_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
+                       boundary: str, keep_rotated: bool) -> tuple[Tensor | None, Tensor]:
+    wide = wide_dtype(x.dtype)
+    x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in the wide dtype
+    x_hat = shear(x_rot, gamma, starts=starts, prev=None if prev is None else prev.to(wide), boundary=boundary)
+    return (x_rot.to(x.dtype) if keep_rotated else None), x_hat.to(x.dtype)
+
+
+def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None = None,
+                     prev: Tensor | None = None, boundary: str = "replicate", keep_rotated: bool = True,
+                     fused: bool | None = None) -> tuple[Tensor | None, Tensor]:
+    """The rotated stream and its shear, ``(apply_rope(x), shear(apply_rope(x), gamma, ...))``, each
+    (B, H, T, D) in ``x``'s dtype; the rotated one is None unless ``keep_rotated`` (a cache keeps it).
 
     Args:
         x: the stream (B, H, T, D), before rotation.
-        cos: RoPE's cosine table (B, 1, T, r), from ``RotaryEmbedding``.
+        cos: RoPE's cosine table (B, 1, T, r), from ``RotaryEmbedding`` (float32 is best: see the module).
         sin: RoPE's sine table (B, 1, T, r).
         gamma: the shear's coupling.
         starts: (B, T) booleans marking sequence starts (see ``psattn.ops.shear``).
         prev: the rotated row before ``x``'s first one (B, H, 1, D), continuing a cached stream.
         boundary: ``"replicate"`` or ``"zero"``.
+        keep_rotated: also return the rotated stream.
         fused: ``True`` compiles the composition on any device, ``False`` runs the two operations;
-            ``None`` (default) compiles on CUDA outside another trace or transform.
+            ``None`` (default) compiles on CUDA for chunks of more than one row, outside another trace
+            or transform (a one-row decode step is cheaper eager than through a compiled call).
+    """
+    gamma = check_gamma(gamma)
+    if gamma == 0.0:  # no shear: the rotation alone, rounded once
+        wide = wide_dtype(x.dtype)
+        x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
+        return (x_rot if keep_rotated else None), x_rot
+    if fused is None:
+        fused = x.device.type == "cuda" and x.shape[-2] > 1 and not plain_ops_only()
+    if not fused:
+        return _rotate_then_shear(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
+    global _compiled
+    if _compiled is None:
+        _compiled = torch.compile(_rotate_then_shear, dynamic=True)
+    # one graph per gamma (a model has few); a compiler failure runs the eager composition, with a warning
+    with torch._dynamo.config.patch(specialize_float=True, suppress_errors=True):
+        return _compiled(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
 
-    Returns:
-        The rotated, sheared stream (B, H, T, D).
+
+def rope_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None = None,
+               prev: Tensor | None = None, boundary: str = "replicate", fused: bool | None = None) -> Tensor:
+    """``shear(apply_rope(x, cos, sin), gamma, ...)`` (B, H, T, D), in one compiled pass where that pays
+    (arguments as in ``rotate_and_shear``).
 
     Examples:
         >>> import torch
@@ -52,13 +91,5 @@ def rope_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Ten
         >>> torch.allclose(rope_shear(x, cos, sin, 0.8), shear(apply_rope(x, cos, sin), 0.8))
         True
     """
-    gamma = check_gamma(gamma)
-    if fused is None:
-        fused = x.device.type == "cuda" and not plain_ops_only()
-    if not fused or gamma == 0.0:
-        return _rope_then_shear(x, cos, sin, gamma, starts, prev, boundary)
-    global _compiled
-    if _compiled is None:
-        _compiled = torch.compile(_rope_then_shear, dynamic=True)
-    with torch._dynamo.config.patch(specialize_float=True):  # one graph per gamma: a model has few
-        return _compiled(x, cos, sin, gamma, starts, prev, boundary)
+    return rotate_and_shear(x, cos, sin, gamma, starts=starts, prev=prev, boundary=boundary, keep_rotated=False,
+                            fused=fused)[1]
