@@ -1,10 +1,9 @@
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, AssociativeRecallConfig
 from psattn.tasks.associative_recall import BOS, FIRST_KEY, PAD
-from tasks.checks import check_random_config, seeded_batch
+from tasks.checks import bad_configs_raise, config_property, seeded_batch
 
 
 def reference_targets(config: AssociativeRecallConfig, row: list[int]) -> list[int]:
@@ -65,27 +64,18 @@ def test_full_query_section_is_supported():
         check_row(config, row, labels)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(
+test_property = config_property(
+    AssociativeRecallConfig, check_row,
     vocab_size=st.integers(4, 64),
     seq_len=st.integers(5, 60),
     num_pairs=st.integers(1, 12),
     power_a=st.sampled_from([0.01, 0.5, 1.0]),
-    seed=st.integers(0, 2**31),
 )
-def test_property(vocab_size, seq_len, num_pairs, power_a, seed):
-    check_random_config(AssociativeRecallConfig, (vocab_size, seq_len, num_pairs, power_a), check_row, seed)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"num_pairs": 0}, "num_pairs must be >= 1"),
-        ({"vocab_size": 16, "num_pairs": 8}, "vocab_size=16 too small for num_pairs=8"),
-        ({"seq_len": 32, "num_pairs": 8}, "seq_len=32 too short for num_pairs=8"),
-        ({"power_a": 0.0}, "power_a must be > 0"),
-    ],
-)
-def test_bad_configs_raise_naming_the_field(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        AssociativeRecallConfig(**kwargs)
+test_bad_configs_raise_naming_the_field = bad_configs_raise(AssociativeRecallConfig, [
+    ({"num_pairs": 0}, "num_pairs must be >= 1"),
+    ({"vocab_size": 16, "num_pairs": 8}, "vocab_size=16 too small for num_pairs=8"),
+    ({"seq_len": 32, "num_pairs": 8}, "seq_len=32 too short for num_pairs=8"),
+    ({"power_a": 0.0}, "power_a must be > 0"),
+])

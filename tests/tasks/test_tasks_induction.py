@@ -2,12 +2,12 @@ from collections import Counter
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, InductionConfig, induction_targets
 from psattn.tasks.induction import BOS
-from tasks.checks import seeded_batch
+from tasks.checks import bad_configs_raise, config_property, seeded_batch
 
 
 def reference_targets(row: list[int]) -> list[int]:
@@ -120,21 +120,12 @@ def test_single_form_answer_is_a_uniform_filler_slot():
     assert abs(repeated - 16 / 61) < 0.03
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(
+test_single_form_property = config_property(
+    InductionConfig, check_single_row, max_examples=40,
     vocab_size=st.integers(4, 40),
     seq_len=st.integers(4, 48),
     num_distractors=st.integers(0, 24),
-    seed=st.integers(0, 2**31),
 )
-def test_single_form_property(vocab_size, seq_len, num_distractors, seed):
-    try:
-        config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, num_distractors=num_distractors)
-    except ValueError:
-        assume(False)
-    batch = seeded_batch(config, seed=seed, batch_size=8)
-    for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
-        check_single_row(config, row, labels)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
@@ -149,22 +140,16 @@ def test_full_form_property(vocab_size, seq_len, seed):
 # ----------------------------------------------------------------- config validation
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"form": "double"}, "unknown induction task form"),
-        ({"seq_len": 3}, "seq_len must be >= 4"),
-        ({"vocab_size": 2, "form": "full"}, "vocab_size must be >= 3"),
-        ({"vocab_size": 3}, "vocab_size must be >= 4 for form='single'"),
-        ({"num_distractors": -1}, "num_distractors must be >= 0"),
-        ({"vocab_size": 16, "seq_len": 64, "num_distractors": 0}, "vocab_size=16 too small for seq_len=64"),
-        ({"vocab_size": 64, "seq_len": 20, "num_distractors": 9}, "num_distractors=9 too large for seq_len=20"),
-        ({"vocab_size": 8, "seq_len": 64, "num_distractors": 7}, "num_distractors=7 exceeds"),
-    ],
-)
-def test_bad_configs_raise_naming_the_field(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        InductionConfig(**kwargs)
+test_bad_configs_raise_naming_the_field = bad_configs_raise(InductionConfig, [
+    ({"form": "double"}, "unknown induction task form"),
+    ({"seq_len": 3}, "seq_len must be >= 4"),
+    ({"vocab_size": 2, "form": "full"}, "vocab_size must be >= 3"),
+    ({"vocab_size": 3}, "vocab_size must be >= 4 for form='single'"),
+    ({"num_distractors": -1}, "num_distractors must be >= 0"),
+    ({"vocab_size": 16, "seq_len": 64, "num_distractors": 0}, "vocab_size=16 too small for seq_len=64"),
+    ({"vocab_size": 64, "seq_len": 20, "num_distractors": 9}, "num_distractors=9 too large for seq_len=20"),
+    ({"vocab_size": 8, "seq_len": 64, "num_distractors": 7}, "num_distractors=7 exceeds"),
+])
 
 
 def test_num_distractors_is_ignored_by_the_full_form():

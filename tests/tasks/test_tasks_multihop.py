@@ -1,11 +1,10 @@
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, MultiHopConfig
 from psattn.tasks.multihop import BOS, FIRST_ENTITY, IS, NOT, PAD, QUERY
-from tasks.checks import check_random_config, seeded_batch
+from tasks.checks import bad_configs_raise, config_property, seeded_batch
 
 
 def parse(config: MultiHopConfig, row: list[int]) -> tuple[list[tuple[int, int, int]], list[int]]:
@@ -93,28 +92,19 @@ def test_ignoring_negation_gets_the_answer_wrong():
             assert answer not in (g[x], f[g[x]], g[f[x]])
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(
+test_property = config_property(
+    MultiHopConfig, check_row,
     vocab_size=st.integers(9, 30),
     seq_len=st.integers(20, 80),
     num_entities=st.integers(4, 10),
     num_queries=st.integers(1, 5),
-    seed=st.integers(0, 2**31),
 )
-def test_property(vocab_size, seq_len, num_entities, num_queries, seed):
-    check_random_config(MultiHopConfig, (vocab_size, seq_len, num_entities, num_queries), check_row, seed)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"num_entities": 3}, "num_entities must be >= 4"),
-        ({"vocab_size": 12, "num_entities": 8}, "vocab_size=12 too small for num_entities=8"),
-        ({"num_queries": 0}, r"num_queries must be in \[1, num_entities=8\]"),
-        ({"num_entities": 4, "num_queries": 5}, r"num_queries must be in \[1, num_entities=4\]"),
-        ({"seq_len": 50, "num_entities": 8, "num_queries": 4}, "seq_len=50 too short"),
-    ],
-)
-def test_bad_configs_raise_naming_the_field(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        MultiHopConfig(**kwargs)
+test_bad_configs_raise_naming_the_field = bad_configs_raise(MultiHopConfig, [
+    ({"num_entities": 3}, "num_entities must be >= 4"),
+    ({"vocab_size": 12, "num_entities": 8}, "vocab_size=12 too small for num_entities=8"),
+    ({"num_queries": 0}, r"num_queries must be in \[1, num_entities=8\]"),
+    ({"num_entities": 4, "num_queries": 5}, r"num_queries must be in \[1, num_entities=4\]"),
+    ({"seq_len": 50, "num_entities": 8, "num_queries": 4}, "seq_len=50 too short"),
+])

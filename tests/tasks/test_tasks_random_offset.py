@@ -1,11 +1,10 @@
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, RandomOffsetConfig
 from psattn.tasks.random_offset import BOS
-from tasks.checks import check_random_config, seeded_batch
+from tasks.checks import bad_configs_raise, config_property, seeded_batch
 
 
 def decode(config: RandomOffsetConfig, token: int) -> tuple[str, int | tuple[int, int]]:
@@ -105,29 +104,20 @@ def test_predecessor_of_the_answer_pair_carries_no_information():
     assert len(offsets) > 50  # the answer sits at (almost) every possible offset
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(
+test_property = config_property(
+    RandomOffsetConfig, check_row,
     num_keys=st.integers(1, 8),
     num_values=st.integers(2, 6),
     seq_len=st.integers(3, 30),
     num_pairs=st.integers(1, 8),
     num_queries=st.integers(1, 4),
-    seed=st.integers(0, 2**31),
 )
-def test_property(num_keys, num_values, seq_len, num_pairs, num_queries, seed):
-    check_random_config(RandomOffsetConfig, (num_keys, num_values, seq_len, num_pairs, num_queries), check_row, seed)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"num_keys": 0}, "num_keys must be >= 1"),
-        ({"num_values": 1}, "num_values must be >= 2"),
-        ({"num_keys": 4, "num_pairs": 5}, r"num_pairs must be in \[1, num_keys=4\]"),
-        ({"num_pairs": 2, "num_queries": 3}, r"num_queries must be in \[1, num_pairs=2\]"),
-        ({"seq_len": 9, "num_pairs": 8, "num_queries": 1}, "seq_len=9 too short"),
-    ],
-)
-def test_bad_configs_raise_naming_the_field(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        RandomOffsetConfig(**kwargs)
+test_bad_configs_raise_naming_the_field = bad_configs_raise(RandomOffsetConfig, [
+    ({"num_keys": 0}, "num_keys must be >= 1"),
+    ({"num_values": 1}, "num_values must be >= 2"),
+    ({"num_keys": 4, "num_pairs": 5}, r"num_pairs must be in \[1, num_keys=4\]"),
+    ({"num_pairs": 2, "num_queries": 3}, r"num_queries must be in \[1, num_pairs=2\]"),
+    ({"seq_len": 9, "num_pairs": 8, "num_queries": 1}, "seq_len=9 too short"),
+])
