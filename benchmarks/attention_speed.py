@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
+from cpu_threads import parse_with_threads
 
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
@@ -104,12 +105,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--gamma", type=float, default=0.8)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parse_with_threads(parser)
     B, H, T, D = args.batch, args.heads, args.length, args.head_dim
     device = torch.device(args.device)
 

@@ -19,6 +19,7 @@ import logging
 
 import torch
 import transformers
+from cpu_threads import parse_with_threads
 
 from psattn.integrations.hf import apply_psa
 from psattn.integrations.hf.support import REPRESENTATIVES, TINY, base_kernel, tiny_config
@@ -73,10 +74,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parse_with_threads(parser)
     logging.disable(logging.WARNING)
     rows = {}
     print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")

@@ -31,6 +31,7 @@ from datetime import datetime, timezone  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from cpu_threads import parse_with_threads  # noqa: E402
 
 from psattn.meanfield.config import build_kernel  # noqa: E402
 from psattn.meanfield.dynamics import ComovingField, DirectField, normalise  # noqa: E402
@@ -105,12 +106,10 @@ def paper_rows(n: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--quick", action="store_true", help="n ∈ {256, 1024} only")
     parser.add_argument("--json", help="also write the rows to this JSON file")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parse_with_threads(parser)
     ns = (256, 1024) if args.quick else (256, 1024, 4096)
     h = 0.01
     print(f"# mean-field speed, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
