@@ -208,7 +208,7 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     Examples:
         >>> import torch
         >>> from transformers import AutoModelForCausalLM, LlamaConfig
-        >>> from psattn.integrations.hf import apply_psa, psa_spec, remove_psa
+        >>> from psattn.integrations.hf import apply_psa, remove_psa
         >>> config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
         ...                      num_attention_heads=2, num_key_value_heads=1)
         >>> model = AutoModelForCausalLM.from_config(config).eval()
