@@ -3,7 +3,7 @@ import json
 import pytest
 
 from psattn.theory.certificates import REGISTRY, Evidence, certificate_names, format_table, run_certificate, run_certificates
-from psattn.theory.certificates.base import CertificateSpec, certificate
+from psattn.theory.certificates.base import CertificateSpec
 from psattn.theory.operators import MUTANTS, REFERENCE
 
 # Which broken operator each certificate must catch (at least these; others may fail it too).
@@ -69,29 +69,6 @@ def test_evidence_cannot_pass_empty_and_crashes_fail():
 
     r = run_certificate(CertificateSpec("crash", "s", "numeric", crash))
     assert not r.passed and "boom" in r.error and "ERROR" in r.details
-
-
-def test_a_certificate_is_named_by_its_function_and_states_its_docstring(monkeypatch):
-    registry = {}
-    monkeypatch.setattr("psattn.theory.certificates.base.REGISTRY", registry)
-
-    @certificate("numeric")
-    def doubling(op, ev):
-        """2x = x + x,
-        for every x"""
-
-    spec = registry["doubling"]
-    assert (spec.name, spec.statement, spec.method, spec.check) == ("doubling", "2x = x + x, for every x", "numeric", doubling)
-    with pytest.raises(ValueError, match="registered twice"):
-        certificate("numeric")(doubling)
-
-    def undocumented(op, ev):
-        ev.check(True, "fine")
-
-    with pytest.raises(ValueError, match="'undocumented' has no docstring"):
-        certificate("symbolic")(undocumented)
-    with pytest.raises(ValueError, match="unknown method"):
-        certificate("by eye")
 
 
 def test_table_and_json(reference_results):

@@ -52,10 +52,14 @@ def operator_matrices(op: OperatorUnderTest, ev: Evidence) -> dict:
     return out
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "four_term_decomposition",
+    "q̂_tᵀk̂_j = T1 + T2 + T3 + T4 with T1 = q_tᵀk_j, T2 = γ_q p_{q,t}ᵀk_j, T3 = γ_k q_tᵀp_{k,j}, "
+    "T4 = γ_qγ_k p_{q,t}ᵀp_{k,j} (p the post-RoPE momenta)",
+    "symbolic + numeric",
+)
 def four_term_decomposition(op: OperatorUnderTest, ev: Evidence) -> None:
-    """q̂_tᵀk̂_j = T1 + T2 + T3 + T4 with T1 = q_tᵀk_j, T2 = γ_q p_{q,t}ᵀk_j, T3 = γ_k q_tᵀp_{k,j}, T4 =
-    γ_qγ_k p_{q,t}ᵀp_{k,j} (p the post-RoPE momenta)"""
+    """Check the four-term split of the sheared scores (the statement above)."""
     gq, gk = sp.symbols("gamma_q gamma_k")
     q, qp, k, kp = (sp.Matrix(sp.symbols(f"{n}0:3")) for n in ("q", "qprev", "k", "kprev"))
     pq, pk = q - qp, k - kp
@@ -75,9 +79,13 @@ def four_term_decomposition(op: OperatorUnderTest, ev: Evidence) -> None:
         ev.check(err < 1e-10, f"score_terms matches the definitions ({err:.1e})")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "symplecticity",
+    "the operator's phase-space map M_F is symplectic: det M_F = 1 and M_Fᵀ J M_F = J",
+    "symbolic + numeric",
+)
 def symplecticity(op: OperatorUnderTest, ev: Evidence) -> None:
-    """the operator's phase-space map M_F is symplectic: det M_F = 1 and M_Fᵀ J M_F = J"""
+    """Check that the operator's phase-space map is symplectic (the statement above)."""
     gamma = sp.Symbol("gamma", real=True)
     M, J = claimed_shear_matrix(gamma, 2), symplectic_form(2)
     ev.check(sp.simplify(M.det() - 1) == 0 and sp.simplify(M.T * J * M - J) == sp.zeros(4),
@@ -91,10 +99,14 @@ def symplecticity(op: OperatorUnderTest, ev: Evidence) -> None:
         ev.check(worst == 0, f"operator, γ={g}: M_Fᵀ J M_F - J has max entry {float(worst):.3g} (exact)")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "hamiltonian_flow",
+    "M_γ is the exact time-γ flow of H(q, p) = ½|p|² (q̇ = ∂H/∂p = p, ṗ = -∂H/∂q = 0), and the "
+    "operator's M_F equals it",
+    "symbolic + numeric",
+)
 def hamiltonian_flow(op: OperatorUnderTest, ev: Evidence) -> None:
-    """M_γ is the exact time-γ flow of H(q, p) = ½|p|² (q̇ = ∂H/∂p = p, ṗ = -∂H/∂q = 0), and the operator's
-    M_F equals it"""
+    """Check that the shear is the Hamiltonian flow (the statement above)."""
     tau, gamma, q0, p0 = sp.symbols("tau gamma q0 p0", real=True)
     qf, pf = sp.Function("q"), sp.Function("p")
     H = pf(tau) ** 2 / 2
@@ -113,9 +125,13 @@ def hamiltonian_flow(op: OperatorUnderTest, ev: Evidence) -> None:
         ev.check(worst == 0, f"operator, γ={g}: M_F = time-γ flow (max deviation {float(worst):.3g}, exact)")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "kinetic_energy",
+    "the operator conserves the kinetic energy ½|p|² exactly in each application (p' = p)",
+    "symbolic + numeric",
+)
 def kinetic_energy(op: OperatorUnderTest, ev: Evidence) -> None:
-    """the operator conserves the kinetic energy ½|p|² exactly in each application (p' = p)"""
+    """Check that the shear conserves the kinetic energy (the statement above)."""
     gamma = sp.Symbol("gamma", real=True)
     x, p = sp.Matrix(sp.symbols("x0:2", real=True)), sp.Matrix(sp.symbols("p0:2", real=True))
     image = claimed_shear_matrix(gamma, 2) * sp.Matrix.vstack(x, p)
@@ -138,11 +154,15 @@ def _stream_constraints(a, b, m, n):
     }
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "uniqueness",
+    "within the factorised subclass (per-stream 2x2 maps on (x, p), one-step, causal, linear), the "
+    "constraints symplectic + momentum-preserving + DC-neutral + swap-symmetric force M_q = M_k = M_γ, "
+    "and high-pass forces γ > 0 or γ < -1; the operator's symmetric variant is that solution",
+    "symbolic + numeric",
+)
 def uniqueness(op: OperatorUnderTest, ev: Evidence) -> None:
-    """within the factorised subclass (per-stream 2x2 maps on (x, p), one-step, causal, linear), the
-    constraints symplectic + momentum-preserving + DC-neutral + swap-symmetric force M_q = M_k = M_γ, and
-    high-pass forces γ > 0 or γ < -1; the operator's symmetric variant is that solution"""
+    """Check that the constraints force the symmetric shear (the statement above)."""
     aq, bq, mq, nq, ak, bk, mk, nk = sp.symbols("a_q b_q m_q n_q a_k b_k m_k n_k", real=True)
     x, p, y, r = sp.symbols("x p y r", real=True)
     eqs = list(_stream_constraints(aq, bq, mq, nq).values()) + list(_stream_constraints(ak, bk, mk, nk).values())

@@ -68,19 +68,15 @@ class Certificate:
 REGISTRY: dict[str, CertificateSpec] = {}
 
 
-def certificate(method: str):
-    """Register ``fn(op, evidence)`` as a certificate checked by ``method``: its name is the function's
-    name, the claim it checks (its statement) the function's docstring, on one line."""
+def certificate(name: str, statement: str, method: str):
+    """Register ``fn(op, evidence)`` as the certificate ``name``."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
     def register(fn: Callable[[OperatorUnderTest, Evidence], None]):
-        name = fn.__name__
-        if not fn.__doc__:
-            raise ValueError(f"certificate {name!r} has no docstring to state its claim (python -OO strips them)")
         if name in REGISTRY:
             raise ValueError(f"certificate {name!r} registered twice")
-        REGISTRY[name] = CertificateSpec(name, " ".join(fn.__doc__.split()), method, fn)
+        REGISTRY[name] = CertificateSpec(name, statement, method, fn)
         return fn
 
     return register

@@ -23,11 +23,15 @@ def _decode(model, cache, ids, chunks):
     return torch.cat(out, dim=1)
 
 
-@certificate("numeric")
+@certificate(
+    "cache_equivalence",
+    "decoding with a cache of sheared keys k̂ (plus the last raw k, and q when γ_q ≠ 0) equals the full "
+    "forward pass, token by token and in chunks; the cache holds exactly the k̂ of the full pass, as many "
+    "KV bytes as a plain cache, and O(1) extra state",
+    "numeric",
+)
 def cache_equivalence(op: OperatorUnderTest, ev: Evidence) -> None:
-    """decoding with a cache of sheared keys k̂ (plus the last raw k, and q when γ_q ≠ 0) equals the full
-    forward pass, token by token and in chunks; the cache holds exactly the k̂ of the full pass, as many KV
-    bytes as a plain cache, and O(1) extra state"""
+    """Check that cached decoding equals the full forward pass (the statement above)."""
     T = 10
     ids = torch.randint(0, 37, (2, T), generator=torch.Generator().manual_seed(6))
     for variant, kv_heads in (("symmetric", 4), ("key_only", 2)):
@@ -53,10 +57,14 @@ def cache_equivalence(op: OperatorUnderTest, ev: Evidence) -> None:
         ev.check(extra[0] == extra[1], f"{variant}: extra state {extra[0]} B after 4 tokens, {extra[1]} B after {T}: O(1)")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "flops_per_token",
+    "the shear adds 3 FLOPs per channel and stream (x + γ(x - x_prev)): 6d per token per layer for the "
+    "symmetric variant (3d key-only), the same at every cache length",
+    "symbolic + numeric",
+)
 def flops_per_token(op: OperatorUnderTest, ev: Evidence) -> None:
-    """the shear adds 3 FLOPs per channel and stream (x + γ(x - x_prev)): 6d per token per layer for the
-    symmetric variant (3d key-only), the same at every cache length"""
+    """Check the shear's FLOPs per token (the statement above)."""
     gamma, x, x_prev = sp.symbols("gamma x x_prev")
     ops = sp.count_ops(x + gamma * (x - x_prev))
     ev.check(ops == 3, f"symbolic: x + γ(x - x_prev) takes {ops} operations per channel")

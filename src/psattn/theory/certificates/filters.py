@@ -40,11 +40,15 @@ def _instance_margins(op: OperatorUnderTest, gamma_q: float, gamma_k: float) -> 
     return margins
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "filter_order_gap",
+    "the joint score filter has order (0,0) for plain attention and (1,1) for PSA ((0,1) key-only, "
+    "(1,0) query-only); induction needs key-side order >= 1: a pair of sequences no score of key-side "
+    "order 0 can separate, which the key-side order-1 score separates",
+    "symbolic + numeric",
+)
 def filter_order_gap(op: OperatorUnderTest, ev: Evidence) -> None:
-    """the joint score filter has order (0,0) for plain attention and (1,1) for PSA ((0,1) key-only, (1,0)
-    query-only); induction needs key-side order >= 1: a pair of sequences no score of key-side order 0 can
-    separate, which the key-side order-1 score separates"""
+    """Check the score filter's orders and the induction separation (the statement above)."""
     for variant in VARIANTS:
         gq, gk = variant_gammas(variant, 0.5)
         taps = [probe_taps(op, g, DIM) for g in (gq, gk)]
@@ -80,10 +84,14 @@ def filter_order_gap(op: OperatorUnderTest, ev: Evidence) -> None:
                  f"operator, {variant}: margins {m} sum to 0: no separation")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "dc_neutral_high_pass",
+    "H(z) = (1+γ) - γ z⁻¹ has H(1) = 1 (DC-neutral, also at the sequence start) and, for γ > 0, a gain "
+    "|H(e^{iω})|² = 1 + 2γ(1+γ)(1 - cos ω) rising monotonically to 1 + 2γ at ω = π",
+    "symbolic + numeric",
+)
 def dc_neutral_high_pass(op: OperatorUnderTest, ev: Evidence) -> None:
-    """H(z) = (1+γ) - γ z⁻¹ has H(1) = 1 (DC-neutral, also at the sequence start) and, for γ > 0, a gain
-    |H(e^{iω})|² = 1 + 2γ(1+γ)(1 - cos ω) rising monotonically to 1 + 2γ at ω = π"""
+    """Check that the shear filter is DC-neutral and high-pass (the statement above)."""
     gamma = sp.Symbol("gamma", positive=True)
     omega = sp.Symbol("omega", real=True)
     H = (1 + gamma) - gamma * sp.exp(-sp.I * omega)
@@ -111,10 +119,14 @@ def dc_neutral_high_pass(op: OperatorUnderTest, ev: Evidence) -> None:
                                   f"phase {np.angle(h):.4g} (error {err:.1e})")
 
 
-@certificate("numeric")
+@certificate(
+    "causality",
+    "changing anything at position s never changes the sheared streams, the attention output or the "
+    "model's logits at positions t < s",
+    "numeric",
+)
 def causality(op: OperatorUnderTest, ev: Evidence) -> None:
-    """changing anything at position s never changes the sheared streams, the attention output or the
-    model's logits at positions t < s"""
+    """Check causality (the statement above)."""
     T, s = 12, 7
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 2, T, DIM, generator=g, dtype=torch.float64) for _ in range(3))
@@ -142,10 +154,14 @@ def causality(op: OperatorUnderTest, ev: Evidence) -> None:
              f"operator model: logits at t < {s} unchanged ({before:.1e}), at t >= {s} changed ({after:.1e})")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "coriolis_placement",
+    "the shear acts after RoPE; applying it before RoPE differs by the Coriolis term "
+    "pre - post = γ (R_{t-1} - R_t) q_{t-1}, of norm 2|γ sin(θ/2)| |q_{t-1}| per rotating pair: non-zero",
+    "symbolic + numeric",
+)
 def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
-    """the shear acts after RoPE; applying it before RoPE differs by the Coriolis term pre - post = γ
-    (R_{t-1} - R_t) q_{t-1}, of norm 2|γ sin(θ/2)| |q_{t-1}| per rotating pair: non-zero"""
+    """Check the Coriolis term of the pre-RoPE placement (the statement above)."""
     theta, t, gamma = sp.symbols("theta t gamma", real=True)
     R = lambda phi: sp.Matrix([[sp.cos(phi), -sp.sin(phi)], [sp.sin(phi), sp.cos(phi)]])  # noqa: E731
     qt, qp = sp.Matrix(sp.symbols("u0:2", real=True)), sp.Matrix(sp.symbols("w0:2", real=True))
@@ -193,10 +209,14 @@ def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
              f"(|pre - post| / |post| = {size:.3f})")
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "int8_headroom",
+    "|k̂|∞ <= (1 + 2γ)|k|∞ for γ >= 0, with equality attained (an alternating stream), so the sheared "
+    "keys need at most log2(1 + 2γ) more bits of INT8 range",
+    "symbolic + numeric",
+)
 def int8_headroom(op: OperatorUnderTest, ev: Evidence) -> None:
-    """|k̂|∞ <= (1 + 2γ)|k|∞ for γ >= 0, with equality attained (an alternating stream), so the sheared keys
-    need at most log2(1 + 2γ) more bits of INT8 range"""
+    """Check the sheared keys' INT8 headroom (the statement above)."""
     gamma = sp.Symbol("gamma", nonnegative=True)
     ev.check(sp.simplify(sp.Abs(1 + gamma) + sp.Abs(-gamma) - (1 + 2 * gamma)) == 0,
              "symbolic: the ∞-norm gain of the taps (1+γ, -γ) is |1+γ| + |γ| = 1 + 2γ for γ >= 0")

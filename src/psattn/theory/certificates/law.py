@@ -41,12 +41,15 @@ def t4_moments(op: OperatorUnderTest, d_k: int = 64, n: int = 4000, gamma: float
             distractors.mean().item(), distractors.var().item())
 
 
-@certificate("symbolic + numeric")
+@certificate(
+    "transition_law",
+    "γ_c² = 2L/(√d_k + √(d_k - 8L)) for d_k >= 8L, 1/(2c²√(2L)) below, L = log(T-1), c = 0.74: branch 1 is "
+    "the smaller root of 2γ⁴ - √d_k γ² + L = 0 (target mean γ²√d_k vs annealed log-partition L + v/2, "
+    "v = 4γ⁴), real iff d_k >= 8L; the operator's T4 term has those moments; the simulation agrees above the crossover",
+    "symbolic + numeric",
+)
 def transition_law(op: OperatorUnderTest, ev: Evidence) -> None:
-    """γ_c² = 2L/(√d_k + √(d_k - 8L)) for d_k >= 8L, 1/(2c²√(2L)) below, L = log(T-1), c = 0.74: branch 1 is
-    the smaller root of 2γ⁴ - √d_k γ² + L = 0 (target mean γ²√d_k vs annealed log-partition L + v/2, v =
-    4γ⁴), real iff d_k >= 8L; the operator's T4 term has those moments; the simulation agrees above the
-    crossover"""
+    """Check the critical-coupling law against its derivation and the simulation (the statement above)."""
     u, d, L, v = sp.symbols("u d L v", positive=True)
     s = sp.Symbol("s", real=True)
     roots = sp.solve(2 * u**2 - sp.sqrt(d) * u + L, u)
