@@ -136,3 +136,30 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
         psa_attention(q, k, v, backend="flash")
     sdpa = psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="sdpa")
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
+
+
+def test_a_model_on_the_fused_kernel_equals_the_one_pass_model_in_logits_and_gradients(monkeypatch):
+    """``DecoderLM(config, backend="fused")`` trains on the kernel; the default layers rotate and shear in
+    one pass and call SDPA; both give the same logits and weight gradients (fp64, GQA, key-only in one
+    layer and symmetric in the other)."""
+    from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=23, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                         attention=[AttentionConfig("key_only", 1.0), AttentionConfig("symmetric", 0.7)])
+    ids = torch.randint(0, 23, (2, 13))
+    calls = []
+    kernel = fused_attention.fused_psa_attention
+    monkeypatch.setattr(fused_attention, "fused_psa_attention", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
+    results = []
+    for backend in ("auto", "fused"):
+        torch.manual_seed(1)
+        model = DecoderLM(config, backend=backend).double()
+        logits = model(ids)
+        logits.pow(2).mean().backward()
+        results.append((logits.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (one_pass, one_pass_grads), (fused, fused_grads) = results
+    assert len(calls) == 2  # the fused model's two layers, and only those
+    torch.testing.assert_close(fused, one_pass, atol=1e-12, rtol=0)
+    for name, grad in one_pass_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, atol=1e-12, rtol=0, msg=f"the gradient of {name} differs")
