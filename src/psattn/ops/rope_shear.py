@@ -25,6 +25,11 @@ from psattn.ops.tracing import plain_ops_only
 #: dtypes whose rotation and shear run in float32 (and are rounded once, at the end)
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
+#: the smallest stream (elements) compiled by default: below it, the passes a compiled kernel saves cost
+#: less than its fixed cost (guards, the first call's compilation, seconds per graph); a starting
+#: value for GPU runs to tune, not a measured one
+COMPILE_FROM = 1 << 20
+
 _compiled = None
 
 
@@ -57,8 +62,9 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
         boundary: ``"replicate"`` or ``"zero"``.
         keep_rotated: also return the rotated stream.
         fused: ``True`` compiles the composition on any device, ``False`` runs the two operations;
-            ``None`` (default) compiles on CUDA for chunks of more than one row, outside another trace
-            or transform (a one-row decode step is cheaper eager than through a compiled call).
+            ``None`` (default) compiles on CUDA for streams of at least ``COMPILE_FROM`` elements and
+            more than one row, outside another trace or transform (a one-row decode step or a small
+            model's stream is cheaper eager than through a compiled call).
     """
     gamma = check_gamma(gamma)
     if gamma == 0.0:  # no shear: the rotation alone, rounded once
@@ -66,7 +72,8 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
         x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
         return (x_rot if keep_rotated else None), x_rot
     if fused is None:
-        fused = x.device.type == "cuda" and x.shape[-2] > 1 and not plain_ops_only()
+        fused = (x.device.type == "cuda" and x.shape[-2] > 1 and x.numel() >= COMPILE_FROM
+                 and not plain_ops_only())
     if not fused:
         return _rotate_then_shear(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
     global _compiled
