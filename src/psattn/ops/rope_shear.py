@@ -79,8 +79,9 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
     global _compiled
     if _compiled is None:
         _compiled = torch.compile(_rotate_then_shear, dynamic=True)
-    # one graph per gamma (a model has few); a compiler failure runs the eager composition, with a warning
-    with torch._dynamo.config.patch(specialize_float=True, suppress_errors=True):
+    # one graph per gamma and grad mode (a sweep of many runs in one process reaches dozens: hence the
+    # limit); a compiler failure runs the eager composition, with a warning
+    with torch._dynamo.config.patch(specialize_float=True, suppress_errors=True, recompile_limit=64):
         return _compiled(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
 
 
