@@ -326,11 +326,17 @@ def check_metastability(
     )
 
 
-def check_metastability_rate(min_r: float = 0.99, rate_rtol: float = 0.15, **measure: Any) -> TheoremCheck:
-    """log(plateau lifetime) is linear in β (Pearson r ≥ min_r) with the reduced ODE's rate (± rate_rtol).
-
-    ``measure`` goes to ``measure_lifetimes`` (betas, n, separation, seed, batch, ...; its defaults)."""
-    res = measure_lifetimes(**measure)
+def check_metastability_rate(
+    betas: Sequence[float] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
+    n: int = 16,
+    separation: float = math.pi / 2,
+    seed: int = 0,
+    batch: int = 3,
+    min_r: float = 0.99,
+    rate_rtol: float = 0.15,
+) -> TheoremCheck:
+    """log(plateau lifetime) is linear in β (Pearson r ≥ min_r) with the reduced ODE's rate (± rate_rtol)."""
+    res = measure_lifetimes(betas, n=n, separation=separation, seed=seed, batch=batch)
     passed = (math.isfinite(res.rate) and res.r >= min_r and res.rate > 0
               and abs(res.rate - res.reduced_rate) <= rate_rtol * res.reduced_rate)
     return TheoremCheck(
