@@ -335,8 +335,10 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
     def separate(q, k, v, cos=cos, sin=sin):
         return _sdpa(shear(apply_rope(q, cos, sin), 0.8), shear(apply_rope(k, cos, sin), 0.8), v)
 
+    compiled = device.type == "cuda"  # compiled on the GPU at every size (the error rows' slice is small)
+
     def fused(q, k, v, cos=cos32, sin=sin32):  # float32 tables, as a layer gives it
-        return _sdpa(rope_shear(q, cos, sin, 0.8), rope_shear(k, cos, sin, 0.8), v)
+        return _sdpa(rope_shear(q, cos, sin, 0.8, fused=compiled), rope_shear(k, cos, sin, 0.8, fused=compiled), v)
 
     fns = {"plain": plain, "separate": separate, "rope_shear": fused}
     row: dict = {"shape": list(shape), "dtype": str(dtype), "compiled": device.type == "cuda"}

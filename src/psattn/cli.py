@@ -18,11 +18,21 @@ def _interrupted_while_loading(signum, frame):
     os._exit(130)
 
 
-try:  # until the imports below are done (the main thread only; a library import leaves Ctrl-C alone after)
-    _SIGINT = signal.signal(signal.SIGINT, _interrupted_while_loading) \
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
-except ValueError:  # not the main thread
-    _SIGINT = None
+def _running_as_the_command() -> bool:
+    """Whether this process is the ``psattn`` command (``psattn ...``, ``python -m psattn``), not a
+    program that imports the command line (which keeps its own Ctrl-C)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None:
+        return spec.name == "psattn.__main__"
+    return os.path.basename((getattr(sys, "argv", None) or [""])[0]) == "psattn"  # the installed script
+
+
+_SIGINT = None
+if _running_as_the_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    try:  # until the imports below are done; then Ctrl-C raises KeyboardInterrupt again
+        _SIGINT = signal.signal(signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # not the main thread
+        pass
 
 import argparse
 import logging

@@ -161,3 +161,14 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and err.strip() == "psattn: interrupted", err
+
+
+def test_a_program_that_imports_the_command_line_keeps_its_own_ctrl_c():
+    """Only the ``psattn`` command itself ends at once on a Ctrl-C while it loads; a program that imports
+    ``psattn.cli`` (a test runner, a notebook) keeps its own handling."""
+    import subprocess
+    import sys
+
+    code = "import psattn.cli as c; print(c._running_as_the_command(), c._SIGINT is None)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]  # (``python -m psattn``: see the test above)

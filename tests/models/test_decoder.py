@@ -3,6 +3,7 @@ import torch
 
 from helpers import ALL_VARIANTS, random_model
 from psattn.models import PRESETS, AttentionConfig, DecoderLM, ModelConfig, preset, preset_parameter_count
+from psattn.models.attention import PhaseSpaceAttention
 from psattn.models.keylag import KEY_LAG
 from psattn.ops.attention import score_terms
 from psattn.ops.hooks import capture
@@ -328,3 +329,47 @@ def test_the_one_pass_rotation_and_shear_equals_shearing_in_psa_attention_and_ap
     with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
         DecoderLM(config, backend="flash")
 
+
+def test_a_bf16_model_gives_the_same_logits_with_a_listener_and_on_its_scored_positions():
+    """In a bf16 model every path of the standard shear rotates and shears in float32 and rounds once: a
+    read-only hook between the rotation and the shear, and the few-scored-queries path, change nothing."""
+    config = ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                         attention=AttentionConfig("symmetric", 0.8))
+    model = DecoderLM(config).to(torch.bfloat16).eval()
+    ids = torch.randint(0, 32, (2, 24))
+    scored = torch.zeros(2, 24, dtype=torch.bool)
+    scored[:, -3:] = True
+    with torch.no_grad():
+        plain = model(ids)
+        with capture(model, "*.hook_k"):
+            listened = model(ids)
+        assert torch.equal(plain, listened)
+        assert torch.equal(model(ids, scored=scored), plain[scored])
+
+
+
+@pytest.mark.parametrize("dtype,autocast", [(torch.bfloat16, False), (torch.float16, False), (torch.float32, True)])
+def test_cached_decoding_shears_against_the_rows_the_full_forward_used_in_16_bit(dtype, autocast):
+    """A 16-bit layer shears in float32 and keeps float32 raw rows in its cache, so a prefill followed by
+    one-token steps gives the very q̂ and k̂ of the full forward, bit for bit."""
+    from psattn.models.context import build_context
+    from psattn.ops.cache import PSACache
+
+    torch.manual_seed(0)
+    layer = PhaseSpaceAttention(64, 4, 2, AttentionConfig("symmetric", 0.8)).to(dtype).eval()
+    x = torch.randn(2, 12, 64).to(dtype)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with capture(layer, "hook_*_sheared") as full:
+            layer(x)
+        cache = PSACache([layer.new_cache()])
+        seen = {"hook_q_sheared": [], "hook_k_sheared": []}
+        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 12))]:  # a prefill, then one token a step
+            context = build_context(2, end - start, x.device, cache=cache)
+            with capture(layer, "hook_*_sheared") as step:
+                layer(x[:, start:end], context, cache.layers[0])
+            cache.record(context.chunk)
+            for name in seen:
+                seen[name].append(step[name])
+    assert cache.layers[0].shear_state.raw_k.values.dtype == torch.float32
+    for name, chunks in seen.items():
+        assert torch.equal(torch.cat(chunks, dim=2), full[name]), name

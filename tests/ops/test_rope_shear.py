@@ -51,11 +51,14 @@ def test_a_bf16_stream_is_rotated_and_sheared_in_fp32_and_rounded_once():
         def error(y, exact=exact):
             return ((y.double() - exact).norm() / exact.norm()).item()
 
-        assert one_pass.dtype == rotated.dtype == torch.bfloat16
+        assert one_pass.dtype == torch.bfloat16
         assert error(one_pass) == pytest.approx(error(exact.bfloat16()), rel=0.01)  # x̂ rounded once
         if gamma:
             assert error(one_pass) < 0.65 * error(twice)
-        torch.testing.assert_close(rotated, apply_rope(x.float(), cos, sin).bfloat16(), atol=0, rtol=0)  # rounded once
+            # the rotated stream a cache keeps: the fp32 rows x̂ was computed from, not rounded
+            torch.testing.assert_close(rotated, apply_rope(x.float(), cos, sin), atol=0, rtol=0)
+        else:
+            assert rotated is None  # a stream without a shear keeps no raw rows
 
 
 def test_the_rotated_stream_is_kept_only_when_asked():
@@ -64,4 +67,9 @@ def test_the_rotated_stream_is_kept_only_when_asked():
     torch.testing.assert_close(rotated, apply_rope(x, cos, sin))
     torch.testing.assert_close(sheared, rope_shear(x, cos, sin, 0.5))
     assert rotate_and_shear(x, cos, sin, 0.5, keep_rotated=False)[0] is None
-    assert rotate_and_shear(x, cos, sin, 0.0, keep_rotated=False)[0] is None
+    assert rotate_and_shear(x, cos, sin, 0.0)[0] is None
+    for gamma in (0.0, 0.5):  # the shear's own checks, with or without a shear
+        with pytest.raises(ValueError, match="unknown boundary rule 'wrap'"):
+            rotate_and_shear(x, cos, sin, gamma, boundary="wrap")
+        with pytest.raises(ValueError, match="starts must be"):
+            rotate_and_shear(x, cos, sin, gamma, starts=torch.zeros(2, 3, dtype=torch.bool))

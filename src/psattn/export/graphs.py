@@ -43,9 +43,9 @@ class _TensorLayerCache:
     def last_raw(self):
         return self.last_q, self.last_k
 
-    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None):
+    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor | None = None, raw_q: Tensor | None = None):
         self.keys, self.values = extend_kv(self.keys, self.values, k_hat, v)  # (B, Hkv, S + T, D)
-        self.last_k = raw_k[:, :, -1:]
+        self.last_k = None if raw_k is None else raw_k[:, :, -1:]  # None: a stream without a shear
         self.last_q = None if raw_q is None else raw_q[:, :, -1:]
         return self.keys, self.values
 

@@ -17,9 +17,11 @@ nothing only reads:
   layer attends with the explicit pattern (the one the hook returns, if any) instead of SDPA;
 - ``hook_out``: the attention output before the output projection (B, T, Hq * Dv).
 
-Rotation and shear run as one pass (``psattn.ops.rope_shear``: one compiled kernel on CUDA, in
-float32 for 16-bit streams) unless ``hook_q``, ``hook_k`` or ``hook_score_terms`` sits between
-them; the layer's ``backend`` other than ``"auto"`` hands the shear to ``psa_attention`` instead.
+Rotation and shear run as one pass (``psattn.ops.rope_shear``: a compiled kernel on CUDA for large
+streams) unless ``hook_q``, ``hook_k`` or ``hook_score_terms`` sits between them; on every path the
+standard shear computes 16-bit streams in float32 and rounds q̂ and k̂ once (``standard_shear``), so
+a listening hook, the scored-queries path and a cache change no bit. The layer's ``backend`` other
+than ``"auto"`` hands the uncached, unhooked full forward to ``psa_attention`` instead.
 
 With ``scored`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), only those queries attend (``psattn.models.marked``). The hook points need every
@@ -31,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -96,7 +99,8 @@ class PhaseSpaceAttention(nn.Module):
         # that signature studies a different operator (psattn.theory.operators does)
         self.shear_fn = shear_fn
         # "auto": RoPE and the shear in one pass (psattn.ops.rope_shear), then SDPA; "fused", "sdpa",
-        # "reference": rotate, then psa_attention with that backend, which shears itself
+        # "reference": rotate, then psa_attention with that backend, which shears itself (in the full,
+        # uncached, unhooked forward: elsewhere the layer shears as "auto" does)
         self.backend = backend
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -116,6 +120,19 @@ class PhaseSpaceAttention(nn.Module):
 
     def _shear(self, x: Tensor, gamma: float, ctx: AttentionContext, prev: Tensor | None) -> Tensor:
         return self.shear_fn(x, gamma, starts=ctx.starts, prev=prev, boundary=self.boundary)
+
+    @property
+    def standard_shear(self) -> bool:
+        """Whether the layer applies PSA's own shear to the rotated streams (post-RoPE placement, the
+        library's shear function, no key-lag module after RoPE): then it rotates and shears 16-bit
+        streams in float32 (``psattn.ops.rope_shear``) on every path, rounds q̂ and k̂ once, and keeps
+        float32 raw rows in a cache; other layers compute in their input's dtype."""
+        lag_after_rope = self.key_lag is not None and self.key_lag.site == "post_rope"
+        return self.post_rope and self.shear_fn is shear and not lag_after_rope
+
+    def rope_dtype(self, x: Tensor, stream: Tensor) -> torch.dtype:
+        """The dtype the layer rotates (and shears) ``stream`` in, for the layer input ``x``."""
+        return wide_dtype(stream.dtype) if self.standard_shear else x.dtype
 
     @property
     def local_queries(self) -> bool:
@@ -149,12 +166,10 @@ class PhaseSpaceAttention(nn.Module):
                 and not any(hook.active for hook in between))
 
     def _one_pass(self) -> bool:
-        """Whether RoPE and the shear can be one pass (``rotate_and_shear``): the standard post-RoPE
-        shear, with no key-lag module after RoPE and no hook point between the rotation and the shear."""
+        """Whether RoPE and the shear can be one pass (``rotate_and_shear``): the standard shear, with no
+        hook point between the rotation and the shear."""
         between = (self.hook_q, self.hook_k, self.hook_score_terms)
-        lag_after_rope = self.key_lag is not None and self.key_lag.site == "post_rope"
-        return (self.post_rope and not lag_after_rope and self.shear_fn is shear
-                and not any(hook.active for hook in between))
+        return self.standard_shear and not any(hook.active for hook in between)
 
     def _attend_sheared_inside(self, x: Tensor, ctx: AttentionContext) -> Tensor:
         """x (B, T, d_model) -> (B, T, Hq * D) through ``psa_attention`` with the layer's ``backend``, which
@@ -194,23 +209,24 @@ class PhaseSpaceAttention(nn.Module):
         if self.key_lag is not None and self.key_lag.site == "pre_rope":
             q, k, v = self.key_lag(q, k, v, ctx.starts)
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
+        dtype = q.dtype  # q̂ and k̂ leave in it (the standard shear computes in float32 for 16-bit streams)
+        cos, sin = self.rope(ctx.position_ids, self.rope_dtype(x, q))
         if self._one_pass():  # the shear acts on the rotated streams, in one pass with the rotation
-            cos, sin = self.rope(ctx.position_ids, wide_dtype(q.dtype))
             rotate = partial(rotate_and_shear, cos=cos, sin=sin, starts=ctx.starts, boundary=self.boundary,
                              keep_rotated=cache is not None)  # the rotated streams: for a cache only
             raw_q, q_hat = rotate(q, gamma=self.gamma_q, prev=prev_q)
             raw_k, k_hat = rotate(k, gamma=self.gamma_k, prev=prev_k)
-        elif self.post_rope:  # the shear acts on the rotated streams
-            cos, sin = self.rope(ctx.position_ids, x.dtype)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        elif self.post_rope:  # the shear acts on the rotated streams, with hook points (or a key lag) between
+            q, k = apply_rope(q.to(cos.dtype), cos, sin), apply_rope(k.to(cos.dtype), cos, sin)
             if self.key_lag is not None and self.key_lag.site == "post_rope":
                 q, k, v = self.key_lag(q, k, v, ctx.starts)
             q, k = self.hook_q(q), self.hook_k(k)
             raw_q, raw_k = q, k  # the streams the shear acts on
             q_hat = self._shear(raw_q, self.gamma_q, ctx, prev_q)
             k_hat = self._shear(raw_k, self.gamma_k, ctx, prev_k)
+            if self.standard_shear:  # rounded once, as by the one pass
+                q_hat, k_hat = q_hat.to(dtype), k_hat.to(dtype)
         else:  # ablation: shear first, then rotate
-            cos, sin = self.rope(ctx.position_ids, x.dtype)
             raw_q, raw_k = q, k
             if self.hook_q.active or self.hook_k.active or self.hook_score_terms.active:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -225,7 +241,6 @@ class PhaseSpaceAttention(nn.Module):
         if self.hook_score_terms.active and cache is None:  # read-only: see the module docstring
             self.hook_score_terms(self._score_terms(raw_q, raw_k, q, k, ctx, cos, sin))
         if cache is not None:
-            assert raw_k is not None  # the one pass keeps the rotated streams for a cache
             k_hat, v = cache.append(k_hat, v, raw_k=raw_k, raw_q=raw_q)  # (B, Hkv, S, D)
         return q_hat, k_hat, v
 

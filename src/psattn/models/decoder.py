@@ -71,9 +71,11 @@ class DecoderLM(nn.Module):
         config: the model's ``ModelConfig``; its ``attention`` chooses PSA's variant and γ per layer.
         shear_fn: the shear every layer applies, ``(x, gamma, *, starts, prev, boundary) -> x̂``
             (default ``psattn.ops.shear``; ``psattn.theory.operators`` passes others to study them).
-        backend: how every layer attends: ``"auto"`` (default) rotates and shears q and k in one pass
-            (``psattn.ops.rope_shear``) and calls SDPA; ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate
-            and call ``psa_attention`` with that backend, which shears itself (docs/kernel.md).
+        backend: how every layer attends in an uncached, unhooked forward over all positions: ``"auto"``
+            (default) rotates and shears q and k in one pass (``psattn.ops.rope_shear``) and calls SDPA;
+            ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate and call ``psa_attention`` with that backend,
+            which shears itself. Cached decoding, ``scored`` and hooked layers always shear as
+            ``"auto"`` does (docs/kernel.md).
 
     Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
     ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.

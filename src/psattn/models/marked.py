@@ -42,6 +42,13 @@ class AttentionLayer(Protocol):
     def local_queries(self) -> bool:
         """Whether q̂_t depends on ``x_t`` and ``x_{t-1}`` alone."""
 
+    @property
+    def standard_shear(self) -> bool:
+        """Whether q̂ and k̂ are computed in ``rope_dtype`` and rounded once to the stream's dtype."""
+
+    def rope_dtype(self, x: Tensor, stream: Tensor) -> torch.dtype:
+        """The dtype the layer rotates (and shears) ``stream`` in."""
+
     def project_queries(self, x: Tensor) -> Tensor:
         """x (B, R, d_model) -> q (B, Hq, R, D), before RoPE."""
 
@@ -81,13 +88,15 @@ def marked_first(scored: Tensor) -> tuple[Tensor, Tensor]:
 def keys_values(layer: AttentionLayer, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
     """k̂ and v (B, Hkv, T, D) of every position, for a layer whose queries are computed apart."""
     k, v = layer.project_keys_values(x)  # (B, Hkv, T, D) each
-    cos, sin = layer.rope(ctx.position_ids, x.dtype)
+    dtype = k.dtype
+    cos, sin = layer.rope(ctx.position_ids, layer.rope_dtype(x, k))
     if not layer.post_rope:  # ablation: shear first, then rotate
         return apply_rope(layer._shear(k, layer.gamma_k, ctx, None), cos, sin), v
-    k = apply_rope(k, cos, sin)
+    k = apply_rope(k.to(cos.dtype), cos, sin)
     if layer.key_lag is not None:  # one that does not mix queries (else this path is not taken)
         _, k, v = layer.key_lag(None, k, v, ctx.starts)
-    return layer._shear(k, layer.gamma_k, ctx, None), v
+    k_hat = layer._shear(k, layer.gamma_k, ctx, None)
+    return (k_hat.to(dtype) if layer.standard_shear else k_hat), v  # rounded once, as the full forward does
 
 
 def marked_queries(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, index: Tensor) -> Tensor:
@@ -100,9 +109,10 @@ def marked_queries(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, inde
     rows = torch.cat([(index - 1).clamp(min=0), index], 1) if paired else index  # (B, R): R = 2 Tq or Tq
     x_rows = x.gather(1, rows[..., None].expand(*rows.shape, x.shape[-1]))  # (B, R, d_model)
     q = layer.project_queries(x_rows)  # (B, Hq, R, D)
-    cos, sin = layer.rope(ctx.position_ids.gather(1, rows), x.dtype)  # (B, 1, R, r)
+    dtype = q.dtype
+    cos, sin = layer.rope(ctx.position_ids.gather(1, rows), layer.rope_dtype(x, q))  # (B, 1, R, r)
     if layer.post_rope:
-        q = apply_rope(q, cos, sin)
+        q = apply_rope(q.to(cos.dtype), cos, sin)
     if paired:
         starts = index == 0 if ctx.starts is None else ctx.starts.gather(1, index)  # (B, Tq)
         pairs = q.unflatten(2, (2, Tq)).permute(0, 3, 1, 2, 4).flatten(0, 1)  # (B Tq, Hq, 2, D)
@@ -111,7 +121,7 @@ def marked_queries(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, inde
         q = sheared[:, :, 1].unflatten(0, (B, Tq)).transpose(1, 2)  # (B, Hq, Tq, D)
     if not layer.post_rope:
         q = apply_rope(q, cos[:, :, -Tq:], sin[:, :, -Tq:])
-    return q
+    return q.to(dtype) if layer.standard_shear else q  # rounded once, as the full forward does
 
 
 def attend_from(layer: AttentionLayer, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,

@@ -56,13 +56,18 @@ class LayerCache:
         """(prev_q, prev_k), each (B, H, 1, D) or None: the raw stream values at the last position."""
         return self.shear_state.last()
 
-    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor, raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Add a chunk of T tokens; returns all sheared keys and values so far."""
+    def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor | None = None,
+               raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Add a chunk of T tokens (with the raw keys and queries the shear acted on, where this cache
+        keeps them); returns all sheared keys and values so far."""
+        if self.keep_key and raw_k is None:
+            raise ValueError("this cache keeps the last raw key (gamma_k != 0); pass raw_k")
         if self.keep_query and raw_q is None:
             raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
         past = len(self)
         self.keys, self.values = extend_kv(self.keys, self.values, k_hat, v)
         if self.keep_key:
+            assert raw_k is not None  # checked above
             self.shear_state.remember("k", raw_k, past)
         if self.keep_query:
             assert raw_q is not None  # checked above

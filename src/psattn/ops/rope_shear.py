@@ -1,16 +1,20 @@
-"""RoPE and the shear of one stream as one pass: x̂ = shear(rope(x)), computed in float32 and rounded once.
+"""RoPE and the shear of one stream as one pass: x̂ = shear(rope(x)), rounded once.
 
 Written as two operations, rotating a stream and then shearing it reads and writes the stream twice
 forward and twice backward. Both are elementwise along the feature axis (the shear also reads the
 row before), so a compiler fuses them into one kernel each way: ``rope_shear`` compiles the
-composition with ``torch.compile`` on CUDA, where each pass over the stream costs memory traffic,
-and runs the two eager operations elsewhere, where each already is one pass (``psattn.ops.rope``,
-``psattn.ops.shear``).
+composition with ``torch.compile`` on CUDA, where each pass over a large stream costs memory
+traffic, and runs the two eager operations elsewhere (``psattn.ops.rope``, ``psattn.ops.shear``).
 
 Precision. In bfloat16 or float16, rounding the rotated stream and then the sheared one would round
 twice, and the shear's gain (1 + 2γ) amplifies the first rounding. Both steps run in float32
-instead (tables included), and only x̂ is rounded to the stream's dtype; with γ = 0, the rotated
-stream is.
+instead (``wide_dtype``, tables included), and only x̂ is rounded to the stream's dtype; with γ = 0,
+the rotated stream is. The rotated stream a cache keeps stays in float32: the next chunk shears
+against exactly the row the full sequence would have, so cached decoding equals the full forward.
+
+Gradients. The compiled pass has first-order gradients only (torch.compile's limit); the eager
+operations have gradients of any order. Setting ``COMPILE_FROM`` above any stream's size keeps a
+model on the eager ones.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 from torch import Tensor
 
 from psattn.ops.rope import apply_rope
-from psattn.ops.shear import check_gamma, shear
+from psattn.ops.shear import check_boundary, check_gamma, check_stream, shear
 from psattn.ops.tracing import plain_ops_only
 
 #: dtypes whose rotation and shear run in float32 (and are rounded once, at the end)
@@ -43,14 +47,15 @@ def _rotate_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts
     wide = wide_dtype(x.dtype)
     x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in the wide dtype
     x_hat = shear(x_rot, gamma, starts=starts, prev=None if prev is None else prev.to(wide), boundary=boundary)
-    return (x_rot.to(x.dtype) if keep_rotated else None), x_hat.to(x.dtype)
+    return (x_rot if keep_rotated else None), x_hat.to(x.dtype)
 
 
 def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None = None,
                      prev: Tensor | None = None, boundary: str = "replicate", keep_rotated: bool = True,
                      fused: bool | None = None) -> tuple[Tensor | None, Tensor]:
     """The rotated stream and its shear, ``(apply_rope(x), shear(apply_rope(x), gamma, ...))``, each
-    (B, H, T, D) in ``x``'s dtype; the rotated one is None unless ``keep_rotated`` (a cache keeps it).
+    (B, H, T, D): x̂ in ``x``'s dtype, the rotated stream in ``wide_dtype(x.dtype)`` (what x̂ was computed
+    from, for a cache to continue from) when ``keep_rotated`` and gamma != 0, else None.
 
     Args:
         x: the stream (B, H, T, D), before rotation.
@@ -67,10 +72,11 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
             model's stream is cheaper eager than through a compiled call).
     """
     gamma = check_gamma(gamma)
-    if gamma == 0.0:  # no shear: the rotation alone, rounded once
+    check_stream(x, starts, prev)
+    check_boundary(boundary)
+    if gamma == 0.0:  # no shear, and nothing for a cache to keep: the rotation alone, rounded once
         wide = wide_dtype(x.dtype)
-        x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
-        return (x_rot if keep_rotated else None), x_rot
+        return None, apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
     if fused is None:
         fused = (x.device.type == "cuda" and x.shape[-2] > 1 and x.numel() >= COMPILE_FROM
                  and not plain_ops_only())
@@ -80,8 +86,9 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
     if _compiled is None:
         _compiled = torch.compile(_rotate_then_shear, dynamic=True)
     # one graph per gamma and grad mode (a sweep of many runs in one process reaches dozens: hence the
-    # limit); a compiler failure runs the eager composition, with a warning
-    with torch._dynamo.config.patch(specialize_float=True, suppress_errors=True, recompile_limit=64):
+    # limit, under the name every supported torch knows); a compiler failure runs the eager composition,
+    # with a warning
+    with torch._dynamo.config.patch(specialize_float=True, suppress_errors=True, cache_size_limit=64):
         return _compiled(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
 
 
