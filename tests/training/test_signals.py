@@ -79,12 +79,13 @@ sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from helpers import tiny_config
 from psattn.experiments.sweep import run_sweep
 if __name__ == "__main__":  # spawned workers import this file again
-    configs = [dataclasses.replace(tiny_config(1500), name=f"run{{i}}") for i in range(4)]
+    configs = [dataclasses.replace(tiny_config(500), name=f"run{{i}}") for i in range(4)]
     run_sweep(configs, sys.argv[1], workers=2, progress=False)
 """)
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    # stopped at step 10 or so of 500 (14 measured): seconds before run0 could finish, even on a busy machine
     wait_for(out / "run0" / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
