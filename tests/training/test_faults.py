@@ -1,6 +1,7 @@
 """Faults: SIGKILL at random moments, two processes on one run directory, corrupt or foreign
 checkpoints, file permissions."""
 
+import contextlib
 import json
 import os
 import random
@@ -68,8 +69,14 @@ def _checkpoint_step(run_dir: Path) -> int:
 
 
 def _wait_for_step(proc, run_dir: Path, step: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline and _checkpoint_step(run_dir) < step:
+    """Polls every 2 ms, and reads the checkpoint again only once another has replaced it (a new file,
+    renamed into place), so that the polling leaves the CPU to the run it waits for."""
+    deadline, seen, reached = time.monotonic() + timeout, None, 0
+    while proc.poll() is None and time.monotonic() < deadline and reached < step:
+        with contextlib.suppress(FileNotFoundError):
+            stat = (run_dir / "checkpoint.pt").stat()
+            if (stat.st_ino, stat.st_mtime_ns, stat.st_size) != seen:
+                seen, reached = (stat.st_ino, stat.st_mtime_ns, stat.st_size), _checkpoint_step(run_dir)
         time.sleep(0.002)
 
 
