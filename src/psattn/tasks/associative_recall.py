@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from psattn.tasks._checks import check_at_least, check_seq_len
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
@@ -47,20 +48,17 @@ class AssociativeRecallConfig:
     power_a: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.num_pairs < 1:
-            raise ValueError(f"num_pairs must be >= 1, got {self.num_pairs}")
+        check_at_least(self, "num_pairs", 1)
         if self.num_keys < self.num_pairs or self.num_values < self.num_pairs:
             raise ValueError(
                 f"vocab_size={self.vocab_size} too small for num_pairs={self.num_pairs}: it gives "
                 f"{max(self.num_keys, 0)} keys and {max(self.num_values, 0)} values, each must be >= num_pairs "
                 f"(vocab_size >= {2 * self.num_pairs + FIRST_KEY})"
             )
-        needed = 1 + 4 * self.num_pairs
-        if self.seq_len < needed:
-            raise ValueError(
-                f"seq_len={self.seq_len} too short for num_pairs={self.num_pairs}: BOS + 2*num_pairs "
-                f"pair tokens + a query section of 2*num_pairs needs {needed}"
-            )
+        check_seq_len(
+            self, 1 + 4 * self.num_pairs,
+            "BOS + 2*num_pairs pair tokens + a query section of 2*num_pairs", given="num_pairs",
+        )
         if not self.power_a > 0:
             raise ValueError(f"power_a must be > 0, got {self.power_a}")
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
 from psattn.tasks._random import random_subsets, shuffle_rows
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
@@ -55,25 +56,17 @@ class MultiHopConfig:
     num_queries: int = 4
 
     def __post_init__(self) -> None:
-        if self.num_entities < 4:
-            raise ValueError(
-                f"num_entities must be >= 4 (a cycle with a separate negated object), got {self.num_entities}"
-            )
+        check_at_least(self, "num_entities", 4, "a cycle with a separate negated object")
         if self.vocab_size < FIRST_ENTITY + self.num_entities:
             raise ValueError(
                 f"vocab_size={self.vocab_size} too small for num_entities={self.num_entities}: "
                 f"{FIRST_ENTITY} special tokens + entities needs {FIRST_ENTITY + self.num_entities}"
             )
-        if not 1 <= self.num_queries <= self.num_entities:
-            raise ValueError(
-                f"num_queries must be in [1, num_entities={self.num_entities}], got {self.num_queries}"
-            )
-        needed = 1 + 6 * self.num_entities + 2 * self.num_queries
-        if self.seq_len < needed:
-            raise ValueError(
-                f"seq_len={self.seq_len} too short: BOS + 6*num_entities fact tokens + "
-                f"2*num_queries query tokens needs {needed}"
-            )
+        check_up_to(self, "num_queries", "num_entities")
+        check_seq_len(
+            self, 1 + 6 * self.num_entities + 2 * self.num_queries,
+            "BOS + 6*num_entities fact tokens + 2*num_queries query tokens",
+        )
 
 
 def _draw(config: MultiHopConfig, rows: int, generator: torch.Generator) -> TaskBatch:

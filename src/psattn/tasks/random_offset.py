@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
+from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
@@ -64,21 +65,11 @@ class RandomOffsetConfig:
     num_queries: int = 1
 
     def __post_init__(self) -> None:
-        if self.num_keys < 1:
-            raise ValueError(f"num_keys must be >= 1, got {self.num_keys}")
-        if self.num_values < 2:
-            raise ValueError(f"num_values must be >= 2, got {self.num_values}")
-        if not 1 <= self.num_pairs <= self.num_keys:
-            raise ValueError(
-                f"num_pairs must be in [1, num_keys={self.num_keys}] (keys are distinct), got {self.num_pairs}"
-            )
-        if not 1 <= self.num_queries <= self.num_pairs:
-            raise ValueError(f"num_queries must be in [1, num_pairs={self.num_pairs}], got {self.num_queries}")
-        needed = 1 + self.num_pairs + self.num_queries
-        if self.seq_len < needed:
-            raise ValueError(
-                f"seq_len={self.seq_len} too short: BOS + num_pairs + num_queries needs {needed}"
-            )
+        check_at_least(self, "num_keys", 1)
+        check_at_least(self, "num_values", 2)
+        check_up_to(self, "num_pairs", "num_keys", "keys are distinct")
+        check_up_to(self, "num_queries", "num_pairs")
+        check_seq_len(self, 1 + self.num_pairs + self.num_queries, "BOS + num_pairs + num_queries")
 
     @property
     def vocab_size(self) -> int:
