@@ -3,27 +3,17 @@
 import pytest
 import torch
 
+from psattn.meanfield import kernels
 from psattn.meanfield.gauges import random_orthogonal
-from psattn.meanfield.kernels import (
-    LabelledKernel,
-    cosine_toeplitz_kernel,
-    distance_bias_kernel,
-    gauge_kernel,
-    generalised_rope_kernel,
-    pair_kernel,
-    plain_kernel,
-    prefix_kernel,
-    rope_kernel,
-)
 
 POS = list(range(6))
 KERNELS = [
-    plain_kernel(6, 3),
-    rope_kernel(POS, 3, (1.0,)),
-    generalised_rope_kernel(POS, 3, ((0, 1), (1, 2)), (1.0, 0.3)),
-    cosine_toeplitz_kernel(POS, 3, 0.7),
-    distance_bias_kernel(POS, 3, 0.5),
-    prefix_kernel([0, 0, 1, 1, 2, 2], 3, 3, seed=0),
+    kernels.plain_kernel(6, 3),
+    kernels.rope_kernel(POS, 3, (1.0,)),
+    kernels.generalised_rope_kernel(POS, 3, ((0, 1), (1, 2)), (1.0, 0.3)),
+    kernels.cosine_toeplitz_kernel(POS, 3, 0.7),
+    kernels.distance_bias_kernel(POS, 3, 0.5),
+    kernels.prefix_kernel([0, 0, 1, 1, 2, 2], 3, 3, seed=0),
 ]
 
 
@@ -44,12 +34,12 @@ def test_comoving_round_trip(kernel):
 
 def test_label_factor_values():
     one = torch.tensor(1.0, dtype=torch.float64)
-    assert torch.allclose(cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(one))
-    assert torch.allclose(distance_bias_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.exp(-one))
+    assert torch.allclose(kernels.cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(one))
+    assert torch.allclose(kernels.distance_bias_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.exp(-one))
 
 
 def test_prefix_gauge_shared_within_a_prompt():
-    k = prefix_kernel([0, 1, 0, 1], 3, 2, seed=5)
+    k = kernels.prefix_kernel([0, 1, 0, 1], 3, 2, seed=5)
     assert torch.equal(k.gauges[0], k.gauges[2])
     assert not torch.allclose(k.gauges[0], k.gauges[1])
 
@@ -58,7 +48,7 @@ def test_non_orthogonal_gauge_rejected():
     bad = torch.eye(3, dtype=torch.float64).repeat(2, 1, 1)
     bad[1, 0, 0] = 1.1
     with pytest.raises(ValueError, match="orthogonal"):
-        gauge_kernel([0, 1], bad)
+        kernels.gauge_kernel([0, 1], bad)
 
 
 def test_asymmetric_pair_matrices_rejected():
@@ -66,14 +56,16 @@ def test_asymmetric_pair_matrices_rejected():
     rots = random_orthogonal(2, 3, seed=0)
     pairs = torch.einsum("iab,jbc->ijac", rots, rots)  # (2, 2, 3, 3): R_i R_j
     with pytest.raises(ValueError, match="A\\(ζ, ξ\\)"):
-        pair_kernel(pairs)
+        kernels.pair_kernel(pairs)
 
 
 def test_asymmetric_label_factor_rejected():
     with pytest.raises(ValueError, match="symmetric"):
-        LabelledKernel("x", 3, torch.zeros(2, dtype=torch.float64), torch.tensor([[1.0, 0.5], [0.2, 1.0]], dtype=torch.float64))
+        kernels.LabelledKernel(
+            "x", 3, torch.zeros(2, dtype=torch.float64), torch.tensor([[1.0, 0.5], [0.2, 1.0]], dtype=torch.float64)
+        )
 
 
 def test_prompt_ids_must_be_in_range():
     with pytest.raises(ValueError, match="prompt ids"):
-        prefix_kernel([0, 3], 3, 2, seed=0)
+        kernels.prefix_kernel([0, 3], 3, 2, seed=0)

@@ -4,20 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from psattn.meanfield import universality
 from psattn.meanfield.kernels import rope_kernel
-from psattn.meanfield.universality import (
-    ProjectedGaussianMixture,
-    VonMisesMixture,
-    default_sphere_target,
-    gauges_for_targets,
-    orbit_angles,
-    rope_positions_for,
-    rotation_taking,
-)
 
 
 def test_von_mises_mixture_is_a_probability_law_with_matching_quantiles():
-    law = VonMisesMixture()
+    law = universality.VonMisesMixture()
     grid, mass = law.discretise(8192)
     assert np.sum(law.density(grid)) * 2 * np.pi / 8192 == pytest.approx(1.0, rel=1e-6)
     q = law.quantiles(32)
@@ -25,20 +17,20 @@ def test_von_mises_mixture_is_a_probability_law_with_matching_quantiles():
     cdf_at_q = np.array([mass[grid <= t].sum() for t in q])
     assert np.allclose(cdf_at_q, (np.arange(32) + 0.5) / 32, atol=2e-3)
     with pytest.raises(ValueError, match="one weight"):
-        VonMisesMixture(weights=(1.0,), means=(0.0, 1.0), kappas=(1.0,))
+        universality.VonMisesMixture(weights=(1.0,), means=(0.0, 1.0), kappas=(1.0,))
 
 
 def test_rope_construction_puts_the_graph_law_on_the_target_angles():
     # x*(s) = G(s)ᵀ y* must sit at angle θ_i from y* on y*'s orbit, for any y*
-    real = rope_positions_for(VonMisesMixture(), 24, omega=0.7)
+    real = universality.rope_positions_for(universality.VonMisesMixture(), 24, omega=0.7)
     kernel = rope_kernel(real.positions, 3, (0.7,))
     y_star = torch.tensor([0.6, -0.3, 0.5], dtype=torch.float64)
     y_star /= y_star.norm()
     x = kernel.from_comoving(y_star.expand(1, 24, 3).clone())[0].numpy()
-    assert np.allclose(orbit_angles(x, y_star.numpy()), real.angles, atol=1e-12)
+    assert np.allclose(universality.orbit_angles(x, y_star.numpy()), real.angles, atol=1e-12)
     assert np.allclose(x[:, 2], y_star[2].item())  # on the latitude circle through y*
     with pytest.raises(ValueError, match="mode"):
-        rope_positions_for(VonMisesMixture(), 4, mode="grid")
+        universality.rope_positions_for(universality.VonMisesMixture(), 4, mode="grid")
 
 
 @pytest.mark.parametrize("d", [2, 3, 5])
@@ -47,7 +39,7 @@ def test_rotation_taking_maps_t_to_e(d):
     e = np.eye(d)[0]
     for t in [rng.standard_normal(d), e, -e]:
         t = t / np.linalg.norm(t)
-        r = rotation_taking(t, e)
+        r = universality.rotation_taking(t, e)
         assert np.allclose(r @ t, e, atol=1e-12)
         assert np.allclose(r.T @ r, np.eye(d), atol=1e-12)
         assert np.linalg.det(r) == pytest.approx(1.0)
@@ -55,16 +47,16 @@ def test_rotation_taking_maps_t_to_e(d):
 
 @pytest.mark.parametrize("seed", [None, 0])
 def test_gauges_realise_the_targets_at_the_base_point(seed):
-    targets = default_sphere_target(4).sample(10, 3)
+    targets = universality.default_sphere_target(4).sample(10, 3)
     base = np.eye(4)[0]
-    gauges = gauges_for_targets(targets, base, seed=seed)  # (P, d, d)
+    gauges = universality.gauges_for_targets(targets, base, seed=seed)  # (P, d, d)
     assert np.allclose(np.einsum("pba,b->pa", gauges, base), targets, atol=1e-12)  # G(p)ᵀ e = t_p
     assert np.allclose(np.einsum("pba,pbc->pac", gauges, gauges), np.eye(4), atol=1e-12)
 
 
 def test_projected_gaussian_mixture_validates_and_samples_unit_vectors():
-    law = default_sphere_target(3)
+    law = universality.default_sphere_target(3)
     x = law.sample(100, 0)
     assert x.shape == (100, 3) and np.allclose(np.linalg.norm(x, axis=1), 1.0)
     with pytest.raises(ValueError, match="scales"):
-        ProjectedGaussianMixture(centres=((1.0, 0.0),), weights=(1.0,), scales=(0.0,))
+        universality.ProjectedGaussianMixture(centres=((1.0, 0.0),), weights=(1.0,), scales=(0.0,))

@@ -5,16 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.theory.transition import (
-    C_CONSTANT,
-    annealed_roots,
-    crossover_dk,
-    crossover_jump,
-    gamma_c,
-    gamma_c_squared,
-    log_distractors,
-    transition_branch,
-)
+from psattn.theory import transition
 
 # (d_k, T, gamma_c) worked out by hand; T = 1 + e^L makes L = log(T - 1) a round number.
 HAND = [
@@ -29,54 +20,55 @@ HAND = [
 
 @pytest.mark.parametrize("d_k,T,expected", HAND)
 def test_hand_computed_values(d_k, T, expected):
-    assert gamma_c(d_k, T) == pytest.approx(expected, rel=2e-6)
+    assert transition.gamma_c(d_k, T) == pytest.approx(expected, rel=2e-6)
 
 
 def test_documented_constant_and_crossover():
-    assert C_CONSTANT == 0.74
-    assert log_distractors(1025) == pytest.approx(math.log(1024))
-    assert crossover_dk(1025) == pytest.approx(8 * math.log(1024))
+    assert transition.C_CONSTANT == 0.74
+    assert transition.log_distractors(1025) == pytest.approx(math.log(1024))
+    assert transition.crossover_dk(1025) == pytest.approx(8 * math.log(1024))
     L = math.log(1023)
-    assert transition_branch(8 * L, 1024) == 1 and transition_branch(8 * L - 1e-9, 1024) == 2
+    assert transition.transition_branch(8 * L, 1024) == 1 and transition.transition_branch(8 * L - 1e-9, 1024) == 2
 
 
 def test_branch_one_is_the_smaller_root_of_the_quartic():
     for d_k, T in [(64, 16), (100, 1024), (4096, 50), (9, 1 + math.e)]:
-        u = gamma_c_squared(d_k, T)
+        u = transition.gamma_c_squared(d_k, T)
         L = math.log(T - 1)
         assert 2 * u**2 - math.sqrt(d_k) * u + L == pytest.approx(0, abs=1e-12)
-        lo, hi = annealed_roots(d_k, T)
+        lo, hi = transition.annealed_roots(d_k, T)
         assert lo == pytest.approx(u) and hi >= lo
 
 
 def test_no_real_roots_below_the_crossover():
-    lo, hi = annealed_roots(4, 1024)
+    lo, hi = transition.annealed_roots(4, 1024)
     assert math.isnan(lo) and math.isnan(hi)
 
 
 def test_branch_two_is_independent_of_dk_and_the_jump_at_the_crossover():
     T = 1024
     L = math.log(T - 1)
-    assert gamma_c(1, T) == gamma_c(8 * L * 0.999, T) == pytest.approx((2 * 0.74**2 * math.sqrt(2 * L)) ** -0.5)
-    assert gamma_c(8 * L, T) / gamma_c(8 * L * 0.999999, T) == pytest.approx(crossover_jump(T))
-    assert crossover_jump(1 + math.exp(1 / (2 * 0.74**2))) == pytest.approx(1.0)  # continuous only there
+    branch_two = (2 * 0.74**2 * math.sqrt(2 * L)) ** -0.5
+    assert transition.gamma_c(1, T) == transition.gamma_c(8 * L * 0.999, T) == pytest.approx(branch_two)
+    assert transition.gamma_c(8 * L, T) / transition.gamma_c(8 * L * 0.999999, T) == pytest.approx(transition.crossover_jump(T))
+    assert transition.crossover_jump(1 + math.exp(1 / (2 * 0.74**2))) == pytest.approx(1.0)  # continuous only there
 
 
 def test_vectorised_and_broadcast():
     d = np.array([4.0, 64.0, 1024.0])
     T = np.array([[16.0], [1024.0]])
-    out = gamma_c(d, T)
+    out = transition.gamma_c(d, T)
     assert out.shape == (2, 3)
     for i in range(2):
         for j in range(3):
-            assert out[i, j] == gamma_c(d[j], T[i, 0])
-    assert isinstance(gamma_c(64, 1024), float)
-    assert transition_branch(d, 1024).tolist() == [2, 1, 1]
+            assert out[i, j] == transition.gamma_c(d[j], T[i, 0])
+    assert isinstance(transition.gamma_c(64, 1024), float)
+    assert transition.transition_branch(d, 1024).tolist() == [2, 1, 1]
 
 
 def test_custom_c_only_changes_branch_two():
-    assert gamma_c(4, 1024, c=0.5) != gamma_c(4, 1024)
-    assert gamma_c(1024, 1024, c=0.5) == gamma_c(1024, 1024)
+    assert transition.gamma_c(4, 1024, c=0.5) != transition.gamma_c(4, 1024)
+    assert transition.gamma_c(1024, 1024, c=0.5) == transition.gamma_c(1024, 1024)
 
 
 @pytest.mark.parametrize("d_k,T,match", [
@@ -86,26 +78,26 @@ def test_custom_c_only_changes_branch_two():
 ])
 def test_validation(d_k, T, match):
     with pytest.raises(ValueError, match=match):
-        gamma_c(d_k, T)
+        transition.gamma_c(d_k, T)
 
 
 def test_bad_types_and_c():
     with pytest.raises(TypeError, match="d_k must be a real number"):
-        gamma_c("sixty-four", 64)
+        transition.gamma_c("sixty-four", 64)
     with pytest.raises(ValueError, match="c must be a positive"):
-        gamma_c(64, 64, c=0)
+        transition.gamma_c(64, 64, c=0)
 
 
 @settings(max_examples=200, deadline=None)
 @given(d_k=st.floats(0.5, 1e6), T=st.floats(3, 1e7))
 def test_properties_of_the_law(d_k, T):
-    u = gamma_c_squared(d_k, T)
+    u = transition.gamma_c_squared(d_k, T)
     L = math.log(T - 1)
     assert u > 0 and math.isfinite(u)
-    assert gamma_c(np.array([d_k]), np.array([T]))[0] == gamma_c(d_k, T)
+    assert transition.gamma_c(np.array([d_k]), np.array([T]))[0] == transition.gamma_c(d_k, T)
     if d_k >= 8 * L:  # the smaller root: it solves the quadratic and lies left of the vertex sqrt(d_k)/4
         assert 2 * u**2 - math.sqrt(d_k) * u + L == pytest.approx(0, abs=1e-9 * (d_k + L))
         assert u <= math.sqrt(d_k) / 4 * (1 + 1e-12)
-        assert gamma_c(d_k * 1.5, T) < gamma_c(d_k, T)  # decreasing in d_k above the crossover
+        assert transition.gamma_c(d_k * 1.5, T) < transition.gamma_c(d_k, T)  # decreasing in d_k above the crossover
     else:
-        assert u == pytest.approx(1 / (2 * C_CONSTANT**2 * math.sqrt(2 * L)))
+        assert u == pytest.approx(1 / (2 * transition.C_CONSTANT**2 * math.sqrt(2 * L)))
