@@ -34,7 +34,7 @@ def tiny_config(steps=40, **train_fields) -> RunConfig:
     return RunConfig(
         model=ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2,
                           attention=AttentionConfig("key_only", 1.0)),
-        task=make_task_config("induction", vocab_size=16, seq_len=16, form="full"),
+        task=make_task_config("induction", vocab_size=16, seq_len=16, form="all_positions"),
         train=TrainConfig(**fields),
     )
 

@@ -16,7 +16,7 @@ def test_demo_writes_a_report(tmp_path, capsys):
 
 def test_train_with_overrides_and_resume(tmp_path):
     args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
-            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=full"]
+            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]
     assert main(args) == 0
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
     assert main(args) == 0  # finished run: resumes and does nothing more
@@ -25,7 +25,7 @@ def test_train_with_overrides_and_resume(tmp_path):
 
 def test_train_time_limit_stops_and_the_same_command_resumes(tmp_path, capsys):
     args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
-            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=full"]
+            "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]
     assert main(args + ["--time-limit", "0"]) == 0
     assert "time limit reached at step 1 of 6" in capsys.readouterr().out
     assert not (tmp_path / "result.json").exists()
@@ -92,7 +92,7 @@ def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, cap
 
 def test_plot_draws_the_curves_of_several_runs(tmp_path, capsys):
     common = ["--set", "train.steps=4", "train.eval_every=2", "train.eval_size=16", "train.batch_size=8",
-              "model.d_model=32", "task.seq_len=16", "task.form=full"]
+              "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]
     for name, variant in (("plain", "baseline"), ("psa", "key_only")):
         assert main(["train", "--run-dir", str(tmp_path / name), *common, f"model.attention.variant={variant}"]) == 0
     out = tmp_path / "curves.png"
@@ -110,7 +110,7 @@ def test_train_says_what_it_does_on_stderr_and_why_it_stopped(tmp_path, capsys):
     """A start line and one line per evaluation on stderr (even piped), none with -q; the last line
     says the run stopped early, at which step of how many, and why."""
     run = str(tmp_path / "run")
-    args = ["--run-dir", run, "--set", *TINY, "task.form=full", "model.attention.variant=key_only",
+    args = ["--run-dir", run, "--set", *TINY, "task.form=all_positions", "model.attention.variant=key_only",
             "model.attention.gamma=1.0", "train.steps=800", "train.eval_every=50", "train.early_stop=true",
             "train.threshold=0.03"]
     assert main(["train", *args]) == 0
@@ -143,6 +143,7 @@ def test_the_demo_reports_its_setting_from_the_config_not_from_a_fixed_sentence(
     text = describe_run(small_config("key_only", 1.0, form="single", mlp=False, batch_size=32, lr=1e-3, n_layers=2))
     assert text.startswith("Model: 2 layers, d_model 128, 4 heads, RoPE, no MLP; task: single-answer induction")
     assert "AdamW lr 0.001, batch 32; held-out set of 512 rows." in text
+    assert "task: full-sequence induction" in describe_run(small_config("key_only", 1.0, form="all_positions"))
 
 
 def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):

@@ -26,7 +26,7 @@ ABSENT_ON_GPU = ("matplotlib", "scipy", "transformers", "onnx", "onnxruntime", "
 def test_paper_scale_declares_the_issues_grid_at_the_papers_settings():
     configs = paper_scale.paper_scale("full")
     assert len({c.name for c in configs}) == len(configs) == 2 * 3 * (1 + 2 * 4 + 5)
-    full = {(c.model.attention.variant, c.model.attention.gamma) for c in configs if c.task.form == "full"}
+    full = {(c.model.attention.variant, c.model.attention.gamma) for c in configs if c.task.form == "all_positions"}
     assert full == {("baseline", 0.0)} | {(v, g) for v in ("symmetric", "key_only") for g in (0.2, 0.4, 0.8, 1.6)}
     single = {(c.model.attention.variant, c.model.attention.gamma) for c in configs if c.task.form == "single"}
     assert single == {("baseline", 0.0)} | {(v, g) for v in ("symmetric", "key_only") for g in (0.8, 1.0)}
@@ -45,22 +45,22 @@ def test_paper_scale_declares_the_issues_grid_at_the_papers_settings():
 
 
 def fake(size, form, variant, gamma, seed, step):
-    name = f"paper_scale-induction{'' if form == 'full' else '-' + form}-{size}-{variant}-g{gamma:g}-s{seed}"
+    name = f"paper_scale-induction{'' if form == 'all_positions' else '-' + form}-{size}-{variant}-g{gamma:g}-s{seed}"
     config = {"name": name, "model": {"attention": {"variant": variant, "gamma": gamma, "placement": "post_rope"}},
               "task": {"name": "induction", "form": form}, "train": {"seed": seed, "steps": 3000, "threshold": 0.8}}
     return name, {"config": config, "emergence_step": step, "best_accuracy": 0.85 if step else 0.3, "history": [{}]}
 
 
 def test_the_table_and_verdict_put_every_seed_beside_the_papers_table():
-    results = dict([fake("psa-92m", "full", "baseline", 0.0, s, step) for s, step in ((0, 1400), (1, None), (2, 1450))]
-                   + [fake("psa-92m", "full", "symmetric", 0.8, s, 100) for s in (0, 1, 2)]
-                   + [fake("psa-20m", "full", "symmetric", 0.8, 0, 75)])
+    results = dict([fake("psa-92m", "all_positions", "baseline", 0.0, s, step) for s, step in ((0, 1400), (1, None), (2, 1450))]
+                   + [fake("psa-92m", "all_positions", "symmetric", 0.8, s, 100) for s in (0, 1, 2)]
+                   + [fake("psa-20m", "all_positions", "symmetric", 0.8, 0, 75)])
     rows = paper_scale.scale_table(results)
     assert [(r["size"], r["variant"]) for r in rows] == [("psa-92m", "baseline"), ("psa-92m", "symmetric"),
                                                          ("psa-20m", "symmetric")]
     lines = paper_scale.format_scale_table(rows)
-    assert lines[2] == "| psa-92m | full | baseline | 0 | 1,400, —, 1,450 | 2/3 | 1,425 | 0.667 | 2/3 at ~2,700 |"
-    assert lines[3] == "| psa-92m | full | symmetric | 0.8 | 100, 100, 100 | 3/3 | 100 | 0.850 | 3/3 at ~717 |"
+    assert lines[2] == "| psa-92m | all_positions | baseline | 0 | 1,400, —, 1,450 | 2/3 | 1,425 | 0.667 | 2/3 at ~2,700 |"
+    assert lines[3] == "| psa-92m | all_positions | symmetric | 0.8 | 100, 100, 100 | 3/3 | 100 | 0.850 | 3/3 at ~717 |"
     assert lines[4].endswith("| 75 | 0.850 | — |")
     verdict = paper_scale.scale_verdict(rows)
     assert len(verdict) == 1 and "14.2× earlier (1,425 against 100 steps" in verdict[0] and "3.8× earlier" in verdict[0]

@@ -35,7 +35,7 @@ def test_declared_experiments(mode):
         for c in configs:  # a run two experiments share is one run: same name, same config
             assert seen.setdefault(c.name, c) == c, c.name
     forms = {(c.task.form, c.model.init) for c in induction.init_sensitivity(mode)}
-    assert {f for f, _ in forms} == {"full", "single"} and {"scaled", "torch", 0.02} <= {i for _, i in forms}
+    assert {f for f, _ in forms} == {"all_positions", "single"} and {"scaled", "torch", 0.02} <= {i for _, i in forms}
     controls = induction.negative_controls(mode)
     assert {c.task.__class__.__name__ for c in controls} == {"RandomOffsetConfig", "MultiHopConfig"}
     variants = {(c.model.attention.variant, c.model.attention.placement) for c in induction.variant_table(mode)}
@@ -49,7 +49,7 @@ def test_declared_experiments(mode):
     table = {c.name for c in induction.variant_table(mode)}
     assert {n for n in lag if n not in table} == {n for n, c in lag.items() if c.task.form == "single" and mode == "quick"}
     two = {(c.task.form, c.model.attention.variant, c.model.mlp) for c in induction.variant_table(mode) if c.model.n_layers == 2}
-    forms = () if mode == "quick" else ("full", "single")
+    forms = () if mode == "quick" else ("all_positions", "single")
     assert two == {(f, v, m) for f in forms for v in ("baseline", "key_only") for m in (True, False)}
     with pytest.raises(ValueError, match="unknown mode"):
         induction.gamma_sweep("medium")
@@ -128,9 +128,9 @@ def test_quick_rows_that_report_success_stop_once_it_is_decided():
 
 def test_the_quick_sensitivity_table_runs_the_plain_layer_at_the_default_init_alone():
     rows = {(c.model.attention.variant, c.model.init, c.task.form) for c in induction.init_sensitivity("quick")}
-    assert {(i, f) for v, i, f in rows if v == "baseline"} == {("scaled", "full"), ("scaled", "single")}
+    assert {(i, f) for v, i, f in rows if v == "baseline"} == {("scaled", "all_positions"), ("scaled", "single")}
     assert {(i, f) for v, i, f in rows if v == "key_only"} == {(i, f) for i in (0.02, "scaled", "torch")
-                                                               for f in ("full", "single")}
+                                                               for f in ("all_positions", "single")}
     full = {(c.model.attention.variant, c.model.init) for c in induction.init_sensitivity("full")}
     assert {("baseline", 0.02), ("baseline", "torch")} <= full
 
@@ -241,7 +241,7 @@ def test_critical_pairs_take_the_smallest_gamma_that_always_succeeds():
     names = {c.name for c in induction.critical_gamma("quick")}
     assert {c.model.head_dim for c in induction.critical_gamma("quick")} == {16, 32, 64}
     steps = {(c.task.form, c.train.steps) for c in induction.variant_table("quick")}
-    assert steps == {("full", 600), ("full", 400), ("single", 800), ("single", 533)}
+    assert steps == {("all_positions", 600), ("all_positions", 400), ("single", 800), ("single", 533)}
     assert {c.train.batch_size for c in induction.variant_table("full") if c.model.n_layers == 2} == {64}
     assert len(names) == len(induction.critical_gamma("quick"))
 
@@ -311,7 +311,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
                                        "mean field (beside the theory)" if beside else "mean field"}
     assert timings["runs"]["trained_now"] == len(timings["runs"]["seconds"]) and timings["runs"]["reused"] == 0
     assert data["meanfield"]["passed"] is True
-    assert {r["form"] for r in data["induction"]["variants"]} == {"full", "single"}
+    assert {r["form"] for r in data["induction"]["variants"]} == {"all_positions", "single"}
     assert data["induction"]["init_sensitivity"] == [] and "`psattn sweep init_sensitivity --quick` trains" in text
     assert "No learned key-lag rows on this form in this plan" in text
     plateau = {(str(r["init"]), r["when"]) for r in data["induction"]["attention_at_queries"]}

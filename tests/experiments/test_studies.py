@@ -101,7 +101,7 @@ def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
     assert "text_phase" in LEFT_OUT["quick"] and "text_phase" in LEFT_OUT["full"]
 
 
-def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="full", layers=1, mlp=True,
+def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="all_positions", layers=1, mlp=True,
          task="induction", best=None):
     config = {"task": {"name": task, "form": form}, "train": {"threshold": 0.8, "steps": 1000, "seed": seed,
                                                               "early_stop": True},
@@ -207,15 +207,15 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
 def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
     configs = STUDIES["two_layer"].plan("quick")
     assert {(c.task.form, str(c.model.mlp), c.model.attention.variant) for c in configs} == {
-        (f, m, v) for f in ("full", "single") for m in ("True", "False") for v in ("baseline", "key_only")} | {
-        (f, "[False, True]", "baseline") for f in ("full", "single")}
+        (f, m, v) for f in ("all_positions", "single") for m in ("True", "False") for v in ("baseline", "key_only")} | {
+        (f, "[False, True]", "baseline") for f in ("all_positions", "single")}
     assert len({c.name for c in configs}) == len(configs) == 20
     results = {f"{mlp}{s}": fake("baseline", 0.0, s, success=mlp is not True, step=500, layers=2, mlp=mlp)
                for mlp in ([False, True], True, False) for s in (0, 1)}
     rows = two_layer_table(results)
     assert [(r["mlp"], r["successes"]) for r in rows] == [("yes", 0), ("no", 2), ("layer 2 only", 2)]
-    assert format_two_layer_table(rows)[3] == "| full | 2 | no | baseline | 2/2 | 500 | 0.850 | 1000 |"
-    assert format_two_layer_table(rows)[4].startswith("| full | 2 | layer 2 only | baseline | 2/2 |")
+    assert format_two_layer_table(rows)[3] == "| all_positions | 2 | no | baseline | 2/2 | 500 | 0.850 | 1000 |"
+    assert format_two_layer_table(rows)[4].startswith("| all_positions | 2 | layer 2 only | baseline | 2/2 |")
 
 
 def test_the_studies_stay_out_of_both_reproductions():

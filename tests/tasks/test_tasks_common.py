@@ -18,10 +18,11 @@ from psattn.tasks import (
     sample_task,
     task_name,
 )
+from psattn.tasks.registry import canonical_task_section
 
 CONFIGS = {
     "induction_single": InductionConfig(vocab_size=32, seq_len=24, form="single", num_distractors=4),
-    "induction_full": InductionConfig(vocab_size=16, seq_len=24, form="full"),
+    "induction_full": InductionConfig(vocab_size=16, seq_len=24, form="all_positions"),
     "random_offset": RandomOffsetConfig(num_keys=6, num_values=4, seq_len=24, num_pairs=4, num_queries=2),
     "multihop": MultiHopConfig(vocab_size=20, seq_len=40, num_entities=5, num_queries=3),
     "mqar": AssociativeRecallConfig(vocab_size=32, seq_len=24, num_pairs=4),
@@ -51,7 +52,7 @@ def test_shapes_dtypes_and_token_ranges(config):
 
 def test_every_row_is_scored_somewhere(config):
     scored_rows = _sample(config, 1).scored.any(dim=1)
-    if isinstance(config, InductionConfig) and config.form == "full":  # repeats are left to chance
+    if isinstance(config, InductionConfig) and config.form == "all_positions":  # repeats are left to chance
         assert scored_rows.float().mean().item() > 0.9
     else:
         assert bool(scored_rows.all())
@@ -84,7 +85,7 @@ def test_train_and_eval_never_share_a_row(config):
 
 def test_train_and_eval_never_share_a_row_in_a_tiny_row_space():
     # 3 content tokens, 4 positions: only 3**3 = 27 possible rows, so both splits repeat rows.
-    config = InductionConfig(vocab_size=4, seq_len=4, form="full")
+    config = InductionConfig(vocab_size=4, seq_len=4, form="all_positions")
     train = {tuple(row) for row in _sample(config, 0, 512, "train").inputs.tolist()}
     evaluation = {tuple(row) for row in _sample(config, 0, 512, "eval").inputs.tolist()}
     assert train and evaluation and not train & evaluation
@@ -103,13 +104,24 @@ def test_registry_names_and_defaults():
 
 
 def test_make_task_config_overrides_and_errors():
-    assert make_task_config("induction", seq_len=32, form="full") == InductionConfig(seq_len=32, form="full")
+    assert make_task_config("induction", seq_len=32, form="all_positions") == InductionConfig(seq_len=32, form="all_positions")
     with pytest.raises(ValueError, match=r"unknown task .copy.*induction.*mqar.*multihop.*random_offset.*text"):
         make_task_config("copy")
     with pytest.raises(ValueError, match=r"unknown task 'random_offset' fields \['vocab_size'\].*num_keys"):
         make_task_config("random_offset", vocab_size=64)
     with pytest.raises(ValueError, match="unknown induction task form"):
         make_task_config("induction", form="double")
+
+
+def test_the_old_spelling_of_the_all_positions_form_reads_as_it():
+    old = make_task_config("induction", seq_len=32, form="full")
+    assert old == InductionConfig(seq_len=32, form="all_positions") and old.form == "all_positions"
+    assert torch.equal(sample_task(old, 4, torch.Generator().manual_seed(0)).targets,
+                       sample_task(InductionConfig(seq_len=32, form="all_positions"), 4,
+                                   torch.Generator().manual_seed(0)).targets)
+    assert canonical_task_section({"name": "induction", "form": "full", "seq_len": 8}) == {
+        "name": "induction", "form": "all_positions", "seq_len": 8}
+    assert canonical_task_section({"name": "mqar", "form": "full"}) == {"name": "mqar", "form": "full"}
 
 
 def test_sample_task_rejects_foreign_configs():

@@ -75,7 +75,7 @@ def test_induction_targets_immediate_repeat_targets_itself():
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_full_form_targets_match_brute_force(split):
-    config = InductionConfig(vocab_size=10, seq_len=40, form="full")
+    config = InductionConfig(vocab_size=10, seq_len=40, form="all_positions")
     batch = seeded_batch(config, seed=3, batch_size=50, split=split)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         assert row[0] == BOS and BOS not in row[1:]
@@ -83,7 +83,7 @@ def test_full_form_targets_match_brute_force(split):
 
 
 def test_full_form_scores_about_the_expected_share_of_positions():
-    config = InductionConfig(vocab_size=64, seq_len=64, form="full")
+    config = InductionConfig(vocab_size=64, seq_len=64, form="all_positions")
     fraction = seeded_batch(config, batch_size=512).scored.float().mean().item()
     expected = (63 - 63 * (1 - (62 / 63) ** 63)) / 64  # repeated draws among 63 i.i.d. tokens
     assert abs(fraction - expected) < 0.02
@@ -131,7 +131,7 @@ test_single_form_property = config_property(
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(vocab_size=st.integers(3, 30), seq_len=st.integers(4, 48), seed=st.integers(0, 2**31))
 def test_full_form_property(vocab_size, seq_len, seed):
-    config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, form="full")
+    config = InductionConfig(vocab_size=vocab_size, seq_len=seq_len, form="all_positions")
     batch = seeded_batch(config, seed=seed, batch_size=8)
     for row, labels in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
         assert labels == reference_targets(row)
@@ -143,7 +143,7 @@ def test_full_form_property(vocab_size, seq_len, seed):
 test_bad_configs_raise_naming_the_field = bad_configs_raise(InductionConfig, [
     ({"form": "double"}, "unknown induction task form"),
     ({"seq_len": 3}, "seq_len must be >= 4"),
-    ({"vocab_size": 2, "form": "full"}, "vocab_size must be >= 3"),
+    ({"vocab_size": 2, "form": "all_positions"}, "vocab_size must be >= 3"),
     ({"vocab_size": 3}, "vocab_size must be >= 4 for form='single'"),
     ({"num_distractors": -1}, "num_distractors must be >= 0"),
     ({"vocab_size": 16, "seq_len": 64, "num_distractors": 0}, "vocab_size=16 too small for seq_len=64"),
@@ -153,4 +153,4 @@ test_bad_configs_raise_naming_the_field = bad_configs_raise(InductionConfig, [
 
 
 def test_num_distractors_is_ignored_by_the_full_form():
-    InductionConfig(vocab_size=8, seq_len=64, form="full", num_distractors=0)
+    InductionConfig(vocab_size=8, seq_len=64, form="all_positions", num_distractors=0)

@@ -143,3 +143,23 @@ def test_a_config_field_added_since_the_checkpoint_is_no_mismatch(trained, tmp_p
     state["binding"]["config_sha256"] = "0" * 64
     torch.save(state, run / "checkpoint.pt")
     assert load_trained(run).config.d_model == 32
+
+
+def test_a_run_saved_with_the_old_form_spelling_loads_resumes_and_reads_as_today(trained, tmp_path, capsys):
+    """A run written when the induction form was spelled "full" is the same run as an "all_positions" one:
+    its checkpoint loads, the same config resumes it (no "different config"), and its result reads as today's."""
+    import shutil
+
+    from psattn.training.run_dir import load_result, load_trained
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    _edit_json(run / "config.json", lambda c: c["task"].update(form="full"))
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    state["binding"]["config"]["task"]["form"] = "full"  # as a checkpoint of that psattn recorded it
+    state["binding"]["config_sha256"] = "0" * 64
+    torch.save(state, run / "checkpoint.pt")
+    assert RunConfig.from_file(run / "config.json").task.form == "all_positions"
+    assert load_result(run)["config"]["task"]["form"] == "all_positions"
+    assert load_trained(run).config.d_model == 32
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    assert train(apply_overrides(tiny_config(2), ["train.steps=4"]), run).steps == 4  # resumed, not refused

@@ -17,7 +17,7 @@ from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import train
 
 OVERRIDES = ["model.d_model=32", "model.n_heads=2", "task.vocab_size=16", "model.vocab_size=16", "task.seq_len=16",
-             "task.form=full", "train.batch_size=8", "train.eval_every=5", "train.eval_size=32",
+             "task.form=all_positions", "train.batch_size=8", "train.eval_every=5", "train.eval_size=32",
              "train.checkpoint_every=1000", "train.early_stop=false", "train.threads=1"]
 
 

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.set_defaults(func=cmd_demo)
 
 
-FORM_NAMES = {"full": "full-sequence ", "single": "single-answer "}
+FORM_NAMES = {"all_positions": "full-sequence ", "single": "single-answer "}
 
 
 def describe_run(config: RunConfig) -> str:

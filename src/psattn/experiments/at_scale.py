@@ -163,7 +163,7 @@ def glance_rows(results_root: Path) -> list[str]:
         table = {(r["size"], r["form"], r["variant"], r["gamma"]): r for r in paper_scale.scale_table(saved)}
         cells = []
         for gamma in (0.8, 0.0):
-            r = table.get(("psa-92m", "full", "symmetric" if gamma else "baseline", gamma))
+            r = table.get(("psa-92m", "all_positions", "symmetric" if gamma else "baseline", gamma))
             if r is not None:
                 step = "—" if r["mean_emergence_step"] is None else f"~{r['mean_emergence_step']:,.0f}"
                 cells.append(f"γ = {gamma:g} {r['successes']}/{len(r['seeds'])} at {step}")

@@ -20,7 +20,7 @@ from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
 
 DEFAULT_TASK_FIELDS: dict[str, dict[str, Any]] = {
-    "induction": dict(vocab_size=64, seq_len=64, form="full"),
+    "induction": dict(vocab_size=64, seq_len=64, form="all_positions"),
     # dense enough (6 scored queries a row) that one layer solves it in a few hundred steps
     "random_offset": dict(num_keys=8, num_values=8, num_pairs=6, num_queries=6, seq_len=64),
 }
@@ -96,8 +96,8 @@ def small_config(
                             n_heads=n_heads, attention=attention, d_head=d_head, init=init, mlp=mlp)
         size = (f"L{n_layers}d{d_model}h{n_heads}" + ("" if model.d_head is None else f"k{model.d_head}")
                 + _mlp_tag(mlp))
-    form = getattr(task_config, "form", "full")
-    label = task if form == "full" else f"{task}-{form}"
+    form = getattr(task_config, "form", "all_positions")
+    label = task if form == "all_positions" else f"{task}-{form}"
     return RunConfig(
         name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, early_stop_evals, eval_every),
         model=model,

@@ -113,7 +113,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
                     and c.model.n_layers == 1] for form in induction.FORMS}
     scores, patterns = {}, {}
     for variant in HEAD_VARIANTS:
-        config = next(c for c in seed0["full"]
+        config = next(c for c in seed0["all_positions"]
                       if c.model.attention.variant == variant and c.model.attention.placement == "post_rope")
         hs = head_scores(load_trained(out / "runs" / config.name), batch=16, half=24)
         scores[variant] = hs.as_dict()
@@ -131,7 +131,7 @@ def induction_results(out: Path, mode: str, workers: int | None, progress: bool)
         "critical_exponents": {design: summaries.exponent_fit(summaries.critical_pairs(rows), summaries.critical_brackets(rows))
                                for design, rows in designs.items() if rows},
         "head_scores": scores,
-        "trainer_speed": trainer_vs_bare_loop(seed0["full"][0], steps=30, repeats=2),
+        "trainer_speed": trainer_vs_bare_loop(seed0["all_positions"][0], steps=30, repeats=2),
     }
     facts = {
         "threshold": first.train.threshold, "size": _param_count(results[first.name]),
@@ -162,7 +162,7 @@ def _curve_label(config) -> str:
 def induction_figures(res: InductionResults, figures: Path) -> None:
     """Draw the induction part's figures (γ sweep, training curves, head scores) into ``figures``."""
     plots.plot_gamma_sweep(res.tables["gamma_sweep"], figures / "gamma_sweep.png")
-    for form, name, what in (("full", "curves.png", "full-sequence"), ("single", "curves_single.png", "single-answer")):
+    for form, name, what in (("all_positions", "curves.png", "full-sequence"), ("single", "curves_single.png", "single-answer")):
         plots.plot_training_curves(res.curves[form], figures / name, res.facts["threshold"],
                                    title=f"{what} induction, one layer, seed 0: held-out accuracy")
     plots.plot_head_scores(res.tables["head_scores"], figures / "head_scores.png")
@@ -217,7 +217,8 @@ def _variant_lines(res: InductionResults) -> list[str]:
     """The variant table, one per form, with its training curves."""
     t, f = res.tables, res.facts
     lines = []
-    for form, heading in (("full", "Full-sequence form"), ("single", "Single-answer form")):
+    for form, heading, curves in (("all_positions", "Full-sequence form", "curves"),
+                                  ("single", "Single-answer form", "curves_single")):
         rows = [r for r in t["variants"] if r["form"] == form]
         lines += [f"**{heading}**", ""]
         lines += _table(
@@ -236,7 +237,7 @@ def _variant_lines(res: InductionResults) -> list[str]:
                           "key_lag --quick` trains them at this table's budget and seeds, `psattn sweep "
                           "init_sensitivity --full` on three seeds at three initialisations, and `psattn reproduce "
                           "--full` has them in this table."]
-        lines += ["", f"![training curves, {heading.lower()}](figures/{'curves' if form == 'full' else 'curves_single'}.png)", ""]
+        lines += ["", f"![training curves, {heading.lower()}](figures/{curves}.png)", ""]
     return lines
 
 

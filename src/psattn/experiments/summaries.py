@@ -61,7 +61,7 @@ def mlp_label(mlp: bool | list[bool]) -> str:
 def form_variant_key(result: dict[str, Any]) -> dict[str, Any]:
     """Form, layer count, MLPs (``mlp_label``) and the first layer's attention."""
     model = result["config"]["model"]
-    return {"form": result["config"]["task"].get("form", "full"), "layers": model["n_layers"],
+    return {"form": result["config"]["task"].get("form", "all_positions"), "layers": model["n_layers"],
             "mlp": mlp_label(model.get("mlp", True)), **variant_key(result)}
 
 

@@ -3,7 +3,8 @@
 Vocabulary: id 0 is BOS and starts every row; ids 1..vocab_size-1 are content tokens,
 all interchangeable (their names carry no meaning; only in-context repeats matter).
 
-Full-sequence form (``form="full"``). Row = [BOS] + seq_len-1 content tokens drawn
+Full-sequence form (``form="all_positions"``: every repeat is scored; ``"full"``, its older
+spelling, is still read as it). Row = [BOS] + seq_len-1 content tokens drawn
 i.i.d. uniformly (with replacement), so repeats occur at random offsets; how many
 depends on vocab_size / seq_len (about 37% of positions at vocab 64, length 64).
 Position t is scored iff inputs[t] occurred at some j < t; its target is inputs[j+1]
@@ -49,8 +50,10 @@ from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
 
 BOS = 0
-Form = Literal["single", "full"]
+Form = Literal["single", "all_positions"]
 FORMS: tuple[str, ...] = get_args(Form)
+#: older spellings of a form, read as the form they name (a config saved before the rename still loads)
+FORM_ALIASES = {"full": "all_positions"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class InductionConfig:
     num_distractors: int = 8
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "form", FORM_ALIASES.get(self.form, self.form))  # frozen: set once, here
         check_choices(self, "induction task")
         if self.seq_len < 4:
             raise ValueError(f"seq_len must be >= 4 (BOS, query, answer, query), got {self.seq_len}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -23,6 +23,18 @@ TASKS: dict[str, tuple[type, Sampler]] = {
     "mqar": (associative_recall.AssociativeRecallConfig, associative_recall.sample),
     "text": (text.TextConfig, text.sample),
 }
+
+
+#: older spellings of task field values, by task and field: a config saved before a rename reads as today's
+ALIASES: dict[str, dict[str, dict[str, str]]] = {"induction": {"form": induction.FORM_ALIASES}}
+
+
+def canonical_task_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config's task section (a JSON object with a ``name``) with older spellings of its values
+    replaced by today's, e.g. the induction form ``"full"`` by ``"all_positions"``."""
+    aliases = ALIASES.get(section.get("name"), {})  # type: ignore[arg-type]
+    return {key: aliases[key].get(value, value) if key in aliases and isinstance(value, str) else value
+            for key, value in section.items()}
 
 
 def _lookup(name: str) -> tuple[type, Sampler]:

@@ -9,7 +9,8 @@ and the data record of ``data.json`` (corpus, tokenizer and token checksums). Lo
 (``psattn train`` resuming, ``eval``, ``generate``, ``export``, ``footprint``) compares that record
 with the run directory's files and refuses any mismatch in one line that names the field and both
 values. A task's corpus and tokenizer are bound by content (the data record's checksums), not by the
-path that named them, so a run directory whose corpus moved is still the same run.
+path that named them, so a run directory whose corpus moved is still the same run. A value recorded under
+an older spelling (the induction form ``"full"``, now ``"all_positions"``) reads as today's.
 
 A checkpoint written before checkpoints carried a binding (``binding`` absent) cannot be checked
 against its config; its next save adds one. A text run from before runs recorded their data gets its
@@ -29,7 +30,7 @@ import torch
 from psattn.jsonfile import read_json
 from psattn.tasks.registry import task_name
 from psattn.training.checkpoint import CheckpointError, unreadable, write_json
-from psattn.training.config import RunConfig
+from psattn.training.config import RunConfig, canonical_config
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
     config_path = run_dir / "config.json"
     if bound is not None:
         now = bound_sections(config)
-        found = None if bound.get("config_sha256") == _digest(now) else first_difference(bound.get("config"), now, common=True)
+        found = (None if bound.get("config_sha256") == _digest(now)
+                 else first_difference(canonical_config(bound.get("config")), now, common=True))
         if found is not None:
             field, old, new = found
             raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "

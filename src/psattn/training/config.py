@@ -16,7 +16,7 @@ from typing import Any, Literal
 from psattn.fields import check_choices, from_fields
 from psattn.jsonfile import read_json
 from psattn.models.config import ModelConfig
-from psattn.tasks.registry import TASKS, TaskConfig, make_task_config, task_name
+from psattn.tasks.registry import TASKS, TaskConfig, canonical_task_section, make_task_config, task_name
 
 #: the largest learning rate (and weight decay) accepted: AdamW moves each weight by about lr a step,
 #: so anything larger only destroys the model, and 1e300 would overflow float32 at the first step
@@ -175,6 +175,14 @@ def shipped_configs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
 
+def canonical_config(data: Any) -> Any:
+    """A saved config (parsed JSON, or a checkpoint's binding record) with older spellings of its task's
+    values read as today's (``canonical_task_section``); anything else is returned as it is."""
+    if isinstance(data, dict) and isinstance(data.get("task"), dict):
+        return {**data, "task": canonical_task_section(data["task"])}
+    return data
+
+
 def holds_same_run(path: str | Path, config: RunConfig) -> bool:
     """Whether the config.json at ``path`` describes ``config``: compared as parsed configs, so an
     older spelling of the same run matches (a model section written before ``init`` existed was
@@ -192,7 +200,7 @@ def config_differences(path: str | Path, config: RunConfig, limit: int = 3) -> s
     """The first ``limit`` fields in which the config.json at ``path`` differs from ``config``, as
     "train.batch_size (saved 64, now 32)", for error messages."""
     try:
-        saved = json.loads(Path(path).read_text())
+        saved = canonical_config(json.loads(Path(path).read_text()))
     except (OSError, ValueError):
         return "an unreadable config.json"
     diffs: list[str] = []

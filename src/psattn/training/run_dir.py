@@ -33,7 +33,7 @@ from psattn.tasks.registry import sample_task
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
 from psattn.training.checkpoint import load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
-from psattn.training.config import RunConfig, config_differences, holds_same_run
+from psattn.training.config import RunConfig, canonical_config, config_differences, holds_same_run
 from psattn.training.distributed import resolve_device
 from psattn.training.schedule import lr_factor
 from psattn.training.seeds import HELD_OUT, stream_generator
@@ -99,7 +99,7 @@ def load_result(run_dir: str | Path) -> dict[str, Any] | None:
         log.warning("%s is not a run result; the run will be finished again from its checkpoint", path)
         path.unlink()
         return None
-    result["config"] = read_json(run_dir / CONFIG, what="run config", object_only=True)
+    result["config"] = canonical_config(read_json(run_dir / CONFIG, what="run config", object_only=True))
     return result
 
 

@@ -46,7 +46,7 @@ from psattn.experiments.plateau import attention_at_queries_table, plateau_rows
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.training.config import RunConfig
 
-FORMS = ("full", "single")  # the induction task's two forms: every repeat scored, or one answer a row
+FORMS = ("all_positions", "single")  # the induction task's two forms: every repeat scored, or one answer a row
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,11 @@ def _plan(mode: str) -> Plan:
     return PLANS[check_mode(mode)]
 
 
-def _batch_size(t: Training, form: str = "full") -> int:
+def _batch_size(t: Training, form: str = "all_positions") -> int:
     return t.single_batch_size if form == "single" else t.batch_size
 
 
-def _lr(t: Training, form: str = "full") -> float:
+def _lr(t: Training, form: str = "all_positions") -> float:
     return t.single_lr if form == "single" else t.lr
 
 
@@ -182,8 +182,8 @@ def _run(plan: Plan, variant: str, gamma: float, steps: int | None = None, stops
     """A run of ``plan``; ``stops_early``: its table reports success and emergence, so it may stop once
     they are decided (``Training.early_stop_evals``). The batch and the learning rate follow the form unless given."""
     t = plan.training
-    kwargs.setdefault("batch_size", _batch_size(t, kwargs.get("form", "full")))
-    kwargs.setdefault("lr", _lr(t, kwargs.get("form", "full")))
+    kwargs.setdefault("batch_size", _batch_size(t, kwargs.get("form", "all_positions")))
+    kwargs.setdefault("lr", _lr(t, kwargs.get("form", "all_positions")))
     return small_config(variant, gamma, steps=steps or t.steps, device=t.device, threshold=t.threshold,
                         early_stop=False, early_stop_evals=t.early_stop_evals if stops_early else 0, **kwargs)
 
@@ -251,7 +251,7 @@ def init_sensitivity(mode: str = "quick") -> list[RunConfig]:
     rows = [(v, 0.0 if v == "baseline" else 1.0, sens.seeds) for v in sens.variants]
     if sens.key_lag:
         rows += [(v, g, sens.extra_seeds) for v, g in KEY_LAG_ROWS]
-    budget = {"full": q.steps, "single": q.single_steps}
+    budget = {"all_positions": q.steps, "single": q.single_steps}
     shared = mode == "quick"  # the default-initialisation runs are the variant table's, at the full budget
     return [small_config(v, g, steps=budget[form], device=q.device, threshold=q.threshold, early_stop=False,
                          early_stop_evals=0 if shared and init == DEFAULT_INIT else p.early_stop_evals,

@@ -75,8 +75,9 @@ H200_STEP_S = (0.050, 0.090)
 
 def _rows(plan: ScalePlan) -> list[tuple[str, str, float]]:
     """(form, variant, gamma) of every row of the plan, the plain model once per form."""
-    full = [("full", "baseline", 0.0)] + [("full", v, g) for v in VARIANTS for g in plan.gammas if g > 0]
-    return full + [("single", v, g) for v, g in plan.single_rows]
+    every = [("all_positions", "baseline", 0.0)]
+    every += [("all_positions", v, g) for v in VARIANTS for g in plan.gammas if g > 0]
+    return every + [("single", v, g) for v, g in plan.single_rows]
 
 
 def scale_config(plan: ScalePlan, size: dict[str, Any], form: str, variant: str, gamma: float, seed: int) -> RunConfig:
@@ -111,7 +112,7 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
         a = first_attention(r)
-        key = (size_label(r), r["config"]["task"].get("form", "full"), a["variant"], a["gamma"])
+        key = (size_label(r), r["config"]["task"].get("form", "all_positions"), a["variant"], a["gamma"])
         groups.setdefault(key, []).append(r)
     rows = []
     for (size, form, variant, gamma), runs in groups.items():
@@ -124,13 +125,13 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                      "cap": runs[0]["config"]["train"]["steps"], "threshold": runs[0]["config"]["train"]["threshold"]})
     order = {"baseline": 0, "symmetric": 1, "key_only": 2}
     sizes = [label for label, _ in (*PLANS["full"].sizes, *PLANS["quick"].sizes)]
-    return sorted(rows, key=lambda r: (sizes.index(r["size"]) if r["size"] in sizes else len(sizes), r["form"] != "full",
-                                       order.get(r["variant"], 3), r["gamma"]))
+    return sorted(rows, key=lambda r: (sizes.index(r["size"]) if r["size"] in sizes else len(sizes),
+                                       r["form"] != "all_positions", order.get(r["variant"], 3), r["gamma"]))
 
 
 def paper_cell(row: dict[str, Any]) -> str:
     """The paper's 91.3M result beside the matching row (symmetric or plain, full-sequence form, the larger size)."""
-    if row["form"] != "full" or row["size"] != "psa-92m" or row["variant"] not in ("baseline", "symmetric"):
+    if row["form"] != "all_positions" or row["size"] != "psa-92m" or row["variant"] not in ("baseline", "symmetric"):
         return ""
     if row["gamma"] not in PAPER:
         return ""
@@ -157,7 +158,7 @@ def scale_verdict(rows: list[dict[str, Any]]) -> list[str]:
     paper_ratio = PAPER[0.0][2] / PAPER[0.8][2]
     by = {(r["size"], r["form"], r["variant"], r["gamma"]): r for r in rows}
     for size in dict.fromkeys(r["size"] for r in rows):
-        plain, psa = by.get((size, "full", "baseline", 0.0)), by.get((size, "full", "symmetric", 0.8))
+        plain, psa = by.get((size, "all_positions", "baseline", 0.0)), by.get((size, "all_positions", "symmetric", 0.8))
         if plain is None or psa is None:
             continue
         n = len(plain["seeds"])
@@ -180,7 +181,7 @@ def expected_minutes(plan: ScalePlan = PLANS["full"], step_s: tuple[float, float
     0.4, never measured, run to the cap (an upper bound)."""
     emerges_at = {0.8: 100, 1.6: 100, 0.0: 1450} if emerges_at is None else emerges_at
     per_seed = sum(min(plan.steps, emerges_at[g] + plan.early_stop_evals * plan.eval_every) if g in emerges_at
-                   else plan.steps for form, _, g in _rows(plan) if form == "full")
+                   else plan.steps for form, _, g in _rows(plan) if form == "all_positions")
     per_seed += sum(plan.steps for form, _, _ in _rows(plan) if form == "single")  # the single form: unmeasured
     steps = per_seed * len(plan.seeds)
     return steps * step_s[0] / 60, steps * step_s[1] / 60
@@ -194,7 +195,7 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
 
     from psattn.figures import save_figure
 
-    rows = [r for r in scale_table(results) if r["form"] == "full"]
+    rows = [r for r in scale_table(results) if r["form"] == "all_positions"]
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     fig = Figure(figsize=(5.0 * len(sizes), 4.0))
     axes = fig.subplots(1, len(sizes), squeeze=False)[0]

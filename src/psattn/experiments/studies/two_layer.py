@@ -25,7 +25,7 @@ from psattn.training.config import RunConfig
 #: (variant, gamma, MLPs: in both blocks, in neither, or one flag per layer)
 TWO_LAYER_ROWS = (("baseline", 0.0, True), ("baseline", 0.0, False), ("baseline", 0.0, [False, True]),
                   ("key_only", 1.0, True), ("key_only", 1.0, False))
-BUDGET = {"full": 1500, "single": 3000}
+BUDGET = {"all_positions": 1500, "single": 3000}
 SEEDS = (0, 1)
 
 
@@ -41,7 +41,7 @@ def two_layer(mode: str = "quick") -> list[RunConfig]:
 def two_layer_key(result: dict[str, Any]) -> dict[str, Any]:
     """A run's group in the two-layer table: form, layers, MLPs, variant and γ."""
     m, a = result["config"]["model"], first_attention(result)
-    return {"form": result["config"]["task"].get("form", "full"), "layers": m["n_layers"],
+    return {"form": result["config"]["task"].get("form", "all_positions"), "layers": m["n_layers"],
             "mlp": mlp_label(m.get("mlp", True)), "variant": a["variant"], "gamma": a["gamma"]}
 
 
