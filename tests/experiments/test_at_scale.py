@@ -66,6 +66,18 @@ def test_the_table_and_verdict_put_every_seed_beside_the_papers_table():
     assert len(verdict) == 1 and "14.2× earlier (1,425 against 100 steps" in verdict[0] and "3.8× earlier" in verdict[0]
 
 
+def test_a_run_summary_saved_with_the_old_form_spelling_tables_as_all_positions(tmp_path):
+    """A GPU piece packed before the form was spelled all_positions still lands in its row."""
+    for seed in (0, 1, 2):
+        name, result = fake("psa-92m", "full", "symmetric", 0.8, seed, 100)
+        json.dump({"format": saved_runs.FORMAT, "name": name, "config": result["config"], "history": [],
+                   "result": {k: v for k, v in result.items() if k not in ("config", "history")}},
+                  (tmp_path / f"{name}.json").open("w"))
+    rows = paper_scale.scale_table(saved_runs.load_summaries(tmp_path))
+    assert [(r["form"], r["successes"]) for r in rows] == [("all_positions", 3)]
+    assert paper_scale.paper_cell(rows[0]) == "3/3 at ~717"
+
+
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
     """The tiny paper_scale sweep, cut by a time limit at once, then resumed to the end: (runs folder, what

@@ -163,3 +163,14 @@ def test_a_run_saved_with_the_old_form_spelling_loads_resumes_and_reads_as_today
     assert load_trained(run).config.d_model == 32
     assert main(["eval", "--run-dir", str(run)]) == 0
     assert train(apply_overrides(tiny_config(2), ["train.steps=4"]), run).steps == 4  # resumed, not refused
+
+
+def test_a_refusal_names_what_differs_and_not_the_old_form_spelling(tmp_path, capsys):
+    from psattn.training.config import config_differences
+
+    saved = tiny_config(2).to_dict()
+    saved["task"]["form"], saved["model"]["attention"]["gamma"] = "full", 0.5
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert config_differences(tmp_path / "config.json", tiny_config(2)) == "model.attention.gamma (saved 0.5, now 1.0)"
+    assert main(["train", "--print-config", "--set", "task.form=full"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"]["form"] == "all_positions"

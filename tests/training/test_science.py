@@ -6,7 +6,7 @@ import pytest
 from psattn.experiments.configs import small_induction_config
 from psattn.training.trainer import train
 
-BUDGET = {"full": 800, "single": 1000}  # the key-only shear reaches 0.9 by step 400 and 750 (measured 2026-12-04)
+BUDGET = {"all_positions": 800, "single": 1000}  # the key-only shear reaches 0.9 by step 400 and 750 (measured 2026-12-04)
 
 
 @pytest.mark.slow

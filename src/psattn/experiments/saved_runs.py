@@ -22,6 +22,7 @@ from typing import Any
 
 from psattn.jsonfile import read_json
 from psattn.training.checkpoint import write_json, write_jsonl
+from psattn.training.config import canonical_config
 from psattn.training.run_dir import load_result
 
 FORMAT = 1
@@ -110,7 +111,7 @@ def load_summaries(directory: str | Path) -> dict[str, dict[str, Any]]:
     results = {}
     for path in sorted(directory.glob("*.json")):
         s = read_summary(path)
-        results[s["name"]] = {**s["result"], "history": s["history"], "config": s["config"],
+        results[s["name"]] = {**s["result"], "history": s["history"], "config": canonical_config(s["config"]),
                               "meta": s.get("meta"), "corpus": s.get("corpus"), "device": s.get("device")}
     return results
 

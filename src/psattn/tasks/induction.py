@@ -4,7 +4,7 @@ Vocabulary: id 0 is BOS and starts every row; ids 1..vocab_size-1 are content to
 all interchangeable (their names carry no meaning; only in-context repeats matter).
 
 Full-sequence form (``form="all_positions"``: every repeat is scored; ``"full"``, its older
-spelling, is still read as it). Row = [BOS] + seq_len-1 content tokens drawn
+spelling, is still read as ``"all_positions"``). Row = [BOS] + seq_len-1 content tokens drawn
 i.i.d. uniformly (with replacement), so repeats occur at random offsets; how many
 depends on vocab_size / seq_len (about 37% of positions at vocab 64, length 64).
 Position t is scored iff inputs[t] occurred at some j < t; its target is inputs[j+1]
@@ -66,7 +66,8 @@ class InductionConfig:
     num_distractors: int = 8
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "form", FORM_ALIASES.get(self.form, self.form))  # frozen: set once, here
+        if isinstance(self.form, str):  # frozen: the old spelling is replaced once, here
+            object.__setattr__(self, "form", FORM_ALIASES.get(self.form, self.form))
         check_choices(self, "induction task")
         if self.seq_len < 4:
             raise ValueError(f"seq_len must be >= 4 (BOS, query, answer, query), got {self.seq_len}")

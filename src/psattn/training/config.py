@@ -271,4 +271,4 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
-__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "config_differences", "holds_same_run"]
+__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "canonical_config", "config_differences", "holds_same_run"]

@@ -224,7 +224,7 @@ def variant_table(mode: str = "quick") -> list[RunConfig]:
     where they live at CPU scale."""
     p, t = _plan(mode), _plan(mode).training
     model = {"d_model": 768, "n_heads": 12} if mode == "full" else {}  # one layer at any scale
-    runs = _one_layer_rows(mode, "full", VARIANT_ROWS)
+    runs = _one_layer_rows(mode, "all_positions", VARIANT_ROWS)
     runs += _one_layer_rows(mode, "single", [r for r in VARIANT_ROWS if t.single_key_lag or not _is_key_lag(r)])
     for form in t.two_layer_forms:
         budget = t.single_steps if form == "single" else t.steps
