@@ -3,9 +3,12 @@ CPU by default; ``--device cuda`` times the same rows on a GPU; ``psa_attention`
 backend on both, the shear and then SDPA).
 
 Both sides run interleaved in the same process (A, B, A, B, ...) and the ratio of their median
-times is printed, so machine noise largely cancels. Usage:
+times is printed, so machine noise largely cancels. ``--keep-freed-memory`` has glibc's malloc keep
+freed memory, as jemalloc and tcmalloc do, so that the ratio leaves out the page faults of PSA's two
+extra streams (``cpu_memory.py``). Usage:
 
     python benchmarks/attention_speed.py [--batch 4 --heads 8 --length 1024 --head-dim 64 --threads 1 --device cpu]
+                                         [--keep-freed-memory]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
+from cpu_memory import keep_freed_memory
 from cpu_threads import parse_with_threads
 
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
@@ -108,7 +112,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
     args = parse_with_threads(parser)
+    if args.keep_freed_memory:
+        keep_freed_memory()
     B, H, T, D = args.batch, args.heads, args.length, args.head_dim
     device = torch.device(args.device)
 
@@ -119,7 +127,8 @@ def main() -> None:
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     print(f"PSA (symmetric, gamma={args.gamma}) vs plain SDPA, B={B} H={H} T={T} D={D} fp32, "
-          f"{args.threads} thread(s), torch {torch.__version__}, {where}")
+          f"{args.threads} thread(s), torch {torch.__version__}, {where}"
+          + (", freed memory kept" if args.keep_freed_memory else ""))
     print(f"{'':34s}{'SDPA ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
     for label, t in rows.items():
         print(f"{label:34s}{t['sdpa'] * 1e3:10.3f}{t['psa'] * 1e3:10.3f}{t['psa'] / t['sdpa']:8.3f}")
@@ -130,6 +139,7 @@ def main() -> None:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "device": where, "threads": args.threads, "shape": [B, H, T, D],
+            "keep_freed_memory": args.keep_freed_memory,
             "gamma": args.gamma, "torch": torch.__version__, "git": git_revision(),
             "ratios": {label: t["psa"] / t["sdpa"] for label, t in rows.items()},
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},

@@ -62,7 +62,13 @@ def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
 def test_attention_speed_small_shape():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "2")
-    assert "forward+backward" in out and "cache bytes per token per layer" in out
+    assert "forward+backward" in out and "cache bytes per token per layer" in out and "kept" not in out
+
+
+def test_attention_speed_can_keep_freed_memory():
+    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
+              "--repeats", "1", "--keep-freed-memory")
+    assert ", freed memory kept" in out.splitlines()[0] and "decode step" in out
 
 
 @pytest.mark.parametrize("task", ["induction", "text"])
