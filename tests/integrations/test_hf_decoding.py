@@ -5,6 +5,8 @@ import torch
 
 pytest.importorskip("transformers")
 
+from transformers.cache_utils import DynamicLayer
+
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_model
 from psattn.integrations.hf import PSADynamicCache, PSALayer, apply_psa
 from psattn.ops.shear import shear
@@ -44,6 +46,45 @@ def test_assisted_decoding_equals_greedy(assistant_psa, prompt, monkeypatch):
     # The target's logits at every new token too, not only their argmax.
     torch.testing.assert_close(torch.stack(assisted.logits), torch.stack(greedy.logits), atol=1e-10, rtol=0)
     assert max(removed) >= 2  # the test rolls PSA caches back by more than one token
+
+
+@pytest.mark.parametrize("with_config", [False, True], ids=["bare", "from-config"])
+def test_assisted_decoding_into_a_cache_the_caller_built_equals_greedy(with_config, prompt):
+    """transformers hands the cache's layers ``activate_past_recording(recurrent_states_to_keep=...)``;
+    a PSADynamicCache built from the config has its PSA layers before generate starts."""
+    target = apply_psa(tiny_model("llama"), "symmetric", 0.8)
+    assistant = tiny_model("llama", seed=1)
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.num_assistant_tokens = 4
+    cache = PSADynamicCache(target.config if with_config else None)
+    assisted = _generate(target, prompt, max_new_tokens=8, assistant_model=assistant, **cache_kw(cache))
+    assert torch.equal(assisted, _generate(target, prompt, max_new_tokens=8))
+
+
+def test_a_bare_psa_cache_keeps_its_own_rollback_window(prompt):
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)  # the model's own max_rollback is 0
+    for cache in (PSADynamicCache(max_rollback=3), PSADynamicCache(model.config, max_rollback=3)):
+        with torch.no_grad():
+            model(prompt, use_cache=True, **cache_kw(cache))
+            for token in (4, 6, 8):
+                model(torch.tensor([[token]]), use_cache=True, **cache_kw(cache))
+        assert [layer.shear_state.max_rollback for layer in cache.layers] == [3] * len(cache.layers)
+        cache.crop(-3)  # three calls back: the window, not the last call, holds the raw keys
+        assert cache.get_seq_length() == prompt.shape[1]
+
+
+def test_a_psa_cache_built_for_a_hybrid_model_keeps_its_linear_attention_layers(prompt):
+    from transformers import DynamicCache
+
+    model = apply_psa(tiny_model("olmo_hybrid"), "symmetric", 0.8)
+    cache = PSADynamicCache(model.config)
+    plain = DynamicCache(config=model.config)
+    assert [type(a).__name__ for a in cache.layers] == [
+        "PSALayer" if type(b) is DynamicLayer else type(b).__name__ for b in plain.layers]
+    assert "PSALayer" in {type(a).__name__ for a in cache.layers} != {"PSALayer"}
+    with torch.no_grad():
+        assert torch.equal(_generate(model, prompt, max_new_tokens=4, **cache_kw(cache)),
+                           _generate(model, prompt, max_new_tokens=4))
 
 
 def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):

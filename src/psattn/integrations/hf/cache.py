@@ -68,8 +68,9 @@ class PSALayer(DynamicLayer):
     def record_past(self, value: bool) -> None:
         self.shear_state.record_past = value
 
-    def activate_past_recording(self) -> None:
-        """Keep every raw value until the next ``crop`` (transformers calls this before a rollback)."""
+    def activate_past_recording(self, **kwargs: Any) -> None:
+        """Keep every raw value until the next ``crop`` (transformers calls this before a rollback; its
+        keywords, such as ``recurrent_states_to_keep``, are for linear-attention layers)."""
         self.record_past = True
 
     def prepare(self, spec: PSASpec, starts: Tensor) -> None:
@@ -167,7 +168,9 @@ class PSADynamicCache(DynamicCache):
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
         super().__init__(config=config)
         window: dict[str, Any] = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
-        self.layers = [_as_psa_layer(layer, window, i) for i, layer in enumerate(self.layers)]
+        # the attention layers store sheared keys; a hybrid model's linear-attention layers stay as they are
+        self.layers = [_as_psa_layer(layer, window, i) if type(layer) in _CONVERTIBLE else layer
+                       for i, layer in enumerate(self.layers)]
         if self.layer_class_to_replicate is not None:
             self.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
 
@@ -211,7 +214,11 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
         )
     if getattr(cache, "offloading", False):
         raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
-    window: dict[str, Any] = dict(max_rollback=spec.max_rollback, keep_last_call=spec.keep_last_call)
+    window: dict[str, Any]
+    if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
+        window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
+    else:
+        window = dict(max_rollback=spec.max_rollback, keep_last_call=spec.keep_last_call)
     if cache.layer_class_to_replicate is DynamicLayer:
         cache.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
     while len(cache.layers) <= layer_idx:
