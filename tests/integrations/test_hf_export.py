@@ -100,3 +100,18 @@ def test_an_export_loads_in_a_new_process_after_the_import_its_hint_names(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     for logits in torch.load(tmp_path / "logits.pt"):
         torch.testing.assert_close(logits, want, atol=1e-6, rtol=0)
+
+
+def test_the_exported_model_generates_the_same_tokens_with_use_cache_on():
+    """It keeps no transformers cache: generate(use_cache=True) must still feed it the whole sequence."""
+    from helpers import random_model
+    from psattn.integrations.hf.decoder_model import to_hf
+
+    ours = random_model("key_only", gamma=0.9)
+    model = to_hf(ours, 64)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
+    expected = generate(ours, ids, 8).sequences
+    assert len(set(expected[0, 6:].tolist())) > 2  # tokens that a wrong context would change
+    with torch.no_grad():
+        for use_cache in (False, True):
+            assert torch.equal(model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=use_cache), expected)

@@ -9,7 +9,8 @@ included) and ``PsattnForCausalLM`` wraps the DecoderLM itself, weights and hook
 After ``import psattn.integrations.hf`` (which imports this module),
 ``AutoModelForCausalLM.from_pretrained``, ``pipeline("text-generation")``, PEFT and the head diagnostics
 (``psattn.models.heads.head_scores``) work on it. Generation recomputes the whole sequence each step
-(``generation_config.use_cache`` is off): psattn's own ``generate`` keeps the sheared-key cache.
+(``generation_config.use_cache`` is off, and turning it on changes nothing): psattn's own ``generate``
+keeps the sheared-key cache.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         """The LM head."""
         return self.decoder.lm_head
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs) -> dict[str, Any]:
+        """Each generation step's inputs: the whole sequence so far, with no transformers cache (the model
+        keeps none, so ``use_cache=True`` changes nothing rather than feeding it the last token alone)."""
+        for name in ("cache", "past_key_values", "next_sequence_length", "cache_position"):
+            kwargs.pop(name, None)
+        return super().prepare_inputs_for_generation(input_ids, **kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutputWithPast:
