@@ -152,6 +152,10 @@ def test_bad_generation_arguments():
         generate(model, prompt[:, :0], 3)
     with pytest.raises(ValueError, match="batch size 1"):
         speculative_generate(model, model, prompt.expand(2, 3), 3)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got -2"):
+        speculative_generate(model, model, prompt, -2)  # it returned the prompt cut short
+    with pytest.raises(ValueError, match="at least one token"):
+        speculative_generate(model, model, prompt[:, :0], 3)  # an IndexError
     with pytest.raises(ValueError, match=r"\(batch, length\).*input_ids\[None\]"):
         generate(model, prompt[0], 3)
     with pytest.raises(ValueError, match="integer token ids"):

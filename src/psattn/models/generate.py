@@ -136,14 +136,7 @@ def generate(
         >>> bool((out.logits.argmax(-1) == out.sequences[:, 4:]).all())  # greedy: the most likely token each step
         True
     """
-    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be a (batch, length) tensor of token ids, got {shape}; "
-                         "for one prompt pass input_ids[None]")
-    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    _check_request(input_ids, max_new_tokens)
     if do_sample and not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     if top_k is not None and top_k <= 0:
@@ -197,6 +190,18 @@ def generate(
     return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
 
 
+def _check_request(input_ids: Tensor, max_new_tokens: int) -> None:
+    """ValueError unless ``input_ids`` is a (batch, length) tensor of token ids and ``max_new_tokens`` an integer >= 0."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a (batch, length) tensor of token ids, got {shape}; "
+                         "for one prompt pass input_ids[None]")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+
+
 @torch.no_grad()
 def speculative_generate(
     target: DecoderLM,
@@ -209,8 +214,11 @@ def speculative_generate(
     """Greedy speculative decoding of one prompt (1, T): the draft proposes ``num_draft`` tokens,
     the target scores them all in one forward step, and both caches roll back to the accepted
     prefix. Returns the sequence (1, T + max_new_tokens) and counts of drafted/accepted tokens."""
+    _check_request(input_ids, max_new_tokens)
     if input_ids.shape[0] != 1:
         raise ValueError("speculative_generate decodes one sequence at a time (batch size 1)")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
     if num_draft < 1:
         raise ValueError(f"num_draft must be >= 1, got {num_draft}")
     if target.config.vocab_size != draft.config.vocab_size:
