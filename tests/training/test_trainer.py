@@ -198,6 +198,36 @@ def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactl
     assert science(again.history) == science(extended.history)
 
 
+@pytest.mark.parametrize("killed_at", ["meta.json", "config.json"])
+def test_an_extension_killed_between_its_file_writes_resumes_on_the_extended_schedule(tmp_path, monkeypatch, killed_at):
+    """Growing a run rewrites result.json, meta.json and config.json; a kill between two of them left a
+    config of 20 steps with no extension recorded, and the rerun trained a fresh 20-step schedule."""
+    from psattn.training import run_dir
+
+    train(tiny_config(steps=10), tmp_path / "clean")
+    clean = train(tiny_config(steps=20), tmp_path / "clean")
+    train(tiny_config(steps=10), tmp_path / "cut")
+
+    class Killed(BaseException):
+        pass
+
+    write = run_dir.write_json
+
+    def killed(path, data):
+        if os.path.basename(path) == killed_at:
+            raise Killed
+        write(path, data)
+
+    monkeypatch.setattr(run_dir, "write_json", killed)
+    with pytest.raises(Killed):
+        train(tiny_config(steps=20), tmp_path / "cut")
+    monkeypatch.setattr(run_dir, "write_json", write)
+    again = train(tiny_config(steps=20), tmp_path / "cut")
+    assert science(again.history) == science(clean.history)
+    assert (json.loads((tmp_path / "cut" / "meta.json").read_text())["extensions"]
+            == json.loads((tmp_path / "clean" / "meta.json").read_text())["extensions"])
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"betas": [0.9]}, "betas must be two numbers"),
     ({"betas": [0.9, 1.5]}, "betas must be two numbers"),

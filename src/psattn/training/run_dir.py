@@ -186,6 +186,10 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     saved = RunConfig.from_file(config_path)
     more_steps = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=saved.train.steps))
     checkpoint = run_dir / CHECKPOINT
+    last = extensions[-1] if extensions else {}
+    if (last.get("steps_before"), last.get("steps_after")) == (saved.train.steps, config.train.steps) \
+            and holds_same_run(config_path, more_steps):
+        return extensions  # this extension's meta.json was written and a kill cut off its config.json
     if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps and checkpoint.exists():
         at = load_checkpoint(checkpoint, keys=("step",))["step"]
         start = lr_factor(saved.train, extensions)(at)
@@ -224,7 +228,8 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
     if config_path.exists() and not holds_progress(run_dir):
         log.info("%s holds a config but no training yet; starting it afresh", run_dir)
         fresh = True  # a failed start left only its config: nothing to protect
-    extended = not fresh and list(extensions) != read_meta(run_dir).get("extensions", [])
+    extended = not fresh and (list(extensions) != read_meta(run_dir).get("extensions", [])
+                              or bool(extensions) and not holds_same_run(config_path, config))  # or cut short
     if config_path.exists() and not fresh:
         if tokens is not None:
             check_same_data(run_dir, tokens().fingerprint)
@@ -232,11 +237,12 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
             return
     if not is_main:
         return
-    write_json(config_path, config.to_dict())
-    if extended:
+    if extended:  # in this order, so that a kill between two writes leaves what check_run_dir resumes
         (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
         write_json(run_dir / META, {**read_meta(run_dir), "extensions": list(extensions)})
+        write_json(config_path, config.to_dict())
         return
+    write_json(config_path, config.to_dict())
     if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
         write_text(run_dir / TOKENIZER, tokens().tokenizer.to_json())
         write_json(run_dir / DATA, tokens().fingerprint)
