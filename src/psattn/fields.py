@@ -41,3 +41,19 @@ def check_choices(obj: Any, what: str) -> None:
         value = getattr(obj, name)
         if value not in choices or isinstance(value, bool):
             raise ValueError(f"unknown {what} {name} {value!r}; expected one of {list(choices)}")
+
+
+@functools.cache
+def int_fields(cls: type) -> tuple[str, ...]:
+    """The fields of dataclass ``cls`` typed ``int``."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] is int)
+
+
+def check_ints(obj: Any, what: str) -> None:
+    """Refuse, with a ValueError naming ``what`` and the field, a field typed ``int`` that holds anything but
+    an integer (2.0 and True included: a JSON file or an override can give either)."""
+    for name in int_fields(type(obj)):  # type: ignore[arg-type]  # a class is hashable (see check_choices)
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{what} {name} must be an integer, got {value!r}")

@@ -58,6 +58,8 @@ CASES = [
     ("train --config {d}/binary.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/list.json --run-dir {d}/r", "JSON object"),
     ("train --config {d}/wrongtype.json --run-dir {d}/r", "d_model"),
+    ("train --run-dir {d}/r --set task.num_distractors=1.5", "induction task num_distractors must be an integer, got 1.5"),
+    ("train --run-dir {d}/r --set task.name=mqar task.seq_len=40.0", "MQAR task seq_len must be an integer, got 40.0"),
     ("train --run-dir {d}/r --set model.attention.gamma=abc", "gamma must be a real number"),
     ("train --run-dir {d}/r --set model.attention.gamma=nan", "gamma must be finite"),
     ("train --run-dir {d}/r --set model.attention.gamma=inf", "gamma must be finite"),

@@ -1,5 +1,6 @@
 """Properties every registered task shares: shapes, ranges, determinism, split disjointness."""
 
+import dataclasses
 import typing
 
 import pytest
@@ -129,3 +130,15 @@ def test_the_old_spelling_of_the_all_positions_form_reads_as_it():
 def test_sample_task_rejects_foreign_configs():
     with pytest.raises(ValueError, match="not a registered task config"):
         sample_task(object(), 4, torch.Generator())
+
+
+@pytest.mark.parametrize("name", ["induction", "random_offset", "multihop", "mqar"])
+def test_every_integer_field_of_a_synthetic_task_refuses_a_non_integer(name):
+    """A float or a bool passed the range checks and crashed later, inside sampling."""
+    config_cls = TASKS[name][0]
+    fields = [f for f in dataclasses.fields(config_cls) if f.type in (int, "int")]
+    assert fields
+    for field in fields:
+        for bad in (float(getattr(make_task_config(name), field.name)) + 0.5, True, "8"):
+            with pytest.raises(ValueError, match=f"{field.name} must be an integer, got {bad!r}"):
+                make_task_config(name, **{field.name: bad})

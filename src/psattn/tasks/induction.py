@@ -44,7 +44,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from psattn.fields import check_choices
+from psattn.fields import check_choices, check_ints
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import sample_split
@@ -69,6 +69,7 @@ class InductionConfig:
         if isinstance(self.form, str):  # frozen: the old spelling is replaced once, here
             object.__setattr__(self, "form", FORM_ALIASES.get(self.form, self.form))
         check_choices(self, "induction task")
+        check_ints(self, "induction task")
         if self.seq_len < 4:
             raise ValueError(f"seq_len must be >= 4 (BOS, query, answer, query), got {self.seq_len}")
         if self.vocab_size < 3:

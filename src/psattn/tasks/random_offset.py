@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
+from psattn.fields import check_ints
 from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
@@ -65,6 +66,7 @@ class RandomOffsetConfig:
     num_queries: int = 1
 
     def __post_init__(self) -> None:
+        check_ints(self, "random-offset task")
         check_at_least(self, "num_keys", 1)
         check_at_least(self, "num_values", 2)
         check_up_to(self, "num_pairs", "num_keys", "keys are distinct")
