@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,9 @@ from psattn.tasks.registry import TASKS, TaskConfig, canonical_task_section, mak
 #: the largest learning rate (and weight decay) accepted: AdamW moves each weight by about lr a step,
 #: so anything larger only destroys the model, and 1e300 would overflow float32 at the first step
 MAX_LR = 10.0
+#: the most intra-op threads a run may ask for (torch's thread pool fails, or the process dies, long before a
+#: hundred million; a config is portable, so the bound is not this machine's core count)
+MAX_THREADS = 1024
 
 
 @dataclass
@@ -61,8 +65,8 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be a non-negative integer, got {getattr(self, name)!r}")
         if self.seed >= 2**32:  # a step's batch is drawn from the seed (seed << 32) + step, which must fit 64 bits
             raise ValueError(f"train.seed must be below 2**32 = {2**32}, got {self.seed}")
-        if self.threads is not None and (not _is_int(self.threads) or self.threads <= 0):
-            raise ValueError(f"train.threads must be a positive integer or null, got {self.threads!r}")
+        if self.threads is not None and (not _is_int(self.threads) or not 0 < self.threads <= MAX_THREADS):
+            raise ValueError(f"train.threads must be an integer from 1 to {MAX_THREADS} or null, got {self.threads!r}")
         for name in ("early_stop", "compile", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
@@ -81,7 +85,7 @@ class TrainConfig:
             raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
         if not (_is_number(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
+        if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda|auto|cuda:\d+", self.device)):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         if not (_is_number(self.grad_clip) and self.grad_clip > 0):
             raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip!r}")
