@@ -173,3 +173,14 @@ def test_a_program_that_imports_the_command_line_keeps_its_own_ctrl_c():
     code = "import psattn.cli as c; print(c._running_as_the_command(), c._SIGINT is None)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]  # (``python -m psattn``: see the test above)
+
+
+def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch, capsys):
+    """psattn train said it in one line; psattn sweep ended in a TrainingDiverged traceback."""
+    from psattn.training import loss as loss_module
+
+    real_loss = loss_module.shard_loss
+    monkeypatch.setattr(loss_module, "shard_loss", lambda *a: real_loss(*a) * float("nan"))
+    assert main(["sweep", "paper_scale", "--quick", "--time-limit", "60", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: run paper_scale-") and "loss became nan at step 0" in err[-1], err

@@ -123,7 +123,8 @@ class _Run:
         loss = self.forward(mine.inputs, mine.targets, scored)
         if not torch.isfinite(mean_over_ranks(loss, self.ddp)):
             kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
-            raise TrainingDiverged(f"loss became {loss.item()} at step {self.state.step}; stopping ({kept})")
+            run = f"run {self.config.name}: " if self.config.name else ""
+            raise TrainingDiverged(f"{run}loss became {loss.item()} at step {self.state.step}; stopping ({kept})")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
