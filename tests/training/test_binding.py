@@ -174,3 +174,14 @@ def test_a_refusal_names_what_differs_and_not_the_old_form_spelling(tmp_path, ca
     assert config_differences(tmp_path / "config.json", tiny_config(2)) == "model.attention.gamma (saved 0.5, now 1.0)"
     assert main(["train", "--print-config", "--set", "task.form=full"]) == 0
     assert json.loads(capsys.readouterr().out)["task"]["form"] == "all_positions"
+
+
+def test_a_restart_as_another_task_keeps_nothing_of_the_text_run(text_run, capsys):
+    """Its tokenizer.json and data.json stayed, and psattn generate then crashed on the induction model."""
+    run, _ = text_run
+    train(tiny_config(2), run, resume=False)
+    assert not (run / "tokenizer.json").exists() and not (run / "data.json").exists()
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    with pytest.raises(SystemExit):
+        main(["generate", "--run-dir", str(run), "--prompt", "def "])
+    assert "only runs of the text task can generate text" in capsys.readouterr().err

@@ -118,6 +118,13 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
     assert all(torch.isfinite(p).all() for p in state["model"].values())
 
 
+def test_a_restart_stopped_by_a_signal_says_to_resume_without_restart(tmp_path):
+    """Run again as it was, a restart starts over: the message said "the same command again"."""
+    train(tiny_config(steps=4), tmp_path)
+    with pytest.raises(TrainingInterrupted, match="run the same command without --restart to resume"):
+        train(tiny_config(steps=20), tmp_path, resume=False, should_stop=lambda: True)
+
+
 def test_early_stop_and_emergence_step():
     result = train(tiny_config(steps=40, threshold=0.01, early_stop=True))
     assert result.emergence_step == 10 and result.steps == 10 and result.stopped_early

@@ -280,7 +280,8 @@ def train(
                     run.checkpoint()
                 if stop.signum is not None:  # stop.requested
                     bar.close()
-                    hint = (f"checkpoint written in {run_dir}; run the same command again to resume" if run_dir is not None
+                    again = "the same command again" if resume else "the same command without --restart"
+                    hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
                             else "no run directory, nothing kept")
                     raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {run.state.step}: {hint}",
                                               stop.signum, run.state.step)
