@@ -7,12 +7,21 @@ from pathlib import Path
 from typing import Any
 
 
+def _a_file(path: str | Path, what: str) -> Path:
+    """``path`` as a Path; ValueError, naming ``what``, unless it is a regular file."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{what} {path} does not exist")
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise ValueError(f"{what} {path} is {kind}; give the path of a JSON file")
+    return path
+
+
 def read_json(path: str | Path, *, what: str = "file", object_only: bool = False) -> Any:
     """The parsed contents of ``path``. Raises ValueError, naming ``what`` and the path, when the file
     does not exist, is not valid UTF-8 JSON, or (``object_only``) does not hold a JSON object."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{what} {path} does not exist")
+    path = _a_file(path, what)
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -24,9 +33,7 @@ def read_json(path: str | Path, *, what: str = "file", object_only: bool = False
 
 def read_jsonl(path: str | Path, *, what: str = "file") -> list[Any]:
     """One parsed JSON value per non-empty line of ``path`` (a metrics.jsonl), with the same errors."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{what} {path} does not exist")
+    path = _a_file(path, what)
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip():

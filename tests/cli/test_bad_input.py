@@ -53,6 +53,7 @@ def _copy_run(src, dst, change):
 CASES = [
     # train
     ("train --config {d}/missing.json --run-dir {d}/r", "does not exist"),
+    ("train --config {d} --run-dir {d}/r", "is a directory; give the path of a JSON file"),
     ("train --config= --run-dir {d}/r", "--config is empty"),
     ("train --config {d}/broken.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/binary.json --run-dir {d}/r", "not valid JSON"),

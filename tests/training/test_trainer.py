@@ -250,6 +250,7 @@ def test_an_extension_killed_between_its_file_writes_resumes_on_the_extended_sch
     ({"threads": 100_000_000}, "threads must be an integer from 1 to 1024"),  # the process died with no message
     ({"device": "cuda:x"}, "device must be cpu, cuda, cuda:N or auto"),  # a traceback from torch
     ({"device": 5}, "device must be cpu, cuda, cuda:N or auto, got 5"),
+    ({"grad_clip": float("inf")}, "grad_clip must be a positive finite number"),
     ({"early_stop_evals": 0}, "early_stop_evals must be a positive integer"),
     ({"threshold": "high"}, "threshold"),
 ])

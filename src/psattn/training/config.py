@@ -87,8 +87,8 @@ class TrainConfig:
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda|auto|cuda:\d+", self.device)):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
-        if not (_is_number(self.grad_clip) and self.grad_clip > 0):
-            raise ValueError(f"train.grad_clip must be positive, got {self.grad_clip!r}")
+        if not (_is_number(self.grad_clip) and 0 < self.grad_clip < float("inf")):
+            raise ValueError(f"train.grad_clip must be a positive finite number, got {self.grad_clip!r}")
 
 
 def _is_int(value) -> bool:
