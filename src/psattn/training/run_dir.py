@@ -247,8 +247,8 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
         write_text(run_dir / TOKENIZER, tokens().tokenizer.to_json())
         write_json(run_dir / DATA, tokens().fingerprint)
     else:  # nor does another task's run keep the tokenizer of a text run this directory held before
-        for stale in (TOKENIZER, DATA):
-            (run_dir / stale).unlink(missing_ok=True)
+        for name in (TOKENIZER, DATA):
+            (run_dir / name).unlink(missing_ok=True)
     write_json(run_dir / META, provenance(config.train.seed))
 
 def holds_progress(run_dir: Path) -> bool:
