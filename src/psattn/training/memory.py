@@ -3,8 +3,8 @@
 Training holds the weights, their gradients and AdamW's two moments (four fp32 copies of every
 parameter; the parameter count is ``preset_parameter_count``'s arithmetic) plus one batch's
 activations: per layer the residual stream, the projections and the MLP, and the attention scores and
-probabilities (B·H·T² each), then the logits and their gradient (B·T·V each). The held-out evaluation
-runs in chunks of 256 rows without gradients. A run whose estimate exceeds ``MARGIN`` of the memory
+probabilities (B·H·T² each), then the logits and their gradient (B·T·V each). The held-out set is drawn
+once and kept (its inputs and targets, int64), and evaluated in chunks of 256 rows without gradients. A run whose estimate exceeds ``MARGIN`` of the memory
 available now (on a GPU: free device memory; on the CPU: the kernel's MemAvailable, within a cgroup's
 limit) is refused in one line with the numbers: a model that cannot fit would otherwise be killed by
 the kernel's OOM killer without a word, after putting the whole machine under memory pressure.
@@ -25,7 +25,7 @@ from psattn.training.config import RunConfig
 Model = TypeVar("Model", bound=torch.nn.Module)
 GIB = 2**30
 MARGIN = 0.8  # refuse what needs more than this share of the available memory
-FP32 = 4
+FP32, INT64 = 4, 8
 EVAL_CHUNK = 256  # rows per forward pass of psattn.training.evaluation.evaluate
 
 
@@ -36,11 +36,12 @@ class MemoryEstimate:
     parameters: int
     state_bytes: int  # weights, gradients, AdamW moments
     activation_bytes: int  # the larger of a training step's and an evaluation chunk's
+    held_out_bytes: int = 0  # the held-out rows' inputs and targets
 
     @property
     def total_bytes(self) -> int:
-        """Model state and activations together."""
-        return self.state_bytes + self.activation_bytes
+        """Model state, activations and the held-out set together."""
+        return self.state_bytes + self.activation_bytes + self.held_out_bytes
 
 
 def estimate(config: RunConfig) -> MemoryEstimate:
@@ -58,7 +59,8 @@ def estimate(config: RunConfig) -> MemoryEstimate:
 
     step = activations(config.train.batch_size, backward=True)
     evaluation = activations(min(EVAL_CHUNK, config.train.eval_size), backward=False)
-    return MemoryEstimate(parameters, 4 * FP32 * parameters, max(step, evaluation))
+    held_out = 2 * INT64 * config.train.eval_size * T
+    return MemoryEstimate(parameters, 4 * FP32 * parameters, max(step, evaluation), held_out)
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -97,10 +99,11 @@ def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:
     free = available_bytes(device)
     if free is not None and need.total_bytes > MARGIN * free:
         raise ValueError(
-            f"the model does not fit in memory on {device}: training it needs about {need.total_bytes / GIB:.1f} GiB "
+            f"this run does not fit in memory on {device}: training it needs about {need.total_bytes / GIB:.1f} GiB "
             f"({need.parameters:,} parameters: {need.state_bytes / GIB:.1f} GiB of weights, gradients and AdamW "
-            f"moments; {need.activation_bytes / GIB:.1f} GiB of activations), and {free / GIB:.1f} GiB is available; "
-            "make it smaller (model.d_model, model.n_layers, model.vocab_size, train.batch_size, task.seq_len)")
+            f"moments; {need.activation_bytes / GIB:.1f} GiB of activations; {need.held_out_bytes / GIB:.1f} GiB of "
+            f"held-out rows), and {free / GIB:.1f} GiB is available; make it smaller (model.d_model, model.n_layers, "
+            "model.vocab_size, train.batch_size, task.seq_len, train.eval_size)")
     return need
 
 
