@@ -4,10 +4,11 @@ Training holds the weights, their gradients and AdamW's two moments (four fp32 c
 parameter; the parameter count is ``preset_parameter_count``'s arithmetic) plus one batch's
 activations: per layer the residual stream, the projections and the MLP, and the attention scores and
 probabilities (B·H·T² each), then the logits and their gradient (B·T·V each). The held-out set is drawn
-once and kept (its inputs and targets, int64), and evaluated in chunks of 256 rows without gradients. A run whose estimate exceeds ``MARGIN`` of the memory
-available now (on a GPU: free device memory; on the CPU: the kernel's MemAvailable, within a cgroup's
-limit) is refused in one line with the numbers: a model that cannot fit would otherwise be killed by
-the kernel's OOM killer without a word, after putting the whole machine under memory pressure.
+once and kept (its inputs and targets, int64), and evaluated in chunks of 256 rows without gradients.
+A run whose estimate exceeds ``MARGIN`` of the memory available now (on a GPU: free device memory; on
+the CPU: the kernel's MemAvailable, within a cgroup's limit) is refused in one line with the numbers:
+a run that cannot fit would otherwise be killed by the kernel's OOM killer without a word, after
+putting the whole machine under memory pressure.
 """
 
 from __future__ import annotations
