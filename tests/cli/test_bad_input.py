@@ -55,6 +55,7 @@ CASES = [
     ("train --config {d}/missing.json --run-dir {d}/r", "does not exist"),
     ("train --config {d} --run-dir {d}/r", "is a directory; give the path of a JSON file"),
     ("train --run-dir {d}/r --set train.eval_size=1000000000", "GiB of held-out rows"),  # it died allocating them
+    ("eval --run-dir {d}/run --rows 1000000000", "held-out rows need about"),
     ("train --config= --run-dir {d}/r", "--config is empty"),
     ("train --config {d}/broken.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/binary.json --run-dir {d}/r", "not valid JSON"),

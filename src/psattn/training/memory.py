@@ -108,6 +108,15 @@ def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:
     return need
 
 
+def check_held_out_fits(config: RunConfig, device: torch.device) -> None:
+    """Refuse (ValueError, one line) a held-out set of ``config.train.eval_size`` rows larger than the memory
+    available on ``device`` (``psattn eval --rows``)."""
+    need, free = estimate(config).held_out_bytes, available_bytes(device)
+    if free is not None and need > MARGIN * free:
+        raise ValueError(f"{config.train.eval_size:,} held-out rows need about {need / GIB:.1f} GiB, and "
+                         f"{free / GIB:.1f} GiB is available on {device}: ask for fewer rows")
+
+
 def placed(model: Model, device: torch.device) -> Model:
     """``model`` moved to ``device``; a ValueError naming the fix, in one line, when it does not fit there
     (the allocator's message, where ``check_fits`` could not tell beforehand)."""
