@@ -53,7 +53,7 @@ from psattn.commands import (
     theory,
     train,
 )
-from psattn.training.signals import TrainingInterrupted
+from psattn.training.signals import TrainingDiverged, TrainingInterrupted
 from psattn.version import __version__
 
 if _SIGINT is not None:  # loaded: Ctrl-C raises KeyboardInterrupt again, which main() reports
@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         if verbose:
             logging.exception("details")
         parser.exit(2, f"psattn: error: {_one_line(err)}\n")
+    except TrainingDiverged as err:  # train, sweep, reproduce, demo: the run, the step and what is kept
+        print(f"psattn: error: {err}", file=sys.stderr)
+        return 1
     except TrainingInterrupted as err:  # checkpointed: the message says how to resume
         print(f"\npsattn: stopped by {err}", file=sys.stderr)
         return 128 + err.signum

@@ -183,4 +183,4 @@ def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch
     monkeypatch.setattr(loss_module, "shard_loss", lambda *a: real_loss(*a) * float("nan"))
     assert main(["sweep", "paper_scale", "--quick", "--time-limit", "60", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: run paper_scale-") and "loss became nan at step 0" in err[-1], err
+    assert err[-1].startswith("psattn: error: run paper_scale-") and "loss became nan at step 0" in err[-1], err

@@ -3,6 +3,7 @@
 import dataclasses
 import typing
 
+import numpy as np
 import pytest
 import torch
 
@@ -142,3 +143,6 @@ def test_every_integer_field_of_a_synthetic_task_refuses_a_non_integer(name):
         for bad in (float(getattr(make_task_config(name), field.name)) + 0.5, True, "8"):
             with pytest.raises(ValueError, match=f"{field.name} must be an integer, got {bad!r}"):
                 make_task_config(name, **{field.name: bad})
+        good = getattr(make_task_config(name), fields[0].name)
+        numpy_int = make_task_config(name, **{fields[0].name: np.int64(good)})
+        assert type(getattr(numpy_int, fields[0].name)) is int and numpy_int == make_task_config(name)

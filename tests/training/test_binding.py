@@ -185,3 +185,10 @@ def test_a_restart_as_another_task_keeps_nothing_of_the_text_run(text_run, capsy
     with pytest.raises(SystemExit):
         main(["generate", "--run-dir", str(run), "--prompt", "def "])
     assert "only runs of the text task can generate text" in capsys.readouterr().err
+
+
+def test_a_first_run_in_a_folder_keeps_files_of_those_names_that_are_not_a_runs(tmp_path):
+    (tmp_path / "data.json").write_text('{"mine": 1}')
+    (tmp_path / "tokenizer.json").write_text("{}")
+    train(tiny_config(2), tmp_path)
+    assert (tmp_path / "data.json").read_text() == '{"mine": 1}' and (tmp_path / "tokenizer.json").exists()

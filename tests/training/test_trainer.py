@@ -235,6 +235,21 @@ def test_an_extension_killed_between_its_file_writes_resumes_on_the_extended_sch
             == json.loads((tmp_path / "clean" / "meta.json").read_text())["extensions"])
 
 
+def test_an_extension_cut_off_without_its_checkpoint_is_refused_not_finished(tmp_path, monkeypatch):
+    from psattn.training import run_dir
+
+    train(tiny_config(steps=10), tmp_path)
+    write = run_dir.write_json
+    monkeypatch.setattr(run_dir, "write_json", lambda path, data: (
+        (_ for _ in ()).throw(KeyboardInterrupt) if os.path.basename(path) == "config.json" else write(path, data)))
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(steps=20), tmp_path)  # meta.json records the extension; config.json still says 10
+    monkeypatch.setattr(run_dir, "write_json", write)
+    (tmp_path / "checkpoint.pt").unlink()
+    with pytest.raises(ValueError, match="has no checkpoint.pt to continue from"):
+        train(tiny_config(steps=20), tmp_path)
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"betas": [0.9]}, "betas must be two numbers"),
     ({"betas": [0.9, 1.5]}, "betas must be two numbers"),

@@ -4,7 +4,6 @@ what the study reads off them (``psattn.experiments.study.Study``): its table, i
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from psattn.arguments import add_command, add_plan_size, positive_float, positive_int
@@ -26,16 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from psattn.training.trainer import TrainingDiverged
-
-    try:
-        return _sweep(args)
-    except TrainingDiverged as err:  # as psattn train says it: the run, the step, and what is kept
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-
-
-def _sweep(args: argparse.Namespace) -> int:
     from psattn.experiments.sweep import run_sweep, run_within
 
     study = STUDIES[args.experiment]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 from psattn.arguments import add_command
@@ -35,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from psattn.training.config import RunConfig, apply_overrides, holds_same_run
     from psattn.training.distributed import teardown_distributed
     from psattn.training.reporting import summary_line
-    from psattn.training.trainer import TrainingDiverged, train
+    from psattn.training.trainer import train
 
     saved = None if args.run_dir is None else Path(args.run_dir) / "config.json"
     if args.config is not None and not args.config.strip():
@@ -64,10 +63,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         lines = None if getattr(args, "quiet", False) else console_line
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
                        report=lines)
-    except TrainingDiverged as err:  # every rank sees the same global loss, so all stop here together
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    finally:
+    finally:  # a diverged run (every rank sees the same global loss) is psattn.cli's one line
         teardown_distributed()  # under torchrun: leave the process group before exiting
     if result.timed_out:
         again = "the same command without --restart" if args.restart else "the same command"

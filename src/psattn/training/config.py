@@ -85,7 +85,7 @@ class TrainConfig:
             raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
         if not (_is_number(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
             raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda|auto|cuda:\d+", self.device)):
+        if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda|auto|cuda:[0-9]+", self.device)):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         if not (_is_number(self.grad_clip) and 0 < self.grad_clip < float("inf")):
             raise ValueError(f"train.grad_clip must be a positive finite number, got {self.grad_clip!r}")

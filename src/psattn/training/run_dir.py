@@ -188,7 +188,7 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     checkpoint = run_dir / CHECKPOINT
     last = extensions[-1] if extensions else {}
     if (last.get("steps_before"), last.get("steps_after")) == (saved.train.steps, config.train.steps) \
-            and holds_same_run(config_path, more_steps):
+            and holds_same_run(config_path, more_steps) and checkpoint.exists():
         return extensions  # this extension's meta.json was written and a kill cut off its config.json
     if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps and checkpoint.exists():
         at = load_checkpoint(checkpoint, keys=("step",))["step"]
@@ -242,14 +242,23 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
         write_json(run_dir / META, {**read_meta(run_dir), "extensions": list(extensions)})
         write_json(config_path, config.to_dict())
         return
+    held_text = _is_text_run(config_path)  # before this run's config replaces it
     write_json(config_path, config.to_dict())
     if tokens is not None:  # a text run keeps its tokenizer, so the directory alone can generate
         write_text(run_dir / TOKENIZER, tokens().tokenizer.to_json())
         write_json(run_dir / DATA, tokens().fingerprint)
-    else:  # nor does another task's run keep the tokenizer of a text run this directory held before
+    elif held_text:  # another task restarted where a text run was: its tokenizer and data record go with it
         for name in (TOKENIZER, DATA):
             (run_dir / name).unlink(missing_ok=True)
     write_json(run_dir / META, provenance(config.train.seed))
+
+
+def _is_text_run(config_path: Path) -> bool:
+    """Whether ``config_path`` is the config.json of a text run (False when it is missing or unreadable)."""
+    try:
+        return read_json(config_path, what="run config", object_only=True).get("task", {}).get("name") == "text"
+    except (ValueError, AttributeError):
+        return False
 
 def holds_progress(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds anything of a run that trained: a checkpoint, a result, or metrics."""

@@ -1,4 +1,4 @@
-"""Stopping cleanly: the signals a run checkpoints on, and the exception that says so.
+"""Stopping cleanly: the signals a run checkpoints on, and the exceptions that say why a run stopped.
 
 SIGINT is Ctrl-C; SIGTERM is how ``timeout``, SLURM, Kubernetes and most schedulers stop a job;
 SIGHUP comes from a closing terminal. SIGKILL cannot be caught: a killed run resumes from its
@@ -24,6 +24,10 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     def __reduce__(self):  # keep signum and step across processes (sweep workers)
         return type(self), (str(self), self.signum, self.step)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message names the run, the step and the checkpoint kept."""
 
 
 @contextlib.contextmanager

@@ -48,15 +48,11 @@ from psattn.training.run_dir import (
 )
 from psattn.training.schedule import build_optimizer
 from psattn.training.seeds import seed_step_randomness, step_generator
-from psattn.training.signals import StopFlag, TrainingInterrupted
+from psattn.training.signals import StopFlag, TrainingDiverged, TrainingInterrupted
 from psattn.training.state import TrainState
 from psattn.training.task_metrics import RowMetrics, task_metrics
 
 log = logging.getLogger(__name__)
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite."""
 
 
 def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
