@@ -74,7 +74,7 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
         if rows > held:
             capped, rows = rows, max(held, 1)
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, eval_size=rows))
-    check_held_out_fits(config, model_device(model))
+    check_held_out_fits(config)
     batch = eval_batch(config).to(model_device(model))
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
