@@ -91,6 +91,8 @@ CASES = [
     ("reproduce --quick --full", "not allowed with"),
     # export, generate
     ("export --run-dir {d}/missing --out {d}/m.onnx", "not a run directory"),
+    ("export --run-dir {d}/run --out {d}/run/checkpoint.pt", "checkpoint.pt, a file of the run itself"),
+    ("export --format executorch --run-dir {d}/run --out {d}/run/config.json", "config.json, a file of the run itself"),
     ("export --run-dir {d}/corrupt --out {d}/m.onnx", "not a readable psattn checkpoint"),
     ("generate --run-dir {d}/missing --prompt hi", "no trained run"),
     ("generate --run-dir {d}/run --prompt hi", "no tokenizer.json"),
@@ -202,3 +204,12 @@ def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused_before_anything
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err and "ids, more than the model's vocabulary of 256" in err, err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_an_export_named_after_a_run_file_leaves_the_run_whole(files, capsys):
+    """An ONNX export to run/checkpoint.pt replaced the checkpoint, and the run no longer loaded."""
+    before = (files / "run" / "checkpoint.pt").read_bytes()
+    with pytest.raises(SystemExit):
+        main(["export", "--run-dir", str(files / "run"), "--out", str(files / "run" / "checkpoint.pt")])
+    assert (files / "run" / "checkpoint.pt").read_bytes() == before
+    assert main(["eval", "--run-dir", str(files / "run")]) == 0

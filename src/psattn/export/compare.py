@@ -24,7 +24,7 @@ from psattn.ops.hooks import capture
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
 from psattn.training.config import RunConfig
-from psattn.training.run_dir import eval_batch, load_trained
+from psattn.training.run_dir import eval_batch, load_trained, run_files
 
 
 @torch.no_grad()
@@ -67,7 +67,7 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
     The files are written in a staging folder and moved beside ``onnx_path`` when all are complete,
     replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there."""
     target = Path(onnx_path)
-    with staged_files(target, onnx_family) as staged:
+    with staged_files(target, onnx_family, keep=run_files(run_dir)) as staged:
         result = _export_and_compare(run_dir, staged, int8, rows, decode_tokens)
     result["files"] = moved(result["files"], target)
     return result

@@ -22,7 +22,7 @@ from psattn.models.generate import generate
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
 from psattn.training.config import RunConfig
-from psattn.training.run_dir import eval_batch, load_trained
+from psattn.training.run_dir import eval_batch, load_trained, run_files
 
 
 def quantized_path(path: str | Path, quantize: str) -> Path:
@@ -41,7 +41,7 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
     target = Path(path)
-    with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS]) as staged:
+    with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS], keep=run_files(run_dir)) as staged:
         result = _compare(run_dir, staged, quantize, rows, decode_tokens)
     result["files"] = moved(result["files"], target)
     return result

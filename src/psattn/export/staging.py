@@ -165,13 +165,20 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
 
 
 @contextlib.contextmanager
-def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]]) -> Iterator[Path]:
+def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *,
+                 keep: Iterable[str | Path] = ()) -> Iterator[Path]:
     """Yield ``target``'s path inside a staging folder beside it, where the export writes it and its
     companions; when the block completes, they are moved beside ``target``, and the files of
-    ``family(target)`` (every name this kind of export may write) that it did not write are removed."""
+    ``family(target)`` (every name this kind of export may write) that it did not write are removed.
+    Refused before anything is written: a ``target`` that is a folder, and one whose family would replace
+    or remove any of ``keep`` (a run's own files)."""
     target = Path(target)
     if target.is_dir():
         raise ValueError(f"{target} is a folder; name the file to write")
+    kept = {Path(p).resolve() for p in keep}
+    for path in (target, *family(target)):
+        if path.resolve() in kept:
+            raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
     target.parent.mkdir(parents=True, exist_ok=True)
     _tidy(target)
     staging = _new_folder(target, "staging")

@@ -46,6 +46,11 @@ CONFIG, META, METRICS, CHECKPOINT, RESULT = "config.json", "meta.json", "metrics
 TOKENIZER, DATA, TENSORBOARD = "tokenizer.json", "data.json", "tensorboard"
 
 
+def run_files(run_dir: str | Path) -> list[Path]:
+    """The files a run directory holds of the run itself (what no export may replace)."""
+    return [Path(run_dir) / name for name in (CONFIG, META, METRICS, CHECKPOINT, RESULT, TOKENIZER, DATA)]
+
+
 @dataclass
 class RunResult:
     """What ``train`` returns: accuracies, the emergence step, steps, seconds and every evaluation row."""
