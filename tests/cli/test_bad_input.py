@@ -19,6 +19,7 @@ def made_once(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("bad-input")
     (tmp_path / "broken.json").write_text('{"model": {')
     (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "numbers.json").write_text("[1, 2, 3]")
     (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00junk")
     train(tiny_config(2), tmp_path / "run")  # a finished induction run (no tokenizer)
@@ -105,6 +106,7 @@ CASES = [
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),
+    ("theory fit-exponent {d}/numbers.json", "is neither a (d_k, gamma_critical) pair nor a record"),
     ("theory gamma-c --d-k 0 --T 10", "d_k"),
     ("theory gamma-c --d-k 16 --T 0", "context length"),
     ("theory gamma-c --d-k 16 --T 10 --c nan", "c must be"),

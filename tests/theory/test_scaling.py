@@ -55,6 +55,9 @@ def test_errors():
         empirical_exponent([])
     with pytest.raises(ValueError, match="no d_k field"):
         sweep_pairs([{"gamma_c": 1.0}])
+    for bad in ([1, 2, 3], [[16, 0.5, 1]], [["16", 0.5]], [[16, [0.5]]], [{"d_k": True, "gamma": 1.0}]):
+        with pytest.raises(ValueError, match="pair nor a record|must be a number"):
+            sweep_pairs(bad)
     with pytest.raises(ValueError, match="differ in length"):
         fit_power_law([1, 2, 3], [1, 2])
     assert math.isnan(fit_power_law([1, 2], [1, 2]).stderr)

@@ -9,6 +9,7 @@ sweep results; the sweep itself lives with the induction experiments.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,10 +121,19 @@ def sweep_pairs(results: Iterable) -> list[tuple[float, float]]:
         if isinstance(item, Mapping):
             d_k = _pick(item, DK_KEYS, "d_k")
             gamma = next((item[k] for k in GAMMA_KEYS if k in item), None)
-        else:
+        elif isinstance(item, list | tuple) and len(item) == 2:
             d_k, gamma = item
-        pairs.append((float(d_k), math.nan if gamma is None else float(gamma)))
+        else:
+            raise ValueError(f"sweep result {item!r} is neither a (d_k, gamma_critical) pair nor a record")
+        pairs.append((_number(d_k, "d_k", item), math.nan if gamma is None else _number(gamma, "gamma", item)))
     return pairs
+
+
+def _number(value: Any, what: str, item: Any) -> float:
+    """``value`` as a float, refusing what is not a real number (a string, a bool, a list ...)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"sweep result {item!r}: {what} must be a number, got {value!r}")
+    return float(value)
 
 
 def empirical_exponent(results: Iterable) -> PowerLawFit:
