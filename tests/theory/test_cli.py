@@ -36,6 +36,12 @@ def test_certify_json(capsys):
     assert all(r["passed"] and r["statement"] and r["method"] for r in results)
 
 
+def test_certify_runs_a_name_given_twice_once(capsys):
+    assert run_cli(["certify", "--only", "causality", "int8_headroom", "causality"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("causality") == 1 and "2/2 certificates passed" in out, out
+
+
 def test_certify_exits_non_zero_on_a_broken_operator(capsys):
     assert run_cli(["certify", "--operator", "raw_key_cache", "--only", "cache_equivalence"]) == 1
     assert "FAIL" in capsys.readouterr().out

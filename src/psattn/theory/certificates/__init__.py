@@ -54,6 +54,7 @@ def run_certificates(op: OperatorUnderTest = REFERENCE, names: list[str] | None 
     """Run the named certificates (all by default, in ``ORDER``) against ``op``, on one
     intra-op thread (their tensors are tiny; more threads only add contention), restoring the
     thread count afterwards."""
+    names = list(dict.fromkeys(names)) if names else None  # a name given twice runs once, in first-given order
     unknown = set(names or ()) - set(REGISTRY)
     if unknown:
         raise ValueError(f"unknown certificates {sorted(unknown)}; known: {list(REGISTRY)}")
