@@ -46,6 +46,25 @@ def test_the_footprint_command_prints_a_table_and_the_budgets(tmp_path, capsys):
     assert data["fits"]["256 KB SRAM"] == (data["ram_bytes"] <= 256 * 1024)
 
 
+def test_runs_in_folders_of_one_name_and_of_other_contexts_each_get_their_row(tmp_path, capsys):
+    """a/run and b/run were one row (the second replaced the first), and the header named the first run's
+    context for every row."""
+    import dataclasses
+
+    short, long = tiny_config(1), tiny_config(1)
+    long = dataclasses.replace(long, task=dataclasses.replace(long.task, seq_len=32))
+    train(short, tmp_path / "a" / "run")
+    train(long, tmp_path / "b" / "run")
+    assert main(["footprint", str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run"),
+                 "--json", str(tmp_path / "f.json")]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache at each run's context (KiB)" in out
+    data = json.loads((tmp_path / "f.json").read_text())
+    assert sorted(f["context"] for f in data.values()) == [16, 32]
+    assert all(name.startswith(str(tmp_path)) for name in data)  # the paths tell the two runs apart
+    assert f"| {tmp_path / 'b' / 'run'} (1 layer, key_only γ=1), 32 tokens |" in out
+
+
 def test_the_measured_decode_loop_memory_grows_with_the_model(tmp_path, capsys):
     """A model with ~24 MB more fp32 weights adds at least that much to a decode process's peak memory."""
     import dataclasses

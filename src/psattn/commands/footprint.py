@@ -31,11 +31,13 @@ def cmd_footprint(args: argparse.Namespace) -> int:
     from psattn.training.run_dir import load_trained
 
     rows, rss, contexts = {}, {}, {}
-    for run_dir in args.run_dirs:
+    folders = [Path(run_dir).resolve().name for run_dir in args.run_dirs]
+    for run_dir, folder in zip(args.run_dirs, folders, strict=True):
         model = load_trained(run_dir)
         context = args.context or RunConfig.from_file(Path(run_dir) / "config.json").task.seq_len
         a = model.config.layer_attention_configs()[0]
-        name = f"{Path(run_dir).resolve().name} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
+        where = folder if folders.count(folder) == 1 else str(run_dir)  # two runs in folders of one name: their paths
+        name = f"{where} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
                f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
         rows[name], contexts[name] = footprint(model, context), (run_dir, context)
         if args.measure is not None:
@@ -44,7 +46,7 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         for name, (run_dir, context) in contexts.items():
             rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, progress=not getattr(args, "quiet", False))
                          for runtime in args.measure or ["pytorch"]}
-    lines = format_footprints(rows) + (["", *format_rss(rss, context)] if rss else [])
+    lines = format_footprints(rows) + (["", *format_rss(rss, {n: c for n, (_, c) in contexts.items()})] if rss else [])
     data = {name: {**f.as_dict(), **({"measured_rss": rss[name]} if name in rss else {})} for name, f in rows.items()}
     report(args.json, "\n".join(lines), data)
     return 0

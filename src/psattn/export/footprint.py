@@ -131,13 +131,15 @@ def format_footprints(rows: dict[str, Footprint]) -> list[str]:
     """A markdown table, one row per model, then which budgets each fits."""
     def kb(n: int) -> str:
         return f"{n / KIB:,.1f}"
-    context = next(iter(rows.values())).context
+    contexts = {f.context for f in rows.values()}
+    at = f"{next(iter(contexts))} tokens" if len(contexts) == 1 else "each run's context"
     lines = [f"| model | parameters | weights fp32 / INT8 / INT4 (KiB) | KV cache per token (B) | PSA fixed state (B) | "
-             f"KV cache at {context} tokens (KiB) | one decode step (KiB) | RAM: cache + step (KiB) |",
+             f"KV cache at {at} (KiB) | one decode step (KiB) | RAM: cache + step (KiB) |",
              "|---|---|---|---|---|---|---|---|"]
     for name, f in rows.items():
         w = f.weight_bytes
-        lines.append(f"| {name} | {f.parameters:,} | {kb(w['fp32'])} / {kb(w['int8'])} / {kb(w['int4'])} | "
+        label = name if len(contexts) == 1 else f"{name}, {f.context} tokens"
+        lines.append(f"| {label} | {f.parameters:,} | {kb(w['fp32'])} / {kb(w['int8'])} / {kb(w['int4'])} | "
                      f"{f.cache_bytes_per_token:,} | {f.cache_fixed_bytes:,} | {kb(f.cache_bytes)} | "
                      f"{kb(f.decode_step_bytes)} | {kb(f.ram_bytes)} |")
     lines.append("")
@@ -298,12 +300,16 @@ def _onnx_graphs(run_dir, folder, int8: bool):
     return prefill, decode
 
 
-def format_rss(rows: dict[str, dict[str, dict[str, Any]]], context: int) -> list[str]:
+def format_rss(rows: dict[str, dict[str, dict[str, Any]]], contexts: dict[str, int]) -> list[str]:
     """The measured peak memory of each decode loop (model -> runtime -> ``measured_decode_rss``), as
-    markdown lines."""
-    lines = [f"Measured: a fresh Python process decoding {context} tokens with the cache, one thread:", "",
+    markdown lines; ``contexts``: the tokens each model decoded."""
+    same = len(set(contexts.values())) == 1
+    tokens = f"{next(iter(contexts.values()))} tokens" if same else "its context's tokens"
+    lines = [f"Measured: a fresh Python process decoding {tokens} with the cache, one thread:", "",
              "| model | runtime | process peak RSS (MiB) | before the model: interpreter and runtime (MiB) | held by "
              "model, cache and loop at the end (MiB) |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {runtime} | {r['peak_bytes'] / MIB:.1f} | {r['runtime_bytes'] / MIB:.1f} | "
-              f"{r['model_bytes'] / MIB:.1f} |" for name, by_runtime in rows.items() for runtime, r in by_runtime.items()]
+    for name, by_runtime in rows.items():
+        label = name if same else f"{name}, {contexts[name]} tokens"
+        lines += [f"| {label} | {runtime} | {r['peak_bytes'] / MIB:.1f} | {r['runtime_bytes'] / MIB:.1f} | "
+                  f"{r['model_bytes'] / MIB:.1f} |" for runtime, r in by_runtime.items()]
     return lines
