@@ -9,8 +9,13 @@ from matplotlib.figure import Figure
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Save ``fig`` as a PNG at ``path`` (parent folders created); returns the path."""
+    """Save ``fig`` at ``path`` (parent folders created), as a PNG unless its suffix names another format
+    matplotlib writes; a path without a suffix gets ``.png``. Returns the path written."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; name the figure's file (for example {path / 'curves.png'})")
+    if not path.suffix:
+        path = path.with_suffix(".png")  # what matplotlib would write, said
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")

@@ -72,3 +72,8 @@ def test_plot_draws_into_the_run_directory_unless_told_and_says_where(tmp_path, 
     with pytest.raises(SystemExit):
         main(["plot", "run", "other"])
     assert "--out PATH is required with several run directories" in capsys.readouterr().err
+    assert main(["plot", "run", "--out", "curvesfile"]) == 0  # said "curvesfile"; matplotlib wrote curvesfile.png
+    assert capsys.readouterr().out.strip() == "figure: curvesfile.png" and (tmp_path / "curvesfile.png").exists()
+    with pytest.raises(SystemExit):
+        main(["plot", "run", "--out", "run"])  # a folder: it wrote run.png beside it
+    assert "run is a folder; name the figure's file" in capsys.readouterr().err and not (tmp_path / "run.png").exists()
