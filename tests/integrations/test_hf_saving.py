@@ -75,6 +75,8 @@ def test_a_plain_checkpoint_is_converted_with_the_given_settings(tmp_path):
 
 def test_remove_psa_before_saving_gives_a_plain_checkpoint(tmp_path, prompt):
     model = remove_psa(_saved(tmp_path / "psa"))
+    loaded = remove_psa(AutoModelForCausalLM.from_pretrained(tmp_path / "psa"))
+    assert loaded.config.model_type == "llama"  # the loaded config held its own "psattn_llama"
     model.save_pretrained(tmp_path / "plain")
     config = json.loads((tmp_path / "plain" / "config.json").read_text())
     assert config["model_type"] == "llama" and "psa" not in config

@@ -75,3 +75,5 @@ def unmark_config(config: PretrainedConfig, original: type[PretrainedConfig]) ->
     if original.model_type.startswith(PREFIX):
         original = CONFIG_MAPPING[base_model_type(original.model_type)]
     config.__class__ = original
+    if str(vars(config).get("model_type", "")).startswith(PREFIX):  # a loaded config keeps its own copy
+        del config.model_type
