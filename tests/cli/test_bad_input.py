@@ -117,6 +117,7 @@ CASES = [
     ("meanfield run --beta nan --out {d}/m", "beta"),
     ("meanfield run --config {d}/missing.json --out {d}/m", "does not exist"),
     ("meanfield run --config {d}/list.json --out {d}/m", "JSON object"),
+    ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
     # certificates, Hugging Face demo
     ("certify --only nothing", "nothing"),
     ("certify --operator nothing", "nothing"),

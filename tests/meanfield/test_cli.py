@@ -56,6 +56,16 @@ def test_bad_run_input_raises_a_clear_error(tmp_path):
         _parser().parse_args(["meanfield", "run", "--kernel", "alibi"])
 
 
+@pytest.mark.parametrize("held", [{"checkpoint.pt": b"weights"},
+                                  {"config.json": b'{"model": {}, "task": {}, "train": {}}'}])
+def test_an_out_folder_holding_a_training_run_is_refused_untouched(tmp_path, held):
+    for name, data in held.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(ValueError, match="holds a training run"):
+        _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--out", str(tmp_path)])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == held
+
+
 def test_meanfield_reproduce_quick(tmp_path, capsys):
     assert _main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()

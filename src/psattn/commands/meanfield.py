@@ -9,7 +9,8 @@ Wire into a parser with ``register(subparsers)``; every subcommand sets ``func``
 config.json a previous run wrote), then
 the flags given; a kernel named by ``--kernel`` starts from the paper experiment's parameters for that
 n (e.g. RoPE with ω = 2π/n). It writes config.json (with version and git revision), summary.json,
-final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``.
+final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``; a folder holding a
+training run is refused.
 """
 
 from __future__ import annotations
@@ -109,10 +110,24 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     return SimulationConfig(kernel=KernelConfig(**kernel), **sim)
 
 
+def check_not_a_training_run(out: Path) -> None:
+    """Refuse an output folder that holds a psattn training run (its checkpoint.pt, or a config.json with
+    model, task or train sections): the run's config.json would be replaced."""
+    config = out / "config.json"
+    try:
+        held = json.loads(config.read_text()) if config.is_file() else {}
+    except (OSError, ValueError):  # unreadable or not JSON: not a training run's
+        held = {}
+    if (out / "checkpoint.pt").exists() or (isinstance(held, dict) and {"model", "task", "train"} & set(held)):
+        raise ValueError(f"{out} holds a training run, whose config.json a mean-field run would replace: "
+                         "name another --out folder")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``psattn meanfield run``: simulate, write figures and summary.json; the exit code."""
     config = resolve_run_config(args)
     out = Path(args.out)
+    check_not_a_training_run(out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {**provenance(config.seed), "config": config.to_dict()}
     (out / "config.json").write_text(json.dumps(meta, indent=1))
