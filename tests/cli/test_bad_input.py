@@ -22,6 +22,11 @@ def made_once(tmp_path_factory):
     (tmp_path / "numbers.json").write_text("[1, 2, 3]")
     (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00junk")
+    for name, config in {"batch": {"batch": "2"}, "unknown": {"unknown": 1}, "records": {"n_records": 2.5},
+                         "frequencies": {"kernel": {"name": "rope", "frequencies": 1.0}}}.items():
+        (tmp_path / f"mf_{name}.json").write_text(json.dumps(config))
+    (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00junk")
     train(tiny_config(2), tmp_path / "run")  # a finished induction run (no tokenizer)
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "config.json").write_text((tmp_path / "run" / "config.json").read_text())
@@ -118,6 +123,11 @@ CASES = [
     ("meanfield run --config {d}/missing.json --out {d}/m", "does not exist"),
     ("meanfield run --config {d}/list.json --out {d}/m", "JSON object"),
     ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
+    ("meanfield run --kernel cosine_toeplitz --omega nan --out {d}/m", "kernel omega must be finite"),
+    ("meanfield run --config {d}/mf_batch.json --out {d}/m", "batch must be an integer, got '2'"),  # TypeError
+    ("meanfield run --config {d}/mf_unknown.json --out {d}/m", "mf_unknown.json: unknown field 'unknown'"),
+    ("meanfield run --config {d}/mf_records.json --out {d}/m", "n_records must be an integer, got 2.5"),
+    ("meanfield run --config {d}/mf_frequencies.json --out {d}/m", "kernel frequencies must be a list of numbers"),
     # certificates, Hugging Face demo
     ("certify --only nothing", "nothing"),
     ("certify --operator nothing", "nothing"),

@@ -66,6 +66,25 @@ def test_an_out_folder_holding_a_training_run_is_refused_untouched(tmp_path, hel
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == held
 
 
+def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
+    """An earlier run's folder keeps its config.json beside its summary when the next simulation fails."""
+    import psattn.commands.meanfield as command
+
+    (tmp_path / "config.json").write_text("earlier")
+
+    def fails(*args, **kwargs):
+        raise ValueError("the simulation failed")
+
+    monkeypatch.setattr(command, "simulate", fails)
+    with pytest.raises(ValueError, match="failed"):
+        _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--out", str(tmp_path)])
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert (tmp_path / "config.json").read_text() == "earlier"
+    with pytest.raises(ValueError, match="kernel omega must be finite"):
+        _main(["meanfield", "run", "--kernel", "cosine_toeplitz", "--omega", "nan", "--out", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists()
+
+
 def test_meanfield_reproduce_quick(tmp_path, capsys):
     assert _main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()

@@ -1,5 +1,7 @@
 """SimulationConfig rejects bad inputs with clear ValueErrors."""
 
+import math
+
 import pytest
 import torch
 
@@ -31,6 +33,15 @@ from psattn.meanfield.config import KernelConfig, SimulationConfig, build_kernel
         (dict(kernel=KernelConfig("prefix", n_prompts=2), labels=(0.0, 1.0, 2.0, 0.0)), "prompt ids"),
         (dict(kernel=KernelConfig("gauge", gauges=[[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 1.0]]])), "orthogonal"),
         (dict(kernel=KernelConfig("gauge", gauges=[[[1.0, 0.0], [0.0, 1.0]]])), "gauges must have shape"),
+        (dict(threshold=math.nan), "threshold must be finite"),
+        (dict(kernel=KernelConfig("rope"), labels=(0, 1, math.nan, 3)), r"labels\[2\] must be finite"),
+        (dict(batch="2"), "batch must be an integer, got '2'"),
+        (dict(n_records=2.5), "n_records must be an integer, got 2.5"),
+        (dict(n=True), "n must be an integer"),
+        (dict(dtype=64), "dtype must be a string"),
+        (dict(keep_states="yes"), "keep_states must be true or false"),
+        (dict(kernel={"name": "rope", "bogus": 1}), "unknown kernel field 'bogus'"),
+        (dict(kernel=3), "kernel must be an object"),
     ],
 )
 def test_bad_config_raises(kwargs, match):
@@ -48,6 +59,12 @@ def test_bad_config_raises(kwargs, match):
         (dict(name="prefix", n_prompts=0), "n_prompts"),
         (dict(name="gauge"), "needs gauges"),
         (dict(name="pair"), "needs pair_matrices"),
+        (dict(name="cosine_toeplitz", omega=math.nan), "kernel omega must be finite"),
+        (dict(name="distance_bias", decay=math.inf), "kernel decay must be finite"),
+        (dict(name="rope", frequencies=1.0), "kernel frequencies must be a list of numbers"),
+        (dict(name="rope", frequencies=(math.inf,)), r"kernel frequencies\[0\] must be finite"),
+        (dict(name="prefix", n_prompts=2.0), "kernel n_prompts must be an integer"),
+        (dict(name="generalised_rope", planes=(0, 1)), "planes must be a list of axis pairs"),
     ],
 )
 def test_bad_kernel_config_raises(kwargs, match):
@@ -79,3 +96,4 @@ def test_kernel_given_as_dict_and_to_dict_round_trip():
     cfg = SimulationConfig(n=4, kernel={"name": "cosine_toeplitz", "omega": 0.5})
     assert isinstance(cfg.kernel, KernelConfig)
     assert SimulationConfig(**cfg.to_dict()) == cfg
+

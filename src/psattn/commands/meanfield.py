@@ -8,9 +8,9 @@ Wire into a parser with ``register(subparsers)``; every subcommand sets ``func``
 ``run`` resolves its configuration as defaults, then ``--config FILE`` (a JSON SimulationConfig, or the
 config.json a previous run wrote), then
 the flags given; a kernel named by ``--kernel`` starts from the paper experiment's parameters for that
-n (e.g. RoPE with ω = 2π/n). It writes config.json (with version and git revision), summary.json,
-final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``; a folder holding a
-training run is refused.
+n (e.g. RoPE with ω = 2π/n). Once the simulation has succeeded, it writes config.json (with version and
+git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``;
+a folder holding a training run is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from psattn.arguments import add_command, add_plan_size
 from psattn.jsonfile import read_json
-from psattn.meanfield.config import KernelConfig, SimulationConfig
+from psattn.meanfield.config import SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
 from psattn.meanfield.experiments import (
     PAPER_KERNELS,
@@ -92,6 +92,16 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     """Defaults, then --config, then the flags given (None means not given)."""
     base: dict[str, Any] = read_json(args.config, what="config file", object_only=True) if args.config else {}
     base = base.get("config", base)  # also accept a run directory's config.json
+    if not isinstance(base, dict):
+        raise ValueError(f"{args.config}: 'config' must be a JSON object, got {base!r}")
+    known = {f.name for f in dataclasses.fields(SimulationConfig)}
+    unknown = sorted(set(base) - known)
+    if unknown:
+        raise ValueError(f"{args.config}: unknown field{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))} of a mean-field config; known: {', '.join(sorted(known))}")
+    if not isinstance(base.get("kernel") or {}, dict):
+        raise ValueError(f"{args.config}: 'kernel' must be a JSON object (a name and its parameters), "
+                         f"got {base['kernel']!r}")
     sim = {k: v for k, v in base.items() if k != "kernel"}
     for flag, key in _SIM_FLAGS.items():
         if getattr(args, flag, None) is not None:
@@ -107,7 +117,7 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
         if getattr(args, flag, None) is not None:
             kernel[key] = getattr(args, flag)
     sim["keep_states"] = not getattr(args, "no_animation", False)  # the states feed states.npz and the GIF
-    return SimulationConfig(kernel=KernelConfig(**kernel), **sim)
+    return SimulationConfig(kernel=kernel, **sim)  # type: ignore[arg-type]  # a dict: its fields are checked there
 
 
 def check_not_a_training_run(out: Path) -> None:
@@ -124,16 +134,17 @@ def check_not_a_training_run(out: Path) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``psattn meanfield run``: simulate, write figures and summary.json; the exit code."""
+    """``psattn meanfield run``: simulate, write figures and summary.json; the exit code. Nothing is
+    written before the simulation has succeeded."""
     config = resolve_run_config(args)
     out = Path(args.out)
     check_not_a_training_run(out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {**provenance(config.seed), "config": config.to_dict()}
-    (out / "config.json").write_text(json.dumps(meta, indent=1))
     _, steps = step_size(config)
     with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {**provenance(config.seed), "config": config.to_dict()}
+    (out / "config.json").write_text(json.dumps(meta, indent=1))
     record = summarise(traj)
     summary = write_summary([record], out)
     final = record["final"]

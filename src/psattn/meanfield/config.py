@@ -11,7 +11,8 @@ contiguous blocks of prompt ids 0..n_prompts−1 for ``prefix``; 0..m−1 in blo
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import numbers
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -41,6 +42,44 @@ DEFAULT_PLANES = ((0, 1), (1, 2))
 Array = list | tuple  # nested lists / tuples of floats (JSON-friendly)
 
 
+def _integer(value: Any, name: str) -> int:
+    """``value`` if it is an integer (not a bool), else a ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _real(value: Any, name: str) -> float:
+    """``value`` as a float if it is a finite real number (not a bool), else a ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def _reals(values: Any, name: str) -> tuple[float, ...]:
+    """A list or tuple of finite real numbers, as floats."""
+    if not isinstance(values, list | tuple):
+        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
+    return tuple(_real(v, f"{name}[{i}]") for i, v in enumerate(values))
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _known_fields(values: dict[str, Any], cls: type, what: str) -> dict[str, Any]:
+    """``values`` if every key names a field of dataclass ``cls``, else a ValueError naming the others."""
+    unknown = sorted(set(values) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {what} field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(f.name for f in fields(cls))}")
+    return values
+
+
 @dataclass
 class KernelConfig:
     """Kernel name and its parameters; only the fields of the chosen kernel are read."""
@@ -60,8 +99,15 @@ class KernelConfig:
         if self.name not in KERNEL_NAMES:
             raise ValueError(f"unknown kernel {self.name!r}; choose one of {KERNEL_NAMES}")
         if self.frequencies is not None:
-            self.frequencies = tuple(float(w) for w in self.frequencies)
-        self.planes = tuple((int(a), int(b)) for a, b in self.planes)
+            self.frequencies = _reals(self.frequencies, "kernel frequencies")
+        if not isinstance(self.planes, list | tuple) or not all(
+                isinstance(p, list | tuple) and len(p) == 2 for p in self.planes):
+            raise ValueError(f"kernel planes must be a list of axis pairs, got {self.planes!r}")
+        self.planes = tuple((_integer(a, "a plane's axis"), _integer(b, "a plane's axis")) for a, b in self.planes)
+        self.omega = _real(self.omega, "kernel omega")
+        self.decay = _real(self.decay, "kernel decay")
+        self.n_prompts = _integer(self.n_prompts, "kernel n_prompts")
+        self.gauge_seed = _integer(self.gauge_seed, "kernel gauge_seed")
         if self.name == "distance_bias" and not self.decay >= 0:
             raise ValueError(f"distance bias decay λ must be non-negative, got {self.decay}")
         if self.name == "prefix" and self.n_prompts < 1:
@@ -100,10 +146,21 @@ class SimulationConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.kernel, dict):
-            self.kernel = KernelConfig(**self.kernel)
-        if not isinstance(self.n, int) or self.n < 2:
+            self.kernel = KernelConfig(**_known_fields(self.kernel, KernelConfig, "kernel"))
+        if not isinstance(self.kernel, KernelConfig):
+            raise ValueError(f"kernel must be an object with a name and its parameters, got {self.kernel!r}")
+        for name in ("n", "d", "seed", "batch", "n_records"):
+            setattr(self, name, _integer(getattr(self, name), name))
+        for name in ("beta", "dt", "tau", "threshold"):
+            setattr(self, name, _real(getattr(self, name), name))
+        for name in ("dynamics", "integrator", "dtype", "frame"):
+            _string(getattr(self, name), name)
+        for name in ("beta_aware_step", "keep_states"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.n < 2:
             raise ValueError(f"need n ≥ 2 particles, got {self.n}")
-        if not isinstance(self.d, int) or self.d < 2:
+        if self.d < 2:
             raise ValueError(f"need dimension d ≥ 2 (sphere S^{{d−1}}), got {self.d}")
         if not (math.isfinite(self.beta) and self.beta > 0):
             raise ValueError(f"beta must be positive and finite, got {self.beta}")
@@ -129,7 +186,7 @@ class SimulationConfig:
         if not -1.0 < self.threshold < 1.0:
             raise ValueError(f"threshold must lie in (−1, 1), got {self.threshold}")
         if self.labels is not None:
-            self.labels = tuple(float(v) for v in self.labels)
+            self.labels = _reals(self.labels, "labels")
             if len(self.labels) != self.n:
                 raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
         kernel = build_kernel(self)  # raises on non-orthogonal gauges, bad planes, bad ids ...
