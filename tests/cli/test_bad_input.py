@@ -124,6 +124,7 @@ CASES = [
     ("meanfield run --config {d}/list.json --out {d}/m", "JSON object"),
     ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
     ("meanfield run --kernel cosine_toeplitz --omega nan --out {d}/m", "kernel omega must be finite"),
+    ("meanfield run --dt 1e-320 --out {d}/m", "takes inf steps"),  # OverflowError
     ("meanfield run --config {d}/mf_batch.json --out {d}/m", "batch must be an integer, got '2'"),  # TypeError
     ("meanfield run --config {d}/mf_unknown.json --out {d}/m", "mf_unknown.json: unknown field 'unknown'"),
     ("meanfield run --config {d}/mf_records.json --out {d}/m", "n_records must be an integer, got 2.5"),

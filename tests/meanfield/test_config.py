@@ -42,6 +42,8 @@ from psattn.meanfield.config import KernelConfig, SimulationConfig, build_kernel
         (dict(keep_states="yes"), "keep_states must be true or false"),
         (dict(kernel={"name": "rope", "bogus": 1}), "unknown kernel field 'bogus'"),
         (dict(kernel=3), "kernel must be an object"),
+        (dict(dt=1e-320), "takes inf steps"),  # tau / η overflowed math.ceil
+        (dict(tau=1e12), "more than 1,000,000,000"),
     ],
 )
 def test_bad_config_raises(kwargs, match):

@@ -118,3 +118,13 @@ def test_progress_callback_reaches_the_last_step():
     steps = traj.times.shape[0] - 1
     assert calls[-1] == (steps, steps) and len(calls) == 4
     assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+
+
+def test_records_beyond_the_steps_fall_on_every_step_at_once():
+    """More records than steps: every step, without a loop over the records (10^11 of them hung)."""
+    from psattn.meanfield.simulate import _record_steps
+
+    assert _record_steps(300, 10**11) == list(range(301))
+    for n_records in (2, 5, 300, 301, 302, 1000):
+        spaced = sorted({round(k * 300 / (n_records - 1)) for k in range(n_records)})
+        assert _record_steps(300, n_records) == spaced

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from psattn.meanfield.dynamics import DYNAMICS
-from psattn.meanfield.integrators import STEPPERS
+from psattn.meanfield.integrators import STEPPERS, usa_step_size
 from psattn.meanfield.kernels import (
     LabelledKernel,
     cosine_toeplitz_kernel,
@@ -40,6 +40,9 @@ DEFAULT_FREQUENCIES = {"rope": (1.0,), "generalised_rope": (1.0, 0.25)}
 DEFAULT_PLANES = ((0, 1), (1, 2))
 
 Array = list | tuple  # nested lists / tuples of floats (JSON-friendly)
+
+#: the most steps a run may take: beyond it a run would not end in days (and its energy record alone is GiBs)
+MAX_STEPS = 10**9
 
 
 def _integer(value: Any, name: str) -> int:
@@ -189,6 +192,7 @@ class SimulationConfig:
             self.labels = _reals(self.labels, "labels")
             if len(self.labels) != self.n:
                 raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
+        self.step_size()  # refuses a step count that is not finite or beyond MAX_STEPS
         kernel = build_kernel(self)  # raises on non-orthogonal gauges, bad planes, bad ids ...
         if self.frame == "comoving" and not kernel.has_gauge_form:
             raise ValueError(f"kernel {kernel.name!r} is not of gauge form; use frame 'direct' or 'auto'")
@@ -196,6 +200,17 @@ class SimulationConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    def step_size(self) -> tuple[float, int]:
+        """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau; a ValueError
+        when the steps are not finite or more than ``MAX_STEPS``."""
+        eta = usa_step_size(self.dt, self.beta) if self.dynamics == "usa" and self.beta_aware_step else self.dt
+        ratio = self.tau / eta if eta > 0 else math.inf
+        if not ratio <= MAX_STEPS:
+            raise ValueError(f"tau = {self.tau:g} in steps of {eta:.3g} takes {ratio:.3g} steps, more than "
+                             f"{MAX_STEPS:,}: raise dt or lower tau (or beta, which shrinks the USA step)")
+        steps = max(1, math.ceil(ratio - 1e-9))
+        return self.tau / steps, steps
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain values, for JSON."""

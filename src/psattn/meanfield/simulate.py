@@ -13,7 +13,6 @@ Runs are small dense tensor loops: on a shared CPU, ``torch.set_num_threads(1)``
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from psattn.meanfield.config import SimulationConfig, build_kernel
 from psattn.meanfield.diagnostics import diagnose
 from psattn.meanfield.dynamics import ComovingField, DirectField, VelocityField, normalise
 from psattn.meanfield.energy_monitor import EnergyCheck, check_monotone
-from psattn.meanfield.integrators import get_stepper, usa_step_size
+from psattn.meanfield.integrators import get_stepper
 from psattn.meanfield.kernels import LabelledKernel
 
 logger = logging.getLogger(__name__)
@@ -62,12 +61,13 @@ def initial_state(config: SimulationConfig) -> Tensor:
 
 def step_size(config: SimulationConfig) -> tuple[float, int]:
     """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau."""
-    eta = usa_step_size(config.dt, config.beta) if config.dynamics == "usa" and config.beta_aware_step else config.dt
-    steps = max(1, math.ceil(config.tau / eta - 1e-9))
-    return config.tau / steps, steps
+    return config.step_size()
 
 
 def _record_steps(steps: int, n_records: int) -> list[int]:
+    """The distinct steps of n_records evenly spaced records; every step when they outnumber the steps."""
+    if n_records > steps:  # spacing steps / (n_records − 1) ≤ 1: every step 0..steps is the nearest to one record
+        return list(range(steps + 1))
     return sorted({round(k * steps / (n_records - 1)) for k in range(n_records)})
 
 
