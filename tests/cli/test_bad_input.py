@@ -20,8 +20,6 @@ def made_once(tmp_path_factory):
     (tmp_path / "broken.json").write_text('{"model": {')
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "numbers.json").write_text("[1, 2, 3]")
-    (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
-    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00junk")
     for name, config in {"batch": {"batch": "2"}, "unknown": {"unknown": 1}, "records": {"n_records": 2.5},
                          "frequencies": {"kernel": {"name": "rope", "frequencies": 1.0}}}.items():
         (tmp_path / f"mf_{name}.json").write_text(json.dumps(config))
@@ -125,6 +123,9 @@ CASES = [
     ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
     ("meanfield run --kernel cosine_toeplitz --omega nan --out {d}/m", "kernel omega must be finite"),
     ("meanfield run --dt 1e-320 --out {d}/m", "takes inf steps"),  # OverflowError
+    ("meanfield run --n 10000000 --out {d}/m", "does not fit in memory"),  # the allocator's RuntimeError
+    ("meanfield run --batch 100000000000 --out {d}/m", "does not fit in memory"),
+    ("meanfield run --d 100000000 --out {d}/m", "does not fit in memory"),
     ("meanfield run --config {d}/mf_batch.json --out {d}/m", "batch must be an integer, got '2'"),  # TypeError
     ("meanfield run --config {d}/mf_unknown.json --out {d}/m", "mf_unknown.json: unknown field 'unknown'"),
     ("meanfield run --config {d}/mf_records.json --out {d}/m", "n_records must be an integer, got 2.5"),

@@ -99,3 +99,11 @@ def test_kernel_given_as_dict_and_to_dict_round_trip():
     assert isinstance(cfg.kernel, KernelConfig)
     assert SimulationConfig(**cfg.to_dict()) == cfg
 
+
+def test_a_run_beyond_the_memory_available_is_refused_before_its_kernel_is_built():
+    """n = 1024 keeps c and |c| (1024 × 1024, float64 and the run's dtype): about 32 MiB against 1 MiB free."""
+    with pytest.raises(ValueError, match=r"does not fit in memory: n=1024 .* GiB is available"):
+        SimulationConfig(n=1024, available_memory=2**20)
+    config = SimulationConfig(n=1024)  # no memory given: not checked
+    assert config.memory_bytes(config.step_size()[1]) > 4 * 8 * 1024**2
+    assert "available_memory" not in config.to_dict()

@@ -22,6 +22,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from psattn.arguments import add_command, add_plan_size
 from psattn.jsonfile import read_json
 from psattn.meanfield.config import SimulationConfig
@@ -38,6 +40,7 @@ from psattn.meanfield.integrators import STEPPERS
 from psattn.meanfield.simulate import simulate, step_size
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
+from psattn.training.memory import available_bytes
 
 __all__ = ["register", "resolve_run_config"]
 
@@ -117,7 +120,8 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
         if getattr(args, flag, None) is not None:
             kernel[key] = getattr(args, flag)
     sim["keep_states"] = not getattr(args, "no_animation", False)  # the states feed states.npz and the GIF
-    return SimulationConfig(kernel=kernel, **sim)  # type: ignore[arg-type]  # a dict: its fields are checked there
+    free = available_bytes(torch.device("cpu"))  # the run is refused when it would not fit
+    return SimulationConfig(kernel=kernel, **sim, available_memory=free)  # type: ignore[arg-type]  # a dict: checked there
 
 
 def check_not_a_training_run(out: Path) -> None:

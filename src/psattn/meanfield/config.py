@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ from psattn.meanfield.kernels import (
     prefix_kernel,
     rope_kernel,
 )
+from psattn.meanfield.memory import check_memory, estimate_bytes
 
 KERNEL_NAMES = ("usa", "rope", "generalised_rope", "cosine_toeplitz", "distance_bias", "prefix", "gauge", "pair")
 POSITIONAL_KERNELS = ("rope", "generalised_rope", "cosine_toeplitz", "distance_bias")
@@ -146,8 +147,11 @@ class SimulationConfig:
     n_records: int = 101  # diagnostics are recorded at this many evenly spaced steps
     keep_states: bool = False  # keep the state at every record
     threshold: float = 0.999  # ⟨x_i, x_j⟩ above it counts as aligned / same cluster
+    #: bytes free for the run (not a field): when given, a run whose estimate exceeds most of it is refused
+    #: before its kernel is built (psattn.meanfield.memory)
+    available_memory: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, available_memory: int | None = None) -> None:
         if isinstance(self.kernel, dict):
             self.kernel = KernelConfig(**_known_fields(self.kernel, KernelConfig, "kernel"))
         if not isinstance(self.kernel, KernelConfig):
@@ -192,7 +196,11 @@ class SimulationConfig:
             self.labels = _reals(self.labels, "labels")
             if len(self.labels) != self.n:
                 raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
-        self.step_size()  # refuses a step count that is not finite or beyond MAX_STEPS
+        _, steps = self.step_size()
+        if available_memory is not None:  # before the kernel on the n labels is built
+            check_memory(self.memory_bytes(steps), available_memory,
+                         f"n={self.n} particles in d={self.d}, batch {self.batch}, {steps:,} steps and "
+                         f"{min(self.n_records, steps + 1):,} records")
         kernel = build_kernel(self)  # raises on non-orthogonal gauges, bad planes, bad ids ...
         if self.frame == "comoving" and not kernel.has_gauge_form:
             raise ValueError(f"kernel {kernel.name!r} is not of gauge form; use frame 'direct' or 'auto'")
@@ -200,6 +208,12 @@ class SimulationConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    def memory_bytes(self, steps: int) -> int:
+        """The bytes a run of ``steps`` steps needs (``psattn.meanfield.memory.estimate_bytes``)."""
+        direct = self.frame == "direct" or self.kernel.name == "pair"
+        return estimate_bytes(n=self.n, d=self.d, batch=self.batch, steps=steps, n_records=self.n_records,
+                              item_bytes=self.torch_dtype.itemsize, direct=direct, keep_states=self.keep_states)
 
     def step_size(self) -> tuple[float, int]:
         """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau; a ValueError
