@@ -2,6 +2,8 @@
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,10 @@ def test_the_guides_example_runs():
     assert examples, "docs/huggingface.md has no apply_psa example"
     for block in examples:
         exec(compile(block, "docs/huggingface.md", "exec"), {})
+
+
+def test_hf_demo_prints_no_warnings_about_libraries_internals():
+    """torchao, imported by transformers when installed, registers enums that torch's pytree warns about."""
+    done = subprocess.run([sys.executable, "-m", "psattn", "hf-demo", "--new-tokens", "2", "--prompt-length", "4"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert "_pytree" not in done.stderr and "Enum subclass" not in done.stderr, done.stderr
