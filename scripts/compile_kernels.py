@@ -27,20 +27,24 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from psattn.ops import fused_attention as fa  # noqa: E402
 
-#: pointer arguments: the streams in the input dtype, the starts flags in bytes, the rest fp32
-STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO")
-WORK = ("LSE", "DELTA", "DK", "DV", "DQ")
+#: pointer arguments: the streams and their gradients in the input dtype, the starts flags in bytes, the rest fp32
+STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO", "DV", "DX", "DPREV")
+WORK = ("LSE", "DELTA", "DK", "DQ", "DXHAT")
+#: the backward's elementwise kernels, each a tile of ``fa.ROWS_PER_PROGRAM`` rows with Triton's default warps
+ELEMENTWISE = {"delta": fa._delta_kernel, "transpose": fa._shear_transpose_kernel}
 
 
 def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, causal: bool, arch: int) -> dict:
     """Compile kernel ``name`` with one autotuner config; returns its shared memory and seconds."""
-    tuned = fa._TUNED[name]
-    fn = tuned.fn.fn if hasattr(tuned.fn, "fn") else tuned.fn
-    constants = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=True, SHEAR_K=True, HAS_PREV_Q=True, HAS_PREV_K=True,
-                     HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                     ACC=tl.float32, **tile.kwargs)
+    kernel = fa._TUNED[name].fn if name in fa._TUNED else ELEMENTWISE[name]
+    fn = kernel.fn if hasattr(kernel, "fn") else kernel
+    switches = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=True, SHEAR_K=True, HAS_PREV_Q=True, HAS_PREV_K=True,
+                    HAS_PREV=True, HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                    ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, **tile.kwargs)
+    parameters = inspect.signature(fn).parameters
+    constants = {key: value for key, value in switches.items() if key in parameters}
     signature = {}
-    for arg in inspect.signature(fn).parameters:
+    for arg in parameters:
         if arg in constants:
             signature[arg] = "constexpr"
         elif arg in STREAMS:
@@ -52,10 +56,10 @@ def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, ca
         else:
             signature[arg] = "fp32" if arg.startswith("gamma") or arg == "scale" else "i32"
     start = time.perf_counter()
-    kernel = triton.compile(ASTSource(fn=tuned.fn, signature=signature, constexprs=constants),
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
                             target=GPUTarget("cuda", arch, 32),
                             options={"num_warps": tile.num_warps, "num_stages": tile.num_stages})
-    return {"shared_bytes": kernel.metadata.shared, "seconds": round(time.perf_counter() - start, 1)}
+    return {"shared_bytes": compiled.metadata.shared, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"tile {tile.kwargs['BLOCK_M']}x{tile.kwargs['BLOCK_N']} warps {tile.num_warps} stages "
                       f"{tile.num_stages}: {row['shared_bytes']:,} bytes of shared memory, compiled in {row['seconds']} s",
                       flush=True)
+    for name in ELEMENTWISE:
+        row = compile_kernel(name, triton.Config({}), args.dtype, args.head_dim, True, args.arch)
+        print(f"sm_{args.arch} {args.dtype} D={args.head_dim} {name}: {row['shared_bytes']:,} bytes of shared memory, "
+              f"compiled in {row['seconds']} s", flush=True)
     return 0
 
 

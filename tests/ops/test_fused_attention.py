@@ -108,21 +108,25 @@ def test_gradcheck_at_a_tiny_shape():
     assert torch.autograd.gradcheck(attend, (q, k, v), fast_mode=True)
 
 
-def test_the_transposed_filter_is_the_shears_gradient():
+def test_the_transposed_filter_is_the_shears_gradient_in_torch_and_in_the_backwards_kernel():
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    prev = torch.randn(2, 3, 1, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    upstream = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64)
-    starts = torch.zeros(2, 9, dtype=torch.bool)
-    starts[1, [0, 4]] = True
-    for boundary in ("replicate", "zero"):
-        for p in (None, prev):
-            inputs = [x] if p is None else [x, p]
-            expected = torch.autograd.grad(shear(x, 0.9, starts=starts, prev=p, boundary=boundary), inputs, upstream)
-            dx, dprev = shear_transpose(upstream, 0.9, starts, p is not None, boundary == "replicate")
-            torch.testing.assert_close(dx, expected[0], atol=1e-14, rtol=0)
-            if p is not None:
-                torch.testing.assert_close(dprev, expected[1], atol=1e-14, rtol=0)
+    x = torch.randn(2, 3, 19, 16, generator=g, dtype=torch.float64, requires_grad=True)  # two tiles of rows
+    prev = torch.randn(2, 3, 1, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 3, 19, 16, generator=g, dtype=torch.float64)
+    for starts in (None, torch.zeros(2, 19, dtype=torch.bool)):
+        if starts is not None:
+            starts[1, [0, 4, 16]] = True  # 16: the first row of the second tile
+        for boundary in ("replicate", "zero"):
+            for p in (None, prev):
+                inputs = [x] if p is None else [x, p]
+                expected = torch.autograd.grad(shear(x, 0.9, starts=starts, prev=p, boundary=boundary), inputs, upstream)
+                replicate = boundary == "replicate"
+                flags = None if starts is None else starts.to(torch.int8)
+                for dx, dprev in (shear_transpose(upstream, 0.9, starts, p is not None, replicate),
+                                  fused_attention._transpose_shear(upstream, 0.9, flags, x, p, replicate)):
+                    torch.testing.assert_close(dx, expected[0], atol=1e-14, rtol=0)
+                    if p is not None:
+                        torch.testing.assert_close(dprev, expected[1], atol=1e-14, rtol=0)
 
 
 def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_name():

@@ -22,7 +22,9 @@ is linear, so dq and dk follow from dq̂ and dk̂ through the transposed filter 
     dx_j = a_j dx̂_j + b_{j+1} dx̂_{j+1},  dprev = b_0 dx̂_0,
 
 where x̂_j = a_j x_j + b_j x_{j-1}: a_j = 1 + gamma, b_j = -gamma inside a sequence, and at a start
-a_j = 1 (replicate) or 1 + gamma (zero), b_j = 0.
+a_j = 1 (replicate) or 1 + gamma (zero), b_j = 0. Around the two kernels, FlashAttention-2's row
+sums rowsum(dO ∘ O) and the transposed filter each run as one elementwise pass, which writes the
+gradients once, in their own dtypes (dv is rounded in the dk/dv kernel).
 
 Triton runs the same kernels on CPU tensors under its interpreter (``TRITON_INTERPRET=1`` set before
 this module is imported: the kernels are built for one or the other), which is how the test suite
@@ -216,7 +218,7 @@ def _dkdv_kernel(
                              HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
-    tl.store(DV + out, dv, mask=(keys < Tk)[:, None])
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(keys < Tk)[:, None])
 
 
 @triton.jit
@@ -279,10 +281,62 @@ def _dq_kernel(
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
 
+@triton.jit
+def _delta_kernel(O, DO, DELTA, sob, soh, sot, sod, sdob, sdoh, sdot, sdod, Hq, Tq,
+                  D: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr):
+    """rowsum(dO ∘ O) of one tile of rows of one head, in ``ACC`` (FlashAttention-2's preprocessing):
+    one read of O and dO in their own dtype."""
+    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // Hq, pid_bh % Hq
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, D)
+    inside = (rows < Tq)[:, None]
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, mask=inside, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod, mask=inside, other=0.0)
+    tl.store(DELTA + pid_bh * Tq + rows, tl.sum(o.to(ACC) * do.to(ACC), 1), mask=rows < Tq)
+
+
+@triton.jit
+def _shear_transpose_kernel(DXHAT, S, DX, DPREV, ssb, sst, H, T, gamma,
+                            D: tl.constexpr, BLOCK_T: tl.constexpr, HAS_PREV: tl.constexpr,
+                            HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr):
+    """``shear_transpose`` for one tile of rows of one head: dx_j = a_j dx̂_j + b_{j+1} dx̂_{j+1} from
+    dx̂ (DXHAT: contiguous (B, H, T, D) in the accumulation dtype), written once in DX's dtype; the tile
+    holding row 0 also writes dprev = b_0 dx̂_0 when the stream continued a ``prev`` row."""
+    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
+    b = pid_bh // H
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    after = rows + 1
+    cols = tl.arange(0, D)
+    head = DXHAT + pid_bh * T * D
+    g = tl.load(head + rows[:, None] * D + cols[None, :], mask=(rows < T)[:, None], other=0.0)
+    g_after = tl.load(head + after[:, None] * D + cols[None, :], mask=(after < T)[:, None], other=0.0)
+    start = rows < 0 if HAS_PREV else rows == 0  # without prev, row 0 starts the stream
+    start_after = after < 0  # none yet
+    if HAS_STARTS:
+        start = start | (tl.load(S + b * ssb + rows * sst, mask=rows < T, other=0) != 0)
+        start_after = tl.load(S + b * ssb + after * sst, mask=after < T, other=0) != 0
+    if REPLICATE:  # x̂_j's weight on x_j: no shear at a start
+        a = 1.0 + gamma * (1.0 - start.to(g.dtype))
+    else:  # a zero predecessor: (1 + gamma) x_j at a start too
+        a = 1.0 + gamma + tl.zeros((BLOCK_T,), g.dtype)
+    b_after = -gamma * (1.0 - start_after.to(g.dtype))  # x̂_{j+1}'s weight on x_j: none across a start
+    dx = a[:, None] * g + b_after[:, None] * g_after
+    tl.store(DX + pid_bh * T * D + rows[:, None] * D + cols[None, :], dx.to(DX.dtype.element_ty),
+             mask=(rows < T)[:, None])
+    if HAS_PREV:
+        if pid_t == 0:
+            d_first = -gamma * tl.load(head + cols)  # x̂_0's weight on prev is -gamma ...
+            if HAS_STARTS:  # ... and 0 when row 0 starts a sequence
+                d_first = tl.where(tl.load(S + b * ssb) != 0, 0.0, d_first)
+            tl.store(DPREV + pid_bh * D + cols, d_first.to(DPREV.dtype.element_ty))
+
+
 def shear_transpose(g: Tensor, gamma: float, starts: Tensor | None, has_prev: bool, replicate: bool
                     ) -> tuple[Tensor, Tensor | None]:
     """The gradient of the shear's input from its output's ``g`` (B, H, T, D): (dx, dprev), dprev
-    (B, H, 1, D) when the stream continued a ``prev`` row (None otherwise)."""
+    (B, H, 1, D) when the stream continued a ``prev`` row (None otherwise). The filter written in
+    tensor operations; the backward runs it as one kernel pass (``_shear_transpose_kernel``)."""
     B, _, T, _ = g.shape
     start = torch.zeros(B, T, dtype=torch.bool, device=g.device) if starts is None else starts.clone()
     if not has_prev:
@@ -347,6 +401,16 @@ def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dic
         _TUNED[name][lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
 
 
+#: rows of one program of the elementwise kernels (the backward's dO ∘ O row sums and transposed shear)
+ROWS_PER_PROGRAM = 64
+
+
+def _launch_rows(kernel, rows: int, heads: int, args: tuple, meta: dict) -> None:
+    """Run an elementwise ``kernel`` over ``rows`` positions of ``heads`` heads, a tile of rows each."""
+    block = 16 if interpreted() else ROWS_PER_PROGRAM
+    kernel[(triton.cdiv(rows, block), heads)](*args, BLOCK_T=block, **meta)
+
+
 def _strides3(x: Tensor | None) -> tuple[int, int, int]:
     """(batch, head, feature) strides of a (B, H, 1, D) prev row; zeros when absent."""
     return (0, 0, 0) if x is None else (x.stride(0), x.stride(1), x.stride(3))
@@ -379,7 +443,9 @@ class _FusedPSA(torch.autograd.Function):
         Hkv, Tk = k.shape[1], k.shape[2]
         d_out = d_out.contiguous()
         work = _work(v)
-        delta = (d_out.to(work) * out.to(work)).sum(-1)  # (B, Hq, Tq): rowsum(dO ∘ O)
+        delta = torch.empty(B, Hq, Tq, device=q.device, dtype=work)  # rowsum(dO ∘ O)
+        _launch_rows(_delta_kernel, Tq, B * Hq, (out, d_out, delta, *out.stride(), *d_out.stride(), Hq, Tq),
+                     dict(D=D, ACC=_acc(work)))
         meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
         s = starts if starts is not None else q
         pq = prev_q if prev_q is not None else q
@@ -387,7 +453,7 @@ class _FusedPSA(torch.autograd.Function):
         common = (*q.stride(), *k.stride(), *v.stride(), *d_out.stride(), *_strides3(prev_q), *_strides3(prev_k),
                   *_starts_strides(starts))
         dk_hat = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
-        dv = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
+        dv = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=v.dtype)  # rounded once, in the kernel
         _launch("dkdv", Tk, B * Hkv, "BLOCK_N", (
             q, k, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, *common,
             Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
@@ -395,11 +461,22 @@ class _FusedPSA(torch.autograd.Function):
         _launch("dq", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, d_out, lse, delta, dq_hat, *common,
             Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
-        flags = None if starts is None else starts.bool()
-        dq, dprev_q = shear_transpose(dq_hat, gamma_q, flags, prev_q is not None, replicate)
-        dk, dprev_k = shear_transpose(dk_hat, gamma_k, flags, prev_k is not None, replicate)
-        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None if dprev_q is None else dprev_q.to(prev_q.dtype),
-                None if dprev_k is None else dprev_k.to(prev_k.dtype), None, None, None, None, None, None)
+        dq, dprev_q = _transpose_shear(dq_hat, gamma_q, starts, q, prev_q, replicate)
+        dk, dprev_k = _transpose_shear(dk_hat, gamma_k, starts, k, prev_k, replicate)
+        return dq, dk, dv, dprev_q, dprev_k, None, None, None, None, None, None
+
+
+def _transpose_shear(g: Tensor, gamma: float, starts: Tensor | None, x: Tensor, prev: Tensor | None,
+                     replicate: bool) -> tuple[Tensor, Tensor | None]:
+    """``shear_transpose`` of the kernels' dx̂ (B, H, T, D), as one pass that writes dx in x's dtype
+    and dprev (B, H, 1, D) in prev's."""
+    B, H, T, D = g.shape
+    dx = torch.empty(B, H, T, D, device=g.device, dtype=x.dtype)
+    dprev = None if prev is None else torch.empty(B, H, 1, D, device=g.device, dtype=prev.dtype)
+    _launch_rows(_shear_transpose_kernel, T, B * H, (
+        g, starts if starts is not None else g, dx, dprev if dprev is not None else dx, *_starts_strides(starts),
+        H, T, gamma), dict(D=D, HAS_PREV=prev is not None, HAS_STARTS=starts is not None, REPLICATE=replicate))
+    return dx, dprev
 
 
 def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
@@ -414,8 +491,13 @@ def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> 
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
         HAS_STARTS=starts is not None, REPLICATE=replicate,
         PRECISION="ieee" if v.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
-        ACC=tl.float64 if v.dtype == torch.float64 else tl.float32,
+        ACC=_acc(_work(v)),
     )
+
+
+def _acc(work: torch.dtype):
+    """Triton's name for the accumulation dtype ``work``."""
+    return tl.float64 if work == torch.float64 else tl.float32
 
 
 def _work(v: Tensor) -> torch.dtype:
