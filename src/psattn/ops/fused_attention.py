@@ -357,14 +357,15 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 #: tile shapes the GPU tries (rows of queries, rows of keys, warps, pipeline stages), tuned once per head
 #: dimension and switch set (not per length: a new length reuses the choice); the interpreter takes
 #: 16 x 16 tiles, the smallest tl.dot takes. The last shape of each list is small enough for fp32 tiles
-#: at D = 128 (the larger ones need more shared memory than a Hopper GPU has, in fp32). The causal
-#: split into whole and masked tiles needs BLOCK_M to be a multiple of BLOCK_N in the forward and dq
-#: kernels, and the converse in the dk/dv kernel. ``scripts/compile_kernels.py`` compiles them all.
+#: at D = 128 (the larger ones need more shared memory than a Hopper GPU has, in fp32); the first of
+#: each spills no registers in bf16 at D = 128. The causal split into whole and masked tiles needs
+#: BLOCK_M to be a multiple of BLOCK_N in the forward and dq kernels, and the converse in the dk/dv
+#: kernel. ``scripts/compile_kernels.py`` compiles them all and prints what each needs.
 _KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
 _TUNED = {
-    "forward": triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4),
+    "forward": triton.autotune(_configs([(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 4),
                                          (64, 32, 4, 2)]), key=_KEY)(_forward_kernel),
-    "dkdv": triton.autotune(_configs([(32, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3), (32, 32, 4, 2)]),
+    "dkdv": triton.autotune(_configs([(32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 32, 4, 2)]),
                             key=_KEY)(_dkdv_kernel),
     "dq": triton.autotune(_configs([(128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2)]),
                           key=_KEY)(_dq_kernel),
@@ -401,8 +402,9 @@ def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dic
         _TUNED[name][lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
 
 
-#: rows of one program of the elementwise kernels (the backward's dO ∘ O row sums and transposed shear)
-ROWS_PER_PROGRAM = 64
+#: rows of one program of the elementwise kernels (the backward's dO ∘ O row sums and transposed shear):
+#: at D = 128 in fp32, 32 rows keep the transposed shear near 60 registers a thread (64 rows take 111)
+ROWS_PER_PROGRAM = 32
 
 
 def _launch_rows(kernel, rows: int, heads: int, args: tuple, meta: dict) -> None:
