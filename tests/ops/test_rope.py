@@ -82,3 +82,16 @@ def test_apply_rope_refuses_tables_of_odd_or_unequal_width():
         apply_rope(x, torch.ones(3, 7), torch.zeros(3, 7))
     with pytest.raises(ValueError, match="one even width"):
         apply_rope(x, torch.ones(3, 6), torch.zeros(3, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_model_cast_to_half_precision_keeps_float32_frequencies(dtype):
+    from psattn import AttentionConfig, DecoderLM, ModelConfig
+    model = DecoderLM(ModelConfig(vocab_size=32, d_model=64, n_heads=2, attention=AttentionConfig("key_only", 0.5)))
+    positions = torch.arange(4096)[None]
+    cos, sin = model.blocks[0].attn.rope(positions)
+    rope = model.to(dtype).blocks[0].attn.rope
+    assert rope.inv_freq.dtype == torch.float32
+    cast_cos, cast_sin = rope(positions)
+    assert torch.equal(cast_cos, cos) and torch.equal(cast_sin, sin)
+    assert model.double().blocks[0].attn.rope.inv_freq.dtype == torch.float64  # wider stays as asked

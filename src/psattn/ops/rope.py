@@ -39,6 +39,15 @@ class RotaryEmbedding(nn.Module):
         self.rotary_dim = rotary_dim(head_dim, rotary_fraction)
         self.register_buffer("inv_freq", self.frequencies(), persistent=False)
 
+    def _apply(self, fn, recurse: bool = True):
+        """As ``nn.Module._apply`` (``.to``, ``.cuda``, ``.half``, ...), but the frequencies never drop
+        below float32: a model cast to bf16 or fp16 still rotates by float32 angles (rounded to bf16,
+        the frequencies of a 64-wide head would put angles off by up to 0.44 radian at position 1000)."""
+        super()._apply(fn, recurse)
+        if self.inv_freq.dtype in (torch.float16, torch.bfloat16):
+            self.inv_freq = self.frequencies().to(self.inv_freq.device)
+        return self
+
     def frequencies(self) -> Tensor:
         """base^(-2i/r) for i < r/2, (r/2,) in float32 (computed in float64)."""
         return (self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)).float()
