@@ -413,3 +413,30 @@ def test_generation_past_the_trained_context_slides_its_window():
             assert ids[t] == int(model(torch.tensor([window]))[0, -1].argmax()), t
     assert continue_ids(model, prompt, 2, context=context) == ids[6:8]
     assert continue_ids(model, [9] * 30 + prompt, 3, context=context) == continue_ids(model, [9] + prompt, 3, context=context)
+
+
+def test_report_samples_stay_within_the_trained_context(tmp_path, monkeypatch):
+    """The report's samples run the model on at most ``task.seq_len`` positions, however long they are."""
+    import dataclasses
+    import importlib
+
+    from psattn.experiments import text_report
+
+    generation = importlib.import_module("psattn.models.generate")  # the module: the package exports the function
+
+    config = text_run(tmp_path, steps=3)
+    corpus = str(numbered_corpus(tmp_path / "long", paragraphs=200))  # held out: several paragraphs per document
+    config = dataclasses.replace(config, name="run", task=dataclasses.replace(config.task, corpus=corpus))
+    train(config, tmp_path / "runs" / "run")
+    lengths = []
+    real = generation.generate
+
+    def spy(model, input_ids, *args, **kwargs):
+        out = real(model, input_ids, *args, **kwargs)
+        lengths.append(out.sequences.shape[1])
+        return out
+
+    monkeypatch.setattr(generation, "generate", spy)
+    sample = next(iter(text_report.samples(tmp_path / "runs", [config], max_new_tokens=40).values()))
+    assert len(sample["continuation"].encode()) >= 40 - 3  # bytes: a few may be partial characters
+    assert max(lengths) == config.task.seq_len

@@ -42,7 +42,7 @@ def _mean_sd(pair: tuple[float, float | None]) -> str:
 
 def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> dict[str, dict[str, str]]:
     """A continuation of the same held-out prompt by every model of ``configs`` trained on ``seed`` (run
-    directories ``runs/<name>``)."""
+    directories ``runs/<name>``), within the context each was trained on (``continue_ids``)."""
     first = configs[0]
     tokenizer = run_tokenizer(runs / first.name)
     held = tokenizer.decode(np.asarray(first.task.tokens().eval[: 1 << 14]).tolist())
@@ -55,7 +55,8 @@ def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> di
         if config.train.seed != seed:
             continue
         model = load_trained(runs / config.name)
-        text = continue_text(model, run_tokenizer(runs / config.name), prompt, max_new_tokens, seed=0)
+        text = continue_text(model, run_tokenizer(runs / config.name), prompt, max_new_tokens, seed=0,
+                             context=config.task.seq_len)
         result[model_label(*model_key({"config": config.to_dict()}))] = {"prompt": prompt, "continuation": text}
     return result
 
