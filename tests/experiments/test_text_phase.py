@@ -109,3 +109,12 @@ def test_the_docs_table_and_verdict_are_what_the_saved_runs_give():
     docs = (root / "docs" / "text.md").read_text()
     for line in study.table(results) + study.verdict(results):
         assert line in docs, line
+
+
+def test_curves_that_cross_are_not_called_lasting_at_every_evaluation():
+    results = results_where_two_plain_layers_overtake()
+    results["plain2"] = run(2, "baseline", 0.0, 0, [0.0, 0.1, 0.6, 0.3, 0.7, 0.3], [0.02] * 6)  # ahead at 1.0M, 2.0M
+    lasting = tp._lasting(results)
+    assert "at or above two plain layers' at every evaluation" not in lasting and "the curves cross" in lasting
+    assert "better than the key-only layer at 1.0M and at 2.0M tokens (seed means)" in lasting
+    assert "at the end (0.51 against 0.30 nats)" in lasting and "not at every evaluation" in lasting

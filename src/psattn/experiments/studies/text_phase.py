@@ -176,13 +176,31 @@ def _lasting(results: dict[str, dict[str, Any]]) -> str:
         return (f"**Transient or lasting**: two plain layers copy repeated random tokens better than the key-only layer "
                 f"at every evaluation ({plain[shared[-1]]:.2f} against {psa[shared[-1]]:.2f} nats at the end, seed "
                 "means): there is no one-layer advantage to last.")
-    if overtakes is None:
+    if not ahead:
         return (f"**Transient or lasting**: the key-only layer's random-token copy gain (seed mean) stays at or above "
                 f"two plain layers' at every evaluation to the end ({psa[shared[-1]]:.2f} against "
                 f"{plain[shared[-1]]:.2f}): the one-layer advantage lasts this budget.")
+    if overtakes is None:  # the curves cross, and the key-only layer is ahead again at the end
+        return (f"**Transient or lasting**: the curves cross: two plain layers copy repeated random tokens better than "
+                f"the key-only layer {_spans(shared, ahead)} (seed means), the key-only layer at or above them at the "
+                f"other evaluations and at the end ({psa[shared[-1]]:.2f} against {plain[shared[-1]]:.2f} nats): the "
+                "one-layer advantage holds at the end of this budget, not at every evaluation.")
     return (f"**Transient or lasting**: two plain layers copy repeated random tokens better than the key-only layer "
             f"from {overtakes / 1e6:.1f}M tokens on, to the end ({plain[shared[-1]]:.2f} against {psa[shared[-1]]:.2f} "
             "nats, seed means): the one-layer advantage is transient.")
+
+
+def _spans(times: list[int], chosen: list[int]) -> str:
+    """The runs of consecutive ``times`` that are in ``chosen``, in words: "at 1.0M and from 3.0M to 4.0M tokens"."""
+    runs: list[list[int]] = []
+    for i, t in enumerate(times):
+        if t in chosen:
+            if runs and times.index(runs[-1][-1]) == i - 1:
+                runs[-1].append(t)
+            else:
+                runs.append([t])
+    words = [f"at {r[0] / 1e6:.1f}M" if len(r) == 1 else f"from {r[0] / 1e6:.1f}M to {r[-1] / 1e6:.1f}M" for r in runs]
+    return (", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]) + " tokens"
 
 
 def phase_figure(results: dict[str, dict[str, Any]], path) -> Any:
