@@ -304,3 +304,17 @@ def test_non_finite_logits_are_an_error_not_a_token(do_sample):
         model.lm_head.weight[3, 0] = float("nan")  # tied: the embedding of token 3 too
     with pytest.raises(NonFiniteLogits, match="NaN or infinite logits"):
         generate(model, torch.tensor([[1, 2, 3]]), 4, do_sample=do_sample)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_vocab_limit_chooses_only_ids_below_it(do_sample):
+    model = random_model("key_only")
+    prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(3))
+    out = generate(model, prompt, 12, do_sample=do_sample, vocab_limit=5, generator=torch.Generator().manual_seed(0))
+    chosen = out.sequences[:, 5:]  # (4, 12)
+    assert (chosen < 5).all() and (out.logits.argmax(-1) >= 5).any()  # the model prefers ids it may not choose
+    if not do_sample:
+        assert torch.equal(chosen, out.logits[..., :5].argmax(-1))
+    for bad in (0, model.config.vocab_size + 1, True, 2.0):
+        with pytest.raises(ValueError, match=r"vocab_limit must be an integer in \[1, "):
+            generate(model, prompt, 1, vocab_limit=bad)

@@ -1,5 +1,6 @@
 """The text task: corpora, tokenizers, the cached disjoint split, batches, LM metrics, and runs."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -417,7 +418,6 @@ def test_generation_past_the_trained_context_slides_its_window():
 
 def test_report_samples_stay_within_the_trained_context(tmp_path, monkeypatch):
     """The report's samples run the model on at most ``task.seq_len`` positions, however long they are."""
-    import dataclasses
     import importlib
 
     from psattn.experiments import text_report
@@ -440,3 +440,26 @@ def test_report_samples_stay_within_the_trained_context(tmp_path, monkeypatch):
     sample = next(iter(text_report.samples(tmp_path / "runs", [config], max_new_tokens=40).values()))
     assert len(sample["continuation"].encode()) >= 40 - 3  # bytes: a few may be partial characters
     assert max(lengths) == config.task.seq_len
+
+
+def test_generation_chooses_only_ids_the_tokenizer_can_decode():
+    """A byte-level model with more outputs than the 256 bytes writes bytes, at any temperature."""
+    from psattn.models import DecoderLM, ModelConfig
+    from psattn.models.generate import continue_text
+
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(vocab_size=512, d_model=32, n_heads=2, init=0.5)).eval()
+    text = continue_text(model, ByteTokenizer(), "Hello", 40, temperature=2.0, seed=0)  # half its ids are no byte
+    assert isinstance(text, str) and text
+
+
+def test_a_bpe_smaller_than_asked_is_said_before_training(tmp_path, caplog):
+    config = text_run(tmp_path, steps=1)
+    small = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=2000),
+                                task=dataclasses.replace(config.task, tokenizer="bpe", vocab_size=2000, seq_len=8))
+    size = small.task.tokens().tokenizer.vocab_size
+    assert size < 2000
+    with caplog.at_level("WARNING"):
+        train(small, tmp_path / "run")
+    assert f"the BPE tokenizer learned {size:,} ids from this corpus, fewer than task.vocab_size=2000" in caplog.text
+    assert f"set task.vocab_size={size}" in caplog.text

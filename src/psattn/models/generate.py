@@ -55,11 +55,13 @@ class NonFiniteLogits(ValueError):
 
 
 def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, generator,
-            top_p: float | None = None) -> Tensor:
-    """Next token (B,) from logits (B, V); non-finite logits are an error, not a token."""
+            top_p: float | None = None, vocab_limit: int | None = None) -> Tensor:
+    """Next token (B,) from logits (B, V), among ids below ``vocab_limit`` when given; non-finite logits
+    are an error, not a token."""
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteLogits("the model gave NaN or infinite logits; its weights or activations overflow, "
                               "so no token can be chosen")
+    logits = logits[:, :vocab_limit]  # (B, V'): a prefix, so an index is still the token id
     if not do_sample:
         return logits.argmax(dim=-1)
     logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # <= 0: no overflow at tiny temperatures
@@ -93,6 +95,7 @@ def generate(
     cache: PSACache | None = None,
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
+    vocab_limit: int | None = None,
 ) -> GenerationOutput:
     """Greedy (default) or sampled continuation of a left-padded prompt batch (B, T).
 
@@ -101,7 +104,8 @@ def generate(
     probability: nucleus sampling) apply to sampling only (a warning says so when they are given without it). With
     ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
-    shorter than ``max_new_tokens``. A given ``cache`` (for instance a fork of a shared prefix) is
+    shorter than ``max_new_tokens``. With ``vocab_limit``, only ids below it are chosen (a tokenizer with
+    fewer ids than the model has outputs cannot decode the rest). A given ``cache`` (for instance a fork of a shared prefix) is
     continued and extended in place. The prompt is moved to the model's device, and so is the
     result; a ``generator`` on another device draws there. A model without cache support (a learned key-lag baseline, see
     ``supports_cache``) runs the whole sequence again per token.
@@ -120,6 +124,7 @@ def generate(
         cache: a ``PSACache`` to continue (default: a new one).
         eos_token_id: the token that finishes a row.
         pad_token_id: what a finished row holds (default: the EOS token).
+        vocab_limit: choose only ids below this (default: any of the model's ``vocab_size`` ids).
 
     Returns:
         A ``GenerationOutput``: ``sequences`` (B, T + n), the prompts and their continuations, and
@@ -149,6 +154,9 @@ def generate(
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
     V = model.config.vocab_size
+    if vocab_limit is not None and not (isinstance(vocab_limit, int) and not isinstance(vocab_limit, bool)
+                                        and 1 <= vocab_limit <= V):
+        raise ValueError(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
     for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < V):
             raise ValueError(f"{name} must be a token id in [0, {V}), got {value!r}")
@@ -174,7 +182,7 @@ def generate(
     finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     tokens, all_logits = [], []
     for step in range(max_new_tokens):
-        token = _choose(logits, do_sample, temperature, top_k, generator, top_p)  # (B,)
+        token = _choose(logits, do_sample, temperature, top_k, generator, top_p, vocab_limit)  # (B,)
         if eos_token_id is not None:
             assert pad is not None  # pad_token_id, or else the EOS token
             token = token.masked_fill(finished, pad)
@@ -266,7 +274,8 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
                   top_k: int | None = None, top_p: float | None = None, seed: int = 0, context: int | None = None) -> str:
     """The text ``model`` writes after ``prompt``: sampled at ``temperature`` (greedy at 0; ``top_k`` and
     ``top_p`` as in ``generate``) from a generator seeded with ``seed``, so the same call
-    gives the same text; ``context``: see ``continue_ids``.
+    gives the same text, among the tokenizer's ids only (a model may have more outputs than its
+    tokenizer has ids); ``context``: see ``continue_ids``.
 
     Args:
         model (DecoderLM): a text run's model (``load_trained(run_dir)``).
@@ -297,7 +306,8 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
     if not ids:
         raise ValueError("the prompt must not be empty")
     new = continue_ids(model, ids, max_new_tokens, context=context, do_sample=temperature > 0,
-                       temperature=temperature or 1.0, top_k=top_k, top_p=top_p, generator=torch.Generator().manual_seed(seed))
+                       temperature=temperature or 1.0, top_k=top_k, top_p=top_p, generator=torch.Generator().manual_seed(seed),
+                       vocab_limit=min(tokenizer.vocab_size, model.config.vocab_size))
     return tokenizer.decode(new)
 
 

@@ -132,11 +132,17 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
 
 def check_vocabulary(config: RunConfig) -> None:
     """Refuse a text run whose tokenizer has more ids than the model has embeddings (a tokenizer file
-    given by path carries its own vocabulary, whatever ``task.vocab_size`` says)."""
+    given by path carries its own vocabulary, whatever ``task.vocab_size`` says); warn when a BPE
+    learned fewer ids than ``task.vocab_size`` asked (a small corpus has fewer merges to learn)."""
     tokens = getattr(config.task, "tokens", None)
     if tokens is None:
         return
     size = tokens().tokenizer.vocab_size
+    asked = getattr(config.task, "vocab_size", size)
+    if getattr(config.task, "tokenizer", None) == "bpe" and size < asked:
+        log.warning("the BPE tokenizer learned %s ids from this corpus, fewer than task.vocab_size=%s asked: the "
+                    "model's other outputs are never targets; set task.vocab_size=%s (and model.vocab_size) to match",
+                    f"{size:,}", asked, size)
     if size > config.model.vocab_size:
         raise ValueError(f"the tokenizer {getattr(config.task, 'tokenizer', '')} has {size:,} ids, more than the "
                          f"model's vocabulary of {config.model.vocab_size:,}: set model.vocab_size={size} (or use a "
