@@ -2,8 +2,10 @@
 # The GPU-only checks in one run, inside a 9-minute wall clock; results land in $OUT (or ./gpu_check).
 # Works offline: the package is taken from src/ (no install), with the machine's own python3 and torch.
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
-# rows alone, about 5 minutes by the 2026-12-04 run's section times) leaves room in a 15-minute lease for a
-# short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length).
+# rows alone, about 6 minutes by the 2026-12-04 run's section times) leaves room in a 15-minute lease for a
+# short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
+# (about 2.5 minutes) is best its own call. gpu_check.py skips, and records as skipped, a section that would not
+# end inside its 420-second budget, so the timeout below does not cut one off halfway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -69,8 +69,6 @@ def prepare(configs) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psattn.cli import main as psattn
-    from psattn.experiments.saved_runs import pack, write_summary
-    from psattn.training.run_dir import load_result
 
     start = time.monotonic()
     mode = "quick" if args.smoke else "full"
@@ -93,10 +91,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu_sweeps: {err}", file=sys.stderr)
         return 2
     left = args.time_limit - (time.monotonic() - start)
-    if left > 0:
-        code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
-        if code:
-            return code
+    code = 0
+    try:  # whatever ends the sweep (a diverged run, an error, a SIGTERM), the runs it finished are packed
+        if left > 0:
+            code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
+    finally:
+        archive = _pack_finished(configs, results, runs, out, args.experiment)
+    if args.smoke and code == 0:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
+        unpack_into(archive, results.parent)
+        print_tables(args.experiment, results, mode)
+    return code
+
+
+def _pack_finished(configs, results: Path, runs: Path, out: Path, experiment: str) -> Path:
+    """Summarise every run finished under ``runs`` but not yet saved in ``results`` into one archive,
+    ``out/EXPERIMENT.tar.gz``, deleting their checkpoints."""
+    from psattn.experiments.saved_runs import pack, write_summary
+    from psattn.training.run_dir import load_result
+
     saved = {p.stem for p in results.glob("*.json")}
     new = [c.name for c in configs if c.name not in saved and load_result(runs / c.name) is not None]
     staging = runs.parent / f"{runs.name}-summaries"
@@ -104,13 +116,10 @@ def run(args: argparse.Namespace) -> int:
     paths = [write_summary(runs / name, staging) for name in new]
     for name in new:
         (runs / name / "checkpoint.pt").unlink(missing_ok=True)
-    archive = pack(paths, out / f"{args.experiment}.tar.gz", results_folder(args.experiment))
+    archive = pack(paths, out / f"{experiment}.tar.gz", results_folder(experiment))
     print(f"{len(new)} newly finished runs packed into {archive}; "
           f"{len(saved) + len(new)} of {len(configs)} now saved or packed", flush=True)
-    if args.smoke:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
-        unpack_into(archive, results.parent)
-        print_tables(args.experiment, results, mode)
-    return 0
+    return archive
 
 
 def unpack_into(archive: Path, into: Path) -> None:

@@ -99,11 +99,15 @@ def attention_speed_table(speed: dict) -> str:
 def tables(folder: Path) -> str:
     """Every table the saved check in ``folder`` has, each under a one-line heading."""
     check = json.loads((folder / "gpu_check.json").read_text())
-    parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`.",
-             "", correctness_table(check), "", fused_kernel_table(check)]
-    if "rope_shear" in check:
-        parts += ["", rope_shear_table(check)]
-    parts += ["", model_step_table(check)]
+    parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`."]
+    for section, table in (("fused_correctness", correctness_table), ("fused_kernel", fused_kernel_table),
+                           ("rope_shear", rope_shear_table), ("model_step", model_step_table)):
+        if section in check:  # a check cut short, or one that ran other sections, lacks some
+            parts += ["", table(check)]
+    for section, error in check.get("errors", {}).items():
+        parts += ["", f"Section `{section}` failed on the device: {error}"]
+    for section, why in check.get("skipped", {}).items():
+        parts += ["", f"Section `{section}` was skipped: {why}"]
     speed = folder / "attention_speed_cuda.json"
     if speed.exists():
         parts += ["", attention_speed_table(json.loads(speed.read_text()))]

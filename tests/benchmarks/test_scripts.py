@@ -59,6 +59,40 @@ def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
     assert shown == gpu_tables.tables(folder if folder.is_absolute() else ROOT / folder).replace(str(ROOT) + "/", "")
 
 
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tables_of_a_check_cut_short_show_what_it_measured_and_why_the_rest_is_missing(tmp_path):
+    saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
+    check = json.loads(saved.read_text())
+    del check["model_step"], check["fused_correctness"]
+    check["errors"] = {"fused_correctness": "RuntimeError: out of memory"}
+    check["skipped"] = {"model_step": "it took about 150 s on an H200 and 20 s of the budget were left"}
+    (tmp_path / "gpu_check.json").write_text(json.dumps(check))
+    shown = _script("gpu_tables").tables(tmp_path)
+    assert "| 8, 16, 4096, 128 | forward |" in shown and "psa-92m step" not in shown
+    assert "Section `fused_correctness` failed on the device: RuntimeError: out of memory" in shown
+    assert "Section `model_step` was skipped: it took about 150 s" in shown
+
+
+def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
+    import torch
+
+    gpu_check = _script("gpu_check")
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert gpu_check.skip_reason("model_step", 400, cuda) is None
+    assert "150 s on an H200 and 100 s" in gpu_check.skip_reason("model_step", 100, cuda)
+    assert gpu_check.skip_reason("model_step", 0, cpu) is None  # the smoke run on the CPU runs everything
+    kernel_sections = ("fused_correctness", "fused_kernel", "rope_shear", "model_step")
+    assert sum(gpu_check.SECTION_S[name] for name in kernel_sections) <= 420  # the default budget holds them
+
+
 def test_attention_speed_small_shape():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "2")

@@ -236,3 +236,24 @@ def test_the_driver_unpacks_a_piece_and_counts_what_is_left(tiny_sweep, tmp_path
     out = capsys.readouterr().out
     assert "unpacked 1 run summaries" in out and "paper_scale: 0 of 84 declared runs saved" in out  # a tiny run
     assert f"  left: {paper_scale.paper_scale('full')[0].name}" in out
+
+
+def test_a_piece_whose_sweep_fails_still_packs_the_runs_it_finished(tiny_sweep, tmp_path, monkeypatch):
+    """A diverged run, an error or a SIGTERM ends the sweep with a non-zero code: the runs finished
+    before it still come back in the archive."""
+    import importlib.util
+    import shutil
+
+    import psattn.cli
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    runs = tmp_path / "out" / "runs" / "paper_scale"
+    finished = [c.name for c in paper_scale.paper_scale("quick")[:2]]
+    for name in finished:
+        shutil.copytree(tiny_sweep[0] / name, runs / name)
+    monkeypatch.setattr(psattn.cli, "main", lambda argv: 1)  # the sweep stops, as a diverged run stops it
+    assert gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", str(tmp_path / "out")]) == 1
+    packed = saved_runs.unpack(tmp_path / "out" / "paper_scale.tar.gz", tmp_path / "docs")
+    assert sorted(p.stem for p in packed) == sorted(finished)

@@ -74,6 +74,13 @@ def test_the_verdict_answers_when_how_much_and_whether_it_matches():
     assert pilot[2:] == ["| 1 | none within 40.0M | 32.1M | 0M | — |", "| 2 | 30.0M | 32.1M | 0M | no |"]
 
 
+def test_a_depth_with_only_its_plain_run_gets_one_clean_clause():
+    """After the pilot alone (plain models only) the page says when each plain model's phase change came."""
+    results = dict([run(1, "baseline", 0.0, 0, [2.2, 2.1, 2.0, 2.0], [0.0, 0.0, 0.0, 0.0])])
+    verdict = text_scale.scale_verdict(results, text_scale.scale_table(results))
+    assert verdict == ["**1 layer**: the plain model shows no phase change on any seed."], verdict
+
+
 def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path):
     pytest.importorskip("tokenizers")
     from psattn.cli import main as psattn

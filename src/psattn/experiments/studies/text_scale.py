@@ -164,6 +164,15 @@ def when(changes) -> str:
     return ", ".join("—" if c is None else f"{c.tokens / 1e6:.1f}M" for c in changes)
 
 
+def _plain_change(changes) -> str:
+    """The plain model's phase change per seed, as a clause."""
+    missing = sum(c is None for c in changes)
+    if missing == len(changes):
+        return "the plain model shows no phase change on any seed"
+    return f"the plain model's phase change at {when(changes)}" + (
+        f" (none on {missing} of {len(changes)} seeds)" if missing else "")
+
+
 def _cell(pair, digits: int = 3, sign: str = "") -> str:
     mean, sd = pair
     return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
@@ -219,8 +228,8 @@ def scale_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
             if psa is None:
                 continue
             parts.append(f"{v}: {_earlier(plain, psa)}; {_gain(results, (depth, 'baseline', 0.0), (depth, v, g))}")
-        out.append(f"**{depth} layer{'s' * (depth > 1)}**: the plain model's phase change at {when(plain['phase_change'])}; "
-                   + "; ".join(parts) + ".")
+        out.append(f"**{depth} layer{'s' * (depth > 1)}**: {_plain_change(plain['phase_change'])}"
+                   + "".join(f"; {part}" for part in parts) + ".")
     for small, large in ((1, 2), (2, 4)):
         for v, g in shears:
             if (small, v, g) in by and (large, "baseline", 0.0) in by:
