@@ -330,6 +330,18 @@ def test_the_one_pass_rotation_and_shear_equals_shearing_in_psa_attention_and_ap
         DecoderLM(config, backend="flash")
 
 
+def test_a_model_on_the_reference_backend_runs_under_bf16_autocast_as_the_default_one_does():
+    """Under autocast the projections leave q and k in float32 beside bf16 values; the reference
+    backend takes them (as a trainer with precision="bf16" gives them) and agrees with the default."""
+    config = ModelConfig(vocab_size=32, d_model=32, n_heads=2, attention=AttentionConfig("symmetric", 0.7))
+    model = DecoderLM(config).eval()
+    reference = DecoderLM(config, backend="reference").eval()
+    reference.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 32, (2, 8))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(reference(ids), model(ids), atol=0.05, rtol=0.05)
+
+
 def test_a_bf16_model_gives_the_same_logits_with_a_listener_and_on_its_scored_positions():
     """In a bf16 model every path of the standard shear rotates and shears in float32 and rounds once: a
     read-only hook between the rotation and the shear, and the few-scored-queries path, change nothing."""

@@ -160,3 +160,67 @@ def test_fast_path_scale_and_dropout_mean_what_they_mean_for_sdpa():
     torch.manual_seed(0)
     assert torch.equal(psa_attention(q, k, v, dropout_p=0.5, **kw), dropped)  # reproducible from the seed
     assert not torch.allclose(dropped, psa_attention(q, k, v, **kw))
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])
+def test_every_backend_takes_float32_streams_beside_bf16_values_under_autocast(backend):
+    """Under autocast q and k may stay float32 beside a bf16 v (a model's projections leave them so):
+    the reference takes them as the fast path does, and all give the same bf16 output."""
+    q, k, v = qkv(Hkv=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = psa_attention(q, k, v.bfloat16(), gamma_q=0.5, gamma_k=0.8, is_causal=True, backend=backend)
+    expected = psa_attention_reference(q, k, v, gamma_q=0.5, gamma_k=0.8, is_causal=True)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+@pytest.mark.parametrize("dropout_p,error", [(-0.5, ValueError), (1.5, ValueError), (float("nan"), ValueError),
+                                             ("0.1", TypeError)])
+def test_a_dropout_p_that_is_no_probability_is_refused_by_every_backend(backend, dropout_p, error):
+    with pytest.raises(error, match="dropout_p"):
+        psa_attention(*qkv(), gamma_k=0.5, dropout_p=dropout_p, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+def test_is_causal_with_an_attn_mask_is_refused_by_every_backend(backend):
+    """SDPA documents the pair as an error, yet some of its kernels apply both: every backend refuses."""
+    q, k, v = qkv()
+    mask = torch.ones(9, 9, dtype=torch.bool)
+    with pytest.raises(ValueError, match="not both"):
+        psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, is_causal=True, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+def test_a_learnable_gamma_is_refused_by_name(backend):
+    """γ is read as a number, so a γ that requires grad would silently never get a gradient."""
+    gamma = torch.nn.Parameter(torch.tensor(0.5))
+    with pytest.raises(TypeError, match="gamma_k must be a fixed number"):
+        psa_attention(*qkv(), gamma_k=gamma, is_causal=True, backend=backend)
+    out = psa_attention(*qkv(), gamma_k=gamma.detach(), is_causal=True, backend=backend if backend != "fused" else "auto")
+    assert out.shape == (2, 4, 9, 8)  # a fixed tensor still reads as its number
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])
+def test_a_prev_row_of_another_dtype_is_cast_to_the_streams(backend):
+    """prev is one more row of the stream: a float64 row before a float32 chunk is read as float32 by
+    every backend (the fused one too: tests/ops/test_fused_attention.py)."""
+    q, k, v = qkv(T=5)
+    prev_q, prev_k = torch.randn(2, 4, 1, 8, dtype=torch.float64), torch.randn(2, 2, 1, 8, dtype=torch.float64)
+    kw = dict(gamma_q=0.4, gamma_k=0.7, is_causal=True)
+    out = psa_attention(q, k, v, prev_q=prev_q, prev_k=prev_k, backend=backend, **kw)
+    expected = psa_attention_reference(q, k, v, prev_q=prev_q.float(), prev_k=prev_k.float(), **kw)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+@pytest.mark.parametrize("name", ["attn_mask", "starts", "prev_k"])
+def test_masks_starts_and_prev_rows_on_another_device_or_of_another_type_are_refused_by_name(backend, name):
+    q, k, v = qkv()
+    value = {"attn_mask": torch.ones(9, 9, dtype=torch.bool), "starts": torch.zeros(2, 9, dtype=torch.bool),
+             "prev_k": torch.randn(2, 2, 1, 8)}[name]
+    with pytest.raises(ValueError, match=f"{name} is on meta"):
+        psa_attention(q, k, v, gamma_k=0.5, backend=backend, **{name: value.to("meta")})
+    with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor"):
+        psa_attention(q, k, v, gamma_k=0.5, backend=backend, **{name: value.tolist()})

@@ -76,6 +76,19 @@ def test_a_chunk_that_continues_a_cached_stream_takes_prev_rows_and_passes_them_
     assert_matches_reference(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True, prev_q=prev_q, prev_k=prev_k)
 
 
+def test_prev_rows_of_another_dtype_are_cast_to_the_streams_as_on_every_other_backend():
+    """A float64 row before a float32 chunk is one more float32 row, for the kernel as for the shear."""
+    q, k, v = streams(T=7, dtype=torch.float32)
+    g = torch.Generator().manual_seed(3)
+    prev_q, prev_k = torch.randn(2, 4, 1, 16, generator=g, dtype=torch.float64), torch.randn(2, 2, 1, 16, generator=g,
+                                                                                             dtype=torch.float64)
+    kw = dict(gamma_q=0.6, gamma_k=0.9, is_causal=True)
+    fused = psa_attention(q, k, v, prev_q=prev_q, prev_k=prev_k, backend="fused", **kw)
+    assert torch.equal(fused, psa_attention(q, k, v, prev_q=prev_q.float(), prev_k=prev_k.float(), backend="fused", **kw))
+    for backend in ("sdpa", "reference"):
+        torch.testing.assert_close(psa_attention(q, k, v, prev_q=prev_q, prev_k=prev_k, backend=backend, **kw), fused)
+
+
 @pytest.mark.parametrize(("Hq", "Hkv", "T", "D", "causal"), [(3, 1, 1, 16, True), (2, 2, 33, 32, False), (4, 1, 16, 16, True)])
 def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
     assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)

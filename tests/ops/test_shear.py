@@ -157,3 +157,46 @@ def test_the_exported_shear_is_adds_and_multiplies_and_equals_eager(boundary):
     exported = torch.export.export(Shear(), (x, starts))
     assert not any("lerp" in str(node.target) for node in exported.graph.nodes)
     torch.testing.assert_close(exported.module()(x, starts), shear(x, 0.7, starts=starts, boundary=boundary))
+
+
+def test_a_learnable_gamma_is_refused_rather_than_read_as_a_number():
+    """γ is read with .item(): a γ that requires grad would silently never get a gradient."""
+    x = torch.randn(1, 1, 3, 2)
+    with pytest.raises(TypeError, match="a learnable gamma"):
+        shear(x, torch.nn.Parameter(torch.tensor(0.5)))
+    assert torch.equal(shear(x, torch.tensor(0.5)), shear(x, 0.5))  # a fixed 0-d tensor reads as its number
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_a_prev_row_of_another_dtype_is_cast_to_the_streams(T):
+    """prev is one more row of the stream: it is rounded to the stream's dtype, so a chunk continued
+    from a float64 (or float32) row equals the chunk continued from that row in the stream's dtype."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, T, 4, generator=g)
+    prev = torch.randn(2, 3, 1, 4, generator=g, dtype=torch.float64)
+    for op in (shear, unshear):
+        out = op(x, 0.7, prev=prev)
+        assert out.dtype == x.dtype
+        assert torch.equal(out, op(x, 0.7, prev=prev.float()))
+    assert torch.equal(momentum(x.bfloat16(), prev=prev.float()), momentum(x.bfloat16(), prev=prev.bfloat16()))
+
+
+def test_unshear_of_an_empty_chunk_is_empty():
+    y = torch.randn(2, 3, 0, 4)
+    assert unshear(y, 0.5).shape == (2, 3, 0, 4)
+    assert unshear(y, 0.5, prev=torch.randn(2, 3, 1, 4)).shape == (2, 3, 0, 4)
+    assert shear(y, 0.5).shape == (2, 3, 0, 4)
+
+
+@pytest.mark.parametrize("op", [shear, unshear, momentum])
+def test_starts_and_prev_must_be_tensors_on_the_streams_device(op):
+    x = torch.randn(1, 2, 3, 4)
+    starts, prev = torch.zeros(1, 3, dtype=torch.bool), torch.randn(1, 2, 1, 4)
+    kw = {} if op is momentum else {"gamma": 0.5}
+    for name, value in (("starts", starts), ("prev", prev)):
+        with pytest.raises(ValueError, match=f"{name} is on meta, the stream on cpu"):
+            op(x, **kw, **{name: value.to("meta")})
+        with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor or None, got list"):
+            op(x, **kw, **{name: value.tolist()})
+    with pytest.raises(TypeError, match="prev must be a floating-point tensor"):
+        op(x, **kw, prev=prev.long())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from numbers import Real
 from typing import NamedTuple
 
 import torch
@@ -49,6 +50,10 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
     if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.device != q.device:
+            raise ValueError(f"attn_mask is on {attn_mask.device}, q on {q.device}: they must share a device")
         if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype and same_dtype:
             raise TypeError(f"attn_mask must be bool or {q.dtype}, got {attn_mask.dtype}")
         target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
@@ -61,9 +66,39 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
             ) from None
 
 
-def _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary):
+def check_dropout(dropout_p: float) -> float:
+    """``dropout_p`` if it is a probability in [0, 1]; TypeError / ValueError naming it otherwise."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, Real):
+        raise TypeError(f"dropout_p must be a real number, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p <= 1.0:  # NaN fails too
+        raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
+    return float(dropout_p)
+
+
+def check_masking(attn_mask: Tensor | None, is_causal: bool) -> None:
+    """ValueError for ``is_causal`` together with ``attn_mask``: SDPA documents the pair as an error
+    (and some of its kernels apply both), so every backend refuses it."""
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either is_causal or attn_mask, not both (fold the causal mask into attn_mask)")
+
+
+def autocasting(q: Tensor) -> bool:
+    """Whether autocast is on for q's device (then q, k and v may differ in dtype)."""
+    return isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type)
+
+
+def check_streams(q: Tensor, k: Tensor, starts: Tensor | None, prev_q: Tensor | None, prev_k: Tensor | None,
+                  boundary: str) -> None:
+    """ValueError / TypeError, naming the argument, unless ``starts``, ``prev_q``, ``prev_k`` and
+    ``boundary`` fit the streams q and k (``psattn.ops.shear.check_stream``)."""
+    check_boundary(boundary)
     if starts is not None and q.shape[2] != k.shape[2]:
         raise ValueError("starts applies to q and k together; their lengths must match")
+    check_stream(q, starts, prev_q, "prev_q")
+    check_stream(k, starts, prev_k, "prev_k")
+
+
+def _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary):
     q_hat = shear(q, gamma_q, starts=starts, prev=prev_q, boundary=boundary)
     k_hat = shear(k, gamma_k, starts=starts, prev=prev_k, boundary=boundary)
     return q_hat, k_hat
@@ -88,7 +123,8 @@ def psa_attention(
 ) -> Tensor:
     """Phase Space Attention on post-RoPE q (B, Hq, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv).
 
-    Masking, dropout and scale mean what they mean for SDPA; Hq may be a multiple of Hkv (GQA).
+    Masking, dropout and scale mean what they mean for SDPA (``is_causal`` or ``attn_mask``, not both,
+    as SDPA's documentation asks; every backend refuses the pair); Hq may be a multiple of Hkv (GQA).
     ``starts`` (B, T) marks sequence starts (see ``psattn.ops.shear``); ``prev_q``/``prev_k``
     continue a cached stream. Returns (B, Hq, Tq, Dv).
 
@@ -105,13 +141,14 @@ def psa_attention(
         v: values (B, Hkv, Tk, Dv).
         gamma_q: the query stream's shear coupling (0: queries unsheared).
         gamma_k: the key stream's shear coupling (0: keys unsheared).
-        attn_mask: boolean or additive mask, as for SDPA.
+        attn_mask: boolean or additive mask on q's device, as for SDPA.
         is_causal: causal attention, as for SDPA.
-        dropout_p: attention dropout, as for SDPA.
+        dropout_p: attention dropout, a probability in [0, 1], as for SDPA.
         scale: score scale (default 1/sqrt(D)).
         starts: (B, T) booleans marking sequence starts, where the momentum restarts.
-        prev_q: the query before the first one (B, Hq, 1, D), continuing a cached stream.
-        prev_k: the key before the first one (B, Hkv, 1, D).
+        prev_q: the query before the first one (B, Hq, 1, D), continuing a cached stream; cast to
+            q's dtype, as one more row of the stream.
+        prev_k: the key before the first one (B, Hkv, 1, D); cast to k's dtype.
         boundary: ``"replicate"`` (momentum 0 at a start) or ``"zero"``.
         backend: ``"auto"``, ``"fused"``, ``"sdpa"`` or ``"reference"``.
 
@@ -128,8 +165,12 @@ def psa_attention(
         >>> torch.allclose(out, psa_attention_reference(q, k, v, gamma_k=0.8, is_causal=True), atol=1e-5)
         True
     """
-    autocast = torch.is_autocast_enabled(q.device.type)  # SDPA casts q̂, k̂, v itself; the kernel takes v's dtype
+    autocast = autocasting(q)  # SDPA casts q̂, k̂, v itself; the kernel takes v's dtype
     check_qkv(q, k, v, attn_mask, same_dtype=not autocast)
+    check_masking(attn_mask, is_causal)
+    dropout_p = check_dropout(dropout_p)
+    gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
+    check_streams(q, k, starts, prev_q, prev_k, boundary)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if backend == "reference":
@@ -137,12 +178,9 @@ def psa_attention(
                                        is_causal=is_causal, dropout_p=dropout_p, scale=scale, starts=starts,
                                        prev_q=prev_q, prev_k=prev_k, boundary=boundary)  # type: ignore[return-value]
     if backend == "fused":
-        gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
-        check_boundary(boundary)
-        if starts is not None and q.shape[2] != k.shape[2]:
-            raise ValueError("starts applies to q and k together; their lengths must match")
-        check_stream(q, starts, prev_q)
-        check_stream(k, starts, prev_k)
+        # one more row of each stream, in its dtype, as the other backends' shear takes it
+        prev_q = None if prev_q is None else prev_q.to(q.dtype)
+        prev_k = None if prev_k is None else prev_k.to(k.dtype)
         reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal)
         if reason is not None:
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
@@ -227,8 +265,9 @@ def psa_attention_reference(
     boundary: str = "replicate",
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Slow, explicit version of ``psa_attention`` (same arguments); optionally also returns
-    the attention pattern (B, Hq, Tq, Tk).
+    """Slow, explicit version of ``psa_attention`` (same arguments; under autocast, as there, q, k and v
+    may differ in dtype and the products run in autocast's); optionally also returns the attention
+    pattern (B, Hq, Tq, Tk).
 
     Returns:
         The output (B, Hq, Tq, Dv), and with ``return_weights`` the pattern (B, Hq, Tq, Tk) too.
@@ -240,7 +279,11 @@ def psa_attention_reference(
         >>> out, pattern = psa_attention_reference(q, k, v, gamma_k=1.0, is_causal=True, return_weights=True)
         >>> torch.allclose(pattern.sum(-1), torch.ones(1, 1, 4))  # every query's weights sum to 1
         True"""
-    check_qkv(q, k, v, attn_mask)
+    check_qkv(q, k, v, attn_mask, same_dtype=not autocasting(q))  # under autocast the products cast themselves
+    check_masking(attn_mask, is_causal)
+    dropout_p = check_dropout(dropout_p)
+    gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
+    check_streams(q, k, starts, prev_q, prev_k, boundary)
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
     weights = attention_weights(q_hat, k_hat, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
@@ -285,10 +328,8 @@ def score_terms(
 ) -> ScoreTerms:
     """T1..T4 of the PSA score for q (B, Hq, Tq, D), k (B, Hkv, Tk, D); T1 + T2 + T3 + T4 = q̂ k̂ᵀ."""
     gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
-    check_boundary(boundary)
     check_qkv(q, k, k)
-    if starts is not None and q.shape[2] != k.shape[2]:
-        raise ValueError("starts applies to q and k together; their lengths must match")
+    check_streams(q, k, starts, prev_q, prev_k, boundary)
     p_q = momentum(q, starts=starts, prev=prev_q, boundary=boundary)
     p_k = momentum(k, starts=starts, prev=prev_k, boundary=boundary)
     k, p_k = expand_kv_heads(k, q.shape[1]), expand_kv_heads(p_k, q.shape[1])

@@ -15,7 +15,9 @@ and a token never sees anything before its own sequence. With ``boundary="zero"`
 
 All functions take streams shaped (B, H, T, D) and an optional ``starts`` mask (B, T) marking
 sequence starts, and an optional ``prev`` (B, H, 1, D): the raw value just before x[..., 0, :]
-(used by cached decoding, where the chunk continues an earlier one).
+(used by cached decoding, where the chunk continues an earlier one). ``prev`` is one more row of the
+stream, so it is cast to the stream's dtype (a float32 row before a bfloat16 chunk is rounded as the
+chunk's own rows are); ``starts`` and ``prev`` must be on the stream's device.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
     if isinstance(gamma, Tensor):
         if gamma.numel() != 1:
             raise TypeError(f"{name} must be a scalar, got a tensor of shape {tuple(gamma.shape)}")
+        if gamma.requires_grad:  # read as a number, it would never get a gradient
+            raise TypeError(f"{name} must be a fixed number: a tensor that requires grad (a learnable {name}) "
+                            "is not supported")
         gamma = gamma.item()
     if isinstance(gamma, bool) or not isinstance(gamma, Real):
         raise TypeError(f"{name} must be a real number, got {type(gamma).__name__}")
@@ -81,17 +86,28 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
     return starts
 
 
-def check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None) -> None:
-    """ValueError unless ``x`` is (B, H, T, D) and ``starts``, ``prev`` fit it."""
+def check_stream(x: Tensor, starts: Tensor | None, prev: Tensor | None, prev_name: str = "prev") -> None:
+    """ValueError / TypeError unless ``x`` is a (B, H, T, D) tensor and ``starts``, ``prev`` (called
+    ``prev_name`` in the message) are tensors that fit it, on its device (``prev`` may differ in dtype:
+    it is cast to ``x``'s)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"a stream must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 4:
         raise ValueError(f"streams must be (B, H, T, D), got shape {tuple(x.shape)}")
     B, H, T, D = x.shape
+    for name, y in (("starts", starts), (prev_name, prev)):
+        if y is not None and not isinstance(y, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(y).__name__}")
+        if y is not None and y.device != x.device:
+            raise ValueError(f"{name} is on {y.device}, the stream on {x.device}: they must share a device")
     if starts is not None and tuple(starts.shape) != (B, T):
         raise ValueError(f"starts must be (B, T) = {(B, T)}, got {tuple(starts.shape)}")
     if starts is not None and starts.dtype != torch.bool:
         raise TypeError(f"starts must be a bool tensor (True at sequence starts), got {starts.dtype}")
     if prev is not None and tuple(prev.shape) != (B, H, 1, D):
-        raise ValueError(f"prev must be (B, H, 1, D) = {(B, H, 1, D)}, got {tuple(prev.shape)}")
+        raise ValueError(f"{prev_name} must be (B, H, 1, D) = {(B, H, 1, D)}, got {tuple(prev.shape)}")
+    if prev is not None and not prev.is_floating_point():
+        raise TypeError(f"{prev_name} must be a floating-point tensor, got {prev.dtype}")
 
 
 def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = None,
@@ -100,11 +116,11 @@ def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
     check_stream(x, starts, prev)
     check_boundary(boundary)
     fill = x if boundary == "replicate" else torch.zeros_like(x)
-    first = prev if prev is not None else fill[..., :1, :]
+    first = prev.to(x.dtype) if prev is not None else fill[..., :1, :]  # (B, H, 1, D): one more row of x
     if torch.compiler.is_exporting():  # slicing off x_{T-1} would make the exported graph refuse T = 2
         is_first = torch.arange(x.shape[-2], device=x.device)[:, None] == 0  # (T, 1)
         x_prev = torch.where(is_first, first, torch.roll(x, 1, dims=-2))  # (B, H, T, D)
-    elif x.shape[-2] == 1 and first.dtype == x.dtype:  # one decoded row: its predecessor is ``first`` itself
+    elif x.shape[-2] == 1:  # one decoded row: its predecessor is ``first`` itself
         x_prev = first  # (B, H, 1, D)
     else:
         x_prev = torch.cat([first, x[..., :-1, :]], dim=-2)  # (B, H, T, D)
@@ -189,13 +205,15 @@ def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tens
     if gamma == -1.0:
         raise ValueError("the shear with gamma = -1 is not invertible (x̂_t = x_{t-1})")
     T = y.shape[-2]
+    if T == 0:
+        return y.clone()  # (B, H, 0, D): nothing to invert
     is_start = torch.zeros(y.shape[0], T, dtype=torch.bool, device=y.device)
     if starts is not None:
-        is_start |= starts.bool()
+        is_start |= starts
     if prev is None:
         is_start[:, 0] = True
     xs = []
-    x_last = prev if prev is not None else torch.zeros_like(y[..., :1, :])
+    x_last = prev.to(y.dtype) if prev is not None else torch.zeros_like(y[..., :1, :])  # (B, H, 1, D)
     for t in range(T):
         y_t = y[..., t : t + 1, :]  # (B, H, 1, D)
         start = is_start[:, t, None, None, None]
