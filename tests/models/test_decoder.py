@@ -268,6 +268,26 @@ def test_bad_model_inputs():
         model(torch.randint(0, 37, (1, 5)), attention_mask=torch.ones(1, 4))
 
 
+def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was():
+    """T = 0 with a mask, positions or a cache gives (B, 0, V), as the plain call does; decoding on
+    from the cache then equals the full forward."""
+    model = random_model("symmetric")
+    ids = torch.randint(0, 37, (2, 6))
+    empty = ids[:, :0]
+    for kwargs in ({}, {"attention_mask": torch.ones(2, 0)}, {"position_ids": torch.zeros(2, 0, dtype=torch.long)},
+                   {"cache": model.new_cache()}):
+        assert model(empty, **kwargs).shape == (2, 0, 37)
+    assert model(empty, scored=torch.zeros(2, 0, dtype=torch.bool)).shape == (0, 37)
+    cache = model.new_cache()
+    first = model(ids[:, :4], cache=cache)
+    assert model(empty, cache=cache, attention_mask=torch.ones(2, 0)).shape == (2, 0, 37)
+    assert len(cache) == 4
+    rest = model(ids[:, 4:], cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], 1), model(ids))
+    with pytest.raises(ValueError, match="attention_mask must be"):
+        model(empty, attention_mask=torch.ones(2, 1))
+
+
 @pytest.mark.parametrize("name,exact", [("psa-4m", 4_463_872), ("psa-20m", 19_947_008), ("psa-92m", 91_310_592)])
 def test_presets_report_exact_counts(name, exact):
     config = preset(name)

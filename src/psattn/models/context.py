@@ -78,11 +78,11 @@ def build_context(
 
     starts = sequence_starts(position_ids, attention_mask)
     if past == 0:
-        starts[:, 0] = True
+        starts[:, :1] = True  # the first token (none in an empty chunk) starts its sequence
     held_seq = None if cache is None else cache.key_seq  # None for an empty cache
     prev_seq = held_seq[:, -1:] if held_seq is not None else torch.full((B, 1), -1, dtype=torch.long, device=device)
     seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
-    simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, 0].any()))
+    simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, :1].any()))
     chunk = None if cache is None else ChunkRecord(valid, seq, position_ids, simple)
     simple = simple and (cache is None or cache.simple)
 

@@ -138,7 +138,8 @@ class DecoderLM(nn.Module):
 
         ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
         ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
-        the tokens continue the cached ones and the cache is extended. With ``scored`` (B, T) bool (a
+        the tokens continue the cached ones and the cache is extended (an empty chunk, T = 0, gives
+        logits (B, 0, V) and leaves it as it was). With ``scored`` (B, T) bool (a
         ``TaskBatch``'s ``scored``), only the logits of the marked positions are computed, as (N, V) in
         row-major order: in the last block only those positions attend (keys and values still come
         from every position), and everything after that attention is position-wise, so the last
@@ -172,6 +173,8 @@ class DecoderLM(nn.Module):
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
         )
+        if T == 0:  # an empty chunk: no logits, and a cache stays as it was
+            cache = None
         h = self.drop(self.embed(input_ids))  # (B, T, C)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
