@@ -6,11 +6,18 @@
    written back as a finished run directory under ``--runs``, so the sweep skips it on a fresh machine;
 2. ``psattn sweep EXPERIMENT --full --time-limit`` trains what is left, one run after another, until the
    time limit (counted from the script's start): the run in progress checkpoints, and the next piece
-   resumes it while the machine is still the same one (a fresh machine starts it again);
+   resumes it;
 3. every run finished but not yet saved is summarised (``psattn.experiments.saved_runs``) into one
-   archive, ``--out/EXPERIMENT.tar.gz``, and its checkpoint deleted (a psa-92m one is about 1 GB).
+   archive, ``--out/EXPERIMENT.tar.gz``, and its checkpoint deleted (a psa-92m one is about 1 GB), also
+   when the sweep ended with an error;
+4. the run left in progress, if its directory fits in three parts of 15 MiB (a text_scale model's
+   does; a psa-92m one does not), comes back as ``--out/EXPERIMENT-in-progress.tar.NN-of-MM``
+   (``psattn.experiments.run_parts``): unpacked here into ``gpu_runs/`` and carried to the next piece
+   (the device tool's ``carry``), it resumes where it stopped on a fresh machine, which otherwise starts
+   it again.
 
-``unpack ARCHIVE`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``.
+``unpack FILE...`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``,
+and the parts of a run in progress joined into ``gpu_runs/<experiment>/<run>``.
 ``page``: docs/at_scale.md's tables, verdicts and status rewritten from ``docs/results/gpu``, and its
 figures drawn into docs/figures (needs matplotlib). ``status EXPERIMENT``: how many of its declared
 runs are saved.
@@ -97,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
     finally:
         archive = _pack_finished(configs, results, runs, out, args.experiment)
+        _split_in_progress(configs, runs, out, args.experiment)
     if args.smoke and code == 0:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
         unpack_into(archive, results.parent)
         print_tables(args.experiment, results, mode)
@@ -122,11 +130,51 @@ def _pack_finished(configs, results: Path, runs: Path, out: Path, experiment: st
     return archive
 
 
+def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
+    """Each run the piece left in progress (a checkpoint, no result) as parts in ``out`` small enough to come
+    back (``psattn.experiments.run_parts``), so that the next piece, on another machine, resumes it."""
+    from psattn.experiments.run_parts import split_run
+    from psattn.training.checkpoint import load_checkpoint
+    from psattn.training.run_dir import load_result
+
+    left = [c for c in configs if (runs / c.name / "checkpoint.pt").exists() and load_result(runs / c.name) is None]
+    for i, config in enumerate(left):
+        run_dir = runs / config.name
+        step = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
+        stem = f"{experiment}-in-progress" + (f"-{i}" if i else "")
+        parts = split_run(run_dir, out, stem)
+        where = f"{run_dir.parent.name}/{run_dir.name}"
+        if parts:
+            print(f"{config.name} is in progress (step {step} of {config.train.steps}): its run directory comes back in "
+                  f"{len(parts)} part{'s' * (len(parts) > 1)}, {stem}.tar.*; unpack them here and carry gpu_runs/{where} "
+                  "to the next piece", flush=True)
+        else:
+            print(f"{config.name} is in progress (step {step} of {config.train.steps}), too large to come back: the "
+                  "next machine starts it again", flush=True)
+
+
 def unpack_into(archive: Path, into: Path) -> None:
     from psattn.experiments.saved_runs import unpack
 
     paths = unpack(archive, into)
     print(f"unpacked {len(paths)} run summaries into {into}")
+
+
+def join_parts(parts: list[Path], runs: Path) -> Path:
+    """A run in progress, from the parts a piece handed back, into ``runs/<results folder>/<run>``."""
+    from psattn.experiments.run_parts import PART_NAME, join_run
+    from psattn.training.checkpoint import load_checkpoint
+
+    stem = PART_NAME.match(parts[0].name)["stem"]  # type: ignore[index]  # is_part checked the names
+    experiment = stem.split("-in-progress")[0]
+    if experiment not in GPU_SWEEPS:
+        raise ValueError(f"{parts[0]} is not a part of a GPU sweep's run in progress ({', '.join(GPU_SWEEPS)})")
+    run_dir = join_run(parts, runs / results_folder(experiment))
+    step = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
+    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+    print(f"joined {len(parts)} part{'s' * (len(parts) > 1)} into {run_dir} (step {step}); carry {shown} to the next "
+          "piece on a GPU")
+    return run_dir
 
 
 def print_tables(experiment: str, results: Path, mode: str) -> None:
@@ -163,9 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results", help="the saved summaries (default docs/results/gpu/<experiment>)")
     r.add_argument("--runs", help="the run directories (default gpu_runs/<experiment>)")
     r.add_argument("--smoke", action="store_true", help="the quick plan on the CPU, everything under --out")
-    u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu")
-    u.add_argument("archive")
+    u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu, and a run in progress into gpu_runs")
+    u.add_argument("files", nargs="+", help="the piece's EXPERIMENT.tar.gz, and the parts of a run in progress")
     u.add_argument("--into", default=str(RESULTS))
+    u.add_argument("--runs", default=str(ROOT / "gpu_runs"), help="where a run in progress goes (git-ignored)")
     p = sub.add_parser("page", help="rewrite docs/at_scale.md's results and figures from docs/results/gpu")
     p.add_argument("--page", default=str(ROOT / "docs" / "at_scale.md"))
     p.add_argument("--results", default=str(RESULTS))
@@ -175,7 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.command == "unpack":
-        unpack_into(Path(args.archive), Path(args.into))
+        from psattn.experiments.run_parts import is_part
+
+        files = [Path(f) for f in args.files]
+        for archive in (f for f in files if not is_part(f)):
+            unpack_into(archive, Path(args.into))
+        parts = [f for f in files if is_part(f)]
+        by_stem: dict[str, list[Path]] = {}
+        for part in parts:
+            by_stem.setdefault(part.name.split(".tar.")[0], []).append(part)
+        for group in by_stem.values():
+            join_parts(group, Path(args.runs))
         return 0
     return {"run": run, "page": page, "status": status}[args.command](args)
 

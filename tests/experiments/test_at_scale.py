@@ -16,7 +16,7 @@ from psattn.experiments import at_scale, saved_runs
 from psattn.experiments.declared import STUDIES
 from psattn.experiments.studies import paper_scale
 from psattn.models.presets import preset_parameter_count
-from psattn.training.run_dir import load_result
+from psattn.training.run_dir import load_result, run_files
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what a GPU machine lacks that the CPU test environment has: the GPU path must not import them
@@ -257,3 +257,60 @@ def test_a_piece_whose_sweep_fails_still_packs_the_runs_it_finished(tiny_sweep, 
     assert gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", str(tmp_path / "out")]) == 1
     packed = saved_runs.unpack(tmp_path / "out" / "paper_scale.tar.gz", tmp_path / "docs")
     assert sorted(p.stem for p in packed) == sorted(finished)
+
+
+def test_a_run_in_progress_travels_in_parts_and_resumes_exactly_on_another_machine(tiny_sweep, tmp_path):
+    """A piece cut by its time limit hands back its run in progress in parts; joined here and carried to
+    a fresh machine, the run resumes where it stopped and ends as the uninterrupted sweep's did."""
+    import contextlib
+    import importlib.util
+    import io
+
+    from psattn.experiments import run_parts
+
+    machine_a = tmp_path / "a" / "paper_scale"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert psattn(["sweep", "paper_scale", "--quick", "--out", str(machine_a), "--time-limit", "0.01", "-q"]) == 0
+    first = paper_scale.paper_scale("quick")[0].name
+    assert (machine_a / first / "checkpoint.pt").exists() and load_result(machine_a / first) is None
+    parts = run_parts.split_run(machine_a / first, tmp_path / "out", "paper_scale-in-progress", part_bytes=64 * 1024,
+                                max_parts=50)
+    assert len(parts) > 1 and all(run_parts.is_part(p) and p.stat().st_size <= 64 * 1024 for p in parts)
+    with pytest.raises(ValueError, match=r"part 01 of \d\d is missing"):
+        run_parts.join_run(parts[:1] + parts[2:], tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert gpu_sweeps.main(["unpack", *map(str, reversed(parts)), "--runs", str(tmp_path / "b")]) == 0
+    machine_b = tmp_path / "b" / "paper_scale"
+    run_dir = machine_b / first
+    assert f"joined {len(parts)} parts into {run_dir} (step " in said.getvalue()
+    for path in (machine_a / first).iterdir():
+        if path.name in {p.name for p in run_files(path.parent)}:
+            assert (run_dir / path.name).read_bytes() == path.read_bytes(), path.name
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert psattn(["sweep", "paper_scale", "--quick", "--out", str(machine_b), "--time-limit", "600", "-q"]) == 0
+    resumed, whole = load_result(run_dir), load_result(tiny_sweep[0] / first)
+    assert [(r["step"], r["eval_accuracy"], r["train_loss"]) for r in resumed["history"]] == \
+           [(r["step"], r["eval_accuracy"], r["train_loss"]) for r in whole["history"]]
+    assert run_parts.split_run(machine_a / first, tmp_path / "small", "x", part_bytes=1024, max_parts=2) == []
+    assert not (tmp_path / "small").exists()
+
+
+def test_joining_refuses_an_archive_that_is_not_one_run_directory(tmp_path):
+    from psattn.experiments import run_parts
+
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "evil.sh").write_text("echo")
+    with tarfile.open(tmp_path / "x.tar", "w") as tar:
+        tar.add(stray / "evil.sh", arcname="run/../evil.sh")
+    part = tmp_path / "x.tar.00-of-01"
+    (tmp_path / "x.tar").rename(part)
+    with pytest.raises(ValueError, match="is not a file of a run directory"):
+        run_parts.join_run([part], tmp_path / "runs")
+    with pytest.raises(ValueError, match="not named as a part"):
+        run_parts.join_run([tmp_path / "stray" / "evil.sh"], tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()

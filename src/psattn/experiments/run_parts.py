@@ -1,0 +1,112 @@
+"""A run in progress as a few files small enough to come back from a GPU machine, and back.
+
+A GPU sweep runs in pieces of a few minutes, each on a machine that is given back afterwards, and a
+machine hands back at most 8 files of at most 16 MiB each from a command. A run cut by a piece's time
+limit checkpoints there, and without its checkpoint the next machine would start it again, so a run
+longer than one piece would never end. ``split_run`` writes the run directory's own files
+(``psattn.training.run_dir.run_files``: config, meta, metrics, checkpoint, tokenizer and data
+record) as one tar archive cut into parts of at most ``PART_BYTES``, named ``STEM.tar.00-of-03`` and
+so on; ``join_run`` checks that every part is there and that the archive holds one run directory's
+files and nothing else, then writes the directory back. Carried to the next machine, the directory
+resumes the run exactly where it stopped (``psattn.training`` resumes from the checkpoint, whose
+binding still names the config and data it trained on). A checkpoint too large to travel in
+``max_parts`` parts (psa-92m's, with its optimiser state, is about 1 GB) stays behind, and that run
+starts again on the next machine.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from pathlib import Path
+
+from psattn.training.run_dir import run_files
+
+#: bytes of one part: under the 16 MiB a GPU machine hands back per file
+PART_BYTES = 15 * 2**20
+#: parts one run may take: with a piece's summary archive and logs, within the 8 files and 64 MiB a command hands back
+MAX_PARTS = 3
+PART_NAME = re.compile(r"^(?P<stem>[A-Za-z0-9_.-]+)\.tar\.(?P<index>\d{2})-of-(?P<count>\d{2})$")
+RUN_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def split_run(run_dir: str | Path, out_dir: str | Path, stem: str, *, part_bytes: int = PART_BYTES,
+              max_parts: int = MAX_PARTS) -> list[Path]:
+    """The run files of ``run_dir`` as parts ``out_dir/STEM.tar.NN-of-MM`` of at most ``part_bytes``
+    each (returned); none, and nothing written, when they would take more than ``max_parts``."""
+    run_dir = Path(run_dir)
+    files = [path for path in run_files(run_dir) if path.is_file()]
+    if not files:
+        raise ValueError(f"{run_dir} holds no run files to split")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in files:
+            tar.add(path, arcname=f"{run_dir.name}/{path.name}")
+    data = buffer.getvalue()
+    count = -(-len(data) // part_bytes)
+    if count > max_parts:
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for index in range(count):
+        part = out_dir / f"{stem}.tar.{index:02d}-of-{count:02d}"
+        part.write_bytes(data[index * part_bytes:(index + 1) * part_bytes])
+        parts.append(part)
+    return parts
+
+
+def is_part(path: str | Path) -> bool:
+    """Whether ``path`` is named as a part of ``split_run``."""
+    return PART_NAME.match(Path(path).name) is not None
+
+
+def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
+    """Write the run directory that ``parts`` (every part of one ``split_run``, in any order) hold into
+    ``runs_dir``, replacing the run files an earlier copy left there; returns the directory. A missing
+    or foreign part, or an archive that holds anything but one run directory's files, is refused
+    (ValueError) before anything is written."""
+    if not parts:
+        raise ValueError("no parts given")
+    archives: dict[tuple[str, int], dict[int, Path]] = {}
+    for part in map(Path, parts):
+        match = PART_NAME.match(part.name)
+        if match is None or int(match["index"]) >= int(match["count"]):
+            raise ValueError(f"{part} is not named as a part of a run (STEM.tar.NN-of-MM, NN < MM)")
+        archives.setdefault((match["stem"], int(match["count"])), {})[int(match["index"])] = part
+    if len(archives) != 1:
+        raise ValueError(f"the parts belong to {len(archives)} different archives: {sorted(s for s, _ in archives)}")
+    (stem, count), by_index = next(iter(archives.items()))
+    missing = [f"{i:02d}" for i in range(count) if i not in by_index]
+    if missing:
+        raise ValueError(f"{stem}: part {', '.join(missing)} of {count:02d} is missing")
+    data = b"".join(by_index[i].read_bytes() for i in range(count))
+    members = _members(data, stem)
+    run_dir = Path(runs_dir) / next(iter(members)).split("/")[0]
+    for path in run_files(run_dir):  # the copy left by an earlier piece, if any
+        path.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, content in members.items():
+        (run_dir / name.split("/")[1]).write_bytes(content)
+    return run_dir
+
+
+def _members(data: bytes, stem: str) -> dict[str, bytes]:
+    """The files of one run directory in the tar ``data``, by member name; ValueError otherwise."""
+    allowed = {path.name for path in run_files(".")}
+    members: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for info in tar.getmembers():
+                folder, _, name = info.name.partition("/")
+                if not (info.isfile() and RUN_NAME.match(folder) and name in allowed):
+                    raise ValueError(f"{stem}: member {info.name!r} is not a file of a run directory")
+                file = tar.extractfile(info)
+                assert file is not None  # a regular file
+                members[info.name] = file.read()
+    except tarfile.TarError as err:
+        raise ValueError(f"{stem}: the joined parts are no tar archive ({err})") from None
+    if len({name.split("/")[0] for name in members}) != 1:
+        raise ValueError(f"{stem}: the archive must hold one run directory")
+    return members
