@@ -288,6 +288,43 @@ def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was():
         model(empty, attention_mask=torch.ones(2, 1))
 
 
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"n_kv_heads": 0}, ValueError, "n_kv_heads must be a positive integer, got 0"),  # was MHA, silently
+    ({"n_kv_heads": -2}, ValueError, "n_kv_heads must be a positive integer"),
+    ({"n_heads": 0}, ValueError, "n_heads must be a positive integer"),
+    ({"n_heads": 3}, ValueError, r"d_model \(32\) must be divisible by n_heads \(3\), or give head_dim"),
+    ({"head_dim": 0}, ValueError, "head_dim must be a positive integer"),
+    ({"dropout": 2.0}, ValueError, r"dropout must lie in \[0, 1\)"),
+    ({"attention": "symmetric"}, TypeError, "attention must be an AttentionConfig or None, got str"),
+])
+def test_an_attention_layer_refuses_what_model_config_refuses(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        PhaseSpaceAttention(**{"d_model": 32, "n_heads": 4, **kwargs})
+
+
+def test_an_attention_layer_names_a_malformed_input_or_scored_mask():
+    layer = PhaseSpaceAttention(32, 4, attention=AttentionConfig("symmetric", 0.5))
+    x = torch.randn(1, 3, 32)
+    for bad, error, message in ((torch.randn(3, 32), ValueError, r"x must be \(B, T, d_model=32\)"),
+                                (torch.randn(1, 3, 16), ValueError, r"got shape \(1, 3, 16\)"),
+                                (torch.ones(1, 3, 32, dtype=torch.long), TypeError, "floating-point")):
+        with pytest.raises(error, match=message):
+            layer(bad)
+    with pytest.raises(ValueError, match=r"scored must be \(B, T\) = \(1, 3\), got \(1, 4\)"):
+        layer(x, scored=torch.ones(1, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="scored must be a bool tensor"):
+        layer(x, scored=torch.ones(1, 3, dtype=torch.long))
+
+
+def test_a_scored_mask_of_integers_is_refused_rather_than_read_as_row_indices():
+    model = random_model()
+    ids = torch.randint(0, 37, (2, 4))
+    scored = torch.tensor([[False, True, False, True], [False, False, False, True]])
+    assert model(ids, scored=scored).shape == (3, 37)
+    with pytest.raises(TypeError, match="scored must be a bool tensor"):
+        model(ids, scored=scored.long())
+
+
 @pytest.mark.parametrize("name,exact", [("psa-4m", 4_463_872), ("psa-20m", 19_947_008), ("psa-92m", 91_310_592)])
 def test_presets_report_exact_counts(name, exact):
     config = preset(name)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from psattn.models.config import AttentionConfig
+from psattn.models.config import AttentionConfig, check_dropout_rate, check_heads
 from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
 from psattn.models.marked import attend_marked
@@ -50,6 +50,17 @@ from psattn.ops.shear import momentum, shear
 
 #: a shear function: (x, gamma, *, starts, prev, boundary) -> x̂ (B, H, T, D)
 ShearFn = Callable[..., Tensor]
+
+
+def check_scored(scored: Tensor, shape: tuple[int, ...]) -> None:
+    """ValueError / TypeError unless ``scored`` is a bool tensor of ``shape`` (B, T): a mask of the positions
+    to keep (0/1 integers would index rows instead)."""
+    if not isinstance(scored, Tensor):
+        raise TypeError(f"scored must be a torch.Tensor or None, got {type(scored).__name__}")
+    if tuple(scored.shape) != shape:
+        raise ValueError(f"scored must be (B, T) = {shape}, got {tuple(scored.shape)}")
+    if scored.dtype != torch.bool:
+        raise TypeError(f"scored must be a bool tensor (True at the positions to score), got {scored.dtype}")
 
 
 class PhaseSpaceAttention(nn.Module):
@@ -82,12 +93,11 @@ class PhaseSpaceAttention(nn.Module):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
-        n_kv_heads = n_kv_heads or n_heads
-        if (head_dim is None and d_model % n_heads) or n_heads % n_kv_heads:
-            raise ValueError(
-                f"need d_model % n_heads == 0 (or an explicit head_dim) and n_heads % n_kv_heads == 0; "
-                f"got {d_model}, {n_heads}, {n_kv_heads}"
-            )
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_heads(d_model, n_heads, n_kv_heads, head_dim, "head_dim")  # as ModelConfig checks them
+        check_dropout_rate(dropout)
+        if attention is not None and not isinstance(attention, AttentionConfig):
+            raise TypeError(f"attention must be an AttentionConfig or None, got {type(attention).__name__}")
         self.config = attention or AttentionConfig()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim  # d_k: may differ from d_model / n_heads
@@ -145,6 +155,7 @@ class PhaseSpaceAttention(nn.Module):
                 scored: Tensor | None = None) -> Tensor:
         """x (B, T, d_model) -> (B, T, d_model); with ``scored`` (B, T) bool, the outputs of the
         scored positions alone: -> (N, d_model) in row-major order."""
+        self.check_input(x, scored)
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         if self.key_lag is not None and cache is not None:
@@ -157,6 +168,19 @@ class PhaseSpaceAttention(nn.Module):
             q_hat, k_hat, v = self._streams(x, ctx, cache)
             out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
         return self.o_proj(out if scored is None else out[scored])  # (B, T, d_model) or (N, d_model)
+
+    def check_input(self, x: Tensor, scored: Tensor | None = None) -> None:
+        """ValueError / TypeError naming the argument unless x is a floating-point (B, T, d_model) tensor
+        and ``scored``, if given, a bool (B, T) one."""
+        d_model = self.q_proj.in_features
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != d_model:
+            raise ValueError(f"x must be (B, T, d_model={d_model}), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+        if scored is not None:
+            check_scored(scored, tuple(x.shape[:2]))
 
     def _one_call(self, cache: LayerCache | None) -> bool:
         """Whether shear and attention can be one ``psa_attention`` call: the standard post-RoPE shear,

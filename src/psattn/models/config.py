@@ -55,6 +55,32 @@ def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
     return from_fields(AttentionConfig, data, "attention config")
 
 
+def check_positive_int(name: str, value: Any) -> None:
+    """ValueError naming ``name`` unless ``value`` is a positive integer (not a bool)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None, head_dim_name: str = "d_head") -> None:
+    """ValueError naming the field unless the widths and head counts of an attention layer fit together:
+    positive integers, d_model divisible by n_heads (unless ``head_dim``, called ``head_dim_name``, is
+    given) and n_heads a multiple of n_kv_heads."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        check_positive_int(name, value)
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0):
+        raise ValueError(f"{head_dim_name} must be a positive integer or unset, got {head_dim!r}")
+    if head_dim is None and d_model % n_heads:
+        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads}), or give {head_dim_name}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+
+
+def check_dropout_rate(dropout: Any) -> None:
+    """ValueError unless ``dropout`` is a number in [0, 1)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+
+
 Norm = Literal["layernorm", "rmsnorm"]
 NORMS: tuple[str, ...] = get_args(Norm)
 #: "scaled": every embedding and linear weight ~ N(0, 1 / (3 d_model)), the scale of PyTorch's default
@@ -101,13 +127,10 @@ class ModelConfig:
             self.n_kv_heads = self.n_heads
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_mlp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("vocab_size", "n_layers", "d_mlp"):
+            check_positive_int(name, getattr(self, name))
+        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.d_head)
         if self.d_head is not None:
-            if not isinstance(self.d_head, int) or isinstance(self.d_head, bool) or self.d_head <= 0:
-                raise ValueError(f"d_head must be a positive integer or null, got {self.d_head!r}")
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
         if self.init not in INITS and not (
@@ -122,15 +145,9 @@ class ModelConfig:
                                  f"got {self.mlp!r}")
         elif not isinstance(self.mlp, bool):
             raise ValueError(f"mlp must be true, false or one true/false per layer, got {self.mlp!r}")
-        if self.d_head is None and self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
-                             "or give d_head")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
             raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+        check_dropout_rate(self.dropout)
         rotary_dim(self.head_dim, self.rotary_fraction)
         if isinstance(self.attention, dict):
             self.attention = _attention_from_dict(self.attention)

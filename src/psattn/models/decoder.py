@@ -12,7 +12,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from psattn.models.attention import PhaseSpaceAttention, ShearFn
+from psattn.models.attention import PhaseSpaceAttention, ShearFn, check_scored
 from psattn.models.config import ModelConfig
 from psattn.models.context import build_context
 from psattn.ops.cache import PSACache
@@ -157,8 +157,8 @@ class DecoderLM(nn.Module):
                 raise ValueError("pass scored alone (output_mask is its former name)")
             warnings.warn("DecoderLM's output_mask is now called scored", DeprecationWarning, stacklevel=2)
             scored = output_mask
-        if scored is not None and scored.shape != input_ids.shape:
-            raise ValueError(f"scored must be (B, T) = {tuple(input_ids.shape)}, got {tuple(scored.shape)}")
+        if scored is not None:
+            check_scored(scored, tuple(input_ids.shape))
         if cache is None:
             return self._forward(input_ids, position_ids, attention_mask, None, scored)
         before = cache.fork()
