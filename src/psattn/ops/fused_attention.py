@@ -358,7 +358,7 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 #: dimension and switch set (not per length: a new length reuses the choice); the interpreter takes
 #: 16 x 16 tiles, the smallest tl.dot takes. The last shape of each list is small enough for fp32 tiles
 #: at D = 128 (the larger ones need more shared memory than a Hopper GPU has, in fp32); the first of
-#: each spills no registers in bf16 at D = 128. The causal split into whole and masked tiles needs
+#: each spills none or a few bytes in bf16 at D = 128 (docs/kernel.md). The causal split into whole and masked tiles needs
 #: BLOCK_M to be a multiple of BLOCK_N in the forward and dq kernels, and the converse in the dk/dv
 #: kernel. ``scripts/compile_kernels.py`` compiles them all and prints what each needs.
 _KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
