@@ -55,6 +55,7 @@ def test_power_law_favours_early_queries():
     uniform, skewed = mean_offset(1.0), mean_offset(0.01)
     assert abs(uniform - 35) < 2  # gaps uniform in 0..35, four distinct: mean offset 2 * 17.5
     assert skewed < uniform - 10
+    assert mean_offset(1e4) == 2 * (35 + 34 + 33 + 32) / 4  # a huge power_a: the four latest gaps, no overflow
 
 
 def test_full_query_section_is_supported():
@@ -77,5 +78,9 @@ test_bad_configs_raise_naming_the_field = bad_configs_raise(AssociativeRecallCon
     ({"num_pairs": 0}, "num_pairs must be >= 1"),
     ({"vocab_size": 16, "num_pairs": 8}, "vocab_size=16 too small for num_pairs=8"),
     ({"seq_len": 32, "num_pairs": 8}, "seq_len=32 too short for num_pairs=8"),
-    ({"power_a": 0.0}, "power_a must be > 0"),
+    ({"power_a": 0.0}, r"power_a must be a finite number > 0, got 0.0"),
+    ({"power_a": float("inf")}, r"power_a must be a finite number > 0, got inf"),
+    ({"power_a": float("nan")}, r"power_a must be a finite number > 0, got nan"),
+    ({"power_a": True}, r"power_a must be a finite number > 0, got True"),
+    ({"power_a": "1"}, r"power_a must be a finite number > 0, got '1'"),
 ])

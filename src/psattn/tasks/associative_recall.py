@@ -25,6 +25,8 @@ filler is PAD = 1 rather than 0. Example (vocab 16: keys 2..7, values 8..15; seq
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -61,8 +63,9 @@ class AssociativeRecallConfig:
             self, 1 + 4 * self.num_pairs,
             "BOS + 2*num_pairs pair tokens + a query section of 2*num_pairs", given="num_pairs",
         )
-        if not self.power_a > 0:
-            raise ValueError(f"power_a must be > 0, got {self.power_a}")
+        a = self.power_a
+        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not (math.isfinite(a) and a > 0):
+            raise ValueError(f"power_a must be a finite number > 0, got {a!r}")
 
     @property
     def num_keys(self) -> int:
@@ -83,8 +86,11 @@ def _draw(config: AssociativeRecallConfig, rows: int, generator: torch.Generator
     pairs = torch.stack([keys, values], dim=-1).reshape(rows, 2 * n)  # (B, 2n): k1 v1 k2 v2 ...
     section = config.seq_len - 1 - 2 * n
     gap = torch.arange(1, section // 2 + 1, device=device, dtype=torch.float64)
-    weights = (config.power_a * gap ** (config.power_a - 1)).expand(rows, -1)  # (B, section // 2)
-    slots = 2 * torch.multinomial(weights, n, replacement=False, generator=generator)  # (B, n)
+    log_weights = (config.power_a - 1) * gap.log()  # (section // 2,): P(gap) ∝ (gap + 1)^(a - 1), in logs
+    # n distinct gaps as torch.multinomial draws them without replacement (the n largest weight / E, E ~ Exp(1):
+    # Efraimidis and Spirakis, 2006), with the same draws, in logs: no weight overflows or underflows at large a
+    noise = torch.empty(rows, len(gap), device=device, dtype=torch.float64).exponential_(generator=generator)
+    slots = 2 * (log_weights - noise.log()).topk(n, dim=-1).indices  # (B, n)
     queries = torch.full((rows, section), PAD, device=device).scatter_(1, slots, keys)
     answers = torch.full((rows, section), IGNORE_INDEX, device=device).scatter_(1, slots, values)
     bos = torch.full((rows, 1), BOS, device=device)
