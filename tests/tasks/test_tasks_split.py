@@ -52,5 +52,5 @@ def test_sample_split_gives_up_when_a_split_is_empty():
     row = torch.arange(6).view(1, 6)
     split = "train" if bool(in_split(row, "eval")) else "eval"  # the split this row is not in
     draw = lambda n: TaskBatch(row.expand(n, -1).clone(), torch.full((n, 6), IGNORE_INDEX))  # noqa: E731
-    with pytest.raises(RuntimeError, match="row space is too small"):
+    with pytest.raises(ValueError, match="possible rows are too few for a train/eval split"):
         sample_split(draw, 3, split)

@@ -78,8 +78,8 @@ def sample_split(draw: Callable[[int], TaskBatch], batch_size: int, split: str) 
         if have >= batch_size:
             break
     else:
-        raise RuntimeError(
-            f"could not draw {batch_size} {split!r} rows in {_MAX_ROUNDS} rounds; "
-            "the task's row space is too small for a train/eval split"
+        raise ValueError(
+            f"could not draw {batch_size} {split!r} rows in {_MAX_ROUNDS} rounds: the task's possible rows are too "
+            f"few for a train/eval split; make them more (a longer seq_len, more keys or values)"
         )
     return TaskBatch(torch.cat(inputs)[:batch_size], torch.cat(targets)[:batch_size])
