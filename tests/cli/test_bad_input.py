@@ -60,6 +60,7 @@ CASES = [
     ("train --config {d} --run-dir {d}/r", "is a directory; give the path of a JSON file"),
     ("train --run-dir {d}/r --set train.eval_size=1000000000", "GiB of held-out rows"),  # it died allocating them
     ("eval --run-dir {d}/run --rows 100000000", "drawing 100,000,000 held-out rows needs about"),  # 25 GiB kept, 24x drawn
+    ("eval --run-dir {d}/run --set task.seq_len=100000", "held-out rows of task.seq_len=100000 does not fit in memory"),
     ("train --config= --run-dir {d}/r", "--config is empty"),
     ("train --config {d}/broken.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/binary.json --run-dir {d}/r", "not valid JSON"),

@@ -18,7 +18,7 @@ from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import task_name
 from psattn.tasks.text import TextConfig
 from psattn.training.config import RunConfig, apply_overrides
-from psattn.training.memory import check_held_out_fits
+from psattn.training.memory import check_evaluation_fits
 from psattn.training.run_dir import eval_batch, load_trained
 from psattn.training.task_metrics import task_metrics
 
@@ -74,7 +74,7 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
         if rows > held:
             capped, rows = rows, max(held, 1)
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, eval_size=rows))
-    check_held_out_fits(config)
+    check_evaluation_fits(config, model_device(model))
     batch = eval_batch(config).to(model_device(model))
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),

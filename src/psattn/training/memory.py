@@ -43,6 +43,7 @@ class MemoryEstimate:
     activation_bytes: int  # the larger of a training step's and an evaluation chunk's
     held_out_bytes: int = 0  # the held-out rows' inputs and targets, kept on the device
     drawing_bytes: int = 0  # the host's peak while the held-out rows are drawn
+    evaluation_bytes: int = 0  # an evaluation chunk's activations (forward only)
 
     @property
     def total_bytes(self) -> int:
@@ -67,7 +68,7 @@ def estimate(config: RunConfig) -> MemoryEstimate:
     evaluation = activations(min(EVAL_CHUNK, config.train.eval_size), backward=False)
     tokens = config.train.eval_size * T
     return MemoryEstimate(parameters, 4 * FP32 * parameters, max(step, evaluation), 2 * INT64 * tokens,
-                          DRAW_BYTES_PER_TOKEN * tokens)
+                          DRAW_BYTES_PER_TOKEN * tokens, evaluation)
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -123,6 +124,22 @@ def check_held_out_fits(config: RunConfig) -> None:
         raise ValueError(f"drawing {config.train.eval_size:,} held-out rows needs about {need / GIB:.1f} GiB of host "
                          f"memory, and {free / GIB:.1f} GiB is available: ask for fewer rows (train.eval_size, or "
                          "eval --rows)")
+
+
+def check_evaluation_fits(config: RunConfig, device: torch.device) -> None:
+    """Refuse (ValueError, one line with the numbers) scoring ``config.train.eval_size`` held-out rows on
+    ``device`` when an evaluation chunk's forward activations and the held-out rows would not fit beside the
+    model already there (``psattn eval``), after checking the rows' drawing (``check_held_out_fits``)."""
+    check_held_out_fits(config)
+    need = estimate(config)
+    total, free = need.evaluation_bytes + need.held_out_bytes, available_bytes(device)
+    if free is not None and total > MARGIN * free:
+        raise ValueError(
+            f"scoring {config.train.eval_size:,} held-out rows of task.seq_len={getattr(config.task, 'seq_len', '?')} "
+            f"does not fit in memory on {device}: it needs about {total / GIB:.1f} GiB "
+            f"({need.evaluation_bytes / GIB:.1f} GiB of activations for a chunk of "
+            f"{min(EVAL_CHUNK, config.train.eval_size)} rows, {need.held_out_bytes / GIB:.1f} GiB of held-out rows), "
+            f"and {free / GIB:.1f} GiB is available: ask for a shorter task.seq_len or fewer rows (eval --rows)")
 
 
 def placed(model: Model, device: torch.device) -> Model:
