@@ -158,6 +158,8 @@ def test_a_pattern_or_a_source_file_is_a_corpus(tmp_path):
 def test_text_config_refuses_bad_values():
     for fields, match in [({"tokenizer": "word"}, "tokenizer"), ({"vocab_size": 300}, "byte tokenizer"),
                           ({"tokenizer": "bpe", "vocab_size": 100}, "BPE"), ({"seq_len": 1}, "seq_len"),
+                          ({"seq_len": 3}, r"seq_len must be an integer >= 4 \(the copy measures repeat seq_len // 2 "
+                                           r">= 2 tokens\), got 3"),
                           ({"eval_fraction": 0.7}, "eval_fraction")]:
         with pytest.raises(ValueError, match=match):
             make_task_config("text", **fields)
