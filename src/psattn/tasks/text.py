@@ -53,8 +53,9 @@ class TextConfig:
             raise ValueError(f"the byte tokenizer has vocab_size 256, got {self.vocab_size}")
         if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**20:
             raise ValueError(f"a BPE vocabulary needs 257..{2**20} entries (256 bytes plus merges), got {self.vocab_size}")
-        if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 2:
-            raise ValueError(f"seq_len must be an integer >= 2, got {self.seq_len!r}")
+        if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 4:
+            raise ValueError(f"seq_len must be an integer >= 4 (the copy measures repeat seq_len // 2 >= 2 tokens), "
+                             f"got {self.seq_len!r}")
         if not (isinstance(self.eval_fraction, float) and 0.0 < self.eval_fraction < 0.5 and math.isfinite(self.eval_fraction)):
             raise ValueError(f"eval_fraction must be a number in (0, 0.5), got {self.eval_fraction!r}")
         if self.split not in SPLITS:
