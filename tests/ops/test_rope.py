@@ -95,3 +95,9 @@ def test_a_model_cast_to_half_precision_keeps_float32_frequencies(dtype):
     cast_cos, cast_sin = rope(positions)
     assert torch.equal(cast_cos, cos) and torch.equal(cast_sin, sin)
     assert model.double().blocks[0].attn.rope.inv_freq.dtype == torch.float64  # wider stays as asked
+
+
+def test_apply_rope_refuses_tables_for_other_positions_by_shape():
+    cos, sin = RotaryEmbedding(8)(torch.arange(6)[None])  # six positions
+    with pytest.raises(ValueError, match=r"RoPE tables of shape \(1, 1, 6, 8\).*stream of shape \(1, 2, 5, 8\)"):
+        apply_rope(torch.randn(1, 2, 5, 8), cos, sin)
