@@ -77,7 +77,7 @@ def test_eval_scores_a_text_run_with_its_own_tokenizer_however_the_corpus_is_giv
     assert "its own tokenizer" in capsys.readouterr().err
 
 
-def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_windows(tmp_path, capsys,
+def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_windows(tmp_path, capsys, monkeypatch,
                                                                                       fresh_token_cache):
     pytest.importorskip("tokenizers")
     from psattn.textdata import tokens as token_cache
@@ -88,7 +88,16 @@ def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_win
     main(["eval", "--run-dir", str(run), "--rows", "100000"])
     out = capsys.readouterr().out
     assert "not the data the run trained on: the corpus and eval differ" in out, out
-    assert "100,000 rows asked; the held-out text holds" in out, out
+    assert "100,000 rows asked; the held-out text holds" in out and "windows, so each is scored once" in out, out
+    import torch
+
+    from psattn.training import evaluation
+
+    scored = []
+    real = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda model, batch: scored.append(batch) or real(model, batch))
     main(["eval", "--run-dir", str(run), "--rows", "100000", "--json"])
     scores = json.loads(capsys.readouterr().out)
     assert scores["rows"] == scores["rows_capped"]["held_out_windows"] < 100000
+    inputs = scored[0].inputs  # (rows, T): the windows at starts 0, 1, 2, ...: every held-out window, each once
+    assert len(inputs) == scores["rows"] and torch.equal(inputs[1:, :-1], inputs[:-1, 1:])

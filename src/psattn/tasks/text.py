@@ -89,3 +89,16 @@ def sample(config: TextConfig, batch_size: int, generator: torch.Generator, spli
     starts = torch.randint(0, span + 1, (batch_size,), generator=generator, device=generator.device).cpu().numpy()
     rows = windows(stream, starts, config.seq_len + 1)  # (B, T + 1)
     return TaskBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())
+
+
+def every_window(config: TextConfig, split: str = "eval") -> TaskBatch:
+    """Every window of ``split``'s text once, in order: ``len(stream) - seq_len`` rows (what scoring all of a
+    split means, where ``sample`` draws windows with repeats)."""
+    check_split(split)
+    corpus = config.tokens()
+    stream = corpus.train if split == "train" else corpus.eval
+    count = len(stream) - config.seq_len
+    if count < 1:
+        raise ValueError(f"the {split} text ({len(stream)} tokens) is shorter than one window of {config.seq_len + 1}")
+    rows = windows(stream, np.arange(count), config.seq_len + 1)  # (N, T + 1)
+    return TaskBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())

@@ -16,7 +16,7 @@ from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import task_name
-from psattn.tasks.text import TextConfig
+from psattn.tasks.text import TextConfig, every_window
 from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.memory import check_evaluation_fits
 from psattn.training.run_dir import eval_batch, load_trained
@@ -49,8 +49,8 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     ``corpus`` (or ``task.corpus=...``) scores a text run on another corpus. A text run is always scored
     on ids of its own tokenizer (its tokenizer.json); the result's ``data_changed`` lists what of the
     scored text differs from what the run trained on (its data.json), and ``rows_capped`` says when
-    ``rows`` asked for more windows than the held-out text holds. ``device``: where the model runs
-    (``"auto"``: CUDA when available), whichever device it trained on."""
+    ``rows`` asked for more windows than the held-out text holds (then every window is scored once).
+    ``device``: where the model runs (``"auto"``: CUDA when available), whichever device it trained on."""
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")
@@ -75,7 +75,10 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
             capped, rows = rows, max(held, 1)
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, eval_size=rows))
     check_evaluation_fits(config, model_device(model))
-    batch = eval_batch(config).to(model_device(model))
+    if capped is not None and isinstance(config.task, TextConfig):  # every held-out window, each once
+        batch = every_window(config.task).to(model_device(model))
+    else:
+        batch = eval_batch(config).to(model_device(model))
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
               "rows": len(batch), "accuracy": accuracy, "loss": loss}
@@ -131,7 +134,7 @@ def format_evaluation(result: dict[str, Any]) -> str:
                      "(another corpus, or its corpus changed since)")
     if "rows_capped" in result:
         lines.append(f"  {result['rows_capped']['asked']:,} rows asked; the held-out text holds "
-                     f"{result['rows_capped']['held_out_windows']:,} distinct windows, so that many are scored")
+                     f"{result['rows_capped']['held_out_windows']:,} windows, so each is scored once")
     if "bits_per_byte" in result:
         gain = result["passage_first_loss"] - result["passage_second_loss"]
         lines.append(f"  bits per byte {result['bits_per_byte']:.3f}, loss {result['loss']:.3f} nats per token, "
