@@ -184,3 +184,6 @@ def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch
     assert main(["sweep", "paper_scale", "--quick", "--time-limit", "60", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("psattn: error: run paper_scale-") and "loss became nan at step 0" in err[-1], err
+    assert "(and 15 more runs diverged; their results record where)" in err[-1]  # a sweep in pieces goes on
+    assert main(["sweep", "paper_scale", "--quick", "--time-limit", "60", "--out", str(tmp_path)]) == 0  # all ended
+    assert "diverged at 0" in capsys.readouterr().out

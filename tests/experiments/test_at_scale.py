@@ -66,6 +66,16 @@ def test_the_table_and_verdict_put_every_seed_beside_the_papers_table():
     assert len(verdict) == 1 and "14.2× earlier (1,425 against 100 steps" in verdict[0] and "3.8× earlier" in verdict[0]
 
 
+def test_a_diverged_seed_is_named_in_the_table_and_the_verdict():
+    results = dict([fake("psa-92m", "all_positions", "baseline", 0.0, s, None) for s in (0, 1)]
+                   + [fake("psa-92m", "all_positions", "symmetric", 0.8, s, 100) for s in (0, 1)])
+    results[next(n for n in results if "symmetric" in n and n.endswith("1"))] |= {"diverged_at": 1234, "emergence_step": None}
+    rows = paper_scale.scale_table(results)
+    assert paper_scale.format_scale_table(rows)[3].startswith(
+        "| psa-92m | all_positions | symmetric | 0.8 | 100, diverged at 1,234 |")
+    assert "(diverged: all_positions symmetric γ=0.8 on 1 seed)" in paper_scale.scale_verdict(rows)[0]
+
+
 def test_a_run_summary_saved_with_the_old_form_spelling_tables_as_all_positions(tmp_path):
     """A GPU piece packed before the form was spelled all_positions still lands in its row."""
     for seed in (0, 1, 2):

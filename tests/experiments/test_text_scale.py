@@ -79,6 +79,10 @@ def test_a_depth_with_only_its_plain_run_gets_one_clean_clause():
     results = dict([run(1, "baseline", 0.0, 0, [2.2, 2.1, 2.0, 2.0], [0.0, 0.0, 0.0, 0.0])])
     verdict = text_scale.scale_verdict(results, text_scale.scale_table(results))
     assert verdict == ["**1 layer**: the plain model shows no phase change on any seed."], verdict
+    name = next(iter(results))
+    results[name]["diverged_at"] = 1500
+    assert text_scale.scale_verdict(results, text_scale.scale_table(results))[-1] == (
+        f"Diverged (the loss stopped being finite; their curves end there): {name} at step 1,500.")
 
 
 def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path):

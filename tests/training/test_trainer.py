@@ -11,6 +11,7 @@ from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import loss as loss_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
+from psattn.training.run_dir import load_result
 from psattn.training.schedule import lr_factor
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
@@ -116,6 +117,8 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert state["step"] == 10
     assert all(torch.isfinite(p).all() for p in state["model"].values())
+    result = load_result(tmp_path)  # the outcome, for a sweep to count the run as ended and say where
+    assert result["diverged_at"] == 15 and result["steps"] == 15 and result["emergence_step"] is None
 
 
 def test_a_restart_stopped_by_a_signal_says_to_resume_without_restart(tmp_path):

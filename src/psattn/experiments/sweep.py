@@ -32,7 +32,7 @@ from psattn.progress import progress_bar
 from psattn.training.config import RunConfig, config_differences, holds_same_run
 from psattn.training.lock import run_lock
 from psattn.training.run_dir import load_result
-from psattn.training.signals import STOP_SIGNALS, TrainingInterrupted, on_stop_signals
+from psattn.training.signals import STOP_SIGNALS, TrainingDiverged, TrainingInterrupted, on_stop_signals
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -145,12 +145,15 @@ def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: floa
     """Train the unfinished configs one after another in this process, in the given order, until
     ``time_limit_s`` seconds have passed: the run then in progress checkpoints at its next step and
     stops, and no other starts (the same call later resumes it). For a sweep in pieces on one GPU.
-    Returns the saved results of the finished configs, keyed by name, and the names of the rest."""
+    A run whose loss stops being finite ends there (its result records the step) and the next one
+    starts; ``TrainingDiverged`` is raised after the last, naming them. Returns the saved results of
+    the finished configs (diverged ones included), keyed by name, and the names of the rest."""
     if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
         raise ValueError(f"the time limit must be a positive number of seconds, got {time_limit_s!r}")
     out_dir = Path(out_dir)
     _check_out_dir(configs, out_dir)
     deadline = time.monotonic() + time_limit_s
+    diverged: list[str] = []
     for config in progress_bar(configs, desc="runs", enabled=progress):
         left = deadline - time.monotonic()
         if left <= 0:
@@ -159,8 +162,15 @@ def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: floa
         with run_lock(run_dir, wait=True):
             if load_result(run_dir) is None:
                 log.info("%s: training (%.0f s left)", run_dir, left)
-                if train(config, run_dir, lock=False, time_limit_s=left).timed_out:
-                    break
+                try:
+                    if train(config, run_dir, lock=False, time_limit_s=left).timed_out:
+                        break
+                except TrainingDiverged as err:  # an outcome, recorded in the run's result: go on with the next
+                    log.warning("%s", err)
+                    diverged.append(str(err))
+    if diverged:
+        more = f" (and {len(diverged) - 1} more runs diverged; their results record where)" if len(diverged) > 1 else ""
+        raise TrainingDiverged(diverged[0] + more)
     results = {c.name: load_result(out_dir / c.name) for c in configs}
     return {k: v for k, v in results.items() if v is not None}, [k for k, v in results.items() if v is None]
 

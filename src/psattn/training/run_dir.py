@@ -62,6 +62,7 @@ class RunResult:
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
     timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
+    diverged_at: int | None = None  # the step whose loss was not finite: the run ended there, unstepped
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, the history included."""
@@ -72,12 +73,14 @@ class RunResult:
         return {k: v for k, v in asdict(self).items() if k != "history"}
 
     @classmethod
-    def of(cls, state: TrainState, budget: int, timed_out: bool = False) -> RunResult:
-        """The result of a run whose training state is ``state``, with a budget of ``budget`` steps."""
+    def of(cls, state: TrainState, budget: int, timed_out: bool = False, diverged: bool = False) -> RunResult:
+        """The result of a run whose training state is ``state``, with a budget of ``budget`` steps;
+        ``diverged``: its loss at ``state.step`` was not finite."""
         accs = [row["eval_accuracy"] for row in state.history if row["step"] > 0]  # the trained model's
         return cls(final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
                    emergence_step=state.emergence_step, steps=state.step, stopped_early=state.step < budget,
-                   seconds=state.seconds, history=state.history, timed_out=timed_out)
+                   seconds=state.seconds, history=state.history, timed_out=timed_out,
+                   diverged_at=state.step if diverged else None)
 
 
 #: what every loaded result holds (see ``RunResult``): result.json's summary and the history

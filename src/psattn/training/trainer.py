@@ -119,6 +119,9 @@ class _Run:
         loss = self.forward(mine.inputs, mine.targets, scored)
         if not torch.isfinite(mean_over_ranks(loss, self.ddp)):
             kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
+            if self.writes:  # the run's outcome: a sweep counts it as ended, and its tables say where it diverged
+                write_json(self.directory / RESULT, RunResult.of(self.state, self.t.steps, diverged=True).summary())
+                kept += f"; {self.directory / RESULT} records the divergence"
             run = f"run {self.config.name}: " if self.config.name else ""
             raise TrainingDiverged(f"{run}loss became {loss.item()} at step {self.state.step}; stopping ({kept})")
         self.optimizer.zero_grad(set_to_none=True)

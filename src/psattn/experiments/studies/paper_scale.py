@@ -120,6 +120,7 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         emerged = [s for s in steps if s is not None]
         rows.append({"size": size, "form": form, "variant": variant, "gamma": gamma,
                      "seeds": [r["config"]["train"]["seed"] for r in runs], "emergence_steps": steps,
+                     "diverged_at": [r.get("diverged_at") for r in runs],
                      "successes": len(emerged), "mean_emergence_step": statistics.fmean(emerged) if emerged else None,
                      "mean_best_accuracy": statistics.fmean(r["best_accuracy"] for r in runs),
                      "cap": runs[0]["config"]["train"]["steps"], "threshold": runs[0]["config"]["train"]["threshold"]})
@@ -140,9 +141,17 @@ def paper_cell(row: dict[str, Any]) -> str:
 
 
 def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The table as markdown lines: per seed the emergence step ("—": not within the cap)."""
+    """The table as markdown lines: per seed the emergence step ("—": not within the cap; "diverged at
+    N": the loss stopped being finite at step N)."""
+    def seed(step, diverged):
+        shown = "—" if step is None else f"{step:,}"
+        if diverged is None:
+            return shown
+        return f"diverged at {diverged:,}" if step is None else f"{shown} (diverged at {diverged:,})"
+
     def steps(r):
-        return ", ".join("—" if s is None else f"{s:,}" for s in r["emergence_steps"])
+        diverged = r.get("diverged_at", [None] * len(r["seeds"]))
+        return ", ".join(seed(s, d) for s, d in zip(r["emergence_steps"], diverged, strict=True))
     return table(
         ["model", "form", "variant", "gamma", "emergence step per seed", "succeed", "mean emergence step",
          "mean best accuracy", f"paper ({PAPER_SIZE})"],
@@ -164,6 +173,13 @@ def scale_verdict(rows: list[dict[str, Any]]) -> list[str]:
         n = len(plain["seeds"])
         line = (f"**{size}, full-sequence form**: gamma 0.8 emerged on {psa['successes']}/{len(psa['seeds'])} seeds, "
                 f"the plain model on {plain['successes']}/{n} within {plain['cap']:,} steps")
+        diverged = []
+        for r in (r for r in rows if r["size"] == size):
+            k = sum(d is not None for d in r.get("diverged_at", []))
+            if k:
+                diverged.append(f"{r['form']} {r['variant']} γ={r['gamma']:g} on {k} seed{'s' * (k > 1)}")
+        if diverged:
+            line += f" (diverged: {', '.join(diverged)})"
         if psa["mean_emergence_step"] and plain["mean_emergence_step"]:
             ratio = plain["mean_emergence_step"] / psa["mean_emergence_step"]
             line += (f"; the shear brings emergence {ratio:.1f}× earlier ({plain['mean_emergence_step']:,.0f} against "

@@ -234,6 +234,10 @@ def scale_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
         for v, g in shears:
             if (small, v, g) in by and (large, "baseline", 0.0) in by:
                 out.append(_matches(results, (small, v, g), (large, "baseline", 0.0)))
+    diverged = [f"{name} at step {r['diverged_at']:,}" for name, r in sorted(results.items())
+                if r.get("diverged_at") is not None]
+    if diverged:
+        out.append(f"Diverged (the loss stopped being finite; their curves end there): {'; '.join(diverged)}.")
     return out
 
 
