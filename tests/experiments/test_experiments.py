@@ -355,3 +355,15 @@ def test_the_report_tables_a_trained_critical_gamma_design_and_names_the_sweeps_
     none = SimpleNamespace(tables={"critical_designs": designs, "critical_exponents": {}}, facts=facts, mode="quick")
     text = "\n".join(_critical_lines(none))
     assert all(f"`psattn sweep {e} --quick`" in text for e in CRITICAL_DESIGNS.values()) and "Exponent" not in text
+
+
+def test_a_reproduction_with_a_diverged_run_says_so_rather_than_tabling_it_as_not_emerged(tmp_path, monkeypatch):
+    from psattn.experiments import reproduce as reproduce_module
+    from psattn.training.signals import TrainingDiverged
+
+    def sweep(configs, out, **kwargs):
+        return {c.name: {"seconds": 1.0, "diverged_at": 7 if i == 0 else None} for i, c in enumerate(configs)}
+
+    monkeypatch.setattr(reproduce_module, "run_sweep", sweep)
+    with pytest.raises(TrainingDiverged, match=r"1 run diverged \(.* \(at step 7\)\), as their result.json records"):
+        reproduce_module.train_all(tmp_path, "quick", ("induction",), 1, False)
