@@ -38,7 +38,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():
         last = r["history"][-1] if r.get("history") else {}
-        if "bits_per_byte" in last:
+        if r.get("diverged_at") is not None:  # its numbers are those of the last evaluation before
+            print(f"{name:48s} diverged at step {r['diverged_at']} (the loss was not finite)")
+        elif "bits_per_byte" in last:
             print(f"{name:48s} bits per byte {last['bits_per_byte']:.3f}  ICL score {last['icl_score']:+.3f}")
         else:
             emergence = "not reached" if r["emergence_step"] is None else f"step {r['emergence_step']}"
