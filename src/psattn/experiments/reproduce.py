@@ -177,8 +177,8 @@ def train_all(out: Path, mode: str, sections, workers: int | None, progress: boo
     results = run_sweep(unique, out / "runs", workers=workers, progress=progress)
     diverged = [f"{name} (at step {r['diverged_at']})" for name, r in results.items() if r.get("diverged_at") is not None]
     if diverged:  # the report's tables have no place for them: say so instead of counting them as not emerged
-        raise TrainingDiverged(f"{len(diverged)} run{'s' * (len(diverged) > 1)} diverged ({', '.join(diverged)}), as their result.json "
-                               f"records; delete their folders under {out / 'runs'} to train them again")
+        raise TrainingDiverged(f"{len(diverged)} run{'s' * (len(diverged) > 1)} diverged ({', '.join(diverged)}), as "
+                               f"their result.json records; delete their folders under {out / 'runs'} to train them again")
     return {"trained_now": len(unique) - len(reused), "reused": len(reused),
             "reused_git_revisions": sorted({_run_revision(out / "runs" / name) for name in reused}),
             "seconds": {name: round(r["seconds"], 1) for name, r in results.items()}}
