@@ -155,6 +155,15 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
 
 
+def test_shapes_beyond_the_launch_grid_or_32_bit_offsets_are_refused_with_the_reason():
+    row = torch.zeros(1, 1, 1, 16)
+    many_heads = row.expand(65536, 1, 1, 16)  # views: no memory
+    assert "at most 65,535" in fused_attention.unsupported(many_heads, many_heads, many_heads, None, 0.0, None)
+    long = row.expand(1, 1, 2**27, 16)  # 2^31 elements
+    assert "32-bit" in fused_attention.unsupported(long, long, long, None, 0.0, None)
+    assert fused_attention.unsupported(row, row, row, None, 0.0, None) is None
+
+
 def test_a_model_on_the_fused_kernel_equals_the_one_pass_model_in_logits_and_gradients(monkeypatch):
     """``DecoderLM(config, backend="fused")`` trains on the kernel; the default layers rotate and shear in
     one pass and call SDPA; both give the same logits and weight gradients (fp64, GQA, key-only in one

@@ -47,6 +47,8 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): the kernels take exponentia
 HEAD_DIMS = (16, 32, 64, 128)
 #: input dtypes the kernels take
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: programs a CUDA launch grid may have along its second axis, where the kernels put batch x heads
+MAX_GRID_Y = 65535
 
 
 #: whether this module's kernels were built for Triton's interpreter (``TRITON_INTERPRET=1`` when the
@@ -529,6 +531,11 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropo
         return "an empty sequence"
     if starts is not None and starts.dtype != torch.bool:
         return f"starts of dtype {starts.dtype}"
+    if q.shape[0] * q.shape[1] > MAX_GRID_Y:
+        return (f"{q.shape[0] * q.shape[1]:,} (batch x query heads) programs along the launch grid's second axis "
+                f"(at most {MAX_GRID_Y:,})")
+    if max(x.numel() for x in (q, k, v)) >= 2**31:
+        return "a tensor of 2^31 elements or more (the kernels' offsets are 32-bit)"
     return None
 
 
