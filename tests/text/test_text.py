@@ -125,6 +125,20 @@ def test_tokens_are_cached_and_reused(tmp_path, cache_dir, monkeypatch):
     assert corpus_hash(corpus) not in first.directory.name
 
 
+def test_held_out_text_may_repeat_training_text_as_the_tasks_docstring_says(tmp_path):
+    """Positions are disjoint, contents need not be: every paragraph ends "says something of its own.", held
+    out or not."""
+    import psattn.tasks
+
+    config = make_task_config("text", corpus=str(numbered_corpus(tmp_path / "corpus")), seq_len=16, eval_fraction=0.1)
+    train_text = config.tokens().tokenizer.decode(config.tokens().train)
+    held = sample_task(config, 64, torch.Generator().manual_seed(0), "eval").inputs
+    rows = [ByteTokenizer().decode(r) for r in held.tolist()]
+    assert any(r in train_text for r in rows) and not (held[:, 0] == 0).all()  # repeated text; no BOS
+    doc = " ".join(psattn.tasks.__doc__.split())
+    assert "its tokens may occur in the training text too" in doc and "with no BOS" in doc
+
+
 def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
     folder = numbered_corpus(tmp_path / "corpus")
     one = make_task_config("text", corpus=str(folder / "doc0.txt"), seq_len=16).tokens()

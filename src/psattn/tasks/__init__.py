@@ -1,8 +1,12 @@
-"""Synthetic tasks: induction, the two negative controls and associative recall.
+"""Synthetic tasks (induction, the two negative controls and associative recall) and real text.
 
 Every sampler is ``sample(config, batch_size, generator, split="train") -> TaskBatch``,
-a pure function of the config, the generator's state and the split; train and eval
-rows never coincide (see ``psattn.tasks.split``). Every row starts with BOS = 0.
+a pure function of the config, the generator's state and the split. A synthetic row starts
+with BOS = 0, and its split is a function of its tokens, so train and eval rows never coincide
+(see ``psattn.tasks.split``). A text row is a window of the training or the held-out text,
+which are different stretches of each document (or different documents), with no BOS: no
+held-out window is a training window, but its tokens may occur in the training text too
+(a licence header, a common idiom).
 """
 
 from psattn.tasks.associative_recall import AssociativeRecallConfig
