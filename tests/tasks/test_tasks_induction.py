@@ -89,6 +89,19 @@ def test_full_form_scores_about_the_expected_share_of_positions():
     assert abs(fraction - expected) < 0.02
 
 
+def test_getting_started_describes_the_full_form_it_trains_on():
+    """docs/getting-started.md's first model trains on this form: its sentence says what the rows are."""
+    from pathlib import Path
+
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "getting-started.md").read_text().split())
+    assert "tokens drawn uniformly at random, so some repeat" in docs and "about a third of the positions" in docs
+    config = InductionConfig(vocab_size=64, seq_len=64, form="all_positions")
+    batch = seeded_batch(config, batch_size=256)
+    assert 0.3 < batch.scored.float().mean().item() < 0.4
+    halves_equal = (batch.inputs[:, 1:33] == batch.inputs[:, 32:]).all(dim=1)  # what the page used to say
+    assert not halves_equal.any()
+
+
 # ----------------------------------------------------------------- single form
 
 
