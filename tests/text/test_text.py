@@ -125,6 +125,15 @@ def test_tokens_are_cached_and_reused(tmp_path, cache_dir, monkeypatch):
     assert corpus_hash(corpus) not in first.directory.name
 
 
+def test_every_eval_fraction_has_its_own_cache_entry(tmp_path):
+    corpus = str(numbered_corpus(tmp_path / "corpus"))
+    near = [token_cache.tokenize_corpus(corpus, eval_fraction=f) for f in (0.3, 0.3000001)]
+    assert near[0].directory != near[1].directory
+    for opened, fraction in zip(near, (0.3, 0.3000001), strict=True):
+        assert json.loads((opened.directory / "meta.json").read_text())["eval_fraction"] == fraction
+    assert token_cache.tokenize_corpus(corpus).directory.name.endswith("-0.05")  # the usual keys stay as they were
+
+
 def test_held_out_text_may_repeat_training_text_as_the_tasks_docstring_says(tmp_path):
     """Positions are disjoint, contents need not be: every paragraph ends "says something of its own.", held
     out or not."""

@@ -181,7 +181,7 @@ def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
     """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    key = f"{corpus_hash(corpus)}-{_tokenizer_key(tokenizer, vocab_size)}-{eval_fraction:g}"
+    key = f"{corpus_hash(corpus)}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
     key += "-byfile" if split == "file" else ""
     return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split)
 
