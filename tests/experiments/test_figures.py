@@ -77,6 +77,25 @@ def test_phase_change_figure(drawn):
         check_axes(ax, legend=False)
     assert prefix.get_yscale() == "log" and len(previous.get_lines()) == 4  # two runs, two layers
     assert prefix.get_legend() is not None and icl.get_legend() is not None
+    uniform = [line for line in prefix.get_lines() if line.get_label().startswith("uniform attention")]
+    assert [line.get_ydata()[0] for line in uniform] == [pytest.approx(0.0054, abs=1e-4)]  # (ln 2) / 128, not 2 / 256
+
+
+def test_the_uniform_level_is_what_uniform_attention_scores():
+    """A model whose queries are zero attends uniformly; its prefix-matching score is ``uniform_score``."""
+    import torch
+
+    from psattn.experiments.phase_change import uniform_score
+    from psattn.models import DecoderLM, ModelConfig
+    from psattn.models.heads import repeat_scores
+
+    model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_heads=2))
+    with torch.no_grad():
+        model.blocks[0].attn.q_proj.weight.zero_()
+    for context in (16, 64):
+        rows = torch.randint(0, 64, (2, context // 2), generator=torch.Generator().manual_seed(0)).repeat(1, 2)
+        score = repeat_scores(model, rows, context // 2).induction  # (layers, heads)
+        torch.testing.assert_close(score, torch.full_like(score, uniform_score(context)))
 
 
 def test_text_figures(drawn):

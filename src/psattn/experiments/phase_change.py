@@ -4,8 +4,8 @@ The rule, applied to a run's evaluation rows (its ``metrics.jsonl``): the phase 
 first evaluation after step 0 at which the best head's score (``key``: ``prefix_matching_score`` on
 real text, ``induction_score`` on synthetic tasks; the maximum over every layer and head) reaches
 ``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
-1 / (1.5 n) on a row of 2 * n tokens: 0.005 on text rows of 256 tokens, 0.02 on rows of 64, 0.03 on
-the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
+(ln 2) / n on a row of 2 * n tokens (``uniform_score``): 0.005 on text rows of 256 tokens, 0.02 on rows
+of 64, 0.03 on the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
 head that puts a tenth of its mass on the one token after the previous occurrence, consistently, is
 matching prefixes. The ICL
 score (text only) should drop at the same time; ``PhaseChange`` records it before and after.
@@ -27,6 +27,14 @@ from typing import Any
 THRESHOLD = 0.1
 CONFIRM = 2
 COPY_THRESHOLD = 0.25
+
+
+def uniform_score(context: int) -> float:
+    """The prefix-matching score of uniform causal attention on a text run's probe of ``context`` tokens (a
+    passage of n = context // 2 tokens, then its repeat): the mean of 1 / (p + 1), the weight position p puts
+    on any one earlier token, over the repeat's positions p = n .. 2n - 1; about (ln 2) / n."""
+    n = context // 2
+    return sum(1 / (p + 1) for p in range(n, 2 * n)) / n
 
 
 @dataclass(frozen=True)

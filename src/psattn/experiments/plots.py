@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from psattn.experiments.phase_change import uniform_score
 from psattn.figures import save_figure
 
 
@@ -159,8 +160,8 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         if when is not None:
             prefix.axvline(when / 1e6, color=f"C{i % 10}", linestyle=":", linewidth=1.2)
     for t in sorted({context} if isinstance(context, int) else set(context), reverse=True):
-        prefix.axhline(2.0 / t, color="grey", linestyle=":", linewidth=1,
-                       label=f"uniform attention, T = {t} (~2/T = {2.0 / t:.3f})")
+        prefix.axhline(uniform_score(t), color="grey", linestyle=":", linewidth=1,
+                       label=f"uniform attention, T = {t} (~ln 2/(T/2) = {uniform_score(t):.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
     prefix.set(yscale="log", xlabel="training tokens (millions)", ylabel="best prefix-matching score (any head)",
                title="prefix matching\n(circle: phase change" + ("; dotted: predicted)" if predicted else ")"))

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from psattn.experiments.phase_change import uniform_score
 from psattn.figures import save_figure
 
 MARKERS = "osD^v<>"
@@ -89,7 +90,7 @@ def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: st
 def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int, threshold: float,
                  copy_threshold: float, changes: dict[str, Any], copying: dict[str, Any]) -> Path:
     """Olsson-style curves against training tokens, one line per model: the best head's prefix-matching
-    score (log scale; uniform attention's ~2/T and the phase-change threshold marked, a circle at each
+    score (log scale; uniform attention's level, ``uniform_score``, and the phase-change threshold marked, a circle at each
     detected phase change), the ICL score, the repeated random tokens' copy gain (a square at each
     model's first copying) and held-out bits per byte."""
     fig = Figure(figsize=(14, 8), layout="constrained")
@@ -109,8 +110,8 @@ def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *
         if copying.get(label) is not None:
             copy.plot([copying[label].tokens / 1e6], [copying[label].score], "s", markersize=11,
                       markerfacecolor="none", color=colour)
-    prefix.axhline(2.0 / context, color="grey", linestyle=":", linewidth=1,
-                   label=f"uniform attention (~2/T = {2.0 / context:.3f})")
+    prefix.axhline(uniform_score(context), color="grey", linestyle=":", linewidth=1,
+                   label=f"uniform attention (~ln 2/(T/2) = {uniform_score(context):.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
     copy.axhline(copy_threshold, color="black", linestyle="--", linewidth=1)
     prefix.set(yscale="log", ylabel="best prefix-matching score (any head)",
