@@ -139,6 +139,7 @@ CASES = [
     ("certify --only nothing", "nothing"),
     ("certify --operator nothing", "nothing"),
     ("hf-demo --new-tokens 0", "--new-tokens"),
+    ("hf-demo --seed 99999999999999999999", "argument --seed: a seed must lie in [0, 2**32"),
     ("hf-demo --arch gpt2", "invalid choice"),
 ]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from psattn.arguments import add_command
+from psattn.arguments import add_command, seed_int
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
@@ -105,6 +105,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--gamma", type=float, default=0.8, help="shear coupling")
     parser.add_argument("--new-tokens", type=int, default=10, help="tokens to generate")
     parser.add_argument("--prompt-length", type=int, default=12, help="length of the longer prompt")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random model and prompts")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the random model and prompts")
     parser.set_defaults(func=cmd_hf_demo)
     return parser
