@@ -21,6 +21,7 @@ def made_once(tmp_path_factory):
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "numbers.json").write_text("[1, 2, 3]")
     for name, config in {"batch": {"batch": "2"}, "unknown": {"unknown": 1}, "records": {"n_records": 2.5},
+                         "seed": {"seed": 2**70},
                          "frequencies": {"kernel": {"name": "rope", "frequencies": 1.0}}}.items():
         (tmp_path / f"mf_{name}.json").write_text(json.dumps(config))
     (tmp_path / "wrongtype.json").write_text(json.dumps({"model": {"d_model": "big"}}))
@@ -121,6 +122,9 @@ CASES = [
     ("theory bode --gamma nan --out {d}/b", "gamma must be finite"),
     # mean field
     ("meanfield run --n 0 --out {d}/m", "number of particles"),
+    ("meanfield run --seed 99999999999999999999 --out {d}/m", "argument --seed: a seed must lie in [0, 2**32"),
+    ("meanfield run --kernel prefix --gauge-seed -1 --out {d}/m", "argument --gauge-seed: a seed must lie in"),
+    ("meanfield run --config {d}/mf_seed.json --out {d}/m", "seed must be a seed in [0, 2**32 = 4294967296), got 1180"),
     ("meanfield run --n -5 --out {d}/m", "number of particles"),
     ("meanfield run --beta nan --out {d}/m", "beta"),
     ("meanfield run --config {d}/missing.json --out {d}/m", "does not exist"),

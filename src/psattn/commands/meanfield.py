@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from psattn.arguments import add_command, add_plan_size
+from psattn.arguments import add_command, add_plan_size, seed_int
 from psattn.jsonfile import read_json
 from psattn.meanfield.config import SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--dt", type=float, help="base step (default 0.1; USA shrinks it with beta)")
     run.add_argument("--integrator", choices=tuple(STEPPERS), help="time integrator (default rk4)")
     run.add_argument("--dynamics", choices=DYNAMICS, help="usa (unnormalised, default) or sa (normalised)")
-    run.add_argument("--seed", type=int, help="seed of the initial condition (default 0)")
+    run.add_argument("--seed", type=seed_int, help="seed of the initial condition (default 0)")
     run.add_argument("--batch", type=int, help="independent initial conditions (default 1)")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
     run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--omega", type=float, help="cosine Toeplitz frequency")
     run.add_argument("--decay", type=float, help="distance-bias decay (non-negative)")
     run.add_argument("--n-prompts", type=int, help="prefix tokens: number of prompts")
-    run.add_argument("--gauge-seed", type=int, help="prefix tokens: seed of the random gauges")
+    run.add_argument("--gauge-seed", type=seed_int, help="prefix tokens: seed of the random gauges")
     run.add_argument("--no-animation", action="store_true", help="skip states.npz and the GIF")
     run.add_argument("--out", default="reports/meanfield/run", metavar="DIR", help="output directory")
     run.set_defaults(func=cmd_run)

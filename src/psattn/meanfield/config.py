@@ -53,6 +53,14 @@ def _integer(value: Any, name: str) -> int:
     return int(value)
 
 
+def _seed(value: Any, name: str) -> int:
+    """``value`` if it is an integer seed in [0, 2**32) (as every psattn seed), else a ValueError naming the field."""
+    value = _integer(value, name)
+    if not 0 <= value < 2**32:
+        raise ValueError(f"{name} must be a seed in [0, 2**32 = {2**32}), got {value}")
+    return value
+
+
 def _real(value: Any, name: str) -> float:
     """``value`` as a float if it is a finite real number (not a bool), else a ValueError naming the field."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -111,7 +119,7 @@ class KernelConfig:
         self.omega = _real(self.omega, "kernel omega")
         self.decay = _real(self.decay, "kernel decay")
         self.n_prompts = _integer(self.n_prompts, "kernel n_prompts")
-        self.gauge_seed = _integer(self.gauge_seed, "kernel gauge_seed")
+        self.gauge_seed = _seed(self.gauge_seed, "kernel gauge_seed")
         if self.name == "distance_bias" and not self.decay >= 0:
             raise ValueError(f"distance bias decay λ must be non-negative, got {self.decay}")
         if self.name == "prefix" and self.n_prompts < 1:
@@ -156,8 +164,9 @@ class SimulationConfig:
             self.kernel = KernelConfig(**_known_fields(self.kernel, KernelConfig, "kernel"))
         if not isinstance(self.kernel, KernelConfig):
             raise ValueError(f"kernel must be an object with a name and its parameters, got {self.kernel!r}")
-        for name in ("n", "d", "seed", "batch", "n_records"):
+        for name in ("n", "d", "batch", "n_records"):
             setattr(self, name, _integer(getattr(self, name), name))
+        self.seed = _seed(self.seed, "seed")
         for name in ("beta", "dt", "tau", "threshold"):
             setattr(self, name, _real(getattr(self, name), name))
         for name in ("dynamics", "integrator", "dtype", "frame"):
