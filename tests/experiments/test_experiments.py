@@ -320,6 +320,17 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     assert len(data["text"]["rows"]) == 3 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
 
 
+def test_the_paper_column_quotes_the_papers_single_answer_accuracies_in_that_forms_table_alone():
+    row = {"layers": 1, "mlp": "yes", "variant": "key_only", "gamma": 1.0, "placement": "post_rope", "steps_budget": 100,
+           "seeds": 1, "successes": 1, "mean_final_accuracy": 0.9, "mean_best_accuracy": 0.9, "mean_emergence_step": 50}
+    tables = {"variants": [{**row, "form": "all_positions"}, {**row, "form": "single"}]}
+    facts = {"early_stop_evals": 2, "two_layer_forms": (), "single_key_lag": True}
+    lines = induction_report._variant_lines(induction_report.InductionResults("quick", tables, facts, {}, {}))
+    full, single = [line for line in lines if line.startswith("| 1 | key_only |")]
+    assert full.endswith("| — |") and single.endswith("| 0.949 |")
+    assert "the paper's accuracies are for the single-answer form" in " ".join(lines)
+
+
 def test_attention_at_queries_on_a_layer_that_cannot_yet_tell_keys_apart():
     from psattn.experiments.plateau import attention_at_queries, previous_occurrence
     from psattn.training.run_dir import build_model, eval_batch

@@ -26,6 +26,7 @@ from psattn.training.run_dir import load_trained
 from psattn.training.speed import trainer_vs_bare_loop
 
 #: The paper's single-answer accuracy of each variant.
+#: the paper's one-layer results on its single-answer task (the SHT task), so only the single-answer table quotes them
 PAPER_VARIANTS = {"key_only": "0.949", "symmetric": "0.811", "query_only": "chance", "baseline": "fails (one layer)"}
 PAPER = {
     "gamma_sweep": "91.3M parameters: gamma = 0.80 succeeds in 3/3 seeds at about 717 steps; "
@@ -220,6 +221,7 @@ def _variant_lines(res: InductionResults) -> list[str]:
     for form, heading, curves in (("all_positions", "Full-sequence form", "curves"),
                                   ("single", "Single-answer form", "curves_single")):
         rows = [r for r in t["variants"] if r["form"] == form]
+        paper = PAPER_VARIANTS if form == "single" else {}  # the paper measured the single-answer form alone
         lines += [f"**{heading}**", ""]
         lines += _table(
             ["layers", "variant", "gamma", "placement", "steps", "seeds", "success", "mean final acc", "mean best acc",
@@ -227,9 +229,12 @@ def _variant_lines(res: InductionResults) -> list[str]:
             [[_layers(r), r["variant"], r["gamma"], r["placement"], _budget(r), r["seeds"],
               f"{r['successes']}/{r['seeds']}", r["mean_final_accuracy"], r["mean_best_accuracy"],
               _fmt(r["mean_emergence_step"], 0),
-              PAPER_VARIANTS.get(r["variant"], "—") if r["placement"] == "post_rope" and r["layers"] == 1 else "—"]
+              paper.get(r["variant"], "—") if r["placement"] == "post_rope" and r["layers"] == 1 else "—"]
              for r in rows],
         )
+        if form != "single":
+            lines += ["", "The paper column is empty here: the paper's accuracies are for the single-answer form "
+                          "(below)."]
         lines += _stop_note(rows, f["early_stop_evals"])
         lines += _two_layer_note(rows, form, f)
         if form == "single" and not f["single_key_lag"]:
