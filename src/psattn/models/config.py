@@ -125,11 +125,11 @@ class ModelConfig:
         check_choices(self, "model")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.d_head)  # d_model first: d_mlp derives from it
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
         for name in ("vocab_size", "n_layers", "d_mlp"):
             check_positive_int(name, getattr(self, name))
-        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.d_head)
         if self.d_head is not None:
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
