@@ -1,3 +1,4 @@
+import argparse
 import dataclasses
 import json
 
@@ -88,6 +89,20 @@ def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path, cap
     with pytest.raises(SystemExit) as stop:
         main(["train", "--set", "train.steps=3"])
     assert stop.value.code == 2 and "--run-dir is required" in capsys.readouterr().err
+
+
+def test_several_set_options_add_up(capsys):
+    """A second --set replaced the first: this trained a plain model where key-only PSA was asked for."""
+    assert main(["train", "--print-config", "--set", "model.attention.variant=key_only", "model.attention.gamma=1",
+                 "--set", "train.steps=5"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert config["model"]["attention"]["variant"] == "key_only" and config["train"]["steps"] == 5
+    from psattn.commands.evaluate import register
+
+    parser = argparse.ArgumentParser(prog="psattn")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["eval", "--run-dir", "r", "--set", "task.seq_len=16", "--set", "task.seed=3"])
+    assert args.set == ["task.seq_len=16", "task.seed=3"]
 
 
 def test_plot_draws_the_curves_of_several_runs(tmp_path, capsys):
