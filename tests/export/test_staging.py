@@ -5,6 +5,7 @@ refused before anything is written."""
 import errno
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,39 @@ def _one_line_error(argv, capsys) -> str:
     last = err.strip().splitlines()[-1]  # transformers may draw a progress bar before it
     assert stop.value.code == 2 and "Traceback" not in err and last.startswith("psattn: error: "), err
     return last
+
+
+# --- refusals ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt, name", [("onnx", "m.onnx"), ("executorch", "m.pte"), ("hf", "m")])
+def test_a_refused_run_leaves_no_folder_of_its_export(runs, tmp_path, capsys, fmt, name):
+    """A path that is not a run directory, and a run whose config.json was edited after training, are
+    refused in one line, and the folders the export's path named are not left behind."""
+    edited = shutil.copytree(runs / "key_only", tmp_path / "edited")
+    config = json.loads((edited / "config.json").read_text())
+    config["model"]["attention"]["gamma"] = 0.5
+    (edited / "config.json").write_text(json.dumps(config))
+    for run, says in ((tmp_path / "nonexist", "not a run directory"), (edited, "model.attention.gamma = 1.0")):
+        err = _one_line_error(["export", "--format", fmt, "--run-dir", str(run),
+                               "--out", str(tmp_path / "w" / "o7" / name)], capsys)
+        assert says in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["edited"], fmt
+
+
+def test_a_failed_export_into_new_folders_leaves_none_of_them(tmp_path):
+    """A full disk while writing an export whose path named folders that did not exist: they go with it."""
+    from psattn.export.staging import ExportFailed, staged_files, staged_folder
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(ExportFailed, match="Is the disk full"), \
+            staged_files(tmp_path / "a" / "b" / "m.onnx", lambda path: [path]) as graph:
+        graph.write_bytes(b"half a graph")
+        raise full
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ExportFailed, match="Is the disk full"), staged_folder(tmp_path / "a" / "b" / "m") as folder:
+        (folder / "config.json").write_text("{}")
+        raise full
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- Hugging Face folders -------------------------------------------------------------------------------

@@ -65,21 +65,23 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
     PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
     (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
     The files are written in a staging folder and moved beside ``onnx_path`` when all are complete,
-    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there."""
+    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there.
+    A run that does not load is refused before anything is written."""
+    mode = "dynamic" if int8 is True else (int8 or None)
+    if mode is not None and mode not in INT8_MODES:
+        raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
+    model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
     target = Path(onnx_path)
     with staged_files(target, onnx_family, keep=run_files(run_dir)) as staged:
-        result = _export_and_compare(run_dir, staged, int8, rows, decode_tokens)
+        result = _export_and_compare(model, run_dir, staged, mode, rows, decode_tokens)
     result["files"] = moved(result["files"], target)
     return result
 
 
 @torch.no_grad()
-def _export_and_compare(run_dir, onnx_path, int8, rows: int, decode_tokens: int) -> dict[str, Any]:
-    mode = "dynamic" if int8 is True else (int8 or None)
-    if mode is not None and mode not in INT8_MODES:
-        raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
+def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, rows: int,
+                        decode_tokens: int) -> dict[str, Any]:
     torch.set_num_threads(1)
-    model = load_trained(run_dir)  # checks that run_dir is a run directory
     config = RunConfig.from_file(Path(run_dir) / "config.json")
     paths = export_onnx(model, onnx_path)
     batch = eval_batch(config)

@@ -18,6 +18,7 @@ from psattn.export.compare import GREEDY_PROMPTS
 from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, export_executorch
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
+from psattn.models.decoder import DecoderLM
 from psattn.models.generate import generate
 from psattn.tasks.batch import TaskBatch
 from psattn.timing import interleaved_medians
@@ -36,21 +37,23 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     """Write the run's model as an fp32 ExecuTorch program at ``path`` (and each of ``quantize``,
     e.g. ``("int8", "int4")``, beside it) and measure them against PyTorch, one thread on both sides.
     The programs are written in a staging folder and moved beside ``path`` when all are complete,
-    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there."""
+    replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there.
+    A run that does not load is refused before anything is written."""
     unknown = set(quantize) - set(QUANTIZATIONS[1:])
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
+    model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
     target = Path(path)
     with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS], keep=run_files(run_dir)) as staged:
-        result = _compare(run_dir, staged, quantize, rows, decode_tokens)
+        result = _compare(model, run_dir, staged, quantize, rows, decode_tokens)
     result["files"] = moved(result["files"], target)
     return result
 
 
 @torch.no_grad()
-def _compare(run_dir, path: Path, quantize: tuple[str, ...], rows: int, decode_tokens: int) -> dict[str, Any]:
+def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], rows: int,
+             decode_tokens: int) -> dict[str, Any]:
     torch.set_num_threads(1)
-    model = load_trained(run_dir)
     config = RunConfig.from_file(Path(run_dir) / "config.json")
     context = config.task.seq_len
     batch = eval_batch(config)

@@ -8,15 +8,17 @@ is a file is refused. An ONNX pair or an ExecuTorch program is a set of files be
 (``staged_files``): the new set replaces the old one, and files of the old set the new one does not
 have (an INT8 copy of an earlier export, say) are removed. The moves into place run with the stop
 signals held back, so Ctrl-C leaves the previous export or the new one, never a mix of the two; a
-failure or a signal before them (a full disk, most often) removes the staging folder and leaves the
-target as it was. A staging folder left by a process that was killed is removed by the next export
-to the same target, and a folder set aside by one killed while moving is put back.
+failure or a signal before them (a full disk, most often), or a refusal of the run, removes the staging
+folder and the folders made to hold the target, and leaves the target as it was. A staging folder left
+by a process that was killed is removed by the next export to the same target, and a folder set aside
+by one killed while moving is put back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -57,6 +59,21 @@ def _tidy(target: Path) -> None:
             log.warning("putting back %s, set aside by an export that was killed while moving", target)
             (old / target.name).rename(target)
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _folder_made(folder: Path) -> Iterator[None]:
+    """Make ``folder`` and its missing parents for the block; when the block fails, remove again those
+    it made that are still empty, so that a refused or failed export leaves no folder of its own."""
+    made = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))  # deepest first
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                path.rmdir()
+        raise
 
 
 def _new_folder(target: Path, kind: str) -> Path:
@@ -137,31 +154,31 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
     for inside in (Path.cwd(), *map(Path, keep)):
         if inside.resolve() == whole or whole in inside.resolve().parents:
             raise ValueError(f"{target} holds {inside}, and {what} replaces its folder as a whole: name a folder of its own")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _tidy(target)
-    if target.is_dir() and not force:
-        foreign = _foreign(target)
-        if foreign:
-            raise ValueError(f"{target} holds files psattn did not write ({', '.join(foreign[:3])}"
-                             f"{', ...' if len(foreign) > 3 else ''}); {what} replaces the folder as a whole: "
-                             "pass --force to replace it anyway, or name another folder")
-    staging = _new_folder(target, "staging")
-    try:
-        yield staging
-        names = sorted(p.name for p in staging.iterdir())
-        (staging / MANIFEST).write_text(json.dumps(names))
-        with _signals_held():
-            old = None
-            if target.exists():
-                old = _new_folder(target, "old")
-                os.replace(target, old / target.name)
-            os.replace(staging, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException as err:
-        _reraise(err, target, staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with _folder_made(target.parent):
+        _tidy(target)
+        if target.is_dir() and not force:
+            foreign = _foreign(target)
+            if foreign:
+                raise ValueError(f"{target} holds files psattn did not write ({', '.join(foreign[:3])}"
+                                 f"{', ...' if len(foreign) > 3 else ''}); {what} replaces the folder as a whole: "
+                                 "pass --force to replace it anyway, or name another folder")
+        staging = _new_folder(target, "staging")
+        try:
+            yield staging
+            names = sorted(p.name for p in staging.iterdir())
+            (staging / MANIFEST).write_text(json.dumps(names))
+            with _signals_held():
+                old = None
+                if target.exists():
+                    old = _new_folder(target, "old")
+                    os.replace(target, old / target.name)
+                os.replace(staging, target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException as err:
+            _reraise(err, target, staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -179,22 +196,22 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
     for path in (target, *family(target)):
         if path.resolve() in kept:
             raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _tidy(target)
-    staging = _new_folder(target, "staging")
-    try:
-        yield staging / target.name
-        written = sorted(p.name for p in staging.iterdir())
-        with _signals_held():
-            for name in written:
-                os.replace(staging / name, target.parent / name)
-            for stale in family(target):
-                if stale.name not in written:
-                    stale.unlink(missing_ok=True)
-    except BaseException as err:
-        _reraise(err, target, staging, target.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with _folder_made(target.parent):
+        _tidy(target)
+        staging = _new_folder(target, "staging")
+        try:
+            yield staging / target.name
+            written = sorted(p.name for p in staging.iterdir())
+            with _signals_held():
+                for name in written:
+                    os.replace(staging / name, target.parent / name)
+                for stale in family(target):
+                    if stale.name not in written:
+                        stale.unlink(missing_ok=True)
+        except BaseException as err:
+            _reraise(err, target, staging, target.parent)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def moved(paths: dict[str, str], target: Path) -> dict[str, str]:
