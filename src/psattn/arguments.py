@@ -36,12 +36,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A command's parser: a required option that an old spelling may stand in for (``add_required``) is
-    reported as argparse reports any required option."""
+    """psattn's parser and each command's: a bad command line is one line on stderr (exit code 2), which
+    names the help to read instead of printing the usage; a required option that an old spelling may
+    stand in for (``add_required``) is reported as argparse reports any required option."""
 
     def error(self, message: str) -> NoReturn:
         one = re.fullmatch(r"one of the arguments (\S+) is required", message)
-        super().error(f"the following arguments are required: {one.group(1)}" if one else message)
+        text = " ".join((f"the following arguments are required: {one.group(1)}" if one else message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} -h)\n")
 
 
 def common_options() -> argparse.ArgumentParser:

@@ -80,7 +80,7 @@ def _one_line(err: Exception) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
         description=wrap("Phase Space Attention toolkit: train, reproduce, certify, export.\n"
                          "Every command takes -q/--quiet and -v/--verbose; `psattn COMMAND -h` shows its options."))

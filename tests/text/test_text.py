@@ -293,8 +293,8 @@ def test_generate_cli_continues_a_prompt_with_the_runs_tokenizer(tmp_path, capsy
     assert two.rstrip().endswith(capsys.readouterr().out.rstrip())  # sample 2 is seed 1's continuation
     with pytest.raises(SystemExit):
         main(["generate", str(tmp_path / "run"), "--prompt", "x"])  # the run directory without its flag
-    err = capsys.readouterr().err  # the command's own usage, not the top-level one
-    assert err.startswith("usage: psattn generate") and "psattn generate: error:" in err and "--run-dir" in err
+    err = capsys.readouterr().err  # the command's own help, not the top-level one
+    assert err.startswith("psattn generate: error:") and "--run-dir" in err and "(see psattn generate -h)" in err
     with pytest.raises(SystemExit) as exit_info:
         main(["generate", "--run", str(tmp_path / "missing"), "--prompt", "x"])
     assert exit_info.value.code == 2
