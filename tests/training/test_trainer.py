@@ -208,6 +208,19 @@ def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactl
     assert science(again.history) == science(extended.history)
 
 
+def test_a_run_that_stopped_early_trains_on_only_without_early_stopping_and_then_exactly(tmp_path):
+    """More steps on a run that stopped early trained nothing, and the hint the run printed
+    (train.early_stop=false) was refused as another config."""
+    stopping = dict(early_stop=True, threshold=1e-9)  # every trained evaluation reaches it: stops at step 10
+    assert train(tiny_config(steps=30, **stopping), tmp_path / "a").steps == 10
+    with pytest.raises(ValueError, match="stopped early at step 10.*more steps train nothing. Add train.early_stop=false"):
+        train(tiny_config(steps=40, **stopping), tmp_path / "a")
+    on = train(tiny_config(steps=30, early_stop=False, threshold=1e-9), tmp_path / "a")
+    assert on.steps == 30 and json.loads((tmp_path / "a" / "config.json").read_text())["train"]["early_stop"] is False
+    whole = train(tiny_config(steps=30, early_stop=False, threshold=1e-9), tmp_path / "b")
+    assert science(on.history) == science(whole.history)  # early stopping changed no step before it
+
+
 @pytest.mark.parametrize("killed_at", ["meta.json", "config.json"])
 def test_an_extension_killed_between_its_file_writes_resumes_on_the_extended_schedule(tmp_path, monkeypatch, killed_at):
     """Growing a run rewrites result.json, meta.json and config.json; a kill between two of them left a

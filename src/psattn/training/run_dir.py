@@ -37,7 +37,7 @@ from psattn.training.config import RunConfig, canonical_config, config_differenc
 from psattn.training.distributed import resolve_device
 from psattn.training.schedule import lr_factor
 from psattn.training.seeds import HELD_OUT, stream_generator
-from psattn.training.state import TrainState
+from psattn.training.state import TrainState, at_threshold_streak
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +192,20 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     if holds_same_run(config_path, config):
         return extensions
     saved = RunConfig.from_file(config_path)
-    more_steps = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=saved.train.steps))
+    # what may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)
+    more_steps = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps=saved.train.steps, early_stop=saved.train.early_stop,
+        early_stop_evals=saved.train.early_stop_evals))
     checkpoint = run_dir / CHECKPOINT
+    if holds_same_run(config_path, more_steps) and config.train.steps >= saved.train.steps:
+        _check_more_steps_train(run_dir, config)
+    if holds_same_run(config_path, more_steps) and config.train.steps == saved.train.steps:
+        if not checkpoint.exists():
+            raise ValueError(f"{run_dir} has no checkpoint.pt to continue from, so it cannot train on under another "
+                             "early-stopping rule; use --restart to train it anew, or another directory")
+        log.info("continuing %s with train.early_stop=%s, train.early_stop_evals=%d", run_dir, config.train.early_stop,
+                 config.train.early_stop_evals)
+        return extensions
     last = extensions[-1] if extensions else {}
     if (last.get("steps_before"), last.get("steps_after")) == (saved.train.steps, config.train.steps) \
             and holds_same_run(config_path, more_steps) and checkpoint.exists():
@@ -211,8 +223,22 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
                          "with the new steps, or another directory")
     raise ValueError(
         f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
-        "Only train.steps may grow on a trained run (it continues); use another directory, or --restart"
+        "Only train.steps may grow, and train.early_stop and train.early_stop_evals change, on a trained run (it "
+        "continues); use another directory, or --restart"
     )
+
+
+def _check_more_steps_train(run_dir: Path, config: RunConfig) -> None:
+    """Refuse to continue a run that stopped early when ``config`` would stop it again at once."""
+    result = load_result(run_dir)
+    if result is None or not result.get("stopped_early") or result["steps"] >= config.train.steps:
+        return
+    t = config.train
+    if t.early_stop and at_threshold_streak(result["history"], t.threshold) >= t.early_stop_evals:
+        raise ValueError(
+            f"{run_dir} stopped early at step {result['steps']}, its held-out accuracy at the threshold "
+            f"({t.threshold}), and train.early_stop would stop it again at once: more steps train nothing. Add "
+            "train.early_stop=false to train on to the budget")
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
@@ -238,12 +264,18 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
         fresh = True  # a failed start left only its config: nothing to protect
     extended = not fresh and (list(extensions) != read_meta(run_dir).get("extensions", [])
                               or bool(extensions) and not holds_same_run(config_path, config))  # or cut short
+    # a trained run continuing under another early-stopping rule (check_run_dir allowed nothing else)
+    new_rule = not fresh and not extended and config_path.exists() and not holds_same_run(config_path, config)
     if config_path.exists() and not fresh:
         if tokens is not None:
             check_same_data(run_dir, tokens().fingerprint)
-        if not extended:
+        if not (extended or new_rule):
             return
     if not is_main:
+        return
+    if new_rule:
+        (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
+        write_json(config_path, config.to_dict())
         return
     if extended:  # in this order, so that a kill between two writes leaves what check_run_dir resumes
         (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again

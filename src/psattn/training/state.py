@@ -51,3 +51,14 @@ class TrainState:
 
 #: the keys of every training checkpoint
 CHECKPOINT_KEYS = tuple(f.name for f in fields(TrainState))
+
+
+def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
+    """How many of the latest evaluations in a row reached ``threshold`` held-out accuracy (the step-0
+    row, taken before any training, never counts)."""
+    streak = 0
+    for row in reversed(history):
+        if row["step"] == 0 or row["eval_accuracy"] < threshold:
+            break
+        streak += 1
+    return streak

@@ -49,21 +49,10 @@ from psattn.training.run_dir import (
 from psattn.training.schedule import build_optimizer
 from psattn.training.seeds import seed_step_randomness, step_generator
 from psattn.training.signals import StopFlag, TrainingDiverged, TrainingInterrupted
-from psattn.training.state import TrainState
+from psattn.training.state import TrainState, at_threshold_streak
 from psattn.training.task_metrics import RowMetrics, task_metrics
 
 log = logging.getLogger(__name__)
-
-
-def at_threshold_streak(history: list[dict[str, Any]], threshold: float) -> int:
-    """How many of the latest evaluations in a row reached ``threshold`` held-out accuracy (the step-0
-    row, taken before any training, never counts)."""
-    streak = 0
-    for row in reversed(history):
-        if row["step"] == 0 or row["eval_accuracy"] < threshold:
-            break
-        streak += 1
-    return streak
 
 
 class _Run:
