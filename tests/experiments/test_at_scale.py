@@ -321,6 +321,11 @@ def test_joining_refuses_an_archive_that_is_not_one_run_directory(tmp_path):
     (tmp_path / "x.tar").rename(part)
     with pytest.raises(ValueError, match="is not a file of a run directory"):
         run_parts.join_run([part], tmp_path / "runs")
+    (stray / "config.json").write_text("{}")
+    with tarfile.open(tmp_path / "y.tar.00-of-01", "w") as tar:
+        tar.add(stray / "config.json", arcname="../config.json")  # a run folder named ".." writes beside runs/
+    with pytest.raises(ValueError, match="is not a file of a run directory"):
+        run_parts.join_run([tmp_path / "y.tar.00-of-01"], tmp_path / "runs")
     with pytest.raises(ValueError, match="not named as a part"):
         run_parts.join_run([tmp_path / "stray" / "evil.sh"], tmp_path / "runs")
     assert not (tmp_path / "runs").exists()

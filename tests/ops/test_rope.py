@@ -101,3 +101,10 @@ def test_apply_rope_refuses_tables_for_other_positions_by_shape():
     cos, sin = RotaryEmbedding(8)(torch.arange(6)[None])  # six positions
     with pytest.raises(ValueError, match=r"RoPE tables of shape \(1, 1, 6, 8\).*stream of shape \(1, 2, 5, 8\)"):
         apply_rope(torch.randn(1, 2, 5, 8), cos, sin)
+    one = RotaryEmbedding(8)(torch.tensor([[7]]))  # one position's tables broadcast over five positions
+    with pytest.raises(ValueError, match="need its positions"):
+        apply_rope(torch.randn(2, 3, 5, 8), *one)
+    batch = RotaryEmbedding(8)(torch.arange(5).expand(4, 5))  # a batch of 4 tables for a stream of batch 1
+    with pytest.raises(ValueError, match="and its batch"):
+        apply_rope(torch.randn(1, 3, 5, 8), *batch)
+    assert apply_rope(torch.randn(4, 3, 5, 8), *RotaryEmbedding(8)(torch.arange(5)[None])).shape == (4, 3, 5, 8)

@@ -119,6 +119,9 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
     assert all(torch.isfinite(p).all() for p in state["model"].values())
     result = load_result(tmp_path)  # the outcome, for a sweep to count the run as ended and say where
     assert result["diverged_at"] == 15 and result["steps"] == 15 and result["emergence_step"] is None
+    monkeypatch.setattr(loss_module, "shard_loss", real_loss)  # trained again from step 10, as after a fix
+    assert train(tiny_config(), tmp_path, time_limit_s=0).timed_out
+    assert load_result(tmp_path) is None  # unfinished again: no stale record of a divergence past the checkpoint
 
 
 def test_a_restart_stopped_by_a_signal_says_to_resume_without_restart(tmp_path):
@@ -219,6 +222,11 @@ def test_a_run_that_stopped_early_trains_on_only_without_early_stopping_and_then
     assert on.steps == 30 and json.loads((tmp_path / "a" / "config.json").read_text())["train"]["early_stop"] is False
     whole = train(tiny_config(steps=30, early_stop=False, threshold=1e-9), tmp_path / "b")
     assert science(on.history) == science(whole.history)  # early stopping changed no step before it
+    # a rule under which the run would have stopped before where it is describes another run: refused
+    with pytest.raises(ValueError, match=r"trained to step 30, but stopping early as asked \(after 1 evaluation\(s\) "
+                                         r"at 1e-09\) it would have stopped at step 10"):
+        train(tiny_config(steps=30, **stopping), tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["early_stop"] is False  # nothing written
 
 
 @pytest.mark.parametrize("killed_at", ["meta.json", "config.json"])

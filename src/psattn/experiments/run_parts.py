@@ -100,7 +100,7 @@ def _members(data: bytes, stem: str) -> dict[str, bytes]:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for info in tar.getmembers():
                 folder, _, name = info.name.partition("/")
-                if not (info.isfile() and RUN_NAME.match(folder) and name in allowed):
+                if not (info.isfile() and RUN_NAME.match(folder) and folder not in (".", "..") and name in allowed):
                     raise ValueError(f"{stem}: member {info.name!r} is not a file of a run directory")
                 file = tar.extractfile(info)
                 assert file is not None  # a regular file

@@ -106,11 +106,13 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")
     if r % 2 or sin.shape[-1] != r:
         raise ValueError(f"RoPE tables must share one even width, got cos {r} and sin {sin.shape[-1]}")
-    try:  # tables (B, 1, T, r) for the stream's rows: its batch (or one row for all) and its positions
-        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1])
+    try:  # tables (B, 1, T, r) for the stream's rows: its positions, and its batch (or one row for all)
+        fits = torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1]) == x.shape[:-1]
     except RuntimeError:
+        fits = False
+    if not fits or cos.shape[-2] != x.shape[-2] or sin.shape[-2] != x.shape[-2]:
         raise ValueError(f"RoPE tables of shape {tuple(cos.shape)} and {tuple(sin.shape)} do not fit a stream of shape "
-                         f"{tuple(x.shape)}: they need its positions (dimension -2) and a batch it broadcasts with") from None
+                         f"{tuple(x.shape)}: they need its positions (dimension -2) and its batch, or one row for all")
     if r == x.shape[-1]:
         return _rotate(x, cos, sin)
     x_rot, x_pass = x[..., :r], x[..., r:]

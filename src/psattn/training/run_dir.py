@@ -198,7 +198,7 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         early_stop_evals=saved.train.early_stop_evals))
     checkpoint = run_dir / CHECKPOINT
     if holds_same_run(config_path, more_steps) and config.train.steps >= saved.train.steps:
-        _check_more_steps_train(run_dir, config)
+        _check_stopping_rule(run_dir, config, more_steps=config.train.steps > saved.train.steps)
     if holds_same_run(config_path, more_steps) and config.train.steps == saved.train.steps:
         if not checkpoint.exists():
             raise ValueError(f"{run_dir} has no checkpoint.pt to continue from, so it cannot train on under another "
@@ -228,17 +228,27 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     )
 
 
-def _check_more_steps_train(run_dir: Path, config: RunConfig) -> None:
-    """Refuse to continue a run that stopped early when ``config`` would stop it again at once."""
-    result = load_result(run_dir)
-    if result is None or not result.get("stopped_early") or result["steps"] >= config.train.steps:
+def _check_stopping_rule(run_dir: Path, config: RunConfig, more_steps: bool) -> None:
+    """Refuse ``config``'s early stopping when the run, replayed to its checkpoint under it, would have
+    stopped before the checkpoint (the run would then not be the one config.json describes), or, when
+    ``more_steps`` are asked, would stop at once (they would train nothing)."""
+    t, checkpoint = config.train, run_dir / CHECKPOINT
+    if not t.early_stop or not checkpoint.exists():
         return
-    t = config.train
-    if t.early_stop and at_threshold_streak(result["history"], t.threshold) >= t.early_stop_evals:
+    at = load_checkpoint(checkpoint, keys=("step",))["step"]
+    rows = [row for row in read_jsonl(run_dir / METRICS, what="metrics") if row["step"] <= at]
+    stop = next((row["step"] for i, row in enumerate(rows)
+                 if row["step"] > 0 and at_threshold_streak(rows[:i + 1], t.threshold) >= t.early_stop_evals), None)
+    if stop is not None and stop < at:
         raise ValueError(
-            f"{run_dir} stopped early at step {result['steps']}, its held-out accuracy at the threshold "
-            f"({t.threshold}), and train.early_stop would stop it again at once: more steps train nothing. Add "
-            "train.early_stop=false to train on to the budget")
+            f"{run_dir} trained to step {at}, but stopping early as asked (after {t.early_stop_evals} evaluation(s) at "
+            f"{t.threshold}) it would have stopped at step {stop}: continuing under that rule would leave a run its "
+            "config.json does not describe; keep the rule, or use --restart, or another directory")
+    if stop == at and more_steps:
+        raise ValueError(
+            f"{run_dir} stopped early at step {at}, its held-out accuracy at the threshold ({t.threshold}), and "
+            "train.early_stop would stop it again at once: more steps train nothing. Add train.early_stop=false "
+            "to train on to the budget")
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

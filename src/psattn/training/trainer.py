@@ -44,6 +44,7 @@ from psattn.training.run_dir import (
     check_run_dir,
     clear_run_files,
     eval_batch,
+    load_result,
     write_run_files,
 )
 from psattn.training.schedule import build_optimizer
@@ -89,6 +90,8 @@ class _Run:
             self.state.load(self.ckpt_path, self.directory / CONFIG)
             if self.writes:
                 write_jsonl(self.directory / METRICS, self.state.history)  # drop lines written after the checkpoint
+                if (load_result(self.directory) or {}).get("diverged_at") is not None:
+                    (self.directory / RESULT).unlink()  # trained again from before the divergence: unfinished
             log.info("resumed %s at step %d", self.run_dir, self.state.step)
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
             clear_run_files(self.directory)
@@ -106,13 +109,14 @@ class _Run:
         scored = int((batch.targets != IGNORE_INDEX).sum())
         mine = shard(batch, self.ddp).to(self.device)
         loss = self.forward(mine.inputs, mine.targets, scored)
-        if not torch.isfinite(mean_over_ranks(loss, self.ddp)):
+        mean_loss = mean_over_ranks(loss, self.ddp)
+        if not torch.isfinite(mean_loss):
             kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
             if self.writes:  # the run's outcome: a sweep counts it as ended, and its tables say where it diverged
                 write_json(self.directory / RESULT, RunResult.of(self.state, self.t.steps, diverged=True).summary())
                 kept += f"; {self.directory / RESULT} records the divergence"
             run = f"run {self.config.name}: " if self.config.name else ""
-            raise TrainingDiverged(f"{run}loss became {loss.item()} at step {self.state.step}; stopping ({kept})")
+            raise TrainingDiverged(f"{run}loss became {mean_loss.item()} at step {self.state.step}; stopping ({kept})")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
