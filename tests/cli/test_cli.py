@@ -201,4 +201,9 @@ def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch
     assert err[-1].startswith("psattn: error: run paper_scale-") and "loss became nan at step 0" in err[-1], err
     assert "(and 15 more runs diverged; their results record where)" in err[-1]  # a sweep in pieces goes on
     assert main(["sweep", "paper_scale", "--quick", "--time-limit", "60", "--out", str(tmp_path)]) == 0  # all ended
-    assert "diverged at 0" in capsys.readouterr().out
+    assert "diverged at 0" in capsys.readouterr().out  # paper_scale's table names them
+    assert main(["sweep", "mqar", "--quick", "--time-limit", "60", "--out", str(tmp_path / "mqar")]) == 1
+    monkeypatch.setattr(loss_module, "shard_loss", real_loss)
+    assert main(["sweep", "mqar", "--quick", "--workers", "1", "--out", str(tmp_path / "mqar")]) == 1  # no table
+    captured = capsys.readouterr()
+    assert "its table has no place for them" in captured.err and "succeed" not in captured.out

@@ -80,9 +80,11 @@ def test_a_depth_with_only_its_plain_run_gets_one_clean_clause():
     verdict = text_scale.scale_verdict(results, text_scale.scale_table(results))
     assert verdict == ["**1 layer**: the plain model shows no phase change on any seed."], verdict
     name = next(iter(results))
-    results[name]["diverged_at"] = 1500
-    assert text_scale.scale_verdict(results, text_scale.scale_table(results))[-1] == (
-        f"Diverged (the loss stopped being finite; their curves end there): {name} at step 1,500.")
+    results[name]["diverged_at"] = 1500  # its numbers are not those of the end of training: named, left out
+    assert text_scale.scale_verdict(results, text_scale.scale_table(results)) == [
+        f"Left out, diverged (the loss stopped being finite): {name} at step 1,500."]
+    assert text_scale.pilot_table(results)[2:] == ["", f"Left out, diverged (the loss stopped being finite): {name} at "
+                                                       "step 1,500."]
 
 
 def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path):

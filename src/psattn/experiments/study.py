@@ -42,3 +42,4 @@ class Study:
     table: Callable[[Results], list[str]] | None  # finished runs -> the table's markdown lines
     verdict: Callable[[Results], list[str]] | None = None  # finished runs -> the conclusion, a clause a line
     report: Callable[[Results, Path, str], list[str]] | None = None  # (runs, their directory, mode) -> lines
+    shows_divergence: bool = False  # its table and verdict say which runs diverged (others would count them as failed)

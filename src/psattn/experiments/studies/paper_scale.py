@@ -238,4 +238,4 @@ STUDIES = (Study("paper_scale", paper_scale,
                  "the phase transition at the paper's scale (emergence: held-out accuracy at the threshold; "
                  "—: not within the cap)",
                  lambda results: format_scale_table(scale_table(results)),
-                 verdict=lambda results: scale_verdict(scale_table(results))),)
+                 verdict=lambda results: scale_verdict(scale_table(results)), shows_divergence=True),)

@@ -137,10 +137,17 @@ def best_by_layer(row: dict[str, Any], key: str) -> list[float]:
     return [max(layer) for layer in row[key]]
 
 
+def trained_through(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs that did not diverge: the tables, gains and figures read these alone (a diverged run's
+    last numbers are not those of the end of training); ``scale_verdict`` names the others."""
+    return {name: r for name, r in results.items() if r.get("diverged_at") is None}
+
+
 def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per model: ``summarise_text``'s final metrics (mean, sd over seeds), per seed the tokens to
     the phase change and to first copying, each layer's best previous-token and prefix-matching head at the
-    end (seed means) and the corpus repeats."""
+    end (seed means) and the corpus repeats; of the runs that did not diverge."""
+    results = trained_through(results)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for result in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
         groups.setdefault(model_key(result), []).append(result)
@@ -192,10 +199,13 @@ def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
-    """The pilot's lines: per depth, the plain model's phase change (its first seed) against the budget."""
+    """The pilot's lines: per depth, the plain model's phase change (its first seed) against the budget
+    (a diverged run is named below the table instead)."""
     lines = table(["depth", "phase change (tokens)", "the law's, attention-only", "budget", "well past it"], [])
     first: dict[int, dict[str, Any]] = {}
-    for r in sorted(results.values(), key=lambda r: (model_key(r)[0], r["config"]["train"]["seed"])):
+    diverged = [f"{name} at step {r['diverged_at']:,}" for name, r in sorted(results.items())
+                if r.get("diverged_at") is not None and model_key(r)[1] == "baseline"]
+    for r in sorted(trained_through(results).values(), key=lambda r: (model_key(r)[0], r["config"]["train"]["seed"])):
         if model_key(r)[1] == "baseline":
             first.setdefault(model_key(r)[0], r)
     for r in first.values():
@@ -205,6 +215,8 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
         past = "—" if change is None else "yes" if change.tokens <= WELL_PAST * budget else "no"
         when = f"none within {history[-1]['tokens'] / 1e6:.1f}M" if change is None else f"{change.tokens / 1e6:.1f}M"
         lines.append(f"| {model_key(r)[0]} | {when} | {law / 1e6:.1f}M | {budget / 1e6:.0f}M | {past} |")
+    if diverged:
+        lines += ["", f"Left out, diverged (the loss stopped being finite): {'; '.join(diverged)}."]
     return lines
 
 
@@ -213,7 +225,11 @@ def _bpb(row: dict[str, Any]) -> float:
 
 
 def scale_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
-    """The answers to (a), (b) and (c), one clause per depth and shear."""
+    """The answers to (a), (b) and (c), one clause per depth and shear, from the runs that did not diverge
+    (``rows``: their ``scale_table``); then the runs that diverged, by name."""
+    diverged = [f"{name} at step {r['diverged_at']:,}" for name, r in sorted(results.items())
+                if r.get("diverged_at") is not None]
+    results = trained_through(results)
     by = {(r["layers"], r["variant"], r["gamma"]): r for r in rows}
     depths = sorted({r["layers"] for r in rows})
     shears = [(v, g) for v, g in VARIANTS if v != "baseline"]
@@ -234,10 +250,8 @@ def scale_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
         for v, g in shears:
             if (small, v, g) in by and (large, "baseline", 0.0) in by:
                 out.append(_matches(results, (small, v, g), (large, "baseline", 0.0)))
-    diverged = [f"{name} at step {r['diverged_at']:,}" for name, r in sorted(results.items())
-                if r.get("diverged_at") is not None]
     if diverged:
-        out.append(f"Diverged (the loss stopped being finite; their curves end there): {'; '.join(diverged)}.")
+        out.append(f"Left out, diverged (the loss stopped being finite): {'; '.join(diverged)}.")
     return out
 
 
@@ -310,7 +324,7 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     from psattn.experiments.text_plots import plot_copying
 
     first: dict[tuple[int, str, float], dict[str, Any]] = {}
-    for result in sorted(results.values(), key=lambda r: r["config"]["train"]["seed"]):
+    for result in sorted(trained_through(results).values(), key=lambda r: r["config"]["train"]["seed"]):
         first.setdefault(model_key(result), result)
     order = {v: i for i, (v, _) in enumerate(VARIANTS)}
     ordered = sorted(first.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9)))
@@ -322,8 +336,9 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
 
 
 STUDIES = (Study("text_scale_pilot", text_scale_pilot,
-                 "the pilot: each depth's plain model, its phase change against the budget", pilot_table, verdict=None),
+                 "the pilot: each depth's plain model, its phase change against the budget", pilot_table, verdict=None,
+                 shows_divergence=True),
            Study("text_scale", text_scale,
                  "real text with MLPs at the end of training (mean ± sd over seeds; tokens per seed)",
                  lambda results: format_scale_table(scale_table(results)),
-                 verdict=lambda results: scale_verdict(results, scale_table(results))))
+                 verdict=lambda results: scale_verdict(results, scale_table(results)), shows_divergence=True))
