@@ -110,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TQDM_DISABLE"] = "1"  # no bars here or in worker processes
     level = logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING
     logging.basicConfig(level=level, format="%(message)s")
-    if not verbose:  # torch's deprecation notes about libraries' internals (torchao's, when transformers loads it)
-        logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    if not verbose:  # notes about libraries' internals: torch's deprecations of torchao's enums, and torchao's
+        # optional kernels it cannot load (built for another Python or GPU), when transformers imports it
+        for name in ("torch.utils._pytree", "torchao"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return args.func(args)
     except (ValueError, OSError, ImportError) as err:  # bad input or a missing extra: one line, exit code 2

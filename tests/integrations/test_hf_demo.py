@@ -44,8 +44,11 @@ def test_the_guides_example_runs():
         exec(compile(block, "docs/huggingface.md", "exec"), {})
 
 
-def test_hf_demo_prints_no_warnings_about_libraries_internals():
+def test_hf_demo_prints_no_warnings_about_libraries_internals(tmp_path):
     """torchao, imported by transformers when installed, registers enums that torch's pytree warns about."""
     done = subprocess.run([sys.executable, "-m", "psattn", "hf-demo", "--new-tokens", "2", "--prompt-length", "4"],
                           capture_output=True, text=True, timeout=300, check=True)
     assert "_pytree" not in done.stderr and "Enum subclass" not in done.stderr, done.stderr
+    refused = subprocess.run([sys.executable, "-m", "psattn", "export", "--format", "hf", "--run-dir", "no-such-run",
+                              "--out", "x"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr  # the error line alone
