@@ -83,8 +83,8 @@ def test_a_depth_with_only_its_plain_run_gets_one_clean_clause():
     results[name]["diverged_at"] = 1500  # its numbers are not those of the end of training: named, left out
     assert text_scale.scale_verdict(results, text_scale.scale_table(results)) == [
         f"Left out, diverged (the loss stopped being finite): {name} at step 1,500."]
-    assert text_scale.pilot_table(results)[2:] == ["", f"Left out, diverged (the loss stopped being finite): {name} at "
-                                                       "step 1,500."]
+    assert text_scale.pilot_table(results)[2:] == ["| 1 | diverged at step 1,500 | 32.1M | 0M | — |"]
+    assert text_scale.scale_figure(results, "unused.png") is None  # nothing trained through: no figure, no file
 
 
 def test_text_scale_runs_end_to_end_at_tiny_size_and_records_its_corpus(tmp_path):

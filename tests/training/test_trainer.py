@@ -216,8 +216,10 @@ def test_a_run_that_stopped_early_trains_on_only_without_early_stopping_and_then
     (train.early_stop=false) was refused as another config."""
     stopping = dict(early_stop=True, threshold=1e-9)  # every trained evaluation reaches it: stops at step 10
     assert train(tiny_config(steps=30, **stopping), tmp_path / "a").steps == 10
-    with pytest.raises(ValueError, match="stopped early at step 10.*more steps train nothing. Add train.early_stop=false"):
+    with pytest.raises(ValueError, match="reached its early-stopping rule at step 10.*more steps train nothing. "
+                                         "Add train.early_stop=false"):
         train(tiny_config(steps=40, **stopping), tmp_path / "a")
+    (tmp_path / "a" / "metrics.jsonl").unlink()  # the checkpoint holds the history: a lost metrics file stops nothing
     on = train(tiny_config(steps=30, early_stop=False, threshold=1e-9), tmp_path / "a")
     assert on.steps == 30 and json.loads((tmp_path / "a" / "config.json").read_text())["train"]["early_stop"] is False
     whole = train(tiny_config(steps=30, early_stop=False, threshold=1e-9), tmp_path / "b")

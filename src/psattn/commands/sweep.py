@@ -46,14 +46,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             emergence = "not reached" if r["emergence_step"] is None else f"step {r['emergence_step']}"
             print(f"{name:48s} final acc {r['final_accuracy']:.3f}  emergence {emergence}")
+    if left:
+        print(f"\ntime limit reached: {len(results)} of {len(configs)} runs finished in {args.out}, {len(left)} left "
+              "(a run cut short kept its checkpoint); the same command resumes")
     diverged = [f"{name} (at step {r['diverged_at']})" for name, r in results.items() if r.get("diverged_at") is not None]
     if diverged and not study.shows_divergence:  # its table would count them as runs that failed
         raise TrainingDiverged(f"{len(diverged)} run{'s' * (len(diverged) > 1)} of {study.name} diverged "
                                f"({', '.join(diverged)}), as their result.json records, and its table has no place for "
                                f"them; delete their folders under {args.out} to train them again")
-    if left:
-        print(f"\ntime limit reached: {len(results)} of {len(configs)} runs finished in {args.out}, {len(left)} left "
-              "(a run cut short kept its checkpoint); the same command resumes")
     if study.table is not None and results:
         print(f"\n{study.title}")
         print("\n".join(study.table(results)))

@@ -39,9 +39,10 @@ def _provenance(results: dict[str, dict[str, Any]]) -> str:
 def _corpus(results: dict[str, dict[str, Any]]) -> str:
     """One sentence per distinct corpus the text runs read: files, bytes, digest, tokens, repeats."""
     seen: dict[str, tuple[dict[str, Any], float | None]] = {}
-    for r in results.values():
+    for r in sorted(results.values(), key=lambda r: r.get("diverged_at") is not None):  # a diverged run's tokens end early
         corpus = r.get("corpus") or {}
-        seen.setdefault(corpus.get("files_sha256", "unrecorded"), (corpus, text_scale.repeats(r)))
+        seen.setdefault(corpus.get("files_sha256", "unrecorded"),
+                        (corpus, None if r.get("diverged_at") is not None else text_scale.repeats(r)))
     return " ".join(
         f"Corpus {digest}: {c.get('files', '?'):,} files, {c.get('bytes', 0) / 1e6:.0f} MB, {c.get('train_tokens', 0):,} "
         f"training and {c.get('eval_tokens', 0):,} held-out tokens (held out by file), read "
@@ -106,8 +107,10 @@ def figures(results_root: Path, out_dir: Path) -> list[Path]:
         if not saved:
             continue
         path = Path(out_dir) / FIGURES[experiment]
-        drawn.append(paper_scale.scale_figure(saved, path) if experiment == "paper_scale"
-                     else text_scale.scale_figure(saved, path))
+        figure = (paper_scale.scale_figure(saved, path) if experiment == "paper_scale"
+                  else text_scale.scale_figure(saved, path))
+        if figure is not None:  # None: every saved run diverged
+            drawn.append(figure)
     return drawn
 
 
@@ -166,7 +169,9 @@ def glance_rows(results_root: Path) -> list[str]:
             r = table.get(("psa-92m", "all_positions", "symmetric" if gamma else "baseline", gamma))
             if r is not None:
                 step = "—" if r["mean_emergence_step"] is None else f"~{r['mean_emergence_step']:,.0f}"
-                cells.append(f"γ = {gamma:g} {r['successes']}/{len(r['seeds'])} at {step}")
+                diverged = sum(d is not None for d in r["diverged_at"])
+                cells.append(f"γ = {gamma:g} {r['successes']}/{len(r['seeds'])} at {step}"
+                             + (f" ({diverged} diverged)" if diverged else ""))
         if cells:
             rows.append(f"| the phase transition at the paper's scale (`psattn sweep paper_scale --full`: psa-92m, "
                         f"symmetric, full form; {_where(saved)}; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | "
@@ -182,6 +187,9 @@ def glance_rows(results_root: Path) -> list[str]:
             cells.append(f"{depth} layers: key-only {psa['bits_per_byte'][0]:.3f} bits per byte against plain "
                          f"{plain['bits_per_byte'][0]:.3f}, phase change at {text_scale.when(psa['phase_change'])} "
                          f"against {text_scale.when(plain['phase_change'])} tokens")
+        diverged = len(saved) - len(text_scale.trained_through(saved))
+        if cells and diverged:
+            cells.append(f"{diverged} run{'s' * (diverged > 1)} diverged, left out")
         if cells:
             rows.append("| real text with MLPs past the phase change (`psattn sweep text_scale --full`: 1, 2, 4 layers, "
                         f"d_model 256, context 256; {_where(saved)}; [At scale](docs/at_scale.md)) | {'; '.join(cells)} | — |")

@@ -229,14 +229,14 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
 
 
 def _check_stopping_rule(run_dir: Path, config: RunConfig, more_steps: bool) -> None:
-    """Refuse ``config``'s early stopping when the run, replayed to its checkpoint under it, would have
-    stopped before the checkpoint (the run would then not be the one config.json describes), or, when
-    ``more_steps`` are asked, would stop at once (they would train nothing)."""
+    """Refuse ``config``'s early stopping when the run, replayed over its checkpoint's history under it,
+    would have stopped before the checkpoint (the run would then not be the one config.json describes), or,
+    when ``more_steps`` are asked, would stop at once (they would train nothing)."""
     t, checkpoint = config.train, run_dir / CHECKPOINT
     if not t.early_stop or not checkpoint.exists():
         return
-    at = load_checkpoint(checkpoint, keys=("step",))["step"]
-    rows = [row for row in read_jsonl(run_dir / METRICS, what="metrics") if row["step"] <= at]
+    state = load_checkpoint(checkpoint, keys=("step", "history"))  # what the run resumes from
+    at, rows = state["step"], state["history"]
     stop = next((row["step"] for i, row in enumerate(rows)
                  if row["step"] > 0 and at_threshold_streak(rows[:i + 1], t.threshold) >= t.early_stop_evals), None)
     if stop is not None and stop < at:
@@ -246,9 +246,9 @@ def _check_stopping_rule(run_dir: Path, config: RunConfig, more_steps: bool) -> 
             "config.json does not describe; keep the rule, or use --restart, or another directory")
     if stop == at and more_steps:
         raise ValueError(
-            f"{run_dir} stopped early at step {at}, its held-out accuracy at the threshold ({t.threshold}), and "
-            "train.early_stop would stop it again at once: more steps train nothing. Add train.early_stop=false "
-            "to train on to the budget")
+            f"{run_dir} reached its early-stopping rule at step {at}, its held-out accuracy at the threshold "
+            f"({t.threshold}), and train.early_stop would stop it at once: more steps train nothing. Add "
+            "train.early_stop=false to train on to the budget")
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

@@ -206,7 +206,7 @@ def expected_minutes(plan: ScalePlan = PLANS["full"], step_s: tuple[float, float
 def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     """Emergence step against gamma on the full-sequence form, one panel per model size, one line per shear
     (seed means over the seeds that emerged), every seed a dot; a seed that never emerged sits on the cap,
-    hollow; the paper's 91.3M points marked."""
+    hollow (one that diverged first is left out); the paper's 91.3M points marked."""
     from matplotlib.figure import Figure
 
     from psattn.figures import save_figure
@@ -223,7 +223,9 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
             shown = [(r["gamma"], r["mean_emergence_step"]) for r in line if r["mean_emergence_step"] is not None]
             ax.plot([g for g, _ in shown], [s for _, s in shown], "-", color=color, label=variant)
             for r in line:
-                for step in r["emergence_steps"]:
+                for step, diverged in zip(r["emergence_steps"], r["diverged_at"], strict=True):
+                    if diverged is not None and step is None:  # named in the table and verdict, no point here
+                        continue
                     ax.plot(r["gamma"], step if step is not None else r["cap"], "o", color=color,
                             fillstyle="full" if step is not None else "none", alpha=0.7)
         if size == "psa-92m":

@@ -199,13 +199,11 @@ def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
-    """The pilot's lines: per depth, the plain model's phase change (its first seed) against the budget
-    (a diverged run is named below the table instead)."""
+    """The pilot's lines: per depth, the plain model's phase change (its first seed) against the budget;
+    "diverged at step N" where that run diverged."""
     lines = table(["depth", "phase change (tokens)", "the law's, attention-only", "budget", "well past it"], [])
     first: dict[int, dict[str, Any]] = {}
-    diverged = [f"{name} at step {r['diverged_at']:,}" for name, r in sorted(results.items())
-                if r.get("diverged_at") is not None and model_key(r)[1] == "baseline"]
-    for r in sorted(trained_through(results).values(), key=lambda r: (model_key(r)[0], r["config"]["train"]["seed"])):
+    for r in sorted(results.values(), key=lambda r: (model_key(r)[0], r["config"]["train"]["seed"])):
         if model_key(r)[1] == "baseline":
             first.setdefault(model_key(r)[0], r)
     for r in first.values():
@@ -214,9 +212,9 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
         law = law_tokens(r["config"]["train"]["batch_size"], r["config"]["task"]["seq_len"])
         past = "—" if change is None else "yes" if change.tokens <= WELL_PAST * budget else "no"
         when = f"none within {history[-1]['tokens'] / 1e6:.1f}M" if change is None else f"{change.tokens / 1e6:.1f}M"
+        if r.get("diverged_at") is not None:
+            when, past = f"diverged at step {r['diverged_at']:,}", "—"
         lines.append(f"| {model_key(r)[0]} | {when} | {law / 1e6:.1f}M | {budget / 1e6:.0f}M | {past} |")
-    if diverged:
-        lines += ["", f"Left out, diverged (the loss stopped being finite): {'; '.join(diverged)}."]
     return lines
 
 
@@ -326,6 +324,8 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     first: dict[tuple[int, str, float], dict[str, Any]] = {}
     for result in sorted(trained_through(results).values(), key=lambda r: r["config"]["train"]["seed"]):
         first.setdefault(model_key(result), result)
+    if not first:  # every saved run diverged: nothing to draw
+        return None
     order = {v: i for i, (v, _) in enumerate(VARIANTS)}
     ordered = sorted(first.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9)))
     histories = {model_label(*m): r["history"] for m, r in ordered}
