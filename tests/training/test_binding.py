@@ -57,6 +57,21 @@ def test_a_config_edited_after_training_is_refused_naming_the_field_and_both_val
     assert train(edited, run, resume=False).steps == 2  # --restart trains the new config
 
 
+def test_a_hand_edited_training_field_is_refused_and_where_it_runs_is_not(trained, tmp_path, capsys):
+    """The learning rate shaped the weights: config.json edited to another no longer describes them, and
+    resuming would silently train on under a rule the run never had. Where it runs may change."""
+    import shutil
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    _edit_json(run / "config.json", lambda c: c["train"].update(lr=1e-4))
+    for argv in (["eval", "--run-dir", str(run)], ["train", "--run-dir", str(run), "--set", "train.steps=4"]):
+        err = _refused(argv, capsys)
+        assert "train.lr = 0.003" in err and "says 0.0001" in err, (argv, err)
+    _edit_json(run / "config.json", lambda c: c["train"].update(lr=0.003, threads=2, device="cpu", checkpoint_every=5))
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    assert main(["train", "--run-dir", str(run), "--set", "train.steps=4"]) == 0
+
+
 def test_a_checkpoint_from_before_bindings_still_loads_and_gains_one_on_its_next_save(trained, tmp_path, capsys):
     import shutil
 

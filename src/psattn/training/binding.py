@@ -1,8 +1,9 @@
 """What a checkpoint's weights are bound to: the config that built the model, and the data it read.
 
 Weights mean something only with the model and task they were trained for and, on text, with the
-tokenizer that turned text into their ids. So every checkpoint records its ``binding``: the model and
-task sections of the run's config with their SHA-256 (compared field by field when the digests
+tokenizer that turned text into their ids, and with the optimisation that took them there. So every
+checkpoint records its ``binding``: the model and task sections of the run's config and the training
+fields that shape its weights and history (``BOUND_TRAIN``), with their SHA-256 (compared field by field when the digests
 differ, so a field added to psattn's configs since, which the record lacks, is no mismatch), the
 SHA-256 of the run's ``tokenizer.json``,
 and the data record of ``data.json`` (corpus, tokenizer and token checksums). Loading a checkpoint
@@ -37,6 +38,12 @@ log = logging.getLogger(__name__)
 #: task fields that name files whose contents the data record binds (moving the corpus changes nothing)
 BOUND_BY_CONTENT = ("corpus", "tokenizer")
 
+#: the train fields a checkpoint's weights and metrics history depend on; not the budget (``steps`` grows when
+#: a run is extended), when the run stops early (which may change, see ``check_run_dir``), nor where or how it
+#: runs (device, threads, compile, checkpoint cadence, TensorBoard)
+BOUND_TRAIN = ("batch_size", "lr", "weight_decay", "betas", "warmup_steps", "min_lr_ratio", "grad_clip", "eval_every",
+               "eval_size", "threshold", "seed", "precision")
+
 RESTART = "restore it, or train anew (psattn train --restart, or another run directory)"
 
 
@@ -45,10 +52,11 @@ def _sha256(data: bytes) -> str:
 
 
 def bound_sections(config: RunConfig) -> dict[str, Any]:
-    """The parts of ``config`` that define what the weights are: its model and task sections."""
-    task = {"name": task_name(config.task), **{k: v for k, v in config.to_dict()["task"].items()
-                                               if k not in BOUND_BY_CONTENT}}
-    return {"model": config.model.to_dict(), "task": task}
+    """The parts of ``config`` that define what the weights are: its model and task sections, and the
+    train fields in ``BOUND_TRAIN``."""
+    data = config.to_dict()
+    task = {"name": task_name(config.task), **{k: v for k, v in data["task"].items() if k not in BOUND_BY_CONTENT}}
+    return {"model": config.model.to_dict(), "task": task, "train": {k: data["train"][k] for k in BOUND_TRAIN}}
 
 
 def _digest(sections: dict[str, Any]) -> str:
