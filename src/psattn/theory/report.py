@@ -79,21 +79,43 @@ def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[s
     return out
 
 
+def pre_rope_ablation(config, layer: int = 0):
+    """(config, None): ``config`` with every sheared layer's shear placed before RoPE, each layer keeping
+    its own variant, gamma and boundary rule (the weights load unchanged); or (None, reason) when
+    ``layer``, the one measured, has no post-RoPE shear to move (gamma 0, the baseline, a key-lag layer,
+    or a shear already before RoPE)."""
+    layers = config.layer_attention_configs()
+    measured = layers[layer]
+    if measured.is_key_lag:
+        return None, f"layer {layer} is the key-lag baseline {measured.variant!r}, which has no PSA shear to move"
+    if measured.gammas == (0.0, 0.0):
+        return None, f"layer {layer} has no shear (variant {measured.variant!r}, gamma {measured.gamma:g})"
+    if measured.placement == "pre_rope":
+        return None, f"layer {layer} already places its shear before RoPE"
+    moved = [a if a.is_key_lag or a.gammas == (0.0, 0.0) else dataclasses.replace(a, placement="pre_rope")
+             for a in layers]
+    return dataclasses.replace(config, attention=moved), None
+
+
 def spectral_results(model, label: str, seed: int = 0) -> dict[str, Any]:
-    """Closed-form Bode curves of every variant, and the curves measured on ``model`` (and on the same
-    weights with the shear placed before RoPE)."""
-    from psattn.models import AttentionConfig, DecoderLM
+    """Closed-form Bode curves of every variant, and the curves measured on ``model`` and, where its
+    measured layer has a post-RoPE shear, on the same weights with the shear placed before RoPE
+    (otherwise "ablation_skipped" says why that row is left out)."""
+    from psattn.models import DecoderLM
 
     closed = [c.to_dict() for c in all_variant_bode(BODE_GAMMA)]
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (32, 64), generator=torch.Generator().manual_seed(seed))
     measured = [measure_bode(model, ids).to_dict(label)]
-    gamma = model.config.layer_attention_configs()[0].gamma  # the ablation keeps the model's own gamma
-    pre = dataclasses.replace(model.config, attention=AttentionConfig("symmetric", gamma, "pre_rope"))
+    out: dict[str, Any] = {"gamma": BODE_GAMMA, "closed_form": closed, "measured": measured}
+    pre, why = pre_rope_ablation(model.config)
+    if pre is None:
+        out["ablation_skipped"] = why
+        return out
     pre_model = DecoderLM(pre).eval()
     pre_model.load_state_dict(model.state_dict())
     measured.append(measure_bode(pre_model, ids).to_dict("same weights, shear placed before RoPE (ablation)"))
-    return {"gamma": BODE_GAMMA, "closed_form": closed, "measured": measured}
+    return out
 
 
 def _cell(text: str) -> str:
@@ -207,6 +229,8 @@ def _spectral_lines(spec: dict[str, Any], link_prefix: str) -> list[str]:
     for m in spec["measured"]:
         for s in ("key", "query", "joint"):
             lines.append(f"| {m['label']} | {s} | {_fmt(m[f'{s}_r'], '.5f')} | {m[f'{s}_max_rel_error']:.4f} |")
+    if "ablation_skipped" in spec:
+        lines += ["", f"No pre-RoPE ablation row: {spec['ablation_skipped']}."]
     return lines
 
 

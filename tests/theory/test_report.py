@@ -1,0 +1,43 @@
+"""The spectral part of the theory report: the pre-RoPE ablation keeps each layer's own shear."""
+
+import pytest
+import torch
+
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.theory.report import _spectral_lines, pre_rope_ablation, spectral_results
+
+
+def _model(attention, n_layers=1):
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=64, d_model=32, n_layers=n_layers, n_heads=2, attention=attention)
+    return DecoderLM(config).eval()
+
+
+def test_the_ablation_moves_each_layers_own_shear_before_rope():
+    config = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=2, attention=[
+        AttentionConfig("key_only", 1.0, boundary="zero"), AttentionConfig("smeared_keys"),
+        AttentionConfig("query_only", 0.5)])
+    pre, why = pre_rope_ablation(config)
+    assert why is None
+    assert pre.layer_attention_configs() == [
+        AttentionConfig("key_only", 1.0, "pre_rope", "zero"), AttentionConfig("smeared_keys"),
+        AttentionConfig("query_only", 0.5, "pre_rope")]
+
+
+def test_a_key_only_model_keeps_its_variant_in_the_ablation_row():
+    result = spectral_results(_model(AttentionConfig("key_only", 1.0)), "key-only")
+    assert [(m["gamma_q"], m["gamma_k"]) for m in result["measured"]] == [(0.0, 1.0), (0.0, 1.0)]
+    assert "ablation_skipped" not in result
+
+
+@pytest.mark.parametrize("attention, reason", [
+    (AttentionConfig("smeared_keys"), "key-lag baseline 'smeared_keys'"),
+    (AttentionConfig("baseline"), "no shear"),
+    (AttentionConfig("symmetric", 0.0), "no shear"),
+    (AttentionConfig("symmetric", 0.8, "pre_rope"), "already places its shear before RoPE"),
+])
+def test_a_model_with_no_post_rope_shear_has_no_ablation_row_and_says_why(attention, reason):
+    result = spectral_results(_model(attention), "model")
+    assert len(result["measured"]) == 1 and reason in result["ablation_skipped"]
+    lines = _spectral_lines(result, "")
+    assert any(line.startswith("No pre-RoPE ablation row:") and reason in line for line in lines)
