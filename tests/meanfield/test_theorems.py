@@ -98,3 +98,26 @@ def test_paper_claims(tmp_path):
 def test_checks_serialise_to_strict_json():
     record = check_rope_orbit_universality(n=16).to_dict()
     assert json.loads(json.dumps(record, allow_nan=False))["kind"] == "rope_orbit"
+
+
+def _claims_summary(usa, rope):
+    def run(name, spreads):
+        return {"name": name, "config": {"kernel": {"name": name}}, "final": {"marginal_spread": spreads}}
+    return {"runs": [run("usa", usa), run("rope", rope)]}
+
+
+@pytest.mark.parametrize("usa, rope, reason", [
+    ([None], [0.5], "usa (no finite marginal spread)"),  # a run that went non-finite is no collapse
+    ([0.0, 0.6], [0.5, 0.5], "usa (must collapse: largest spread 0.6"),  # one element of the batch collapsed
+    ([0.0, 0.0], [0.5, 0.001], "rope (must not collapse: smallest spread 0.001"),
+    ([0.0], [None, None], "rope (no finite marginal spread)"),
+])
+def test_paper_claims_judge_every_batch_element_and_fail_without_a_finite_spread(usa, rope, reason):
+    result = check_paper_claims(_claims_summary(usa, rope))
+    assert not result.passed and reason in result.message, result.message
+
+
+def test_paper_claims_report_the_worst_spread_in_the_claims_direction():
+    result = check_paper_claims(_claims_summary([0.0, 1e-4, None], [0.5, 0.2]))
+    assert result.passed, result.message
+    assert result.details == {"usa": 1e-4, "rope": 0.2}
