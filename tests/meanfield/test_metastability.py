@@ -10,6 +10,8 @@ from psattn.meanfield.metastability import (
     circle_cluster_count,
     crossing_time,
     exponential_fit,
+    first_plateau,
+    measure_cluster_count,
     measure_lifetimes,
     plateau_energies,
     predicted_cluster_count,
@@ -56,3 +58,26 @@ def test_cluster_count_helpers():
     assert circle_cluster_count(np.array([0.0, 0.01]), gap=0.5) == 1
     pytest.importorskip("scipy")
     assert [predicted_cluster_count(b) for b in (1.0, 9.0, 36.0)] == [1, 4, 8]
+
+
+def test_first_plateau_skips_the_formation_transients():
+    # beta 36, n 128, seed 0 of SA from a near-uniform start, recorded every 0.5: 1s, gaps opening
+    # (4, 7, 8), the first plateau (9), then the merges of the staircase (8, 7)
+    counts = [1] * 20 + [4, 4, 4, 7, 8, 8, 8] + [9] * 13 + [8] * 9 + [7] * 20
+    times = [0.5 * i for i in range(len(counts))]
+    assert first_plateau(counts, times, hold=3.0) == 9
+    assert first_plateau(counts, times, hold=1.5) == 4  # too short a hold takes a transient
+    assert first_plateau(counts[:35], times[:35], hold=3.0) == 9  # ends inside the plateau, already held 3.5
+    with pytest.raises(ValueError, match="no cluster count above 1 was held for 3 time units by t = 16"):
+        first_plateau(counts[:33], times[:33], hold=3.0)
+    with pytest.raises(ValueError, match="one time per count"):
+        first_plateau([1, 2], [0.0], hold=1.0)
+
+
+def test_measured_cluster_count_does_not_depend_on_the_horizon():
+    # the mode of the records gave 9, 8, 7 at tau 20, 30, 60 here; the first plateau is 9 at each
+    short, long = (measure_cluster_count(36.0, n=128, seed=0, tau=tau) for tau in (20.0, 60.0))
+    assert short["measured"] == long["measured"] == 9
+    assert long["counts"][:len(short["counts"])] == short["counts"]
+    with pytest.raises(ValueError, match="multiple of dt"):
+        measure_cluster_count(36.0, n=16, tau=1.0, record_every=0.25)

@@ -207,8 +207,9 @@ CONSTRUCTIONS = """\
   of the reduced two-cluster ODE dφ/dt = −2e^{β cos φ} sin φ / (e^β + e^{β cos φ}), whose large-β rate
   is 1 − cos φ₀ = 1 (the finite-β fits are lower by the prefactor's 1/β).
 - **Cluster count.** SA on S¹ from equally spaced angles + N(0, 10⁻⁶) noise; clusters are runs of
-  points separated by gaps > 10·2π/n; the count on the first plateau is compared with
-  argmax_k k² I_k(β), the fastest-growing Fourier mode of the linearised flow.
+  points separated by gaps > 10·2π/n, counted every 0.5 time units; the count on the first plateau
+  (the first count above 1 held for 3 time units, past the transients while the gaps open) is compared
+  with argmax_k k² I_k(β), the fastest-growing Fourier mode of the linearised flow.
 """
 
 

@@ -359,8 +359,8 @@ def check_cluster_count(
     tau: float = 60.0,
     max_error: int = 1,
 ) -> TheoremCheck:
-    """From a near-uniform start on S¹, the first cluster count is argmax_k k² I_k(β) ± max_error (median
-    over seeds). Needs scipy."""
+    """From a near-uniform start on S¹, the first metastable plateau (``measure_cluster_count``) has
+    argmax_k k² I_k(β) ± max_error clusters (median over seeds). Needs scipy."""
     rows: list[dict[str, Any]] = []
     for beta in betas:
         measured = [measure_cluster_count(beta, n=n, seed=s, tau=tau)["measured"] for s in seeds]
