@@ -268,10 +268,15 @@ def test_bad_model_inputs():
         model(torch.randint(0, 37, (1, 5)), attention_mask=torch.ones(1, 4))
 
 
-def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was():
-    """T = 0 with a mask, positions or a cache gives (B, 0, V), as the plain call does; decoding on
-    from the cache then equals the full forward."""
+@pytest.mark.parametrize("backend,hooked", [("auto", False), ("sdpa", False), ("reference", False), ("auto", True)])
+def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was(backend, hooked):
+    """T = 0 with a mask, positions or a cache gives (B, 0, V), as the plain call does, on every backend and
+    with a hook on the attention pattern; decoding on from the cache then equals the full forward."""
+    import contextlib
+
     model = random_model("symmetric")
+    for block in model.blocks:
+        block.attn.backend = backend
     ids = torch.randint(0, 37, (2, 6))
     empty = ids[:, :0]
     for kwargs in ({}, {"attention_mask": torch.ones(2, 0)}, {"position_ids": torch.zeros(2, 0, dtype=torch.long)},
@@ -280,7 +285,9 @@ def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was():
     assert model(empty, scored=torch.zeros(2, 0, dtype=torch.bool)).shape == (0, 37)
     cache = model.new_cache()
     first = model(ids[:, :4], cache=cache)
-    assert model(empty, cache=cache, attention_mask=torch.ones(2, 0)).shape == (2, 0, 37)
+    with capture(model, "*.hook_pattern") if hooked else contextlib.nullcontext():
+        assert model(empty, cache=cache, attention_mask=torch.ones(2, 0)).shape == (2, 0, 37)
+        assert model(empty, cache=cache).shape == (2, 0, 37)
     assert len(cache) == 4
     rest = model(ids[:, 4:], cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], 1), model(ids))

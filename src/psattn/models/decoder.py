@@ -173,9 +173,9 @@ class DecoderLM(nn.Module):
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
         )
-        if T == 0:  # an empty chunk: no logits, and a cache stays as it was
-            cache = None
         h = self.drop(self.embed(input_ids))  # (B, T, C)
+        if T == 0:  # an empty chunk: no position attends, and a cache stays as it was
+            return self.lm_head(self.norm_final(h if scored is None else h[scored]))  # (B, 0, V), or (0, V) with scored
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             h = block(h, context, None if cache is None else cache.layers[i], scored if i == last else None)
