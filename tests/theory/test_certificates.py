@@ -11,7 +11,7 @@ MUST_FAIL = {
     "four_term_decomposition": ["wrong_sign", "pre_rope", "look_ahead"],
     "symplecticity": ["wrong_sign", "pre_rope"],
     "hamiltonian_flow": ["wrong_sign", "pre_rope"],
-    "kinetic_energy": ["pre_rope", "look_ahead"],
+    "kinetic_energy": ["wrong_sign", "pre_rope", "look_ahead"],
     "uniqueness": ["wrong_sign", "pre_rope"],
     "cache_equivalence": ["raw_key_cache", "recompute_cache"],
     "flops_per_token": ["recompute_cache"],

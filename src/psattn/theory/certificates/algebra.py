@@ -131,15 +131,24 @@ def hamiltonian_flow(op: OperatorUnderTest, ev: Evidence) -> None:
     "symbolic + numeric",
 )
 def kinetic_energy(op: OperatorUnderTest, ev: Evidence) -> None:
-    """Check that the shear conserves the kinetic energy (the statement above)."""
+    """Check that the shear leaves the momentum unchanged, hence the kinetic energy (the statement above)."""
     gamma = sp.Symbol("gamma", real=True)
     x, p = sp.Matrix(sp.symbols("x0:2", real=True)), sp.Matrix(sp.symbols("p0:2", real=True))
     image = claimed_shear_matrix(gamma, 2) * sp.Matrix.vstack(x, p)
-    ev.check(sp.expand(image[2:, 0].dot(image[2:, 0]) - p.dot(p)) == 0, "symbolic: H(M_γ(x, p)) = H(x, p)")
+    p_new = image[2:, 0]
+    ev.check(sp.expand(p_new - p) == sp.zeros(2, 1) and sp.expand(p_new.dot(p_new) - p.dot(p)) == 0,
+             "symbolic: M_γ(x, p) has momentum p' = p (each entry), so H(M_γ(x, p)) = H(x, p)")
+    momentum_rows = sp.Matrix.hstack(sp.zeros(DIM), sp.eye(DIM))  # p' = 0·x + I·p
+    for g, MF in operator_matrices(op, ev).items():
+        worst = max(abs(v) for v in (MF[DIM:, :] - momentum_rows))
+        ev.check(worst == 0, f"operator, γ={g}: the momentum rows of M_F are [0, I], p' = p "
+                             f"(max deviation {float(worst):.3g}, exact)")
     g = torch.Generator().manual_seed(2)
     x, p = (torch.randn(64, DIM, generator=g, dtype=torch.float64) for _ in range(2))
     for gamma in (0.37, 1.3, -0.4):
         _, p_new = phase_map(op, x, p, gamma)
+        err = ((p_new - p).abs().amax(1) / p.abs().amax(1)).max().item()
+        ev.check(err < 1e-12, f"operator, γ={gamma}: max |p' - p|∞ / |p|∞ = {err:.1e}")
         energy, energy_new = 0.5 * (p**2).sum(1), 0.5 * (p_new**2).sum(1)
         err = ((energy_new - energy).abs() / energy).max().item()
         ev.check(err < 1e-12, f"operator, γ={gamma}: max relative change of ½|p|² = {err:.1e}")
