@@ -2,7 +2,8 @@
 
 ``register(subparsers)`` adds them to the main parser; heavy imports (SymPy, matplotlib, the
 trainer) happen inside the commands, so building the parser stays cheap. They live here, not in
-``psattn.theory``, because the report and the Bode plot read a trained model.
+``psattn.theory``, because the report trains a model (whose post-RoPE Bode response, like any
+model's, is the closed form: the plot checks the filter's implementation, not what training learned).
 
 - ``psattn certify [--json [PATH]] [--details] [--operator NAME] [--only NAME ...]``: run the
   certificates, print a table (or JSON), exit 1 if any fails. ``--operator wrong_sign`` etc. certifies a broken
@@ -10,7 +11,8 @@ trainer) happen inside the commands, so building the parser stays cheap. They li
 - ``psattn theory report --out DIR [--quick|--full] [--run-dir RUN] [--sweep FILE]``: the whole theory
   section (figures, theory.json, theory.md).
 - ``psattn theory phase-diagram --out DIR [--samples N]``: closed form against the simulation.
-- ``psattn theory bode --out DIR [--gamma G] [--run-dir RUN]``: closed-form and measured Bode plots.
+- ``psattn theory bode --out DIR [--gamma G] [--run-dir RUN]``: closed-form and measured Bode plots
+  (measured on a random-initialised model unless ``--run-dir``; either gives the closed form).
 - ``psattn theory gamma-c --d-k D [D ...] --context T [T ...]``: evaluate the law.
 - ``psattn theory fit-exponent FILE``: fit gamma_critical ∝ d_k^alpha to saved sweep results.
 """
@@ -97,6 +99,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
         r = measured[f"{stream}_r"]
         print(f"{stream:6s} measured vs closed form: Pearson r {'n/a' if r is None else f'{r:.5f}'}, "
               f"largest relative error {measured[f'{stream}_max_rel_error']:.4f}")
+    print("(after RoPE the shear is a fixed linear filter of the stream: the measured response is the closed form "
+          "for any weights, so this checks the implementation of the filter)")
     print("figures: " + ", ".join(str(f) for f in figures))
     return 0
 

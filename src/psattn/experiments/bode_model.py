@@ -1,5 +1,9 @@
 """The trained model whose query and key streams the theory section measures against the closed-form
-transfer function (arXiv 2609.32319): a saved run, or a short symmetric-PSA induction run trained here."""
+transfer function (arXiv 2609.32319): a saved run, or a short symmetric-PSA induction run trained here.
+
+The post-RoPE shear is a fixed linear time-invariant filter of the stream, so the measured response
+is the closed form for any weights (a random-initialised model gives the same r); the measurement
+checks the implementation of the filter, and training does not change it."""
 
 from __future__ import annotations
 

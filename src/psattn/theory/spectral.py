@@ -17,8 +17,10 @@ their power spectra and the phase of their cross-spectrum,
     |Ĥ(ω)| = sqrt(<|X̂(ω)|^2> / <|X(ω)|^2>),   arg Ĥ(ω) = arg <X̂(ω) conj X(ω)>,
 
 with X the Hann-windowed DFT along the sequence and <.> the mean over batch, heads and channels.
-For the post-RoPE shear it recovers H up to window leakage and the sequence boundary; for the
-pre-RoPE ablation it does not, because in the rotating frame that shear is not time-invariant.
+For the post-RoPE shear it recovers H up to window leakage and the sequence boundary, for any
+weights: the shear is a fixed filter of whatever stream it reads, so the measurement checks the
+implementation of the filter, not anything a model learned.
+For the pre-RoPE ablation it does not, because in the rotating frame that shear is not time-invariant.
 """
 
 from __future__ import annotations
