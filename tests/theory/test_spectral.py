@@ -74,6 +74,23 @@ def test_pre_rope_placement_departs_from_the_closed_form():
     assert pre > 5 * post
 
 
+def test_pre_rope_shear_is_the_filter_shifted_by_each_pairs_rotation():
+    # after RoPE, R_t((1+γ)q_t − γq_{t−1}) = (1+γ)y_t − γR_θ y_{t−1} with y_t = R_t q_t: time-invariant, shifted
+    from psattn.ops.hooks import capture
+    from psattn.ops.rope import apply_rope
+
+    gamma, T = 0.8, 16
+    model = _model("symmetric", "pre_rope", gamma)
+    ids = torch.randint(0, 64, (2, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), capture(model, "blocks.0.attn.hook_q", "blocks.0.attn.hook_q_sheared") as seen:
+        model(ids)
+    y, y_hat = seen["blocks.0.attn.hook_q"].double(), seen["blocks.0.attn.hook_q_sheared"].double()  # (B, H, T, D)
+    cos, sin = model.blocks[0].attn.rope(torch.ones(1, T - 1, dtype=torch.long), torch.float64)  # R_θ: one position
+    shifted = (1 + gamma) * y[:, :, 1:] - gamma * apply_rope(y[:, :, :-1], cos, sin)
+    torch.testing.assert_close(y_hat[:, :, 1:], shifted, atol=1e-5, rtol=1e-5)
+    assert (y_hat[:, :, 1:] - ((1 + gamma) * y[:, :, 1:] - gamma * y[:, :, :-1])).abs().max() > 1e-3  # not H itself
+
+
 def test_bad_layer():
     with pytest.raises(ValueError, match="layer"):
         measure_bode(_model("symmetric"), torch.zeros(1, 8, dtype=torch.long), layer=5)

@@ -20,7 +20,13 @@ with X the Hann-windowed DFT along the sequence and <.> the mean over batch, hea
 For the post-RoPE shear it recovers H up to window leakage and the sequence boundary, for any
 weights: the shear is a fixed filter of whatever stream it reads, so the measurement checks the
 implementation of the filter, not anything a model learned.
-For the pre-RoPE ablation it does not, because in the rotating frame that shear is not time-invariant.
+For the pre-RoPE ablation it does not. Seen after RoPE that shear is time-invariant too, but shifted
+in frequency per RoPE pair: with y_t = R_t q_t and R_θ the pair's rotation by one position,
+
+    R_t((1 + gamma) q_t - gamma q_{t-1}) = (1 + gamma) y_t - gamma R_θ y_{t-1},
+
+so on the pair as a complex signal the gain is |(1 + gamma) - gamma e^{i(θ - ω)}|: H moved by θ,
+lowest (1) at ω = θ instead of at ω = 0. The estimate averages these shifted responses over pairs.
 """
 
 from __future__ import annotations
