@@ -79,3 +79,9 @@ def test_table_and_json(reference_results):
     json.dumps([r.to_dict() for r in results])
     with pytest.raises(ValueError, match="unknown certificates"):
         run_certificates(REFERENCE, ["nope"])
+
+
+def test_uniqueness_shows_a_solution_that_needs_dc_neutrality(reference_results):
+    # a concrete non-shear solution of every other constraint, checked by substitution (not a free symbol)
+    line = next(d for d in reference_results["uniqueness"].details.split("; ") if "dropping DC-neutrality" in d)
+    assert line.startswith("ok:") and "a_q = 2 with {" in line and "n_q: 1/2" in line, line
