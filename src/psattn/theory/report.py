@@ -227,8 +227,8 @@ def _spectral_lines(spec: dict[str, Any], link_prefix: str) -> list[str]:
               "(phase from the cross-spectrum), averaged over batch, heads and channels (32 rows of 64 random tokens). "
               "After RoPE the shear is a fixed linear time-invariant filter of the stream it reads, so this ratio "
               "recovers the closed form H for any weights (a randomly initialised model already gives r > 0.999): "
-              "the comparison checks the implementation of the filter, as the paper's own comparison "
-              f"(r = {PAPER['bode_r']}) does, and training does not change it.",
+              "the comparison checks the implementation of the filter, and training does not change it. (The paper "
+              f"reports r = {PAPER['bode_r']} against a Bode plot measured on a trained model's score stream.)",
               "", "| model | stream | Pearson r of measured against closed-form gain | largest relative error |",
               "|---|---|---|---|"]
     for m in spec["measured"]:

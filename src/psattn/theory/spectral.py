@@ -25,7 +25,7 @@ in frequency per RoPE pair: with y_t = R_t q_t and R_θ the pair's rotation by o
 
     R_t((1 + gamma) q_t - gamma q_{t-1}) = (1 + gamma) y_t - gamma R_θ y_{t-1},
 
-so on the pair as a complex signal the gain is |(1 + gamma) - gamma e^{i(θ - ω)}|: H moved by θ,
+so on the pair as a complex signal the gain is ``|(1 + gamma) - gamma e^{i(θ - ω)}|``: H moved by θ,
 lowest (1) at ω = θ instead of at ω = 0. The estimate averages these shifted responses over pairs.
 """
 
