@@ -108,3 +108,25 @@ def test_apply_rope_refuses_tables_for_other_positions_by_shape():
     with pytest.raises(ValueError, match="and its batch"):
         apply_rope(torch.randn(1, 3, 5, 8), *batch)
     assert apply_rope(torch.randn(4, 3, 5, 8), *RotaryEmbedding(8)(torch.arange(5)[None])).shape == (4, 3, 5, 8)
+
+
+def test_float64_tables_rotate_orthogonally_and_a_pre_rope_patch_round_trips():
+    """float64 tables come from float64 angles: cos² + sin² = 1 and the rotation keeps norms to float64
+    precision at long positions (float32 angles miss by about 1e-7), so a pre-RoPE model's identity patch
+    on hook_q, which is rotated back by the opposite angle, changes no logit beyond rounding."""
+    from psattn import AttentionConfig, DecoderLM, ModelConfig
+    from psattn.ops.hooks import patch
+
+    positions = torch.arange(0, 8192, 7)[None]
+    cos, sin = RotaryEmbedding(64)(positions, torch.float64)
+    assert (cos**2 + sin**2 - 1).abs().max() < 1e-14
+    x = torch.randn(1, 2, positions.shape[1], 64, dtype=torch.float64)
+    torch.testing.assert_close(apply_rope(x, cos, sin).norm(dim=-1), x.norm(dim=-1), rtol=1e-13, atol=0)
+    torch.manual_seed(33)
+    config = ModelConfig(vocab_size=11, d_model=8, n_heads=2, attention=AttentionConfig("symmetric", 2.0, "pre_rope"))
+    model = DecoderLM(config).double().eval()
+    ids = torch.randint(11, (1, 64))
+    with torch.no_grad():
+        plain = model(ids)
+        with patch(model, {"*.hook_q": lambda q: q.clone()}):
+            assert (model(ids) - plain).abs().max() < 1e-12

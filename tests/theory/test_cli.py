@@ -105,6 +105,6 @@ def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypa
     md = (out / "theory.md").read_text()
     assert md == result["markdown"].replace("](theory/", "](")
     assert "![scaling](theory/scaling.png)" in result["markdown"]
-    for text in ("## Theory", "![phase diagram](phase_diagram.png)", "Pearson r", "(r = 0.9966)", "-1.000 ±",
+    for text in ("## Theory", "![phase diagram](phase_diagram.png)", "Pearson r", "reports r = 0.9966", "-1.000 ±",
                  "| 13 | int8_headroom |"):
         assert text in md

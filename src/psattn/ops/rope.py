@@ -48,15 +48,21 @@ class RotaryEmbedding(nn.Module):
             self.inv_freq = self.frequencies().to(self.inv_freq.device)
         return self
 
-    def frequencies(self) -> Tensor:
-        """base^(-2i/r) for i < r/2, (r/2,) in float32 (computed in float64)."""
-        return (self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)).float()
+    def frequencies(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """base^(-2i/r) for i < r/2, (r/2,) in ``dtype`` (computed in float64)."""
+        return (self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)).to(dtype)
 
     def forward(self, position_ids: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-        """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads."""
+        """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads. The angles are
+        float32, as in common RoPE implementations, or float64 for float64 tables, whose rotations are then
+        orthogonal to float64 precision (float32 angles leave |cos² + sin² − 1| near 1e-7)."""
         if position_ids.dim() != 2:
             raise ValueError(f"position_ids must be (B, T), got shape {tuple(position_ids.shape)}")
-        angles = position_ids.to(torch.float32)[..., None] * self.inv_freq  # (B, T, r/2)
+        if dtype == torch.float64:
+            inv_freq = self.frequencies(torch.float64).to(position_ids.device)
+            angles = position_ids.to(torch.float64)[..., None] * inv_freq  # (B, T, r/2)
+        else:
+            angles = position_ids.to(torch.float32)[..., None] * self.inv_freq  # (B, T, r/2)
         angles = torch.cat([angles, angles], dim=-1)[:, None]  # (B, 1, T, r)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
