@@ -391,8 +391,27 @@ def test_reproduce_with_executorch_rows_needs_the_extra_and_says_so_before_train
     monkeypatch.setitem(sys.modules, "executorch", None)  # as if not installed
     with pytest.raises(SystemExit) as exit_:
         main(["reproduce", "--quick", "--executorch", "--out", str(tmp_path / "out")])
-    assert exit_.value.code == 2 and 'pip install -e ".[executorch]"' in capsys.readouterr().err
-    assert not (tmp_path / "out" / "runs").exists()
+    assert exit_.value.code == 2 and "pip install 'phase-space-attention[executorch]'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+
+
+def test_reproduce_refuses_unknown_sections_before_making_its_folder(tmp_path):
+    from psattn.experiments.reproduce import reproduce
+
+    with pytest.raises(ValueError, match="unknown report sections"):
+        reproduce(tmp_path / "out", "quick", sections=("inductoin",))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_text_section_without_the_export_extra_says_how_a_wheel_user_installs_it():
+    from psattn.experiments.studies.text import TEXT_PLANS
+    from psattn.experiments.text_report import TextResults, text_markdown
+
+    res = TextResults(plan=TEXT_PLANS["quick"], rows=[], histories={}, params={}, edge=None,
+                      samples={"1 layer, key_only γ=1": {"prompt": "def f(", "continuation": "x):"}})
+    text = "\n".join(text_markdown(res))
+    assert "(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`, for the ONNX " \
+           "comparison.)" in text
 
 
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():

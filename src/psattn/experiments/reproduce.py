@@ -78,8 +78,6 @@ def reproduce(
     """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``.
     ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra)."""
     check_mode(mode)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown report sections {sorted(unknown)}; expected some of {SECTIONS}")
@@ -87,7 +85,10 @@ def reproduce(
         try:
             import executorch as _  # noqa: F401
         except ImportError:
-            raise ImportError("the ExecuTorch rows need the executorch extra: pip install -e \".[executorch]\"") from None
+            raise ImportError("the ExecuTorch rows need the executorch extra: "
+                              "pip install 'phase-space-attention[executorch]'") from None
+    out = Path(out_dir)  # made once the request is known to be runnable: a refused run leaves no folder
+    out.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc)
     lines: list[str] = []
     data: dict[str, Any] = {}

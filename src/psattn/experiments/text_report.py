@@ -308,7 +308,8 @@ def text_markdown(res: TextResults) -> list[str]:
               "Samples (temperature 0.8, seed 0) continuing the same held-out prompt:", ""]
     edge_lines = ["### On a device: one PSA layer against two plain layers", ""]
     if edge is None:
-        edge_lines += ["(Not measured: install the export extra, `pip install -e \".[export]\"`, for the ONNX comparison.)", ""]
+        edge_lines += ["(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`, "
+                       "for the ONNX comparison.)", ""]
     else:
         edge_lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
                        "decode-step graph carrying the cache) and quantized to INT8, dynamically (weights and the "

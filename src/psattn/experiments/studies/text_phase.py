@@ -239,7 +239,7 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     edge = edge_comparison(runs, configs, runs / "onnx", SEEDS[0], models=cached)
     lines += ["", "On a device (ONNX Runtime, one thread; the learned key-lag layers have no cached decoding, so no "
               "decode-step graph, and are left out):", ""]
-    lines += (["(Not measured: install the export extra, `pip install -e \".[export]\"`.)"] if edge is None
+    lines += (["(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)"] if edge is None
               else edge_table(edge))
     path = runs / "text_phase.md"
     path.write_text("\n".join(lines) + "\n")
