@@ -38,6 +38,8 @@ def made_once(tmp_path_factory):
         model=torch.load(tmp_path / "other" / "checkpoint.pt", weights_only=True)["model"]))
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    (tmp_path / "theory").mkdir()  # a theory report's folder
+    (tmp_path / "theory" / "theory.md").write_text("## Theory\n")
     return tmp_path
 
 
@@ -125,6 +127,8 @@ CASES = [
     ("theory gamma-c --d-k 16 --context 0", "context length"),
     ("theory gamma-c --d-k 16 --context 10 --c nan", "c must be"),
     ("theory bode --gamma nan --out {d}/b", "gamma must be finite"),
+    ("theory bode --gamma 0.3 --out {d}/theory", "holds a theory report (theory.md), whose bode.png and"),
+    ("theory phase-diagram --out {d}/theory", "holds a theory report (theory.md), whose phase_diagram.png this"),
     # mean field
     ("meanfield run --n 0 --out {d}/m", "number of particles"),
     ("meanfield run --seed 99999999999999999999 --out {d}/m", "argument --seed: a seed must lie in [0, 2**32"),

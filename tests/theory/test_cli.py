@@ -75,6 +75,27 @@ def test_phase_diagram_and_bode_write_figures(tmp_path, capsys):
     assert (tmp_path / "bode.png").exists() and (tmp_path / "bode_measured.png").exists()
 
 
+def test_bode_and_phase_diagram_default_to_folders_of_their_own():
+    """Not the theory report's folder, whose bode.png and phase_diagram.png its text describes."""
+    parser = argparse.ArgumentParser(prog="psattn")
+    register(parser.add_subparsers(dest="command"))
+    folders = {command: parser.parse_args(["theory", command]).out for command in ("report", "bode", "phase-diagram")}
+    assert folders == {"report": "reports/theory", "bode": "reports/theory-bode",
+                       "phase-diagram": "reports/theory-phase-diagram"}
+
+
+def test_bode_and_phase_diagram_refuse_a_theory_reports_folder_and_keep_its_figures(tmp_path):
+    (tmp_path / "theory.md").write_text("## Theory\n")
+    for name in ("bode.png", "bode_measured.png", "phase_diagram.png"):
+        (tmp_path / name).write_bytes(b"the report's figure")
+    with pytest.raises(ValueError, match="holds a theory report .theory.md., whose bode.png and bode_measured.png"):
+        run_cli(["theory", "bode", "--gamma", "0.3", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="whose phase_diagram.png this would replace: name another --out folder"):
+        run_cli(["theory", "phase-diagram", "--samples", "8", "--out", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bode.png", "bode_measured.png", "phase_diagram.png", "theory.md"]
+    assert all((tmp_path / name).read_bytes() == b"the report's figure" for name in ("bode.png", "phase_diagram.png"))
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     from psattn.experiments.configs import small_induction_config

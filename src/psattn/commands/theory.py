@@ -10,9 +10,14 @@ model's, is the closed form: the plot checks the filter's implementation, not wh
   operator, to see the certificates fail.
 - ``psattn theory report --out DIR [--quick|--full] [--run-dir RUN] [--sweep FILE]``: the whole theory
   section (figures, theory.json, theory.md).
-- ``psattn theory phase-diagram --out DIR [--samples N]``: closed form against the simulation.
+- ``psattn theory phase-diagram --out DIR [--samples N]``: closed form against the simulation (default
+  folder ``reports/theory-phase-diagram``).
 - ``psattn theory bode --out DIR [--gamma G] [--run-dir RUN]``: closed-form and measured Bode plots
-  (measured on a random-initialised model unless ``--run-dir``; either gives the closed form).
+  (measured on a random-initialised model unless ``--run-dir``; either gives the closed form; default folder
+  ``reports/theory-bode``).
+
+Each has a folder of its own, and refuses one that holds a theory report (its ``theory.md``): their
+figures have the report's names, and the report's text describes its own.
 - ``psattn theory gamma-c --d-k D [D ...] --context T [T ...]``: evaluate the law.
 - ``psattn theory fit-exponent FILE``: fit gamma_critical ∝ d_k^alpha to saved sweep results.
 """
@@ -49,12 +54,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def refuse_a_theory_report(out: Path, figures: tuple[str, ...]) -> None:
+    """Refuse an output folder that holds a theory report: ``figures`` would replace the report's own
+    (a Bode plot at another γ under its "γ = 0.8" text)."""
+    if (out / "theory.md").exists():
+        raise ValueError(f"{out} holds a theory report (theory.md), whose {' and '.join(figures)} this would "
+                         "replace: name another --out folder")
+
+
 def cmd_phase_diagram(args: argparse.Namespace) -> int:
     from psattn.theory import plots
     from psattn.theory.reduced_model import compare_with_theory
     from psattn.theory.report import GRID_DK, GRID_T
 
     out = Path(args.out)
+    refuse_a_theory_report(out, ("phase_diagram.png",))
     out.mkdir(parents=True, exist_ok=True)
     comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
     (out / "transition.json").write_text(json.dumps(comparison, indent=1))
@@ -76,6 +90,7 @@ def cmd_bode(args: argparse.Namespace) -> int:
     from psattn.theory.spectral import all_variant_bode, measure_bode
 
     out = Path(args.out)
+    refuse_a_theory_report(out, ("bode.png", "bode_measured.png"))
     out.mkdir(parents=True, exist_ok=True)
     closed = [c.to_dict() for c in all_variant_bode(args.gamma)]
     figures = [plots.plot_bode(closed, out / "bode.png")]
@@ -155,13 +170,15 @@ def register(subparsers) -> None:
     rep.set_defaults(func=cmd_report)
 
     pd = add_command(sub, "phase-diagram", "gamma_c over (d_k, T) against the reduced-model simulation")
-    pd.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
+    pd.add_argument("--out", default="reports/theory-phase-diagram", metavar="DIR",
+                    help="output directory (not a theory report's: its phase_diagram.png would be replaced)")
     pd.add_argument("--samples", type=int, default=256, help="Monte-Carlo draws per context length")
     pd.add_argument("--seed", type=seed_int, default=0, help="seed of the draws")
     pd.set_defaults(func=cmd_phase_diagram)
 
     bode = add_command(sub, "bode", "closed-form and measured Bode plots")
-    bode.add_argument("--out", default="reports/theory", metavar="DIR", help="output directory")
+    bode.add_argument("--out", default="reports/theory-bode", metavar="DIR",
+                      help="output directory (not a theory report's: its Bode plots would be replaced)")
     bode.add_argument("--gamma", type=float, default=0.8, help="shear coupling of the closed form")
     bode.add_argument("--run-dir", metavar="DIR", help="a trained run to measure (default: a random-initialised model)")
     bode.add_argument("--seed", type=seed_int, default=0, help="seed of the random model and of its input tokens")
