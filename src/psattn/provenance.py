@@ -18,13 +18,20 @@ from psattn.version import __version__
 
 def git_revision() -> str | None:
     """The commit of the source tree psattn runs from: ``$PSATTN_GIT_REVISION`` when set (a copy of a
-    checkout sent to another machine, whose ``.git`` may be stale or absent), else ``git rev-parse HEAD``,
-    or None outside a git checkout."""
+    checkout sent to another machine, whose ``.git`` may be stale or absent), else ``git rev-parse HEAD``
+    of the checkout that tracks this file; None outside one, as for an installed wheel, even one whose
+    folder lies inside another project's git work tree (that project's commit says nothing of psattn's)."""
     if os.environ.get("PSATTN_GIT_REVISION"):
         return os.environ["PSATTN_GIT_REVISION"]
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=here.parent)
+
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent).stdout.strip()
+        if git("ls-files", "--error-unmatch", "--", here.name).returncode != 0:
+            return None  # not a file of this checkout (or no checkout at all)
+        out = git("rev-parse", "HEAD").stdout.strip()
     except (OSError, subprocess.SubprocessError):
         out = ""
     return out or None

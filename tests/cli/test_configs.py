@@ -39,3 +39,14 @@ def test_configs_lists_prints_and_trains_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["configs", "nothing"])
     assert "no shipped config 'nothing'" in capsys.readouterr().err
+
+
+def test_a_folder_named_like_a_shipped_config_does_not_hide_it(tmp_path, monkeypatch, capsys):
+    """`--config mqar --run-dir mqar` resumes with the same command: the run's own folder is no config
+    file, so the name still means the shipped example (it was read as a folder and refused)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--config", "mqar", "--run-dir", "mqar", "--set", "train.steps=2", "train.eval_every=1",
+            "train.eval_size=8", "train.batch_size=4"]
+    assert main(argv) == 0
+    assert main(argv) == 0  # the same command again: the finished run, found and left as it is
+    assert "run directory mqar" in capsys.readouterr().out

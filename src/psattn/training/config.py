@@ -166,8 +166,9 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
         """The config in JSON file ``path``, or the shipped example of that name (``mqar``; see
-        ``shipped_configs``) when no such file exists."""
-        if not Path(path).exists() and str(path) in shipped_configs():
+        ``shipped_configs``) when no such file exists (a folder of that name, such as the run directory
+        of ``--config mqar --run-dir mqar``, is no config file)."""
+        if not Path(path).is_file() and str(path) in shipped_configs():
             path = shipped_configs()[str(path)]
         return cls.from_dict(read_json(path, what="config file", object_only=True))
 
