@@ -91,7 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the exit code of a command whose reader closed its stdout early (``psattn configs text | head -3``): a
+#: shell's code for a process that SIGPIPE ended (128 + 13), as ``yes | head`` gives; the output was cut short
+STDOUT_CLOSED = 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: the process's arguments); its exit code. A reader that closes
+    stdout early ends the command quietly (the recipe of Python's ``signal`` docs, "Note on SIGPIPE")."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader that has gone is seen below
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere at exit, without a message
+        return STDOUT_CLOSED
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         parser = build_parser()  # imports each command's module
     except KeyboardInterrupt:
@@ -116,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return args.func(args)
+    except BrokenPipeError:  # stdout's reader has gone: main() ends quietly
+        raise
     except (ValueError, OSError, ImportError) as err:  # bad input or a missing extra: one line, exit code 2
         if verbose:
             logging.exception("details")

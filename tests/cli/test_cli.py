@@ -179,6 +179,19 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     assert process.returncode == 130 and err.strip() == "psattn: interrupted", err
 
 
+def test_a_reader_that_closes_stdout_early_ends_the_command_quietly():
+    """``psattn configs text | head -3`` said "psattn: error: [Errno 32] Broken pipe" and exited 2; now it ends
+    without a word, with the shell's code for a process SIGPIPE ended (128 + 13), as ``yes | head`` does."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "psattn", "configs", "text"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader has gone before the command writes (it is still importing torch)
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 141 and err == "", err
+
+
 def test_a_program_that_imports_the_command_line_keeps_its_own_ctrl_c():
     """Only the ``psattn`` command itself ends at once on a Ctrl-C while it loads; a program that imports
     ``psattn.cli`` (a test runner, a notebook) keeps its own handling."""
