@@ -179,6 +179,19 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     assert process.returncode == 130 and err.strip() == "psattn: interrupted", err
 
 
+def test_reproduce_help_gives_the_quick_runs_time_as_the_readme_and_docs_do(capsys):
+    import re
+    from pathlib import Path
+
+    with pytest.raises(SystemExit):
+        main(["reproduce", "-h"])
+    said = re.findall(r"about (\d+) to (\d+) minutes", " ".join(capsys.readouterr().out.split()))
+    root = Path(__file__).resolve().parents[2]
+    written = {path: re.findall(r"about (\d+) to (\d+) minutes", " ".join((root / path).read_text().split()))
+               for path in ("README.md", "docs/getting-started.md", "docs/reproduction.md")}
+    assert len(said) == 1 and all(ranges == said for ranges in written.values()), (said, written)
+
+
 def test_a_reader_that_closes_stdout_early_ends_the_command_quietly():
     """``psattn configs text | head -3`` said "psattn: error: [Errno 32] Broken pipe" and exited 2; now it ends
     without a word, with the shell's code for a process SIGPIPE ended (128 + 13), as ``yes | head`` does."""

@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rep = add_command(subparsers, "reproduce", "run the declared experiments and write report.md with figures",
                       "Train every declared run (skipping finished ones, resuming interrupted ones), then write "
                       "report.md, results.json and figures: induction, real text, theory, mean field.")
-    add_plan_size(rep, quick="CPU scale, about 8 to 17 minutes on 2 cores", full="paper scale, for a GPU")
+    add_plan_size(rep, quick="CPU scale, about 7 to 17 minutes on 2 cores", full="paper scale, for a GPU")
     rep.add_argument("--out", metavar="DIR", help="output directory (default: reports/reproduce-quick or -full)")
     rep.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
     rep.add_argument("--executorch", action="store_true",
