@@ -320,6 +320,11 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     assert len(data["text"]["rows"]) == 3 and all(r["bits_per_byte"][0] > 0 for r in data["text"]["rows"])
 
 
+def test_the_attention_at_queries_note_counts_layers_from_one():
+    res = induction_report.InductionResults("quick", {"init_sensitivity": [], "attention_at_queries": []}, {}, {}, {})
+    assert "at the single-answer query (layer 1, 64 held-out rows" in " ".join(induction_report._sensitivity_lines(res))
+
+
 def test_the_paper_column_quotes_the_papers_single_answer_accuracies_in_that_forms_table_alone():
     row = {"layers": 1, "mlp": "yes", "variant": "key_only", "gamma": 1.0, "placement": "post_rope", "steps_budget": 100,
            "seeds": 1, "successes": 1, "mean_final_accuracy": 0.9, "mean_best_accuracy": 0.9, "mean_emergence_step": 50}

@@ -115,6 +115,7 @@ def test_text_figures(drawn):
     panels, colorbar = drawn[2].axes[:-1], drawn[2].axes[-1]
     assert len(panels) == 4 and colorbar.get_ylabel()  # one labelled colour bar for all panels
     assert {im.get_clim() for ax in panels for im in ax.get_images()} == {(0.0, 0.2)}  # one shared scale
+    assert {tuple(t.get_text() for t in ax.get_yticklabels()) for ax in panels} == {("1",)}  # layers from 1
 
 
 def test_gamma_sweep_head_scores_and_attention_patterns(drawn):
@@ -134,4 +135,5 @@ def test_gamma_sweep_head_scores_and_attention_patterns(drawn):
     plots.plot_attention_patterns({"baseline": np.full((2, 5, 5), 0.2), "key_only": np.eye(5)[None].repeat(2, 0)},
                                   "x.png")
     fig = drawn[2]
-    assert fig.get_suptitle() and any(ax.get_ylabel().startswith("attention weight") for ax in fig.axes)  # colour bar
+    assert fig.get_suptitle().startswith("layer 1 attention")  # layers counted from 1, as in every message
+    assert any(ax.get_ylabel().startswith("attention weight") for ax in fig.axes)  # colour bar

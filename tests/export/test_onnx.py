@@ -151,6 +151,18 @@ def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, indu
         assert Path(result["files"][graph]).exists() and result["files"][graph] in printed
 
 
+def test_the_key_range_lines_count_layers_from_one_as_psattn_eval_does():
+    """psattn export said "layer 0" of a one-layer model, psattn eval "layer 1"; every message counts from 1."""
+    result = {"variant": "key_only", "gamma": 1.0, "files": {"prefill": "m.onnx", "decode": "m.decode.onnx"},
+              "size_bytes": {"fp32": 1e6}, "max_logit_error": {"full_forward": 1e-6, "decode_steps": 1e-6},
+              "greedy_tokens_equal": True, "accuracy": {"pytorch": 1.0},
+              "latency_ms_per_token": {"pytorch": 1.0, "onnxruntime": 0.5},
+              "key_range_growth": [{"layer": 0, "gamma_k": 1.0, "measured_bits": 0.5, "bound_bits": 1.58},
+                                   {"layer": 1, "gamma_k": 1.0, "measured_bits": 0.4, "bound_bits": 1.58}]}
+    lines = format_comparison(result).splitlines()[-2:]
+    assert [line.split(":")[0] for line in lines] == ["  layer 1", "  layer 2"]
+
+
 EXPORT_IN_A_FRESH_PROCESS = """
 import sys
 from pathlib import Path

@@ -48,10 +48,10 @@ def test_a_key_only_model_keeps_its_variant_in_the_ablation_row():
 
 
 @pytest.mark.parametrize("attention, reason", [
-    (AttentionConfig("smeared_keys"), "key-lag baseline 'smeared_keys'"),
-    (AttentionConfig("baseline"), "no shear"),
-    (AttentionConfig("symmetric", 0.0), "no shear"),
-    (AttentionConfig("symmetric", 0.8, "pre_rope"), "already places its shear before RoPE"),
+    (AttentionConfig("smeared_keys"), "layer 1 is the key-lag baseline 'smeared_keys'"),  # counted from 1
+    (AttentionConfig("baseline"), "layer 1 has no shear"),
+    (AttentionConfig("symmetric", 0.0), "layer 1 has no shear"),
+    (AttentionConfig("symmetric", 0.8, "pre_rope"), "layer 1 already places its shear before RoPE"),
 ])
 def test_a_model_with_no_post_rope_shear_has_no_ablation_row_and_says_why(attention, reason):
     result = spectral_results(_model(attention), "model")

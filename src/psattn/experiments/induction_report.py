@@ -290,7 +290,7 @@ def _sensitivity_lines(res: InductionResults) -> list[str]:
                           f"{r['successes']}/{r['seeds']}", _fmt(r["mean_emergence_step"], 0), r["mean_best_accuracy"]]
                          for r in sorted(t["init_sensitivity"], key=lambda r: (r["form"], _init_order(r["init"]), r["variant"]))])
         lines += _stop_note(t["init_sensitivity"], f["early_stop_evals"])
-    lines += ["", "What the key-only layer's attention does at the single-answer query (layer 0, 64 held-out rows, "
+    lines += ["", "What the key-only layer's attention does at the single-answer query (layer 1, 64 held-out rows, "
               "seed 0), at initialisation and where its run ended, for every run trained here: the entropy of the "
               "pattern over its maximum (1: uniform), the spread of the content score term T1 = q·k and the key-side "
               "momentum term T3 over the visible keys (scaled by 1/sqrt(d_k), as softmax sees them), the best head's "

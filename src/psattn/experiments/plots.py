@@ -128,7 +128,7 @@ def plot_attention_patterns(patterns: dict[str, np.ndarray], path: str | Path) -
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=8)
     fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (row: query, column: key)")
-    fig.suptitle("layer-0 attention on [BOS] + R + R (R: random tokens), seed-0 models")
+    fig.suptitle("layer 1 attention on [BOS] + R + R (R: random tokens), seed-0 models")
     return save_figure(fig, path)
 
 

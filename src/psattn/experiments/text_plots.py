@@ -76,7 +76,7 @@ def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: st
                 ax.text(head, layer, f"{v:.3f}", ha="center", va="center", fontsize=6,
                         color="white" if v < 0.6 * top else "black")
             ax.set_xticks(range(values.shape[1]))
-            ax.set_yticks(range(values.shape[0]))
+            ax.set_yticks(range(values.shape[0]), [str(layer + 1) for layer in range(values.shape[0])])  # layer 1 first
             ax.set(xlabel="head", ylabel="layer" if col == 0 else None)
             if row == 0:
                 ax.set_title(label, fontsize=8)

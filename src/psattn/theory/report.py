@@ -83,15 +83,15 @@ def pre_rope_ablation(config, layer: int = 0):
     """(config, None): ``config`` with every sheared layer's shear placed before RoPE, each layer keeping
     its own variant, gamma and boundary rule (the weights load unchanged); or (None, reason) when
     ``layer``, the one measured, has no post-RoPE shear to move (gamma 0, the baseline, a key-lag layer,
-    or a shear already before RoPE)."""
+    or a shear already before RoPE); the reason counts layers from 1, as psattn's messages do."""
     layers = config.layer_attention_configs()
     measured = layers[layer]
     if measured.is_key_lag:
-        return None, f"layer {layer} is the key-lag baseline {measured.variant!r}, which has no PSA shear to move"
+        return None, f"layer {layer + 1} is the key-lag baseline {measured.variant!r}, which has no PSA shear to move"
     if measured.gammas == (0.0, 0.0):
-        return None, f"layer {layer} has no shear (variant {measured.variant!r}, gamma {measured.gamma:g})"
+        return None, f"layer {layer + 1} has no shear (variant {measured.variant!r}, gamma {measured.gamma:g})"
     if measured.placement == "pre_rope":
-        return None, f"layer {layer} already places its shear before RoPE"
+        return None, f"layer {layer + 1} already places its shear before RoPE"
     moved = [a if a.is_key_lag or a.gammas == (0.0, 0.0) else dataclasses.replace(a, placement="pre_rope")
              for a in layers]
     return dataclasses.replace(config, attention=moved), None
