@@ -73,6 +73,18 @@ def layer_benchmark(B, H, T, D, gamma, repeats, device):
     return interleaved_medians(runs, repeats, warmup=3)
 
 
+def prefilled(layer: PhaseSpaceAttention, prompt: torch.Tensor) -> PSACache:
+    """The cache of ``layer`` after the prompt (B, T, C), with its positions recorded as ``DecoderLM``
+    records them, so that the next token sits at position T and attends to all T cached keys."""
+    B, T, _ = prompt.shape
+    cache = PSACache([layer.new_cache()])
+    with torch.no_grad():
+        context = build_context(B, T, prompt.device, cache=cache)
+        layer(prompt, context, cache.layers[0])
+    cache.record(context.chunk)
+    return cache
+
+
 def decode_benchmark(B, H, T, D, gamma, repeats, device):
     """One new token attending to T cached tokens, through the full attention layer (projections,
     RoPE, shear, cache append, SDPA)."""
@@ -85,10 +97,7 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
     step = torch.randn(B, 1, H * D, device=device)
     runs, caches = {}, {}
     for name, layer in layers.items():
-        cache = PSACache([layer.new_cache()])
-        with torch.no_grad():
-            layer(prompt, build_context(B, T, prompt.device, cache=cache), cache.layers[0])
-        caches[name] = cache
+        cache = caches[name] = prefilled(layer, prompt)
 
         def run(layer=layer, cache=cache):
             # decode one token, then drop it again so every call sees T cached tokens
@@ -97,13 +106,13 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
                 layer(step, build_context(B, 1, step.device, cache=fork), fork.layers[0])
         runs[name] = synced(run, device)
     times = interleaved_medians(runs, repeats * 5, warmup=3)
-    per_token = {name: c.kv_bytes() // T for name, c in caches.items()}
-    extra = {name: c.extra_state_bytes() for name, c in caches.items()}
+    per_token = {name: c.kv_bytes() // (B * T) for name, c in caches.items()}  # per token of one sequence
+    extra = {name: c.extra_state_bytes() // B for name, c in caches.items()}  # per sequence
     return times, per_token, extra
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--length", type=int, default=1024)
@@ -132,9 +141,9 @@ def main() -> None:
     print(f"{'':34s}{'SDPA ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
     for label, t in rows.items():
         print(f"{label:34s}{t['sdpa'] * 1e3:10.3f}{t['psa'] * 1e3:10.3f}{t['psa'] / t['sdpa']:8.3f}")
-    print(f"cache bytes per token per layer: SDPA {per_token['sdpa']}, PSA {per_token['psa']} "
+    print(f"cache bytes per token of a sequence per layer: SDPA {per_token['sdpa']}, PSA {per_token['psa']} "
           f"(extra: {per_token['psa'] - per_token['sdpa']}); PSA fixed extra state {extra['psa']} bytes "
-          f"per layer, independent of T")
+          f"per sequence per layer, independent of T")
     if args.json:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -96,7 +96,33 @@ def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
 def test_attention_speed_small_shape():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "2")
-    assert "forward+backward" in out and "cache bytes per token per layer" in out and "kept" not in out
+    assert "forward+backward" in out and "cache bytes per token of a sequence per layer" in out and "kept" not in out
+
+
+def test_the_timed_decode_step_attends_to_the_whole_cache():
+    """The decode row times a token at position T over T cached keys: its output equals the last row
+    of the full forward over the prompt and the token (it once attended to key 0 alone)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("attention_speed", ROOT / "benchmarks" / "attention_speed.py")
+    attention_speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attention_speed)
+    import torch
+
+    from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
+
+    torch.manual_seed(0)
+    for attention in (AttentionConfig("baseline"), AttentionConfig("symmetric", 0.8)):
+        layer = PhaseSpaceAttention(32, 2, attention=attention).double()
+        prompt, step = torch.randn(2, 12, 32, dtype=torch.double), torch.randn(2, 1, 32, dtype=torch.double)
+        cache = attention_speed.prefilled(layer, prompt)
+        with torch.no_grad():
+            decoded = layer(step, build_context(2, 1, step.device, cache=cache), cache.layers[0])
+            full = layer(torch.cat([prompt, step], 1), build_context(2, 13, step.device))
+        torch.testing.assert_close(decoded, full[:, -1:], rtol=1e-12, atol=1e-12)
+        assert cache.layers[0].keys.is_contiguous() and cache.layers[0].values.is_contiguous()
 
 
 def test_attention_speed_can_keep_freed_memory():
