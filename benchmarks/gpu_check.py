@@ -494,9 +494,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
-                        "commands, fused_correctness, fused_kernel, rope_shear, model_step, equivalence, kernels, compile, "
-                        "phase_transition")
+                        + ", ".join(SECTION_S))
     args = parser.parse_args()
+    names = list(SECTION_S)  # the sections, in the order they run
+    unknown = set(args.only or ()) - set(names)
+    if unknown:  # refused before the report is made: a saved gpu_check.json in --out stays as it was
+        parser.error(f"unknown sections {sorted(unknown)}; the sections are {', '.join(names)}")
+    for flag, value in (("--seeds", args.seeds), ("--max-steps", args.max_steps), ("--repeats", args.repeats)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, not {value}")
+    if args.budget_s < 0:
+        parser.error(f"--budget-s must be at least 0, not {args.budget_s:g}")
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     if device.type == "cpu":  # the fused kernel then runs in Triton's interpreter (set before it is built)
@@ -506,8 +514,6 @@ def main() -> None:
             "machine": platform.platform(),
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "budget_s": args.budget_s}
     print(info, flush=True)
-    report = Report(Path(args.out) / "gpu_check.json", info)
-    report.save()
 
     shape = (2, 2, 64, 16) if args.smoke else (8, 16, 4096, 128)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -524,10 +530,9 @@ def main() -> None:
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
             args.smoke, report),
     }
+    report = Report(Path(args.out) / "gpu_check.json", info)
     report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
-    unknown = set(args.only or ()) - set(sections)
-    if unknown:
-        parser.error(f"unknown sections {sorted(unknown)}; the sections are {', '.join(sections)}")
+    report.save()
     for name, run in sections.items():
         if args.only and name not in args.only:
             continue

@@ -47,6 +47,17 @@ def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp
     assert result["phase_transition"]["runs"] == [] and "kernels" in result and "compile" in result
 
 
+@pytest.mark.parametrize("bad", [["--only", "fused_kernels"], ["--repeats", "0"]])
+def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path, bad):
+    saved = tmp_path / "gpu_check.json"
+    saved.write_bytes((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_bytes())
+    before = saved.read_bytes()
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), *bad],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and ("unknown sections ['fused_kernels']" in done.stderr or "--repeats" in done.stderr)
+    assert saved.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json"]
+
+
 def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
     import importlib.util
 
