@@ -486,7 +486,7 @@ def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("--out", default="gpu_check")
     parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget for the whole script")
     parser.add_argument("--seeds", type=int, default=3)

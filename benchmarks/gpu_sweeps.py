@@ -202,7 +202,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run one piece of a GPU sweep and pack its finished runs")
     r.add_argument("experiment", choices=GPU_SWEEPS)

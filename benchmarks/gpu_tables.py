@@ -115,7 +115,7 @@ def tables(folder: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("folder", type=Path, help="a folder with gpu_check.json (and attention_speed_cuda.json)")
     print(tables(parser.parse_args().folder), end="")
 

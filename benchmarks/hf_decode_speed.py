@@ -68,7 +68,7 @@ def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     # a hybrid's linear-attention cache layers cannot be cropped back, which each timed step needs
     parser.add_argument("--types", nargs="+", default=[t for t in REPRESENTATIVES if t != "olmo_hybrid"])
     parser.add_argument("--batch", type=int, default=4)

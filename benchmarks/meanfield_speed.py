@@ -105,7 +105,7 @@ def paper_rows(n: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--quick", action="store_true", help="n ∈ {256, 1024} only")
     parser.add_argument("--json", help="also write the rows to this JSON file")

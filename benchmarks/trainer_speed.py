@@ -1,5 +1,5 @@
 """Our trainer against a bare PyTorch loop (same model, batches and optimiser), as a ratio of
-training steps per second measured interleaved in one run. Usage:
+training steps per second measured interleaved in one run.
 
     python benchmarks/trainer_speed.py [--task induction|text] [--steps 30 --repeats 3]
 
@@ -18,7 +18,7 @@ from psattn.training.speed import trainer_vs_bare_loop
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--task", choices=("induction", "text"), default="induction")

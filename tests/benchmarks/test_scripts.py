@@ -58,6 +58,17 @@ def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path
     assert saved.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json"]
 
 
+@pytest.mark.parametrize("script", [pytest.param("hf_decode_speed", marks=pytest.mark.slow),  # imports transformers
+                                    "trainer_speed", "gpu_tables"])
+def test_help_shows_the_docstrings_whole_first_paragraph(script):
+    import ast
+
+    path = ROOT / "benchmarks" / f"{script}.py"
+    first = ast.get_docstring(ast.parse(path.read_text())).split("\n\n")[0]
+    shown = " ".join(run(str(path), "-h").split())
+    assert " ".join(first.split()) in shown and first.rstrip().endswith((".", ")"))
+
+
 def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
     import importlib.util
 
