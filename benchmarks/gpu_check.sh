@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-only checks in one run, inside a 9-minute wall clock; results land in $OUT (or ./gpu_check).
 # Works offline: the package is taken from src/ (no install), with the machine's own python3 and torch.
+# A copy of a checkout records the revision named by PSATTN_GIT_REVISION=<commit> given with the command (it wins over a stale .git).
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
 # rows alone, about 6 minutes by the 2026-12-04 run's section times) leaves room in a 15-minute lease for a
 # short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
@@ -10,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [ -z "${PSATTN_GIT_REVISION:-}" ]; then
+  echo "note: PSATTN_GIT_REVISION unset: the results record this copy's git HEAD, if any (a copy's .git can be stale)" >&2
+fi
 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
 "$PYTHON" -c "import psattn, numpy, tqdm" || { echo "missing a dependency of psattn (see pyproject.toml)" >&2; exit 1; }
 mkdir -p "${OUT:-gpu_check}"

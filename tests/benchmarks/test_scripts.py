@@ -69,6 +69,25 @@ def test_help_shows_the_docstrings_whole_first_paragraph(script):
     assert " ".join(first.split()) in shown and first.rstrip().endswith((".", ")"))
 
 
+def test_gpu_check_sh_notes_an_unset_git_revision(tmp_path):
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the script runs the whole check")
+
+    env = {k: v for k, v in os.environ.items() if k != "PSATTN_GIT_REVISION"} | {"PYTHON": sys.executable,
+                                                                                 "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)  # on a machine without CUDA it stops at the device check, after the note
+    assert "note: PSATTN_GIT_REVISION unset" in done.stderr
+    env["PSATTN_GIT_REVISION"] = "0" * 40
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "PSATTN_GIT_REVISION" not in done.stderr
+
+
 def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
     import importlib.util
 
