@@ -17,6 +17,6 @@ fi
 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
 "$PYTHON" -c "import psattn, numpy, tqdm" || { echo "missing a dependency of psattn (see pyproject.toml)" >&2; exit 1; }
 mkdir -p "${OUT:-gpu_check}"
-# the CPU benchmark's rows on the GPU (fp32; the fused kernel under psa_attention's auto), then the rest
+# the CPU benchmark's rows on the GPU (fp32; PSA by psa_attention's "auto": today the shear, then SDPA), then the rest
 timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
 timeout 450 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"
