@@ -11,7 +11,7 @@
    against fp64; the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
    D = 128 the device time of every kernel each path launches (torch.profiler);
 4. rope_shear: what a layer does before attention, then SDPA: RoPE alone, RoPE and the shear as
-   separate passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
+   separate eager passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
 5. model_step: a psa-92m training step with the shear against the same model plain, eager and
    compiled, each with the device time of its most costly kernels (torch.profiler);
 6. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
@@ -31,7 +31,9 @@ OUT/gpu_check.json is rewritten after every section and every run, so a run cut 
 leaves what it measured; a section that fails is recorded under "errors" and the next one runs. On
 a GPU, a section that would not end inside what is left of the budget, by the time it took on an
 H200 (``SECTION_S``), is skipped and recorded under "skipped", so a shell's ``timeout`` set to the
-budget never cuts one off halfway.
+budget never cuts one off halfway. ``--only`` runs the sections it names and keeps the rest of a
+report already saved in OUT, so pieces run one after another add up (``section_info`` names the
+run, date and git revision, that measured each section).
 ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
 
     python benchmarks/gpu_check.py --out results/ [--budget-s 480 --seeds 3 --max-steps 3000] [--smoke]
@@ -68,11 +70,35 @@ from gpu_commands import command_smoke  # noqa: E402
 
 
 class Report:
-    """The results so far, rewritten atomically to ``path`` on every :meth:`save`."""
+    """The results so far, rewritten atomically to ``path`` on every :meth:`save`.
 
-    def __init__(self, path: Path, info: dict):
+    With ``rerun`` (the sections an ``--only`` run measures), a report already saved at ``path`` is
+    kept, less what it holds of those sections, so two ``--only`` runs into one folder add up;
+    ``section_info`` names the run (date, git, device) each section came from."""
+
+    def __init__(self, path: Path, info: dict, rerun: list[str] | None = None):
         self.path, self.data = path, {"info": info}
         path.parent.mkdir(parents=True, exist_ok=True)
+        if rerun is not None and path.exists():
+            saved = json.loads(path.read_text())
+            owners = saved.pop("section_info", {})
+            old_info = saved.pop("info", {})
+            saved.pop("seconds", None)  # the earlier run's length; this run writes its own
+            for name in SECTION_S:
+                if name in rerun:
+                    saved.pop(name, None)
+                    for part in ("errors", "skipped", "section_seconds"):
+                        saved.get(part, {}).pop(name, None)
+                        if part in saved and not saved[part]:
+                            del saved[part]
+                elif name in saved or name in saved.get("errors", {}) or name in saved.get("skipped", {}):
+                    owners.setdefault(name, old_info)
+            self.data |= saved
+            self.data["section_info"] = {name: owner for name, owner in owners.items() if name not in rerun}
+
+    def ran(self, name: str) -> None:
+        """Record that section ``name`` was measured by this run."""
+        self.data.setdefault("section_info", {})[name] = self.data["info"]
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -211,7 +237,8 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
     compiled on the device: fp32 inputs, every switch the kernel has (each variant's shear, GQA, sequence
     starts under both boundary rules, prev rows, no mask, odd lengths), forward and the gradients of
     every input, as the largest error relative to the reference's largest entry (absolute where that is 0). One bf16 case runs
-    with the autotuned tiles; the rest with fixed 32 x 32 tiles (one compilation per switch set)."""
+    with the autotuned tiles; the rest with fixed 32 x 32 tiles (one compilation per switch set). The
+    reference is fed the very inputs the kernel gets (rounded to its dtype), in fp64."""
     from psattn.ops import fused_attention
     from psattn.ops.variants import variant_gammas
 
@@ -224,7 +251,10 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
         upstream = torch.randn(B, Hq, T, D, generator=g, dtype=torch.float64)
         gamma_q, gamma_k = variant_gammas(variant, gamma)
         kwargs = dict(gamma_q=gamma_q, gamma_k=gamma_k, is_causal=causal, boundary=boundary)
-        leaves = {"q": q, "k": k, "v": v, **extra}
+        # both sides start from the inputs rounded to the kernel's dtype: the error is then the kernel's,
+        # not the bf16 rounding of its inputs (about 1.1e-2 of the 1.7e-2 the reference fed unrounded saw)
+        leaves = {n: x.to(dtype).double() for n, x in {"q": q, "k": k, "v": v, **extra}.items()}
+        upstream = upstream.to(dtype).double()
         results = {}
         for backend, dev, dt in (("reference", "cpu", torch.float64), ("fused", device, dtype)):
             xs = {n: x.to(dev, dt).requires_grad_() for n, x in leaves.items()}
@@ -263,7 +293,8 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
 def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
     """The fused PSA kernel beside SDPA's flash backend and beside today's shear-then-SDPA, forward and
     forward+backward, at T = 1k, 4k, 16k and D = 64, 128 (bf16; fp32 on the CPU), interleaved; then
-    each one's error against the fp64 reference on a slice of the same inputs."""
+    each one's error against the fp64 reference on the last 4,096 queries of one head of the same
+    inputs (every shape draws its own)."""
     from torch.nn.attention import sdpa_kernel
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -273,7 +304,7 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
     measure = _timer(device)
     rows = {}
     for B, H, T, D in shapes:
-        g = torch.Generator(device="cpu").manual_seed(0)
+        g = torch.Generator(device="cpu").manual_seed(T * 1000 + D)  # each shape its own inputs
         q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
         grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
         fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused"), "fused_gamma0": _psa("fused", 0.0)}
@@ -293,6 +324,7 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
                               "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"],
                               "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"]}
             row["error_vs_fp64"] = _errors(q, k, v, fns)
+            row["error_rows"] = [max(T - 4096, 0), T]  # the queries the errors were taken on
             if (T, D) == (4096, 128) or smoke:  # where the time goes: device time per kernel, fused against SDPA
                 row["profile_forward_backward"] = {name: _kernel_times(forward_backward(fns[name]), device)
                                                    for name in ("sdpa", "psa_sdpa", "psa_fused")}
@@ -305,8 +337,10 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
 
 def rope_shear_step(device: torch.device, smoke: bool, repeats: int) -> dict:
     """What the layer does before attention, then SDPA, forward and forward+backward: RoPE alone (plain
-    attention), RoPE then the shear as separate passes, and ``rope_shear`` (one compiled pass on CUDA,
-    as the layers run it); bf16, symmetric gamma 0.8, interleaved; each one's bf16 error against fp64."""
+    attention), RoPE then the shear as separate eager passes, and ``rope_shear`` (one compiled pass on
+    CUDA, as the layers run it); each rotates and shears in fp32 and rounds once to bf16, as the layers
+    do, so the three differ in their passes alone; symmetric gamma 0.8, interleaved; the two PSA paths'
+    bf16 error against fp64."""
     shapes = [(1, 2, 33, 16)] if smoke else [(32, 16, 1024, 64), (8, 16, 4096, 128)]
     rows = {}
     for shape in shapes:
@@ -322,7 +356,7 @@ def rope_shear_step(device: torch.device, smoke: bool, repeats: int) -> dict:
 
 def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repeats: int) -> dict:
     from psattn.ops import RotaryEmbedding, apply_rope, shear
-    from psattn.ops.rope_shear import rope_shear
+    from psattn.ops.rope_shear import rope_shear, wide_dtype
 
     B, H, T, D = shape
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -330,17 +364,25 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
     q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
     grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
     cos32, sin32 = RotaryEmbedding(D).to(device)(torch.arange(T, device=device)[None])  # (1, 1, T, D), float32
-    cos, sin = cos32.to(dtype), sin32.to(dtype)
+    # each path rotates (and shears) a 16-bit stream in float32 with float32 tables, as a layer does, and
+    # rounds once; the paths differ in their passes alone
 
-    def plain(q, k, v, cos=cos, sin=sin):
-        return _sdpa(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+    def rotated(x, cos, sin):
+        wide = wide_dtype(x.dtype)
+        return apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)
 
-    def separate(q, k, v, cos=cos, sin=sin):
-        return _sdpa(shear(apply_rope(q, cos, sin), 0.8), shear(apply_rope(k, cos, sin), 0.8), v)
+    def plain(q, k, v, cos=cos32, sin=sin32):  # a plain layer: RoPE alone
+        return _sdpa(rotated(q, cos, sin), rotated(k, cos, sin), v)
+
+    def sheared(x, cos, sin):  # the eager operations, one after the other
+        return shear(rotated(x.to(wide_dtype(x.dtype)), cos, sin), 0.8).to(x.dtype)
+
+    def separate(q, k, v, cos=cos32, sin=sin32):
+        return _sdpa(sheared(q, cos, sin), sheared(k, cos, sin), v)
 
     compiled = device.type == "cuda"  # compiled on the GPU at every size (the error rows' slice is small)
 
-    def fused(q, k, v, cos=cos32, sin=sin32):  # float32 tables, as a layer gives it
+    def fused(q, k, v, cos=cos32, sin=sin32):
         return _sdpa(rope_shear(q, cos, sin, 0.8, fused=compiled), rope_shear(k, cos, sin, 0.8, fused=compiled), v)
 
     fns = {"plain": plain, "separate": separate, "rope_shear": fused}
@@ -356,20 +398,23 @@ def _rope_shear_row(device: torch.device, shape: tuple[int, int, int, int], repe
     c1, s1 = cos32[..., :T1, :], sin32[..., :T1, :]
     exact = separate(q1.double(), k1.double(), v1.double(), c1.double(), s1.double())
     with torch.no_grad():
-        row["error_vs_fp64"] = {name: (fns[name](q1, k1, v1, c1.to(t), s1.to(t)).double() - exact).abs().max().item()
-                                for name, t in (("separate", dtype), ("rope_shear", torch.float32))}
+        row["error_vs_fp64"] = {name: (fns[name](q1, k1, v1, c1, s1).double() - exact).abs().max().item()
+                                for name in ("separate", "rope_shear")}
     return row
 
 
-def _errors(q, k, v, fns) -> dict:
-    """Largest absolute error against fp64 on the first head of the first sequence, at most 4096 long:
-    each PSA path against the PSA reference, the others (SDPA, the kernel at gamma 0) against plain attention."""
-    T = min(q.shape[2], 4096)
-    q1, k1, v1 = (x[:1, :1, :T].detach() for x in (q, k, v))
-    exact = {True: psa_attention_reference(q1.double(), k1.double(), v1.double(), gamma_q=0.8, gamma_k=0.8, is_causal=True),
-             False: psa_attention_reference(q1.double(), k1.double(), v1.double(), is_causal=True)}
+def _errors(q, k, v, fns, rows: int = 4096) -> dict:
+    """Largest absolute error against fp64 on the last ``rows`` queries (those that attend to the most
+    keys) of the first head of the first sequence: each PSA path against the PSA reference, the others
+    (SDPA, the kernel at gamma 0) against plain attention. The reference, in fp64, is fed the very
+    (rounded) inputs the paths get."""
+    q1, k1, v1 = (x[:1, :1].detach() for x in (q, k, v))  # (1, 1, T, D)
+    last = slice(max(q1.shape[2] - rows, 0), None)
     with torch.no_grad():
-        return {name: (fn(q1, k1, v1).double() - exact[name in ("psa_sdpa", "psa_fused")]).abs().max().item()
+        exact = {psa: psa_attention_reference(q1.double(), k1.double(), v1.double(), is_causal=True,
+                                              **({"gamma_q": 0.8, "gamma_k": 0.8} if psa else {}))[:, :, last]
+                 for psa in (True, False)}
+        return {name: (fn(q1, k1, v1)[:, :, last].double() - exact[name in ("psa_sdpa", "psa_fused")]).abs().max().item()
                 for name, fn in fns.items()}
 
 
@@ -409,7 +454,8 @@ def model_step(device: torch.device, smoke: bool, repeats: int) -> dict:
             fused = f", PSA on the fused kernel {med['psa_fused']:.2f} ms, ratio {out[mode]['fused_ratio']:.3f}"
         print(f"  {mode:9s} step plain {med['plain']:.2f} ms, PSA {med['psa']:.2f} ms, ratio {out[mode]['ratio']:.3f}"
               f"{fused}", flush=True)
-    out["batch"], out["length"] = B, T
+    out["preset"], out["batch"], out["length"] = "psa-4m" if smoke else "psa-92m", B, T
+    out["precision"] = "bf16 autocast" if device.type == "cuda" else "fp32"
     return out
 
 
@@ -530,13 +576,15 @@ def main() -> None:
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
             args.smoke, report),
     }
-    report = Report(Path(args.out) / "gpu_check.json", info)
-    report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
+    report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only)
+    if not args.only or "phase_transition" in args.only:
+        report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
     report.save()
     for name, run in sections.items():
         if args.only and name not in args.only:
             continue
         print(f"{name}:", flush=True)
+        report.ran(name)
         why = skip_reason(name, deadline - time.perf_counter(), device)
         if why is not None:
             report.data.setdefault("skipped", {})[name] = why

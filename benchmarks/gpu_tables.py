@@ -12,6 +12,11 @@ import json
 from pathlib import Path
 
 
+def _dtype(row: dict) -> str:
+    return str(row.get("dtype", "torch.bfloat16")).removeprefix("torch.").replace("bfloat16", "bf16").replace(
+        "float32", "fp32")
+
+
 def _header(info: dict) -> str:
     return (f"{info['device']}, torch {info['torch']}, Triton {info.get('triton')}, {info['date'][:10]}, "
             f"git {str(info.get('git'))[:7]}")
@@ -39,8 +44,11 @@ def fused_kernel_table(check: dict) -> str:
         errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |")
         for path, kernels in row.get("profile_forward_backward", {}).items():
             profiles += [f"| {shape} | {path} | `{name[:60]}` | {ms:.3f} |" for name, ms in kernels.items()]
-    out = "\n".join(lines) + "\n\nLargest absolute bf16 error (first sequence and head, at most 4,096 rows):\n\n" + \
-        "\n".join(errors)
+    spans = {tuple(row["error_rows"]) for row in rows if "error_rows" in row}
+    where = ("first sequence and head, at most 4,096 rows" if not spans else  # a check from before 2026-12-05
+             "first head of the first sequence, the last 4,096 query rows (all of them where T is shorter); "
+             "each shape its own inputs")
+    out = "\n".join(lines) + f"\n\nLargest absolute {_dtype(rows[0])} error ({where}):\n\n" + "\n".join(errors)
     if profiles:
         out += ("\n\nWhere forward+backward spends its time (torch.profiler, ms per call):\n\n"
                 "| B, H, T, D | path | kernel | ms |\n|---|---|---|---|\n" + "\n".join(profiles))
@@ -61,9 +69,12 @@ def rope_shear_table(check: dict) -> str:
 
 
 def model_step_table(check: dict) -> str:
-    """A psa-92m training step, plain against PSA (symmetric, gamma 0.8), eager and compiled."""
+    """A training step of the preset the check ran (psa-92m on a GPU), plain against PSA (symmetric,
+    gamma 0.8), eager and compiled."""
     step = check["model_step"]
-    lines = [f"| psa-92m step, B {step['batch']}, T {step['length']}, bf16 | plain, ms | PSA, ms | PSA / plain |",
+    precision = step.get("precision", "bf16 autocast").removesuffix(" autocast")  # older checks: psa-92m in bf16
+    lines = [f"| {step.get('preset', 'psa-92m')} step, B {step['batch']}, T {step['length']}, {precision} "
+             "| plain, ms | PSA, ms | PSA / plain |",
              "|---|---|---|---|"]
     for mode in ("eager", "compiled"):
         if mode in step:
@@ -99,10 +110,17 @@ def attention_speed_table(speed: dict) -> str:
 def tables(folder: Path) -> str:
     """Every table the saved check in ``folder`` has, each under a one-line heading."""
     check = json.loads((folder / "gpu_check.json").read_text())
-    parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`."]
+    owners = check.get("section_info", {})  # pieces run with --only into one folder: each section's run
+    runs = {json.dumps(info, sort_keys=True) for info in [check["info"], *owners.values()]}
+    one_run = len(runs) == 1
+    parts = [f"Measured by `benchmarks/gpu_check.sh` ({_header(check['info'])}); saved in `{folder.as_posix()}`."
+             if one_run else f"Measured by `benchmarks/gpu_check.sh` in several runs, each table's named above it; "
+             f"saved in `{folder.as_posix()}`."]
     for section, table in (("fused_correctness", correctness_table), ("fused_kernel", fused_kernel_table),
                            ("rope_shear", rope_shear_table), ("model_step", model_step_table)):
         if section in check:  # a check cut short, or one that ran other sections, lacks some
+            if not one_run:
+                parts += ["", f"`{section}`: {_header(owners.get(section, check['info']))}."]
             parts += ["", table(check)]
     for section, error in check.get("errors", {}).items():
         parts += ["", f"Section `{section}` failed on the device: {error}"]

@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from psattn.ops import psa_attention_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,6 +123,47 @@ def test_the_tables_of_a_check_cut_short_show_what_it_measured_and_why_the_rest_
     assert "| 8, 16, 4096, 128 | forward |" in shown and "psa-92m step" not in shown
     assert "Section `fused_correctness` failed on the device: RuntimeError: out of memory" in shown
     assert "Section `model_step` was skipped: it took about 150 s" in shown
+
+
+@pytest.mark.slow
+def test_an_only_run_adds_its_sections_to_the_saved_report_and_each_table_names_its_run(tmp_path):
+    saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
+    before = json.loads(saved.read_text())
+    before["errors"] = {"kernels": "RuntimeError: an earlier failure"}  # replaced by the section's new run
+    (tmp_path / "gpu_check.json").write_text(json.dumps(before))
+    run("benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), "--only", "kernels")
+    after = json.loads((tmp_path / "gpu_check.json").read_text())
+    for name in ("commands", "fused_correctness", "fused_kernel", "model_step", "phase_transition", "compile"):
+        assert after[name] == before[name], name
+    assert "math forward" in after["kernels"] and "flash forward" not in after["kernels"] and "errors" not in after
+    assert after["section_info"]["fused_kernel"] == before["info"] and after["section_info"]["kernels"] == after["info"]
+    assert after["section_seconds"]["fused_kernel"] == before["section_seconds"]["fused_kernel"]
+    shown = _script("gpu_tables").tables(tmp_path)
+    assert "in several runs, each table's named above it" in shown
+    assert "`fused_kernel`: NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, 2026-12-04, git 24285d5." in shown
+
+
+def test_the_errors_are_taken_on_the_last_rows_which_see_every_key():
+    gpu_check = _script("gpu_check")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 8, generator=g) for _ in range(3))
+
+    def off_at(row):
+        def attention(q, k, v):
+            out = psa_attention_reference(q.double(), k.double(), v.double(), is_causal=True).float()
+            out[:, :, row] += 1.0
+            return out
+        return attention
+
+    errors = gpu_check._errors(q, k, v, {"sdpa": off_at(0), "fused_gamma0": off_at(39)}, rows=8)
+    assert errors["sdpa"] < 1e-6 and errors["fused_gamma0"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_model_step_table_names_the_preset_and_precision_the_check_ran():
+    step = {"preset": "psa-4m", "precision": "fp32", "batch": 2, "length": 32,
+            "eager": {"plain_ms": 1.0, "psa_ms": 1.1, "ratio": 1.1}}
+    shown = _script("gpu_tables").model_step_table({"model_step": step})
+    assert shown.startswith("| psa-4m step, B 2, T 32, fp32 |") and "| eager | 1.00 | 1.10 | 1.100 |" in shown
 
 
 def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
