@@ -42,3 +42,23 @@ def test_gamma_zero_is_its_own_shear_and_holds_nothing():
     state = ShearState()
     x = torch.randn(1, 1, 3, 2)
     assert state.shear("k", x, 0.0, 0) is x and state.extra_state_bytes() == 0
+
+
+def test_the_rows_held_after_a_long_chunk_own_their_memory():
+    # a view of the prompt's last row would keep the whole rotated prompt (as large as its keys) alive
+    state = ShearState(max_rollback=1)
+    state.shear("k", torch.randn(2, 4, 512, 16), 0.5, 0)
+    held = state.raw_k.values
+    assert held.shape == (2, 4, 2, 16) and held.untyped_storage().nbytes() == state.extra_state_bytes()
+    step = torch.randn(2, 4, 1, 16)
+    state.shear("k", step, 0.5, 512)  # a decode step: the window is the last row before it and the row
+    assert torch.equal(state.raw_k.values, torch.cat([held[..., 1:, :], step], dim=-2))
+    assert state.raw_k.values.untyped_storage().nbytes() <= 2 * state.extra_state_bytes()
+
+
+def test_a_decoded_row_continues_the_stream_without_copying_the_window():
+    state = ShearState()
+    state.shear("q", torch.randn(1, 2, 6, 4), 0.5, 0)
+    row = torch.randn(1, 2, 1, 4)
+    state.shear("q", row, 0.5, 6)
+    assert state.raw_q.values.data_ptr() == row.data_ptr() and state.raw_q.start == 6

@@ -35,6 +35,14 @@ def tensor_bytes(x: Tensor | None) -> int:
     return 0 if x is None else x.numel() * x.element_size()
 
 
+def _owned(x: Tensor) -> Tensor:
+    """``x``, copied out of its storage when that holds more than twice ``x`` (a view of a few rows of a
+    long stream), so that keeping ``x`` keeps only its own bytes."""
+    if torch.compiler.is_compiling() or x.untyped_storage().nbytes() <= 2 * tensor_bytes(x):
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 class RawWindow:
     """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
 
@@ -62,15 +70,19 @@ class RawWindow:
 
     def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
         """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
-        (None: keep all)."""
-        if self.values is None or position == 0:
-            self.values, self.start = chunk, position
+        (None: keep all). What is kept owns its memory: a row kept from a long chunk does not hold
+        the whole chunk alive (a prompt's rotated stream, as large as its keys)."""
+        if self.values is not None and position != 0 and self.end != position:
+            raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
+        if self.values is None or position == 0 or (keep_from is not None and keep_from >= position):
+            # the chunk alone holds every position kept (a decode step's row replaces the last one)
+            start = position if keep_from is None else max(keep_from, position)
+            self.values, self.start = chunk[..., start - position :, :], start  # (B, H, W, D)
         else:
-            if self.end != position:
-                raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
             self.values = torch.cat([self.values, chunk], dim=-2)
-        if keep_from is not None:
-            self._trim(keep_from)
+            if keep_from is not None:
+                self._trim(keep_from)
+        self.values = _owned(self.values)
 
     def _trim(self, keep_from: int) -> None:
         drop = keep_from - self.start
