@@ -285,3 +285,28 @@ def test_hf_decode_speed_runs():
     out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2", "--json")
     ratios = json.loads(out.splitlines()[-1])
     assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())
+
+
+def test_the_cpu_speed_tables_are_the_saved_runs():
+    folder = ROOT / "docs" / "results" / "cpu" / "attention_speed" / "2026-12-05"
+    runs = [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+    rows = ("forward", "forward+backward", "layer forward+backward", "decode step (layer, symmetric)")
+    kept = {flag: [run for run in runs if run["keep_freed_memory"] == flag] for flag in (False, True)}
+    assert len(kept[False]) == len(kept[True]) == 2
+
+    def spread(flag, row):
+        low, high = sorted(run["ratios"][row] for run in kept[flag])
+        return f"{low:.3f}–{high:.3f}"
+
+    kernel = (ROOT / "docs" / "kernel.md").read_text()
+    for label, flag in (("default (glibc returns freed memory)", False), ("`--keep-freed-memory`", True)):
+        assert f"| {label} | " + " | ".join(spread(flag, row) for row in rows) + " |" in kernel
+    reproduction = (ROOT / "docs" / "reproduction.md").read_text()
+    first = next(run for run in runs if run["date"] == min(r["date"] for r in kept[False]))
+    for label, row in zip(("forward", "forward + backward", "whole layer, forward + backward",
+                           "one decode step (whole layer, 1024 cached tokens)"), rows, strict=True):
+        ms = first["ms"][row]
+        digits = 2 if row.startswith("decode") else 1
+        both = [", ".join(f"{run['ratios'][row]:.3f}" for run in sorted(kept[flag], key=lambda r: r["date"]))
+                for flag in (False, True)]
+        assert f"| {label} | {ms['sdpa']:.{digits}f} | {ms['psa']:.{digits}f} | {both[0]} | {both[1]} |" in reproduction
