@@ -62,3 +62,10 @@ def test_a_decoded_row_continues_the_stream_without_copying_the_window():
     row = torch.randn(1, 2, 1, 4)
     state.shear("q", row, 0.5, 6)
     assert state.raw_q.values.data_ptr() == row.data_ptr() and state.raw_q.start == 6
+
+
+def test_a_crop_keeps_only_the_rows_it_holds():
+    state = ShearState(max_rollback=2, keep_last_call=True)  # as transformers' cache: the whole last call held
+    state.shear("k", torch.randn(1, 2, 300, 8), 0.5, 0)
+    state.crop(299, 300)
+    assert state.raw_k.values.shape[-2] == 3 and state.raw_k.values.untyped_storage().nbytes() == state.extra_state_bytes()

@@ -101,6 +101,7 @@ class RawWindow:
             raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
         self.values = self.values[..., : length - self.start, :]
         self._trim(max(length - keep, self.start))
+        self.values = _owned(self.values)
 
     def apply(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply ``fn`` to the held raw values (reordering, moving)."""
