@@ -80,7 +80,11 @@ class Report:
         self.path, self.data = path, {"info": info}
         path.parent.mkdir(parents=True, exist_ok=True)
         if rerun is not None and path.exists():
-            saved = json.loads(path.read_text())
+            try:
+                saved = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:  # nothing is run, nothing overwritten
+                raise SystemExit(f"gpu_check.py: {path} is not a saved check ({err}); move it away or choose "
+                                 "another --out") from None
             owners = saved.pop("section_info", {})
             old_info = saved.pop("info", {})
             saved.pop("seconds", None)  # the earlier run's length; this run writes its own

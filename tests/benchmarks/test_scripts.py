@@ -143,6 +143,14 @@ def test_an_only_run_adds_its_sections_to_the_saved_report_and_each_table_names_
     assert "`fused_kernel`: NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, 2026-12-04, git 24285d5." in shown
 
 
+def test_an_only_run_refuses_a_damaged_saved_report_and_leaves_it(tmp_path):
+    (tmp_path / "gpu_check.json").write_text('{"info": {"date": ')
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), "--only",
+                           "kernels"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "is not a saved check" in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "gpu_check.json").read_text() == '{"info": {"date": '
+
+
 def test_the_errors_are_taken_on_the_last_rows_which_see_every_key():
     gpu_check = _script("gpu_check")
     g = torch.Generator().manual_seed(0)
