@@ -397,6 +397,25 @@ def test_tensorboard_gets_every_metrics_row_once_across_a_resume(tmp_path):
     assert [e.value for e in events.Scalars("eval_accuracy")] == pytest.approx([r["eval_accuracy"] for r in rows])
 
 
+def test_tensorboard_keeps_the_row_of_the_step_a_run_resumes_from(tmp_path):
+    """A checkpoint at an evaluated step keeps that step's row; only the events after it go."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    config = tiny_config(tensorboard=True)  # evaluated and checkpointed every 10 steps
+
+    def fail(step, loss):
+        if step == 25:
+            raise RuntimeError("stopped between checkpoints")
+
+    with pytest.raises(RuntimeError, match="between checkpoints"):
+        train(config, tmp_path, on_step=fail)
+    train(config, tmp_path)  # resumes at step 20, whose row the checkpoint's history holds
+    events = accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval_accuracy")] == [0, 10, 20, 30, 40]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [e.value for e in events.Scalars("eval_loss")] == pytest.approx([r["eval_loss"] for r in rows])
+
+
 def test_the_model_vocabulary_follows_an_overridden_task_vocabulary():
     config = apply_overrides(RunConfig(), ["task.name=text", "task.tokenizer=bpe", "task.vocab_size=1024"])
     assert config.task.vocab_size == config.model.vocab_size == 1024

@@ -48,8 +48,8 @@ def board_scalars(board, row: dict[str, Any]) -> None:
 
 
 def tensorboard_writer(log_dir: Path, purge_step: int | None = None):
-    """A ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir``; ``purge_step``: a resumed run drops
-    the events an interrupted one wrote after its checkpoint."""
+    """A ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir``; ``purge_step``: TensorBoard hides the
+    events written before at this step or later (a resumed run passes the step after its checkpoint's)."""
     return summary_writer_class()(log_dir=str(log_dir), purge_step=purge_step)
 
 

@@ -96,7 +96,8 @@ class _Run:
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
             clear_run_files(self.directory)
         if self.t.tensorboard and self.writes:
-            self.board = tensorboard_writer(self.directory / TENSORBOARD, purge_step=self.state.step or None)
+            after = self.state.step + 1 if self.state.step else None  # the checkpoint's own row, in its history, stays
+            self.board = tensorboard_writer(self.directory / TENSORBOARD, purge_step=after)
         if not self.state.history:
             self.evaluate_and_log(None, self.state.seconds)
 
