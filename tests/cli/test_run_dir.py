@@ -48,6 +48,17 @@ def test_train_with_only_the_run_dir_continues_the_run_from_its_saved_config(tmp
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["steps"] == 20
 
 
+def test_the_command_that_started_a_run_continues_it_with_more_steps_or_another_early_stopping_rule(tmp_path, capsys):
+    (tmp_path / "mine.json").write_text(json.dumps({**tiny_config(10).to_dict(), "name": "mine"}))
+    start = ["train", "--config", str(tmp_path / "mine.json"), "--run-dir", str(tmp_path / "run")]
+    assert main(start) == 0  # named by its file
+    for more in (["train.steps=20"], ["train.steps=20", "train.early_stop=true"]):  # --set: the run keeps its name
+        assert main([*start, "--set", *more]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["steps"] == 20
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["name"], saved["train"]["steps"], saved["train"]["early_stop"]) == ("mine", 20, True)
+
+
 def test_a_failed_start_leaves_no_lock_and_no_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit):

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
                     "shipped example (psattn configs lists them); without it, the run directory's own config.json "
                     "when it has one (so --run-dir alone continues a run), else the defaults. --set overrides "
-                    "other than name= name the run after its directory")
+                    "other than name= name a new run after its directory (a run already there keeps its name)")
     tr.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500 (several --set add up)")
     tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
@@ -48,10 +48,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = apply_overrides(config, args.set)
     if args.config and args.run_dir is not None and args.set and not any(s.startswith("name=") for s in args.set):
         config.name = Path(args.run_dir).resolve().name  # the file's name describes the file's run, not this one
-        if saved is not None and saved.is_file():  # a run started before runs were named so keeps its name
-            earlier = RunConfig.from_file(saved).name
-            if holds_same_run(saved, dataclasses.replace(config, name=earlier)):
-                config.name = earlier
+        if saved is not None and saved.is_file():  # the run there keeps its name as it continues (even one
+            # started before runs were named, or by --config alone), also when it grows or changes its early stopping
+            earlier = RunConfig.from_file(saved)
+            continued = dataclasses.replace(config, name=earlier.name, train=dataclasses.replace(
+                config.train, steps=earlier.train.steps, early_stop=earlier.train.early_stop,
+                early_stop_evals=earlier.train.early_stop_evals))
+            if holds_same_run(saved, continued):
+                config.name = earlier.name
     if args.print_config:  # the resolved config, as a run directory would store it; nothing is trained
         import json
 
