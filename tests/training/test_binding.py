@@ -83,6 +83,30 @@ def test_a_checkpoint_from_before_bindings_still_loads_and_gains_one_on_its_next
     assert torch.load(run / "checkpoint.pt", weights_only=True)["binding"]["config"]["model"]["attention"]["gamma"] == 1.0
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_run_extended_to_more_steps_whose_meta_json_is_lost_is_refused(tmp_path, capsys, damage):
+    """meta.json records the schedule of a run asked for more steps: without it the run would resume on
+    another learning rate at every step to come, so the checkpoint, which trained on it, refuses."""
+    run = tmp_path / "run"
+    train(tiny_config(10, checkpoint_every=5), run)
+    more = apply_overrides(tiny_config(10, checkpoint_every=5), ["train.steps=20"])
+
+    def crash(step, loss):
+        if step == 16:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):  # extended at step 10, checkpointed at 15, stopped at 16
+        train(more, run, on_step=crash)
+    kept = (run / "checkpoint.pt").read_bytes()
+    if damage == "deleted":
+        (run / "meta.json").unlink()
+    else:
+        (run / "meta.json").write_text((run / "meta.json").read_text()[:40])
+    err = _refused(["train", "--run-dir", str(run)], capsys)
+    assert "extended from 10 to 20 steps at step 10" in err and "meta.json records none" in err, err
+    assert (run / "checkpoint.pt").read_bytes() == kept and not (run / "result.json").exists()
+
+
 def _text_config(corpus):
     config = RunConfig.from_dict({"task": {"name": "text", "corpus": str(corpus), "seq_len": 16},
                                   "model": {"vocab_size": 256}})

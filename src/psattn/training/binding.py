@@ -6,7 +6,8 @@ checkpoint records its ``binding``: the model and task sections of the run's con
 fields that shape its weights and history (``BOUND_TRAIN``), with their SHA-256 (compared field by field when the digests
 differ, so a field added to psattn's configs since, which the record lacks, is no mismatch), the
 SHA-256 of the run's ``tokenizer.json``,
-and the data record of ``data.json`` (corpus, tokenizer and token checksums). Loading a checkpoint
+the data record of ``data.json`` (corpus, tokenizer and token checksums), and the schedule extensions of
+``meta.json`` it trained under (a run asked for more steps, see ``psattn.training.schedule``). Loading a checkpoint
 (``psattn train`` resuming, ``eval``, ``generate``, ``export``, ``footprint``) compares that record
 with the run directory's files and refuses any mismatch in one line that names the field and both
 values. A task's corpus and tokenizer are bound by content (the data record's checksums), not by the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +65,15 @@ def _digest(sections: dict[str, Any]) -> str:
     return _sha256(json.dumps(sections, sort_keys=True).encode())
 
 
-def binding(config: RunConfig, data: dict[str, str] | None = None) -> dict[str, Any]:
+def binding(config: RunConfig, data: dict[str, str] | None = None,
+            extensions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The binding a checkpoint of ``config`` carries; ``data``: a text run's data record (its
-    data.json, whose ``tokenizer_sha256`` is that of the run's tokenizer.json)."""
+    data.json, whose ``tokenizer_sha256`` is that of the run's tokenizer.json); ``extensions``: the
+    schedule extensions the run trains under (its meta.json's)."""
     sections = bound_sections(config)
     return {"config_sha256": _digest(sections), "config": sections,
-            "tokenizer_sha256": None if data is None else data["tokenizer_sha256"], "data": data}
+            "tokenizer_sha256": None if data is None else data["tokenizer_sha256"], "data": data,
+            "extensions": [dict(extension) for extension in extensions]}
 
 
 def read_binding(path: str | Path) -> dict[str, Any] | None:
@@ -136,6 +141,25 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
     if recorded is not None and tokenizer is not None and tokenizer != recorded.get("tokenizer_sha256"):
         raise CheckpointError(f"{tokenizer_path} is not the tokenizer {data_path.name} records (SHA-256 "
                               f"{_short(tokenizer)}, recorded {_short(recorded.get('tokenizer_sha256'))}): {RESTART}")
+
+
+def check_extensions(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | None,
+                     extensions: Sequence[dict[str, Any]]) -> None:
+    """Refuse (``CheckpointError``) to resume under schedule ``extensions`` (meta.json's, and the one a run
+    asked for more steps adds) that do not begin with those the checkpoint trained under: a meta.json lost
+    or edited since would change the learning rate of every step to come. A checkpoint from before
+    extensions were bound is not checked."""
+    trained = None if bound is None else bound.get("extensions")
+    if trained is None or [dict(e) for e in extensions[:len(trained)]] == trained:
+        return
+
+    def schedule(found: Sequence[dict[str, Any]]) -> str:
+        return ", then ".join(f"{e['steps_before']} to {e['steps_after']} steps at step {e['at_step']}" for e in found) or "none"
+
+    meta = run_dir / "meta.json"
+    raise CheckpointError(f"{checkpoint} trained on a schedule extended from {schedule(trained)}, but {meta} records "
+                          f"{'extensions ' if extensions[:len(trained)] else ''}{schedule(extensions[:len(trained)])}: "
+                          f"resuming would change the learning rate of every step to come; {RESTART}")
 
 
 def check_vocabulary(config: RunConfig) -> None:

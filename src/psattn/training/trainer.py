@@ -23,7 +23,7 @@ import torch
 from psattn.progress import progress_bar
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
-from psattn.training.binding import binding, check_binding, check_vocabulary, read_binding
+from psattn.training.binding import binding, check_binding, check_extensions, check_vocabulary, read_binding
 from psattn.training.checkpoint import write_json, write_jsonl
 from psattn.training.config import RunConfig
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, resolve_device, setup_distributed, shard
@@ -74,7 +74,7 @@ class _Run:
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
         self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
         tokens = getattr(config.task, "tokens", None)
-        self.binding = binding(config, None if tokens is None else tokens().fingerprint)  # what it is bound to
+        self.binding = binding(config, None if tokens is None else tokens().fingerprint, extensions)  # what it is bound to
         self.board = None  # a TensorBoard writer, opened by start_or_resume when train.tensorboard is set
 
     @property
@@ -239,8 +239,10 @@ def train(
         if t.tensorboard:
             summary_writer_class()  # installed, before anything is written
         run = _Run(config, run_dir, ddp, device, extensions, metrics)  # data resolved, model built: nothing written yet
-        if run_dir is not None and not fresh:  # the checkpoint must still be this config's, on this data
-            check_binding(run_dir, config, run_dir / CHECKPOINT, read_binding(run_dir / CHECKPOINT))
+        if run_dir is not None and not fresh:  # the checkpoint must still be this config's, on this data and schedule
+            bound = read_binding(run_dir / CHECKPOINT)
+            check_binding(run_dir, config, run_dir / CHECKPOINT, bound)
+            check_extensions(run_dir, run_dir / CHECKPOINT, bound, extensions)
         if run_dir is not None:
             write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         run.start_or_resume(resume)
