@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,11 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
 
 def unreadable(path: Path, err: Exception) -> CheckpointError:
     """The one-line error for a checkpoint file torch cannot (or, holding code, will not) read."""
-    if isinstance(err, pickle.UnpicklingError) and "weights only" in str(err).lower():
+    if path.is_file() and path.stat().st_size == 0:
+        reason = "the file is empty"
+    elif path.is_file() and not zipfile.is_zipfile(path):  # torch's own words would blame its format, mmap or pickles
+        reason = "it is not a whole torch.save archive: cut short, overwritten, or another kind of file"
+    elif isinstance(err, pickle.UnpicklingError) and "weights only" in str(err).lower():
         found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", str(err))
         reason = ("it holds Python objects, not only tensors and plain values"
                   + (f" ({found.group(1)})" if found else "") + "; it is not opened, since opening it could run code")
