@@ -72,6 +72,18 @@ def test_a_hand_edited_training_field_is_refused_and_where_it_runs_is_not(traine
     assert main(["train", "--run-dir", str(run), "--set", "train.steps=4"]) == 0
 
 
+def test_a_run_directory_whose_config_json_is_gone_says_so(trained, tmp_path, capsys):
+    import shutil
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    (run / "config.json").unlink()
+    err = _refused(["train", "--run-dir", str(run)], capsys)  # the defaults: another model
+    assert "the config given says" in err and "has no config.json" in err and "config.json says" not in err, err
+    (tmp_path / "mine.json").write_text(json.dumps(tiny_config(2).to_dict()))
+    assert main(["train", "--run-dir", str(run), "--config", str(tmp_path / "mine.json")]) == 0  # the run's own config
+    assert json.loads((run / "config.json").read_text())["model"] == tiny_config(2).to_dict()["model"]
+
+
 def test_a_checkpoint_from_before_bindings_still_loads_and_gains_one_on_its_next_save(trained, tmp_path, capsys):
     import shutil
 

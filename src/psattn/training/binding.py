@@ -122,6 +122,10 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
                  else first_difference(canonical_config(bound.get("config")), now, common=True))
         if found is not None:
             field, old, new = found
+            if not config_path.is_file():  # the config came from elsewhere (the defaults, --config)
+                raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but the config "
+                                      f"given says {_short(new)}, and {run_dir} has no config.json: restore it, pass the "
+                                      "run's config with --config, or train anew (psattn train --restart)")
             raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "
                                   f"says {_short(new)}: {config_path.name} no longer describes these weights; {RESTART}")
     tokenizer_path, data_path = run_dir / "tokenizer.json", run_dir / "data.json"
