@@ -1,16 +1,21 @@
-"""A full disk: a one-line error naming the file, nothing half written left behind (needs root for a
-small tmpfs; skipped otherwise)."""
+"""A full disk: a one-line error naming the file, nothing half written left behind (the tests on a small
+tmpfs need root, and are skipped otherwise; a file size limit stands in for a full disk without it)."""
 
+import json
 import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
-from helpers import tiny_config
+import psattn
+from helpers import science, tiny_config
 from psattn.cli import main
 from psattn.training.trainer import train
+
+SOURCES = [Path(psattn.__file__).resolve().parents[1], Path(__file__).resolve().parents[1]]  # psattn's, and helpers'
 
 
 @pytest.fixture
@@ -81,3 +86,36 @@ def test_an_hf_export_that_does_not_fit_leaves_the_earlier_export_whole(tmp_path
     import psattn.integrations.hf  # noqa: F401  # registers the psattn model type
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.psattn_model["attention"]["variant"] == "key_only"
+
+
+FULL_AT_STEP = """
+import os, resource, signal, sys
+from helpers import tiny_config
+from psattn.training.trainer import train
+run = sys.argv[1]
+
+def fill(step, loss):  # from here on no file may grow past 10 more bytes than metrics.jsonl holds now
+    if step == 15:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+        limit = os.path.getsize(os.path.join(run, "metrics.jsonl")) + 10
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+try:
+    train(tiny_config(40, eval_every=4), run, on_step=fill)
+except OSError as err:
+    print(err)
+"""
+
+
+def test_a_metrics_row_that_does_not_fit_is_one_line_naming_the_file_and_no_half_row(tmp_path):
+    """The row of step 16 gets 10 bytes of room and fails: cut back off, and the error names the file."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in SOURCES)}
+    done = subprocess.run([sys.executable, "-c", FULL_AT_STEP, str(tmp_path / "run")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    said = done.stdout.strip()
+    assert done.returncode == 0 and f"writing {tmp_path / 'run' / 'metrics.jsonl'} failed" in said, (said, done.stderr)
+    assert "its earlier lines are intact" in said and len(said.splitlines()) == 1, said
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 4, 8, 12]
+    resumed = train(tiny_config(40, eval_every=4), tmp_path / "run")  # from the checkpoint of step 10
+    assert science(resumed.history) == science(train(tiny_config(40, eval_every=4)).history)

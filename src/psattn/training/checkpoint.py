@@ -42,11 +42,30 @@ def _atomic_write(path: Path, write) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
-            detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-            full = isinstance(err, RuntimeError) or err.errno == errno.ENOSPC
-            raise OSError(f"writing {path} failed ({detail}); the file already there (if any) is intact"
-                          + (". Is the disk full?" if full else "")) from None
+            raise write_failed(path, err, "the file already there (if any) is intact") from None
         raise
+
+
+def write_failed(path: Path, err: OSError | RuntimeError, kept: str) -> OSError:
+    """The one-line error for a failed write to ``path``, saying what is ``kept``, and asking whether the
+    disk is full when it may be."""
+    detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+    full = isinstance(err, RuntimeError) or err.errno == errno.ENOSPC
+    return OSError(f"writing {path} failed ({detail}); {kept}" + (". Is the disk full?" if full else ""))
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` to the file at ``path``, whole or not at all: a failed write (a full disk) is cut
+    back off and raises OSError naming the file."""
+    data = memoryview(line.encode())
+    with open(path, "ab", buffering=0) as f:  # unbuffered: what failed is known here, not at close
+        start = f.seek(0, os.SEEK_END)
+        try:
+            while data:
+                data = data[f.write(data):]
+        except OSError as err:
+            f.truncate(start)
+            raise write_failed(Path(path), err, "its earlier lines are intact") from None
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
-from psattn.training.checkpoint import load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
+from psattn.training.checkpoint import append_line, load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
 from psattn.training.config import RunConfig, canonical_config, config_differences, holds_same_run
 from psattn.training.distributed import resolve_device
 from psattn.training.schedule import lr_factor
@@ -352,5 +352,4 @@ def clear_run_files(run_dir: Path) -> None:
 
 def append_metrics_row(run_dir: Path, row: dict[str, Any]) -> None:
     """Add one evaluation row to the run's metrics.jsonl."""
-    with open(run_dir / METRICS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_line(run_dir / METRICS, json.dumps(row) + "\n")
