@@ -449,3 +449,23 @@ def test_the_evaluation_rows_take_their_extra_columns_from_the_metrics_callback(
     assert [row["rows_scored"] for row in own] == seen == [64, 64] and "induction_score" not in own[-1]
     assert set(bare) == {"step", "train_loss", "eval_loss", "eval_accuracy", "lr", "seconds", "tokens"}
     assert bare["eval_accuracy"] == default["eval_accuracy"]
+
+
+def test_a_run_continues_under_other_runtime_settings_from_where_it_stopped(tmp_path):
+    # where and how a run executes (device, threads, checkpoint cadence, TensorBoard) is no new run
+    config = tiny_config(steps=30, early_stop=False, checkpoint_every=10)
+    steps = []
+    with pytest.raises(TrainingInterrupted):
+        train(config, tmp_path, on_step=lambda step, _: steps.append(step), should_stop=lambda: steps[-1] >= 15)
+    elsewhere = tiny_config(steps=30, early_stop=False, checkpoint_every=5, threads=1, device="cpu")
+    resumed = train(elsewhere, tmp_path)
+    def rows(result):  # all but the wall clock
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in result.history]
+    assert rows(resumed) == rows(train(config))  # from step 10, bit for bit on the same arithmetic
+    saved = json.loads((tmp_path / "config.json").read_text())["train"]
+    assert (saved["threads"], saved["device"], saved["checkpoint_every"]) == (1, "cpu", 5)
+    assert (tmp_path / "result.json").exists()
+    again = train(tiny_config(steps=30, early_stop=False, checkpoint_every=10), tmp_path)
+    assert again.steps == 30 and rows(again) == rows(resumed)  # a finished run stays finished
+    with pytest.raises(ValueError, match=r"train\.device, train\.compile"):  # the refusal lists what may change
+        train(tiny_config(steps=30, early_stop=False, lr=1e-3), tmp_path)

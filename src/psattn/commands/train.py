@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from psattn.progress import console_line
-    from psattn.training.config import RunConfig, apply_overrides, holds_same_run
+    from psattn.training.config import RUNTIME_FIELDS, RunConfig, apply_overrides, holds_same_run, with_train_fields
     from psattn.training.distributed import teardown_distributed
     from psattn.training.reporting import summary_line
     from psattn.training.trainer import train
@@ -51,9 +51,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if saved is not None and saved.is_file():  # the run there keeps its name as it continues (even one
             # started before runs were named, or by --config alone), also when it grows or changes its early stopping
             earlier = RunConfig.from_file(saved)
-            continued = dataclasses.replace(config, name=earlier.name, train=dataclasses.replace(
-                config.train, steps=earlier.train.steps, early_stop=earlier.train.early_stop,
-                early_stop_evals=earlier.train.early_stop_evals))
+            continued = with_train_fields(dataclasses.replace(config, name=earlier.name), earlier,
+                                          ("steps", "early_stop", "early_stop_evals", *RUNTIME_FIELDS))
             if holds_same_run(saved, continued):
                 config.name = earlier.name
     if args.print_config:  # the resolved config, as a run directory would store it; nothing is trained

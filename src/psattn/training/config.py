@@ -188,6 +188,18 @@ def canonical_config(data: Any) -> Any:
     return data
 
 
+#: train fields that say where and how a run executes, not what it trains: a trained run may continue
+#: under other values (resumed on a GPU, with more threads, compiled); it then continues from the same
+#: checkpoint, bit for bit only where the arithmetic is the same
+RUNTIME_FIELDS = ("checkpoint_every", "threads", "device", "compile", "tensorboard")
+
+
+def with_train_fields(config: RunConfig, source: RunConfig, fields: tuple[str, ...]) -> RunConfig:
+    """``config`` with the train ``fields`` taken from ``source``'s."""
+    taken = {name: getattr(source.train, name) for name in fields}
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, **taken))
+
+
 def holds_same_run(path: str | Path, config: RunConfig) -> bool:
     """Whether the config.json at ``path`` describes ``config``: compared as parsed configs, so an
     older spelling of the same run matches (a model section written before ``init`` existed was
@@ -276,4 +288,5 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
-__all__ = ["RunConfig", "TrainConfig", "apply_overrides", "canonical_config", "config_differences", "holds_same_run"]
+__all__ = ["RUNTIME_FIELDS", "RunConfig", "TrainConfig", "apply_overrides", "canonical_config", "config_differences",
+           "holds_same_run", "with_train_fields"]

@@ -13,7 +13,6 @@ reader (export, the transformers bridge, the command line, the studies) reads it
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -33,7 +32,14 @@ from psattn.tasks.registry import sample_task
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
 from psattn.training.checkpoint import append_line, load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
-from psattn.training.config import RunConfig, canonical_config, config_differences, holds_same_run
+from psattn.training.config import (
+    RUNTIME_FIELDS,
+    RunConfig,
+    canonical_config,
+    config_differences,
+    holds_same_run,
+    with_train_fields,
+)
 from psattn.training.distributed import resolve_device
 from psattn.training.schedule import lr_factor
 from psattn.training.seeds import HELD_OUT, stream_generator
@@ -192,10 +198,11 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     if holds_same_run(config_path, config):
         return extensions
     saved = RunConfig.from_file(config_path)
-    # what may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)
-    more_steps = dataclasses.replace(config, train=dataclasses.replace(
-        config.train, steps=saved.train.steps, early_stop=saved.train.early_stop,
-        early_stop_evals=saved.train.early_stop_evals))
+    if holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):  # it only runs elsewhere
+        log.info("continuing %s with %s", run_dir, config_differences(config_path, config, limit=len(RUNTIME_FIELDS)))
+        return extensions
+    # what else may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)
+    more_steps = with_train_fields(config, saved, ("steps", "early_stop", "early_stop_evals", *RUNTIME_FIELDS))
     checkpoint = run_dir / CHECKPOINT
     if holds_same_run(config_path, more_steps) and config.train.steps >= saved.train.steps:
         _check_stopping_rule(run_dir, config, more_steps=config.train.steps > saved.train.steps)
@@ -223,8 +230,9 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
                          "with the new steps, or another directory")
     raise ValueError(
         f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
-        "Only train.steps may grow, and train.early_stop and train.early_stop_evals change, on a trained run (it "
-        "continues); use another directory, or --restart"
+        "On a trained run only train.steps may grow, and train.early_stop, train.early_stop_evals and where it runs "
+        f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues); use another directory, "
+        "or --restart"
     )
 
 
@@ -274,7 +282,7 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
         fresh = True  # a failed start left only its config: nothing to protect
     extended = not fresh and (list(extensions) != read_meta(run_dir).get("extensions", [])
                               or bool(extensions) and not holds_same_run(config_path, config))  # or cut short
-    # a trained run continuing under another early-stopping rule (check_run_dir allowed nothing else)
+    # a trained run continuing under another early-stopping rule or elsewhere (check_run_dir allowed nothing else)
     new_rule = not fresh and not extended and config_path.exists() and not holds_same_run(config_path, config)
     if config_path.exists() and not fresh:
         if tokens is not None:
@@ -284,8 +292,10 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
     if not is_main:
         return
     if new_rule:
-        (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
-        write_json(config_path, config.to_dict())
+        saved = RunConfig.from_file(config_path)
+        if not holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):
+            (run_dir / RESULT).unlink(missing_ok=True)  # another stopping rule: the run is unfinished again
+        write_json(config_path, config.to_dict())  # (where it runs changes no result)
         return
     if extended:  # in this order, so that a kill between two writes leaves what check_run_dir resumes
         (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
