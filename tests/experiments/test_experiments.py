@@ -255,6 +255,14 @@ def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
         run_sweep([other], tmp_path, workers=1, progress=False)
 
 
+def test_a_sweep_continues_its_runs_where_they_run_otherwise(tmp_path):
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    first = run_sweep([config], tmp_path, workers=1, progress=False)
+    elsewhere = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cpu", checkpoint_every=7))
+    again = run_sweep([elsewhere], tmp_path, workers=1, progress=False)  # begun with device "auto", say on a GPU
+    assert again[config.name]["steps"] == first[config.name]["steps"]
+
+
 def test_head_scores_read_the_right_positions():
     model = random_model("key_only", n_kv_heads=4).float()
     model.config.vocab_size = 37

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from psattn.progress import progress_bar
-from psattn.training.config import RunConfig, config_differences, holds_same_run
+from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
 from psattn.training.lock import run_lock
 from psattn.training.run_dir import load_result
 from psattn.training.signals import STOP_SIGNALS, TrainingDiverged, TrainingInterrupted, on_stop_signals
@@ -122,6 +122,15 @@ def run_sweep(
     return results
 
 
+def _runs_elsewhere(saved: Path, config: RunConfig) -> bool:
+    """Whether the run saved at ``saved`` is ``config`` but for where it runs (``RUNTIME_FIELDS``: a sweep
+    begun on the CPU and continued on a GPU), which the run continues under."""
+    try:
+        return holds_same_run(saved, with_train_fields(config, RunConfig.from_file(saved), RUNTIME_FIELDS))
+    except (OSError, ValueError):
+        return False
+
+
 def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
     """Refuse repeated names, and a run directory of ``out_dir`` that holds another config under a name."""
     names = [c.name for c in configs]
@@ -133,7 +142,7 @@ def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
                              f"{out_dir}/<name> and nowhere else")
     for c in configs:
         saved = out_dir / c.name / "config.json"
-        if saved.exists() and not holds_same_run(saved, c):
+        if saved.exists() and not holds_same_run(saved, c) and not _runs_elsewhere(saved, c):
             raise ValueError(
                 f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
                 f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
