@@ -89,3 +89,18 @@ def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path):
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["max_context"] == 16 and r["greedy_tokens_equal"]
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32"}
+
+
+@pytest.mark.parametrize("max_context", [2, 4])
+def test_a_short_context_exports_and_fills_it(tmp_path, max_context):
+    """The export traced a 5-token example prompt, outside a plan of fewer tokens, and a plan of 2 tokens
+    made the cache length a dimension from 1 to 1: every max_context from 2 to 5 failed to export."""
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_heads=2, n_kv_heads=1,
+                                  attention=AttentionConfig("symmetric", -0.5, boundary="zero"))).eval()
+    program = ExecuTorchLM(export_executorch(model, tmp_path / "m.pte", max_context=max_context))
+    ids = torch.randint(0, 16, (2, max_context))
+    with torch.no_grad():
+        assert np.abs(program.logits(ids.numpy()) - model(ids).numpy()).max() < 1e-4  # the whole plan in one prefill
+    ours = generate(model, ids[:, :1], max_context)  # one token, then decode steps up to the plan's end
+    seqs, step_logits = program.generate(ids[:, :1].numpy(), max_context)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()

@@ -90,11 +90,14 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
     path.parent.mkdir(parents=True, exist_ok=True)
     model = quantized_copy(on_cpu(model), quantize)
     prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
-    ids = torch.randint(0, model.config.vocab_size, (1, 5), device="cpu")  # (1, T): an example prompt
-    state = prefill(ids)[1:]
+    # example lengths inside the planned ranges, and above 1 where the length is dynamic (torch.export
+    # specializes a dimension whose example is 1): a prompt of 2..5 tokens, a cache of 1..5
+    ids = torch.randint(0, model.config.vocab_size, (1, min(5, max_context)), device="cpu")  # (1, T)
+    past_len = min(5, max_context - 1)
+    state = prefill(ids[:, :past_len])[1:]  # the cache after past_len tokens
     seq = torch.export.Dim("seq", min=1, max=max_context)
-    past = torch.export.Dim("past", min=1, max=max_context - 1)
-    cache_dims = {3: past}
+    # max_context 2: the decode step always follows one token, a fixed cache length
+    cache_dims = {3: torch.export.Dim("past", min=1, max=max_context - 1)} if past_len > 1 else {}
     decode_dims: tuple[Any, ...] = ({}, cache_dims, cache_dims) + ((tuple({} for _ in state[2:]),) if state[2:] else ())
     with _quiet():
         programs = {"prefill": torch.export.export(prefill, (ids,), dynamic_shapes={"input_ids": {1: seq}}),
