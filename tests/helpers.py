@@ -1,8 +1,10 @@
 """Shared test helpers."""
 
+import numpy as np
+import pytest
 import torch
 
-from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+from psattn.models import AttentionConfig, DecoderLM, ModelConfig, generate
 from psattn.ops.variants import PLACEMENTS, VARIANTS
 from psattn.tasks import make_task_config
 from psattn.training.config import RunConfig, TrainConfig
@@ -45,3 +47,27 @@ WALL_CLOCK = ("seconds",)  # the only fields of a metrics row that depend on the
 def science(history: list[dict]) -> list[dict]:
     """A run's metrics rows without their wall-clock fields: what equal runs must share exactly."""
     return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in history]
+
+
+def check_bad_inputs_are_refused(runtime, model):
+    """What an exported model's wrapper (OnnxLM, ExecuTorchLM) says of inputs PyTorch refuses or handles."""
+    V = model.config.vocab_size
+    with pytest.raises(ValueError, match=rf"token ids must lie in \[0, {V}\).*from -1 to 3"):
+        runtime.logits(np.array([[1, -1, 3]]))  # ONNX's Gather read -1 as the last row of the table
+    with pytest.raises(ValueError, match=rf"token ids must lie in \[0, {V}\)"):
+        runtime.generate(np.array([[1, V]]), 2)
+    with pytest.raises(ValueError, match="integer token ids, got dtype float64"):
+        runtime.logits(np.array([[1.7, 2.0]]))  # was truncated to [[1, 2]]
+    with pytest.raises(ValueError, match=r"\(batch, length\) array of token ids, got shape \(3,\)"):
+        runtime.logits(np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match="at least one token"):
+        runtime.generate(np.zeros((1, 0), dtype=np.int64), 3)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got -1"):
+        runtime.generate(np.array([[1, 2]]), -1)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with torch.no_grad():
+        assert runtime.logits(ids[:, :0].numpy()).shape == model(ids[:, :0]).shape == (2, 0, V)  # no position
+    seqs, logits = runtime.generate(ids.numpy(), 0)  # as PyTorch: the prompt, and no logits
+    ours = generate(model, ids, 0)
+    assert (seqs == ours.sequences.numpy()).all() and logits.shape == tuple(ours.logits.shape) == (2, 0, V)
+

@@ -6,6 +6,7 @@ import torch
 
 pytest.importorskip("executorch")
 
+from helpers import check_bad_inputs_are_refused  # noqa: E402
 from psattn import AttentionConfig, DecoderLM, ModelConfig  # noqa: E402
 from psattn.cli import main  # noqa: E402
 from psattn.export.executorch import ExecuTorchLM, export_executorch, quantized_copy  # noqa: E402
@@ -104,3 +105,14 @@ def test_a_short_context_exports_and_fills_it(tmp_path, max_context):
     ours = generate(model, ids[:, :1], max_context)  # one token, then decode steps up to the plan's end
     seqs, step_logits = program.generate(ids[:, :1].numpy(), max_context)
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
+
+
+def test_bad_token_ids_are_refused_in_one_line(tmp_path):
+    """Out-of-range ids stopped the program with "error 0x12", fractional ones were truncated, and an empty
+    prompt aborted the process."""
+    model = DecoderLM(ModelConfig(vocab_size=29, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0))).eval()
+    program = ExecuTorchLM(export_executorch(model, tmp_path / "m.pte", max_context=8))
+    assert program.vocab_size == 29
+    check_bad_inputs_are_refused(program, model)
+    with pytest.raises(ValueError, match="plans memory for 8 tokens; 9 asked"):
+        program.generate(np.zeros((1, 9), dtype=np.int64), 0)  # a prompt longer than the plan, with no new token

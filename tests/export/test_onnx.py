@@ -7,7 +7,7 @@ import onnx
 import pytest
 import torch
 
-from helpers import random_model
+from helpers import check_bad_inputs_are_refused, random_model
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.export.compare import export_and_compare, format_comparison, key_range_growth
@@ -181,3 +181,9 @@ def test_export_prints_no_exporter_warnings(tmp_path):
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "m.onnx").exists()
     assert "torchvision" not in run.stderr and "Skipping" not in run.stderr, run.stderr
+
+
+def test_onnx_runtime_refuses_bad_token_ids_in_one_line(tmp_path):
+    model = random_model("symmetric", vocab_size=29).float()
+    paths = export_onnx(model, tmp_path / "m.onnx")
+    check_bad_inputs_are_refused(OnnxLM(paths.prefill, paths.decode), model)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 from psattn.training.checkpoint import write_bytes
@@ -120,22 +120,30 @@ class ExecuTorchLM:
             self.prefill = self.program.load_method("prefill")
             self.decode = self.program.load_method("decode")
             self.max_context = int(self.program.load_method("max_context").execute([])[0])
+            self.vocab_size = int(self.prefill.metadata.output_tensor_meta(0).sizes()[-1])  # logits (1, T, V)
 
     def _check_length(self, length: int) -> None:
         if length > self.max_context:
             raise ValueError(f"the program plans memory for {self.max_context} tokens; {length} asked")
 
     def logits(self, input_ids: np.ndarray) -> np.ndarray:
-        """(B, T) -> (B, T, V), one row at a time (the program takes batch 1, as on a device)."""
-        self._check_length(input_ids.shape[1])
-        rows = np.asarray(input_ids, dtype=np.int64)
+        """(B, T) -> (B, T, V), one row at a time (the program takes batch 1, as on a device); token ids
+        outside [0, V) are a ValueError, as in PyTorch."""
+        rows = check_token_ids(input_ids, self.vocab_size)
+        self._check_length(rows.shape[1])
+        if rows.shape[0] == 0 or rows.shape[1] == 0:  # nothing to run (the program takes at least one token)
+            return np.zeros((*rows.shape, self.vocab_size), dtype=np.float32)
         return np.concatenate([self.prefill.execute([torch.from_numpy(row[None])])[0].numpy() for row in rows])
 
     def generate(self, input_ids: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """Greedy decoding of each row: prefill once, then one decode step per token. Returns the
         sequences (B, T + n) and the logits each new token was chosen from (B, n, V)."""
-        self._check_length(input_ids.shape[1] + max_new_tokens - 1)
-        runs = [self._generate_row(row, max_new_tokens) for row in np.asarray(input_ids, dtype=np.int64)]
+        rows = check_token_ids(input_ids, self.vocab_size)
+        check_new_tokens(rows, max_new_tokens)
+        self._check_length(rows.shape[1] + max(max_new_tokens, 1) - 1)  # the last new token is not fed back
+        if max_new_tokens == 0:
+            return rows, np.zeros((rows.shape[0], 0, self.vocab_size), dtype=np.float32)
+        runs = [self._generate_row(row, max_new_tokens) for row in rows]
         return np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])
 
     def _generate_row(self, row: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:

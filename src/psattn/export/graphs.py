@@ -12,12 +12,38 @@ graphs assume unpadded sequences (positions 0, 1, 2, ...).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from psattn.models.context import AttentionContext
 from psattn.models.decoder import DecoderLM
 from psattn.ops.cache import extend_kv
+
+
+def check_token_ids(input_ids, vocab_size: int) -> np.ndarray:
+    """``input_ids`` as the int64 array (B, T) an exported graph takes, or one ValueError line: the graphs
+    themselves read a negative id as one counted from the end of the vocabulary (ONNX) or stop with an
+    opaque runtime error, and would truncate fractional ids."""
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be a (batch, length) array of token ids, got shape {ids.shape}; "
+                         "for one prompt pass input_ids[None]")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}) (the model's vocab_size), got ids from {ids.min()} "
+                         f"to {ids.max()}")
+    return ids.astype(np.int64)
+
+
+def check_new_tokens(input_ids: np.ndarray, max_new_tokens: int) -> None:
+    """ValueError unless greedy decoding can continue ``input_ids`` (B, T) by ``max_new_tokens``: a prompt of
+    at least one token, and an integer count >= 0 (as ``psattn.models.generate`` asks)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
 
 
 def check_exportable(model: DecoderLM) -> tuple[bool, bool]:

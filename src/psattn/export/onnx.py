@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 
@@ -116,15 +116,23 @@ class OnnxLM:
         self.prefill = ort.InferenceSession(str(self.prefill_path), options, providers=providers)
         self.decode = ort.InferenceSession(str(self.decode_path), options, providers=providers)
         self.decode_inputs = [i.name for i in self.decode.get_inputs()]
+        self.vocab_size = int(self.prefill.get_outputs()[0].shape[-1])
 
     def logits(self, input_ids: np.ndarray) -> np.ndarray:
-        """(B, T) -> (B, T, V)."""
-        return self.prefill.run(["logits"], {"input_ids": np.asarray(input_ids, dtype=np.int64)})[0]
+        """(B, T) -> (B, T, V); token ids outside [0, V) are a ValueError, as in PyTorch."""
+        input_ids = check_token_ids(input_ids, self.vocab_size)
+        if input_ids.shape[1] == 0:  # no position: nothing to run (the graph takes at least one token)
+            return np.zeros((*input_ids.shape, self.vocab_size), dtype=np.float32)
+        return self.prefill.run(["logits"], {"input_ids": input_ids})[0]
 
     def generate(self, input_ids: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """Greedy decoding: prefill once, then one decode step per token. Returns the sequences
         (B, T + n) and the logits each new token was chosen from (B, n, V)."""
-        outputs = self.prefill.run(None, {"input_ids": np.asarray(input_ids, dtype=np.int64)})
+        input_ids = check_token_ids(input_ids, self.vocab_size)
+        check_new_tokens(input_ids, max_new_tokens)
+        if max_new_tokens == 0:
+            return input_ids, np.zeros((input_ids.shape[0], 0, self.vocab_size), dtype=np.float32)
+        outputs = self.prefill.run(None, {"input_ids": input_ids})
         logits, state = outputs[0][:, -1], outputs[1:]
         tokens, chosen_from = [], []
         for step in range(max_new_tokens):
@@ -139,7 +147,9 @@ class OnnxLM:
 
     def decode_feeds(self, input_ids: np.ndarray, steps: int) -> list[dict[str, np.ndarray]]:
         """The decode graph's inputs along a greedy continuation of ``input_ids`` (calibration data)."""
-        outputs = self.prefill.run(None, {"input_ids": np.asarray(input_ids, dtype=np.int64)})
+        input_ids = check_token_ids(input_ids, self.vocab_size)
+        check_new_tokens(input_ids, steps)
+        outputs = self.prefill.run(None, {"input_ids": input_ids})
         feeds = []
         for _ in range(steps):
             token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (B, 1)
