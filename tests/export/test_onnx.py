@@ -187,3 +187,16 @@ def test_onnx_runtime_refuses_bad_token_ids_in_one_line(tmp_path):
     model = random_model("symmetric", vocab_size=29).float()
     paths = export_onnx(model, tmp_path / "m.onnx")
     check_bad_inputs_are_refused(OnnxLM(paths.prefill, paths.decode), model)
+
+
+def test_export_leaves_the_callers_model_and_random_state_as_they_were(tmp_path):
+    """Exporting put the caller's model in eval mode (dropout then stayed off in the training that followed)
+    and drew its example prompt from PyTorch's global generator."""
+    model = random_model("key_only", dropout=0.1).float().train()
+    model.blocks[0].eval()  # a mixed mode survives too
+    torch.manual_seed(1)
+    export_onnx(model, tmp_path / "m.onnx")
+    after_export = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(after_export, torch.rand(3))
+    assert model.training and not model.blocks[0].training and model.blocks[1].training

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids, example_prompt
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 from psattn.training.checkpoint import write_bytes
@@ -92,7 +92,7 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
     prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
     # example lengths inside the planned ranges, and above 1 where the length is dynamic (torch.export
     # specializes a dimension whose example is 1): a prompt of 2..5 tokens, a cache of 1..5
-    ids = torch.randint(0, model.config.vocab_size, (1, min(5, max_context)), device="cpu")  # (1, T)
+    ids = example_prompt(model, (1, min(5, max_context)))  # (1, T)
     past_len = min(5, max_context - 1)
     state = prefill(ids[:, :past_len])[1:]  # the cache after past_len tokens
     seq = torch.export.Dim("seq", min=1, max=max_context)

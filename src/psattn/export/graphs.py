@@ -12,6 +12,9 @@ graphs assume unpadded sequences (positions 0, 1, 2, ...).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -44,6 +47,23 @@ def check_new_tokens(input_ids: np.ndarray, max_new_tokens: int) -> None:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
+
+
+def example_prompt(model: DecoderLM, shape: tuple[int, int]) -> Tensor:
+    """Token ids (B, T) to trace the graphs with, drawn from a generator of their own: an export leaves
+    PyTorch's global random state as it found it."""
+    return torch.randint(0, model.config.vocab_size, shape, generator=torch.Generator().manual_seed(0))
+
+
+@contextlib.contextmanager
+def kept_modes(model: nn.Module) -> Iterator[None]:
+    """Give every submodule of ``model`` back the train / eval mode it had before the block."""
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def check_exportable(model: DecoderLM) -> tuple[bool, bool]:

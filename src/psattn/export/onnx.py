@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids
+from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids, example_prompt, kept_modes
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 
@@ -83,17 +83,18 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = on_cpu(model).eval()
-    prefill = PrefillGraph(model)
-    decode = DecodeStepGraph(model)
-    batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
-    ids = torch.randint(0, model.config.vocab_size, (2, 5), device="cpu")  # (B, T): an example prompt
-    _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
-    state = prefill(ids)[1:]
-    cache_dims = {1: batch, 3: past}
-    raw_dims = tuple({1: batch} for _ in state[2:])  # last raw key / query: one position each
-    dynamic = ({0: batch}, cache_dims, cache_dims) + ((raw_dims,) if raw_dims else ())
-    _export(decode, (ids[:, :1], *state), decode_path_for(path), dynamic)
+    model = on_cpu(model)
+    with kept_modes(model):  # the graphs run the model in eval mode; the caller's keeps its own
+        prefill = PrefillGraph(model)
+        decode = DecodeStepGraph(model)
+        batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
+        ids = example_prompt(model, (2, 5))  # (B, T)
+        _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
+        state = prefill(ids)[1:]
+        cache_dims = {1: batch, 3: past}
+        raw_dims = tuple({1: batch} for _ in state[2:])  # last raw key / query: one position each
+        dynamic = ({0: batch}, cache_dims, cache_dims) + ((raw_dims,) if raw_dims else ())
+        _export(decode, (ids[:, :1], *state), decode_path_for(path), dynamic)
     for p in (path, decode_path_for(path)):
         extra = nonstandard_ops(p)
         if extra:
