@@ -161,6 +161,18 @@ def test_the_key_range_lines_count_layers_from_one_as_psattn_eval_does():
                                    {"layer": 1, "gamma_k": 1.0, "measured_bits": 0.4, "bound_bits": 1.58}]}
     lines = format_comparison(result).splitlines()[-2:]
     assert [line.split(":")[0] for line in lines] == ["  layer 1", "  layer 2"]
+    assert lines[0].endswith("(bound log2(1 + 2 gamma) = 1.58)")
+
+
+def test_the_key_range_bound_of_a_negative_gamma_names_the_formula_it_printed():
+    """gamma -0.5 printed "bound log2(1 + 2 gamma) = 0.00", a formula that gives -inf there."""
+    model = random_model("key_only", gamma=-0.5).float()
+    growth = key_range_growth(model, torch.randint(0, 37, (2, 9)))
+    result = {"variant": "key_only", "gamma": -0.5, "files": {"prefill": "m.onnx", "decode": "m.decode.onnx"},
+              "size_bytes": {"fp32": 1e6}, "max_logit_error": {"full_forward": 1e-6, "decode_steps": 1e-6},
+              "greedy_tokens_equal": True, "accuracy": {"pytorch": 1.0},
+              "latency_ms_per_token": {"pytorch": 1.0, "onnxruntime": 0.5}, "key_range_growth": growth}
+    assert format_comparison(result).splitlines()[-1].endswith("(bound log2(|1 + gamma| + |gamma|) = 0.00)")
 
 
 EXPORT_IN_A_FRESH_PROCESS = """

@@ -187,6 +187,7 @@ def format_comparison(r: dict[str, Any]) -> str:
         lines.append("  held-out bits per byte: " + ", ".join(f"{k} {v['bits_per_byte']:.3f}" for k, v in r["text"].items())
                      + "; ICL score: " + ", ".join(f"{k} {v['icl_score']:+.3f}" for k, v in r["text"].items()))
     for g in r["key_range_growth"]:
+        bound = "log2(1 + 2 gamma)" if g["gamma_k"] >= 0 else "log2(|1 + gamma| + |gamma|)"  # the same for gamma >= 0
         lines.append(f"  layer {g['layer'] + 1}: key range grows by {g['measured_bits']:.2f} bits "
-                     f"(bound log2(1 + 2 gamma) = {g['bound_bits']:.2f})")
+                     f"(bound {bound} = {g['bound_bits']:.2f})")
     return "\n".join(lines)
