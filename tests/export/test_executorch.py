@@ -116,3 +116,10 @@ def test_bad_token_ids_are_refused_in_one_line(tmp_path):
     check_bad_inputs_are_refused(program, model)
     with pytest.raises(ValueError, match="plans memory for 8 tokens; 9 asked"):
         program.generate(np.zeros((1, 9), dtype=np.int64), 0)  # a prompt longer than the plan, with no new token
+
+
+def test_a_bf16_model_is_refused_before_anything_is_written(tmp_path):
+    model = DecoderLM(ModelConfig(vocab_size=29, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+    with pytest.raises(ValueError, match="ExecuTorch's portable runtime runs these graphs in float32 or float64"):
+        export_executorch(model.to(torch.bfloat16), tmp_path / "m.pte", max_context=8)  # it failed inside ExecuTorchLM
+    assert not (tmp_path / "m.pte").exists()

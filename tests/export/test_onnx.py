@@ -1,3 +1,4 @@
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from psattn.export.compare import export_and_compare, format_comparison, key_ran
 from psattn.export.onnx import lm_head_nodes, quantize_int8
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
+from psattn.models.generate import NonFiniteLogits
 from psattn.training.run_dir import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
@@ -212,3 +214,15 @@ def test_export_leaves_the_callers_model_and_random_state_as_they_were(tmp_path)
     torch.manual_seed(1)
     assert torch.equal(after_export, torch.rand(3))
     assert model.training and not model.blocks[0].training and model.blocks[1].training
+
+
+def test_an_export_the_runtime_cannot_run_is_refused_and_nan_logits_choose_no_token(tmp_path):
+    model = random_model("symmetric", vocab_size=29).float()
+    with pytest.raises(ValueError, match="ONNX Runtime runs these graphs in float32 or float16, not bfloat16"):
+        export_onnx(copy.deepcopy(model).to(torch.bfloat16), tmp_path / "bf16.onnx")  # it failed inside the runtime
+    assert not (tmp_path / "bf16.onnx").exists()
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    paths = export_onnx(model, tmp_path / "nan.onnx")
+    with pytest.raises(NonFiniteLogits, match="NaN or infinite logits"):  # argmax chose token 0
+        OnnxLM(paths.prefill, paths.decode).generate(np.array([[1, 2]]), 3)

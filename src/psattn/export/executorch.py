@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids, example_prompt
+from psattn.export.graphs import (
+    DecodeStepGraph,
+    PrefillGraph,
+    check_exportable_dtype,
+    check_new_tokens,
+    check_token_ids,
+    example_prompt,
+    greedy_tokens,
+)
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 from psattn.training.checkpoint import write_bytes
@@ -86,6 +94,7 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
 
     if max_context < 2:
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
+    check_exportable_dtype(model, "ExecuTorch's portable runtime", (torch.float32, torch.float64))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = quantized_copy(on_cpu(model), quantize)
@@ -151,7 +160,7 @@ class ExecuTorchLM:
         logits, state = outputs[0][:, -1], list(outputs[1:])  # (1, V)
         tokens, chosen_from = [], []
         for step in range(max_new_tokens):
-            token = logits.argmax(-1)[:, None]  # (1, 1)
+            token = torch.from_numpy(greedy_tokens(logits.numpy()))  # (1, 1)
             tokens.append(int(token))
             chosen_from.append(logits[0].numpy())
             if step + 1 < max_new_tokens:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from psattn.models.context import AttentionContext
 from psattn.models.decoder import DecoderLM
+from psattn.models.generate import NonFiniteLogits
 from psattn.ops.cache import extend_kv
 
 
@@ -47,6 +48,25 @@ def check_new_tokens(input_ids: np.ndarray, max_new_tokens: int) -> None:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
+
+
+def greedy_tokens(logits: np.ndarray) -> np.ndarray:
+    """The greedy next tokens (B, 1) of an exported graph's last logits (B, V); NaN or infinite logits are
+    ``NonFiniteLogits``, as in ``psattn.models.generate`` (argmax would pick an arbitrary token)."""
+    if not np.isfinite(logits).all():
+        raise NonFiniteLogits("the exported model gave NaN or infinite logits; its weights or activations "
+                              "overflow, so no token can be chosen")
+    return logits.argmax(-1)[:, None].astype(np.int64)  # (B, 1)
+
+
+def check_exportable_dtype(model: DecoderLM, runtime: str, supported: tuple[torch.dtype, ...]) -> None:
+    """ValueError unless ``model``'s weights are of a dtype ``runtime`` runs: an export of another would be
+    written and then fail inside the runtime."""
+    dtype = next(model.parameters()).dtype
+    if dtype not in supported:
+        names = " or ".join(str(d).removeprefix("torch.") for d in supported)
+        raise ValueError(f"{runtime} runs these graphs in {names}, not {str(dtype).removeprefix('torch.')}: export "
+                         "model.float() (quantize with the export's own options)")
 
 
 def example_prompt(model: DecoderLM, shape: tuple[int, int]) -> Tensor:

@@ -17,7 +17,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from psattn.export.graphs import DecodeStepGraph, PrefillGraph, check_new_tokens, check_token_ids, example_prompt, kept_modes
+from psattn.export.graphs import (
+    DecodeStepGraph,
+    PrefillGraph,
+    check_exportable_dtype,
+    check_new_tokens,
+    check_token_ids,
+    example_prompt,
+    greedy_tokens,
+    kept_modes,
+)
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 
@@ -81,6 +90,7 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
         >>> bool(np.allclose(OnnxLM(paths.prefill).logits(ids), expected, atol=1e-4))
         True
     """
+    check_exportable_dtype(model, "ONNX Runtime", (torch.float32, torch.float16))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = on_cpu(model)
@@ -137,7 +147,7 @@ class OnnxLM:
         logits, state = outputs[0][:, -1], outputs[1:]
         tokens, chosen_from = [], []
         for step in range(max_new_tokens):
-            token = logits.argmax(-1)[:, None].astype(np.int64)  # (B, 1)
+            token = greedy_tokens(logits)  # (B, 1)
             tokens.append(token)
             chosen_from.append(logits)
             if step + 1 < max_new_tokens:
@@ -153,7 +163,7 @@ class OnnxLM:
         outputs = self.prefill.run(None, {"input_ids": input_ids})
         feeds = []
         for _ in range(steps):
-            token = outputs[0][:, -1].argmax(-1)[:, None].astype(np.int64)  # (B, 1)
+            token = greedy_tokens(outputs[0][:, -1])  # (B, 1)
             feeds.append(dict(zip(self.decode_inputs, [token, *outputs[1:]], strict=True)))
             outputs = self.decode.run(None, feeds[-1])
         return feeds
