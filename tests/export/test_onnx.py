@@ -77,6 +77,26 @@ def test_key_range_growth_respects_the_bound():
             assert row["bound_bits"] == pytest.approx(np.log2(1 + 2 * gamma))
 
 
+def test_a_shear_before_rope_is_bounded_one_bit_higher():
+    from psattn.ops import RotaryEmbedding, apply_rope, shear
+
+    # a rotation can lower k's largest entry by √2 and raise k̂'s as much: these raw keys, sheared before
+    # RoPE (gamma 1), grow the rotated key range by 3.36x, past 1 + 2 gamma = 3
+    k = torch.tensor([[[[-1.41, 1.41], [0.41, -1.44]]]])  # (1, 1, 2, 2)
+    cos, sin = RotaryEmbedding(2)(torch.arange(2)[None])
+    growth = apply_rope(shear(k, 1.0), cos, sin).abs().max() / apply_rope(k, cos, sin).abs().max()
+    assert 3.0 < growth.item() <= 6.0
+    model = random_model("symmetric", gamma=1.0, placement="pre_rope").float()
+    for row in key_range_growth(model, torch.randint(0, 37, (4, 20))):
+        assert row["pre_rope"] and row["bound_bits"] == pytest.approx(np.log2(3.0) + 1.0)
+        assert row["measured_bits"] <= row["bound_bits"]
+    result = {"variant": "symmetric", "gamma": 1.0, "files": {"prefill": "m.onnx", "decode": "m.decode.onnx"},
+              "size_bytes": {"fp32": 1e6}, "max_logit_error": {"full_forward": 1e-6, "decode_steps": 1e-6},
+              "greedy_tokens_equal": True, "accuracy": {"pytorch": 1.0},
+              "latency_ms_per_token": {"pytorch": 1.0, "onnxruntime": 0.5}, "key_range_growth": [row]}
+    assert format_comparison(result).endswith("(bound log2(1 + 2 gamma) + 1, the shear before RoPE = 2.58)")
+
+
 def test_static_int8_quantizes_every_matmul_but_the_lm_head_and_stays_close(tmp_path):
     model = float_model("symmetric", "post_rope")
     paths = export_onnx(model, tmp_path / "m.onnx")

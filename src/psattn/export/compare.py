@@ -29,16 +29,20 @@ from psattn.training.run_dir import eval_batch, load_trained, run_files
 
 @torch.no_grad()
 def key_range_growth(model: DecoderLM, inputs: torch.Tensor) -> list[dict[str, float]]:
-    """Per layer: log2(max|k̂| / max|k|) measured on ``inputs``, and the bound that
-    ‖k̂‖∞ <= (|1 + gamma_k| + |gamma_k|) ‖k‖∞ gives: log2(1 + 2 gamma_k) bits for gamma_k >= 0."""
+    """Per layer: log2(max|k̂| / max|k|) measured on ``inputs`` (k rotated, k̂ as attention sees it), and
+    the bound that ‖k̂‖∞ <= (|1 + gamma_k| + |gamma_k|) ‖k‖∞ gives: log2(1 + 2 gamma_k) bits for
+    gamma_k >= 0. A shear before RoPE is bounded on the raw keys, and a rotation can raise a row's largest
+    entry by up to √2 and lower another's as much, so its bound is one bit more."""
     with capture(model, "*.hook_k", "*.hook_k_sheared") as seen:
         model(inputs)
     rows = []
     for i, block in enumerate(model.blocks):
         k, k_hat = seen[f"blocks.{i}.attn.hook_k"], seen[f"blocks.{i}.attn.hook_k_sheared"]
+        rotation_bits = 0.0 if block.attn.post_rope else 1.0  # log2(√2 · √2)
         rows.append({"layer": i, "gamma_k": block.attn.gamma_k,
                      "measured_bits": math.log2(float(k_hat.abs().max() / k.abs().max())),
-                     "bound_bits": math.log2(abs(1 + block.attn.gamma_k) + abs(block.attn.gamma_k))})
+                     "bound_bits": math.log2(abs(1 + block.attn.gamma_k) + abs(block.attn.gamma_k)) + rotation_bits,
+                     "pre_rope": not block.attn.post_rope})
     return rows
 
 
@@ -188,6 +192,8 @@ def format_comparison(r: dict[str, Any]) -> str:
                      + "; ICL score: " + ", ".join(f"{k} {v['icl_score']:+.3f}" for k, v in r["text"].items()))
     for g in r["key_range_growth"]:
         bound = "log2(1 + 2 gamma)" if g["gamma_k"] >= 0 else "log2(|1 + gamma| + |gamma|)"  # the same for gamma >= 0
+        if g.get("pre_rope"):
+            bound += " + 1, the shear before RoPE"
         lines.append(f"  layer {g['layer'] + 1}: key range grows by {g['measured_bits']:.2f} bits "
                      f"(bound {bound} = {g['bound_bits']:.2f})")
     return "\n".join(lines)
