@@ -72,7 +72,8 @@ def check_exportable_dtype(model: DecoderLM, runtime: str, supported: tuple[torc
 def example_prompt(model: DecoderLM, shape: tuple[int, int]) -> Tensor:
     """Token ids (B, T) to trace the graphs with, drawn from a generator of their own: an export leaves
     PyTorch's global random state as it found it."""
-    return torch.randint(0, model.config.vocab_size, shape, generator=torch.Generator().manual_seed(0))
+    return torch.randint(0, model.config.vocab_size, shape, generator=torch.Generator(device="cpu").manual_seed(0),
+                         device="cpu")  # (B, T), on the CPU the graphs are traced on, whatever the default device
 
 
 @contextlib.contextmanager
