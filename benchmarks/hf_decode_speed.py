@@ -3,10 +3,12 @@ model type per attention family (``psattn.integrations.hf.support.REPRESENTATIVE
 
 Each model is a random one of its family at the size given (default: 2 layers, hidden 512, 8 heads
 of 64 channels, 512 cached tokens, batch 4, fp32, CPU). The plain and the patched copy each decode one
-token from their cache of the prompt and crop it back, interleaved (A, B, A, B, ...); the ratio of their median
-times is printed. Usage:
+token from their cache of the prompt, interleaved (A, B, A, B, ...), and the ratio of their median times is
+printed. Only the decode step is timed: each cache is cropped back to the prompt after it, untimed, so that
+every step sees the same number of cached tokens. Usage:
 
     python benchmarks/hf_decode_speed.py [--types llama phi ...] [--length 512 --threads 1 --repeats 30]
+                                         [--keep-freed-memory]
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import copy
 import inspect
 import json
 import logging
+import time
 
 import torch
 import transformers
+from cpu_memory import keep_freed_memory
 from cpu_threads import parse_with_threads
 
 from psattn.integrations.hf import apply_psa
@@ -59,12 +63,15 @@ def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int) 
             out = model(prompt, use_cache=True)
             cache = getattr(out, "cache", None) or out.past_key_values
 
-        def run(model=model, cache=cache):
+        def run(model=model, cache=cache) -> float:
+            start = time.perf_counter()
             with torch.no_grad():
                 model(step, **{CACHE: cache}, use_cache=True)
+            seconds = time.perf_counter() - start
             cache.crop(-1)  # drop the new token again: every call sees `length` cached tokens
+            return seconds
         runs[name] = run
-    return interleaved_medians(runs, repeats, warmup=3)
+    return interleaved_medians(runs, repeats, warmup=3, measure=lambda run: run())
 
 
 def main() -> None:
@@ -75,7 +82,11 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
     args = parse_with_threads(parser)
+    if args.keep_freed_memory:
+        keep_freed_memory()
     logging.disable(logging.WARNING)
     rows = {}
     print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")

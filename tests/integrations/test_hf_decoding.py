@@ -207,7 +207,7 @@ def test_one_crop_rule_in_both_caches(variant):
         prev_q, prev_k = ours.last_raw()
         q_hat = shear(raw_q, spec.gamma_q, starts=starts, prev=prev_q)
         keys, _ = ours.append(shear(raw_k, spec.gamma_k, starts=starts, prev=prev_k), v, raw_k=raw_k, raw_q=raw_q)
-        theirs.prepare(spec, starts)  # the steps of the PSA attention function
+        theirs.prepare(spec)  # the steps of the PSA attention function
         theirs.update(raw_k, v)
         assert torch.equal(theirs.shear("q", raw_q, starts), q_hat)
         their_keys, _ = theirs.store(theirs.shear("k", raw_k, starts), v)

@@ -139,6 +139,32 @@ def test_without_psattn_a_saved_psa_model_is_refused_or_flagged(tmp_path):
     assert "psattn_llama" in run.stderr  # the concrete class warns that the checkpoint is a psattn model
 
 
+UNPICKLE = textwrap.dedent("""
+    import sys, torch
+    model, ids, expected = torch.load(sys.argv[1], weights_only=False)
+    with torch.no_grad():
+        assert torch.equal(model(ids, use_cache=False).logits, expected)
+    print(model.config.model_type, model.config.psa["gamma"])
+""")
+
+
+def test_a_patched_model_pickles_whole_and_loads_in_a_new_process(tmp_path):
+    """``torch.save(model)`` / ``copy.deepcopy``: the PSA config class is made at run time, and pickles by its
+    base model type."""
+    import copy
+
+    model = apply_psa(tiny_model(), "symmetric", 0.8)
+    ids = torch.randint(1, 50, (1, 5), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+        assert torch.equal(copy.deepcopy(model)(ids, use_cache=False).logits, expected)
+    torch.save((model, ids, expected), tmp_path / "model.pt")
+    run = subprocess.run([sys.executable, "-c", UNPICKLE, str(tmp_path / "model.pt")], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["psattn_llama", "0.8"]
+
+
 def test_text_generation_pipeline(tmp_path):
     model, tokenizer = apply_psa(tiny_model(), "key_only", 1.0), tiny_tokenizer()
     prompt = "w3 w5 w7 w3 w5"

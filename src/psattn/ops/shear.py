@@ -114,7 +114,11 @@ def previous(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
              boundary: str = "replicate") -> Tensor:
     """The lagged stream ``x_{t-1}`` (B, H, T, D) under the boundary rule."""
     check_stream(x, starts, prev)
-    check_boundary(boundary)
+    return _lagged(x, starts, prev, check_boundary(boundary))
+
+
+def _lagged(x: Tensor, starts: Tensor | None, prev: Tensor | None, boundary: str) -> Tensor:
+    """``previous`` of arguments already checked."""
     fill = x if boundary == "replicate" else torch.zeros_like(x)
     first = prev.to(x.dtype) if prev is not None else fill[..., :1, :]  # (B, H, 1, D): one more row of x
     if torch.compiler.is_exporting():  # slicing off x_{T-1} would make the exported graph refuse T = 2
@@ -189,7 +193,7 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
         return x
     if starts is None and prev is None and not plain_ops_only():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
-    x_prev = previous(x, starts=starts, prev=prev, boundary=boundary)
+    x_prev = _lagged(x, starts, prev, boundary)
     if torch.compiler.is_exporting():  # lerp has no kernel in some runtimes (ExecuTorch): the same filter in adds
         return x + gamma * (x - x_prev)
     return torch.lerp(x_prev, x, 1.0 + gamma)

@@ -15,8 +15,9 @@ Modules: ``.spec`` (settings), ``.starts`` (sequence starts from position ids an
 ``.patch`` (apply / remove / load), ``.warmup`` (γ warm-up for converting a model).
 
 Importing this package imports transformers and registers with its Auto classes the ``psattn_<base>``
-model types and the ``psattn`` model type of ``psattn export --format hf`` (``.decoder_model``), so
-``import psattn.integrations.hf`` is what a new process needs before ``from_pretrained``. A plain
+model types and the ``psattn`` model type of ``psattn export --format hf`` (``.decoder_model``), and the
+attention functions ``psa_sdpa`` and ``psa_eager``, so ``import psattn.integrations.hf`` is what a new
+process needs before ``from_pretrained`` (unpickling a patched model imports it by itself). A plain
 ``import psattn`` does not import transformers. The ``psattn hf-demo`` command lives in ``psattn.commands.hf_demo``.
 """
 
@@ -40,12 +41,15 @@ def check_transformers() -> None:
 
 check_transformers()
 
+from psattn.integrations.hf.attention import register_attention  # noqa: E402
 from psattn.integrations.hf.cache import PSADynamicCache, PSALayer  # noqa: E402
 from psattn.integrations.hf.decoder_model import PsattnConfig, PsattnForCausalLM  # noqa: E402  (registers "psattn")
 from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.spec import PSASpec  # noqa: E402
 from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
 from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup  # noqa: E402
+
+register_attention()  # psa_sdpa and psa_eager: a patched model unpickled in a new process finds them
 
 __all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec", "PsattnConfig", "PsattnForCausalLM",
            "apply_psa", "chunk_starts",

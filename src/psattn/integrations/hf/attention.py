@@ -8,10 +8,12 @@ packed-sequence masks are built exactly as for ``sdpa`` / ``eager``. A patched m
 
     psa_sdpa(module, q, k, v, mask, scaling=..., dropout=..., psa_step=..., **kwargs)
 
-with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update`` (which returns the stored,
-sheared keys followed by the chunk's raw ones). The function passes the chunk through the hook points
-of ``psattn.ops.hooks.HOOKS``, shears it, hands it to the cache layer to store, and gives q̂, k̂, v
-to transformers' own SDPA / eager function unchanged. ``psa_step`` (a ``PSAStep``) is
+with post-RoPE q (B, Hq, T, D) and k (B, Hkv, S, D) after ``cache.update``. When a hook point of
+``psattn.ops.hooks.HOOKS`` on the module is listened to, ``update`` returns the stored, sheared keys
+followed by the chunk's raw ones, and the function passes the chunk through the hook points, shears
+it and hands it to the cache layer to store; when none is, ``update`` has sheared and stored the
+chunk's keys itself and the function only shears the queries. Either way it gives q̂, k̂, v to
+transformers' own SDPA / eager function unchanged. ``psa_step`` (a ``PSAStep``) is
 injected into the module's keyword arguments by the pre-hook that ``apply_psa`` installs;
 it carries the model's ``PSASpec`` (so models with different gamma coexist), the chunk's
 sequence starts, and the cache layer.
@@ -40,10 +42,11 @@ from psattn.ops.shear import shear
 
 @dataclass
 class PSAStep:
-    """What one attention call needs beyond q, k, v: the spec, the (B, T) starts, the cache layer."""
+    """What one attention call needs beyond q, k, v: the spec, the (B, T) starts (None where no token of
+    the chunk starts a sequence), the cache layer."""
 
     spec: PSASpec
-    starts: Tensor
+    starts: Tensor | None
     layer: PSALayer | None
 
 
@@ -76,6 +79,8 @@ def psa_attention_forward(
             f"PSA got {key.shape[-2]} keys for {T} queries without a PSA cache layer; "
             "past keys must come from a DynamicCache/PSADynamicCache used by the patched model"
         )
+    if layer is not None and layer.chunk_sheared:  # no hook point listens: the cache stored the chunk's k̂ itself
+        return base(module, layer.shear("q", query, starts), key, value, attention_mask, **kwargs)
     # The chunk's raw keys and values (B, Hkv, T, D): a cache layer returns its stored (sheared) ones
     # before them; the raw keys are copied, as the layer will write k̂ over them.
     raw_k = key if layer is None else key[..., -T:, :].clone()

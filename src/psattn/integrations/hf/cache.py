@@ -24,9 +24,9 @@ sliding-window layers do. A crop beyond the window raises a ValueError and chang
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
-Sequence starts of each chunk come from the attention pre-hook (``.patch``), which calls
-``PSALayer.prepare`` right before the module calls ``update``; an ``update`` that was not
-prepared (the cache used by a model without PSA) raises instead of storing wrong keys.
+The attention pre-hook (``.patch``) calls ``PSALayer.prepare`` right before the module calls
+``update``; an ``update`` that was not prepared (the cache used by a model without PSA) raises
+instead of storing wrong keys.
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ class PSALayer(DynamicLayer):
         super().__init__()
         self.shear_state = ShearState(max_rollback, keep_last_call)
         self.spec: PSASpec | None = None
-        self._starts: Tensor | None = None  # (B, T) starts of the chunk the next update brings
+        self._prepared = False  # a PSA forward pass announced the chunk the next update brings
+        self._shear_in_update: tuple[Tensor | None] | None = None  # (starts,) when update shears the keys itself
+        self._position = 0  # where the last chunk given to update begins
         self._pending = 0  # tokens of the last chunk still raw in the cache: update appended, store not yet
+        self.chunk_sheared = False  # the last update stored its chunk's keys sheared (nothing left to store)
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
@@ -73,21 +76,24 @@ class PSALayer(DynamicLayer):
         keywords, such as ``recurrent_states_to_keep``, are for linear-attention layers)."""
         self.record_past = True
 
-    def prepare(self, spec: PSASpec, starts: Tensor) -> None:
-        """Announce the next chunk: its (B, T) sequence starts, under ``spec``."""
+    def prepare(self, spec: PSASpec, shear_in_update: bool = False, starts: Tensor | None = None) -> None:
+        """Announce the next chunk, to be sheared under ``spec``. With ``shear_in_update`` (no hook point
+        stands between the rotation and the cache), ``update`` shears the chunk's keys (sequence starts
+        ``starts`` (B, T), None: none) and stores k̂ at once, and the attention function only shears the queries."""
         if self.spec is not None and self.spec.shear_key() != spec.shear_key():
             raise RuntimeError(
                 f"this cache layer holds keys sheared with (gamma_q, gamma_k, boundary) = {self.spec.shear_key()}, "
                 f"but the model asks for {spec.shear_key()}; use one cache per PSA model"
             )
-        self.spec, self._starts = spec, starts
+        self.spec, self._prepared = spec, True
+        self._shear_in_update = (starts,) if shear_in_update else None
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        """Append the chunk's raw keys (B, Hkv, T, D) and values; return all keys and values (B, Hkv, S, D),
-        the stored ones sheared and the chunk's still raw. The attention function then shears the chunk
-        (``shear``) and writes it back (``store``), so that the hook points in between see what they see
-        in psattn's own layer."""
-        if self._starts is None:
+        """Append the chunk's raw keys (B, Hkv, T, D) and values; return all keys and values (B, Hkv, S, D).
+        Prepared with ``shear_in_update``, the chunk's keys are sheared as they are appended; otherwise they
+        are returned raw, and the attention function shears them (``shear``) and writes them back
+        (``store``), so that the hook points in between see what they see in psattn's own layer."""
+        if not self._prepared:
             raise RuntimeError(
                 "PSALayer.update was called outside a PSA forward pass: this cache stores sheared keys and only "
                 "works with a model patched by psattn.integrations.hf.apply_psa"
@@ -95,17 +101,22 @@ class PSALayer(DynamicLayer):
         if self._pending:
             raise RuntimeError("the last chunk given to this PSALayer was never stored (its forward pass failed); "
                                "start a fresh cache")
-        self._starts, self._pending = None, key_states.shape[-2]
+        self._prepared, self._position = False, self.get_seq_length()
+        sheared, self._shear_in_update = self._shear_in_update, None
+        self.chunk_sheared = sheared is not None
+        if sheared is not None:
+            key_states = self.shear("k", key_states, sheared[0])
+        else:
+            self._pending = key_states.shape[-2]
         return super().update(key_states, value_states)
 
-    def shear(self, stream: Stream, x: Tensor, starts: Tensor) -> Tensor:
-        """Shear the chunk's raw queries or keys x (B, H, T, D), continuing the held stream; called by the
-        attention function between ``update`` and ``store``."""
+    def shear(self, stream: Stream, x: Tensor, starts: Tensor | None) -> Tensor:
+        """Shear the chunk's raw queries or keys x (B, H, T, D), continuing the held stream, with the chunk's
+        (B, T) sequence starts (None: none); called by the attention function between ``update`` and ``store``."""
         spec = self.spec
         assert spec is not None  # set by prepare, before update
         gamma = spec.gamma_q if stream == "q" else spec.gamma_k
-        past = self.get_seq_length() - x.shape[-2]
-        return self.shear_state.shear(stream, x, gamma, past, starts=starts, boundary=spec.boundary)
+        return self.shear_state.shear(stream, x, gamma, self._position, starts=starts, boundary=spec.boundary)
 
     def store(self, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the chunk's sheared keys k̂ (B, Hkv, T, D) and its values over the raw ones ``update``
@@ -115,7 +126,9 @@ class PSALayer(DynamicLayer):
             raise RuntimeError(f"PSALayer.store got {k_hat.shape[-2]} keys for a chunk of {T}")
         assert self.keys is not None and self.values is not None  # update appended the chunk
         self.keys[..., -T:, :] = k_hat  # the tensor update made for this chunk: no earlier one changes
-        self.values[..., -T:, :] = v
+        stored = self.values[..., -T:, :]
+        if (v.data_ptr(), v.stride()) != (stored.data_ptr(), stored.stride()):  # a hook replaced the values
+            stored.copy_(v)
         return self.keys, self.values
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -135,7 +148,7 @@ class PSALayer(DynamicLayer):
         """Empty the layer, raw windows included."""
         super().reset()
         self.shear_state.clear()
-        self._pending = 0
+        self._pending, self._position, self.chunk_sheared = 0, 0, False
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder the batch (beam search), raw windows included."""
@@ -207,6 +220,9 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
     cache types that cannot store sheared keys."""
+    layers = getattr(cache, "layers", ())
+    if layer_idx < len(layers) and type(layers[layer_idx]) is PSALayer:  # converted by an earlier call
+        return layers[layer_idx]
     if not isinstance(cache, DynamicCache):
         raise TypeError(
             f"PSA supports DynamicCache (the default of generate) and PSADynamicCache, got {type(cache).__name__}; static, "

@@ -34,6 +34,12 @@ def remove_hook_points(module: nn.Module) -> None:
             delattr(module, name)
 
 
+def listened(module: nn.Module) -> bool:
+    """Whether a hook is registered on any of the module's hook points (read once per attention call)."""
+    points = module._modules
+    return any(getattr(points[name], "active", False) for name in HOOK_NAMES if name in points)
+
+
 def through(module: nn.Module, name: str, x: Tensor) -> Tensor:
     """``x`` through the module's hook point ``hook_<name>`` (its replacement, if a hook returns one)."""
     point = getattr(module, f"hook_{name}", None)
@@ -48,7 +54,7 @@ def output(module: nn.Module, out: Tensor) -> Tensor:
     return point(out.flatten(2)).reshape(out.shape)  # (B, T, Hq * Dv) -> (B, T, Hq, Dv)
 
 
-def read_score_terms(module: nn.Module, spec, starts: Tensor, query: Tensor, key: Tensor) -> None:
+def read_score_terms(module: nn.Module, spec, starts: Tensor | None, query: Tensor, key: Tensor) -> None:
     """Pass T1..T4 of the chunk's raw streams to ``hook_score_terms`` (read-only)."""
     point = getattr(module, "hook_score_terms", None)
     if point is not None and point.active:

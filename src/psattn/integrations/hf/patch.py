@@ -37,10 +37,10 @@ from psattn.integrations.hf.auto import psa_model_class, register_auto_classes
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
-from psattn.integrations.hf.hooks import add_hook_points, remove_hook_points
+from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
 from psattn.integrations.hf.saving import PREFIX, base_model_type, mark_config, saved_spec, unmark_config
 from psattn.integrations.hf.spec import PSASpec, PSAVariant
-from psattn.integrations.hf.starts import chunk_starts
+from psattn.integrations.hf.starts import StartsMemo
 from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
 from psattn.ops.variants import Placement
@@ -65,6 +65,7 @@ class _PSAState:
     modules: list
     handles: list
     shared_config: object  # the config object the model held before: other models may hold it too
+    starts: StartsMemo = dataclasses.field(default_factory=StartsMemo)  # one computation per forward, not per layer
 
 
 def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, kwargs: dict):  # a transformers attention module
@@ -79,11 +80,16 @@ def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, k
     cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
     layer = psa_layer(cache, module.layer_idx, spec) if cache is not None else None
     past = layer.get_seq_length() if layer is not None else 0
-    starts = chunk_starts(B, T, past, kwargs.get("position_ids"), kwargs.get("attention_mask"), hidden.device)
-    if layer is not None:
-        layer.prepare(spec, starts)
+    starts = state.starts.starts(B, T, past, kwargs.get("position_ids"), kwargs.get("attention_mask"), hidden.device)
+    if layer is not None:  # with no hook point listening, the cache shears the chunk's keys as it stores them
+        layer.prepare(spec, shear_in_update=not listened(module), starts=starts)
     kwargs["psa_step"] = PSAStep(spec, starts, layer)
     return args, kwargs
+
+
+def _forward_begins(state: _PSAState, module: nn.Module, args: tuple) -> None:
+    """A forward pass of the model begins: the sequence starts of the last one are forgotten."""
+    state.starts.forget()
 
 
 def _attention_modules(model: nn.Module, base: str) -> tuple[list[nn.Module], Any]:
@@ -192,6 +198,8 @@ def apply_psa(
     for m in modules:
         state.handles.append(m.register_forward_pre_hook(partial(_attention_pre_hook, state, name), with_kwargs=True))
         add_hook_points(m)
+    for top in {id(m): m for m in (model, getattr(model, "base_model", model))}.values():  # where a forward pass begins
+        state.handles.append(top.register_forward_pre_hook(partial(_forward_begins, state)))
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)

@@ -41,9 +41,24 @@ def base_model_type(model_type: str | None) -> str | None:
 
 @cache
 def psa_config_class(base: str) -> type[PretrainedConfig]:
-    """The config class of model type ``psattn_<base>``: the base config plus ``psa`` settings."""
+    """The config class of model type ``psattn_<base>``: the base config plus ``psa`` settings. Made at run
+    time, so its instances pickle as "this class of ``base``" (``_reduce_config``)."""
     base_cls = CONFIG_MAPPING[base]
-    return type(f"PSA{base_cls.__name__}", (base_cls,), {"model_type": PREFIX + base, "__module__": __name__})
+    return type(f"PSA{base_cls.__name__}", (base_cls,),
+                {"model_type": PREFIX + base, "__module__": __name__, "__reduce__": _reduce_config})
+
+
+def _reduce_config(config: PretrainedConfig) -> tuple:
+    """How a PSA config pickles (and deep-copies): its base model type and its attributes."""
+    return _rebuild_config, (base_model_type(type(config).model_type), vars(config))
+
+
+def _rebuild_config(base: str, attributes: dict) -> PretrainedConfig:
+    """The PSA config of model type ``psattn_<base>`` with these attributes (the inverse of ``_reduce_config``)."""
+    cls = psa_config_class(base)
+    config = cls.__new__(cls)
+    vars(config).update(attributes)
+    return config
 
 
 def saved_spec(config: PretrainedConfig) -> PSASpec | None:

@@ -6,6 +6,7 @@ model's ``config.json`` stores under ``"psa"``."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Literal
 
 from psattn.fields import check_choices, from_fields
@@ -59,12 +60,12 @@ class PSASpec:
         new object each time, so changing it changes nothing here)."""
         return AttentionConfig(self.variant, self.gamma, self.placement, self.boundary)
 
-    @property
+    @cached_property
     def gamma_q(self) -> float:
-        """The query shear of the variant."""
+        """The query shear of the variant (read by every attention call, so computed once)."""
         return variant_gammas(self.variant, self.gamma)[0]
 
-    @property
+    @cached_property
     def gamma_k(self) -> float:
         """The key shear of the variant."""
         return variant_gammas(self.variant, self.gamma)[1]

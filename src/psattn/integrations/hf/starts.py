@@ -15,6 +15,8 @@ attention without padding.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import Tensor
 
@@ -29,22 +31,82 @@ def chunk_starts(
 ) -> Tensor:
     """(B, T) bool: which tokens of a chunk of ``length`` tokens after ``past`` cached ones start a
     sequence."""
-    t = torch.arange(length, device=device)
+    starts: Tensor | None = None
     if isinstance(attention_mask, Tensor) and attention_mask.dim() == 4:
         Tk = attention_mask.shape[-1]
         if Tk < length:
             raise ValueError(f"the attention mask covers {Tk} keys, fewer than the chunk's {length} tokens")
+        t = torch.arange(length, device=device)
         mask = attention_mask[:, 0].expand(-1, length, -1)  # (Bm, T, Tk)
         col = Tk - length + t - 1  # the predecessor's key column, one per query row
         seen = mask[:, t, col.clamp(min=0)]  # (Bm, T)
         if seen.dtype != torch.bool:
             seen = seen > torch.finfo(seen.dtype).min / 2
         starts = ~(seen & (col >= 0))
-        starts = starts.expand(batch, length).clone()
-    else:
+        starts = starts.expand(batch, length)
+    elif past == 0:  # nothing before the chunk: its first token starts a sequence
         starts = torch.zeros(batch, length, dtype=torch.bool, device=device)
-        if past == 0:
-            starts[:, 0] = True
+        starts[:, 0] = True
     if isinstance(position_ids, Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == length:
-        starts |= (position_ids == 0).to(device).expand(batch, length)
+        restarts = (position_ids == 0).to(device).expand(batch, length)
+        starts = restarts if starts is None else starts | restarts
+    if starts is None:  # a chunk after cached tokens, with neither a mask nor positions to say otherwise
+        starts = torch.zeros(batch, length, dtype=torch.bool, device=device)
     return starts
+
+
+class StartsMemo:
+    """The starts of the chunks a model's attention modules saw in this forward pass, reused by every
+    layer that receives the same mask and position ids (the same tensor objects, unchanged since: their
+    version counters are compared too, where a tensor keeps one). ``apply_psa`` has the model
+    ``forget`` them at the start of every forward pass. Holds weak references only, so a prefill's
+    large mask is not kept alive until the next forward.
+
+    On the CPU, starts with no True entry come back as None (a decode step past the prompt), so that
+    the shear skips its per-row select; elsewhere that check would wait for the device.
+    """
+
+    #: at most this many inputs remembered (a forward pass brings one mask per attention type)
+    SIZE = 8
+
+    def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the remembered starts."""
+        self._seen: dict[tuple, tuple[tuple, Tensor | None]] = {}  # key -> (references to the inputs, starts)
+
+    def __getstate__(self) -> dict:
+        """Nothing: a pickled or deep-copied model starts with an empty memo (weak references do not pickle)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.forget()
+
+    def starts(self, batch: int, length: int, past: int, position_ids: Tensor | None, attention_mask: Tensor | None,
+               device: torch.device) -> Tensor | None:
+        """``chunk_starts`` of these arguments, or None where that has no True entry (on the CPU)."""
+        if torch.compiler.is_compiling():  # a traced graph must compute them from its inputs
+            return chunk_starts(batch, length, past, position_ids, attention_mask, device)
+        inputs = (position_ids, attention_mask)
+        key = (batch, length, past, device, *(id(x) for x in inputs), *(_version(x) for x in inputs))
+        seen = self._seen.get(key)
+        if seen is not None and all(_same(ref, x) for ref, x in zip(seen[0], inputs, strict=True)):
+            return seen[1]
+        computed = chunk_starts(batch, length, past, position_ids, attention_mask, device)
+        starts = None if device.type == "cpu" and not computed.any() else computed
+        if len(self._seen) >= self.SIZE:
+            self._seen.clear()
+        self._seen[key] = (tuple(weakref.ref(x) if isinstance(x, Tensor) else x for x in inputs), starts)
+        return starts
+
+
+def _version(x) -> int | None:
+    """A tensor's version counter (bumped by every in-place change), None for anything else and for an
+    inference-mode tensor, which keeps none."""
+    return x._version if isinstance(x, Tensor) and not x.is_inference() else None
+
+
+def _same(ref, x) -> bool:
+    """Whether ``x`` is the object ``ref`` (a weak reference to a tensor, or the value itself) stands for."""
+    return ref() is x if isinstance(ref, weakref.ref) else ref is x

@@ -1,0 +1,124 @@
+"""Sequence starts of a chunk as a patched transformers model reads them, worked out once per forward pass,
+and the decode path where the cache shears the keys it stores."""
+
+import contextlib
+import copy
+import gc
+import pickle
+import weakref
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from integrations.hf_tiny import cache_kw, returned_cache, tiny_model  # noqa: E402
+from psattn.integrations.hf import PSADynamicCache, apply_psa  # noqa: E402
+from psattn.integrations.hf import starts as starts_module  # noqa: E402
+from psattn.integrations.hf.cache import PSALayer  # noqa: E402
+from psattn.integrations.hf.starts import StartsMemo, chunk_starts  # noqa: E402
+from psattn.ops.hooks import capture  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def test_chunk_starts_reads_the_first_token_the_positions_and_the_padding():
+    assert chunk_starts(2, 3, 0, None, None, CPU).tolist() == [[True, False, False]] * 2
+    assert not chunk_starts(2, 3, 5, None, None, CPU).any()  # a chunk after cached tokens
+    restart = torch.tensor([[4, 0, 1]])  # a packed document starts at the second token
+    assert chunk_starts(1, 3, 5, restart, None, CPU).tolist() == [[False, True, False]]
+    real = torch.tensor([[False, True, True], [True, True, True]])  # the first row is left-padded
+    mask = (real[:, None, None, :] & torch.ones(3, 3, dtype=torch.bool).tril())  # (B, 1, T, T), True = attend
+    assert chunk_starts(2, 3, 0, None, mask, CPU).tolist() == [[True, True, False], [True, False, False]]
+    additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    assert torch.equal(chunk_starts(2, 3, 0, None, additive, CPU), chunk_starts(2, 3, 0, None, mask, CPU))
+
+
+def test_the_memo_recomputes_for_other_or_changed_inputs_only(monkeypatch):
+    calls = []
+    monkeypatch.setattr(starts_module, "chunk_starts", lambda *a: calls.append(a) or torch.tensor([[True, False]]))
+    memo = StartsMemo()
+    positions = torch.tensor([[0, 1]])
+    first = memo.starts(1, 2, 0, positions, None, CPU)
+    assert memo.starts(1, 2, 0, positions, None, CPU) is first and len(calls) == 1  # the next layer
+    memo.starts(1, 2, 0, positions.clone(), None, CPU)  # equal values, another tensor
+    assert len(calls) == 2
+    memo.starts(1, 2, 3, positions, None, CPU)  # another past length
+    assert len(calls) == 3
+    memo.starts(1, 2, 3, positions, None, CPU)
+    assert len(calls) == 3
+    positions[0, 0] = 7  # changed in place: its version counter moved
+    memo.starts(1, 2, 3, positions, None, CPU)
+    assert len(calls) == 4
+    mask = torch.ones(1, 1, 2, 5, dtype=torch.bool)  # layers of another attention type, in the same pass
+    for _ in range(2):
+        memo.starts(1, 2, 3, positions, mask, CPU)
+        memo.starts(1, 2, 3, positions, None, CPU)
+    assert len(calls) == 5
+
+
+def test_the_memo_gives_none_on_the_cpu_where_no_token_starts_a_sequence_and_keeps_no_mask_alive():
+    memo = StartsMemo()
+    mask = torch.ones(1, 1, 1, 6, dtype=torch.bool)  # one decoded token that sees five cached ones
+    assert memo.starts(1, 1, 5, torch.tensor([[5]]), mask, CPU) is None
+    assert memo.starts(1, 1, 5, torch.tensor([[0]]), None, CPU).tolist() == [[True]]  # a restart
+    seen = weakref.ref(mask)
+    del mask
+    gc.collect()
+    assert seen() is None
+    for twin in (copy.deepcopy(memo), pickle.loads(pickle.dumps(memo))):  # a copied model starts afresh
+        assert twin._seen == {}
+
+
+def test_a_forward_pass_works_out_the_starts_once_for_all_layers(monkeypatch):
+    model = apply_psa(tiny_model("llama", num_hidden_layers=3), "symmetric", 0.8)
+    calls = []
+    original = starts_module.chunk_starts
+    monkeypatch.setattr(starts_module, "chunk_starts", lambda *a: calls.append(a) or original(*a))
+    ids = torch.randint(1, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model(ids[:, :5], use_cache=True)
+        model(ids[:, 5:], **cache_kw(returned_cache(out)), use_cache=True)
+    assert len(calls) == 2  # one per forward pass, not one per layer
+
+
+def test_without_a_listened_hook_point_the_cache_stores_the_sheared_keys_itself():
+    """The decode path without hooks (the cache shears and stores k̂ in ``update``) keeps the same cache and
+    gives the same logits as the path through the hook points (taken when a hook listens)."""
+    model = apply_psa(tiny_model("llama", num_hidden_layers=2), "symmetric", 0.8)
+    ids = torch.randint(1, 50, (2, 7), generator=torch.Generator().manual_seed(1))
+
+    def decode(hooked: bool):
+        cache = PSADynamicCache(model.config)
+        logits, paths = [], []
+        listening = capture(model, "model.layers.1.self_attn.hook_k") if hooked else contextlib.nullcontext()
+        with torch.no_grad(), listening:
+            for chunk in (ids[:, :5], ids[:, 5:6], ids[:, 6:]):
+                logits.append(model(chunk, **cache_kw(cache), use_cache=True).logits)
+                paths.append([layer.chunk_sheared for layer in cache.layers if isinstance(layer, PSALayer)])
+        return torch.cat(logits, 1), cache, paths
+
+    quiet, quiet_cache, quiet_paths = decode(False)
+    heard, heard_cache, heard_paths = decode(True)
+    assert quiet_paths == [[True, True]] * 3 and heard_paths == [[True, False]] * 3
+    assert torch.equal(quiet, heard)
+    for a, b in zip(quiet_cache.layers, heard_cache.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+    torch.testing.assert_close(quiet, full, atol=1e-10, rtol=0)
+
+
+def test_under_inference_mode_a_changed_position_tensor_is_read_afresh_in_the_next_forward_pass():
+    """Inference tensors keep no version counter; the memo is forgotten at the start of every forward pass."""
+    model = apply_psa(tiny_model("llama"), "symmetric", 0.8)
+    ids = torch.randint(1, 50, (1, 6), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        positions = torch.arange(6)[None]
+        first = model(ids, position_ids=positions, use_cache=False).logits
+        positions[0, 3:] = torch.arange(3)  # in place: a second document starts at the fourth token
+        packed = model(ids, position_ids=positions, use_cache=False).logits
+        fresh = model(ids, position_ids=positions.clone(), use_cache=False).logits
+    assert torch.equal(packed, fresh) and not torch.allclose(packed, first)
+
+
