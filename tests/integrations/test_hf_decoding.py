@@ -237,3 +237,20 @@ def test_one_crop_rule_in_both_caches(variant):
     same_state()  # the refused crops changed nothing
     with pytest.raises(ValueError, match="negative"):
         theirs.crop(3)
+
+
+@pytest.mark.slow  # torch.compile of three forward passes: about 30 s
+def test_a_patched_model_compiles_and_gives_its_eager_logits_without_and_with_a_cache():
+    """``torch.compile(model)`` of a patched model: the pre-hook and the cache run traced, and the logits are
+    the eager ones to the plain model's own compiled-against-eager difference (transformers' RoPE, float64)."""
+    model = apply_psa(tiny_model(), "symmetric", 0.8)
+    compiled = torch.compile(model)
+    ids = torch.randint(1, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids, use_cache=False).logits, model(ids, use_cache=False).logits,
+                                   atol=1e-5, rtol=0)
+        steps = []
+        for forward in (model, compiled):
+            cache = returned_cache(forward(ids[:, :6], use_cache=True))
+            steps.append(forward(ids[:, 6:7], **cache_kw(cache), use_cache=True).logits)
+    torch.testing.assert_close(steps[1], steps[0], atol=1e-5, rtol=0)
