@@ -1,14 +1,15 @@
 """A transformers ``DynamicCache`` layer that stores sheared keys k̂ instead of raw keys k.
 
 In the Llama family the attention module applies RoPE, then calls ``cache.update(k, v, layer_idx)``,
-then hands the returned keys to the attention function. ``PSALayer.update`` appends the chunk and
-returns every key: the stored ones sheared, the chunk's still raw. The PSA attention function then
-passes the chunk through the hook points, shears it (``PSALayer.shear``),
+then hands the returned keys to the attention function. ``PSALayer.update`` shears the chunk's keys
+(``PSALayer.shear``),
 
     k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}     (k_{j-1} := k_j at sequence starts),
 
-and writes k̂ and the values back over the chunk (``PSALayer.store``), the same steps, in the same
-order, as psattn's own layer with its cache; no cached key is ever recomputed. The extra state is a
+appends k̂ and returns every key. When a hook point of the module is listened to, the keys must reach
+the hooks raw first: ``update`` then appends the chunk raw, and the PSA attention function passes it
+through the hook points, shears it and writes k̂ and the values back over it (``PSALayer.store``), the
+same steps, in the same order, as psattn's own layer with its cache. No cached key is ever recomputed. The extra state is a
 short window of *raw* stream values: the last raw key (and the last raw query when gamma_q != 0),
 i.e. O(1) in the sequence length. The shearing, the raw windows and the rollback rule are
 ``psattn.ops.shear_state.ShearState``'s, as in the library's own cache; ``PSALayer`` stores.
