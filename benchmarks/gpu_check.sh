@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU-only checks in one run, inside a 9-minute wall clock; results land in $OUT (or ./gpu_check).
+# The GPU-only checks in one run, inside a wall clock of 9 minutes 40 seconds; results land in $OUT (or ./gpu_check).
 # Works offline: the package is taken from src/ (no install), with the machine's own python3 and torch.
 # A copy of a checkout records the revision named by PSATTN_GIT_REVISION=<commit> given with the command (it wins over a stale .git).
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
@@ -19,4 +19,9 @@ fi
 mkdir -p "${OUT:-gpu_check}"
 # the CPU benchmark's rows on the GPU (fp32; PSA by psa_attention's "auto": today the shear, then SDPA), then the rest
 timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
+# a transformers model's cached decode step with PSA against without, bf16 (needs transformers; skipped without it)
+if "$PYTHON" -c "import transformers" 2>/dev/null; then
+  timeout 40 "$PYTHON" benchmarks/hf_decode_speed.py --device cuda --dtype bfloat16 --types llama qwen3 gemma3_text \
+    --json > "${OUT:-gpu_check}/hf_decode_cuda.txt" 2>&1 || true
+fi
 timeout 450 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"

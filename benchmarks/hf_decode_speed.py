@@ -2,18 +2,20 @@
 model type per attention family (``psattn.integrations.hf.support.REPRESENTATIVES``).
 
 Each model is a random one of its family at the size given (default: 2 layers, hidden 512, 8 heads
-of 64 channels, 512 cached tokens, batch 4, fp32, CPU). The plain and the patched copy each decode one
-token from their cache of the prompt, interleaved (A, B, A, B, ...), and the ratio of their median times is
-printed. Only the decode step is timed: each cache is cropped back to the prompt after it, untimed, so that
-every step sees the same number of cached tokens. Usage:
+of 64 channels, 512 cached tokens, batch 4, fp32, CPU; ``--device cuda --dtype bfloat16`` on a GPU).
+The plain and the patched copy each decode one token from their cache of the prompt, interleaved
+(A, B, A, B, ...), and the ratio of their median times is printed. Only the decode step is timed: each
+cache is cropped back to the prompt after it, untimed, so that every step sees the same number of
+cached tokens. Usage:
 
     python benchmarks/hf_decode_speed.py [--types llama phi ...] [--length 512 --threads 1 --repeats 30]
-                                         [--keep-freed-memory]
+                                         [--keep-freed-memory] [--device cuda --dtype bfloat16]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import inspect
 import json
@@ -53,10 +55,14 @@ def model_pair(model_type: str):
     return plain, psa
 
 
-def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int) -> dict[str, float]:
-    plain, psa = model_pair(model_type)
-    prompt = torch.randint(1, 1000, (batch, length))
-    step = torch.randint(1, 1000, (batch, 1))
+def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int, device: torch.device | str = "cpu",
+                        dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Median seconds of one cached decode step of the plain and the PSA model of ``model_type`` (on a GPU,
+    its device time between two CUDA events)."""
+    plain, psa = (model.to(device, dtype) for model in model_pair(model_type))
+    prompt = torch.randint(1, 1000, (batch, length), device=device)
+    step = torch.randint(1, 1000, (batch, 1), device=device)
+    timer = _step_timer(torch.device(device))
     runs = {}
     for name, model in (("plain", plain), ("psa", psa)):
         with torch.no_grad():
@@ -64,14 +70,32 @@ def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int) 
             cache = getattr(out, "cache", None) or out.past_key_values
 
         def run(model=model, cache=cache) -> float:
-            start = time.perf_counter()
-            with torch.no_grad():
+            with torch.no_grad(), timer() as seconds:
                 model(step, **{CACHE: cache}, use_cache=True)
-            seconds = time.perf_counter() - start
             cache.crop(-1)  # drop the new token again: every call sees `length` cached tokens
-            return seconds
+            return seconds[0]
         runs[name] = run
     return interleaved_medians(runs, repeats, warmup=3, measure=lambda run: run())
+
+
+def _step_timer(device: torch.device):
+    """A context manager that times its body into the one-element list it yields: the wall clock, or on a
+    GPU the device time between two events (synchronised after the body)."""
+    @contextlib.contextmanager
+    def timed():
+        seconds = [0.0]
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield seconds
+            end.record()
+            torch.cuda.synchronize()
+            seconds[0] = start.elapsed_time(end) / 1e3
+        else:
+            start_s = time.perf_counter()
+            yield seconds
+            seconds[0] = time.perf_counter() - start_s
+    return timed
 
 
 def main() -> None:
@@ -81,6 +105,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="the models' dtype")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
@@ -89,9 +116,10 @@ def main() -> None:
         keep_freed_memory()
     logging.disable(logging.WARNING)
     rows = {}
-    print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}")
+    print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}   ({args.device}, {args.dtype})")
     for model_type in args.types:
-        t = decode_step_seconds(model_type, args.batch, args.length, args.repeats)
+        t = decode_step_seconds(model_type, args.batch, args.length, args.repeats, args.device,
+                                getattr(torch, args.dtype))
         rows[model_type] = t
         print(f"{model_type:20s}{t['plain'] * 1e3:10.2f}{t['psa'] * 1e3:10.2f}{t['psa'] / t['plain']:8.3f}", flush=True)
     if args.json:

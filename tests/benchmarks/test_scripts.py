@@ -288,9 +288,12 @@ def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give():
     assert len(rows) == len(names) + 1 and all(line in docs for line in rows), out
 
 
-def test_hf_decode_speed_runs():
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_hf_decode_speed_runs(dtype):
     pytest.importorskip("transformers")
-    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2", "--json")
+    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2",
+              "--dtype", dtype, "--json")
+    assert f"(cpu, {dtype})" in out.splitlines()[0]
     ratios = json.loads(out.splitlines()[-1])
     assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())
 
