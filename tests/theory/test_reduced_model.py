@@ -79,3 +79,19 @@ def test_bad_criterion_and_dk():
         model.transition(64, "median")
     with pytest.raises(ValueError, match="d_k"):
         model.transition(0)
+
+
+@pytest.mark.parametrize("T", [math.nan, math.inf, "16", True])
+def test_a_context_length_that_is_not_a_whole_number_is_one_line(T):
+    with pytest.raises(ValueError, match="T must be an integer >= 3"):  # nan and inf raised from int()
+        ReducedModel(T, n_samples=4)
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(d_k=math.inf), "d_k must be a finite number > 0"),
+                                          (dict(d_k="64"), "d_k must be a finite number > 0"),
+                                          (dict(d_k=64, rtol=0.0), r"rtol must be a number in \(0, 1\)"),
+                                          (dict(d_k=64, rtol=-1.0), r"rtol must be a number in \(0, 1\)")])
+def test_a_transition_that_would_never_end_is_refused(kwargs, match):
+    """An infinite d_k or an rtol <= 0 kept the bisection going forever (hi - lo > rtol * hi held at 5e-324)."""
+    with pytest.raises(ValueError, match=match):
+        ReducedModel(16, n_samples=4).transition(**kwargs)

@@ -37,6 +37,21 @@ def test_joint_filter_and_orders():
     assert d["joint_gain_db"][0] == pytest.approx(0.0) and d["order"] == [1, 1]
 
 
+@pytest.mark.parametrize("call,name", [
+    (lambda g: shear_response([0.0, 1.0], g), "gamma"),
+    (lambda g: shear_gain_squared([0.0, 1.0], g), "gamma"),
+    (lambda g: joint_response(0.0, 1.0, 0.5, g), "gamma_k"),
+    (lambda g: filter_order(g, 0.0), "gamma_q"),
+])
+def test_a_non_finite_gamma_is_refused_by_the_closed_forms(call, name):
+    """NaN gave NaN responses and inf NaN too; filter_order(nan, 0) said (1, 0)."""
+    for gamma in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            call(gamma)
+    with pytest.raises(TypeError, match=f"{name} must be a real number"):
+        call("0.5")
+
+
 def test_spectral_ratio_of_an_exact_filter():
     x = torch.randn(4, 2, 128, 8, dtype=torch.float64)
     y = 1.5 * x - 0.5 * torch.roll(x, 1, dims=2)  # circular, so the estimate is exact up to the window

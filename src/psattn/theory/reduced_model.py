@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,14 @@ import numpy as np
 from psattn.theory.transition import C_CONSTANT, crossover_dk, gamma_c
 
 CRITERIA = ("quenched", "annealed")
+
+
+def _check_count(name: str, value: Any, low: int) -> int:
+    """``value`` as an int if it is a whole number >= ``low`` (not a bool), else a ValueError naming it."""
+    number = float(value) if isinstance(value, Real) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and number.is_integer() and number >= low):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(number)
 
 
 def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
@@ -52,11 +61,7 @@ class ReducedModel:
     """The distractor draws of one (T, n_samples, seed), shared by every d_k and coupling."""
 
     def __init__(self, T: int, n_samples: int = 256, seed: int = 0):
-        if int(T) != T or T < 3:
-            raise ValueError(f"T must be an integer >= 3, got {T}")
-        if int(n_samples) != n_samples or n_samples < 2:
-            raise ValueError(f"n_samples must be an integer >= 2, got {n_samples}")
-        self.T, self.n_samples, self.seed = int(T), int(n_samples), seed
+        self.T, self.n_samples, self.seed = _check_count("T", T, 3), _check_count("n_samples", n_samples, 2), seed
         rng = np.random.default_rng(np.random.SeedSequence([seed, int(T)]))
         self.xi = rng.standard_normal((self.n_samples, self.T - 1))  # (n, T - 1)
 
@@ -92,8 +97,10 @@ class ReducedModel:
 
     def transition(self, d_k: float, criterion: str = "quenched", rtol: float = 1e-10) -> float:
         """The simulated critical coupling gamma (not gamma^2), or NaN if the target never wins."""
-        if not d_k > 0:
-            raise ValueError(f"d_k must be > 0, got {d_k}")
+        if isinstance(d_k, bool) or not isinstance(d_k, Real) or not 0 < d_k < math.inf:  # inf: the bisection never ends
+            raise ValueError(f"d_k must be a finite number > 0, got {d_k!r}")
+        if isinstance(rtol, bool) or not isinstance(rtol, Real) or not 0 < rtol < 1:  # 0 or less: it never ends either
+            raise ValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
         if criterion not in CRITERIA:
             raise ValueError(f"unknown criterion {criterion!r}; expected one of {CRITERIA}")
         hi = self._bracket(d_k, criterion)

@@ -39,28 +39,33 @@ import torch
 from torch import Tensor
 
 from psattn.ops.hooks import capture
+from psattn.ops.shear import check_gamma
 from psattn.ops.variants import VARIANTS, variant_gammas
 
 
 def shear_response(omega, gamma: float) -> np.ndarray:
     """``H_gamma(e^{iω}) = (1 + gamma) - gamma e^{-iω}`` (complex)."""
+    gamma = check_gamma(gamma)
     omega = np.asarray(omega, dtype=float)
     return (1.0 + gamma) - gamma * np.exp(-1j * omega)
 
 
 def shear_gain_squared(omega, gamma: float) -> np.ndarray:
     """``|H_gamma(e^{iω})|^2 = 1 + 2 gamma (1 + gamma)(1 - cos ω)``."""
+    gamma = check_gamma(gamma)
     omega = np.asarray(omega, dtype=float)
     return 1.0 + 2.0 * gamma * (1.0 + gamma) * (1.0 - np.cos(omega))
 
 
 def joint_response(omega_q, omega_k, gamma_q: float, gamma_k: float) -> np.ndarray:
     """The score filter ``H_q(e^{iω_q}) H_k(e^{iω_k})`` (broadcast over the two frequency arrays)."""
+    gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
     return shear_response(omega_q, gamma_q) * shear_response(omega_k, gamma_k)
 
 
 def filter_order(gamma_q: float, gamma_k: float) -> tuple[int, int]:
     """Order of the joint score filter in (z_q^-1, z_k^-1): (0, 0) for plain attention."""
+    gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
     return (int(gamma_q != 0.0), int(gamma_k != 0.0))
 
 
