@@ -82,6 +82,21 @@ def test_non_orthogonal_pair_matrices_rejected():
         SimulationConfig(n=4, d=3, kernel=KernelConfig("pair", pair_matrices=pairs.tolist()))
 
 
+@pytest.mark.parametrize("kernel,match", [
+    (dict(name="gauge", gauges=[[[math.nan, 0.0], [0.0, 1.0]]]), "gauges must be finite"),
+    (dict(name="gauge", gauges=[[[1.0, 0.0], [0.0, 1.0]]], label_factor=[[1.0, math.inf], [math.inf, 1.0]]),
+     "label factor must be finite"),
+    (dict(name="gauge", gauges="abc"), "kernel gauges must be a nested list of numbers"),
+    (dict(name="gauge", gauges=[[[1.0, 0.0], [0.0]]]), "kernel gauges must be a nested list of numbers"),
+    (dict(name="gauge", gauges=[[[1.0, 0.0], [0.0, 1.0]]], label_factor="x"), "kernel label_factor must be a nested"),
+    (dict(name="pair", pair_matrices=[[[[1.0, 0.0]]]] * 2 + [[1.0]]), "kernel pair_matrices must be a nested"),
+])
+def test_a_kernel_table_that_is_not_finite_numbers_is_refused(kernel, match):
+    """Non-finite tables ran, into NaN states and energies; strings and ragged lists raised torch's words."""
+    with pytest.raises(ValueError, match=match):
+        SimulationConfig(n=2, d=2, kernel=KernelConfig(**kernel))
+
+
 def test_pair_kernel_cannot_run_comoving():
     pairs = torch.eye(3, dtype=torch.float64).expand(4, 4, 3, 3).tolist()
     with pytest.raises(ValueError, match="not of gauge form"):

@@ -69,3 +69,20 @@ def test_asymmetric_label_factor_rejected():
 def test_prompt_ids_must_be_in_range():
     with pytest.raises(ValueError, match="prompt ids"):
         kernels.prefix_kernel([0, 3], 3, 2, seed=0)
+
+
+def test_non_finite_tables_are_refused():
+    """NaN or inf gauges, pair matrices or label factors passed the tolerance checks (NaN > tol is False)
+    and the run's states and energy came out NaN."""
+    nan_gauges = torch.eye(2, dtype=torch.float64).repeat(1, 1, 1)
+    nan_gauges[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="gauges must be finite"):
+        kernels.gauge_kernel([0, 0], nan_gauges)
+    inf_pairs = torch.eye(2, dtype=torch.float64).repeat(2, 2, 1, 1)
+    inf_pairs[0, 1, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match="pair matrices must be finite"):
+        kernels.pair_kernel(inf_pairs)
+    with pytest.raises(ValueError, match="label factor must be finite"):
+        kernels.gauge_kernel([0, 0], torch.eye(2).repeat(1, 1, 1), torch.full((2, 2), float("nan")))
+    with pytest.raises(ValueError, match="labels must be finite"):
+        kernels.rope_kernel([0.0, float("nan")], 2, (1.0,))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any
 
@@ -253,6 +254,15 @@ def default_labels(config: SimulationConfig) -> tuple[float, ...]:
     return tuple(0.0 for _ in range(n))
 
 
+def _table(values: Any, name: str) -> torch.Tensor:
+    """A config's nested list of numbers (gauges, label factor, pair matrices) as a float64 tensor, or a
+    ValueError naming the field."""
+    try:
+        return torch.as_tensor(values, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"kernel {name} must be a nested list of numbers of one shape, got {reprlib.repr(values)}") from None
+
+
 def build_kernel(config: SimulationConfig) -> LabelledKernel:
     """Evaluate the configured kernel on the run's labels (float64)."""
     kc, n, d = config.kernel, config.n, config.d
@@ -272,13 +282,13 @@ def build_kernel(config: SimulationConfig) -> LabelledKernel:
         return distance_bias_kernel(labels, d, kc.decay)
     if kc.name == "prefix":
         return prefix_kernel(labels, d, kc.n_prompts, kc.gauge_seed)
-    label_factor = None if kc.label_factor is None else torch.as_tensor(kc.label_factor, dtype=torch.float64)
+    label_factor = None if kc.label_factor is None else _table(kc.label_factor, "label_factor")
     if kc.name == "gauge":
-        gauges = torch.as_tensor(kc.gauges, dtype=torch.float64)
+        gauges = _table(kc.gauges, "gauges")
         if gauges.ndim != 3 or gauges.shape[1:] != (d, d):
             raise ValueError(f"gauges must have shape (m, {d}, {d}), got {tuple(gauges.shape)}")
         return gauge_kernel(labels, gauges, label_factor)
-    pairs = torch.as_tensor(kc.pair_matrices, dtype=torch.float64)
+    pairs = _table(kc.pair_matrices, "pair_matrices")
     if pairs.shape != (n, n, d, d):
         raise ValueError(f"pair matrices must have shape ({n}, {n}, {d}, {d}), got {tuple(pairs.shape)}")
     return pair_kernel(pairs, label_factor)

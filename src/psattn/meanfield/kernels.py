@@ -48,6 +48,10 @@ class LabelledKernel:
 
     def __post_init__(self) -> None:
         n = self.labels.shape[0]
+        for what, table in (("labels", self.labels), ("label factor", self.label_factor), ("gauges", self.gauges),
+                            ("pair matrices", self.explicit_pairs)):
+            if table is not None and not bool(torch.isfinite(table).all()):  # NaN passes every tolerance check below
+                raise ValueError(f"{what} must be finite, got NaN or infinite entries")
         if self.label_factor.shape != (n, n):
             raise ValueError(f"label factor must be ({n}, {n}), got {tuple(self.label_factor.shape)}")
         if (self.label_factor - self.label_factor.T).abs().max() > max(SYMMETRY_TOL, torch.finfo(self.label_factor.dtype).eps):
