@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.ops.attention import psa_attention, psa_attention_reference, score_terms
+from psattn.ops.attention import attention_weights, psa_attention, psa_attention_reference, score_terms
 from psattn.ops.shear import shear
 from psattn.ops.variants import VARIANTS, variant_gammas
 
@@ -224,3 +224,37 @@ def test_masks_starts_and_prev_rows_on_another_device_or_of_another_type_are_ref
         psa_attention(q, k, v, gamma_k=0.5, backend=backend, **{name: value.to("meta")})
     with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor"):
         psa_attention(q, k, v, gamma_k=0.5, backend=backend, **{name: value.tolist()})
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+@pytest.mark.parametrize("scale,error,match", [(float("nan"), ValueError, "scale must be finite"),
+                                               (float("inf"), ValueError, "scale must be finite"),
+                                               ("0.5", TypeError, "scale must be a number or None")])
+def test_a_scale_that_is_no_finite_number_is_refused_by_every_backend(backend, scale, error, match):
+    """NaN or inf made every output NaN; a string raised SDPA's words, or the reference path's 'only integer
+    tensors of a single element can be converted to an index'."""
+    with pytest.raises(error, match=match):
+        psa_attention(*qkv(), gamma_k=0.5, is_causal=True, scale=scale, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
+@pytest.mark.parametrize("is_causal", ["yes", None, 1])
+def test_an_is_causal_that_is_no_bool_is_refused_by_every_backend(backend, is_causal):
+    """SDPA refused it in its own words; the reference path read 'yes' as causal and None as not."""
+    with pytest.raises(TypeError, match="is_causal must be True or False"):
+        psa_attention(*qkv(), gamma_k=0.5, is_causal=is_causal, backend=backend)
+
+
+def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
+    """attention_weights is public: mismatched heads, widths or masks raised torch's matmul and broadcast errors."""
+    q, k, _ = qkv()
+    with pytest.raises(ValueError, match=r"query heads \(3\) must be a multiple of key/value heads \(2\)"):
+        attention_weights(torch.randn(2, 3, 9, 8), k)
+    with pytest.raises(ValueError, match="head dimensions differ: 8 vs 4"):
+        attention_weights(q, k[..., :4])
+    with pytest.raises(ValueError, match=r"must be \(B, H, T, D\)"):
+        attention_weights(q[0], k[0])
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attention_weights(q, k, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        attention_weights(q, k, scale=float("nan"))

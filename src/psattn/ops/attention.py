@@ -76,10 +76,25 @@ def check_dropout(dropout_p: float) -> float:
 
 
 def check_masking(attn_mask: Tensor | None, is_causal: bool) -> None:
-    """ValueError for ``is_causal`` together with ``attn_mask``: SDPA documents the pair as an error
-    (and some of its kernels apply both), so every backend refuses it."""
+    """TypeError unless ``is_causal`` is a bool (SDPA refuses anything else, the explicit backends read
+    any truthy value as True); ValueError for ``is_causal`` together with ``attn_mask``: SDPA documents the
+    pair as an error (and some of its kernels apply both), so every backend refuses it."""
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     if is_causal and attn_mask is not None:
         raise ValueError("pass either is_causal or attn_mask, not both (fold the causal mask into attn_mask)")
+
+
+def check_scale(scale: float | None) -> float | None:
+    """``scale`` if it is None (1/sqrt(D)) or a finite number (a tensor goes on as SDPA takes it); TypeError /
+    ValueError naming it otherwise (NaN or inf made every output NaN)."""
+    if scale is None or isinstance(scale, Tensor):
+        return scale
+    if isinstance(scale, bool) or not isinstance(scale, Real):
+        raise TypeError(f"scale must be a number or None (for 1/sqrt(D)), got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
 
 
 def autocasting(q: Tensor) -> bool:
@@ -168,7 +183,7 @@ def psa_attention(
     autocast = autocasting(q)  # SDPA casts q̂, k̂, v itself; the kernel takes v's dtype
     check_qkv(q, k, v, attn_mask, same_dtype=not autocast)
     check_masking(attn_mask, is_causal)
-    dropout_p = check_dropout(dropout_p)
+    dropout_p, scale = check_dropout(dropout_p), check_scale(scale)
     gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
     check_streams(q, k, starts, prev_q, prev_k, boundary)
     if backend not in BACKENDS:
@@ -230,9 +245,10 @@ def attention_weights(
 ) -> Tensor:
     """softmax(scale * q̂ k̂ᵀ + mask) as an explicit (B, Hq, Tq, Tk) pattern, SDPA's conventions
     (the causal mask is aligned top-left, a bool mask marks allowed keys, a query row that may see
-    no key gets zero weights)."""
-    if is_causal and attn_mask is not None:
-        raise ValueError("pass either is_causal or attn_mask, not both")
+    no key gets zero weights). q̂ (B, Hq, Tq, D) and k̂ (B, Hkv, Tk, D) are checked as ``psa_attention``'s q and k."""
+    check_qkv(q_hat, k_hat, k_hat, attn_mask, same_dtype=False)  # the mask may be additive in another dtype
+    check_masking(attn_mask, is_causal)
+    scale = check_scale(scale)
     scale = 1.0 / math.sqrt(q_hat.shape[-1]) if scale is None else scale
     k_hat = expand_kv_heads(k_hat, q_hat.shape[1])
     scores = (q_hat @ k_hat.transpose(-2, -1)) * scale  # (B, Hq, Tq, Tk)
@@ -281,7 +297,7 @@ def psa_attention_reference(
         True"""
     check_qkv(q, k, v, attn_mask, same_dtype=not autocasting(q))  # under autocast the products cast themselves
     check_masking(attn_mask, is_causal)
-    dropout_p = check_dropout(dropout_p)
+    dropout_p, scale = check_dropout(dropout_p), check_scale(scale)
     gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
     check_streams(q, k, starts, prev_q, prev_k, boundary)
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
