@@ -268,6 +268,35 @@ def test_bad_model_inputs():
         model(torch.randint(0, 37, (1, 5)), attention_mask=torch.ones(1, 4))
 
 
+@pytest.mark.parametrize("ids", [[[1, 2, 37]], [[-1, 2, 3]]])
+def test_token_ids_outside_the_vocabulary_are_one_line_naming_the_range(ids):
+    """The embedding's 'IndexError: index out of range in self' named neither the argument nor the range."""
+    with pytest.raises(ValueError, match=r"input_ids must be token ids in \[0, 37\).*got ids from -?\d+ to \d+"):
+        random_model()(torch.tensor(ids))
+
+
+def test_fractional_position_ids_are_refused_rather_than_truncated():
+    """.long() made 0.5 a 0: every token a sequence start, so no token saw another and the logits were wrong."""
+    model = random_model("symmetric")
+    with pytest.raises(TypeError, match="position_ids must be an integer tensor, got torch.float32"):
+        model(torch.randint(0, 37, (1, 5)), position_ids=torch.arange(5)[None] + 0.5)
+    ids, positions = torch.randint(0, 37, (1, 5)), torch.arange(5)[None]
+    torch.testing.assert_close(model(ids, position_ids=positions.int()), model(ids))  # any integer dtype still reads
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda m: DecoderLM({"vocab_size": 37}), TypeError, "config must be a ModelConfig"),
+    (lambda m: m([[1, 2]]), TypeError, "input_ids must be a torch.Tensor"),
+    (lambda m: m(torch.ones(1, 2, dtype=torch.long), attention_mask=[[1, 1]]), TypeError, "attention_mask must be a torch"),
+    (lambda m: m(torch.ones(1, 2, dtype=torch.long), position_ids=[[0, 1]]), TypeError, "position_ids must be a torch"),
+    (lambda m: m(torch.ones(1, 2, dtype=torch.long), cache="cache"), TypeError, "cache must be a PSACache"),
+])
+def test_arguments_of_another_type_are_refused_by_name(call, error, message):
+    """Each raised an AttributeError ('list' object has no attribute 'dim' / 'shape', 'dict' ... 'vocab_size')."""
+    with pytest.raises(error, match=message):
+        call(random_model())
+
+
 @pytest.mark.parametrize("backend,hooked", [("auto", False), ("sdpa", False), ("reference", False), ("auto", True)])
 def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was(backend, hooked):
     """T = 0 with a mask, positions or a cache gives (B, 0, V), as the plain call does, on every backend and

@@ -53,8 +53,13 @@ def build_context(
     forward pass. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
     B, T = batch, length
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
+        if x is not None and not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (B, T) or None, got {type(x).__name__}")
         if x is not None and tuple(x.shape) != (B, T):
             raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
+    if position_ids is not None and (position_ids.is_floating_point() or position_ids.is_complex()
+                                     or position_ids.dtype == torch.bool):  # .long() would truncate 0.5 to a start
+        raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
     if cache is None and position_ids is None and attention_mask is None:
         return AttentionContext.causal(B, T, device)  # no data-dependent checks: no host sync, no graph break
     past = 0 if cache is None else len(cache)

@@ -92,6 +92,8 @@ class DecoderLM(nn.Module):
 
     def __init__(self, config: ModelConfig, *, shear_fn: ShearFn = shear, backend: str = "auto"):
         super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig (ModelConfig.from_dict reads a dict), got {type(config).__name__}")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
@@ -146,10 +148,14 @@ class DecoderLM(nn.Module):
         block's MLP, the final norm and the LM head run there alone (training on a few scored positions
         costs less). ``output_mask`` is its former name, still accepted with a DeprecationWarning.
         """
+        if not isinstance(input_ids, Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor of token ids (B, T), got {type(input_ids).__name__}")
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
         if input_ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        if cache is not None and not isinstance(cache, PSACache):
+            raise TypeError(f"cache must be a PSACache (model.new_cache()) or None, got {type(cache).__name__}")
         if cache is not None and len(cache.layers) != len(self.blocks):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
         if output_mask is not None:
@@ -168,12 +174,25 @@ class DecoderLM(nn.Module):
             cache.restore(before)  # a failed call leaves the cache as it was
             raise
 
+    def _embed(self, input_ids: Tensor) -> Tensor:
+        """The token embeddings (B, T, C); an id outside [0, vocab_size) is a ValueError saying so (on the CPU,
+        where the embedding raises; on CUDA it stops the device), at no cost to a valid call."""
+        if torch.compiler.is_compiling():  # a traced graph has no exception handling
+            return self.embed(input_ids)
+        try:
+            return self.embed(input_ids)
+        except IndexError:
+            raise ValueError(
+                f"input_ids must be token ids in [0, {self.config.vocab_size}) (the model's vocab_size), got ids from "
+                f"{int(input_ids.min())} to {int(input_ids.max())}"
+            ) from None
+
     def _forward(self, input_ids, position_ids, attention_mask, cache, scored) -> Tensor:
         B, T = input_ids.shape
         context = build_context(
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
         )
-        h = self.drop(self.embed(input_ids))  # (B, T, C)
+        h = self.drop(self._embed(input_ids))  # (B, T, C)
         if T == 0:  # an empty chunk: no position attends, and a cache stays as it was
             return self.lm_head(self.norm_final(h if scored is None else h[scored]))  # (B, 0, V), or (0, V) with scored
         last = len(self.blocks) - 1
