@@ -252,6 +252,9 @@ def test_an_explicit_head_width_decouples_d_k_from_d_model():
     ({"n_layers": 2, "mlp": [True, 1]}, "one true/false per layer"),
     ({"attention": {"variant": "key_only", "gama": 1}}, "unknown attention config fields"),
     ({"attention": {"variant": "smeared_keys", "placement": "pre_rope"}}, "acts at its own site"),
+    ({"rotary_fraction": "0.5"}, "rotary_fraction must be a number"),  # '<' not supported between ...
+    ({"rotary_fraction": None}, "rotary_fraction must be a number"),
+    ({"rotary_fraction": True}, "rotary_fraction must be a number"),  # was read as 1.0
 ])
 def test_malformed_model_configs_are_refused_by_name(fields, message):
     with pytest.raises(ValueError, match=message):

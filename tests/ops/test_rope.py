@@ -76,6 +76,29 @@ def test_bad_fraction_and_base():
         RotaryEmbedding(8, base=1.0)
 
 
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(head_dim=8.5), "head_dim must be an integer, got 8.5"),  # rounded to 8 and built
+    (dict(head_dim=True), "head_dim must be an integer, got True"),
+    (dict(head_dim="8"), "head_dim must be an integer"),  # can't multiply sequence by non-int of type 'float'
+    (dict(head_dim=8, rotary_fraction=True), "rotary_fraction must be a number"),  # read as 1.0
+    (dict(head_dim=8, rotary_fraction="1"), "rotary_fraction must be a number"),  # '<' not supported
+    (dict(head_dim=8, base=float("inf")), "RoPE base must be a finite number > 1"),  # every frequency but the first 0
+    (dict(head_dim=8, base="1e4"), "RoPE base must be a finite number > 1"),
+])
+def test_rope_sizes_of_another_type_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RotaryEmbedding(**kwargs)
+
+
+def test_rope_tables_are_refused_in_an_integer_dtype():
+    """dtype=torch.long gave tables of cos and sin rounded to 0 and 1."""
+    with pytest.raises(TypeError, match="floating-point dtype, got torch.int64"):
+        RotaryEmbedding(8)(torch.arange(3)[None], dtype=torch.long)
+    with pytest.raises(TypeError, match="position_ids must be a torch.Tensor"):
+        RotaryEmbedding(8)([[0, 1, 2]])
+
+
 def test_apply_rope_refuses_tables_of_odd_or_unequal_width():
     x = torch.randn(1, 1, 3, 8)
     with pytest.raises(ValueError, match="one even width"):

@@ -7,6 +7,9 @@ rotate; the rest pass through unchanged.
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
+
 import torch
 from torch import Tensor, nn
 
@@ -14,7 +17,11 @@ from psattn.ops.tracing import plain_ops_only
 
 
 def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
-    """Number of rotating channels; it must be even and positive."""
+    """Number of rotating channels; it must be even and positive (a ValueError names what is not)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, Integral):  # 8.5 rounded to 8, True to 1
+        raise ValueError(f"head_dim must be an integer, got {head_dim!r}")
+    if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, Real):
+        raise ValueError(f"rotary_fraction must be a number in (0, 1], got {rotary_fraction!r}")
     if not 0.0 < rotary_fraction <= 1.0:
         raise ValueError(f"rotary_fraction must lie in (0, 1], got {rotary_fraction}")
     r = int(round(head_dim * rotary_fraction))
@@ -30,11 +37,13 @@ class RotaryEmbedding(nn.Module):
     """Produces cos/sin tables for given positions: angle(t, i) = t * base^(-2i/r)."""
 
     inv_freq: Tensor  # a buffer (registered in __init__)
+    base: float
+    rotary_dim: int
 
     def __init__(self, head_dim: int, base: float = 10000.0, rotary_fraction: float = 1.0):
         super().__init__()
-        if not base > 1.0:
-            raise ValueError(f"RoPE base must be > 1, got {base}")
+        if isinstance(base, bool) or not isinstance(base, Real) or not 1.0 < base < math.inf:  # inf: all but one frequency 0
+            raise ValueError(f"RoPE base must be a finite number > 1, got {base!r}")
         self.head_dim, self.base = head_dim, base
         self.rotary_dim = rotary_dim(head_dim, rotary_fraction)
         self.register_buffer("inv_freq", self.frequencies(), persistent=False)
@@ -56,8 +65,12 @@ class RotaryEmbedding(nn.Module):
         """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads. The angles are
         float32, as in common RoPE implementations, or float64 for float64 tables, whose rotations are then
         orthogonal to float64 precision (float32 angles leave |cos² + sin² − 1| near 1e-7)."""
+        if not isinstance(position_ids, Tensor):
+            raise TypeError(f"position_ids must be a torch.Tensor (B, T), got {type(position_ids).__name__}")
         if position_ids.dim() != 2:
             raise ValueError(f"position_ids must be (B, T), got shape {tuple(position_ids.shape)}")
+        if not dtype.is_floating_point:  # integer tables hold cos and sin rounded to 0 and 1
+            raise TypeError(f"RoPE tables need a floating-point dtype, got {dtype}")
         if dtype == torch.float64:
             inv_freq = self.frequencies(torch.float64).to(position_ids.device)
             angles = position_ids.to(torch.float64)[..., None] * inv_freq  # (B, T, r/2)
