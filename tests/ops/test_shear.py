@@ -143,6 +143,24 @@ def test_bad_inputs_name_the_problem():
         unshear(x, -1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool])
+def test_an_integer_stream_is_refused_by_the_shear(dtype):
+    """lerp has no integer kernel: NotImplementedError '"lerp_kernel_scalar" not implemented for 'Long''."""
+    with pytest.raises(TypeError, match=f"floating-point stream, got {dtype}"):
+        shear(torch.ones(1, 1, 3, 2, dtype=dtype), 0.5)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(position_ids=[0, 1, 2]), TypeError, "position_ids must be a torch.Tensor"),  # returned False
+    (dict(attention_mask=torch.ones(5)), ValueError, r"attention_mask must be \(B, T\), got shape \(5,\)"),
+    (dict(position_ids=torch.arange(5)), ValueError, r"position_ids must be \(B, T\)"),  # a (5,) answer
+    (dict(position_ids=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 4)), ValueError, "one shape"),
+])
+def test_sequence_starts_refuses_what_is_not_a_batch_of_rows(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        sequence_starts(**kwargs)
+
+
 @pytest.mark.parametrize("boundary", ["replicate", "zero"])
 def test_the_exported_shear_is_adds_and_multiplies_and_equals_eager(boundary):
     """Under torch.export the shear is x + gamma (x - x_prev): no lerp, which on-device runtimes such as

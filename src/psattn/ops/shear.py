@@ -74,6 +74,14 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
     (it is a start unless the chunk continues a cached one)."""
     if position_ids is None and attention_mask is None:
         raise ValueError("sequence_starts needs position_ids or attention_mask")
+    for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
+        if x is not None and not isinstance(x, Tensor):  # a list compared == 0 as False: no start anywhere
+            raise TypeError(f"{name} must be a torch.Tensor (B, T) or None, got {type(x).__name__}")
+        if x is not None and x.dim() != 2:
+            raise ValueError(f"{name} must be (B, T), got shape {tuple(x.shape)}")
+    if position_ids is not None and attention_mask is not None and position_ids.shape != attention_mask.shape:
+        raise ValueError(f"position_ids {tuple(position_ids.shape)} and attention_mask {tuple(attention_mask.shape)} "
+                         "must have one shape (B, T)")
     starts = None
     if position_ids is not None:
         starts = position_ids == 0
@@ -189,6 +197,8 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
     gamma = check_gamma(gamma)
     check_stream(x, starts, prev)
     check_boundary(boundary)
+    if not x.is_floating_point():  # lerp has no integer kernel
+        raise TypeError(f"shear needs a floating-point stream, got {x.dtype}")
     if gamma == 0.0:
         return x
     if starts is None and prev is None and not plain_ops_only():
