@@ -169,6 +169,35 @@ def test_bad_generation_arguments():
     assert torch.equal(greedy.sequences, generate(model, prompt, 3).sequences)
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(do_sample=True, top_k=2.5), r"top_k must be an integer >= 1, got 2.5"),  # topk()'s 'must be int'
+    (dict(do_sample=True, top_k=True), "top_k must be an integer >= 1, got True"),  # read as 1
+    (dict(do_sample=True, top_k="2"), "top_k must be an integer >= 1"),  # '<=' not supported
+    (dict(do_sample=True, temperature=float("inf")), "temperature must be a finite number > 0"),  # uniform draws
+    (dict(do_sample=True, temperature="1"), "temperature must be a finite number > 0"),  # '>' not supported
+    (dict(do_sample=True, top_p="0.5"), "top_p must lie in"),  # '<' not supported
+    (dict(prefill_chunk_size=2.5), "chunk_size must be an integer >= 1, got 2.5"),  # range()'s TypeError
+    (dict(prefill_chunk_size=True), "chunk_size must be an integer >= 1, got True"),  # read as 1
+])
+def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate(random_model(), torch.randint(0, 37, (1, 3)), 3, **kwargs)
+
+
+def test_malformed_requests_to_the_other_decoders_are_one_line():
+    model, prompt = random_model(), torch.randint(0, 37, (1, 3))
+    with pytest.raises(ValueError, match="at least one token"):
+        generate(random_model("canon", gamma=0.0), prompt[:, :0], 3)  # the uncached path: IndexError at [:, -1]
+    with pytest.raises(ValueError, match=r"\(batch, length\)"):
+        prefill(model, prompt[0], model.new_cache())  # IndexError: tuple index out of range
+    with pytest.raises(ValueError, match="num_draft must be an integer >= 1, got 2.5"):
+        speculative_generate(model, model, prompt, 3, num_draft=2.5)  # named max_rollback instead
+    from psattn.models.generate import continue_ids
+
+    with pytest.raises(ValueError, match="context must be an integer of at least 2 tokens, got 2.5"):
+        continue_ids(model, [1, 2], 3, context=2.5)  # slice indices must be integers
+
+
 def test_generation_stops_each_row_at_eos():
     model = random_model("key_only")
     prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(1))

@@ -8,8 +8,10 @@ decoding. ``continue_text`` writes text after a prompt with a tokenizer's ids (a
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
@@ -37,10 +39,11 @@ def prefill(
 ) -> Tensor:
     """Run the prompt (B, T) through the model into ``cache``, ``chunk_size`` tokens at a time;
     returns the logits at the last position (B, V)."""
+    _check_request(input_ids, 0)
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
-    if chunk_size is not None and chunk_size <= 0:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if chunk_size is not None:
+        _check_positive_int("chunk_size", chunk_size)
     T = input_ids.shape[1]
     step = chunk_size or T
     for start in range(0, T, step):
@@ -142,12 +145,14 @@ def generate(
         True
     """
     _check_request(input_ids, max_new_tokens)
-    if do_sample and not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    if top_k is not None and top_k <= 0:
-        raise ValueError(f"top_k must be positive, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    if input_ids.shape[1] == 0:  # the cached path's prefill says so too; the uncached one raised an IndexError
+        raise ValueError("the prompt must hold at least one token")
+    if do_sample and not (_is_number(temperature) and 0 < temperature < math.inf):  # inf: every token alike
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if top_k is not None:
+        _check_positive_int("top_k", top_k)
+    if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
         warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily", stacklevel=2)
     device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere
@@ -198,6 +203,17 @@ def generate(
     return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
 
 
+def _is_number(value: object) -> bool:
+    """Whether ``value`` is a real number (not a bool)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def _check_request(input_ids: Tensor, max_new_tokens: int) -> None:
     """ValueError unless ``input_ids`` is a (batch, length) tensor of token ids and ``max_new_tokens`` an integer >= 0."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
@@ -227,8 +243,7 @@ def speculative_generate(
         raise ValueError("speculative_generate decodes one sequence at a time (batch size 1)")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
-    if num_draft < 1:
-        raise ValueError(f"num_draft must be >= 1, got {num_draft}")
+    _check_positive_int("num_draft", num_draft)
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError("target and draft models must share a vocabulary")
     target_cache = target.new_cache(max_rollback=num_draft)
@@ -300,8 +315,8 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
         >>> text == continue_text(model, ByteTokenizer(), "Hello", 8, seed=1)  # seeded: the same text
         True
     """
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not (_is_number(temperature) and 0 <= temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError("the prompt must not be empty")
@@ -317,8 +332,8 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     further token is predicted from the last ``context - 1`` tokens alone (a fresh forward pass per
     token, positions restarting at 0), never from positions the model has not seen; a longer prompt
     keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``."""
-    if context is not None and context < 2:
-        raise ValueError(f"context must be at least 2 tokens, got {context}")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, Integral) or context < 2):
+        raise ValueError(f"context must be an integer of at least 2 tokens, got {context!r}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
     device = model_device(model)
