@@ -324,6 +324,27 @@ def test_reordering_a_filled_cache_continues_the_chosen_rows():
     torch.testing.assert_close(step, model(x[index])[:, -1])
 
 
+def test_a_cache_refuses_fractional_crops_and_row_indices_that_are_no_rows():
+    """crop(2.5) was refused as a rollback 'to 2.5' with a raw value 'at position 1.5'; reorder raised
+    index_select's IndexError / RuntimeError / TypeError. The cache is left as it was."""
+    model = random_model("symmetric")
+    x = torch.randint(0, 37, (2, 6), generator=torch.Generator().manual_seed(5))
+    cache = model.new_cache(max_rollback=3)
+    prefill(model, x, cache)
+    for length in (4.0, True, "4"):
+        with pytest.raises(ValueError, match="cropped to a whole number of tokens"):
+            cache.crop(length)
+    for index, match in ((torch.tensor([0, 2]), r"batch rows in \[0, 2\), got 0 to 2"),
+                         (torch.tensor([-1]), r"batch rows in \[0, 2\), got -1 to -1"),
+                         (torch.tensor([0.0]), "1-D int64 or int32 tensor of batch rows, got a torch.float32"),
+                         (torch.tensor([[0, 1]]), "of shape \\(1, 2\\)"),
+                         ([0, 1], "got a list")):
+        with pytest.raises(ValueError, match=match):
+            cache.reorder(index)
+    assert len(cache) == 6 and all(layer.keys.shape[0] == 2 for layer in cache.layers)
+    torch.testing.assert_close(model(x[:, :1], cache=cache), model(torch.cat([x, x[:, :1]], 1))[:, -1:])
+
+
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_non_finite_logits_are_an_error_not_a_token(do_sample):
     from psattn.models.generate import NonFiniteLogits

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -152,6 +153,8 @@ class PSACache:
     def crop(self, length: int) -> None:
         """Roll every layer back to ``length`` tokens (speculative decoding); all or nothing."""
         S = len(self)
+        if isinstance(length, bool) or not isinstance(length, Integral):  # 2.5 was refused as a rollback too far
+            raise ValueError(f"a cache is cropped to a whole number of tokens, got {length!r}")
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
         for layer in self.layers:
@@ -181,11 +184,19 @@ class PSACache:
         self.__dict__.update({k: v for k, v in saved.__dict__.items() if k != "layers"})
 
     def reorder(self, index: Tensor) -> None:
-        """Select batch rows (beam search); nothing to do for an empty cache."""
+        """Select batch rows (beam search) by ``index`` (N,), an int64 or int32 tensor of row numbers; nothing
+        to do for an empty cache."""
+        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+            what = f"{index.dtype} tensor of shape {tuple(index.shape)}" if isinstance(index, Tensor) else type(index).__name__
+            raise ValueError(f"reorder takes a 1-D int64 or int32 tensor of batch rows, got a {what}")
         if self.key_pos is None:
             return
-        for layer in self.layers:
-            layer.reorder(index)
+        try:
+            for layer in self.layers:
+                layer.reorder(index)
+        except IndexError:  # the first layer refuses before anything changes: every layer holds the same rows
+            raise ValueError(f"reorder's index must hold batch rows in [0, {self.key_pos.shape[0]}), got "
+                             f"{int(index.min())} to {int(index.max())}") from None
         assert self.key_valid is not None and self.key_seq is not None
         self.key_valid, self.key_seq, self.key_pos = (
             x.index_select(0, index) for x in (self.key_valid, self.key_seq, self.key_pos)
