@@ -146,3 +146,18 @@ def test_every_integer_field_of_a_synthetic_task_refuses_a_non_integer(name):
         good = getattr(make_task_config(name), fields[0].name)
         numpy_int = make_task_config(name, **{fields[0].name: np.int64(good)})
         assert type(getattr(numpy_int, fields[0].name)) is int and numpy_int == make_task_config(name)
+
+
+@pytest.mark.parametrize("batch_size", [2.5, True, "4", 0])
+def test_a_batch_size_that_is_no_positive_integer_is_one_line(config, batch_size):
+    """2.5 raised 'slice indices must be integers', '4' a '<' TypeError, True drew one row."""
+    with pytest.raises(ValueError, match=f"batch_size must be an integer >= 1, got {batch_size!r}"):
+        sample_task(config, batch_size, torch.Generator().manual_seed(0))
+    assert len(sample_task(config, np.int64(3), torch.Generator().manual_seed(0))) == 3  # NumPy's ints are integers
+
+
+@pytest.mark.parametrize("generator", [None, 0])
+def test_a_generator_that_is_no_torch_generator_is_named(config, generator):
+    """Every sampler raised "'NoneType' object has no attribute 'device'"."""
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        sample_task(config, 4, generator)

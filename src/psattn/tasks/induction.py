@@ -47,7 +47,7 @@ from torch import Tensor
 from psattn.fields import check_choices, check_ints
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
-from psattn.tasks.split import sample_split
+from psattn.tasks.split import check_draw, sample_split
 
 BOS = 0
 Form = Literal["single", "all_positions"]
@@ -160,4 +160,5 @@ def sample(
 ) -> TaskBatch:
     """``batch_size`` induction rows of ``split`` (see the module docstring)."""
     draw = _draw_single if config.form == "single" else _draw_full
+    check_draw(batch_size, generator)
     return sample_split(lambda rows: draw(config, rows, generator), batch_size, split)

@@ -41,7 +41,7 @@ from psattn.fields import check_ints
 from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
 from psattn.tasks._random import random_subsets, shuffle_rows
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
-from psattn.tasks.split import sample_split
+from psattn.tasks.split import check_draw, sample_split
 
 BOS, PAD, IS, NOT, QUERY = 0, 1, 2, 3, 4
 FIRST_ENTITY = 5
@@ -104,4 +104,5 @@ def sample(
     config: MultiHopConfig, batch_size: int, generator: torch.Generator, split: str = "train"
 ) -> TaskBatch:
     """``batch_size`` two-hop rows of ``split`` (see the module docstring)."""
+    check_draw(batch_size, generator)
     return sample_split(lambda rows: _draw(config, rows, generator), batch_size, split)

@@ -50,7 +50,7 @@ from psattn.fields import check_ints
 from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
-from psattn.tasks.split import sample_split
+from psattn.tasks.split import check_draw, sample_split
 
 BOS = 0
 
@@ -113,4 +113,5 @@ def sample(
     config: RandomOffsetConfig, batch_size: int, generator: torch.Generator, split: str = "train"
 ) -> TaskBatch:
     """``batch_size`` random-offset retrieval rows of ``split`` (see the module docstring)."""
+    check_draw(batch_size, generator)
     return sample_split(lambda rows: _draw(config, rows, generator), batch_size, split)

@@ -13,6 +13,7 @@ the eval split from a generator with a fixed seed.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -33,6 +34,16 @@ def check_split(split: str) -> None:
     """Raise ValueError unless ``split`` is one of ``SPLITS``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+def check_draw(batch_size: int, generator: torch.Generator) -> None:
+    """ValueError / TypeError naming the argument unless ``batch_size`` is an integer >= 1 and ``generator`` a
+    ``torch.Generator`` (every sampler draws ``batch_size`` rows from it)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (torch.Generator().manual_seed(seed)), "
+                        f"got {type(generator).__name__}")
 
 
 def row_hash(inputs: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from psattn.tasks.batch import TaskBatch
-from psattn.tasks.split import check_split
+from psattn.tasks.split import check_draw, check_split
 from psattn.textdata.corpus import absolute_corpus
 from psattn.textdata.tokenizer import KINDS
 from psattn.textdata.tokens import SPLITS, TokenizedCorpus, tokenize_corpus
@@ -81,6 +81,7 @@ def windows(stream: np.ndarray, starts: np.ndarray, length: int) -> torch.Tensor
 def sample(config: TextConfig, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
     """``batch_size`` windows of ``split``'s text."""
     check_split(split)
+    check_draw(batch_size, generator)
     corpus = config.tokens()
     stream = corpus.train if split == "train" else corpus.eval
     span = len(stream) - config.seq_len - 1
