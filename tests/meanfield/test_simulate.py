@@ -128,3 +128,21 @@ def test_records_beyond_the_steps_fall_on_every_step_at_once():
     for n_records in (2, 5, 300, 301, 302, 1000):
         spaced = sorted({round(k * 300 / (n_records - 1)) for k in range(n_records)})
         assert _record_steps(300, n_records) == spaced
+
+
+def test_a_starting_state_that_cannot_be_put_on_the_sphere_is_refused():
+    """A NaN entry or a particle at the origin (normalised: 0 / 0) ran, and every state and energy was NaN."""
+    cfg = _cfg("usa", batch=1)
+    for bad in (float("nan"), float("inf")):
+        x0 = initial_state(cfg).clone()
+        x0[0, 3, 1] = bad
+        with pytest.raises(ValueError, match="x0 must be finite, with no particle at the origin"):
+            simulate(cfg, x0=x0)
+    x0 = initial_state(cfg).clone()
+    x0[0, 5] = 0.0
+    with pytest.raises(ValueError, match="no particle at the origin"):
+        simulate(cfg, x0=x0)
+    with pytest.raises(TypeError, match="x0 must be a torch.Tensor"):
+        simulate(cfg, x0=x0.tolist())
+    with pytest.raises(TypeError, match="simulate takes a SimulationConfig"):
+        simulate({"n": 12})  # 'dict' object has no attribute 'torch_dtype'

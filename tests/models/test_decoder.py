@@ -373,6 +373,8 @@ def test_presets_report_exact_counts(name, exact):
         assert DecoderLM(config).num_parameters() == count
     with pytest.raises(ValueError, match="unknown model preset"):
         preset("psa-1b")
+    with pytest.raises(TypeError, match=r"takes a ModelConfig \(preset\(name\) makes one\), got str"):
+        preset_parameter_count(name)  # 'str' object has no attribute 'd_model'
     assert set(PRESETS) == {"psa-4m", "psa-20m", "psa-92m"}
 
 

@@ -127,6 +127,8 @@ def test_bad_mask_and_gamma():
         psa_attention(q, k, v, gamma_k=float("nan"))
     with pytest.raises(ValueError, match="unknown PSA variant"):
         variant_gammas("both", 1.0)
+    with pytest.raises(ValueError, match=r"unknown PSA variant \['symmetric'\]"):
+        variant_gammas(["symmetric"], 1.0)  # unhashable type: 'list'
 
 
 def test_mismatched_devices():

@@ -113,6 +113,8 @@ def test_make_task_config_overrides_and_errors():
         make_task_config("random_offset", vocab_size=64)
     with pytest.raises(ValueError, match="unknown induction task form"):
         make_task_config("induction", form="double")
+    with pytest.raises(ValueError, match=r"unknown task \['induction'\]"):
+        make_task_config(["induction"])  # unhashable type: 'list'
 
 
 def test_the_old_spelling_of_the_all_positions_form_reads_as_it():

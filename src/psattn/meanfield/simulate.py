@@ -80,6 +80,8 @@ def simulate(
 
     progress, if given, is called as progress(steps done, total steps) at every record (for a bar).
     """
+    if not isinstance(config, SimulationConfig):
+        raise TypeError(f"simulate takes a SimulationConfig (SimulationConfig(**fields)), got {type(config).__name__}")
     dtype = config.torch_dtype
     kernel = build_kernel(config).to(dtype)
     frame, field, to_frame, from_frame = _frame(config, kernel)
@@ -151,8 +153,12 @@ def _starting_state(config: SimulationConfig, x0: Tensor | None) -> Tensor:
     """x0 (B, n, d) on the sphere: the given one (shape checked) or the seeded default."""
     if x0 is None:
         x0 = initial_state(config)
+    elif not isinstance(x0, Tensor):
+        raise TypeError(f"x0 must be a torch.Tensor (batch, n, d) or None, got {type(x0).__name__}")
     elif x0.shape != (config.batch, config.n, config.d):
         raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
+    elif not bool(torch.isfinite(x0).all()) or bool((x0 == 0).all(dim=-1).any()):  # normalised, either is NaN
+        raise ValueError("x0 must be finite, with no particle at the origin (each is put on the sphere by its norm)")
     return normalise(x0.to(config.torch_dtype))
 
 

@@ -29,6 +29,8 @@ def preset_parameter_count(config: ModelConfig) -> int:
     """Exact number of parameters of a ``DecoderLM`` with ``config``,
     by arithmetic (no model is built), for the PSA variants, which add none; the learned key-lag
     baselines add their own few (count those with ``DecoderLM.num_parameters``)."""
+    if not isinstance(config, ModelConfig):  # a preset's name gave "'str' object has no attribute 'd_model'"
+        raise TypeError(f"preset_parameter_count takes a ModelConfig (preset(name) makes one), got {type(config).__name__}")
     C, V, L = config.d_model, config.vocab_size, config.n_layers
     assert config.n_kv_heads is not None and config.d_mlp is not None  # filled in by ModelConfig
     q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim

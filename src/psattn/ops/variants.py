@@ -19,7 +19,7 @@ PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 def check_variant(variant: str) -> str:
     """``variant`` if it names a PSA variant; ValueError otherwise."""
-    if variant not in VARIANTS:
+    if not isinstance(variant, str) or variant not in VARIANTS:  # a list raised "unhashable type"
         raise ValueError(f"unknown PSA variant {variant!r}; expected one of {sorted(VARIANTS)}")
     return variant
 

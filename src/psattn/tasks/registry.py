@@ -38,7 +38,7 @@ def canonical_task_section(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _lookup(name: str) -> tuple[type, Sampler]:
-    if name not in TASKS:
+    if not isinstance(name, str) or name not in TASKS:  # a list raised "unhashable type"
         raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
     return TASKS[name]
 
