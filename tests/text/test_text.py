@@ -507,3 +507,23 @@ def test_a_bpe_smaller_than_asked_is_said_before_training(tmp_path, caplog):
         train(small, tmp_path / "run")
     assert f"the BPE tokenizer learned {size:,} ids from this corpus, fewer than task.vocab_size=2000" in caplog.text
     assert f"set task.vocab_size={size}" in caplog.text
+
+
+def test_the_lm_metrics_refuse_inputs_that_would_give_a_wrong_number():
+    """bits_per_byte summed losses and bytes of different tokens; icl_score read a (B, T) loss as B positions
+    (2 rows: early and late the same position, a score of 0); head_scores of 0 rows was NaN."""
+    from psattn import DecoderLM
+    from psattn.models.heads import head_scores
+
+    with pytest.raises(ValueError, match=r"losses \(3,\) and targets \(4,\) must have one shape"):
+        bits_per_byte(torch.ones(3), torch.zeros(4, dtype=torch.long), np.ones(16))
+    with pytest.raises(ValueError, match=r"position_loss must be the mean loss at each position \(T,\)"):
+        icl_score(torch.ones(2, 600))
+    with pytest.raises(ValueError, match="at least 3 positions, got 2"):
+        icl_window(2)
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_heads=2))
+    with pytest.raises(ValueError, match="batch must be an integer >= 1, got 0"):
+        head_scores(model, batch=0, half=4)
+    for vocab_size in (1, 17):  # random_'s "from=1 >= to=1"; the embedding's IndexError
+        with pytest.raises(ValueError, match=r"vocab_size must be an integer in \[2, 16\]"):
+            head_scores(model, batch=2, half=4, vocab_size=vocab_size)

@@ -14,6 +14,7 @@ patched with ``psattn.integrations.hf.apply_psa``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -95,6 +96,13 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
         >>> head_scores(model).induction.shape  # (layers, heads)
         torch.Size([2, 2])
     """
+    model_vocab = model.config.vocab_size if vocab_size is None else getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab_size = model_vocab if vocab_size is None else vocab_size
+    if isinstance(batch, bool) or not isinstance(batch, Integral) or batch < 1:  # 0 rows gave NaN scores
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral) or vocab_size < 2 or \
+            (model_vocab is not None and vocab_size > model_vocab):
+        raise ValueError(f"vocab_size must be an integer in [2, {model_vocab or 'the vocabulary'}] (BOS and one more "
+                         f"token, at most the model's), got {vocab_size!r}")
     g = torch.Generator().manual_seed(seed)
-    vocab_size = model.config.vocab_size if vocab_size is None else vocab_size
     return repeat_scores(model, repeated_tokens(batch, half, vocab_size, g), half, offset=1)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -29,14 +30,19 @@ from psattn.tasks.text import windows
 
 
 def icl_window(seq_len: int) -> tuple[range, range]:
-    """(early, late) positions of the in-context-learning score for a context of ``seq_len``."""
+    """(early, late) positions of the in-context-learning score for a context of ``seq_len`` (>= 3, so that
+    they do not overlap)."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, Integral) or seq_len < 3:
+        raise ValueError(f"the in-context-learning score needs a context of at least 3 positions, got {seq_len!r}")
     early = range(max(1, seq_len // 16), max(2, seq_len // 8))
     late = range(seq_len - max(1, seq_len // 8), seq_len)
     return early, late
 
 
 def icl_score(position_loss: Tensor) -> float:
-    """Mean loss over the late positions minus mean loss over the early ones."""
+    """Mean loss over the late positions minus mean loss over the early ones of ``position_loss`` (T,)."""
+    if position_loss.dim() != 1:  # a (B, T) loss was read as B positions
+        raise ValueError(f"position_loss must be the mean loss at each position (T,), got shape {tuple(position_loss.shape)}")
     early, late = icl_window(len(position_loss))
     return float(position_loss[list(late)].mean() - position_loss[list(early)].mean())
 
@@ -58,6 +64,8 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
 
 def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
     """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict."""
+    if losses.shape != targets.shape:  # the sums would be of different tokens
+        raise ValueError(f"losses {tuple(losses.shape)} and targets {tuple(targets.shape)} must have one shape")
     nbytes = torch.as_tensor(token_bytes, device=targets.device)[targets].sum()
     return float(losses.sum() / math.log(2) / nbytes.clamp(min=1))
 
