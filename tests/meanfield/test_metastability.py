@@ -81,3 +81,26 @@ def test_measured_cluster_count_does_not_depend_on_the_horizon():
     assert long["counts"][:len(short["counts"])] == short["counts"]
     with pytest.raises(ValueError, match="multiple of dt"):
         measure_cluster_count(36.0, n=16, tau=1.0, record_every=0.25)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: two_cluster_state(8, math.nan, 0.05, 0), "separation must be a finite number"),  # a NaN state
+    (lambda: two_cluster_state(8, 1.0, -0.1, 0), "jitter must be >= 0"),
+    (lambda: plateau_energies(0.0, 1.0), "beta must be a finite number > 0"),  # float division by zero
+    (lambda: plateau_energies(math.nan, 1.0), "beta must be a finite number > 0"),  # (nan, nan)
+    (lambda: reduced_lifetime(-1.0, 1.0), "beta must be a finite number > 0"),  # a lifetime of 0.30
+    (lambda: reduced_lifetime(2.0, math.inf), "separation must be a finite number"),
+    (lambda: circle_cluster_count(np.zeros(0), 0.1), "non-empty"),  # IndexError
+])
+def test_metastability_helpers_refuse_values_that_give_nan_or_nonsense(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_the_predicted_cluster_count_needs_a_positive_beta():
+    pytest.importorskip("scipy")
+    for beta in (math.nan, -1.0, 0.0):  # NaN gave 1 cluster, -1 gave 2
+        with pytest.raises(ValueError, match="beta must be a finite number > 0"):
+            predicted_cluster_count(beta)
+    with pytest.raises(ValueError, match="k_max must be an integer >= 1"):
+        predicted_cluster_count(4.0, k_max=0)  # argmax of an empty sequence

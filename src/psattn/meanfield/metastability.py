@@ -21,6 +21,7 @@ extra, imported lazily).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,14 @@ from psattn.meanfield.config import SimulationConfig
 from psattn.meanfield.simulate import simulate
 
 
+def _finite(name: str, value: float, *, positive: bool = False) -> float:
+    """``value`` as a float if it is a finite (and, with ``positive``, > 0) real number; a ValueError naming it
+    otherwise (NaN and inf went through the formulas below into NaN or a meaningless count)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or (positive and value <= 0):
+        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}")
+    return float(value)
+
+
 def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch: int = 1) -> Tensor:
     """(B, n, 2): the first n//2 particles around angle 0, the rest around separation.
 
@@ -41,6 +50,9 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
     """
     if n < 4:
         raise ValueError(f"need n ≥ 4 particles (two clusters of ≥ 2), got {n}")
+    _finite("separation", separation)
+    if not _finite("jitter", jitter) >= 0:
+        raise ValueError(f"jitter must be >= 0, got {jitter!r}")
     gen = torch.Generator().manual_seed(seed)
     first = torch.arange(n) < n // 2
     centre = torch.where(first, 0.0, float(separation)).double()  # (n,)
@@ -53,11 +65,13 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
 
 def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
     """(two-cluster plateau energy, one-cluster energy) of ``E_h = (1/(2βn²)) Σ_ij e^{β⟨x_i, x_j⟩}``."""
+    beta, separation = _finite("beta", beta, positive=True), _finite("separation", separation)
     return (math.exp(beta) + math.exp(beta * math.cos(separation))) / (4 * beta), math.exp(beta) / (2 * beta)
 
 
 def reduced_lifetime(beta: float, separation: float, points: int = 20001) -> float:
     """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature)."""
+    beta, separation = _finite("beta", beta, positive=True), _finite("separation", separation)
     # half-way energy ⇔ e^{β cos φ_m} = (e^β + e^{β cos φ0}) / 2; work with e^{β(cos φ − 1)} to avoid overflow
     target = 0.5 * (1.0 + math.exp(beta * (math.cos(separation) - 1.0)))
     phi_m = math.acos(min(1.0, 1.0 + math.log(target) / beta))
@@ -156,6 +170,9 @@ def predicted_cluster_count(beta: float, k_max: int = 200) -> int:
         from scipy.special import ive  # optional extra "theory"
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("predicted_cluster_count needs scipy (pip install 'phase-space-attention[theory]')") from err
+    _finite("beta", beta, positive=True)  # NaN gave 1, a negative beta a count too
+    if isinstance(k_max, bool) or not isinstance(k_max, numbers.Integral) or k_max < 1:
+        raise ValueError(f"k_max must be an integer >= 1, got {k_max!r}")
     k = np.arange(1, k_max + 1)
     return int(k[np.argmax(k.astype(np.float64) ** 2 * ive(k, beta))])  # ive = I_k e^{−β}: same argmax
 
@@ -163,12 +180,18 @@ def predicted_cluster_count(beta: float, k_max: int = 200) -> int:
 def circle_cluster_count(angles: np.ndarray, gap: float) -> int:
     """Clusters of points on S¹: the number of circular gaps wider than gap between sorted angles (≥ 1)."""
     a = np.sort(np.mod(np.asarray(angles, dtype=np.float64), 2 * np.pi))
+    if a.ndim != 1 or a.size == 0 or not np.isfinite(a).all():
+        raise ValueError(f"angles must be a non-empty list of finite numbers, got shape {a.shape}")
     gaps = np.diff(np.append(a, a[0] + 2 * np.pi))
     return max(1, int((gaps > gap).sum()))
 
 
 def near_uniform_circle(n: int, noise: float, seed: int) -> Tensor:
     """(1, n, 2): n equally spaced angles plus N(0, noise²) perturbations."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not _finite("noise", noise) >= 0:
+        raise ValueError(f"noise must be >= 0, got {noise!r}")
     gen = torch.Generator().manual_seed(seed)
     angles = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
     angles = angles + noise * torch.randn(n, generator=gen, dtype=torch.float64)
