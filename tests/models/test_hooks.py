@@ -125,3 +125,29 @@ def test_patch_always_detaches_its_hooks_and_refuses_a_name_that_matches_nothing
     assert not any(m.active for m in points)  # nothing attached
     with patch(model, {"blocks.0.attn.hook_v": lambda v: None}) as same:  # None: read only
         assert same is model and torch.equal(model(x), before)
+
+
+@pytest.mark.parametrize("replace", [lambda v: v[..., :2, :], lambda v: v.tolist(), lambda v: v[None]])
+def test_a_replacement_that_is_not_a_tensor_of_the_values_shape_is_refused(replace):
+    """Values cut to 2 of 6 positions went on to CPU SDPA, which does not check the lengths of k and v: the
+    logits came back, read from past the values' end. The cache is left as it was."""
+    model = random_model("symmetric", gamma=0.5)
+    x = torch.randint(0, 32, (1, 6))
+    cache = model.new_cache()
+    model(x[:, :3], cache=cache)
+    with pytest.raises(ValueError, match=r"the hook at blocks\.0\.attn\.hook_v returned .*a replacement must be a tensor "
+                                         r"of the shape of the value it replaces, \(1, 2, 3, 8\)"):
+        with patch(model, {"blocks.0.attn.hook_v": replace}):
+            model(x[:, 3:], cache=cache)
+    assert len(cache) == 3
+
+
+def test_patch_refuses_hooks_that_are_not_functions():
+    model = random_model("symmetric", gamma=0.5)
+    with pytest.raises(ValueError, match=r"the hooks for \['\*\.hook_v'\] are not functions"):
+        with patch(model, {"*.hook_v": 0.0}):
+            pass
+    with pytest.raises(TypeError, match="hooks must map hook point names"):
+        with patch(model, ["*.hook_v"]):
+            pass
+    assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from torch import nn
+from torch import Tensor, nn
 
 
 class HookPoint(nn.Module):
@@ -115,6 +115,18 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, Any]]:
             h.remove()
 
 
+def _replacement(name: str, value: Any, new: Any) -> Any:
+    """``new``, what a hook returned for ``value`` at hook point ``name``: None (no change) or, for a tensor, a
+    tensor of its shape; a ValueError otherwise."""
+    if new is None or not isinstance(value, Tensor):
+        return new
+    if not isinstance(new, Tensor) or new.shape != value.shape:
+        got = f"shape {tuple(new.shape)}" if isinstance(new, Tensor) else type(new).__name__
+        raise ValueError(f"the hook at {name} returned {got}; a replacement must be a tensor of the shape of the "
+                         f"value it replaces, {tuple(value.shape)} (or None to keep it)")
+    return new
+
+
 @contextmanager
 def patch(model: nn.Module, hooks: Mapping[str, Callable[[Any], Any]]) -> Iterator[nn.Module]:
     """Run ``model`` with hook functions attached, and always detach them on exit (TransformerLens's
@@ -125,14 +137,21 @@ def patch(model: nn.Module, hooks: Mapping[str, Callable[[Any], Any]]) -> Iterat
         with patch(model, {"blocks.0.attn.hook_v": torch.zeros_like}):
             logits = model(tokens)  # layer 0 attends to zero values
 
-    Raises a ValueError (attaching nothing) when a name or pattern matches no hook point.
+    Raises a ValueError (attaching nothing) when a name or pattern matches no hook point or a function is not
+    callable, and a ValueError when a replacement is not a tensor of the shape of the value it replaces
+    (attention would read past a shorter one: CPU SDPA does not check the lengths of k and v).
     """
+    if not isinstance(hooks, Mapping):
+        raise TypeError(f"hooks must map hook point names (or patterns) to functions, got {type(hooks).__name__}")
     matched = {pattern: list(_matching(model, [pattern])) for pattern in hooks}
     missing = [pattern for pattern, points in matched.items() if not points]
     if missing:
         raise ValueError(f"no hook point matches {missing}")
-    handles = [point.register_forward_hook(lambda _m, _i, out, fn=fn: fn(out))
-               for pattern, fn in hooks.items() for _, point in matched[pattern]]
+    uncallable = [pattern for pattern, fn in hooks.items() if not callable(fn)]
+    if uncallable:
+        raise ValueError(f"the hooks for {uncallable} are not functions")
+    handles = [point.register_forward_hook(lambda _m, _i, out, fn=fn, name=name: _replacement(name, out, fn(out)))
+               for pattern, fn in hooks.items() for name, point in matched[pattern]]
     try:
         yield model
     finally:
