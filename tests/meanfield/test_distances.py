@@ -60,3 +60,16 @@ def test_coupling_bound_dominates_the_circle_w1():
     assert coupling_w1_bound(embed(a), embed(a)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="same shape"):
         coupling_w1_bound(embed(a), embed(b)[:3])
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: circle_w1(np.array([np.nan, 0.0]), None, np.zeros(2), None), r"angles_a must be \(n,\) finite"),  # IndexError
+    (lambda: circle_w1(np.zeros(2), None, np.zeros(0), None), r"angles_b must be \(n,\) finite"),  # ZeroDivisionError
+    (lambda: circle_w1(np.zeros(2), np.array([np.inf, 1.0]), np.zeros(2), None), "weights must be finite"),  # nan
+    (lambda: energy_distance(np.full((3, 2), np.nan), np.zeros((3, 2))), r"points_a must be \(n, d\) finite"),  # nan
+    (lambda: energy_distance(np.zeros(3), np.zeros(3)), r"points_a must be \(n, d\)"),  # AxisError
+    (lambda: energy_distance(np.zeros((3, 2)), np.zeros((3, 3))), "one dimension d, got 2 and 3"),  # matmul's words
+])
+def test_distances_refuse_points_that_give_nan_or_a_traceback(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -21,12 +21,22 @@ import numpy as np
 TWO_PI = 2.0 * np.pi
 
 
+def _points(values, name: str, ndim: int) -> np.ndarray:
+    """``values`` as a float64 array of ``ndim`` dimensions holding at least one point, all finite; a
+    ValueError naming ``name`` otherwise (NaN gave NaN or an IndexError, no points a ZeroDivisionError)."""
+    a = np.asarray(values, dtype=np.float64)
+    if a.ndim != ndim or a.shape[0] == 0 or not np.isfinite(a).all():
+        shape = "(n,)" if ndim == 1 else "(n, d)"
+        raise ValueError(f"{name} must be {shape} finite numbers with n >= 1, got shape {a.shape}")
+    return a
+
+
 def _weights(points: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
     if weights is None:
         return np.full(points.shape[0], 1.0 / points.shape[0])
     w = np.asarray(weights, dtype=np.float64)
-    if w.shape != points.shape[:1] or (w < 0).any() or not w.sum() > 0:
-        raise ValueError("weights must be non-negative, one per point, with a positive sum")
+    if w.shape != points.shape[:1] or (w < 0).any() or not np.isfinite(w).all() or not w.sum() > 0:
+        raise ValueError("weights must be finite, non-negative, one per point, with a positive sum")
     return w / w.sum()
 
 
@@ -34,8 +44,8 @@ def circle_w1(
     angles_a: np.ndarray, weights_a: np.ndarray | None, angles_b: np.ndarray, weights_b: np.ndarray | None
 ) -> float:
     """Exact W1 on the unit circle between ``Σ a_i δ_{θ_i}`` and ``Σ b_j δ_{φ_j}``; angles in radians (any range)."""
-    a = np.mod(np.asarray(angles_a, dtype=np.float64).reshape(-1), TWO_PI)
-    b = np.mod(np.asarray(angles_b, dtype=np.float64).reshape(-1), TWO_PI)
+    a = np.mod(_points(np.asarray(angles_a, dtype=np.float64).reshape(-1), "angles_a", 1), TWO_PI)
+    b = np.mod(_points(np.asarray(angles_b, dtype=np.float64).reshape(-1), "angles_b", 1), TWO_PI)
     wa, wb = _weights(a, weights_a), _weights(b, weights_b)
     points = np.concatenate([a, b])
     signed = np.concatenate([wa, -wb])
@@ -58,7 +68,9 @@ def energy_distance(
     weights_b: np.ndarray | None = None,
 ) -> float:
     """Chordal energy distance between two weighted point clouds (n, d) and (m, d)."""
-    a, b = np.asarray(points_a, dtype=np.float64), np.asarray(points_b, dtype=np.float64)
+    a, b = _points(points_a, "points_a", 2), _points(points_b, "points_b", 2)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"the two clouds must live in one dimension d, got {a.shape[1]} and {b.shape[1]}")
     wa, wb = _weights(a, weights_a), _weights(b, weights_b)
 
     def mean_dist(x: np.ndarray, wx: np.ndarray, y: np.ndarray, wy: np.ndarray) -> float:
