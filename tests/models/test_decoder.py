@@ -184,6 +184,20 @@ def test_capture_rejects_unknown_names():
             pass
 
 
+def test_capture_and_build_context_name_arguments_of_the_wrong_kind():
+    """capture(model, 3) raised fnmatch's 'expected str, bytes or os.PathLike object'; a negative length or
+    batch raised torch.arange's 'upper bound and lower bound inconsistent with step sign'."""
+    from psattn.models import build_context
+
+    with pytest.raises(TypeError, match=r"patterns must be hook point names or shell-style patterns, got \[3\]"):
+        with capture(random_model(), 3):
+            pass
+    for kwargs, name in ((dict(batch=1, length=-1), "length"), (dict(batch=-1, length=3), "batch"),
+                         (dict(batch=1, length=2.0), "length")):
+        with pytest.raises(ValueError, match=f"{name} must be an integer >= 0"):
+            build_context(device=torch.device("cpu"), **kwargs)
+
+
 def test_attention_only_and_per_layer_configs():
     layers = [AttentionConfig("key_only", 1.0), AttentionConfig("baseline")]
     config = ModelConfig(n_layers=2, mlp=False, attention=layers)

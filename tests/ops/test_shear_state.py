@@ -69,3 +69,11 @@ def test_a_crop_keeps_only_the_rows_it_holds():
     state.shear("k", torch.randn(1, 2, 300, 8), 0.5, 0)
     state.crop(299, 300)
     assert state.raw_k.values.shape[-2] == 3 and state.raw_k.values.untyped_storage().nbytes() == state.extra_state_bytes()
+
+
+def test_a_stream_other_than_q_or_k_is_refused():
+    """Any other name was read as the key stream: a query chunk sheared as 'Q' continued the raw keys."""
+    state = ShearState()
+    with pytest.raises(ValueError, match="stream must be 'q' or 'k', got 'Q'"):
+        state.shear("Q", torch.randn(1, 1, 3, 2), 0.5, 0)
+    assert state.raw_k.values is None and state.raw_q.values is None

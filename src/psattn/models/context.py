@@ -52,6 +52,9 @@ def build_context(
     ``cache``, which is read, not changed: the context's ``chunk`` is what the cache appends after the
     forward pass. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
     B, T = batch, length
+    for name, size in (("batch", B), ("length", T)):  # a negative one raised torch.arange's "inconsistent with step sign"
+        if isinstance(size, bool) or not isinstance(size, (int, torch.SymInt)) or (isinstance(size, int) and size < 0):
+            raise ValueError(f"{name} must be an integer >= 0, got {size!r}")
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
         if x is not None and not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor (B, T) or None, got {type(x).__name__}")

@@ -103,6 +103,9 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, Any]]:
             model(tokens)
         seen["blocks.0.attn.hook_pattern"]  # (B, H, T, T)
     """
+    not_names = [p for p in patterns if not isinstance(p, str)]
+    if not_names:  # fnmatch raised "expected str, bytes or os.PathLike object"
+        raise TypeError(f"capture's patterns must be hook point names or shell-style patterns, got {not_names!r}")
     seen: dict[str, Any] = {}
     handles = [point.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, out))
                for name, point in _matching(model, patterns)]

@@ -138,8 +138,12 @@ class ShearState:
         return twin
 
     def window(self, stream: Stream) -> RawWindow:
-        """The raw window of ``stream`` (``"q"`` or ``"k"``)."""
-        return self.raw_q if stream == "q" else self.raw_k
+        """The raw window of ``stream`` (``"q"`` or ``"k"``; anything else is a ValueError: it was read as ``"k"``)."""
+        if stream == "q":
+            return self.raw_q
+        if stream == "k":
+            return self.raw_k
+        raise ValueError(f"stream must be 'q' or 'k', got {stream!r}")
 
     def last(self) -> tuple[Tensor | None, Tensor | None]:
         """(prev_q, prev_k), each (B, H, 1, D) or None: the raw values at the last position held."""
