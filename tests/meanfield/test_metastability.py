@@ -104,3 +104,14 @@ def test_the_predicted_cluster_count_needs_a_positive_beta():
             predicted_cluster_count(beta)
     with pytest.raises(ValueError, match="k_max must be an integer >= 1"):
         predicted_cluster_count(4.0, k_max=0)  # argmax of an empty sequence
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: exponential_fit([1.0], [1.0]), "two or more distinct betas"),  # (-0.0, 0.0, 1.0) and a RankWarning
+    (lambda: exponential_fit([1.0, 2.0], [-1.0, 1.0]), "lifetimes > 0"),  # (nan, nan, 1.0)
+    (lambda: exponential_fit([1.0, 2.0], [math.inf, 1.0]), "must be finite"),
+    (lambda: crossing_time(torch.arange(5.0), torch.zeros(4), 1.0), r"one series each, \(S\+1,\)"),  # inf
+])
+def test_the_lifetime_fit_and_crossing_time_refuse_what_gives_a_wrong_number(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

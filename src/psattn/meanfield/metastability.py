@@ -83,6 +83,9 @@ def reduced_lifetime(beta: float, separation: float, points: int = 20001) -> flo
 
 def crossing_time(times: Tensor, energy: Tensor, level: float) -> float:
     """First time a series (S+1,) reaches level (linear interpolation); inf if it never does."""
+    if times.dim() != 1 or energy.shape != times.shape:  # a shorter series read as one that never got there
+        raise ValueError(f"times and energy must be one series each, (S+1,), got {tuple(times.shape)} and "
+                         f"{tuple(energy.shape)}")
     above = torch.nonzero(energy >= level)
     if above.numel() == 0:
         return math.inf
@@ -95,7 +98,13 @@ def crossing_time(times: Tensor, energy: Tensor, level: float) -> float:
 
 def exponential_fit(betas: Sequence[float], lifetimes: Sequence[float]) -> tuple[float, float, float]:
     """(rate, intercept, Pearson r) of the least-squares fit log(lifetime) = intercept + rate·β."""
-    x, y = np.asarray(betas, dtype=np.float64), np.log(np.asarray(lifetimes, dtype=np.float64))
+    x, t = np.asarray(betas, dtype=np.float64), np.asarray(lifetimes, dtype=np.float64)
+    if x.ndim != 1 or x.shape != t.shape or np.unique(x).size < 2:  # one beta gave a rate of 0 and r = 1
+        raise ValueError(f"need one lifetime per beta and two or more distinct betas, got {x.shape} betas, "
+                         f"{t.shape} lifetimes")
+    if not (np.isfinite(x).all() and np.isfinite(t).all() and (t > 0).all()):  # log of them: NaN rate and intercept
+        raise ValueError("betas and lifetimes must be finite, and lifetimes > 0")
+    y = np.log(t)
     rate, intercept = np.polyfit(x, y, 1)
     r = float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 else 1.0
     return float(rate), float(intercept), r
