@@ -275,6 +275,19 @@ def test_malformed_model_configs_are_refused_by_name(fields, message):
         ModelConfig.from_dict(fields)
 
 
+def test_numpy_integers_are_integer_sizes():
+    """np.int64(64) was refused as 'vocab_size must be a positive integer, got np.int64(64)' (the task configs
+    take NumPy's ints); they are stored as Python ints, so the config still writes as JSON."""
+    import json
+
+    import numpy as np
+
+    config = ModelConfig(vocab_size=np.int64(64), d_model=np.int32(32), n_heads=np.int64(4), n_kv_heads=np.int64(2),
+                         d_mlp=np.int64(64), n_layers=np.int64(2))
+    assert config == ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_mlp=64, n_layers=2)
+    assert type(config.vocab_size) is int and json.loads(json.dumps(config.to_dict())) == config.to_dict()
+
+
 def test_bad_model_inputs():
     model = random_model()
     with pytest.raises(ValueError, match=r"\(B, T\)"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -123,6 +124,10 @@ class ModelConfig:
 
     def __post_init__(self):
         check_choices(self, "model")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_mlp", "d_head"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # NumPy's ints too, stored as int
+                setattr(self, name, int(value))  # (np.int64(64) was refused as "must be a positive integer")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.d_head)  # d_model first: d_mlp derives from it
