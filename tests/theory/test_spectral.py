@@ -109,3 +109,12 @@ def test_pre_rope_shear_is_the_filter_shifted_by_each_pairs_rotation():
 def test_bad_layer():
     with pytest.raises(ValueError, match="layer"):
         measure_bode(_model("symmetric"), torch.zeros(1, 8, dtype=torch.long), layer=5)
+
+
+@pytest.mark.parametrize("layer", [0.5, True])
+def test_measure_bode_names_a_layer_that_is_no_integer(layer):
+    """0.5 raised ModuleList's "'float' object cannot be interpreted as an integer"; True measured layer 1."""
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=2,
+                                  attention=AttentionConfig("symmetric", 0.5)))
+    with pytest.raises(ValueError, match="layer must lie in"):
+        measure_bode(model, torch.zeros(1, 16, dtype=torch.long), layer=layer)

@@ -101,3 +101,13 @@ def test_properties_of_the_law(d_k, T):
         assert transition.gamma_c(d_k * 1.5, T) < transition.gamma_c(d_k, T)  # decreasing in d_k above the crossover
     else:
         assert u == pytest.approx(1 / (2 * transition.C_CONSTANT**2 * math.sqrt(2 * L)))
+
+
+def test_a_constant_or_grid_of_the_wrong_kind_is_named():
+    """c = 'x' said only "could not convert string to float: 'x'", c = None raised float()'s TypeError, and
+    d_k and T of shapes (2,) and (3,) numpy's 'shape mismatch: objects cannot be broadcast'."""
+    for c in ("x", None, True):
+        with pytest.raises(TypeError, match="c must be a real number"):
+            transition.gamma_c(64, 100, c=c)
+    with pytest.raises(ValueError, match=r"d_k of shape \(2,\) and T of shape \(3,\) do not broadcast together"):
+        transition.gamma_c([16, 64], [100, 1000, 10])

@@ -188,7 +188,7 @@ def measure_bode(model, input_ids: Tensor, layer: int = 0) -> MeasuredBode:
     """Estimate the query and key responses of attention layer ``layer`` of a
     ``DecoderLM`` from its hook points on ``input_ids`` (B, T)."""
     blocks = model.blocks
-    if not 0 <= layer < len(blocks):
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(blocks):
         raise ValueError(f"layer must lie in [0, {len(blocks)}), got {layer}")
     attn = blocks[layer].attn
     prefix = f"blocks.{layer}.attn."

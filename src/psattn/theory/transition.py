@@ -26,6 +26,8 @@ T < 3, d_k <= 0 or non-finite input.
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 
 #: The constant c of branch 2 (arXiv 2609.32319: c ~ 0.74). It is the only free parameter of the law.
@@ -61,10 +63,21 @@ def _check_dk(d_k) -> np.ndarray:
 
 
 def _check_c(c: float) -> float:
+    if isinstance(c, bool) or not isinstance(c, Real):  # float("x") said only "could not convert string to float"
+        raise TypeError(f"c must be a real number, got {c!r}")
     c = float(c)
     if not (np.isfinite(c) and c > 0):
         raise ValueError(f"c must be a positive finite number, got {c}")
     return c
+
+
+def _pair(d_k, T) -> tuple[np.ndarray, np.ndarray]:
+    """``d_k`` and ``T``, checked and broadcast together; a ValueError naming both shapes when they do not."""
+    d_k, T = _check_dk(d_k), _check_T(T)
+    try:
+        return np.broadcast_arrays(d_k, T)  # type: ignore[return-value]
+    except ValueError:
+        raise ValueError(f"d_k of shape {d_k.shape} and T of shape {T.shape} do not broadcast together") from None
 
 
 def log_distractors(T):
@@ -79,7 +92,7 @@ def crossover_dk(T):
 
 def transition_branch(d_k, T):
     """1 where d_k >= 8L (the annealed branch), 2 below the crossover."""
-    d_k, T = np.broadcast_arrays(_check_dk(d_k), _check_T(T))
+    d_k, T = _pair(d_k, T)
     branch = np.where(d_k >= 8.0 * np.log(T - 1.0), 1, 2)
     return int(branch) if branch.ndim == 0 else branch
 
@@ -87,7 +100,7 @@ def transition_branch(d_k, T):
 def gamma_c_squared(d_k, T, c: float = C_CONSTANT):
     """gamma_c^2(d_k, T) of arXiv 2609.32319, both branches."""
     c = _check_c(c)
-    d_k, T = np.broadcast_arrays(_check_dk(d_k), _check_T(T))
+    d_k, T = _pair(d_k, T)
     L = np.log(T - 1.0)
     above = d_k >= 8.0 * L
     branch1 = 2.0 * L / (np.sqrt(d_k) + np.sqrt(np.where(above, d_k - 8.0 * L, 0.0)))
@@ -103,7 +116,7 @@ def gamma_c(d_k, T, c: float = C_CONSTANT):
 def annealed_roots(d_k, T):
     """(u_-, u_+): the roots u = gamma^2 of 2u^2 - sqrt(d_k) u + L = 0, NaN where d_k < 8L.
     Branch 1 of the law is u_-; between the roots the target beats the annealed log-partition."""
-    d_k, T = np.broadcast_arrays(_check_dk(d_k), _check_T(T))
+    d_k, T = _pair(d_k, T)
     L = np.log(T - 1.0)
     disc = d_k - 8.0 * L
     root = np.sqrt(np.where(disc >= 0, disc, np.nan))
