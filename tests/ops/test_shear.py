@@ -199,6 +199,18 @@ def test_a_prev_row_of_another_dtype_is_cast_to_the_streams(T):
     assert torch.equal(momentum(x.bfloat16(), prev=prev.float()), momentum(x.bfloat16(), prev=prev.bfloat16()))
 
 
+def test_unshear_refuses_a_run_its_recursion_cannot_invert_and_inverts_shorter_ones():
+    """For gamma < -1/2 the recursion multiplies rounding errors by |gamma / (1 + gamma)| per position: the
+    'exact inverse' of 64 float32 positions at gamma = -0.8 was off by 1e30 (and inf at 256)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 64, 8, generator=g)
+    with pytest.raises(ValueError, match=r"gamma = -0.8 is unstable here: .* = 4 per position, 63 times in a row"):
+        unshear(shear(x, -0.8), -0.8)
+    starts = (torch.arange(64) % 4 == 0)[None]  # runs of 4: three steps of the recursion each
+    torch.testing.assert_close(unshear(shear(x, -0.8, starts=starts), -0.8, starts=starts), x, atol=1e-4, rtol=0)
+    torch.testing.assert_close(unshear(shear(x, 0.8), 0.8), x)  # gamma > -1/2: any length
+
+
 def test_unshear_of_an_empty_chunk_is_empty():
     y = torch.randn(2, 3, 0, 4)
     assert unshear(y, 0.5).shape == (2, 3, 0, 4)

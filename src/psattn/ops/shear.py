@@ -209,10 +209,33 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
     return torch.lerp(x_prev, x, 1.0 + gamma)
 
 
+#: the largest growth of rounding errors ``unshear`` accepts, relative to its dtype's precision
+MAX_INVERSE_ERROR = 1e-3
+
+
+def _check_inverse_growth(gamma: float, is_start: Tensor, dtype: torch.dtype) -> None:
+    """ValueError when the inverse recursion over the longest run of positions between starts (B, T) grows a
+    rounding error of ``dtype`` past ``MAX_INVERSE_ERROR`` (gamma = -0.8 over 64 float32 positions gave 1e30)."""
+    ratio = abs(gamma / (1.0 + gamma))
+    if ratio <= 1.0:  # gamma >= -1/2: errors shrink or stay
+        return
+    positions = torch.arange(is_start.shape[1], device=is_start.device)  # (T,)
+    last_start = torch.where(is_start, positions, -1).cummax(dim=1).values  # (B, T): the latest start at or before t
+    steps = int((positions - last_start).max())  # the longest chain of the recursion
+    if steps * math.log(ratio) > math.log(MAX_INVERSE_ERROR / torch.finfo(dtype).eps):
+        raise ValueError(
+            f"unshear with gamma = {gamma:g} is unstable here: it multiplies rounding errors by "
+            f"|gamma / (1 + gamma)| = {ratio:.3g} per position, {steps} times in a row, past {MAX_INVERSE_ERROR:g} of "
+            f"{dtype}'s precision (it is stable for gamma >= -1/2; shorter runs between starts or float64 go further)"
+        )
+
+
 def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
             boundary: str = "replicate") -> Tensor:
     """The exact inverse of ``shear``: ``x_t = (y_t + gamma x_{t-1}) / (1 + gamma)``, x = y at
-    replicate-rule starts. A sequential scan over T; needs gamma != -1."""
+    replicate-rule starts. A sequential scan over T; needs gamma != -1. For gamma < -1/2 the recursion
+    multiplies every rounding error by |gamma / (1 + gamma)| > 1 per position, so a run of positions long
+    enough to lose all but 1e-3 of the dtype's precision is a ValueError, not a result."""
     gamma = check_gamma(gamma)
     check_stream(y, starts, prev)
     check_boundary(boundary)
@@ -226,6 +249,7 @@ def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tens
         is_start |= starts
     if prev is None:
         is_start[:, 0] = True
+    _check_inverse_growth(gamma, is_start, y.dtype if y.is_floating_point() else torch.get_default_dtype())
     xs = []
     x_last = prev.to(y.dtype) if prev is not None else torch.zeros_like(y[..., :1, :])  # (B, H, 1, D)
     for t in range(T):
