@@ -260,3 +260,11 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, attn_mask=torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="scale must be finite"):
         attention_weights(q, k, scale=float("nan"))
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])
+def test_a_zero_head_dimension_is_refused_by_every_backend(backend):
+    """The reference path divided by sqrt(0) (ZeroDivisionError) where SDPA returned a result."""
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="positive head dimension D, got 0"):
+        psa_attention(q[..., :0], k[..., :0], v, is_causal=True, backend=backend)

@@ -39,3 +39,15 @@ def test_missing_raw_query_is_an_error():
 def test_negative_rollback_rejected():
     with pytest.raises(ValueError, match="max_rollback"):
         LayerCache(keep_query=False, max_rollback=-1)
+
+
+def test_a_chunk_that_does_not_fit_the_cache_is_refused_before_anything_changes():
+    """torch.cat raised 'Sizes of tensors must match except in dimension 2' from inside the cache."""
+    cache = LayerCache(keep_query=False)
+    k = torch.randn(1, 2, 3, 4)
+    cache.append(k, k, raw_k=k)
+    with pytest.raises(ValueError, match=r"does not continue the cached \(1, 2, 3, 4\)"):
+        cache.append(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4), raw_k=torch.randn(1, 3, 1, 4))
+    with pytest.raises(ValueError, match="of one batch, head count and length"):
+        cache.append(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 2, 4), raw_k=torch.randn(1, 2, 1, 4))
+    assert len(cache) == 3 and cache.shear_state.raw_k.end == 3

@@ -45,6 +45,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
         raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k head dimensions differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if q.shape[-1] == 0:  # the default scale 1/sqrt(D): a ZeroDivisionError on the reference path
+        raise ValueError("q and k must have a positive head dimension D, got 0")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in heads or length")
     if q.shape[1] % k.shape[1]:

@@ -63,6 +63,14 @@ class LayerCache:
                raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Add a chunk of T tokens (with the raw keys and queries the shear acted on, where this cache
         keeps them); returns all sheared keys and values so far."""
+        if k_hat.dim() != 4 or v.dim() != 4 or k_hat.shape[:3] != v.shape[:3]:
+            raise ValueError(f"k_hat and v must be (B, Hkv, T, D) of one batch, head count and length, got "
+                             f"{tuple(k_hat.shape)} and {tuple(v.shape)}")
+        if self.keys is not None and self.values is not None and (
+                k_hat.shape[:2] != self.keys.shape[:2] or k_hat.shape[3] != self.keys.shape[3]
+                or v.shape[3] != self.values.shape[3]):  # torch.cat's "Sizes of tensors must match"
+            raise ValueError(f"a chunk of keys {tuple(k_hat.shape)} and values {tuple(v.shape)} does not continue the "
+                             f"cached {tuple(self.keys.shape)} and {tuple(self.values.shape)} (B, Hkv, S, D)")
         if self.keep_key and raw_k is None:
             raise ValueError("this cache keeps the last raw key (gamma_k != 0); pass raw_k")
         if self.keep_query and raw_q is None:
