@@ -184,6 +184,12 @@ def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, match
         generate(random_model(), torch.randint(0, 37, (1, 3)), 3, **kwargs)
 
 
+def test_a_generator_that_is_no_torch_generator_is_named():
+    """A seed passed as the generator raised "'int' object has no attribute 'device'" at the first draw."""
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):
+        generate(random_model(), torch.randint(0, 37, (1, 3)), 3, do_sample=True, generator=0)
+
+
 def test_malformed_requests_to_the_other_decoders_are_one_line():
     model, prompt = random_model(), torch.randint(0, 37, (1, 3))
     with pytest.raises(ValueError, match="at least one token"):

@@ -91,6 +91,14 @@ def test_rope_sizes_of_another_type_are_refused_by_name(kwargs, match):
         RotaryEmbedding(**kwargs)
 
 
+def test_apply_rope_names_an_argument_that_is_no_tensor():
+    cos, sin = RotaryEmbedding(8)(torch.arange(3)[None])
+    with pytest.raises(TypeError, match="apply_rope's x must be a torch.Tensor, got list"):
+        apply_rope(torch.randn(1, 1, 3, 8).tolist(), cos, sin)  # 'list' object has no attribute 'shape'
+    with pytest.raises(TypeError, match="apply_rope's cos must be a torch.Tensor, got NoneType"):
+        apply_rope(torch.randn(1, 1, 3, 8), None, sin)
+
+
 def test_rope_tables_are_refused_in_an_integer_dtype():
     """dtype=torch.long gave tables of cos and sin rounded to 0 and 1."""
     with pytest.raises(TypeError, match="floating-point dtype, got torch.int64"):

@@ -37,6 +37,10 @@ def test_accuracy_rejects_mismatched_logits_and_empty_batches():
     empty = TaskBatch(batch.inputs, torch.full_like(batch.inputs, IGNORE_INDEX))
     with pytest.raises(ValueError, match="no scored"):
         accuracy(torch.zeros(2, 4, 6), empty)
+    with pytest.raises(ValueError, match=r"logits shape \(2, 4\)"):
+        accuracy(torch.zeros(2, 4), batch)  # IndexError: too many indices for tensor of dimension 1
+    with pytest.raises(TypeError, match="scores against a TaskBatch, got tuple"):
+        accuracy(torch.zeros(2, 4, 6), (batch.inputs, batch.targets))  # AttributeError: no attribute 'targets'
 
 
 def test_batch_validation():

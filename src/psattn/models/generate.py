@@ -153,6 +153,8 @@ def generate(
         _check_positive_int("top_k", top_k)
     if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):  # an AttributeError at the first draw
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
         warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily", stacklevel=2)
     device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere

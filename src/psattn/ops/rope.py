@@ -120,6 +120,9 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate x (B, H, T, D) by the tables from ``RotaryEmbedding`` (first r channels)."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, Tensor):  # was "'list' object has no attribute 'shape'"
+            raise TypeError(f"apply_rope's {name} must be a torch.Tensor, got {type(t).__name__}")
     r = cos.shape[-1]
     if r > x.shape[-1]:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")

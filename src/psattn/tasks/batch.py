@@ -52,7 +52,9 @@ def accuracy(logits: Tensor, batch: TaskBatch) -> float:
 
     ``logits`` is (B, T, V), aligned with ``batch.inputs`` (no shift).
     """
-    if logits.shape[:2] != batch.targets.shape:
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"accuracy scores against a TaskBatch, got {type(batch).__name__}")
+    if logits.dim() != 3 or logits.shape[:2] != batch.targets.shape:  # (B, T) logits raised an IndexError
         raise ValueError(
             f"logits shape {tuple(logits.shape)} does not match targets {tuple(batch.targets.shape)}"
         )
