@@ -97,6 +97,11 @@ def test_a_kernel_table_that_is_not_finite_numbers_is_refused(kernel, match):
         SimulationConfig(n=2, d=2, kernel=KernelConfig(**kernel))
 
 
+def test_build_kernel_names_a_config_of_another_type():
+    with pytest.raises(TypeError, match="build_kernel takes a SimulationConfig, got dict"):
+        build_kernel({"n": 4})  # 'dict' object has no attribute 'kernel'
+
+
 def test_pair_kernel_cannot_run_comoving():
     pairs = torch.eye(3, dtype=torch.float64).expand(4, 4, 3, 3).tolist()
     with pytest.raises(ValueError, match="not of gauge form"):

@@ -184,6 +184,19 @@ def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, match
         generate(random_model(), torch.randint(0, 37, (1, 3)), 3, **kwargs)
 
 
+def test_continue_text_names_a_prompt_or_seed_of_the_wrong_kind():
+    """None raised the tokenizer's "'NoneType' object has no attribute 'encode'"; seed '1' manual_seed's
+    RuntimeError 'expected a long, but got str'."""
+    from psattn.models.generate import continue_text
+    from psattn.textdata import ByteTokenizer
+
+    model = DecoderLM(ModelConfig(vocab_size=256, d_model=16, n_heads=2)).eval()
+    with pytest.raises(TypeError, match="prompt must be a str, got NoneType"):
+        continue_text(model, ByteTokenizer(), None, 3)
+    with pytest.raises(ValueError, match="seed must be an integer, got '1'"):
+        continue_text(model, ByteTokenizer(), "Hi", 3, seed="1")
+
+
 def test_a_generator_that_is_no_torch_generator_is_named():
     """A seed passed as the generator raised "'int' object has no attribute 'device'" at the first draw."""
     with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):

@@ -265,6 +265,8 @@ def _table(values: Any, name: str) -> torch.Tensor:
 
 def build_kernel(config: SimulationConfig) -> LabelledKernel:
     """Evaluate the configured kernel on the run's labels (float64)."""
+    if not isinstance(config, SimulationConfig):  # an AttributeError on .kernel
+        raise TypeError(f"build_kernel takes a SimulationConfig, got {type(config).__name__}")
     kc, n, d = config.kernel, config.n, config.d
     labels = config.labels if config.labels is not None else default_labels(config)
     if kc.name == "usa":

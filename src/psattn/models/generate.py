@@ -319,6 +319,10 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
     """
     if not (_is_number(temperature) and 0 <= temperature < math.inf):
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if not isinstance(prompt, str):  # the tokenizer's AttributeError
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, Integral):  # manual_seed's "expected a long, but got str"
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError("the prompt must not be empty")
