@@ -234,8 +234,9 @@ def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tens
             boundary: str = "replicate") -> Tensor:
     """The exact inverse of ``shear``: ``x_t = (y_t + gamma x_{t-1}) / (1 + gamma)``, x = y at
     replicate-rule starts. A sequential scan over T; needs gamma != -1. For gamma < -1/2 the recursion
-    multiplies every rounding error by |gamma / (1 + gamma)| > 1 per position, so a run of positions long
-    enough to lose all but 1e-3 of the dtype's precision is a ValueError, not a result."""
+    multiplies every rounding error by |gamma / (1 + gamma)| > 1 per position, so a run of positions
+    between starts long enough to grow the dtype's rounding error past ``MAX_INVERSE_ERROR`` (relative)
+    is a ValueError, not a result."""
     gamma = check_gamma(gamma)
     check_stream(y, starts, prev)
     check_boundary(boundary)
