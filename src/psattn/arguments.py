@@ -141,8 +141,32 @@ def device_name(text: str) -> str:
 
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:
     """``--json [PATH]``: ``what`` as JSON, written to PATH or printed."""
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH", type=json_output,
                         help=f"{what} as JSON, written to PATH (printed when PATH is left out or is '-')")
+
+
+#: the files of a run directory (``psattn.training.run_dir.run_files``), which no ``--json`` replaces
+RUN_FILES = ("config.json", "meta.json", "metrics.jsonl", "checkpoint.pt", "result.json", "tokenizer.json", "data.json")
+
+
+def json_output(text: str) -> str:
+    """argparse type of ``--json PATH``: '-', or a file to write that is neither a folder nor a file of a
+    run directory (one beside a config.json), checked before the command works."""
+    path = Path(text)
+    if text == "-":
+        return text
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file to write the JSON to, or '-' to print it, got ''")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name the JSON file to write")
+    if path.name in RUN_FILES and (path.parent / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text} is a file of the run directory {path.parent}; name another file")
+    return text
+
+
+def same_file(a: str | None, b: str | None) -> bool:
+    """Whether paths ``a`` and ``b`` (either may be None or '-') name the same file."""
+    return a not in (None, "-") and b not in (None, "-") and Path(a).resolve() == Path(b).resolve()
 
 
 def report(json_path: str | None, text: str, data: Any) -> None:

@@ -20,6 +20,7 @@ def made_once(tmp_path_factory):
     (tmp_path / "broken.json").write_text('{"model": {')
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "numbers.json").write_text("[1, 2, 3]")
+    (tmp_path / "sweep.json").write_text("[[16, 0.5], [32, 0.4]]")
     for name, config in {"batch": {"batch": "2"}, "unknown": {"unknown": 1}, "records": {"n_records": 2.5},
                          "seed": {"seed": 2**70},
                          "frequencies": {"kernel": {"name": "rope", "frequencies": 1.0}}}.items():
@@ -119,10 +120,13 @@ CASES = [
     ("export --run-dir {d}/run --out {d}/m.onnx --quantize int8", "--quantize applies to --format executorch"),
     ("export --format executorch --run-dir {d}/run --out {d}/m.pte --int8", "--int8 applies to --format onnx"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
+    ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
+    ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),
     ("theory fit-exponent {d}/numbers.json", "is neither a (d_k, gamma_critical) pair nor a record"),
+    ("theory fit-exponent {d}/sweep.json --json {d}/sweep.json", "would replace the sweep results it fits"),
     ("theory gamma-c --d-k 0 --context 10", "d_k"),
     ("theory gamma-c --d-k 16 --context 0", "context length"),
     ("theory gamma-c --d-k 16 --context 10 --c nan", "c must be"),
@@ -246,3 +250,27 @@ def test_an_export_named_after_a_run_file_leaves_the_run_whole(files, capsys):
         main(["export", "--run-dir", str(files / "run"), "--out", str(files / "run" / "checkpoint.pt")])
     assert (files / "run" / "checkpoint.pt").read_bytes() == before
     assert main(["eval", "--run-dir", str(files / "run")]) == 0
+
+
+@pytest.mark.parametrize("command", [
+    "eval --run-dir {d}/run --json {d}/run/checkpoint.pt",
+    "footprint {d}/run --json {d}/run/checkpoint.pt",
+    "export --run-dir {d}/run --out {d}/m.onnx --json {d}/run/checkpoint.pt",
+    "certify --only causality --json {d}/run/checkpoint.pt",
+    "eval --run-dir {d}/other --json {d}/run/config.json",
+])
+def test_a_json_output_named_after_a_run_file_is_refused_before_anything_is_written(files, command, capsys):
+    """``--json PATH`` wrote its JSON over run/checkpoint.pt, and the run no longer loaded."""
+    before = {name: (files / "run" / name).read_bytes() for name in ("checkpoint.pt", "config.json")}
+    with pytest.raises(SystemExit) as stop:
+        main(command.format(d=files).split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "is a file of the run directory" in err, err
+    assert {name: (files / "run" / name).read_bytes() for name in before} == before
+
+
+def test_an_export_json_named_after_its_own_output_is_refused(files, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--run-dir", str(files / "run"), "--out", str(files / "m.onnx"), "--json", str(files / "m.onnx")])
+    assert stop.value.code == 2 and "would replace the export it describes" in capsys.readouterr().err
+    assert not (files / "m.onnx").exists()

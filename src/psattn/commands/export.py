@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from psattn.arguments import add_command, add_json, add_required, add_run_dir, report, required_run_dir
+from psattn.arguments import add_command, add_json, add_required, add_run_dir, report, required_run_dir, same_file
 
 #: --format -> what the export writes
 FORMATS = {
@@ -45,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if same_file(args.json, args.out):
+        raise ValueError(f"--json {args.json} would replace the export it describes (--out): name another file")
     if args.int8 and args.format != "onnx":
         raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")
     if args.quantize and args.format != "executorch":

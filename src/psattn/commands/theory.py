@@ -28,7 +28,7 @@ import argparse
 import json
 from pathlib import Path
 
-from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, seed_int, write_json_output
+from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
@@ -135,6 +135,8 @@ def cmd_gamma_c(args: argparse.Namespace) -> int:
 def cmd_fit_exponent(args: argparse.Namespace) -> int:
     from psattn.theory.scaling import empirical_exponent, load_sweep_results
 
+    if same_file(args.json, args.file):
+        raise ValueError(f"--json {args.json} would replace the sweep results it fits: name another file")
     fit = empirical_exponent(load_sweep_results(args.file))
     if args.json:
         write_json_output(args.json, fit.to_dict())
