@@ -88,3 +88,18 @@ def test_plot_draws_into_the_run_directory_unless_told_and_says_where(tmp_path, 
     with pytest.raises(SystemExit):
         main(["plot", "run", "--out", "run"])  # a folder: it wrote run.png beside it
     assert "run is a folder; name the figure's file" in capsys.readouterr().err and not (tmp_path / "run.png").exists()
+
+
+@pytest.mark.parametrize("foreign", ['{"model_type": "llama", "hidden_size": 64}', '{"model": '])
+def test_a_folder_whose_config_json_is_another_programs_is_refused_and_kept(tmp_path, foreign, capsys):
+    """A Hugging Face model's folder (its config.json, no checkpoint.pt): --config FILE trained into it and
+    replaced its config.json, --restart too."""
+    (tmp_path / "config.json").write_text(json.dumps(tiny_config(2).to_dict()))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(foreign)
+    for restart in ([], ["--restart"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["train", "--config", str(tmp_path / "config.json"), "--run-dir", str(tmp_path / "model"), *restart])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and "holds a config.json that is not a psattn run's" in err, err
+        assert (tmp_path / "model" / "config.json").read_text() == foreign

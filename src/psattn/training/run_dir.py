@@ -192,6 +192,8 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     ``resume`` is false (a restart from step 0); one holding only the config of a failed start is no
     run to protect."""
     config_path = run_dir / CONFIG
+    if config_path.exists():
+        _refuse_a_foreign_config(run_dir)
     if not config_path.exists() or not holds_progress(run_dir) or not resume:
         return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
     extensions = read_meta(run_dir).get("extensions", [])
@@ -234,6 +236,21 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues); use another directory, "
         "or --restart"
     )
+
+
+def _refuse_a_foreign_config(run_dir: Path) -> None:
+    """Refuse (ValueError) a directory whose config.json is not a run config, not even a half-made one: another
+    program's (a Hugging Face model's folder, a project's), which a run's config.json would replace."""
+    try:
+        data = read_json(run_dir / CONFIG, what="run config", object_only=True)
+        unknown = sorted(set(data) - {"name", "model", "task", "train"})
+        if not unknown:
+            return
+        reason = f"its keys {unknown[:4]} are no run config's sections"
+    except ValueError as err:
+        reason = str(err)
+    raise ValueError(f"{run_dir} holds a config.json that is not a psattn run's ({reason}); a run would replace it: "
+                     "name another run directory")
 
 
 def _check_stopping_rule(run_dir: Path, config: RunConfig, more_steps: bool) -> None:
