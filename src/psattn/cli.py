@@ -122,6 +122,11 @@ def _run(argv: list[str] | None) -> int:
         hint = " (a run directory goes after --run-dir)" if any(
             "--run-dir" in a.option_strings for a in command._actions) and not extra[0].startswith("-") else ""
         command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    for dest in ("run_dir", "out"):  # '' is the current folder to a path: a run or report would land there
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            getattr(args, "command_parser", parser).error(
+                f"argument --{dest.replace('_', '-')}: expected a path, got {value!r} (write . for the current folder)")
     verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
     if verbose and quiet:
         parser.error("-q/--quiet and -v/--verbose cannot be combined")

@@ -66,6 +66,7 @@ CASES = [
     ("eval --run-dir {d}/run --rows 100000000", "drawing 100,000,000 held-out rows needs about"),  # 25 GiB kept, 24x drawn
     ("eval --run-dir {d}/run --set task.seq_len=100000", "held-out rows of task.seq_len=100000 does not fit in memory"),
     ("train --config= --run-dir {d}/r", "--config is empty"),
+    ("train --run-dir= --set train.steps=1", "argument --run-dir: expected a path, got '' (write . for the current"),
     ("train --config {d}/broken.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/binary.json --run-dir {d}/r", "not valid JSON"),
     ("train --config {d}/list.json --run-dir {d}/r", "JSON object"),
@@ -274,3 +275,15 @@ def test_an_export_json_named_after_its_own_output_is_refused(files, capsys):
         main(["export", "--run-dir", str(files / "run"), "--out", str(files / "m.onnx"), "--json", str(files / "m.onnx")])
     assert stop.value.code == 2 and "would replace the export it describes" in capsys.readouterr().err
     assert not (files / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("command", ["train --run-dir= --set train.steps=2 model.d_model=32 model.n_heads=2",
+                                     "theory bode --out=", "meanfield run --n 8 --out=", "demo --steps 1 --out="])
+def test_an_empty_path_is_refused_and_nothing_lands_in_the_current_folder(tmp_path, monkeypatch, command, capsys):
+    """``--run-dir ''`` (an unset shell variable) trained into the current folder, ``--out ''`` wrote there."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(command.split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "expected a path, got ''" in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
