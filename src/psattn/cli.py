@@ -79,6 +79,12 @@ def _one_line(err: Exception) -> str:
     return text or type(err).__name__
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: Python's MemoryError, or torch's CPU or GPU allocator."""
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
@@ -149,6 +155,13 @@ def _run(argv: list[str] | None) -> int:
     except TrainingDiverged as err:  # train, sweep, reproduce, demo: the run, the step and what is kept
         print(f"psattn: error: {err}", file=sys.stderr)
         return 1
+    except (MemoryError, RuntimeError) as err:  # the allocator's refusal, where no check could tell beforehand
+        if not _out_of_memory(err):
+            raise
+        if verbose:
+            logging.exception("details")
+        parser.exit(2, f"psattn: error: this does not fit in memory ({_one_line(err)[:200]}); ask for less "
+                       "(shorter prompts or contexts, fewer tokens, rows or particles, a smaller model)\n")
     except TrainingInterrupted as err:  # checkpointed: the message says how to resume
         print(f"\npsattn: stopped by {err}", file=sys.stderr)
         return 128 + err.signum

@@ -287,3 +287,21 @@ def test_an_empty_path_is_refused_and_nothing_lands_in_the_current_folder(tmp_pa
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "expected a path, got ''" in err and len(err.splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_allocation_the_allocator_refuses_is_one_line(monkeypatch, capsys):
+    """``hf-demo --prompt-length 100000000``: torch's allocator refused 51 GB, and a 60-line traceback ended it."""
+    pytest.importorskip("transformers")
+    from psattn.commands import hf_demo
+
+    def refused(*args, **kwargs):
+        torch.empty(2**62, dtype=torch.uint8)  # the allocator's own RuntimeError, at once
+
+    monkeypatch.setattr(hf_demo, "tiny_random_model", refused)
+    with pytest.raises(SystemExit) as stop:
+        main(["hf-demo", "--prompt-length", "100000000"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "does not fit in memory" in err, err
+    monkeypatch.setattr(hf_demo, "tiny_random_model", lambda *a, **k: torch.zeros(2) @ torch.zeros(3))
+    with pytest.raises(RuntimeError):  # any other error is no user's: it stays a traceback
+        main(["hf-demo"])
