@@ -305,3 +305,15 @@ def test_an_allocation_the_allocator_refuses_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(hf_demo, "tiny_random_model", lambda *a, **k: torch.zeros(2) @ torch.zeros(3))
     with pytest.raises(RuntimeError):  # any other error is no user's: it stays a traceback
         main(["hf-demo"])
+
+
+@pytest.mark.parametrize("text,key", [('{"train": {"steps": 5, "steps": 7}}', "steps"),
+                                      ('{"train": {"steps": 5}, "model": {}, "train": {"lr": 0.1}}', "train")])
+def test_a_config_giving_a_key_twice_is_refused(tmp_path, text, key, capsys):
+    """json keeps the last of two values silently: the run trained 7 steps where the file also said 5."""
+    (tmp_path / "twice.json").write_text(text)
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", str(tmp_path / "twice.json"), "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"gives the key '{key}' twice in one object" in err, err
+    assert not (tmp_path / "r").exists()
