@@ -317,3 +317,15 @@ def test_a_config_giving_a_key_twice_is_refused(tmp_path, text, key, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and f"gives the key '{key}' twice in one object" in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("run", ["missing", "corrupt"])
+def test_theory_bode_reads_its_run_before_writing_a_figure(files, run, capsys):
+    """A run directory that failed to load left --out with a new bode.png over the earlier one."""
+    (files / "b").mkdir()
+    (files / "b" / "bode.png").write_bytes(b"an earlier figure")
+    with pytest.raises(SystemExit) as stop:
+        main(["theory", "bode", "--run-dir", str(files / run), "--out", str(files / "b")])
+    assert stop.value.code == 2 and len(capsys.readouterr().err.splitlines()) == 1
+    assert [p.name for p in (files / "b").iterdir()] == ["bode.png"]
+    assert (files / "b" / "bode.png").read_bytes() == b"an earlier figure"

@@ -91,10 +91,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     refuse_a_theory_report(out, ("bode.png", "bode_measured.png"))
-    out.mkdir(parents=True, exist_ok=True)
     closed = [c.to_dict() for c in all_variant_bode(args.gamma)]
-    figures = [plots.plot_bode(closed, out / "bode.png")]
-    if args.run_dir:
+    if args.run_dir:  # read before anything is written: a run directory that fails leaves --out as it was
         from psattn.training.run_dir import load_trained
 
         model, label = load_trained(args.run_dir), f"trained run {Path(args.run_dir).name}"
@@ -105,6 +103,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
         model = DecoderLM(ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4,
                                       attention=AttentionConfig("symmetric", args.gamma))).eval()
         label = f"symmetric γ={args.gamma:g}, random initialisation"
+    out.mkdir(parents=True, exist_ok=True)
+    figures = [plots.plot_bode(closed, out / "bode.png")]
     g = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=g, device=g.device)  # (B, T)
     measured = measure_bode(model, ids).to_dict(label)
