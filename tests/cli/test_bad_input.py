@@ -113,6 +113,8 @@ CASES = [
     ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
     ("generate --run-dir {d}/run --prompt hi --top-p 1.5", "argument --top-p: expected a number in (0, 1], got 1.5"),
     ("generate --run-dir {d}/run --prompt hi --max-new-tokens 0", "argument --max-new-tokens: expected a positive"),
+    *([("eval --run-dir {d}/run --device cuda", "--device='cuda:0' but CUDA is not available; use --device cpu or auto")]
+      if not torch.cuda.is_available() else []),  # it named train.device, which the user never gave
     ("footprint {d}/run --context 0", "argument --context: expected a positive integer, got 0"),
     ("frob", "invalid choice: 'frob'"),
     ("-q -v configs", "-q/--quiet and -v/--verbose cannot be combined"),

@@ -45,15 +45,17 @@ def setup_distributed(device_type: str) -> Distributed:
     return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU."""
+def resolve_device(name: str, local_rank: int = 0, what: str = "train.device") -> torch.device:
+    """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU. The
+    error for CUDA where there is none names the setting ``what`` (``--device`` for a trained model's)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{local_rank}"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r} but CUDA is not available")
+        hint = "; use --device cpu or auto" if what == "--device" else ""
+        raise ValueError(f"{what}={name!r} but CUDA is not available{hint}")
     return device
 
 

@@ -176,7 +176,7 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> Dec
     with torch.device("cpu"):
         model = DecoderLM(config.model)
     load_model_weights(model, state["model"], path, run_dir / CONFIG)
-    return model.to(resolve_device(device) if isinstance(device, str) else device).eval()
+    return model.to(resolve_device(device, what="--device") if isinstance(device, str) else device).eval()
 
 def run_tokenizer(run_dir: str | Path) -> Tokenizer:
     """The tokenizer of a text run's directory (its tokenizer.json); ValueError for a run without one."""
