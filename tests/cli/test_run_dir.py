@@ -103,3 +103,4 @@ def test_a_folder_whose_config_json_is_another_programs_is_refused_and_kept(tmp_
         err = capsys.readouterr().err
         assert stop.value.code == 2 and "holds a config.json that is not a psattn run's" in err, err
         assert (tmp_path / "model" / "config.json").read_text() == foreign
+        assert [p.name for p in (tmp_path / "model").iterdir()] == ["config.json"]  # no lock file left behind

@@ -26,14 +26,15 @@ class RunLocked(ValueError):
 @contextlib.contextmanager
 def run_lock(run_dir: str | Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the lock of ``run_dir`` for the duration of the block. Without ``wait``, raise
-    ``RunLocked`` when another process holds it. A block that leaves nothing but the lock file (a start
-    that failed before writing anything) leaves nothing at all: the lock file goes, and the directory
-    too when this call created it."""
+    ``RunLocked`` when another process holds it. A block that leaves the directory as it found it (a
+    start that failed before writing anything, in a new, empty or another program's folder) leaves no
+    trace: the lock file goes when this call made it, and the directory too when this call created it."""
     if fcntl is None:
         yield
         return
     run_dir = Path(run_dir)
     created = not run_dir.exists()
+    before = set() if created else {p.name for p in run_dir.iterdir()}
     fd = _acquire(run_dir, wait)
     try:
         os.ftruncate(fd, 0)
@@ -41,8 +42,8 @@ def run_lock(run_dir: str | Path, *, wait: bool = False) -> Iterator[None]:
         yield
     finally:
         try:
-            if [p.name for p in run_dir.iterdir()] == [".lock"]:  # removed while held, so no one else holds it
-                (run_dir / ".lock").unlink()
+            if ".lock" not in before and {p.name for p in run_dir.iterdir()} == before | {".lock"}:
+                (run_dir / ".lock").unlink()  # removed while held, so no one else holds it
                 if created:
                     run_dir.rmdir()
         except OSError:
