@@ -62,7 +62,7 @@ def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path
 
 
 @pytest.mark.parametrize("script", [pytest.param("hf_decode_speed", marks=pytest.mark.slow),  # imports transformers
-                                    "trainer_speed", "gpu_tables"])
+                                    "trainer_speed", "gpu_tables", "bf16_error_budget"])
 def test_help_shows_the_docstrings_whole_first_paragraph(script):
     import ast
 
@@ -321,3 +321,24 @@ def test_the_cpu_speed_tables_are_the_saved_runs():
         both = [", ".join(f"{run['ratios'][row]:.3f}" for run in sorted(kept[flag], key=lambda r: r["date"]))
                 for flag in (False, True)]
         assert f"| {label} | {ms['sdpa']:.{digits}f} | {ms['psa']:.{digits}f} | {both[0]} | {both[1]} |" in reproduction
+
+
+def test_the_error_budget_pipelines_round_where_they_say(tmp_path):
+    """Unrounded, the budget's attention is PSA's reference; each rounding only adds error, and rounding
+    the sheared streams to fp16 loses less than rounding them to bf16."""
+    budget = _script("bf16_error_budget")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 50, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    exact = psa_attention_reference(q, k, v, gamma_q=0.8, gamma_k=0.8, is_causal=True)[0, 0]
+    q_hat, k_hat = (budget.shear(x, 0.8)[0, 0] for x in (q, k))
+    torch.testing.assert_close(budget.attention(q_hat, k_hat, v[0, 0], slice(10, 50), None, chunk=16),
+                               exact[10:], rtol=1e-12, atol=1e-12)
+
+    out = tmp_path / "budget.json"
+    run("benchmarks/bf16_error_budget.py", "--smoke", "--rows", "16", "--out", str(out))
+    saved = json.loads(out.read_text())
+    (shape,) = saved["shapes"].values()
+    for errors in (shape["first_rows"], shape["last_rows"]):
+        assert errors["output_only"] <= errors["sdpa"] and errors["psa_output_only"] <= errors["psa_fp16_streams"]
+        assert errors["psa_fp16_streams"] < errors["psa_bf16"] < 0.1
+
