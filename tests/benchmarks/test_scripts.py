@@ -342,3 +342,16 @@ def test_the_error_budget_pipelines_round_where_they_say(tmp_path):
         assert errors["output_only"] <= errors["sdpa"] and errors["psa_output_only"] <= errors["psa_fp16_streams"]
         assert errors["psa_fp16_streams"] < errors["psa_bf16"] < 0.1
 
+
+def test_the_error_budget_table_in_the_docs_is_the_saved_run():
+    saved = json.loads((ROOT / "docs" / "results" / "cpu" / "bf16_error_budget" / "2026-12-05.json").read_text())
+    kernel = (ROOT / "docs" / "kernel.md").read_text()
+    assert f"at git {saved['git'][:7]}" in kernel
+    pipelines = ("sdpa", "output_only", "psa_bf16", "psa_fp16_streams", "psa_fp16_streams_p", "psa_output_only")
+    for shape in saved["shapes"].values():
+        B, H, T, D = shape["shape"]
+        windows = {"all": shape["first_rows"]} if T <= saved["rows"] else {"first": shape["first_rows"],
+                                                                          "last": shape["last_rows"]}
+        for window, errors in windows.items():
+            cells = " | ".join(f"{errors[name]:#.2g}" for name in pipelines)
+            assert f"| {T}, {D}, {window} | {cells} |" in kernel, (T, D, window)
