@@ -8,7 +8,8 @@
    interpreter);
 3. fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
    at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
-   against fp64; the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
+   against fp64 (the kernel's also with its score products forced to bf16 operands, where they are
+   fp16 by default); the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
    D = 128 the device time of every kernel each path launches (torch.profiler);
 4. rope_shear: what a layer does before attention, then SDPA: RoPE alone, RoPE and the shear as
    separate eager passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
@@ -215,6 +216,16 @@ def _psa(backend: str, gamma: float = 0.8):
     return lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True, backend=backend)
 
 
+def _psa_fused_products(dtype: torch.dtype, gamma: float = 0.8):
+    """The fused kernel with its score product forced to ``dtype`` operands (bf16 streams take fp16 by default)."""
+    from psattn.ops.fused_attention import score_products
+
+    def attention(q, k, v):
+        with score_products(dtype):
+            return _psa("fused", gamma)(q, k, v)
+    return attention
+
+
 def _kernel_times(fn, device: torch.device, steps: int = 5) -> dict[str, float]:
     """Milliseconds per call of each kernel ``fn`` launches (device time; CPU time on the CPU), by
     torch.profiler over ``steps`` calls after one warm-up, largest first."""
@@ -290,7 +301,9 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
         for name, kwargs in cases.items():
             out[name] = case(**kwargs)
     if device.type == "cuda":  # the tuned tiles, in bf16: errors of bf16 size, not of wrong rows
-        out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)
+        out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)  # score products in fp16
+        with fused_attention.score_products(torch.bfloat16):
+            out["bf16, autotuned tiles, bf16 score products"] = case(T=1000, dtype=torch.bfloat16)
     return out
 
 
@@ -327,7 +340,7 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
                               "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
                               "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"],
                               "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"]}
-            row["error_vs_fp64"] = _errors(q, k, v, fns)
+            row["error_vs_fp64"] = _errors(q, k, v, fns | {"psa_fused_bf16_products": _psa_fused_products(dtype)})
             row["error_rows"] = [max(T - 4096, 0), T]  # the queries the errors were taken on
             if (T, D) == (4096, 128) or smoke:  # where the time goes: device time per kernel, fused against SDPA
                 row["profile_forward_backward"] = {name: _kernel_times(forward_backward(fns[name]), device)
@@ -418,7 +431,7 @@ def _errors(q, k, v, fns, rows: int = 4096) -> dict:
         exact = {psa: psa_attention_reference(q1.double(), k1.double(), v1.double(), is_causal=True,
                                               **({"gamma_q": 0.8, "gamma_k": 0.8} if psa else {}))[:, :, last]
                  for psa in (True, False)}
-        return {name: (fn(q1, k1, v1)[:, :, last].double() - exact[name in ("psa_sdpa", "psa_fused")]).abs().max().item()
+        return {name: (fn(q1, k1, v1)[:, :, last].double() - exact[name.startswith("psa_")]).abs().max().item()
                 for name, fn in fns.items()}
 
 

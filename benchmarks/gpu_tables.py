@@ -31,8 +31,9 @@ def fused_kernel_table(check: dict) -> str:
     lines = ["| B, H, T, D | | SDPA flash, ms | shear then SDPA / SDPA | fused kernel / SDPA |"
              + (" fused kernel at γ = 0 / SDPA |" if gamma0 else ""),
              "|---|---|---|---|---|" + ("---|" if gamma0 else "")]
-    errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |",
-              "|---|---|---|---|"]
+    products = "psa_fused_bf16_products" in rows[0]["error_vs_fp64"]  # a check from 2026-12-05 on
+    errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |"
+              + (" fused kernel, bf16 score products |" if products else ""), "|---|---|---|---|" + ("---|" if products else "")]
     profiles = []
     for row in rows:
         shape = ", ".join(map(str, row["shape"]))
@@ -41,7 +42,8 @@ def fused_kernel_table(check: dict) -> str:
             lines.append(f"| {shape} | {label} | {r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | "
                          f"{r['fused_over_sdpa']:.3f} |" + (f" {r['fused_gamma0_over_sdpa']:.3f} |" if gamma0 else ""))
         e = row["error_vs_fp64"]
-        errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |")
+        errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |"
+                      + (f" {e['psa_fused_bf16_products']:.4f} |" if products else ""))
         for path, kernels in row.get("profile_forward_backward", {}).items():
             profiles += [f"| {shape} | {path} | `{name[:60]}` | {ms:.3f} |" for name, ms in kernels.items()]
     spans = {tuple(row["error_rows"]) for row in rows if "error_rows" in row}

@@ -33,6 +33,7 @@ from pathlib import Path
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled")
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -45,6 +46,8 @@ STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO", "DV", "DX", "DPREV")
 WORK = ("LSE", "DELTA", "DK", "DQ", "DXHAT")
 #: integer arguments that are 1 for contiguous streams with one query head per key head (Triton makes them constants)
 UNIT = ("sqd", "skd", "svd", "sod", "sdod", "spqd", "spkd", "sst", "G")
+#: the stream dtypes by their Triton names
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: the backward's elementwise kernels, each a tile of ``fa.ROWS_PER_PROGRAM`` rows with Triton's default warps
 ELEMENTWISE = {"delta": fa._delta_kernel, "transpose": fa._shear_transpose_kernel}
 
@@ -56,7 +59,8 @@ def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, ca
     fn = kernel.fn if hasattr(kernel, "fn") else kernel
     switches = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=shear, SHEAR_K=shear, HAS_PREV_Q=True, HAS_PREV_K=True,
                     HAS_PREV=True, HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                    ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, **tile.kwargs)
+                    ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, **tile.kwargs,
+                    **fa.score_products_of(TORCH_DTYPES[dtype], sheared=shear))
     parameters = list(inspect.signature(fn).parameters)
     constants = {key: value for key, value in switches.items() if key in parameters}
     constants |= {key: 1 for key in UNIT if key in parameters}

@@ -355,3 +355,17 @@ def test_the_error_budget_table_in_the_docs_is_the_saved_run():
         for window, errors in windows.items():
             cells = " | ".join(f"{errors[name]:#.2g}" for name in pipelines)
             assert f"| {T}, {D}, {window} | {cells} |" in kernel, (T, D, window)
+
+
+def test_the_error_table_shows_the_kernel_forced_to_bf16_score_products_where_the_check_measured_it():
+    gpu_tables = _script("gpu_tables")
+    check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
+    assert "bf16 score products" not in gpu_tables.fused_kernel_table(check)  # a check from before they existed
+    for i, row in enumerate(check["fused_kernel"].values()):
+        row["error_vs_fp64"]["psa_fused_bf16_products"] = 0.5 + i
+    table = gpu_tables.fused_kernel_table(check)
+    assert "| fused kernel, bf16 score products |" in table
+    first = next(iter(check["fused_kernel"].values()))
+    e = first["error_vs_fp64"]
+    assert (f"| {', '.join(map(str, first['shape']))} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} "
+            f"| 0.5000 |") in table

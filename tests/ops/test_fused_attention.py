@@ -13,6 +13,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
 
 from psattn.ops import fused_attention  # noqa: E402
 
@@ -189,3 +190,48 @@ def test_a_model_on_the_fused_kernel_equals_the_one_pass_model_in_logits_and_gra
     torch.testing.assert_close(fused, one_pass, atol=1e-12, rtol=0)
     for name, grad in one_pass_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-12, rtol=0, msg=f"the gradient of {name} differs")
+
+
+def test_sheared_bf16_streams_enter_the_score_product_in_fp16_and_the_rest_in_their_own_dtype():
+    products = fused_attention.score_products_of
+    assert products(torch.bfloat16, sheared=True) == dict(PROD=tl.float16, PROD_SCALE=2.0**-4)
+    assert products(torch.bfloat16, sheared=False) == dict(PROD=tl.bfloat16, PROD_SCALE=1.0)  # bf16 already: exact
+    for dtype, name in ((torch.float16, tl.float16), (torch.float32, tl.float32), (torch.float64, tl.float64)):
+        assert products(dtype, sheared=True) == dict(PROD=name, PROD_SCALE=1.0)
+    with fused_attention.score_products(torch.bfloat16):
+        assert products(torch.bfloat16, sheared=True) == dict(PROD=tl.bfloat16, PROD_SCALE=1.0)
+    assert products(torch.bfloat16, sheared=True)["PROD"] == tl.float16  # the context is left as found
+    for bad in (0.0, -0.5, 0.3, float("nan")):
+        with pytest.raises(ValueError, match="power of two"), fused_attention.score_products(torch.float16, bad):
+            pass
+    with pytest.raises(ValueError, match="not built"), fused_attention.score_products(torch.int8):
+        pass
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value", "ignore:All-NaN")
+def test_scaled_fp16_score_products_reach_past_fp16s_range():
+    """Sheared fp16 entries past ±65,504 (here inputs of up to 5·10^4 under γ = 0.8) overflow when
+    rounded to fp16 as they are; scaled by 2^-4 first, as the kernel does for bf16 streams, they
+    multiply in fp16 and the output matches the fp64 reference on the same inputs."""
+    q, k, v = streams(T=40, D=16, seed=3)
+    q, k = 5e4 * q / q.abs().amax(), 5e4 * k / k.abs().amax()
+    q, k, v = (x.half() for x in (q, k, v))
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    assert all(shear(x.double(), 0.8).abs().amax() > 65504 for x in (q, k))  # past fp16 once sheared
+    reference = psa_attention_reference(q.double(), k.double(), v.double(), **kw)
+    with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+        scaled = psa_attention(q, k, v, **kw, backend="fused")
+    torch.testing.assert_close(scaled.double(), reference, atol=2e-3, rtol=0)
+    with fused_attention.score_products(torch.float16):
+        assert not psa_attention(q, k, v, **kw, backend="fused").isfinite().all()  # what the scale avoids
+
+
+def test_scaled_fp16_score_products_cost_nothing_at_ordinary_sizes():
+    q, k, v = (x.half() for x in streams(T=40, D=32, seed=4))
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    reference = psa_attention_reference(q.double(), k.double(), v.double(), **kw)
+    errors = {}
+    for scale in (1.0, fused_attention.FP16_SCALE):
+        with fused_attention.score_products(torch.float16, scale):
+            errors[scale] = (psa_attention(q, k, v, **kw, backend="fused").double() - reference).abs().max().item()
+    assert errors[fused_attention.FP16_SCALE] <= 1.25 * errors[1.0] and errors[1.0] < 5e-3

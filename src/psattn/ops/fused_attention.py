@@ -4,10 +4,12 @@
     out = softmax(scale * q̂ k̂ᵀ + causal mask) v
 
 Each program owns one tile of query rows of one head. It loads the tile's rows and the row before
-each of them, forms q̂ in fp32 and rounds it once to the input dtype for the tensor cores; it then
-walks the key tiles, forming k̂ the same way from rows j and j - 1, with the online softmax of
-FlashAttention (Dao, 2023: arXiv 2307.08691). No sheared stream is ever written to memory, and the
-rounding error is that of one rounding of q̂ and k̂, not of each elementwise operation before SDPA.
+each of them, forms q̂ in fp32 and rounds it once for the tensor cores; it then walks the key tiles,
+forming k̂ the same way from rows j and j - 1, with the online softmax of FlashAttention (Dao, 2023:
+arXiv 2307.08691). No sheared stream is ever written to memory, and the rounding error is that of one
+rounding of q̂ and k̂, not of each elementwise operation before SDPA. For bf16 streams that rounding
+is to fp16, 8 times finer at the same tensor-core rate (``score_products_of``); the P·V product and
+the backward multiply in the dtype of v.
 
 The boundary rule is the one of ``psattn.ops.shear``: at a sequence start (t = 0 without ``prev``, and
 wherever ``starts`` is set) the predecessor is the row itself (``replicate``: no shear) or zero
@@ -91,18 +93,32 @@ def _sheared_rows(base, prev_base, starts_base, rows, cols, T, stride_t, stride_
 
 
 @triton.jit
+def _score_operand(x, PROD: tl.constexpr, PROD_SCALE: tl.constexpr):
+    """A sheared tile ``x`` (fp32) as an operand of the score product: ``x * PROD_SCALE`` rounded to
+    ``PROD``. For bf16 streams with a shear that is fp16, 8 times finer than bf16 at the tensor cores'
+    same rate; ``PROD_SCALE`` (2^-4) moves fp16's range, ±65,504, out to about ±10^6."""
+    if PROD_SCALE != 1.0:
+        x = x * PROD_SCALE
+    return x.to(PROD)
+
+
+@triton.jit
 def _forward_tiles(q, acc, l, m, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
                    svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                    SHEAR_K: tl.constexpr, HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr,
-                   REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr):
+                   REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr,
+                   PROD_SCALE: tl.constexpr):
     """The online softmax over the key tiles [lo, hi): returns the updated (acc, l, m). ``MASKED``
-    tiles may hold keys past Tk or (causal) after a query row; the others are wholly visible."""
+    tiles may hold keys past Tk or (causal) after a query row; the others are wholly visible. q̂ and
+    k̂ enter the score product in ``PROD``, each times ``PROD_SCALE`` (``_score_operand``)."""
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
         k = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K,
-                          HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_N, D): k̂
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+                          HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
+        k = _score_operand(k, PROD, PROD_SCALE)  # (BLOCK_N, D): k̂
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, BLOCK_N)
+        s = s * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))
         if MASKED:
             seen = keys[None, :] < Tk
             if CAUSAL:
@@ -126,6 +142,7 @@ def _forward_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PROD: tl.constexpr, PROD_SCALE: tl.constexpr,
 ):
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // Hq, pid_bh % Hq
@@ -134,7 +151,7 @@ def _forward_kernel(
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
                       spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
-    q = q.to(V.dtype.element_ty)  # (BLOCK_M, D): q̂, rounded once to the dtype of the products
+    q = _score_operand(q, PROD, PROD_SCALE)  # (BLOCK_M, D): q̂, rounded once to the dtype of the products
     m = tl.full((BLOCK_M,), float("-inf"), ACC)  # running max of the base-2 scores
     l = tl.zeros((BLOCK_M,), ACC)  # running sum of their exponentials
     acc = tl.zeros((BLOCK_M, D), ACC)
@@ -147,10 +164,10 @@ def _forward_kernel(
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
     acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd,
                                spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, False, CAUSAL, SHEAR_K, HAS_PREV_K,
-                               HAS_STARTS, REPLICATE, PRECISION, ACC)
+                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE)
     acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd,
                                spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, True, CAUSAL, SHEAR_K, HAS_PREV_K,
-                               HAS_STARTS, REPLICATE, PRECISION, ACC)
+                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE)
     out = acc / l[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, out.to(O.dtype.element_ty),
              mask=(rows < Tq)[:, None])
@@ -366,7 +383,7 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 _KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
 _TUNED = {
     "forward": triton.autotune(_configs([(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 4),
-                                         (64, 32, 4, 2)]), key=_KEY)(_forward_kernel),
+                                         (64, 32, 4, 2)]), key=[*_KEY, "PROD"])(_forward_kernel),
     "dkdv": triton.autotune(_configs([(32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 32, 4, 2)]),
                             key=_KEY)(_dkdv_kernel),
     "dq": triton.autotune(_configs([(128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2)]),
@@ -428,13 +445,14 @@ class _FusedPSA(torch.autograd.Function):
         out = torch.empty(B, Hq, Tq, D, device=q.device, dtype=v.dtype)
         lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(v))  # base-2 log-sum-exp of each row
         meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
+        products = score_products_of(v.dtype, sheared=gamma_q != 0.0 or gamma_k != 0.0)
         s = starts if starts is not None else q  # any pointer when absent
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
         _launch("forward", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             *_strides3(prev_q), *_strides3(prev_k), *_starts_strides(starts),
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta | products)
         ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
         ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
         return out
@@ -485,6 +503,53 @@ def _transpose_shear(g: Tensor, gamma: float, starts: Tensor | None, x: Tensor, 
 
 def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
     return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
+
+
+#: the forward's score products forced by ``score_products`` (dtype, scale), or None
+_PRODUCTS: tuple[torch.dtype, float] | None = None
+#: what the forward multiplies bf16 q̂ and k̂ by before rounding them to fp16
+FP16_SCALE = 2.0**-4
+
+
+def score_products_of(dtype: torch.dtype, sheared: bool) -> dict:
+    """The forward's switches for the score product q̂ k̂ᵀ of ``dtype`` streams: the dtype its operands
+    are rounded to (``PROD``) and the power of two they are multiplied by first (``PROD_SCALE``).
+
+    bf16 streams with a shear take fp16 operands: q̂ and k̂ are not bf16 numbers, and rounding them to
+    fp16, which the tensor cores multiply at bf16's rate, loses 8 times less (docs/kernel.md, "Where
+    the bf16 error comes from"). The scale 2^-4 lets sheared entries reach about ±10^6 where fp16
+    alone ends at ±65,504. Unsheared bf16 streams stay bf16 (nothing to round); the other dtypes
+    multiply in their own."""
+    if _PRODUCTS is not None:
+        dtype, scale = _PRODUCTS
+        return dict(PROD=_tl_dtype(dtype), PROD_SCALE=scale)
+    if dtype == torch.bfloat16 and sheared:
+        return dict(PROD=tl.float16, PROD_SCALE=FP16_SCALE)
+    return dict(PROD=_tl_dtype(dtype), PROD_SCALE=1.0)
+
+
+@contextlib.contextmanager
+def score_products(dtype: torch.dtype, scale: float = 1.0):
+    """Inside this context the forward rounds q̂ and k̂ to ``dtype``, after multiplying them by
+    ``scale``, for its score product, whatever the streams' dtype: to compare the choices
+    ``score_products_of`` makes (``benchmarks/gpu_check.py``), or to test one on the CPU.
+    The P·V product and the backward keep the dtype of v."""
+    global _PRODUCTS
+    if dtype not in DTYPES:
+        raise ValueError(f"score products in {dtype} are not built; the kernels take {', '.join(map(str, DTYPES))}")
+    if not (math.isfinite(scale) and scale > 0 and math.frexp(scale)[0] == 0.5):
+        raise ValueError(f"the scale must be a positive power of two (exact in any dtype), not {scale!r}")
+    saved, _PRODUCTS = _PRODUCTS, (dtype, float(scale))
+    try:
+        yield
+    finally:
+        _PRODUCTS = saved
+
+
+def _tl_dtype(dtype: torch.dtype):
+    """Triton's name for a stream dtype."""
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32,
+            torch.float64: tl.float64}[dtype]
 
 
 def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
