@@ -4,9 +4,9 @@
 
 1. every run already saved under ``--results`` (default ``docs/results/gpu/EXPERIMENT``, committed) is
    written back as a finished run directory under ``--runs``, so the sweep skips it on a fresh machine;
-2. ``psattn sweep EXPERIMENT --full --time-limit`` trains what is left, one run after another, until the
-   time limit (counted from the script's start): the run in progress checkpoints, and the next piece
-   resumes it;
+2. ``psattn sweep EXPERIMENT --full --time-limit`` trains what is left, one run after another (``--workers
+   N``: N at a time, each in its own process, sharing the GPU), until the time limit (counted from the
+   script's start): the runs in progress checkpoint, and the next piece resumes them;
 3. every run finished but not yet saved is summarised (``psattn.experiments.saved_runs``) into one
    archive, ``--out/EXPERIMENT.tar.gz``, and its checkpoint deleted (a psa-92m one is about 1 GB), also
    when the sweep ended with an error;
@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     try:  # whatever ends the sweep (a diverged run, an error, a SIGTERM), the runs it finished are packed
         if left > 0:
-            code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left), "-q"])
+            code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left),
+                           "--workers", str(args.workers), "-q"])
     finally:
         archive = _pack_finished(configs, results, runs, out, args.experiment)
         _split_in_progress(configs, runs, out, args.experiment)
@@ -133,7 +134,7 @@ def _pack_finished(configs, results: Path, runs: Path, out: Path, experiment: st
 def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
     """Each run the piece left in progress (a checkpoint, no result) as parts in ``out`` small enough to come
     back (``psattn.experiments.run_parts``), so that the next piece, on another machine, resumes it."""
-    from psattn.experiments.run_parts import split_run
+    from psattn.experiments.run_parts import BYTES_BACK, FILES_BACK, MAX_PARTS, PART_BYTES, split_run
     from psattn.training.checkpoint import load_checkpoint
     from psattn.training.run_dir import load_result
 
@@ -142,15 +143,18 @@ def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
         run_dir = runs / config.name
         step = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
         stem = f"{experiment}-in-progress" + (f"-{i}" if i else "")
-        parts = split_run(run_dir, out, stem)
+        held = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
+        room = min(FILES_BACK - 1 - len(held),  # one file kept for a log
+                   (BYTES_BACK - 2**20 - sum(p.stat().st_size for p in held)) // PART_BYTES)
+        parts = split_run(run_dir, out, stem, max_parts=min(MAX_PARTS, room)) if room > 0 else []
         where = f"{run_dir.parent.name}/{run_dir.name}"
         if parts:
             print(f"{config.name} is in progress (step {step} of {config.train.steps}): its run directory comes back in "
                   f"{len(parts)} part{'s' * (len(parts) > 1)}, {stem}.tar.*; unpack them here and carry gpu_runs/{where} "
                   "to the next piece", flush=True)
         else:
-            print(f"{config.name} is in progress (step {step} of {config.train.steps}), too large to come back: the "
-                  "next machine starts it again", flush=True)
+            print(f"{config.name} is in progress (step {step} of {config.train.steps}), too large to come back beside "
+                  "what the piece hands back already: the next machine starts it again", flush=True)
 
 
 def unpack_into(archive: Path, into: Path) -> None:
@@ -210,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default="gpu_sweeps_out", help="where the archive goes ($OUT on the GPU machine)")
     r.add_argument("--results", help="the saved summaries (default docs/results/gpu/<experiment>)")
     r.add_argument("--runs", help="the run directories (default gpu_runs/<experiment>)")
+    r.add_argument("--workers", type=int, default=1,
+                   help="runs trained at a time, each in its own process, all sharing the GPU (default 1)")
     r.add_argument("--smoke", action="store_true", help="the quick plan on the CPU, everything under --out")
     u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu, and a run in progress into gpu_runs")
     u.add_argument("files", nargs="+", help="the piece's EXPERIMENT.tar.gz, and the parts of a run in progress")
@@ -222,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("experiment", choices=GPU_SWEEPS)
     s.add_argument("--results", help="the folder of saved summaries (default docs/results/gpu)")
     args = parser.parse_args(argv)
+    if args.command == "run" and args.workers < 1:
+        parser.error(f"--workers must be at least 1, not {args.workers}")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.command == "unpack":
         from psattn.experiments.run_parts import is_part

@@ -329,3 +329,76 @@ def test_joining_refuses_an_archive_that_is_not_one_run_directory(tmp_path):
     with pytest.raises(ValueError, match="not named as a part"):
         run_parts.join_run([tmp_path / "stray" / "evil.sh"], tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_piece_with_workers_trains_runs_side_by_side_and_ends_as_the_same_runs_in_order(tmp_path):
+    """``--workers 2`` under a time limit: two worker processes take the runs in order; the results are
+    those of the same runs trained one after another in this process."""
+    configs = paper_scale.paper_scale("quick")[:3]
+    from psattn.experiments.sweep import run_within
+
+    side_by_side, left = run_within(configs, tmp_path / "two", 600, progress=False, workers=2)
+    in_order, _ = run_within(configs, tmp_path / "one", 600, progress=False)
+    assert left == [] and set(side_by_side) == {c.name for c in configs}
+    for name, result in in_order.items():
+        assert side_by_side[name]["emergence_step"] == result["emergence_step"]
+        for key in ("train_loss", "eval_loss", "eval_accuracy"):  # the first train_loss is None (no step yet)
+            def values(history, key=key):
+                return [float("nan") if h[key] is None else h[key] for h in history]
+            assert values(side_by_side[name]["history"]) == pytest.approx(values(result["history"]), rel=1e-4,
+                                                                          nan_ok=True), key
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+        run_within(configs, tmp_path / "two", 600, workers=0)
+
+
+def test_a_worker_stops_its_run_at_the_pieces_deadline_and_starts_none_after_it(tmp_path, monkeypatch):
+    import time
+
+    from psattn.experiments import sweep
+    from psattn.training import loss as loss_module
+
+    config = paper_scale.paper_scale("quick")[0]
+    run_dir = tmp_path / config.name
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() - 1) is None
+    assert not run_dir.exists()  # the piece's time was up: not started
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() + 0.01) is None
+    assert (run_dir / "checkpoint.pt").exists() and load_result(run_dir) is None  # cut, checkpointed
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() + 600) is None
+    assert load_result(run_dir) is not None  # resumed to the end
+
+    real_loss = loss_module.shard_loss
+    monkeypatch.setattr(loss_module, "shard_loss", lambda *a: real_loss(*a) * float("nan"))
+    other = paper_scale.paper_scale("quick")[1]
+    message = sweep._run_one(other.to_dict(), str(tmp_path / other.name), deadline=time.time() + 600)
+    assert message is not None and "loss became nan at step 0" in message  # an outcome, not an error
+
+
+def test_a_piece_hands_back_no_more_in_progress_parts_than_the_machine_returns(tmp_path, capsys):
+    """Each run left in progress comes back in parts only while the piece's files stay within the 8
+    files and 64 MiB a GPU machine hands back (one file kept for a log)."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_sweeps
+
+    from psattn.experiments import run_parts, sweep
+
+    configs = paper_scale.paper_scale("quick")[:4]
+    runs = tmp_path / "runs"
+    for config in configs:  # four runs cut short, as four workers leave them
+        sweep._run_one(config.to_dict(), str(runs / config.name), deadline=time.time() + 0.01)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("paper_scale.tar.gz", "a.log", "b.log", "c.log"):
+        (out / name).write_bytes(b"x")
+    gpu_sweeps._split_in_progress(configs, runs, out, "paper_scale")
+    parts = [p for p in out.iterdir() if run_parts.is_part(p)]
+    assert len(parts) == 3 and len(list(out.iterdir())) == run_parts.FILES_BACK - 1
+    assert capsys.readouterr().out.count("the next machine starts it again") == 1
+
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    (crowded / "paper_scale.tar.gz").write_bytes(b"x" * (run_parts.BYTES_BACK - 2**20 - run_parts.PART_BYTES + 1))
+    gpu_sweeps._split_in_progress(configs, runs, crowded, "paper_scale")
+    assert list(crowded.iterdir()) == [crowded / "paper_scale.tar.gz"]  # no room left for a whole part
+    assert capsys.readouterr().out.count("the next machine starts it again") == 4

@@ -16,11 +16,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sw.add_argument("experiment", choices=list(STUDIES), help="the declared study to run")
     add_plan_size(sw, quick="the quick plan's runs", full="the full plan's runs")
     sw.add_argument("--out", default="runs", metavar="DIR", help="directory of the run directories")
-    sw.add_argument("--workers", type=positive_int, help="parallel training processes (default: one per core)")
+    sw.add_argument("--workers", type=positive_int,
+                    help="parallel training processes (default: one per core; one with --time-limit)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' (start one here), 'auto' or an address")
     sw.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
-                    help="train the runs one after another in this process and stop cleanly after this long (the "
-                         "run in progress checkpoints); the same command resumes: a sweep in pieces, on one GPU")
+                    help="train the runs one after another in this process (--workers N: N at a time, sharing "
+                         "the machine) and stop cleanly after this long (the runs in progress checkpoint); the same "
+                         "command resumes: a sweep in pieces, on one GPU")
     sw.set_defaults(func=cmd_sweep)
 
 
@@ -34,7 +36,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.time_limit is not None:
         if args.ray is not None:
             raise ValueError("--time-limit runs the sweep in this process, one run after another; it does not take --ray")
-        results, left = run_within(configs, args.out, args.time_limit)
+        results, left = run_within(configs, args.out, args.time_limit, workers=args.workers or 1)
     else:
         results = run_sweep(configs, args.out, workers=args.workers, ray_address=args.ray)
     for name, r in results.items():

@@ -27,6 +27,8 @@ from psattn.training.run_dir import run_files
 PART_BYTES = 15 * 2**20
 #: parts one run may take: with a piece's summary archive and logs, within the 8 files and 64 MiB a command hands back
 MAX_PARTS = 3
+#: files and bytes a GPU machine hands back from one command
+FILES_BACK, BYTES_BACK = 8, 64 * 2**20
 PART_NAME = re.compile(r"^(?P<stem>[A-Za-z0-9_.-]+)\.tar\.(?P<index>\d{2})-of-(?P<count>\d{2})$")
 RUN_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 

@@ -13,8 +13,9 @@ on a file system every node sees.
 A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its workers: running runs
 checkpoint at their next step, queued ones are not started, and the sweep raises
 ``TrainingInterrupted``; the same call then resumes them all.
-``run_within`` runs a sweep in pieces instead: one run after another in this process, for a given
-number of seconds, after which the run in progress checkpoints and the rest wait for the next call.
+``run_within`` runs a sweep in pieces instead: one run after another in this process (or ``workers``
+at a time, in worker processes that share the machine's GPU), for a given number of seconds, after
+which the runs in progress checkpoint and the rest wait for the next call.
 """
 
 from __future__ import annotations
@@ -58,13 +59,25 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
         train(config, run_dir, lock=False, **kwargs)
 
 
-def _run_one(config_dict: dict[str, Any], run_dir: str) -> str:
+def _run_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None = None) -> str | None:
+    """Train one config in a worker. With a ``deadline`` (``time.time()``) the run stops there, checkpointed,
+    and one whose loss stops being finite is an outcome: its message is returned (None otherwise)."""
     if _STOP is not None and _STOP.is_set():  # queued before the stop: leave it unstarted
         raise TrainingInterrupted("not started", signal.SIGTERM)
     config = RunConfig.from_dict(config_dict)
-    train_unless_finished(config, run_dir, should_stop=None if _STOP is None else _STOP.is_set,
-                          handle_signals=_STOP is None)
-    return config.name
+    stops = dict(should_stop=None if _STOP is None else _STOP.is_set, handle_signals=_STOP is None)
+    if deadline is None:
+        train_unless_finished(config, run_dir, **stops)
+        return None
+    left = deadline - time.time()
+    if left <= 0:  # the piece's time is up: the run waits for the next piece
+        return None
+    try:
+        train_unless_finished(config, run_dir, time_limit_s=left, **stops)
+    except TrainingDiverged as err:  # recorded in the run's result: the sweep goes on
+        log.warning("%s", err)
+        return str(err)
+    return None
 
 
 def estimated_cost(config: RunConfig) -> float:
@@ -149,19 +162,38 @@ def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
                 "directory to train it again, or write to another output directory")
 
 
-def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: float, *, progress: bool = True
-               ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: float, *, progress: bool = True,
+               workers: int = 1) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Train the unfinished configs one after another in this process, in the given order, until
     ``time_limit_s`` seconds have passed: the run then in progress checkpoints at its next step and
     stops, and no other starts (the same call later resumes it). For a sweep in pieces on one GPU.
-    A run whose loss stops being finite ends there (its result records the step) and the next one
-    starts; ``TrainingDiverged`` is raised after the last, naming them. Returns the saved results of
-    the finished configs (diverged ones included), keyed by name, and the names of the rest."""
+    With ``workers`` > 1, that many worker processes take the configs in the same order, each one run
+    at a time, and all stop at the same moment (on one GPU they share it: more runs in flight where one
+    alone leaves it idle between its kernels). A run whose loss stops being finite ends there (its
+    result records the step) and the next one starts; ``TrainingDiverged`` is raised after the last,
+    naming them. Returns the saved results of the finished configs (diverged ones included), keyed by
+    name, and the names of the rest."""
     if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
         raise ValueError(f"the time limit must be a positive number of seconds, got {time_limit_s!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     out_dir = Path(out_dir)
     _check_out_dir(configs, out_dir)
-    deadline = time.monotonic() + time_limit_s
+    todo = [c for c in configs if load_result(out_dir / c.name) is None]
+    if workers > 1 and len(todo) > 1:
+        diverged = _run_in_pool(todo, out_dir, min(workers, len(todo)), progress, deadline=time.time() + time_limit_s)
+    else:
+        diverged = _run_in_order(todo, out_dir, time.monotonic() + time_limit_s, progress)
+    if diverged:
+        more = f" (and {len(diverged) - 1} more runs diverged; their results record where)" if len(diverged) > 1 else ""
+        raise TrainingDiverged(diverged[0] + more)
+    results = {c.name: load_result(out_dir / c.name) for c in configs}
+    return {k: v for k, v in results.items() if v is not None}, [k for k, v in results.items() if v is None]
+
+
+def _run_in_order(configs: list[RunConfig], out_dir: Path, deadline: float, progress: bool) -> list[str]:
+    """``run_within`` in this process: the configs one after another until ``deadline``
+    (``time.monotonic()``); returns the messages of the runs that diverged."""
     diverged: list[str] = []
     for config in progress_bar(configs, desc="runs", enabled=progress):
         left = deadline - time.monotonic()
@@ -177,22 +209,21 @@ def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: floa
                 except TrainingDiverged as err:  # an outcome, recorded in the run's result: go on with the next
                     log.warning("%s", err)
                     diverged.append(str(err))
-    if diverged:
-        more = f" (and {len(diverged) - 1} more runs diverged; their results record where)" if len(diverged) > 1 else ""
-        raise TrainingDiverged(diverged[0] + more)
-    results = {c.name: load_result(out_dir / c.name) for c in configs}
-    return {k: v for k, v in results.items() if v is not None}, [k for k, v in results.items() if v is None]
+    return diverged
 
 
-def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool) -> None:
-    """Worker processes, one run each at a time. A stop signal to this process is passed on to the
-    workers: runs not yet started are cancelled, running ones checkpoint at their next step and stop,
-    and ``TrainingInterrupted`` is raised here once they have."""
+def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress: bool,
+                 deadline: float | None = None) -> list[str]:
+    """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
+    process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
+    their next step and stop, and ``TrainingInterrupted`` is raised here once they have. With a
+    ``deadline`` (``time.time()``), runs stop there and none starts after it; returns the messages of
+    the runs that diverged (``_run_one``)."""
     context = multiprocessing.get_context("spawn")
-    stop, stopped = context.Event(), []
+    stop, stopped, diverged = context.Event(), [], []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                              initargs=(stop,)) as pool:
-        futures = [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name)) for c in configs]
+        futures = [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
 
         def forward(signum, _frame):
             stopped.append(signum)
@@ -208,16 +239,20 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                     if future.cancelled():
                         continue
                     try:
-                        future.result()
+                        message = future.result()
                     except TrainingInterrupted:
                         if not stopped:
                             raise
+                    else:
+                        if message is not None:
+                            diverged.append(message)
                     bar.update(1)
                 pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
     if stopped:
         name = signal.Signals(stopped[0]).name
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
+    return diverged
 
 
 def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:
