@@ -3,7 +3,7 @@
 # Works offline: the package is taken from src/ (no install), with the machine's own python3 and torch.
 # A copy of a checkout records the revision named by PSATTN_GIT_REVISION=<commit> given with the command (it wins over a stale .git).
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
-# rows alone, about 6 minutes by the 2026-12-04 run's section times) leaves room in a 15-minute lease for a
+# rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates since) leaves room in a 15-minute lease for a
 # short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
 # (about 2.5 minutes) is best its own call. gpu_check.py skips, and records as skipped, a section that would not
 # end inside its 420-second budget, so the timeout below does not cut one off halfway.
