@@ -8,8 +8,8 @@
    interpreter);
 3. fused_kernel: the fused Triton kernel beside SDPA's flash backend and the shear-then-SDPA path
    at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
-   against fp64 (the kernel's also with its score products forced to bf16 operands, where they are
-   fp16 by default); the kernel at gamma = 0 (its loop without the shear) beside them; and at T = 4k,
+   against fp64; the kernel at gamma = 0 (its loop without the shear) and with its score product in
+   fp16 (``fused_attention.score_products``) beside them; and at T = 4k,
    D = 128 the device time of every kernel each path launches (torch.profiler);
 4. rope_shear: what a layer does before attention, then SDPA: RoPE alone, RoPE and the shear as
    separate eager passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
@@ -216,12 +216,12 @@ def _psa(backend: str, gamma: float = 0.8):
     return lambda q, k, v: psa_attention(q, k, v, gamma_q=gamma, gamma_k=gamma, is_causal=True, backend=backend)
 
 
-def _psa_fused_products(dtype: torch.dtype, gamma: float = 0.8):
-    """The fused kernel with its score product forced to ``dtype`` operands (bf16 streams take fp16 by default)."""
-    from psattn.ops.fused_attention import score_products
+def _psa_fused_fp16_scores(gamma: float = 0.8):
+    """The fused kernel with its score product in fp16, scaled (``fused_attention.score_products``)."""
+    from psattn.ops.fused_attention import FP16_SCALE, score_products
 
     def attention(q, k, v):
-        with score_products(dtype):
+        with score_products(torch.float16, FP16_SCALE):
             return _psa("fused", gamma)(q, k, v)
     return attention
 
@@ -301,9 +301,9 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
         for name, kwargs in cases.items():
             out[name] = case(**kwargs)
     if device.type == "cuda":  # the tuned tiles, in bf16: errors of bf16 size, not of wrong rows
-        out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)  # score products in fp16
-        with fused_attention.score_products(torch.bfloat16):
-            out["bf16, autotuned tiles, bf16 score products"] = case(T=1000, dtype=torch.bfloat16)
+        out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)
+        with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+            out["bf16, autotuned tiles, fp16 score product"] = case(T=1000, dtype=torch.bfloat16)
     return out
 
 
@@ -324,7 +324,8 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
         g = torch.Generator(device="cpu").manual_seed(T * 1000 + D)  # each shape its own inputs
         q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
         grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
-        fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused"), "fused_gamma0": _psa("fused", 0.0)}
+        fns = {"sdpa": _sdpa, "psa_sdpa": _psa("sdpa"), "psa_fused": _psa("fused"), "fused_gamma0": _psa("fused", 0.0),
+               "psa_fused_fp16_scores": _psa_fused_fp16_scores()}
         row: dict = {"shape": [B, H, T, D], "dtype": str(dtype)}
 
         def forward(f, q=q, k=k, v=v):
@@ -339,8 +340,9 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
                 row[label] = {**{f"{name}_ms": value for name, value in med.items()},
                               "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
                               "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"],
-                              "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"]}
-            row["error_vs_fp64"] = _errors(q, k, v, fns | {"psa_fused_bf16_products": _psa_fused_products(dtype)})
+                              "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"],
+                              "fused_fp16_scores_over_sdpa": med["psa_fused_fp16_scores"] / med["sdpa"]}
+            row["error_vs_fp64"] = _errors(q, k, v, fns)
             row["error_rows"] = [max(T - 4096, 0), T]  # the queries the errors were taken on
             if (T, D) == (4096, 128) or smoke:  # where the time goes: device time per kernel, fused against SDPA
                 row["profile_forward_backward"] = {name: _kernel_times(forward_backward(fns[name]), device)
@@ -535,7 +537,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
-SECTION_S = {"commands": 150, "fused_correctness": 115, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
+SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
              "equivalence": 30, "kernels": 30, "compile": 60, "phase_transition": 0}
 
 

@@ -24,26 +24,27 @@ def _header(info: dict) -> str:
 
 def fused_kernel_table(check: dict) -> str:
     """Per shape: SDPA flash's time, and PSA's (the shear then SDPA flash, and the fused kernel; the
-    kernel at gamma = 0 where the run has it) over it, forward and forward+backward; then each one's
+    kernel at gamma = 0 and with fp16 scores where the run has them) over it, forward and forward+backward; then each one's
     largest bf16 error against fp64; then, where the run profiled, the device time of each kernel."""
     rows = list(check["fused_kernel"].values())
     gamma0 = "fused_gamma0_over_sdpa" in rows[0]["forward"]
+    fp16 = "fused_fp16_scores_over_sdpa" in rows[0]["forward"]  # a check from 2026-12-05 on
     lines = ["| B, H, T, D | | SDPA flash, ms | shear then SDPA / SDPA | fused kernel / SDPA |"
-             + (" fused kernel at γ = 0 / SDPA |" if gamma0 else ""),
-             "|---|---|---|---|---|" + ("---|" if gamma0 else "")]
-    products = "psa_fused_bf16_products" in rows[0]["error_vs_fp64"]  # a check from 2026-12-05 on
+             + (" fused kernel at γ = 0 / SDPA |" if gamma0 else "") + (" fused kernel, fp16 scores / SDPA |" if fp16 else ""),
+             "|---|---|---|---|---|" + ("---|" if gamma0 else "") + ("---|" if fp16 else "")]
     errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |"
-              + (" fused kernel, bf16 score products |" if products else ""), "|---|---|---|---|" + ("---|" if products else "")]
+              + (" fused kernel, fp16 scores, vs fp64 PSA |" if fp16 else ""), "|---|---|---|---|" + ("---|" if fp16 else "")]
     profiles = []
     for row in rows:
         shape = ", ".join(map(str, row["shape"]))
         for label in ("forward", "forward+backward"):
             r = row[label]
             lines.append(f"| {shape} | {label} | {r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | "
-                         f"{r['fused_over_sdpa']:.3f} |" + (f" {r['fused_gamma0_over_sdpa']:.3f} |" if gamma0 else ""))
+                         f"{r['fused_over_sdpa']:.3f} |" + (f" {r['fused_gamma0_over_sdpa']:.3f} |" if gamma0 else "")
+                         + (f" {r['fused_fp16_scores_over_sdpa']:.3f} |" if fp16 else ""))
         e = row["error_vs_fp64"]
         errors.append(f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} |"
-                      + (f" {e['psa_fused_bf16_products']:.4f} |" if products else ""))
+                      + (f" {e['psa_fused_fp16_scores']:.4f} |" if fp16 else ""))
         for path, kernels in row.get("profile_forward_backward", {}).items():
             profiles += [f"| {shape} | {path} | `{name[:60]}` | {ms:.3f} |" for name, ms in kernels.items()]
     spans = {tuple(row["error_rows"]) for row in rows if "error_rows" in row}

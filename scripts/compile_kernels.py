@@ -16,6 +16,7 @@ show what forming q̂ and k̂ in the tiles costs. It must run in a process where
 not set.
 
     python scripts/compile_kernels.py [--arch 90] [--dtype bf16] [--head-dim 128] [--all-shapes] [--plain]
+                                      [--fp16-scores]
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, ca
     switches = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=shear, SHEAR_K=shear, HAS_PREV_Q=True, HAS_PREV_K=True,
                     HAS_PREV=True, HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
                     ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, **tile.kwargs,
-                    **fa.score_products_of(TORCH_DTYPES[dtype], sheared=shear))
+                    **fa.score_products_of(TORCH_DTYPES[dtype]))
     parameters = list(inspect.signature(fn).parameters)
     constants = {key: value for key, value in switches.items() if key in parameters}
     constants |= {key: 1 for key in UNIT if key in parameters}
@@ -114,7 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-shapes", action="store_true", help="every tile shape the autotuner tries")
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--plain", action="store_true", help="also compile each kernel with the shear off")
+    parser.add_argument("--fp16-scores", action="store_true",
+                        help="the score product in fp16, scaled (fused_attention.score_products), for bf16 streams")
     args = parser.parse_args(argv)
+    if args.fp16_scores:
+        with fa.score_products(torch.float16, fa.FP16_SCALE):
+            return _compile_all(args)
+    return _compile_all(args)
+
+
+def _compile_all(args: argparse.Namespace) -> int:
     causal = {"yes": (True,), "no": (False,), "both": (True, False)}[args.causal]
     for name, tuned in fa._TUNED.items():
         for tile in tuned.configs if args.all_shapes else tuned.configs[:1]:

@@ -357,15 +357,18 @@ def test_the_error_budget_table_in_the_docs_is_the_saved_run():
             assert f"| {T}, {D}, {window} | {cells} |" in kernel, (T, D, window)
 
 
-def test_the_error_table_shows_the_kernel_forced_to_bf16_score_products_where_the_check_measured_it():
+def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_it():
     gpu_tables = _script("gpu_tables")
     check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
-    assert "bf16 score products" not in gpu_tables.fused_kernel_table(check)  # a check from before they existed
+    assert "fp16 scores" not in gpu_tables.fused_kernel_table(check)  # a check from before they existed
     for i, row in enumerate(check["fused_kernel"].values()):
-        row["error_vs_fp64"]["psa_fused_bf16_products"] = 0.5 + i
+        row["error_vs_fp64"]["psa_fused_fp16_scores"] = 0.5 + i
+        for label in ("forward", "forward+backward"):
+            row[label]["fused_fp16_scores_over_sdpa"] = 2.0 + i
     table = gpu_tables.fused_kernel_table(check)
-    assert "| fused kernel, bf16 score products |" in table
+    assert "| fused kernel, fp16 scores / SDPA |" in table and "| fused kernel, fp16 scores, vs fp64 PSA |" in table
     first = next(iter(check["fused_kernel"].values()))
-    e = first["error_vs_fp64"]
-    assert (f"| {', '.join(map(str, first['shape']))} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} "
-            f"| 0.5000 |") in table
+    shape, e, r = ", ".join(map(str, first["shape"])), first["error_vs_fp64"], first["forward"]
+    assert f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} | 0.5000 |" in table
+    ratios = f"{r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | {r['fused_over_sdpa']:.3f}"
+    assert f"| {shape} | forward | {ratios} | 2.000 |" in table  # this check had no gamma 0 column

@@ -192,20 +192,48 @@ def test_a_model_on_the_fused_kernel_equals_the_one_pass_model_in_logits_and_gra
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-12, rtol=0, msg=f"the gradient of {name} differs")
 
 
-def test_sheared_bf16_streams_enter_the_score_product_in_fp16_and_the_rest_in_their_own_dtype():
+def test_the_score_product_takes_the_streams_dtype_unless_a_context_chooses_another():
     products = fused_attention.score_products_of
-    assert products(torch.bfloat16, sheared=True) == dict(PROD=tl.float16, PROD_SCALE=2.0**-4)
-    assert products(torch.bfloat16, sheared=False) == dict(PROD=tl.bfloat16, PROD_SCALE=1.0)  # bf16 already: exact
-    for dtype, name in ((torch.float16, tl.float16), (torch.float32, tl.float32), (torch.float64, tl.float64)):
-        assert products(dtype, sheared=True) == dict(PROD=name, PROD_SCALE=1.0)
-    with fused_attention.score_products(torch.bfloat16):
-        assert products(torch.bfloat16, sheared=True) == dict(PROD=tl.bfloat16, PROD_SCALE=1.0)
-    assert products(torch.bfloat16, sheared=True)["PROD"] == tl.float16  # the context is left as found
+    for dtype, name in ((torch.float16, tl.float16), (torch.bfloat16, tl.bfloat16), (torch.float32, tl.float32),
+                        (torch.float64, tl.float64)):
+        assert products(dtype) == dict(PROD=name, PROD_SCALE=1.0, SPLIT=False)
+    with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+        assert products(torch.bfloat16) == dict(PROD=tl.float16, PROD_SCALE=2.0**-4, SPLIT=True)
+        assert products(torch.float16)["SPLIT"]  # scaled: the gradients' products take the unscaled tiles
+    with fused_attention.score_products(torch.float16):
+        assert products(torch.float16) == dict(PROD=tl.float16, PROD_SCALE=1.0, SPLIT=False)
+    assert products(torch.bfloat16)["PROD"] == tl.bfloat16  # the context is left as found
     for bad in (0.0, -0.5, 0.3, float("nan")):
         with pytest.raises(ValueError, match="power of two"), fused_attention.score_products(torch.float16, bad):
             pass
-    with pytest.raises(ValueError, match="not built"), fused_attention.score_products(torch.int8):
-        pass
+    for dtype in (torch.int8, torch.float64):
+        with pytest.raises(ValueError, match="not built"), fused_attention.score_products(dtype):
+            pass
+
+
+@pytest.mark.parametrize("size", [1.0, 3.0, 6.0])
+def test_the_backward_recomputes_the_forwards_scores_in_the_dtype_the_forward_took(size):
+    """With fp16 score products (scaled) on fp32 streams, the backward's probabilities must come from
+    the same fp16 scores as the forward's log-sum-exp. Recomputed from fp32 scores they were off by the
+    scores' rounding, which large logits amplify: dv's error grew to 0.016 at scores of about 180 and
+    0.064 at about 720, where it stays near 0.003 now (q's and k's carry the fp16 scores' own rounding)."""
+    q, k, v = streams(T=40, D=16, seed=5)
+    q, k = size * q, size * k
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    upstream = torch.randn(q.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+    def out_and_grads(backend, dtype):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+        out = psa_attention(*leaves, **kw, backend=backend)
+        return {"out": out, **dict(zip("qkv", torch.autograd.grad(out, leaves, upstream.to(dtype)), strict=True))}
+
+    with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+        fused = out_and_grads("fused", torch.float32)
+    reference = out_and_grads("reference", torch.float64)
+    tolerance = {"out": 2e-2, "v": 5e-3, "q": 4e-2, "k": 4e-2}
+    for name, expected in reference.items():
+        error = (fused[name].double() - expected).abs().max().item() / expected.abs().max().item()
+        assert error < tolerance[name], (name, error)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value", "ignore:All-NaN")

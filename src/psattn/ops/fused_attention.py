@@ -7,9 +7,9 @@ Each program owns one tile of query rows of one head. It loads the tile's rows a
 each of them, forms q̂ in fp32 and rounds it once for the tensor cores; it then walks the key tiles,
 forming k̂ the same way from rows j and j - 1, with the online softmax of FlashAttention (Dao, 2023:
 arXiv 2307.08691). No sheared stream is ever written to memory, and the rounding error is that of one
-rounding of q̂ and k̂, not of each elementwise operation before SDPA. For bf16 streams that rounding
-is to fp16, 8 times finer at the same tensor-core rate (``score_products_of``); the P·V product and
-the backward multiply in the dtype of v.
+rounding of q̂ and k̂, not of each elementwise operation before SDPA. ``score_products`` can have
+the score product take another dtype than the streams' (fp16 operands for bf16 streams keep 3 more
+bits); forward and backward then recompute the same scores.
 
 The boundary rule is the one of ``psattn.ops.shear``: at a sequence start (t = 0 without ``prev``, and
 wherever ``starts`` is set) the predecessor is the row itself (``replicate``: no shear) or zero
@@ -95,8 +95,7 @@ def _sheared_rows(base, prev_base, starts_base, rows, cols, T, stride_t, stride_
 @triton.jit
 def _score_operand(x, PROD: tl.constexpr, PROD_SCALE: tl.constexpr):
     """A sheared tile ``x`` (fp32) as an operand of the score product: ``x * PROD_SCALE`` rounded to
-    ``PROD``. For bf16 streams with a shear that is fp16, 8 times finer than bf16 at the tensor cores'
-    same rate; ``PROD_SCALE`` (2^-4) moves fp16's range, ±65,504, out to about ±10^6."""
+    ``PROD`` (the dtype of the streams' values unless ``score_products`` chose otherwise)."""
     if PROD_SCALE != 1.0:
         x = x * PROD_SCALE
     return x.to(PROD)
@@ -178,17 +177,22 @@ def _forward_kernel(
 def _dkdv_tiles(k, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_base, do_base, lse_base, delta_base, Tq, sqt,
                 sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                 SHEAR_Q: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
-                PRECISION: tl.constexpr, ACC: tl.constexpr):
+                PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr, PROD_SCALE: tl.constexpr,
+                SPLIT: tl.constexpr):
     """dk̂ and dv of one key tile from the query tiles [lo, hi) of one query head; ``MASKED``: the
-    causal mask applies inside these tiles."""
+    causal mask applies inside these tiles. ``k`` is the key tile as an operand of the score product
+    (``_score_operand``); ``SPLIT``: q̂ enters that product in another dtype than dk̂'s (v's)."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        q = _sheared_rows(q_base, pq_base, s_base, rows, cols, Tq, sqt, sqd, spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q,
-                          HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_M, D): q̂
+        q_wide = _sheared_rows(q_base, pq_base, s_base, rows, cols, Tq, sqt, sqd, spqd, sst, gamma_q, SHEAR_Q,
+                               HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)  # (BLOCK_M, D): q̂
+        q = q_wide.to(v.dtype)
+        q_score = _score_operand(q_wide, PROD, PROD_SCALE) if SPLIT else q
         do = tl.load(do_base + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None], other=0.0)
         lse = tl.load(lse_base + rows, mask=rows < Tq, other=float("inf"))
         delta = tl.load(delta_base + rows, mask=rows < Tq, other=0.0)
-        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_N, BLOCK_M)
+        s_t = tl.dot(k, tl.trans(q_score), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_N, BLOCK_M)
+        s_t = s_t * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))  # the forward's scores, to the last bit
         p_t = tl.exp2(s_t - lse[None, :])
         if MASKED:
             p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
@@ -208,6 +212,7 @@ def _dkdv_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """dk̂ and dv of one key tile of one key head, summed over the query heads that share it."""
     pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
@@ -215,7 +220,8 @@ def _dkdv_kernel(
     keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D)
     k = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
-                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
+                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
+    k = _score_operand(k, PROD, PROD_SCALE)  # (BLOCK_N, D): k̂, only ever in the score product here
     v = tl.load(V + b * svb + hk * svh + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None],
                 other=0.0)
     dk = tl.zeros((BLOCK_N, D), ACC)
@@ -231,10 +237,10 @@ def _dkdv_kernel(
         do_base, stats = DO + b * sdob + h * sdoh, (b * Hq + h) * Tq
         dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, lo, whole, q_base, pq_base, s_base, do_base, LSE + stats,
                              DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, True, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC)
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
         dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, whole, Tq, q_base, pq_base, s_base, do_base, LSE + stats,
                              DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, False, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC)
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(keys < Tk)[:, None])
@@ -244,14 +250,19 @@ def _dkdv_kernel(
 def _dq_tiles(q, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
               svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, SHEAR_K: tl.constexpr,
               HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr,
-              ACC: tl.constexpr):
-    """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED``: the causal mask applies inside."""
+              ACC: tl.constexpr, PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr):
+    """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED``: the causal mask applies inside.
+    ``q`` is the query tile as an operand of the score product (``_score_operand``); ``SPLIT``: k̂
+    enters that product in another dtype than dq̂'s (v's)."""
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
-        k = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K,
-                          HAS_STARTS, REPLICATE, ACC).to(v.dtype)  # (BLOCK_N, D): k̂
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        k_wide = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K,
+                               HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)  # (BLOCK_N, D): k̂
+        k = k_wide.to(v.dtype)
+        k_score = _score_operand(k_wide, PROD, PROD_SCALE) if SPLIT else k
+        s = tl.dot(q, tl.trans(k_score), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, BLOCK_N)
+        s = s * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))  # the forward's scores, to the last bit
         p = tl.exp2(s - lse[:, None])
         if MASKED:
             p = tl.where(keys[None, :] <= rows[:, None], p, 0.0)
@@ -270,6 +281,7 @@ def _dq_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """dq̂ of one query tile of one query head."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
@@ -278,7 +290,8 @@ def _dq_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
-                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC).to(V.dtype.element_ty)
+                      spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
+    q = _score_operand(q, PROD, PROD_SCALE)  # (BLOCK_M, D): q̂, only ever in the score product here
     do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None],
                  other=0.0)
     lse = tl.load(LSE + pid_bh * Tq + rows, mask=rows < Tq, other=float("inf"))
@@ -293,10 +306,10 @@ def _dq_kernel(
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
     dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
                    sst, svt, svd, gamma_k, scale, BLOCK_N, False, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
-                   PRECISION, ACC)
+                   PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
     dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
                    sst, svt, svd, gamma_k, scale, BLOCK_N, True, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
-                   PRECISION, ACC)
+                   PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
 
@@ -380,10 +393,10 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 #: each spills none or a few bytes in bf16 at D = 128 (docs/kernel.md). The causal split into whole and masked tiles needs
 #: BLOCK_M to be a multiple of BLOCK_N in the forward and dq kernels, and the converse in the dk/dv
 #: kernel. ``scripts/compile_kernels.py`` compiles them all and prints what each needs.
-_KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC"]
+_KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC", "PROD"]
 _TUNED = {
     "forward": triton.autotune(_configs([(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 4),
-                                         (64, 32, 4, 2)]), key=[*_KEY, "PROD"])(_forward_kernel),
+                                         (64, 32, 4, 2)]), key=_KEY)(_forward_kernel),
     "dkdv": triton.autotune(_configs([(32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 32, 4, 2)]),
                             key=_KEY)(_dkdv_kernel),
     "dq": triton.autotune(_configs([(128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2)]),
@@ -445,14 +458,14 @@ class _FusedPSA(torch.autograd.Function):
         out = torch.empty(B, Hq, Tq, D, device=q.device, dtype=v.dtype)
         lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(v))  # base-2 log-sum-exp of each row
         meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
-        products = score_products_of(v.dtype, sheared=gamma_q != 0.0 or gamma_k != 0.0)
+        products = {name: value for name, value in meta.items() if name != "SPLIT"}  # the forward needs no split
         s = starts if starts is not None else q  # any pointer when absent
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
         _launch("forward", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             *_strides3(prev_q), *_strides3(prev_k), *_starts_strides(starts),
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta | products)
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), products)
         ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
         ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
         return out
@@ -505,38 +518,37 @@ def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
     return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
 
 
-#: the forward's score products forced by ``score_products`` (dtype, scale), or None
+#: the score products forced by ``score_products`` (dtype, scale), or None
 _PRODUCTS: tuple[torch.dtype, float] | None = None
-#: what the forward multiplies bf16 q̂ and k̂ by before rounding them to fp16
+#: a scale for fp16 score products of bf16 streams: sheared entries then stay finite below 2^20 (about 10^6)
 FP16_SCALE = 2.0**-4
+#: the dtypes ``score_products`` takes for the score product's operands
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def score_products_of(dtype: torch.dtype, sheared: bool) -> dict:
-    """The forward's switches for the score product q̂ k̂ᵀ of ``dtype`` streams: the dtype its operands
-    are rounded to (``PROD``) and the power of two they are multiplied by first (``PROD_SCALE``).
-
-    bf16 streams with a shear take fp16 operands: q̂ and k̂ are not bf16 numbers, and rounding them to
-    fp16, which the tensor cores multiply at bf16's rate, loses 8 times less (docs/kernel.md, "Where
-    the bf16 error comes from"). The scale 2^-4 lets sheared entries reach about ±10^6 where fp16
-    alone ends at ±65,504. Unsheared bf16 streams stay bf16 (nothing to round); the other dtypes
-    multiply in their own."""
-    if _PRODUCTS is not None:
-        dtype, scale = _PRODUCTS
-        return dict(PROD=_tl_dtype(dtype), PROD_SCALE=scale)
-    if dtype == torch.bfloat16 and sheared:
-        return dict(PROD=tl.float16, PROD_SCALE=FP16_SCALE)
-    return dict(PROD=_tl_dtype(dtype), PROD_SCALE=1.0)
+def score_products_of(dtype: torch.dtype) -> dict:
+    """The kernels' switches for the score product q̂ k̂ᵀ of streams whose values are ``dtype``: the
+    dtype its operands are rounded to (``PROD``), the power of two they are multiplied by first
+    (``PROD_SCALE``), and whether that differs from the dtype of the backward's other products
+    (``SPLIT``). By default the score product takes ``dtype`` itself, as every other product does;
+    ``score_products`` chooses otherwise."""
+    product, scale = _PRODUCTS if _PRODUCTS is not None else (dtype, 1.0)
+    return dict(PROD=_tl_dtype(product), PROD_SCALE=scale, SPLIT=product != dtype or scale != 1.0)
 
 
 @contextlib.contextmanager
 def score_products(dtype: torch.dtype, scale: float = 1.0):
-    """Inside this context the forward rounds q̂ and k̂ to ``dtype``, after multiplying them by
-    ``scale``, for its score product, whatever the streams' dtype: to compare the choices
-    ``score_products_of`` makes (``benchmarks/gpu_check.py``), or to test one on the CPU.
-    The P·V product and the backward keep the dtype of v."""
+    """Inside this context the kernels round q̂ and k̂ to ``dtype``, after multiplying them by ``scale``,
+    for the score product, forward and backward alike (the backward's probabilities are then the
+    forward's to the last bit); the P·V product and the gradients' products keep the dtype of v.
+
+    For bf16 streams, fp16 operands (``score_products(torch.float16, FP16_SCALE)``) keep 3 more bits at
+    the tensor cores' same rate on Hopper GPUs, which by ``benchmarks/bf16_error_budget.py`` would bring
+    PSA's bf16 error close to what rounding its output costs; sheared entries of 2^20 or more then
+    overflow. ``benchmarks/gpu_check.py`` measures the choice on a GPU."""
     global _PRODUCTS
-    if dtype not in DTYPES:
-        raise ValueError(f"score products in {dtype} are not built; the kernels take {', '.join(map(str, DTYPES))}")
+    if dtype not in SCORE_DTYPES:
+        raise ValueError(f"score products in {dtype} are not built; they take {', '.join(map(str, SCORE_DTYPES))}")
     if not (math.isfinite(scale) and scale > 0 and math.frexp(scale)[0] == 0.5):
         raise ValueError(f"the scale must be a positive power of two (exact in any dtype), not {scale!r}")
     saved, _PRODUCTS = _PRODUCTS, (dtype, float(scale))
@@ -560,7 +572,7 @@ def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> 
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
         HAS_STARTS=starts is not None, REPLICATE=replicate,
         PRECISION="ieee" if v.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
-        ACC=_acc(_work(v)),
+        ACC=_acc(_work(v)), **score_products_of(v.dtype),
     )
 
 
