@@ -139,9 +139,10 @@ def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
     from psattn.training.run_dir import load_result
 
     left = [c for c in configs if (runs / c.name / "checkpoint.pt").exists() and load_result(runs / c.name) is None]
+    steps = {c.name: load_checkpoint(runs / c.name / "checkpoint.pt", keys=("step",))["step"] for c in left}
+    left.sort(key=lambda c: -steps[c.name])  # what room there is goes to the runs furthest on
     for i, config in enumerate(left):
-        run_dir = runs / config.name
-        step = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
+        run_dir, step = runs / config.name, steps[config.name]
         stem = f"{experiment}-in-progress" + (f"-{i}" if i else "")
         held = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
         room = min(FILES_BACK - 1 - len(held),  # one file kept for a log

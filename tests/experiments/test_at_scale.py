@@ -359,17 +359,17 @@ def test_a_worker_stops_its_run_at_the_pieces_deadline_and_starts_none_after_it(
 
     config = paper_scale.paper_scale("quick")[0]
     run_dir = tmp_path / config.name
-    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() - 1) is None
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.monotonic() - 1) is None
     assert not run_dir.exists()  # the piece's time was up: not started
-    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() + 0.01) is None
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.monotonic() + 0.01) is None
     assert (run_dir / "checkpoint.pt").exists() and load_result(run_dir) is None  # cut, checkpointed
-    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.time() + 600) is None
+    assert sweep._run_one(config.to_dict(), str(run_dir), deadline=time.monotonic() + 600) is None
     assert load_result(run_dir) is not None  # resumed to the end
 
     real_loss = loss_module.shard_loss
     monkeypatch.setattr(loss_module, "shard_loss", lambda *a: real_loss(*a) * float("nan"))
     other = paper_scale.paper_scale("quick")[1]
-    message = sweep._run_one(other.to_dict(), str(tmp_path / other.name), deadline=time.time() + 600)
+    message = sweep._run_one(other.to_dict(), str(tmp_path / other.name), deadline=time.monotonic() + 600)
     assert message is not None and "loss became nan at step 0" in message  # an outcome, not an error
 
 
@@ -386,7 +386,8 @@ def test_a_piece_hands_back_no_more_in_progress_parts_than_the_machine_returns(t
     configs = paper_scale.paper_scale("quick")[:4]
     runs = tmp_path / "runs"
     for config in configs:  # four runs cut short, as four workers leave them
-        sweep._run_one(config.to_dict(), str(runs / config.name), deadline=time.time() + 0.01)
+        sweep._run_one(config.to_dict(), str(runs / config.name), deadline=time.monotonic() + 0.01)
+    sweep._run_one(configs[-1].to_dict(), str(runs / configs[-1].name), deadline=time.monotonic() + 0.01)  # one step on
     out = tmp_path / "out"
     out.mkdir()
     for name in ("paper_scale.tar.gz", "a.log", "b.log", "c.log"):
@@ -394,7 +395,9 @@ def test_a_piece_hands_back_no_more_in_progress_parts_than_the_machine_returns(t
     gpu_sweeps._split_in_progress(configs, runs, out, "paper_scale")
     parts = [p for p in out.iterdir() if run_parts.is_part(p)]
     assert len(parts) == 3 and len(list(out.iterdir())) == run_parts.FILES_BACK - 1
-    assert capsys.readouterr().out.count("the next machine starts it again") == 1
+    printed = capsys.readouterr().out
+    assert printed.count("the next machine starts it again") == 1
+    assert f"{configs[-1].name} is in progress (step 2 of" in printed.splitlines()[0]  # the one furthest on first
 
     crowded = tmp_path / "crowded"
     crowded.mkdir()
@@ -402,3 +405,38 @@ def test_a_piece_hands_back_no_more_in_progress_parts_than_the_machine_returns(t
     gpu_sweeps._split_in_progress(configs, runs, crowded, "paper_scale")
     assert list(crowded.iterdir()) == [crowded / "paper_scale.tar.gz"]  # no room left for a whole part
     assert capsys.readouterr().out.count("the next machine starts it again") == 4
+
+
+def test_a_run_that_fails_in_a_worker_stops_the_others_before_its_error_is_raised(tmp_path):
+    """One run failing (its directory is a file here) used to surface only after every queued run had
+    trained, with the stop signals' handlers already gone; now the others checkpoint and stop, the
+    queued ones never start, and the error is raised."""
+    import dataclasses
+    import time
+
+    from psattn.experiments.sweep import run_within
+
+    configs = [dataclasses.replace(c, train=dataclasses.replace(c.train, steps=100_000, early_stop=False))
+               for c in paper_scale.paper_scale("quick")[:5]]
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / configs[0].name).write_text("not a run directory")
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        run_within(configs, out, 600, progress=False, workers=2)
+    assert time.monotonic() - started < 120  # not after 100,000 steps of each run
+    assert not any(load_result(out / c.name) for c in configs[1:])
+    assert not (out / configs[4].name).exists()  # queued behind the others: never started
+
+
+def test_workers_whose_runs_could_not_fit_side_by_side_are_refused_before_any_starts(tmp_path, monkeypatch):
+    from psattn.experiments.sweep import run_within
+    from psattn.training import memory
+
+    configs = paper_scale.paper_scale("quick")[:3]
+    largest = max(memory.estimate(c).total_bytes for c in configs)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: int(1.5 * largest / memory.MARGIN))
+    with pytest.raises(ValueError, match="2 of these runs side by side need about .* use fewer workers"):
+        run_within(configs, tmp_path, 600, progress=False, workers=2)
+    assert list(tmp_path.iterdir()) == []  # nothing started
+    memory.check_side_by_side(configs, 1)  # one at a time fits

@@ -32,6 +32,7 @@ from typing import Any
 from psattn.progress import progress_bar
 from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
 from psattn.training.lock import run_lock
+from psattn.training.memory import check_side_by_side
 from psattn.training.run_dir import load_result
 from psattn.training.signals import STOP_SIGNALS, TrainingDiverged, TrainingInterrupted, on_stop_signals
 from psattn.training.trainer import train
@@ -60,8 +61,9 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
 
 
 def _run_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None = None) -> str | None:
-    """Train one config in a worker. With a ``deadline`` (``time.time()``) the run stops there, checkpointed,
-    and one whose loss stops being finite is an outcome: its message is returned (None otherwise)."""
+    """Train one config in a worker. With a ``deadline`` (``time.monotonic()``, the same clock in every
+    process) the run stops there, checkpointed, and one whose loss stops being finite is an outcome:
+    its message is returned (None otherwise)."""
     if _STOP is not None and _STOP.is_set():  # queued before the stop: leave it unstarted
         raise TrainingInterrupted("not started", signal.SIGTERM)
     config = RunConfig.from_dict(config_dict)
@@ -69,7 +71,7 @@ def _run_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None =
     if deadline is None:
         train_unless_finished(config, run_dir, **stops)
         return None
-    left = deadline - time.time()
+    left = deadline - time.monotonic()
     if left <= 0:  # the piece's time is up: the run waits for the next piece
         return None
     try:
@@ -181,7 +183,9 @@ def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: floa
     _check_out_dir(configs, out_dir)
     todo = [c for c in configs if load_result(out_dir / c.name) is None]
     if workers > 1 and len(todo) > 1:
-        diverged = _run_in_pool(todo, out_dir, min(workers, len(todo)), progress, deadline=time.time() + time_limit_s)
+        check_side_by_side(todo, workers)
+        deadline = time.monotonic() + time_limit_s
+        diverged = _run_in_pool(todo, out_dir, min(workers, len(todo)), progress, deadline=deadline)
     else:
         diverged = _run_in_order(todo, out_dir, time.monotonic() + time_limit_s, progress)
     if diverged:
@@ -217,42 +221,52 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
     """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
     process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
     their next step and stop, and ``TrainingInterrupted`` is raised here once they have. With a
-    ``deadline`` (``time.time()``), runs stop there and none starts after it; returns the messages of
-    the runs that diverged (``_run_one``)."""
+    ``deadline`` (``time.monotonic()``), runs stop there and none starts after it; returns the messages
+    of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
+    stops the others as a stop signal would (checkpointed) before its error is raised."""
     context = multiprocessing.get_context("spawn")
-    stop, stopped, diverged = context.Event(), [], []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                             initargs=(stop,)) as pool:
-        futures = [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
+    stop, stopped, diverged = context.Event(), [], {}
+    futures: list = []
 
-        def forward(signum, _frame):
-            stopped.append(signum)
-            stop.set()
-            for future in futures:
-                future.cancel()
+    def halt():  # running runs checkpoint at their next step and stop; queued ones never start
+        stop.set()
+        for future in futures:
+            future.cancel()
 
+    def forward(signum, _frame):
+        stopped.append(signum)
+        halt()
+
+    # the handlers stay while the pool shuts down, which waits for the running runs to checkpoint
+    with on_stop_signals(forward), ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                       initializer=_init_worker, initargs=(stop,)) as pool:
+        futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
         pending = set(futures)
-        with on_stop_signals(forward), progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for future in done:
-                    if future.cancelled():
-                        continue
-                    try:
-                        message = future.result()
-                    except TrainingInterrupted:
-                        if not stopped:
-                            raise
-                    else:
-                        if message is not None:
-                            diverged.append(message)
-                    bar.update(1)
-                pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
+        try:
+            with progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        if future.cancelled():
+                            continue
+                        try:
+                            message = future.result()
+                        except TrainingInterrupted:
+                            if not stopped:
+                                raise
+                        else:
+                            if message is not None:
+                                diverged[futures.index(future)] = message
+                        bar.update(1)
+                    pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
+        except BaseException:
+            halt()
+            raise
     if stopped:
         name = signal.Signals(stopped[0]).name
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
-    return diverged
+    return [diverged[i] for i in sorted(diverged)]
 
 
 def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:

@@ -116,6 +116,22 @@ def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:
     return need
 
 
+def check_side_by_side(configs: list[RunConfig], workers: int) -> None:
+    """Refuse (ValueError, one line with the numbers) ``workers`` runs of ``configs`` trained at once when
+    the largest of them could not fit side by side in their device's memory: each run's own check
+    (``check_fits``) sees the whole device free when they start together."""
+    from psattn.training.distributed import resolve_device
+
+    by_device: dict[torch.device, list[int]] = {}
+    for config in configs:
+        by_device.setdefault(resolve_device(config.train.device), []).append(estimate(config).total_bytes)
+    for device, needs in by_device.items():
+        need, free = sum(sorted(needs, reverse=True)[:workers]), available_bytes(device)
+        if free is not None and need > MARGIN * free:
+            raise ValueError(f"{min(workers, len(needs))} of these runs side by side need about {need / GIB:.1f} GiB "
+                             f"on {device}, and {free / GIB:.1f} GiB is available: use fewer workers")
+
+
 def check_held_out_fits(config: RunConfig) -> None:
     """Refuse (ValueError, one line) a held-out set of ``config.train.eval_size`` rows whose drawing would
     not fit in the host's memory (``psattn train``, ``psattn eval --rows``)."""
