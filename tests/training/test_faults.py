@@ -260,3 +260,13 @@ def test_temporary_files_left_by_a_kill_are_removed_when_the_run_is_opened(tmp_p
         path.write_bytes(b"half a file")
     train(tiny_config(4), tmp_path)
     assert not any(path.exists() for path in stale)
+
+
+def test_opening_a_run_removes_only_the_temporary_files_psattn_writes(tmp_path):
+    mine = [tmp_path / ".notes.tmp", tmp_path / ".draft.json.abc12345.tmp", tmp_path / ".tensorboard.x.tmp"]
+    for path in mine:
+        path.write_text("the user's own")
+    stale = tmp_path / ".metrics.jsonl.k2j4h6g8.tmp"
+    stale.write_bytes(b"half a file")
+    train(tiny_config(4), tmp_path)
+    assert all(path.read_text() == "the user's own" for path in mine) and not stale.exists()

@@ -8,6 +8,7 @@ are read with ``torch.load(weights_only=True)``: opening one never runs code fro
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import pickle
@@ -27,10 +28,16 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be read, or that is not a psattn training checkpoint."""
 
 
+def temporary_files(path: str | Path) -> list[Path]:
+    """The temporary files that writes of ``path`` cut short (by a kill) left beside it: ``.<name>.*.tmp``."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+
+
 def _atomic_write(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -31,7 +31,15 @@ from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
-from psattn.training.checkpoint import append_line, load_checkpoint, load_model_weights, write_json, write_jsonl, write_text
+from psattn.training.checkpoint import (
+    append_line,
+    load_checkpoint,
+    load_model_weights,
+    temporary_files,
+    write_json,
+    write_jsonl,
+    write_text,
+)
 from psattn.training.config import (
     RUNTIME_FIELDS,
     RunConfig,
@@ -290,8 +298,8 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
     """Write config.json and meta.json (with the schedule's ``extensions``), after ``check_run_dir``.
     An existing run keeps its meta.json unless ``fresh`` (a restart from step 0) or extended."""
     config_path = run_dir / CONFIG
-    if is_main:  # temporary files of writes cut short by a kill (this process holds the run's lock)
-        for stale in run_dir.glob(".*.tmp"):
+    if is_main:  # temporary files of psattn's writes cut short by a kill (this process holds the run's lock)
+        for stale in (tmp for path in run_files(run_dir) for tmp in temporary_files(path)):
             stale.unlink(missing_ok=True)
     tokens = getattr(config.task, "tokens", None)
     if config_path.exists() and not holds_progress(run_dir):
