@@ -18,20 +18,26 @@ def _a_file(path: str | Path, what: str) -> Path:
     return path
 
 
-class _DuplicateKey(ValueError):
-    """A key given twice in one JSON object."""
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object (``args[0]``)."""
 
 
 def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict; _DuplicateKey when a key comes twice (json keeps the last, silently)."""
+    """A JSON object's pairs as a dict; DuplicateKey when a key comes twice (json keeps the last, silently)."""
     data = dict(pairs)
     if len(data) < len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise DuplicateKey(key)
             seen.add(key)
     return data
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``, raising ``DuplicateKey`` for a key given twice in one object (json keeps the
+    last one silently; which one was meant?)."""
+    return json.loads(text, object_pairs_hook=_one_value_per_key)
 
 
 def read_json(path: str | Path, *, what: str = "file", object_only: bool = False) -> Any:
@@ -40,10 +46,10 @@ def read_json(path: str | Path, *, what: str = "file", object_only: bool = False
     (``object_only``) does not hold a JSON object."""
     path = _a_file(path, what)
     try:
-        data = json.loads(path.read_text(), object_pairs_hook=_one_value_per_key)
+        data = loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
-    except _DuplicateKey as err:
+    except DuplicateKey as err:
         raise ValueError(f"{path} gives the key {err.args[0]!r} twice in one object; keep the one you mean") from None
     if object_only and not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object")

@@ -321,6 +321,23 @@ def test_a_config_giving_a_key_twice_is_refused(tmp_path, text, key, capsys):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("command,message", [
+    ('train --run-dir {d}/r --set model={"d_model":64,"d_model":32}', "gives the key 'd_model' twice in one object"),
+    ('train --run-dir {d}/r --set model.attention={"gamma":0.5,"gamma":1}', "gives the key 'gamma' twice in one object"),
+    ("train --run-dir {d}/r --set model.d_model=64 --set model.d_model=32", "'model.d_model=64' and 'model.d_model=32' "
+     "both set model.d_model"),
+    ('train --run-dir {d}/r --set model.d_model=64 model={"n_heads":2}', "both set model.d_model"),
+    ("eval --run-dir {d}/run --set task.seq_len=32 task.seq_len=16", "both set task.seq_len"),
+])
+def test_set_giving_a_field_twice_is_refused(files, command, message, capsys):
+    """json kept the last of two values silently, and of two overrides of one field the last won: which was meant?"""
+    with pytest.raises(SystemExit) as stop:
+        main(command.replace("{d}", str(files)).split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (files / "r").exists()
+
+
 @pytest.mark.parametrize("run", ["missing", "corrupt"])
 def test_theory_bode_reads_its_run_before_writing_a_figure(files, run, capsys):
     """A run directory that failed to load left --out with a new bode.png over the earlier one."""

@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_run_dir(ev, "the run directory to score")
     ev.add_argument("--corpus", help="another corpus for a text run: a shipped name, a file, a folder or a glob")
     ev.add_argument("--set", nargs="*", action="extend", default=[], metavar="task.FIELD=VALUE",
-                    help="change the task (several --set add up)")
+                    help="change the task (several --set add up; each field once)")
     ev.add_argument("--rows", type=positive_int, help="held-out rows to score (default: the run's eval_size)")
     add_device(ev)
     add_json(ev, "the scores")

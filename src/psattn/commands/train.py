@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "when it has one (so --run-dir alone continues a run), else the defaults. --set overrides "
                     "other than name= name a new run after its directory (a run already there keeps its name)")
     tr.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
-                    help="overrides such as model.attention.variant=key_only train.steps=500 (several --set add up)")
+                    help="overrides such as model.attention.variant=key_only train.steps=500 "
+                         "(several --set add up; each field once)")
     tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
     tr.add_argument("--print-config", action="store_true",
                     help="print the resolved config (defaults, --config, --set) as JSON and exit")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from psattn.fields import check_choices, from_fields
-from psattn.jsonfile import read_json
+from psattn.jsonfile import DuplicateKey, loads, read_json
 from psattn.models.config import ModelConfig
 from psattn.tasks.registry import TASKS, TaskConfig, canonical_task_section, make_task_config, task_name
 
@@ -249,9 +249,15 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     ``task.name=X`` switches to task X with X's own defaults (whatever its position among the
     overrides), and the model's vocabulary follows X's unless ``model.vocab_size`` is given too; so
     does it follow ``task.vocab_size=N`` (``--set task.tokenizer=bpe task.vocab_size=1024`` sizes
-    both)."""
+    both). Overrides apply whatever their order, so two that set the same field (``model.d_model=64
+    model.d_model=32``, or ``model={...} model.d_model=32``) are refused."""
     data = config.to_dict()
     parsed = [_parse_override(item) for item in overrides]
+    for i, (key, _, item) in enumerate(parsed):
+        for earlier, _, other in parsed[:i]:
+            if key[:len(earlier)] == earlier[:len(key)]:  # the same field, or a section and a field of it
+                field_ = ".".join(key if len(key) > len(earlier) else earlier)
+                raise ValueError(f"overrides {other!r} and {item!r} both set {field_}; keep the one you mean")
     switch = [value for key, value, _ in parsed if key == ["task", "name"]]
     if switch and switch[-1] != data["task"]["name"]:
         task = make_task_config(switch[-1])
@@ -279,9 +285,12 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
     if not sep:
         raise ValueError(f"override {item!r} must look like section.field=value")
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except json.JSONDecodeError:
         value = float(raw) if raw.strip().lower() in _NON_FINITE else raw  # so that checks say "not finite"
+    except DuplicateKey as err:
+        raise ValueError(f"override {item!r} gives the key {err.args[0]!r} twice in one object; "
+                         "keep the one you mean") from None
     return key.split("."), value, item
 
 
