@@ -314,6 +314,23 @@ def test_fractional_position_ids_are_refused_rather_than_truncated():
     torch.testing.assert_close(model(ids, position_ids=positions.int()), model(ids))  # any integer dtype still reads
 
 
+def test_negative_position_ids_of_real_tokens_are_refused():
+    """[-3, -2, -1, 0, 1] ran: a negative rotation, and a document 'starting' at the 0 in the middle."""
+    model, ids = random_model("symmetric"), torch.randint(0, 37, (2, 5))
+    with pytest.raises(ValueError, match="position_ids must be >= 0 at every real token.*got -3"):
+        model(ids, position_ids=torch.arange(-3, 2).expand(2, 5))
+    cache = model.new_cache()
+    model(ids, cache=cache)
+    with pytest.raises(ValueError, match="got -1"):  # also after cached tokens, which the cache keeps
+        model(ids[:, :1], position_ids=torch.full((2, 1), -1), cache=cache)
+    assert len(cache) == 5
+    mask = torch.tensor([[1] * 5, [0, 0, 1, 1, 1]])  # padding's positions are never read: -1 or 1 there is fine
+    for pad in (-1, 1):
+        positions = torch.tensor([[0, 1, 2, 3, 4], [pad, pad, 0, 1, 2]])
+        torch.testing.assert_close(model(ids, position_ids=positions, attention_mask=mask)[1, 2:],
+                                   model(ids, attention_mask=mask)[1, 2:])
+
+
 @pytest.mark.parametrize("call,error,message", [
     (lambda m: DecoderLM({"vocab_size": 37}), TypeError, "config must be a ModelConfig"),
     (lambda m: m([[1, 2]]), TypeError, "input_ids must be a torch.Tensor"),

@@ -77,6 +77,7 @@ def build_context(
                 "with a cache, padding must come before each row's tokens (left padding): a row padded on the "
                 "right would continue from its padding"
             )
+    given = position_ids is not None
     if position_ids is None:
         first = None if cache is None else cache.next_position()  # None for an empty cache
         if first is None:
@@ -90,7 +91,15 @@ def build_context(
     held_seq = None if cache is None else cache.key_seq  # None for an empty cache
     prev_seq = held_seq[:, -1:] if held_seq is not None else torch.full((B, 1), -1, dtype=torch.long, device=device)
     seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
-    simple = bool(valid.all()) and not bool(starts[:, 1:].any()) and not (past and bool(starts[:, :1].any()))
+    # read at once, the one wait for the device here: what picks the path, and whether a real token was
+    # given a negative position (padding's positions change no real token: transformers gives them 0, 1 or -1)
+    negative = ((position_ids < 0) & valid).any() if given else valid.new_zeros(())
+    all_valid, later_start, first_start, bad = torch.stack(
+        [valid.all(), starts[:, 1:].any(), starts[:, :1].any(), negative]).tolist()
+    if bad:
+        raise ValueError(f"position_ids must be >= 0 at every real token (each document counts from 0), got "
+                         f"{int(position_ids[valid].min())}")
+    simple = all_valid and not later_start and not (past and first_start)
     chunk = None if cache is None else ChunkRecord(valid, seq, position_ids, simple)
     simple = simple and (cache is None or cache.simple)
 

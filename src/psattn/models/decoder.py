@@ -139,7 +139,8 @@ class DecoderLM(nn.Module):
         """input_ids (B, T) -> logits (B, T, V).
 
         ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
-        ``position_ids`` (B, T) restarting at 0 packs several documents in a row; with ``cache``
+        ``position_ids`` (B, T) restarting at 0 packs several documents in a row (a real token's is >= 0: a
+        negative one is a ValueError; padding's change nothing); with ``cache``
         the tokens continue the cached ones and the cache is extended (an empty chunk, T = 0, gives
         logits (B, 0, V) and leaves it as it was). With ``scored`` (B, T) bool (a
         ``TaskBatch``'s ``scored``), only the logits of the marked positions are computed, as (N, V) in
