@@ -4,8 +4,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psattn.ops.attention import attention_weights, psa_attention, psa_attention_reference, score_terms
-from psattn.ops.shear import shear
+from psattn.ops.attention import ScoreTerms, attention_weights, psa_attention, psa_attention_reference, score_terms
+from psattn.ops.shear import momentum, shear
 from psattn.ops.variants import VARIANTS, variant_gammas
 
 
@@ -59,6 +59,20 @@ def test_score_terms_sum_to_the_score_and_vanish_as_they_should():
     assert torch.allclose(terms.t1, q @ k.repeat_interleave(2, dim=1).transpose(-2, -1))
     key_only = score_terms(q, k, gamma_k=1.0)
     assert key_only.t2.abs().max() == 0 and key_only.t4.abs().max() == 0 and key_only.t3.abs().max() > 0
+
+
+def test_score_terms_from_streams_repeat_key_heads_and_name_streams_that_do_not_fit():
+    """Head counts that differ raised torch's 'The size of tensor a (4) must match the size of tensor b (3)'."""
+    q, k, _ = qkv(Hq=4, Hkv=2)
+    terms = ScoreTerms.from_streams(q, momentum(q), k, momentum(k), 0.4, 1.1)  # GQA: each key head serves two
+    torch.testing.assert_close(terms.total(), score_terms(q, k, gamma_q=0.4, gamma_k=1.1).total())
+    k3 = torch.randn(2, 3, 9, 8)
+    with pytest.raises(ValueError, match=r"q \(2, 4, 9, 8\), k \(2, 3, 9, 8\): query heads \(4\) must be a multiple"):
+        ScoreTerms.from_streams(q, momentum(q), k3, momentum(k3), 0.4, 1.1)
+    with pytest.raises(ValueError, match=r"p_k \(2, 4, 9, 8\) on cpu must match k \(2, 2, 9, 8\)"):
+        ScoreTerms.from_streams(q, momentum(q), k, momentum(q), 0.4, 1.1)
+    with pytest.raises(TypeError, match="dtypes differ"):
+        ScoreTerms.from_streams(q, momentum(q).double(), k, momentum(k), 0.4, 1.1)
 
 
 @settings(max_examples=30, deadline=None)

@@ -323,8 +323,22 @@ class ScoreTerms(NamedTuple):
 
     @classmethod
     def from_streams(cls, q: Tensor, p_q: Tensor, k: Tensor, p_k: Tensor, gamma_q: float, gamma_k: float) -> ScoreTerms:
-        """Terms from streams and momenta with matching heads (B, H, T, D)."""
-        kT, p_kT = k.transpose(-2, -1), p_k.transpose(-2, -1)  # (B, H, D, Tk)
+        """Terms from streams q (B, Hq, Tq, D), k (B, Hkv, Tk, D) and their momenta p_q, p_k (shaped as
+        they are); key heads are repeated to the query heads (GQA) where Hkv divides Hq."""
+        try:
+            check_qkv(q, k, k, same_dtype=False)
+        except ValueError as err:
+            raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}: {err}") from None
+        for name, p, x, x_name in (("p_q", p_q, q, "q"), ("p_k", p_k, k, "k")):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(p).__name__}")
+            if p.shape != x.shape or p.device != x.device:
+                raise ValueError(f"{name} {tuple(p.shape)} on {p.device} must match {x_name} {tuple(x.shape)} on {x.device}")
+        if not autocasting(q) and len({q.dtype, p_q.dtype, k.dtype, p_k.dtype}) > 1:  # autocast casts the products
+            raise TypeError(f"q, p_q, k, p_k dtypes differ: {q.dtype}, {p_q.dtype}, {k.dtype}, {p_k.dtype}")
+        if k.shape[1] != q.shape[1]:
+            k, p_k = expand_kv_heads(k, q.shape[1]), expand_kv_heads(p_k, q.shape[1])  # (B, Hq, Tk, D)
+        kT, p_kT = k.transpose(-2, -1), p_k.transpose(-2, -1)  # (B, Hq, D, Tk)
         return cls(
             t1=q @ kT,
             t2=gamma_q * (p_q @ kT),
