@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from psattn.tasks import IGNORE_INDEX, RandomOffsetConfig
 from psattn.tasks.random_offset import BOS
+from psattn.tasks.registry import sample_task
 from tasks.checks import bad_configs_raise, config_property, seeded_batch
 
 
@@ -120,4 +121,15 @@ test_bad_configs_raise_naming_the_field = bad_configs_raise(RandomOffsetConfig, 
     ({"num_keys": 4, "num_pairs": 5}, r"num_pairs must be in \[1, num_keys=4\]"),
     ({"num_pairs": 2, "num_queries": 3}, r"num_queries must be in \[1, num_pairs=2\]"),
     ({"seq_len": 9, "num_pairs": 8, "num_queries": 1}, "seq_len=9 too short"),
+    # the vocabulary grows as num_keys * num_values: 10**9 keys drew 4 GB of floats per row (~48 GB a batch)
+    ({"num_keys": 10**9}, r"vocab_size=9000000009 .* exceeds 2\*\*20 = 1048576.*num_keys may be up to 116507"),
+    ({"num_keys": 116508}, r"vocab_size=1048581 .*num_keys may be up to 116507"),
+    ({"num_values": 10**9}, r"num_values may be up to 61679"),
+    ({"num_keys": 10**9, "num_values": 10**9}, "make both smaller"),
 ])
+
+
+def test_the_largest_vocabulary_allowed_draws():
+    config = RandomOffsetConfig(num_keys=116507)
+    batch = sample_task(config, 2, torch.Generator().manual_seed(0))
+    assert config.vocab_size <= 2**20 and batch.inputs.shape == (2, 64) and int(batch.inputs.max()) < config.vocab_size

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: the largest vocabulary a task may have: a BPE tokenizer's largest (``TextConfig``); a model embeds every
+#: token, and a row's draw ranks every candidate token (``random_subsets``), a float each
+MAX_VOCAB = 2**20
+
 
 def _reason(why: str) -> str:
     return f" ({why})" if why else ""
@@ -29,3 +33,13 @@ def check_seq_len(config: Any, needed: int, layout: str, given: str = "") -> Non
     if config.seq_len < needed:
         setting = f" for {given}={getattr(config, given)}" if given else ""
         raise ValueError(f"seq_len={config.seq_len} too short{setting}: {layout} needs {needed}")
+
+
+def check_vocab_size(config: Any, layout: str = "", limit: str = "") -> None:
+    """Refuse a ``config.vocab_size`` above ``MAX_VOCAB``; ``layout`` says how the fields make it where it
+    is derived, and ``limit`` what bounds those fields."""
+    vocab = config.vocab_size
+    if vocab > MAX_VOCAB:
+        made = f" ({layout})" if layout else ""
+        raise ValueError(f"vocab_size={vocab}{made} exceeds 2**20 = {MAX_VOCAB}, the largest vocabulary a task may have "
+                         f"(a model embeds every token, a row's draw ranks them){'; ' + limit if limit else ''}")

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from psattn.fields import check_ints
-from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
+from psattn.tasks._checks import MAX_VOCAB, check_at_least, check_seq_len, check_up_to, check_vocab_size
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import check_draw, sample_split
@@ -69,6 +69,12 @@ class RandomOffsetConfig:
         check_ints(self, "random-offset task")
         check_at_least(self, "num_keys", 1)
         check_at_least(self, "num_values", 2)
+        keys, values = self.num_keys, self.num_values  # vocab_size - 1 = (keys + 1)(values + 1) - 1
+        most_keys, most_values = (MAX_VOCAB - 1 - values) // (values + 1), (MAX_VOCAB - 1 - keys) // (keys + 1)
+        check_vocab_size(self, "1 + num_keys + num_values + num_keys*num_values",
+                         f"with num_values={values}, num_keys may be up to {most_keys}" if most_keys >= 1 else
+                         f"with num_keys={keys}, num_values may be up to {most_values}" if most_values >= 2 else
+                         "make both smaller")
         check_up_to(self, "num_pairs", "num_keys", "keys are distinct")
         check_up_to(self, "num_queries", "num_pairs")
         check_seq_len(self, 1 + self.num_pairs + self.num_queries, "BOS + num_pairs + num_queries")
