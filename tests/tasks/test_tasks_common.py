@@ -163,3 +163,12 @@ def test_a_generator_that_is_no_torch_generator_is_named(config, generator):
     """Every sampler raised "'NoneType' object has no attribute 'device'"."""
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         sample_task(config, 4, generator)
+
+
+@pytest.mark.parametrize("cls", [InductionConfig, AssociativeRecallConfig, MultiHopConfig])
+def test_a_vocabulary_beyond_2_to_the_20_is_refused_and_the_largest_draws(cls):
+    """vocab_size=10**12 was accepted, and drawing four rows asked for tens of TB (a row's draw ranks every token)."""
+    with pytest.raises(ValueError, match=r"vocab_size=1000000000000 exceeds 2\*\*20 = 1048576"):
+        cls(vocab_size=10**12)
+    largest = cls(vocab_size=2**20)
+    assert int(_sample(largest, 0, batch_size=2).inputs.max()) < 2**20

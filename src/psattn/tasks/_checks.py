@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the largest vocabulary a task may have: a BPE tokenizer's largest (``TextConfig``); a model embeds every
-#: token, and a row's draw ranks every candidate token (``random_subsets``), a float each
+#: the largest vocabulary a task may have, a BPE tokenizer's too (``TextConfig``): a model embeds every token,
+#: and a synthetic task's draw of a row ranks every candidate token (``random_subsets``), a float each
 MAX_VOCAB = 2**20
 
 

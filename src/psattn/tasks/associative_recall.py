@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from psattn.fields import check_ints
-from psattn.tasks._checks import check_at_least, check_seq_len
+from psattn.tasks._checks import check_at_least, check_seq_len, check_vocab_size
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import check_draw, sample_split
@@ -52,6 +52,7 @@ class AssociativeRecallConfig:
 
     def __post_init__(self) -> None:
         check_ints(self, "MQAR task")
+        check_vocab_size(self)
         check_at_least(self, "num_pairs", 1)
         if self.num_keys < self.num_pairs or self.num_values < self.num_pairs:
             raise ValueError(

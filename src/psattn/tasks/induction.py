@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from psattn.fields import check_choices, check_ints
+from psattn.tasks._checks import check_vocab_size
 from psattn.tasks._random import random_subsets
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import check_draw, sample_split
@@ -74,6 +75,7 @@ class InductionConfig:
             raise ValueError(f"seq_len must be >= 4 (BOS, query, answer, query), got {self.seq_len}")
         if self.vocab_size < 3:
             raise ValueError(f"vocab_size must be >= 3 (BOS and two content tokens), got {self.vocab_size}")
+        check_vocab_size(self)
         if self.num_distractors < 0:
             raise ValueError(f"num_distractors must be >= 0, got {self.num_distractors}")
         if self.form == "single":

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from psattn.fields import check_ints
-from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to
+from psattn.tasks._checks import check_at_least, check_seq_len, check_up_to, check_vocab_size
 from psattn.tasks._random import random_subsets, shuffle_rows
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.split import check_draw, sample_split
@@ -58,6 +58,7 @@ class MultiHopConfig:
 
     def __post_init__(self) -> None:
         check_ints(self, "multi-hop task")
+        check_vocab_size(self)
         check_at_least(self, "num_entities", 4, "a cycle with a separate negated object")
         if self.vocab_size < FIRST_ENTITY + self.num_entities:
             raise ValueError(

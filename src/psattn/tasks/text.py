@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from psattn.tasks._checks import MAX_VOCAB
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.split import check_draw, check_split
 from psattn.textdata.corpus import absolute_corpus
@@ -51,8 +52,8 @@ class TextConfig:
             raise ValueError(f"vocab_size must be an integer, got {self.vocab_size!r}")
         if self.tokenizer == "byte" and self.vocab_size != 256:
             raise ValueError(f"the byte tokenizer has vocab_size 256, got {self.vocab_size}")
-        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**20:
-            raise ValueError(f"a BPE vocabulary needs 257..{2**20} entries (256 bytes plus merges), got {self.vocab_size}")
+        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= MAX_VOCAB:
+            raise ValueError(f"a BPE vocabulary needs 257..{MAX_VOCAB} entries (256 bytes plus merges), got {self.vocab_size}")
         if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 4:
             raise ValueError(f"seq_len must be an integer >= 4 (the copy measures repeat seq_len // 2 >= 2 tokens), "
                              f"got {self.seq_len!r}")
