@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -161,6 +162,17 @@ def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"holds no text files .*give a pattern, e\.g\. task\.corpus="):
         make_task_config("text", corpus=str(tmp_path / "empty"), seq_len=16).tokens()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_corpus_that_is_no_regular_file_is_refused_before_it_is_read(tmp_path):
+    """A corpus is read twice (hashed, then tokenized): /dev/zero filled the memory, a pipe (a shell's <(...)) blocked."""
+    os.mkfifo(tmp_path / "pipe.txt")
+    for path in (tmp_path / "pipe.txt", Path(os.devnull)):
+        with pytest.raises(ValueError, match=f"corpus {path} is not a regular file"):
+            corpus_files(str(path))  # only looks: nothing is opened
+        with pytest.raises(ValueError, match="not a regular file"):
+            make_task_config("text", corpus=str(path), seq_len=16).tokens()
 
 
 def test_a_pattern_or_a_source_file_is_a_corpus(tmp_path):

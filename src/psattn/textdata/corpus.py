@@ -11,7 +11,8 @@ interpreter's installed packages: its standard library with its subfolders and i
 path is
 a UTF-8 text file (``.txt``, optionally compressed as ``.txt.xz`` / ``.txt.gz``), a folder of such
 files (each file one document, in sorted order), or an already tokenized token file (``.npy``:
-a 1-D integer array, one document). Documents keep their order, so the held-out split can take
+a 1-D integer array, one document); a regular file, not a device or a pipe (a corpus is read twice: hashed,
+then tokenized). Documents keep their order, so the held-out split can take
 the last part of each one.
 """
 
@@ -119,6 +120,8 @@ def corpus_files(corpus: str) -> list[Path]:
             raise ValueError(f"corpus folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)}); for other "
                              f"files give a pattern, e.g. task.corpus='{path}/**/*.py'")
         return files
+    if not path.is_file():  # read twice (hashed, then tokenized): /dev/zero never ends, a pipe blocks or is empty the second time
+        raise ValueError(f"corpus {path} is not a regular file (a device, a pipe or a socket); save its text to a file first")
     return [path]
 
 
