@@ -1,7 +1,9 @@
 """The text task: corpora, tokenizers, the cached disjoint split, batches, LM metrics, and runs."""
 
 import dataclasses
+import gzip
 import json
+import lzma
 import math
 import os
 import sys
@@ -162,6 +164,28 @@ def test_corpus_paths_a_file_a_folder_and_a_token_file(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"holds no text files .*give a pattern, e\.g\. task\.corpus="):
         make_task_config("text", corpus=str(tmp_path / "empty"), seq_len=16).tokens()
+
+
+@pytest.mark.parametrize("name,damage", [("a.txt.gz", lambda z: z[:40]), ("a.txt.xz", lambda z: z[:40]),
+                                         ("a.txt.gz", lambda z: b"not gzip"), ("a.txt.xz", lambda z: b"not xz")])
+def test_a_compressed_corpus_cut_short_or_corrupt_is_one_line_naming_it(tmp_path, name, damage):
+    """lzma's LZMAError was a traceback, gzip's EOFError / BadGzipFile named no file."""
+    text = ("a line of text " * 400).encode()
+    (tmp_path / name).write_bytes(damage(gzip.compress(text) if name.endswith("gz") else lzma.compress(text)))
+    with pytest.raises(ValueError, match=f"{tmp_path / name} is not a whole .{name[-2:]} archive"):
+        load_documents(str(tmp_path / name))
+
+
+@pytest.mark.parametrize("content", [b"garbage, no array", None])
+def test_a_token_file_that_is_no_array_is_named(tmp_path, content):
+    """numpy said 'This file contains pickled (object) data. If you trust the file ...', naming no file."""
+    path = tmp_path / "tokens.npy"
+    if content is None:
+        np.save(path, np.array([1, "a"], dtype=object), allow_pickle=True)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"token file {path} is not a .npy array"):
+        load_documents(str(path))
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")

@@ -24,6 +24,7 @@ import hashlib
 import lzma
 import sys
 import sysconfig
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -141,18 +142,25 @@ def describe_corpus(corpus: str) -> str:
 
 
 def _read_bytes(path: Path) -> bytes:
-    if path.name.endswith(".xz"):
-        return lzma.decompress(path.read_bytes())
-    if path.name.endswith(".gz"):
-        return gzip.decompress(path.read_bytes())
-    return path.read_bytes()
+    """The bytes of ``path``, decompressed where its name ends in .xz or .gz; ValueError, naming the file, where
+    they do not decompress (truncated, corrupt, or no such archive at all)."""
+    kind = next((k for k in ("xz", "gz") if path.name.endswith("." + k)), None)
+    data = path.read_bytes()
+    try:
+        return lzma.decompress(data) if kind == "xz" else gzip.decompress(data) if kind == "gz" else data
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as err:  # gzip's BadGzipFile is an OSError
+        raise ValueError(f"{path} is not a whole .{kind} archive ({err}); replace it with a whole copy") from None
 
 
 def read_document(path: Path) -> Document:
     """The document in ``path``: UTF-8 text (``.txt``, ``.txt.xz``, ``.txt.gz``) or token ids (``.npy``)."""
     name = path.name.split(".")[0]
     if path.suffix == TOKEN_SUFFIX:
-        tokens = np.load(path, allow_pickle=False)
+        try:
+            tokens = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:  # numpy's words on a file that is no array suggest unpickling it
+            raise ValueError(f"token file {path} is not a .npy array (np.save's format, no pickles): "
+                             f"{str(err).split('. ')[0]}") from None
         if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
             raise ValueError(f"token file {path} must hold a 1-D integer array, got {tokens.dtype} {tokens.shape}")
         return Document(name, tokens=tokens)
