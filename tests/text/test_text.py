@@ -6,6 +6,7 @@ import json
 import lzma
 import math
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -65,6 +66,23 @@ def test_tokenizer_file_errors_are_clear(tmp_path):
         load_tokenizer(tmp_path / "t.json")
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
         load_tokenizer(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{bad", "is not valid JSON"),  # was json's 'Expecting property name ...', naming no file
+    ('{"kind": "byte", "kind": "bpe"}', "gives the key 'kind' twice"),  # was KeyError: 'tokenizer'
+    ('{"kind": "bpe"}', "says kind 'bpe' but holds no 'tokenizer' object"),  # was KeyError: 'tokenizer'
+    ('{"kind": "bpe", "tokenizer": {"model": 1}}', "holds a BPE tokenizer the tokenizers library cannot read"),  # Exception
+    (None, "is not a regular file"),  # a folder: was IsADirectoryError
+])
+def test_a_tokenizer_file_that_is_no_tokenizer_is_one_line_naming_it(tmp_path, text, message):
+    path = tmp_path / "t.json"
+    path.mkdir() if text is None else path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_tokenizer(path)
+    (tmp_path / "doc.txt").write_text(TEXT)
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}.*{message}" if text is not None else message):
+        make_task_config("text", corpus=str(tmp_path / "doc.txt"), tokenizer=str(path), seq_len=16).tokens()
 
 
 def test_the_shipped_corpus_is_six_novels_of_real_prose():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from psattn.jsonfile import DuplicateKey, loads
+
 KINDS = ("byte", "bpe")
 
 
@@ -105,20 +107,44 @@ def hf_tokenizers():
     return tokenizers
 
 
-def tokenizer_from_json(text: str) -> Tokenizer:
-    """The tokenizer a tokenizer.json text describes (byte or BPE); ValueError for anything else."""
-    data = json.loads(text)
+def tokenizer_from_json(text: str, where: str = "the tokenizer file") -> Tokenizer:
+    """The tokenizer a tokenizer.json text describes (byte or BPE); ValueError, naming ``where`` the text came
+    from, for anything else (not JSON, a key given twice, another kind, a BPE part the tokenizers library refuses)."""
+    try:
+        data = loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where} is not valid JSON: {err}") from None
+    except DuplicateKey as err:
+        raise ValueError(f"{where} gives the key {err.args[0]!r} twice in one object; keep the one you mean") from None
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
-        return BPETokenizer(hf_tokenizers().Tokenizer.from_str(json.dumps(data["tokenizer"])))
-    raise ValueError(f"not a psattn tokenizer file (kind {kind!r}; expected one of {KINDS})")
+        Tokenizer = hf_tokenizers().Tokenizer
+        if not isinstance(data.get("tokenizer"), dict):
+            raise ValueError(f"{where} says kind 'bpe' but holds no 'tokenizer' object")
+        try:
+            return BPETokenizer(Tokenizer.from_str(json.dumps(data["tokenizer"])))
+        except Exception as err:  # the library's own Exception, from Rust
+            raise ValueError(f"{where} holds a BPE tokenizer the tokenizers library cannot read: {err}") from None
+    raise ValueError(f"{where} is not a psattn tokenizer file (kind {kind!r}; expected one of {KINDS})")
+
+
+def tokenizer_file(path: str | Path) -> Path:
+    """``path`` as a Path: FileNotFoundError unless it exists, ValueError unless it is a regular file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no tokenizer at {path}")
+    if not path.is_file():
+        raise ValueError(f"tokenizer {path} is not a regular file; give the path of a tokenizer.json")
+    return path
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved at ``path`` (a run directory's tokenizer.json)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no tokenizer at {path}")
-    return tokenizer_from_json(path.read_text())
+    path = tokenizer_file(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a tokenizer.json (not UTF-8 text)") from None
+    return tokenizer_from_json(text, str(path))

@@ -35,7 +35,14 @@ import numpy as np
 from psattn.processes import process_alive
 from psattn.progress import progress_bar
 from psattn.textdata.corpus import Document, corpus_hash, load_documents
-from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
+from psattn.textdata.tokenizer import (
+    BPETokenizer,
+    ByteTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_file,
+    tokenizer_from_json,
+)
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # meta.json's layout; entries of another format are rebuilt
@@ -106,7 +113,7 @@ def _tokenizer_key(tokenizer: str, vocab_size: int) -> str:
         return "byte"
     if tokenizer == "bpe":
         return f"bpe{vocab_size}"
-    return "file-" + _sha256(Path(tokenizer).read_bytes())[:16]
+    return "file-" + _sha256(tokenizer_file(tokenizer).read_bytes())[:16]
 
 
 def _sha256(data) -> str:
@@ -197,7 +204,7 @@ def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fr
     tokenizer_json = (directory / "tokenizer.json").read_text()
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
         raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
-    tok = tokenizer_from_json(tokenizer_json)
+    tok = tokenizer_from_json(tokenizer_json, str(directory / "tokenizer.json"))
     arrays = {name: _verified(directory / f"{name}.npy", record, tok.vocab_size)
               for name, record in meta["arrays"].items()}
     fingerprint = {"corpus_sha256": meta["corpus_sha256"], "tokenizer_sha256": meta["tokenizer_sha256"],
