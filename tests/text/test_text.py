@@ -276,6 +276,16 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
     assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
 
 
+def test_bits_per_byte_leaves_unscored_positions_out_and_names_ids_beyond_the_tokenizer():
+    """A target of -100 (unscored) was read as token V - 100: its bytes entered the count, the value was wrong."""
+    token_bytes = np.array([1] * 255 + [50])
+    losses = torch.tensor([[1.0, 1.0, 7.0]])
+    scored_only = bits_per_byte(losses[:, :2], torch.tensor([[5, 6]]), token_bytes)
+    assert bits_per_byte(losses, torch.tensor([[5, 6, -100]]), token_bytes) == pytest.approx(scored_only)
+    with pytest.raises(ValueError, match=r"targets must be token ids in \[0, 256\).*got ids from 5 to 300"):
+        bits_per_byte(losses, torch.tensor([[5, 6, 300]]), token_bytes)  # was an IndexError
+
+
 class PatternModel(nn.Module):
     """A stand-in model whose one head attends where it is told, and predicts uniformly."""
 

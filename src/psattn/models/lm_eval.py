@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from psattn.models.heads import repeat_scores
-from psattn.tasks.batch import TaskBatch
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.text import windows
 
 
@@ -63,11 +63,17 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
 
 
 def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
-    """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict."""
+    """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict; positions whose
+    target is ``IGNORE_INDEX`` (unscored) count neither their loss nor bytes."""
     if losses.shape != targets.shape:  # the sums would be of different tokens
         raise ValueError(f"losses {tuple(losses.shape)} and targets {tuple(targets.shape)} must have one shape")
-    nbytes = torch.as_tensor(token_bytes, device=targets.device)[targets].sum()
-    return float(losses.sum() / math.log(2) / nbytes.clamp(min=1))
+    scored = targets != IGNORE_INDEX  # (B, T); an index of -100 read the bytes of token V - 100
+    ids = targets[scored]  # (N,)
+    if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < len(token_bytes):
+        raise ValueError(f"targets must be token ids in [0, {len(token_bytes)}) (the tokenizer's) or {IGNORE_INDEX}, "
+                         f"got ids from {int(ids.min())} to {int(ids.max())}")
+    nbytes = torch.as_tensor(token_bytes, device=targets.device)[ids].sum()
+    return float(losses[scored].sum() / math.log(2) / nbytes.clamp(min=1))
 
 
 def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:
