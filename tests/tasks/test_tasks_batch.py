@@ -50,6 +50,12 @@ def test_batch_validation():
         TaskBatch(torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 3, dtype=torch.int64))
     with pytest.raises(ValueError, match="int64"):
         TaskBatch(torch.zeros(2, 4, dtype=torch.int32), torch.zeros(2, 4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="inputs must be a torch.Tensor .* got list"):  # was AttributeError: 'list' ... 'dim'
+        TaskBatch([[1, 2]], torch.zeros(1, 2, dtype=torch.int64))
+    with pytest.raises(TypeError, match="targets must be a torch.Tensor .* got NoneType"):
+        TaskBatch(torch.zeros(1, 2, dtype=torch.int64), None)
+    with pytest.raises(ValueError, match="inputs are on cpu, targets on meta"):
+        TaskBatch(torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, 2, dtype=torch.int64, device="meta"))
 
 
 def test_batch_is_frozen_and_movable():

@@ -23,6 +23,11 @@ class TaskBatch:
     targets: Tensor
 
     def __post_init__(self) -> None:
+        for name in ("inputs", "targets"):
+            if not isinstance(getattr(self, name), Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor (B, T) of int64, got {type(getattr(self, name)).__name__}")
+        if self.inputs.device != self.targets.device:
+            raise ValueError(f"inputs are on {self.inputs.device}, targets on {self.targets.device}: move both to one device")
         if self.inputs.dim() != 2:
             raise ValueError(f"inputs must be (B, T), got shape {tuple(self.inputs.shape)}")
         if self.targets.shape != self.inputs.shape:
