@@ -19,7 +19,7 @@ from torch import nn
 from helpers import science, tiny_config
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.heads import repeat_scores
-from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window
+from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window, token_losses
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
 from psattn.textdata import tokens as token_cache
@@ -274,6 +274,14 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
     token_bytes = np.array([1, 2, 3])
     targets = torch.tensor([[0, 1, 2]])
     assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 1.5, True])
+def test_token_losses_names_a_chunk_that_is_no_positive_integer(chunk):
+    """0 was range()'s 'arg 3 must not be zero', -1 torch.cat's 'expected a non-empty list of Tensors'."""
+    batch = sample_task(make_task_config("induction"), 2, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=f"chunk must be an integer >= 1 .*got {chunk!r}"):
+        token_losses(nn.Identity(), batch, chunk=chunk)
 
 
 def test_bits_per_byte_leaves_unscored_positions_out_and_names_ids_beyond_the_tokenizer():

@@ -50,7 +50,9 @@ def icl_score(position_loss: Tensor) -> float:
 @torch.no_grad()
 def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
     """(B, T) next-token loss in nats at every position of ``batch`` (all positions scored), for
-    psattn's models and transformers causal LMs alike."""
+    psattn's models and transformers causal LMs alike; ``chunk`` rows at a time."""
+    if isinstance(chunk, bool) or not isinstance(chunk, Integral) or chunk < 1:  # 0: range()'s error; -1: torch.cat's
+        raise ValueError(f"chunk must be an integer >= 1 (rows per forward pass), got {chunk!r}")
     was_training = model.training
     model.eval()
     out = []
