@@ -520,7 +520,7 @@ def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
 
 #: the score products forced by ``score_products`` (dtype, scale), or None
 _PRODUCTS: tuple[torch.dtype, float] | None = None
-#: a scale for fp16 score products of bf16 streams: sheared entries then stay finite below 2^20 (about 10^6)
+#: a scale for fp16 score products of bf16 streams: sheared entries then stay finite below 65,520 * 16 (about 2^20)
 FP16_SCALE = 2.0**-4
 #: the dtypes ``score_products`` takes for the score product's operands
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -544,8 +544,8 @@ def score_products(dtype: torch.dtype, scale: float = 1.0):
 
     For bf16 streams, fp16 operands (``score_products(torch.float16, FP16_SCALE)``) keep 3 more bits at
     the tensor cores' same rate on Hopper GPUs, which by ``benchmarks/bf16_error_budget.py`` would bring
-    PSA's bf16 error close to what rounding its output costs; sheared entries of 2^20 or more then
-    overflow. ``benchmarks/gpu_check.py`` measures the choice on a GPU."""
+    PSA's bf16 error close to what rounding its output costs; sheared entries of about 2^20 or more
+    then overflow. ``benchmarks/gpu_check.py`` measures the choice on a GPU."""
     global _PRODUCTS
     if dtype not in SCORE_DTYPES:
         raise ValueError(f"score products in {dtype} are not built; they take {', '.join(map(str, SCORE_DTYPES))}")
