@@ -144,7 +144,7 @@ def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
     for i, config in enumerate(left):
         run_dir, step = runs / config.name, steps[config.name]
         stem = f"{experiment}-in-progress" + (f"-{i}" if i else "")
-        held = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
+        held = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []  # on a GPU, all a piece writes there
         room = min(FILES_BACK - 1 - len(held),  # one file kept for a log
                    (BYTES_BACK - 2**20 - sum(p.stat().st_size for p in held)) // PART_BYTES)
         parts = split_run(run_dir, out, stem, max_parts=min(MAX_PARTS, room)) if room > 0 else []
