@@ -41,6 +41,8 @@ def split_run(run_dir: str | Path, out_dir: str | Path, stem: str, *, part_bytes
     files = [path for path in run_files(run_dir) if path.is_file()]
     if not files:
         raise ValueError(f"{run_dir} holds no run files to split")
+    if sum(path.stat().st_size for path in files) > max_parts * part_bytes:  # too large, whatever the tar adds
+        return []  # (a psa-92m run's checkpoint is about 1 GB: not read into memory for nothing)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path in files:
