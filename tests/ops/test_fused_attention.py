@@ -236,6 +236,26 @@ def test_the_backward_recomputes_the_forwards_scores_in_the_dtype_the_forward_to
         assert error < tolerance[name], (name, error)
 
 
+def test_a_backward_run_after_the_score_products_context_recomputes_the_forwards_scores():
+    """``with score_products(...): out = f(...)`` and ``out.backward()`` outside it: the backward takes
+    the switches its forward ran with, not those in force when it runs."""
+    q, k, v = (3.0 * x if i < 2 else x for i, x in enumerate(streams(T=40, D=16, seed=6, dtype=torch.float32)))
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    upstream = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    grads = {}
+    for inside in (True, False):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+            out = psa_attention(*leaves, **kw, backend="fused")
+            if inside:
+                out.backward(upstream)
+        if not inside:
+            out.backward(upstream)
+        grads[inside] = [x.grad for x in leaves]
+    for inside, outside in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(outside, inside, rtol=0, atol=0)
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value", "ignore:All-NaN")
 def test_scaled_fp16_score_products_reach_past_fp16s_range():
     """Sheared fp16 entries past ±65,504 (here inputs of up to 5·10^4 under γ = 0.8) overflow when

@@ -20,6 +20,7 @@ which the runs in progress checkpoint and the rest wait for the next call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -235,14 +236,15 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
 
     def forward(signum, _frame):
         stopped.append(signum)
-        halt()
+        if len(stopped) == 1:  # a second signal must not re-enter the event's lock
+            halt()
 
     # the handlers stay while the pool shuts down, which waits for the running runs to checkpoint
     with on_stop_signals(forward), ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                        initializer=_init_worker, initargs=(stop,)) as pool:
-        futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
-        pending = set(futures)
         try:
+            futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
+            pending = set(futures)
             with progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -260,13 +262,28 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                         bar.update(1)
                     pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
         except BaseException:
-            halt()
+            with _stop_signals_held():  # a signal's handler would wait on the lock halt() holds
+                halt()
             raise
     if stopped:
         name = signal.Signals(stopped[0]).name
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
     return [diverged[i] for i in sorted(diverged)]
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """Hold the stop signals back from this thread inside the block (where the platform allows), so that
+    their handler does not run in the middle of it; they are delivered on leaving it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:

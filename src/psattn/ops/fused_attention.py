@@ -468,6 +468,7 @@ class _FusedPSA(torch.autograd.Function):
             Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), products)
         ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
         ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
+        ctx.meta = meta  # the backward recomputes the scores as these switches computed them
         return out
 
     @staticmethod
@@ -481,7 +482,7 @@ class _FusedPSA(torch.autograd.Function):
         delta = torch.empty(B, Hq, Tq, device=q.device, dtype=work)  # rowsum(dO ∘ O)
         _launch_rows(_delta_kernel, Tq, B * Hq, (out, d_out, delta, *out.stride(), *d_out.stride(), Hq, Tq),
                      dict(D=D, ACC=_acc(work)))
-        meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
+        meta = ctx.meta  # the forward's switches, score products included, wherever the backward runs
         s = starts if starts is not None else q
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
@@ -566,12 +567,13 @@ def _tl_dtype(dtype: torch.dtype):
 
 def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
     """The compile-time switches of one call (the tile sizes are the launcher's); the products run in
-    the dtype of ``v``."""
+    the dtype of ``v``, but for the score product under ``score_products``."""
+    product = _PRODUCTS[0] if _PRODUCTS is not None else v.dtype
     return dict(
         D=v.shape[-1], CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
         HAS_STARTS=starts is not None, REPLICATE=replicate,
-        PRECISION="ieee" if v.dtype in (torch.float32, torch.float64) else "tf32",  # fp32 products in full fp32
+        PRECISION="ieee" if {v.dtype, product} & {torch.float32, torch.float64} else "tf32",  # fp32 products in fp32
         ACC=_acc(_work(v)), **score_products_of(v.dtype),
     )
 
