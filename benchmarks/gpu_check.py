@@ -217,11 +217,11 @@ def _psa(backend: str, gamma: float = 0.8):
 
 
 def _psa_fused_fp16_scores(gamma: float = 0.8):
-    """The fused kernel with its score product in fp16, scaled (``fused_attention.score_products``)."""
-    from psattn.ops.fused_attention import FP16_SCALE, score_products
+    """The fused kernel with its score product in fp16 (``fused_attention.score_products``)."""
+    from psattn.ops.fused_attention import score_products
 
     def attention(q, k, v):
-        with score_products(torch.float16, FP16_SCALE):
+        with score_products(torch.float16):
             return _psa("fused", gamma)(q, k, v)
     return attention
 
@@ -302,7 +302,7 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
             out[name] = case(**kwargs)
     if device.type == "cuda":  # the tuned tiles, in bf16: errors of bf16 size, not of wrong rows
         out["bf16, autotuned tiles"] = case(T=1000, dtype=torch.bfloat16)
-        with fused_attention.score_products(torch.float16, fused_attention.FP16_SCALE):
+        with fused_attention.score_products(torch.float16):
             out["bf16, autotuned tiles, fp16 score product"] = case(T=1000, dtype=torch.bfloat16)
     return out
 

@@ -116,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--plain", action="store_true", help="also compile each kernel with the shear off")
     parser.add_argument("--fp16-scores", action="store_true",
-                        help="the score product in fp16, scaled (fused_attention.score_products), for bf16 streams")
+                        help="the score product in fp16, each row scaled (fused_attention.score_products)")
     args = parser.parse_args(argv)
     if args.fp16_scores:
-        with fa.score_products(torch.float16, fa.FP16_SCALE):
+        with fa.score_products(torch.float16):
             return _compile_all(args)
     return _compile_all(args)
 

@@ -9,7 +9,8 @@ forming k̂ the same way from rows j and j - 1, with the online softmax of Flash
 arXiv 2307.08691). No sheared stream is ever written to memory, and the rounding error is that of one
 rounding of q̂ and k̂, not of each elementwise operation before SDPA. ``score_products`` can have
 the score product take another dtype than the streams' (fp16 operands for bf16 streams keep 3 more
-bits); forward and backward then recompute the same scores.
+bits, each row scaled into fp16's range by a power of two); forward and backward then compute the
+same scores.
 
 The boundary rule is the one of ``psattn.ops.shear``: at a sequence start (t = 0 without ``prev``, and
 wherever ``starts`` is set) the predecessor is the row itself (``replicate``: no shear) or zero
@@ -93,31 +94,40 @@ def _sheared_rows(base, prev_base, starts_base, rows, cols, T, stride_t, stride_
 
 
 @triton.jit
-def _score_operand(x, PROD: tl.constexpr, PROD_SCALE: tl.constexpr):
-    """A sheared tile ``x`` (fp32) as an operand of the score product: ``x * PROD_SCALE`` rounded to
-    ``PROD`` (the dtype of the streams' values unless ``score_products`` chose otherwise)."""
-    if PROD_SCALE != 1.0:
-        x = x * PROD_SCALE
-    return x.to(PROD)
+def _score_operand(x, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
+    """A sheared tile ``x`` (rows, D) as an operand of the score product, rounded to ``PROD`` (the dtype
+    of the streams' values unless ``score_products`` chose otherwise), and what undoes its scale on the
+    scores: with ``ROW_SCALE`` each row is first multiplied by the power of two 2^k that brings its
+    largest entry into [2^14, 2^15), inside a 16-bit dtype's range whatever the row's size, and the
+    second value is 2^-k per row (fp32); otherwise it is 1.0. Powers of two: both steps are exact."""
+    down = 1.0
+    if ROW_SCALE:
+        top = tl.max(tl.abs(x), 1).to(tl.float32)  # (rows,)
+        exponent = ((top.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # top in [2^e, 2^(e+1)) (-127: zero)
+        k = tl.minimum(tl.maximum(14 - exponent, -126), 126)  # both 2^k and 2^-k normal floats
+        x = x * ((k + 127) << 23).to(tl.float32, bitcast=True)[:, None].to(x.dtype)  # (rows, D): times 2^k
+        down = ((127 - k) << 23).to(tl.float32, bitcast=True)  # (rows,): 2^-k
+    return x.to(PROD), down
 
 
 @triton.jit
-def _forward_tiles(q, acc, l, m, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
-                   svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+def _forward_tiles(q, q_down, acc, l, m, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
+                   sst, svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                    SHEAR_K: tl.constexpr, HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr,
                    REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr,
-                   PROD_SCALE: tl.constexpr):
+                   ROW_SCALE: tl.constexpr):
     """The online softmax over the key tiles [lo, hi): returns the updated (acc, l, m). ``MASKED``
     tiles may hold keys past Tk or (causal) after a query row; the others are wholly visible. q̂ and
-    k̂ enter the score product in ``PROD``, each times ``PROD_SCALE`` (``_score_operand``)."""
+    k̂ enter the score product as ``_score_operand`` makes them (``q_down``: q̂'s undoing)."""
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
         k = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K,
                           HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
-        k = _score_operand(k, PROD, PROD_SCALE)  # (BLOCK_N, D): k̂
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, BLOCK_N)
-        s = s * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))
+        k, k_down = _score_operand(k, PROD, ROW_SCALE)  # (BLOCK_N, D): k̂
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)  # (BLOCK_M, BLOCK_N)
+        if ROW_SCALE:
+            s = s * q_down[:, None] * k_down[None, :]
         if MASKED:
             seen = keys[None, :] < Tk
             if CAUSAL:
@@ -141,7 +151,7 @@ def _forward_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    PROD: tl.constexpr, PROD_SCALE: tl.constexpr,
+    PROD: tl.constexpr, ROW_SCALE: tl.constexpr,
 ):
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // Hq, pid_bh % Hq
@@ -150,7 +160,7 @@ def _forward_kernel(
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
                       spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
-    q = _score_operand(q, PROD, PROD_SCALE)  # (BLOCK_M, D): q̂, rounded once to the dtype of the products
+    q, q_down = _score_operand(q, PROD, ROW_SCALE)  # (BLOCK_M, D): q̂, rounded once to the dtype of the products
     m = tl.full((BLOCK_M,), float("-inf"), ACC)  # running max of the base-2 scores
     l = tl.zeros((BLOCK_M,), ACC)  # running sum of their exponentials
     acc = tl.zeros((BLOCK_M, D), ACC)
@@ -161,12 +171,12 @@ def _forward_kernel(
     if CAUSAL:  # BLOCK_M is a multiple of BLOCK_N: the tiles before this row tile's first row are whole
         whole = tl.minimum(whole, pid_m * BLOCK_M)
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
-    acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd,
+    acc, l, m = _forward_tiles(q, q_down, acc, l, m, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd,
                                spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, False, CAUSAL, SHEAR_K, HAS_PREV_K,
-                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE)
-    acc, l, m = _forward_tiles(q, acc, l, m, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd,
+                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
+    acc, l, m = _forward_tiles(q, q_down, acc, l, m, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd,
                                spkd, sst, svt, svd, gamma_k, scale, BLOCK_N, True, CAUSAL, SHEAR_K, HAS_PREV_K,
-                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE)
+                               HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
     out = acc / l[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + cols[None, :] * sod, out.to(O.dtype.element_ty),
              mask=(rows < Tq)[:, None])
@@ -174,25 +184,26 @@ def _forward_kernel(
 
 
 @triton.jit
-def _dkdv_tiles(k, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_base, do_base, lse_base, delta_base, Tq, sqt,
+def _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_base, do_base, lse_base, delta_base, Tq, sqt,
                 sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                 SHEAR_Q: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
-                PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr, PROD_SCALE: tl.constexpr,
-                SPLIT: tl.constexpr):
+                PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
     """dk̂ and dv of one key tile from the query tiles [lo, hi) of one query head; ``MASKED``: the
     causal mask applies inside these tiles. ``k`` is the key tile as an operand of the score product
-    (``_score_operand``); ``SPLIT``: q̂ enters that product in another dtype than dk̂'s (v's)."""
+    (``_score_operand``, ``k_down`` its undoing); q̂ enters it the same way, and dk̂'s product in v's
+    dtype."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
         q_wide = _sheared_rows(q_base, pq_base, s_base, rows, cols, Tq, sqt, sqd, spqd, sst, gamma_q, SHEAR_Q,
                                HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)  # (BLOCK_M, D): q̂
         q = q_wide.to(v.dtype)
-        q_score = _score_operand(q_wide, PROD, PROD_SCALE) if SPLIT else q
+        q_score, q_down = _score_operand(q_wide, PROD, ROW_SCALE)  # q itself when PROD is v's dtype
         do = tl.load(do_base + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None], other=0.0)
         lse = tl.load(lse_base + rows, mask=rows < Tq, other=float("inf"))
         delta = tl.load(delta_base + rows, mask=rows < Tq, other=0.0)
-        s_t = tl.dot(k, tl.trans(q_score), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_N, BLOCK_M)
-        s_t = s_t * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))  # the forward's scores, to the last bit
+        s_t = tl.dot(k, tl.trans(q_score), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)
+        if ROW_SCALE:  # (BLOCK_N, BLOCK_M): the forward's scores
+            s_t = s_t * k_down[:, None] * q_down[None, :]
         p_t = tl.exp2(s_t - lse[None, :])
         if MASKED:
             p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
@@ -212,7 +223,7 @@ def _dkdv_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr,
+    PROD: tl.constexpr, ROW_SCALE: tl.constexpr,
 ):
     """dk̂ and dv of one key tile of one key head, summed over the query heads that share it."""
     pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
@@ -221,7 +232,7 @@ def _dkdv_kernel(
     cols = tl.arange(0, D)
     k = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
                       spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
-    k = _score_operand(k, PROD, PROD_SCALE)  # (BLOCK_N, D): k̂, only ever in the score product here
+    k, k_down = _score_operand(k, PROD, ROW_SCALE)  # (BLOCK_N, D): k̂, only ever in the score product here
     v = tl.load(V + b * svb + hk * svh + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None],
                 other=0.0)
     dk = tl.zeros((BLOCK_N, D), ACC)
@@ -235,34 +246,35 @@ def _dkdv_kernel(
         h = hk * G + g
         q_base, pq_base, s_base = Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb
         do_base, stats = DO + b * sdob + h * sdoh, (b * Hq + h) * Tq
-        dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, lo, whole, q_base, pq_base, s_base, do_base, LSE + stats,
+        dk, dv = _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, lo, whole, q_base, pq_base, s_base, do_base, LSE + stats,
                              DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, True, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
-        dk, dv = _dkdv_tiles(k, v, dk, dv, keys, cols, whole, Tq, q_base, pq_base, s_base, do_base, LSE + stats,
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
+        dk, dv = _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, whole, Tq, q_base, pq_base, s_base, do_base, LSE + stats,
                              DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, False, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
+                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(keys < Tk)[:, None])
 
 
 @triton.jit
-def _dq_tiles(q, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
+def _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
               svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, SHEAR_K: tl.constexpr,
               HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr,
-              ACC: tl.constexpr, PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr):
+              ACC: tl.constexpr, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
     """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED``: the causal mask applies inside.
-    ``q`` is the query tile as an operand of the score product (``_score_operand``); ``SPLIT``: k̂
-    enters that product in another dtype than dq̂'s (v's)."""
+    ``q`` is the query tile as an operand of the score product (``_score_operand``, ``q_down`` its
+    undoing); k̂ enters it the same way, and dq̂'s product in v's dtype."""
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         v = tl.load(v_base + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None], other=0.0)
         k_wide = _sheared_rows(k_base, pk_base, s_base, keys, cols, Tk, skt, skd, spkd, sst, gamma_k, SHEAR_K,
                                HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)  # (BLOCK_N, D): k̂
         k = k_wide.to(v.dtype)
-        k_score = _score_operand(k_wide, PROD, PROD_SCALE) if SPLIT else k
-        s = tl.dot(q, tl.trans(k_score), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, BLOCK_N)
-        s = s * (scale * LOG2E / (PROD_SCALE * PROD_SCALE))  # the forward's scores, to the last bit
+        k_score, k_down = _score_operand(k_wide, PROD, ROW_SCALE)  # k itself when PROD is v's dtype
+        s = tl.dot(q, tl.trans(k_score), input_precision=PRECISION, out_dtype=ACC) * (scale * LOG2E)
+        if ROW_SCALE:  # (BLOCK_M, BLOCK_N): the forward's scores
+            s = s * q_down[:, None] * k_down[None, :]
         p = tl.exp2(s - lse[:, None])
         if MASKED:
             p = tl.where(keys[None, :] <= rows[:, None], p, 0.0)
@@ -281,7 +293,7 @@ def _dq_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    PROD: tl.constexpr, PROD_SCALE: tl.constexpr, SPLIT: tl.constexpr,
+    PROD: tl.constexpr, ROW_SCALE: tl.constexpr,
 ):
     """dq̂ of one query tile of one query head."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
@@ -291,7 +303,7 @@ def _dq_kernel(
     cols = tl.arange(0, D)
     q = _sheared_rows(Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb, rows, cols, Tq, sqt, sqd,
                       spqd, sst, gamma_q, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, ACC)
-    q = _score_operand(q, PROD, PROD_SCALE)  # (BLOCK_M, D): q̂, only ever in the score product here
+    q, q_down = _score_operand(q, PROD, ROW_SCALE)  # (BLOCK_M, D): q̂, only ever in the score product here
     do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdot + cols[None, :] * sdod, mask=(rows < Tq)[:, None],
                  other=0.0)
     lse = tl.load(LSE + pid_bh * Tq + rows, mask=rows < Tq, other=float("inf"))
@@ -304,12 +316,12 @@ def _dq_kernel(
     # are zero, so they add nothing to dq̂.
     whole = tl.minimum(pid_m * BLOCK_M, Tk) if CAUSAL else Tk
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
-    dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
+    dq = _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
                    sst, svt, svd, gamma_k, scale, BLOCK_N, False, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
-                   PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
-    dq = _dq_tiles(q, do, lse, delta, dq, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
+                   PRECISION, ACC, PROD, ROW_SCALE)
+    dq = _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
                    sst, svt, svd, gamma_k, scale, BLOCK_N, True, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
-                   PRECISION, ACC, PROD, PROD_SCALE, SPLIT)
+                   PRECISION, ACC, PROD, ROW_SCALE)
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
 
@@ -393,7 +405,7 @@ def _configs(pairs: list[tuple[int, int, int, int]]) -> list[triton.Config]:
 #: each spills none or a few bytes in bf16 at D = 128 (docs/kernel.md). The causal split into whole and masked tiles needs
 #: BLOCK_M to be a multiple of BLOCK_N in the forward and dq kernels, and the converse in the dk/dv
 #: kernel. ``scripts/compile_kernels.py`` compiles them all and prints what each needs.
-_KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC", "PROD"]
+_KEY = ["D", "CAUSAL", "SHEAR_Q", "SHEAR_K", "HAS_STARTS", "ACC", "PROD", "ROW_SCALE"]
 _TUNED = {
     "forward": triton.autotune(_configs([(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 4),
                                          (64, 32, 4, 2)]), key=_KEY)(_forward_kernel),
@@ -458,14 +470,13 @@ class _FusedPSA(torch.autograd.Function):
         out = torch.empty(B, Hq, Tq, D, device=q.device, dtype=v.dtype)
         lse = torch.empty(B, Hq, Tq, device=q.device, dtype=_work(v))  # base-2 log-sum-exp of each row
         meta = _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate)
-        products = {name: value for name, value in meta.items() if name != "SPLIT"}  # the forward needs no split
         s = starts if starts is not None else q  # any pointer when absent
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
         _launch("forward", Tq, B * Hq, "BLOCK_M", (
             q, k, v, pq, pk, s, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             *_strides3(prev_q), *_strides3(prev_k), *_starts_strides(starts),
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), products)
+            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         ctx.save_for_backward(q, k, v, prev_q, prev_k, starts, out, lse)
         ctx.args = (gamma_q, gamma_k, is_causal, scale, replicate)
         ctx.meta = meta  # the backward recomputes the scores as these switches computed them
@@ -519,40 +530,40 @@ def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
     return (0, 0) if starts is None else (starts.stride(0), starts.stride(1))
 
 
-#: the score products forced by ``score_products`` (dtype, scale), or None
-_PRODUCTS: tuple[torch.dtype, float] | None = None
-#: a scale for fp16 score products of bf16 streams: sheared entries then stay finite below 65,520 * 16 (about 2^20)
-FP16_SCALE = 2.0**-4
+#: the dtype ``score_products`` forced on the score product, or None
+_PRODUCTS: torch.dtype | None = None
 #: the dtypes ``score_products`` takes for the score product's operands
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: 16-bit dtypes, whose range a score product of another dtype's streams keeps to by scaling each row
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def score_products_of(dtype: torch.dtype) -> dict:
     """The kernels' switches for the score product q̂ k̂ᵀ of streams whose values are ``dtype``: the
-    dtype its operands are rounded to (``PROD``), the power of two they are multiplied by first
-    (``PROD_SCALE``), and whether that differs from the dtype of the backward's other products
-    (``SPLIT``). By default the score product takes ``dtype`` itself, as every other product does;
-    ``score_products`` chooses otherwise."""
-    product, scale = _PRODUCTS if _PRODUCTS is not None else (dtype, 1.0)
-    return dict(PROD=_tl_dtype(product), PROD_SCALE=scale, SPLIT=product != dtype or scale != 1.0)
+    dtype its operands are rounded to (``PROD``), and whether each row of q̂ and k̂ is scaled by a power
+    of two into a 16-bit dtype's range first (``ROW_SCALE``: for a 16-bit ``PROD`` that is not the
+    streams' own dtype). By default the score product takes ``dtype`` itself, as every other product
+    does; ``score_products`` chooses otherwise."""
+    product = _PRODUCTS if _PRODUCTS is not None else dtype
+    return dict(PROD=_tl_dtype(product), ROW_SCALE=product != dtype and product in HALF_DTYPES)
 
 
 @contextlib.contextmanager
-def score_products(dtype: torch.dtype, scale: float = 1.0):
-    """Inside this context the kernels round q̂ and k̂ to ``dtype``, after multiplying them by ``scale``,
-    for the score product, forward and backward alike (the backward's probabilities are then the
-    forward's to the last bit); the P·V product and the gradients' products keep the dtype of v.
+def score_products(dtype: torch.dtype):
+    """Inside this context the kernels round q̂ and k̂ to ``dtype`` for the score product, forward and
+    backward alike (the backward recomputes the forward's scores), whatever the streams' dtype; the
+    P·V product and the gradients' products keep the dtype of v. Into a 16-bit ``dtype`` other than
+    the streams', each row of q̂ and k̂ goes scaled by the power of two that brings its largest entry
+    to [2^14, 2^15), undone on the scores, so no row leaves the dtype's range.
 
-    For bf16 streams, fp16 operands (``score_products(torch.float16, FP16_SCALE)``) keep 3 more bits at
-    the tensor cores' same rate on Hopper GPUs, which by ``benchmarks/bf16_error_budget.py`` would bring
-    PSA's bf16 error close to what rounding its output costs; sheared entries of about 2^20 or more
-    then overflow. ``benchmarks/gpu_check.py`` measures the choice on a GPU."""
+    For bf16 streams, fp16 operands (``score_products(torch.float16)``) keep 3 more bits at the tensor
+    cores' same rate on Hopper GPUs, which by ``benchmarks/bf16_error_budget.py`` would bring PSA's
+    bf16 error close to what rounding its output costs. ``benchmarks/gpu_check.py`` measures the
+    choice on a GPU."""
     global _PRODUCTS
     if dtype not in SCORE_DTYPES:
         raise ValueError(f"score products in {dtype} are not built; they take {', '.join(map(str, SCORE_DTYPES))}")
-    if not (math.isfinite(scale) and scale > 0 and math.frexp(scale)[0] == 0.5):
-        raise ValueError(f"the scale must be a positive power of two (exact in any dtype), not {scale!r}")
-    saved, _PRODUCTS = _PRODUCTS, (dtype, float(scale))
+    saved, _PRODUCTS = _PRODUCTS, dtype
     try:
         yield
     finally:
@@ -568,7 +579,7 @@ def _tl_dtype(dtype: torch.dtype):
 def _meta(v, gamma_q, gamma_k, prev_q, prev_k, starts, is_causal, replicate) -> dict:
     """The compile-time switches of one call (the tile sizes are the launcher's); the products run in
     the dtype of ``v``, but for the score product under ``score_products``."""
-    product = _PRODUCTS[0] if _PRODUCTS is not None else v.dtype
+    product = _PRODUCTS if _PRODUCTS is not None else v.dtype
     return dict(
         D=v.shape[-1], CAUSAL=is_causal, SHEAR_Q=gamma_q != 0.0,
         SHEAR_K=gamma_k != 0.0, HAS_PREV_Q=prev_q is not None, HAS_PREV_K=prev_k is not None,
