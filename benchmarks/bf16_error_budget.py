@@ -13,7 +13,8 @@ rounding costs, and which error a kernel that rounds the same way cannot go belo
 - ``output_only``: plain attention with only the output rounded (the floor of any bf16 output);
 - ``psa_bf16``: PSA with q̂, k̂, P and the output rounded to bf16 (the fused kernel and shear-then-SDPA);
 - ``psa_fp16_streams``: as ``psa_bf16`` with q̂ and k̂ rounded to fp16 instead (same tensor-core speed,
-  8× finer; a kernel needs a power-of-two scale per tile to stay inside fp16's range);
+  8× finer; a kernel scales each row by a power of two to stay inside fp16's range, as the fused
+  kernel does under ``score_products``);
 - ``psa_fp16_streams_p``: as ``psa_fp16_streams`` with P rounded to fp16 as well;
 - ``psa_output_only``: PSA with only the output rounded.
 
