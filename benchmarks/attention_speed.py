@@ -87,7 +87,7 @@ def prefilled(layer: PhaseSpaceAttention, prompt: torch.Tensor) -> PSACache:
 
 def decode_benchmark(B, H, T, D, gamma, repeats, device):
     """One new token attending to T cached tokens, through the full attention layer (projections,
-    RoPE, shear, cache append, SDPA)."""
+    RoPE, shear, cache append, SDPA); the cache has room for it, as in a generation."""
     torch.manual_seed(0)
     layers = {
         "sdpa": PhaseSpaceAttention(H * D, H, attention=AttentionConfig("baseline")).to(device),
@@ -100,10 +100,11 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
         cache = caches[name] = prefilled(layer, prompt)
 
         def run(layer=layer, cache=cache):
-            # decode one token, then drop it again so every call sees T cached tokens
-            fork = cache.fork()
+            # decode one token, then roll back to the prompt so every call sees T cached tokens
+            saved = cache.fork()
             with torch.no_grad():
-                layer(step, build_context(B, 1, step.device, cache=fork), fork.layers[0])
+                layer(step, build_context(B, 1, step.device, cache=cache), cache.layers[0])
+            cache.restore(saved)
         runs[name] = synced(run, device)
     times = interleaved_medians(runs, repeats * 5, warmup=3)
     per_token = {name: c.kv_bytes() // (B * T) for name, c in caches.items()}  # per token of one sequence

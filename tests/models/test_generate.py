@@ -73,6 +73,36 @@ def test_forked_prefix_continues_two_suffixes(variant):
     assert torch.allclose(out2, model(torch.cat([prefix, s2], 1))[:, 6:], atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["symmetric", "key_only", "baseline"])
+def test_forks_decoded_in_turns_each_equal_their_full_forward(variant):
+    """A cache and its fork share one buffer with room to grow: the first to write extends it in place, the
+    other copies, and neither reads the other's tokens."""
+    model = random_model(variant)
+    prefix, a, b = (torch.randint(0, 37, (1, n)) for n in (5, 4, 4))
+    cache = model.new_cache()
+    cache.reserve(12)
+    prefill(model, prefix, cache)
+    twin = cache.fork()
+    steps_a, steps_b = [], []
+    with torch.no_grad():  # under autograd a cache copies, as torch.cat did
+        for t in range(4):
+            steps_a.append(model(a[:, t : t + 1], cache=cache))
+            steps_b.append(model(b[:, t : t + 1], cache=twin))
+    assert cache.layers[0].buffer.capacity == 12 and twin.layers[0].buffer is not cache.layers[0].buffer
+    assert torch.allclose(torch.cat(steps_a, 1), model(torch.cat([prefix, a], 1))[:, 5:], atol=1e-5)
+    assert torch.allclose(torch.cat(steps_b, 1), model(torch.cat([prefix, b], 1))[:, 5:], atol=1e-5)
+
+
+def test_generation_reserves_room_for_every_token_at_the_prompt():
+    model = random_model("symmetric")
+    cache = model.new_cache()
+    out = generate(model, torch.randint(0, 37, (2, 6)), 5, cache=cache)
+    assert out.sequences.shape == (2, 11) and len(cache) == 10
+    assert all(layer.buffer.capacity == 11 for layer in cache.layers)  # one buffer from the prompt on, never copied
+    with pytest.raises(ValueError, match="reserve takes a number of tokens"):
+        cache.reserve(-1)
+
+
 @pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
 def test_speculative_rollback_to_any_accepted_length(variant, placement):
     model = random_model(variant, placement)

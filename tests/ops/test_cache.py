@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -51,3 +53,87 @@ def test_a_chunk_that_does_not_fit_the_cache_is_refused_before_anything_changes(
     with pytest.raises(ValueError, match="of one batch, head count and length"):
         cache.append(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 2, 4), raw_k=torch.randn(1, 2, 1, 4))
     assert len(cache) == 3 and cache.shear_state.raw_k.end == 3
+
+
+def cat_reference(chunks):
+    """The keys a cache of these chunks must hold: their concatenation."""
+    return torch.cat(chunks, dim=2)
+
+
+def plain_cache():
+    return LayerCache(keep_query=False, keep_key=False)
+
+
+def test_a_decode_step_writes_its_token_in_place():
+    """Before, every append copied the whole cache (torch.cat): the storage changed at every step."""
+    cache = plain_cache()
+    chunks = [chunk(8)] + [chunk(1) for _ in range(4)]
+    cache.append(chunks[0], -chunks[0])
+    storage = cache.keys.untyped_storage().data_ptr()
+    for c in chunks[1:]:
+        keys, values = cache.append(c, -c)
+    assert keys.untyped_storage().data_ptr() == storage and cache.buffer.capacity >= 12
+    assert torch.equal(keys, cat_reference(chunks)) and torch.equal(values, -cat_reference(chunks))
+
+
+def test_the_buffer_grows_by_a_quarter_when_full_and_keeps_every_token():
+    cache = plain_cache()
+    chunks = [chunk(1) for _ in range(100)]
+    capacities = set()
+    for c in chunks:
+        cache.append(c, c)
+        capacities.add(cache.buffer.capacity)
+    assert torch.equal(cache.keys, cat_reference(chunks)) and len(cache) == 100
+    assert len(capacities) <= 8  # 17, 21, 27, 35, 45, 57, 72, 91, 114: a handful of copies, not 100
+
+
+def test_two_forks_never_overwrite_each_others_tokens():
+    cache = plain_cache()
+    prefix = chunk(5)
+    cache.append(prefix, prefix)
+    left, right = copy.copy(cache), copy.copy(cache)  # as PSACache.fork copies its layers
+    a, b = chunk(2), chunk(3)
+    left.append(a, a)  # the first to write extends the shared buffer in place
+    right.append(b, b)  # the other copies
+    assert left.buffer is cache.buffer and right.buffer is not cache.buffer
+    assert torch.equal(left.keys, cat_reference([prefix, a])) and torch.equal(right.keys, cat_reference([prefix, b]))
+    c = chunk(1)
+    cache.append(c, c)  # the parent too must not write over left's tokens
+    assert torch.equal(cache.keys, cat_reference([prefix, c])) and torch.equal(left.keys, cat_reference([prefix, a]))
+
+
+def test_a_rollback_writes_in_place_again_unless_a_copy_reads_the_tokens():
+    cache = plain_cache()
+    prefix, draft = chunk(4), chunk(3)
+    cache.append(prefix, prefix)
+    cache.append(draft, draft)
+    cache.crop(5)  # speculative decoding: one draft token kept
+    fix = chunk(1)
+    cache.append(fix, fix)
+    assert cache.buffer.written == 6 and torch.equal(cache.keys, cat_reference([prefix, draft[:, :, :1], fix]))
+    snapshot = copy.copy(cache)  # reads 6 tokens
+    cache.crop(4)
+    other = chunk(2)
+    cache.append(other, other)
+    assert snapshot.buffer is not cache.buffer  # the snapshot's tokens 4 and 5 stay as they were
+    assert torch.equal(snapshot.keys, cat_reference([prefix, draft[:, :, :1], fix]))
+    assert torch.equal(cache.keys, cat_reference([prefix, other]))
+
+
+def test_appends_under_autograd_keep_the_gradient_of_every_step():
+    """Writing into a buffer that an earlier step's attention saved would break backward."""
+    cache = plain_cache()
+    chunks = [chunk(3).requires_grad_()] + [chunk(1).requires_grad_() for _ in range(3)]
+    outs = [cache.append(c, c)[0].sum() for c in chunks]
+    torch.stack(outs).sum().backward()
+    assert [float(c.grad.mean()) for c in chunks] == [4.0, 3.0, 2.0, 1.0]  # chunk i is read by the 4 - i later steps
+
+
+def test_a_chunk_in_another_dtype_promotes_and_one_on_another_device_is_refused():
+    cache = plain_cache()
+    cache.append(chunk(2).half(), chunk(2).half())
+    keys, _ = cache.append(chunk(1), chunk(1))
+    assert keys.dtype == torch.float32  # as torch.cat
+    with pytest.raises(ValueError, match="does not continue a cache on cpu"):
+        cache.append(chunk(1, B=1).to("meta"), chunk(1).to("meta"))
+    assert len(cache) == 3

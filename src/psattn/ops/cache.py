@@ -9,8 +9,13 @@ gamma = 0 keeps no raw state at all: its cache is a plain KV cache.
 Rolling back (speculative decoding) to an earlier length n needs the raw key at n - 1, so a cache
 built with ``max_rollback = r`` keeps the last r + 1 raw keys instead of one; still O(1) in the
 sequence length. The raw values and that rule live in ``psattn.ops.shear_state.ShearState``, which
-the transformers cache layer uses too. Appending never modifies stored tensors in place, so ``fork`` is a cheap
-shallow copy (prefix reuse).
+the transformers cache layer uses too.
+
+Keys and values live in buffers with room to grow (``KVBuffer``): a decode step writes its token in
+place instead of copying the whole cache, as ``torch.cat`` would, and the room grows by a quarter when
+it runs out (or to what ``PSACache.reserve`` asked for). Tokens once stored are never overwritten while
+any cache can still read them, so ``fork`` stays a cheap shallow copy (prefix reuse): the first of two
+forks to append writes in place, the other copies.
 """
 
 from __future__ import annotations
@@ -27,12 +32,79 @@ from psattn.ops.shear_state import ShearState, tensor_bytes
 
 def extend_kv(keys: Tensor | None, values: Tensor | None, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """The cached keys and values (B, Hkv, S, D), or None before the first chunk, extended by a chunk's
-    k̂ and v (B, Hkv, T, D): -> (B, Hkv, S + T, D) each. The first chunk is stored contiguous: a layer's
-    projections hand over transposed views of (B, T, Hkv, D), and ``torch.cat`` keeps an input's layout,
-    so every later step would copy and attend over strided memory (about 10% of a CPU decode step)."""
+    k̂ and v (B, Hkv, T, D): -> (B, Hkv, S + T, D) each, as new tensors (what autograd and a traced
+    graph need). The first chunk is stored contiguous: a layer's projections hand over transposed
+    views of (B, T, Hkv, D), and ``torch.cat`` keeps an input's layout, so every later step would copy
+    and attend over strided memory (about 10% of a CPU decode step)."""
     if keys is None or values is None:  # set together
         return k_hat.contiguous(), v.contiguous()
     return torch.cat([keys, k_hat], dim=2), torch.cat([values, v], dim=2)  # (B, Hkv, S + T, D)
+
+
+#: the least room a new buffer has, in tokens
+MIN_CAPACITY = 16
+
+
+class KVBuffer:
+    """Keys (B, Hkv, C, D) and values (B, Hkv, C, Dv) with room for C tokens, shared by a cache and its forks.
+
+    ``written`` is how many tokens hold data some cache may read; a cache of that length may write the
+    next ones in place. ``forked_at`` is the longest length at which a cache over this buffer was
+    copied: no copy reads beyond it, so the cache that wrote the tail may give back tokens past it.
+    """
+
+    __slots__ = ("keys", "values", "written", "forked_at")
+
+    def __init__(self, keys: Tensor, values: Tensor, written: int):
+        self.keys, self.values, self.written, self.forked_at = keys, values, written, 0
+
+    @classmethod
+    def holding(cls, keys: Tensor | None, values: Tensor | None, k_hat: Tensor, v: Tensor, capacity: int) -> KVBuffer:
+        """A new buffer with room for ``capacity`` tokens (at least those given), holding the cached
+        keys and values (B, Hkv, S, D), if any, then the chunk's (B, Hkv, T, D)."""
+        S = 0 if keys is None else keys.shape[2]
+        T = k_hat.shape[2]
+        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (keys, values, k_hat, v)):
+            return cls(*extend_kv(keys, values, k_hat, v), S + T)  # autograd follows a cat, not writes into a buffer
+        B, H, _, D = k_hat.shape
+        room = max(capacity, S + T)
+        key_dtype, value_dtype = k_hat.dtype, v.dtype
+        if keys is not None and values is not None:  # a chunk in another dtype promotes, as torch.cat does
+            key_dtype, value_dtype = torch.promote_types(keys.dtype, key_dtype), torch.promote_types(values.dtype, value_dtype)
+        new_keys = k_hat.new_empty(B, H, room, D, dtype=key_dtype)  # (B, Hkv, C, D)
+        new_values = v.new_empty(B, H, room, v.shape[3], dtype=value_dtype)  # (B, Hkv, C, Dv)
+        for new, old, chunk in ((new_keys, keys, k_hat), (new_values, values, v)):
+            if old is not None:
+                new[:, :, :S] = old
+            new[:, :, S : S + T] = chunk
+        return cls(new_keys, new_values, S + T)
+
+    @property
+    def capacity(self) -> int:
+        """Tokens the buffer has room for."""
+        return self.keys.shape[2]
+
+    def can_extend(self, length: int, k_hat: Tensor, v: Tensor) -> bool:
+        """Whether a cache of ``length`` tokens may write the chunk k̂, v (B, Hkv, T, D) in place: no other
+        cache wrote past ``length``, there is room, the dtypes match, and autograd is not following the
+        tensors."""
+        return (self.written == length and length + k_hat.shape[2] <= self.capacity
+                and k_hat.dtype == self.keys.dtype and v.dtype == self.values.dtype
+                and not (torch.is_grad_enabled() and (k_hat.requires_grad or v.requires_grad or self.keys.requires_grad
+                                                     or self.values.requires_grad)))
+
+    def write(self, length: int, k_hat: Tensor, v: Tensor) -> None:
+        """Write the chunk (B, Hkv, T, D) at [length, length + T) (``can_extend`` said yes)."""
+        T = k_hat.shape[2]
+        self.keys[:, :, length : length + T] = k_hat
+        self.values[:, :, length : length + T] = v
+        self.written = length + T
+
+    def give_back(self, length: int, kept: int) -> None:
+        """A cache of ``length`` tokens rolls back to ``kept``: its tokens past ``kept`` may be written
+        again if it wrote them last and no copy of a cache reads them."""
+        if self.written == length and self.forked_at <= kept:
+            self.written = kept
 
 
 class LayerCache:
@@ -41,18 +113,31 @@ class LayerCache:
 
     def __init__(self, keep_query: bool, keep_key: bool = True, max_rollback: int = 0):
         self.keep_query, self.keep_key = keep_query, keep_key
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
+        self.buffer: KVBuffer | None = None
+        self.length = 0
+        self.reserved = 0  # room the next new buffer makes, in tokens (``PSACache.reserve``)
         self.shear_state = ShearState(max_rollback)
 
+    @property
+    def keys(self) -> Tensor | None:
+        """The sheared keys (B, Hkv, S, D), a view into the buffer; None while empty."""
+        return None if self.buffer is None else self.buffer.keys[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor | None:
+        """The values (B, Hkv, S, Dv), a view into the buffer; None while empty."""
+        return None if self.buffer is None else self.buffer.values[:, :, : self.length]
+
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self.length
 
     def __copy__(self) -> LayerCache:
-        """A twin sharing the (never mutated) tensors, with a shear state of its own (``PSACache.fork``)."""
+        """A twin sharing the buffer, with a shear state of its own (``PSACache.fork``)."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin.shear_state = copy.copy(self.shear_state)
+        if self.buffer is not None:
+            self.buffer.forked_at = max(self.buffer.forked_at, self.length)
         return twin
 
     def last_raw(self) -> tuple[Tensor | None, Tensor | None]:
@@ -63,27 +148,37 @@ class LayerCache:
                raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Add a chunk of T tokens (with the raw keys and queries the shear acted on, where this cache
         keeps them); returns all sheared keys and values so far."""
+        keys, values = self.keys, self.values
         if k_hat.dim() != 4 or v.dim() != 4 or k_hat.shape[:3] != v.shape[:3]:
             raise ValueError(f"k_hat and v must be (B, Hkv, T, D) of one batch, head count and length, got "
                              f"{tuple(k_hat.shape)} and {tuple(v.shape)}")
-        if self.keys is not None and self.values is not None and (
-                k_hat.shape[:2] != self.keys.shape[:2] or k_hat.shape[3] != self.keys.shape[3]
-                or v.shape[3] != self.values.shape[3]):  # torch.cat's "Sizes of tensors must match"
+        if keys is not None and values is not None and (
+                k_hat.shape[:2] != keys.shape[:2] or k_hat.shape[3] != keys.shape[3] or v.shape[3] != values.shape[3]):
             raise ValueError(f"a chunk of keys {tuple(k_hat.shape)} and values {tuple(v.shape)} does not continue the "
-                             f"cached {tuple(self.keys.shape)} and {tuple(self.values.shape)} (B, Hkv, S, D)")
+                             f"cached {tuple(keys.shape)} and {tuple(values.shape)} (B, Hkv, S, D)")
+        if keys is not None and not k_hat.device == v.device == keys.device:
+            raise ValueError(f"a chunk of keys on {k_hat.device} and values on {v.device} does not continue a cache on "
+                             f"{keys.device}")
         if self.keep_key and raw_k is None:
             raise ValueError("this cache keeps the last raw key (gamma_k != 0); pass raw_k")
         if self.keep_query and raw_q is None:
             raise ValueError("this cache keeps the last raw query (gamma_q != 0); pass raw_q")
-        past = len(self)
-        self.keys, self.values = extend_kv(self.keys, self.values, k_hat, v)
+        past, new = self.length, self.length + k_hat.shape[2]
+        if self.buffer is not None and self.buffer.can_extend(past, k_hat, v):
+            self.buffer.write(past, k_hat, v)
+        else:  # a new buffer: as large as reserved, or a quarter larger than needed
+            room = self.reserved if new <= self.reserved else new + max(new // 4, MIN_CAPACITY)
+            self.buffer = KVBuffer.holding(keys, values, k_hat, v, room)
+        self.length = new
         if self.keep_key:
             assert raw_k is not None  # checked above
             self.shear_state.remember("k", raw_k, past)
         if self.keep_query:
             assert raw_q is not None  # checked above
             self.shear_state.remember("q", raw_q, past)
-        return self.keys, self.values
+        keys, values = self.keys, self.values
+        assert keys is not None and values is not None  # just stored
+        return keys, values
 
     def check_crop(self, length: int) -> None:
         """Raise a ValueError (changing nothing) unless ``crop`` to ``length`` tokens is possible."""
@@ -96,20 +191,31 @@ class LayerCache:
         """Roll back to the first ``length`` tokens (at most ``max_rollback`` tokens back)."""
         self.check_crop(length)
         self.shear_state.crop(length, len(self))
+        self._roll_back(length)
+
+    def _roll_back(self, length: int) -> None:
+        """Keep the first ``length`` tokens of the keys and values."""
+        if self.buffer is not None:
+            self.buffer.give_back(self.length, length)
         if length == 0:
-            self.keys = self.values = None
-        elif length < len(self):
-            assert self.keys is not None and self.values is not None  # 0 < length < len(self)
-            self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+            self.buffer = None
+        self.length = length
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search)."""
-        self.keys, self.values = (None if x is None else x.index_select(0, index) for x in (self.keys, self.values))
+        keys, values = self.keys, self.values
+        if keys is not None and values is not None:
+            self.buffer = KVBuffer(keys.index_select(0, index), values.index_select(0, index), self.length)
         self.shear_state.apply(lambda x: x.index_select(0, index))
 
     def kv_bytes(self) -> int:
-        """Bytes of the cached keys and values (what a plain KV cache holds)."""
+        """Bytes of the cached keys and values (what a plain KV cache holds); the buffer may have room for more
+        (``reserved_bytes``)."""
         return tensor_bytes(self.keys) + tensor_bytes(self.values)
+
+    def reserved_bytes(self) -> int:
+        """Bytes of the buffer, its room for later tokens included."""
+        return 0 if self.buffer is None else tensor_bytes(self.buffer.keys) + tensor_bytes(self.buffer.values)
 
     def extra_state_bytes(self) -> int:
         """Bytes held beyond the plain KV tensors (the raw windows)."""
@@ -178,8 +284,16 @@ class PSACache:
                 self.key_valid[:, :length], self.key_seq[:, :length], self.key_pos[:, :length]
             )
 
+    def reserve(self, tokens: int) -> None:
+        """Make room for ``tokens`` tokens in every layer when it next needs a new buffer (at the first
+        chunk, say): a generation that knows its length then never copies its cache to grow it."""
+        if isinstance(tokens, bool) or not isinstance(tokens, Integral) or tokens < 0:
+            raise ValueError(f"reserve takes a number of tokens >= 0, got {tokens!r}")
+        for layer in self.layers:
+            layer.reserved = int(tokens)
+
     def fork(self) -> PSACache:
-        """An independent copy sharing the (never mutated) tensors: continue two suffixes."""
+        """An independent copy sharing the stored tokens, which neither overwrites: continue two suffixes."""
         twin = copy.copy(self)
         twin.layers = [copy.copy(layer) for layer in self.layers]
         return twin
@@ -188,6 +302,8 @@ class PSACache:
         """Return to the state of ``saved``, a ``fork`` of this cache taken earlier (a forward
         pass that fails part-way restores the cache it was extending)."""
         for layer, before in zip(self.layers, saved.layers, strict=True):
+            if layer.buffer is not None and layer.buffer is before.buffer:  # the tokens written since may be written again
+                layer.buffer.give_back(layer.length, before.length)
             layer.__dict__.update(before.__dict__)
         self.__dict__.update({k: v for k, v in saved.__dict__.items() if k != "layers"})
 

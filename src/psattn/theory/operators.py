@@ -32,7 +32,7 @@ from torch import Tensor
 
 from psattn.models.config import AttentionConfig, ModelConfig, Variant
 from psattn.models.decoder import DecoderLM
-from psattn.ops.cache import LayerCache, PSACache, tensor_bytes
+from psattn.ops.cache import KVBuffer, LayerCache, PSACache, tensor_bytes
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import shear as library_shear
 from psattn.ops.variants import Placement
@@ -116,8 +116,9 @@ class RecomputingLayerCache(LayerCache):
         """Keep every raw key and re-shear them all at each step (correct, but O(T) extra state)."""
         self.all_raw_k = raw_k if self.all_raw_k is None else torch.cat([self.all_raw_k, raw_k], dim=2)
         _, values = super().append(k_hat, v, raw_k, raw_q)
-        self.keys = self._shear(self.all_raw_k, self.gamma_k)  # (B, Hkv, S, D), recomputed
-        return self.keys, values
+        keys = self._shear(self.all_raw_k, self.gamma_k)  # (B, Hkv, S, D), recomputed
+        self.buffer = KVBuffer(keys, values, len(self))
+        return keys, values
 
     def extra_state_bytes(self) -> int:
         """Bytes beyond the KV tensors: the parent's plus every raw key kept."""
