@@ -161,3 +161,17 @@ def test_float64_tables_rotate_orthogonally_and_a_pre_rope_patch_round_trips():
         plain = model(ids)
         with patch(model, {"*.hook_q": lambda q: q.clone()}):
             assert (model(ids) - plain).abs().max() < 1e-12
+
+
+def test_a_rotation_without_gradients_is_the_same_rotation_and_keeps_forward_mode_tangents():
+    """Where no gradient flows (a decode step), the rotation skips autograd.Function's bookkeeping."""
+    import torch.autograd.forward_ad as fwAD
+
+    x, tangent = torch.randn(2, 3, 5, 8, dtype=torch.float64), torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    cos, sin = RotaryEmbedding(8)(torch.arange(5)[None], torch.float64)
+    half = lambda y: torch.cat([-y[..., 4:], y[..., :4]], dim=-1)  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(apply_rope(x, cos, sin), x * cos + half(x) * sin, rtol=0, atol=1e-15)
+        with fwAD.dual_level():
+            out = apply_rope(fwAD.make_dual(x, tangent), cos, sin)
+            torch.testing.assert_close(fwAD.unpack_dual(out).tangent, tangent * cos + half(tangent) * sin, rtol=0, atol=1e-15)

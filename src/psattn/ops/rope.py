@@ -86,7 +86,7 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 class _Rotate(torch.autograd.Function):
-    """x cos + rotate_half(x) sin in three kernels and one allocation. A rotation's transpose is the
+    """x cos + rotate_half(x) sin (``_rotate_kernels``) with its own derivatives. A rotation's transpose is the
     rotation by the opposite angle, so the backward is this function with -sin (and any order of
     gradient stays on it). The tables are constants: they get no gradient."""
 
@@ -94,11 +94,7 @@ class _Rotate(torch.autograd.Function):
     def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         ctx.save_for_backward(cos, sin)
         ctx.save_for_forward(cos, sin)
-        h = x.shape[-1] // 2
-        out = x * cos
-        out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1.0)  # -x2 sin
-        out[..., h:].addcmul_(x[..., :h], sin[..., h:])  # +x1 sin
-        return out
+        return _rotate_kernels(x, cos, sin)
 
     @staticmethod
     def backward(ctx, g: Tensor):
@@ -111,11 +107,30 @@ class _Rotate(torch.autograd.Function):
         return x_dot * cos + _rotate_half(x_dot) * sin
 
 
+def _rotate_kernels(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x cos + rotate_half(x) sin in three kernels and one allocation."""
+    h = x.shape[-1] // 2
+    out = x * cos
+    out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1.0)  # -x2 sin
+    out[..., h:].addcmul_(x[..., :h], sin[..., h:])  # +x1 sin
+    return out
+
+
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x cos + rotate_half(x) sin; eagerly with tables that need no gradient, on ``_Rotate``."""
+    """x cos + rotate_half(x) sin; eagerly with tables that need no gradient, on ``_Rotate``, or on its
+    kernels alone when no gradient flows (a decode step: an autograd.Function's bookkeeping costs more
+    than the rotation of one row)."""
     if cos.requires_grad or sin.requires_grad or plain_ops_only():
         return x * cos + _rotate_half(x) * sin
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return _rotate_kernels(x, cos, sin)
     return _Rotate.apply(x, cos, sin)
+
+
+def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` unchanged (``torch.broadcast_shapes`` costs
+    more than rotating a decode step's row)."""
+    return len(shape) <= len(target) and all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -128,10 +143,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")
     if r % 2 or sin.shape[-1] != r:
         raise ValueError(f"RoPE tables must share one even width, got cos {r} and sin {sin.shape[-1]}")
-    try:  # tables (B, 1, T, r) for the stream's rows: its positions, and its batch (or one row for all)
-        fits = torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1]) == x.shape[:-1]
-    except RuntimeError:
-        fits = False
+    # tables (B, 1, T, r) for the stream's rows: its positions, and its batch (or one row for all)
+    fits = _broadcasts_to(cos.shape[:-1], x.shape[:-1]) and _broadcasts_to(sin.shape[:-1], x.shape[:-1])
     if not fits or cos.shape[-2] != x.shape[-2] or sin.shape[-2] != x.shape[-2]:
         raise ValueError(f"RoPE tables of shape {tuple(cos.shape)} and {tuple(sin.shape)} do not fit a stream of shape "
                          f"{tuple(x.shape)}: they need its positions (dimension -2) and its batch, or one row for all")

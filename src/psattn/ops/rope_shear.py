@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from psattn.ops.rope import apply_rope
-from psattn.ops.shear import check_boundary, check_gamma, check_stream, shear
+from psattn.ops.shear import check_boundary, check_gamma, check_stream, sheared
 from psattn.ops.tracing import plain_ops_only
 
 #: dtypes whose rotation and shear run in float32 (and are rounded once, at the end)
@@ -46,7 +46,7 @@ def _rotate_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts
                        boundary: str, keep_rotated: bool) -> tuple[Tensor | None, Tensor]:
     wide = wide_dtype(x.dtype)
     x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in the wide dtype
-    x_hat = shear(x_rot, gamma, starts=starts, prev=None if prev is None else prev.to(wide), boundary=boundary)
+    x_hat = sheared(x_rot, gamma, starts, None if prev is None else prev.to(wide), boundary)  # checked by rotate_and_shear
     return (x_rot if keep_rotated else None), x_hat.to(x.dtype)
 
 

@@ -199,6 +199,11 @@ def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor
     check_boundary(boundary)
     if not x.is_floating_point():  # lerp has no integer kernel
         raise TypeError(f"shear needs a floating-point stream, got {x.dtype}")
+    return sheared(x, gamma, starts, prev, boundary)
+
+
+def sheared(x: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None, boundary: str) -> Tensor:
+    """``shear`` of arguments already checked (a decode step's row costs less than the checks)."""
     if gamma == 0.0:
         return x
     if starts is None and prev is None and not plain_ops_only():
