@@ -101,7 +101,7 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
 
         def run(layer=layer, cache=cache):
             # decode one token, then roll back to the prompt so every call sees T cached tokens
-            saved = cache.fork()
+            saved = cache.snapshot()
             with torch.no_grad():
                 layer(step, build_context(B, 1, step.device, cache=cache), cache.layers[0])
             cache.restore(saved)

@@ -417,3 +417,34 @@ def test_vocab_limit_chooses_only_ids_below_it(do_sample):
     for bad in (0, model.config.vocab_size + 1, True, 2.0):
         with pytest.raises(ValueError, match=r"vocab_limit must be an integer in \[1, "):
             generate(model, prompt, 1, vocab_limit=bad)
+
+
+def test_speculative_decoding_grows_no_cache_after_its_prompt(monkeypatch):
+    """Each forward pass guards its cache with a snapshot; as a fork it pinned the draft's tokens, so every
+    round's rollback left the next draft step to copy the whole cache."""
+    from psattn.ops import cache as cache_module
+
+    made = []
+    holding = cache_module.KVBuffer.holding.__func__
+    monkeypatch.setattr(cache_module.KVBuffer, "holding",
+                        classmethod(lambda cls, *args: made.append(args[2].shape[2]) or holding(cls, *args)))
+    target, draft = random_model("symmetric", seed=0), random_model("symmetric", seed=1)
+    prompt = torch.randint(0, 37, (1, 5))
+    out, _ = speculative_generate(target, draft, prompt, 24, num_draft=4)
+    assert torch.equal(out, generate(target, prompt, 24).sequences)
+    assert made[:4] == [4, 4, 4, 4]  # one buffer per layer of each model at the prompt ...
+    assert len(made) == 4 + 2  # ... and generate's two
+
+
+def test_restoring_twice_from_one_snapshot_gives_the_same_cache():
+    model = random_model("symmetric")
+    x = torch.randint(0, 37, (1, 6))
+    cache = model.new_cache()
+    with torch.no_grad():
+        prefill(model, x[:, :4], cache)
+        saved = cache.fork()
+        for _ in range(2):
+            model(x[:, 4:5], cache=cache)
+            cache.restore(saved)
+        out = model(x[:, 4:6], cache=cache)
+    assert torch.allclose(out, model(x)[:, 4:6], atol=1e-6)

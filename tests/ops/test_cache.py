@@ -64,6 +64,7 @@ def plain_cache():
     return LayerCache(keep_query=False, keep_key=False)
 
 
+@torch.no_grad()  # with gradients on, every append copies
 def test_a_decode_step_writes_its_token_in_place():
     """Before, every append copied the whole cache (torch.cat): the storage changed at every step."""
     cache = plain_cache()
@@ -76,6 +77,7 @@ def test_a_decode_step_writes_its_token_in_place():
     assert torch.equal(keys, cat_reference(chunks)) and torch.equal(values, -cat_reference(chunks))
 
 
+@torch.no_grad()  # with gradients on, every append copies
 def test_the_buffer_grows_by_a_quarter_when_full_and_keeps_every_token():
     cache = plain_cache()
     chunks = [chunk(1) for _ in range(100)]
@@ -87,6 +89,7 @@ def test_the_buffer_grows_by_a_quarter_when_full_and_keeps_every_token():
     assert len(capacities) <= 8  # 17, 21, 27, 35, 45, 57, 72, 91, 114: a handful of copies, not 100
 
 
+@torch.no_grad()  # with gradients on, every append copies
 def test_two_forks_never_overwrite_each_others_tokens():
     cache = plain_cache()
     prefix = chunk(5)
@@ -102,6 +105,7 @@ def test_two_forks_never_overwrite_each_others_tokens():
     assert torch.equal(cache.keys, cat_reference([prefix, c])) and torch.equal(left.keys, cat_reference([prefix, a]))
 
 
+@torch.no_grad()  # with gradients on, every append copies
 def test_a_rollback_writes_in_place_again_unless_a_copy_reads_the_tokens():
     cache = plain_cache()
     prefix, draft = chunk(4), chunk(3)
@@ -137,3 +141,66 @@ def test_a_chunk_in_another_dtype_promotes_and_one_on_another_device_is_refused(
     with pytest.raises(ValueError, match="does not continue a cache on cpu"):
         cache.append(chunk(1, B=1).to("meta"), chunk(1).to("meta"))
     assert len(cache) == 3
+
+
+def test_a_step_under_autograd_is_never_written_over_by_a_later_one():
+    """A prompt cached without gradients, then steps with gradients on whose keys need none (only the query
+    does, as under LoRA on q_proj): a step written in place broke the earlier steps' backward."""
+    cache = plain_cache()
+    with torch.no_grad():
+        cache.append(chunk(3), chunk(3))
+    q = torch.randn(1, 2, 1, 4, requires_grad=True)
+    loss = 0
+    for _ in range(3):
+        k, v = cache.append(chunk(1), chunk(1))
+        loss = loss + (q @ k.transpose(-1, -2)).softmax(-1).matmul(v).sum()
+    loss.backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_a_rollback_never_writes_into_a_callers_tensor():
+    """The first chunk, stored under autograd as the caller's own tensor, was written over by a step after a crop."""
+    cache = LayerCache(keep_query=False, keep_key=False, max_rollback=3)
+    k = torch.randn(1, 2, 3, 4, requires_grad=True)
+    before = k.detach().clone()
+    keys, _ = cache.append(k, k)
+    loss = (keys**2).sum()
+    cache.crop(1)
+    with torch.no_grad():
+        cache.append(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    assert torch.equal(k.detach(), before)
+    loss.backward()
+    assert torch.equal(k.grad, 2 * before)
+
+
+def test_a_cache_filled_in_inference_mode_continues_outside_it():
+    cache = plain_cache()
+    with torch.inference_mode():
+        cache.append(chunk(3), chunk(3))
+    with torch.no_grad():
+        keys, _ = cache.append(chunk(1), chunk(1))
+    assert len(cache) == 4 and keys.shape[2] == 4
+
+
+@torch.no_grad()
+def test_restoring_from_a_fork_that_went_on_protects_its_tokens():
+    """After adopting a fork's state, a crop gave back tokens the fork still read, and the next append wrote over them."""
+    from psattn.ops.cache import ChunkRecord, PSACache
+
+    def append(cache, k):
+        B, T, n = k.shape[0], k.shape[2], len(cache)
+        for layer in cache.layers:
+            layer.append(k, -k)
+        cache.record(ChunkRecord(torch.ones(B, T, dtype=torch.bool), torch.zeros(B, T, dtype=torch.long),
+                                 torch.arange(n, n + T).expand(B, T), True))
+
+    prefix, branch = chunk(5), chunk(2)
+    cache = PSACache([plain_cache()])
+    append(cache, prefix)
+    fork = cache.fork()
+    append(fork, branch)  # extends the shared buffer in place
+    cache.restore(fork)
+    cache.crop(5)
+    append(cache, torch.zeros(1, 2, 2, 4))
+    assert torch.equal(fork.layers[0].keys, cat_reference([prefix, branch]))
+    assert torch.equal(cache.layers[0].keys, cat_reference([prefix, torch.zeros(1, 2, 2, 4)]))

@@ -168,7 +168,7 @@ class DecoderLM(nn.Module):
             check_scored(scored, tuple(input_ids.shape))
         if cache is None:
             return self._forward(input_ids, position_ids, attention_mask, None, scored)
-        before = cache.fork()
+        before = cache.snapshot()
         try:
             return self._forward(input_ids, position_ids, attention_mask, cache, scored)
         except BaseException:

@@ -20,6 +20,10 @@ from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
 
+#: the most new tokens a generation makes room for at its prompt; a longer one grows its cache as it goes
+#: (an early end of sequence would leave the room unused)
+RESERVED_NEW_TOKENS = 4096
+
 
 @dataclass
 class GenerationOutput:
@@ -108,9 +112,10 @@ def generate(
     ``eos_token_id``, a row that produced it is finished: its later positions hold ``pad_token_id``
     (default: the EOS token), and decoding stops once every row is finished, so the result may be
     shorter than ``max_new_tokens``. With ``vocab_limit``, only ids below it are chosen (a tokenizer with
-    fewer ids than the model has outputs cannot decode the rest). A given ``cache`` (for instance a fork of a shared prefix) is
-    continued and extended (with room reserved for every new token). The prompt is moved to the model's device, and so is the
-    result; a ``generator`` on another device draws there. A model without cache support (a learned key-lag baseline, see
+    fewer ids than the model has outputs cannot decode the rest). A given ``cache`` (for instance a fork of a shared
+    prefix) is continued and extended; the cache makes room at the prompt for up to ``RESERVED_NEW_TOKENS`` new
+    tokens. The prompt is moved to the model's device, and so is the result; a ``generator`` on another device
+    draws there. A model without cache support (a learned key-lag baseline, see
     ``supports_cache``) runs the whole sequence again per token.
 
     Args:
@@ -179,7 +184,7 @@ def generate(
             return model(seq, attention_mask=mask)[:, -1]
     else:
         cache = model.new_cache() if cache is None else cache
-        cache.reserve(len(cache) + input_ids.shape[1] + max_new_tokens)  # room for all: no step copies the cache
+        cache.reserve(len(cache) + input_ids.shape[1] + min(max_new_tokens, RESERVED_NEW_TOKENS))  # no step copies the cache
 
         def step_logits(token: Tensor | None) -> Tensor:
             if token is None:
@@ -252,7 +257,7 @@ def speculative_generate(
     target_cache = target.new_cache(max_rollback=num_draft)
     draft_cache = draft.new_cache(max_rollback=num_draft)
     for cache in (target_cache, draft_cache):  # room for every token and the last round's drafts
-        cache.reserve(input_ids.shape[1] + max_new_tokens + num_draft)
+        cache.reserve(input_ids.shape[1] + min(max_new_tokens, RESERVED_NEW_TOKENS) + num_draft)
     if input_ids.shape[1] > 1:
         prefill(target, input_ids[:, :-1], target_cache)
         prefill(draft, input_ids[:, :-1], draft_cache)

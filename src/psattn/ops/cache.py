@@ -51,12 +51,14 @@ class KVBuffer:
     ``written`` is how many tokens hold data some cache may read; a cache of that length may write the
     next ones in place. ``forked_at`` is the longest length at which a cache over this buffer was
     copied: no copy reads beyond it, so the cache that wrote the tail may give back tokens past it.
+    A ``frozen`` buffer is never written again: autograd may hold views of it (it was made or read
+    with gradients on), or it is a caller's own tensor.
     """
 
-    __slots__ = ("keys", "values", "written", "forked_at")
+    __slots__ = ("keys", "values", "written", "forked_at", "frozen")
 
-    def __init__(self, keys: Tensor, values: Tensor, written: int):
-        self.keys, self.values, self.written, self.forked_at = keys, values, written, 0
+    def __init__(self, keys: Tensor, values: Tensor, written: int, frozen: bool = False):
+        self.keys, self.values, self.written, self.forked_at, self.frozen = keys, values, written, 0, frozen
 
     @classmethod
     def holding(cls, keys: Tensor | None, values: Tensor | None, k_hat: Tensor, v: Tensor, capacity: int) -> KVBuffer:
@@ -64,8 +66,8 @@ class KVBuffer:
         keys and values (B, Hkv, S, D), if any, then the chunk's (B, Hkv, T, D)."""
         S = 0 if keys is None else keys.shape[2]
         T = k_hat.shape[2]
-        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (keys, values, k_hat, v)):
-            return cls(*extend_kv(keys, values, k_hat, v), S + T)  # autograd follows a cat, not writes into a buffer
+        if torch.is_grad_enabled():  # autograd follows a cat, never writes into a buffer it may have saved
+            return cls(*extend_kv(keys, values, k_hat, v), S + T, frozen=True)
         B, H, _, D = k_hat.shape
         room = max(capacity, S + T)
         key_dtype, value_dtype = k_hat.dtype, v.dtype
@@ -85,13 +87,13 @@ class KVBuffer:
         return self.keys.shape[2]
 
     def can_extend(self, length: int, k_hat: Tensor, v: Tensor) -> bool:
-        """Whether a cache of ``length`` tokens may write the chunk k̂, v (B, Hkv, T, D) in place: no other
-        cache wrote past ``length``, there is room, the dtypes match, and autograd is not following the
-        tensors."""
-        return (self.written == length and length + k_hat.shape[2] <= self.capacity
+        """Whether a cache of ``length`` tokens may write the chunk k̂, v (B, Hkv, T, D) in place: gradients
+        are off and the buffer is not frozen, no other cache wrote past ``length``, there is room, the dtypes
+        match, and an inference tensor is written only in inference mode."""
+        return (not self.frozen and not torch.is_grad_enabled() and self.written == length
+                and length + k_hat.shape[2] <= self.capacity
                 and k_hat.dtype == self.keys.dtype and v.dtype == self.values.dtype
-                and not (torch.is_grad_enabled() and (k_hat.requires_grad or v.requires_grad or self.keys.requires_grad
-                                                     or self.values.requires_grad)))
+                and (torch.is_inference_mode_enabled() or not self.keys.is_inference()))
 
     def write(self, length: int, k_hat: Tensor, v: Tensor) -> None:
         """Write the chunk (B, Hkv, T, D) at [length, length + T) (``can_extend`` said yes)."""
@@ -120,25 +122,42 @@ class LayerCache:
 
     @property
     def keys(self) -> Tensor | None:
-        """The sheared keys (B, Hkv, S, D), a view into the buffer; None while empty."""
-        return None if self.buffer is None else self.buffer.keys[:, :, : self.length]
+        """The sheared keys (B, Hkv, S, D), a view into the buffer; None while empty. After a ``crop`` the view's
+        last tokens may be written over by the next append: clone what must outlive a rollback."""
+        return None if self.buffer is None else self._read(self.buffer.keys)
 
     @property
     def values(self) -> Tensor | None:
-        """The values (B, Hkv, S, Dv), a view into the buffer; None while empty."""
-        return None if self.buffer is None else self.buffer.values[:, :, : self.length]
+        """The values (B, Hkv, S, Dv), a view into the buffer (as ``keys``); None while empty."""
+        return None if self.buffer is None else self._read(self.buffer.values)
+
+    def _read(self, stored: Tensor) -> Tensor:
+        """The first ``length`` tokens of a buffer's keys or values; read with gradients on, the buffer freezes."""
+        if torch.is_grad_enabled():
+            assert self.buffer is not None  # read from it
+            self.buffer.frozen = True
+        return stored[:, :, : self.length]
 
     def __len__(self) -> int:
         return self.length
 
     def __copy__(self) -> LayerCache:
-        """A twin sharing the buffer, with a shear state of its own (``PSACache.fork``)."""
+        """A twin sharing the buffer, with a shear state of its own (``PSACache.fork``): it reads the tokens so far."""
+        twin = self.snapshot()
+        self.mark_read()
+        return twin
+
+    def snapshot(self) -> LayerCache:
+        """A twin to ``PSACache.restore`` this cache from, which reads no token itself (``PSACache.snapshot``)."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin.shear_state = copy.copy(self.shear_state)
+        return twin
+
+    def mark_read(self) -> None:
+        """Another cache reads this one's tokens: none of them is ever written over."""
         if self.buffer is not None:
             self.buffer.forked_at = max(self.buffer.forked_at, self.length)
-        return twin
 
     def last_raw(self) -> tuple[Tensor | None, Tensor | None]:
         """(prev_q, prev_k), each (B, H, 1, D) or None: the raw stream values at the last position."""
@@ -242,6 +261,7 @@ class PSACache:
         self.key_seq: Tensor | None = None  # (B, S) int64: index of the sequence each key belongs to
         self.key_pos: Tensor | None = None  # (B, S) int64: RoPE position of each key
         self.simple = True  # no padding and no sequence restart so far: plain causal masking
+        self.reads = True  # a fork reads its tokens; a snapshot only restores
 
     def __len__(self) -> int:
         return 0 if self.key_pos is None else self.key_pos.shape[1]
@@ -294,18 +314,30 @@ class PSACache:
 
     def fork(self) -> PSACache:
         """An independent copy sharing the stored tokens, which neither overwrites: continue two suffixes."""
+        twin = self.snapshot()
+        twin.reads = True
+        for layer in self.layers:
+            layer.mark_read()
+        return twin
+
+    def snapshot(self) -> PSACache:
+        """A copy to ``restore`` this cache from, as a ``fork`` but reading nothing itself: once restored
+        from, or no longer needed, drop it (a forward pass that fails part-way restores its cache from one)."""
         twin = copy.copy(self)
-        twin.layers = [copy.copy(layer) for layer in self.layers]
+        twin.layers = [layer.snapshot() for layer in self.layers]
+        twin.reads = False
         return twin
 
     def restore(self, saved: PSACache) -> None:
-        """Return to the state of ``saved``, a ``fork`` of this cache taken earlier (a forward
-        pass that fails part-way restores the cache it was extending)."""
+        """Return to the state of ``saved``, a ``fork`` or ``snapshot`` of this cache taken earlier."""
         for layer, before in zip(self.layers, saved.layers, strict=True):
             if layer.buffer is not None and layer.buffer is before.buffer:  # the tokens written since may be written again
                 layer.buffer.give_back(layer.length, before.length)
             layer.__dict__.update(before.__dict__)
-        self.__dict__.update({k: v for k, v in saved.__dict__.items() if k != "layers"})
+            layer.shear_state = copy.copy(before.shear_state)  # restoring twice from one copy gives the same state twice
+            if saved.reads:  # the fork and this cache both read its tokens now
+                layer.mark_read()
+        self.__dict__.update({k: v for k, v in saved.__dict__.items() if k not in ("layers", "reads")})
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search) by ``index`` (N,), an int64 or int32 tensor of row numbers; nothing
