@@ -1,6 +1,7 @@
 """Stop signals: a run checkpoints at the step boundary, exits with 128 + the signal's number and a
 resume hint, and the same command resumes exactly; a sweep passes the signal on to its workers."""
 
+import contextlib
 import json
 import os
 import signal
@@ -105,3 +106,45 @@ def _parent(pid: str) -> int:
         return int(Path(f"/proc/{pid}/stat").read_text().split()[3])
     except (OSError, ValueError):
         return -1
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="tells a worker waiting on a lock by /proc/locks")
+def test_a_second_stop_signal_kills_a_sweeps_blocked_workers_at_once(tmp_path):
+    """A worker waiting on a run's lock (another sweep trains that run) cannot checkpoint: after the first
+    SIGTERM the sweep waits for it; a second one kills the workers and ends the sweep with a clear message."""
+    from psattn.training.lock import run_lock
+
+    script = tmp_path / "sweep.py"
+    script.write_text(f"""
+import dataclasses, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from helpers import tiny_config
+from psattn.experiments.sweep import run_sweep
+if __name__ == "__main__":  # spawned workers import this file again
+    run_sweep([dataclasses.replace(tiny_config(20), name="held")], sys.argv[1], workers=2, progress=False)
+""")
+    out = tmp_path / "runs"
+    with run_lock(out / "held"):  # another sweep trains this run
+        inode = os.stat(out / "held" / ".lock").st_ino
+        proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        wait_for(Path("/proc/locks"), lambda p: any("->" in line and f":{inode} " in line
+                                                    for line in p.read_text().splitlines()))  # the worker waits
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3)  # the waiting worker cannot stop at a step
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "multiprocessing.spawn"], capture_output=True,
+                                 text=True).stdout.split()
+        assert workers
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+            time.sleep(0.5)
+            alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+        finally:
+            proc.kill()
+            for pid in workers:  # an old sweep leaves them waiting
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+    assert proc.returncode != 0 and "send it again" in err and "SIGTERM again: the workers were killed" in err, err
+    assert not alive  # no orphaned workers

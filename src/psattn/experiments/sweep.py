@@ -12,7 +12,9 @@ on a file system every node sees.
 
 A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its workers: running runs
 checkpoint at their next step, queued ones are not started, and the sweep raises
-``TrainingInterrupted``; the same call then resumes them all.
+``TrainingInterrupted``; the same call then resumes them all. A second signal kills the workers at
+once (one waiting on another sweep's run lock cannot stop at a step), and each run resumes from its
+last checkpoint.
 ``run_within`` runs a sweep in pieces instead: one run after another in this process (or ``workers``
 at a time, in worker processes that share the machine's GPU), for a given number of seconds, after
 which the runs in progress checkpoint and the rest wait for the next call.
@@ -221,13 +223,15 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                  deadline: float | None = None) -> list[str]:
     """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
     process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
-    their next step and stop, and ``TrainingInterrupted`` is raised here once they have. With a
+    their next step and stop, and ``TrainingInterrupted`` is raised here once they have; a second signal
+kills the workers and raises it at once. With a
     ``deadline`` (``time.monotonic()``), runs stop there and none starts after it; returns the messages
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
     context = multiprocessing.get_context("spawn")
     stop, stopped, diverged = context.Event(), [], {}
     futures: list = []
+    pools: list[ProcessPoolExecutor] = []  # the pool, once there is one
 
     def halt():  # running runs checkpoint at their next step and stop; queued ones never start
         stop.set()
@@ -236,12 +240,22 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
 
     def forward(signum, _frame):
         stopped.append(signum)
+        name = signal.Signals(signum).name
         if len(stopped) == 1:  # a second signal must not re-enter the event's lock
+            _say(f"{name}: the running runs checkpoint at their next step and stop; send it again (Ctrl-C again) to "
+                 "stop the workers at once")
             halt()
+            return
+        for pool in pools:  # a worker ignores stop signals: kill it
+            for process in list(pool._processes.values()):
+                process.kill()
+        raise TrainingInterrupted(f"{name} again: the workers were killed without checkpointing (each run resumes "
+                                  "from its last checkpoint); run the same command again to resume", signum)
 
     # the handlers stay while the pool shuts down, which waits for the running runs to checkpoint
     with on_stop_signals(forward), ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                        initializer=_init_worker, initargs=(stop,)) as pool:
+        pools.append(pool)
         try:
             futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
             pending = set(futures)
@@ -270,6 +284,11 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
     return [diverged[i] for i in sorted(diverged)]
+
+
+def _say(message: str) -> None:
+    """``message`` on stderr from a signal handler (``print`` may be in the middle of a write it would re-enter)."""
+    os.write(2, f"{message}\n".encode())
 
 
 @contextlib.contextmanager
