@@ -131,6 +131,7 @@ if __name__ == "__main__":  # spawned workers import this file again
         wait_for(Path("/proc/locks"), lambda p: any("->" in line and f":{inode} " in line
                                                     for line in p.read_text().splitlines()))  # the worker waits
         proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)  # at once, as timeout sends it to the process and to its group: one stop
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=3)  # the waiting worker cannot stop at a step
         workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "multiprocessing.spawn"], capture_output=True,

@@ -224,14 +224,16 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
     """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
     process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
     their next step and stop, and ``TrainingInterrupted`` is raised here once they have; a second signal
-kills the workers and raises it at once. With a
+(a second or more later) kills the workers and raises it at once. With a
     ``deadline`` (``time.monotonic()``), runs stop there and none starts after it; returns the messages
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
     context = multiprocessing.get_context("spawn")
-    stop, stopped, diverged = context.Event(), [], {}
+    stop, diverged = context.Event(), {}
+    stopped: list[int] = []  # the stop signals that came
     futures: list = []
     pools: list[ProcessPoolExecutor] = []  # the pool, once there is one
+    first: list[float] = []  # when the first stop signal came
 
     def halt():  # running runs checkpoint at their next step and stop; queued ones never start
         stop.set()
@@ -239,7 +241,10 @@ kills the workers and raises it at once. With a
             future.cancel()
 
     def forward(signum, _frame):
+        if stopped and time.monotonic() - first[0] < 1:  # one stop sent twice (timeout: to the process and its group)
+            return
         stopped.append(signum)
+        first.append(time.monotonic())
         name = signal.Signals(signum).name
         if len(stopped) == 1:  # a second signal must not re-enter the event's lock
             _say(f"{name}: the running runs checkpoint at their next step and stop; send it again (Ctrl-C again) to "
