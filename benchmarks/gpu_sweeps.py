@@ -29,8 +29,10 @@ script's own check, end to end (run, pack, unpack, the table rebuilt from the un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -75,6 +77,33 @@ def prepare(configs) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One piece; a stop signal at any moment, between runs too, still packs what the piece finished."""
+    from psattn.training.signals import TrainingInterrupted, on_stop_signals
+
+    def stop(signum, _frame):  # where no run is training (a run's own handler checkpoints it first)
+        raise TrainingInterrupted(f"{signal.Signals(signum).name}, where no run was training", signum)
+
+    try:
+        with on_stop_signals(stop):
+            return _run(args)
+    except TrainingInterrupted as err:
+        print(f"gpu_sweeps: stopped by {err}", file=sys.stderr)
+        return 128 + err.signum
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """The stop signals held back inside the block (packing is not cut halfway), delivered on leaving it."""
+    from psattn.training.signals import STOP_SIGNALS
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _run(args: argparse.Namespace) -> int:
     from psattn.cli import main as psattn
 
     start = time.monotonic()
@@ -104,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
             code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left),
                            "--workers", str(args.workers), "-q"])
     finally:
-        archive = _pack_finished(configs, results, runs, out, args.experiment)
-        _split_in_progress(configs, runs, out, args.experiment)
+        with _stop_signals_held():
+            archive = _pack_finished(configs, results, runs, out, args.experiment)
+            _split_in_progress(configs, runs, out, args.experiment)
     if args.smoke and code == 0:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
         unpack_into(archive, results.parent)
         print_tables(args.experiment, results, mode)

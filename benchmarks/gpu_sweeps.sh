@@ -41,4 +41,6 @@ fi
 if [ ${#SMOKE[@]} -eq 0 ]; then
   "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
 fi
-timeout 540 "$PYTHON" benchmarks/gpu_sweeps.py run "$EXPERIMENT" --out "${OUT:-gpu_sweeps_out}" "${SMOKE[@]}" "$@"
+# exec: a SIGTERM to this script (a `timeout` around it) reaches timeout, which passes it on to the piece, and the
+# script returns only once the piece has packed what it finished (bash would end at once and leave it running)
+exec timeout 540 "$PYTHON" benchmarks/gpu_sweeps.py run "$EXPERIMENT" --out "${OUT:-gpu_sweeps_out}" "${SMOKE[@]}" "$@"

@@ -440,3 +440,57 @@ def test_workers_whose_runs_could_not_fit_side_by_side_are_refused_before_any_st
         run_within(configs, tmp_path, 600, progress=False, workers=2)
     assert list(tmp_path.iterdir()) == []  # nothing started
     memory.check_side_by_side(configs, 1)  # one at a time fits
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_gpu_driver_returns_only_once_the_piece_has_packed_its_runs(tmp_path):
+    """`timeout N benchmarks/gpu_sweeps.sh ...` sends SIGTERM to the script: the piece it runs gets it, checkpoints,
+    packs what it finished, and the script returns after that, leaving no process behind (the machine hands back
+    $OUT when the command returns)."""
+    import signal
+    import time
+
+    env = blocked_env(tmp_path, ABSENT_ON_GPU)
+    proc = subprocess.Popen(["bash", "benchmarks/gpu_sweeps.sh", "--smoke", "paper_scale", "--time-limit", "600"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "out" / "runs" / "paper_scale"
+    start = time.monotonic()
+    while not (runs.is_dir() and any(runs.glob("*/metrics.jsonl"))) and time.monotonic() - start < 120:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert (tmp_path / "out" / "paper_scale.tar.gz").exists(), (proc.returncode, out[-2000:], err[-3000:])  # packed first
+    assert "newly finished runs packed" in out and proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    left = subprocess.run(["pgrep", "-f", f"--out {tmp_path / 'out'}"], capture_output=True, text=True).stdout.split()
+    assert not left  # the piece ended with the script
+
+
+@pytest.mark.slow
+def test_a_sigterm_between_runs_still_packs_the_runs_the_piece_finished(tiny_sweep, tmp_path):
+    """Outside a run's training no handler of psattn's own is installed: a SIGTERM there used to end the
+    piece at once, with nothing packed."""
+    import signal
+
+    finished = [c.name for c in paper_scale.paper_scale("quick")[:2]]
+    runs = tmp_path / "out" / "runs" / "paper_scale"
+    script = tmp_path / "piece.py"
+    script.write_text(f"""
+import os, shutil, signal, sys, time
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import gpu_sweeps
+import psattn.cli
+
+def sweep(argv):  # two runs finish, then the signal comes between runs
+    for name in {finished!r}:
+        shutil.copytree(os.path.join({str(tiny_sweep[0])!r}, name), os.path.join({str(runs)!r}, name))
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    return 0
+
+psattn.cli.main = sweep
+sys.exit(gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", {str(tmp_path / "out")!r}]))
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]
+    packed = saved_runs.unpack(tmp_path / "out" / "paper_scale.tar.gz", tmp_path / "docs")
+    assert sorted(p.stem for p in packed) == sorted(finished)
