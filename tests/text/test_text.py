@@ -19,7 +19,7 @@ from torch import nn
 from helpers import science, tiny_config
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.heads import repeat_scores
-from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window, token_losses
+from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window, random_repeats, token_losses
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
 from psattn.textdata import tokens as token_cache
@@ -311,6 +311,14 @@ class PatternModel(nn.Module):
             pattern[:, 0, t, self.attend(t)] = 1.0
         self.blocks[0].attn.hook_pattern(pattern)
         return torch.zeros(B, T, self.vocab)
+
+
+def test_random_repeats_from_an_empty_vocabulary_is_one_line():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="at least one token id"):
+        random_repeats(torch.zeros(0, dtype=torch.long), 4, 8, g)
+    rows = random_repeats(torch.tensor([3, 5]), 4, 8, g)  # (4, 16) R + R
+    assert rows.shape == (4, 16) and torch.equal(rows[:, :8], rows[:, 8:]) and set(rows.unique().tolist()) <= {3, 5}
 
 
 def test_induction_and_previous_token_scores_on_hand_built_heads():

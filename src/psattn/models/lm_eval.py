@@ -80,6 +80,8 @@ def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> f
 
 def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:
     """(rows, 2 * half) rows R + R, R drawn uniformly from ``vocabulary`` (token ids)."""
+    if len(vocabulary) == 0:
+        raise ValueError("random_repeats needs at least one token id in vocabulary to draw from, got none")
     index = torch.randint(0, len(vocabulary), (rows, half), generator=generator, device=generator.device)  # (rows, half)
     run = vocabulary[index.to(vocabulary.device)]  # (rows, half)
     return torch.cat([run, run], dim=1)
