@@ -331,6 +331,36 @@ def test_negative_position_ids_of_real_tokens_are_refused():
                                    model(ids, attention_mask=mask)[1, 2:])
 
 
+class _DeviceEmbedding(torch.nn.Embedding):
+    """An embedding that fails on an unknown id as CUDA's does: a device-side assert, no IndexError to catch."""
+
+    def forward(self, ids):
+        if bool(((ids < 0) | (ids >= self.num_embeddings)).any()):
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        return super().forward(ids)
+
+
+@pytest.mark.parametrize("bad", [37, -1])
+def test_unknown_token_ids_are_refused_before_the_embedding_where_the_context_reads_the_device(bad):
+    """On CUDA an id outside the vocabulary stops the device in the embedding; with a mask, positions or a cache
+    (generation, padded batches) the context's one read of the device refuses it first, and the cache is kept."""
+    model, ids = random_model("symmetric"), torch.randint(0, 37, (2, 5))
+    embed = _DeviceEmbedding(37, model.config.d_model)
+    embed.weight = model.embed.weight
+    model.embed = embed
+    cache = model.new_cache()
+    model(ids, cache=cache)
+    wrong = ids.clone()
+    wrong[1, 2] = bad
+    message = r"token ids in \[0, 37\) \(the model's vocab_size\), got ids from " + ("-1 to " if bad < 0 else r"\d+ to 37")
+    for kwargs in (dict(attention_mask=torch.ones(2, 5)), dict(position_ids=torch.arange(5).expand(2, 5)),
+                   dict(cache=cache)):
+        with pytest.raises(ValueError, match=message):
+            model(wrong, **kwargs)
+    assert len(cache) == 5
+    torch.testing.assert_close(model(ids[:, :1], cache=cache), model(torch.cat([ids, ids[:, :1]], 1))[:, -1:])
+
+
 @pytest.mark.parametrize("call,error,message", [
     (lambda m: DecoderLM({"vocab_size": 37}), TypeError, "config must be a ModelConfig"),
     (lambda m: m([[1, 2]]), TypeError, "input_ids must be a torch.Tensor"),

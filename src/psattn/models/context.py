@@ -39,6 +39,12 @@ class AttentionContext:
         return cls(positions, None, None, True)
 
 
+def token_range_error(input_ids: Tensor, vocab_size: int) -> ValueError:
+    """The error for token ids outside [0, vocab_size), naming the range given."""
+    return ValueError(f"input_ids must be token ids in [0, {vocab_size}) (the model's vocab_size), got ids from "
+                      f"{int(input_ids.min())} to {int(input_ids.max())}")
+
+
 def build_context(
     batch: int,
     length: int,
@@ -47,10 +53,15 @@ def build_context(
     position_ids: Tensor | None = None,
     attention_mask: Tensor | None = None,
     cache: PSACache | None = None,
+    input_ids: Tensor | None = None,
+    vocab_size: int | None = None,
 ) -> AttentionContext:
     """Work out positions, starts and mask for a chunk of ``length`` tokens after the tokens of
     ``cache``, which is read, not changed: the context's ``chunk`` is what the cache appends after the
-    forward pass. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding)."""
+    forward pass. ``attention_mask`` (B, T) covers the new tokens only (1 = real, 0 = padding). With
+    ``input_ids`` and ``vocab_size``, an id outside [0, vocab_size) is a ValueError, read in the one wait
+    for the device a chunk with a mask, positions or a cache has here (before the embedding, which on
+    CUDA would stop the device); a plain chunk has no such wait, and is not checked here."""
     B, T = batch, length
     for name, size in (("batch", B), ("length", T)):  # a negative one raised torch.arange's "inconsistent with step sign"
         if isinstance(size, bool) or not isinstance(size, (int, torch.SymInt)) or (isinstance(size, int) and size < 0):
@@ -94,8 +105,13 @@ def build_context(
     # read at once, the one wait for the device here: what picks the path, and whether a real token was
     # given a negative position (padding's positions change no real token: transformers gives them 0, 1 or -1)
     negative = ((position_ids < 0) & valid).any() if given else valid.new_zeros(())
-    all_valid, later_start, first_start, bad = torch.stack(
-        [valid.all(), starts[:, 1:].any(), starts[:, :1].any(), negative]).tolist()
+    unknown = valid.new_zeros(())
+    if input_ids is not None and vocab_size is not None:
+        unknown = ((input_ids < 0) | (input_ids >= vocab_size)).any().to(device)
+    all_valid, later_start, first_start, bad, bad_id = torch.stack(
+        [valid.all(), starts[:, 1:].any(), starts[:, :1].any(), negative, unknown]).tolist()
+    if bad_id:
+        raise token_range_error(input_ids, vocab_size)  # type: ignore[arg-type]  # both given: unknown is set
     if bad:
         raise ValueError(f"position_ids must be >= 0 at every real token (each document counts from 0), got "
                          f"{int(position_ids[valid].min())}")

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from psattn.models.attention import PhaseSpaceAttention, ShearFn, check_scored
 from psattn.models.config import ModelConfig
-from psattn.models.context import build_context
+from psattn.models.context import build_context, token_range_error
 from psattn.ops.cache import PSACache
 from psattn.ops.shear import shear
 
@@ -177,21 +177,21 @@ class DecoderLM(nn.Module):
 
     def _embed(self, input_ids: Tensor) -> Tensor:
         """The token embeddings (B, T, C); an id outside [0, vocab_size) is a ValueError saying so (on the CPU,
-        where the embedding raises; on CUDA it stops the device), at no cost to a valid call."""
+        where the embedding raises), at no cost to a valid call. On CUDA the embedding stops the device instead:
+        there ``build_context`` refuses such ids first when the chunk comes with a mask, positions or a cache
+        (generation, padded batches), in the device read it makes anyway; a plain chunk is not checked."""
         if torch.compiler.is_compiling():  # a traced graph has no exception handling
             return self.embed(input_ids)
         try:
             return self.embed(input_ids)
         except IndexError:
-            raise ValueError(
-                f"input_ids must be token ids in [0, {self.config.vocab_size}) (the model's vocab_size), got ids from "
-                f"{int(input_ids.min())} to {int(input_ids.max())}"
-            ) from None
+            raise token_range_error(input_ids, self.config.vocab_size) from None
 
     def _forward(self, input_ids, position_ids, attention_mask, cache, scored) -> Tensor:
         B, T = input_ids.shape
-        context = build_context(
-            B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache
+        context = build_context(  # with a mask, positions or a cache it checks the ids too (its one device wait)
+            B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
+            input_ids=input_ids, vocab_size=self.config.vocab_size,
         )
         h = self.drop(self._embed(input_ids))  # (B, T, C)
         if T == 0:  # an empty chunk: no position attends, and a cache stays as it was
