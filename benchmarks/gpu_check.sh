@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-only checks in one run, inside a wall clock of 9 minutes 40 seconds; results land in $OUT (or ./gpu_check).
 # Works offline: the package is taken from src/ (no install), with the machine's own python3 and torch.
+# `benchmarks/gpu_check.sh --smoke` runs gpu_check.py's tiny shapes on the CPU (the script's own check; no CUDA rows).
 # A copy of a checkout records the revision named by PSATTN_GIT_REVISION=<commit> given with the command (it wins over a stale .git).
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
 # rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates since) leaves room in a 15-minute lease for a
@@ -14,14 +15,21 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ -z "${PSATTN_GIT_REVISION:-}" ]; then
   echo "note: PSATTN_GIT_REVISION unset: the results record this copy's git HEAD, if any (a copy's .git can be stale)" >&2
 fi
-"$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
+SMOKE=0  # --smoke (given on to gpu_check.py): its tiny shapes on the CPU, the script's own check
+for arg in "$@"; do if [ "$arg" = "--smoke" ]; then SMOKE=1; fi; done
+if [ "$SMOKE" = 0 ]; then
+  "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
+fi
 "$PYTHON" -c "import psattn, numpy, tqdm" || { echo "missing a dependency of psattn (see pyproject.toml)" >&2; exit 1; }
 mkdir -p "${OUT:-gpu_check}"
-# the CPU benchmark's rows on the GPU (fp32; PSA by psa_attention's "auto": today the shear, then SDPA), then the rest
-timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
-# a transformers model's cached decode step with PSA against without, bf16 (needs transformers; skipped without it)
-if "$PYTHON" -c "import transformers" 2>/dev/null; then
-  timeout 40 "$PYTHON" benchmarks/hf_decode_speed.py --device cuda --dtype bfloat16 --types llama qwen3 gemma3_text \
-    --json > "${OUT:-gpu_check}/hf_decode_cuda.txt" 2>&1 || true
+if [ "$SMOKE" = 0 ]; then
+  # the CPU benchmark's rows on the GPU (fp32; PSA by psa_attention's "auto": today the shear, then SDPA), then the rest
+  timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
+  # a transformers model's cached decode step with PSA against without, bf16 (needs transformers; skipped without it)
+  if "$PYTHON" -c "import transformers" 2>/dev/null; then
+    timeout 40 "$PYTHON" benchmarks/hf_decode_speed.py --device cuda --dtype bfloat16 --types llama qwen3 gemma3_text \
+      --json > "${OUT:-gpu_check}/hf_decode_cuda.txt" 2>&1 || true
+  fi
 fi
-timeout 450 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"
+# exec: a SIGTERM to this script reaches the check (through timeout), and the script returns when the check has ended
+exec timeout 450 "$PYTHON" benchmarks/gpu_check.py --out "${OUT:-gpu_check}" "$@"

@@ -91,6 +91,20 @@ def test_gpu_check_sh_notes_an_unset_git_revision(tmp_path):
     assert "PSATTN_GIT_REVISION" not in done.stderr
 
 
+def test_gpu_check_sh_smoke_runs_on_the_cpu_and_records_the_revision_given(tmp_path):
+    """The script's own check on a machine without CUDA (it stopped at the device check): the smoke shapes of
+    one section, with the revision given by name."""
+    import os
+
+    env = os.environ | {"PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "PSATTN_GIT_REVISION": "1" * 40}
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--smoke", "--only", "kernels"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert "math forward" in result["kernels"] and result["info"]["git"] == "1" * 40 and result["info"]["device"] == "cpu"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu_check.json"]  # no CUDA benchmark rows
+
+
 def test_the_kernel_page_shows_the_tables_of_the_saved_gpu_check():
     import importlib.util
 
