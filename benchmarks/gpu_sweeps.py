@@ -17,7 +17,8 @@
    it again.
 
 ``unpack FILE...`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``,
-and the parts of a run in progress joined into ``gpu_runs/<experiment>/<run>``.
+and the parts of a run in progress joined into ``gpu_runs/<experiment>/<run>`` (not over a later step of it,
+nor once it is finished: an older piece unpacked late changes nothing).
 ``page``: docs/at_scale.md's tables, verdicts and status rewritten from ``docs/results/gpu``, and its
 figures drawn into docs/figures (needs matplotlib). ``status EXPERIMENT``: how many of its declared
 runs are saved.
@@ -195,17 +196,34 @@ def unpack_into(archive: Path, into: Path) -> None:
     print(f"unpacked {len(paths)} run summaries into {into}")
 
 
-def join_parts(parts: list[Path], runs: Path) -> Path:
-    """A run in progress, from the parts a piece handed back, into ``runs/<results folder>/<run>``."""
+def join_parts(parts: list[Path], runs: Path, results: Path) -> Path | None:
+    """A run in progress, from the parts a piece handed back, into ``runs/<results folder>/<run>``; None, and the
+    run directory left as it is, when the run is finished (its summary is under ``results``, or its directory
+    holds its result) or its directory there holds a later step than the parts (an older piece's, unpacked late)."""
+    import tempfile
+
     from psattn.experiments.run_parts import PART_NAME, join_run
     from psattn.training.checkpoint import load_checkpoint
+    from psattn.training.run_dir import load_result
 
     stem = PART_NAME.match(parts[0].name)["stem"]  # type: ignore[index]  # is_part checked the names
     experiment = stem.split("-in-progress")[0]
     if experiment not in GPU_SWEEPS:
         raise ValueError(f"{parts[0]} is not a part of a GPU sweep's run in progress ({', '.join(GPU_SWEEPS)})")
-    run_dir = join_run(parts, runs / results_folder(experiment))
-    step = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
+    folder = results_folder(experiment)
+    with tempfile.TemporaryDirectory() as scratch:  # what the parts hold, before anything here is replaced
+        joined = join_run(parts, scratch)
+        name, step = joined.name, load_checkpoint(joined / "checkpoint.pt", keys=("step",))["step"]
+    run_dir = runs / folder / name
+    if (results / folder / f"{name}.json").exists() or load_result(run_dir) is not None:
+        print(f"skipped {stem}: {name} is finished (its summary is in {results / folder} or its result in {run_dir})")
+        return None
+    if (run_dir / "checkpoint.pt").exists():
+        held = load_checkpoint(run_dir / "checkpoint.pt", keys=("step",))["step"]
+        if held > step:
+            print(f"skipped {stem} (step {step}): {run_dir} holds step {held} already, from a later piece")
+            return None
+    run_dir = join_run(parts, runs / folder)
     shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
     print(f"joined {len(parts)} part{'s' * (len(parts) > 1)} into {run_dir} (step {step}); carry {shown} to the next "
           "piece on a GPU")
@@ -273,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         for part in parts:
             by_stem.setdefault(part.name.split(".tar.")[0], []).append(part)
         for group in by_stem.values():
-            join_parts(group, Path(args.runs))
+            join_parts(group, Path(args.runs), Path(args.into))
         return 0
     return {"run": run, "page": page, "status": status}[args.command](args)
 

@@ -494,3 +494,37 @@ sys.exit(gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", {str(tmp_pat
     assert done.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]
     packed = saved_runs.unpack(tmp_path / "out" / "paper_scale.tar.gz", tmp_path / "docs")
     assert sorted(p.stem for p in packed) == sorted(finished)
+
+
+def test_an_older_pieces_run_in_progress_unpacked_late_does_not_rewind_the_run(tiny_sweep, tmp_path, capsys):
+    """Parts of a run in progress from an older piece, unpacked after a later piece's, replaced the later checkpoint
+    (the next piece trained those steps again), and brought back a finished run as one in progress."""
+    import importlib.util
+    import shutil
+
+    import torch
+
+    from psattn.experiments import run_parts
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    name = paper_scale.paper_scale("quick")[0].name
+    older = tmp_path / "older" / name
+    shutil.copytree(tiny_sweep[0] / name, older)
+    (older / "result.json").unlink()  # a run in progress at the end of its last step
+    parts = run_parts.split_run(older, tmp_path / "out", "paper_scale-in-progress")
+    runs, into = tmp_path / "gpu_runs", tmp_path / "gpu"
+    assert gpu_sweeps.main(["unpack", *map(str, parts), "--runs", str(runs), "--into", str(into)]) == 0
+    checkpoint = runs / "paper_scale" / name / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=True)
+    state["step"] += 5  # a later piece went on
+    torch.save(state, checkpoint)
+    later = checkpoint.read_bytes()
+    assert gpu_sweeps.main(["unpack", *map(str, parts), "--runs", str(runs), "--into", str(into)]) == 0
+    assert checkpoint.read_bytes() == later and f"holds step {state['step']} already" in capsys.readouterr().out
+    checkpoint.unlink()
+    (into / "paper_scale").mkdir(parents=True)
+    saved_runs.write_summary(tiny_sweep[0] / name, into / "paper_scale")  # a later piece finished it
+    assert gpu_sweeps.main(["unpack", *map(str, parts), "--runs", str(runs), "--into", str(into)]) == 0
+    assert not checkpoint.exists() and f"{name} is finished" in capsys.readouterr().out
