@@ -528,3 +528,10 @@ def test_an_older_pieces_run_in_progress_unpacked_late_does_not_rewind_the_run(t
     saved_runs.write_summary(tiny_sweep[0] / name, into / "paper_scale")  # a later piece finished it
     assert gpu_sweeps.main(["unpack", *map(str, parts), "--runs", str(runs), "--into", str(into)]) == 0
     assert not checkpoint.exists() and f"{name} is finished" in capsys.readouterr().out
+
+
+def test_the_provenance_sentence_shortens_a_revision_but_not_the_word_unrecorded():
+    """A copy without .git or PSATTN_GIT_REVISION records no revision: the sentence said "at git unrecor"."""
+    runs = {"a": {"device": "cpu", "meta": {"git_revision": None, "started": "2026-12-05T10:00:00"}},
+            "b": {"device": "cpu", "meta": {"git_revision": "0123456789abcdef", "started": "2026-12-05T11:00:00"}}}
+    assert "at git 0123456, unrecorded (torch" in at_scale._provenance(runs)

@@ -30,7 +30,7 @@ def _provenance(results: dict[str, dict[str, Any]]) -> str:
     metas = [r.get("meta") or {} for r in results.values()]
     devices = sorted({r.get("device") or "an unrecorded device" for r in results.values()})
     days = sorted({(m.get("started") or "?")[:10] for m in metas})
-    revisions = sorted({(m.get("git_revision") or "unrecorded")[:7] for m in metas})
+    revisions = sorted({m["git_revision"][:7] if m.get("git_revision") else "unrecorded" for m in metas})
     torch = sorted({m.get("torch_version") or "?" for m in metas})
     return (f"{len(results)} runs, trained on {', '.join(devices)} on {', '.join(days)} at git "
             f"{', '.join(revisions)} (torch {', '.join(torch)}).")
