@@ -18,7 +18,8 @@
 
 ``unpack FILE...`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``,
 and the parts of a run in progress joined into ``gpu_runs/<experiment>/<run>`` (not over a later step of it,
-nor once it is finished: an older piece unpacked late changes nothing).
+nor once it is finished: an older piece unpacked late changes nothing; several pieces' files may be given at
+once, each piece's in its own folder).
 ``page``: docs/at_scale.md's tables, verdicts and status rewritten from ``docs/results/gpu``, and its
 figures drawn into docs/figures (needs matplotlib). ``status EXPERIMENT``: how many of its declared
 runs are saved.
@@ -254,6 +255,20 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _said(what: Path, unpacking, *args) -> bool:
+    """Whether ``unpacking(*args)`` refused ``what`` (a file it was given: cut short, corrupt, a part missing),
+    which it then says in one line; the other files go on."""
+    import tarfile
+
+    try:
+        unpacking(*args)
+    except (ValueError, tarfile.TarError, EOFError, OSError) as err:
+        print(f"gpu_sweeps: error: {err}" if what.name in str(err) else f"gpu_sweeps: error: {what}: {err}",
+              file=sys.stderr)
+        return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,15 +299,18 @@ def main(argv: list[str] | None = None) -> int:
         from psattn.experiments.run_parts import is_part
 
         files = [Path(f) for f in args.files]
+        for missing in (f for f in files if not f.is_file()):
+            parser.error(f"{missing} is not a file: give the piece's archive and the parts of its run in progress")
+        failed = 0
         for archive in (f for f in files if not is_part(f)):
-            unpack_into(archive, Path(args.into))
+            failed += _said(archive, unpack_into, archive, Path(args.into))
         parts = [f for f in files if is_part(f)]
-        by_stem: dict[str, list[Path]] = {}
+        by_stem: dict[tuple[Path, str], list[Path]] = {}  # one piece's parts lie in one folder
         for part in parts:
-            by_stem.setdefault(part.name.split(".tar.")[0], []).append(part)
+            by_stem.setdefault((part.parent, part.name.split(".tar.")[0]), []).append(part)
         for group in by_stem.values():
-            join_parts(group, Path(args.runs), Path(args.into))
-        return 0
+            failed += _said(group[0], join_parts, group, Path(args.runs), Path(args.into))
+        return 1 if failed else 0
     return {"run": run, "page": page, "status": status}[args.command](args)
 
 

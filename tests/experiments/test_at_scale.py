@@ -535,3 +535,61 @@ def test_the_provenance_sentence_shortens_a_revision_but_not_the_word_unrecorded
     runs = {"a": {"device": "cpu", "meta": {"git_revision": None, "started": "2026-12-05T10:00:00"}},
             "b": {"device": "cpu", "meta": {"git_revision": "0123456789abcdef", "started": "2026-12-05T11:00:00"}}}
     assert "at git 0123456, unrecorded (torch" in at_scale._provenance(runs)
+
+
+def test_two_pieces_parts_of_one_name_unpacked_together_do_not_mix(tiny_sweep, tmp_path, capsys):
+    """Every piece names its parts paper_scale-in-progress.tar.NN-of-MM: given in one command, two pieces' parts
+    were joined as one archive (the last of each index taken); each piece's folder is now its own, and the later
+    step stays whatever the order."""
+    import importlib.util
+    import shutil
+
+    import torch
+
+    from psattn.experiments import run_parts
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    name = paper_scale.paper_scale("quick")[0].name
+    pieces = []
+    for piece, ahead in (("a", 0), ("b", 3)):
+        run = tmp_path / piece / name
+        shutil.copytree(tiny_sweep[0] / name, run)
+        (run / "result.json").unlink()
+        state = torch.load(run / "checkpoint.pt", weights_only=True)
+        state["step"] += ahead
+        torch.save(state, run / "checkpoint.pt")
+        pieces.append(run_parts.split_run(run, tmp_path / f"out-{piece}", "paper_scale-in-progress", part_bytes=2**16,
+                                          max_parts=50))
+    assert [p.name for p in pieces[0]] == [p.name for p in pieces[1]] and len(pieces[0]) > 1
+    with pytest.raises(ValueError, match="is given twice"):
+        run_parts.join_run(pieces[0] + pieces[1], tmp_path / "x")
+    runs = tmp_path / "gpu_runs"
+    assert gpu_sweeps.main(["unpack", *map(str, pieces[1] + pieces[0]), "--runs", str(runs),
+                            "--into", str(tmp_path / "gpu")]) == 0
+    joined = runs / "paper_scale" / name / "checkpoint.pt"
+    assert joined.read_bytes() == (tmp_path / "b" / name / "checkpoint.pt").read_bytes()
+    assert "holds step" in capsys.readouterr().out
+
+
+def test_unpack_names_a_file_it_cannot_read_in_one_line_and_unpacks_the_others(tiny_sweep, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    names = [c.name for c in paper_scale.paper_scale("quick")[:3]]
+    summaries = [saved_runs.write_summary(tiny_sweep[0] / name, tmp_path / "s") for name in names]
+    whole = saved_runs.pack(summaries, tmp_path / "a" / "paper_scale.tar.gz", "paper_scale")
+    cut = tmp_path / "b" / "paper_scale.tar.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # a copy cut short
+    into = tmp_path / "gpu"
+    assert gpu_sweeps.main(["unpack", str(cut), str(whole), "--into", str(into)]) == 1
+    err = capsys.readouterr().err
+    assert f"gpu_sweeps: error: {cut}: " in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert sorted(p.stem for p in (into / "paper_scale").iterdir()) == sorted(names)
+    with pytest.raises(SystemExit):
+        gpu_sweeps.main(["unpack", str(tmp_path / "a"), "--into", str(into)])  # a folder, not the files in it
+    assert "is not a file" in capsys.readouterr().err

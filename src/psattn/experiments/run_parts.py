@@ -78,7 +78,11 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
         match = PART_NAME.match(part.name)
         if match is None or int(match["index"]) >= int(match["count"]):
             raise ValueError(f"{part} is not named as a part of a run (STEM.tar.NN-of-MM, NN < MM)")
-        archives.setdefault((match["stem"], int(match["count"])), {})[int(match["index"])] = part
+        held = archives.setdefault((match["stem"], int(match["count"])), {})
+        if int(match["index"]) in held:  # two pieces' parts of the same name: their bytes must not mix
+            raise ValueError(f"{part.name} is given twice ({held[int(match['index'])]} and {part}): give one piece's "
+                             "parts at a time")
+        held[int(match["index"])] = part
     if len(archives) != 1:
         raise ValueError(f"the parts belong to {len(archives)} different archives: {sorted(s for s, _ in archives)}")
     (stem, count), by_index = next(iter(archives.items()))
