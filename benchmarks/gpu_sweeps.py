@@ -37,6 +37,7 @@ import shutil
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,9 +191,22 @@ def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
                   "what the piece hands back already: the next machine starts it again", flush=True)
 
 
-def unpack_into(archive: Path, into: Path) -> None:
+def unpack_into(archive: Path, into: Path, *, declared_only: bool = False) -> None:
+    """The summaries of ``archive`` into ``into/<folder>/``; with ``declared_only`` (into docs/results/gpu) an
+    archive holding a run that no GPU sweep's full plan declares (a ``--smoke`` piece's) is refused first."""
+    import tarfile
+
+    from psattn.experiments.at_scale import GPU_SWEEPS as SAVED
     from psattn.experiments.saved_runs import unpack
 
+    if declared_only:
+        declared = {folder: {c.name for c in study.plan("full")} for study, folder in SAVED.values()}
+        with tarfile.open(archive, "r:gz") as tar:
+            members = [name.split("/") for name in tar.getnames()]
+        strays = [m[-1].removesuffix(".json") for m in members if len(m) != 2 or m[1][:-5] not in declared.get(m[0], ())]
+        if strays:
+            raise ValueError(f"{archive} holds {len(strays)} runs no GPU sweep's full plan declares, such as {strays[0]} "
+                             f"(a --smoke piece's?): {into} keeps the declared runs alone; give --into another folder")
     paths = unpack(archive, into)
     print(f"unpacked {len(paths)} run summaries into {into}")
 
@@ -303,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{missing} is not a file: give the piece's archive and the parts of its run in progress")
         failed = 0
         for archive in (f for f in files if not is_part(f)):
-            failed += _said(archive, unpack_into, archive, Path(args.into))
+            failed += _said(archive, partial(unpack_into, declared_only=Path(args.into).resolve() == RESULTS.resolve()),
+                            archive, Path(args.into))
         parts = [f for f in files if is_part(f)]
         by_stem: dict[tuple[Path, str], list[Path]] = {}  # one piece's parts lie in one folder
         for part in parts:

@@ -593,3 +593,21 @@ def test_unpack_names_a_file_it_cannot_read_in_one_line_and_unpacks_the_others(t
     with pytest.raises(SystemExit):
         gpu_sweeps.main(["unpack", str(tmp_path / "a"), "--into", str(into)])  # a folder, not the files in it
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_a_smoke_pieces_archive_is_refused_by_the_committed_results_folder(tiny_sweep, tmp_path, monkeypatch, capsys):
+    """`gpu_sweeps.sh --smoke` on the GPU machine hands back an archive named like a real piece's; unpacked into
+    docs/results/gpu, its CPU runs filled the page's table and status ("16 of 84 runs") as the sweep's results."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    monkeypatch.setattr(gpu_sweeps, "RESULTS", tmp_path / "docs" / "results" / "gpu")  # the default --into
+    name = paper_scale.paper_scale("quick")[0].name
+    summary = saved_runs.write_summary(tiny_sweep[0] / name, tmp_path / "staging")
+    archive = saved_runs.pack([summary], tmp_path / "paper_scale.tar.gz", "paper_scale")
+    assert gpu_sweeps.main(["unpack", str(archive)]) == 1
+    assert "no GPU sweep's full plan declares, such as " + name in capsys.readouterr().err
+    assert not (tmp_path / "docs").exists()
+    assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "elsewhere")]) == 0  # a scratch folder
