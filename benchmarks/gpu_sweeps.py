@@ -191,9 +191,10 @@ def _split_in_progress(configs, runs: Path, out: Path, experiment: str) -> None:
                   "what the piece hands back already: the next machine starts it again", flush=True)
 
 
-def unpack_into(archive: Path, into: Path, *, declared_only: bool = False) -> None:
+def unpack_into(archive: Path, into: Path, *, declared_only: bool = False, runs: Path | None = None) -> None:
     """The summaries of ``archive`` into ``into/<folder>/``; with ``declared_only`` (into docs/results/gpu) an
-    archive holding a run that no GPU sweep's full plan declares (a ``--smoke`` piece's) is refused first."""
+    archive holding a run that no GPU sweep's full plan declares (a ``--smoke`` piece's) is refused first. With
+    ``runs`` (gpu_runs), the checkpoint a run now finished left there in progress is deleted."""
     import tarfile
 
     from psattn.experiments.at_scale import GPU_SWEEPS as SAVED
@@ -209,6 +210,12 @@ def unpack_into(archive: Path, into: Path, *, declared_only: bool = False) -> No
                              f"(a --smoke piece's?): {into} keeps the declared runs alone; give --into another folder")
     paths = unpack(archive, into)
     print(f"unpacked {len(paths)} run summaries into {into}")
+    if runs is not None:  # a copy of a finished run's progress, joined from an earlier piece, is carried no more
+        for path in paths:
+            checkpoint = runs / path.parent.name / path.stem / "checkpoint.pt"
+            if checkpoint.exists():
+                checkpoint.unlink()
+                print(f"{path.stem} is finished: deleted {checkpoint}, so that it is not carried to the next piece")
 
 
 def join_parts(parts: list[Path], runs: Path, results: Path) -> Path | None:
@@ -317,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{missing} is not a file: give the piece's archive and the parts of its run in progress")
         failed = 0
         for archive in (f for f in files if not is_part(f)):
-            failed += _said(archive, partial(unpack_into, declared_only=Path(args.into).resolve() == RESULTS.resolve()),
-                            archive, Path(args.into))
+            failed += _said(archive, partial(unpack_into, declared_only=Path(args.into).resolve() == RESULTS.resolve(),
+                                             runs=Path(args.runs)), archive, Path(args.into))
         parts = [f for f in files if is_part(f)]
         by_stem: dict[tuple[Path, str], list[Path]] = {}  # one piece's parts lie in one folder
         for part in parts:

@@ -611,3 +611,23 @@ def test_a_smoke_pieces_archive_is_refused_by_the_committed_results_folder(tiny_
     assert "no GPU sweep's full plan declares, such as " + name in capsys.readouterr().err
     assert not (tmp_path / "docs").exists()
     assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "elsewhere")]) == 0  # a scratch folder
+
+
+def test_unpacking_a_finished_run_deletes_the_checkpoint_an_earlier_piece_left_in_progress(tiny_sweep, tmp_path, capsys):
+    """Its copy in gpu_runs (up to 45 MiB) was carried to every later piece, within the 64 MiB a command carries."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    done, going = (c.name for c in paper_scale.paper_scale("quick")[:2])
+    runs = tmp_path / "gpu_runs"
+    for name in (done, going):
+        shutil.copytree(tiny_sweep[0] / name, runs / "paper_scale" / name)
+        (runs / "paper_scale" / name / "result.json").unlink()  # joined from an earlier piece, in progress
+    summary = saved_runs.write_summary(tiny_sweep[0] / done, tmp_path / "staging")
+    archive = saved_runs.pack([summary], tmp_path / "paper_scale.tar.gz", "paper_scale")
+    assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "gpu"), "--runs", str(runs)]) == 0
+    assert not (runs / "paper_scale" / done / "checkpoint.pt").exists() and f"{done} is finished" in capsys.readouterr().out
+    assert (runs / "paper_scale" / going / "checkpoint.pt").exists()
