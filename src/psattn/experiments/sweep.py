@@ -224,7 +224,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
     """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
     process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
     their next step and stop, and ``TrainingInterrupted`` is raised here once they have; a second signal
-(a second or more later) kills the workers and raises it at once. With a
+    (a second or more later) kills the workers and raises it at once. With a
     ``deadline`` (``time.monotonic()``), runs stop there and none starts after it; returns the messages
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
