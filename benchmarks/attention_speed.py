@@ -106,7 +106,7 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
                 layer(step, build_context(B, 1, step.device, cache=cache), cache.layers[0])
             cache.restore(saved)
         runs[name] = synced(run, device)
-    times = interleaved_medians(runs, repeats * 5, warmup=3)
+    times = interleaved_medians(runs, repeats * 20, warmup=3)  # a step of about 2 ms: many samples, little time
     per_token = {name: c.kv_bytes() // (B * T) for name, c in caches.items()}  # per token of one sequence
     extra = {name: c.extra_state_bytes() // B for name, c in caches.items()}  # per sequence
     return times, per_token, extra
