@@ -314,7 +314,7 @@ def test_hf_decode_speed_runs(dtype):
 
 
 def test_the_cpu_speed_tables_are_the_saved_runs():
-    folder = ROOT / "docs" / "results" / "cpu" / "attention_speed" / "2026-12-05"
+    folder = ROOT / "docs" / "results" / "cpu" / "attention_speed" / "2026-12-05b"
     runs = [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
     rows = ("forward", "forward+backward", "layer forward+backward", "decode step (layer, symmetric)")
     kept = {flag: [run for run in runs if run["keep_freed_memory"] == flag] for flag in (False, True)}
