@@ -8,7 +8,7 @@ freed memory, as jemalloc and tcmalloc do, so that the ratio leaves out the page
 extra streams (``cpu_memory.py``). Usage:
 
     python benchmarks/attention_speed.py [--batch 4 --heads 8 --length 1024 --head-dim 64 --threads 1 --device cpu]
-                                         [--keep-freed-memory]
+                                         [--keep-freed-memory] [--decode-only]
 """
 
 from __future__ import annotations
@@ -124,14 +124,17 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="time the decode step alone, in a process that has run nothing else before it")
     args = parse_with_threads(parser)
     if args.keep_freed_memory:
         keep_freed_memory()
     B, H, T, D = args.batch, args.heads, args.length, args.head_dim
     device = torch.device(args.device)
 
-    rows = operator_benchmarks(B, H, T, D, args.gamma, args.repeats, device)
-    rows["layer forward+backward"] = layer_benchmark(B, H, T, D, args.gamma, args.repeats, device)
+    rows = {} if args.decode_only else operator_benchmarks(B, H, T, D, args.gamma, args.repeats, device)
+    if not args.decode_only:
+        rows["layer forward+backward"] = layer_benchmark(B, H, T, D, args.gamma, args.repeats, device)
     decode, per_token, extra = decode_benchmark(B, H, T, D, args.gamma, args.repeats, device)
     rows["decode step (layer, symmetric)"] = decode
 
@@ -149,7 +152,7 @@ def main() -> None:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "device": where, "threads": args.threads, "shape": [B, H, T, D],
-            "keep_freed_memory": args.keep_freed_memory,
+            "keep_freed_memory": args.keep_freed_memory, "decode_only": args.decode_only,
             "gamma": args.gamma, "torch": torch.__version__, "git": git_revision(),
             "ratios": {label: t["psa"] / t["sdpa"] for label, t in rows.items()},
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},

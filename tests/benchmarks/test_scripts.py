@@ -233,6 +233,14 @@ def test_the_timed_decode_step_attends_to_the_whole_cache():
             assert stored.stride()[2:] == (stored.shape[3], 1)
 
 
+def test_attention_speed_can_time_the_decode_step_alone(tmp_path):
+    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
+              "--repeats", "1", "--decode-only", "--json", str(tmp_path / "decode.json"))
+    assert "decode step" in out and "forward" not in out
+    saved = json.loads((tmp_path / "decode.json").read_text())
+    assert saved["decode_only"] and list(saved["ratios"]) == ["decode step (layer, symmetric)"]
+
+
 def test_attention_speed_can_keep_freed_memory():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "1", "--keep-freed-memory")
