@@ -335,6 +335,13 @@ def test_the_cpu_speed_tables_are_the_saved_runs():
     kernel = (ROOT / "docs" / "kernel.md").read_text()
     for label, flag in (("default (glibc returns freed memory)", False), ("`--keep-freed-memory`", True)):
         assert f"| {label} | " + " | ".join(spread(flag, row) for row in rows) + " |" in kernel
+    alone = [json.loads(path.read_text()) for path in sorted((folder / "decode-only").glob("*.json"))]
+    alone_ratios = {flag: " and ".join(f"{run['ratios'][rows[3]]:.3f}" for run in
+                                       sorted((r for r in alone if r["keep_freed_memory"] == flag), key=lambda r: r["date"]))
+                    for flag in (False, True)}
+    assert all(run["decode_only"] for run in alone)
+    quoted = f"the row gave {alone_ratios[False]} with glibc's default allocator and {alone_ratios[True]} with freed memory"
+    assert quoted in " ".join(kernel.split())
     reproduction = (ROOT / "docs" / "reproduction.md").read_text()
     first = next(run for run in runs if run["date"] == min(r["date"] for r in kept[False]))
     for label, row in zip(("forward", "forward + backward", "whole layer, forward + backward",
