@@ -31,7 +31,6 @@ script's own check, end to end (run, pack, unpack, the table rebuilt from the un
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import shutil
 import signal
@@ -94,18 +93,6 @@ def run(args: argparse.Namespace) -> int:
         return 128 + err.signum
 
 
-@contextlib.contextmanager
-def _stop_signals_held():
-    """The stop signals held back inside the block (packing is not cut halfway), delivered on leaving it."""
-    from psattn.training.signals import STOP_SIGNALS
-
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def _run(args: argparse.Namespace) -> int:
     from psattn.cli import main as psattn
 
@@ -136,7 +123,9 @@ def _run(args: argparse.Namespace) -> int:
             code = psattn(["sweep", args.experiment, f"--{mode}", "--out", str(runs), "--time-limit", str(left),
                            "--workers", str(args.workers), "-q"])
     finally:
-        with _stop_signals_held():
+        from psattn.training.signals import stop_signals_held
+
+        with stop_signals_held():  # packing is not cut halfway: a stop that comes meanwhile is handled after it
             archive = _pack_finished(configs, results, runs, out, args.experiment)
             _split_in_progress(configs, runs, out, args.experiment)
     if args.smoke and code == 0:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
@@ -156,9 +145,9 @@ def _pack_finished(configs, results: Path, runs: Path, out: Path, experiment: st
     staging = runs.parent / f"{runs.name}-summaries"
     shutil.rmtree(staging, ignore_errors=True)
     paths = [write_summary(runs / name, staging) for name in new]
-    for name in new:
-        (runs / name / "checkpoint.pt").unlink(missing_ok=True)
     archive = pack(paths, out / f"{experiment}.tar.gz", results_folder(experiment))
+    for name in new:  # once their summaries are packed
+        (runs / name / "checkpoint.pt").unlink(missing_ok=True)
     print(f"{len(new)} newly finished runs packed into {archive}; "
           f"{len(saved) + len(new)} of {len(configs)} now saved or packed", flush=True)
     return archive

@@ -496,6 +496,48 @@ sys.exit(gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", {str(tmp_pat
     assert sorted(p.stem for p in packed) == sorted(finished)
 
 
+@pytest.mark.slow
+def test_a_sigterm_while_the_piece_packs_is_handled_once_the_pack_is_whole(tiny_sweep, tmp_path):
+    """The pack held the stop signals back from the main thread alone; the kernel hands a signal to any thread
+    that does not block it (tqdm's monitor, CUDA's), CPython then ran the handler in the main thread all the
+    same, and the pack stopped halfway: nothing came back."""
+    import signal
+
+    finished = [c.name for c in paper_scale.paper_scale("quick")[:2]]
+    runs = tmp_path / "out" / "runs" / "paper_scale"
+    script = tmp_path / "piece.py"
+    script.write_text(f"""
+import os, shutil, signal, sys, threading, time
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import gpu_sweeps
+import psattn.cli
+import psattn.experiments.saved_runs as saved_runs
+
+def sweep(argv):  # two runs finish
+    for name in {finished!r}:
+        shutil.copytree(os.path.join({str(tiny_sweep[0])!r}, name), os.path.join({str(runs)!r}, name))
+    return 0
+
+write_summary, sent = saved_runs.write_summary, []
+def write_summary_signalled(*args, **kwargs):  # the lease's SIGTERM comes while the piece packs
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)
+    return write_summary(*args, **kwargs)
+
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a thread that takes signals, as tqdm's monitor
+psattn.cli.main = sweep
+saved_runs.write_summary = write_summary_signalled
+sys.exit(gpu_sweeps.main(["run", "paper_scale", "--smoke", "--out", {str(tmp_path / "out")!r}]))
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]
+    assert "2 newly finished runs packed" in done.stdout, done.stdout[-3000:]
+    packed = saved_runs.unpack(tmp_path / "out" / "paper_scale.tar.gz", tmp_path / "docs")
+    assert sorted(p.stem for p in packed) == sorted(finished)
+
+
 def test_an_older_pieces_run_in_progress_unpacked_late_does_not_rewind_the_run(tiny_sweep, tmp_path, capsys):
     """Parts of a run in progress from an older piece, unpacked after a later piece's, replaced the later checkpoint
     (the next piece trained those steps again), and brought back a finished run as one in progress."""

@@ -109,9 +109,10 @@ def _parent(pid: str) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="tells a worker waiting on a lock by /proc/locks")
-def test_a_second_stop_signal_kills_a_sweeps_blocked_workers_at_once(tmp_path):
+def test_a_ctrl_c_after_a_stop_kills_a_sweeps_blocked_workers_at_once(tmp_path):
     """A worker waiting on a run's lock (another sweep trains that run) cannot checkpoint: after the first
-    SIGTERM the sweep waits for it; a second one kills the workers and ends the sweep with a clear message."""
+    SIGTERM the sweep waits for it, also through a second SIGTERM (a scheduler's own deadline: it once killed
+    workers that were writing their checkpoints); a Ctrl-C kills the workers and ends the sweep in one line."""
     from psattn.training.lock import run_lock
 
     script = tmp_path / "sweep.py"
@@ -137,7 +138,11 @@ if __name__ == "__main__":  # spawned workers import this file again
         workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "multiprocessing.spawn"], capture_output=True,
                                  text=True).stdout.split()
         assert workers
+        time.sleep(1.5)  # past the window in which one stop sent twice counts once
         proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3)  # still waiting for the workers
+        proc.send_signal(signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=30)
             time.sleep(0.5)
@@ -147,5 +152,26 @@ if __name__ == "__main__":  # spawned workers import this file again
             for pid in workers:  # an old sweep leaves them waiting
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
-    assert proc.returncode != 0 and "send it again" in err and "SIGTERM again: the workers were killed" in err, err
+    assert proc.returncode != 0 and "press Ctrl-C again" in err and "SIGINT again: the workers were killed" in err, err
     assert not alive  # no orphaned workers
+
+
+def test_a_stop_signal_that_reaches_a_worker_while_it_starts_is_ignored(tmp_path):
+    """Ctrl-C or timeout signal the whole process group; a spawned worker took the default action before its
+    initializer told it to ignore stop signals, and the pool broke (BrokenProcessPool, a traceback)."""
+    script = tmp_path / "sweep.py"
+    script.write_text(f"""
+import dataclasses, os, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from helpers import tiny_config
+from psattn.experiments.sweep import run_sweep
+if __name__ == "__mp_main__":  # a worker importing this file as it starts: the group's signal reaches it now
+    os.kill(os.getpid(), signal.SIGTERM)
+if __name__ == "__main__":
+    configs = [dataclasses.replace(tiny_config(3), name=f"run{{i}}") for i in range(2)]
+    run_sweep(configs, sys.argv[1], workers=2, progress=False)
+""")
+    out = tmp_path / "runs"
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all((out / f"run{i}" / "result.json").exists() for i in range(2))

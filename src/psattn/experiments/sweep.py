@@ -22,7 +22,6 @@ which the runs in progress checkpoint and the rest wait for the next call.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
@@ -37,7 +36,14 @@ from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences
 from psattn.training.lock import run_lock
 from psattn.training.memory import check_side_by_side
 from psattn.training.run_dir import load_result
-from psattn.training.signals import STOP_SIGNALS, TrainingDiverged, TrainingInterrupted, on_stop_signals
+from psattn.training.signals import (
+    STOP_SIGNALS,
+    TrainingDiverged,
+    TrainingInterrupted,
+    on_stop_signals,
+    stop_signals_blocked,
+    stop_signals_held,
+)
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -45,11 +51,14 @@ _STOP = None  # in a worker process: the sweep's stop event
 
 
 def _init_worker(stop) -> None:
-    """Workers leave stop signals to the sweep's process, which passes a stop on through ``stop``."""
+    """Workers leave stop signals to the sweep's process, which passes a stop on through ``stop``. A worker
+    starts with them blocked (``_run_in_pool``): one sent to the group while it starts is ignored, not fatal."""
     global _STOP
     _STOP = stop
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> None:
@@ -223,8 +232,9 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                  deadline: float | None = None) -> list[str]:
     """Worker processes, one run each at a time, taking the configs in order. A stop signal to this
     process is passed on to the workers: runs not yet started are cancelled, running ones checkpoint at
-    their next step and stop, and ``TrainingInterrupted`` is raised here once they have; a second signal
-    (a second or more later) kills the workers and raises it at once. With a
+    their next step and stop, and ``TrainingInterrupted`` is raised here once they have; a Ctrl-C after that
+    (a second or more later) kills the workers and raises it at once (a second SIGTERM or SIGHUP, as from a
+    scheduler's own deadline, leaves them to checkpoint). With a
     ``deadline`` (``time.monotonic()``), runs stop there and none starts after it; returns the messages
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
@@ -241,18 +251,18 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
             future.cancel()
 
     def forward(signum, _frame):
-        if stopped and time.monotonic() - first[0] < 1:  # one stop sent twice (timeout: to the process and its group)
-            return
+        if stopped and (signum != signal.SIGINT or time.monotonic() - first[0] < 1):
+            return  # one stop sent twice (timeout: to the process and its group), or a scheduler's own: checkpointing
         stopped.append(signum)
         first.append(time.monotonic())
         name = signal.Signals(signum).name
         if len(stopped) == 1:  # a second signal must not re-enter the event's lock
-            _say(f"{name}: the running runs checkpoint at their next step and stop; send it again (Ctrl-C again) to "
-                 "stop the workers at once")
+            _say(f"{name}: the running runs checkpoint at their next step and stop; press Ctrl-C again to stop the "
+                 "workers at once")
             halt()
             return
         for pool in pools:  # a worker ignores stop signals: kill it
-            for process in list(pool._processes.values()):
+            for process in list((pool._processes or {}).values()):  # None once the pool has shut down
                 process.kill()
         raise TrainingInterrupted(f"{name} again: the workers were killed without checkpointing (each run resumes "
                                   "from its last checkpoint); run the same command again to resume", signum)
@@ -262,7 +272,8 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                                                        initializer=_init_worker, initargs=(stop,)) as pool:
         pools.append(pool)
         try:
-            futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
+            with stop_signals_blocked():  # the workers start with them blocked, until _init_worker ignores them
+                futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
             pending = set(futures)
             with progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
                 while pending:
@@ -281,7 +292,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                         bar.update(1)
                     pending = {f for f in pending if not f.cancelled()}  # a cancelled run never completes
         except BaseException:
-            with _stop_signals_held():  # a signal's handler would wait on the lock halt() holds
+            with stop_signals_held():  # a signal's handler would wait on the lock halt() holds
                 halt()
             raise
     if stopped:
@@ -294,20 +305,6 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
 def _say(message: str) -> None:
     """``message`` on stderr from a signal handler (``print`` may be in the middle of a write it would re-enter)."""
     os.write(2, f"{message}\n".encode())
-
-
-@contextlib.contextmanager
-def _stop_signals_held():
-    """Hold the stop signals back from this thread inside the block (where the platform allows), so that
-    their handler does not run in the middle of it; they are delivered on leaving it."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: int, progress: bool) -> None:

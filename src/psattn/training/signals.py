@@ -47,6 +47,45 @@ def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Inside the block the stop signals are recorded, not handled; on leaving it (also by an exception)
+    the handlers installed before handle them, in the order they came. ``signal.pthread_sigmask`` holds a
+    signal back from one thread only, and the operating system hands it to any thread that does not block
+    it (a progress bar's monitor, a CUDA or OpenMP thread), whereupon CPython runs its handler in the main
+    thread all the same; this holds it wherever it lands. Main thread only, as ``on_stop_signals``."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        with on_stop_signals(lambda signum, _frame: came.append(signum)):
+            yield
+    finally:
+        for signum in came:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:  # restored by now: the default action (ending the process)
+                signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block the stop signals in this thread inside the block (where the platform can): processes and threads
+    started inside it inherit the block, so a worker can install its own handling before any stop reaches it
+    (and unblock them then); a signal that comes meanwhile is delivered on leaving the block."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class StopFlag:
     """Turns a stop signal into a request honoured at the next step boundary (then checkpoint, raise)."""
 
