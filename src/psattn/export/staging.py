@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from psattn.processes import process_alive
+from psattn.training.signals import stop_signals_held
 
 log = logging.getLogger(__name__)
 
@@ -80,21 +80,6 @@ def _new_folder(target: Path, kind: str) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
     folder.chmod(0o755)  # mkdtemp makes it private
     return folder
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold back SIGINT, SIGTERM and SIGHUP for the block (delivered after it), where the OS allows."""
-    stops = {signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    except (AttributeError, OSError, ValueError):  # no signal masks here (Windows)
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _interrupted(err: BaseException) -> bool:
@@ -167,7 +152,7 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
             yield staging
             names = sorted(p.name for p in staging.iterdir())
             (staging / MANIFEST).write_text(json.dumps(names))
-            with _signals_held():
+            with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
                 old = None
                 if target.exists():
                     old = _new_folder(target, "old")
@@ -202,7 +187,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
         try:
             yield staging / target.name
             written = sorted(p.name for p in staging.iterdir())
-            with _signals_held():
+            with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
                 for name in written:
                     os.replace(staging / name, target.parent / name)
                 for stale in family(target):

@@ -53,10 +53,12 @@ def stop_signals_held() -> Iterator[None]:
     the handlers installed before handle them, in the order they came. ``signal.pthread_sigmask`` holds a
     signal back from one thread only, and the operating system hands it to any thread that does not block
     it (a progress bar's monitor, a CUDA or OpenMP thread), whereupon CPython runs its handler in the main
-    thread all the same; this holds it wherever it lands. Main thread only, as ``on_stop_signals``."""
+    thread all the same; this holds it wherever it lands. In another thread, where Python installs no
+    handlers, the signals are blocked in that thread (``stop_signals_blocked``), as far as that goes."""
     came: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        with stop_signals_blocked():
+            yield
         return
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     try:
