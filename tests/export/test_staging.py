@@ -228,29 +228,38 @@ def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, tmp_
         assert (now["m.onnx"] == old["m.onnx"]) == (now["m.decode.onnx"] == old["m.decode.onnx"]), delay  # one pair
 
 
-def test_a_ctrl_c_during_the_swap_waits_for_it_whichever_thread_it_lands_in(tmp_path, monkeypatch):
+def test_a_ctrl_c_during_the_swap_waits_for_it_whichever_thread_it_lands_in(tmp_path):
     """The swap held Ctrl-C back from the main thread alone; with another thread running (torch's, a progress
     bar's) the kernel handed the signal to that one, CPython raised in the main thread all the same, and the
-    export stopped with half of its files moved."""
-    import os
-    import threading
-    import time
+    export stopped with half of its files moved. (In a process of its own: signal handlers run in a main thread.)"""
+    import subprocess
+    import sys
 
-    from psattn.export import staging
-
-    replace, sent = os.replace, []
-
-    def replace_signalled(src, dst):
-        if not sent:
-            sent.append(1)
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)
-        replace(src, dst)
-
-    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
-    monkeypatch.setattr(staging.os, "replace", replace_signalled)
+    script = tmp_path / "swap.py"
     target = tmp_path / "m.onnx"
-    with pytest.raises(KeyboardInterrupt), staging.staged_files(target, lambda path: [path, path.with_suffix(".data")]) as out:
+    script.write_text(f"""
+import os, signal, threading, time
+from pathlib import Path
+from psattn.export import staging
+
+replace, sent = os.replace, []
+def replace_signalled(src, dst):  # a Ctrl-C comes while the files move into place
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    replace(src, dst)
+
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # a thread that takes signals
+staging.os.replace = replace_signalled
+target = Path({str(target)!r})
+try:
+    with staging.staged_files(target, lambda path: [path, path.with_suffix(".data")]) as out:
         out.write_bytes(b"graph")
         out.with_suffix(".data").write_bytes(b"weights")
+except KeyboardInterrupt:
+    print("interrupted after the swap")
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert "interrupted after the swap" in done.stdout, done.stderr[-2000:]
     assert target.read_bytes() == b"graph" and target.with_suffix(".data").read_bytes() == b"weights"
