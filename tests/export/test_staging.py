@@ -250,6 +250,7 @@ def replace_signalled(src, dst):  # a Ctrl-C comes while the files move into pla
         time.sleep(0.2)
     replace(src, dst)
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test runner's worker may ignore it)
 threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # a thread that takes signals
 staging.os.replace = replace_signalled
 target = Path({str(target)!r})
