@@ -175,3 +175,52 @@ if __name__ == "__main__":
     done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert all((out / f"run{i}" / "result.json").exists() for i in range(2))
+
+
+def _gone(pid: str) -> bool:
+    """Whether the process has exited (a zombie its new parent has not reaped yet counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+def test_a_worker_whose_sweep_is_killed_checkpoints_and_exits(tmp_path):
+    """SIGKILL reaches no handler: the sweep's workers used to train on, orphaned, and then wait for work
+    forever on the pool's queue. Each now sees its parent gone at the next step, checkpoints and exits."""
+    script = tmp_path / "sweep.py"
+    script.write_text(f"""
+import dataclasses, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from helpers import tiny_config
+from psattn.experiments.sweep import run_sweep
+if __name__ == "__main__":  # spawned workers import this file again
+    config = tiny_config(100_000)  # far more steps than the test waits for; checkpoints only when stopped
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, checkpoint_every=100_000))
+    run_sweep([dataclasses.replace(config, name=f"run{{i}}") for i in range(2)], sys.argv[1], workers=2, progress=False)
+""")
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    workers: list[str] = []
+    try:
+        for i in range(2):
+            wait_for(out / f"run{i}" / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 2)
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "multiprocessing.spawn"], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(workers) == 2 and not any((out / f"run{i}" / "checkpoint.pt").exists() for i in range(2))
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in workers)  # they did not train on
+    finally:
+        proc.kill()
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for i in range(2):
+        step = torch.load(out / f"run{i}" / "checkpoint.pt", weights_only=False)["step"]
+        assert 0 < step < 100_000 and not (out / f"run{i}" / "result.json").exists()

@@ -14,7 +14,8 @@ A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its worke
 checkpoint at their next step, queued ones are not started, and the sweep raises
 ``TrainingInterrupted``; the same call then resumes them all. A second signal kills the workers at
 once (one waiting on another sweep's run lock cannot stop at a step), and each run resumes from its
-last checkpoint.
+last checkpoint. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
+checkpoints its run at the next step and exits, instead of training on and then waiting for work forever.
 ``run_within`` runs a sweep in pieces instead: one run after another in this process (or ``workers``
 at a time, in worker processes that share the machine's GPU), for a given number of seconds, after
 which the runs in progress checkpoint and the rest wait for the next call.
@@ -48,17 +49,28 @@ from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
 _STOP = None  # in a worker process: the sweep's stop event
+_SWEEP_PID: int | None = None  # in a worker process: the sweep's process, its parent
 
 
-def _init_worker(stop) -> None:
+def _init_worker(stop, sweep_pid: int) -> None:
     """Workers leave stop signals to the sweep's process, which passes a stop on through ``stop``. A worker
     starts with them blocked (``_run_in_pool``): one sent to the group while it starts is ignored, not fatal."""
-    global _STOP
-    _STOP = stop
+    global _STOP, _SWEEP_PID
+    _STOP, _SWEEP_PID = stop, sweep_pid
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _orphaned() -> bool:
+    """Whether this worker's sweep process is gone (the worker was handed to another parent)."""
+    return _SWEEP_PID is not None and os.getppid() != _SWEEP_PID
+
+
+def _stop_requested() -> bool:
+    """A worker's stop check: the sweep passed a stop on, or is gone."""
+    return (_STOP is not None and _STOP.is_set()) or _orphaned()
 
 
 def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> None:
@@ -75,11 +87,22 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
 def _run_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None = None) -> str | None:
     """Train one config in a worker. With a ``deadline`` (``time.monotonic()``, the same clock in every
     process) the run stops there, checkpointed, and one whose loss stops being finite is an outcome:
-    its message is returned (None otherwise)."""
-    if _STOP is not None and _STOP.is_set():  # queued before the stop: leave it unstarted
+    its message is returned (None otherwise). A worker whose sweep is gone exits after the run's
+    checkpoint: no one would read its result, and the pool's queue would keep it waiting for work."""
+    try:
+        return _train_one(config_dict, run_dir, deadline)
+    finally:
+        if _orphaned():
+            log.warning("%s: the sweep's process is gone; checkpointed, exiting", run_dir)
+            logging.shutdown()
+            os._exit(1)
+
+
+def _train_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None) -> str | None:
+    if _STOP is not None and _stop_requested():  # queued before the stop: leave it unstarted
         raise TrainingInterrupted("not started", signal.SIGTERM)
     config = RunConfig.from_dict(config_dict)
-    stops = dict(should_stop=None if _STOP is None else _STOP.is_set, handle_signals=_STOP is None)
+    stops = dict(should_stop=None if _STOP is None else _stop_requested, handle_signals=_STOP is None)
     if deadline is None:
         train_unless_finished(config, run_dir, **stops)
         return None
@@ -269,7 +292,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
 
     # the handlers stay while the pool shuts down, which waits for the running runs to checkpoint
     with on_stop_signals(forward), ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                       initializer=_init_worker, initargs=(stop,)) as pool:
+                                                       initializer=_init_worker, initargs=(stop, os.getpid())) as pool:
         pools.append(pool)
         try:
             with stop_signals_blocked():  # the workers start with them blocked, until _init_worker ignores them
