@@ -23,14 +23,80 @@ def test_every_run_is_its_attention_only_counterpart_with_mlps():
     assert "text_mlp" in LEFT_OUT["quick"] and "text_mlp" in LEFT_OUT["full"]
 
 
-def test_sweep_text_mlp_prints_the_table_and_verdict_and_draws_the_figure(tmp_path, capsys, monkeypatch):
+def test_sweep_text_mlp_prints_the_table_verdict_and_the_comparison_with_text_phase(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
+    from psattn.experiments.studies import text_phase as tp
+    from psattn.experiments.sweep import run_sweep
+    from psattn.training.run_dir import load_result
+
     tiny = dataclasses.replace(tm.plan("quick"), models=((2, "baseline", 0.0), (1, "key_only", 1.0)), steps=8,
                                eval_every=4, seq_len=32, d_model=32, eval_size=8, vocab_size=512)
     monkeypatch.setattr(tm, "plan", lambda mode: tiny)
-    assert main(["sweep", "text_mlp", "--out", str(tmp_path), "--workers", "1"]) == 0
+    monkeypatch.setattr(tp, "_plan", lambda mode: tiny)
+    run_sweep([c for c in tp.text_phase("quick") if c.train.seed == 0], tmp_path / "text_phase", workers=1,
+              progress=False)  # the attention-only counterparts, where `psattn sweep text_phase` would train them
+    out_dir = tmp_path / "text_mlp"
+    assert main(["sweep", "text_mlp", "--out", str(out_dir), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "real text with an MLP in every block" in out and "| 1 layer, key_only γ=1 | 1 |" in out
     assert "**When each model starts copying**" in out and "Two plain layers' phase change" in out
-    assert f"figure: {tmp_path / 'text_mlp.png'}" in out and (tmp_path / "text_mlp.png").stat().st_size > 1000
-    assert {d.name for d in tmp_path.iterdir() if d.is_dir()} >= {c.name for c in tm.text_mlp("quick")}
+    assert f"figure: {out_dir / 'text_mlp.png'}" in out and (out_dir / "text_mlp.png").stat().st_size > 1000
+    assert "| model | phase change: MLPs / attention-only |" in out and "| 2 layers, baseline | " in out
+    assert "**Does the first layer's MLP keep two plain layers from the circuit on real text?**" in out
+    results = {c.name: load_result(out_dir / c.name) for c in tm.text_mlp("quick")}
+    assert all(r is not None and r["config"]["model"]["mlp"] for r in results.values())
+    alone = tm._report(results, tmp_path / "elsewhere" / "text_mlp", "quick")  # no text_phase runs beside it
+    assert alone[-1] == ("(to set each model beside its attention-only counterpart, train them: psattn sweep "
+                         f"text_phase --out {tmp_path / 'elsewhere' / 'text_phase'})")
+
+def evaluation(step, copy, prefix, bpb=2.0, icl=-0.1):
+    return {"step": step, "tokens": step * 512, "seconds": step / 100, "icl_score": icl, "bits_per_byte": bpb,
+            "random_first_loss": 7.0, "random_second_loss": 7.0 - copy, "passage_first_loss": 3.0,
+            "passage_second_loss": 3.0 - copy, "prefix_matching_score": [[prefix, 0.01]],
+            "induction_score": [[prefix / 2, 0.0]], "previous_token_score": [[0.2, 0.1]]}
+
+
+def run(config, copies, prefixes, seed=0, bpb=2.0):
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+    history = [evaluation(1000 * i, c, p, bpb) for i, (c, p) in enumerate(zip(copies, prefixes, strict=True))]
+    return {"config": config.to_dict(), "history": history}
+
+
+def studies(plain2_prefixes):
+    """text_mlp's two plain layers and one key-only layer, and text_phase's (seeds 0 and 1) beside them."""
+    mlp = {c.name: c for c in tm.text_mlp("quick")}
+    phase = {c.name: c for c in STUDIES["text_phase"].plan("quick")}
+    late, early = [0.02, 0.02, 0.05, 0.2, 0.3, 0.3], [0.0, 0.4, 0.5, 0.5, 0.5, 0.5]
+    with_mlp = {
+        "p2": run(mlp["text_mlp-python-stdlib-bpe1024-c64-L2d128h4-mlp-baseline-s0"], [0.0] * 6, plain2_prefixes, bpb=1.6),
+        "k1": run(mlp["text_mlp-python-stdlib-bpe1024-c64-L1d128h4-mlp-key_only-g1-s0"], [0.0, 0.0] + early[:4],
+                  [0.3] * 6),
+    }
+    without = {
+        "p2": run(phase["text_phase-python-stdlib-bpe1024-c64-L2d128h4-attnonly-baseline-s0"], [0.0] * 6, late, bpb=1.7),
+        "p2s1": run(phase["text_phase-python-stdlib-bpe1024-c64-L2d128h4-attnonly-baseline-s1"], [0.0] * 6, [0.5] * 6,
+                    seed=1),
+        "k1": run(phase["text_phase-python-stdlib-bpe1024-c64-L1d128h4-attnonly-key_only-g1-s0"], early, [0.3] * 6),
+    }
+    return with_mlp, without
+
+
+def test_each_model_is_set_beside_its_attention_only_counterpart_of_the_same_seed():
+    with_mlp, without = studies([0.02, 0.2, 0.3, 0.3, 0.3, 0.3])
+    lines = tm.comparison_table(with_mlp, without)
+    assert lines[0] == ("| model | phase change: MLPs / attention-only | first copying | bits per byte | ICL score | "
+                        "random copy gain |")
+    assert lines[2] == "| 2 layers, baseline | 0.5M / 1.5M | — / — | 1.600 / 1.700 | -0.100 / -0.100 | 0.00 / 0.00 |"
+    assert lines[3] == "| 1 layer, key_only γ=1 | 0.5M / 0.5M | 1.5M / 0.5M | 2.000 / 2.000 | -0.100 / -0.100 | 0.50 / 0.50 |"
+    assert len(lines) == 4  # models without a counterpart are left out
+    verdict = " ".join(tm.comparison_verdict(with_mlp, without))
+    assert "No: with an MLP in every block they go through their phase change at 0.5M training tokens " \
+           "(attention-only: 1.5M)" in verdict
+    assert "**One key-only layer** starts copying at 1.5M with an MLP and at 0.5M without." in verdict
+
+
+def test_no_phase_change_with_mlps_is_called_a_lock():
+    with_mlp, without = studies([0.02] * 6)
+    verdict = " ".join(tm.comparison_verdict(with_mlp, without))
+    assert "Yes: with an MLP in every block they show no phase change within 2.6M training tokens " \
+           "(attention-only: 1.5M)." in verdict

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from psattn.experiments.configs import run_name
-from psattn.experiments.studies.text import TextPlan, text_config
+from psattn.experiments.markdown import table
+from psattn.experiments.phase_change import PhaseChange, detect_copying, detect_phase_change, random_copy_gain
+from psattn.experiments.studies.text import TextPlan, model_key, model_label, text_config
 from psattn.experiments.studies.text_phase import _plan, format_phase_table, phase_figure, phase_table, phase_verdict
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.training.config import RunConfig
+from psattn.training.run_dir import load_result
 
 HYPOTHESIS = ("as on the synthetic task, the first layer's MLP keeps two plain layers from forming an induction "
               "circuit on real text within the budget (no phase change by 24M tokens, three times where the "
@@ -54,8 +58,66 @@ def text_mlp(mode: str = "quick") -> list[RunConfig]:
     return [mlp_config(p, *model, seed) for seed in p.seeds for model in p.models]
 
 
+def _first_seed(results: Results) -> dict[tuple[int, str, float], dict[str, Any]]:
+    """This study's models among ``results`` (its own runs or ``text_phase``'s), seed ``SEED`` alone."""
+    return {model_key(r): r for r in results.values()
+            if model_key(r) in MLP_MODELS and r["config"]["train"]["seed"] == SEED}
+
+
+def _when(change: PhaseChange | None) -> str:
+    return "—" if change is None else f"{change.tokens / 1e6:.1f}M"
+
+
+def comparison_table(mlp: Results, attention_only: Results) -> list[str]:
+    """Each model with MLPs beside its attention-only counterpart (``text_phase``'s run of the same seed):
+    when it starts copying and goes through its phase change (training tokens; — : not within the budget),
+    and its held-out bits per byte, ICL score and random-token copy gain at the end; markdown lines."""
+    with_mlp, without = _first_seed(mlp), _first_seed(attention_only)
+    rows = []
+    for model in (m for m in MLP_MODELS if m in with_mlp and m in without):
+        a, b = with_mlp[model]["history"], without[model]["history"]
+        rows.append([model_label(*model),
+                     *(f"{x} / {y}" for x, y in (
+                         (_when(detect_phase_change(a)), _when(detect_phase_change(b))),
+                         (_when(detect_copying(a)), _when(detect_copying(b))),
+                         (f"{a[-1]['bits_per_byte']:.3f}", f"{b[-1]['bits_per_byte']:.3f}"),
+                         (f"{a[-1]['icl_score']:+.3f}", f"{b[-1]['icl_score']:+.3f}"),
+                         (f"{random_copy_gain(a[-1]):.2f}", f"{random_copy_gain(b[-1]):.2f}")))])
+    return table(["model", "phase change: MLPs / attention-only", "first copying", "bits per byte", "ICL score",
+                  "random copy gain"], rows)
+
+
+def comparison_verdict(mlp: Results, attention_only: Results) -> list[str]:
+    """The hypothesis's first clause, read off the two plain layers with and without MLPs, and what the
+    MLPs change for the key-only layer."""
+    with_mlp, without = _first_seed(mlp), _first_seed(attention_only)
+    out = []
+    plain2, psa1 = (2, "baseline", 0.0), (1, "key_only", 1.0)
+    if plain2 in with_mlp and plain2 in without:
+        change = detect_phase_change(with_mlp[plain2]["history"])
+        tokens = with_mlp[plain2]["history"][-1]["tokens"]
+        alone = _when(detect_phase_change(without[plain2]["history"]))
+        out.append("**Does the first layer's MLP keep two plain layers from the circuit on real text?** "
+                   + (f"No: with an MLP in every block they go through their phase change at {_when(change)} training "
+                      f"tokens (attention-only: {alone}), so the synthetic task's lock does not carry over to text."
+                      if change is not None else
+                      f"Yes: with an MLP in every block they show no phase change within {tokens / 1e6:.1f}M training "
+                      f"tokens (attention-only: {alone})."))
+    if psa1 in with_mlp and psa1 in without:
+        out.append(f"**One key-only layer** starts copying at {_when(detect_copying(with_mlp[psa1]['history']))} "
+                   f"with an MLP and at {_when(detect_copying(without[psa1]['history']))} without.")
+    return out
+
+
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
-    return [f"figure: {phase_figure(results, runs / 'text_mlp.png')}"]
+    lines = [f"figure: {phase_figure(results, runs / 'text_mlp.png')}"]
+    beside = runs.parent / "text_phase"  # where `psattn sweep text_phase --out` would have trained them
+    attention_only = {d.name: r for d in sorted(beside.glob("text_phase-*")) if (r := load_result(d)) is not None}
+    if not _first_seed(attention_only):
+        return [*lines, f"(to set each model beside its attention-only counterpart, train them: psattn sweep text_phase "
+                        f"--out {beside})"]
+    return [*lines, "", "beside the attention-only models (seed 0):", *comparison_table(results, attention_only), "",
+            *comparison_verdict(results, attention_only)]
 
 
 STUDIES = (Study("text_mlp", text_mlp,
