@@ -46,8 +46,11 @@ def test_sweep_text_mlp_prints_the_table_verdict_and_the_comparison_with_text_ph
     results = {c.name: load_result(out_dir / c.name) for c in tm.text_mlp("quick")}
     assert all(r is not None and r["config"]["model"]["mlp"] for r in results.values())
     alone = tm._report(results, tmp_path / "elsewhere" / "text_mlp", "quick")  # no text_phase runs beside it
-    assert alone[-1] == ("(to set each model beside its attention-only counterpart, train them: psattn sweep "
-                         f"text_phase --out {tmp_path / 'elsewhere' / 'text_phase'})")
+    assert alone[-1] == ("(to set each model beside its attention-only counterpart, train them beside these runs: "
+                         f"psattn sweep text_phase --out {tmp_path / 'elsewhere' / 'text_mlp'})")
+    for run_dir in (tmp_path / "text_phase").iterdir():  # the default --out: both studies' runs in one folder
+        run_dir.rename(out_dir / run_dir.name)
+    assert "beside the attention-only models (seed 0):" in tm._report(results, out_dir, "quick")
 
 def evaluation(step, copy, prefix, bpb=2.0, icl=-0.1):
     return {"step": step, "tokens": step * 512, "seconds": step / 100, "icl_score": icl, "bits_per_byte": bpb,

@@ -111,11 +111,14 @@ def comparison_verdict(mlp: Results, attention_only: Results) -> list[str]:
 
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
     lines = [f"figure: {phase_figure(results, runs / 'text_mlp.png')}"]
-    beside = runs.parent / "text_phase"  # where `psattn sweep text_phase --out` would have trained them
-    attention_only = {d.name: r for d in sorted(beside.glob("text_phase-*")) if (r := load_result(d)) is not None}
+    # text_phase's runs, where `psattn sweep text_phase` trains them: in the same folder (the default --out), or
+    # in a text_phase folder beside this one (--out runs/text_phase and runs/text_mlp)
+    folders = (runs, runs.parent / "text_phase")
+    attention_only = {d.name: r for folder in folders for d in sorted(folder.glob("text_phase-*"))
+                      if (r := load_result(d)) is not None}
     if not _first_seed(attention_only):
-        return [*lines, f"(to set each model beside its attention-only counterpart, train them: psattn sweep text_phase "
-                        f"--out {beside})"]
+        return [*lines, f"(to set each model beside its attention-only counterpart, train them beside these runs: "
+                        f"psattn sweep text_phase --out {runs})"]
     return [*lines, "", "beside the attention-only models (seed 0):", *comparison_table(results, attention_only), "",
             *comparison_verdict(results, attention_only)]
 
