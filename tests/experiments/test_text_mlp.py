@@ -11,12 +11,12 @@ from psattn.experiments.studies import text_mlp as tm
 
 
 def test_every_run_is_its_attention_only_counterpart_with_mlps():
-    phase = {(c.model.n_layers, c.model.attention.variant): c for c in STUDIES["text_phase"].plan("quick")
-             if c.train.seed == tm.SEED}
+    phase = {(c.model.n_layers, c.model.attention.variant, c.train.seed): c for c in STUDIES["text_phase"].plan("quick")}
     configs = STUDIES["text_mlp"].plan("quick")
-    assert [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma) for c in configs] == list(tm.MLP_MODELS)
+    assert [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs] == [
+        *(model + (0,) for model in tm.MLP_MODELS), (2, "baseline", 0.0, 1), (2, "baseline", 0.0, 2)]
     for c in configs:
-        twin = phase[(c.model.n_layers, c.model.attention.variant)]
+        twin = phase[(c.model.n_layers, c.model.attention.variant, c.train.seed)]
         assert c.model.mlp is True and twin.model.mlp is False
         assert c.name == twin.name.replace("text_phase-", "text_mlp-").replace("-attnonly-", "-mlp-")
         assert dataclasses.replace(c, name=twin.name, model=dataclasses.replace(c.model, mlp=False)) == twin
@@ -30,7 +30,7 @@ def test_sweep_text_mlp_prints_the_table_verdict_and_the_comparison_with_text_ph
     from psattn.training.run_dir import load_result
 
     tiny = dataclasses.replace(tm.plan("quick"), models=((2, "baseline", 0.0), (1, "key_only", 1.0)), steps=8,
-                               eval_every=4, seq_len=32, d_model=32, eval_size=8, vocab_size=512)
+                               eval_every=4, seq_len=32, d_model=32, eval_size=8, vocab_size=512, seeds=(0, 1))
     monkeypatch.setattr(tm, "plan", lambda mode: tiny)
     monkeypatch.setattr(tp, "_plan", lambda mode: tiny)
     run_sweep([c for c in tp.text_phase("quick") if c.train.seed == 0], tmp_path / "text_phase", workers=1,
@@ -94,7 +94,7 @@ def test_each_model_is_set_beside_its_attention_only_counterpart_of_the_same_see
     assert len(lines) == 4  # models without a counterpart are left out
     verdict = " ".join(tm.comparison_verdict(with_mlp, without))
     assert "No: with an MLP in every block they go through their phase change at 0.5M training tokens " \
-           "(attention-only: 1.5M)" in verdict
+           "(by seed; attention-only: 1.5M, 0.5M)" in verdict
     assert "**One key-only layer** starts copying at 1.5M with an MLP and at 0.5M without." in verdict
 
 
@@ -102,4 +102,12 @@ def test_no_phase_change_with_mlps_is_called_a_lock():
     with_mlp, without = studies([0.02] * 6)
     verdict = " ".join(tm.comparison_verdict(with_mlp, without))
     assert "Yes: with an MLP in every block they show no phase change within 2.6M training tokens " \
-           "(attention-only: 1.5M)." in verdict
+           "(attention-only: 1.5M, 0.5M)." in verdict
+
+
+def test_a_phase_change_on_some_seeds_only_says_so():
+    with_mlp, without = studies([0.02, 0.2, 0.3, 0.3, 0.3, 0.3])
+    seed1 = run(STUDIES["text_mlp"].plan("quick")[-2], [0.0] * 6, [0.02] * 6, seed=1)
+    verdict = " ".join(tm.comparison_verdict({**with_mlp, "p2s1": seed1}, without))
+    assert "Not on every seed: with an MLP in every block their phase change comes at 0.5M, — training tokens (by " \
+           "seed; — : not within 2.6M; attention-only: 1.5M, 0.5M)." in verdict
