@@ -43,6 +43,8 @@ def test_sweep_text_mlp_prints_the_table_verdict_and_the_comparison_with_text_ph
     assert f"figure: {out_dir / 'text_mlp.png'}" in out and (out_dir / "text_mlp.png").stat().st_size > 1000
     assert "| model | phase change: MLPs / attention-only |" in out and "| 2 layers, baseline | " in out
     assert "**Does the first layer's MLP keep two plain layers from the circuit on real text?**" in out
+    beside = out_dir / "text_mlp_beside_attention_only.png"
+    assert f"figure: {beside}" in out and beside.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = {c.name: load_result(out_dir / c.name) for c in tm.text_mlp("quick")}
     assert all(r is not None and r["config"]["model"]["mlp"] for r in results.values())
     alone = tm._report(results, tmp_path / "elsewhere" / "text_mlp", "quick")  # no text_phase runs beside it
@@ -111,3 +113,20 @@ def test_a_phase_change_on_some_seeds_only_says_so():
     verdict = " ".join(tm.comparison_verdict({**with_mlp, "p2s1": seed1}, without))
     assert "Not on every seed: with an MLP in every block their phase change comes at 0.5M, — training tokens (by " \
            "seed; — : not within 2.6M; attention-only: 1.5M, 0.5M)." in verdict
+
+
+def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
+    from pathlib import Path
+
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2] / "docs"
+    results = {d.name: load_result(d) for d in sorted((root / "results" / "text_mlp").iterdir())}
+    attention_only = {d.name: load_result(d) for d in sorted((root / "results" / "text_phase").iterdir())}
+    assert results and all(r is not None for r in results.values())
+    assert set(results) <= {c.name for c in tm.text_mlp("quick")}  # saved runs are declared runs, under their names
+    study = STUDIES["text_mlp"]  # its table and verdict as `psattn sweep text_mlp` prints them, and the comparison
+    docs = (root / "text.md").read_text()
+    for line in [*study.table(results), *study.verdict(results), *tm.comparison_table(results, attention_only),
+                 *tm.comparison_verdict(results, attention_only)]:
+        assert line in docs, line

@@ -88,18 +88,21 @@ def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: st
 
 
 def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *, context: int, threshold: float,
-                 copy_threshold: float, changes: dict[str, Any], copying: dict[str, Any]) -> Path:
+                 copy_threshold: float, changes: dict[str, Any], copying: dict[str, Any],
+                 styles: dict[str, dict[str, Any]] | None = None) -> Path:
     """Olsson-style curves against training tokens, one line per model: the best head's prefix-matching
     score (log scale; uniform attention's level, ``uniform_score``, and the phase-change threshold marked, a circle at each
     detected phase change), the ICL score, the repeated random tokens' copy gain (a square at each
-    model's first copying) and held-out bits per byte."""
+    model's first copying) and held-out bits per byte. ``styles`` overrides a model's line style (its
+    ``color``, ``linestyle``, ...) by label."""
     fig = Figure(figsize=(14, 8), layout="constrained")
     (prefix, icl), (copy, loss) = fig.subplots(2, 2)
     for i, (label, history) in enumerate(histories.items()):
         rows = [h for h in history if h["step"] > 0]
         tokens = [h["tokens"] / 1e6 for h in rows]
-        colour = f"C{i % 10}"
-        style = dict(color=colour, marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1, label=label)
+        style = dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1, label=label)
+        style.update((styles or {}).get(label, {}))
+        colour = style["color"]
         prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], **style)
         icl.plot(tokens, [h["icl_score"] for h in rows], **style)
         copy.plot(tokens, [h["random_first_loss"] - h["random_second_loss"] for h in rows], **style)

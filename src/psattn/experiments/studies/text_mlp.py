@@ -22,7 +22,14 @@ from typing import Any
 
 from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
-from psattn.experiments.phase_change import PhaseChange, detect_copying, detect_phase_change, random_copy_gain
+from psattn.experiments.phase_change import (
+    COPY_THRESHOLD,
+    THRESHOLD,
+    PhaseChange,
+    detect_copying,
+    detect_phase_change,
+    random_copy_gain,
+)
 from psattn.experiments.studies.text import TextPlan, model_key, model_label, text_config
 from psattn.experiments.studies.text_phase import _plan, format_phase_table, phase_figure, phase_table, phase_verdict
 from psattn.experiments.study import Results, Study, check_mode
@@ -122,6 +129,23 @@ def comparison_verdict(mlp: Results, attention_only: Results) -> list[str]:
     return out
 
 
+def comparison_figure(mlp: Results, attention_only: Results, path: str | Path) -> Path:
+    """``plot_copying`` of each model with MLPs (solid) and attention-only (dashed, the same colour), seed 0."""
+    from psattn.experiments.text_plots import plot_copying
+
+    with_mlp, without = _first_seed(mlp), _first_seed(attention_only)
+    histories, styles = {}, {}
+    for i, model in enumerate(m for m in MLP_MODELS if m in with_mlp and m in without):
+        for kind, runs, linestyle in (("MLPs", with_mlp, "-"), ("attention-only", without, "--")):
+            label = f"{model_label(*model)}, {kind}"
+            histories[label] = runs[model]["history"]
+            styles[label] = dict(color=f"C{i}", linestyle=linestyle)
+    context = next(iter(with_mlp.values()))["config"]["task"]["seq_len"]
+    return plot_copying(histories, path, context=context, threshold=THRESHOLD, copy_threshold=COPY_THRESHOLD,
+                        changes={k: detect_phase_change(h) for k, h in histories.items()},
+                        copying={k: detect_copying(h) for k, h in histories.items()}, styles=styles)
+
+
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
     lines = [f"figure: {phase_figure(results, runs / 'text_mlp.png')}"]
     # text_phase's runs, where `psattn sweep text_phase` trains them: in the same folder (the default --out), or
@@ -132,8 +156,9 @@ def _report(results: Results, runs: Path, mode: str) -> list[str]:
     if not _first_seed(attention_only):
         return [*lines, f"(to set each model beside its attention-only counterpart, train them beside these runs: "
                         f"psattn sweep text_phase --out {runs})"]
+    figure = comparison_figure(results, attention_only, runs / "text_mlp_beside_attention_only.png")
     return [*lines, "", "beside the attention-only models (seed 0):", *comparison_table(results, attention_only), "",
-            *comparison_verdict(results, attention_only)]
+            *comparison_verdict(results, attention_only), f"figure: {figure}"]
 
 
 STUDIES = (Study("text_mlp", text_mlp,
