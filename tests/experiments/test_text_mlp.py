@@ -7,6 +7,7 @@ import pytest
 from psattn.cli import main
 from psattn.experiments.declared import STUDIES
 from psattn.experiments.induction_report import LEFT_OUT
+from psattn.experiments.phase_change import detect_phase_change
 from psattn.experiments.studies import text_mlp as tm
 
 
@@ -130,3 +131,8 @@ def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
     for line in [*study.table(results), *study.verdict(results), *tm.comparison_table(results, attention_only),
                  *tm.comparison_verdict(results, attention_only)]:
         assert line in docs, line
+    plain2 = (2, "baseline", 0.0)  # the at-scale page quotes seed 0's phase changes
+    found = [tm._when(detect_phase_change(tm._first_seed(r)[plain2]["history"])) for r in (results, attention_only)]
+    at_scale = " ".join((root / "at_scale.md").read_text().split())
+    assert f"their phase change came at {found[0]} tokens, where the attention-only pair of the same seed needed " \
+           f"{found[1]}." in at_scale
