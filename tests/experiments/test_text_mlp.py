@@ -101,6 +101,23 @@ def test_each_model_is_set_beside_its_attention_only_counterpart_of_the_same_see
     assert "**One key-only layer** starts copying at 1.5M with an MLP and at 0.5M without." in verdict
 
 
+def test_the_two_layer_clause_says_how_much_earlier_the_shear_brings_the_phase_change():
+    mlp = {c.name: c for c in tm.text_mlp("quick")}
+    results = {
+        "p2": run(mlp["text_mlp-python-stdlib-bpe1024-c64-L2d128h4-mlp-baseline-s0"], [0.0, 0.0, 0.0, 0.3, 0.5, 0.5],
+                  [0.02, 0.02, 0.02, 0.2, 0.3, 0.3], bpb=1.6),
+        "k2": run(mlp["text_mlp-python-stdlib-bpe1024-c64-L2d128h4-mlp-key_only-g1-s0"], [0.0, 0.3, 0.4, 0.4, 0.4, 0.4],
+                  [0.02, 0.2, 0.3, 0.3, 0.3, 0.3], bpb=1.65),
+    }
+    clause = tm.two_layer_clause(results)
+    assert clause == ["**Two key-only layers against two plain layers, both with MLPs** (seed 0): phase change at 0.5M "
+                      "against 1.5M training tokens (3.0× earlier), first copying at 0.5M against 1.5M; at the end, bits "
+                      "per byte 1.650 against 1.600 (+0.050), ICL score -0.100 against -0.100, random copy gain 0.40 "
+                      "against 0.50 nats."]
+    assert clause[0] in STUDIES["text_mlp"].verdict(results)
+    assert tm.two_layer_clause({"p2": results["p2"]}) == []
+
+
 def test_no_phase_change_with_mlps_is_called_a_lock():
     with_mlp, without = studies([0.02] * 6)
     verdict = " ".join(tm.comparison_verdict(with_mlp, without))

@@ -146,6 +146,31 @@ def comparison_figure(mlp: Results, attention_only: Results, path: str | Path) -
                         copying={k: detect_copying(h) for k, h in histories.items()}, styles=styles)
 
 
+def two_layer_clause(results: Results) -> list[str]:
+    """Two key-only layers against two plain layers, both with MLPs (seed 0): how much earlier the shear brings
+    the phase change and first copying, and what is left of it at the end."""
+    runs = _first_seed(results)
+    psa, plain = runs.get((2, "key_only", 1.0)), runs.get((2, "baseline", 0.0))
+    if psa is None or plain is None:
+        return []
+    a, b = psa["history"], plain["history"]
+    change_a, change_b = detect_phase_change(a), detect_phase_change(b)
+    earlier = (f" ({change_b.tokens / change_a.tokens:.1f}× earlier)"
+               if change_a is not None and change_b is not None else "")
+    return [f"**Two key-only layers against two plain layers, both with MLPs** (seed {SEED}): phase change at "
+            f"{_when(change_a)} against {_when(change_b)} training tokens{earlier}, first copying at "
+            f"{_when(detect_copying(a))} against {_when(detect_copying(b))}; at the end, bits per byte "
+            f"{a[-1]['bits_per_byte']:.3f} against {b[-1]['bits_per_byte']:.3f} "
+            f"({a[-1]['bits_per_byte'] - b[-1]['bits_per_byte']:+.3f}), ICL score {a[-1]['icl_score']:+.3f} against "
+            f"{b[-1]['icl_score']:+.3f}, random copy gain {random_copy_gain(a[-1]):.2f} against "
+            f"{random_copy_gain(b[-1]):.2f} nats."]
+
+
+def mlp_verdict(results: Results) -> list[str]:
+    """``text_phase``'s clauses on these runs, and the two-layer comparison."""
+    return [*phase_verdict(results, phase_table(results)), *two_layer_clause(results)]
+
+
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
     lines = [f"figure: {phase_figure(results, runs / 'text_mlp.png')}"]
     # text_phase's runs, where `psattn sweep text_phase` trains them: in the same folder (the default --out), or
@@ -164,4 +189,4 @@ def _report(results: Results, runs: Path, mode: str) -> list[str]:
 STUDIES = (Study("text_mlp", text_mlp,
                  "real text with an MLP in every block, at the end of training (mean ± sd over seeds; tokens per seed)",
                  lambda results: format_phase_table(phase_table(results)),
-                 verdict=lambda results: phase_verdict(results, phase_table(results)), report=_report),)
+                 verdict=mlp_verdict, report=_report),)
