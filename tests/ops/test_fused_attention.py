@@ -95,6 +95,28 @@ def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
     assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)
 
 
+@pytest.mark.parametrize(("Tq", "Tk", "causal"), [(17, 17, False), (20, 3, True)])
+def test_rows_whose_scores_are_all_very_negative_get_finite_query_gradients(Tq, Tk, causal):
+    """Keys past Tk in the last key tile score 0, and exp2(0 - lse) overflowed where every real score of
+    a row is very negative: the dq̂ kernel multiplied that infinity by the zero row of k̂, making dq NaN
+    (in fp16 from scores of about -14 on, when the probabilities are rounded for the product)."""
+    g = torch.Generator().manual_seed(0)
+    q = 2.0 + 0.1 * torch.randn(1, 2, Tq, 16, generator=g, dtype=torch.float64)
+    k = -2.0 + 0.1 * torch.randn(1, 1, Tk, 16, generator=g, dtype=torch.float64)  # q_t k_j / 4 near -16
+    v = torch.randn(1, 1, Tk, 16, generator=g, dtype=torch.float64)
+    upstream = torch.randn(1, 2, Tq, 16, generator=g, dtype=torch.float64)
+
+    def out_and_grads(backend, dtype):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+        out = psa_attention(*leaves, gamma_q=0.5, gamma_k=0.5, is_causal=causal, backend=backend)
+        return {"out": out, **dict(zip("qkv", torch.autograd.grad(out, leaves, upstream.to(dtype)), strict=True))}
+
+    fused, reference = out_and_grads("fused", torch.float16), out_and_grads("reference", torch.float64)
+    for name, expected in reference.items():
+        error = (fused[name].double() - expected).abs().max().item() / expected.abs().max().item()
+        assert error < 3e-2, (name, error)  # fp16 rounding; the bug made dq NaN
+
+
 def test_fixed_tiles_compute_the_same_function_as_the_default_tiles():
     q, k, v = streams(T=45, D=32)
     starts = torch.zeros(2, 45, dtype=torch.bool)

@@ -259,10 +259,12 @@ def _dkdv_kernel(
 
 @triton.jit
 def _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd, sst,
-              svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, SHEAR_K: tl.constexpr,
-              HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr,
-              ACC: tl.constexpr, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
-    """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED``: the causal mask applies inside.
+              svt, svd, gamma_k, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              SHEAR_K: tl.constexpr, HAS_PREV_K: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
+              PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
+    """dq̂ of one query tile from the key tiles [lo, hi); ``MASKED`` tiles may hold keys past Tk or
+    (causal) after a query row, whose probabilities are set to 0 (a key past Tk scores 0, and
+    exp2(0 - lse) overflows for a row whose scores are all very negative: inf times its zero k̂ row was NaN).
     ``q`` is the query tile as an operand of the score product (``_score_operand``, ``q_down`` its
     undoing); k̂ enters it the same way, and dq̂'s product in v's dtype."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -277,7 +279,10 @@ def _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, lo, hi, k_base, pk_base
             s = s * q_down[:, None] * k_down[None, :]
         p = tl.exp2(s - lse[:, None])
         if MASKED:
-            p = tl.where(keys[None, :] <= rows[:, None], p, 0.0)
+            seen = keys[None, :] < Tk
+            if CAUSAL:
+                seen = seen & (keys[None, :] <= rows[:, None])
+            p = tl.where(seen, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
@@ -311,16 +316,17 @@ def _dq_kernel(
     dq = tl.zeros((BLOCK_M, D), ACC)
     k_base, v_base = K + b * skb + hk * skh, V + b * svb + hk * svh
     pk_base, s_base = PK + b * spkb + hk * spkh, S + b * ssb
-    # causal: the key tiles before this row tile's first row are wholly visible (BLOCK_M is a multiple
-    # of BLOCK_N), those up to its last row masked. Keys past Tk need no mask: their rows of k̂ and v
-    # are zero, so they add nothing to dq̂.
-    whole = tl.minimum(pid_m * BLOCK_M, Tk) if CAUSAL else Tk
+    # key tiles wholly visible to every row of this tile (inside Tk and, causal, before its first row:
+    # BLOCK_M is a multiple of BLOCK_N), then the rest, masked, as in the forward
+    whole = (Tk // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        whole = tl.minimum(whole, pid_m * BLOCK_M)
     end = tl.minimum(Tk, (pid_m + 1) * BLOCK_M) if CAUSAL else Tk
     dq = _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, 0, whole, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
-                   sst, svt, svd, gamma_k, scale, BLOCK_N, False, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
+                   sst, svt, svd, gamma_k, scale, BLOCK_N, False, CAUSAL, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
                    PRECISION, ACC, PROD, ROW_SCALE)
     dq = _dq_tiles(q, q_down, do, lse, delta, dq, rows, cols, whole, end, k_base, pk_base, s_base, v_base, Tk, skt, skd, spkd,
-                   sst, svt, svd, gamma_k, scale, BLOCK_N, True, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
+                   sst, svt, svd, gamma_k, scale, BLOCK_N, True, CAUSAL, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE,
                    PRECISION, ACC, PROD, ROW_SCALE)
     tl.store(DQ + (pid_bh * Tq + rows)[:, None] * D + cols[None, :], dq * scale, mask=(rows < Tq)[:, None])
 
