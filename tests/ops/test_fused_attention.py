@@ -144,6 +144,17 @@ def test_gradcheck_at_a_tiny_shape():
     assert torch.autograd.gradcheck(attend, (q, k, v), fast_mode=True)
 
 
+def test_a_second_derivative_through_the_kernel_is_refused_not_silently_zero():
+    """The backward kernels' gradients carry no graph: under ``create_graph`` a gradient penalty on them
+    got no contribution from the attention at all (a Hessian-vector product of 0), where SDPA refuses."""
+    q, k, v = (x.requires_grad_() for x in streams(B=1, Hq=2, Hkv=1, T=5, D=16))
+    out = psa_attention(q, k, v, gamma_q=0.6, gamma_k=1.1, is_causal=True, backend="fused")
+    (dq,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
+    assert torch.equal(dq, torch.autograd.grad(out.pow(2).sum(), q, retain_graph=True)[0])  # the first derivative holds
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        torch.autograd.grad(dq.pow(2).sum() + out.sum(), v)
+
+
 def test_the_transposed_filter_is_the_shears_gradient_in_torch_and_in_the_backwards_kernel():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 19, 16, generator=g, dtype=torch.float64, requires_grad=True)  # two tiles of rows

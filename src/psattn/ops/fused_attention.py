@@ -516,7 +516,27 @@ class _FusedPSA(torch.autograd.Function):
             Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         dq, dprev_q = _transpose_shear(dq_hat, gamma_q, starts, q, prev_q, replicate)
         dk, dprev_k = _transpose_shear(dk_hat, gamma_k, starts, k, prev_k, replicate)
-        return dq, dk, dv, dprev_q, dprev_k, None, None, None, None, None, None
+        grads = [dq, dk, dv, dprev_q, dprev_k]
+        if torch.is_grad_enabled():  # create_graph: tie the gradients to what they came from, so that
+            # differentiating them raises instead of finding no graph (a second derivative of 0)
+            given = [g for g in grads if g is not None]
+            tied = iter(_FirstOrderOnly.apply(len(given), *given, q, k, v, prev_q, prev_k, d_out))
+            grads = [None if g is None else next(tied) for g in grads]
+        return *grads, None, None, None, None, None, None
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """``apply(n, *grads, *sources)``: the n gradients unchanged, as outputs of the sources they were
+    computed from, whose backward refuses: the kernels have no second derivative."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(g.view_as(g) for g in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError("the fused PSA kernel has no second derivative (a gradient taken with create_graph=True "
+                           "was differentiated again); use psa_attention(..., backend='reference') for that")
 
 
 def _transpose_shear(g: Tensor, gamma: float, starts: Tensor | None, x: Tensor, prev: Tensor | None,
