@@ -125,6 +125,14 @@ def test_fixed_tiles_compute_the_same_function_as_the_default_tiles():
         assert_matches_reference(q, k, v, gamma_q=0.4, gamma_k=0.9, is_causal=True, starts=starts)
 
 
+@pytest.mark.parametrize("block", [8, 24, 16.0])
+def test_fixed_tiles_refuse_a_tile_the_kernels_cannot_take(block):
+    """A tile of 24 rows failed deep in Triton ("arange's range must be a power of 2"), one of 8 ran in the
+    interpreter but is below the 16 rows tl.dot takes on a GPU."""
+    with pytest.raises(ValueError, match="power of two of at least 16"), fused_attention.fixed_tiles(block):
+        pass
+
+
 def test_gamma_zero_equals_sdpa_and_fp32_stays_within_fp32_rounding():
     q, k, v = streams(dtype=torch.float32)
     plain = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
