@@ -203,6 +203,13 @@ def test_shapes_beyond_the_launch_grid_or_32_bit_offsets_are_refused_with_the_re
     assert "at most 65,535" in fused_attention.unsupported(many_heads, many_heads, many_heads, None, 0.0, None)
     long = row.expand(1, 1, 2**27, 16)  # 2^31 elements
     assert "32-bit" in fused_attention.unsupported(long, long, long, None, 0.0, None)
+    # q, k, v (B, H, T, D) sliced from a fused projection (B, T, H, 3 D): 2^30 elements each, whose offsets
+    # reach 3 x 2^30 (meta tensors: no memory)
+    qkv = torch.empty(1, 2**22, 16, 3 * 16, device="meta").transpose(1, 2)  # (B, H, T, 3 D)
+    q, k, v = qkv.split(16, dim=-1)
+    assert q.numel() < 2**31
+    assert "32-bit" in fused_attention.unsupported(q, k, v, None, 0.0, None)
+    assert fused_attention.unsupported(q[:, :, :2**20], k[:, :, :2**20], v[:, :, :2**20], None, 0.0, None) is None
     assert fused_attention.unsupported(row, row, row, None, 0.0, None) is None
 
 

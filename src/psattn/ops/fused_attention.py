@@ -628,6 +628,12 @@ def _work(v: Tensor) -> torch.dtype:
     return torch.float64 if v.dtype == torch.float64 else torch.float32
 
 
+def _span(x: Tensor) -> int:
+    """How many elements a tensor's offsets reach, from its first in memory to its last: its numel when
+    contiguous, more for a slice of a wider tensor (q of a fused q/k/v projection: three times its numel)."""
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride(), strict=True)) if x.numel() else 0
+
+
 def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
                 starts: Tensor | None) -> str | None:
     """Why the fused kernel cannot run this call (None when it can)."""
@@ -653,8 +659,8 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropo
     if q.shape[0] * q.shape[1] > MAX_GRID_Y:
         return (f"{q.shape[0] * q.shape[1]:,} (batch x query heads) programs along the launch grid's second axis "
                 f"(at most {MAX_GRID_Y:,})")
-    if max(x.numel() for x in (q, k, v)) >= 2**31:
-        return "a tensor of 2^31 elements or more (the kernels' offsets are 32-bit)"
+    if max(max(x.numel(), _span(x)) for x in (q, k, v)) >= 2**31:  # the outputs and gradients hold numel
+        return "a tensor of 2^31 elements or more, or spanning as many in memory (the kernels' offsets are 32-bit)"
     return None
 
 
