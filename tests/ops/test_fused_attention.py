@@ -125,6 +125,24 @@ def test_fixed_tiles_compute_the_same_function_as_the_default_tiles():
         assert_matches_reference(q, k, v, gamma_q=0.4, gamma_k=0.9, is_causal=True, starts=starts)
 
 
+def test_every_tile_shape_the_gpu_autotuner_tries_computes_the_same_function(monkeypatch):
+    """The interpreter runs square tiles; a GPU autotunes over non-square ones, whose causal split needs
+    BLOCK_M a multiple of BLOCK_N in the forward and dq kernels and the converse in the dk/dv kernel. The
+    i-th shape of each kernel's list, over lengths that cross 128 rows, with starts in and across tiles."""
+    configs = {name: [config.kwargs for config in tuned.configs] for name, tuned in fused_attention._TUNED.items()}
+    q, k, v = streams(B=1, Hq=2, Hkv=1, T=150, D=16)
+    starts = torch.zeros(1, 150, dtype=torch.bool)
+    starts[0, [40, 129]] = True
+    for i in range(max(map(len, configs.values()))):
+        def launch(name, rows, heads, along, args, meta, i=i):
+            tile = configs[name][i % len(configs[name])]  # {"BLOCK_M": ..., "BLOCK_N": ...}
+            fused_attention._PLAIN[name][(-(-rows // tile[along]), heads)](*args, **tile, **meta)
+
+        monkeypatch.setattr(fused_attention, "_launch", launch)
+        assert_matches_reference(q, k, v, gamma_q=0.6, gamma_k=0.9, is_causal=True, starts=starts)
+        assert_matches_reference(q, k[:, :, :97], v[:, :, :97], gamma_q=0.6, gamma_k=0.9)  # a shorter chunk of keys
+
+
 @pytest.mark.parametrize("block", [8, 24, 16.0])
 def test_fixed_tiles_refuse_a_tile_the_kernels_cannot_take(block):
     """A tile of 24 rows failed deep in Triton ("arange's range must be a power of 2"), one of 8 ran in the
