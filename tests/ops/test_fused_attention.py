@@ -211,6 +211,11 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
         psa_attention(q[..., :12], k[..., :12], v[..., :12], gamma_k=0.5, backend="fused")
     with pytest.raises(ValueError, match="unknown backend"):
         psa_attention(q, k, v, backend="flash")
+    learned = torch.tensor(0.3, requires_grad=True)  # the reference differentiates it; the kernel read it as a number
+    with pytest.raises(ValueError, match="scale tensor that requires grad"):
+        psa_attention(q, k, v, gamma_k=0.5, scale=learned, backend="fused")
+    torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, scale=learned.detach(), backend="fused"),
+                               psa_attention(q, k, v, gamma_k=0.5, scale=0.3, backend="fused"), rtol=0, atol=0)
     sdpa = psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="sdpa")
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
 

@@ -198,7 +198,7 @@ def psa_attention(
         # one more row of each stream, in its dtype, as the other backends' shear takes it
         prev_q = None if prev_q is None else prev_q.to(q.dtype)
         prev_k = None if prev_k is None else prev_k.to(k.dtype)
-        reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal)
+        reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal, scale)
         if reason is not None:
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
         from psattn.ops.fused_attention import fused_psa_attention
@@ -219,11 +219,13 @@ BACKENDS: tuple[str, ...] = ("auto", "fused", "sdpa", "reference")
 
 
 def fused_unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
-                      starts: Tensor | None, is_causal: bool) -> str | None:
+                      starts: Tensor | None, is_causal: bool, scale: float | Tensor | None = None) -> str | None:
     """Why the fused kernel cannot run a call with these arguments (None when it can). On the CPU it
     runs in Triton's interpreter only (``TRITON_INTERPRET=1``)."""
     if is_causal and attn_mask is not None:
         return "both is_causal and attn_mask"
+    if isinstance(scale, Tensor) and scale.requires_grad:  # read as a number, it would get no gradient
+        return "a scale tensor that requires grad (the kernel takes the scale as a number)"
     if torch.compiler.is_compiling():
         return "torch.compile (the compiled graph fuses the shear into its neighbours itself)"
     interpreter = os.environ.get("TRITON_INTERPRET") == "1"
