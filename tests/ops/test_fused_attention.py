@@ -95,6 +95,8 @@ def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
     assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)
 
 
+# the interpreter's NumPy warns about the lanes a tile masks out (overflow, inf - inf), which the kernel discards
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize(("Tq", "Tk", "causal"), [(17, 17, False), (20, 3, True)])
 def test_rows_whose_scores_are_all_very_negative_get_finite_query_gradients(Tq, Tk, causal):
     """Keys past Tk in the last key tile score 0, and exp2(0 - lse) overflowed where every real score of
