@@ -148,8 +148,10 @@ def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
     for line in [*study.table(results), *study.verdict(results), *tm.comparison_table(results, attention_only),
                  *tm.comparison_verdict(results, attention_only)]:
         assert line in docs, line
-    plain2 = (2, "baseline", 0.0)  # the at-scale page quotes seed 0's phase changes
+    plain2 = (2, "baseline", 0.0)  # the at-scale page quotes the phase changes of seed 0, then of every seed
     found = [tm._when(detect_phase_change(tm._first_seed(r)[plain2]["history"])) for r in (results, attention_only)]
+    seeds = [[f"{detect_phase_change(h).tokens / 1e6:.1f}" for h in tm._seeds(r, plain2)] for r in (results, attention_only)]
     at_scale = " ".join((root / "at_scale.md").read_text().split())
     assert f"their phase change came at {found[0]} tokens, where the attention-only pair of the same seed needed " \
-           f"{found[1]}." in at_scale
+           f"{found[1]} (over three seeds {', '.join(seeds[0][:2])} and {seeds[0][2]}M, against " \
+           f"{', '.join(seeds[1][:2])} and {seeds[1][2]}M)." in at_scale
