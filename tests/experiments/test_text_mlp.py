@@ -12,12 +12,15 @@ from psattn.experiments.studies import text_mlp as tm
 
 
 def test_every_run_is_its_attention_only_counterpart_with_mlps():
-    phase = {(c.model.n_layers, c.model.attention.variant, c.train.seed): c for c in STUDIES["text_phase"].plan("quick")}
+    from psattn.experiments.studies import text_phase as tp
+
     configs = STUDIES["text_mlp"].plan("quick")
+    seeded = [(2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0)]
     assert [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs] == [
-        *(model + (0,) for model in tm.MLP_MODELS), (2, "baseline", 0.0, 1), (2, "baseline", 0.0, 2)]
+        *(model + (0,) for model in tm.MLP_MODELS), *(model + (seed,) for seed in (1, 2) for model in seeded)]
     for c in configs:
-        twin = phase[(c.model.n_layers, c.model.attention.variant, c.train.seed)]
+        twin = tp.phase_config(tp._plan("quick"), c.model.n_layers, c.model.attention.variant, c.model.attention.gamma,
+                               c.train.seed)
         assert c.model.mlp is True and twin.model.mlp is False
         assert c.name == twin.name.replace("text_phase-", "text_mlp-").replace("-attnonly-", "-mlp-")
         assert dataclasses.replace(c, name=twin.name, model=dataclasses.replace(c.model, mlp=False)) == twin
@@ -39,7 +42,7 @@ def test_sweep_text_mlp_prints_the_table_verdict_and_the_comparison_with_text_ph
     out_dir = tmp_path / "text_mlp"
     assert main(["sweep", "text_mlp", "--out", str(out_dir), "--workers", "1"]) == 0
     out = capsys.readouterr().out
-    assert "real text with an MLP in every block" in out and "| 1 layer, key_only γ=1 | 1 |" in out
+    assert "real text with an MLP in every block" in out and "| 1 layer, key_only γ=1 | 2 |" in out
     assert "**When each model starts copying**" in out and "Two plain layers' phase change" in out
     assert f"figure: {out_dir / 'text_mlp.png'}" in out and (out_dir / "text_mlp.png").stat().st_size > 1000
     assert "| model | phase change: MLPs / attention-only |" in out and "| 2 layers, baseline | " in out
@@ -127,7 +130,8 @@ def test_no_phase_change_with_mlps_is_called_a_lock():
 
 def test_a_phase_change_on_some_seeds_only_says_so():
     with_mlp, without = studies([0.02, 0.2, 0.3, 0.3, 0.3, 0.3])
-    seed1 = run(STUDIES["text_mlp"].plan("quick")[-2], [0.0] * 6, [0.02] * 6, seed=1)
+    plain2_s1 = next(c for c in tm.text_mlp("quick") if c.name.endswith("L2d128h4-mlp-baseline-s1"))
+    seed1 = run(plain2_s1, [0.0] * 6, [0.02] * 6, seed=1)
     verdict = " ".join(tm.comparison_verdict({**with_mlp, "p2s1": seed1}, without))
     assert "Not on every seed: with an MLP in every block their phase change comes at 0.5M, — training tokens (by " \
            "seed; — : not within 2.6M; attention-only: 1.5M, 0.5M)." in verdict
