@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -77,3 +79,55 @@ def test_a_stream_other_than_q_or_k_is_refused():
     with pytest.raises(ValueError, match="stream must be 'q' or 'k', got 'Q'"):
         state.shear("Q", torch.randn(1, 1, 3, 2), 0.5, 0)
     assert state.raw_k.values is None and state.raw_q.values is None
+
+
+def test_a_decoded_row_is_held_beside_its_predecessor_without_a_copy():
+    # transformers' cache keeps the last call and the row before it: two rows per decode step, joined only when read
+    state = ShearState(keep_last_call=True)
+    state.shear("k", torch.randn(2, 3, 5, 4), 0.5, 0)
+    rows = [torch.randn(2, 3, 1, 4) for _ in range(3)]
+    for position, row in enumerate(rows, start=5):
+        state.shear("k", row, 0.5, position)
+        assert state.raw_k.last().data_ptr() == row.data_ptr()  # the row itself, not a copy of it
+    assert state.raw_k.start == 6 and state.extra_state_bytes() == 2 * rows[0].nbytes
+    assert torch.equal(state.raw_k.values, torch.cat(rows[1:], dim=-2))
+    state.crop(7, 8)  # a crop within the last call reads the joined rows
+    assert torch.equal(state.raw_k.last(), rows[1]) and state.raw_k.end == 7
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("gamma", [0.8, -0.3, 1e4])
+def test_a_decoded_row_is_sheared_bit_for_bit_as_the_whole_stream(dtype, gamma):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 4).to(dtype)
+    state = ShearState()
+    parts = [state.shear("q", x[..., :4, :], gamma, 0)]
+    parts += [state.shear("q", x[..., t : t + 1, :], gamma, t) for t in range(4, 7)]
+    assert torch.equal(torch.cat(parts, dim=-2), shear(x, gamma))
+
+
+@pytest.mark.parametrize("gamma,error", [(float("nan"), ValueError), (float("inf"), ValueError), (2e4, ValueError),
+                                         (True, TypeError), (torch.tensor(0.5, requires_grad=True), TypeError)])
+def test_a_decoded_row_with_a_bad_gamma_is_refused_as_any_chunk(gamma, error):
+    state = ShearState()
+    state.shear("k", torch.randn(1, 2, 3, 4), 0.5, 0)
+    with pytest.raises(error, match="gamma"):
+        state.shear("k", torch.randn(1, 2, 1, 4), gamma, 3)
+
+
+def test_a_decoded_row_of_another_batch_or_device_is_refused_not_broadcast():
+    state = ShearState()
+    state.shear("k", torch.randn(1, 2, 3, 4), 0.5, 0)  # one sequence held
+    with pytest.raises(ValueError, match=r"prev must be \(B, H, 1, D\) = \(4, 2, 1, 4\)"):
+        state.shear("k", torch.randn(4, 2, 1, 4), 0.5, 3)  # four rows would have broadcast against it
+    with pytest.raises(ValueError, match="share a device"):
+        state.shear("k", torch.randn(1, 2, 1, 4, device="meta"), 0.5, 3)
+
+
+def test_a_copy_of_the_state_continues_on_its_own():
+    state = ShearState(keep_last_call=True)
+    state.shear("k", torch.randn(1, 2, 3, 4), 0.5, 0)
+    state.shear("k", torch.randn(1, 2, 1, 4), 0.5, 3)
+    twin = copy.copy(state)
+    twin.shear("k", torch.randn(1, 2, 1, 4), 0.5, 4)
+    assert state.raw_k.end == 4 and twin.raw_k.end == 5

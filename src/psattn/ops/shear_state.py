@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from psattn.ops.shear import MAX_GAMMA
 from psattn.ops.shear import shear as library_shear
 
 #: the two streams a PSA layer shears: queries and keys
@@ -43,74 +44,115 @@ def _owned(x: Tensor) -> Tensor:
     return x.clone(memory_format=torch.contiguous_format)
 
 
+def _one_row_after(x: Tensor, prev: Tensor, starts: Tensor | None, gamma: float) -> bool:
+    """Whether x is one decoded row (B, H, 1, D) continuing from ``prev``, of its shape, dtype and device, with
+    no sequence start and a valid gamma: all that ``shear`` would check. Its checks and the general path cost
+    a decode step more than its one lerp (``x̂ = (1 + gamma) x - gamma prev``)."""
+    return (starts is None and isinstance(x, Tensor) and x.shape == prev.shape
+            and x.dtype == prev.dtype and x.device == prev.device and x.is_floating_point()
+            and type(gamma) is float and -MAX_GAMMA <= gamma <= MAX_GAMMA  # False for NaN
+            and not torch.compiler.is_exporting())  # exported graphs write the shear in adds (no lerp in ExecuTorch)
+
+
 class RawWindow:
     """Raw stream values (B, H, W, D) at the positions [start, start + W) of one layer.
 
     The rollback rule of every PSA cache: the sheared stream can continue after n tokens only if the
     window holds the raw value at position n - 1 (``can_crop``); how many positions a cache keeps
-    is its own choice.
+    is its own choice. The values are held as the chunks they came in, joined only when read
+    (``values``): a decode step's row is kept beside its predecessor without a copy.
     """
 
     def __init__(self) -> None:
-        self.values: Tensor | None = None
+        self._chunks: list[Tensor] = []  # consecutive (B, H, Ti, D), oldest first
         self.start = 0
+        self._length = 0
+
+    def __copy__(self) -> RawWindow:
+        """A twin holding the same (never mutated) tensors in a list of its own."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._chunks = list(self._chunks)
+        return twin
+
+    @property
+    def values(self) -> Tensor | None:
+        """(B, H, W, D): every raw value held, or None."""
+        if not self._chunks:
+            return None
+        if len(self._chunks) > 1:
+            self._chunks = [torch.cat(self._chunks, dim=-2)]  # (B, H, W, D)
+        return self._chunks[0]
+
+    def _hold(self, values: Tensor | None, start: int) -> None:
+        """Hold ``values`` (B, H, W, D; None: nothing) at [start, start + W), in one chunk that owns its memory."""
+        self._chunks = [] if values is None else [_owned(values)]
+        self.start, self._length = (start, values.shape[-2]) if values is not None else (0, 0)
 
     @property
     def end(self) -> int:
         """One past the last position held (``start`` when empty)."""
-        return self.start if self.values is None else self.start + self.values.shape[-2]
+        return self.start + self._length
 
     def last(self) -> Tensor | None:
         """(B, H, 1, D): the raw value at position end - 1."""
-        return None if self.values is None else self.values[..., -1:, :]
+        return self._chunks[-1][..., -1:, :] if self._chunks else None
+
+    def nbytes(self) -> int:
+        """Bytes of the raw values held."""
+        return sum(tensor_bytes(x) for x in self._chunks)
 
     def can_crop(self, length: int) -> bool:
         """Whether the stream can continue after ``length`` tokens (always, for an empty window or 0)."""
-        return self.values is None or length == 0 or self.start <= length - 1 < self.end
+        return not self._chunks or length == 0 or self.start <= length - 1 < self.end
 
     def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
         """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
         (None: keep all). What is kept owns its memory: a row kept from a long chunk does not hold
         the whole chunk alive (a prompt's rotated stream, as large as its keys)."""
-        if self.values is not None and position != 0 and self.end != position:
+        if self._chunks and position != 0 and self.end != position:
             raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
-        if self.values is None or position == 0 or (keep_from is not None and keep_from >= position):
+        if not self._chunks or position == 0 or (keep_from is not None and keep_from >= position):
             # the chunk alone holds every position kept (a decode step's row replaces the last one)
             start = position if keep_from is None else max(keep_from, position)
-            self.values, self.start = chunk[..., start - position :, :], start  # (B, H, W, D)
-        else:
-            self.values = torch.cat([self.values, chunk], dim=-2)
-            if keep_from is not None:
-                self._trim(keep_from)
-        self.values = _owned(self.values)
+            self._hold(chunk[..., start - position :, :], start)  # (B, H, W, D)
+            return
+        self._chunks.append(_owned(chunk))
+        self._length += chunk.shape[-2]
+        if keep_from is not None:
+            self._trim(keep_from)
 
     def _trim(self, keep_from: int) -> None:
+        """Drop the positions before ``keep_from``: whole chunks, then the front of the first one kept."""
         drop = keep_from - self.start
-        if self.values is not None and drop > 0:
-            self.values = self.values[..., drop:, :]
-            self.start = keep_from
+        while drop > 0 and self._chunks:
+            first = self._chunks[0]
+            n = min(first.shape[-2], drop)
+            self._chunks[0:1] = [] if n == first.shape[-2] else [_owned(first[..., n:, :])]
+            self.start, self._length, drop = self.start + n, self._length - n, drop - n
 
     def crop(self, length: int, keep: int) -> None:
         """Keep positions < ``length``, and of those only the last ``keep``."""
-        if self.values is None:
+        values = self.values
+        if values is None:
             return
         if length == 0:
-            self.values, self.start = None, 0
+            self._hold(None, 0)
             return
         if not self.start <= length - 1 < self.end:
             raise RuntimeError(f"no raw value at position {length - 1} (window holds [{self.start}, {self.end}))")
-        self.values = self.values[..., : length - self.start, :]
-        self._trim(max(length - keep, self.start))
-        self.values = _owned(self.values)
+        start = max(length - keep, self.start)
+        self._hold(values[..., start - self.start : length - self.start, :], start)
 
     def apply(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply ``fn`` to the held raw values (reordering, moving)."""
-        if self.values is not None:
-            self.values = fn(self.values)
+        values = self.values
+        if values is not None:
+            self._chunks = [fn(values)]
 
     def clear(self) -> None:
         """Drop the held raw values."""
-        self.values, self.start = None, 0
+        self._hold(None, 0)
 
 
 class ShearState:
@@ -160,7 +202,10 @@ class ShearState:
         if position and window.end != position:
             raise RuntimeError(f"the held raw {stream} stream ends at {window.end}, but the chunk starts at {position}")
         prev = window.last() if position else None
-        x_hat = shear_fn(x, gamma, starts=starts, prev=prev, boundary=boundary)
+        if prev is not None and shear_fn is library_shear and _one_row_after(x, prev, starts, gamma):
+            x_hat = torch.lerp(prev, x, 1.0 + gamma)  # (B, H, 1, D): shear's own lerp, without its checks
+        else:
+            x_hat = shear_fn(x, gamma, starts=starts, prev=prev, boundary=boundary)
         self.remember(stream, x, position)
         return x_hat
 
@@ -204,4 +249,4 @@ class ShearState:
 
     def extra_state_bytes(self) -> int:
         """Bytes of the held raw values (what a PSA cache holds beyond a plain KV cache)."""
-        return tensor_bytes(self.raw_q.values) + tensor_bytes(self.raw_k.values)
+        return self.raw_q.nbytes() + self.raw_k.nbytes()

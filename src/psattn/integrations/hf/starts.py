@@ -16,6 +16,7 @@ attention without padding.
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -74,7 +75,7 @@ class StartsMemo:
 
     def forget(self) -> None:
         """Drop the remembered starts."""
-        self._seen: dict[tuple, tuple[tuple, Tensor | None]] = {}  # key -> (references to the inputs, starts)
+        self._seen: dict[tuple, tuple[Any, Any, Tensor | None]] = {}  # key -> (references to the inputs, starts)
 
     def __getstate__(self) -> dict:
         """Nothing: a pickled or deep-copied model starts with an empty memo (weak references do not pickle)."""
@@ -88,16 +89,17 @@ class StartsMemo:
         """``chunk_starts`` of these arguments, or None where that has no True entry (on the CPU)."""
         if torch.compiler.is_compiling():  # a traced graph must compute them from its inputs
             return chunk_starts(batch, length, past, position_ids, attention_mask, device)
-        inputs = (position_ids, attention_mask)
-        key = (batch, length, past, device, *(id(x) for x in inputs), *(_version(x) for x in inputs))
+        # every layer asks: the key and the check are spelled out, without generators, to cost a layer little
+        key = (batch, length, past, device, id(position_ids), id(attention_mask), _version(position_ids),
+               _version(attention_mask))
         seen = self._seen.get(key)
-        if seen is not None and all(_same(ref, x) for ref, x in zip(seen[0], inputs, strict=True)):
-            return seen[1]
+        if seen is not None and _same(seen[0], position_ids) and _same(seen[1], attention_mask):
+            return seen[2]
         computed = chunk_starts(batch, length, past, position_ids, attention_mask, device)
         starts = None if device.type == "cpu" and not computed.any() else computed
         if len(self._seen) >= self.SIZE:
             self._seen.clear()
-        self._seen[key] = (tuple(weakref.ref(x) if isinstance(x, Tensor) else x for x in inputs), starts)
+        self._seen[key] = (_reference(position_ids), _reference(attention_mask), starts)
         return starts
 
 
@@ -105,6 +107,11 @@ def _version(x) -> int | None:
     """A tensor's version counter (bumped by every in-place change), None for anything else and for an
     inference-mode tensor, which keeps none."""
     return x._version if isinstance(x, Tensor) and not x.is_inference() else None
+
+
+def _reference(x) -> Any:
+    """A weak reference to a tensor, or the value itself."""
+    return weakref.ref(x) if isinstance(x, Tensor) else x
 
 
 def _same(ref, x) -> bool:
