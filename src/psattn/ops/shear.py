@@ -208,6 +208,8 @@ def sheared(x: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
         return x
     if starts is None and prev is None and not plain_ops_only():
         return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
+    if starts is None and prev is not None and x.shape[-2] == 1 and not torch.compiler.is_exporting():
+        return torch.lerp(prev.to(x.dtype), x, 1.0 + gamma)  # a decoded row after prev: what follows, in one step
     x_prev = _lagged(x, starts, prev, boundary)
     if torch.compiler.is_exporting():  # lerp has no kernel in some runtimes (ExecuTorch): the same filter in adds
         return x + gamma * (x - x_prev)

@@ -115,7 +115,7 @@ class RawWindow:
         if not self._chunks or position == 0 or (keep_from is not None and keep_from >= position):
             # the chunk alone holds every position kept (a decode step's row replaces the last one)
             start = position if keep_from is None else max(keep_from, position)
-            self._hold(chunk[..., start - position :, :], start)  # (B, H, W, D)
+            self._hold(chunk if start == position else chunk[..., start - position :, :], start)  # (B, H, W, D)
             return
         self._chunks.append(_owned(chunk))
         self._length += chunk.shape[-2]
