@@ -9,7 +9,7 @@ cache is cropped back to the prompt after it, untimed, so that every step sees t
 cached tokens. Usage:
 
     python benchmarks/hf_decode_speed.py [--types llama phi ...] [--length 512 --threads 1 --repeats 30]
-                                         [--keep-freed-memory] [--device cuda --dtype bfloat16]
+                                         [--keep-freed-memory] [--device cuda --dtype bfloat16] [--compile]
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ def model_pair(model_type: str):
 
 
 def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int, device: torch.device | str = "cpu",
-                        dtype: torch.dtype = torch.float32) -> dict[str, float]:
+                        dtype: torch.dtype = torch.float32, compile: bool = False) -> dict[str, float]:
     """Median seconds of one cached decode step of the plain and the PSA model of ``model_type`` (on a GPU,
-    its device time between two CUDA events)."""
+    its device time between two CUDA events); with ``compile``, of each model under ``torch.compile``."""
     plain, psa = (model.to(device, dtype) for model in model_pair(model_type))
+    if compile:
+        plain, psa = torch.compile(plain), torch.compile(psa)
     prompt = torch.randint(1, 1000, (batch, length), device=device)
     step = torch.randint(1, 1000, (batch, 1), device=device)
     timer = _step_timer(torch.device(device))
@@ -75,7 +77,8 @@ def decode_step_seconds(model_type: str, batch: int, length: int, repeats: int, 
             cache.crop(-1)  # drop the new token again: every call sees `length` cached tokens
             return seconds[0]
         runs[name] = run
-    return interleaved_medians(runs, repeats, warmup=3, measure=lambda run: run())
+    # compiled, the first steps compile their graphs (the prefill's, then the decode step's)
+    return interleaved_medians(runs, repeats, warmup=6 if compile else 3, measure=lambda run: run())
 
 
 def _step_timer(device: torch.device):
@@ -108,6 +111,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="the models' dtype")
+    parser.add_argument("--compile", action="store_true", help="time both models under torch.compile")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
@@ -116,10 +120,11 @@ def main() -> None:
         keep_freed_memory()
     logging.disable(logging.WARNING)
     rows = {}
-    print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}   ({args.device}, {args.dtype})")
+    print(f"{'model type':20s}{'plain ms':>10s}{'PSA ms':>10s}{'ratio':>8s}   ({args.device}, {args.dtype}"
+          + (", compiled)" if args.compile else ")"))
     for model_type in args.types:
         t = decode_step_seconds(model_type, args.batch, args.length, args.repeats, args.device,
-                                getattr(torch, args.dtype))
+                                getattr(torch, args.dtype), args.compile)
         rows[model_type] = t
         print(f"{model_type:20s}{t['plain'] * 1e3:10.2f}{t['psa'] * 1e3:10.2f}{t['psa'] / t['plain']:8.3f}", flush=True)
     if args.json:

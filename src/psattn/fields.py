@@ -17,8 +17,8 @@ T = TypeVar("T", bound="DataclassInstance")
 
 def from_fields(cls: type[T], values: Mapping[str, Any], what: str) -> T:
     """``cls(**values)``, refusing with a ValueError (naming ``what``) anything but a mapping of
-    ``cls``'s field names; the dataclass checks the values themselves."""
-    known = sorted(f.name for f in dataclasses.fields(cls))
+    ``cls``'s field names (those its constructor takes); the dataclass checks the values themselves."""
+    known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
     if not isinstance(values, Mapping):
         raise ValueError(f"{what} must be a JSON object with fields {known}, got {values!r}")
     unknown = sorted(set(values) - set(known))

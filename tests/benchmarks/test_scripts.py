@@ -321,6 +321,15 @@ def test_hf_decode_speed_runs(dtype):
     assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())
 
 
+@pytest.mark.slow  # torch.compile of two small models: about a minute
+def test_hf_decode_speed_times_compiled_models():
+    pytest.importorskip("transformers")
+    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "--length", "16", "--repeats", "2", "--compile",
+              "--json")
+    assert "(cpu, float32, compiled)" in out.splitlines()[0]
+    assert json.loads(out.splitlines()[-1])["llama"]["ratio"] > 0
+
+
 def test_the_cpu_speed_tables_are_the_saved_runs():
     folder = ROOT / "docs" / "results" / "cpu" / "attention_speed" / "2026-12-05b"
     runs = [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]

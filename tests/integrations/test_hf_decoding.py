@@ -254,3 +254,24 @@ def test_a_patched_model_compiles_and_gives_its_eager_logits_without_and_with_a_
             cache = returned_cache(forward(ids[:, :6], use_cache=True))
             steps.append(forward(ids[:, 6:7], **cache_kw(cache), use_cache=True).logits)
     torch.testing.assert_close(steps[1], steps[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow  # torch.compile (Dynamo alone, backend "eager") of a prefill and three decode steps: about 10 s
+def test_a_patched_model_compiles_into_as_many_graphs_as_the_plain_one():
+    """PSA adds no graph break and no recompilation under ``torch.compile``: a ``functools.cached_property`` on
+    the PSA settings broke the graph at every layer on Python 3.11, and a raw window that grew a list of rows
+    would have compiled the second decode step anew."""
+    from torch._dynamo.utils import counters
+
+    ids = torch.randint(1, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    seen = {}
+    for name, model in (("plain", tiny_model()), ("psa", apply_psa(tiny_model(), "symmetric", 0.8))):
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(model, backend="eager")
+        with torch.no_grad():
+            cache = returned_cache(compiled(ids[:, :6], use_cache=True))
+            for t in range(6, 9):
+                compiled(ids[:, t : t + 1], **cache_kw(cache), use_cache=True)
+        seen[name] = (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()))
+    assert seen["psa"] == seen["plain"] and seen["plain"][1] == 0, seen

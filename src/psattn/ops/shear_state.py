@@ -78,11 +78,13 @@ class RawWindow:
     @property
     def values(self) -> Tensor | None:
         """(B, H, W, D): every raw value held, or None."""
-        if not self._chunks:
-            return None
+        self._join()
+        return self._chunks[0] if self._chunks else None
+
+    def _join(self) -> None:
+        """Hold the values in one chunk."""
         if len(self._chunks) > 1:
             self._chunks = [torch.cat(self._chunks, dim=-2)]  # (B, H, W, D)
-        return self._chunks[0]
 
     def _hold(self, values: Tensor | None, start: int) -> None:
         """Hold ``values`` (B, H, W, D; None: nothing) at [start, start + W), in one chunk that owns its memory."""
@@ -121,6 +123,8 @@ class RawWindow:
         self._length += chunk.shape[-2]
         if keep_from is not None:
             self._trim(keep_from)
+        if torch.compiler.is_compiling():  # a traced graph joins them at once (a list that grows would recompile it)
+            self._join()
 
     def _trim(self, keep_from: int) -> None:
         """Drop the positions before ``keep_from``: whole chunks, then the front of the first one kept."""

@@ -5,8 +5,7 @@ model's ``config.json`` stores under ``"psa"``."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from functools import cached_property
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from psattn.fields import check_choices, from_fields
@@ -40,10 +39,17 @@ class PSASpec:
     boundary: Boundary = "replicate"
     max_rollback: int = 0
     keep_last_call: bool = True
+    #: the variant's query and key shears, set from variant and gamma (read by every attention call): fields
+    #: that are neither arguments nor compared, since a ``functools.cached_property`` takes a lock that
+    #: torch.compile cannot trace on Python 3.11 (a graph break at every layer)
+    gamma_q: float = field(init=False, repr=False, compare=False)
+    gamma_k: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_choices(self, "PSA")  # the PSA variants only: the key-lag baselines have no transformers form
         object.__setattr__(self, "gamma", self.attention.gamma)  # AttentionConfig checks gamma and the baseline
+        for name, value in zip(("gamma_q", "gamma_k"), variant_gammas(self.variant, self.gamma), strict=True):
+            object.__setattr__(self, name, value)
         ShearState(self.max_rollback, self.keep_last_call)  # checks max_rollback
         if not isinstance(self.keep_last_call, bool):
             raise ValueError(f"keep_last_call must be True or False, got {self.keep_last_call!r}")
@@ -60,19 +66,10 @@ class PSASpec:
         new object each time, so changing it changes nothing here)."""
         return AttentionConfig(self.variant, self.gamma, self.placement, self.boundary)
 
-    @cached_property
-    def gamma_q(self) -> float:
-        """The query shear of the variant (read by every attention call, so computed once)."""
-        return variant_gammas(self.variant, self.gamma)[0]
-
-    @cached_property
-    def gamma_k(self) -> float:
-        """The key shear of the variant."""
-        return variant_gammas(self.variant, self.gamma)[1]
 
     def to_dict(self) -> dict:
         """Plain values, as stored in a saved model's ``config.json`` under ``"psa"``."""
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
     @classmethod
     def from_dict(cls, values) -> PSASpec:
