@@ -159,3 +159,33 @@ def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
     assert f"their phase change came at {found[0]} tokens, where the attention-only pair of the same seed needed " \
            f"{found[1]} (over three seeds {', '.join(seeds[0][:2])} and {seeds[0][2]}M, against " \
            f"{', '.join(seeds[1][:2])} and {seeds[1][2]}M)." in at_scale
+
+
+def test_the_seeds_clause_sets_each_seed_of_two_key_only_layers_beside_two_plain_ones():
+    configs = {(c.model.n_layers, c.model.attention.variant, c.train.seed): c for c in tm.text_mlp("quick")}
+    late, early, never = [0.02, 0.02, 0.02, 0.2, 0.3, 0.3], [0.02, 0.2, 0.3, 0.3, 0.3, 0.3], [0.02] * 6
+    copying, none = [0.0, 0.3, 0.4, 0.4, 0.4, 0.4], [0.0] * 6
+    results = {}
+    for seed, (psa, plain, gap) in enumerate([(early, late, 0.01), (early, late, -0.02), (late, early, 0.02)]):
+        results[f"k2s{seed}"] = run(configs[(2, "key_only", seed)], copying, psa, seed=seed, bpb=1.6 + gap)
+        results[f"p2s{seed}"] = run(configs[(2, "baseline", seed)], copying, plain, seed=seed, bpb=1.6)
+        results[f"k1s{seed}"] = run(configs[(1, "key_only", seed)], copying if seed < 2 else none, never, seed=seed)
+    lines = tm.seeds_clause(results)
+    assert lines[0] == ("**Two key-only layers against two plain layers, both with MLPs, seed by seed**: phase change "
+                        "seed 0: 0.5M against 1.5M; seed 1: 0.5M against 1.5M; seed 2: 1.5M against 0.5M training "
+                        "tokens, earlier on 2 of 3 seeds; bits per byte at the end +0.010, -0.020, +0.020 (key-only "
+                        "less plain, by seed).")
+    assert lines[1].startswith(f"**The hypothesis stated before seeds 1 and 2** ({tm.SEEDS_HYPOTHESIS}) does not hold: "
+                               "earlier on 2 of 3 seeds, end within 0.03 bits per byte on 3 of 3; one key-only layer "
+                               "first copies at 0.5M, 0.5M, — (by seed).")
+    assert lines == STUDIES["text_mlp"].verdict(results)[-2:]
+    results["k2s2"] = run(configs[(2, "key_only", 2)], copying, early, seed=2, bpb=1.62)
+    results["p2s2"] = run(configs[(2, "baseline", 2)], copying, late, seed=2, bpb=1.6)
+    results["k1s2"] = run(configs[(1, "key_only", 2)], copying, never, seed=2)
+    lines = tm.seeds_clause(results)
+    assert "earlier on 3 of 3 seeds (3.0 to 3.0× earlier)" in lines[0]
+    assert f"({tm.SEEDS_HYPOTHESIS}) holds: " in lines[1]
+    results["k2s2"] = run(configs[(2, "key_only", 2)], copying, early, seed=2, bpb=1.64)  # 0.04 above plain
+    assert f"({tm.SEEDS_HYPOTHESIS}) does not hold: earlier on 3 of 3 seeds, end within 0.03 bits per byte on 2 of 3" \
+        in tm.seeds_clause(results)[1]
+    assert tm.seeds_clause({k: v for k, v in results.items() if k.endswith("s0")}) == []  # one seed: seed 0's clause

@@ -46,6 +46,11 @@ SEEDS_HYPOTHESIS = ("on every seed, two key-only layers with MLPs go through the
                     "layers with MLPs of the same seed and end within 0.03 bits per byte of them; one key-only layer "
                     "with an MLP copies from its first evaluations on every seed.")
 
+#: how close, in held-out bits per byte at the end, ``SEEDS_HYPOTHESIS`` asks the two-layer models to be
+SEEDS_BPB = 0.03
+#: "from its first evaluations" in ``SEEDS_HYPOTHESIS``: first copying by this evaluation (0: before training)
+FIRST_EVALUATIONS = 2
+
 #: (layers, variant, gamma) of the compared models, in the order they train (the question first)
 MLP_MODELS = ((2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0), (1, "baseline", 0.0))
 #: the seed of every model, and the models also trained on the other ``SEEDS``
@@ -171,9 +176,42 @@ def two_layer_clause(results: Results) -> list[str]:
             f"{random_copy_gain(b[-1]):.2f} nats."]
 
 
+def _by_seed(results: Results, model: tuple[int, str, float]) -> dict[int, list[dict[str, Any]]]:
+    """The histories of ``model``'s runs among ``results``, keyed by seed."""
+    return {r["config"]["train"]["seed"]: r["history"] for r in results.values() if model_key(r) == model}
+
+
+def seeds_clause(results: Results) -> list[str]:
+    """Two key-only layers against two plain layers, both with MLPs, seed by seed (where both ran on more than
+    one seed), and ``SEEDS_HYPOTHESIS`` read off them and off the one key-only layer's seeds."""
+    psa, plain = _by_seed(results, (2, "key_only", 1.0)), _by_seed(results, (2, "baseline", 0.0))
+    seeds = sorted(set(psa) & set(plain))
+    if len(seeds) < 2:
+        return []
+    changes = {s: (detect_phase_change(psa[s]), detect_phase_change(plain[s])) for s in seeds}
+    earlier = [s for s, (a, b) in changes.items() if a is not None and (b is None or a.tokens < b.tokens)]
+    gaps = {s: psa[s][-1]["bits_per_byte"] - plain[s][-1]["bits_per_byte"] for s in seeds}
+    found = "; ".join(f"seed {s}: {_when(a)} against {_when(b)}" for s, (a, b) in changes.items())
+    ratios = [b.tokens / a.tokens for a, b in changes.values() if a is not None and b is not None]
+    spread = f" ({min(ratios):.1f} to {max(ratios):.1f}× earlier)" if ratios and len(earlier) == len(seeds) else ""
+    lines = [f"**Two key-only layers against two plain layers, both with MLPs, seed by seed**: phase change {found} "
+             f"training tokens, earlier on {len(earlier)} of {len(seeds)} seeds{spread}; bits per byte at the end "
+             + ", ".join(f"{gaps[s]:+.3f}" for s in seeds) + " (key-only less plain, by seed)."]
+    one = _by_seed(results, (1, "key_only", 1.0))
+    copies = {s: detect_copying(h) for s, h in sorted(one.items())}
+    early = [c is not None and c.step <= one[s][FIRST_EVALUATIONS]["step"] for s, c in copies.items()]
+    holds = len(earlier) == len(seeds) and all(abs(g) <= SEEDS_BPB for g in gaps.values()) and bool(early) and all(early)
+    lines.append(f"**The hypothesis stated before seeds 1 and 2** ({SEEDS_HYPOTHESIS}) "
+                 + ("holds" if holds else "does not hold")
+                 + f": earlier on {len(earlier)} of {len(seeds)} seeds, end within {SEEDS_BPB} bits per byte on "
+                 f"{sum(abs(g) <= SEEDS_BPB for g in gaps.values())} of {len(seeds)}; one key-only layer first copies at "
+                 + ", ".join(_when(c) for c in copies.values()) + " (by seed).")
+    return lines
+
+
 def mlp_verdict(results: Results) -> list[str]:
-    """``text_phase``'s clauses on these runs, and the two-layer comparison."""
-    return [*phase_verdict(results, phase_table(results)), *two_layer_clause(results)]
+    """``text_phase``'s clauses on these runs, and the two-layer comparisons."""
+    return [*phase_verdict(results, phase_table(results)), *two_layer_clause(results), *seeds_clause(results)]
 
 
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
