@@ -175,7 +175,8 @@ def test_the_seeds_clause_sets_each_seed_of_two_key_only_layers_beside_two_plain
                         "seed 0: 0.5M against 1.5M; seed 1: 0.5M against 1.5M; seed 2: 1.5M against 0.5M training "
                         "tokens, earlier on 2 of 3 seeds; bits per byte at the end +0.010, -0.020, +0.020 (key-only "
                         "less plain, by seed).")
-    assert lines[1].startswith(f"**The hypothesis stated before seeds 1 and 2** ({tm.SEEDS_HYPOTHESIS.rstrip(".")}) does not hold: "
+    hypothesis = tm.SEEDS_HYPOTHESIS.rstrip(".")
+    assert lines[1].startswith(f"**The hypothesis stated before seeds 1 and 2** ({hypothesis}) does not hold: "
                                "earlier on 2 of 3 seeds, end within 0.03 bits per byte on 3 of 3; one key-only layer "
                                "first copies at 0.5M, 0.5M, — (by seed).")
     assert lines == STUDIES["text_mlp"].verdict(results)[-2:]
@@ -184,8 +185,8 @@ def test_the_seeds_clause_sets_each_seed_of_two_key_only_layers_beside_two_plain
     results["k1s2"] = run(configs[(1, "key_only", 2)], copying, never, seed=2)
     lines = tm.seeds_clause(results)
     assert "earlier on 3 of 3 seeds (3.0 to 3.0× earlier)" in lines[0]
-    assert f"({tm.SEEDS_HYPOTHESIS.rstrip(".")}) holds: " in lines[1]
+    assert f"({hypothesis}) holds: " in lines[1]
     results["k2s2"] = run(configs[(2, "key_only", 2)], copying, early, seed=2, bpb=1.64)  # 0.04 above plain
-    assert f"({tm.SEEDS_HYPOTHESIS.rstrip(".")}) does not hold: earlier on 3 of 3 seeds, end within 0.03 bits per byte on 2 of 3" \
+    assert f"({hypothesis}) does not hold: earlier on 3 of 3 seeds, end within 0.03 bits per byte on 2 of 3" \
         in tm.seeds_clause(results)[1]
     assert tm.seeds_clause({k: v for k, v in results.items() if k.endswith("s0")}) == []  # one seed: seed 0's clause

@@ -201,7 +201,7 @@ def seeds_clause(results: Results) -> list[str]:
     copies = {s: detect_copying(h) for s, h in sorted(one.items())}
     early = [c is not None and c.step <= one[s][FIRST_EVALUATIONS]["step"] for s, c in copies.items()]
     holds = len(earlier) == len(seeds) and all(abs(g) <= SEEDS_BPB for g in gaps.values()) and bool(early) and all(early)
-    lines.append(f"**The hypothesis stated before seeds 1 and 2** ({SEEDS_HYPOTHESIS.rstrip(".")}) "
+    lines.append(f"**The hypothesis stated before seeds 1 and 2** ({SEEDS_HYPOTHESIS.rstrip('.')}) "
                  + ("holds" if holds else "does not hold")
                  + f": earlier on {len(earlier)} of {len(seeds)} seeds, end within {SEEDS_BPB} bits per byte on "
                  f"{sum(abs(g) <= SEEDS_BPB for g in gaps.values())} of {len(seeds)}; one key-only layer first copies at "
