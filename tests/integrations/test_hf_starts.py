@@ -57,7 +57,16 @@ def test_the_memo_recomputes_for_other_or_changed_inputs_only(monkeypatch):
     assert len(calls) == 5
 
 
-def test_the_memo_gives_none_on_the_cpu_where_no_token_starts_a_sequence_and_keeps_no_mask_alive():
+def test_a_decode_step_with_no_start_gets_none_on_any_device(monkeypatch):
+    """On a GPU too the shear of a decode step takes its one-lerp path: its starts are read (one wait for the
+    device a forward pass), not handed on as a tensor of False to select with in every layer."""
+    monkeypatch.setattr(starts_module, "chunk_starts", lambda *a: torch.zeros(1, 1, dtype=torch.bool))
+    assert StartsMemo().starts(1, 1, 5, torch.tensor([[5]]), None, torch.device("cuda")) is None
+    monkeypatch.setattr(starts_module, "chunk_starts", lambda *a: torch.ones(1, 1, dtype=torch.bool))
+    assert StartsMemo().starts(1, 1, 5, torch.tensor([[0]]), None, torch.device("cuda")).tolist() == [[True]]
+
+
+def test_the_memo_gives_none_where_no_token_starts_a_sequence_and_keeps_no_mask_alive():
     memo = StartsMemo()
     mask = torch.ones(1, 1, 1, 6, dtype=torch.bool)  # one decoded token that sees five cached ones
     assert memo.starts(1, 1, 5, torch.tensor([[5]]), mask, CPU) is None

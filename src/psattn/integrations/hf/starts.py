@@ -63,8 +63,10 @@ class StartsMemo:
     ``forget`` them at the start of every forward pass. Holds weak references only, so a prefill's
     large mask is not kept alive until the next forward.
 
-    On the CPU, starts with no True entry come back as None (a decode step past the prompt), so that
-    the shear skips its per-row select; elsewhere that check would wait for the device.
+    Starts with no True entry come back as None (a decode step past the prompt), so that the shear takes its
+    one-``lerp`` path instead of a per-row select in every layer. Reading that waits for the device once per
+    forward pass of a chunk after cached tokens (``generate`` waits at every step anyway, for its stopping
+    criteria); a chunk at position 0 always has a start, and is not read.
     """
 
     #: at most this many inputs remembered (a forward pass brings one mask per attention type)
@@ -96,7 +98,7 @@ class StartsMemo:
         if seen is not None and _same(seen[0], position_ids) and _same(seen[1], attention_mask):
             return seen[2]
         computed = chunk_starts(batch, length, past, position_ids, attention_mask, device)
-        starts = None if device.type == "cpu" and not computed.any() else computed
+        starts = computed if past == 0 or bool(computed.any()) else None  # (B, T), or None: no start
         if len(self._seen) >= self.SIZE:
             self._seen.clear()
         self._seen[key] = (_reference(position_ids), _reference(attention_mask), starts)
