@@ -131,3 +131,14 @@ def test_a_copy_of_the_state_continues_on_its_own():
     twin = copy.copy(state)
     twin.shear("k", torch.randn(1, 2, 1, 4), 0.5, 4)
     assert state.raw_k.end == 4 and twin.raw_k.end == 5
+
+
+@pytest.mark.parametrize("max_rollback,keep_last_call", [(0, True), (2, False), (2, True)])
+def test_an_empty_chunk_leaves_the_last_raw_value_where_the_next_row_reads_it(max_rollback, keep_last_call):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 4)
+    state = ShearState(max_rollback, keep_last_call)
+    parts = [state.shear("k", x[..., :4, :], 0.7, 0), state.shear("k", x[..., 4:4, :], 0.7, 4)]
+    assert torch.equal(state.raw_k.last(), x[..., 3:4, :])  # (B, H, 1, D): the row before the empty chunk
+    parts += [state.shear("k", x[..., t : t + 1, :], 0.7, t) for t in (4, 5)]
+    assert torch.equal(torch.cat(parts, dim=-2), shear(x, 0.7))

@@ -119,8 +119,9 @@ class RawWindow:
             start = position if keep_from is None else max(keep_from, position)
             self._hold(chunk if start == position else chunk[..., start - position :, :], start)  # (B, H, W, D)
             return
-        self._chunks.append(_owned(chunk))
-        self._length += chunk.shape[-2]
+        if chunk.shape[-2]:  # an empty chunk adds no position (and must not stand where ``last`` reads)
+            self._chunks.append(_owned(chunk))
+            self._length += chunk.shape[-2]
         if keep_from is not None:
             self._trim(keep_from)
         if torch.compiler.is_compiling():  # a traced graph joins them at once (a list that grows would recompile it)
