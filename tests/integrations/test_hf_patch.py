@@ -209,3 +209,15 @@ def test_psa_settings_are_the_library_attention_config_plus_cache_options():
         assert str(theirs.value) == str(ours.value)  # one check, stated once
     with pytest.raises(ValueError, match="max_rollback"):
         PSASpec(max_rollback=-1)
+
+
+def test_psa_settings_pickled_without_their_variant_gammas_get_them_back():
+    """A model pickled before ``gamma_q`` and ``gamma_k`` were fields (they were cached on first read) holds a
+    spec without them; unpickled, its first forward pass read them and failed with an AttributeError."""
+    import pickle
+
+    old = PSASpec("symmetric", 0.5)
+    for name in ("gamma_q", "gamma_k"):  # such a spec, as pickled
+        del vars(old)[name]
+    spec = pickle.loads(pickle.dumps(old))
+    assert spec == PSASpec("symmetric", 0.5) and (spec.gamma_q, spec.gamma_k) == (0.5, 0.5)

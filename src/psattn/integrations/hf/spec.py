@@ -48,8 +48,7 @@ class PSASpec:
     def __post_init__(self) -> None:
         check_choices(self, "PSA")  # the PSA variants only: the key-lag baselines have no transformers form
         object.__setattr__(self, "gamma", self.attention.gamma)  # AttentionConfig checks gamma and the baseline
-        for name, value in zip(("gamma_q", "gamma_k"), variant_gammas(self.variant, self.gamma), strict=True):
-            object.__setattr__(self, name, value)
+        self._set_gammas()
         ShearState(self.max_rollback, self.keep_last_call)  # checks max_rollback
         if not isinstance(self.keep_last_call, bool):
             raise ValueError(f"keep_last_call must be True or False, got {self.keep_last_call!r}")
@@ -60,12 +59,22 @@ class PSASpec:
                 "paper's operator) can be placed exactly. Use psattn's own DecoderLM for the pre-RoPE ablation."
             )
 
+    def _set_gammas(self) -> None:
+        """Set ``gamma_q`` and ``gamma_k`` from the variant and gamma."""
+        for name, value in zip(("gamma_q", "gamma_k"), variant_gammas(self.variant, self.gamma), strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle (``torch.save(model)``, ``copy.deepcopy``): a spec pickled before ``gamma_q`` and ``gamma_k``
+        were fields holds them only where they had been read, so they are set again."""
+        self.__dict__.update(state)
+        self._set_gammas()
+
     @property
     def attention(self) -> AttentionConfig:
         """The attention settings as the library's ``AttentionConfig`` (what a ``DecoderLM`` layer takes; a
         new object each time, so changing it changes nothing here)."""
         return AttentionConfig(self.variant, self.gamma, self.placement, self.boundary)
-
 
     def to_dict(self) -> dict:
         """Plain values, as stored in a saved model's ``config.json`` under ``"psa"``."""
