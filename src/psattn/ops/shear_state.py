@@ -111,7 +111,8 @@ class RawWindow:
     def push(self, chunk: Tensor, position: int, keep_from: int | None) -> None:
         """Add the chunk (B, H, T, D) at [position, position + T); keep positions >= ``keep_from``
         (None: keep all). What is kept owns its memory: a row kept from a long chunk does not hold
-        the whole chunk alive (a prompt's rotated stream, as large as its keys)."""
+        the whole chunk alive (a prompt's rotated stream, as large as its keys); otherwise it is held as it
+        is, not copied, so a chunk must not be written to after the push."""
         if self._chunks and position != 0 and self.end != position:
             raise RuntimeError(f"raw window ends at {self.end}, but the new chunk starts at {position}")
         if not self._chunks or position == 0 or (keep_from is not None and keep_from >= position):
@@ -199,8 +200,8 @@ class ShearState:
     def shear(self, stream: Stream, x: Tensor, gamma: float, position: int, *, starts: Tensor | None = None,
               boundary: str = "replicate", shear_fn: Callable[..., Tensor] = library_shear) -> Tensor:
         """x̂ (B, H, T, D) of the raw chunk x at positions [position, position + T), continuing the stream
-        from the raw value at position - 1; remembers x. A stream with gamma = 0 is its own shear and
-        keeps no raw state."""
+        from the raw value at position - 1; remembers x (held as it is: do not write to it afterwards). A stream
+        with gamma = 0 is its own shear and keeps no raw state."""
         if gamma == 0.0:
             return x
         window = self.window(stream)

@@ -88,7 +88,7 @@ class StartsMemo:
 
     def starts(self, batch: int, length: int, past: int, position_ids: Tensor | None, attention_mask: Tensor | None,
                device: torch.device) -> Tensor | None:
-        """``chunk_starts`` of these arguments, or None where that has no True entry (on the CPU)."""
+        """``chunk_starts`` of these arguments, or None where that has no True entry (a chunk after cached tokens)."""
         if torch.compiler.is_compiling():  # a traced graph must compute them from its inputs
             return chunk_starts(batch, length, past, position_ids, attention_mask, device)
         # every layer asks: the key and the check are spelled out, without generators, to cost a layer little
