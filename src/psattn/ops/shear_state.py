@@ -48,7 +48,7 @@ def _one_row_after(x: Tensor, prev: Tensor, starts: Tensor | None, gamma: float)
     """Whether x is one decoded row (B, H, 1, D) continuing from ``prev``, of its shape, dtype and device, with
     no sequence start and a valid gamma: all that ``shear`` would check. Its checks and the general path cost
     a decode step more than its one lerp (``x̂ = (1 + gamma) x - gamma prev``)."""
-    return (starts is None and isinstance(x, Tensor) and x.shape == prev.shape
+    return (starts is None and isinstance(x, Tensor) and x.shape == prev.shape and x.shape[-2] == 1
             and x.dtype == prev.dtype and x.device == prev.device and x.is_floating_point()
             and type(gamma) is float and -MAX_GAMMA <= gamma <= MAX_GAMMA  # False for NaN
             and not torch.compiler.is_exporting())  # exported graphs write the shear in adds (no lerp in ExecuTorch)
