@@ -178,7 +178,7 @@ def test_the_seeds_clause_sets_each_seed_of_two_key_only_layers_beside_two_plain
     hypothesis = tm.SEEDS_HYPOTHESIS.rstrip(".")
     assert lines[1].startswith(f"**The hypothesis stated before seeds 1 and 2** ({hypothesis}) does not hold: "
                                "earlier on 2 of 3 seeds, end within 0.03 bits per byte on 3 of 3; one key-only layer "
-                               "first copies at 0.5M, 0.5M, — (by seed).")
+                               "first copies at 0.5M, 0.5M, — (by seed), by evaluation 2 (the first evaluations) on 2 of 3.")
     assert lines == STUDIES["text_mlp"].verdict(results)[-2:]
     results["k2s2"] = run(configs[(2, "key_only", 2)], copying, early, seed=2, bpb=1.62)
     results["p2s2"] = run(configs[(2, "baseline", 2)], copying, late, seed=2, bpb=1.6)

@@ -205,7 +205,8 @@ def seeds_clause(results: Results) -> list[str]:
                  + ("holds" if holds else "does not hold")
                  + f": earlier on {len(earlier)} of {len(seeds)} seeds, end within {SEEDS_BPB} bits per byte on "
                  f"{sum(abs(g) <= SEEDS_BPB for g in gaps.values())} of {len(seeds)}; one key-only layer first copies at "
-                 + ", ".join(_when(c) for c in copies.values()) + " (by seed).")
+                 + ", ".join(_when(c) for c in copies.values())
+                 + f" (by seed), by evaluation {FIRST_EVALUATIONS} (the first evaluations) on {sum(early)} of {len(early)}.")
     return lines
 
 
