@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny settings): they must not rot between the runs that use them."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -360,6 +361,40 @@ def test_the_cpu_speed_tables_are_the_saved_runs():
         both = [", ".join(f"{run['ratios'][row]:.3f}" for run in sorted(kept[flag], key=lambda r: r["date"]))
                 for flag in (False, True)]
         assert f"| {label} | {ms['sdpa']:.{digits}f} | {ms['psa']:.{digits}f} | {both[0]} | {both[1]} |" in reproduction
+
+
+def test_the_decode_reruns_quoted_in_kernel_md_are_the_saved_runs():
+    folder = ROOT / "docs" / "results" / "cpu" / "attention_speed" / "2026-12-05c" / "decode-only"
+    runs = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+    ratio = {name: run["ratios"]["decode step (layer, symmetric)"] for name, run in runs.items()}
+    assert all(run["decode_only"] and run["git"].startswith("35bd19e") for run in runs.values())
+    assert [run["keep_freed_memory"] for run in runs.values()] == [False, False, True, True]
+    quoted = (f"{ratio['default1']:.3f} and {ratio['default2']:.3f} with glibc's default, {ratio['kept1']:.3f} and "
+              f"{ratio['kept2']:.3f} with freed memory kept; still within the spread, and below 1.02 in "
+              f"{['no', 'one', 'two', 'three', 'four'][sum(r < 1.02 for r in ratio.values())]} runs of four")
+    assert quoted in " ".join((ROOT / "docs" / "kernel.md").read_text().split())
+    hf = " ".join((ROOT / "docs" / "huggingface.md").read_text().split())
+    assert f"({min(ratio.values()):.3f} to {max(ratio.values()):.3f} in four runs the same day" in hf
+
+
+def test_the_hf_decode_figures_quoted_in_huggingface_md_are_the_saved_runs():
+    folder = ROOT / "docs" / "results" / "cpu" / "hf_decode" / "2026-12-05"
+    load = lambda pattern: [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]  # noqa: E731
+    eager, before, compiled = load("eager[0-9].json"), load("eager-d864eb4-*.json"), load("compiled*.json")
+    assert (len(eager), len(before), len(compiled)) == (3, 2, 2)
+    assert {run["git"] for run in eager + compiled} == {"35bd19e"} and {run["git"] for run in before} == {"d864eb4"}
+    docs = " ".join((ROOT / "docs" / "huggingface.md").read_text().split())
+
+    def spread(runs, model_type):
+        ratios = [run["results"][model_type]["ratio"] for run in runs]
+        return f"{min(ratios):.3f}–{max(ratios):.3f}"
+
+    for model_type in eager[0]["results"]:
+        assert f"{spread(eager, model_type)} (" in docs, model_type
+    mean = lambda runs: statistics.mean(r["ratio"] for run in runs for r in run["results"].values())  # noqa: E731
+    assert f"; {mean(eager):.3f} on average." in docs and f"gave {mean(before):.3f} on average" in docs
+    assert (f"{spread(compiled, 'llama')}, {spread(compiled, 'qwen3')} and {spread(compiled, 'gemma3_text')}."
+            in docs)
 
 
 def test_the_error_budget_pipelines_round_where_they_say(tmp_path):
