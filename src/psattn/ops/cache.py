@@ -89,7 +89,10 @@ class KVBuffer:
     def can_extend(self, length: int, k_hat: Tensor, v: Tensor) -> bool:
         """Whether a cache of ``length`` tokens may write the chunk k̂, v (B, Hkv, T, D) in place: gradients
         are off and the buffer is not frozen, no other cache wrote past ``length``, there is room, the dtypes
-        match, and an inference tensor is written only in inference mode."""
+        match, and an inference tensor is written only in inference mode; never in a traced call, which extends
+        into a new buffer (torch.compile cannot trace the inference-mode checks: a graph break at every layer)."""
+        if torch.compiler.is_compiling():
+            return False
         return (not self.frozen and not torch.is_grad_enabled() and self.written == length
                 and length + k_hat.shape[2] <= self.capacity
                 and k_hat.dtype == self.keys.dtype and v.dtype == self.values.dtype
