@@ -15,7 +15,7 @@ def test_every_run_is_its_attention_only_counterpart_with_mlps():
     from psattn.experiments.studies import text_phase as tp
 
     configs = STUDIES["text_mlp"].plan("quick")
-    seeded = [(2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0)]
+    seeded = [(2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0), (4, "baseline", 0.0)]
     assert [(c.model.n_layers, c.model.attention.variant, c.model.attention.gamma, c.train.seed) for c in configs] == [
         *(model + (0,) for model in tm.MLP_MODELS), *(model + (seed,) for seed in (1, 2) for model in seeded)]
     for c in configs:
@@ -152,6 +152,8 @@ def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
     for line in [*study.table(results), *study.verdict(results), *tm.comparison_table(results, attention_only),
                  *tm.comparison_verdict(results, attention_only)]:
         assert line in docs, line
+    for hypothesis in (tm.HYPOTHESIS, tm.SEEDS_HYPOTHESIS, tm.DEPTH_HYPOTHESIS):  # each as stated before its runs
+        assert hypothesis in " ".join(docs.split()), hypothesis
     plain2 = (2, "baseline", 0.0)  # the at-scale page quotes the phase changes of seed 0, then of every seed
     found = [tm._when(detect_phase_change(tm._first_seed(r)[plain2]["history"])) for r in (results, attention_only)]
     seeds = [[f"{detect_phase_change(h).tokens / 1e6:.1f}" for h in tm._seeds(r, plain2)] for r in (results, attention_only)]
@@ -190,3 +192,43 @@ def test_the_seeds_clause_sets_each_seed_of_two_key_only_layers_beside_two_plain
     assert f"({hypothesis}) does not hold: earlier on 3 of 3 seeds, end within 0.03 bits per byte on 2 of 3" \
         in tm.seeds_clause(results)[1]
     assert tm.seeds_clause({k: v for k, v in results.items() if k.endswith("s0")}) == []  # one seed: seed 0's clause
+
+
+def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_by_seed():
+    configs = {(c.model.n_layers, c.model.attention.variant, c.train.seed): c for c in tm.text_mlp("quick")}
+    assert {(4, "baseline", seed) for seed in (0, 1, 2)} <= set(configs)
+    late, early = [0.02, 0.02, 0.02, 0.2, 0.3, 0.3], [0.02, 0.2, 0.3, 0.3, 0.3, 0.3]
+
+    def with_bpb(config, prefixes, bpbs, seed):
+        result = run(config, [0.0] * 6, prefixes, seed=seed)
+        for e, bpb in zip(result["history"], bpbs, strict=True):
+            e["bits_per_byte"] = bpb
+        return result
+
+    deep = [2.0, 1.8, 1.7, 1.5, 1.4, 1.3]
+    results = {}
+    for seed, (psa_bpb, deep_prefixes) in enumerate([
+            ([2.0, 1.7, 1.6, 1.55, 1.45, 1.35], late),  # at or below at 1 and 2 (0.5M, 1.0M), 0.05 above at the end
+            ([2.0, 1.9, 1.8, 1.6, 1.5, 1.32], late),  # never below; 0.02 above at the end
+            ([2.0, 1.8, 1.7, 1.5, 1.4, 1.29], early)]):  # level at every evaluation, below at the end; same phase change
+        results[f"k2s{seed}"] = with_bpb(configs[(2, "key_only", seed)], early, psa_bpb, seed)
+        results[f"p4s{seed}"] = with_bpb(configs[(4, "baseline", seed)], deep_prefixes, deep, seed)
+    lines = tm.depth_clause(results)
+    assert lines[0] == ("**Two key-only layers against four plain layers, both with MLPs, seed by seed**: phase change "
+                        "seed 0: 0.5M against 1.5M; seed 1: 0.5M against 1.5M; seed 2: 0.5M against 0.5M training "
+                        "tokens, earlier on 2 of 3 seeds; evaluations (of 5) at which the two key-only layers are at or "
+                        "below the four plain ones in bits per byte: seed 0: 2 (0.5M to 1.0M); seed 1: none; seed 2: 5 "
+                        "(0.5M to 2.6M); at the end +0.050, +0.020, -0.010 (two key-only less four plain, by seed).")
+    hypothesis = tm.DEPTH_HYPOTHESIS.rstrip(".")
+    assert lines[1] == (f"**The hypothesis stated before the four-layer runs** ({hypothesis}) does not hold: earlier on "
+                        "2 of 3 seeds; the four plain layers end at least 0.03 bits per byte below on 1 of 3.")
+    assert lines == STUDIES["text_mlp"].verdict(results)[-2:]
+    for seed in (1, 2):  # the four plain layers later and 0.05 below on every seed: it holds
+        results[f"k2s{seed}"] = with_bpb(configs[(2, "key_only", seed)], early, [2.0, 1.7, 1.6, 1.55, 1.45, 1.35], seed)
+        results[f"p4s{seed}"] = with_bpb(configs[(4, "baseline", seed)], late, deep, seed)
+    assert f"({hypothesis}) holds: earlier on 3 of 3 seeds; the four plain layers end at least 0.03 bits per byte " \
+           "below on 3 of 3." == tm.depth_clause(results)[1].split("** ", 1)[1]
+    assert tm.depth_clause({k: v for k, v in results.items() if k.startswith("k2")}) == []  # no four-layer run yet
+    results["p4s2"]["history"] = results["p4s2"]["history"][:-1]
+    with pytest.raises(ValueError, match="seed 2: the two models were not evaluated at the same steps"):
+        tm.depth_clause(results)

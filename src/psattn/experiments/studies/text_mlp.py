@@ -13,7 +13,8 @@ and of the one key-only layer, seeded in ``text_phase`` too. The attention-only 
 ``text_phase``'s saved runs.
 
 The hypothesis, stated before the first runs, is ``HYPOTHESIS``; the one stated before seeds 1 and 2 of the
-key-only models, once ``HYPOTHESIS`` had proved false, is ``SEEDS_HYPOTHESIS``.
+key-only models, once ``HYPOTHESIS`` had proved false, is ``SEEDS_HYPOTHESIS``; the one stated before the
+four-layer runs is ``DEPTH_HYPOTHESIS``.
 """
 
 from __future__ import annotations
@@ -46,16 +47,25 @@ SEEDS_HYPOTHESIS = ("on every seed, two key-only layers with MLPs go through the
                     "layers with MLPs of the same seed and end within 0.03 bits per byte of them; one key-only layer "
                     "with an MLP copies from its first evaluations on every seed.")
 
+DEPTH_HYPOTHESIS = ("on every seed, two key-only layers with MLPs go through their phase change before four plain "
+                    "layers with MLPs of the same seed, and the four plain layers end at least 0.03 bits per byte below "
+                    "them: two PSA layers do not match four plain ones at the end.")
+
 #: how close, in held-out bits per byte at the end, ``SEEDS_HYPOTHESIS`` asks the two-layer models to be
 SEEDS_BPB = 0.03
 #: "from its first evaluations" in ``SEEDS_HYPOTHESIS``: first copying by this evaluation (0: before training)
 FIRST_EVALUATIONS = 2
 
-#: (layers, variant, gamma) of the compared models, in the order they train (the question first)
-MLP_MODELS = ((2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0), (1, "baseline", 0.0))
+#: how far below two key-only layers, in held-out bits per byte at the end, ``DEPTH_HYPOTHESIS`` expects four plain ones
+DEPTH_BPB = 0.03
+
+#: the deeper plain model that two key-only layers are set against (``depth_clause``)
+DEEP_MODEL = (4, "baseline", 0.0)
+#: (layers, variant, gamma) of the compared models, in the order they were added (the question first)
+MLP_MODELS = ((2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0), (1, "baseline", 0.0), DEEP_MODEL)
 #: the seed of every model, and the models also trained on the other ``SEEDS``
 SEED, SEEDS = 0, (0, 1, 2)
-SEEDED_MODELS = ((2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0))
+SEEDED_MODELS = ((2, "baseline", 0.0), (2, "key_only", 1.0), (1, "key_only", 1.0), DEEP_MODEL)
 
 
 def plan(mode: str) -> TextPlan:
@@ -210,9 +220,49 @@ def seeds_clause(results: Results) -> list[str]:
     return lines
 
 
+def depth_clause(results: Results) -> list[str]:
+    """Two key-only layers against four plain layers, both with MLPs, seed by seed: their phase changes, the
+    evaluations at which the two key-only layers' held-out bits per byte are at or below the four plain ones',
+    the gap at the end, and ``DEPTH_HYPOTHESIS`` read off them."""
+    psa, deep = _by_seed(results, (2, "key_only", 1.0)), _by_seed(results, DEEP_MODEL)
+    seeds = sorted(set(psa) & set(deep))
+    if not seeds:
+        return []
+    changes = {s: (detect_phase_change(psa[s]), detect_phase_change(deep[s])) for s in seeds}
+    earlier = [s for s, (a, b) in changes.items() if a is not None and (b is None or a.tokens < b.tokens)]
+    gaps = {s: psa[s][-1]["bits_per_byte"] - deep[s][-1]["bits_per_byte"] for s in seeds}
+    matched = {}  # seed -> training tokens of the evaluations (after step 0) where two key-only layers are at or below
+    for s in seeds:
+        if [e["step"] for e in psa[s]] != [e["step"] for e in deep[s]]:
+            raise ValueError(f"seed {s}: the two models were not evaluated at the same steps")
+        matched[s] = [a["tokens"] for a, b in zip(psa[s], deep[s], strict=True)
+                      if a["step"] > 0 and a["bits_per_byte"] <= b["bits_per_byte"]]
+    evaluations = len(psa[seeds[0]]) - 1
+
+    def where(tokens: list[int]) -> str:
+        if not tokens:
+            return "none"
+        span = f"{tokens[0] / 1e6:.1f}M" + (f" to {tokens[-1] / 1e6:.1f}M" if len(tokens) > 1 else "")
+        return f"{len(tokens)} ({span})"
+
+    found = "; ".join(f"seed {s}: {_when(a)} against {_when(b)}" for s, (a, b) in changes.items())
+    below = [s for s in seeds if gaps[s] >= DEPTH_BPB]
+    holds = len(earlier) == len(seeds) and len(below) == len(seeds)
+    return [f"**Two key-only layers against four plain layers, both with MLPs, seed by seed**: phase change {found} "
+            f"training tokens, earlier on {len(earlier)} of {len(seeds)} seeds; evaluations (of {evaluations}) at which "
+            "the two key-only layers are at or below the four plain ones in bits per byte: "
+            + "; ".join(f"seed {s}: {where(matched[s])}" for s in seeds)
+            + "; at the end " + ", ".join(f"{gaps[s]:+.3f}" for s in seeds) + " (two key-only less four plain, by seed).",
+            f"**The hypothesis stated before the four-layer runs** ({DEPTH_HYPOTHESIS.rstrip('.')}) "
+            + ("holds" if holds else "does not hold")
+            + f": earlier on {len(earlier)} of {len(seeds)} seeds; the four plain layers end at least {DEPTH_BPB} bits "
+            f"per byte below on {len(below)} of {len(seeds)}."]
+
+
 def mlp_verdict(results: Results) -> list[str]:
-    """``text_phase``'s clauses on these runs, and the two-layer comparisons."""
-    return [*phase_verdict(results, phase_table(results)), *two_layer_clause(results), *seeds_clause(results)]
+    """``text_phase``'s clauses on these runs, and the two-layer and depth comparisons."""
+    return [*phase_verdict(results, phase_table(results)), *two_layer_clause(results), *seeds_clause(results),
+            *depth_clause(results)]
 
 
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
