@@ -32,7 +32,8 @@ OUT/gpu_check.json is rewritten after every section and every run, so a run cut 
 leaves what it measured; a section that fails is recorded under "errors" and the next one runs. On
 a GPU, a section that would not end inside what is left of the budget, by the time it took on an
 H200 (``SECTION_S``), is skipped and recorded under "skipped", so a shell's ``timeout`` set to the
-budget never cuts one off halfway. ``--only`` runs the sections it names and keeps the rest of a
+budget never cuts one off halfway (on the CPU, the fused kernel's sections are skipped where
+Triton's interpreter cannot run with the installed NumPy). ``--only`` runs the sections it names and keeps the rest of a
 report already saved in OUT, so pieces run one after another add up (``section_info`` names the
 run, date and git revision, that measured each section).
 ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
@@ -45,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import os
@@ -543,7 +545,13 @@ SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "ro
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
     """Why section ``name`` is skipped with ``left_s`` seconds of the budget left (None: it runs). Only
-    on a GPU: the estimates are an H200's, and the CPU's smoke runs are its own check."""
+    on a GPU: the estimates are an H200's, and the CPU's smoke runs are its own check. On the CPU the
+    fused kernel's sections are skipped where Triton's interpreter cannot run with the installed NumPy."""
+    if name.startswith("fused") and device.type != "cuda" and importlib.util.find_spec("triton") is not None:
+        from psattn.ops.fused_attention import interpreter_unusable
+
+        if (why := interpreter_unusable()) is not None:
+            return why
     need = SECTION_S.get(name, 0)
     if device.type != "cuda" or need <= left_s:
         return None

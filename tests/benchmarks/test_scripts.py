@@ -28,9 +28,15 @@ def test_gpu_check_smoke(tmp_path):
     commands = result["commands"]
     assert {"train text", "sweep", "eval text", "generate text", "export hf induction", "hf integration"} <= set(commands)
     assert all(row["status"] == "ok" for row in commands.values()), commands
-    assert max(max(case.values()) for case in result["fused_correctness"].values()) < 1e-5
-    fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
-    assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
+    from psattn.ops.fused_attention import interpreter_unusable
+
+    unusable = interpreter_unusable()
+    if unusable is None:
+        assert max(max(case.values()) for case in result["fused_correctness"].values()) < 1e-5
+        fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
+        assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
+    else:  # Triton's interpreter cannot run with this NumPy: the sections say so instead of failing
+        assert result["skipped"] == {"fused_correctness": unusable, "fused_kernel": unusable}
     assert result["model_step"]["eager"]["ratio"] > 0
     assert max(result["rope_shear"]["T=33 D=16"]["error_vs_fp64"].values()) < 1e-5
     equivalence = result["equivalence"]

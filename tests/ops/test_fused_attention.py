@@ -20,6 +20,8 @@ from psattn.ops import fused_attention  # noqa: E402
 if not fused_attention.BUILT_FOR_INTERPRETER:  # Triton came in before TRITON_INTERPRET was set (tests/conftest.py sets it)
     pytest.skip("the kernels were built for a GPU in this process; benchmarks/gpu_check.py checks them there",
                 allow_module_level=True)
+if (reason := fused_attention.interpreter_unusable()) is not None:  # test_interpreter_unusable... checks the refusal
+    pytest.skip(reason, allow_module_level=True)
 
 from psattn.ops.attention import psa_attention, psa_attention_reference  # noqa: E402
 from psattn.ops.fused_attention import shear_transpose  # noqa: E402

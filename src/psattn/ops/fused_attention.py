@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import torch
 import triton
@@ -62,6 +63,25 @@ BUILT_FOR_INTERPRETER = bool(triton.knobs.runtime.interpret)
 def interpreted() -> bool:
     """Whether the kernels run in Triton's interpreter (on CPU tensors) in this process."""
     return BUILT_FOR_INTERPRETER
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as ``"3.6.0"`` or ``"2.5.0rc1"``."""
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+def interpreter_unusable() -> str | None:
+    """Why Triton's interpreter cannot run the kernels with the installed packages (None when it can):
+    before Triton 3.7 it reads a loop bound computed in a kernel with ``int()`` of a one-element
+    array, which NumPy 2.5 refuses ("only 0-dimensional arrays can be converted to Python scalars").
+    Compiled kernels on a GPU are not affected."""
+    import numpy
+
+    if _release(triton.__version__) < (3, 7) and _release(numpy.__version__) >= (2, 5):
+        return (f"Triton {triton.__version__}'s interpreter does not run with NumPy {numpy.__version__} "
+                "(Triton 3.7 or newer, or NumPy below 2.5, runs it)")
+    return None
 
 
 @triton.jit
@@ -642,6 +662,8 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropo
                 "when psattn.ops.fused_attention was first imported)")
     if q.device.type == "cuda" and interpreted():
         return "tensors on CUDA, but the kernels were built for Triton's interpreter (TRITON_INTERPRET=1)"
+    if interpreted() and (reason := interpreter_unusable()) is not None:
+        return reason
     if attn_mask is not None:
         return "an explicit attn_mask (the kernel knows the causal mask only)"
     if dropout_p > 0:
