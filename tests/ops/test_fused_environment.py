@@ -13,14 +13,15 @@ from psattn.ops.attention import psa_attention  # noqa: E402
 
 
 @pytest.mark.parametrize(("triton_version", "numpy_version", "usable"), [
-    ("3.6.0", "2.5.2", False),  # the GPU image's pair: its interpreter reads a loop bound with int() of an array
+    ("3.6.0", "2.5.2", False),  # torch 2.11's Triton beside a current NumPy
     ("3.6.0", "2.5.0rc1", False),
     ("3.2.0", "2.6.1", False),
-    ("3.6.0", "2.4.6", True),
+    ("3.6.0", "2.4.6", False),
+    ("3.6.0", "2.3.5", True),
     ("3.7.0", "2.5.2", True),
     ("3.10.1", "3.0.0", True),
 ])
-def test_the_interpreter_is_declared_unusable_for_triton_before_3_7_with_numpy_2_5(
+def test_the_interpreter_is_declared_unusable_for_triton_before_3_7_with_numpy_2_4(
         monkeypatch, triton_version, numpy_version, usable):
     monkeypatch.setattr(triton, "__version__", triton_version)
     monkeypatch.setattr(numpy, "__version__", numpy_version)

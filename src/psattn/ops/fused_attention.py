@@ -74,13 +74,13 @@ def _release(version: str) -> tuple[int, int]:
 def interpreter_unusable() -> str | None:
     """Why Triton's interpreter cannot run the kernels with the installed packages (None when it can):
     before Triton 3.7 it reads a loop bound computed in a kernel with ``int()`` of a one-element
-    array, which NumPy 2.5 refuses ("only 0-dimensional arrays can be converted to Python scalars").
+    array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars").
     Compiled kernels on a GPU are not affected."""
     import numpy
 
-    if _release(triton.__version__) < (3, 7) and _release(numpy.__version__) >= (2, 5):
+    if _release(triton.__version__) < (3, 7) and _release(numpy.__version__) >= (2, 4):
         return (f"Triton {triton.__version__}'s interpreter does not run with NumPy {numpy.__version__} "
-                "(Triton 3.7 or newer, or NumPy below 2.5, runs it)")
+                "(Triton 3.7 or newer, or NumPy below 2.4, runs it)")
     return None
 
 
