@@ -229,6 +229,9 @@ def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_b
     assert f"({hypothesis}) holds: earlier on 3 of 3 seeds; the four plain layers end at least 0.03 bits per byte " \
            "below on 3 of 3." == tm.depth_clause(results)[1].split("** ", 1)[1]
     assert tm.depth_clause({k: v for k, v in results.items() if k.startswith("k2")}) == []  # no four-layer run yet
+    two_seeds = {k: v for k, v in results.items() if not k.endswith("s2")}
+    assert f"({hypothesis}) is not read yet, until seed 2 has run for both models: earlier on 2 of 2 seeds" \
+        in tm.depth_clause(two_seeds)[1]
     results["p4s2"]["history"] = results["p4s2"]["history"][:-1]
     with pytest.raises(ValueError, match="seed 2: the two models were not evaluated at the same steps"):
         tm.depth_clause(results)
