@@ -232,6 +232,8 @@ def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_b
     two_seeds = {k: v for k, v in results.items() if not k.endswith("s2")}
     assert f"({hypothesis}) is not read yet, until seed 2 has run for both models: earlier on 2 of 2 seeds" \
         in tm.depth_clause(two_seeds)[1]
+    two_seeds["p4s1"] = with_bpb(configs[(4, "baseline", 1)], early, deep, 1)  # as early as the key-only pair on seed 1
+    assert f"({hypothesis}) does not hold, whatever seed 2 gives: earlier on 1 of 2 seeds" in tm.depth_clause(two_seeds)[1]
     results["p4s2"]["history"] = results["p4s2"]["history"][:-1]
     with pytest.raises(ValueError, match="seed 2: the two models were not evaluated at the same steps"):
         tm.depth_clause(results)
