@@ -121,7 +121,7 @@ class ReducedModel:
             u = (root_dk - math.sqrt(d_k - 8 * L)) / 4
             if self.margin(u, d_k, criterion) > 0:
                 return u
-        top = self.xi.max(axis=1).mean() if criterion == "quenched" else self.xi.max()
+        top = float(self.xi.max(axis=1).mean()) if criterion == "quenched" else float(np.max(self.xi))
         if root_dk - 2 * top > 0:  # eventually increasing without bound
             u = 1.0
             while self.margin(u, d_k, criterion) <= 0:
