@@ -22,8 +22,10 @@
 7. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
-8. compile: the psa-4m preset trained in bf16 with and without ``train.compile``, same seed: the
-   loss histories side by side and the step-time ratio after warm-up;
+8. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
+   graphs (``train.compile=reduce-overhead``), same seed: the loss histories side by side and the
+   step-time ratios over eager after warm-up; and where an eager step's time goes: its kernels' device
+   time against its wall time, and each line that waits for the device, per step;
 9. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
@@ -491,24 +493,95 @@ def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[
     return row, stamps
 
 
+#: the trainer's settings the compile section trains under: eager, torch.compile's default mode, and its
+#: CUDA graphs ("reduce-overhead", which replays a step's kernels instead of launching each from Python;
+#: on a CPU it is the default mode again, and is left out there)
+COMPILE_SETTINGS = {"eager": False, "compiled": True, "cuda_graphs": "reduce-overhead"}
+
+
 def compile_check(device: str, smoke: bool) -> dict:
-    """psa-4m trained with and without torch.compile from the same seed."""
+    """psa-4m trained under each of ``COMPILE_SETTINGS`` from the same seed: loss histories and step times
+    after warm-up, as ratios over eager; then where an eager step's time goes (``step_profile``). A
+    setting that fails is recorded as its error, and the others still run."""
     steps = 20 if smoke else 300
     config = small_config("symmetric", 0.8, steps=steps, early_stop=False, device=device,
                           **({"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-4m"}))
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, precision="fp32" if smoke else "bf16", threads=None, lr=1e-3, eval_every=steps // 4))
-    out = {}
-    for mode in ("eager", "compiled"):
-        run = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=mode == "compiled"))
-        row, stamps = _timed_train(run)
+    out: dict = {"batch": config.train.batch_size, "length": config.task.seq_len}
+    for mode, setting in COMPILE_SETTINGS.items():
+        if setting == "reduce-overhead" and device != "cuda":
+            continue
+        run = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=setting))
+        try:
+            row, stamps = _timed_train(run)
+        except Exception as e:  # noqa: BLE001  # e.g. a graph CUDA graphs refuse: the other settings' rows stay
+            out[mode] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"  {mode:11s} failed: {out[mode]['error']}", flush=True)
+            continue
         later = stamps[steps // 2 :]  # after compilation and warm-up
         row["step_ms"] = 1e3 * statistics.median(b - a for a, b in itertools.pairwise(later))  # evaluations excluded
         out[mode] = row
-        print(f"  {mode:9s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
-    out["step_time_ratio_compiled_over_eager"] = out["compiled"]["step_ms"] / out["eager"]["step_ms"]
-    out["largest_relative_loss_gap"] = max(abs(a - b) / abs(b) for a, b in
-                                           zip(out["compiled"]["train_loss"], out["eager"]["train_loss"], strict=True))
+        print(f"  {mode:11s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
+    eager = out["eager"]
+    for mode in ("compiled", "cuda_graphs"):
+        if "step_ms" in out.get(mode, {}) and "step_ms" in eager:
+            suffix = "" if mode == "compiled" else f"_{mode}"
+            out[f"step_time_ratio_{mode}_over_eager"] = out[mode]["step_ms"] / eager["step_ms"]
+            out[f"largest_relative_loss_gap{suffix}"] = max(
+                abs(a - b) / abs(b) for a, b in zip(out[mode]["train_loss"], eager["train_loss"], strict=True))
+    try:
+        out["eager_step_profile"] = step_profile(config, device)
+    except Exception as e:  # noqa: BLE001  # the rows above stay
+        out["eager_step_profile"] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
+    """Where an eager training step's wall time goes, over ``steps`` steps after ``warm``: the wall time per
+    step and the time of the kernels it runs (device time on CUDA, the operators' own time on the CPU),
+    profiled in one run (torch.profiler); and, on CUDA, in a second run, each line that waits for the
+    device (``torch.cuda.set_sync_debug_mode``) with its count per step. One of them is the profiling
+    callback's own (the trainer's ``loss.item()`` for ``on_step``). Kernel time far below wall time
+    means the host's launches bound the step: what CUDA graphs remove."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    total = warm + steps
+    run = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps=total, eval_every=total, early_stop=False, checkpoint_every=total, compile=False))
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    stamps: list[float] = []
+    # regions between two prof.step() calls: train step j runs in region j - 1, so regions warm..total-1 are its
+    # steps warm + 1..total, and the final evaluation (after the last call) is outside
+    with profile(activities=activities, schedule=schedule(wait=warm - 1, warmup=1, active=steps, repeat=1)) as prof:
+        train(run, on_step=lambda step, loss: (stamps.append(time.perf_counter()), prof.step()))
+    if cuda:  # the device's own events (kernels, copies), each once
+        kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    else:  # every operator's time less its children's (a step's annotation holds the Python between them: left out)
+        kernel_us = sum(e.self_cpu_time_total for e in prof.events() if not e.name.startswith("ProfilerStep"))
+    kernel_ms = kernel_us / 1e3
+    out = {"steps": steps, "wall_ms": 1e3 * (stamps[-1] - stamps[warm - 1]) / steps, "kernel_ms": kernel_ms / steps}
+    print(f"  eager step under the profiler: {out['wall_ms']:.2f} ms wall, {out['kernel_ms']:.2f} ms of kernels", flush=True)
+    if cuda:
+        def on_step(step, loss):
+            torch.cuda.set_sync_debug_mode("warn" if warm <= step < total else 0)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                train(run, on_step=on_step)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        sites: dict[str, int] = {}
+        for w in caught:
+            if "synchroniz" in str(w.message):
+                site = f"{Path(w.filename).name}:{w.lineno}"
+                sites[site] = sites.get(site, 0) + 1
+        out["syncs_per_step"] = {site: n / steps for site, n in sorted(sites.items(), key=lambda kv: -kv[1])}
+        print(f"  waits for the device per step: {out['syncs_per_step']}", flush=True)
     return out
 
 
@@ -540,7 +613,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "equivalence": 30, "kernels": 30, "compile": 60, "phase_transition": 0}
+             "equivalence": 30, "kernels": 30, "compile": 90, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
@@ -654,8 +727,11 @@ def _print_section(name: str, result: dict) -> None:
                 print(f"  {what:26s} SDPA {r['sdpa_ms']:9.3f} ms  PSA {r['psa_ms']:9.3f} ms  ratio {r['ratio']:.3f}",
                       flush=True)
     elif name == "compile":
-        print(f"  compiled/eager step time {result['step_time_ratio_compiled_over_eager']:.3f}, "
-              f"largest relative loss gap {result['largest_relative_loss_gap']:.3g}", flush=True)
+        for mode in ("compiled", "cuda_graphs"):
+            if f"step_time_ratio_{mode}_over_eager" in result:
+                gap = result["largest_relative_loss_gap" + ("" if mode == "compiled" else f"_{mode}")]
+                print(f"  {mode}/eager step time {result[f'step_time_ratio_{mode}_over_eager']:.3f}, "
+                      f"largest relative loss gap {gap:.3g}", flush=True)
 
 
 if __name__ == "__main__":

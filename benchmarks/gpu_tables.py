@@ -93,6 +93,36 @@ def model_step_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+def compile_table(check: dict) -> str:
+    """The trainer's step (psa-4m on induction, from the same seed) eagerly, under ``train.compile`` and under
+    its CUDA graphs where the run has them; then, where the run profiled it, an eager step's kernel time
+    against its wall time and the lines that waited for the device."""
+    c = check["compile"]
+    shape = f", B {c['batch']}, T {c['length']}" if "batch" in c else ""  # recorded from 2026-12-05 on
+    lines = [f"| psa-4m trainer step on induction{shape}, bf16 | ms per step | over eager | largest relative loss gap to eager |",
+             "|---|---|---|---|"]
+    for mode, label in (("eager", "eager"), ("compiled", "`train.compile=true`"),
+                        ("cuda_graphs", "`train.compile=reduce-overhead` (CUDA graphs)")):
+        row = c.get(mode)
+        if row is None:
+            continue
+        if "error" in row:
+            lines.append(f"| {label} | failed: {row['error'][:80]} | | |")
+            continue
+        suffix = "" if mode == "compiled" else f"_{mode}"
+        ratio = "1" if mode == "eager" else f"{c[f'step_time_ratio_{mode}_over_eager']:.3f}"
+        gap = "" if mode == "eager" else f"{c['largest_relative_loss_gap' + suffix]:.2g}"
+        lines.append(f"| {label} | {row['step_ms']:.2f} | {ratio} | {gap} |")
+    profile = c.get("eager_step_profile")
+    if profile and "error" not in profile:
+        syncs = ", ".join(f"`{site}` {n:g}" for site, n in profile.get("syncs_per_step", {}).items()) or "none"
+        lines += ["", f"An eager step under torch.profiler: {profile['wall_ms']:.2f} ms of wall time, "
+                      f"{profile['kernel_ms']:.2f} ms of kernels; waits for the device per step: {syncs}."]
+    elif profile:
+        lines += ["", f"Profiling an eager step failed: {profile['error']}"]
+    return "\n".join(lines)
+
+
 def correctness_table(check: dict) -> str:
     """The fused kernel against the fp64 reference on the device: the largest relative error per case."""
     lines = ["| case | largest relative error (output and every gradient) |", "|---|---|"]
@@ -120,7 +150,8 @@ def tables(folder: Path) -> str:
              if one_run else f"Measured by `benchmarks/gpu_check.sh` in several runs, each table's named above it; "
              f"saved in `{folder.as_posix()}`."]
     for section, table in (("fused_correctness", correctness_table), ("fused_kernel", fused_kernel_table),
-                           ("rope_shear", rope_shear_table), ("model_step", model_step_table)):
+                           ("rope_shear", rope_shear_table), ("model_step", model_step_table),
+                           ("compile", compile_table)):
         if section in check:  # a check cut short, or one that ran other sections, lacks some
             if not one_run:
                 parts += ["", f"`{section}`: {_header(owners.get(section, check['info']))}."]

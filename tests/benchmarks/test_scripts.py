@@ -45,6 +45,9 @@ def test_gpu_check_smoke(tmp_path):
     assert "errors" not in result
     assert equivalence["psa-4m fp32: cached decoding vs full forward (logits)"] < 1e-4
     assert result["compile"]["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
+    assert "cuda_graphs" not in result["compile"]  # a CUDA setting: on the CPU it is the default mode again
+    profile = result["compile"]["eager_step_profile"]  # on the CPU, the operators' own time inside the steps' wall time
+    assert 0 < profile["kernel_ms"] < profile["wall_ms"] and "syncs_per_step" not in profile
     assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
     assert "ratio" in out
 
@@ -193,6 +196,23 @@ def test_the_model_step_table_names_the_preset_and_precision_the_check_ran():
             "eager": {"plain_ms": 1.0, "psa_ms": 1.1, "ratio": 1.1}}
     shown = _script("gpu_tables").model_step_table({"model_step": step})
     assert shown.startswith("| psa-4m step, B 2, T 32, fp32 |") and "| eager | 1.00 | 1.10 | 1.100 |" in shown
+
+
+def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting():
+    compile_ = {"batch": 64, "length": 64, "eager": {"step_ms": 20.0}, "compiled": {"step_ms": 25.0},
+                "cuda_graphs": {"error": "RuntimeError: a CUDA graph refused"},
+                "step_time_ratio_compiled_over_eager": 1.25, "largest_relative_loss_gap": 0.004,
+                "eager_step_profile": {"steps": 10, "wall_ms": 20.5, "kernel_ms": 1.25,
+                                       "syncs_per_step": {"trainer.py:112": 1.0, "loss.py:38": 2.0}}}
+    shown = _script("gpu_tables").compile_table({"compile": compile_})
+    assert shown.startswith("| psa-4m trainer step on induction, B 64, T 64, bf16 |")
+    assert "| eager | 20.00 | 1 |  |" in shown and "| `train.compile=true` | 25.00 | 1.250 | 0.004 |" in shown
+    assert "(CUDA graphs) | failed: RuntimeError: a CUDA graph refused |" in shown
+    assert ("20.50 ms of wall time, 1.25 ms of kernels; waits for the device per step: `trainer.py:112` 1, "
+            "`loss.py:38` 2.") in shown
+    older = {"eager": {"step_ms": 21.9}, "compiled": {"step_ms": 24.5}, "step_time_ratio_compiled_over_eager": 1.12,
+             "largest_relative_loss_gap": 0.006}  # the 2026-12-04 run: no shape, CUDA graphs or profile
+    assert _script("gpu_tables").compile_table({"compile": older}).startswith("| psa-4m trainer step on induction, bf16 |")
 
 
 def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():

@@ -294,6 +294,8 @@ def test_an_extension_cut_off_without_its_checkpoint_is_refused_not_finished(tmp
     ({"grad_clip": float("inf")}, "grad_clip must be a positive finite number"),
     ({"early_stop_evals": 0}, "early_stop_evals must be a positive integer"),
     ({"threshold": "high"}, "threshold"),
+    ({"compile": "fast"}, r"compile must be true, false or one of torch.compile's modes \['default', 'reduce-overhead'"),
+    ({"compile": 1}, "compile must be true, false or one of"),
 ])
 def test_malformed_train_configs_are_refused_by_name(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -328,7 +330,7 @@ def test_overrides_and_bad_configs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fields", [{"precision": "bf16"}, {"compile": True}])
+@pytest.mark.parametrize("fields", [{"precision": "bf16"}, {"compile": True}, {"compile": "reduce-overhead"}])
 def test_bf16_autocast_and_compile_train_like_fp32(fields):
     reference = train(tiny_config(steps=20))
     config = tiny_config(steps=20)
@@ -338,6 +340,16 @@ def test_bf16_autocast_and_compile_train_like_fp32(fields):
         assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-2)
     if "precision" in fields:  # autocast really ran in bf16: the trajectory differs a little
         assert result.history[-1]["train_loss"] != reference.history[-1]["train_loss"]
+
+
+@pytest.mark.parametrize("value,mode", [(True, "default"), ("reduce-overhead", "reduce-overhead"), (False, None)])
+def test_train_compile_hands_its_mode_to_torch_compile(monkeypatch, value, mode):
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: modes.append(kwargs["mode"]) or model)
+    config = apply_overrides(tiny_config(steps=2), [f"train.compile={json.dumps(value) if isinstance(value, bool) else value}"])
+    assert config.train.compile == value  # an override's text that is no JSON stays a string
+    train(config)
+    assert modes == ([] if mode is None else [mode])
 
 
 def test_a_saved_config_matches_its_run_however_it_was_spelled(tmp_path):

@@ -25,6 +25,9 @@ MAX_LR = 10.0
 #: the most intra-op threads a run may ask for (torch's thread pool fails, or the process dies, long before a
 #: hundred million; a config is portable, so the bound is not this machine's core count)
 MAX_THREADS = 1024
+#: torch.compile's modes, which ``train.compile`` may name ("reduce-overhead" replays each step's kernels
+#: as CUDA graphs, for models too small to keep a GPU busy between launches; on a CPU it is the default)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass
@@ -51,7 +54,7 @@ class TrainConfig:
     threads: int | None = None  # torch.set_num_threads; None leaves the default
     device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda" or "cuda:N"
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (GPU presets)
-    compile: bool = False  # torch.compile the model
+    compile: bool | str = False  # torch.compile the model: true (its default mode) or a mode of COMPILE_MODES
     tensorboard: bool = False  # also write every metrics row to <run dir>/tensorboard (the tensorboard extra)
 
     def __post_init__(self):
@@ -67,9 +70,12 @@ class TrainConfig:
             raise ValueError(f"train.seed must be below 2**32 = {2**32}, got {self.seed}")
         if self.threads is not None and (not _is_int(self.threads) or not 0 < self.threads <= MAX_THREADS):
             raise ValueError(f"train.threads must be an integer from 1 to {MAX_THREADS} or null, got {self.threads!r}")
-        for name in ("early_stop", "compile", "tensorboard"):
+        for name in ("early_stop", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ValueError(f"train.compile must be true, false or one of torch.compile's modes {list(COMPILE_MODES)}, "
+                             f"got {self.compile!r}")
         try:
             self.betas = tuple(float(b) for b in self.betas)
         except (TypeError, ValueError):

@@ -22,8 +22,9 @@ def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: to
     bf16 autocast and torch.compile as configured."""
     t = config.train
     net: torch.nn.Module = model
-    if t.compile:
-        net = torch.compile(net)  # type: ignore[assignment]  # an OptimizedModule (torch types the result as a callable)
+    if t.compile:  # true: torch.compile's default mode
+        mode = "default" if t.compile is True else t.compile
+        net = torch.compile(net, mode=mode)  # type: ignore[assignment]  # an OptimizedModule (torch types the result as a callable)
     if ddp.enabled:
         net = torch.nn.parallel.DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None)
