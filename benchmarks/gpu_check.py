@@ -24,8 +24,9 @@
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
 8. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
    graphs (``train.compile=reduce-overhead``), same seed: the loss histories side by side and the
-   step-time ratios over eager after warm-up; and where an eager step's time goes: its kernels' device
-   time against its wall time, and each line that waits for the device, per step;
+   step-time ratios over eager after warm-up; and where an eager step's time goes, for it and for the
+   paper-scale sweep's psa-92m step: its kernels' device time against its wall time, and each line that
+   waits for the device, per step;
 9. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
@@ -64,6 +65,7 @@ import torch
 import torch.nn.functional as F
 
 from psattn.experiments.configs import small_config
+from psattn.experiments.studies.paper_scale import PLANS, scale_config
 from psattn.models import AttentionConfig, DecoderLM, preset
 from psattn.ops import psa_attention, psa_attention_reference
 from psattn.provenance import git_revision
@@ -508,7 +510,7 @@ def compile_check(device: str, smoke: bool) -> dict:
                           **({"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-4m"}))
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, precision="fp32" if smoke else "bf16", threads=None, lr=1e-3, eval_every=steps // 4))
-    out: dict = {"batch": config.train.batch_size, "length": config.task.seq_len}
+    out: dict = {"batch": config.train.batch_size, "length": config.task.seq_len, "precision": config.train.precision}
     for mode, setting in COMPILE_SETTINGS.items():
         if setting == "reduce-overhead" and device != "cuda":
             continue
@@ -530,10 +532,19 @@ def compile_check(device: str, smoke: bool) -> dict:
             out[f"step_time_ratio_{mode}_over_eager"] = out[mode]["step_ms"] / eager["step_ms"]
             out[f"largest_relative_loss_gap{suffix}"] = max(
                 abs(a - b) / abs(b) for a, b in zip(out[mode]["train_loss"], eager["train_loss"], strict=True))
-    try:
-        out["eager_step_profile"] = step_profile(config, device)
-    except Exception as e:  # noqa: BLE001  # the rows above stay
-        out["eager_step_profile"] = {"error": f"{type(e).__name__}: {e}"}
+    plan = PLANS["quick" if smoke else "full"]  # the paper-scale sweep's first run: how its steps are bound
+    label, size = plan.sizes[0]
+    scale = scale_config(plan, size, "all_positions", "symmetric", 0.8, seed=0)
+    scale = dataclasses.replace(scale, train=dataclasses.replace(scale.train, device=device))
+    for key, run in (("eager_step_profile", config), ("paper_scale_step_profile", scale)):
+        try:
+            p = out[key] = step_profile(run, device)
+            print(f"  {key}: {p['wall_ms']:.2f} ms wall, {p['kernel_ms']:.2f} ms of kernels"
+                  + (f", waits for the device per step {p['syncs_per_step']}" if "syncs_per_step" in p else ""), flush=True)
+        except Exception as e:  # noqa: BLE001  # the rows above stay
+            out[key] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"  {key} failed: {out[key]['error']}", flush=True)
+    out["paper_scale_step_profile"].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
     return out
 
 
@@ -564,7 +575,6 @@ def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
         kernel_us = sum(e.self_cpu_time_total for e in prof.events() if not e.name.startswith("ProfilerStep"))
     kernel_ms = kernel_us / 1e3
     out = {"steps": steps, "wall_ms": 1e3 * (stamps[-1] - stamps[warm - 1]) / steps, "kernel_ms": kernel_ms / steps}
-    print(f"  eager step under the profiler: {out['wall_ms']:.2f} ms wall, {out['kernel_ms']:.2f} ms of kernels", flush=True)
     if cuda:
         def on_step(step, loss):
             torch.cuda.set_sync_debug_mode("warn" if warm <= step < total else 0)
@@ -581,7 +591,6 @@ def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
                 site = f"{Path(w.filename).name}:{w.lineno}"
                 sites[site] = sites.get(site, 0) + 1
         out["syncs_per_step"] = {site: n / steps for site, n in sorted(sites.items(), key=lambda kv: -kv[1])}
-        print(f"  waits for the device per step: {out['syncs_per_step']}", flush=True)
     return out
 
 

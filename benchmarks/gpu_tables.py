@@ -99,7 +99,8 @@ def compile_table(check: dict) -> str:
     against its wall time and the lines that waited for the device."""
     c = check["compile"]
     shape = f", B {c['batch']}, T {c['length']}" if "batch" in c else ""  # recorded from 2026-12-05 on
-    lines = [f"| psa-4m trainer step on induction{shape}, bf16 | ms per step | over eager | largest relative loss gap to eager |",
+    lines = [f"| psa-4m trainer step on induction{shape}, {c.get('precision', 'bf16')} | ms per step | over eager "
+             "| largest relative loss gap to eager |",
              "|---|---|---|---|"]
     for mode, label in (("eager", "eager"), ("compiled", "`train.compile=true`"),
                         ("cuda_graphs", "`train.compile=reduce-overhead` (CUDA graphs)")):
@@ -113,13 +114,21 @@ def compile_table(check: dict) -> str:
         ratio = "1" if mode == "eager" else f"{c[f'step_time_ratio_{mode}_over_eager']:.3f}"
         gap = "" if mode == "eager" else f"{c['largest_relative_loss_gap' + suffix]:.2g}"
         lines.append(f"| {label} | {row['step_ms']:.2f} | {ratio} | {gap} |")
-    profile = c.get("eager_step_profile")
-    if profile and "error" not in profile:
-        syncs = ", ".join(f"`{site}` {n:g}" for site, n in profile.get("syncs_per_step", {}).items()) or "none"
-        lines += ["", f"An eager step under torch.profiler: {profile['wall_ms']:.2f} ms of wall time, "
-                      f"{profile['kernel_ms']:.2f} ms of kernels; waits for the device per step: {syncs}."]
-    elif profile:
-        lines += ["", f"Profiling an eager step failed: {profile['error']}"]
+    for key, what in (("eager_step_profile", "psa-4m's eager step"), ("paper_scale_step_profile", "The paper-scale sweep's")):
+        profile = c.get(key)
+        if profile is None:  # checks before 2026-12-05
+            continue
+        if key == "paper_scale_step_profile":
+            what += f" eager {profile['preset']} step (B {profile['batch']}, T {profile['length']})"
+        if "error" in profile:
+            lines += ["", f"Profiling {what[0].lower() + what[1:]} failed: {profile['error']}"]
+            continue
+        waits = ""
+        if "syncs_per_step" in profile:  # on CUDA only
+            sites = ", ".join(f"`{site}` {n:g}" for site, n in profile["syncs_per_step"].items()) or "none"
+            waits = f"; waits for the device per step: {sites}"
+        lines += ["", f"{what} under torch.profiler: {profile['wall_ms']:.2f} ms of wall time, "
+                      f"{profile['kernel_ms']:.2f} ms of kernels{waits}."]
     return "\n".join(lines)
 
 
