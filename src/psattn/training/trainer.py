@@ -67,6 +67,7 @@ class _Run:
         self.ckpt_path = None if run_dir is None else run_dir / CHECKPOINT
         self.writes = run_dir is not None and ddp.is_main
         self.model = placed(build_model(config), device)
+        self.parameters = list(self.model.parameters())  # clipped every step: the module tree is walked once
         self.optimizer, self.schedule = build_optimizer(self.model, self.t, extensions)
         self.forward = forward_fn(self.model, config, ddp, device)
         self.held_out = eval_batch(config).to(device)
@@ -120,7 +121,7 @@ class _Run:
             raise TrainingDiverged(f"{run}loss became {mean_loss.item()} at step {self.state.step}; stopping ({kept})")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        torch.nn.utils.clip_grad_norm_(self.parameters, t.grad_clip)
         self.optimizer.step()
         self.schedule.step()
         self.state.step += 1
