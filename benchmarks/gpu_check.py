@@ -25,8 +25,8 @@
 8. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
    graphs (``train.compile=reduce-overhead``), same seed: the loss histories side by side and the
    step-time ratios over eager after warm-up; and where an eager step's time goes, for it and for the
-   paper-scale sweep's psa-92m step: its kernels' device time against its wall time, and each line that
-   waits for the device, per step;
+   paper-scale sweep's psa-92m step (also with RoPE and the shear as eager operations, not one compiled
+   call): its kernels' device time against its wall time, and each line that waits for the device, per step;
 9. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
@@ -47,6 +47,7 @@ run, date and git revision, that measured each section).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -536,25 +537,46 @@ def compile_check(device: str, smoke: bool) -> dict:
     label, size = plan.sizes[0]
     scale = scale_config(plan, size, "all_positions", "symmetric", 0.8, seed=0)
     scale = dataclasses.replace(scale, train=dataclasses.replace(scale.train, device=device))
-    for key, run in (("eager_step_profile", config), ("paper_scale_step_profile", scale)):
+    # on CUDA, RoPE and the shear of a large stream run as one compiled call (psattn.ops.rope_shear): it saves
+    # passes over memory and costs host time per call; the last profile has them as eager operations instead
+    profiles = [("eager_step_profile", config, None), ("paper_scale_step_profile", scale, None)]
+    if device == "cuda":
+        profiles.append(("paper_scale_step_profile_rope_shear_eager", scale, 1 << 62))
+    for key, run, compile_from in profiles:
         try:
-            p = out[key] = step_profile(run, device)
+            with _compile_rope_shear_from(compile_from):
+                p = out[key] = step_profile(run, device)
             print(f"  {key}: {p['wall_ms']:.2f} ms wall, {p['kernel_ms']:.2f} ms of kernels"
                   + (f", waits for the device per step {p['syncs_per_step']}" if "syncs_per_step" in p else ""), flush=True)
         except Exception as e:  # noqa: BLE001  # the rows above stay
             out[key] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {key} failed: {out[key]['error']}", flush=True)
-    out["paper_scale_step_profile"].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
+    for key in ("paper_scale_step_profile", "paper_scale_step_profile_rope_shear_eager"):
+        if key in out:
+            out[key].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
     return out
 
 
+@contextlib.contextmanager
+def _compile_rope_shear_from(elements: int | None):
+    """``psattn.ops.rope_shear.COMPILE_FROM`` set to ``elements`` inside (None: as it is)."""
+    from psattn.ops import rope_shear
+
+    saved = rope_shear.COMPILE_FROM
+    rope_shear.COMPILE_FROM = saved if elements is None else elements
+    try:
+        yield
+    finally:
+        rope_shear.COMPILE_FROM = saved
+
+
 def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
-    """Where an eager training step's wall time goes, over ``steps`` steps after ``warm``: the wall time per
-    step and the time of the kernels it runs (device time on CUDA, the operators' own time on the CPU),
-    profiled in one run (torch.profiler); and, on CUDA, in a second run, each line that waits for the
-    device (``torch.cuda.set_sync_debug_mode``) with its count per step. One of them is the profiling
-    callback's own (the trainer's ``loss.item()`` for ``on_step``). Kernel time far below wall time
-    means the host's launches bound the step: what CUDA graphs remove."""
+    """Where an eager training step's time goes, over ``steps`` steps after ``warm``, in separate runs of
+    the same steps: the wall time per step; the time of the kernels it runs under torch.profiler (device
+    time on CUDA, the operators' own time on the CPU); and, on CUDA, each line that waits for the device
+    (``torch.cuda.set_sync_debug_mode``) with its count per step, one of them the timing callback's own
+    (the trainer's ``loss.item()`` for ``on_step``). Kernel time far below wall time means the host's
+    launches bound the step: what CUDA graphs remove."""
     import warnings
 
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -563,18 +585,19 @@ def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
     run = dataclasses.replace(config, train=dataclasses.replace(
         config.train, steps=total, eval_every=total, early_stop=False, checkpoint_every=total, compile=False))
     cuda = device == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     stamps: list[float] = []
+    train(run, on_step=lambda step, loss: stamps.append(time.perf_counter()))
+    out = {"steps": steps, "wall_ms": 1e3 * (stamps[-1] - stamps[warm - 1]) / steps}  # steps warm + 1..total
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     # regions between two prof.step() calls: train step j runs in region j - 1, so regions warm..total-1 are its
     # steps warm + 1..total, and the final evaluation (after the last call) is outside
     with profile(activities=activities, schedule=schedule(wait=warm - 1, warmup=1, active=steps, repeat=1)) as prof:
-        train(run, on_step=lambda step, loss: (stamps.append(time.perf_counter()), prof.step()))
+        train(run, on_step=lambda step, loss: prof.step())
     if cuda:  # the device's own events (kernels, copies), each once
         kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
     else:  # every operator's time less its children's (a step's annotation holds the Python between them: left out)
         kernel_us = sum(e.self_cpu_time_total for e in prof.events() if not e.name.startswith("ProfilerStep"))
-    kernel_ms = kernel_us / 1e3
-    out = {"steps": steps, "wall_ms": 1e3 * (stamps[-1] - stamps[warm - 1]) / steps, "kernel_ms": kernel_ms / steps}
+    out["kernel_ms"] = kernel_us / 1e3 / steps
     if cuda:
         def on_step(step, loss):
             torch.cuda.set_sync_debug_mode("warn" if warm <= step < total else 0)

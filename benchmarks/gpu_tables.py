@@ -114,11 +114,12 @@ def compile_table(check: dict) -> str:
         ratio = "1" if mode == "eager" else f"{c[f'step_time_ratio_{mode}_over_eager']:.3f}"
         gap = "" if mode == "eager" else f"{c['largest_relative_loss_gap' + suffix]:.2g}"
         lines.append(f"| {label} | {row['step_ms']:.2f} | {ratio} | {gap} |")
-    for key, what in (("eager_step_profile", "psa-4m's eager step"), ("paper_scale_step_profile", "The paper-scale sweep's")):
+    for key, what in (("eager_step_profile", "psa-4m's eager step"), ("paper_scale_step_profile", "The paper-scale sweep's"),
+                      ("paper_scale_step_profile_rope_shear_eager", "With RoPE and the shear as eager operations, its")):
         profile = c.get(key)
         if profile is None:  # checks before 2026-12-05
             continue
-        if key == "paper_scale_step_profile":
+        if key.startswith("paper_scale"):
             what += f" eager {profile['preset']} step (B {profile['batch']}, T {profile['length']})"
         if "error" in profile:
             lines += ["", f"Profiling {what[0].lower() + what[1:]} failed: {profile['error']}"]
@@ -127,8 +128,8 @@ def compile_table(check: dict) -> str:
         if "syncs_per_step" in profile:  # on CUDA only
             sites = ", ".join(f"`{site}` {n:g}" for site, n in profile["syncs_per_step"].items()) or "none"
             waits = f"; waits for the device per step: {sites}"
-        lines += ["", f"{what} under torch.profiler: {profile['wall_ms']:.2f} ms of wall time, "
-                      f"{profile['kernel_ms']:.2f} ms of kernels{waits}."]
+        lines += ["", f"{what}: {profile['wall_ms']:.2f} ms of wall time, {profile['kernel_ms']:.2f} ms of kernels "
+                      f"(torch.profiler){waits}."]
     return "\n".join(lines)
 
 

@@ -46,10 +46,11 @@ def test_gpu_check_smoke(tmp_path):
     assert equivalence["psa-4m fp32: cached decoding vs full forward (logits)"] < 1e-4
     assert result["compile"]["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
     assert "cuda_graphs" not in result["compile"]  # a CUDA setting: on the CPU it is the default mode again
-    profile = result["compile"]["eager_step_profile"]  # on the CPU, the operators' own time inside the steps' wall time
-    assert 0 < profile["kernel_ms"] < profile["wall_ms"] and "syncs_per_step" not in profile
+    profile = result["compile"]["eager_step_profile"]  # on the CPU: the operators' own time, no device to wait for
+    assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
     scale = result["compile"]["paper_scale_step_profile"]  # the quick plan's first model on the CPU
-    assert 0 < scale["kernel_ms"] < scale["wall_ms"] and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
+    assert scale["kernel_ms"] > 0 and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
+    assert "paper_scale_step_profile_rope_shear_eager" not in result["compile"]  # rope_shear compiles on CUDA only
     assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
     assert "ratio" in out
 
@@ -212,7 +213,7 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert shown.startswith("| psa-4m trainer step on induction, B 64, T 64, bf16 |")
     assert "| eager | 20.00 | 1 |  |" in shown and "| `train.compile=true` | 25.00 | 1.250 | 0.004 |" in shown
     assert "(CUDA graphs) | failed: RuntimeError: a CUDA graph refused |" in shown
-    assert ("psa-4m's eager step under torch.profiler: 20.50 ms of wall time, 1.25 ms of kernels; waits for the device "
+    assert ("psa-4m's eager step: 20.50 ms of wall time, 1.25 ms of kernels (torch.profiler); waits for the device "
             "per step: `trainer.py:112` 1, `loss.py:38` 2.") in shown
     assert "Profiling the paper-scale sweep's eager psa-92m step (B 64, T 64) failed: OutOfMemoryError: no room" in shown
     older = {"eager": {"step_ms": 21.9}, "compiled": {"step_ms": 24.5}, "step_time_ratio_compiled_over_eager": 1.12,
