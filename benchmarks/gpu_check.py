@@ -645,7 +645,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "equivalence": 30, "kernels": 30, "compile": 110, "phase_transition": 0}
+             "equivalence": 30, "kernels": 30, "compile": 140, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
