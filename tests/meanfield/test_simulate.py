@@ -146,3 +146,25 @@ def test_a_starting_state_that_cannot_be_put_on_the_sphere_is_refused():
         simulate(cfg, x0=x0.tolist())
     with pytest.raises(TypeError, match="simulate takes a SimulationConfig"):
         simulate({"n": 12})  # 'dict' object has no attribute 'torch_dtype'
+
+
+@pytest.mark.parametrize("scale, dtype", [(1e-200, "float64"), (1e200, "float64"), (1e-50, "float32"), (1e300, "float32")])
+def test_a_starting_state_of_any_finite_scale_is_put_on_the_sphere(scale, dtype):
+    """Particles of tiny or huge norm (‖x_i‖² under- or overflows, or x_i does when cast to float32) gave an
+    all-NaN run; each is put on the sphere by its norm, as x0 of ordinary size is."""
+    cfg = _cfg("rope", batch=1, dtype=dtype)
+    x0 = initial_state(_cfg("rope", batch=1))  # (1, n, d) float64 on the sphere
+    traj = simulate(cfg, x0=scale * x0)
+    assert torch.allclose(traj.x0.double(), x0, atol=1e-6)
+    assert torch.allclose(traj.x, simulate(cfg, x0=x0).x)
+
+
+def test_simulate_names_a_complex_start_a_bad_progress_and_an_unknown_diagnostic():
+    cfg = _cfg("usa", batch=1)
+    x0 = initial_state(cfg)
+    with pytest.raises(TypeError, match="x0 must be a real tensor"):  # the imaginary part was dropped, with a warning
+        simulate(cfg, x0=x0.to(torch.complex128))
+    with pytest.raises(TypeError, match="progress must be a function"):  # 'int' object is not callable, at step 0
+        simulate(cfg, progress=3)
+    with pytest.raises(KeyError, match="recorded: mean_cosine"):  # KeyError: 'spread'
+        simulate(cfg).final("spread")
