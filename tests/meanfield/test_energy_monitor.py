@@ -1,5 +1,6 @@
 """Energy monotonicity report and staircase plateaus on synthetic series."""
 
+import pytest
 import torch
 
 from psattn.meanfield.energy_monitor import check_monotone, energy_plateaus
@@ -37,3 +38,18 @@ def test_staircase_plateaus():
     assert [round(p.start, 2) for p in plateaus] == [0.0, 4.0, 9.0]
     assert [round(p.length, 2) for p in plateaus] == [3.0, 4.0, 1.0]
     assert [round(p.energy, 6) for p in plateaus] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("check", [lambda t, e: check_monotone(t, e, step_size=0.1), energy_plateaus])
+def test_a_series_that_is_not_finite_or_does_not_fit_its_times_is_refused(check):
+    """A NaN energy compares false: check_monotone called it non-decreasing and energy_plateaus found none;
+    an energy series longer or shorter than its times was cut to fit."""
+    t = torch.linspace(0.0, 1.0, 11, dtype=torch.float64)
+    e = t**2 + 1
+    e_nan = e.clone()
+    e_nan[4] = float("nan")
+    with pytest.raises(ValueError, match="must be finite"):
+        check(t, e_nan)
+    for bad in (e[:-1], torch.cat([e, e[-1:]])):
+        with pytest.raises(ValueError, match=r"times must be \(S\+1,\) and energy"):
+            check(t, bad)

@@ -45,6 +45,16 @@ class EnergyCheck:
         )
 
 
+def _check_series(times: Tensor, energy: Tensor, shapes: tuple[int, ...]) -> None:
+    """A ValueError unless times is (S+1,), energy has S+1 rows and ``energy.ndim in shapes``, and both are
+    finite (a NaN compares false: a NaN series read as monotone and flat; a shorter one was cut to fit)."""
+    if times.ndim != 1 or energy.ndim not in shapes or energy.shape[0] != times.shape[0]:
+        want = " or ".join("(S+1,)" if k == 1 else "(S+1, B)" for k in shapes)
+        raise ValueError(f"times must be (S+1,) and energy {want}, got {tuple(times.shape)} and {tuple(energy.shape)}")
+    if not (bool(torch.isfinite(times).all()) and bool(torch.isfinite(energy).all())):
+        raise ValueError("times and energy must be finite, got NaN or infinite entries")
+
+
 def default_tolerance(dtype: torch.dtype) -> float:
     """Relative rounding allowance for energy differences: 1000 machine epsilons."""
     return 1e3 * torch.finfo(dtype).eps
@@ -61,6 +71,7 @@ def check_monotone(
 
     times: (S+1,); energy: (S+1, B) or (S+1,).
     """
+    _check_series(times, energy, (1, 2))
     e = energy if energy.ndim == 2 else energy[:, None]  # (S+1, B)
     tol = default_tolerance(e.dtype) if rtol is None else rtol
     drop = e[:-1] - e[1:]  # (S, B)
@@ -115,6 +126,7 @@ def energy_plateaus(
     (E_end − E_0) / (t_end − t_0); consecutive flat steps merge, and plateaus shorter than min_length
     are dropped. times, energy: (S+1,). A run whose energy does not move returns one plateau.
     """
+    _check_series(times, energy, (1,))
     t, e = times.double(), energy.double()
     rise = float(e[-1] - e[0])
     span = float(t[-1] - t[0])
