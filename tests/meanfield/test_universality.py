@@ -60,3 +60,27 @@ def test_projected_gaussian_mixture_validates_and_samples_unit_vectors():
     assert x.shape == (100, 3) and np.allclose(np.linalg.norm(x, axis=1), 1.0)
     with pytest.raises(ValueError, match="scales"):
         universality.ProjectedGaussianMixture(centres=((1.0, 0.0),), weights=(1.0,), scales=(0.0,))
+
+
+@pytest.mark.parametrize("kappa", [650.0, 710.0, 2000.0])
+def test_a_concentrated_von_mises_law_has_a_finite_density_of_mass_one(kappa):
+    """np.i0(κ) overflows beyond κ ≈ 709: the density, its grid and its quantiles were all NaN."""
+    law = universality.VonMisesMixture(weights=(1.0,), means=(1.0,), kappas=(kappa,))
+    cells = 1 << 16
+    grid = (np.arange(cells) + 0.5) * 2 * np.pi / cells
+    assert np.sum(law.density(grid)) * 2 * np.pi / cells == pytest.approx(1.0, rel=1e-9)
+    assert law.quantiles(1)[0] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("kwargs", [dict(means=(float("nan"),)), dict(kappas=(float("inf"),))])
+def test_a_von_mises_law_of_non_finite_parameters_is_refused(kwargs):
+    """A NaN mean or an infinite concentration gave a NaN density and NaN quantiles."""
+    with pytest.raises(ValueError, match="must be finite"):
+        universality.VonMisesMixture(**{**dict(weights=(1.0,), means=(0.0,), kappas=(1.0,)), **kwargs})
+
+
+@pytest.mark.parametrize("omega", [float("nan"), float("inf"), 0.0])
+def test_rope_positions_need_a_finite_non_zero_frequency(omega):
+    """ω = NaN gave NaN positions, ω = ±inf put every token at position 0."""
+    with pytest.raises(ValueError, match="finite and non-zero"):
+        universality.rope_positions_for(universality.VonMisesMixture(), 8, omega=omega)

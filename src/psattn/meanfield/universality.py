@@ -27,12 +27,25 @@ x̃_i = G(p_i)ᵀ Q G(p_i) x_i, which maps the flow's maximiser onto the theorem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 TWO_PI = 2.0 * np.pi
+
+
+def _all_finite(values: Sequence[float]) -> bool:
+    return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+
+
+def _i0e(kappa: float) -> float:
+    """I_0(κ) e^{−κ}, the scaled Bessel function: ``np.i0`` overflows beyond κ ≈ 709, so there the asymptotic series
+    (1 + 1/(8κ) + 9/(128κ²) + 225/(3072κ³)) / √(2πκ), whose next term is below 10⁻¹² of it from κ = 700 on."""
+    if kappa < 700.0:
+        return float(np.i0(kappa) * np.exp(-kappa))
+    return (1.0 + 1.0 / (8 * kappa) + 9.0 / (128 * kappa**2) + 225.0 / (3072 * kappa**3)) / math.sqrt(TWO_PI * kappa)
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,8 @@ class VonMisesMixture:
             raise ValueError("need one weight, mean and concentration per component")
         if any(w < 0 for w in self.weights) or not sum(self.weights) > 0 or any(k < 0 for k in self.kappas):
             raise ValueError("weights and concentrations must be non-negative, with a positive total weight")
+        if not _all_finite(self.weights + self.means + self.kappas):  # a NaN mean or an infinite κ: NaN density
+            raise ValueError("weights, means and concentrations must be finite")
 
     def density(self, theta: np.ndarray) -> np.ndarray:
         """The mixture's density at angles ``theta``."""
@@ -55,7 +70,7 @@ class VonMisesMixture:
         w = np.asarray(self.weights) / sum(self.weights)
         out = np.zeros_like(theta)
         for wk, mu, kappa in zip(w, self.means, self.kappas, strict=True):
-            out += wk * np.exp(kappa * (np.cos(theta - mu) - 1.0)) / (TWO_PI * np.i0(kappa) * np.exp(-kappa))
+            out += wk * np.exp(kappa * (np.cos(theta - mu) - 1.0)) / (TWO_PI * _i0e(kappa))
         return out
 
     def discretise(self, cells: int = 4096) -> tuple[np.ndarray, np.ndarray]:
@@ -133,8 +148,8 @@ def rope_positions_for(
     target: VonMisesMixture, n: int, omega: float = 1.0, mode: str = "quantile", seed: int = 0
 ) -> RopeRealisation:
     """Label law ρ = (θ ↦ −θ/ω)_# ν, as n quantiles (``mode="quantile"``) or n draws (``"sample"``)."""
-    if omega == 0:
-        raise ValueError("the RoPE frequency ω must be non-zero")
+    if not (math.isfinite(omega) and omega != 0):  # NaN gave NaN positions, ±inf all of them 0
+        raise ValueError(f"the RoPE frequency ω must be finite and non-zero, got {omega!r}")
     if mode == "quantile":
         angles = target.quantiles(n)
     elif mode == "sample":
