@@ -84,3 +84,22 @@ def test_rope_positions_need_a_finite_non_zero_frequency(omega):
     """ω = NaN gave NaN positions, ω = ±inf put every token at position 0."""
     with pytest.raises(ValueError, match="finite and non-zero"):
         universality.rope_positions_for(universality.VonMisesMixture(), 8, omega=omega)
+
+
+@pytest.mark.parametrize("centres, scales", [(((np.nan, 0.0),), (1.0,)), (((0.0, 0.0),), (1.0,)), (((1.0, 0.0),), (np.inf,))])
+def test_a_projected_gaussian_mixture_that_samples_nan_is_refused(centres, scales):
+    """A NaN or zero centre, or an infinite scale, sampled NaN points."""
+    with pytest.raises(ValueError, match="must be finite, and no centre 0"):
+        universality.ProjectedGaussianMixture(centres=centres, weights=(1.0,), scales=scales)
+
+
+@pytest.mark.parametrize("targets, base, match", [
+    (np.zeros((1, 3)), [1.0, 0.0, 0.0], "none of them 0"),  # NaN gauges
+    (np.eye(3), [0.0, 0.0, 0.0], "none of them 0"),  # NaN gauges
+    (np.array([[np.nan, 1.0, 0.0]]), [1.0, 0.0, 0.0], "must be finite"),  # NaN gauges
+    (np.eye(3), [1.0, 0.0], r"targets must be \(P, d\) and base \(d,\)"),  # matmul's words
+    (np.array([1.0, 0.0, 0.0]), [1.0, 0.0, 0.0], r"targets must be \(P, d\)"),  # AxisError
+])
+def test_gauges_for_targets_refuse_targets_that_give_nan_or_a_traceback(targets, base, match):
+    with pytest.raises(ValueError, match=match):
+        universality.gauges_for_targets(targets, base)

@@ -110,6 +110,10 @@ class ProjectedGaussianMixture:
             raise ValueError("centres must all have the same dimension d ≥ 2")
         if any(w < 0 for w in self.weights) or not sum(self.weights) > 0 or any(s <= 0 for s in self.scales):
             raise ValueError("weights must be non-negative (positive total) and scales positive")
+        centres = np.asarray(self.centres, dtype=np.float64)  # (K, d)
+        if not _all_finite(self.weights + self.scales) or not np.isfinite(centres).all() or \
+                not (np.linalg.norm(centres, axis=1) > 0).all():  # normalised, each gave NaN samples
+            raise ValueError("centres, weights and scales must be finite, and no centre 0")
 
     @property
     def d(self) -> int:
@@ -202,8 +206,13 @@ def stabiliser(e: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def gauges_for_targets(targets: np.ndarray, base: Sequence[float] | np.ndarray, seed: int | None = 0) -> np.ndarray:
     """G(p) = S_p R_p with R_p t_p = e and S_p e = e (S_p = I when seed is None): (P, d, d), G(p)ᵀ e = t_p."""
-    t = np.asarray(targets, dtype=np.float64)
-    e = np.asarray(base, dtype=np.float64)
+    t = np.asarray(targets, dtype=np.float64)  # (P, d)
+    e = np.asarray(base, dtype=np.float64)  # (d,)
+    if t.ndim != 2 or e.shape != t.shape[1:]:
+        raise ValueError(f"targets must be (P, d) and base (d,), got {t.shape} and {e.shape}")
+    if not (np.isfinite(t).all() and np.isfinite(e).all() and (np.linalg.norm(t, axis=1) > 0).all() and
+            np.linalg.norm(e) > 0):  # each is normalised: NaN gauges
+        raise ValueError("targets and base must be finite, and none of them 0")
     e = e / np.linalg.norm(e)
     rng = np.random.default_rng(seed) if seed is not None else None
     gauges = []
