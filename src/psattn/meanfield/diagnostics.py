@@ -118,8 +118,21 @@ DIAGNOSTIC_NAMES = (
 )
 
 
+def _check_states(x: Tensor, kernel: LabelledKernel) -> LabelledKernel:
+    """The kernel in x's dtype; a ValueError unless x is a batch (B, n, d) of the kernel's n and d on the sphere
+    (a traceback from index_add_ or einsum otherwise, and off the sphere every cosine was wrong)."""
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 3 or x.shape[1:] != (kernel.n, kernel.d):
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"states must be a floating tensor (B, n={kernel.n}, d={kernel.d}) for this kernel, got {shape}")
+    off = float((x.norm(dim=-1) - 1.0).abs().max())
+    if not off <= 1e3 * torch.finfo(x.dtype).eps:
+        raise ValueError(f"states must lie on the unit sphere (max |‖x_i‖ − 1| = {off:.2e}); normalise them first")
+    return kernel if kernel.label_factor.dtype == x.dtype else kernel.to(x.dtype)
+
+
 def diagnose(x: Tensor, kernel: LabelledKernel, threshold: float = ALIGNED_THRESHOLD) -> dict[str, Tensor]:
-    """All diagnostics of DIAGNOSTIC_NAMES for a batch of states x: (B, n, d); each value (B,)."""
+    """All diagnostics of DIAGNOSTIC_NAMES for a batch of states x: (B, n, d) on the sphere; each value (B,)."""
+    kernel = _check_states(x, kernel)
     return {
         "mean_cosine": mean_cosine(x),
         "fraction_aligned": fraction_aligned(x, threshold),
