@@ -90,6 +90,10 @@ def test_measured_cluster_count_does_not_depend_on_the_horizon():
     (lambda: plateau_energies(math.nan, 1.0), "beta must be a finite number > 0"),  # (nan, nan)
     (lambda: reduced_lifetime(-1.0, 1.0), "beta must be a finite number > 0"),  # a lifetime of 0.30
     (lambda: reduced_lifetime(2.0, math.inf), "separation must be a finite number"),
+    (lambda: reduced_lifetime(2.0, -1.0), r"separation must be an angular distance in \(0, π\)"),  # a lifetime of −0.27
+    (lambda: reduced_lifetime(2.0, 0.0), r"separation must be an angular distance in \(0, π\)"),  # NaN, 2 warnings
+    # 257, where the same angular distance 2π − 3.5 gives 27
+    (lambda: reduced_lifetime(2.0, 3.5), r"separation must be an angular distance in \(0, π\)"),
     (lambda: circle_cluster_count(np.zeros(0), 0.1), "non-empty"),  # IndexError
 ])
 def test_metastability_helpers_refuse_values_that_give_nan_or_nonsense(call, match):

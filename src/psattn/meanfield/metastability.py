@@ -70,8 +70,11 @@ def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
 
 
 def reduced_lifetime(beta: float, separation: float, points: int = 20001) -> float:
-    """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature)."""
+    """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature); the clusters'
+    angular distance φ0 = separation lies in (0, π)."""
     beta, separation = _finite("beta", beta, positive=True), _finite("separation", separation)
+    if not 0 < separation < math.pi:  # the quadrature crossed sin φ = 0: a negative lifetime, NaN, or a made-up one
+        raise ValueError(f"separation must be an angular distance in (0, π), got {separation!r}")
     # half-way energy ⇔ e^{β cos φ_m} = (e^β + e^{β cos φ0}) / 2; work with e^{β(cos φ − 1)} to avoid overflow
     target = 0.5 * (1.0 + math.exp(beta * (math.cos(separation) - 1.0)))
     phi_m = math.acos(min(1.0, 1.0 + math.log(target) / beta))
