@@ -95,6 +95,8 @@ def test_measured_cluster_count_does_not_depend_on_the_horizon():
     # 257, where the same angular distance 2π − 3.5 gives 27
     (lambda: reduced_lifetime(2.0, 3.5), r"separation must be an angular distance in \(0, π\)"),
     (lambda: circle_cluster_count(np.zeros(0), 0.1), "non-empty"),  # IndexError
+    (lambda: circle_cluster_count(np.array([0.0, 0.1]), -0.1), r"gap must be an angle in \[0, 2π\)"),  # 2 clusters
+    (lambda: circle_cluster_count(np.array([0.0, 3.0]), math.nan), "gap must be a finite number"),  # 1 cluster
 ])
 def test_metastability_helpers_refuse_values_that_give_nan_or_nonsense(call, match):
     with pytest.raises(ValueError, match=match):

@@ -194,6 +194,8 @@ def circle_cluster_count(angles: np.ndarray, gap: float) -> int:
     a = np.sort(np.mod(np.asarray(angles, dtype=np.float64), 2 * np.pi))
     if a.ndim != 1 or a.size == 0 or not np.isfinite(a).all():
         raise ValueError(f"angles must be a non-empty list of finite numbers, got shape {a.shape}")
+    if not 0 <= _finite("gap", gap) < 2 * np.pi:  # NaN counted 1 cluster, a negative gap one per point
+        raise ValueError(f"gap must be an angle in [0, 2π), got {gap!r}")
     gaps = np.diff(np.append(a, a[0] + 2 * np.pi))
     return max(1, int((gaps > gap).sum()))
 
