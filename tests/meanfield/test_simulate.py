@@ -168,3 +168,29 @@ def test_simulate_names_a_complex_start_a_bad_progress_and_an_unknown_diagnostic
         simulate(cfg, progress=3)
     with pytest.raises(KeyError, match="recorded: mean_cosine"):  # KeyError: 'spread'
         simulate(cfg).final("spread")
+
+
+def test_a_trajectory_keeps_the_config_it_ran_with():
+    """A sweep that set cfg.beta and ran again left every Trajectory.config (and its summary) at the last beta."""
+    cfg = _cfg("rope", batch=1, tau=0.5)
+    runs = []
+    for beta in (0.5, 2.0):
+        cfg.beta = beta
+        runs.append(simulate(cfg))
+    assert [t.config.beta for t in runs] == [0.5, 2.0]
+    cfg.kernel.frequencies = (0.25,)
+    assert runs[1].config.kernel.frequencies is None
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("beta", float("nan"), "beta must be finite"),  # 'tau = 3 in steps of nan takes inf steps'
+    ("n_records", 0, "n_records must be ≥ 2"),  # IndexError
+    ("labels", (0.0, 1.0), "labels must have length n = 12"),  # einsum()
+    ("dtype", "float16", "unknown dtype"),  # KeyError
+    ("threshold", 2.0, r"threshold must lie in \(−1, 1\)"),  # ran, every pair "not aligned"
+])
+def test_a_field_set_after_construction_is_checked_when_the_run_starts(field, value, match):
+    cfg = _cfg("rope", batch=1)
+    setattr(cfg, field, value)
+    with pytest.raises(ValueError, match=match):
+        simulate(cfg)

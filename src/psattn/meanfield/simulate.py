@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 class Trajectory:
     """Everything a run produced. B = config.batch, S = steps, R = records."""
 
-    config: SimulationConfig
+    config: SimulationConfig  # the run's own copy, validated
     kernel: LabelledKernel  # labels, label factor and gauges of the run
     x: Tensor  # (B, n, d) final content state
     x0: Tensor  # (B, n, d) initial content state
@@ -84,6 +84,9 @@ def simulate(
     """
     if not isinstance(config, SimulationConfig):
         raise TypeError(f"simulate takes a SimulationConfig (SimulationConfig(**fields)), got {type(config).__name__}")
+    # a validated copy: a field set after construction is checked, and changing it later (a sweep that sets
+    # cfg.beta and runs again) leaves this run's Trajectory.config as it ran
+    config = replace(config, kernel=replace(config.kernel))
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
     dtype = config.torch_dtype
