@@ -131,3 +131,12 @@ def test_diagnose_of_float32_states_with_a_float64_kernel():
     for name, value in diagnose(x.float(), kernel).items():
         assert value.dtype == torch.float32
         assert torch.allclose(value.double(), diagnose(x, kernel)[name], atol=1e-5, equal_nan=True), name
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), 1.0, -1.5])
+def test_a_threshold_that_is_not_a_cosine_is_refused(threshold):
+    """NaN compares false: no pair counted as aligned and every particle its own cluster, without a word."""
+    x = _f64([[0.0, 0.0, 1.0]]).expand(1, 5, 3)
+    for count in (fraction_aligned, cluster_count):
+        with pytest.raises(ValueError, match=r"threshold must be a cosine in \(−1, 1\)"):
+            count(x, threshold)
