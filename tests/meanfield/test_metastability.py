@@ -121,3 +121,11 @@ def test_the_predicted_cluster_count_needs_a_positive_beta():
 def test_the_lifetime_fit_and_crossing_time_refuse_what_gives_a_wrong_number(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("separation", [1e-12, 1e-9, 1e-6])
+def test_the_reduced_lifetime_of_nearby_clusters_tends_to_log_sqrt_two(separation):
+    """Near φ = 0 the ODE is dφ/dt ≈ −φ, and the half-way energy sits at φ0/√2: a lifetime of ln √2 for any β.
+    1 − cos φ0 cancelled to 0, which put φ_m at 0 and gave a lifetime of inf below φ0 ≈ 1e-8 (1e-4 off at 1e-6)."""
+    for beta in (0.5, 7.0):
+        assert reduced_lifetime(beta, separation) == pytest.approx(0.5 * math.log(2.0), rel=1e-8)
