@@ -194,3 +194,16 @@ def test_a_field_set_after_construction_is_checked_when_the_run_starts(field, va
     setattr(cfg, field, value)
     with pytest.raises(ValueError, match=match):
         simulate(cfg)
+
+
+@pytest.mark.parametrize("frame", ["comoving", "direct"])
+def test_sa_with_a_token_that_interacts_with_none_is_refused_and_usa_runs(frame):
+    """A zero row of the label factor makes SA's Z_i = 0: the state was 0/0 = NaN from the first step."""
+    c = torch.ones(4, 4, dtype=torch.float64)
+    c[1, :] = c[:, 1] = 0.0
+    kernel = KernelConfig("gauge", gauges=[torch.eye(3).tolist()], label_factor=c.tolist())
+    cfg = dict(n=4, d=3, tau=0.5, frame=frame, kernel=kernel)
+    with pytest.raises(ValueError, match=r"Z_i .* is 0 for tokens \[1\]"):
+        simulate(SimulationConfig(dynamics="sa", **cfg))
+    traj = simulate(SimulationConfig(dynamics="usa", **cfg))  # token 1 stands still
+    assert torch.equal(traj.x[:, 1], traj.x0[:, 1]) and bool(torch.isfinite(traj.x).all())

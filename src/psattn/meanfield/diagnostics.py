@@ -134,6 +134,8 @@ def _check_states(x: Tensor, kernel: LabelledKernel) -> LabelledKernel:
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 3 or x.shape[1:] != (kernel.n, kernel.d):
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"states must be a floating tensor (B, n={kernel.n}, d={kernel.d}) for this kernel, got {shape}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("states must be finite, got NaN or infinite entries")
     off = float((x.norm(dim=-1) - 1.0).abs().max())
     if not off <= 1e3 * torch.finfo(x.dtype).eps:
         raise ValueError(f"states must lie on the unit sphere (max |‖x_i‖ − 1| = {off:.2e}); normalise them first")

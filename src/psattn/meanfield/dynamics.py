@@ -21,6 +21,7 @@ argument onto the sphere, which makes it the 0-homogeneous extension that RK4 st
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Protocol
 
 import torch
@@ -44,16 +45,22 @@ def tangent_part(x: Tensor, m: Tensor) -> Tensor:
     return m - (m * x).sum(-1, keepdim=True) * x
 
 
-def _check_dynamics(dynamics: str) -> None:
+def _check_dynamics(dynamics: str, label_factor: Tensor) -> None:
+    """A ValueError for an unknown dynamics, and for SA where a token interacts with none (a zero row of c makes
+    Z_i = 0, and the run NaN)."""
     if dynamics not in DYNAMICS:
         raise ValueError(f"unknown dynamics {dynamics!r}; choose one of {DYNAMICS}")
+    lonely = torch.nonzero(~(label_factor != 0).any(-1)).flatten().tolist()
+    if dynamics == "sa" and lonely:
+        raise ValueError(f"SA normalises each token's attention by Z_i = Σ_k |c_ik| e^(β⟨·,·⟩), which is 0 for tokens "
+                         f"{reprlib.repr(lonely)} (their row of the label factor is zero); use dynamics 'usa'")
 
 
 class ComovingField:
     """Plain USA/SA with label factor c, in co-moving coordinates y_i = G(ξ_i) x_i."""
 
     def __init__(self, label_factor: Tensor, beta: float, dynamics: str) -> None:
-        _check_dynamics(dynamics)
+        _check_dynamics(dynamics, label_factor)
         plain = bool((label_factor == 1).all())  # c ≡ 1: skip the (n, n) products with c and |c|
         self.c = None if plain else label_factor  # (n, n)
         self.abs_c = None if plain else label_factor.abs()
@@ -79,7 +86,7 @@ class DirectField:
     """The same field with every pair matrix A_ij applied explicitly (reference path)."""
 
     def __init__(self, label_factor: Tensor, pair_matrices: Tensor, beta: float, dynamics: str) -> None:
-        _check_dynamics(dynamics)
+        _check_dynamics(dynamics, label_factor)
         self.c = label_factor  # (n, n)
         self.abs_c = label_factor.abs()
         self.pairs = pair_matrices  # (n, n, d, d)
