@@ -207,3 +207,15 @@ def test_sa_with_a_token_that_interacts_with_none_is_refused_and_usa_runs(frame)
         simulate(SimulationConfig(dynamics="sa", **cfg))
     traj = simulate(SimulationConfig(dynamics="usa", **cfg))  # token 1 stands still
     assert torch.equal(traj.x[:, 1], traj.x0[:, 1]) and bool(torch.isfinite(traj.x).all())
+
+
+@pytest.mark.parametrize("frame", ["comoving", "direct"])
+def test_the_float32_energy_of_a_cluster_at_large_beta_is_finite(frame):
+    """E_h = e^β Σ W / (2βn²) fits in float32 for β ≤ 79, but e^β Σ W (formed first) overflowed once the
+    particles clustered: the energy was inf at every step and the check read it as non-decreasing."""
+    x0 = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64) + 1e-4 * torch.randn(1, 200, 3, dtype=torch.float64,
+                                                                                 generator=torch.Generator().manual_seed(0))
+    cfg = dict(n=200, d=3, beta=79.0, dynamics="sa", tau=0.2, frame=frame)
+    f32, f64 = simulate(SimulationConfig(dtype="float32", **cfg), x0), simulate(SimulationConfig(**cfg), x0)
+    assert bool(torch.isfinite(f32.energy).all()) and f32.energy_check.monotone
+    assert torch.allclose(f32.energy.double(), f64.energy, rtol=1e-4)

@@ -73,7 +73,7 @@ class ComovingField:
         gram = y @ y.transpose(-1, -2)  # (B, n, n) ⟨y_i, y_j⟩
         boltz = gram.sub_(1.0).mul_(self.beta).exp_()  # in place: e^{β(⟨y_i,y_j⟩−1)} ≤ 1, no overflow
         w = boltz if self.c is None else self.c * boltz  # (B, n, n) W_ij e^{−β}
-        energy = math.exp(self.beta) * w.sum((-1, -2)) / (2 * self.beta * n * n)
+        energy = w.sum((-1, -2)) / (2 * self.beta * n * n) * math.exp(self.beta)  # divided first: e^β Σ W overflowed
         if self.normalised:
             z = boltz if self.abs_c is None else self.abs_c * boltz
             drift = (w @ y) / z.sum(-1, keepdim=True)  # Z_i e^{−β}: (B, n, 1)
@@ -100,7 +100,7 @@ class DirectField:
         inner = torch.einsum("Bia,Bija->Bij", x, ax)  # (B, n, n): ⟨x_i, A_ij x_j⟩
         boltz = torch.exp(self.beta * (inner - 1.0))
         w = self.c * boltz
-        energy = math.exp(self.beta) * w.sum((-1, -2)) / (2 * self.beta * n * n)
+        energy = w.sum((-1, -2)) / (2 * self.beta * n * n) * math.exp(self.beta)  # divided first, as above
         if self.normalised:
             z = (self.abs_c * boltz).sum(-1, keepdim=True)  # (B, n, 1)
             drift = torch.einsum("Bij,Bija->Bia", w / z, ax)
