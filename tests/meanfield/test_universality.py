@@ -103,3 +103,13 @@ def test_a_projected_gaussian_mixture_that_samples_nan_is_refused(centres, scale
 def test_gauges_for_targets_refuse_targets_that_give_nan_or_a_traceback(targets, base, match):
     with pytest.raises(ValueError, match=match):
         universality.gauges_for_targets(targets, base)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True])
+def test_a_count_of_points_that_is_not_a_positive_integer_is_refused(n):
+    """quantiles(0) and quantiles(-1) gave no points, quantiles(2.5) three, sample(-1) NumPy's 'negative dimensions'."""
+    for draw in (lambda: universality.VonMisesMixture().quantiles(n), lambda: universality.VonMisesMixture().sample(n, 0),
+                 lambda: universality.default_sphere_target(3).sample(n, 0),
+                 lambda: universality.rope_positions_for(universality.VonMisesMixture(), n)):
+        with pytest.raises(ValueError, match="n must be an integer ≥ 1"):
+            draw()

@@ -28,6 +28,7 @@ x̃_i = G(p_i)ᵀ Q G(p_i) x_i, which maps the flow's maximiser onto the theorem
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,13 @@ TWO_PI = 2.0 * np.pi
 
 def _all_finite(values: Sequence[float]) -> bool:
     return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+
+
+def _count(n: int) -> int:
+    """``n`` if it is an integer ≥ 1 (not a bool), else a ValueError (0 or less gave no points, 2.5 three)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be an integer ≥ 1 (points), got {n!r}")
+    return int(n)
 
 
 def _i0e(kappa: float) -> float:
@@ -81,6 +89,7 @@ class VonMisesMixture:
 
     def quantiles(self, n: int, cells: int = 1 << 16) -> np.ndarray:
         """θ_i = F⁻¹((i + ½)/n), i = 0..n−1, with F the CDF from angle 0: (n,) increasing in [0, 2π)."""
+        n = _count(n)
         mid, mass = self.discretise(cells)
         edges = np.linspace(0.0, TWO_PI, cells + 1)
         cdf = np.concatenate([[0.0], np.cumsum(mass)])
@@ -88,6 +97,7 @@ class VonMisesMixture:
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """n i.i.d. angles in [0, 2π)."""
+        n = _count(n)
         rng = np.random.default_rng(seed)
         w = np.asarray(self.weights) / sum(self.weights)
         comp = rng.choice(len(w), size=n, p=w)
@@ -121,6 +131,7 @@ class ProjectedGaussianMixture:
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """n i.i.d. points (n, d)."""
+        n = _count(n)
         rng = np.random.default_rng(seed)
         w = np.asarray(self.weights) / sum(self.weights)
         comp = rng.choice(len(w), size=n, p=w)
