@@ -114,6 +114,17 @@ def test_default_labels():
     assert build_kernel(SimulationConfig(n=4)).labels.tolist() == [0, 0, 0, 0]
 
 
+def test_given_labels_reach_the_kernel_of_every_name():
+    """Labels given to the 'usa' kernel came back as zeros, and those given to 'pair' as 0..n−1: the run's
+    labels (and its per-label diagnostics) were not the ones asked for."""
+    assert build_kernel(SimulationConfig(n=4, labels=(3.0,) * 4)).labels.tolist() == [3.0] * 4
+    pairs = torch.eye(3, dtype=torch.float64).expand(4, 4, 3, 3).tolist()
+    cfg = SimulationConfig(n=4, d=3, kernel=KernelConfig("pair", pair_matrices=pairs), labels=(0.0, 0.0, 1.0, 1.0))
+    assert build_kernel(cfg).labels.tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert build_kernel(SimulationConfig(n=4, d=3, kernel=KernelConfig("pair", pair_matrices=pairs))).labels.tolist() == [
+        0.0, 1.0, 2.0, 3.0]
+
+
 def test_kernel_given_as_dict_and_to_dict_round_trip():
     cfg = SimulationConfig(n=4, kernel={"name": "cosine_toeplitz", "omega": 0.5})
     assert isinstance(cfg.kernel, KernelConfig)

@@ -110,3 +110,33 @@ def test_cluster_count_of_a_long_chain_is_one():
     t = torch.linspace(0, 3, 300, dtype=torch.float64)
     chain = torch.stack([t.cos(), t.sin()], -1)[None]  # spacing 0.01 rad: every neighbour within 0.999
     assert cluster_count(chain).item() == 1
+
+
+def test_diagnose_refuses_states_that_do_not_fit_the_kernel_or_the_sphere():
+    """A state without a batch axis, or of another n or d than the kernel, failed deep in torch (unpacking,
+    index_add_, einsum); one off the sphere gave wrong cosines (a mean cosine of −1.1) without a word."""
+    kernel = rope_kernel(range(5), 3, (1.0,))
+    x = torch.nn.functional.normalize(torch.randn(1, 5, 3, dtype=torch.float64), dim=-1)
+    for bad in (x[0], x[:, :4], torch.nn.functional.normalize(torch.randn(1, 5, 4, dtype=torch.float64), dim=-1)):
+        with pytest.raises(ValueError, match=r"states must be a floating tensor \(B, n=5, d=3\)"):
+            diagnose(bad, kernel)
+    with pytest.raises(ValueError, match="states must lie on the unit sphere"):
+        diagnose(3 * x, kernel)
+
+
+def test_diagnose_of_float32_states_with_a_float64_kernel():
+    """The kernel's float64 gauges met float32 states in einsum: 'expected scalar type Float but found Double'."""
+    kernel = rope_kernel(range(5), 3, (1.0,))
+    x = torch.nn.functional.normalize(torch.randn(2, 5, 3, dtype=torch.float64), dim=-1)
+    for name, value in diagnose(x.float(), kernel).items():
+        assert value.dtype == torch.float32
+        assert torch.allclose(value.double(), diagnose(x, kernel)[name], atol=1e-5, equal_nan=True), name
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), 1.0, -1.5])
+def test_a_threshold_that_is_not_a_cosine_is_refused(threshold):
+    """NaN compares false: no pair counted as aligned and every particle its own cluster, without a word."""
+    x = _f64([[0.0, 0.0, 1.0]]).expand(1, 5, 3)
+    for count in (fraction_aligned, cluster_count):
+        with pytest.raises(ValueError, match=r"threshold must be a cosine in \(−1, 1\)"):
+            count(x, threshold)

@@ -69,6 +69,9 @@ def test_coupling_bound_dominates_the_circle_w1():
     (lambda: energy_distance(np.full((3, 2), np.nan), np.zeros((3, 2))), r"points_a must be \(n, d\) finite"),  # nan
     (lambda: energy_distance(np.zeros(3), np.zeros(3)), r"points_a must be \(n, d\)"),  # AxisError
     (lambda: energy_distance(np.zeros((3, 2)), np.zeros((3, 3))), "one dimension d, got 2 and 3"),  # matmul's words
+    (lambda: coupling_w1_bound(np.full((2, 3), np.nan), np.ones((2, 3))), r"points_a must be \(n, d\) finite"),  # nan
+    (lambda: coupling_w1_bound(np.zeros((0, 3)), np.zeros((0, 3))), r"points_a must be \(n, d\)"),  # nan, 2 warnings
+    (lambda: coupling_w1_bound(np.ones(2), np.ones(2)), r"points_a must be \(n, d\)"),  # AxisError
 ])
 def test_distances_refuse_points_that_give_nan_or_a_traceback(call, match):
     with pytest.raises(ValueError, match=match):

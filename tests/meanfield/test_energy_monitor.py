@@ -1,5 +1,6 @@
 """Energy monotonicity report and staircase plateaus on synthetic series."""
 
+import pytest
 import torch
 
 from psattn.meanfield.energy_monitor import check_monotone, energy_plateaus
@@ -37,3 +38,27 @@ def test_staircase_plateaus():
     assert [round(p.start, 2) for p in plateaus] == [0.0, 4.0, 9.0]
     assert [round(p.length, 2) for p in plateaus] == [3.0, 4.0, 1.0]
     assert [round(p.energy, 6) for p in plateaus] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("check", [lambda t, e: check_monotone(t, e, step_size=0.1), energy_plateaus])
+def test_a_series_that_does_not_fit_its_times_is_refused(check):
+    """An energy series longer or shorter than its times was cut to fit."""
+    t = torch.linspace(0.0, 1.0, 11, dtype=torch.float64)
+    e = t**2 + 1
+    for bad in (e[:-1], torch.cat([e, e[-1:]])):
+        with pytest.raises(ValueError, match=r"times must be \(S\+1,\) and energy"):
+            check(t, bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_energy_that_is_not_finite_fails_the_check(bad):
+    """A NaN compares false and inf − inf is NaN: check_monotone called such a series non-decreasing, and
+    energy_plateaus found no plateau in it."""
+    t = torch.linspace(0.0, 1.0, 11, dtype=torch.float64)
+    e = torch.stack([t**2 + 1, t + 1], -1)  # (S+1, B)
+    e[4:, 1] = bad
+    check = check_monotone(t, e, step_size=0.1)
+    assert not check.monotone and check.n_non_finite == 7 and check.first_violation_time == pytest.approx(0.4)
+    assert "energy not finite at 7 of its values (first at t = 0.4" in check.summary()
+    with pytest.raises(ValueError, match="must be finite"):
+        energy_plateaus(t, e[:, 1])

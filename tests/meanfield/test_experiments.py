@@ -23,6 +23,13 @@ def test_unknown_paper_kernel_rejected():
         paper_kernel("alibi", 8)
 
 
+def test_a_paper_kernel_for_no_particles_and_a_runner_on_no_threads_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="n must be an integer ≥ 2"):  # ZeroDivisionError
+        paper_kernel("rope", 0)
+    with pytest.raises(ValueError, match="threads must be an integer ≥ 1 or None"):  # torch's words, no name
+        run_experiments(paper_configs(ns=(8,), kernels=("usa",), tau=0.1), tmp_path, threads=0)
+
+
 def test_runner_writes_summary_and_plots_read_it(tmp_path):
     configs = paper_configs(ns=(8,), tau=1.0, batch=2)
     summary = run_experiments(configs, tmp_path)

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from psattn.meanfield.gauges import (
@@ -47,3 +48,11 @@ def test_generalised_rope_with_shared_axis_is_not_translation_invariant():
     a01 = g[0].T @ g[1]
     a23 = g[2].T @ g[3]
     assert not torch.allclose(a01, a23, atol=1e-6)
+
+
+def test_a_plane_rotation_needs_two_distinct_axes_of_the_space():
+    """a == b wrote cos θ and −sin θ into one cell (a matrix that is not orthogonal); an axis beyond d an IndexError."""
+    angles = torch.tensor([1.0], dtype=torch.float64)
+    for a, b in ((1, 1), (0, 3), (-1, 0)):
+        with pytest.raises(ValueError, match=f"plane \\({a}, {b}\\) is not a pair of distinct axes in d=3"):
+            plane_rotation(angles, 3, a, b)

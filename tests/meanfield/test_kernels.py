@@ -86,3 +86,20 @@ def test_non_finite_tables_are_refused():
         kernels.gauge_kernel([0, 0], torch.eye(2).repeat(1, 1, 1), torch.full((2, 2), float("nan")))
     with pytest.raises(ValueError, match="labels must be finite"):
         kernels.rope_kernel([0.0, float("nan")], 2, (1.0,))
+
+
+def test_a_kernel_built_from_tensors_of_the_wrong_kind_is_refused_in_one_line():
+    """A NumPy or integer label factor failed in torch.isfinite or torch.finfo; no labels failed in max() of an
+    empty tensor; a (2, 2) table of labels and d = 0 were taken without a word."""
+    labels, ones = torch.zeros(2, dtype=torch.float64), torch.ones(2, 2, dtype=torch.float64)
+    with pytest.raises(TypeError, match="label factor must be a floating torch.Tensor, got ndarray"):
+        kernels.LabelledKernel("x", 3, labels, ones.numpy())
+    with pytest.raises(TypeError, match="label factor must be a floating torch.Tensor, got torch.int64"):
+        kernels.LabelledKernel("x", 3, labels, ones.long())
+    with pytest.raises(ValueError, match=r"labels must be one per token, \(n,\) with n ≥ 1, got shape \(0,\)"):
+        kernels.rope_kernel([], 3, (1.0,))
+    with pytest.raises(ValueError, match=r"labels must be one per token, \(n,\) with n ≥ 1, got shape \(2, 2\)"):
+        kernels.LabelledKernel("x", 3, torch.zeros(2, 2, dtype=torch.float64), ones)
+    with pytest.raises(ValueError, match="dimension d must be an integer ≥ 1, got 0"):
+        kernels.rope_kernel([0.0, 1.0], 0, ())
+    assert kernels.LabelledKernel("x", 3, torch.tensor([0, 1]), ones).n == 2  # integer labels (prompt ids) are fine

@@ -90,7 +90,13 @@ def test_measured_cluster_count_does_not_depend_on_the_horizon():
     (lambda: plateau_energies(math.nan, 1.0), "beta must be a finite number > 0"),  # (nan, nan)
     (lambda: reduced_lifetime(-1.0, 1.0), "beta must be a finite number > 0"),  # a lifetime of 0.30
     (lambda: reduced_lifetime(2.0, math.inf), "separation must be a finite number"),
+    (lambda: reduced_lifetime(2.0, -1.0), r"separation must be an angular distance in \(0, π\)"),  # a lifetime of −0.27
+    (lambda: reduced_lifetime(2.0, 0.0), r"separation must be an angular distance in \(0, π\)"),  # NaN, 2 warnings
+    # 257, where the same angular distance 2π − 3.5 gives 27
+    (lambda: reduced_lifetime(2.0, 3.5), r"separation must be an angular distance in \(0, π\)"),
     (lambda: circle_cluster_count(np.zeros(0), 0.1), "non-empty"),  # IndexError
+    (lambda: circle_cluster_count(np.array([0.0, 0.1]), -0.1), r"gap must be an angle in \[0, 2π\)"),  # 2 clusters
+    (lambda: circle_cluster_count(np.array([0.0, 3.0]), math.nan), "gap must be a finite number"),  # 1 cluster
 ])
 def test_metastability_helpers_refuse_values_that_give_nan_or_nonsense(call, match):
     with pytest.raises(ValueError, match=match):
@@ -115,3 +121,11 @@ def test_the_predicted_cluster_count_needs_a_positive_beta():
 def test_the_lifetime_fit_and_crossing_time_refuse_what_gives_a_wrong_number(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("separation", [1e-12, 1e-9, 1e-6])
+def test_the_reduced_lifetime_of_nearby_clusters_tends_to_log_sqrt_two(separation):
+    """Near φ = 0 the ODE is dφ/dt ≈ −φ, and the half-way energy sits at φ0/√2: a lifetime of ln √2 for any β.
+    1 − cos φ0 cancelled to 0, which put φ_m at 0 and gave a lifetime of inf below φ0 ≈ 1e-8 (1e-4 off at 1e-6)."""
+    for beta in (0.5, 7.0):
+        assert reduced_lifetime(beta, separation) == pytest.approx(0.5 * math.log(2.0), rel=1e-8)

@@ -146,3 +146,76 @@ def test_a_starting_state_that_cannot_be_put_on_the_sphere_is_refused():
         simulate(cfg, x0=x0.tolist())
     with pytest.raises(TypeError, match="simulate takes a SimulationConfig"):
         simulate({"n": 12})  # 'dict' object has no attribute 'torch_dtype'
+
+
+@pytest.mark.parametrize("scale, dtype", [(1e-200, "float64"), (1e200, "float64"), (1e-50, "float32"), (1e300, "float32")])
+def test_a_starting_state_of_any_finite_scale_is_put_on_the_sphere(scale, dtype):
+    """Particles of tiny or huge norm (‖x_i‖² under- or overflows, or x_i does when cast to float32) gave an
+    all-NaN run; each is put on the sphere by its norm, as x0 of ordinary size is."""
+    cfg = _cfg("rope", batch=1, dtype=dtype)
+    x0 = initial_state(_cfg("rope", batch=1))  # (1, n, d) float64 on the sphere
+    traj = simulate(cfg, x0=scale * x0)
+    assert torch.allclose(traj.x0.double(), x0, atol=1e-6)
+    assert torch.allclose(traj.x, simulate(cfg, x0=x0).x)
+
+
+def test_simulate_names_a_complex_start_a_bad_progress_and_an_unknown_diagnostic():
+    cfg = _cfg("usa", batch=1)
+    x0 = initial_state(cfg)
+    with pytest.raises(TypeError, match="x0 must be a real tensor"):  # the imaginary part was dropped, with a warning
+        simulate(cfg, x0=x0.to(torch.complex128))
+    with pytest.raises(TypeError, match="progress must be a function"):  # 'int' object is not callable, at step 0
+        simulate(cfg, progress=3)
+    with pytest.raises(KeyError, match="recorded: mean_cosine"):  # KeyError: 'spread'
+        simulate(cfg).final("spread")
+
+
+def test_a_trajectory_keeps_the_config_it_ran_with():
+    """A sweep that set cfg.beta and ran again left every Trajectory.config (and its summary) at the last beta."""
+    cfg = _cfg("rope", batch=1, tau=0.5)
+    runs = []
+    for beta in (0.5, 2.0):
+        cfg.beta = beta
+        runs.append(simulate(cfg))
+    assert [t.config.beta for t in runs] == [0.5, 2.0]
+    cfg.kernel.frequencies = (0.25,)
+    assert runs[1].config.kernel.frequencies is None
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("beta", float("nan"), "beta must be finite"),  # 'tau = 3 in steps of nan takes inf steps'
+    ("n_records", 0, "n_records must be ≥ 2"),  # IndexError
+    ("labels", (0.0, 1.0), "labels must have length n = 12"),  # einsum()
+    ("dtype", "float16", "unknown dtype"),  # KeyError
+    ("threshold", 2.0, r"threshold must lie in \(−1, 1\)"),  # ran, every pair "not aligned"
+])
+def test_a_field_set_after_construction_is_checked_when_the_run_starts(field, value, match):
+    cfg = _cfg("rope", batch=1)
+    setattr(cfg, field, value)
+    with pytest.raises(ValueError, match=match):
+        simulate(cfg)
+
+
+@pytest.mark.parametrize("frame", ["comoving", "direct"])
+def test_sa_with_a_token_that_interacts_with_none_is_refused_and_usa_runs(frame):
+    """A zero row of the label factor makes SA's Z_i = 0: the state was 0/0 = NaN from the first step."""
+    c = torch.ones(4, 4, dtype=torch.float64)
+    c[1, :] = c[:, 1] = 0.0
+    kernel = KernelConfig("gauge", gauges=[torch.eye(3).tolist()], label_factor=c.tolist())
+    cfg = dict(n=4, d=3, tau=0.5, frame=frame, kernel=kernel)
+    with pytest.raises(ValueError, match=r"Z_i .* is 0 for tokens \[1\]"):
+        simulate(SimulationConfig(dynamics="sa", **cfg))
+    traj = simulate(SimulationConfig(dynamics="usa", **cfg))  # token 1 stands still
+    assert torch.equal(traj.x[:, 1], traj.x0[:, 1]) and bool(torch.isfinite(traj.x).all())
+
+
+@pytest.mark.parametrize("frame", ["comoving", "direct"])
+def test_the_float32_energy_of_a_cluster_at_large_beta_is_finite(frame):
+    """E_h = e^β Σ W / (2βn²) fits in float32 for β ≤ 79, but e^β Σ W (formed first) overflowed once the
+    particles clustered: the energy was inf at every step and the check read it as non-decreasing."""
+    x0 = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64) + 1e-4 * torch.randn(1, 200, 3, dtype=torch.float64,
+                                                                                 generator=torch.Generator().manual_seed(0))
+    cfg = dict(n=200, d=3, beta=79.0, dynamics="sa", tau=0.2, frame=frame)
+    f32, f64 = simulate(SimulationConfig(dtype="float32", **cfg), x0), simulate(SimulationConfig(**cfg), x0)
+    assert bool(torch.isfinite(f32.energy).all()) and f32.energy_check.monotone
+    assert torch.allclose(f32.energy.double(), f64.energy, rtol=1e-4)

@@ -60,3 +60,56 @@ def test_projected_gaussian_mixture_validates_and_samples_unit_vectors():
     assert x.shape == (100, 3) and np.allclose(np.linalg.norm(x, axis=1), 1.0)
     with pytest.raises(ValueError, match="scales"):
         universality.ProjectedGaussianMixture(centres=((1.0, 0.0),), weights=(1.0,), scales=(0.0,))
+
+
+@pytest.mark.parametrize("kappa", [650.0, 710.0, 2000.0])
+def test_a_concentrated_von_mises_law_has_a_finite_density_of_mass_one(kappa):
+    """np.i0(κ) overflows beyond κ ≈ 709: the density, its grid and its quantiles were all NaN."""
+    law = universality.VonMisesMixture(weights=(1.0,), means=(1.0,), kappas=(kappa,))
+    cells = 1 << 16
+    grid = (np.arange(cells) + 0.5) * 2 * np.pi / cells
+    assert np.sum(law.density(grid)) * 2 * np.pi / cells == pytest.approx(1.0, rel=1e-9)
+    assert law.quantiles(1)[0] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("kwargs", [dict(means=(float("nan"),)), dict(kappas=(float("inf"),))])
+def test_a_von_mises_law_of_non_finite_parameters_is_refused(kwargs):
+    """A NaN mean or an infinite concentration gave a NaN density and NaN quantiles."""
+    with pytest.raises(ValueError, match="must be finite"):
+        universality.VonMisesMixture(**{**dict(weights=(1.0,), means=(0.0,), kappas=(1.0,)), **kwargs})
+
+
+@pytest.mark.parametrize("omega", [float("nan"), float("inf"), 0.0])
+def test_rope_positions_need_a_finite_non_zero_frequency(omega):
+    """ω = NaN gave NaN positions, ω = ±inf put every token at position 0."""
+    with pytest.raises(ValueError, match="finite and non-zero"):
+        universality.rope_positions_for(universality.VonMisesMixture(), 8, omega=omega)
+
+
+@pytest.mark.parametrize("centres, scales", [(((np.nan, 0.0),), (1.0,)), (((0.0, 0.0),), (1.0,)), (((1.0, 0.0),), (np.inf,))])
+def test_a_projected_gaussian_mixture_that_samples_nan_is_refused(centres, scales):
+    """A NaN or zero centre, or an infinite scale, sampled NaN points."""
+    with pytest.raises(ValueError, match="must be finite, and no centre 0"):
+        universality.ProjectedGaussianMixture(centres=centres, weights=(1.0,), scales=scales)
+
+
+@pytest.mark.parametrize("targets, base, match", [
+    (np.zeros((1, 3)), [1.0, 0.0, 0.0], "none of them 0"),  # NaN gauges
+    (np.eye(3), [0.0, 0.0, 0.0], "none of them 0"),  # NaN gauges
+    (np.array([[np.nan, 1.0, 0.0]]), [1.0, 0.0, 0.0], "must be finite"),  # NaN gauges
+    (np.eye(3), [1.0, 0.0], r"targets must be \(P, d\) and base \(d,\)"),  # matmul's words
+    (np.array([1.0, 0.0, 0.0]), [1.0, 0.0, 0.0], r"targets must be \(P, d\)"),  # AxisError
+])
+def test_gauges_for_targets_refuse_targets_that_give_nan_or_a_traceback(targets, base, match):
+    with pytest.raises(ValueError, match=match):
+        universality.gauges_for_targets(targets, base)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True])
+def test_a_count_of_points_that_is_not_a_positive_integer_is_refused(n):
+    """quantiles(0) and quantiles(-1) gave no points, quantiles(2.5) three, sample(-1) NumPy's 'negative dimensions'."""
+    for draw in (lambda: universality.VonMisesMixture().quantiles(n), lambda: universality.VonMisesMixture().sample(n, 0),
+                 lambda: universality.default_sphere_target(3).sample(n, 0),
+                 lambda: universality.rope_positions_for(universality.VonMisesMixture(), n)):
+        with pytest.raises(ValueError, match="n must be an integer ≥ 1"):
+            draw()

@@ -85,3 +85,11 @@ def test_uniqueness_shows_a_solution_that_needs_dc_neutrality(reference_results)
     # a concrete non-shear solution of every other constraint, checked by substitution (not a free symbol)
     line = next(d for d in reference_results["uniqueness"].details.split("; ") if "dropping DC-neutrality" in d)
     assert line.startswith("ok:") and "a_q = 2 with {" in line and "n_q: 1/2" in line, line
+
+
+def test_run_certificates_names_an_operator_or_a_name_list_of_the_wrong_kind():
+    """op = "psa" raised an AttributeError on op.name; names = "symplecticity" was read letter by letter."""
+    with pytest.raises(TypeError, match="op must be an OperatorUnderTest"):
+        run_certificates("psa", ["symplecticity"])
+    with pytest.raises(TypeError, match=r"names must be a list of certificate names, .*use \['symplecticity'\]"):
+        run_certificates(REFERENCE, "symplecticity")

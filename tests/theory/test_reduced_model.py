@@ -95,3 +95,21 @@ def test_a_transition_that_would_never_end_is_refused(kwargs, match):
     """An infinite d_k or an rtol <= 0 kept the bisection going forever (hi - lo > rtol * hi held at 5e-324)."""
     with pytest.raises(ValueError, match=match):
         ReducedModel(16, n_samples=4).transition(**kwargs)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda m: m.log_partition(math.inf), "u must be a finite number"),  # (nan, nan) and a RuntimeWarning
+    (lambda m: m.margin(math.nan, 64.0), "u must be a finite number"),  # nan
+    (lambda m: m.margin(1.0, -4.0), "d_k must be a finite number > 0"),  # math domain error
+    (lambda m: m.target_weight(math.nan, 64.0), "gamma must be a finite number"),  # nan
+    (lambda m: m.target_weight(1.0, math.inf), "d_k must be a finite number > 0"),  # 0.0
+])
+def test_the_reduced_models_curves_refuse_arguments_that_give_nan(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(ReducedModel(16, n_samples=4))
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, None])
+def test_a_bad_seed_of_the_reduced_model_is_named(seed):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):  # NumPy: 'expected non-negative integer'
+        ReducedModel(16, n_samples=4, seed=seed)

@@ -83,3 +83,12 @@ def test_exponent_interval_with_censored_brackets():
     assert lower == -math.inf and upper == pytest.approx(math.log(0.2 / 0.5) / math.log(2))
     with pytest.raises(ValueError, match="two or more"):
         exponent_interval([(16, 0.1, 0.2)])
+
+
+@pytest.mark.parametrize("bad", [(64, math.nan, 0.3), (64, 0.2, math.nan), (64, 0.4, 0.3), (64, -0.1, 0.3), (0, 0.1, 0.3),
+                                 (math.inf, 0.1, 0.3)])
+def test_exponent_interval_refuses_a_bracket_that_holds_no_gamma(bad):
+    """A NaN bound compares false and was skipped (an interval from the other brackets alone); lo >= hi, a bracket
+    that holds no gamma, narrowed the interval from nothing; d_k = 0 gave log(0) and a ZeroDivisionError."""
+    with pytest.raises(ValueError, match=r"a bracket \(d_k, lo, hi\) needs a finite d_k > 0 and 0 <= lo < hi"):
+        exponent_interval([(16, 0.5, 0.6), bad])

@@ -4,6 +4,7 @@ import torch
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.theory.spectral import (
+    MeasuredBode,
     all_variant_bode,
     filter_order,
     joint_response,
@@ -118,3 +119,13 @@ def test_measure_bode_names_a_layer_that_is_no_integer(layer):
                                   attention=AttentionConfig("symmetric", 0.5)))
     with pytest.raises(ValueError, match="layer must lie in"):
         measure_bode(model, torch.zeros(1, 16, dtype=torch.long), layer=layer)
+
+
+def test_a_stream_that_is_not_query_key_or_joint_is_refused():
+    """closed_form("keys") gave the key's response and measured("keys") an AttributeError."""
+    omega = np.linspace(0.0, np.pi, 9)
+    bode = MeasuredBode(0, 0.0, 0.5, omega, shear_response(omega, 0.0), shear_response(omega, 0.5))
+    assert bode.correlation("key") == pytest.approx(1.0)
+    for call in (bode.closed_form, bode.measured, bode.correlation, bode.max_rel_error):
+        with pytest.raises(ValueError, match=r"unknown stream 'keys'; choose one of \('query', 'key', 'joint'\)"):
+            call("keys")

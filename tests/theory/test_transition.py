@@ -111,3 +111,11 @@ def test_a_constant_or_grid_of_the_wrong_kind_is_named():
             transition.gamma_c(64, 100, c=c)
     with pytest.raises(ValueError, match=r"d_k of shape \(2,\) and T of shape \(3,\) do not broadcast together"):
         transition.gamma_c([16, 64], [100, 1000, 10])
+
+
+@pytest.mark.parametrize("d_k, T, name", [("64", 100, "d_k"), (True, 100, "d_k"), (64, ["100"], "T"),
+                                          (64, np.array([100 + 0j]), "T")])
+def test_a_number_written_as_text_or_a_bool_is_not_a_grid(d_k, T, name):
+    """d_k = "64" and True were read as 64 and 1 (c = "64" and True were refused), a complex T lost its imaginary part."""
+    with pytest.raises(TypeError, match=f"{name} must be a real number or an array of them"):
+        transition.gamma_c(d_k, T)

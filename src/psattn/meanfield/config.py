@@ -5,7 +5,8 @@
 'rope'
 
 Labels default per kernel: all zero for ``usa``; positions 0, 1, ..., n−1 for the positional kernels;
-contiguous blocks of prompt ids 0..n_prompts−1 for ``prefix``; 0..m−1 in blocks for ``gauge``.
+contiguous blocks of prompt ids 0..n_prompts−1 for ``prefix``; 0..m−1 in blocks for ``gauge``; 0..n−1 for
+``pair``, whose given labels only group tokens in the per-label diagnostics.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -270,10 +271,9 @@ def build_kernel(config: SimulationConfig) -> LabelledKernel:
     kc, n, d = config.kernel, config.n, config.d
     labels = config.labels if config.labels is not None else default_labels(config)
     if kc.name == "usa":
-        kernel = plain_kernel(n, d)
         if any(v != labels[0] for v in labels):
             raise ValueError("kernel 'usa' has a single label; labels must all be equal")
-        return kernel
+        return replace(plain_kernel(n, d), labels=torch.tensor(labels, dtype=torch.float64))  # the given label, not 0
     if kc.name == "rope":
         return rope_kernel(labels, d, kc.resolved_frequencies())
     if kc.name == "generalised_rope":
@@ -293,4 +293,5 @@ def build_kernel(config: SimulationConfig) -> LabelledKernel:
     pairs = _table(kc.pair_matrices, "pair_matrices")
     if pairs.shape != (n, n, d, d):
         raise ValueError(f"pair matrices must have shape ({n}, {n}, {d}, {d}), got {tuple(pairs.shape)}")
-    return pair_kernel(pairs, label_factor)
+    kernel = pair_kernel(pairs, label_factor)  # labels 0..n−1 unless given (they only group tokens in diagnostics)
+    return kernel if config.labels is None else replace(kernel, labels=torch.tensor(labels, dtype=torch.float64))

@@ -23,6 +23,8 @@ Conditional diagnostics, which need the kernel's labels and gauges:
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -39,6 +41,12 @@ def _off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
     return ~torch.eye(n, dtype=torch.bool, device=device)
 
 
+def _check_threshold(threshold: float) -> None:
+    """A ValueError unless threshold is a cosine in (−1, 1) (NaN compares false: no pair aligned, n clusters)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not -1.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be a cosine in (−1, 1), got {threshold!r}")
+
+
 def mean_cosine(x: Tensor) -> Tensor:
     """Mean cosine between distinct particles (B,)."""
     n = x.shape[-2]
@@ -47,6 +55,7 @@ def mean_cosine(x: Tensor) -> Tensor:
 
 def fraction_aligned(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
     """Fraction of particle pairs whose cosine exceeds ``threshold`` (B,)."""
+    _check_threshold(threshold)
     n = x.shape[-2]
     upper = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
     return ((_gram(x) > threshold) & upper).sum((-1, -2)).to(x.dtype) / (n * (n - 1) / 2)
@@ -65,6 +74,7 @@ def cluster_count(x: Tensor, threshold: float = ALIGNED_THRESHOLD) -> Tensor:
     Each particle's label is the id of a particle of its component and never increases; adopting the
     label of one's label (comp[comp[i]]) doubles the reach per round, so chains take O(log n) rounds.
     """
+    _check_threshold(threshold)
     batch, n, _ = x.shape
     adjacent = (_gram(x) > threshold) | ~_off_diagonal(n)  # (B, n, n), self-loops included
     comp = torch.arange(n).expand(batch, n).clone()  # (B, n) component id per particle
@@ -118,8 +128,23 @@ DIAGNOSTIC_NAMES = (
 )
 
 
+def _check_states(x: Tensor, kernel: LabelledKernel) -> LabelledKernel:
+    """The kernel in x's dtype; a ValueError unless x is a batch (B, n, d) of the kernel's n and d on the sphere
+    (a traceback from index_add_ or einsum otherwise, and off the sphere every cosine was wrong)."""
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 3 or x.shape[1:] != (kernel.n, kernel.d):
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"states must be a floating tensor (B, n={kernel.n}, d={kernel.d}) for this kernel, got {shape}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("states must be finite, got NaN or infinite entries")
+    off = float((x.norm(dim=-1) - 1.0).abs().max())
+    if not off <= 1e3 * torch.finfo(x.dtype).eps:
+        raise ValueError(f"states must lie on the unit sphere (max |‖x_i‖ − 1| = {off:.2e}); normalise them first")
+    return kernel if kernel.label_factor.dtype == x.dtype else kernel.to(x.dtype)
+
+
 def diagnose(x: Tensor, kernel: LabelledKernel, threshold: float = ALIGNED_THRESHOLD) -> dict[str, Tensor]:
-    """All diagnostics of DIAGNOSTIC_NAMES for a batch of states x: (B, n, d); each value (B,)."""
+    """All diagnostics of DIAGNOSTIC_NAMES for a batch of states x: (B, n, d) on the sphere; each value (B,)."""
+    kernel = _check_states(x, kernel)
     return {
         "mean_cosine": mean_cosine(x),
         "fraction_aligned": fraction_aligned(x, threshold),

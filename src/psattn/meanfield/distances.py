@@ -83,7 +83,7 @@ def energy_distance(
 
 def coupling_w1_bound(points_a: np.ndarray, points_b: np.ndarray) -> float:
     """mean_i arccos⟨a_i, b_i⟩ for paired unit vectors (n, d): ≥ W1 of the two empirical laws."""
-    a, b = np.asarray(points_a, dtype=np.float64), np.asarray(points_b, dtype=np.float64)
+    a, b = _points(points_a, "points_a", 2), _points(points_b, "points_b", 2)
     if a.shape != b.shape:
         raise ValueError(f"paired point sets must have the same shape, got {a.shape} and {b.shape}")
     # 2 arcsin(‖a − b‖/2) is the geodesic distance, accurate also for nearly equal points

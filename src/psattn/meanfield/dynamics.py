@@ -21,6 +21,7 @@ argument onto the sphere, which makes it the 0-homogeneous extension that RK4 st
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Protocol
 
 import torch
@@ -44,16 +45,22 @@ def tangent_part(x: Tensor, m: Tensor) -> Tensor:
     return m - (m * x).sum(-1, keepdim=True) * x
 
 
-def _check_dynamics(dynamics: str) -> None:
+def _check_dynamics(dynamics: str, label_factor: Tensor) -> None:
+    """A ValueError for an unknown dynamics, and for SA where a token interacts with none (a zero row of c makes
+    Z_i = 0, and the run NaN)."""
     if dynamics not in DYNAMICS:
         raise ValueError(f"unknown dynamics {dynamics!r}; choose one of {DYNAMICS}")
+    lonely = torch.nonzero(~(label_factor != 0).any(-1)).flatten().tolist()
+    if dynamics == "sa" and lonely:
+        raise ValueError(f"SA normalises each token's attention by Z_i = Σ_k |c_ik| e^(β⟨·,·⟩), which is 0 for tokens "
+                         f"{reprlib.repr(lonely)} (their row of the label factor is zero); use dynamics 'usa'")
 
 
 class ComovingField:
     """Plain USA/SA with label factor c, in co-moving coordinates y_i = G(ξ_i) x_i."""
 
     def __init__(self, label_factor: Tensor, beta: float, dynamics: str) -> None:
-        _check_dynamics(dynamics)
+        _check_dynamics(dynamics, label_factor)
         plain = bool((label_factor == 1).all())  # c ≡ 1: skip the (n, n) products with c and |c|
         self.c = None if plain else label_factor  # (n, n)
         self.abs_c = None if plain else label_factor.abs()
@@ -66,7 +73,7 @@ class ComovingField:
         gram = y @ y.transpose(-1, -2)  # (B, n, n) ⟨y_i, y_j⟩
         boltz = gram.sub_(1.0).mul_(self.beta).exp_()  # in place: e^{β(⟨y_i,y_j⟩−1)} ≤ 1, no overflow
         w = boltz if self.c is None else self.c * boltz  # (B, n, n) W_ij e^{−β}
-        energy = math.exp(self.beta) * w.sum((-1, -2)) / (2 * self.beta * n * n)
+        energy = w.sum((-1, -2)) / (2 * self.beta * n * n) * math.exp(self.beta)  # divided first: e^β Σ W overflowed
         if self.normalised:
             z = boltz if self.abs_c is None else self.abs_c * boltz
             drift = (w @ y) / z.sum(-1, keepdim=True)  # Z_i e^{−β}: (B, n, 1)
@@ -79,7 +86,7 @@ class DirectField:
     """The same field with every pair matrix A_ij applied explicitly (reference path)."""
 
     def __init__(self, label_factor: Tensor, pair_matrices: Tensor, beta: float, dynamics: str) -> None:
-        _check_dynamics(dynamics)
+        _check_dynamics(dynamics, label_factor)
         self.c = label_factor  # (n, n)
         self.abs_c = label_factor.abs()
         self.pairs = pair_matrices  # (n, n, d, d)
@@ -93,7 +100,7 @@ class DirectField:
         inner = torch.einsum("Bia,Bija->Bij", x, ax)  # (B, n, n): ⟨x_i, A_ij x_j⟩
         boltz = torch.exp(self.beta * (inner - 1.0))
         w = self.c * boltz
-        energy = math.exp(self.beta) * w.sum((-1, -2)) / (2 * self.beta * n * n)
+        energy = w.sum((-1, -2)) / (2 * self.beta * n * n) * math.exp(self.beta)  # divided first, as above
         if self.normalised:
             z = (self.abs_c * boltz).sum(-1, keepdim=True)  # (B, n, 1)
             drift = torch.einsum("Bij,Bija->Bia", w / z, ax)

@@ -34,15 +34,29 @@ class EnergyCheck:
     worst_relative_drop: float
     first_violation_time: float | None  # earliest t_k with a drop, None when monotone
     violations: tuple[EnergyViolation, ...]  # at most ``max_reported``, largest drops first
+    n_non_finite: int = 0  # energies that are NaN or infinite (overflow): not monotone, whatever the drops
 
     def summary(self) -> str:
         """The check in one line."""
         if self.monotone:
             return f"energy non-decreasing (step size {self.step_size:.3g}, rtol {self.tolerance:.1e})"
+        if self.n_non_finite:
+            return (f"energy not finite at {self.n_non_finite} of its values (first at t = {self.first_violation_time:.4g}; "
+                    f"an overflow of the dtype?), {self.n_violations} decreases with step size {self.step_size:.3g}")
         return (
             f"energy decreased {self.n_violations} times with step size {self.step_size:.3g}; "
             f"worst relative drop {self.worst_relative_drop:.2e}, first at t = {self.first_violation_time:.4g}"
         )
+
+
+def _check_series(times: Tensor, energy: Tensor, shapes: tuple[int, ...], finite_energy: bool = True) -> None:
+    """A ValueError unless times is (S+1,), energy has S+1 rows and ``energy.ndim in shapes``, and both (or,
+    without ``finite_energy``, the times) are finite: a shorter series was cut to fit, and a NaN compares false."""
+    if times.ndim != 1 or energy.ndim not in shapes or energy.shape[0] != times.shape[0]:
+        want = " or ".join("(S+1,)" if k == 1 else "(S+1, B)" for k in shapes)
+        raise ValueError(f"times must be (S+1,) and energy {want}, got {tuple(times.shape)} and {tuple(energy.shape)}")
+    if not (bool(torch.isfinite(times).all()) and (not finite_energy or bool(torch.isfinite(energy).all()))):
+        raise ValueError("times and energy must be finite, got NaN or infinite entries")
 
 
 def default_tolerance(dtype: torch.dtype) -> float:
@@ -57,10 +71,12 @@ def check_monotone(
     rtol: float | None = None,
     max_reported: int = 10,
 ) -> EnergyCheck:
-    """Report every step where the energy decreased by more than rtol·|E|.
+    """Report every step where the energy decreased by more than rtol·|E|; a NaN or infinite energy (which compares
+    false with everything, so no drop shows) makes the check fail too, counted in ``n_non_finite``.
 
     times: (S+1,); energy: (S+1, B) or (S+1,).
     """
+    _check_series(times, energy, (1, 2), finite_energy=False)
     e = energy if energy.ndim == 2 else energy[:, None]  # (S+1, B)
     tol = default_tolerance(e.dtype) if rtol is None else rtol
     drop = e[:-1] - e[1:]  # (S, B)
@@ -80,14 +96,18 @@ def check_monotone(
         )
         for k in order
     )
+    non_finite = torch.nonzero(~torch.isfinite(e).all(-1)).flatten()  # (K,) steps with a NaN or inf energy
+    first = [float(times[steps.min()])] if steps.numel() else []
+    first += [float(times[non_finite[0]])] if non_finite.numel() else []
     return EnergyCheck(
-        monotone=not violations,
+        monotone=not violations and not non_finite.numel(),
         step_size=step_size,
         tolerance=tol,
         n_violations=int(bad.sum()),
         worst_relative_drop=float(rel.max()) if rel.numel() else 0.0,
-        first_violation_time=float(times[steps.min()]) if steps.numel() else None,
+        first_violation_time=min(first) if first else None,
         violations=violations,
+        n_non_finite=int((~torch.isfinite(e)).sum()),
     )
 
 
@@ -115,6 +135,7 @@ def energy_plateaus(
     (E_end − E_0) / (t_end − t_0); consecutive flat steps merge, and plateaus shorter than min_length
     are dropped. times, energy: (S+1,). A run whose energy does not move returns one plateau.
     """
+    _check_series(times, energy, (1,))
     t, e = times.double(), energy.double()
     rise = float(e[-1] - e[0])
     span = float(t[-1] - t[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,8 @@ PAPER_KERNELS = ("usa", "rope", "generalised_rope", "prefix", "distance_bias", "
 
 def paper_kernel(name: str, n: int) -> KernelConfig:
     """The kernel of the paper experiment for n particles (parameters in the module docstring)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:  # n = 0: a ZeroDivisionError
+        raise ValueError(f"n must be an integer ≥ 2 (particles), got {n!r}")
     turn = 2 * math.pi / n
     kernels = {
         "usa": KernelConfig("usa"),
@@ -82,6 +85,8 @@ def run_name(config: SimulationConfig) -> str:
 @contextmanager
 def torch_threads(count: int | None) -> Iterator[None]:
     """Temporarily set torch's intra-op threads (small systems run fastest on one)."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1):
+        raise ValueError(f"threads must be an integer ≥ 1 or None, got {count!r}")  # torch: 'expects a positive integer'
     previous = torch.get_num_threads()
     if count is not None:
         torch.set_num_threads(count)

@@ -23,6 +23,8 @@ def plane_rotation(angles: Tensor, d: int, a: int, b: int) -> Tensor:
 
     angles: (m,) -> (m, d, d).
     """
+    if not (0 <= a < d and 0 <= b < d and a != b):  # a == b wrote cos θ and −sin θ into one cell: not orthogonal
+        raise ValueError(f"plane {(a, b)} is not a pair of distinct axes in d={d}")
     m = angles.shape[0]
     rot = torch.eye(d, dtype=angles.dtype).repeat(m, 1, 1)  # (m, d, d)
     cos, sin = torch.cos(angles), torch.sin(angles)

@@ -47,6 +47,17 @@ class LabelledKernel:
     explicit_pairs: Tensor | None = None  # (n, n, d, d) A_ij for kernels not of gauge form
 
     def __post_init__(self) -> None:
+        if not isinstance(self.labels, Tensor) or self.labels.is_complex() or self.labels.dtype == torch.bool:
+            got = self.labels.dtype if isinstance(self.labels, Tensor) else type(self.labels).__name__
+            raise TypeError(f"labels must be a real torch.Tensor (n,), got {got}")
+        for what, table in (("label factor", self.label_factor), ("gauges", self.gauges), ("pair matrices", self.explicit_pairs)):
+            if table is not None and not (isinstance(table, Tensor) and table.is_floating_point()):  # finfo, isfinite failed
+                got = table.dtype if isinstance(table, Tensor) else type(table).__name__
+                raise TypeError(f"{what} must be a floating torch.Tensor, got {got}")
+        if self.labels.ndim != 1 or self.labels.shape[0] < 1:
+            raise ValueError(f"labels must be one per token, (n,) with n ≥ 1, got shape {tuple(self.labels.shape)}")
+        if isinstance(self.d, bool) or not isinstance(self.d, int) or self.d < 1:
+            raise ValueError(f"dimension d must be an integer ≥ 1, got {self.d!r}")
         n = self.labels.shape[0]
         for what, table in (("labels", self.labels), ("label factor", self.label_factor), ("gauges", self.gauges),
                             ("pair matrices", self.explicit_pairs)):

@@ -70,13 +70,17 @@ def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
 
 
 def reduced_lifetime(beta: float, separation: float, points: int = 20001) -> float:
-    """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature)."""
+    """Time for the reduced two-cluster ODE to reach the half-way energy (trapezoid quadrature); the clusters'
+    angular distance φ0 = separation lies in (0, π)."""
     beta, separation = _finite("beta", beta, positive=True), _finite("separation", separation)
-    # half-way energy ⇔ e^{β cos φ_m} = (e^β + e^{β cos φ0}) / 2; work with e^{β(cos φ − 1)} to avoid overflow
-    target = 0.5 * (1.0 + math.exp(beta * (math.cos(separation) - 1.0)))
-    phi_m = math.acos(min(1.0, 1.0 + math.log(target) / beta))
+    if not 0 < separation < math.pi:  # the quadrature crossed sin φ = 0: a negative lifetime, NaN, or a made-up one
+        raise ValueError(f"separation must be an angular distance in (0, π), got {separation!r}")
+    # half-way energy ⇔ e^{β cos φ_m} = (e^β + e^{β cos φ0}) / 2; work with e^{β(cos φ − 1)} to avoid overflow,
+    # and with cos φ − 1 = −2 sin²(φ/2), whose cancellation put φ_m at 0 (a lifetime of inf) for φ0 ≲ 1e-8
+    log_target = math.log1p(0.5 * math.expm1(-2.0 * beta * math.sin(0.5 * separation) ** 2))  # log((1 + e^{β(cos φ0 − 1)})/2)
+    phi_m = 2.0 * math.asin(math.sqrt(-log_target / (2.0 * beta)))
     phi = np.linspace(phi_m, separation, points)
-    rel = np.exp(beta * (np.cos(phi) - 1.0))  # e^{β(cos φ − 1)}
+    rel = np.exp(-2.0 * beta * np.sin(0.5 * phi) ** 2)  # e^{β(cos φ − 1)}
     integrand = (1.0 + rel) / (2.0 * rel * np.sin(phi))  # |dt/dφ|
     return float(np.sum(0.5 * (integrand[1:] + integrand[:-1]) * np.diff(phi)))
 
@@ -191,6 +195,8 @@ def circle_cluster_count(angles: np.ndarray, gap: float) -> int:
     a = np.sort(np.mod(np.asarray(angles, dtype=np.float64), 2 * np.pi))
     if a.ndim != 1 or a.size == 0 or not np.isfinite(a).all():
         raise ValueError(f"angles must be a non-empty list of finite numbers, got shape {a.shape}")
+    if not 0 <= _finite("gap", gap) < 2 * np.pi:  # NaN counted 1 cluster, a negative gap one per point
+        raise ValueError(f"gap must be an angle in [0, 2π), got {gap!r}")
     gaps = np.diff(np.append(a, a[0] + 2 * np.pi))
     return max(1, int((gaps > gap).sum()))
 

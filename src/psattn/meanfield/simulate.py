@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 class Trajectory:
     """Everything a run produced. B = config.batch, S = steps, R = records."""
 
-    config: SimulationConfig
+    config: SimulationConfig  # the run's own copy, validated
     kernel: LabelledKernel  # labels, label factor and gauges of the run
     x: Tensor  # (B, n, d) final content state
     x0: Tensor  # (B, n, d) initial content state
@@ -49,6 +49,8 @@ class Trajectory:
 
     def final(self, name: str) -> Tensor:
         """Final value of one diagnostic, (B,)."""
+        if name not in self.diagnostics:
+            raise KeyError(f"no diagnostic {name!r}; recorded: {', '.join(self.diagnostics)}")
         return self.diagnostics[name][-1]
 
 
@@ -82,6 +84,11 @@ def simulate(
     """
     if not isinstance(config, SimulationConfig):
         raise TypeError(f"simulate takes a SimulationConfig (SimulationConfig(**fields)), got {type(config).__name__}")
+    # a validated copy: a field set after construction is checked, and changing it later (a sweep that sets
+    # cfg.beta and runs again) leaves this run's Trajectory.config as it ran
+    config = replace(config, kernel=replace(config.kernel))
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
     dtype = config.torch_dtype
     kernel = build_kernel(config).to(dtype)
     frame, field, to_frame, from_frame = _frame(config, kernel)
@@ -157,9 +164,16 @@ def _starting_state(config: SimulationConfig, x0: Tensor | None) -> Tensor:
         raise TypeError(f"x0 must be a torch.Tensor (batch, n, d) or None, got {type(x0).__name__}")
     elif x0.shape != (config.batch, config.n, config.d):
         raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
+    elif x0.is_complex():  # cast to a real dtype, the imaginary part was dropped with only a warning
+        raise TypeError(f"x0 must be a real tensor, got {x0.dtype}")
     elif not bool(torch.isfinite(x0).all()) or bool((x0 == 0).all(dim=-1).any()):  # normalised, either is NaN
         raise ValueError("x0 must be finite, with no particle at the origin (each is put on the sphere by its norm)")
-    return normalise(x0.to(config.torch_dtype))
+    x = x0.to(config.torch_dtype)
+    norm = x.norm(dim=-1)  # (B, n)
+    if not bool(((norm > 0) & torch.isfinite(norm)).all()):  # ‖x_i‖² under- or overflowed (or x_i did, cast)
+        x = x0.double() / x0.double().abs().amax(dim=-1, keepdim=True)  # largest entry ±1 in every particle
+        return normalise(x).to(config.torch_dtype)
+    return normalise(x)
 
 
 def _identity(x: Tensor) -> Tensor:

@@ -27,12 +27,33 @@ x̃_i = G(p_i)ᵀ Q G(p_i) x_i, which maps the flow's maximiser onto the theorem
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 TWO_PI = 2.0 * np.pi
+
+
+def _all_finite(values: Sequence[float]) -> bool:
+    return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+
+
+def _count(n: int) -> int:
+    """``n`` if it is an integer ≥ 1 (not a bool), else a ValueError (0 or less gave no points, 2.5 three)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be an integer ≥ 1 (points), got {n!r}")
+    return int(n)
+
+
+def _i0e(kappa: float) -> float:
+    """I_0(κ) e^{−κ}, the scaled Bessel function: ``np.i0`` overflows beyond κ ≈ 709, so there the asymptotic series
+    (1 + 1/(8κ) + 9/(128κ²) + 225/(3072κ³)) / √(2πκ), whose next term is below 10⁻¹² of it from κ = 700 on."""
+    if kappa < 700.0:
+        return float(np.i0(kappa) * np.exp(-kappa))
+    return (1.0 + 1.0 / (8 * kappa) + 9.0 / (128 * kappa**2) + 225.0 / (3072 * kappa**3)) / math.sqrt(TWO_PI * kappa)
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,8 @@ class VonMisesMixture:
             raise ValueError("need one weight, mean and concentration per component")
         if any(w < 0 for w in self.weights) or not sum(self.weights) > 0 or any(k < 0 for k in self.kappas):
             raise ValueError("weights and concentrations must be non-negative, with a positive total weight")
+        if not _all_finite(self.weights + self.means + self.kappas):  # a NaN mean or an infinite κ: NaN density
+            raise ValueError("weights, means and concentrations must be finite")
 
     def density(self, theta: np.ndarray) -> np.ndarray:
         """The mixture's density at angles ``theta``."""
@@ -55,7 +78,7 @@ class VonMisesMixture:
         w = np.asarray(self.weights) / sum(self.weights)
         out = np.zeros_like(theta)
         for wk, mu, kappa in zip(w, self.means, self.kappas, strict=True):
-            out += wk * np.exp(kappa * (np.cos(theta - mu) - 1.0)) / (TWO_PI * np.i0(kappa) * np.exp(-kappa))
+            out += wk * np.exp(kappa * (np.cos(theta - mu) - 1.0)) / (TWO_PI * _i0e(kappa))
         return out
 
     def discretise(self, cells: int = 4096) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +89,7 @@ class VonMisesMixture:
 
     def quantiles(self, n: int, cells: int = 1 << 16) -> np.ndarray:
         """θ_i = F⁻¹((i + ½)/n), i = 0..n−1, with F the CDF from angle 0: (n,) increasing in [0, 2π)."""
+        n = _count(n)
         mid, mass = self.discretise(cells)
         edges = np.linspace(0.0, TWO_PI, cells + 1)
         cdf = np.concatenate([[0.0], np.cumsum(mass)])
@@ -73,6 +97,7 @@ class VonMisesMixture:
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """n i.i.d. angles in [0, 2π)."""
+        n = _count(n)
         rng = np.random.default_rng(seed)
         w = np.asarray(self.weights) / sum(self.weights)
         comp = rng.choice(len(w), size=n, p=w)
@@ -95,6 +120,10 @@ class ProjectedGaussianMixture:
             raise ValueError("centres must all have the same dimension d ≥ 2")
         if any(w < 0 for w in self.weights) or not sum(self.weights) > 0 or any(s <= 0 for s in self.scales):
             raise ValueError("weights must be non-negative (positive total) and scales positive")
+        centres = np.asarray(self.centres, dtype=np.float64)  # (K, d)
+        if not _all_finite(self.weights + self.scales) or not np.isfinite(centres).all() or \
+                not (np.linalg.norm(centres, axis=1) > 0).all():  # normalised, each gave NaN samples
+            raise ValueError("centres, weights and scales must be finite, and no centre 0")
 
     @property
     def d(self) -> int:
@@ -102,6 +131,7 @@ class ProjectedGaussianMixture:
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """n i.i.d. points (n, d)."""
+        n = _count(n)
         rng = np.random.default_rng(seed)
         w = np.asarray(self.weights) / sum(self.weights)
         comp = rng.choice(len(w), size=n, p=w)
@@ -133,8 +163,8 @@ def rope_positions_for(
     target: VonMisesMixture, n: int, omega: float = 1.0, mode: str = "quantile", seed: int = 0
 ) -> RopeRealisation:
     """Label law ρ = (θ ↦ −θ/ω)_# ν, as n quantiles (``mode="quantile"``) or n draws (``"sample"``)."""
-    if omega == 0:
-        raise ValueError("the RoPE frequency ω must be non-zero")
+    if not (math.isfinite(omega) and omega != 0):  # NaN gave NaN positions, ±inf all of them 0
+        raise ValueError(f"the RoPE frequency ω must be finite and non-zero, got {omega!r}")
     if mode == "quantile":
         angles = target.quantiles(n)
     elif mode == "sample":
@@ -187,8 +217,13 @@ def stabiliser(e: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def gauges_for_targets(targets: np.ndarray, base: Sequence[float] | np.ndarray, seed: int | None = 0) -> np.ndarray:
     """G(p) = S_p R_p with R_p t_p = e and S_p e = e (S_p = I when seed is None): (P, d, d), G(p)ᵀ e = t_p."""
-    t = np.asarray(targets, dtype=np.float64)
-    e = np.asarray(base, dtype=np.float64)
+    t = np.asarray(targets, dtype=np.float64)  # (P, d)
+    e = np.asarray(base, dtype=np.float64)  # (d,)
+    if t.ndim != 2 or e.shape != t.shape[1:]:
+        raise ValueError(f"targets must be (P, d) and base (d,), got {t.shape} and {e.shape}")
+    if not (np.isfinite(t).all() and np.isfinite(e).all() and (np.linalg.norm(t, axis=1) > 0).all() and
+            np.linalg.norm(e) > 0):  # each is normalised: NaN gauges
+        raise ValueError("targets and base must be finite, and none of them 0")
     e = e / np.linalg.norm(e)
     rng = np.random.default_rng(seed) if seed is not None else None
     gauges = []

@@ -52,6 +52,15 @@ def _check_count(name: str, value: Any, low: int) -> int:
     return int(number)
 
 
+def _check_real(name: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a float if it is a finite real number (> 0 with ``positive``), else a ValueError naming it
+    (NaN or inf gave NaN, a negative d_k a 'math domain error')."""
+    number = float(value) if isinstance(value, Real) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and (number > 0 or not positive)):
+        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}")
+    return number
+
+
 def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
     m = a.max(axis=1, keepdims=True)
     return m[:, 0] + np.log(np.exp(a - m).sum(axis=1))
@@ -62,6 +71,7 @@ class ReducedModel:
 
     def __init__(self, T: int, n_samples: int = 256, seed: int = 0):
         self.T, self.n_samples, self.seed = _check_count("T", T, 3), _check_count("n_samples", n_samples, 2), seed
+        _check_count("seed", seed, 0)  # NumPy's words: 'expected non-negative integer'
         rng = np.random.default_rng(np.random.SeedSequence([seed, int(T)]))
         self.xi = rng.standard_normal((self.n_samples, self.T - 1))  # (n, T - 1)
 
@@ -75,7 +85,7 @@ class ReducedModel:
     def log_partition(self, u: float, criterion: str = "quenched") -> tuple[float, float]:
         """(value, derivative in u) of E[log Z(u)] (quenched) or log E[Z(u)] (annealed), estimated
         over the samples."""
-        log_z, dlog_z = self._per_sample(u)
+        log_z, dlog_z = self._per_sample(_check_real("u", u))
         if criterion == "quenched":
             return float(log_z.mean()), float(dlog_z.mean())
         if criterion == "annealed":
@@ -87,13 +97,13 @@ class ReducedModel:
 
     def margin(self, u: float, d_k: float, criterion: str = "quenched") -> float:
         """s_*(u) - log-partition(u): positive once the target wins."""
-        return u * math.sqrt(d_k) - self.log_partition(u, criterion)[0]
+        return u * math.sqrt(_check_real("d_k", d_k, positive=True)) - self.log_partition(u, criterion)[0]
 
     def target_weight(self, gamma: float, d_k: float) -> float:
         """Mean attention weight of the target at coupling gamma (the order parameter)."""
-        u = gamma**2
+        u = _check_real("gamma", gamma) ** 2
         log_z, _ = self._per_sample(u)
-        return float((1.0 / (1.0 + np.exp(log_z - u * math.sqrt(d_k)))).mean())
+        return float((1.0 / (1.0 + np.exp(log_z - u * math.sqrt(_check_real("d_k", d_k, positive=True))))).mean())
 
     def transition(self, d_k: float, criterion: str = "quenched", rtol: float = 1e-10) -> float:
         """The simulated critical coupling gamma (not gamma^2), or NaN if the target never wins."""

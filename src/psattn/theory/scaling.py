@@ -78,6 +78,10 @@ def exponent_interval(brackets: Iterable[tuple[float, float, float]]) -> tuple[f
     for every pair i, j, so each pair with d_i < d_j bounds alpha from above by
     log(hi_j / lo_i) / log(d_j / d_i) and from below by log(lo_j / hi_i) / log(d_j / d_i)."""
     rows = sorted((float(d), float(lo), float(hi)) for d, lo, hi in brackets)
+    for d, lo, hi in rows:  # NaN compares false, so a NaN bound (or an empty bracket) was skipped without a word
+        if not (0 < d < math.inf and 0 <= lo < hi):
+            raise ValueError(f"a bracket (d_k, lo, hi) needs a finite d_k > 0 and 0 <= lo < hi (hi may be inf), "
+                             f"got {(d, lo, hi)}")
     if len({d for d, _, _ in rows}) < 2:
         raise ValueError("an exponent needs brackets at two or more distinct d_k")
     lower, upper = -math.inf, math.inf

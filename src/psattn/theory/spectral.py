@@ -136,6 +136,16 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(a, b)[0, 1])
 
 
+STREAMS = ("query", "key", "joint")
+
+
+def _check_stream(stream: str) -> None:
+    """A ValueError for a stream other than query, key or joint (closed_form read any other name as the key's,
+    measured raised an AttributeError)."""
+    if stream not in STREAMS:
+        raise ValueError(f"unknown stream {stream!r}; choose one of {STREAMS}")
+
+
 @dataclass
 class MeasuredBode:
     """Measured and closed-form responses of one layer's query and key streams."""
@@ -149,12 +159,14 @@ class MeasuredBode:
 
     def closed_form(self, stream: str) -> np.ndarray:
         """The closed-form response of ``stream`` (query, key or joint) at the measured frequencies."""
+        _check_stream(stream)
         if stream == "joint":
             return joint_response(self.omega, self.omega, self.gamma_q, self.gamma_k)
         return shear_response(self.omega, self.gamma_q if stream == "query" else self.gamma_k)
 
     def measured(self, stream: str) -> np.ndarray:
         """The measured response of ``stream``."""
+        _check_stream(stream)
         return self.query * self.key if stream == "joint" else getattr(self, stream)
 
     def correlation(self, stream: str = "key") -> float | None:

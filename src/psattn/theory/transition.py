@@ -36,6 +36,8 @@ C_CONSTANT = 0.74
 
 def _as_array(name: str, x) -> np.ndarray:
     try:
+        if np.asarray(x).dtype.kind in "bUSc":  # "64" and True were read as 64 and 1 (c refused both)
+            raise TypeError
         a = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number or an array of them, got {x!r}") from None

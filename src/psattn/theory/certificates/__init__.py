@@ -54,6 +54,11 @@ def run_certificates(op: OperatorUnderTest = REFERENCE, names: list[str] | None 
     """Run the named certificates (all by default, in ``ORDER``) against ``op``, on one
     intra-op thread (their tensors are tiny; more threads only add contention), restoring the
     thread count afterwards."""
+    if not isinstance(op, OperatorUnderTest):  # an AttributeError on op.name, after the first check had run
+        raise TypeError(f"op must be an OperatorUnderTest (psattn.theory.operators.REFERENCE or MUTANTS[name]), "
+                        f"got {type(op).__name__}")
+    if isinstance(names, str):  # read letter by letter: "unknown certificates ['c', 'e', ...]"
+        raise TypeError(f"names must be a list of certificate names, got the string {names!r}; use [{names!r}]")
     names = list(dict.fromkeys(names)) if names else None  # a name given twice runs once, in first-given order
     unknown = set(names or ()) - set(REGISTRY)
     if unknown:
