@@ -69,8 +69,8 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     refuse_a_theory_report(out, ("phase_diagram.png",))
-    out.mkdir(parents=True, exist_ok=True)
     comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
+    out.mkdir(parents=True, exist_ok=True)  # once the simulation has succeeded: a failure leaves no folder
     (out / "transition.json").write_text(json.dumps(comparison, indent=1))
     path = plots.plot_phase_diagram(json.loads((out / "transition.json").read_text()), out / "phase_diagram.png")
     for region in ("above_crossover", "below_crossover", "all"):
