@@ -113,6 +113,8 @@ CASES = [
     ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
     ("generate --run-dir {d}/run --prompt hi --top-p 1.5", "argument --top-p: expected a number in (0, 1], got 1.5"),
     ("generate --run-dir {d}/run --prompt hi --max-new-tokens 0", "argument --max-new-tokens: expected a positive"),
+    ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-k 5", "--top-k and --top-p apply when sampling"),
+    ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-p 0.9", "--temperature 0 decodes greedily"),
     *([("eval --run-dir {d}/run --device cuda", "--device='cuda:0' but CUDA is not available; use --device cpu or auto")]
       if not torch.cuda.is_available() else []),  # it named train.device, which the user never gave
     ("footprint {d}/run --context 0", "argument --context: expected a positive integer, got 0"),
