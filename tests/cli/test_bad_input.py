@@ -127,6 +127,7 @@ CASES = [
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
     ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
+    ("eval --run-dir {d}/run --json {d}/broken.json/scores.json", "broken.json is a file, not a folder; name a JSON"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),
@@ -272,6 +273,13 @@ def test_a_json_output_named_after_a_run_file_is_refused_before_anything_is_writ
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and "is a file of the run directory" in err, err
     assert {name: (files / "run" / name).read_bytes() for name in before} == before
+
+
+def test_a_json_output_in_a_folder_that_does_not_exist_is_written_there(files, capsys):
+    """The folder is made (the command did its work, then failed with "No such file or directory")."""
+    path = files / "new" / "sub" / "footprint.json"
+    assert main(["footprint", str(files / "run"), "--json", str(path)]) == 0
+    assert json.loads(path.read_text()) and [p.name for p in path.parent.iterdir()] == ["footprint.json"]
 
 
 def test_an_export_json_named_after_its_own_output_is_refused(files, capsys):
