@@ -92,6 +92,7 @@ CASES = [
     ("train --run-dir {d}/run --set model.d_model=64", "different config"),
     ("train --config {d}/corrupt/config.json --run-dir {d}/corrupt", "not a readable psattn checkpoint"),
     ("train --run-dir {d}/r --steps 3", "unrecognized arguments"),
+    ("train --run-dir {d}/broken.json --set train.steps=1", "broken.json is a file, where a folder is needed: name a"),
     ("train --run-dir {d}/r --set train.seed=4294967296", "seed must be below 2**32"),
     ("train --run-dir {d}/r --set model.attention.gamma=1e39", "gamma must lie within"),
     ("train --run-dir {d}/r --set train.lr=1e300", "lr must be a positive number up to 10"),
@@ -103,6 +104,8 @@ CASES = [
     ("sweep nothing --out {d}/s", "invalid choice"),
     ("reproduce --workers -1 --out {d}/rep", "positive integer"),
     ("reproduce --quick --full", "not allowed with"),
+    ("sweep variants --out {d}/broken.json --time-limit 60", "broken.json is a file, where a folder is needed"),
+    ("demo --steps 2 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     # export, generate
     ("export --run-dir {d}/missing --out {d}/m.onnx", "not a run directory"),
     ("export --run-dir {d}/run --out {d}/run/checkpoint.pt", "checkpoint.pt, a file of the run itself"),
@@ -137,6 +140,7 @@ CASES = [
     ("theory gamma-c --d-k 16 --context 0", "context length"),
     ("theory gamma-c --d-k 16 --context 10 --c nan", "c must be"),
     ("theory bode --gamma nan --out {d}/b", "gamma must be finite"),
+    ("theory bode --gamma 0.3 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     ("theory bode --gamma 0.3 --out {d}/theory", "holds a theory report (theory.md), whose bode.png and"),
     ("theory phase-diagram --out {d}/theory", "holds a theory report (theory.md), whose phase_diagram.png this"),
     # mean field
@@ -149,6 +153,7 @@ CASES = [
     ("meanfield run --config {d}/missing.json --out {d}/m", "does not exist"),
     ("meanfield run --config {d}/list.json --out {d}/m", "JSON object"),
     ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
+    ("meanfield run --n 4 --tau 0.1 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     ("meanfield run --kernel cosine_toeplitz --omega nan --out {d}/m", "kernel omega must be finite"),
     ("meanfield run --dt 1e-320 --out {d}/m", "takes inf steps"),  # OverflowError
     ("meanfield run --n 10000000 --out {d}/m", "does not fit in memory"),  # the allocator's RuntimeError
