@@ -61,6 +61,7 @@ def _copy_run(src, dst, change):
 CASES = [
     # train
     ("train --config {d}/missing.json --run-dir {d}/r", "does not exist"),
+    ("train --config inducton --run-dir {d}/r", "config file inducton does not exist, nor is it a shipped config's name (induc"),
     ("train --config {d} --run-dir {d}/r", "is a directory; give the path of a JSON file"),
     ("train --run-dir {d}/r --set train.eval_size=1000000000", "GiB of held-out rows"),  # it died allocating them
     ("eval --run-dir {d}/run --rows 100000000", "drawing 100,000,000 held-out rows needs about"),  # 25 GiB kept, 24x drawn
