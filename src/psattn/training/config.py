@@ -171,7 +171,7 @@ class RunConfig:
         shipped = shipped_configs()
         if not Path(path).is_file() and str(path) in shipped:
             path = shipped[str(path)]
-        if not Path(path).exists():
+        if not Path(path).exists() and Path(path).name == str(path) and not Path(path).suffix:  # a name, not a path
             raise ValueError(f"config file {path} does not exist, nor is it a shipped config's name "
                              f"({', '.join(shipped)}; psattn configs lists them)")
         return cls.from_dict(read_json(path, what="config file", object_only=True))
