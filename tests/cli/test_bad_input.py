@@ -166,6 +166,7 @@ CASES = [
     ("meanfield run --config {d}/mf_frequencies.json --out {d}/m", "kernel frequencies must be a list of numbers"),
     # certificates, Hugging Face demo
     ("certify --only nothing", "nothing"),
+    ("certify --only", "argument --only: expected at least one argument"),  # it ran every certificate
     ("certify --operator nothing", "nothing"),
     ("hf-demo --new-tokens 0", "--new-tokens"),
     ("hf-demo --seed 99999999999999999999", "argument --seed: a seed must lie in [0, 2**32"),
