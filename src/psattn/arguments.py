@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -161,6 +163,9 @@ def json_output(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text} is a folder; name the JSON file to write")
     if path.name in RUN_FILES and (path.parent / "config.json").is_file():
         raise argparse.ArgumentTypeError(f"{text} is a file of the run directory {path.parent}; name another file")
+    held = next((folder for folder in path.parents if folder.exists()), None)  # the folders missing are made
+    if held is not None and not held.is_dir():
+        raise argparse.ArgumentTypeError(f"{held} is a file, not a folder; name a JSON file in a folder")
     return text
 
 
@@ -178,12 +183,28 @@ def report(json_path: str | None, text: str, data: Any) -> None:
 
 
 def write_json_output(path: str, data: Any) -> None:
-    """Where ``--json`` said: standard output for '-', else the file."""
+    """Where ``--json`` said: standard output for '-', else the file, written whole (a temporary file renamed
+    into place), in its folder, which is made when missing."""
     text = json.dumps(data, indent=2)
     if path == "-":
         print(text)
-    else:
-        Path(path).write_text(text + "\n")
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the mode any new file gets (mkstemp's is 0600)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+#: the process's umask, read once (setting it is the only way to read it)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _parse(parse: Callable[[str], _Number], text: str, expected: str) -> _Number:

@@ -36,6 +36,7 @@ if _running_as_the_command() and signal.getsignal(signal.SIGINT) is signal.defau
 
 import argparse
 import logging
+from pathlib import Path
 
 from psattn.arguments import COMMON, CommandParser, HelpFormatter, wrap
 from psattn.commands import (
@@ -73,10 +74,22 @@ def _one_line(err: Exception) -> str:
     if missing in EXTRAS:
         extra = EXTRAS[missing]
         return f"this needs {missing}, from the {extra} extra: pip install 'phase-space-attention[{extra}]'"
+    in_the_way = _file_in_the_way(err)
+    if in_the_way is not None:
+        return f"{in_the_way} is a file, where a folder is needed: name a folder (or move the file away)"
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.strerror or type(err).__name__}: {err.filename}"
     text = " ".join(str(err).split())
     return text or type(err).__name__
+
+
+def _file_in_the_way(err: Exception) -> Path | None:
+    """The file that stands where a folder was to be made or entered (``--out FILE``, ``--run-dir FILE``), for
+    the ``File exists`` or ``Not a directory`` of ``mkdir`` and of opening a path beneath it; None otherwise."""
+    if not isinstance(err, (FileExistsError, NotADirectoryError)) or err.filename is None:
+        return None
+    path = Path(os.fsdecode(err.filename))
+    return next((p for p in (path, *path.parents) if p.is_file()), None)
 
 
 def _out_of_memory(err: BaseException) -> bool:

@@ -61,6 +61,7 @@ def _copy_run(src, dst, change):
 CASES = [
     # train
     ("train --config {d}/missing.json --run-dir {d}/r", "does not exist"),
+    ("train --config inducton --run-dir {d}/r", "config file inducton does not exist, nor is it a shipped config's name (induc"),
     ("train --config {d} --run-dir {d}/r", "is a directory; give the path of a JSON file"),
     ("train --run-dir {d}/r --set train.eval_size=1000000000", "GiB of held-out rows"),  # it died allocating them
     ("eval --run-dir {d}/run --rows 100000000", "drawing 100,000,000 held-out rows needs about"),  # 25 GiB kept, 24x drawn
@@ -92,6 +93,7 @@ CASES = [
     ("train --run-dir {d}/run --set model.d_model=64", "different config"),
     ("train --config {d}/corrupt/config.json --run-dir {d}/corrupt", "not a readable psattn checkpoint"),
     ("train --run-dir {d}/r --steps 3", "unrecognized arguments"),
+    ("train --run-dir {d}/broken.json --set train.steps=1", "broken.json is a file, where a folder is needed: name a"),
     ("train --run-dir {d}/r --set train.seed=4294967296", "seed must be below 2**32"),
     ("train --run-dir {d}/r --set model.attention.gamma=1e39", "gamma must lie within"),
     ("train --run-dir {d}/r --set train.lr=1e300", "lr must be a positive number up to 10"),
@@ -103,6 +105,8 @@ CASES = [
     ("sweep nothing --out {d}/s", "invalid choice"),
     ("reproduce --workers -1 --out {d}/rep", "positive integer"),
     ("reproduce --quick --full", "not allowed with"),
+    ("sweep variants --out {d}/broken.json --time-limit 60", "broken.json is a file, where a folder is needed"),
+    ("demo --steps 2 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     # export, generate
     ("export --run-dir {d}/missing --out {d}/m.onnx", "not a run directory"),
     ("export --run-dir {d}/run --out {d}/run/checkpoint.pt", "checkpoint.pt, a file of the run itself"),
@@ -113,6 +117,8 @@ CASES = [
     ("generate --run-dir {d}/run --prompt hi --seed 99999999999999999999", "a seed must lie in"),
     ("generate --run-dir {d}/run --prompt hi --top-p 1.5", "argument --top-p: expected a number in (0, 1], got 1.5"),
     ("generate --run-dir {d}/run --prompt hi --max-new-tokens 0", "argument --max-new-tokens: expected a positive"),
+    ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-k 5", "--top-k and --top-p apply when sampling"),
+    ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-p 0.9", "--temperature 0 decodes greedily"),
     *([("eval --run-dir {d}/run --device cuda", "--device='cuda:0' but CUDA is not available; use --device cpu or auto")]
       if not torch.cuda.is_available() else []),  # it named train.device, which the user never gave
     ("footprint {d}/run --context 0", "argument --context: expected a positive integer, got 0"),
@@ -125,6 +131,7 @@ CASES = [
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
     ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
+    ("eval --run-dir {d}/run --json {d}/broken.json/scores.json", "broken.json is a file, not a folder; name a JSON"),
     # theory
     ("theory fit-exponent {d}/missing.json", "does not exist"),
     ("theory fit-exponent {d}/broken.json", "not valid JSON"),
@@ -134,6 +141,7 @@ CASES = [
     ("theory gamma-c --d-k 16 --context 0", "context length"),
     ("theory gamma-c --d-k 16 --context 10 --c nan", "c must be"),
     ("theory bode --gamma nan --out {d}/b", "gamma must be finite"),
+    ("theory bode --gamma 0.3 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     ("theory bode --gamma 0.3 --out {d}/theory", "holds a theory report (theory.md), whose bode.png and"),
     ("theory phase-diagram --out {d}/theory", "holds a theory report (theory.md), whose phase_diagram.png this"),
     # mean field
@@ -146,6 +154,7 @@ CASES = [
     ("meanfield run --config {d}/missing.json --out {d}/m", "does not exist"),
     ("meanfield run --config {d}/list.json --out {d}/m", "JSON object"),
     ("meanfield run --out {d}/run", "holds a training run"),  # it replaced the run's config.json
+    ("meanfield run --n 4 --tau 0.1 --out {d}/broken.json", "broken.json is a file, where a folder is needed"),
     ("meanfield run --kernel cosine_toeplitz --omega nan --out {d}/m", "kernel omega must be finite"),
     ("meanfield run --dt 1e-320 --out {d}/m", "takes inf steps"),  # OverflowError
     ("meanfield run --n 10000000 --out {d}/m", "does not fit in memory"),  # the allocator's RuntimeError
@@ -157,6 +166,7 @@ CASES = [
     ("meanfield run --config {d}/mf_frequencies.json --out {d}/m", "kernel frequencies must be a list of numbers"),
     # certificates, Hugging Face demo
     ("certify --only nothing", "nothing"),
+    ("certify --only", "argument --only: expected at least one argument"),  # it ran every certificate
     ("certify --operator nothing", "nothing"),
     ("hf-demo --new-tokens 0", "--new-tokens"),
     ("hf-demo --seed 99999999999999999999", "argument --seed: a seed must lie in [0, 2**32"),
@@ -270,6 +280,13 @@ def test_a_json_output_named_after_a_run_file_is_refused_before_anything_is_writ
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and "is a file of the run directory" in err, err
     assert {name: (files / "run" / name).read_bytes() for name in before} == before
+
+
+def test_a_json_output_in_a_folder_that_does_not_exist_is_written_there(files, capsys):
+    """The folder is made (the command did its work, then failed with "No such file or directory")."""
+    path = files / "new" / "sub" / "footprint.json"
+    assert main(["footprint", str(files / "run"), "--json", str(path)]) == 0
+    assert json.loads(path.read_text()) and [p.name for p in path.parent.iterdir()] == ["footprint.json"]
 
 
 def test_an_export_json_named_after_its_own_output_is_refused(files, capsys):

@@ -85,6 +85,20 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
+def test_a_run_without_animation_removes_the_earlier_runs_animation(tmp_path, capsys):
+    """A folder describes one run: the states and GIF of an earlier run do not stay beside the next one's summary."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "run"
+    argv = ["meanfield", "run", "--n", "4", "--tau", "0.1", "--records", "3", "--out", str(out)]
+    assert _main(argv) == 0 and (out / "states.npz").exists()
+    (out / "notes.txt").write_text("mine")
+    assert _main(argv[:-2] + ["--seed", "5", "--no-animation", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "diagnostics.png", "final_state.png", "notes.txt",
+                                                     "summary.json"]
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 5
+    assert "removed the earlier run's states.npz" in capsys.readouterr().out
+
+
 def test_meanfield_reproduce_quick(tmp_path, capsys):
     assert _main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()

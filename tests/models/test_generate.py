@@ -194,8 +194,9 @@ def test_bad_generation_arguments():
         generate(model, prompt, 2.5)
     with pytest.raises(ValueError, match="eos_token_id"):
         generate(model, prompt, 3, eos_token_id=37)
-    with pytest.warns(UserWarning, match="only when do_sample=True"):
+    with pytest.warns(UserWarning, match="only when do_sample=True") as caught:
         greedy = generate(model, prompt, 3, temperature=5.0, top_k=3)
+    assert caught[0].filename == __file__  # the caller's line, not torch.no_grad's wrapper
     assert torch.equal(greedy.sequences, generate(model, prompt, 3).sequences)
 
 

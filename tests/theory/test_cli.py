@@ -96,6 +96,12 @@ def test_bode_and_phase_diagram_refuse_a_theory_reports_folder_and_keep_its_figu
     assert all((tmp_path / name).read_bytes() == b"the report's figure" for name in ("bode.png", "phase_diagram.png"))
 
 
+def test_a_phase_diagram_that_fails_leaves_no_folder(tmp_path):
+    with pytest.raises(ValueError, match="n_samples must be an integer >= 2, got 0"):
+        run_cli(["theory", "phase-diagram", "--samples", "0", "--out", str(tmp_path / "pd")])
+    assert not (tmp_path / "pd").exists()
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     from psattn.experiments.configs import small_induction_config

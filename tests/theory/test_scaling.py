@@ -51,6 +51,8 @@ def test_load_sweep_results(tmp_path):
 def test_errors():
     with pytest.raises(ValueError, match="two distinct"):
         fit_power_law([16, 16], [1, 2])
+    with pytest.raises(ValueError, match=r"got \[32.\] \(2 pairs with a non-finite or non-positive value left out\)"):
+        fit_power_law([16, 32, 64], [-0.5, 0.4, math.nan])  # the x values of dropped pairs are not missing from the file
     with pytest.raises(ValueError, match="no sweep results"):
         empirical_exponent([])
     with pytest.raises(ValueError, match="no d_k field"):

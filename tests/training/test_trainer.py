@@ -192,6 +192,18 @@ def test_a_finished_run_without_its_checkpoint_asked_for_more_steps_says_why_not
     assert "Only train.steps may grow" not in str(refused.value) and "--restart" in str(refused.value)
 
 
+def test_a_finished_run_without_its_checkpoint_is_not_trained_again_over_its_results(tmp_path):
+    """It trained from step 0 and replaced metrics.jsonl and result.json, unasked; --restart still does."""
+    train(tiny_config(steps=10), tmp_path)
+    (tmp_path / "checkpoint.pt").unlink()
+    kept = {name: (tmp_path / name).read_bytes() for name in ("metrics.jsonl", "result.json", "meta.json")}
+    for config in (tiny_config(steps=10), apply_overrides(tiny_config(steps=10), ["train.checkpoint_every=5"])):  # or elsewhere
+        with pytest.raises(ValueError, match="holds a finished run .10 steps, its result.json. but no checkpoint.pt"):
+            train(config, tmp_path)
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+    assert train(tiny_config(steps=10), tmp_path, resume=False).steps == 10
+
+
 def test_an_interrupted_run_extended_decays_from_where_it_was_and_resumes_exactly(tmp_path):
     train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)  # each call stops after one step
     partial = train(tiny_config(steps=20), tmp_path / "a", time_limit_s=0)

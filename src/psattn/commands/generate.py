@@ -31,6 +31,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from psattn.training.config import RunConfig
     from psattn.training.run_dir import load_trained, run_tokenizer
 
+    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
+        raise ValueError("--top-k and --top-p apply when sampling, and --temperature 0 decodes greedily: "
+                         "drop them, or give a temperature above 0")
     if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
     tokenizer = run_tokenizer(args.run_dir)

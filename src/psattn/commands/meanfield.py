@@ -9,8 +9,8 @@ Wire into a parser with ``register(subparsers)``; every subcommand sets ``func``
 config.json a previous run wrote), then
 the flags given; a kernel named by ``--kernel`` starts from the paper experiment's parameters for that
 n (e.g. RoPE with ω = 2π/n). Once the simulation has succeeded, it writes config.json (with version and
-git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``;
-a folder holding a training run is refused.
+git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``,
+and removes those of an earlier run there that it does not write; a folder holding a training run is refused.
 """
 
 from __future__ import annotations
@@ -124,6 +124,19 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     return SimulationConfig(kernel=kernel, **sim, available_memory=free)  # type: ignore[arg-type]  # a dict: checked there
 
 
+#: the files ``run`` writes into ``--out``, each when its run has it (no animation under --no-animation, say)
+RUN_FILES = ("config.json", "summary.json", "final_state.png", "diagnostics.png", "states.npz", "animation.gif")
+
+
+def holds_a_meanfield_run(out: Path) -> bool:
+    """Whether ``out`` holds an earlier ``meanfield run``'s files: a config.json with its ``config`` object."""
+    try:
+        held = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):  # missing, unreadable or not JSON
+        return False
+    return isinstance(held, dict) and isinstance(held.get("config"), dict)
+
+
 def check_not_a_training_run(out: Path) -> None:
     """Refuse an output folder that holds a psattn training run (its checkpoint.pt, or a config.json with
     model, task or train sections): the run's config.json would be replaced."""
@@ -146,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _, steps = step_size(config)
     with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
+    earlier = holds_a_meanfield_run(out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {**provenance(config.seed), "config": config.to_dict()}
     (out / "config.json").write_text(json.dumps(meta, indent=1))
@@ -180,6 +194,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 else:
                     written.append("animation.gif")
     print(f"wrote {', '.join(written)} to {out}")
+    stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
+    for name in stale:  # the earlier run's, beside this one's config and summary: the folder describes one run
+        (out / name).unlink()
+    if stale:
+        print(f"removed the earlier run's {', '.join(stale)}")
     return 0
 
 

@@ -35,7 +35,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from psattn.theory.certificates import format_table, run_certificates
     from psattn.theory.operators import get_operator
 
-    results = run_certificates(get_operator(args.operator), args.only or None)
+    results = run_certificates(get_operator(args.operator), args.only)
     if args.json != "-":
         print(format_table(results, details=args.details))
     if args.json:
@@ -69,8 +69,8 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     refuse_a_theory_report(out, ("phase_diagram.png",))
-    out.mkdir(parents=True, exist_ok=True)
     comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
+    out.mkdir(parents=True, exist_ok=True)  # once the simulation has succeeded: a failure leaves no folder
     (out / "transition.json").write_text(json.dumps(comparison, indent=1))
     path = plots.plot_phase_diagram(json.loads((out / "transition.json").read_text()), out / "phase_diagram.png")
     for region in ("above_crossover", "below_crossover", "all"):
@@ -156,7 +156,7 @@ def register(subparsers) -> None:
     cert.add_argument("--operator", default="psa",
                       help="operator under test: psa or a broken one (wrong_sign, look_ahead, pre_rope, "
                            "raw_key_cache, recompute_cache, swapped_law), to see the certificates fail")
-    cert.add_argument("--only", nargs="*", metavar="NAME", help="run only these certificates")
+    cert.add_argument("--only", nargs="+", metavar="NAME", help="run only these certificates")
     cert.set_defaults(func=cmd_certify)
 
     theory = add_command(subparsers, "theory", "critical-coupling law, reduced model, spectra")

@@ -161,7 +161,8 @@ def generate(
     if generator is not None and not isinstance(generator, torch.Generator):  # an AttributeError at the first draw
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
-        warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily", stacklevel=2)
+        warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily",
+                      stacklevel=3)  # the caller's line (2 is torch.no_grad's wrapper)
     device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)

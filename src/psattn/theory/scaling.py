@@ -53,7 +53,10 @@ def fit_power_law(x, y) -> PowerLawFit:
     keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
     lx, ly = np.log(x[keep]), np.log(y[keep])
     if np.unique(lx).size < 2:
-        raise ValueError(f"a power-law fit needs at least two distinct positive x values; got {np.unique(x[keep])}")
+        dropped = int((~keep).sum())
+        left_out = f" ({dropped} pair{'s' * (dropped != 1)} with a non-finite or non-positive value left out)" if dropped else ""
+        raise ValueError(f"a power-law fit needs at least two distinct positive x values; got {np.unique(x[keep])}"
+                         f"{left_out}")
     A = np.stack([lx, np.ones_like(lx)], axis=1)
     (slope, intercept), *_ = np.linalg.lstsq(A, ly, rcond=None)
     resid = ly - A @ np.array([slope, intercept])

@@ -174,8 +174,12 @@ class RunConfig:
         """The config in JSON file ``path``, or the shipped example of that name (``mqar``; see
         ``shipped_configs``) when no such file exists (a folder of that name, such as the run directory
         of ``--config mqar --run-dir mqar``, is no config file)."""
-        if not Path(path).is_file() and str(path) in shipped_configs():
-            path = shipped_configs()[str(path)]
+        shipped = shipped_configs()
+        if not Path(path).is_file() and str(path) in shipped:
+            path = shipped[str(path)]
+        if not Path(path).exists() and Path(path).name == str(path) and not Path(path).suffix:  # a name, not a path
+            raise ValueError(f"config file {path} does not exist, nor is it a shipped config's name "
+                             f"({', '.join(shipped)}; psattn configs lists them)")
         return cls.from_dict(read_json(path, what="config file", object_only=True))
 
 

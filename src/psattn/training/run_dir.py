@@ -206,9 +206,11 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
     extensions = read_meta(run_dir).get("extensions", [])
     if holds_same_run(config_path, config):
+        _refuse_to_train_a_finished_run_again(run_dir)
         return extensions
     saved = RunConfig.from_file(config_path)
     if holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):  # it only runs elsewhere
+        _refuse_to_train_a_finished_run_again(run_dir)
         log.info("continuing %s with %s", run_dir, config_differences(config_path, config, limit=len(RUNTIME_FIELDS)))
         return extensions
     # what else may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)
@@ -244,6 +246,21 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues); use another directory, "
         "or --restart"
     )
+
+
+def _refuse_to_train_a_finished_run_again(run_dir: Path) -> None:
+    """Refuse (ValueError) a run that finished (a result.json of a run that did not diverge) and has lost its
+    checkpoint: resuming would train it from step 0 and replace its metrics and result."""
+    if (run_dir / CHECKPOINT).exists():
+        return
+    try:
+        result = json.loads((run_dir / RESULT).read_text())
+    except (OSError, ValueError):  # missing, or not a result: nothing finished to keep
+        return
+    if isinstance(result, dict) and RESULT_KEYS - {"history"} <= result.keys() and result.get("diverged_at") is None:
+        raise ValueError(f"{run_dir} holds a finished run ({result['steps']} steps, its result.json) but no checkpoint.pt: "
+                         "there is nothing to resume, and training it again would replace its metrics and result; "
+                         "use --restart to train it anew, or another directory")
 
 
 def _refuse_a_foreign_config(run_dir: Path) -> None:
