@@ -15,8 +15,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "psattn"
 
 #: top-level module or package of psattn -> layer; a module may import its own layer and lower ones
 LAYERS = {
-    "version": 0, "fields": 0, "jsonfile": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0, "arguments": 0,
-    "processes": 0,
+    "version": 0, "fields": 0, "jsonfile": 0, "files": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0,
+    "arguments": 0, "processes": 0,
     "ops": 1, "tasks": 1, "textdata": 1,
     "models": 2,
     "training": 3,
@@ -32,8 +32,9 @@ LAYERS.update(SHIMS)
 DATA = {"tasks", "textdata"}
 #: leaves: what they may import (besides themselves)
 LEAVES = {
-    "theory": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments", "ops", "models"},
-    "meanfield": {"version", "fields", "jsonfile", "provenance", "timing", "progress", "figures", "arguments"},
+    "theory": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments", "ops",
+               "models"},
+    "meanfield": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments"},
 }
 for leaf in LEAVES:
     LAYERS[leaf] = 4  # importable by the layers from 4 up: export, integrations, experiments, the commands

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
+
+from psattn.files import write_text
 
 #: the number an argparse type parses
 _Number = TypeVar("_Number", int, float)
@@ -183,28 +183,13 @@ def report(json_path: str | None, text: str, data: Any) -> None:
 
 
 def write_json_output(path: str, data: Any) -> None:
-    """Where ``--json`` said: standard output for '-', else the file, written whole (a temporary file renamed
-    into place), in its folder, which is made when missing."""
+    """Where ``--json`` said: standard output for '-', else the file, written whole in its folder, which
+    is made when missing (``psattn.files``)."""
     text = json.dumps(data, indent=2)
     if path == "-":
         print(text)
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text + "\n")
-        os.chmod(tmp, 0o666 & ~_UMASK)  # the mode any new file gets (mkstemp's is 0600)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-#: the process's umask, read once (setting it is the only way to read it)
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+    else:
+        write_text(path, text + "\n")
 
 
 def _parse(parse: Callable[[str], _Number], text: str, expected: str) -> _Number:

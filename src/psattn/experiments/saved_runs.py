@@ -20,8 +20,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from psattn.files import write_json, write_jsonl
 from psattn.jsonfile import read_json
-from psattn.training.checkpoint import write_json, write_jsonl
 from psattn.training.config import canonical_config
 from psattn.training.run_dir import load_result
 

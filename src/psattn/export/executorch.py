@@ -37,9 +37,9 @@ from psattn.export.graphs import (
     example_prompt,
     greedy_tokens,
 )
+from psattn.files import write_bytes
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
-from psattn.training.checkpoint import write_bytes
 
 QUANTIZATIONS = ("fp32", "int8", "int4")
 INT4_GROUP = 32  # weights sharing one int4 scale

@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
+from psattn.files import write_json
 from psattn.jsonfile import read_json
 from psattn.tasks.registry import task_name
-from psattn.training.checkpoint import CheckpointError, unreadable, write_json
+from psattn.training.checkpoint import CheckpointError, unreadable
 from psattn.training.config import RunConfig, canonical_config
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from psattn.files import append_line, temporary_files, write_json, write_jsonl, write_text
 from psattn.jsonfile import read_json, read_jsonl
 from psattn.models.decoder import DecoderLM
 from psattn.provenance import provenance
@@ -31,15 +32,7 @@ from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
-from psattn.training.checkpoint import (
-    append_line,
-    load_checkpoint,
-    load_model_weights,
-    temporary_files,
-    write_json,
-    write_jsonl,
-    write_text,
-)
+from psattn.training.checkpoint import load_checkpoint, load_model_weights
 from psattn.training.config import (
     RUNTIME_FIELDS,
     RunConfig,

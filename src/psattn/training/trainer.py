@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
+from psattn.files import write_json, write_jsonl
 from psattn.progress import progress_bar
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
 from psattn.training.binding import binding, check_binding, check_extensions, check_vocabulary, read_binding
-from psattn.training.checkpoint import write_json, write_jsonl
 from psattn.training.config import RunConfig
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, resolve_device, setup_distributed, shard
 from psattn.training.evaluation import evaluate

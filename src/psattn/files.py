@@ -1,0 +1,90 @@
+"""Files written whole: a file is either its old or its new whole self, never half written.
+
+A write goes to a temporary file beside the target (``.<name>.<random>.tmp``), is flushed to the disk and
+renamed into place; a failed write removes the temporary file and raises one OSError naming the target
+(``write_failed``). Files get the permissions any new file gets (0644 under the usual umask 022), not the
+private 0600 of the temporary file they are written to. ``append_line`` appends a line whole or not at all.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+#: the process's umask, read once (setting it is the only way to read it)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def temporary_files(path: str | Path) -> list[Path]:
+    """The temporary files that writes of ``path`` cut short (by a kill) left beside it: ``.<name>.*.tmp``."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Write ``path`` whole with ``write(f)`` on a binary file, making its folder when missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException as err:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
+            raise write_failed(path, err, "the file already there (if any) is intact") from None
+        raise
+
+
+def write_failed(path: Path, err: OSError | RuntimeError, kept: str) -> OSError:
+    """The one-line error for a failed write to ``path``, saying what is ``kept``, and asking whether the
+    disk is full when it may be."""
+    detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+    full = isinstance(err, RuntimeError) or err.errno == errno.ENOSPC
+    return OSError(f"writing {path} failed ({detail}); {kept}" + (". Is the disk full?" if full else ""))
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` to the file at ``path``, whole or not at all: a failed write (a full disk) is cut
+    back off and raises OSError naming the file."""
+    data = memoryview(line.encode())
+    with open(path, "ab", buffering=0) as f:  # unbuffered: what failed is known here, not at close
+        start = f.seek(0, os.SEEK_END)
+        try:
+            while data:
+                data = data[f.write(data):]
+        except OSError as err:
+            f.truncate(start)
+            raise write_failed(Path(path), err, "its earlier lines are intact") from None
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON (indented) to ``path`` whole."""
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=2).encode()))
+
+
+def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` as JSON lines to ``path`` whole."""
+    atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole."""
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole."""
+    atomic_write(path, lambda f: f.write(data))
