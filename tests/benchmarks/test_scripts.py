@@ -75,7 +75,7 @@ def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path
 
 
 @pytest.mark.parametrize("script", [pytest.param("hf_decode_speed", marks=pytest.mark.slow),  # imports transformers
-                                    "trainer_speed", "gpu_tables", "bf16_error_budget"])
+                                    "trainer_speed", "gpu_tables", "bf16_error_budget", "step_overhead"])
 def test_help_shows_the_docstrings_whole_first_paragraph(script):
     import ast
 
@@ -284,6 +284,17 @@ def test_attention_speed_can_keep_freed_memory():
 def test_trainer_speed_runs(task):
     out = run("benchmarks/trainer_speed.py", "--task", task, "--steps", "3", "--repeats", "1")
     assert out.startswith(task) and "ratio" in out
+
+
+def test_step_overhead_counts_and_times_both_models(tmp_path):
+    out = run("benchmarks/step_overhead.py", "--presets", "psa-4m", "--repeats", "2", "--json", str(tmp_path / "s.json"))
+    assert "| psa-4m | fp32 |" in out and "| psa-4m | bf16 autocast |" in out
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert [r["precision"] for r in rows] == ["fp32", "bf16 autocast"]
+    for r in rows:
+        assert r["layers"] == 3 and 0 < r["extra_operations_per_layer"] <= 10 and not r["fewer_operations"]
+        assert r["operations"]["psa"] - r["operations"]["plain"] == sum(r["extra_operations"].values())
+        assert r["host_ms"]["plain"] > 0 and r["host_ratio"] > 0
 
 
 @pytest.mark.slow

@@ -73,3 +73,58 @@ def test_the_rotated_stream_is_kept_only_when_asked():
             rotate_and_shear(x, cos, sin, gamma, boundary="wrap")
         with pytest.raises(ValueError, match="starts must be"):
             rotate_and_shear(x, cos, sin, gamma, starts=torch.zeros(2, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_a_training_stream_takes_one_node_equal_to_the_composition_with_every_order_of_gradient(boundary):
+    """Where a gradient flows, RoPE and the shear are one autograd node whose backward is the transposed
+    pass: values, first and second derivatives and forward-mode ones equal the two operations', also for
+    a stream that is a transposed view (as projected queries are) and for one row."""
+    for T in (21, 1):
+        x, cos, sin = stream(T=T)
+        x_view = x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()  # (B, H, T, D), strided
+        for y in (x, x_view):
+            pass_ = lambda y, cos=cos, sin=sin: rope_shear(y, cos, sin, 0.7, boundary=boundary, fused=False)  # noqa: E731
+            out = pass_(y)
+            assert type(out.grad_fn).__name__ == "_RotateShearBackward"  # one node
+            torch.testing.assert_close(out, shear(apply_rope(y, cos, sin), 0.7, boundary=boundary), atol=1e-12, rtol=0)
+            assert torch.autograd.gradcheck(pass_, (y,), check_forward_ad=True)
+            assert torch.autograd.gradgradcheck(pass_, (y,))
+
+
+def test_the_one_node_pass_rounds_bf16_as_the_two_fp32_operations_do():
+    """In bf16 the node rotates and shears in fp32 and rounds once, forward and backward, bit for bit as
+    the fp32 operations with one rounding at each end."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 33, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    upstream = torch.randn(2, 4, 33, 16, generator=g).to(torch.bfloat16)
+    cos, sin = RotaryEmbedding(16)(torch.arange(33)[None].expand(2, 33))
+    one_node = rope_shear(x, cos, sin, 0.8)
+    two_ops = shear(apply_rope(x.float(), cos, sin), 0.8).to(torch.bfloat16)
+    assert type(one_node.grad_fn).__name__ == "_RotateShearBackward"
+    torch.testing.assert_close(one_node, two_ops, atol=0, rtol=0)
+    (g_node,), (g_ops,) = torch.autograd.grad(one_node, x, upstream), torch.autograd.grad(two_ops, x, upstream)
+    assert g_node.dtype == torch.bfloat16
+    torch.testing.assert_close(g_node, g_ops, atol=0, rtol=0)
+
+
+def test_the_two_operations_remain_where_the_node_does_not_apply():
+    """Sequence starts, a continued stream, a kept rotated stream, partial rotation or tables that take a
+    gradient each take the two operations, with the same values."""
+    x, cos, sin = stream(T=9)
+    starts = torch.zeros(2, 9, dtype=torch.bool)
+    starts[0, 4] = True
+    prev = torch.randn(2, 3, 1, 16, dtype=torch.float64)
+    for kwargs in ({"starts": starts}, {"prev": prev}):
+        out = rope_shear(x, cos, sin, 0.5, **kwargs)
+        assert type(out.grad_fn).__name__ != "_RotateShearBackward"
+        torch.testing.assert_close(out, shear(apply_rope(x, cos, sin), 0.5, **kwargs))
+    assert type(rotate_and_shear(x, cos, sin, 0.5)[1].grad_fn).__name__ != "_RotateShearBackward"  # keeps the rotated
+    half = RotaryEmbedding(16, rotary_fraction=0.5)(torch.arange(9)[None].expand(2, 9))
+    out = rope_shear(x, *(t.double() for t in half), 0.5)
+    torch.testing.assert_close(out, shear(apply_rope(x, *(t.double() for t in half)), 0.5))
+    cos_grad = cos.clone().requires_grad_()
+    out = rope_shear(x, cos_grad, sin, 0.5)
+    assert torch.autograd.grad(out.sum(), cos_grad)[0].abs().sum() > 0  # the tables get their gradient
+    with pytest.raises(ValueError, match="do not fit a stream"):  # the node checks the tables as apply_rope does
+        rope_shear(x, cos[:, :, :5], sin[:, :, :5], 0.5)

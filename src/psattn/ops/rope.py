@@ -86,33 +86,37 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 class _Rotate(torch.autograd.Function):
-    """x cos + rotate_half(x) sin (``_rotate_kernels``) with its own derivatives. A rotation's transpose is the
-    rotation by the opposite angle, so the backward is this function with -sin (and any order of
-    gradient stays on it). The tables are constants: they get no gradient."""
+    """x cos + rotate_half(x) sin (``rotate_kernels``) with its own derivatives. A rotation's transpose is the
+    rotation by the opposite angle, so the backward is this function with ``transposed`` flipped (and any
+    order of gradient stays on it). The tables are constants: they get no gradient."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, transposed: bool = False) -> Tensor:
+        ctx.transposed = transposed
         ctx.save_for_backward(cos, sin)
         ctx.save_for_forward(cos, sin)
-        return _rotate_kernels(x, cos, sin)
+        return rotate_kernels(x, cos, sin, transposed)
 
     @staticmethod
     def backward(ctx, g: Tensor):
         cos, sin = ctx.saved_tensors
-        return _Rotate.apply(g, cos, -sin), None, None
+        return _Rotate.apply(g, cos, sin, not ctx.transposed), None, None, None
 
     @staticmethod
     def jvp(ctx, x_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the rotation is linear
         cos, sin = ctx.saved_tensors
-        return x_dot * cos + _rotate_half(x_dot) * sin
+        return x_dot * cos + _rotate_half(x_dot) * (-sin if ctx.transposed else sin)
 
 
-def _rotate_kernels(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x cos + rotate_half(x) sin in three kernels and one allocation."""
+def rotate_kernels(x: Tensor, cos: Tensor, sin: Tensor, transposed: bool = False) -> Tensor:
+    """x cos + rotate_half(x) sin, or with ``transposed`` the rotation by the opposite angle,
+    x cos - rotate_half(x) sin, in three kernels and one allocation (no autograd of its own: ``_Rotate``
+    gives it one)."""
     h = x.shape[-1] // 2
+    sign = -1.0 if transposed else 1.0
     out = x * cos
-    out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1.0)  # -x2 sin
-    out[..., h:].addcmul_(x[..., :h], sin[..., h:])  # +x1 sin
+    out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-sign)  # -x2 sin
+    out[..., h:].addcmul_(x[..., :h], sin[..., h:], value=sign)  # +x1 sin
     return out
 
 
@@ -123,7 +127,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if cos.requires_grad or sin.requires_grad or plain_ops_only():
         return x * cos + _rotate_half(x) * sin
     if not (torch.is_grad_enabled() and x.requires_grad):
-        return _rotate_kernels(x, cos, sin)
+        return rotate_kernels(x, cos, sin)
     return _Rotate.apply(x, cos, sin)
 
 
@@ -135,6 +139,16 @@ def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate x (B, H, T, D) by the tables from ``RotaryEmbedding`` (first r channels)."""
+    r = check_tables(x, cos, sin)
+    if r == x.shape[-1]:
+        return _rotate(x, cos, sin)
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    return torch.cat([_rotate(x_rot, cos, sin), x_pass], dim=-1)
+
+
+def check_tables(x: Tensor, cos: Tensor, sin: Tensor) -> int:
+    """The rotary width r of RoPE tables ``cos``, ``sin`` (B, 1, T, r) for a stream ``x`` (B, H, T, D); a
+    TypeError or ValueError naming what does not fit."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):  # was "'list' object has no attribute 'shape'"
             raise TypeError(f"apply_rope's {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -148,7 +162,4 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if not fits or cos.shape[-2] != x.shape[-2] or sin.shape[-2] != x.shape[-2]:
         raise ValueError(f"RoPE tables of shape {tuple(cos.shape)} and {tuple(sin.shape)} do not fit a stream of shape "
                          f"{tuple(x.shape)}: they need its positions (dimension -2) and its batch, or one row for all")
-    if r == x.shape[-1]:
-        return _rotate(x, cos, sin)
-    x_rot, x_pass = x[..., :r], x[..., r:]
-    return torch.cat([_rotate(x_rot, cos, sin), x_pass], dim=-1)
+    return r

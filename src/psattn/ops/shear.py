@@ -147,6 +147,31 @@ def momentum(x: Tensor, *, starts: Tensor | None = None, prev: Tensor | None = N
     return x - previous(x, starts=starts, prev=prev, boundary=boundary)
 
 
+def lag_one_shear_kernels(x: Tensor, gamma: float, replicate: bool) -> Tensor:
+    """``x̂_t = (1 + gamma) x_t - gamma x_{t-1}`` of a stream (B, H, T, D) whose only start is t = 0, in one
+    pass over shifted views, in x's layout (no autograd of its own: ``_LagOneShear`` gives it one)."""
+    out = torch.empty_like(x)
+    torch.lerp(x[..., :-1, :], x[..., 1:, :], 1.0 + gamma, out=out[..., 1:, :])
+    if replicate:
+        out[..., :1, :] = x[..., :1, :]
+    else:
+        torch.mul(x[..., :1, :], 1.0 + gamma, out=out[..., :1, :])
+    return out
+
+
+def lag_one_transposed_kernels(g: Tensor, gamma: float, replicate: bool) -> Tensor:
+    """The transposed filter ``g_t (1 + gamma) - gamma g_{t+1}`` of a (B, H, T, D), in g's layout: the gradient of
+    ``lag_one_shear_kernels``."""
+    gx = torch.empty_like(g)
+    torch.lerp(g[..., 1:, :], g[..., :-1, :], 1.0 + gamma, out=gx[..., :-1, :])
+    torch.mul(g[..., -1:, :], 1.0 + gamma, out=gx[..., -1:, :])
+    if replicate and g.shape[-2] > 1:  # x̂_0 = x_0: the first tap has weight 1, not 1 + gamma
+        torch.add(g[..., :1, :], g[..., 1:2, :], alpha=-gamma, out=gx[..., :1, :])
+    elif replicate:  # one row: x̂_0 = x_0 alone
+        gx.copy_(g)
+    return gx
+
+
 class _LagOneShear(torch.autograd.Function):
     """x̂_t = (1 + gamma) x_t - gamma x_{t-1} with only t = 0 as a start, in one pass over shifted
     views. Its backward is the transposed filter (``_LagOneShearT``), whose backward is this
@@ -155,14 +180,11 @@ class _LagOneShear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, gamma: float, replicate: bool) -> Tensor:
         ctx.gamma, ctx.replicate = gamma, replicate
-        out = torch.empty_like(x)
-        torch.lerp(x[..., :-1, :], x[..., 1:, :], 1.0 + gamma, out=out[..., 1:, :])
-        out[..., :1, :] = x[..., :1, :] if replicate else x[..., :1, :] * (1.0 + gamma)
-        return out
+        return lag_one_shear_kernels(x, gamma, replicate)
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        return _LagOneShearT.apply(g.contiguous(), ctx.gamma, ctx.replicate), None, None
+        return _LagOneShearT.apply(g, ctx.gamma, ctx.replicate), None, None
 
     @staticmethod
     def jvp(ctx, x_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the filter is linear
@@ -176,16 +198,11 @@ class _LagOneShearT(torch.autograd.Function):
     @staticmethod
     def forward(ctx, g: Tensor, gamma: float, replicate: bool) -> Tensor:
         ctx.gamma, ctx.replicate = gamma, replicate
-        gx = torch.empty_like(g)
-        torch.lerp(g[..., 1:, :], g[..., :-1, :], 1.0 + gamma, out=gx[..., :-1, :])
-        gx[..., -1:, :] = g[..., -1:, :] * (1.0 + gamma)
-        if replicate:  # x̂_0 = x_0: the first tap has weight 1, not 1 + gamma
-            gx[..., :1, :] -= gamma * g[..., :1, :]
-        return gx
+        return lag_one_transposed_kernels(g, gamma, replicate)
 
     @staticmethod
     def backward(ctx, gg: Tensor):
-        return _LagOneShear.apply(gg.contiguous(), ctx.gamma, ctx.replicate), None, None
+        return _LagOneShear.apply(gg, ctx.gamma, ctx.replicate), None, None
 
 
 def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
@@ -207,7 +224,7 @@ def sheared(x: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
     if gamma == 0.0:
         return x
     if starts is None and prev is None and not plain_ops_only():
-        return _LagOneShear.apply(x.contiguous(), gamma, boundary == "replicate")
+        return _LagOneShear.apply(x, gamma, boundary == "replicate")
     if starts is None and prev is not None and x.shape[-2] == 1 and not torch.compiler.is_exporting():
         return torch.lerp(prev.to(x.dtype), x, 1.0 + gamma)  # a decoded row after prev: what follows, in one step
     x_prev = _lagged(x, starts, prev, boundary)

@@ -1,0 +1,39 @@
+"""What PSA adds to a training step, counted in dispatched operations (on a GPU, kernel launches): the
+cost a step bound by the host pays, the same on every machine (``benchmarks/step_overhead.py``)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from psattn import AttentionConfig, DecoderLM, ModelConfig
+from psattn.timing import dispatched_operations
+
+
+def test_dispatched_operations_counts_computing_operations_and_leaves_views_out():
+    x = torch.randn(3, 4, requires_grad=True)
+    counts = dispatched_operations(lambda: (x[:, :2] * 2).sum().backward())
+    assert counts["mul"] == 2 and counts["sum"] == 1  # the forward's product and the backward's
+    assert "slice" not in counts and "expand" not in counts and "empty_like" not in counts
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_psa_adds_at_most_ten_operations_a_layer_to_a_training_step(bf16):
+    """Symmetric PSA's step (forward and backward) against plain attention's in the same model: the shear
+    of two streams, forward and transposed, is at most 10 operations a layer (it was 23 with the
+    rotation and the shear as separate autograd nodes), all of them elementwise."""
+    tokens = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(0))
+    counts = {}
+    for label, attention in (("plain", AttentionConfig("baseline", 0.0)), ("psa", AttentionConfig("symmetric", 0.8))):
+        torch.manual_seed(0)
+        model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_layers=3, n_heads=4, attention=attention))
+
+        def step(model=model):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(tokens)
+            F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten()).backward()
+
+        counts[label] = dispatched_operations(step)
+    extra = counts["psa"] - counts["plain"]
+    assert not counts["plain"] - counts["psa"]  # PSA drops nothing plain does
+    assert sum(extra.values()) <= 10 * 3, extra
+    assert set(extra) <= {"lerp", "mul", "add", "copy_"}, extra
