@@ -9,6 +9,7 @@ step; on a GPU each is at least one kernel launch; the same count on every machi
 milliseconds per step, both models' steps interleaved in one process, one thread. Usage:
 
     python benchmarks/step_overhead.py [--presets psa-4m psa-92m] [--repeats 200] [--json FILE]
+    python benchmarks/step_overhead.py --table AFTER.json BEFORE.json   # docs/kernel.md's table of two runs
 """
 
 from __future__ import annotations
@@ -73,12 +74,30 @@ def measure(name: str, bf16: bool, repeats: int) -> dict:
     }
 
 
+def page_table(after: dict, before: dict) -> str:
+    """The markdown table of docs/kernel.md: the rows of run ``after``, with the extra operations and the
+    ratio of run ``before`` beside them."""
+    lines = ["| preset, precision | operations a step, plain | PSA | extra a layer | host ms a step, plain | PSA "
+             "| PSA / plain | before: extra a layer | before: PSA / plain |", "|---|---|---|---|---|---|---|---|---|"]
+    for r, b in zip(after["rows"], before["rows"], strict=True):
+        ops, ms = r["operations"], r["host_ms"]
+        lines.append(f"| {r['preset']}, {r['precision']} | {ops['plain']:,} | {ops['psa']:,} "
+                     f"| {r['extra_operations_per_layer']:g} | {ms['plain']:.2f} | {ms['psa']:.2f} | {r['host_ratio']:.3f} "
+                     f"| {b['extra_operations_per_layer']:g} | {b['host_ratio']:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("--presets", nargs="+", choices=sorted(PRESETS), default=["psa-4m", "psa-92m"])
     parser.add_argument("--repeats", type=int, default=200, help="timed steps of each model (default 200)")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--table", nargs=2, metavar=("AFTER", "BEFORE"), help="print the table of two saved runs")
     args = parser.parse_args()
+    if args.table:
+        after, before = (json.loads(open(path).read()) for path in args.table)
+        print(page_table(after, before))
+        return
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     torch.set_num_threads(1)

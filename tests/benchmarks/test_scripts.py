@@ -297,6 +297,12 @@ def test_step_overhead_counts_and_times_both_models(tmp_path):
         assert r["host_ms"]["plain"] > 0 and r["host_ratio"] > 0
 
 
+def test_the_kernel_page_quotes_the_saved_step_overhead_runs():
+    folder = "docs/results/cpu/step_overhead"
+    table = run("benchmarks/step_overhead.py", "--table", f"{folder}/2026-12-05.json", f"{folder}/2026-12-05-ops-of-9dbc32a.json")
+    assert table.strip() in (ROOT / "docs" / "kernel.md").read_text()
+
+
 @pytest.mark.slow
 def test_gpu_check_records_a_failing_part_and_runs_the_next(tmp_path, monkeypatch):
     import importlib.util
