@@ -37,3 +37,21 @@ def test_psa_adds_at_most_ten_operations_a_layer_to_a_training_step(bf16):
     assert not counts["plain"] - counts["psa"]  # PSA drops nothing plain does
     assert sum(extra.values()) <= 10 * 3, extra
     assert set(extra) <= {"lerp", "mul", "add", "copy_"}, extra
+
+
+def test_the_layers_share_one_rope_whose_tables_a_forward_pass_computes_once():
+    model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_layers=3, n_heads=4, attention=AttentionConfig("symmetric", 0.8)))
+    ropes = {id(block.attn.rope) for block in model.blocks}
+    assert len(ropes) == 1
+    calls = []
+    model.blocks[0].attn.rope.register_forward_hook(lambda module, args, out: calls.append(args[1]))
+    tokens = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(0))
+    model(tokens)
+    assert calls == [torch.float32]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(tokens)
+    assert calls == [torch.float32, torch.float32]  # the standard shear rotates bf16 streams in fp32
+    cache = model.new_cache()
+    model(tokens[:, :5], cache=cache)
+    model(tokens[:, 5:6], cache=cache)
+    assert len(calls) == 4  # once a chunk

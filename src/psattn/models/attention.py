@@ -200,7 +200,7 @@ class PhaseSpaceAttention(nn.Module):
         shears q and k itself (the fused kernel: inside its tiles)."""
         B, T, _ = x.shape
         q, k, v = self._project(x)
-        cos, sin = self.rope(ctx.position_ids, x.dtype)
+        cos, sin = ctx.rope_tables(self.rope, x.dtype)
         q, k, v = self.hook_q(apply_rope(q, cos, sin)), self.hook_k(apply_rope(k, cos, sin)), self.hook_v(v)
         out = psa_attention(
             q, k, v, gamma_q=self.gamma_q, gamma_k=self.gamma_k, attn_mask=ctx.attn_mask, is_causal=ctx.is_causal,
@@ -234,7 +234,7 @@ class PhaseSpaceAttention(nn.Module):
             q, k, v = self.key_lag(q, k, v, ctx.starts)
         prev_q, prev_k = (None, None) if cache is None else cache.last_raw()
         dtype = q.dtype  # q̂ and k̂ leave in it (the standard shear computes in float32 for 16-bit streams)
-        cos, sin = self.rope(ctx.position_ids, self.rope_dtype(x, q))
+        cos, sin = ctx.rope_tables(self.rope, self.rope_dtype(x, q))
         if self._one_pass():  # the shear acts on the rotated streams, in one pass with the rotation
             rotate = partial(rotate_and_shear, cos=cos, sin=sin, starts=ctx.starts, boundary=self.boundary,
                              keep_rotated=cache is not None)  # the rotated streams: for a cache only

@@ -14,12 +14,13 @@ With a cache the chunk continues the cached tokens; its queries sit after them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from psattn.ops.cache import ChunkRecord, PSACache
+from psattn.ops.rope import RotaryEmbedding
 from psattn.ops.shear import sequence_starts
 
 
@@ -31,6 +32,18 @@ class AttentionContext:
     attn_mask: Tensor | None  # (B, 1, T, S) bool, True = may attend
     is_causal: bool
     chunk: ChunkRecord | None = None  # with a cache: what it appends once the layers have run
+    # RoPE tables of position_ids, by RotaryEmbedding module and dtype: computed once a forward pass
+    tables: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False, compare=False)
+
+    def rope_tables(self, rope: RotaryEmbedding, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``rope(position_ids, dtype)``, cos and sin (B, 1, T, r), computed once for each RoPE module and
+        dtype (layers that share one module share its tables) and recomputed under a compiler's trace."""
+        if torch.compiler.is_compiling():
+            return rope(self.position_ids, dtype)
+        key = (id(rope), dtype)
+        if key not in self.tables:
+            self.tables[key] = rope(self.position_ids, dtype)
+        return self.tables[key]
 
     @classmethod
     def causal(cls, batch: int, length: int, device: torch.device | None = None) -> AttentionContext:

@@ -98,6 +98,8 @@ class DecoderLM(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i, shear_fn, backend) for i in range(config.n_layers))  # type: ignore[assignment]
+        for block in self.blocks[1:]:  # one RoPE for every layer (one config): its tables are computed once a forward pass
+            block.attn.rope = self.blocks[0].attn.rope
         self.norm_final = _norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         std = config.init_std

@@ -89,7 +89,7 @@ def keys_values(layer: AttentionLayer, x: Tensor, ctx: AttentionContext) -> tupl
     """k̂ and v (B, Hkv, T, D) of every position, for a layer whose queries are computed apart."""
     k, v = layer.project_keys_values(x)  # (B, Hkv, T, D) each
     dtype = k.dtype
-    cos, sin = layer.rope(ctx.position_ids, layer.rope_dtype(x, k))
+    cos, sin = ctx.rope_tables(layer.rope, layer.rope_dtype(x, k))
     if not layer.post_rope:  # ablation: shear first, then rotate
         return apply_rope(layer._shear(k, layer.gamma_k, ctx, None), cos, sin), v
     k = apply_rope(k.to(cos.dtype), cos, sin)
