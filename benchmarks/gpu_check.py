@@ -539,7 +539,10 @@ def compile_check(device: str, smoke: bool) -> dict:
     scale = dataclasses.replace(scale, train=dataclasses.replace(scale.train, device=device))
     # on CUDA, RoPE and the shear of a large stream run as one compiled call (psattn.ops.rope_shear): it saves
     # passes over memory and costs host time per call; the last profile has them as eager operations instead
-    profiles = [("eager_step_profile", config, None), ("paper_scale_step_profile", scale, None)]
+    plain = scale_config(plan, size, "all_positions", "baseline", 0.0, seed=0)  # the same run, plain attention
+    plain = dataclasses.replace(plain, train=dataclasses.replace(plain.train, device=device))
+    profiles = [("eager_step_profile", config, None), ("paper_scale_step_profile", scale, None),
+                ("paper_scale_step_profile_plain", plain, None)]
     if device == "cuda":
         profiles.append(("paper_scale_step_profile_rope_shear_eager", scale, 1 << 62))
     for key, run, compile_from in profiles:
@@ -551,7 +554,7 @@ def compile_check(device: str, smoke: bool) -> dict:
         except Exception as e:  # noqa: BLE001  # the rows above stay
             out[key] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {key} failed: {out[key]['error']}", flush=True)
-    for key in ("paper_scale_step_profile", "paper_scale_step_profile_rope_shear_eager"):
+    for key in ("paper_scale_step_profile", "paper_scale_step_profile_plain", "paper_scale_step_profile_rope_shear_eager"):
         if key in out:
             out[key].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
     return out
@@ -594,7 +597,9 @@ def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
     with profile(activities=activities, schedule=schedule(wait=warm - 1, warmup=1, active=steps, repeat=1)) as prof:
         train(run, on_step=lambda step, loss: prof.step())
     if cuda:  # the device's own events (kernels, copies), each once
-        kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        kernel_us = sum(e.device_time_total for e in device_events)
+        out["launches_per_step"] = len(device_events) / steps  # kernels, copies and fills the host launched
     else:  # every operator's time less its children's (a step's annotation holds the Python between them: left out)
         kernel_us = sum(e.self_cpu_time_total for e in prof.events() if not e.name.startswith("ProfilerStep"))
     out["kernel_ms"] = kernel_us / 1e3 / steps
@@ -645,7 +650,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "equivalence": 30, "kernels": 30, "compile": 140, "phase_transition": 0}
+             "equivalence": 30, "kernels": 30, "compile": 160, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:

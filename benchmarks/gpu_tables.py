@@ -115,6 +115,7 @@ def compile_table(check: dict) -> str:
         gap = "" if mode == "eager" else f"{c['largest_relative_loss_gap' + suffix]:.2g}"
         lines.append(f"| {label} | {row['step_ms']:.2f} | {ratio} | {gap} |")
     for key, what in (("eager_step_profile", "psa-4m's eager step"), ("paper_scale_step_profile", "The paper-scale sweep's"),
+                      ("paper_scale_step_profile_plain", "The same run with plain attention, its"),
                       ("paper_scale_step_profile_rope_shear_eager", "With RoPE and the shear as eager operations, its")):
         profile = c.get(key)
         if profile is None:  # checks before 2026-12-05
@@ -128,8 +129,9 @@ def compile_table(check: dict) -> str:
         if "syncs_per_step" in profile:  # on CUDA only
             sites = ", ".join(f"`{site}` {n:g}" for site, n in profile["syncs_per_step"].items()) or "none"
             waits = f"; waits for the device per step: {sites}"
+        launches = f", {profile['launches_per_step']:g} launches" if "launches_per_step" in profile else ""  # CUDA only
         lines += ["", f"{what}: {profile['wall_ms']:.2f} ms of wall time, {profile['kernel_ms']:.2f} ms of kernels "
-                      f"(torch.profiler){waits}."]
+                      f"(torch.profiler){launches}{waits}."]
     return "\n".join(lines)
 
 

@@ -50,6 +50,8 @@ def test_gpu_check_smoke(tmp_path):
     assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
     scale = result["compile"]["paper_scale_step_profile"]  # the quick plan's first model on the CPU
     assert scale["kernel_ms"] > 0 and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
+    plain = result["compile"]["paper_scale_step_profile_plain"]  # the same run with plain attention
+    assert plain["kernel_ms"] > 0 and plain["preset"] == "L2d16h2" and "launches_per_step" not in plain  # CUDA only
     assert "paper_scale_step_profile_rope_shear_eager" not in result["compile"]  # rope_shear compiles on CUDA only
     assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
     assert "ratio" in out
@@ -208,7 +210,9 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
                 "eager_step_profile": {"steps": 10, "wall_ms": 20.5, "kernel_ms": 1.25,
                                        "syncs_per_step": {"trainer.py:112": 1.0, "loss.py:38": 2.0}},
                 "paper_scale_step_profile": {"error": "OutOfMemoryError: no room", "preset": "psa-92m", "batch": 64,
-                                             "length": 64}}
+                                             "length": 64},
+                "paper_scale_step_profile_plain": {"steps": 10, "wall_ms": 50.0, "kernel_ms": 4.5, "launches_per_step": 2046.0,
+                                                   "syncs_per_step": {}, "preset": "psa-92m", "batch": 64, "length": 64}}
     shown = _script("gpu_tables").compile_table({"compile": compile_})
     assert shown.startswith("| psa-4m trainer step on induction, B 64, T 64, bf16 |")
     assert "| eager | 20.00 | 1 |  |" in shown and "| `train.compile=true` | 25.00 | 1.250 | 0.004 |" in shown
@@ -216,6 +220,8 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert ("psa-4m's eager step: 20.50 ms of wall time, 1.25 ms of kernels (torch.profiler); waits for the device "
             "per step: `trainer.py:112` 1, `loss.py:38` 2.") in shown
     assert "Profiling the paper-scale sweep's eager psa-92m step (B 64, T 64) failed: OutOfMemoryError: no room" in shown
+    assert ("The same run with plain attention, its eager psa-92m step (B 64, T 64): 50.00 ms of wall time, 4.50 ms of "
+            "kernels (torch.profiler), 2046 launches; waits for the device per step: none.") in shown
     older = {"eager": {"step_ms": 21.9}, "compiled": {"step_ms": 24.5}, "step_time_ratio_compiled_over_eager": 1.12,
              "largest_relative_loss_gap": 0.006}  # the 2026-12-04 run: no shape, CUDA graphs or profile
     assert _script("gpu_tables").compile_table({"compile": older}).startswith("| psa-4m trainer step on induction, bf16 |")
