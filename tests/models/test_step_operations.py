@@ -55,3 +55,17 @@ def test_the_layers_share_one_rope_whose_tables_a_forward_pass_computes_once():
     model(tokens[:, :5], cache=cache)
     model(tokens[:, 5:6], cache=cache)
     assert len(calls) == 4  # once a chunk
+
+
+def test_a_context_kept_across_calls_computes_fresh_tables():
+    """Only a model call keeps the tables it computed: a layer called twice with one context sees a change
+    of its RoPE frequencies in between."""
+    from psattn.models import PhaseSpaceAttention, build_context
+
+    layer = PhaseSpaceAttention(32, 4, attention=AttentionConfig("symmetric", 0.8))
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0))
+    context = build_context(2, 9, x.device)
+    before = layer(x, context)
+    layer.rope.inv_freq.mul_(3.0)
+    torch.testing.assert_close(layer(x, context), layer(x, build_context(2, 9, x.device)), atol=0, rtol=0)
+    assert (layer(x, context) - before).abs().max() > 1e-3

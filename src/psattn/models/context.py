@@ -32,13 +32,15 @@ class AttentionContext:
     attn_mask: Tensor | None  # (B, 1, T, S) bool, True = may attend
     is_causal: bool
     chunk: ChunkRecord | None = None  # with a cache: what it appends once the layers have run
-    # RoPE tables of position_ids, by RotaryEmbedding module and dtype: computed once a forward pass
-    tables: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False, compare=False)
+    # RoPE tables of position_ids by RotaryEmbedding module and dtype, kept for one model call (DecoderLM sets
+    # a dict); None: computed at every request (a context a caller keeps may outlive a module or its frequencies)
+    tables: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor]] | None = field(default=None, repr=False, compare=False)
 
     def rope_tables(self, rope: RotaryEmbedding, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``rope(position_ids, dtype)``, cos and sin (B, 1, T, r), computed once for each RoPE module and
-        dtype (layers that share one module share its tables) and recomputed under a compiler's trace."""
-        if torch.compiler.is_compiling():
+        """``rope(position_ids, dtype)``, cos and sin (B, 1, T, r): with ``tables`` set, computed once for each
+        RoPE module and dtype (layers that share one module share its tables); without, or under a compiler's
+        trace, at every call."""
+        if self.tables is None or torch.compiler.is_compiling():
             return rope(self.position_ids, dtype)
         key = (id(rope), dtype)
         if key not in self.tables:

@@ -195,6 +195,7 @@ class DecoderLM(nn.Module):
             B, T, input_ids.device, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
             input_ids=input_ids, vocab_size=self.config.vocab_size,
         )
+        context.tables = {}  # the layers' shared RoPE tables, computed once in this call
         h = self.drop(self._embed(input_ids))  # (B, T, C)
         if T == 0:  # an empty chunk: no position attends, and a cache stays as it was
             return self.lm_head(self.norm_final(h if scored is None else h[scored]))  # (B, 0, V), or (0, V) with scored

@@ -68,7 +68,7 @@ class _RotateShear(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the pass is linear
         cos, sin = ctx.saved_tensors
-        return _rotate_shear_kernels(x_dot, cos, sin, ctx.gamma, ctx.replicate)
+        return _differentiable_pass(x_dot, cos, sin, ctx.gamma, ctx.replicate, transposed=False)
 
 
 class _TransposedRotateShear(torch.autograd.Function):
@@ -79,6 +79,7 @@ class _TransposedRotateShear(torch.autograd.Function):
     def forward(ctx, g: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool) -> Tensor:
         ctx.gamma, ctx.replicate = gamma, replicate
         ctx.save_for_backward(cos, sin)
+        ctx.save_for_forward(cos, sin)
         wide = wide_dtype(g.dtype)
         g_rot = lag_one_transposed_kernels(g.to(wide), gamma, replicate)  # (B, H, T, D)
         return rotate_kernels(g_rot, cos.to(wide), sin.to(wide), transposed=True).to(g.dtype)
@@ -88,6 +89,33 @@ class _TransposedRotateShear(torch.autograd.Function):
         cos, sin = ctx.saved_tensors
         return _RotateShear.apply(gg, cos, sin, ctx.gamma, ctx.replicate), None, None, None, None
 
+    @staticmethod
+    def jvp(ctx, g_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the pass is linear
+        cos, sin = ctx.saved_tensors
+        return _differentiable_pass(g_dot, cos, sin, ctx.gamma, ctx.replicate, transposed=True)
+
+
+def _differentiable_pass(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool, transposed: bool) -> Tensor:
+    """``_RotateShear``'s pass (or, ``transposed``, its transpose) in ordinary operations, in ``wide_dtype`` and
+    rounded once: the nodes' forward-mode tangents, through which reverse mode can differentiate in turn."""
+    dtype, wide = x.dtype, wide_dtype(x.dtype)
+    x, cos, sin = x.to(wide), cos.to(wide), sin.to(wide)
+    h = x.shape[-1] // 2
+
+    def rotate(y: Tensor, sin: Tensor) -> Tensor:
+        return y * cos + torch.cat([-y[..., h:], y[..., :h]], dim=-1) * sin
+
+    gain = torch.full((x.shape[-2], 1), 1.0 + gamma, dtype=wide, device=x.device)  # (T, 1): x̂_t's weight on x_t
+    if replicate:
+        gain[:1] = 1.0  # x̂_0 = x_0
+    zero_row = torch.zeros_like(x[..., :1, :])  # (B, H, 1, D), or (B, H, 0, D) for an empty stream
+    if transposed:  # g_t gain_t - gamma g_{t+1}, then the rotation by the opposite angle
+        g_next = torch.cat([x[..., 1:, :], zero_row], dim=-2)  # (B, H, T, D)
+        return rotate(gain * x - gamma * g_next, -sin).to(dtype)
+    y = rotate(x, sin)
+    y_prev = torch.cat([zero_row, y[..., :-1, :]], dim=-2)  # (B, H, T, D); row 0's weight is in gain
+    return (gain * y - gamma * y_prev).to(dtype)
+
 
 def _rotate_shear_kernels(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool) -> Tensor:
     """shear(rotate(x)) (B, H, T, D) in ``wide_dtype``, rounded once to x's dtype, without autograd."""
@@ -96,11 +124,16 @@ def _rotate_shear_kernels(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, rep
     return lag_one_shear_kernels(x_rot, gamma, replicate).to(x.dtype)
 
 
-def _one_node(x: Tensor, cos: Tensor, starts: Tensor | None, prev: Tensor | None, keep_rotated: bool) -> bool:
+def _one_node(x: Tensor, cos: Tensor, sin: Tensor, starts: Tensor | None, prev: Tensor | None, keep_rotated: bool) -> bool:
     """Whether ``_RotateShear`` applies: a gradient flows through x (not through the tables), every channel
-    rotates, the only start is t = 0, the rotated stream is not kept, and no trace or transform is active."""
-    return (starts is None and prev is None and not keep_rotated and torch.is_grad_enabled() and x.requires_grad
-            and not cos.requires_grad and cos.shape[-1] == x.shape[-1] and not plain_ops_only())
+    rotates, the only start is t = 0, the rotated stream is not kept, and no trace or transform is active
+    (tables that do not fit x are a TypeError or ValueError, as ``apply_rope`` gives)."""
+    if starts is not None or prev is not None or keep_rotated or plain_ops_only():
+        return False
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return False
+    r = check_tables(x, cos, sin)
+    return r == x.shape[-1] and not (cos.requires_grad or sin.requires_grad)
 
 
 def _rotate_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
@@ -142,8 +175,7 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
         fused = (x.device.type == "cuda" and x.shape[-2] > 1 and x.numel() >= COMPILE_FROM
                  and not plain_ops_only())
     if not fused:
-        if _one_node(x, cos, starts, prev, keep_rotated) and not sin.requires_grad:
-            check_tables(x, cos, sin)
+        if _one_node(x, cos, sin, starts, prev, keep_rotated):
             return None, _RotateShear.apply(x, cos, sin, gamma, boundary == "replicate")  # (B, H, T, D)
         return _rotate_then_shear(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
     global _compiled
