@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 
+from psattn.files import write_json
 from psattn.models import AttentionConfig, DecoderLM
 from psattn.models.presets import PRESETS, preset
 from psattn.provenance import git_revision
@@ -115,8 +116,7 @@ def main() -> None:
         result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
                   "machine": platform.machine(), "processor": platform.processor(), "git": git_revision(),
                   "repeats": args.repeats, "rows": rows}
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)  # whole, its folder made
 
 
 if __name__ == "__main__":
