@@ -50,55 +50,41 @@ def wide_dtype(dtype: torch.dtype) -> torch.dtype:
 
 class _RotateShear(torch.autograd.Function):
     """x̂ = shear(rotate(x)) of a stream whose only start is t = 0, rotated and sheared in ``wide_dtype`` and
-    rounded once to x's dtype, as one autograd node. Its backward is the transposed pass
-    (``_TransposedRotateShear``), whose backward is this pass again, so gradients of any order stay on
-    these kernels. The tables are constants: they get no gradient."""
+    rounded once to x's dtype, as one autograd node; with ``transposed``, its transpose g ↦ rotate(shearᵀ(g),
+    -angle). Each is the other's backward (both maps are linear), so gradients of any order stay on these
+    kernels. The tables are constants: they get no gradient."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool) -> Tensor:
-        ctx.gamma, ctx.replicate = gamma, replicate
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool, transposed: bool = False) -> Tensor:
+        ctx.gamma, ctx.replicate, ctx.transposed = gamma, replicate, transposed
         ctx.save_for_backward(cos, sin)
         ctx.save_for_forward(cos, sin)
-        return _rotate_shear_kernels(x, cos, sin, gamma, replicate)
+        return _rotate_shear_kernels(x, cos, sin, gamma, replicate, transposed)
 
     @staticmethod
     def backward(ctx, g: Tensor):
         cos, sin = ctx.saved_tensors
-        return _TransposedRotateShear.apply(g, cos, sin, ctx.gamma, ctx.replicate), None, None, None, None
+        return _RotateShear.apply(g, cos, sin, ctx.gamma, ctx.replicate, not ctx.transposed), None, None, None, None, None
 
     @staticmethod
     def jvp(ctx, x_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the pass is linear
         cos, sin = ctx.saved_tensors
-        return _differentiable_pass(x_dot, cos, sin, ctx.gamma, ctx.replicate, transposed=False)
+        return _differentiable_pass(x_dot, cos, sin, ctx.gamma, ctx.replicate, ctx.transposed)
 
 
-class _TransposedRotateShear(torch.autograd.Function):
-    """The transpose of ``_RotateShear``: g ↦ rotate(shearᵀ(g), -angle), in ``wide_dtype`` and rounded once
-    (the gradient of ``_RotateShear``)."""
-
-    @staticmethod
-    def forward(ctx, g: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool) -> Tensor:
-        ctx.gamma, ctx.replicate = gamma, replicate
-        ctx.save_for_backward(cos, sin)
-        ctx.save_for_forward(cos, sin)
-        wide = wide_dtype(g.dtype)
-        g_rot = lag_one_transposed_kernels(g.to(wide), gamma, replicate)  # (B, H, T, D)
-        return rotate_kernels(g_rot, cos.to(wide), sin.to(wide), transposed=True).to(g.dtype)
-
-    @staticmethod
-    def backward(ctx, gg: Tensor):
-        cos, sin = ctx.saved_tensors
-        return _RotateShear.apply(gg, cos, sin, ctx.gamma, ctx.replicate), None, None, None, None
-
-    @staticmethod
-    def jvp(ctx, g_dot: Tensor, *_) -> Tensor:  # forward-mode AD: the pass is linear
-        cos, sin = ctx.saved_tensors
-        return _differentiable_pass(g_dot, cos, sin, ctx.gamma, ctx.replicate, transposed=True)
+def _rotate_shear_kernels(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool, transposed: bool) -> Tensor:
+    """shear(rotate(x)), or with ``transposed`` rotate(shearᵀ(x), -angle), (B, H, T, D) in ``wide_dtype``,
+    rounded once to x's dtype, without autograd."""
+    dtype, wide = x.dtype, wide_dtype(x.dtype)
+    x, cos, sin = x.to(wide), cos.to(wide), sin.to(wide)
+    if transposed:
+        return rotate_kernels(lag_one_transposed_kernels(x, gamma, replicate), cos, sin, transposed=True).to(dtype)
+    return lag_one_shear_kernels(rotate_kernels(x, cos, sin), gamma, replicate).to(dtype)  # in x's layout
 
 
 def _differentiable_pass(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool, transposed: bool) -> Tensor:
     """``_RotateShear``'s pass (or, ``transposed``, its transpose) in ordinary operations, in ``wide_dtype`` and
-    rounded once: the nodes' forward-mode tangents, through which reverse mode can differentiate in turn."""
+    rounded once: the node's forward-mode tangent, through which reverse mode can differentiate in turn."""
     dtype, wide = x.dtype, wide_dtype(x.dtype)
     x, cos, sin = x.to(wide), cos.to(wide), sin.to(wide)
     h = x.shape[-1] // 2
@@ -116,13 +102,6 @@ def _differentiable_pass(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, repl
     y = rotate(x, sin)
     y_prev = torch.cat([zero_row, y[..., :-1, :]], dim=-2)  # (B, H, T, D); row 0's weight is in gain
     return (gain * y - gamma * y_prev).to(dtype)
-
-
-def _rotate_shear_kernels(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, replicate: bool) -> Tensor:
-    """shear(rotate(x)) (B, H, T, D) in ``wide_dtype``, rounded once to x's dtype, without autograd."""
-    wide = wide_dtype(x.dtype)
-    x_rot = rotate_kernels(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in x's layout
-    return lag_one_shear_kernels(x_rot, gamma, replicate).to(x.dtype)
 
 
 def _one_node(x: Tensor, cos: Tensor, sin: Tensor, starts: Tensor | None, prev: Tensor | None, keep_rotated: bool) -> bool:
