@@ -81,20 +81,20 @@ def test_a_training_stream_takes_one_node_equal_to_the_composition_with_every_or
     pass: values, first and second derivatives, forward-mode ones and each mode through the other equal
     the two operations', also for a stream that is a transposed view (as projected queries are), for
     tables shared by the batch (1, 1, T, r) and for one row."""
-    for T in (9, 1):
-        x, cos, sin = stream(T=T, D=8)
-        x_view = x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()  # (B, H, T, D), strided
-        for y, tables in ((x, (cos, sin)), (x_view, (cos, sin)), (x, (cos[:1], sin[:1]))):
-            pass_ = lambda y, tables=tables: rope_shear(y, *tables, 0.7, boundary=boundary, fused=False)  # noqa: E731
-            out = pass_(y)
-            assert type(out.grad_fn).__name__ == "_RotateShearBackward"  # one node
-            torch.testing.assert_close(out, shear(apply_rope(y, *tables), 0.7, boundary=boundary), atol=1e-12, rtol=0)
-            assert torch.autograd.gradcheck(pass_, (y,), check_forward_ad=True)
-            assert torch.autograd.gradgradcheck(pass_, (y,), check_fwd_over_rev=True)
-            two_ops = lambda y, tables=tables: shear(apply_rope(y, *tables), 0.7, boundary=boundary)  # noqa: E731
-            tangent = torch.randn_like(y).requires_grad_()
-            for g_node, g_ops in zip(*(reverse_over_forward(f, y, tangent) for f in (pass_, two_ops)), strict=True):
-                torch.testing.assert_close(g_node, g_ops, atol=1e-12, rtol=0)
+    x, cos, sin = stream(T=9, D=8)
+    x_view = x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()  # (B, H, T, D), strided
+    one_row, *one_row_tables = stream(T=1, D=8)
+    for y, tables in ((x, (cos, sin)), (x_view, (cos, sin)), (x, (cos[:1], sin[:1])), (one_row, one_row_tables)):
+        pass_ = lambda y, tables=tables: rope_shear(y, *tables, 0.7, boundary=boundary, fused=False)  # noqa: E731
+        out = pass_(y)
+        assert type(out.grad_fn).__name__ == "_RotateShearBackward"  # one node
+        torch.testing.assert_close(out, shear(apply_rope(y, *tables), 0.7, boundary=boundary), atol=1e-12, rtol=0)
+        assert torch.autograd.gradcheck(pass_, (y,), check_forward_ad=True)
+        assert torch.autograd.gradgradcheck(pass_, (y,), check_fwd_over_rev=True)
+        two_ops = lambda y, tables=tables: shear(apply_rope(y, *tables), 0.7, boundary=boundary)  # noqa: E731
+        tangent = torch.randn_like(y).requires_grad_()
+        for g_node, g_ops in zip(*(reverse_over_forward(f, y, tangent) for f in (pass_, two_ops)), strict=True):
+            torch.testing.assert_close(g_node, g_ops, atol=1e-12, rtol=0)
 
 
 def reverse_over_forward(fn, x, tangent):
