@@ -74,9 +74,10 @@ def not_run(experiment: str) -> list[str]:
     if experiment == "paper_scale":
         low, high = paper_scale.expected_minutes()
         step_ms = f"{paper_scale.H200_STEP_S[0] * 1e3:.0f}–{paper_scale.H200_STEP_S[1] * 1e3:.0f} ms"
-        cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps for the psa-92m runs (at the {step_ms} a "
-                "step measured there, with the emergence steps of the first H200 runs and every other run at its cap; "
-                "the evaluations every 25 steps come on top), and less for psa-20m, whose step time has not been "
+        cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training for the psa-92m runs (at the {step_ms} a "
+                "step measured there, timed from the first step to the last with an evaluation every 50 steps in "
+                "between; with the emergence steps of the first H200 runs and every other run at its cap; this sweep "
+                "evaluates every 25 steps, which costs more), and less for psa-20m, whose step time has not been "
                 "measured")
         commands = f"`{COMMAND.format(experiment=experiment)}`"
     else:

@@ -69,7 +69,8 @@ PLANS = {
                        batch_size=8, lr=3e-3, threshold=0.8, early_stop_evals=2, device="cpu", precision="bf16",
                        checkpoint_every=4),
 }
-#: seconds a psa-92m step took on one H200 in bf16 (2026-12-04, git 4f3c995): the planning figure
+#: seconds a psa-92m step took on one H200 in bf16 (2026-12-04, git 4f3c995), timed from the first step to
+#: the last with an evaluation every 50 steps in between: the planning figure
 H200_STEP_S = (0.050, 0.090)
 
 

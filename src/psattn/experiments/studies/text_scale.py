@@ -296,8 +296,8 @@ def _matches(results: dict[str, dict[str, Any]], psa: tuple, plain: tuple) -> st
 
 def expected_minutes(p: ScalePlan | None = None) -> tuple[float, float]:
     """(low, high) minutes of training steps for the full plan, extrapolated from psa-92m's H200 step time
-    per layer (its 12 layers at 50-90 ms: small models on a GPU are bound by kernel launches, which grow
-    with depth). Not measured on these models: a planning figure only."""
+    per layer (its 12 layers at 50-90 ms, evaluations included: small models on a GPU may be bound by kernel
+    launches, which grow with depth). Not measured on these models: a planning figure only."""
     p = p or scale_plan("full")
     layer_runs = len(p.seeds) * len(VARIANTS) * sum(p.depths)
     return layer_runs * p.steps * H200_STEP_S[0] / 12 / 60, layer_runs * p.steps * H200_STEP_S[1] / 12 / 60
