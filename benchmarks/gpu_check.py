@@ -638,7 +638,10 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
         if i == 0:
             report.data["phase_transition"]["parameters"] = DecoderLM(config.model).num_parameters()
         row, stamps = _timed_train(config, time_limit_s=share)
-        row.update(gamma=gamma, seed=seed, step_ms=1e3 * (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1))
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        row.update(gamma=gamma, seed=seed,
+                   step_ms=1e3 * statistics.median(gaps) if gaps else None,  # a step alone: evaluations left out
+                   span_ms_per_step=1e3 * sum(gaps) / len(gaps) if gaps else None)  # evaluations in (as on 2026-12-04)
         del row["train_loss"]
         rows.append(row)
         report.save()

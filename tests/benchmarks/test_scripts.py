@@ -54,6 +54,8 @@ def test_gpu_check_smoke(tmp_path):
     assert plain["kernel_ms"] > 0 and plain["preset"] == "L2d16h2" and "launches_per_step" not in plain  # CUDA only
     assert "paper_scale_step_profile_rope_shear_eager" not in result["compile"]  # rope_shear compiles on CUDA only
     assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
+    for r in result["phase_transition"]["runs"]:  # a step alone, and the span with the evaluations in it
+        assert r["step_ms"] > 0 and r["span_ms_per_step"] > 0
     assert "ratio" in out
 
 
