@@ -89,8 +89,8 @@ def test_a_training_stream_takes_one_node_equal_to_the_composition_with_every_or
         out = pass_(y)
         assert type(out.grad_fn).__name__ == "_RotateShearBackward"  # one node
         torch.testing.assert_close(out, shear(apply_rope(y, *tables), 0.7, boundary=boundary), atol=1e-12, rtol=0)
-        assert torch.autograd.gradcheck(pass_, (y,), check_forward_ad=True)
-        assert torch.autograd.gradgradcheck(pass_, (y,), check_fwd_over_rev=True)
+        assert torch.autograd.gradcheck(pass_, (y,), check_forward_ad=True, fast_mode=True)  # random projections
+        assert torch.autograd.gradgradcheck(pass_, (y,), check_fwd_over_rev=True, fast_mode=True)
         two_ops = lambda y, tables=tables: shear(apply_rope(y, *tables), 0.7, boundary=boundary)  # noqa: E731
         tangent = torch.randn_like(y).requires_grad_()
         for g_node, g_ops in zip(*(reverse_over_forward(f, y, tangent) for f in (pass_, two_ops)), strict=True):
