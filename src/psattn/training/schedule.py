@@ -4,7 +4,7 @@ linear warm-up then cosine decay, and the continuation of a run extended to more
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -36,13 +36,24 @@ def lr_factor(train, extensions: Sequence[dict[str, Any]] = ()) -> Callable[[int
     return factor
 
 
+def fused_on(parameters: Iterable[torch.Tensor]) -> bool:
+    """Whether AdamW runs fused: where every parameter is a floating-point tensor on a CUDA device, one
+    ``_fused_adamw_`` dispatch a parameter group instead of foreach's dozen, for steps bound by the host's
+    kernel launches. Everywhere else (the CPU) AdamW keeps torch's default, the for-loop implementation,
+    so CPU runs reproduce their saved results bit for bit."""
+    parameters = list(parameters)
+    return bool(parameters) and all(p.device.type == "cuda" and p.is_floating_point() for p in parameters)
+
+
 def build_optimizer(model: torch.nn.Module, train, extensions: Sequence[dict[str, Any]] = ()
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with weight decay on matrices only, and the schedule of ``lr_factor``."""
+    """AdamW with weight decay on matrices only, fused on a GPU (``fused_on``), and the schedule of
+    ``lr_factor``. A checkpoint's optimiser state carries its implementation: resumed, a run keeps the one
+    it was saved with (a CPU checkpoint resumed on a GPU runs foreach there, not fused)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=train.lr, betas=train.betas,
+        lr=train.lr, betas=train.betas, fused=fused_on(model.parameters()) or None,
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(train, extensions))
