@@ -15,19 +15,22 @@
    separate eager passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
 5. model_step: a psa-92m training step with the shear against the same model plain, eager and
    compiled, each with the device time of its most costly kernels (torch.profiler);
-6. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
+6. host_overhead: what PSA adds to a training step and a cached decode step bound by the host
+   (``step_overhead.py`` on the device: psa-4m and psa-92m at 4 channels a head, operations and
+   milliseconds per step against plain attention);
+7. equivalence on the device, as largest absolute differences: under each forced SDPA backend, PSA
    (gamma 0.8) against an fp64 reference beside plain SDPA against fp64 plain attention (the
    kernel's own error, the yardstick), and cached decoding against the full forward (fp32 and bf16
    autocast);
-7. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
+8. kernels: PSA (symmetric, gamma 0.8) against plain SDPA in bf16 at large shapes, forward and
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
-8. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
+9. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
    graphs (``train.compile=reduce-overhead``), same seed: the loss histories side by side and the
    step-time ratios over eager after warm-up; and where an eager step's time goes, for it and for the
    paper-scale sweep's psa-92m step (also with RoPE and the shear as eager operations, not one compiled
    call): its kernels' device time against its wall time, and each line that waits for the device, per step;
-9. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
+10. phase_transition: the psa-92m preset on full-sequence induction, symmetric gamma = 0.8 against
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
 
@@ -75,6 +78,7 @@ from psattn.training.trainer import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_commands.py beside this file
 from gpu_commands import command_smoke  # noqa: E402
+from step_overhead import measure as step_overhead  # noqa: E402
 
 
 class Report:
@@ -650,10 +654,19 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
               f"{' (time share spent)' if row['timed_out'] else ''}", flush=True)
 
 
+def host_overhead(device: torch.device, repeats: int) -> dict:
+    """``benchmarks/step_overhead.py`` on the device: for psa-4m and psa-92m at 4 channels a head, a training
+    step (fp32, bf16 autocast) and a cached decode step (fp32, bf16 weights), PSA against plain attention:
+    the operations each dispatches and its milliseconds, each step waiting for the device."""
+    return {"training": [step_overhead(name, bf16, repeats, device) for name in ("psa-4m", "psa-92m") for bf16 in (False, True)],
+            "decode": [step_overhead(name, bf16, repeats, device, decode=True)
+                       for name in ("psa-4m", "psa-92m") for bf16 in (False, True)]}
+
+
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "equivalence": 30, "kernels": 30, "compile": 160, "phase_transition": 0}
+             "host_overhead": 40, "equivalence": 30, "kernels": 30, "compile": 160, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
@@ -709,6 +722,7 @@ def main() -> None:
         "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats),
         "rope_shear": lambda: rope_shear_step(device, args.smoke, 1 if args.smoke else args.repeats),
         "model_step": lambda: model_step(device, args.smoke, 2 if args.smoke else 10),
+        "host_overhead": lambda: host_overhead(device, 2 if args.smoke else 100),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
         "compile": lambda: compile_check(device.type, args.smoke),

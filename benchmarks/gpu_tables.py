@@ -135,6 +135,18 @@ def compile_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+def host_overhead_table(check: dict) -> str:
+    """PSA against plain attention in a step bound by the host (``step_overhead.py`` on the device): the
+    operations each step dispatches and its milliseconds, training and cached decoding."""
+    lines = ["| preset, 4 channels a head | step | precision | operations, plain | PSA | extra a layer | ms, plain | PSA "
+             "| PSA / plain |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in check["host_overhead"]["training"] + check["host_overhead"]["decode"]:
+        ops, ms = r["operations"], r["host_ms"]
+        lines.append(f"| {r['preset']} | {r['step']} | {r['precision']} | {ops['plain']:,} | {ops['psa']:,} "
+                     f"| {r['extra_operations_per_layer']:g} | {ms['plain']:.2f} | {ms['psa']:.2f} | {r['host_ratio']:.3f} |")
+    return "\n".join(lines)
+
+
 def correctness_table(check: dict) -> str:
     """The fused kernel against the fp64 reference on the device: the largest relative error per case."""
     lines = ["| case | largest relative error (output and every gradient) |", "|---|---|"]
@@ -163,7 +175,7 @@ def tables(folder: Path) -> str:
              f"saved in `{folder.as_posix()}`."]
     for section, table in (("fused_correctness", correctness_table), ("fused_kernel", fused_kernel_table),
                            ("rope_shear", rope_shear_table), ("model_step", model_step_table),
-                           ("compile", compile_table)):
+                           ("host_overhead", host_overhead_table), ("compile", compile_table)):
         if section in check:  # a check cut short, or one that ran other sections, lacks some
             if not one_run:
                 parts += ["", f"`{section}`: {_header(owners.get(section, check['info']))}."]

@@ -38,6 +38,9 @@ def test_gpu_check_smoke(tmp_path):
     else:  # Triton's interpreter cannot run with this NumPy: the sections say so instead of failing
         assert result["skipped"] == {"fused_correctness": unusable, "fused_kernel": unusable}
     assert result["model_step"]["eager"]["ratio"] > 0
+    overhead = result["host_overhead"]  # step_overhead.py's rows, on the device
+    assert [r["step"] for r in overhead["training"] + overhead["decode"]] == ["training"] * 4 + ["decode"] * 4
+    assert all(r["extra_operations"] == {"lerp": 2 * r["layers"]} for r in overhead["decode"])
     assert max(result["rope_shear"]["T=33 D=16"]["error_vs_fp64"].values()) < 1e-5
     equivalence = result["equivalence"]
     assert equivalence["math float32: fast PSA vs fp64 reference"] < 1e-5
@@ -296,13 +299,18 @@ def test_trainer_speed_runs(task):
 
 def test_step_overhead_counts_and_times_both_models(tmp_path):
     out = run("benchmarks/step_overhead.py", "--presets", "psa-4m", "--repeats", "2", "--json", str(tmp_path / "s.json"))
-    assert "| psa-4m | fp32 |" in out and "| psa-4m | bf16 autocast |" in out
-    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert "| psa-4m | training | fp32 |" in out and "| psa-4m | training | bf16 autocast |" in out
+    assert "| psa-4m | decode | fp32 |" in out and "| psa-4m | decode | bf16 weights |" in out
+    saved = json.loads((tmp_path / "s.json").read_text())
+    rows, decode = saved["rows"], saved["decode_rows"]
     assert [r["precision"] for r in rows] == ["fp32", "bf16 autocast"]
-    for r in rows:
+    assert [r["precision"] for r in decode] == ["fp32", "bf16 weights"]
+    for r in rows + decode:
         assert r["layers"] == 3 and 0 < r["extra_operations_per_layer"] <= 10 and not r["fewer_operations"]
         assert r["operations"]["psa"] - r["operations"]["plain"] == sum(r["extra_operations"].values())
         assert r["host_ms"]["plain"] > 0 and r["host_ratio"] > 0
+    for r in decode:  # a decoded row's shear is one lerp a stream: nothing else is dispatched beyond plain decoding
+        assert r["extra_operations"] == {"lerp": 2 * r["layers"]}
 
 
 def test_the_kernel_page_quotes_the_saved_step_overhead_runs():

@@ -557,3 +557,23 @@ def test_cached_decoding_shears_against_the_rows_the_full_forward_used_in_16_bit
     assert cache.layers[0].shear_state.raw_k.values.dtype == torch.float32
     for name, chunks in seen.items():
         assert torch.equal(torch.cat(chunks, dim=2), full[name]), name
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "key_only"])
+def test_a_layer_decoding_from_a_cache_of_another_batch_refuses_it_and_keeps_the_cache(variant):
+    """The layer shears its own streams without their checks, but a cached raw row of another batch (which a lerp
+    would broadcast over the new row) is refused, naming both shapes, and the cache is left as it was."""
+    from psattn.models.context import build_context
+    from psattn.ops.cache import PSACache
+
+    torch.manual_seed(0)
+    layer = PhaseSpaceAttention(32, 4, attention=AttentionConfig(variant, 0.8))
+    cache = PSACache([layer.new_cache()])
+    with torch.no_grad():
+        context = build_context(2, 5, torch.device("cpu"), cache=cache)
+        layer(torch.randn(2, 5, 32), context, cache.layers[0])
+        cache.record(context.chunk)
+        kept = cache.layers[0].keys.clone()
+        with pytest.raises(ValueError, match=r"prev must be \(B, H, 1, D\) = \(1, 4, 1, 8\), got \(2, 4, 1, 8\)"):
+            layer(torch.randn(1, 1, 32), None, cache.layers[0])
+    assert len(cache.layers[0]) == 5 and torch.equal(cache.layers[0].keys, kept)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from psattn.ops import RotaryEmbedding, apply_rope, shear
-from psattn.ops.rope_shear import rope_shear, rotate_and_shear
+from psattn.ops.rope_shear import rope_shear, rotate_and_shear, rotated_and_sheared
 
 
 def stream(T=21, D=16, seed=0):
@@ -73,6 +73,29 @@ def test_the_rotated_stream_is_kept_only_when_asked():
             rotate_and_shear(x, cos, sin, gamma, boundary="wrap")
         with pytest.raises(ValueError, match="starts must be"):
             rotate_and_shear(x, cos, sin, gamma, starts=torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_the_layers_path_without_the_stream_checks_computes_the_same_and_still_refuses_what_does_not_fit():
+    """``rotated_and_sheared`` (a layer's own streams and tables, unchecked: a decode step's row costs less than
+    the checks) equals ``rotate_and_shear`` on a whole stream and on a decoded row after ``prev``; a ``prev`` row of
+    another batch (which a lerp would broadcast), a gamma that is not finite and an unknown rule are refused."""
+    x, cos, sin = stream()
+    prev = torch.randn(2, 3, 1, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    row, row_cos, row_sin = x[:, :, -1:].detach(), cos[:, :, -1:], sin[:, :, -1:]
+    for args, kwargs in (((x, cos, sin), {}), ((row, row_cos, row_sin), {"prev": prev})):
+        for gamma in (0.0, 0.8):
+            want = rotate_and_shear(*args, gamma, **kwargs)
+            got = rotated_and_sheared(*args, gamma, starts=None, prev=kwargs.get("prev"), boundary="replicate",
+                                      keep_rotated=True)
+            for a, b in zip(got, want, strict=True):
+                assert (a is None and b is None) or torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"prev must be \(B, H, 1, D\) = \(2, 3, 1, 16\)"):
+        rotated_and_sheared(row, row_cos, row_sin, 0.8, starts=None, prev=prev[:1], boundary="replicate", keep_rotated=True)
+    with pytest.raises(ValueError, match="finite"):
+        rotated_and_sheared(row, row_cos, row_sin, float("nan"), starts=None, prev=prev, boundary="replicate",
+                            keep_rotated=True)
+    with pytest.raises(ValueError, match="unknown boundary rule 'wrap'"):
+        rotated_and_sheared(row, row_cos, row_sin, 0.8, starts=None, prev=prev, boundary="wrap", keep_rotated=True)
 
 
 @pytest.mark.parametrize("boundary", ["replicate", "zero"])

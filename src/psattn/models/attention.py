@@ -45,7 +45,7 @@ from psattn.ops.attention import BACKENDS, ScoreTerms, attention_weights, expand
 from psattn.ops.cache import LayerCache
 from psattn.ops.hooks import HookPoint, active, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
-from psattn.ops.rope_shear import rotate_and_shear, wide_dtype
+from psattn.ops.rope_shear import rotated_and_sheared, wide_dtype
 from psattn.ops.shear import momentum, shear
 
 #: a shear function: (x, gamma, *, starts, prev, boundary) -> x̂ (B, H, T, D)
@@ -190,7 +190,7 @@ class PhaseSpaceAttention(nn.Module):
                 and not any(hook.active for hook in between))
 
     def _one_pass(self) -> bool:
-        """Whether RoPE and the shear can be one pass (``rotate_and_shear``): the standard shear, with no
+        """Whether RoPE and the shear can be one pass (``rotated_and_sheared``): the standard shear, with no
         hook point between the rotation and the shear."""
         between = (self.hook_q, self.hook_k, self.hook_score_terms)
         return self.standard_shear and not any(hook.active for hook in between)
@@ -236,7 +236,7 @@ class PhaseSpaceAttention(nn.Module):
         dtype = q.dtype  # q̂ and k̂ leave in it (the standard shear computes in float32 for 16-bit streams)
         cos, sin = ctx.rope_tables(self.rope, self.rope_dtype(x, q))
         if self._one_pass():  # the shear acts on the rotated streams, in one pass with the rotation
-            rotate = partial(rotate_and_shear, cos=cos, sin=sin, starts=ctx.starts, boundary=self.boundary,
+            rotate = partial(rotated_and_sheared, cos=cos, sin=sin, starts=ctx.starts, boundary=self.boundary,
                              keep_rotated=cache is not None)  # the rotated streams: for a cache only
             raw_q, q_hat = rotate(q, gamma=self.gamma_q, prev=prev_q)
             raw_k, k_hat = rotate(k, gamma=self.gamma_k, prev=prev_k)

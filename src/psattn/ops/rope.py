@@ -139,7 +139,13 @@ def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate x (B, H, T, D) by the tables from ``RotaryEmbedding`` (first r channels)."""
-    r = check_tables(x, cos, sin)
+    check_tables(x, cos, sin)
+    return rotated(x, cos, sin)
+
+
+def rotated(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``apply_rope`` of tables already checked (``check_tables``): a decode step's row costs less than the checks."""
+    r = cos.shape[-1]
     if r == x.shape[-1]:
         return _rotate(x, cos, sin)
     x_rot, x_pass = x[..., :r], x[..., r:]

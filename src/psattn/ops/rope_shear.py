@@ -28,8 +28,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from psattn.ops.rope import apply_rope, check_tables, rotate_kernels
-from psattn.ops.shear import check_boundary, check_gamma, check_stream, lag_one_shear_kernels, lag_one_transposed_kernels, sheared
+from psattn.ops.rope import check_tables, rotate_kernels, rotated
+from psattn.ops.shear import (
+    MAX_GAMMA,
+    check_boundary,
+    check_gamma,
+    check_stream,
+    lag_one_shear_kernels,
+    lag_one_transposed_kernels,
+    sheared,
+)
 from psattn.ops.tracing import plain_ops_only
 
 #: dtypes whose rotation and shear run in float32 (and are rounded once, at the end)
@@ -106,21 +114,19 @@ def _differentiable_pass(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, repl
 
 def _one_node(x: Tensor, cos: Tensor, sin: Tensor, starts: Tensor | None, prev: Tensor | None, keep_rotated: bool) -> bool:
     """Whether ``_RotateShear`` applies: a gradient flows through x (not through the tables), every channel
-    rotates, the only start is t = 0, the rotated stream is not kept, and no trace or transform is active
-    (tables that do not fit x are a TypeError or ValueError, as ``apply_rope`` gives)."""
+    rotates, the only start is t = 0, the rotated stream is not kept, and no trace or transform is active."""
     if starts is not None or prev is not None or keep_rotated or plain_ops_only():
         return False
     if not (torch.is_grad_enabled() and x.requires_grad):
         return False
-    r = check_tables(x, cos, sin)
-    return r == x.shape[-1] and not (cos.requires_grad or sin.requires_grad)
+    return cos.shape[-1] == x.shape[-1] and not (cos.requires_grad or sin.requires_grad)
 
 
 def _rotate_then_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, starts: Tensor | None, prev: Tensor | None,
                        boundary: str, keep_rotated: bool) -> tuple[Tensor | None, Tensor]:
     wide = wide_dtype(x.dtype)
-    x_rot = apply_rope(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in the wide dtype
-    x_hat = sheared(x_rot, gamma, starts, None if prev is None else prev.to(wide), boundary)  # checked by rotate_and_shear
+    x_rot = rotated(x.to(wide), cos.to(wide), sin.to(wide))  # (B, H, T, D), in the wide dtype
+    x_hat = sheared(x_rot, gamma, starts, None if prev is None else prev.to(wide), boundary)
     return (x_rot if keep_rotated else None), x_hat.to(x.dtype)
 
 
@@ -148,9 +154,27 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
     gamma = check_gamma(gamma)
     check_stream(x, starts, prev)
     check_boundary(boundary)
+    check_tables(x, cos, sin)
+    return rotated_and_sheared(x, cos, sin, gamma, starts=starts, prev=prev, boundary=boundary,
+                               keep_rotated=keep_rotated, fused=fused)
+
+
+def rotated_and_sheared(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None, prev: Tensor | None,
+                        boundary: str, keep_rotated: bool, fused: bool | None = None) -> tuple[Tensor | None, Tensor]:
+    """``rotate_and_shear`` of a stream, tables and ``starts`` already checked (a layer's own, from its projections
+    and its context): a decode step's row costs less than those checks. A ``prev`` row that does not fit x
+    (a cache of another batch or layer), a gamma that is not a valid float and an unknown boundary rule are
+    still refused, as ``rotate_and_shear`` refuses them."""
+    if type(gamma) is not float or not -MAX_GAMMA <= gamma <= MAX_GAMMA:  # also NaN
+        gamma = check_gamma(gamma)
+    check_boundary(boundary)
+    if prev is not None and tuple(prev.shape) != (x.shape[0], x.shape[1], 1, x.shape[-1]):
+        check_stream(x, None, prev)  # raises, naming what does not fit
     if gamma == 0.0:  # no shear, and nothing for a cache to keep: the rotation alone, rounded once
         wide = wide_dtype(x.dtype)
-        return None, apply_rope(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
+        return None, rotated(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)
+    if fused is None and prev is not None and x.shape[-2] == 1:  # a decode step's row: eager, one lerp after the rotation
+        return _rotate_then_shear(x, cos, sin, gamma, starts, prev, boundary, keep_rotated)
     if fused is None:
         fused = (x.device.type == "cuda" and x.shape[-2] > 1 and x.numel() >= COMPILE_FROM
                  and not plain_ops_only())

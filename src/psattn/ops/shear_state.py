@@ -98,7 +98,10 @@ class RawWindow:
 
     def last(self) -> Tensor | None:
         """(B, H, 1, D): the raw value at position end - 1."""
-        return self._chunks[-1][..., -1:, :] if self._chunks else None
+        if not self._chunks:
+            return None
+        chunk = self._chunks[-1]
+        return chunk if chunk.shape[-2] == 1 else chunk[..., -1:, :]  # a decoded row is its own last row
 
     def nbytes(self) -> int:
         """Bytes of the raw values held."""
