@@ -5,7 +5,7 @@ faster than Python launches them takes the same time.
 
 For each preset, plain attention (γ = 0) against symmetric PSA (γ = 0.8): a training step in fp32 and
 under bf16 autocast (forward, backward and the AdamW step), and a cached decode step (one new token a
-row, after a prompt of 16) with fp32 and with bf16 weights. For each, the computing aten operations one
+row after a prompt of 16, the cache then rolled back to the prompt) with fp32 and with bf16 weights. For each, the computing aten operations one
 step dispatches (on a GPU each is at least one kernel launch; the same count on every machine), and the
 milliseconds per step, both models' steps interleaved in one process, one thread (with ``--device cuda``,
 each step waits for the device). Usage:
@@ -38,6 +38,8 @@ VOCAB, BATCH, LENGTH = 64, 2, 16
 
 
 WARMUP = 5
+#: a decode step's samples for each training step's
+DECODE_SAMPLES = 10
 
 
 def tiny_model(name: str, attention: AttentionConfig, device: torch.device, seed: int = 0) -> DecoderLM:
@@ -66,22 +68,24 @@ def training_step(name: str, attention: AttentionConfig, bf16: bool, device: tor
     return step, model.config.n_layers
 
 
-def decode_step(name: str, attention: AttentionConfig, bf16: bool, device: torch.device, steps: int, seed: int = 0):
+def decode_step(name: str, attention: AttentionConfig, bf16: bool, device: torch.device, seed: int = 0):
     """One cached decode step of preset ``name`` at 4 channels a head (a token a row after a prompt of
-    ``LENGTH``; each call continues the cache by one, which has room for ``steps`` calls) as a function of no
-    arguments, and the model's layer count."""
+    ``LENGTH``, then the cache rolled back to the prompt, so that every call sees the same cache) as a
+    function of no arguments, and the model's layer count."""
     model = tiny_model(name, attention, device, seed).eval()
     if bf16:
         model = model.to(torch.bfloat16)
     tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(seed)).to(device)
     cache = model.new_cache()
-    cache.reserve(LENGTH + steps)  # no step copies the cache into a larger one
+    cache.reserve(LENGTH + 1)  # the step writes its token into room the cache has, as in a generation
     with torch.no_grad():
         model(tokens[:, :-1], cache=cache)
 
     def step():
+        saved = cache.snapshot()
         with torch.no_grad():
             model(tokens[:, -1:], cache=cache)  # (B, 1, V)
+        cache.restore(saved)
 
     return step, model.config.n_layers
 
@@ -90,9 +94,10 @@ def measure(name: str, bf16: bool, repeats: int, device: torch.device, decode: b
     """The operations and milliseconds per step of plain and PSA for one preset and precision: a training
     step, or with ``decode`` a cached decode step."""
     steps, layers = {}, 0
+    repeats = DECODE_SAMPLES * repeats if decode else repeats  # a decode step is short: more samples, little time
     for label, attention in MODELS.items():
         if decode:
-            steps[label], layers = decode_step(name, attention, bf16, device, repeats + WARMUP + 2)
+            steps[label], layers = decode_step(name, attention, bf16, device)
         else:
             steps[label], layers = training_step(name, attention, bf16, device)
     for step in steps.values():
@@ -103,6 +108,7 @@ def measure(name: str, bf16: bool, repeats: int, device: torch.device, decode: b
     precision = ("bf16 weights" if decode else "bf16 autocast") if bf16 else "fp32"
     return {
         "preset": name, "step": "decode" if decode else "training", "precision": precision, "layers": layers,
+        "samples": repeats,
         "operations": {label: sum(c.values()) for label, c in operations.items()},
         "extra_operations_per_layer": sum(extra.values()) / layers,
         "extra_operations": dict(sorted(extra.items())),
@@ -146,7 +152,8 @@ def synced(step, device: torch.device):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("--presets", nargs="+", choices=sorted(PRESETS), default=["psa-4m", "psa-92m"])
-    parser.add_argument("--repeats", type=int, default=200, help="timed steps of each model (default 200)")
+    parser.add_argument("--repeats", type=int, default=200,
+                        help="timed training steps of each model (default 200); ten times as many decode steps")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--table", nargs=2, metavar=("AFTER", "BEFORE"), help="print the table of two saved runs")
