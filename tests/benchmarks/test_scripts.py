@@ -317,6 +317,8 @@ def test_the_kernel_page_quotes_the_saved_step_overhead_runs():
     folder = "docs/results/cpu/step_overhead"
     table = run("benchmarks/step_overhead.py", "--table", f"{folder}/2026-12-06.json", f"{folder}/2026-12-06-ops-of-9dbc32a.json")
     assert table.strip() in (ROOT / "docs" / "kernel.md").read_text()
+    decode = run("benchmarks/step_overhead.py", "--decode-table", f"{folder}/2026-12-06-decode/after-1.json")
+    assert decode.strip() in (ROOT / "docs" / "kernel.md").read_text()
 
 
 @pytest.mark.slow
