@@ -5,10 +5,10 @@ faster than Python launches them takes the same time.
 
 For each preset, plain attention (γ = 0) against symmetric PSA (γ = 0.8): a training step in fp32 and
 under bf16 autocast (forward, backward and the AdamW step), and a cached decode step (one new token a
-row after a prompt of 16, the cache then rolled back to the prompt) with fp32 and with bf16 weights. For each, the computing aten operations one
-step dispatches (on a GPU each is at least one kernel launch; the same count on every machine), and the
-milliseconds per step, both models' steps interleaved in one process, one thread (with ``--device cuda``,
-each step waits for the device). Usage:
+row after a prompt of 16, the cache then rolled back to the prompt) with fp32 and with bf16 weights.
+For each, the computing aten operations one step dispatches (on a GPU each is at least one kernel
+launch; the same count on every machine), and the milliseconds per step, both models' steps
+interleaved in one process, one thread (with ``--device cuda``, each step waits for the device). Usage:
 
     python benchmarks/step_overhead.py [--presets psa-4m psa-92m] [--repeats 200] [--device cpu] [--json FILE]
     python benchmarks/step_overhead.py --table AFTER.json BEFORE.json   # docs/kernel.md's table of two runs
