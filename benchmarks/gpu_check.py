@@ -666,7 +666,7 @@ def host_overhead(device: torch.device, repeats: int) -> dict:
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "host_overhead": 40, "equivalence": 30, "kernels": 30, "compile": 160, "phase_transition": 0}
+             "host_overhead": 60, "equivalence": 30, "kernels": 30, "compile": 160, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
@@ -775,6 +775,10 @@ def _print_section(name: str, result: dict) -> None:
     elif name == "equivalence":
         for what, value in result.items():
             print(f"  {what:58s} {value:.3g}", flush=True)
+    elif name == "host_overhead":
+        for r in result["training"] + result["decode"]:
+            print(f"  {r['preset']:8s} {r['step']:8s} {r['precision']:13s} PSA / plain {r['host_ratio']:.3f}, "
+                  f"{r['extra_operations_per_layer']:g} operations a layer more", flush=True)
     elif name == "kernels":
         for what, r in result.items():
             if isinstance(r, dict):

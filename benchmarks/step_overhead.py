@@ -7,7 +7,8 @@ For each preset, plain attention (γ = 0) against symmetric PSA (γ = 0.8): a tr
 under bf16 autocast (forward, backward and the AdamW step), and a cached decode step (one new token a
 row after a prompt of 16, the cache then rolled back to the prompt) with fp32 and with bf16 weights.
 For each, the computing aten operations one step dispatches (on a GPU each is at least one kernel
-launch; the same count on every machine), and the milliseconds per step, both models' steps
+launch; the same count on every machine of a device type: a GPU's AdamW step is fused, as the trainer's,
+so PSA's extra operations compare across devices and the totals do not), and the milliseconds per step, both models' steps
 interleaved in one process, one thread (with ``--device cuda``, each step waits for the device). Usage:
 
     python benchmarks/step_overhead.py [--presets psa-4m psa-92m] [--repeats 200] [--device cpu] [--json FILE]
@@ -174,7 +175,7 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = [measure(name, bf16, args.repeats, device) for name in args.presets for bf16 in (False, True)]
     decode_rows = [measure(name, bf16, args.repeats, device, decode=True) for name in args.presets for bf16 in (False, True)]
-    where = torch.cuda.get_device_name() if device.type == "cuda" else platform.machine()
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
     print(f"{BATCH} rows of {LENGTH} tokens, 4 channels a head, 1 thread, torch {torch.__version__}, {where}: "
           f"symmetric PSA (γ 0.8) against plain attention")
     print("| preset | step | precision | operations, plain | operations, PSA | extra per layer | ms, plain | ms, PSA "

@@ -577,3 +577,19 @@ def test_a_layer_decoding_from_a_cache_of_another_batch_refuses_it_and_keeps_the
         with pytest.raises(ValueError, match=r"prev must be \(B, H, 1, D\) = \(1, 4, 1, 8\), got \(2, 4, 1, 8\)"):
             layer(torch.randn(1, 1, 32), None, cache.layers[0])
     assert len(cache.layers[0]) == 5 and torch.equal(cache.layers[0].keys, kept)
+
+
+def test_a_layer_given_a_context_of_another_length_refuses_it():
+    """A caller's ``AttentionContext`` whose tables or sequence starts do not fit the input is refused with the
+    checks' own messages (the layer shears without them where a few comparisons find everything fits)."""
+    from psattn.models.context import build_context
+
+    layer = PhaseSpaceAttention(32, 4, attention=AttentionConfig("symmetric", 0.8))
+    x = torch.randn(2, 5, 32)
+    for mode in ("train", "eval"):
+        layer.train(mode == "train")
+        with pytest.raises(ValueError, match="RoPE tables of shape .* do not fit a stream of shape"):
+            layer(x, build_context(2, 1, torch.device("cpu")))
+        with pytest.raises(ValueError, match=r"starts must be \(B, T\) = \(2, 5\)"):
+            packed = torch.tensor([[0, 0], [0, 1]])  # a second document starts at t = 1 of row 0
+            layer(x, build_context(2, 2, torch.device("cpu"), position_ids=packed))

@@ -161,15 +161,20 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
 
 def rotated_and_sheared(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, starts: Tensor | None, prev: Tensor | None,
                         boundary: str, keep_rotated: bool, fused: bool | None = None) -> tuple[Tensor | None, Tensor]:
-    """``rotate_and_shear`` of a stream, tables and ``starts`` already checked (a layer's own, from its projections
-    and its context): a decode step's row costs less than those checks. A ``prev`` row that does not fit x
-    (a cache of another batch or layer), a gamma that is not a valid float and an unknown boundary rule are
-    still refused, as ``rotate_and_shear`` refuses them."""
+    """``rotate_and_shear`` for a PSA layer's streams (B, H, T, D): its checks cost a decode step's row more than
+    its arithmetic, so only what a few comparisons can see is looked at first (the tables' and ``starts``' length,
+    ``starts``' shape and dtype, a ``prev`` row's shape, device and dtype, gamma and the boundary rule), and
+    what fails there gets ``rotate_and_shear``'s checks and their messages: a context or a cache that does not
+    fit the stream (another batch, length or device) is refused as it is there."""
     if type(gamma) is not float or not -MAX_GAMMA <= gamma <= MAX_GAMMA:  # also NaN
         gamma = check_gamma(gamma)
     check_boundary(boundary)
-    if prev is not None and tuple(prev.shape) != (x.shape[0], x.shape[1], 1, x.shape[-1]):
-        check_stream(x, None, prev)  # raises, naming what does not fit
+    B, H, T, D = x.shape
+    if (cos.shape[-2] != T or sin.shape[-2] != T
+            or (starts is not None and (starts.shape != (B, T) or starts.dtype != torch.bool))
+            or (prev is not None and (prev.shape != (B, H, 1, D) or prev.device != x.device or not prev.is_floating_point()))):
+        check_stream(x, starts, prev)  # raises, naming what does not fit
+        check_tables(x, cos, sin)
     if gamma == 0.0:  # no shear, and nothing for a cache to keep: the rotation alone, rounded once
         wide = wide_dtype(x.dtype)
         return None, rotated(x.to(wide), cos.to(wide), sin.to(wide)).to(x.dtype)  # (B, H, T, D)

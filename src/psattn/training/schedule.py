@@ -40,7 +40,8 @@ def fused_on(parameters: Iterable[torch.Tensor]) -> bool:
     """Whether AdamW runs fused: where every parameter is a floating-point tensor on a CUDA device, one
     ``_fused_adamw_`` dispatch a parameter group instead of foreach's dozen, for steps bound by the host's
     kernel launches. Everywhere else (the CPU) AdamW keeps torch's default, the for-loop implementation,
-    so CPU runs reproduce their saved results bit for bit."""
+    so CPU runs reproduce their saved results bit for bit (``build_optimizer``: a resumed run keeps the
+    implementation of its checkpoint)."""
     parameters = list(parameters)
     return bool(parameters) and all(p.device.type == "cuda" and p.is_floating_point() for p in parameters)
 
