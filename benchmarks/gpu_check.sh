@@ -6,7 +6,7 @@
 # Arguments go to gpu_check.py: e.g. --only fused_correctness fused_kernel rope_shear model_step (the kernel's
 # rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates since) leaves room in a 15-minute lease for a
 # short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
-# host_overhead compile (about 6 minutes: every command on the device, what PSA adds to steps bound by the host, and
+# host_overhead compile (about 7 minutes: every command on the device, what PSA adds to steps bound by the host, and
 # the trainer's step eager, compiled and under CUDA graphs) is best its own call. gpu_check.py skips, and records as skipped, a section that would not
 # end inside its 420-second budget, so the timeout below does not cut one off halfway.
 set -euo pipefail

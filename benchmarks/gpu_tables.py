@@ -130,7 +130,9 @@ def compile_table(check: dict) -> str:
             sites = ", ".join(f"`{site}` {n:g}" for site, n in profile["syncs_per_step"].items()) or "none"
             waits = f"; waits for the device per step: {sites}"
         launches = f", {profile['launches_per_step']:g} launches" if "launches_per_step" in profile else ""  # CUDA only
-        lines += ["", f"{what}: {profile['wall_ms']:.2f} ms of wall time, {profile['kernel_ms']:.2f} ms of kernels "
+        unread = (f" ({profile['wall_ms_unread']:.2f} ms with nothing read back between evaluations)"
+                  if "wall_ms_unread" in profile else "")  # since 2026-12-06
+        lines += ["", f"{what}: {profile['wall_ms']:.2f} ms of wall time{unread}, {profile['kernel_ms']:.2f} ms of kernels "
                       f"(torch.profiler){launches}{waits}."]
     return "\n".join(lines)
 

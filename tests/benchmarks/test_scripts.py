@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny settings): they must not rot between the runs that use them."""
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def test_gpu_check_smoke(tmp_path):
     assert "cuda_graphs" not in result["compile"]  # a CUDA setting: on the CPU it is the default mode again
     profile = result["compile"]["eager_step_profile"]  # on the CPU: the operators' own time, no device to wait for
     assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
+    assert math.isfinite(profile["wall_ms_unread"])  # a difference of two runs' times: on the CPU, as noisy as they are
     scale = result["compile"]["paper_scale_step_profile"]  # the quick plan's first model on the CPU
     assert scale["kernel_ms"] > 0 and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
     plain = result["compile"]["paper_scale_step_profile_plain"]  # the same run with plain attention
@@ -216,7 +218,8 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
                                        "syncs_per_step": {"trainer.py:112": 1.0, "loss.py:38": 2.0}},
                 "paper_scale_step_profile": {"error": "OutOfMemoryError: no room", "preset": "psa-92m", "batch": 64,
                                              "length": 64},
-                "paper_scale_step_profile_plain": {"steps": 10, "wall_ms": 50.0, "kernel_ms": 4.5, "launches_per_step": 2046.0,
+                "paper_scale_step_profile_plain": {"steps": 10, "wall_ms": 50.0, "wall_ms_unread": 41.25, "kernel_ms": 4.5,
+                                                   "launches_per_step": 2046.0,
                                                    "syncs_per_step": {}, "preset": "psa-92m", "batch": 64, "length": 64}}
     shown = _script("gpu_tables").compile_table({"compile": compile_})
     assert shown.startswith("| psa-4m trainer step on induction, B 64, T 64, bf16 |")
@@ -225,8 +228,9 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert ("psa-4m's eager step: 20.50 ms of wall time, 1.25 ms of kernels (torch.profiler); waits for the device "
             "per step: `trainer.py:112` 1, `loss.py:38` 2.") in shown
     assert "Profiling the paper-scale sweep's eager psa-92m step (B 64, T 64) failed: OutOfMemoryError: no room" in shown
-    assert ("The same run with plain attention, its eager psa-92m step (B 64, T 64): 50.00 ms of wall time, 4.50 ms of "
-            "kernels (torch.profiler), 2046 launches; waits for the device per step: none.") in shown
+    assert ("The same run with plain attention, its eager psa-92m step (B 64, T 64): 50.00 ms of wall time (41.25 ms with "
+            "nothing read back between evaluations), 4.50 ms of kernels (torch.profiler), 2046 launches; waits for the device "
+            "per step: none.") in shown
     older = {"eager": {"step_ms": 21.9}, "compiled": {"step_ms": 24.5}, "step_time_ratio_compiled_over_eager": 1.12,
              "largest_relative_loss_gap": 0.006}  # the 2026-12-04 run: no shape, CUDA graphs or profile
     assert _script("gpu_tables").compile_table({"compile": older}).startswith("| psa-4m trainer step on induction, bf16 |")

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import os
 import signal
 
@@ -122,6 +123,48 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
     monkeypatch.setattr(loss_module, "shard_loss", real_loss)  # trained again from step 10, as after a fix
     assert train(tiny_config(), tmp_path, time_limit_s=0).timed_out
     assert load_result(tmp_path) is None  # unfinished again: no stale record of a divergence past the checkpoint
+
+
+@pytest.mark.parametrize("poisoned_from, kept", [(3, None), (13, 10)])
+def test_a_non_finite_loss_is_looked_for_before_each_checkpoint_so_none_holds_a_diverged_model(
+        tmp_path, monkeypatch, poisoned_from, kept):
+    """A step's loss is read back at the next evaluation or checkpoint (a step waits for nothing): found at the
+    checkpoint of step 5 or 15, between evaluations, the divergence is still named at its own step."""
+    real_loss = loss_module.shard_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets, scored, ctx):
+        calls["n"] += 1
+        loss = real_loss(logits, targets, scored, ctx)
+        return loss * float("nan") if calls["n"] > poisoned_from else loss
+
+    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    with pytest.raises(TrainingDiverged, match=f"nan at step {poisoned_from}"):
+        train(tiny_config(checkpoint_every=5), tmp_path)
+    if kept is None:
+        assert not (tmp_path / "checkpoint.pt").exists()
+    else:
+        state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+        assert state["step"] == kept and all(torch.isfinite(p).all() for p in state["model"].values())
+    result = load_result(tmp_path)
+    assert result["diverged_at"] == poisoned_from == result["steps"]
+    assert [row["step"] for row in result["history"]] == [0, 10][: 1 + poisoned_from // 10]
+
+
+def test_on_step_sees_only_finite_losses(monkeypatch):
+    real_loss = loss_module.shard_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets, scored, ctx):
+        calls["n"] += 1
+        loss = real_loss(logits, targets, scored, ctx)
+        return loss * float("inf") if calls["n"] > 6 else loss
+
+    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    seen = []
+    with pytest.raises(TrainingDiverged, match="inf at step 6"):
+        train(tiny_config(), on_step=lambda step, loss: seen.append((step, loss)))
+    assert [step for step, _ in seen] == [1, 2, 3, 4, 5, 6] and all(math.isfinite(loss) for _, loss in seen)
 
 
 def test_a_restart_stopped_by_a_signal_says_to_resume_without_restart(tmp_path):

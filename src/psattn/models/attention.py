@@ -41,6 +41,7 @@ from psattn.models.config import AttentionConfig, check_dropout_rate, check_head
 from psattn.models.context import AttentionContext
 from psattn.models.keylag import KEY_LAG
 from psattn.models.marked import attend_marked
+from psattn.models.scored import Scored, scored_of
 from psattn.ops.attention import BACKENDS, ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
 from psattn.ops.hooks import HookPoint, active, add_hook_points
@@ -50,17 +51,6 @@ from psattn.ops.shear import momentum, shear
 
 #: a shear function: (x, gamma, *, starts, prev, boundary) -> x̂ (B, H, T, D)
 ShearFn = Callable[..., Tensor]
-
-
-def check_scored(scored: Tensor, shape: tuple[int, ...]) -> None:
-    """ValueError / TypeError unless ``scored`` is a bool tensor of ``shape`` (B, T): a mask of the positions
-    to keep (0/1 integers would index rows instead)."""
-    if not isinstance(scored, Tensor):
-        raise TypeError(f"scored must be a torch.Tensor or None, got {type(scored).__name__}")
-    if tuple(scored.shape) != shape:
-        raise ValueError(f"scored must be (B, T) = {shape}, got {tuple(scored.shape)}")
-    if scored.dtype != torch.bool:
-        raise TypeError(f"scored must be a bool tensor (True at the positions to score), got {scored.dtype}")
 
 
 class PhaseSpaceAttention(nn.Module):
@@ -152,26 +142,27 @@ class PhaseSpaceAttention(nn.Module):
         return not mixed and self.shear_fn is shear
 
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
-                scored: Tensor | None = None) -> Tensor:
-        """x (B, T, d_model) -> (B, T, d_model); with ``scored`` (B, T) bool, the outputs of the
-        scored positions alone: -> (N, d_model) in row-major order."""
-        self.check_input(x, scored)
+                scored: Tensor | Scored | None = None) -> Tensor:
+        """x (B, T, d_model) -> (B, T, d_model); with ``scored`` (a (B, T) bool mask or its ``Scored``), the
+        outputs of the scored positions alone: -> (N, d_model) in row-major order."""
+        self.check_input(x)
+        if scored is not None:
+            scored = scored_of(scored, tuple(x.shape[:2]))
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
-        if scored is not None and cache is None and not active(self) and bool(scored.any()):
+        if scored is not None and cache is None and not active(self) and scored.count:
             return self.o_proj(attend_marked(self, x, ctx, scored))  # (N, d_model): the scored positions alone
         if self.backend != "auto" and self._one_call(cache):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
         else:
             q_hat, k_hat, v = self._streams(x, ctx, cache)
             out = self._attend(q_hat, k_hat, v, ctx)  # (B, T, Hq * D)
-        return self.o_proj(out if scored is None else out[scored])  # (B, T, d_model) or (N, d_model)
+        return self.o_proj(out if scored is None else scored.take(out))  # (B, T, d_model) or (N, d_model)
 
-    def check_input(self, x: Tensor, scored: Tensor | None = None) -> None:
-        """ValueError / TypeError naming the argument unless x is a floating-point (B, T, d_model) tensor
-        and ``scored``, if given, a bool (B, T) one."""
+    def check_input(self, x: Tensor) -> None:
+        """ValueError / TypeError naming the argument unless x is a floating-point (B, T, d_model) tensor."""
         d_model = self.q_proj.in_features
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -179,8 +170,6 @@ class PhaseSpaceAttention(nn.Module):
             raise ValueError(f"x must be (B, T, d_model={d_model}), got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
-        if scored is not None:
-            check_scored(scored, tuple(x.shape[:2]))
 
     def _one_call(self, cache: LayerCache | None) -> bool:
         """Whether shear and attention can be one ``psa_attention`` call: the standard post-RoPE shear,

@@ -12,9 +12,10 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from psattn.models.attention import PhaseSpaceAttention, ShearFn, check_scored
+from psattn.models.attention import PhaseSpaceAttention, ShearFn
 from psattn.models.config import ModelConfig
 from psattn.models.context import build_context, token_range_error
+from psattn.models.scored import Scored, scored_of
 from psattn.ops.cache import PSACache
 from psattn.ops.shear import shear
 
@@ -52,13 +53,13 @@ class Block(nn.Module):
         assert config.d_mlp is not None  # ModelConfig fills it in
         self.mlp = MLP(config.d_model, config.d_mlp, config.dropout) if has_mlp else None
 
-    def forward(self, h, context, cache=None, scored: Tensor | None = None):
-        """h (B, T, C) -> (B, T, C); with ``scored`` (B, T) bool, only the scored positions attend and go
-        on through the position-wise MLP: -> (N, C)."""
+    def forward(self, h, context, cache=None, scored: Scored | None = None):
+        """h (B, T, C) -> (B, T, C); with ``scored``, only the scored positions attend and go on through the
+        position-wise MLP: -> (N, C)."""
         if scored is None:
             h = h + self.drop(self.attn(self.norm_attn(h), context, cache))
         else:
-            h = h[scored] + self.drop(self.attn(self.norm_attn(h), context, cache, scored=scored))  # (N, C)
+            h = scored.take(h) + self.drop(self.attn(self.norm_attn(h), context, cache, scored=scored))  # (N, C)
         if self.mlp is not None and self.norm_mlp is not None:  # set together
             h = h + self.mlp(self.norm_mlp(h))
         return h
@@ -135,7 +136,7 @@ class DecoderLM(nn.Module):
         position_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         cache: PSACache | None = None,
-        scored: Tensor | None = None,
+        scored: Tensor | Scored | None = None,
         output_mask: Tensor | None = None,
     ) -> Tensor:
         """input_ids (B, T) -> logits (B, T, V).
@@ -149,7 +150,9 @@ class DecoderLM(nn.Module):
         row-major order: in the last block only those positions attend (keys and values still come
         from every position), and everything after that attention is position-wise, so the last
         block's MLP, the final norm and the LM head run there alone (training on a few scored positions
-        costs less). ``output_mask`` is its former name, still accepted with a DeprecationWarning.
+        costs less). The mask is indexed here, which on a GPU waits for it once; a ``Scored`` of it,
+        built where the mask was made (``Scored.of`` on the host, then ``.to(device)``), makes the call
+        wait for nothing. ``output_mask`` is its former name, still accepted with a DeprecationWarning.
         """
         if not isinstance(input_ids, Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids (B, T), got {type(input_ids).__name__}")
@@ -167,7 +170,7 @@ class DecoderLM(nn.Module):
             warnings.warn("DecoderLM's output_mask is now called scored", DeprecationWarning, stacklevel=2)
             scored = output_mask
         if scored is not None:
-            check_scored(scored, tuple(input_ids.shape))
+            scored = scored_of(scored, tuple(input_ids.shape))  # indexed once for every block
         if cache is None:
             return self._forward(input_ids, position_ids, attention_mask, None, scored)
         before = cache.snapshot()
@@ -198,7 +201,7 @@ class DecoderLM(nn.Module):
         context.tables = {}  # the layers' shared RoPE tables, computed once in this call
         h = self.drop(self._embed(input_ids))  # (B, T, C)
         if T == 0:  # an empty chunk: no position attends, and a cache stays as it was
-            return self.lm_head(self.norm_final(h if scored is None else h[scored]))  # (B, 0, V), or (0, V) with scored
+            return self.lm_head(self.norm_final(h if scored is None else scored.take(h)))  # (B, 0, V), or (0, V) with scored
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             h = block(h, context, None if cache is None else cache.layers[i], scored if i == last else None)

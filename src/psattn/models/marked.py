@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from psattn.models.context import AttentionContext
+from psattn.models.scored import Scored
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.shear import Boundary
 
@@ -59,10 +60,10 @@ class AttentionLayer(Protocol):
     def _streams(self, x: Tensor, ctx: AttentionContext, cache: Any) -> tuple[Tensor, Tensor, Tensor]: ...
 
 
-def attend_marked(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, scored: Tensor) -> Tensor:
+def attend_marked(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, scored: Scored) -> Tensor:
     """The unhooked, uncached attention outputs (N, Hq * D) of ``layer`` at the positions ``scored``
-    (B, T) marks, in row-major order, from x (B, T, d_model)."""
-    index, filled = marked_first(scored)  # (B, Tq), (B, Tq)
+    marks, in row-major order, from x (B, T, d_model)."""
+    index = scored.first  # (B, Tq)
     B, Tq = index.shape
     rows_needed = Tq * (1 + (layer.gamma_q != 0.0))  # with a query shear, each query's predecessor too
     if layer.local_queries and 2 * rows_needed <= x.shape[1]:  # cheaper than every row
@@ -72,17 +73,7 @@ def attend_marked(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, score
         q_hat, k_hat, v = layer._streams(x, ctx, None)
         at = index[:, None, :, None].expand(B, layer.n_heads, Tq, layer.head_dim)  # (B, Hq, Tq, D)
         q_sel = q_hat.gather(2, at)  # (B, Hq, Tq, D)
-    return attend_from(layer, index, filled, q_sel, k_hat, v, ctx)
-
-
-def marked_first(scored: Tensor) -> tuple[Tensor, Tensor]:
-    """scored (B, T) bool -> index (B, Tq) of each row's marked positions first, in order (Tq: the
-    most marked in a row), and filled (B, Tq): which entries of the index are marked positions."""
-    counts = scored.sum(1)  # (B,)
-    Tq = int(counts.max())
-    index = torch.argsort((~scored).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
-    filled = torch.arange(Tq, device=scored.device) < counts[:, None]  # (B, Tq)
-    return index, filled
+    return attend_from(layer, scored, q_sel, k_hat, v, ctx)
 
 
 def keys_values(layer: AttentionLayer, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
@@ -124,11 +115,12 @@ def marked_queries(layer: AttentionLayer, x: Tensor, ctx: AttentionContext, inde
     return q.to(dtype) if layer.standard_shear else q  # rounded once, as the full forward does
 
 
-def attend_from(layer: AttentionLayer, index: Tensor, filled: Tensor, q_sel: Tensor, k_hat: Tensor, v: Tensor,
+def attend_from(layer: AttentionLayer, scored: Scored, q_sel: Tensor, k_hat: Tensor, v: Tensor,
                 ctx: AttentionContext) -> Tensor:
-    """Attention outputs (N, Hq * D) of the gathered queries q_sel (B, Hq, Tq, D) at positions ``index``
-    (B, Tq), of which ``filled`` are real, in row-major order: each gathered query keeps the keys its
-    own row of the mask allows."""
+    """Attention outputs (N, Hq * D) of the gathered queries q_sel (B, Hq, Tq, D) at the positions
+    ``scored.first`` (B, Tq), of which ``scored.filled`` are marked, in row-major order: each gathered query
+    keeps the keys its own row of the mask allows."""
+    index = scored.first  # (B, Tq)
     B, Hq, Tq, D = q_sel.shape
     T = k_hat.shape[2]
     if ctx.attn_mask is None:  # causal: a query at position p sees keys 0..p
@@ -140,4 +132,4 @@ def attend_from(layer: AttentionLayer, index: Tensor, filled: Tensor, q_sel: Ten
         q_sel, k_hat, v, attn_mask=mask, dropout_p=layer.dropout if layer.training else 0.0,
         enable_gqa=layer.n_heads != layer.n_kv_heads,
     )  # (B, Hq, Tq, D)
-    return out.transpose(1, 2).reshape(B, Tq, Hq * D)[filled]  # (N, Hq * D)
+    return scored.take_filled(out.transpose(1, 2).reshape(B, Tq, Hq * D))  # (B, Tq, Hq * D) -> (N, Hq * D)

@@ -3,6 +3,8 @@ DDP, bf16 autocast and ``torch.compile`` as the run's config asks."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -10,6 +12,7 @@ from psattn.models.decoder import DecoderLM
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.training.config import RunConfig
 from psattn.training.distributed import Distributed, shard_loss
+from psattn.training.transfer import DeviceBatch
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -18,8 +21,8 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
-    """(inputs, targets, scored positions of the global batch) -> this rank's loss, with DDP,
-    bf16 autocast and torch.compile as configured."""
+    """(this rank's batch on the device, the number of scored positions of the global batch) -> this
+    rank's loss, with DDP, bf16 autocast and torch.compile as configured."""
     t = config.train
     net: torch.nn.Module = model
     if t.compile:  # true: torch.compile's default mode
@@ -30,12 +33,11 @@ def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: to
             net, device_ids=[device.index] if device.type == "cuda" else None)
     bf16 = t.precision == "bf16"
 
-    def forward(inputs, targets, scored: int):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+    def forward(batch: DeviceBatch, scored: int):
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             if t.compile:  # a data-dependent shape would break the compiled graph
-                return shard_loss(net(inputs), targets, scored, ddp)
-            keep = targets != IGNORE_INDEX
-            logits = net(inputs, scored=keep)  # (N, V): the scored positions only
-        return shard_loss(logits, targets[keep], scored, ddp)
+                return shard_loss(net(batch.inputs), batch.targets, scored, ddp)
+            logits = net(batch.inputs, scored=batch.scored)  # (N, V): the scored positions only
+        return shard_loss(logits, batch.scored_targets, scored, ddp)
 
     return forward

@@ -80,14 +80,14 @@ class RunResult:
         return {k: v for k, v in asdict(self).items() if k != "history"}
 
     @classmethod
-    def of(cls, state: TrainState, budget: int, timed_out: bool = False, diverged: bool = False) -> RunResult:
+    def of(cls, state: TrainState, budget: int, timed_out: bool = False, diverged_at: int | None = None) -> RunResult:
         """The result of a run whose training state is ``state``, with a budget of ``budget`` steps;
-        ``diverged``: its loss at ``state.step`` was not finite."""
+        ``diverged_at``: the step whose loss was not finite, where the run ended (its steps)."""
         accs = [row["eval_accuracy"] for row in state.history if row["step"] > 0]  # the trained model's
+        steps = state.step if diverged_at is None else diverged_at
         return cls(final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),
-                   emergence_step=state.emergence_step, steps=state.step, stopped_early=state.step < budget,
-                   seconds=state.seconds, history=state.history, timed_out=timed_out,
-                   diverged_at=state.step if diverged else None)
+                   emergence_step=state.emergence_step, steps=steps, stopped_early=steps < budget,
+                   seconds=state.seconds, history=state.history, timed_out=timed_out, diverged_at=diverged_at)
 
 
 #: what every loaded result holds (see ``RunResult``): result.json's summary and the history

@@ -52,6 +52,7 @@ from psattn.training.seeds import seed_step_randomness, step_generator
 from psattn.training.signals import StopFlag, TrainingDiverged, TrainingInterrupted
 from psattn.training.state import TrainState, at_threshold_streak
 from psattn.training.task_metrics import RowMetrics, task_metrics
+from psattn.training.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class _Run:
         self.optimizer, self.schedule = build_optimizer(self.model, self.t, extensions)
         self.forward = forward_fn(self.model, config, ddp, device)
         self.held_out = eval_batch(config).to(device)
+        self.unchecked: list[tuple[int, torch.Tensor]] = []  # (step, loss) not yet read back (raise_if_diverged)
         self.metrics = metrics
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
         self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
@@ -103,22 +105,17 @@ class _Run:
             self.evaluate_and_log(None, self.state.seconds)
 
     def train_step(self) -> torch.Tensor:
-        """One optimiser step on the batch of (seed, step); returns this rank's loss."""
+        """One optimiser step on the batch of (seed, step); returns this rank's loss, unread.
+
+        Nothing of the step is read back from the device: whether its loss was finite is looked at in
+        ``raise_if_diverged``, at the next evaluation, checkpoint or ``on_step``."""
         t = self.t
-        batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.state.step))
+        batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.state.step))  # on the host
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
             seed_step_randomness(t.seed, self.state.step)
         scored = int((batch.targets != IGNORE_INDEX).sum())
-        mine = shard(batch, self.ddp).to(self.device)
-        loss = self.forward(mine.inputs, mine.targets, scored)
-        mean_loss = mean_over_ranks(loss, self.ddp)
-        if not torch.isfinite(mean_loss):
-            kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
-            if self.writes:  # the run's outcome: a sweep counts it as ended, and its tables say where it diverged
-                write_json(self.directory / RESULT, RunResult.of(self.state, self.t.steps, diverged=True).summary())
-                kept += f"; {self.directory / RESULT} records the divergence"
-            run = f"run {self.config.name}: " if self.config.name else ""
-            raise TrainingDiverged(f"{run}loss became {mean_loss.item()} at step {self.state.step}; stopping ({kept})")
+        loss = self.forward(to_device(shard(batch, self.ddp), self.device), scored)
+        self.unchecked.append((self.state.step, mean_over_ranks(loss, self.ddp).detach()))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, t.grad_clip)
@@ -126,6 +123,26 @@ class _Run:
         self.schedule.step()
         self.state.step += 1
         return loss
+
+    def raise_if_diverged(self) -> None:
+        """TrainingDiverged naming the first step since the last look whose loss (over all ranks) was not
+        finite; its result.json records the divergence at that step. One wait for the device, which
+        an evaluation or a checkpoint makes anyway."""
+        if not self.unchecked:
+            return
+        losses = torch.stack([loss for _, loss in self.unchecked])  # (k,)
+        finite = torch.isfinite(losses).tolist()
+        steps, self.unchecked = [step for step, _ in self.unchecked], []
+        if all(finite):
+            return
+        bad = finite.index(False)
+        at = steps[bad]
+        kept = "no checkpoint yet" if self.ckpt_path is None or not self.ckpt_path.exists() else f"{self.ckpt_path} is kept"
+        if self.writes:  # the run's outcome: a sweep counts it as ended, and its tables say where it diverged
+            write_json(self.directory / RESULT, RunResult.of(self.state, self.t.steps, diverged_at=at).summary())
+            kept += f"; {self.directory / RESULT} records the divergence"
+        run = f"run {self.config.name}: " if self.config.name else ""
+        raise TrainingDiverged(f"{run}loss became {losses[bad].item()} at step {at}; stopping ({kept})")
 
     def evaluate_and_log(self, train_loss: float | None, elapsed: float) -> dict[str, Any]:
         """One metrics row (held-out accuracy and loss, the task's own metrics, wall seconds, tokens
@@ -257,10 +274,12 @@ def train(
             start = time.perf_counter()
             while run.state.step < t.steps and not run.stops_early():
                 loss = run.train_step()
-                if on_step is not None:
+                if on_step is not None:  # reads the loss anyway
+                    run.raise_if_diverged()
                     on_step(run.state.step, loss.item())
                 bar.update(1)
                 if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
+                    run.raise_if_diverged()
                     loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
                     row = run.evaluate_and_log(loss.item(), run.state.seconds + time.perf_counter() - start)
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
@@ -271,6 +290,7 @@ def train(
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
                 if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stop.requested or timed_out:
+                    run.raise_if_diverged()  # a diverged model is never saved
                     run.state.seconds += time.perf_counter() - start
                     start = time.perf_counter()
                     run.checkpoint()
@@ -284,6 +304,7 @@ def train(
                 if timed_out:
                     log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
                     break
+            run.raise_if_diverged()
             run.state.seconds += time.perf_counter() - start
         bar.close()
         run.close()
