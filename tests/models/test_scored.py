@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import random_model
-from psattn.models.scored import Scored
+from psattn.models.scored import Scored, check_scored
 
 
 def mask_with_an_empty_and_a_full_row() -> torch.Tensor:
@@ -71,7 +71,20 @@ def test_a_scored_of_another_shape_or_not_built_by_of_is_refused():
         Scored(good.mask, good.flat[:-1], good.first, good.filled, good.filled_flat)
     with pytest.raises(ValueError, match="on one device"):
         Scored(good.mask, good.flat.to("meta"), good.first, good.filled, good.filled_flat)
+    with pytest.raises(TypeError, match="a Scored's mask must be a torch.bool tensor, got list"):
+        Scored(keep.tolist(), good.flat, good.first, good.filled, good.filled_flat)
+    with pytest.raises(TypeError, match="a Scored's first must be a torch.int64 tensor, got torch.int32"):
+        Scored(good.mask, good.flat, good.first.int(), good.filled, good.filled_flat)
+    with pytest.raises(ValueError, match="scored is a Scored on meta, the input on cpu"):
+        model(x, scored=good.to("meta"))
     with pytest.raises(TypeError, match="bool tensor"):
         Scored.of(keep.long())
     with pytest.raises(TypeError, match="a Scored or None"):
         model(x, scored=keep.tolist())
+
+
+def test_check_scored_from_its_former_home_warns_once_a_call():
+    from psattn.models import attention
+
+    with pytest.warns(DeprecationWarning, match="now psattn.models.scored.check_scored"):
+        assert attention.check_scored is check_scored

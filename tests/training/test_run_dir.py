@@ -31,3 +31,14 @@ def test_a_finished_run_whose_metrics_are_lost_is_finished_again(tmp_path):
     assert load_result(tmp_path) is None and not (tmp_path / "result.json").exists()
     again = train(tiny_config(20), tmp_path)  # resumes at its last step: the checkpoint's rows come back
     assert again.steps == 20 and load_result(tmp_path)["history"] == result.history
+
+
+def test_run_result_of_still_takes_diverged_with_a_deprecation_warning():
+    import pytest
+
+    from psattn.training.run_dir import RunResult
+    from psattn.training.state import TrainState
+
+    state = TrainState(None, None, None, step=7)  # type: ignore[arg-type]  # what a result reads: the step
+    with pytest.warns(DeprecationWarning, match="now diverged_at"):
+        assert RunResult.of(state, 10, diverged=True).diverged_at == 7 == RunResult.of(state, 10, diverged_at=7).steps

@@ -151,6 +151,26 @@ def test_a_non_finite_loss_is_looked_for_before_each_checkpoint_so_none_holds_a_
     assert [row["step"] for row in result["history"]] == [0, 10][: 1 + poisoned_from // 10]
 
 
+def test_without_an_evaluation_or_checkpoint_the_losses_are_looked_at_every_max_unchecked_steps(monkeypatch):
+    """The losses held unread stay few: with MAX_UNCHECKED 3, a non-finite loss at step 4 stops the run after
+    step 5's forward, not at the end of the 20 steps."""
+    from psattn.training import trainer as trainer_module
+
+    real_loss = loss_module.shard_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets, scored, ctx):
+        calls["n"] += 1
+        loss = real_loss(logits, targets, scored, ctx)
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    monkeypatch.setattr(trainer_module, "MAX_UNCHECKED", 3)
+    with pytest.raises(TrainingDiverged, match="nan at step 4"):
+        train(tiny_config(steps=20, eval_every=100, checkpoint_every=100))
+    assert calls["n"] == 6
+
+
 def test_on_step_sees_only_finite_losses(monkeypatch):
     real_loss = loss_module.shard_loss
     calls = {"n": 0}

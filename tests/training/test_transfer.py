@@ -1,11 +1,13 @@
 """A training step reads nothing back from the device.
 
 On a GPU every read of a device tensor on the host (``.item()``, a bool mask's indexing, a test of the
-loss for finiteness, a copy from pageable memory) makes the host wait until the device has finished what
-was queued, so a step bound by the host (small models, short sequences) pays the device's time on top of
-its own. A CPU-only machine cannot see those waits, so these tests run the step's device part on the
-meta device, where a tensor has a shape and no values: anything that reads one raises there. The batch
-is sampled and indexed on the host, as on a GPU.
+loss for finiteness) makes the host wait until the device has finished what was queued, so a step bound
+by the host (small models, short sequences) pays the device's time on top of its own. A CPU-only machine
+cannot see those waits, so these tests run the step's device part on the meta device, where a tensor has
+a shape and no values: anything that reads one raises there. The batch is sampled and indexed on the
+host, as on a GPU. What the meta device cannot show: the copy from pinned memory (CUDA only), and the
+paths of a GPU's own (torch.compile, bf16 autocast, fused AdamW, DDP); ``benchmarks/gpu_check.py``'s step
+profiles list every line that waits for the device there.
 """
 
 import dataclasses

@@ -53,6 +53,19 @@ from psattn.ops.shear import momentum, shear
 ShearFn = Callable[..., Tensor]
 
 
+def __getattr__(name: str):
+    """``check_scored``, now in ``psattn.models.scored``, with a DeprecationWarning, for one release."""
+    if name == "check_scored":
+        import warnings
+
+        from psattn.models import scored
+
+        warnings.warn("psattn.models.attention.check_scored is now psattn.models.scored.check_scored",
+                      DeprecationWarning, stacklevel=2)
+        return scored.check_scored
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class PhaseSpaceAttention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention with the PSA shear."""
 
@@ -147,7 +160,7 @@ class PhaseSpaceAttention(nn.Module):
         outputs of the scored positions alone: -> (N, d_model) in row-major order."""
         self.check_input(x)
         if scored is not None:
-            scored = scored_of(scored, tuple(x.shape[:2]))
+            scored = scored_of(scored, tuple(x.shape[:2]), x.device)
         B, T, _ = x.shape
         ctx = context or AttentionContext.causal(B, T, x.device)
         if self.key_lag is not None and cache is not None:

@@ -151,8 +151,9 @@ class DecoderLM(nn.Module):
         from every position), and everything after that attention is position-wise, so the last
         block's MLP, the final norm and the LM head run there alone (training on a few scored positions
         costs less). The mask is indexed here, which on a GPU waits for it once; a ``Scored`` of it,
-        built where the mask was made (``Scored.of`` on the host, then ``.to(device)``), makes the call
-        wait for nothing. ``output_mask`` is its former name, still accepted with a DeprecationWarning.
+        built where the mask was made (``Scored.of`` on the host) and copied without a wait (pinned, as
+        ``psattn.training.transfer.to_device`` copies a batch), makes the call wait for nothing.
+        ``output_mask`` is its former name, still accepted with a DeprecationWarning.
         """
         if not isinstance(input_ids, Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids (B, T), got {type(input_ids).__name__}")
@@ -170,7 +171,7 @@ class DecoderLM(nn.Module):
             warnings.warn("DecoderLM's output_mask is now called scored", DeprecationWarning, stacklevel=2)
             scored = output_mask
         if scored is not None:
-            scored = scored_of(scored, tuple(input_ids.shape))  # indexed once for every block
+            scored = scored_of(scored, tuple(input_ids.shape), input_ids.device)  # indexed once for every block
         if cache is None:
             return self._forward(input_ids, position_ids, attention_mask, None, scored)
         before = cache.snapshot()

@@ -44,6 +44,13 @@ class Scored:
     filled_flat: Tensor  # (N,) int64
 
     def __post_init__(self) -> None:
+        """Shapes, dtypes and devices (what the host knows); the indices' values are ``Scored.of``'s to get right."""
+        for name, dtype in (("mask", torch.bool), ("flat", torch.int64), ("first", torch.int64), ("filled", torch.bool),
+                            ("filled_flat", torch.int64)):
+            value = getattr(self, name)
+            if not isinstance(value, Tensor) or value.dtype != dtype:
+                got = value.dtype if isinstance(value, Tensor) else type(value).__name__
+                raise TypeError(f"a Scored's {name} must be a {dtype} tensor, got {got}: build it with Scored.of")
         check_scored(self.mask, tuple(self.mask.shape) if self.mask.dim() == 2 else (-1, -1))
         B = self.mask.shape[0]
         if self.first.dim() != 2 or self.first.shape[0] != B or self.filled.shape != self.first.shape:
@@ -95,11 +102,14 @@ class Scored:
         return y.flatten(0, 1).index_select(0, self.filled_flat)  # (B Tq, ...) -> (N, ...)
 
 
-def scored_of(scored: Tensor | Scored, shape: tuple[int, ...]) -> Scored:
-    """``scored`` as a ``Scored``, a mask indexed here; ValueError / TypeError unless it marks (B, T) = ``shape``."""
+def scored_of(scored: Tensor | Scored, shape: tuple[int, ...], device: torch.device) -> Scored:
+    """``scored`` as a ``Scored``, a mask indexed here; ValueError / TypeError unless it marks (B, T) = ``shape``
+    (a ``Scored`` also on ``device``, the input's)."""
     if isinstance(scored, Scored):
         if tuple(scored.mask.shape) != shape:
             raise ValueError(f"scored must be (B, T) = {shape}, got a Scored of {tuple(scored.mask.shape)}")
+        if scored.device != device:
+            raise ValueError(f"scored is a Scored on {scored.device}, the input on {device}: move it with .to(device)")
         return scored
     check_scored(scored, shape)
     return Scored.of(scored)

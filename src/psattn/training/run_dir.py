@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import shutil
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,7 +70,7 @@ class RunResult:
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
     timed_out: bool = False  # stopped by ``time_limit_s``; the checkpoint resumes it
-    diverged_at: int | None = None  # the step whose loss was not finite: the run ended there, unstepped
+    diverged_at: int | None = None  # the step whose loss was not finite: the run's steps and saved state end before it
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, the history included."""
@@ -80,9 +81,14 @@ class RunResult:
         return {k: v for k, v in asdict(self).items() if k != "history"}
 
     @classmethod
-    def of(cls, state: TrainState, budget: int, timed_out: bool = False, diverged_at: int | None = None) -> RunResult:
+    def of(cls, state: TrainState, budget: int, timed_out: bool = False, diverged_at: int | None = None,
+           diverged: bool | None = None) -> RunResult:
         """The result of a run whose training state is ``state``, with a budget of ``budget`` steps;
-        ``diverged_at``: the step whose loss was not finite, where the run ended (its steps)."""
+        ``diverged_at``: the step whose loss was not finite, where the run ended (its steps). ``diverged=True``,
+        its former spelling, means ``diverged_at=state.step`` (with a DeprecationWarning)."""
+        if diverged is not None:
+            warnings.warn("RunResult.of's diverged is now diverged_at (the step)", DeprecationWarning, stacklevel=2)
+            diverged_at = state.step if diverged else diverged_at
         accs = [row["eval_accuracy"] for row in state.history if row["step"] > 0]  # the trained model's
         steps = state.step if diverged_at is None else diverged_at
         return cls(final_accuracy=accs[-1] if accs else 0.0, best_accuracy=max(accs, default=0.0),

@@ -56,6 +56,9 @@ from psattn.training.transfer import to_device
 
 log = logging.getLogger(__name__)
 
+#: the most step losses held unread on the device between two looks (``_Run.raise_if_diverged``)
+MAX_UNCHECKED = 1024
+
 
 class _Run:
     """One run's moving parts (model, optimiser, schedule, held-out batch) and the state a checkpoint
@@ -116,6 +119,8 @@ class _Run:
         scored = int((batch.targets != IGNORE_INDEX).sum())
         loss = self.forward(to_device(shard(batch, self.ddp), self.device), scored)
         self.unchecked.append((self.state.step, mean_over_ranks(loss, self.ddp).detach()))
+        if len(self.unchecked) >= MAX_UNCHECKED:  # one wait in that many steps: the held losses stay few
+            self.raise_if_diverged()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, t.grad_clip)
@@ -289,12 +294,14 @@ def train(
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
-                if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stop.requested or timed_out:
+                stopping = stop.requested  # read once: a signal landing after this is honoured at the next boundary
+                if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stopping or timed_out:
                     run.raise_if_diverged()  # a diverged model is never saved
                     run.state.seconds += time.perf_counter() - start
                     start = time.perf_counter()
                     run.checkpoint()
-                if stop.signum is not None:  # stop.requested
+                if stopping:  # checkpointed above, after raise_if_diverged
+                    assert stop.signum is not None
                     bar.close()
                     again = "the same command again" if resume else "the same command without --restart"
                     hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
