@@ -67,9 +67,9 @@ def test_gpu_check_smoke(tmp_path):
 @pytest.mark.slow
 def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp_path):
     run("benchmarks/gpu_check.py", "--smoke", "--budget-s", "0", "--out", str(tmp_path),
-        "--only", "kernels", "compile", "phase_transition")  # the smoke test runs the others
+        "--only", "kernels", "phase_transition")  # the smoke test runs every section
     result = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert result["phase_transition"]["runs"] == [] and "kernels" in result and "compile" in result
+    assert result["phase_transition"]["runs"] == [] and "kernels" in result  # on the CPU no section is skipped
 
 
 @pytest.mark.parametrize("bad", [["--only", "fused_kernels"], ["--repeats", "0"]])
