@@ -117,7 +117,7 @@ class _Run:
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
             seed_step_randomness(t.seed, self.state.step)
         scored = int((batch.targets != IGNORE_INDEX).sum())
-        loss = self.forward(to_device(shard(batch, self.ddp), self.device), scored)
+        loss = self.forward(to_device(shard(batch, self.ddp), self.device, indexed=not t.compile), scored)
         self.unchecked.append((self.state.step, mean_over_ranks(loss, self.ddp).detach()))
         if len(self.unchecked) >= MAX_UNCHECKED:  # one wait in that many steps: the held losses stay few
             self.raise_if_diverged()

@@ -24,20 +24,22 @@ class DeviceBatch:
 
     inputs: Tensor  # (B, T) int64
     targets: Tensor  # (B, T) int64, IGNORE_INDEX where unscored
-    scored: Scored  # the positions with a label
+    scored: Scored | None  # the positions with a label (None: not indexed, for a step that scores every logit)
 
     @property
     def scored_targets(self) -> Tensor:
         """(N,) the labels of the scored positions, in row-major order."""
+        if self.scored is None:
+            raise ValueError("this batch was moved without its scored positions (to_device(..., indexed=False))")
         return self.scored.take(self.targets)  # (B, T) -> (N,)
 
 
-def to_device(batch: TaskBatch, device: torch.device) -> DeviceBatch:
-    """``batch`` (on the host) with its scored positions indexed there, on ``device``; on CUDA copied from
-    pinned memory without waiting for the device."""
-    scored = Scored.of(batch.scored)
-    return DeviceBatch(copied(batch.inputs, device), copied(batch.targets, device),
-                       Scored(*(copied(t, device) for t in scored.tensors())))
+def to_device(batch: TaskBatch, device: torch.device, indexed: bool = True) -> DeviceBatch:
+    """``batch`` (on the host) on ``device``, with its scored positions indexed on the host unless ``indexed``
+    is false (a compiled step computes every logit); on CUDA copied from pinned memory without waiting
+    for the device."""
+    scored = Scored(*(copied(t, device) for t in Scored.of(batch.scored).tensors())) if indexed else None
+    return DeviceBatch(copied(batch.inputs, device), copied(batch.targets, device), scored)
 
 
 def copied(x: Tensor, device: torch.device) -> Tensor:
