@@ -103,16 +103,25 @@ def test_bad_time_limit_is_refused(limit):
         train(tiny_config(), time_limit_s=limit)
 
 
-def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+def poison_the_loss(monkeypatch, step: int, value: float = float("nan"), only: bool = False) -> dict[str, int]:
+    """Make the loss of ``step`` (0-based; unless ``only``, of every later step too) ``value``; the returned dict
+    counts the loss's calls, one a step."""
     real_loss = loss_module.shard_loss
     calls = {"n": 0}
 
     def poisoned(logits, targets, scored, ctx):
         calls["n"] += 1
         loss = real_loss(logits, targets, scored, ctx)
-        return loss * float("nan") if calls["n"] > 15 else loss
+        hit = calls["n"] == step + 1 if only else calls["n"] > step
+        return loss * value if hit else loss
 
     monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    return calls
+
+
+def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    real_loss = loss_module.shard_loss
+    poison_the_loss(monkeypatch, 15)
     with pytest.raises(TrainingDiverged, match="nan at step 15.*checkpoint.pt is kept"):
         train(tiny_config(), tmp_path)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
@@ -130,15 +139,7 @@ def test_a_non_finite_loss_is_looked_for_before_each_checkpoint_so_none_holds_a_
         tmp_path, monkeypatch, poisoned_from, kept):
     """A step's loss is read back at the next evaluation or checkpoint (a step waits for nothing): found at the
     checkpoint of step 5 or 15, between evaluations, the divergence is still named at its own step."""
-    real_loss = loss_module.shard_loss
-    calls = {"n": 0}
-
-    def poisoned(logits, targets, scored, ctx):
-        calls["n"] += 1
-        loss = real_loss(logits, targets, scored, ctx)
-        return loss * float("nan") if calls["n"] > poisoned_from else loss
-
-    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    poison_the_loss(monkeypatch, poisoned_from)
     with pytest.raises(TrainingDiverged, match=f"nan at step {poisoned_from}"):
         train(tiny_config(checkpoint_every=5), tmp_path)
     if kept is None:
@@ -156,15 +157,7 @@ def test_without_an_evaluation_or_checkpoint_the_losses_are_looked_at_every_max_
     step 5's forward, not at the end of the 20 steps."""
     from psattn.training import trainer as trainer_module
 
-    real_loss = loss_module.shard_loss
-    calls = {"n": 0}
-
-    def poisoned(logits, targets, scored, ctx):
-        calls["n"] += 1
-        loss = real_loss(logits, targets, scored, ctx)
-        return loss * float("nan") if calls["n"] == 5 else loss
-
-    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    calls = poison_the_loss(monkeypatch, 4, only=True)
     monkeypatch.setattr(trainer_module, "MAX_UNCHECKED", 3)
     with pytest.raises(TrainingDiverged, match="nan at step 4"):
         train(tiny_config(steps=20, eval_every=100, checkpoint_every=100))
@@ -172,15 +165,7 @@ def test_without_an_evaluation_or_checkpoint_the_losses_are_looked_at_every_max_
 
 
 def test_on_step_sees_only_finite_losses(monkeypatch):
-    real_loss = loss_module.shard_loss
-    calls = {"n": 0}
-
-    def poisoned(logits, targets, scored, ctx):
-        calls["n"] += 1
-        loss = real_loss(logits, targets, scored, ctx)
-        return loss * float("inf") if calls["n"] > 6 else loss
-
-    monkeypatch.setattr(loss_module, "shard_loss", poisoned)
+    poison_the_loss(monkeypatch, 6, float("inf"))
     seen = []
     with pytest.raises(TrainingDiverged, match="inf at step 6"):
         train(tiny_config(), on_step=lambda step, loss: seen.append((step, loss)))
