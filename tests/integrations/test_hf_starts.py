@@ -131,3 +131,19 @@ def test_under_inference_mode_a_changed_position_tensor_is_read_afresh_in_the_ne
     assert torch.equal(packed, fresh) and not torch.allclose(packed, first)
 
 
+
+
+def test_llama4s_chunked_attention_layers_start_a_sequence_at_every_chunk():
+    """A chunked layer's mask hides the key before each chunk from the chunk's first token, as a packed document's
+    block mask does: with the replicate rule that token's key is left unsheared, every other one is sheared."""
+    from psattn.ops.shear import shear
+
+    model = apply_psa(tiny_model("llama4_text", attention_chunk_size=4), "key_only", 0.8)
+    ids = torch.randint(1, 50, (1, 10), generator=torch.Generator().manual_seed(0))
+    with capture(model, "*.hook_k", "*.hook_k_sheared") as seen, torch.no_grad():
+        model(ids, use_cache=False)
+    starts = torch.zeros(1, 10, dtype=torch.bool)
+    starts[0, [0, 4, 8]] = True
+    for layer in ("model.layers.0.self_attn", "model.layers.1.self_attn"):
+        k = seen[f"{layer}.hook_k"]
+        torch.testing.assert_close(seen[f"{layer}.hook_k_sheared"], shear(k, 0.8, starts=starts), rtol=0, atol=1e-12)

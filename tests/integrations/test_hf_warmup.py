@@ -109,6 +109,9 @@ def test_lora_with_psa_trains_only_the_adapters_and_reloads(tmp_path, prompt):
     reloaded = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(prompt).logits, want)
+    # an adapter holds no PSA setting: PEFT's own loader rebuilds the plain base it names (as the docs warn)
+    plain = peft.AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter").eval()
+    assert psa_spec(plain.get_base_model()) is None
     merged = lora.merge_and_unload()
     merged.save_pretrained(tmp_path / "merged")
     with torch.no_grad():
