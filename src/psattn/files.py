@@ -32,7 +32,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Write ``path`` whole with ``write(f)`` on a binary file, making its folder when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
+    except OSError as err:  # named for the folder the caller gave, not the temporary file's hidden name
+        raise cannot_create(path, err) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -46,6 +49,12 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
         if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
             raise write_failed(path, err, "the file already there (if any) is intact") from None
         raise
+
+
+def cannot_create(path: Path, err: OSError) -> OSError:
+    """The one-line error for a temporary file or staging folder that could not be made beside ``path``, to write
+    it: named for ``path`` and its folder, not for the hidden name."""
+    return OSError(f"cannot write {path}: {path.parent} refused a new entry ({err.strerror or type(err).__name__})")
 
 
 def write_failed(path: Path, err: OSError | RuntimeError, kept: str) -> OSError:

@@ -10,6 +10,7 @@ import torch
 
 from helpers import tiny_config
 from psattn.cli import main
+from psattn.training.config import apply_overrides
 from psattn.training.trainer import train
 
 
@@ -365,3 +366,36 @@ def test_theory_bode_reads_its_run_before_writing_a_figure(files, run, capsys):
     assert stop.value.code == 2 and len(capsys.readouterr().err.splitlines()) == 1
     assert [p.name for p in (files / "b").iterdir()] == ["bode.png"]
     assert (files / "b" / "bode.png").read_bytes() == b"an earlier figure"
+
+
+@pytest.mark.parametrize(("fmt", "json_name"), [("onnx", "m.decode.onnx"), ("onnx", "m.int8-static.decode.onnx"),
+                                                ("executorch", "m.int8.pte")])
+def test_an_export_json_named_after_a_file_written_beside_its_output_is_refused(files, capsys, fmt, json_name):
+    """--json naming the decode graph (or a quantized copy) replaced it with the comparison's JSON."""
+    out = files / ("m.onnx" if fmt == "onnx" else "m.pte")
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--format", fmt, "--run-dir", str(files / "run"), "--out", str(out), "--json", str(files / json_name)])
+    assert stop.value.code == 2 and "would replace the export it describes" in capsys.readouterr().err
+    assert not out.exists() and not (files / json_name).exists()
+
+
+def test_export_json_with_the_hf_format_is_refused(files, capsys):
+    """--format hf makes no comparison: --json was ignored without a word."""
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--format", "hf", "--run-dir", str(files / "run"), "--out", str(files / "hf"),
+              "--json", str(files / "hf.json")])
+    assert stop.value.code == 2 and "--json applies to --format onnx and executorch" in capsys.readouterr().err
+    assert not (files / "hf").exists() and not (files / "hf.json").exists()
+
+
+def test_exporting_a_key_lag_baseline_is_refused_in_one_line(tmp_path, capsys):
+    """The key-lag baselines (canon, kv_shift, ...) mix keys in a module of their own and keep no PSA cache,
+    so no decode graph exists for them: refused before anything is written."""
+    config = apply_overrides(tiny_config(2), ["model.attention.variant=canon", "model.attention.gamma=0"])
+    train(config, tmp_path / "canon")
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "--run-dir", str(tmp_path / "canon"), "--out", str(tmp_path / "out" / "m.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err == ["psattn: error: the key-lag baselines keep no PSA cache and cannot be "
+                                            "exported with a decode step"]
+    assert not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,25 @@ def test_a_refused_run_leaves_no_folder_of_its_export(runs, tmp_path, capsys, fm
                                "--out", str(tmp_path / "w" / "o7" / name)], capsys)
         assert says in err, err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["edited"], fmt
+
+
+@pytest.mark.parametrize("fmt, name", [("onnx", "m.onnx"), ("hf", "m")])
+def test_a_folder_that_refuses_new_entries_is_named_not_the_hidden_staging_folder(runs, tmp_path, capsys, monkeypatch, fmt,
+                                                                                  name):
+    """Where the target's folder takes no new file (a read-only or virtual file system), the line named
+    ``.m.onnx.staging-<pid>-<random>``, a folder the user never gave; so did ``eval --json``'s temporary file."""
+    import tempfile
+
+    def refused(*args, dir=None, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(Path(dir) / ".hidden-name"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    target = tmp_path / name
+    err = _one_line_error(["export", "--format", fmt, "--run-dir", str(runs / "key_only"), "--out", str(target)], capsys)
+    assert err == f"psattn: error: cannot write {target}: {tmp_path} refused a new entry (Operation not permitted)"
+    err = _one_line_error(["eval", "--run-dir", str(runs / "key_only"), "--json", str(tmp_path / "x.json")], capsys)
+    assert err == f"psattn: error: cannot write {tmp_path / 'x.json'}: {tmp_path} refused a new entry (Operation not permitted)"
 
 
 def test_a_failed_export_into_new_folders_leaves_none_of_them(tmp_path):

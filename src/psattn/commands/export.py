@@ -4,6 +4,7 @@ compared with PyTorch."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from psattn.arguments import add_command, add_json, add_required, add_run_dir, report, required_run_dir, same_file
 
@@ -44,8 +45,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ex.set_defaults(func=cmd_export)
 
 
+def _export_files(args: argparse.Namespace) -> list[str]:
+    """Every file the export may write or remove: --out and, for ONNX and ExecuTorch, the files beside it."""
+    if args.format == "hf":
+        return [args.out]
+    if args.format == "executorch":
+        from psattn.export.compare_executorch import quantized_path
+        from psattn.export.executorch import QUANTIZATIONS
+
+        return [str(quantized_path(args.out, q)) for q in QUANTIZATIONS]
+    from psattn.export.compare import onnx_family
+
+    return [str(p) for p in onnx_family(Path(args.out))]
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    if same_file(args.json, args.out):
+    if args.json is not None and args.format == "hf":
+        raise ValueError("--json applies to --format onnx and executorch (a Hugging Face export makes no comparison)")
+    if any(same_file(args.json, path) for path in _export_files(args)):
         raise ValueError(f"--json {args.json} would replace the export it describes (--out): name another file")
     if args.int8 and args.format != "onnx":
         raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
+from psattn.files import cannot_create
 from psattn.processes import process_alive
 from psattn.training.signals import stop_signals_held
 
@@ -77,7 +78,10 @@ def _folder_made(folder: Path) -> Iterator[None]:
 
 
 def _new_folder(target: Path, kind: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{os.getpid()}-", dir=target.parent))
+    except OSError as err:  # named for the folder the caller gave, not the staging folder's hidden name
+        raise cannot_create(target, err) from None
     folder.chmod(0o755)  # mkdtemp makes it private
     return folder
 
