@@ -111,7 +111,7 @@ class _Run:
         """One optimiser step on the batch of (seed, step); returns this rank's loss, unread.
 
         Nothing of the step is read back from the device: whether its loss was finite is looked at in
-        ``raise_if_diverged``, at the next evaluation, checkpoint or ``on_step``."""
+        ``raise_if_diverged``, at the next evaluation, checkpoint or ``on_step``, or after ``MAX_UNCHECKED`` steps."""
         t = self.t
         batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.state.step))  # on the host
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
