@@ -74,7 +74,7 @@ def test_the_getting_started_commands_run_as_written_in_an_empty_folder(tmp_path
 
     pytest = __import__("pytest")
     if os.environ.get("PSATTN_CI_RUNS_THE_WHEEL_TUTORIAL") == "1":
-        pytest.skip(".ci/run runs the same script from the wheel, after the tests")
+        pytest.skip(".ci/run runs the same script from the wheel, beside the tests")
     for module in ("tokenizers", "onnxruntime", "matplotlib", "transformers"):
         pytest.importorskip(module)
     bin_dir = tmp_path / "bin"  # `psattn` and `python` on PATH are this interpreter, as in a virtualenv
