@@ -134,3 +134,28 @@ def test_generate_moves_the_prompt_to_the_model_and_on_cpu_copies_only_when_need
     with no_default_device():
         out = generate(model, prompt, 3, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert out.sequences.device == torch.device("cpu") and out.sequences.shape == (2, 8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_a_float64_or_bf16_model_scores_and_decodes_without_a_default_device(dtype):
+    """float64 RoPE tables and a 16-bit model's frequencies were computed on the default device (the meta one
+    here: "Cannot copy out of meta tensor"), then moved; the scored positions' indices are made beside the mask."""
+    from helpers import random_model
+    from psattn.models.scored import Scored
+
+    model = random_model("symmetric")
+    if dtype == torch.bfloat16:
+        with no_default_device():
+            model = model.to(dtype)
+    x = torch.randint(0, 37, (3, 9), generator=torch.Generator().manual_seed(0))
+    keep = torch.zeros(3, 9, dtype=torch.bool)
+    keep[0, [2, 8]] = keep[2, 5] = True
+    want = model(x)
+    with no_default_device():
+        by_mask, by_index = model(x, scored=keep), model(x, scored=Scored.of(keep))
+        cache = model.new_cache()
+        steps = torch.cat([model(x[:, t : t + 1], cache=cache) for t in range(9)], dim=1)
+    assert torch.allclose(by_mask.float(), want[keep].float(), atol=1e-10 if dtype == torch.float64 else 5e-2)
+    assert torch.equal(by_index, by_mask)
+    tolerance = 1e-10 if dtype == torch.float64 else 5e-2
+    assert steps.device == want.device and torch.allclose(steps.float(), want.float(), atol=tolerance)

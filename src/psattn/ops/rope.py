@@ -54,12 +54,14 @@ class RotaryEmbedding(nn.Module):
         the frequencies of a 64-wide head would put angles off by up to 0.44 radian at position 1000)."""
         super()._apply(fn, recurse)
         if self.inv_freq.dtype in (torch.float16, torch.bfloat16):
-            self.inv_freq = self.frequencies().to(self.inv_freq.device)
+            self.inv_freq = self.frequencies(device=self.inv_freq.device)
         return self
 
-    def frequencies(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """base^(-2i/r) for i < r/2, (r/2,) in ``dtype`` (computed in float64)."""
-        return (self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim)).to(dtype)
+    def frequencies(self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
+        """base^(-2i/r) for i < r/2, (r/2,) in ``dtype`` on ``device`` (computed in float64; None: PyTorch's
+        default device, as for a module's parameters at construction)."""
+        steps = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=device)
+        return (self.base ** (-steps / self.rotary_dim)).to(dtype)
 
     def forward(self, position_ids: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
         """position_ids (B, T) -> cos, sin of shape (B, 1, T, r), broadcastable over heads. The angles are
@@ -72,7 +74,7 @@ class RotaryEmbedding(nn.Module):
         if not dtype.is_floating_point:  # integer tables hold cos and sin rounded to 0 and 1
             raise TypeError(f"RoPE tables need a floating-point dtype, got {dtype}")
         if dtype == torch.float64:
-            inv_freq = self.frequencies(torch.float64).to(position_ids.device)
+            inv_freq = self.frequencies(torch.float64, position_ids.device)
             angles = position_ids.to(torch.float64)[..., None] * inv_freq  # (B, T, r/2)
         else:
             angles = position_ids.to(torch.float32)[..., None] * self.inv_freq  # (B, T, r/2)

@@ -61,7 +61,7 @@ class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
         are a buffer no checkpoint holds, which transformers' loading leaves empty: set them again."""
         if isinstance(module, RotaryEmbedding):
             with torch.no_grad():
-                module.inv_freq.copy_(module.frequencies())
+                module.inv_freq.copy_(module.frequencies(device=module.inv_freq.device))
 
     def get_input_embeddings(self):
         """The token embedding."""
