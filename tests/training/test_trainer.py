@@ -383,6 +383,10 @@ def test_overrides_and_bad_configs(tmp_path):
         RunConfig(model=ModelConfig(vocab_size=8), task=make_task_config("induction", vocab_size=16))
     with pytest.raises(ValueError, match="vocab"):
         make_task_config("induction", vocab_size=5, seq_len=64)
+    assert apply_overrides(config, ["name=7"]).name == "7"  # a run's name is the text typed
+    for empty in ("name=", "name=  "):
+        with pytest.raises(ValueError, match="empty run name"):
+            apply_overrides(config, [empty])
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):

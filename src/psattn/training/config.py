@@ -294,6 +294,10 @@ def _parse_override(item: str) -> tuple[list[str], Any, str]:
     key, sep, raw = item.partition("=")
     if not sep:
         raise ValueError(f"override {item!r} must look like section.field=value")
+    if key == "name":  # a run's name is text as typed (name=7 names run "7"), never empty
+        if not raw.strip():
+            raise ValueError(f"override {item!r} gives an empty run name; name=NAME names the run")
+        return [key], raw, item
     try:
         value = loads(raw)
     except json.JSONDecodeError:
