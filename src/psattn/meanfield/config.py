@@ -194,7 +194,8 @@ class SimulationConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
         max_beta = 0.9 * math.log(torch.finfo(DTYPES[self.dtype]).max)
         if self.beta > max_beta:
-            raise ValueError(f"beta = {self.beta} overflows e^β in {self.dtype}; keep beta ≤ {max_beta:.0f}")
+            # the bound rounded down: the beta the message names is accepted (rounded, 80 and 639 were refused)
+            raise ValueError(f"beta = {self.beta} overflows e^β in {self.dtype}; keep beta ≤ {math.floor(max_beta)}")
         if self.frame not in FRAMES:
             raise ValueError(f"unknown frame {self.frame!r}; choose one of {FRAMES}")
         if self.batch < 1:
