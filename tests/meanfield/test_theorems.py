@@ -66,6 +66,14 @@ def test_spectral_dichotomy():
     assert not check_spectral_dichotomy(n=32, batch=1, tau=1.0).passed  # too short to collapse
 
 
+def test_energy_ascent_fails_on_energies_that_are_not_finite():
+    """A subnormal beta makes E_h = (1/(2βn²)) Σ_ij W_ij overflow to inf at every step: no decrease shows (inf − inf
+    is NaN), and the check said "energy non-decreasing for every kernel"."""
+    result = check_energy_ascent(n=8, tau=0.5, batch=1, beta=1e-309)
+    assert not result.passed
+    assert "not finite" in result.message and result.details["usa"] > 0
+
+
 def test_energy_ascent():
     result = check_energy_ascent(n=16, tau=2.0, batch=1)
     assert result.passed, result.message
