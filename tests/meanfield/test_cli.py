@@ -124,3 +124,28 @@ def test_reproduce_function_reports_failures(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "_plots_available", lambda: False)
     result = meanfield_report(tmp_path, quick=True)
     assert not result["passed"] and "FAIL" in (tmp_path / "report.md").read_text()
+
+
+def test_a_run_interrupted_while_writing_leaves_the_earlier_run_whole(tmp_path, monkeypatch, capsys):
+    """The files are moved into --out only once all are written: Ctrl-C during the animation (the last and slowest
+    file) left this run's config.json and summary.json beside the earlier run's states.npz and GIF."""
+    pytest.importorskip("matplotlib")
+    from psattn.meanfield import plots
+
+    out = tmp_path / "run"
+    argv = ["meanfield", "run", "--n", "4", "--tau", "0.1", "--records", "3", "--out", str(out)]
+    assert _main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "animate_states", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _main(argv[:-2] + ["--seed", "5", "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
+    monkeypatch.undo()
+    (out / ".meanfield-run-999999999-x").mkdir()  # left by a run that was killed: its process is gone
+    assert _main(argv[:-2] + ["--seed", "5", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 5
