@@ -1,6 +1,7 @@
 """The theorem checks pass on their default examples and fail where the claim does not apply."""
 
 import json
+import math
 
 import pytest
 
@@ -129,3 +130,14 @@ def test_paper_claims_report_the_worst_spread_in_the_claims_direction():
     result = check_paper_claims(_claims_summary([0.0, 1e-4, None], [0.5, 0.2]))
     assert result.passed, result.message
     assert result.details == {"usa": 1e-4, "rope": 0.2}
+
+
+@pytest.mark.parametrize("field", ["collapse_tol", "min_spread"])
+def test_paper_claims_refuse_a_tolerance_that_is_not_finite(field):
+    """Every claim of this summary is wrong (plain USA spread, RoPE collapsed); a NaN tolerance compared false with
+    both spreads, so no run was wrong and the check passed."""
+    runs = [{"name": "usa_n8", "config": {"kernel": {"name": "usa"}}, "final": {"marginal_spread": [0.9]}},
+            {"name": "rope_n8", "config": {"kernel": {"name": "rope"}}, "final": {"marginal_spread": [0.0]}}]
+    assert not check_paper_claims({"runs": runs}).passed
+    with pytest.raises(ValueError, match=f"{field} must be a finite number"):
+        check_paper_claims({"runs": runs}, **{field: math.nan})

@@ -25,6 +25,7 @@ numbers it looked at (``details``) and the JSON-ready data its figure is drawn f
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -392,6 +393,10 @@ def check_paper_claims(
     batch element. Each run is judged by its worst element in the claim's direction (the largest spread
     of a kernel that must collapse, the smallest of one that must not); a run with no finite spread
     fails. ``details`` holds that worst spread per run; the message gives the reason for each miss."""
+    for name, value in (("collapse_tol", collapse_tol), ("min_spread", min_spread)):
+        # a NaN compares false with every spread: no run was found wrong, and the check passed whatever ran
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
     collapsing = {"usa", "distance_bias"}
     wrong, spreads = [], {}
     for run in summary["runs"]:
