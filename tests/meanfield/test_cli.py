@@ -6,6 +6,7 @@ import json
 import pytest
 
 from psattn.commands.meanfield import register, resolve_run_config
+from psattn.meanfield.experiments import paper_configs
 from psattn.meanfield.reproduce import meanfield_report
 
 
@@ -149,3 +150,18 @@ def test_a_run_interrupted_while_writing_leaves_the_earlier_run_whole(tmp_path, 
     assert _main(argv[:-2] + ["--seed", "5", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(before)
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 5
+
+
+def test_a_report_rerun_removes_the_earlier_reports_figures_it_does_not_rewrite(tmp_path, monkeypatch):
+    """A --quick rerun over a --full report left final_states_n128.png, diagnostics_n256.png ... beside a report and
+    a paper/summary.json of n = 64 only; files the report does not write stay."""
+    from psattn.meanfield import reproduce as module
+
+    for name in ("report.md", "final_states_n256.png", "diagnostics_n128.png", "check_cluster_count.png",
+                 "animation_rope_n256.gif", "notes.png"):
+        (tmp_path / name).write_text("earlier")
+    monkeypatch.setattr(module, "_check_plan", lambda quick: [])
+    monkeypatch.setattr(module, "_plots_available", lambda: False)
+    monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.1))
+    meanfield_report(tmp_path, quick=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "notes.png", "paper", "report.md"]
