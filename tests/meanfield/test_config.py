@@ -150,3 +150,11 @@ def test_the_beta_an_overflow_message_names_is_accepted(dtype):
         SimulationConfig(dtype=dtype, beta=1000.0, dt=1e300, tau=1.0)
     bound = float(re.search(r"keep beta ≤ ([0-9.]+)", str(err.value)).group(1))
     assert SimulationConfig(dtype=dtype, beta=bound, dt=1e300, tau=1.0).beta == bound
+
+
+@pytest.mark.parametrize("kernel", [dict(name="rope", frequencies=()),
+                                    dict(name="generalised_rope", planes=(), frequencies=[])])
+def test_a_rope_kernel_needs_a_frequency(kernel):
+    """No frequency rotates no plane: the run was plain USA (it collapsed) under the name rope."""
+    with pytest.raises(ValueError, match="needs at least one frequency"):
+        SimulationConfig(n=4, kernel=kernel)

@@ -122,6 +122,9 @@ class KernelConfig:
         self.decay = _real(self.decay, "kernel decay")
         self.n_prompts = _integer(self.n_prompts, "kernel n_prompts")
         self.gauge_seed = _seed(self.gauge_seed, "kernel gauge_seed")
+        if self.name in DEFAULT_FREQUENCIES and self.frequencies == ():  # no plane rotated: plain USA, named RoPE
+            raise ValueError(f"kernel {self.name!r} needs at least one frequency (none rotates no plane: plain USA; "
+                             "use kernel 'usa' for that)")
         if self.name == "distance_bias" and not self.decay >= 0:
             raise ValueError(f"distance bias decay λ must be non-negative, got {self.decay}")
         if self.name == "prefix" and self.n_prompts < 1:
