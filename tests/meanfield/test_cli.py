@@ -165,3 +165,18 @@ def test_a_report_rerun_removes_the_earlier_reports_figures_it_does_not_rewrite(
     monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.1))
     meanfield_report(tmp_path, quick=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "notes.png", "paper", "report.md"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--kernel", "cosine_toeplitz", "--frequencies", "0.5"], "--frequencies sets a parameter of the rope and "
+                                                               "generalised_rope kernels, not of 'cosine_toeplitz'"),
+    (["--kernel", "rope", "--omega", "2"], "--omega sets a parameter of the cosine_toeplitz kernel, not of 'rope'"),
+    (["--n-prompts", "3"], "--n-prompts sets a parameter of the prefix kernel, not of 'usa'"),
+])
+def test_a_kernel_flag_the_kernel_does_not_read_is_refused(argv, match):
+    """--frequencies with cosine Toeplitz (whose frequency is --omega) ran at the default ω = 2π/n, with the unread
+    frequencies recorded in config.json."""
+    with pytest.raises(ValueError, match=match):
+        resolve_run_config(_parser().parse_args(["meanfield", "run", *argv]))
+    cfg = resolve_run_config(_parser().parse_args(["meanfield", "run", "--kernel", "prefix", "--gauge-seed", "3"]))
+    assert cfg.kernel.gauge_seed == 3

@@ -30,7 +30,7 @@ import torch
 
 from psattn.arguments import add_command, add_plan_size, seed_int
 from psattn.jsonfile import read_json
-from psattn.meanfield.config import SimulationConfig
+from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
 from psattn.meanfield.experiments import (
     PAPER_KERNELS,
@@ -59,6 +59,9 @@ _SIM_FLAGS = {"n": "n", "d": "d", "beta": "beta", "tau": "tau", "dt": "dt", "int
 # flag -> KernelConfig field
 _KERNEL_FLAGS = {"frequencies": "frequencies", "omega": "omega", "decay": "decay", "n_prompts": "n_prompts",
                  "gauge_seed": "gauge_seed"}
+# flag -> the kernels that read it (KernelConfig reads only the chosen kernel's fields)
+_KERNEL_FLAG_USERS = {"frequencies": ("rope", "generalised_rope"), "omega": ("cosine_toeplitz",),
+                      "decay": ("distance_bias",), "n_prompts": ("prefix",), "gauge_seed": ("prefix",)}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -124,6 +127,10 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
         kernel = dict(base.get("kernel") or dataclasses.asdict(paper_kernel("usa", n)))
     for flag, key in _KERNEL_FLAGS.items():
         if getattr(args, flag, None) is not None:
+            users, name = _KERNEL_FLAG_USERS[flag], kernel.get("name", KernelConfig.name)
+            if name not in users:  # it was recorded in config.json and never read
+                raise ValueError(f"--{flag.replace('_', '-')} sets a parameter of the {' and '.join(users)} "
+                                 f"kernel{'s' * (len(users) > 1)}, not of {name!r}")
             kernel[key] = getattr(args, flag)
     sim["keep_states"] = not getattr(args, "no_animation", False)  # the states feed states.npz and the GIF
     free = available_bytes(torch.device("cpu"))  # the run is refused when it would not fit
