@@ -178,8 +178,8 @@ class MeasuredBode:
     def max_rel_error(self, stream: str = "key") -> float:
         """Largest relative error of the measured gain against the closed form, over the frequencies where the
         closed form is not 0 (above ``ZERO_GAIN`` of its largest gain): at a zero of H, such as γ = −1/2 at
-        ω = π (x̂ the mean of x_t and x_{t−1}), the relative error is undefined, and dividing by the rounding
-        left there gave errors of 10¹⁴."""
+        ω = π (x̂ the mean of a token's stream and its predecessor's), the relative error is undefined, and
+        dividing by the rounding left there gave errors of 10¹⁴."""
         theory = np.abs(self.closed_form(stream))
         defined = theory > ZERO_GAIN * theory.max()
         measured = np.abs(self.measured(stream))[defined]
