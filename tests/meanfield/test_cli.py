@@ -6,6 +6,7 @@ import json
 import pytest
 
 from psattn.commands.meanfield import register, resolve_run_config
+from psattn.meanfield.experiments import paper_configs
 from psattn.meanfield.reproduce import meanfield_report
 
 
@@ -124,3 +125,58 @@ def test_reproduce_function_reports_failures(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "_plots_available", lambda: False)
     result = meanfield_report(tmp_path, quick=True)
     assert not result["passed"] and "FAIL" in (tmp_path / "report.md").read_text()
+
+
+def test_a_run_interrupted_while_writing_leaves_the_earlier_run_whole(tmp_path, monkeypatch, capsys):
+    """The files are moved into --out only once all are written: Ctrl-C during the animation (the last and slowest
+    file) left this run's config.json and summary.json beside the earlier run's states.npz and GIF."""
+    pytest.importorskip("matplotlib")
+    from psattn.meanfield import plots
+
+    out = tmp_path / "run"
+    argv = ["meanfield", "run", "--n", "4", "--tau", "0.1", "--records", "3", "--out", str(out)]
+    assert _main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "animate_states", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _main(argv[:-2] + ["--seed", "5", "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
+    monkeypatch.undo()
+    (out / ".meanfield-run-999999999-x").mkdir()  # left by a run that was killed: its process is gone
+    assert _main(argv[:-2] + ["--seed", "5", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 5
+
+
+def test_a_report_rerun_removes_the_earlier_reports_figures_it_does_not_rewrite(tmp_path, monkeypatch):
+    """A --quick rerun over a --full report left final_states_n128.png, diagnostics_n256.png ... beside a report and
+    a paper/summary.json of n = 64 only; files the report does not write stay."""
+    from psattn.meanfield import reproduce as module
+
+    for name in ("report.md", "final_states_n256.png", "diagnostics_n128.png", "check_cluster_count.png",
+                 "animation_rope_n256.gif", "notes.png"):
+        (tmp_path / name).write_text("earlier")
+    monkeypatch.setattr(module, "_check_plan", lambda quick: [])
+    monkeypatch.setattr(module, "_plots_available", lambda: False)
+    monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.1))
+    meanfield_report(tmp_path, quick=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "notes.png", "paper", "report.md"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--kernel", "cosine_toeplitz", "--frequencies", "0.5"], "--frequencies sets a parameter of the rope and "
+                                                               "generalised_rope kernels, not of 'cosine_toeplitz'"),
+    (["--kernel", "rope", "--omega", "2"], "--omega sets a parameter of the cosine_toeplitz kernel, not of 'rope'"),
+    (["--n-prompts", "3"], "--n-prompts sets a parameter of the prefix kernel, not of 'usa'"),
+])
+def test_a_kernel_flag_the_kernel_does_not_read_is_refused(argv, match):
+    """--frequencies with cosine Toeplitz (whose frequency is --omega) ran at the default ω = 2π/n, with the unread
+    frequencies recorded in config.json."""
+    with pytest.raises(ValueError, match=match):
+        resolve_run_config(_parser().parse_args(["meanfield", "run", *argv]))
+    cfg = resolve_run_config(_parser().parse_args(["meanfield", "run", "--kernel", "prefix", "--gauge-seed", "3"]))
+    assert cfg.kernel.gauge_seed == 3

@@ -138,3 +138,23 @@ def test_a_run_beyond_the_memory_available_is_refused_before_its_kernel_is_built
     config = SimulationConfig(n=1024)  # no memory given: not checked
     assert config.memory_bytes(config.step_size()[1]) > 4 * 8 * 1024**2
     assert "available_memory" not in config.to_dict()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_beta_an_overflow_message_names_is_accepted(dtype):
+    """The refusal of an overflowing beta names the largest beta to keep; that beta runs (the bound was rounded
+    up: "keep beta ≤ 80" refused beta = 80 in float32, 639 in float64)."""
+    import re
+
+    with pytest.raises(ValueError, match="overflows") as err:
+        SimulationConfig(dtype=dtype, beta=1000.0, dt=1e300, tau=1.0)
+    bound = float(re.search(r"keep beta ≤ ([0-9.]+)", str(err.value)).group(1))
+    assert SimulationConfig(dtype=dtype, beta=bound, dt=1e300, tau=1.0).beta == bound
+
+
+@pytest.mark.parametrize("kernel", [dict(name="rope", frequencies=()),
+                                    dict(name="generalised_rope", planes=(), frequencies=[])])
+def test_a_rope_kernel_needs_a_frequency(kernel):
+    """No frequency rotates no plane: the run was plain USA (it collapsed) under the name rope."""
+    with pytest.raises(ValueError, match="needs at least one frequency"):
+        SimulationConfig(n=4, kernel=kernel)

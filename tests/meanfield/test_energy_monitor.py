@@ -62,3 +62,19 @@ def test_an_energy_that_is_not_finite_fails_the_check(bad):
     assert "energy not finite at 7 of its values (first at t = 0.4" in check.summary()
     with pytest.raises(ValueError, match="must be finite"):
         energy_plateaus(t, e[:, 1])
+
+
+@pytest.mark.parametrize("rtol", [float("nan"), -1.0, float("inf"), "1e-3", True])
+def test_check_monotone_refuses_a_tolerance_that_is_not_a_finite_number_at_least_0(rtol):
+    """A NaN rtol compares false with every drop: an energy falling from 5 to 1 passed as non-decreasing."""
+    t = torch.arange(5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="rtol must be a finite number ≥ 0"):
+        check_monotone(t, torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0], dtype=torch.float64), 0.1, rtol=rtol)
+
+
+@pytest.mark.parametrize("field", ["slope_tol", "min_length"])
+@pytest.mark.parametrize("value", [float("nan"), -0.5])
+def test_energy_plateaus_refuses_a_tolerance_that_is_not_a_finite_number_at_least_0(field, value):
+    t = torch.arange(5, dtype=torch.float64)
+    with pytest.raises(ValueError, match=f"{field} must be a finite number ≥ 0"):
+        energy_plateaus(t, torch.tensor([0.0, 1.0, 1.0, 1.0, 2.0], dtype=torch.float64), **{field: value})

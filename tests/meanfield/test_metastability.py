@@ -129,3 +129,10 @@ def test_the_reduced_lifetime_of_nearby_clusters_tends_to_log_sqrt_two(separatio
     1 − cos φ0 cancelled to 0, which put φ_m at 0 and gave a lifetime of inf below φ0 ≈ 1e-8 (1e-4 off at 1e-6)."""
     for beta in (0.5, 7.0):
         assert reduced_lifetime(beta, separation) == pytest.approx(0.5 * math.log(2.0), rel=1e-8)
+
+
+def test_exponential_fit_of_two_betas_gives_the_sign_of_the_correlation():
+    """Two points lie on a line either way: r is ±1 with the slope's sign (1.0 was reported for falling lifetimes)."""
+    assert exponential_fit([2.0, 3.0], [10.0, 5.0])[2] == pytest.approx(-1.0)
+    assert exponential_fit([2.0, 3.0], [5.0, 10.0])[2] == pytest.approx(1.0)
+    assert math.isnan(exponential_fit([2.0, 3.0, 4.0], [5.0, 5.0, 5.0])[2])  # undefined, without numpy's warning

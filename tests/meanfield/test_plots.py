@@ -101,3 +101,25 @@ def test_every_check_figure_labels_its_axes_and_series(make, monkeypatch):
         labelled = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
         if len(ax.get_lines()) > 1:
             assert ax.get_legend() is not None and labelled, ax.get_title()
+
+
+@pytest.mark.parametrize("labels", [[-float(i) for i in range(8)], [0.5 * i for i in range(8)]], ids=["negative", "half"])
+def test_final_state_colours_span_the_labels(labels, monkeypatch):
+    """Labels are free real positions (Theorem 2 places tokens at s = −θ/ω ≤ 0): the colour scale spans them,
+    so each position gets its own colour (a 0..max(1, int(max)) scale drew negative positions in one colour)."""
+    plots, figures = _captured(monkeypatch)
+    summary = _summary(names=("rope_n8",))
+    summary["runs"][0]["labels"] = labels
+    plots.plot_final_states(summary, "x.png")
+    points = [c for ax in figures[0].axes for c in ax.collections if c.get_array() is not None][-1]
+    assert points.get_clim() == (min(labels), max(labels))
+    assert len({tuple(c) for c in points.to_rgba(labels)}) == len(labels)
+
+
+def test_final_state_colours_of_one_label(monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    summary = _summary(names=("usa_n8",))
+    summary["runs"][0]["labels"] = [0.0] * 8
+    plots.plot_final_states(summary, "x.png")
+    points = [c for ax in figures[0].axes for c in ax.collections if c.get_array() is not None][-1]
+    assert points.get_clim() == (0.0, 1.0)

@@ -170,6 +170,16 @@ def test_simulate_names_a_complex_start_a_bad_progress_and_an_unknown_diagnostic
         simulate(cfg).final("spread")
 
 
+def test_simulate_refuses_a_start_that_requires_grad():
+    """Autograd recorded the whole run from such a start: memory grew with n²·steps (770 MiB more at n = 256, τ = 20),
+    which the memory check does not count, and save_states then failed with numpy()'s traceback."""
+    cfg = _cfg("rope", batch=1, tau=0.5)
+    x0 = initial_state(cfg)
+    with pytest.raises(TypeError, match="x0 must not require grad"):
+        simulate(cfg, x0=x0.clone().requires_grad_())
+    assert not simulate(cfg, x0=x0).x.requires_grad
+
+
 def test_a_trajectory_keeps_the_config_it_ran_with():
     """A sweep that set cfg.beta and ran again left every Trajectory.config (and its summary) at the last beta."""
     cfg = _cfg("rope", batch=1, tau=0.5)

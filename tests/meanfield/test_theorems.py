@@ -1,6 +1,7 @@
 """The theorem checks pass on their default examples and fail where the claim does not apply."""
 
 import json
+import math
 
 import pytest
 
@@ -66,6 +67,14 @@ def test_spectral_dichotomy():
     assert not check_spectral_dichotomy(n=32, batch=1, tau=1.0).passed  # too short to collapse
 
 
+def test_energy_ascent_fails_on_energies_that_are_not_finite():
+    """A subnormal beta makes E_h = (1/(2βn²)) Σ_ij W_ij overflow to inf at every step: no decrease shows (inf − inf
+    is NaN), and the check said "energy non-decreasing for every kernel"."""
+    result = check_energy_ascent(n=8, tau=0.5, batch=1, beta=1e-309)
+    assert not result.passed
+    assert "not finite" in result.message and result.details["usa"] > 0
+
+
 def test_energy_ascent():
     result = check_energy_ascent(n=16, tau=2.0, batch=1)
     assert result.passed, result.message
@@ -121,3 +130,14 @@ def test_paper_claims_report_the_worst_spread_in_the_claims_direction():
     result = check_paper_claims(_claims_summary([0.0, 1e-4, None], [0.5, 0.2]))
     assert result.passed, result.message
     assert result.details == {"usa": 1e-4, "rope": 0.2}
+
+
+@pytest.mark.parametrize("field", ["collapse_tol", "min_spread"])
+def test_paper_claims_refuse_a_tolerance_that_is_not_finite(field):
+    """Every claim of this summary is wrong (plain USA spread, RoPE collapsed); a NaN tolerance compared false with
+    both spreads, so no run was wrong and the check passed."""
+    runs = [{"name": "usa_n8", "config": {"kernel": {"name": "usa"}}, "final": {"marginal_spread": [0.9]}},
+            {"name": "rope_n8", "config": {"kernel": {"name": "rope"}}, "final": {"marginal_spread": [0.0]}}]
+    assert not check_paper_claims({"runs": runs}).passed
+    with pytest.raises(ValueError, match=f"{field} must be a finite number"):
+        check_paper_claims({"runs": runs}, **{field: math.nan})

@@ -113,3 +113,14 @@ def test_the_reduced_models_curves_refuse_arguments_that_give_nan(call, match):
 def test_a_bad_seed_of_the_reduced_model_is_named(seed):
     with pytest.raises(ValueError, match="seed must be an integer >= 0"):  # NumPy: 'expected non-negative integer'
         ReducedModel(16, n_samples=4, seed=seed)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(d_ks=[64.0], Ts=[16.9]), "T must be an integer >= 3, got 16.9"),  # compared at T = 16, silently
+    (dict(d_ks=[64.0], Ts=["16"]), "T must be an integer"),
+    (dict(d_ks=["64"], Ts=[16]), "d_k must be a finite number > 0"),
+    (dict(d_ks=[64.0], Ts=[16], part_threshold=float("nan")), "part_threshold must be a finite number"),
+])
+def test_compare_with_theory_checks_its_grid_instead_of_converting_it(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        compare_with_theory(n_samples=4, **kwargs)

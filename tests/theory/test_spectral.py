@@ -129,3 +129,13 @@ def test_a_stream_that_is_not_query_key_or_joint_is_refused():
     for call in (bode.closed_form, bode.measured, bode.correlation, bode.max_rel_error):
         with pytest.raises(ValueError, match=r"unknown stream 'keys'; choose one of \('query', 'key', 'joint'\)"):
             call("keys")
+
+
+def test_relative_error_leaves_out_the_zeros_of_the_closed_form():
+    """γ = −1/2 averages x_t and x_{t−1}: H(−1) = 0 at ω = π, a measured frequency. The relative error there is
+    undefined; dividing by the rounding left in |H| reported 10¹⁴ (10²⁹ for the joint stream)."""
+    ids = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(0))
+    m = measure_bode(_model("symmetric", gamma=-0.5), ids)
+    assert abs(m.closed_form("key")[-1]) < 1e-12 and m.correlation("key") > 0.999
+    for stream in ("key", "query", "joint"):
+        assert 0 < m.max_rel_error(stream) < 1, stream

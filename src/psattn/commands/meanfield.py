@@ -10,7 +10,8 @@ config.json a previous run wrote), then
 the flags given; a kernel named by ``--kernel`` starts from the paper experiment's parameters for that
 n (e.g. RoPE with ω = 2π/n). Once the simulation has succeeded, it writes config.json (with version and
 git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``,
-and removes those of an earlier run there that it does not write; a folder holding a training run is refused.
+and removes those of an earlier run there that it does not write (moved in only once all are written, so an
+interrupted run leaves the earlier one whole); a folder holding a training run is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ import torch
 
 from psattn.arguments import add_command, add_plan_size, seed_int
 from psattn.jsonfile import read_json
-from psattn.meanfield.config import SimulationConfig
+from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import DYNAMICS
 from psattn.meanfield.experiments import (
     PAPER_KERNELS,
@@ -38,9 +42,11 @@ from psattn.meanfield.experiments import (
 )
 from psattn.meanfield.integrators import STEPPERS
 from psattn.meanfield.simulate import simulate, step_size
+from psattn.processes import process_alive
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 from psattn.training.memory import available_bytes
+from psattn.training.signals import stop_signals_held
 
 __all__ = ["register", "resolve_run_config"]
 
@@ -53,6 +59,9 @@ _SIM_FLAGS = {"n": "n", "d": "d", "beta": "beta", "tau": "tau", "dt": "dt", "int
 # flag -> KernelConfig field
 _KERNEL_FLAGS = {"frequencies": "frequencies", "omega": "omega", "decay": "decay", "n_prompts": "n_prompts",
                  "gauge_seed": "gauge_seed"}
+# flag -> the kernels that read it (KernelConfig reads only the chosen kernel's fields)
+_KERNEL_FLAG_USERS = {"frequencies": ("rope", "generalised_rope"), "omega": ("cosine_toeplitz",),
+                      "decay": ("distance_bias",), "n_prompts": ("prefix",), "gauge_seed": ("prefix",)}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -118,6 +127,10 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
         kernel = dict(base.get("kernel") or dataclasses.asdict(paper_kernel("usa", n)))
     for flag, key in _KERNEL_FLAGS.items():
         if getattr(args, flag, None) is not None:
+            users, name = _KERNEL_FLAG_USERS[flag], kernel.get("name", KernelConfig.name)
+            if name not in users:  # it was recorded in config.json and never read
+                raise ValueError(f"--{flag.replace('_', '-')} sets a parameter of the {' and '.join(users)} "
+                                 f"kernel{'s' * (len(users) > 1)}, not of {name!r}")
             kernel[key] = getattr(args, flag)
     sim["keep_states"] = not getattr(args, "no_animation", False)  # the states feed states.npz and the GIF
     free = available_bytes(torch.device("cpu"))  # the run is refused when it would not fit
@@ -150,9 +163,23 @@ def check_not_a_training_run(out: Path) -> None:
                          "name another --out folder")
 
 
+#: the hidden folder a run writes its files into before they are moved into ``--out`` (then its process id)
+STAGING_PREFIX = ".meanfield-run-"
+
+
+def _tidy_staging(out: Path) -> None:
+    """Remove the staging folders that runs killed before their move left in ``out``."""
+    for folder in out.glob(STAGING_PREFIX + "*"):
+        pid = folder.name[len(STAGING_PREFIX):].split("-")[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``psattn meanfield run``: simulate, write figures and summary.json; the exit code. Nothing is
-    written before the simulation has succeeded."""
+    written before the simulation has succeeded, and the files are written into a staging folder inside
+    ``--out`` and moved into place (with the earlier run's others removed) only once all are complete, with
+    the stop signals held: Ctrl-C or a failure while writing leaves the earlier run, whole, not a mix of two."""
     config = resolve_run_config(args)
     out = Path(args.out)
     check_not_a_training_run(out)
@@ -161,10 +188,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
     earlier = holds_a_meanfield_run(out)
     out.mkdir(parents=True, exist_ok=True)
+    _tidy_staging(out)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        written = _write_run(staging, config, traj)
+        with stop_signals_held():  # the moves are not cut halfway
+            for name in written:
+                os.replace(staging / name, out / name)
+            stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
+            for name in stale:  # the earlier run's, beside this one's config and summary: the folder describes one run
+                (out / name).unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"wrote {', '.join(written)} to {out}")
+    if stale:
+        print(f"removed the earlier run's {', '.join(stale)}")
+    return 0
+
+
+def _write_run(folder: Path, config: SimulationConfig, traj) -> list[str]:
+    """Write a finished run's files into ``folder``, print its one-line result; the names written."""
     meta = {**provenance(config.seed), "config": config.to_dict()}
-    (out / "config.json").write_text(json.dumps(meta, indent=1))
+    (folder / "config.json").write_text(json.dumps(meta, indent=1))
     record = summarise(traj)
-    summary = write_summary([record], out)
+    summary = write_summary([record], folder)
     final = record["final"]
     print(f"{record['name']}: {record['steps']} {config.integrator} steps of {traj.step_size:.3g} "
           f"({traj.frame} frame); "
@@ -176,30 +223,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         from psattn.meanfield.plots import animate_states, plot_diagnostics, plot_final_states
     except ImportError:
         print("matplotlib is not installed (extra 'plot'): no figures written")
+        return written
+    if config.d in (2, 3):
+        plot_final_states(summary, folder / "final_state.png")
+        written.append("final_state.png")
     else:
+        print(f"d = {config.d}: no picture of the final state (drawn for d = 2 or 3 only)")
+    plot_diagnostics(summary, folder / "diagnostics.png")
+    written.append("diagnostics.png")
+    if traj.states is not None:
+        save_states(traj, folder / "states.npz")
+        written.append("states.npz")
         if config.d in (2, 3):
-            plot_final_states(summary, out / "final_state.png")
-            written.append("final_state.png")
-        else:
-            print(f"d = {config.d}: no picture of the final state (drawn for d = 2 or 3 only)")
-        plot_diagnostics(summary, out / "diagnostics.png")
-        written.append("diagnostics.png")
-        if traj.states is not None:
-            save_states(traj, out / "states.npz")
-            written.append("states.npz")
-            if config.d in (2, 3):
-                gif = animate_states(out / "states.npz", out / "animation.gif")
-                if gif is None:
-                    print("animation skipped (Pillow is not importable)")
-                else:
-                    written.append("animation.gif")
-    print(f"wrote {', '.join(written)} to {out}")
-    stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
-    for name in stale:  # the earlier run's, beside this one's config and summary: the folder describes one run
-        (out / name).unlink()
-    if stale:
-        print(f"removed the earlier run's {', '.join(stale)}")
-    return 0
+            gif = animate_states(folder / "states.npz", folder / "animation.gif")
+            if gif is None:
+                print("animation skipped (Pillow is not importable)")
+            else:
+                written.append("animation.gif")
+    return written
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -122,6 +122,9 @@ class KernelConfig:
         self.decay = _real(self.decay, "kernel decay")
         self.n_prompts = _integer(self.n_prompts, "kernel n_prompts")
         self.gauge_seed = _seed(self.gauge_seed, "kernel gauge_seed")
+        if self.name in DEFAULT_FREQUENCIES and self.frequencies == ():  # no plane rotated: plain USA, named RoPE
+            raise ValueError(f"kernel {self.name!r} needs at least one frequency (none rotates no plane: plain USA; "
+                             "use kernel 'usa' for that)")
         if self.name == "distance_bias" and not self.decay >= 0:
             raise ValueError(f"distance bias decay λ must be non-negative, got {self.decay}")
         if self.name == "prefix" and self.n_prompts < 1:
@@ -194,7 +197,8 @@ class SimulationConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {tuple(DTYPES)}")
         max_beta = 0.9 * math.log(torch.finfo(DTYPES[self.dtype]).max)
         if self.beta > max_beta:
-            raise ValueError(f"beta = {self.beta} overflows e^β in {self.dtype}; keep beta ≤ {max_beta:.0f}")
+            # the bound rounded down: the beta the message names is accepted (rounded, 80 and 639 were refused)
+            raise ValueError(f"beta = {self.beta} overflows e^β in {self.dtype}; keep beta ≤ {math.floor(max_beta)}")
         if self.frame not in FRAMES:
             raise ValueError(f"unknown frame {self.frame!r}; choose one of {FRAMES}")
         if self.batch < 1:

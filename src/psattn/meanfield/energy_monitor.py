@@ -7,6 +7,8 @@ In metastable runs the energy rises in a staircase; ``energy_plateaus`` returns 
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -59,6 +61,16 @@ def _check_series(times: Tensor, energy: Tensor, shapes: tuple[int, ...], finite
         raise ValueError("times and energy must be finite, got NaN or infinite entries")
 
 
+def _tolerance(value, name: str) -> float:
+    """``value`` as a float if it is a finite real number ≥ 0 (not a bool), else a ValueError naming it: a NaN
+    tolerance compares false with everything, so a falling energy passed as non-decreasing (and a NaN slope
+    tolerance found no plateau); a negative one flagged a constant energy as falling."""
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")
+    return number
+
+
 def default_tolerance(dtype: torch.dtype) -> float:
     """Relative rounding allowance for energy differences: 1000 machine epsilons."""
     return 1e3 * torch.finfo(dtype).eps
@@ -78,7 +90,7 @@ def check_monotone(
     """
     _check_series(times, energy, (1, 2), finite_energy=False)
     e = energy if energy.ndim == 2 else energy[:, None]  # (S+1, B)
-    tol = default_tolerance(e.dtype) if rtol is None else rtol
+    tol = default_tolerance(e.dtype) if rtol is None else _tolerance(rtol, "rtol")
     drop = e[:-1] - e[1:]  # (S, B)
     scale = e[:-1].abs().clamp_min(torch.finfo(e.dtype).tiny)
     bad = drop > tol * scale
@@ -136,6 +148,7 @@ def energy_plateaus(
     are dropped. times, energy: (S+1,). A run whose energy does not move returns one plateau.
     """
     _check_series(times, energy, (1,))
+    slope_tol, min_length = _tolerance(slope_tol, "slope_tol"), _tolerance(min_length, "min_length")
     t, e = times.double(), energy.double()
     rise = float(e[-1] - e[0])
     span = float(t[-1] - t[0])

@@ -110,7 +110,8 @@ def exponential_fit(betas: Sequence[float], lifetimes: Sequence[float]) -> tuple
         raise ValueError("betas and lifetimes must be finite, and lifetimes > 0")
     y = np.log(t)
     rate, intercept = np.polyfit(x, y, 1)
-    r = float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 else 1.0
+    # two betas: r is the slope's sign, ±1 (1.0 was reported for lifetimes that fall with beta); equal lifetimes: NaN
+    r = float(np.corrcoef(x, y)[0, 1]) if np.ptp(y) > 0 else math.nan
     return float(rate), float(intercept), r
 
 

@@ -93,9 +93,10 @@ def plot_final_states(summary: str | Path | dict[str, Any], out_path: str | Path
     rows = math.ceil(len(runs) / cols)
     fig = Figure(figsize=(4 * cols + 1, 4 * rows), layout="constrained")
     for k, run in enumerate(runs):  # labels mean positions in one run and prompt ids in another: a bar each
-        labels = np.asarray(run["labels"])
+        labels = np.asarray(run["labels"], dtype=float)  # real positions: negative (s = −θ/ω) or fractional
+        low = float(labels.min())
         ax = _points(fig, rows, cols, k + 1, np.asarray(run["final_state"]), labels, run["name"], cmap="viridis",
-                     vmin=0, vmax=max(1, int(labels.max())))
+                     vmin=low, vmax=max(low + 1, float(labels.max())))
         fig.colorbar(ax.collections[-1], ax=ax, shrink=0.55, pad=0.02, label="token label")
     fig.suptitle("final states, coloured by each token's frozen label (position, or prompt id for prefix)")
     return save_figure(fig, out_path)

@@ -7,7 +7,8 @@
 2. The theorem checks (``theorems``), each saved to ``checks.json`` with its figure ``check_<kind>.png``.
    The cluster-count check needs scipy (the ``theory`` extra) and is skipped, not failed, without it.
 3. ``report.md``: environment, a pass/fail table with the measured numbers, the constructions used,
-   and links to every figure.
+   and links to every figure. Rerun over an earlier report, the earlier figures this one does not rewrite
+   are removed (``REPORT_FIGURES``).
 
 ``quick=True`` keeps it to seconds on two cores (smaller sweeps, fewer β); the claims checked are the same.
 """
@@ -84,6 +85,7 @@ def meanfield_report(
     passed is False when any theorem check failed (skipped checks do not count).
     """
     out = Path(out_dir)
+    earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
     out.mkdir(parents=True, exist_ok=True)
     plots = _plots_available()
     summary, ns = _paper_experiment(out, quick, threads, progress)
@@ -99,7 +101,22 @@ def meanfield_report(
     passed = all(c.passed for c in checks)
     report = _report(out, quick, summary, records, skipped, notes, files, passed)
     files.append(report.name)
+    if earlier:
+        _remove_stale(out, files)
     return {"passed": passed, "checks": records, "skipped": skipped, "files": files, "report": str(report)}
+
+
+#: the figures a report writes (per n, per check, the animation): an earlier report's that this one did not rewrite
+#: are removed, so that the folder's figures are the report's (a --quick rerun left a --full run's n = 128 and 256)
+REPORT_FIGURES = ("final_states_n*.png", "diagnostics_n*.png", "animation_*.gif", "check_*.png")
+
+
+def _remove_stale(out: Path, written: list[str]) -> None:
+    stale = sorted({p.name for pattern in REPORT_FIGURES for p in out.glob(pattern)} - set(written))
+    for name in stale:
+        (out / name).unlink()
+    if stale:
+        logger.info("removed the earlier report's %s", ", ".join(stale))
 
 
 def _paper_experiment(out: Path, quick: bool, threads: int | None, progress: bool) -> tuple[dict[str, Any], tuple]:

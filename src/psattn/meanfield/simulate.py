@@ -166,6 +166,9 @@ def _starting_state(config: SimulationConfig, x0: Tensor | None) -> Tensor:
         raise ValueError(f"x0 must have shape {(config.batch, config.n, config.d)}, got {tuple(x0.shape)}")
     elif x0.is_complex():  # cast to a real dtype, the imaginary part was dropped with only a warning
         raise TypeError(f"x0 must be a real tensor, got {x0.dtype}")
+    elif x0.requires_grad:  # autograd recorded every step: memory grew with n²·steps past the memory check
+        raise TypeError("x0 must not require grad: simulate does not differentiate through a run (autograd would keep "
+                        "every step's (n, n) weights); pass x0.detach()")
     elif not bool(torch.isfinite(x0).all()) or bool((x0 == 0).all(dim=-1).any()):  # normalised, either is NaN
         raise ValueError("x0 must be finite, with no particle at the origin (each is put on the sphere by its norm)")
     x = x0.to(config.torch_dtype)

@@ -201,7 +201,10 @@ def compare_with_theory(d_ks, Ts, *, n_samples: int = 256, seed: int = 0, criter
     """Simulate every (d_k, T) of the grid and compare with ``gamma_c`` (see the class doc).
     ``stats`` holds Pearson r, the largest and median relative error over all points with a
     simulated transition, then the same per side of the crossover."""
-    d_ks, Ts = [float(d) for d in d_ks], [int(t) for t in Ts]
+    # checked, not converted: int() made T = 16.9 a comparison at T = 16 and "16" one at 16, without a word
+    d_ks = [_check_real("d_k", d, positive=True) for d in d_ks]
+    Ts = [_check_count("T", t, 3) for t in Ts]
+    _check_real("part_threshold", part_threshold)  # NaN compared false: no point was ever reported as parting
     sim = np.full((len(Ts), len(d_ks)), np.nan)
     for i, T in enumerate(Ts):
         model = ReducedModel(T, n_samples, seed)
