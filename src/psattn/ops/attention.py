@@ -198,13 +198,13 @@ def psa_attention(
         # one more row of each stream, in its dtype, as the other backends' shear takes it
         prev_q = None if prev_q is None else prev_q.to(q.dtype)
         prev_k = None if prev_k is None else prev_k.to(k.dtype)
+        if autocast:  # the products in autocast's dtype (what the checks see); q and k are sheared at their own precision
+            v = v.to(torch.get_autocast_dtype(q.device.type))
         reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal, scale)
         if reason is not None:
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
         from psattn.ops.fused_attention import fused_psa_attention
 
-        if autocast:  # the products in autocast's dtype; q and k are sheared at their own precision
-            v = v.to(torch.get_autocast_dtype(q.device.type))
         return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
                                    starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
