@@ -276,6 +276,23 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, scale=float("nan"))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8])
+def test_an_integer_mask_is_refused_where_dtypes_may_differ_not_added_as_a_bias(dtype):
+    """attention_weights and the reference backend under autocast took a 0/1 integer mask (transformers' form) as an
+    additive bias: query 0 of a causal mask put weight 0.28 on later keys. psa_attention and SDPA refuse it."""
+    q, k, v = qkv()
+    causal = torch.ones(9, 9, dtype=dtype).tril()
+    with pytest.raises(TypeError, match=f"bool .* or an additive float mask, got {dtype}"):
+        attention_weights(q, k, attn_mask=causal)
+    for backend in ("sdpa", "reference"):
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match="additive float mask"):
+            psa_attention(q, k, v, gamma_k=0.5, attn_mask=causal, backend=backend)
+    pattern = attention_weights(q, k, attn_mask=causal.bool())  # the bool mask: nothing above the diagonal
+    assert float(pattern.triu(1).abs().max()) == 0.0
+    torch.testing.assert_close(attention_weights(q, k, attn_mask=torch.zeros(9, 9, dtype=torch.float16)),
+                               attention_weights(q, k))  # an additive float mask of another dtype still adds
+
+
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])
 def test_a_zero_head_dimension_is_refused_by_every_backend(backend):
     """The reference path divided by sqrt(0) (ZeroDivisionError) where SDPA returned a result."""

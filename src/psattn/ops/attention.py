@@ -56,6 +56,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
             raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
         if attn_mask.device != q.device:
             raise ValueError(f"attn_mask is on {attn_mask.device}, q on {q.device}: they must share a device")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():  # 0/1 integers were added as a bias
+            raise TypeError(f"attn_mask must be bool (True: may attend) or an additive float mask, got {attn_mask.dtype}")
         if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype and same_dtype:
             raise TypeError(f"attn_mask must be bool or {q.dtype}, got {attn_mask.dtype}")
         target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
