@@ -276,6 +276,17 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, scale=float("nan"))
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.5])
+@pytest.mark.parametrize("backend", ["auto", "sdpa"])
+def test_a_causal_call_with_a_scale_of_zero_or_below_equals_the_reference(backend, scale):
+    """PyTorch's CPU SDPA scales its causal mask's -inf too (-inf * 0 = NaN): every row but the first was NaN."""
+    for S in (9, 12):  # Tq = Tk, and more keys than queries (the causal mask aligned top-left)
+        q, k, v = qkv(S=S, dtype=torch.float64)
+        out = psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=scale, backend=backend)
+        ref = psa_attention_reference(q, k, v, gamma_k=0.5, is_causal=True, scale=scale)
+        torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.uint8])
 def test_an_integer_mask_is_refused_where_dtypes_may_differ_not_added_as_a_bias(dtype):
     """attention_weights and the reference backend under autocast took a 0/1 integer mask (transformers' form) as an

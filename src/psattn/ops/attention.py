@@ -210,6 +210,8 @@ def psa_attention(
         return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
                                    starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
+    if is_causal and scale is not None and float(scale) <= 0:  # CPU SDPA's causal kernel scales its -inf too: NaN rows
+        attn_mask, is_causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(), False
     return F.scaled_dot_product_attention(
         q_hat, k_hat, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
         scale=scale, enable_gqa=q.shape[1] != k.shape[1],
