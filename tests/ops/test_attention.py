@@ -276,6 +276,17 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, scale=float("nan"))
 
 
+def test_zero_key_value_heads_are_refused_by_name_not_divided_by():
+    """The GQA check took query heads modulo key/value heads: a ZeroDivisionError on every path."""
+    q, k, v = qkv()
+    k, v = k[:, :0], v[:, :0]
+    for call in (lambda: psa_attention(q, k, v, gamma_k=0.5, backend="sdpa"),
+                 lambda: psa_attention(q, k, v, gamma_k=0.5, backend="reference"),
+                 lambda: attention_weights(q, k), lambda: score_terms(q, k, gamma_k=0.5)):
+        with pytest.raises(ValueError, match="at least one key/value head, got 0"):
+            call()
+
+
 @pytest.mark.parametrize("scale", [0.0, -0.5])
 @pytest.mark.parametrize("backend", ["auto", "sdpa"])
 def test_a_causal_call_with_a_scale_of_zero_or_below_equals_the_reference(backend, scale):
