@@ -276,6 +276,21 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, scale=float("nan"))
 
 
+def test_a_row_an_additive_mask_leaves_no_key_gets_zero_weights_and_finite_gradients_as_in_sdpa():
+    """The softmax of an all -inf row was NaN (zeroed in the forward pass, not in the backward: NaN dq and dk)."""
+    q, k, v = (x.requires_grad_() for x in qkv(dtype=torch.float64))
+    allowed = torch.ones(9, 9, dtype=torch.bool).tril()
+    allowed[4] = False
+    additive = torch.zeros(9, 9, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    results = {}
+    for backend in ("sdpa", "reference"):
+        out = psa_attention(q, k, v, gamma_q=0.5, gamma_k=0.5, attn_mask=additive, backend=backend)
+        results[backend] = (out, *torch.autograd.grad(out.sum(), (q, k, v)))
+    assert float(results["reference"][0].detach()[:, :, 4].abs().max()) == 0.0
+    for ours, sdpa in zip(results["reference"], results["sdpa"], strict=True):
+        torch.testing.assert_close(ours, sdpa, atol=1e-12, rtol=0)
+
+
 def test_zero_key_value_heads_are_refused_by_name_not_divided_by():
     """The GQA check took query heads modulo key/value heads: a ZeroDivisionError on every path."""
     q, k, v = qkv()

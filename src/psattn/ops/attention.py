@@ -271,7 +271,8 @@ def attention_weights(
         else:
             scores = scores + attn_mask
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, Hq, Tq, 1): rows that may see no key
-    return scores.softmax(dim=-1).masked_fill(dead, 0.0)
+    # their softmax is NaN: filled with finite scores first, or its backward spread NaN into q and k (an additive mask)
+    return scores.masked_fill(dead, 0.0).softmax(dim=-1).masked_fill(dead, 0.0)
 
 
 def psa_attention_reference(
