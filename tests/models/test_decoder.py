@@ -559,6 +559,21 @@ def test_cached_decoding_shears_against_the_rows_the_full_forward_used_in_16_bit
         assert torch.equal(torch.cat(chunks, dim=2), full[name]), name
 
 
+@pytest.mark.parametrize("variant", ["baseline", "symmetric", "query_only"])
+def test_a_layer_decoding_from_its_own_cache_without_a_context_equals_its_full_forward(variant):
+    """Without a context the layer took a chunk after cached tokens for positions 0..T-1 with is_causal (aligned
+    top-left: a decoded query saw the first cached key alone): differences of order 1."""
+    torch.manual_seed(0)
+    layer = PhaseSpaceAttention(32, 4, attention=AttentionConfig(variant, 0.0 if variant == "baseline" else 0.8))
+    layer = layer.double().eval()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.new_cache()
+        parts = [layer(x[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 5), (5, 6), (6, 9))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("variant", ["symmetric", "key_only"])
 def test_a_layer_decoding_from_a_cache_of_another_batch_refuses_it_and_keeps_the_cache(variant):
     """The layer shears its own streams without their checks, but a cached raw row of another batch (which a lerp

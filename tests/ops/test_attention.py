@@ -276,6 +276,60 @@ def test_attention_weights_refuses_streams_that_do_not_fit_by_name():
         attention_weights(q, k, scale=float("nan"))
 
 
+def test_a_row_an_additive_mask_leaves_no_key_gets_zero_weights_and_finite_gradients_as_in_sdpa():
+    """The softmax of an all -inf row was NaN (zeroed in the forward pass, not in the backward: NaN dq and dk)."""
+    q, k, v = (x.requires_grad_() for x in qkv(dtype=torch.float64))
+    allowed = torch.ones(9, 9, dtype=torch.bool).tril()
+    allowed[4] = False
+    additive = torch.zeros(9, 9, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    results = {}
+    for backend in ("sdpa", "reference"):
+        out = psa_attention(q, k, v, gamma_q=0.5, gamma_k=0.5, attn_mask=additive, backend=backend)
+        results[backend] = (out, *torch.autograd.grad(out.sum(), (q, k, v)))
+    assert float(results["reference"][0].detach()[:, :, 4].abs().max()) == 0.0
+    for ours, sdpa in zip(results["reference"], results["sdpa"], strict=True):
+        torch.testing.assert_close(ours, sdpa, atol=1e-12, rtol=0)
+
+
+def test_zero_key_value_heads_are_refused_by_name_not_divided_by():
+    """The GQA check took query heads modulo key/value heads: a ZeroDivisionError on every path."""
+    q, k, v = qkv()
+    k, v = k[:, :0], v[:, :0]
+    for call in (lambda: psa_attention(q, k, v, gamma_k=0.5, backend="sdpa"),
+                 lambda: psa_attention(q, k, v, gamma_k=0.5, backend="reference"),
+                 lambda: attention_weights(q, k), lambda: score_terms(q, k, gamma_k=0.5)):
+        with pytest.raises(ValueError, match="at least one key/value head, got 0"):
+            call()
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.5])
+@pytest.mark.parametrize("backend", ["auto", "sdpa"])
+def test_a_causal_call_with_a_scale_of_zero_or_below_equals_the_reference(backend, scale):
+    """PyTorch's CPU SDPA scales its causal mask's -inf too (-inf * 0 = NaN): every row but the first was NaN."""
+    for S in (9, 12):  # Tq = Tk, and more keys than queries (the causal mask aligned top-left)
+        q, k, v = qkv(S=S, dtype=torch.float64)
+        out = psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=scale, backend=backend)
+        ref = psa_attention_reference(q, k, v, gamma_k=0.5, is_causal=True, scale=scale)
+        torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8])
+def test_an_integer_mask_is_refused_where_dtypes_may_differ_not_added_as_a_bias(dtype):
+    """attention_weights and the reference backend under autocast took a 0/1 integer mask (transformers' form) as an
+    additive bias: query 0 of a causal mask put weight 0.28 on later keys. psa_attention and SDPA refuse it."""
+    q, k, v = qkv()
+    causal = torch.ones(9, 9, dtype=dtype).tril()
+    with pytest.raises(TypeError, match=f"bool .* or an additive float mask, got {dtype}"):
+        attention_weights(q, k, attn_mask=causal)
+    for backend in ("sdpa", "reference"):
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match="additive float mask"):
+            psa_attention(q, k, v, gamma_k=0.5, attn_mask=causal, backend=backend)
+    pattern = attention_weights(q, k, attn_mask=causal.bool())  # the bool mask: nothing above the diagonal
+    assert float(pattern.triu(1).abs().max()) == 0.0
+    torch.testing.assert_close(attention_weights(q, k, attn_mask=torch.zeros(9, 9, dtype=torch.float16)),
+                               attention_weights(q, k))  # an additive float mask of another dtype still adds
+
+
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])
 def test_a_zero_head_dimension_is_refused_by_every_backend(backend):
     """The reference path divided by sqrt(0) (ZeroDivisionError) where SDPA returned a result."""

@@ -224,6 +224,35 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
 
 
+def test_bf16_products_are_refused_by_name_where_the_interpreter_multiplies_bf16_wrongly():
+    """Triton 3.9's interpreter multiplies bf16 tiles' raw bit patterns in ``tl.dot`` (docs/kernel.md): bf16 streams,
+    bf16 autocast and bf16 score products gave outputs off by 8e8. The fused backend refuses them there by name;
+    an interpreter that multiplies bf16 right runs them to bf16's rounding."""
+    q, k, v = streams(B=1, Hq=1, Hkv=1, T=16, dtype=torch.float32)
+    ref = psa_attention_reference(q.double(), k.double(), v.double(), gamma_k=1.0, is_causal=True)
+
+    def bf16_streams():
+        return psa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), gamma_k=1.0, is_causal=True, backend="fused")
+
+    def bf16_autocast():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return psa_attention(q, k, v, gamma_k=1.0, is_causal=True, backend="fused")
+
+    def bf16_score_products():
+        with fused_attention.score_products(torch.bfloat16):
+            return psa_attention(q, k, v, gamma_k=1.0, is_causal=True, backend="fused")
+
+    for call in (bf16_streams, bf16_autocast, bf16_score_products):
+        try:
+            out = call()
+        except ValueError as err:  # refused, by name, only where the interpreter's bf16 product is wrong
+            assert "bf16 products in Triton" in str(err) and fused_attention.interpreter_bf16_dot_wrong()
+            continue
+        torch.testing.assert_close(out.double(), ref, atol=5e-2, rtol=0)
+    torch.testing.assert_close(psa_attention(q.half(), k.half(), v.half(), gamma_k=1.0, is_causal=True,
+                                             backend="fused").double(), ref, atol=1e-2, rtol=0)  # fp16 still runs
+
+
 def test_shapes_beyond_the_launch_grid_or_32_bit_offsets_are_refused_with_the_reason():
     row = torch.zeros(1, 1, 1, 16)
     many_heads = row.expand(65536, 1, 1, 16)  # views: no memory

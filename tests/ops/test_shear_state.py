@@ -33,6 +33,33 @@ def test_what_is_held_decides_how_far_back_a_crop_goes(keep_last_call, held):
     assert state.raw_k.end == deepest and state.raw_k.values.shape[-2] <= 3
 
 
+def test_a_refused_crop_after_an_earlier_one_names_the_max_rollback_that_would_have_held_it():
+    """max_rollback counts back from the longest the streams have been: after 7 tokens, a crop to 5 and one more
+    token, a crop to 4 (2 back) needs max_rollback 3. The refusal said ">= 2" to a state built with 2 (and ">= 1"
+    to one built with 1, after two crops of one token)."""
+    def state_after(max_rollback: int, steps: list[tuple[str, int]]) -> tuple[ShearState, int]:
+        state, length = ShearState(max_rollback), 0
+        for op, n in steps:
+            if op == "add":
+                state.shear("k", torch.randn(1, 1, n, 2), 0.5, length)
+                length += n
+            else:
+                state.crop(n, length)
+                length = n
+        return state, length
+
+    for max_rollback, steps, target, needed in ((2, [("add", 7), ("crop", 5), ("add", 1)], 4, 3),
+                                                (1, [("add", 7), ("crop", 6)], 5, 2)):
+        state, now = state_after(max_rollback, steps)
+        with pytest.raises(ValueError, match=f"dropped when the streams were 7 tokens long.*max_rollback >= {needed}$"):
+            state.crop(target, now)
+        state, now = state_after(needed, steps)
+        state.crop(target, now)  # the advice holds
+    state, now = state_after(2, [("add", 7), ("crop", 0), ("add", 4)])  # a crop to 0 starts the count again
+    with pytest.raises(ValueError, match=r"positions >= 1 are\); build the cache with max_rollback >= 3$"):
+        state.crop(1, now)
+
+
 def test_a_chunk_that_does_not_continue_the_held_stream_is_refused():
     state = ShearState()
     state.shear("q", torch.randn(1, 1, 3, 2), 0.5, 0)

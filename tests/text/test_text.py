@@ -284,6 +284,19 @@ def test_token_losses_names_a_chunk_that_is_no_positive_integer(chunk):
         token_losses(nn.Identity(), batch, chunk=chunk)
 
 
+def test_a_forward_pass_that_raises_leaves_a_training_model_in_training_mode():
+    """token_losses and repeat_scores switch the model to eval mode; a failed forward pass left it there."""
+    from psattn.models import DecoderLM
+    from psattn.tasks.batch import TaskBatch
+
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=32, n_heads=2)).train()
+    rows = torch.full((2, 9), 99)  # past the vocabulary: the forward pass raises
+    for call in (lambda: token_losses(model, TaskBatch(inputs=rows, targets=rows)), lambda: repeat_scores(model, rows, 4)):
+        with pytest.raises(ValueError, match="token ids in"):
+            call()
+        assert model.training
+
+
 def test_bits_per_byte_leaves_unscored_positions_out_and_names_ids_beyond_the_tokenizer():
     """A target of -100 (unscored) was read as token V - 100: its bytes entered the count, the value was wrong."""
     token_bytes = np.array([1] * 255 + [50])

@@ -157,12 +157,16 @@ class PhaseSpaceAttention(nn.Module):
     def forward(self, x: Tensor, context: AttentionContext | None = None, cache: LayerCache | None = None,
                 scored: Tensor | Scored | None = None) -> Tensor:
         """x (B, T, d_model) -> (B, T, d_model); with ``scored`` (a (B, T) bool mask or its ``Scored``), the
-        outputs of the scored positions alone: -> (N, d_model) in row-major order."""
+        outputs of the scored positions alone: -> (N, d_model) in row-major order. Without ``context``, x is a
+        plain batch (no padding, no packed documents) after the tokens ``cache`` holds, if any; a padded or packed
+        batch needs ``build_context``'s."""
         self.check_input(x)
         if scored is not None:
             scored = scored_of(scored, tuple(x.shape[:2]), x.device)
         B, T, _ = x.shape
-        ctx = context or AttentionContext.causal(B, T, x.device)
+        # without a context: a plain batch, after the cached tokens (it was rotated and attended as if the cache
+        # were empty: positions from 0, and is_causal let a decoded query see the first cached key alone)
+        ctx = context or AttentionContext.continuing(0 if cache is None else len(cache), B, T, x.device)
         if self.key_lag is not None and cache is not None:
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if scored is not None and cache is None and not active(self) and scored.count:

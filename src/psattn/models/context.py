@@ -53,6 +53,18 @@ class AttentionContext:
         positions = torch.arange(length, device=device).expand(batch, length)  # (B, T)
         return cls(positions, None, None, True)
 
+    @classmethod
+    def continuing(cls, past: int, batch: int, length: int, device: torch.device | None = None) -> AttentionContext:
+        """The context of a plain chunk (B, T) after ``past`` cached tokens of a plain batch: positions
+        past..past+T-1, every query seeing the cached keys and the chunk's keys up to its own."""
+        if past == 0:
+            return cls.causal(batch, length, device)
+        positions = torch.arange(past, past + length, device=device)  # (T,)
+        if length <= 1:  # one query after all cached keys sees every key
+            return cls(positions.expand(batch, length), None, None, False)
+        seen = torch.arange(past + length, device=device)[None, :] <= positions[:, None]  # (T, S)
+        return cls(positions.expand(batch, length), None, seen[None, None], False)  # mask (1, 1, T, S)
+
 
 def token_range_error(input_ids: Tensor, vocab_size: int) -> ValueError:
     """The error for token ids outside [0, vocab_size), naming the range given."""

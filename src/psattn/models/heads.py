@@ -57,9 +57,11 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     rows = rows.to(model_device(model))  # rows come from a generator's device; the model may sit elsewhere
     was_training = model.training
     model.eval()
-    with capture(model, "*.hook_pattern") as seen:
-        out = model(rows)
-    model.train(was_training)
+    try:
+        with capture(model, "*.hook_pattern") as seen:
+            out = model(rows)
+    finally:  # a forward pass that raises leaves a training model in training mode too
+        model.train(was_training)
     logits = getattr(out, "logits", out)  # (B, T, V); transformers models return an output object
     patterns = torch.stack(list(seen.values()))  # (L, B, H, T, T), in the order the layers ran
     t = torch.arange(1, rows.shape[1], device=rows.device)

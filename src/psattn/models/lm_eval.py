@@ -56,11 +56,13 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
     was_training = model.training
     model.eval()
     out = []
-    for start in range(0, len(batch), chunk):
-        result = model(batch.inputs[start : start + chunk])
-        logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
-        out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
-    model.train(was_training)
+    try:
+        for start in range(0, len(batch), chunk):
+            result = model(batch.inputs[start : start + chunk])
+            logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
+            out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
+    finally:  # a forward pass that raises leaves a training model in training mode too
+        model.train(was_training)
     return torch.cat(out)
 
 

@@ -49,6 +49,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
         raise ValueError("q and k must have a positive head dimension D, got 0")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in heads or length")
+    if k.shape[1] == 0:  # the GQA check below divided by it: a ZeroDivisionError
+        raise ValueError("k and v must have at least one key/value head, got 0")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
     if attn_mask is not None:
@@ -56,6 +58,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
             raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
         if attn_mask.device != q.device:
             raise ValueError(f"attn_mask is on {attn_mask.device}, q on {q.device}: they must share a device")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():  # 0/1 integers were added as a bias
+            raise TypeError(f"attn_mask must be bool (True: may attend) or an additive float mask, got {attn_mask.dtype}")
         if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype and same_dtype:
             raise TypeError(f"attn_mask must be bool or {q.dtype}, got {attn_mask.dtype}")
         target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
@@ -198,16 +202,18 @@ def psa_attention(
         # one more row of each stream, in its dtype, as the other backends' shear takes it
         prev_q = None if prev_q is None else prev_q.to(q.dtype)
         prev_k = None if prev_k is None else prev_k.to(k.dtype)
+        if autocast:  # the products in autocast's dtype (what the checks see); q and k are sheared at their own precision
+            v = v.to(torch.get_autocast_dtype(q.device.type))
         reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal, scale)
         if reason is not None:
             raise ValueError(f"the fused PSA kernel cannot run this call: {reason}")
         from psattn.ops.fused_attention import fused_psa_attention
 
-        if autocast:  # the products in autocast's dtype; q and k are sheared at their own precision
-            v = v.to(torch.get_autocast_dtype(q.device.type))
         return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
                                    starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
+    if is_causal and scale is not None and float(scale) <= 0:  # CPU SDPA's causal kernel scales its -inf too: NaN rows
+        attn_mask, is_causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(), False
     return F.scaled_dot_product_attention(
         q_hat, k_hat, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
         scale=scale, enable_gqa=q.shape[1] != k.shape[1],
@@ -265,7 +271,8 @@ def attention_weights(
         else:
             scores = scores + attn_mask
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, Hq, Tq, 1): rows that may see no key
-    return scores.softmax(dim=-1).masked_fill(dead, 0.0)
+    # their softmax is NaN: filled with finite scores first, or its backward spread NaN into q and k (an additive mask)
+    return scores.masked_fill(dead, 0.0).softmax(dim=-1).masked_fill(dead, 0.0)
 
 
 def psa_attention_reference(

@@ -180,6 +180,9 @@ class ShearState:
         self.max_rollback, self.keep_last_call = max_rollback, keep_last_call
         self.record_past = False  # hold every position until the next crop
         self.raw_q, self.raw_k = RawWindow(), RawWindow()
+        # the longest the streams have been since they began: a crop can always go back to max_rollback tokens
+        # short of it, not of the current length (an earlier crop and a shorter chunk leave fewer positions held)
+        self.longest = 0
 
     def __copy__(self) -> ShearState:
         """A twin sharing the (never mutated) tensors, with windows of its own."""
@@ -221,6 +224,7 @@ class ShearState:
     def remember(self, stream: Stream, raw: Tensor, position: int) -> None:
         """Hold the raw chunk (B, H, T, D) at [position, position + T), dropping what no crop will need."""
         end = position + raw.shape[-2]
+        self.longest = end if position == 0 else max(self.longest, end)
         window_start = end - 1 - self.max_rollback  # the last max_rollback + 1 positions
         keep_from = None if self.record_past else (
             min(position - 1, window_start) if self.keep_last_call else window_start)
@@ -231,10 +235,13 @@ class ShearState:
         after ``length`` tokens."""
         for name, window in (("query", self.raw_q), ("key", self.raw_k)):
             if not window.can_crop(length):
+                longest = max(self.longest, now)  # what max_rollback counts back from
+                since = "" if longest == now else (f", and a crop brings back none that were dropped when the streams "
+                                                   f"were {longest} tokens long")
                 raise ValueError(
                     f"cannot roll back {now - length} tokens (to {length}): the raw {name} at position {length - 1} "
-                    f"is no longer held (positions >= {window.start} are); build the cache with "
-                    f"max_rollback >= {now - length}"
+                    f"is no longer held (positions >= {window.start} are{since}); build the cache with "
+                    f"max_rollback >= {longest - length}"
                 )
 
     def crop(self, length: int, now: int) -> None:
@@ -245,6 +252,8 @@ class ShearState:
         self.check_crop(length, now)
         for window in (self.raw_q, self.raw_k):
             window.crop(length, keep=self.max_rollback + 1)
+        if length == 0:
+            self.longest = 0
 
     def apply(self, fn: Callable[[Tensor], Tensor]) -> None:
         """Apply ``fn`` to every held raw value (reordering or repeating batch rows, moving)."""
@@ -255,6 +264,7 @@ class ShearState:
         """Drop every held raw value."""
         for window in (self.raw_q, self.raw_k):
             window.clear()
+        self.longest = 0
 
     def extra_state_bytes(self) -> int:
         """Bytes of the held raw values (what a PSA cache holds beyond a plain KV cache)."""
