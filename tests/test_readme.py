@@ -110,3 +110,15 @@ def test_the_first_model_tutorial_prints_what_the_page_says(capsys):
         accuracy, step = line.split(", emergence step ")
         want_accuracy, want_step = " ".join(quoted[variant].split()).split(", emergence step ")
         assert abs(float(accuracy) - float(want_accuracy)) < 0.05 and (step == "None") == (want_step == "None")
+
+
+def test_the_wheel_the_install_lines_name_is_the_one_pip_wheel_builds():
+    """`pip wheel --no-deps -w dist .` writes dist/phase_space_attention-VERSION-py3-none-any.whl: every install line
+    names that file (docs/index.md named it without its dist/ folder)."""
+    version = re.search(r'^version = "(.+)"$', (README.parent / "pyproject.toml").read_text(), flags=re.M).group(1)
+    named = [(page.name, wheel) for page in [README, *sorted(DOCS.glob("*.md"))]
+             for wheel in re.findall(r"\S*phase_space_attention-\S*?\.whl", page.read_text())]
+    assert named, "no page names the wheel"
+    built = (f"dist/phase_space_attention-{version}-py3-none-any.whl", "dist/phase_space_attention-*.whl")
+    for page, wheel in named:
+        assert wheel.lstrip("\"'`") in built, (page, wheel)
