@@ -122,3 +122,21 @@ def test_the_wheel_the_install_lines_name_is_the_one_pip_wheel_builds():
     built = (f"dist/phase_space_attention-{version}-py3-none-any.whl", "dist/phase_space_attention-*.whl")
     for page, wheel in named:
         assert wheel.lstrip("\"'`") in built, (page, wheel)
+
+
+def test_the_python_page_s_text_run_would_stop_early_under_the_default_training_config():
+    """docs/python.md sets "early_stop": False, and says why: under TrainConfig's defaults its 60-step text run stops at
+    step 30, when held-out next-token accuracy reaches the threshold 0.8."""
+    import dataclasses
+
+    text = (DOCS / "python.md").read_text()
+    assert '"early_stop": False},' in text and "at step 30 of the 60" in text
+    namespace: dict = {}
+    block = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    exec(compile(block.split("result = train(")[0], "docs/python.md", "exec"), namespace)  # the config, untrained
+    config = namespace["config"]
+    assert config.train.threshold == 0.8
+    from psattn.training.trainer import train
+
+    result = train(dataclasses.replace(config, train=dataclasses.replace(config.train, early_stop=True)))
+    assert result.stopped_early and result.steps == 30 and result.final_accuracy >= 0.8
