@@ -32,6 +32,31 @@ def test_the_site_builds_strictly_and_has_every_api_page(site):
     assert "psattn.ops.shear" in shear and "sequence_starts" in shear  # the docstrings are rendered
 
 
+#: modules the pages name that are the command line's plumbing or the package's face, not API reference material
+NOT_IN_THE_REFERENCE = {"psattn", "psattn.arguments", "psattn.cli", "psattn.fields", "psattn.provenance", "psattn.version"}
+
+
+def test_every_module_a_page_names_has_its_api_reference():
+    """A module the README or a page names in code (`psattn.integrations.hf.support.TESTED`, say) is rendered by
+    one of docs/api/*.md, so the reader who looks it up finds it (hf.support, hf.detect, run_parts and
+    fused_attention were named but not rendered); so is every declared study's module (text_mlp's was not)."""
+    modules = {".".join(p.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+               for p in (ROOT / "src" / "psattn").rglob("*.py")}
+    rendered = {m for page in (ROOT / "docs" / "api").glob("*.md")
+                for m in re.findall(r"^::: ([\w.]+)", page.read_text(), flags=re.M)}
+    missing = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for code in re.findall(r"`([^`]+)`", page.read_text()):
+            for dotted in re.findall(r"\bpsattn(?:\.\w+)+", code):
+                parts = dotted.split(".")
+                module = next(".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules)
+                if module not in rendered | NOT_IN_THE_REFERENCE:
+                    missing.setdefault(module, set()).add(page.name)
+    assert not missing, missing
+    studies = {m for m in modules if m.startswith("psattn.experiments.studies.")}
+    assert studies <= rendered, studies - rendered
+
+
 class _VisibleText(HTMLParser):
     """The text a reader sees as prose: outside code, scripts and the formulas KaTeX typesets."""
 

@@ -110,3 +110,33 @@ def test_the_first_model_tutorial_prints_what_the_page_says(capsys):
         accuracy, step = line.split(", emergence step ")
         want_accuracy, want_step = " ".join(quoted[variant].split()).split(", emergence step ")
         assert abs(float(accuracy) - float(want_accuracy)) < 0.05 and (step == "None") == (want_step == "None")
+
+
+def test_the_wheel_the_install_lines_name_is_the_one_pip_wheel_builds():
+    """`pip wheel --no-deps -w dist .` writes dist/phase_space_attention-VERSION-py3-none-any.whl: every install line
+    names that file (docs/index.md named it without its dist/ folder)."""
+    version = re.search(r'^version = "(.+)"$', (README.parent / "pyproject.toml").read_text(), flags=re.M).group(1)
+    named = [(page.name, wheel) for page in [README, *sorted(DOCS.glob("*.md"))]
+             for wheel in re.findall(r"\S*phase_space_attention-\S*?\.whl", page.read_text())]
+    assert named, "no page names the wheel"
+    built = (f"dist/phase_space_attention-{version}-py3-none-any.whl", "dist/phase_space_attention-*.whl")
+    for page, wheel in named:
+        assert wheel.lstrip("\"'`") in built, (page, wheel)
+
+
+def test_the_python_page_s_text_run_would_stop_early_under_the_default_training_config():
+    """docs/python.md sets "early_stop": False, and says why: under TrainConfig's defaults its 60-step text run stops at
+    step 30, when held-out next-token accuracy reaches the threshold 0.8."""
+    import dataclasses
+
+    text = (DOCS / "python.md").read_text()
+    assert '"early_stop": False},' in text and "at step 30 of the 60" in text
+    namespace: dict = {}
+    block = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    exec(compile(block.split("result = train(")[0], "docs/python.md", "exec"), namespace)  # the config, untrained
+    config = namespace["config"]
+    assert config.train.threshold == 0.8
+    from psattn.training.trainer import train
+
+    result = train(dataclasses.replace(config, train=dataclasses.replace(config.train, early_stop=True)))
+    assert result.stopped_early and result.steps == 30 and result.final_accuracy >= 0.8

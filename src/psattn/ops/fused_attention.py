@@ -24,7 +24,7 @@ is linear, so dq and dk follow from dq̂ and dk̂ through the transposed filter 
 
     dx_j = a_j dx̂_j + b_{j+1} dx̂_{j+1},  dprev = b_0 dx̂_0,
 
-where x̂_j = a_j x_j + b_j x_{j-1}: a_j = 1 + gamma, b_j = -gamma inside a sequence, and at a start
+where ``x̂_j = a_j x_j + b_j x_{j-1}``: a_j = 1 + gamma, b_j = -gamma inside a sequence, and at a start
 a_j = 1 (replicate) or 1 + gamma (zero), b_j = 0. Around the two kernels, FlashAttention-2's row
 sums rowsum(dO ∘ O) and the transposed filter each run as one elementwise pass, which writes the
 gradients once, in their own dtypes (dv is rounded in the dk/dv kernel).
