@@ -673,3 +673,27 @@ def test_unpacking_a_finished_run_deletes_the_checkpoint_an_earlier_piece_left_i
     assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "gpu"), "--runs", str(runs)]) == 0
     assert not (runs / "paper_scale" / done / "checkpoint.pt").exists() and f"{done} is finished" in capsys.readouterr().out
     assert (runs / "paper_scale" / going / "checkpoint.pt").exists()
+
+
+def test_a_saved_runs_corpus_record_counts_the_documents_and_text_bytes_the_run_read(tmp_path, monkeypatch,
+                                                                                    fresh_token_cache):
+    # the page's "Corpus X: N files, M MB": it counted python-installed's non-UTF-8 files and the copies the split
+    # by file drops (7 files for 5 documents here), and a .txt.gz's compressed size (109 bytes for 21,000 of text)
+    import gzip
+    import sysconfig
+
+    stdlib, site = tmp_path / "lib", tmp_path / "lib" / "site-packages"
+    (site / "pkg" / "_vendor").mkdir(parents=True)
+    for path, text in (("os.py", "import sys\n"), ("pkg/__init__.py", "x = 1\n"), ("pkg/a.py", "a = 2\n"),
+                       ("pkg/b.py", "b = 3\n"), ("pkg/mod.py", "é = 4\n"), ("pkg/_vendor/mod.py", "é = 4\n")):
+        (site.parent if path == "os.py" else site).joinpath(path).write_text(text * 100)
+    (site / "pkg" / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))  # left out: not UTF-8
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(stdlib), "purelib": str(site), "platlib": str(site)})
+    record = saved_runs.corpus_record({"name": "text", "corpus": "python-installed", "seq_len": 8, "eval_fraction": 0.25,
+                                       "split": "file"})
+    assert (record["files"], record["bytes"]) == (5, 100 * (11 + 6 + 6 + 6 + 7))
+    assert record["bytes"] == record["train_tokens"] + record["eval_tokens"]  # byte tokens: one byte each
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "book.txt.gz").write_bytes(gzip.compress(b"all work and no play\n" * 1000))
+    record = saved_runs.corpus_record({"name": "text", "corpus": str(tmp_path / "gz"), "seq_len": 8})
+    assert (record["files"], record["bytes"]) == (1, 21_000)

@@ -46,17 +46,20 @@ def compact_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def corpus_record(task: dict[str, Any]) -> dict[str, Any] | None:
-    """A text task's corpus: its files' count, bytes and digest, and its tokens (train, held-out); None
-    for another task."""
+    """A text task's corpus as the run read it: the files its token streams hold (those left out, such as
+    ``python-installed``'s non-UTF-8 files and the copies the split by file drops, not counted), their bytes
+    of text (UTF-8, decompressed), the files' digest, and its tokens (train, held-out); None for another task."""
     if task.get("name") != "text":
         return None
+    import numpy as np
+
     from psattn.tasks.text import TextConfig
-    from psattn.textdata.corpus import corpus_files
 
     config = TextConfig(**{k: v for k, v in task.items() if k != "name"})
-    files = corpus_files(config.corpus)
     tokens = config.tokens()
-    return {"corpus": config.corpus, "files": len(files), "bytes": sum(p.stat().st_size for p in files),
+    meta = read_json(tokens.directory / "meta.json", what="token cache record")
+    counts = sum(np.bincount(np.asarray(s), minlength=len(tokens.token_bytes)) for s in (tokens.train, tokens.eval))
+    return {"corpus": config.corpus, "files": int(meta["documents"]), "bytes": int(counts @ tokens.token_bytes),
             "files_sha256": tokens.fingerprint["corpus_sha256"], "train_tokens": int(len(tokens.train)),
             "eval_tokens": int(len(tokens.eval))}
 
