@@ -697,3 +697,23 @@ def test_a_saved_runs_corpus_record_counts_the_documents_and_text_bytes_the_run_
     (tmp_path / "gz" / "book.txt.gz").write_bytes(gzip.compress(b"all work and no play\n" * 1000))
     record = saved_runs.corpus_record({"name": "text", "corpus": str(tmp_path / "gz"), "seq_len": 8})
     assert (record["files"], record["bytes"]) == (1, 21_000)
+
+
+def test_the_status_of_the_text_pilot_counts_the_pilots_runs(tmp_path, capsys):
+    # it answered for text_scale: "text_scale: 3 of 18 declared runs saved" and 15 runs left, none of them the pilot's
+    import importlib.util
+
+    from psattn.experiments.studies import text_scale
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    (tmp_path / "text_scale").mkdir()
+    pilot = text_scale.text_scale_pilot("full")
+    for config in pilot[:2]:
+        (tmp_path / "text_scale" / f"{config.name}.json").write_text("{}")  # status reads the names alone
+    assert gpu_sweeps.main(["status", "text_scale_pilot", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"text_scale_pilot: 2 of 3 declared runs saved in {tmp_path / 'text_scale'}", f"  left: {pilot[2].name}"]
+    assert gpu_sweeps.main(["status", "text_scale", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("text_scale: 2 of 18 declared runs saved")
