@@ -717,3 +717,37 @@ def test_the_status_of_the_text_pilot_counts_the_pilots_runs(tmp_path, capsys):
         f"text_scale_pilot: 2 of 3 declared runs saved in {tmp_path / 'text_scale'}", f"  left: {pilot[2].name}"]
     assert gpu_sweeps.main(["status", "text_scale", "--results", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith("text_scale: 2 of 18 declared runs saved")
+
+
+def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path, monkeypatch):
+    # it deleted the earlier copy's files first: a full disk at checkpoint.pt left no checkpoint at all
+    import errno
+
+    from psattn.experiments import run_parts
+
+    earlier, later = tmp_path / "runs" / "run-a", tmp_path / "piece" / "run-a"
+    for folder, step in ((earlier, 100), (later, 200)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"name": "run-a"}')
+        (folder / "metrics.jsonl").write_text(f'{{"step": {step}}}\n')
+        (folder / "checkpoint.pt").write_bytes(b"step %d" % step)
+    (earlier / "result.json").write_text("{}")  # a file the joined copy does not hold
+    parts = run_parts.split_run(later, tmp_path / "out", "text_scale-in-progress")
+    real = Path.write_bytes
+
+    def disk_full(self, data):
+        if self.name == "checkpoint.pt":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        run_parts.join_run(parts, tmp_path / "runs")
+    monkeypatch.setattr(Path, "write_bytes", real)
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
+        "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 100}\n', "checkpoint.pt": b"step 100",
+        "result.json": b"{}"}
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-a"]  # no staging folder left
+    assert run_parts.join_run(parts, tmp_path / "runs") == earlier  # then a join that succeeds replaces it whole
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
+        "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n', "checkpoint.pt": b"step 200"}
