@@ -751,3 +751,23 @@ def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path
     assert run_parts.join_run(parts, tmp_path / "runs") == earlier  # then a join that succeeds replaces it whole
     assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
         "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n', "checkpoint.pt": b"step 200"}
+
+
+def test_an_unpack_whose_write_fails_leaves_the_saved_summary_whole(tmp_path):
+    # a plain write_bytes cut the summary already saved to the first 4096 bytes of the new one: no JSON
+    summary = {"format": saved_runs.FORMAT, "name": "run-a", "config": {}, "result": {}, "history": []}
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "run-a.json").write_text(json.dumps({**summary, "history": [{"step": i} for i in range(2000)]}))
+    archive = saved_runs.pack([tmp_path / "staging" / "run-a.json"], tmp_path / "text_scale.tar.gz", "text_scale")
+    saved = tmp_path / "results" / "text_scale" / "run-a.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps(summary))
+    code = ("import resource, signal, sys\nfrom psattn.experiments import saved_runs\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails (EFBIG), as on a full disk
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+            "try:\n    saved_runs.unpack(sys.argv[1], sys.argv[2])\nexcept OSError as err:\n    print(err)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(archive), str(tmp_path / "results")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=120)
+    assert "File too large" in done.stdout, done.stderr
+    assert json.loads(saved.read_text()) == summary
+    assert [p.name for p in saved.parent.iterdir()] == ["run-a.json"]  # no temporary file left

@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from psattn.files import write_json, write_jsonl
+from psattn.files import write_bytes, write_json, write_jsonl
 from psattn.jsonfile import read_json
 from psattn.training.config import canonical_config
 from psattn.training.run_dir import load_result
@@ -169,7 +169,6 @@ def unpack(archive: str | Path, out_dir: str | Path) -> list[Path]:
             if not isinstance(summary, dict) or summary.get("format") != FORMAT:
                 raise ValueError(f"{archive}: {info.name} is not a run summary of format {FORMAT}")
             members.append((Path(out_dir) / parts[0] / parts[1], data))
-    for path, data in members:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    for path, data in members:  # each whole: a write that fails leaves the summary already there as it was
+        write_bytes(path, data)
     return [path for path, _ in members]
