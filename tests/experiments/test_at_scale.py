@@ -771,3 +771,19 @@ def test_an_unpack_whose_write_fails_leaves_the_saved_summary_whole(tmp_path):
     assert "File too large" in done.stdout, done.stderr
     assert json.loads(saved.read_text()) == summary
     assert [p.name for p in saved.parent.iterdir()] == ["run-a.json"]  # no temporary file left
+
+
+def test_the_paper_scale_figure_names_the_cap_and_draws_the_plain_model_once_in_its_own_colour(tiny_sweep, monkeypatch):
+    # its legend named the two shears alone (the dotted cap and the hollow dots unexplained), and the plain model's
+    # seeds at gamma 0 were drawn in the symmetric colour and again in the key-only one
+    pytest.importorskip("matplotlib")
+    import psattn.figures
+
+    drawn = []
+    monkeypatch.setattr(psattn.figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    results = {c.name: load_result(tiny_sweep[0] / c.name) for c in paper_scale.paper_scale("quick")}
+    paper_scale.scale_figure(results, "unused.png")
+    for ax in drawn[0].axes:
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            "symmetric", "key_only", "plain model (gamma 0)", "cap, 8 steps (hollow: not emerged)"]
+        assert {line.get_color() for line in ax.get_lines() if list(line.get_xdata()) == [0.0]} == {"black"}
