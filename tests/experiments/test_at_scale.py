@@ -114,7 +114,7 @@ def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive
     summary = json.loads(path.read_text())
     history = load_result(run_dir)["history"]
     assert summary["device"] == "cpu" and summary["meta"]["seed"] == 0 and summary["corpus"] is None
-    assert summary["history"][0]["induction_score"] == [[round(max(layer), 4)] for layer in history[0]["induction_score"]]
+    assert summary["history"][0]["induction_score"] == [[max(layer)] for layer in history[0]["induction_score"]]
     assert summary["history"][-1] == history[-1]  # the last evaluation keeps every head
     assert saved_runs.restore(path, tmp_path / "fresh") and not saved_runs.restore(path, tmp_path / "fresh")
     restored = load_result(tmp_path / "fresh" / config.name)
@@ -787,3 +787,14 @@ def test_the_paper_scale_figure_names_the_cap_and_draws_the_plain_model_once_in_
         assert [t.get_text() for t in ax.get_legend().get_texts()] == [
             "symmetric", "key_only", "plain model (gamma 0)", "cap, 8 steps (hollow: not emerged)"]
         assert {line.get_color() for line in ax.get_lines() if list(line.get_xdata()) == [0.0]} == {"black"}
+
+
+def test_a_summary_finds_the_phase_change_the_runs_own_history_finds():
+    # each layer's best head was rounded to 4 digits: 0.09996 became the threshold, 0.1, a phase change the run lacks
+    from psattn.experiments.phase_change import detect_phase_change
+
+    rows = [{"step": s, "tokens": s * 100, "icl_score": -0.1, "prefix_matching_score": [[0.02, score], [score, 0.0]]}
+            for s, score in ((0, 0.01), (100, 0.05), (200, 0.09996), (300, 0.09997), (400, 0.05))]
+    compact = saved_runs.compact_history(rows)
+    assert detect_phase_change(rows) is None and detect_phase_change(compact) is None
+    assert compact[2]["prefix_matching_score"] == [[0.09996], [0.09996]] and compact[-1] == rows[-1]

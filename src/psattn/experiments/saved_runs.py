@@ -40,7 +40,9 @@ def compact_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if i == len(history) - 1:
             rows.append(dict(row))
             continue
-        rows.append({k: [[round(max(layer), 4)] for layer in v] if k in HEAD_KEYS else v
+        # the best score unrounded: rounded, 0.09996 became the phase-change threshold of 0.1, a phase change the
+        # run's own history does not show
+        rows.append({k: [[max(layer)] for layer in v] if k in HEAD_KEYS else v
                      for k, v in row.items() if k not in LAST_ONLY_KEYS})
     return rows
 
