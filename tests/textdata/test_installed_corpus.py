@@ -61,3 +61,12 @@ def test_a_split_by_file_never_holds_out_a_copy_of_a_training_file(tmp_path):
     assert held == "d" * 53  # of the 7 distinct files, the 4th; the copy of doc0 is dropped
     assert train == "".join(texts[i] for i in (0, 1, 2, 4, 5, 6))
     assert json.loads((tokens.directory / "meta.json").read_text())["copies_dropped"] == 1
+
+
+def test_a_split_by_file_of_copies_alone_is_refused_naming_the_distinct_documents(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"doc{i}.txt").write_text("the same text\n" * 50)
+    with pytest.raises(ValueError, match=r"every 4th document, and the corpus has 1 distinct documents \(exact copies"):
+        make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25, split="file").tokens()

@@ -97,8 +97,8 @@ def held_out_files(count: int, eval_fraction: float) -> list[bool]:
     every = max(2, round(1 / eval_fraction))
     held = [i % every == every - 1 for i in range(count)]
     if not any(held):
-        raise ValueError(f"a split by file holds out every {every}th document, and the corpus has {count}: "
-                         "raise task.eval_fraction or give a corpus of more files")
+        raise ValueError(f"a split by file holds out every {every}th document, and the corpus has {count} distinct "
+                         "documents (exact copies count once): raise task.eval_fraction or give a corpus of more files")
     return held
 
 
