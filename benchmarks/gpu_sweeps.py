@@ -260,7 +260,7 @@ def page(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     from psattn.experiments import at_scale
 
-    for line in at_scale.progress_lines(results_folder(args.experiment), Path(args.results) if args.results else RESULTS):
+    for line in at_scale.progress_lines(args.experiment, Path(args.results) if args.results else RESULTS):
         print(line)
     return 0
 

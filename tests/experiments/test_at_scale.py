@@ -114,7 +114,7 @@ def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive
     summary = json.loads(path.read_text())
     history = load_result(run_dir)["history"]
     assert summary["device"] == "cpu" and summary["meta"]["seed"] == 0 and summary["corpus"] is None
-    assert summary["history"][0]["induction_score"] == [[round(max(layer), 4)] for layer in history[0]["induction_score"]]
+    assert summary["history"][0]["induction_score"] == [[max(layer)] for layer in history[0]["induction_score"]]
     assert summary["history"][-1] == history[-1]  # the last evaluation keeps every head
     assert saved_runs.restore(path, tmp_path / "fresh") and not saved_runs.restore(path, tmp_path / "fresh")
     restored = load_result(tmp_path / "fresh" / config.name)
@@ -673,3 +673,128 @@ def test_unpacking_a_finished_run_deletes_the_checkpoint_an_earlier_piece_left_i
     assert gpu_sweeps.main(["unpack", str(archive), "--into", str(tmp_path / "gpu"), "--runs", str(runs)]) == 0
     assert not (runs / "paper_scale" / done / "checkpoint.pt").exists() and f"{done} is finished" in capsys.readouterr().out
     assert (runs / "paper_scale" / going / "checkpoint.pt").exists()
+
+
+def test_a_saved_runs_corpus_record_counts_the_documents_and_text_bytes_the_run_read(tmp_path, monkeypatch,
+                                                                                    fresh_token_cache):
+    # the page's "Corpus X: N files, M MB": it counted python-installed's non-UTF-8 files and the copies the split
+    # by file drops (7 files for 5 documents here), and a .txt.gz's compressed size (109 bytes for 21,000 of text)
+    import gzip
+    import sysconfig
+
+    stdlib, site = tmp_path / "lib", tmp_path / "lib" / "site-packages"
+    (site / "pkg" / "_vendor").mkdir(parents=True)
+    for path, text in (("os.py", "import sys\n"), ("pkg/__init__.py", "x = 1\n"), ("pkg/a.py", "a = 2\n"),
+                       ("pkg/b.py", "b = 3\n"), ("pkg/mod.py", "é = 4\n"), ("pkg/_vendor/mod.py", "é = 4\n")):
+        (site.parent if path == "os.py" else site).joinpath(path).write_text(text * 100)
+    (site / "pkg" / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))  # left out: not UTF-8
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(stdlib), "purelib": str(site), "platlib": str(site)})
+    record = saved_runs.corpus_record({"name": "text", "corpus": "python-installed", "seq_len": 8, "eval_fraction": 0.25,
+                                       "split": "file"})
+    assert (record["files"], record["bytes"]) == (5, 100 * (11 + 6 + 6 + 6 + 7))
+    assert record["bytes"] == record["train_tokens"] + record["eval_tokens"]  # byte tokens: one byte each
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "book.txt.gz").write_bytes(gzip.compress(b"all work and no play\n" * 1000))
+    record = saved_runs.corpus_record({"name": "text", "corpus": str(tmp_path / "gz"), "seq_len": 8})
+    assert (record["files"], record["bytes"]) == (1, 21_000)
+
+
+def test_the_status_of_the_text_pilot_counts_the_pilots_runs(tmp_path, capsys):
+    # it answered for text_scale: "text_scale: 3 of 18 declared runs saved" and 15 runs left, none of them the pilot's
+    import importlib.util
+
+    from psattn.experiments.studies import text_scale
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    (tmp_path / "text_scale").mkdir()
+    pilot = text_scale.text_scale_pilot("full")
+    for config in pilot[:2]:
+        (tmp_path / "text_scale" / f"{config.name}.json").write_text("{}")  # status reads the names alone
+    assert gpu_sweeps.main(["status", "text_scale_pilot", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"text_scale_pilot: 2 of 3 declared runs saved in {tmp_path / 'text_scale'}", f"  left: {pilot[2].name}"]
+    assert gpu_sweeps.main(["status", "text_scale", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("text_scale: 2 of 18 declared runs saved")
+
+
+def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path, monkeypatch):
+    # it deleted the earlier copy's files first: a full disk at checkpoint.pt left no checkpoint at all
+    import errno
+
+    from psattn.experiments import run_parts
+
+    earlier, later = tmp_path / "runs" / "run-a", tmp_path / "piece" / "run-a"
+    for folder, step in ((earlier, 100), (later, 200)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"name": "run-a"}')
+        (folder / "metrics.jsonl").write_text(f'{{"step": {step}}}\n')
+        (folder / "checkpoint.pt").write_bytes(b"step %d" % step)
+    (earlier / "result.json").write_text("{}")  # a file the joined copy does not hold
+    parts = run_parts.split_run(later, tmp_path / "out", "text_scale-in-progress")
+    real = Path.write_bytes
+
+    def disk_full(self, data):
+        if self.name == "checkpoint.pt":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        run_parts.join_run(parts, tmp_path / "runs")
+    monkeypatch.setattr(Path, "write_bytes", real)
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
+        "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 100}\n', "checkpoint.pt": b"step 100",
+        "result.json": b"{}"}
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-a"]  # no staging folder left
+    assert run_parts.join_run(parts, tmp_path / "runs") == earlier  # then a join that succeeds replaces it whole
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
+        "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n', "checkpoint.pt": b"step 200"}
+
+
+def test_an_unpack_whose_write_fails_leaves_the_saved_summary_whole(tmp_path):
+    # a plain write_bytes cut the summary already saved to the first 4096 bytes of the new one: no JSON
+    summary = {"format": saved_runs.FORMAT, "name": "run-a", "config": {}, "result": {}, "history": []}
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "run-a.json").write_text(json.dumps({**summary, "history": [{"step": i} for i in range(2000)]}))
+    archive = saved_runs.pack([tmp_path / "staging" / "run-a.json"], tmp_path / "text_scale.tar.gz", "text_scale")
+    saved = tmp_path / "results" / "text_scale" / "run-a.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps(summary))
+    code = ("import resource, signal, sys\nfrom psattn.experiments import saved_runs\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails (EFBIG), as on a full disk
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+            "try:\n    saved_runs.unpack(sys.argv[1], sys.argv[2])\nexcept OSError as err:\n    print(err)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(archive), str(tmp_path / "results")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=120)
+    assert "File too large" in done.stdout, done.stderr
+    assert json.loads(saved.read_text()) == summary
+    assert [p.name for p in saved.parent.iterdir()] == ["run-a.json"]  # no temporary file left
+
+
+def test_the_paper_scale_figure_names_the_cap_and_draws_the_plain_model_once_in_its_own_colour(tiny_sweep, monkeypatch):
+    # its legend named the two shears alone (the dotted cap and the hollow dots unexplained), and the plain model's
+    # seeds at gamma 0 were drawn in the symmetric colour and again in the key-only one
+    pytest.importorskip("matplotlib")
+    import psattn.figures
+
+    drawn = []
+    monkeypatch.setattr(psattn.figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    results = {c.name: load_result(tiny_sweep[0] / c.name) for c in paper_scale.paper_scale("quick")}
+    paper_scale.scale_figure(results, "unused.png")
+    for ax in drawn[0].axes:
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            "symmetric", "key_only", "plain model (gamma 0)", "cap, 8 steps (hollow: not emerged)"]
+        assert {line.get_color() for line in ax.get_lines() if list(line.get_xdata()) == [0.0]} == {"black"}
+
+
+def test_a_summary_finds_the_phase_change_the_runs_own_history_finds():
+    # each layer's best head was rounded to 4 digits: 0.09996 became the threshold, 0.1, a phase change the run lacks
+    from psattn.experiments.phase_change import detect_phase_change
+
+    rows = [{"step": s, "tokens": s * 100, "icl_score": -0.1, "prefix_matching_score": [[0.02, score], [score, 0.0]]}
+            for s, score in ((0, 0.01), (100, 0.05), (200, 0.09996), (300, 0.09997), (400, 0.05))]
+    compact = saved_runs.compact_history(rows)
+    assert detect_phase_change(rows) is None and detect_phase_change(compact) is None
+    assert compact[2]["prefix_matching_score"] == [[0.09996], [0.09996]] and compact[-1] == rows[-1]

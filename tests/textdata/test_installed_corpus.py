@@ -1,5 +1,6 @@
 """The installed-packages corpus and the held-out split by file."""
 
+import json
 import sysconfig
 
 import numpy as np
@@ -44,3 +45,28 @@ def test_a_split_by_file_holds_out_whole_files_every_kth(tmp_path):
         held_out_files(3, 0.05)
     with pytest.raises(ValueError, match="split must be one of"):
         make_task_config("text", corpus=str(folder), split="random")
+
+
+def test_a_split_by_file_never_holds_out_a_copy_of_a_training_file(tmp_path):
+    # a vendored copy (pip/_vendor/colorama beside colorama) held out while its twin trains is held-out text
+    # seen in training: with doc7 a copy of doc0, every 4th of 8 files held doc7 out, and all of it was training text
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    texts = [chr(ord("a") + i) * (50 + i) for i in range(7)] + ["a" * 50]
+    for i, text in enumerate(texts):
+        (folder / f"doc{i}.txt").write_text(text)
+    tokens = make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25, split="file").tokens()
+    held = "".join(chr(int(t)) for t in np.asarray(tokens.eval))
+    train = "".join(chr(int(t)) for t in np.asarray(tokens.train))
+    assert held == "d" * 53  # of the 7 distinct files, the 4th; the copy of doc0 is dropped
+    assert train == "".join(texts[i] for i in (0, 1, 2, 4, 5, 6))
+    assert json.loads((tokens.directory / "meta.json").read_text())["copies_dropped"] == 1
+
+
+def test_a_split_by_file_of_copies_alone_is_refused_naming_the_distinct_documents(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"doc{i}.txt").write_text("the same text\n" * 50)
+    with pytest.raises(ValueError, match=r"every 4th document, and the corpus has 1 distinct documents \(exact copies"):
+        make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25, split="file").tokens()

@@ -58,10 +58,15 @@ def _where(results: dict[str, dict[str, Any]]) -> str:
     return f"{', '.join(devices)}, {', '.join(days)}, git {', '.join(revisions)}"
 
 
+#: a GPU sweep that saves its runs in another's folder: the text pilot's runs are text_scale's own
+PILOTS = {"text_scale_pilot": "text_scale"}
+
+
 def progress_lines(experiment: str, results_root: Path) -> list[str]:
-    """How many of ``experiment``'s declared (full-plan) runs are saved under ``results_root``."""
-    study, folder = GPU_SWEEPS[experiment]
-    names = [c.name for c in study.plan("full")]
+    """How many of ``experiment``'s declared (full-plan) runs are saved under ``results_root`` (of the pilot,
+    ``text_scale_pilot``, its own runs, in text_scale's folder)."""
+    folder = GPU_SWEEPS[PILOTS.get(experiment, experiment)][1]
+    names = [c.name for c in STUDIES[experiment].plan("full")]
     saved = {p.stem for p in (Path(results_root) / folder).glob("*.json")}
     left = [n for n in names if n not in saved]
     return [f"{experiment}: {len(names) - len(left)} of {len(names)} declared runs saved in {Path(results_root) / folder}",

@@ -17,11 +17,14 @@ starts again on the next machine.
 from __future__ import annotations
 
 import io
+import os
 import re
+import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 
-from psattn.training.run_dir import run_files
+from psattn.training.run_dir import CHECKPOINT, run_files
 
 #: bytes of one part: under the 16 MiB a GPU machine hands back per file
 PART_BYTES = 15 * 2**20
@@ -68,7 +71,8 @@ def is_part(path: str | Path) -> bool:
 
 def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     """Write the run directory that ``parts`` (every part of one ``split_run``, in any order) hold into
-    ``runs_dir``, replacing the run files an earlier copy left there; returns the directory. A missing
+    ``runs_dir``, replacing the run files an earlier copy left there (all written beside it first, so a join
+    that fails leaves that copy as it was); returns the directory. A missing
     or foreign part, or an archive that holds anything but one run directory's files, is refused
     (ValueError) before anything is written."""
     if not parts:
@@ -92,11 +96,21 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     data = b"".join(by_index[i].read_bytes() for i in range(count))
     members = _members(data, stem)
     run_dir = Path(runs_dir) / next(iter(members)).split("/")[0]
-    for path in run_files(run_dir):  # the copy left by an earlier piece, if any
-        path.unlink(missing_ok=True)
+    files = {name.split("/")[1]: content for name, content in members.items()}
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name, content in members.items():
-        (run_dir / name.split("/")[1]).write_bytes(content)
+    # every file written beside the run directory first: a write that fails (a full disk, a Ctrl-C) leaves the
+    # copy an earlier piece left there as it was, instead of that copy deleted and this one half written
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.joining-", dir=run_dir.parent))
+    try:
+        for name, content in files.items():
+            (staging / name).write_bytes(content)
+        for path in run_files(run_dir):  # the earlier copy's files this one does not replace
+            if path.name not in files:
+                path.unlink(missing_ok=True)
+        for name in sorted(files, key=lambda name: name == CHECKPOINT):  # the checkpoint last
+            os.replace(staging / name, run_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return run_dir
 
 

@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from psattn.files import write_json, write_jsonl
+from psattn.files import write_bytes, write_json, write_jsonl
 from psattn.jsonfile import read_json
 from psattn.training.config import canonical_config
 from psattn.training.run_dir import load_result
@@ -40,23 +40,28 @@ def compact_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if i == len(history) - 1:
             rows.append(dict(row))
             continue
-        rows.append({k: [[round(max(layer), 4)] for layer in v] if k in HEAD_KEYS else v
+        # the best score unrounded: rounded, 0.09996 became the phase-change threshold of 0.1, a phase change the
+        # run's own history does not show
+        rows.append({k: [[max(layer)] for layer in v] if k in HEAD_KEYS else v
                      for k, v in row.items() if k not in LAST_ONLY_KEYS})
     return rows
 
 
 def corpus_record(task: dict[str, Any]) -> dict[str, Any] | None:
-    """A text task's corpus: its files' count, bytes and digest, and its tokens (train, held-out); None
-    for another task."""
+    """A text task's corpus as the run read it: the files its token streams hold (those left out, such as
+    ``python-installed``'s non-UTF-8 files and the copies the split by file drops, not counted), their bytes
+    of text (UTF-8, decompressed), the files' digest, and its tokens (train, held-out); None for another task."""
     if task.get("name") != "text":
         return None
+    import numpy as np
+
     from psattn.tasks.text import TextConfig
-    from psattn.textdata.corpus import corpus_files
 
     config = TextConfig(**{k: v for k, v in task.items() if k != "name"})
-    files = corpus_files(config.corpus)
     tokens = config.tokens()
-    return {"corpus": config.corpus, "files": len(files), "bytes": sum(p.stat().st_size for p in files),
+    meta = read_json(tokens.directory / "meta.json", what="token cache record")
+    counts = sum(np.bincount(np.asarray(s), minlength=len(tokens.token_bytes)) for s in (tokens.train, tokens.eval))
+    return {"corpus": config.corpus, "files": int(meta["documents"]), "bytes": int(counts @ tokens.token_bytes),
             "files_sha256": tokens.fingerprint["corpus_sha256"], "train_tokens": int(len(tokens.train)),
             "eval_tokens": int(len(tokens.eval))}
 
@@ -166,7 +171,6 @@ def unpack(archive: str | Path, out_dir: str | Path) -> list[Path]:
             if not isinstance(summary, dict) or summary.get("format") != FORMAT:
                 raise ValueError(f"{archive}: {info.name} is not a run summary of format {FORMAT}")
             members.append((Path(out_dir) / parts[0] / parts[1], data))
-    for path, data in members:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    for path, data in members:  # each whole: a write that fails leaves the summary already there as it was
+        write_bytes(path, data)
     return [path for path, _ in members]

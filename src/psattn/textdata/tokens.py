@@ -3,7 +3,9 @@
 The held-out split is the last ``eval_fraction`` of every document, cut at a paragraph boundary
 (a blank line) when the document has one near the cut, so held-out text is never a window of training
 text; or, split by file (``split="file"``), whole documents: every k-th in corpus order, k =
-round(1 / eval_fraction), so no held-out file was seen in training at all. A BPE tokenizer is trained
+round(1 / eval_fraction), of the documents left once every exact copy of an earlier one is dropped (a
+vendored copy of a package, or one package installed twice), so no held-out file, nor a copy of it, was
+seen in training at all. A BPE tokenizer is trained
 on the training parts only. The result is cached under
 ``$PSATTN_CACHE`` (default ``~/.cache/psattn``) in ``text/<corpus hash>-<tokenizer>-<fraction>[-byfile]/``::
 
@@ -45,7 +47,7 @@ from psattn.textdata.tokenizer import (
 )
 
 log = logging.getLogger(__name__)
-FORMAT = 2  # meta.json's layout; entries of another format are rebuilt
+FORMAT = 3  # meta.json's layout; entries of another format are rebuilt (3: the split by file drops copies)
 
 
 class CorruptCache(ValueError):
@@ -95,9 +97,22 @@ def held_out_files(count: int, eval_fraction: float) -> list[bool]:
     every = max(2, round(1 / eval_fraction))
     held = [i % every == every - 1 for i in range(count)]
     if not any(held):
-        raise ValueError(f"a split by file holds out every {every}th document, and the corpus has {count}: "
-                         "raise task.eval_fraction or give a corpus of more files")
+        raise ValueError(f"a split by file holds out every {every}th document, and the corpus has {count} distinct "
+                         "documents (exact copies count once): raise task.eval_fraction or give a corpus of more files")
     return held
+
+
+def distinct_documents(documents: list[Document]) -> list[Document]:
+    """``documents`` without every exact copy (same text, or same tokens) of an earlier one: what the split by
+    file holds out from, since a held-out file whose copy is trained on would be held-out text seen in training."""
+    seen, kept = set(), []
+    for d in documents:
+        content = d.text.encode() if d.text is not None else np.asarray(d.tokens, dtype=np.int64).tobytes()
+        digest = hashlib.sha256(content).digest()
+        if digest not in seen:
+            seen.add(digest)
+            kept.append(d)
+    return kept
 
 
 def _split(pieces: list, eval_fraction: float, split: str, cut) -> list[tuple]:
@@ -147,6 +162,11 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
     texts = [d.text for d in documents if d.text is not None]
     if texts and len(texts) != len(documents):
         raise ValueError("a corpus must be all text files or all token files, not both")
+    copies = 0
+    if split == "file":
+        kept = distinct_documents(documents)
+        documents, copies = kept, len(documents) - len(kept)
+        texts = [d.text for d in documents if d.text is not None]
     if texts:
         parts = _split(texts, eval_fraction, split, split_text)
         tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts if train])
@@ -176,7 +196,8 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
     per_document = {d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
     (out / "docs.json").write_text(json.dumps(per_document))
     (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
-        "format": FORMAT, "documents": len(documents), "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
+        "format": FORMAT, "documents": len(documents), "copies_dropped": copies,
+        "train_tokens": int(len(train)), "eval_tokens": int(len(held)),
         "vocab_size": tok.vocab_size, "eval_fraction": eval_fraction, "split": split, "corpus_sha256": corpus_digest,
         "tokenizer_sha256": _sha256(tokenizer_json.encode()),
         "arrays": {name: _array_record(array) for name, array in arrays.items()},

@@ -206,8 +206,9 @@ def expected_minutes(plan: ScalePlan = PLANS["full"], step_s: tuple[float, float
 
 def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
     """Emergence step against gamma on the full-sequence form, one panel per model size, one line per shear
-    (seed means over the seeds that emerged), every seed a dot; a seed that never emerged sits on the cap,
-    hollow (one that diverged first is left out); the paper's 91.3M points marked."""
+    (seed means over the seeds that emerged, from the plain model's at gamma 0), every seed a dot (the plain
+    model's black, once); a seed that never emerged sits on the cap, hollow (one that diverged first is left
+    out); the cap's line and the hollow dots named in the legend; the paper's 91.3M points marked."""
     from matplotlib.figure import Figure
 
     from psattn.figures import save_figure
@@ -223,15 +224,19 @@ def scale_figure(results: dict[str, dict[str, Any]], path) -> Any:
             line = sorted(plain + [r for r in mine if r["variant"] == variant], key=lambda r: r["gamma"])
             shown = [(r["gamma"], r["mean_emergence_step"]) for r in line if r["mean_emergence_step"] is not None]
             ax.plot([g for g, _ in shown], [s for _, s in shown], "-", color=color, label=variant)
-            for r in line:
+        for variant, color in (("baseline", "black"), ("symmetric", "tab:blue"), ("key_only", "tab:orange")):
+            for r in (r for r in mine if r["variant"] == variant):  # the plain model's seeds once, in their own colour
                 for step, diverged in zip(r["emergence_steps"], r["diverged_at"], strict=True):
                     if diverged is not None and step is None:  # named in the table and verdict, no point here
                         continue
                     ax.plot(r["gamma"], step if step is not None else r["cap"], "o", color=color,
                             fillstyle="full" if step is not None else "none", alpha=0.7)
+        if plain:
+            ax.plot([], [], "o", color="black", alpha=0.7, label="plain model (gamma 0)")
         if size == "psa-92m":
             ax.plot(list(PAPER), [step for _, _, step in PAPER.values()], "k*", markersize=12, label=f"paper ({PAPER_SIZE})")
-        ax.axhline(mine[0]["cap"], color="grey", linestyle=":", linewidth=1)
+        ax.axhline(mine[0]["cap"], color="grey", linestyle=":", linewidth=1,
+                   label=f"cap, {mine[0]['cap']:,} steps (hollow: not emerged)")
         ax.set(title=f"{size}, full-sequence form", xlabel="gamma", ylabel="emergence step", yscale="log")
         ax.legend(fontsize=8)
     return save_figure(fig, path)

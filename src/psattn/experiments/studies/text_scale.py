@@ -14,7 +14,8 @@ the end (at a third of the budget or earlier).
 The corpus is built on the machine that trains: every ``.py`` file of the running interpreter's
 installed packages (``python-installed``: standard library and site-packages; about 130 MB beside
 torch and its dependencies, 2.6 bytes a token at BPE 1024, so about 50M tokens), BPE 1024 as in the
-CPU studies, held out by file (every 20th file), so no held-out file was seen in training. Each saved
+CPU studies, held out by file (every 20th file, once exact copies such as vendored packages are dropped),
+so no held-out file was seen in training. Each saved
 run records the corpus's file count, bytes, digest and token counts (``saved_runs.corpus_record``);
 ``repeats`` says how often the budget reads the training tokens, which the sweep's driver checks is at
 most twice before training (``check_repeats``).
