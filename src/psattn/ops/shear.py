@@ -249,8 +249,9 @@ def _check_inverse_growth(gamma: float, is_start: Tensor, dtype: torch.dtype) ->
     if steps * math.log(ratio) > math.log(MAX_INVERSE_ERROR / torch.finfo(dtype).eps):
         raise ValueError(
             f"unshear with gamma = {gamma:g} is unstable here: it multiplies rounding errors by "
-            f"|gamma / (1 + gamma)| = {ratio:.3g} per position, {steps} times in a row, past {MAX_INVERSE_ERROR:g} of "
-            f"{dtype}'s precision (it is stable for gamma >= -1/2; shorter runs between starts or float64 go further)"
+            f"|gamma / (1 + gamma)| = {ratio:.3g} per position, {steps} times in a row: {dtype}'s rounding error "
+            f"({torch.finfo(dtype).eps:.3g}) would grow past a relative {MAX_INVERSE_ERROR:g} (it is stable for "
+            "gamma >= -1/2; shorter runs between starts or float64 go further)"
         )
 
 
