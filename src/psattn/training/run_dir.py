@@ -149,7 +149,8 @@ def eval_batch(config: RunConfig) -> TaskBatch:
     generator = stream_generator(config.train.seed, HELD_OUT)
     batch = sample_task(config.task, config.train.eval_size, generator, split="eval")
     if not bool(batch.scored.any()):
-        raise ValueError(f"the held-out batch ({len(batch)} rows of the {task_name(config.task)} task) scores no "
+        rows = f"{len(batch)} row{'' if len(batch) == 1 else 's'}"
+        raise ValueError(f"the held-out batch ({rows} of the {task_name(config.task)} task) scores no "
                          "position, so its accuracy and loss would mean nothing: score more rows (train.eval_size, "
                          "or psattn eval --rows), or give rows more to score (a longer task.seq_len, a smaller task.vocab_size)")
     return batch
