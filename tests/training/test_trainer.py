@@ -556,3 +556,18 @@ def test_a_held_out_batch_that_scores_no_position_is_refused_before_anything_is_
     with pytest.raises(ValueError, match=r"held-out batch \(4 rows of the induction task\) scores no position"):
         train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given_with_set(tmp_path):
+    """A rule under which the run would have stopped before its checkpoint is refused also when it is edited into
+    config.json (which psattn train --run-dir reads): the run 'stopped early' at once at step 20, where a run of
+    that config.json stops at step 10."""
+    run = tmp_path / "run"
+    train(tiny_config(20, threshold=0.05), run)
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["early_stop"] = True
+    (run / "config.json").write_text(json.dumps(config))
+    kept = (run / "result.json").read_text()
+    with pytest.raises(ValueError, match="trained to step 20, but stopping early as asked .* would have stopped at step 10"):
+        train(RunConfig.from_file(run / "config.json"), run)
+    assert (run / "result.json").read_text() == kept

@@ -214,10 +214,12 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     extensions = read_meta(run_dir).get("extensions", [])
     if holds_same_run(config_path, config):
         _refuse_to_train_a_finished_run_again(run_dir)
+        _check_stopping_rule(run_dir, config, more_steps=False)  # config.json's rule may have been edited by hand
         return extensions
     saved = RunConfig.from_file(config_path)
     if holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):  # it only runs elsewhere
         _refuse_to_train_a_finished_run_again(run_dir)
+        _check_stopping_rule(run_dir, config, more_steps=False)
         log.info("continuing %s with %s", run_dir, config_differences(config_path, config, limit=len(RUNTIME_FIELDS)))
         return extensions
     # what else may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)
