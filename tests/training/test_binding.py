@@ -11,6 +11,7 @@ from helpers import tiny_config
 from psattn.cli import main
 from psattn.textdata import tokens as token_cache
 from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import train
 
 
@@ -243,3 +244,23 @@ def test_a_first_run_in_a_folder_keeps_files_of_those_names_that_are_not_a_runs(
     (tmp_path / "tokenizer.json").write_text("{}")
     train(tiny_config(2), tmp_path)
     assert (tmp_path / "data.json").read_text() == '{"mine": 1}' and (tmp_path / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("steps", [3, 8])
+def test_a_budget_edited_in_config_json_is_refused_and_more_steps_asked_for_are_not(tmp_path, capsys, steps):
+    """The cosine decay ends at train.steps: a run whose config.json's budget was edited by hand would resume on
+    another learning rate at every step to come (it did, without a word); asked for with --set, more steps
+    record an extension that keeps the schedule of the steps taken."""
+    run = tmp_path / "run"
+    calls = []
+    with pytest.raises(TrainingInterrupted, match="SIGTERM at step 2"):
+        train(tiny_config(4, checkpoint_every=2), run, should_stop=lambda: calls.append(1) or len(calls) == 2,
+              handle_signals=False)
+    kept = (run / "checkpoint.pt").read_bytes()
+    _edit_json(run / "config.json", lambda c: c["train"].update(steps=steps))
+    err = _refused(["train", "--run-dir", str(run)], capsys)
+    assert f"train.steps = 4, but {run / 'config.json'} says {steps}" in err, err
+    assert (run / "checkpoint.pt").read_bytes() == kept
+    _edit_json(run / "config.json", lambda c: c["train"].update(steps=4))
+    assert main(["train", "--run-dir", str(run), "--set", "train.steps=6"]) == 0  # an extension, from step 2
+    assert json.loads((run / "meta.json").read_text())["extensions"][0]["at_step"] == 2

@@ -545,3 +545,29 @@ def test_a_run_continues_under_other_runtime_settings_from_where_it_stopped(tmp_
     assert again.steps == 30 and rows(again) == rows(resumed)  # a finished run stays finished
     with pytest.raises(ValueError, match=r"train\.device, train\.compile"):  # the refusal lists what may change
         train(tiny_config(steps=30, early_stop=False, lr=1e-3), tmp_path)
+
+
+def test_a_held_out_batch_that_scores_no_position_is_refused_before_anything_is_written(tmp_path):
+    """Full-sequence induction scores repeats only; 4 rows of 8 tokens of 256 held none, and every evaluation
+    logged a loss of 0.0 (a perfect one) and accuracy 0.0 over no position at all."""
+    task = make_task_config("induction", vocab_size=256, seq_len=8, form="all_positions")
+    config = tiny_config(4, eval_size=4)
+    config = dataclasses.replace(config, task=task, model=dataclasses.replace(config.model, vocab_size=256))
+    with pytest.raises(ValueError, match=r"held-out batch \(4 rows of the induction task\) scores no position"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given_with_set(tmp_path):
+    """A rule under which the run would have stopped before its checkpoint is refused also when it is edited into
+    config.json (which psattn train --run-dir reads): the run 'stopped early' at once at step 20, where a run of
+    that config.json stops at step 10."""
+    run = tmp_path / "run"
+    train(tiny_config(20, threshold=0.05), run)
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["early_stop"] = True
+    (run / "config.json").write_text(json.dumps(config))
+    kept = (run / "result.json").read_text()
+    with pytest.raises(ValueError, match="trained to step 20, but stopping early as asked .* would have stopped at step 10"):
+        train(RunConfig.from_file(run / "config.json"), run)
+    assert (run / "result.json").read_text() == kept

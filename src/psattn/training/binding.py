@@ -6,8 +6,10 @@ checkpoint records its ``binding``: the model and task sections of the run's con
 fields that shape its weights and history (``BOUND_TRAIN``), with their SHA-256 (compared field by field when the digests
 differ, so a field added to psattn's configs since, which the record lacks, is no mismatch), the
 SHA-256 of the run's ``tokenizer.json``,
-the data record of ``data.json`` (corpus, tokenizer and token checksums), and the schedule extensions of
-``meta.json`` it trained under (a run asked for more steps, see ``psattn.training.schedule``). Loading a checkpoint
+the data record of ``data.json`` (corpus, tokenizer and token checksums), the schedule extensions of
+``meta.json`` it trained under (a run asked for more steps, see ``psattn.training.schedule``) and the budget
+``train.steps`` its cosine decay ends at (``check_budget``: ``train`` resuming refuses another, unless an extension
+asks for more steps). Loading a checkpoint
 (``psattn train`` resuming, ``eval``, ``generate``, ``export``, ``footprint``) compares that record
 with the run directory's files and refuses any mismatch in one line that names the field and both
 values. A task's corpus and tokenizer are bound by content (the data record's checksums), not by the
@@ -74,7 +76,7 @@ def binding(config: RunConfig, data: dict[str, str] | None = None,
     sections = bound_sections(config)
     return {"config_sha256": _digest(sections), "config": sections,
             "tokenizer_sha256": None if data is None else data["tokenizer_sha256"], "data": data,
-            "extensions": [dict(extension) for extension in extensions]}
+            "extensions": [dict(extension) for extension in extensions], "steps": config.train.steps}
 
 
 def read_binding(path: str | Path) -> dict[str, Any] | None:
@@ -165,6 +167,29 @@ def check_extensions(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | No
     raise CheckpointError(f"{checkpoint} trained on a schedule extended from {schedule(trained)}, but {meta} records "
                           f"{'extensions ' if extensions[:len(trained)] else ''}{schedule(extensions[:len(trained)])}: "
                           f"resuming would change the learning rate of every step to come; {RESTART}")
+
+
+def check_budget(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | None, config: RunConfig,
+                 extensions: Sequence[dict[str, Any]]) -> None:
+    """Refuse (``CheckpointError``) to resume under a ``train.steps`` the checkpoint's schedule was not made for.
+    The cosine decay ends at ``train.steps`` (``psattn.training.schedule.lr_factor``), so a budget edited in
+    config.json (or given without it) would change the learning rate of every step to come; a run asked for
+    more steps instead records an extension (``extensions`` beyond the checkpoint's own, from the budget it
+    trained under), which keeps the schedule of the steps taken. A checkpoint from before budgets were bound
+    is not checked."""
+    trained = None if bound is None else bound.get("steps")
+    if trained is None:
+        return
+    new = extensions[len(bound.get("extensions") or []):]  # type: ignore[union-attr]  # bound is a dict here
+    budget = new[0]["steps_before"] if new else config.train.steps  # what the schedule goes on from
+    if budget == trained:
+        return
+    config_path = run_dir / "config.json"
+    where = f"{config_path} says" if config_path.is_file() else f"the config given says (and {run_dir} has no config.json)"
+    raise CheckpointError(f"{checkpoint} trained on a learning-rate schedule for train.steps = {trained}, but {where} "
+                          f"{budget}: resuming would change the learning rate of every step to come. Restore "
+                          f"train.steps = {trained} and ask for more steps with --set train.steps=N (which keeps the "
+                          f"schedule of the steps taken), or train anew (psattn train --restart, or another run directory)")
 
 
 def check_vocabulary(config: RunConfig) -> None:

@@ -30,7 +30,7 @@ from psattn.jsonfile import read_json, read_jsonl
 from psattn.models.decoder import DecoderLM
 from psattn.provenance import provenance
 from psattn.tasks.batch import TaskBatch
-from psattn.tasks.registry import sample_task
+from psattn.tasks.registry import sample_task, task_name
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import check_binding, record_data_once
 from psattn.training.checkpoint import load_checkpoint, load_model_weights
@@ -143,9 +143,17 @@ def _is_result(result: Any) -> bool:
             and all(isinstance(row, dict) and count(row.get("step")) for row in history))
 
 def eval_batch(config: RunConfig) -> TaskBatch:
-    """The run's held-out batch: ``eval_size`` rows of its task's held-out split, from its seed alone."""
+    """The run's held-out batch: ``eval_size`` rows of its task's held-out split, from its seed alone. Refused
+    (ValueError) when it scores no position (full-sequence induction scores only repeats, which short rows of a
+    large vocabulary may lack): its accuracy and loss "over the scored positions" would read 0.0, a perfect loss."""
     generator = stream_generator(config.train.seed, HELD_OUT)
-    return sample_task(config.task, config.train.eval_size, generator, split="eval")
+    batch = sample_task(config.task, config.train.eval_size, generator, split="eval")
+    if not bool(batch.scored.any()):
+        rows = f"{len(batch)} row{'' if len(batch) == 1 else 's'}"
+        raise ValueError(f"the held-out batch ({rows} of the {task_name(config.task)} task) scores no "
+                         "position, so its accuracy and loss would mean nothing: score more rows (train.eval_size, "
+                         "or psattn eval --rows), or give rows more to score (a longer task.seq_len, a smaller task.vocab_size)")
+    return batch
 
 def build_model(config: RunConfig) -> DecoderLM:
     """The run's initial model, built on the CPU from the run's seed, so that its weights are the same
@@ -206,10 +214,12 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     extensions = read_meta(run_dir).get("extensions", [])
     if holds_same_run(config_path, config):
         _refuse_to_train_a_finished_run_again(run_dir)
+        _check_stopping_rule(run_dir, config, more_steps=False)  # config.json's rule may have been edited by hand
         return extensions
     saved = RunConfig.from_file(config_path)
     if holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):  # it only runs elsewhere
         _refuse_to_train_a_finished_run_again(run_dir)
+        _check_stopping_rule(run_dir, config, more_steps=False)
         log.info("continuing %s with %s", run_dir, config_differences(config_path, config, limit=len(RUNTIME_FIELDS)))
         return extensions
     # what else may change on a trained run: its budget (it grows), and when it stops early (which changes no step before)

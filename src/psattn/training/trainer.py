@@ -24,7 +24,14 @@ from psattn.files import write_json, write_jsonl
 from psattn.progress import progress_bar
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
-from psattn.training.binding import binding, check_binding, check_extensions, check_vocabulary, read_binding
+from psattn.training.binding import (
+    binding,
+    check_binding,
+    check_budget,
+    check_extensions,
+    check_vocabulary,
+    read_binding,
+)
 from psattn.training.config import RunConfig
 from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, resolve_device, setup_distributed, shard
 from psattn.training.evaluation import evaluate
@@ -266,6 +273,7 @@ def train(
             bound = read_binding(run_dir / CHECKPOINT)
             check_binding(run_dir, config, run_dir / CHECKPOINT, bound)
             check_extensions(run_dir, run_dir / CHECKPOINT, bound, extensions)
+            check_budget(run_dir, run_dir / CHECKPOINT, bound, config, extensions)
         if run_dir is not None:
             write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         run.start_or_resume(resume)
