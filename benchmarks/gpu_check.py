@@ -41,7 +41,8 @@ H200 (``SECTION_S``), is skipped and recorded under "skipped", so a shell's ``ti
 budget never cuts one off halfway (on the CPU, the fused kernel's sections are skipped where
 Triton's interpreter cannot run with the installed NumPy). ``--only`` runs the sections it names and keeps the rest of a
 report already saved in OUT, so pieces run one after another add up (``section_info`` names the
-run, date and git revision, that measured each section).
+run, date and git revision, that measured each section); a device machine empties OUT before each
+call, so a piece run in a later call names the earlier piece's saved check with ``--add-to SAVED``.
 ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
 
     python benchmarks/gpu_check.py --out results/ [--budget-s 480 --seeds 3 --max-steps 3000] [--smoke]
@@ -84,18 +85,20 @@ from step_overhead import measure as step_overhead  # noqa: E402
 class Report:
     """The results so far, rewritten atomically to ``path`` on every :meth:`save`.
 
-    With ``rerun`` (the sections an ``--only`` run measures), a report already saved at ``path`` is
+    With ``rerun`` (the sections an ``--only`` run measures), a report already saved at ``path`` (or at
+    ``add_to``: a piece run in an earlier device call, whose OUT the next call no longer has) is
     kept, less what it holds of those sections, so two ``--only`` runs into one folder add up;
     ``section_info`` names the run (date, git, device) each section came from."""
 
-    def __init__(self, path: Path, info: dict, rerun: list[str] | None = None):
+    def __init__(self, path: Path, info: dict, rerun: list[str] | None = None, add_to: Path | None = None):
         self.path, self.data = path, {"info": info}
         path.parent.mkdir(parents=True, exist_ok=True)
-        if rerun is not None and path.exists():
+        source = path if add_to is None else add_to  # a check an earlier call saved (its OUT is gone)
+        if rerun is not None and source.exists():
             try:
-                saved = json.loads(path.read_text())
+                saved = json.loads(source.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # nothing is run, nothing overwritten
-                raise SystemExit(f"gpu_check.py: {path} is not a saved check ({err}); move it away or choose "
+                raise SystemExit(f"gpu_check.py: {source} is not a saved check ({err}); move it away or choose "
                                  "another --out") from None
             owners = saved.pop("section_info", {})
             old_info = saved.pop("info", {})
@@ -705,6 +708,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
                         + ", ".join(SECTION_S))
+    parser.add_argument("--add-to", type=Path, metavar="SAVED", help="with --only: a gpu_check.json an earlier call "
+                        "saved (copied into the checkout, which travels with the call; a device's OUT starts empty): "
+                        "OUT's check is it with these sections added")
     args = parser.parse_args()
     names = list(SECTION_S)  # the sections, in the order they run
     unknown = set(args.only or ()) - set(names)
@@ -715,6 +721,13 @@ def main() -> None:
             parser.error(f"{flag} must be at least 1, not {value}")
     if args.budget_s < 0:
         parser.error(f"--budget-s must be at least 0, not {args.budget_s:g}")
+    if args.add_to is not None:
+        if not args.only:
+            parser.error("--add-to needs --only: the sections to add to the saved check")
+        if not args.add_to.is_file():
+            parser.error(f"--add-to {args.add_to}: no such file (a gpu_check.json an earlier call saved)")
+        if (Path(args.out) / "gpu_check.json").exists():
+            parser.error(f"--out {args.out} holds a saved check already: give --add-to or that folder, not both")
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     if device.type == "cpu":  # the fused kernel then runs in Triton's interpreter (set before it is built)
@@ -741,7 +754,7 @@ def main() -> None:
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
             args.smoke, report),
     }
-    report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only)
+    report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only, add_to=args.add_to)
     if not args.only or "phase_transition" in args.only:
         report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
     report.save()

@@ -7,7 +7,8 @@
 # rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates since) leaves room in a 15-minute lease for a
 # short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
 # host_overhead compile (about 7 minutes: every command on the device, what PSA adds to steps bound by the host, and
-# the trainer's step eager, compiled and under CUDA graphs) is best its own call. gpu_check.py skips, and records as skipped, a section that would not
+# the trainer's step eager, compiled and under CUDA graphs) is best its own call: OUT starts empty on each call, so
+# copy the first call's gpu_check.json into the checkout and add --add-to THAT_FILE for the pieces to add up. gpu_check.py skips, and records as skipped, a section that would not
 # end inside its 420-second budget, so the timeout below does not cut one off halfway.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -179,6 +179,28 @@ def test_an_only_run_adds_its_sections_to_the_saved_report_and_each_table_names_
     assert "`fused_kernel`: NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, 2026-12-04, git 24285d5." in shown
 
 
+def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path):
+    # a device machine empties OUT before each call: the second piece names the first one's check, carried along
+    saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
+    before = json.loads(saved.read_text())
+    gpu_check = _script("gpu_check")
+    info = {"date": "2026-12-06T00:00:00+00:00", "device": "NVIDIA H100"}
+    report = gpu_check.Report(tmp_path / "out" / "gpu_check.json", info, rerun=["compile"], add_to=saved)
+    report.ran("compile")
+    report.data["compile"] = {"eager": {}}
+    report.save()
+    after = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    for name in ("commands", "fused_correctness", "fused_kernel", "model_step"):
+        assert after[name] == before[name] and after["section_info"][name] == before["info"], name
+    assert after["section_info"]["compile"] == info and after["compile"] == {"eager": {}}
+    assert json.loads(saved.read_text()) == before  # the saved check is read, never written
+    for bad, why in ((["--add-to", str(saved)], "--add-to needs --only"),
+                     (["--only", "kernels", "--add-to", str(tmp_path / "none.json")], "no such file")):
+        done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path / "x"), *bad],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and why in done.stderr and not (tmp_path / "x").exists()
+
+
 def test_an_only_run_refuses_a_damaged_saved_report_and_leaves_it(tmp_path):
     (tmp_path / "gpu_check.json").write_text('{"info": {"date": ')
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), "--only",
