@@ -113,6 +113,27 @@ def test_gpu_check_sh_notes_an_unset_git_revision(tmp_path):
     assert "PSATTN_GIT_REVISION" not in done.stderr
 
 
+@pytest.mark.parametrize(("args", "extras"), [((), True), (("--only", "fused_correctness", "fused_kernel", "model_step"), True),
+                                             (("--only", "commands", "host_overhead", "compile"), False),
+                                             (("--only=kernels",), False), (("--only", "kernels", "--seeds", "2"), False)])
+def test_gpu_check_sh_runs_the_cuda_benchmarks_once_per_check_run_in_pieces(tmp_path, args, extras):
+    """attention_speed.py and hf_decode_speed.py (up to 130 s of a device call) run with a whole check or with the
+    piece of the kernel's rows, not again in the other pieces; a stub python records what the script runs."""
+    import os
+
+    stub, log = tmp_path / "python3", tmp_path / "calls.log"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    stub.chmod(0o755)
+    env = os.environ | {"PYTHON": str(stub), "OUT": str(tmp_path / "out"), "PSATTN_GIT_REVISION": "0" * 40}
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[-1].startswith("benchmarks/gpu_check.py") and calls[-1].endswith(" ".join(args))
+    ran = {c.split()[0] for c in calls if c.split()[0].endswith("_speed.py")}
+    assert ran == ({"benchmarks/attention_speed.py", "benchmarks/hf_decode_speed.py"} if extras else set())
+
+
 def test_gpu_check_sh_smoke_runs_on_the_cpu_and_records_the_revision_given(tmp_path):
     """The script's own check on a machine without CUDA (it stopped at the device check): the smoke shapes of
     one section, with the revision given by name."""
