@@ -34,8 +34,9 @@
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
 
-OUT/gpu_check.json is rewritten after every section and every run, so a run cut short still
-leaves what it measured; a section that fails is recorded under "errors" and the next one runs. On
+OUT/gpu_check.json is rewritten after every section and every run (and compile's settings and
+profiles as they come, marked "unfinished" until it returns), so a run cut short still leaves what it
+measured; a section that fails is recorded under "errors" and the next one runs. On
 a GPU, a section that would not end inside what is left of the budget, by the time it took on an
 H200 (``SECTION_S``), is skipped and recorded under "skipped", so a shell's ``timeout`` set to the
 budget never cuts one off halfway (on the CPU, the fused kernel's sections are skipped where
@@ -509,10 +510,12 @@ def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[
 COMPILE_SETTINGS = {"eager": False, "compiled": True, "cuda_graphs": "reduce-overhead"}
 
 
-def compile_check(device: str, smoke: bool) -> dict:
+def compile_check(device: str, smoke: bool, keep=None) -> dict:
     """psa-4m trained under each of ``COMPILE_SETTINGS`` from the same seed: loss histories and step times
     after warm-up, as ratios over eager; then where an eager step's time goes (``step_profile``). A
-    setting that fails is recorded as its error, and the others still run."""
+    setting that fails is recorded as its error, and the others still run. ``keep(rows)`` receives the rows
+    so far after each setting and profile (the section's minutes: a run cut short keeps them)."""
+    keep = keep or (lambda rows: None)
     steps = 20 if smoke else 300
     config = small_config("symmetric", 0.8, steps=steps, early_stop=False, device=device,
                           **({"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-4m"}))
@@ -528,18 +531,19 @@ def compile_check(device: str, smoke: bool) -> dict:
         except Exception as e:  # noqa: BLE001  # e.g. a graph CUDA graphs refuse: the other settings' rows stay
             out[mode] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {mode:11s} failed: {out[mode]['error']}", flush=True)
+            keep(out)
             continue
         later = stamps[steps // 2 :]  # after compilation and warm-up
         row["step_ms"] = 1e3 * statistics.median(b - a for a, b in itertools.pairwise(later))  # evaluations excluded
         out[mode] = row
         print(f"  {mode:11s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
-    eager = out["eager"]
-    for mode in ("compiled", "cuda_graphs"):
-        if "step_ms" in out.get(mode, {}) and "step_ms" in eager:
+        eager = out.get("eager", {})
+        if mode != "eager" and "step_ms" in eager:  # the ratios with the row, so that a kept row has them
             suffix = "" if mode == "compiled" else f"_{mode}"
-            out[f"step_time_ratio_{mode}_over_eager"] = out[mode]["step_ms"] / eager["step_ms"]
+            out[f"step_time_ratio_{mode}_over_eager"] = row["step_ms"] / eager["step_ms"]
             out[f"largest_relative_loss_gap{suffix}"] = max(
-                abs(a - b) / abs(b) for a, b in zip(out[mode]["train_loss"], eager["train_loss"], strict=True))
+                abs(a - b) / abs(b) for a, b in zip(row["train_loss"], eager["train_loss"], strict=True))
+        keep(out)
     plan = PLANS["quick" if smoke else "full"]  # the paper-scale sweep's first run: how its steps are bound
     label, size = plan.sizes[0]
     scale = scale_config(plan, size, "all_positions", "symmetric", 0.8, seed=0)
@@ -562,9 +566,9 @@ def compile_check(device: str, smoke: bool) -> dict:
         except Exception as e:  # noqa: BLE001  # the rows above stay
             out[key] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {key} failed: {out[key]['error']}", flush=True)
-    for key in ("paper_scale_step_profile", "paper_scale_step_profile_plain", "paper_scale_step_profile_rope_shear_eager"):
-        if key in out:
+        if key.startswith("paper_scale"):
             out[key].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
+        keep(out)
     return out
 
 
@@ -749,12 +753,19 @@ def main() -> None:
         "host_overhead": lambda: host_overhead(device, 2 if args.smoke else 100),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
-        "compile": lambda: compile_check(device.type, args.smoke),
+        "compile": lambda: compile_check(device.type, args.smoke, keep=keep_rows("compile")),
         "phase_transition": lambda: phase_transition(
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
             args.smoke, report),
     }
     report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only, add_to=args.add_to)
+
+    def keep_rows(name: str):  # a long section's rows so far, saved as they come: a `timeout` that cuts it keeps them
+        def keep(rows: dict) -> None:
+            report.data[name] = {**rows, "unfinished": True}  # the section's return replaces it
+            report.save()
+        return keep
+
     if not args.only or "phase_transition" in args.only:
         report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
     report.save()

@@ -222,6 +222,21 @@ def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path):
         assert done.returncode == 2 and why in done.stderr and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
+def test_the_compile_section_keeps_its_rows_as_they_come_and_each_renders(tmp_path):
+    """A `timeout` that cuts the section (about 3 minutes on a GPU) keeps the settings and profiles it finished;
+    each kept state makes a table, marked as cut short."""
+    gpu_check, tables = _script("gpu_check"), _script("gpu_tables")
+    kept: list[dict] = []
+    result = gpu_check.compile_check("cpu", True, keep=lambda rows: kept.append(json.loads(json.dumps(rows))))
+    assert [sorted(k)[-1] for k in kept[:2]] == ["precision", "step_time_ratio_compiled_over_eager"]  # eager, compiled
+    assert kept[-1] == json.loads(json.dumps(result)) and len(kept) == 2 + 3  # two settings, three profiles on the CPU
+    for rows in kept[:-1]:
+        shown = tables.compile_table({"compile": {**rows, "unfinished": True}})
+        assert "cut short" in shown and "| eager |" in shown
+    assert "cut short" not in tables.compile_table({"compile": result})
+
+
 def test_an_only_run_refuses_a_damaged_saved_report_and_leaves_it(tmp_path):
     (tmp_path / "gpu_check.json").write_text('{"info": {"date": ')
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), "--only",
