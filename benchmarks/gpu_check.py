@@ -34,14 +34,16 @@
    gamma = 0, seeds interleaved, bf16 autocast, each run stopping at emergence, at a step cap or at
    its share of the remaining budget; emergence steps per seed.
 
-OUT/gpu_check.json is rewritten after every section and every run, so a run cut short still
-leaves what it measured; a section that fails is recorded under "errors" and the next one runs. On
+OUT/gpu_check.json is rewritten after every section and every run (and compile's settings and
+profiles as they come, marked "unfinished" until it returns), so a run cut short still leaves what it
+measured; a section that fails is recorded under "errors" and the next one runs. On
 a GPU, a section that would not end inside what is left of the budget, by the time it took on an
 H200 (``SECTION_S``), is skipped and recorded under "skipped", so a shell's ``timeout`` set to the
 budget never cuts one off halfway (on the CPU, the fused kernel's sections are skipped where
 Triton's interpreter cannot run with the installed NumPy). ``--only`` runs the sections it names and keeps the rest of a
 report already saved in OUT, so pieces run one after another add up (``section_info`` names the
-run, date and git revision, that measured each section).
+run, date and git revision, that measured each section); a device machine empties OUT before each
+call, so a piece run in a later call names the earlier piece's saved check with ``--add-to SAVED``.
 ``--smoke`` runs tiny shapes on the CPU (to test the script itself).
 
     python benchmarks/gpu_check.py --out results/ [--budget-s 480 --seeds 3 --max-steps 3000] [--smoke]
@@ -84,18 +86,20 @@ from step_overhead import measure as step_overhead  # noqa: E402
 class Report:
     """The results so far, rewritten atomically to ``path`` on every :meth:`save`.
 
-    With ``rerun`` (the sections an ``--only`` run measures), a report already saved at ``path`` is
+    With ``rerun`` (the sections an ``--only`` run measures), a report already saved at ``path`` (or at
+    ``add_to``: a piece run in an earlier device call, whose OUT the next call no longer has) is
     kept, less what it holds of those sections, so two ``--only`` runs into one folder add up;
     ``section_info`` names the run (date, git, device) each section came from."""
 
-    def __init__(self, path: Path, info: dict, rerun: list[str] | None = None):
+    def __init__(self, path: Path, info: dict, rerun: list[str] | None = None, add_to: Path | None = None):
         self.path, self.data = path, {"info": info}
         path.parent.mkdir(parents=True, exist_ok=True)
-        if rerun is not None and path.exists():
+        source = path if add_to is None else add_to  # a check an earlier call saved (its OUT is gone)
+        if rerun is not None and source.exists():
             try:
-                saved = json.loads(path.read_text())
+                saved = json.loads(source.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # nothing is run, nothing overwritten
-                raise SystemExit(f"gpu_check.py: {path} is not a saved check ({err}); move it away or choose "
+                raise SystemExit(f"gpu_check.py: {source} is not a saved check ({err}); move it away or choose "
                                  "another --out") from None
             owners = saved.pop("section_info", {})
             old_info = saved.pop("info", {})
@@ -506,10 +510,12 @@ def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[
 COMPILE_SETTINGS = {"eager": False, "compiled": True, "cuda_graphs": "reduce-overhead"}
 
 
-def compile_check(device: str, smoke: bool) -> dict:
+def compile_check(device: str, smoke: bool, keep=None) -> dict:
     """psa-4m trained under each of ``COMPILE_SETTINGS`` from the same seed: loss histories and step times
     after warm-up, as ratios over eager; then where an eager step's time goes (``step_profile``). A
-    setting that fails is recorded as its error, and the others still run."""
+    setting that fails is recorded as its error, and the others still run. ``keep(rows)`` receives the rows
+    so far after each setting and profile (the section's minutes: a run cut short keeps them)."""
+    keep = keep or (lambda rows: None)
     steps = 20 if smoke else 300
     config = small_config("symmetric", 0.8, steps=steps, early_stop=False, device=device,
                           **({"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-4m"}))
@@ -525,18 +531,19 @@ def compile_check(device: str, smoke: bool) -> dict:
         except Exception as e:  # noqa: BLE001  # e.g. a graph CUDA graphs refuse: the other settings' rows stay
             out[mode] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {mode:11s} failed: {out[mode]['error']}", flush=True)
+            keep(out)
             continue
         later = stamps[steps // 2 :]  # after compilation and warm-up
         row["step_ms"] = 1e3 * statistics.median(b - a for a, b in itertools.pairwise(later))  # evaluations excluded
         out[mode] = row
         print(f"  {mode:11s} step {row['step_ms']:.2f} ms, losses {[round(x, 3) for x in row['train_loss']]}", flush=True)
-    eager = out["eager"]
-    for mode in ("compiled", "cuda_graphs"):
-        if "step_ms" in out.get(mode, {}) and "step_ms" in eager:
+        eager = out.get("eager", {})
+        if mode != "eager" and "step_ms" in eager:  # the ratios with the row, so that a kept row has them
             suffix = "" if mode == "compiled" else f"_{mode}"
-            out[f"step_time_ratio_{mode}_over_eager"] = out[mode]["step_ms"] / eager["step_ms"]
+            out[f"step_time_ratio_{mode}_over_eager"] = row["step_ms"] / eager["step_ms"]
             out[f"largest_relative_loss_gap{suffix}"] = max(
-                abs(a - b) / abs(b) for a, b in zip(out[mode]["train_loss"], eager["train_loss"], strict=True))
+                abs(a - b) / abs(b) for a, b in zip(row["train_loss"], eager["train_loss"], strict=True))
+        keep(out)
     plan = PLANS["quick" if smoke else "full"]  # the paper-scale sweep's first run: how its steps are bound
     label, size = plan.sizes[0]
     scale = scale_config(plan, size, "all_positions", "symmetric", 0.8, seed=0)
@@ -559,9 +566,9 @@ def compile_check(device: str, smoke: bool) -> dict:
         except Exception as e:  # noqa: BLE001  # the rows above stay
             out[key] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {key} failed: {out[key]['error']}", flush=True)
-    for key in ("paper_scale_step_profile", "paper_scale_step_profile_plain", "paper_scale_step_profile_rope_shear_eager"):
-        if key in out:
+        if key.startswith("paper_scale"):
             out[key].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
+        keep(out)
     return out
 
 
@@ -705,6 +712,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
                         + ", ".join(SECTION_S))
+    parser.add_argument("--add-to", type=Path, metavar="SAVED", help="with --only: a gpu_check.json an earlier call "
+                        "saved (copied into the checkout, which travels with the call; a device's OUT starts empty): "
+                        "OUT's check is it with these sections added")
     args = parser.parse_args()
     names = list(SECTION_S)  # the sections, in the order they run
     unknown = set(args.only or ()) - set(names)
@@ -715,6 +725,13 @@ def main() -> None:
             parser.error(f"{flag} must be at least 1, not {value}")
     if args.budget_s < 0:
         parser.error(f"--budget-s must be at least 0, not {args.budget_s:g}")
+    if args.add_to is not None:
+        if not args.only:
+            parser.error("--add-to needs --only: the sections to add to the saved check")
+        if not args.add_to.is_file():
+            parser.error(f"--add-to {args.add_to}: no such file (a gpu_check.json an earlier call saved)")
+        if (Path(args.out) / "gpu_check.json").exists():
+            parser.error(f"--out {args.out} holds a saved check already: give --add-to or that folder, not both")
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     if device.type == "cpu":  # the fused kernel then runs in Triton's interpreter (set before it is built)
@@ -736,12 +753,19 @@ def main() -> None:
         "host_overhead": lambda: host_overhead(device, 2 if args.smoke else 100),
         "equivalence": lambda: equivalence(device, args.smoke),
         "kernels": lambda: kernel_ratios(device, shape, dtype, 3 if args.smoke else args.repeats),
-        "compile": lambda: compile_check(device.type, args.smoke),
+        "compile": lambda: compile_check(device.type, args.smoke, keep=keep_rows("compile")),
         "phase_transition": lambda: phase_transition(
             device.type, 1 if args.smoke else args.seeds, 20 if args.smoke else args.max_steps, deadline,
             args.smoke, report),
     }
-    report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only)
+    report = Report(Path(args.out) / "gpu_check.json", info, rerun=args.only, add_to=args.add_to)
+
+    def keep_rows(name: str):  # a long section's rows so far, saved as they come: a `timeout` that cuts it keeps them
+        def keep(rows: dict) -> None:
+            report.data[name] = {**rows, "unfinished": True}  # the section's return replaces it
+            report.save()
+        return keep
+
     if not args.only or "phase_transition" in args.only:
         report.data["phase_transition"] = {"max_steps": args.max_steps, "runs": []}
     report.save()

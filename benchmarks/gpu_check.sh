@@ -7,7 +7,8 @@
 # rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates since) leaves room in a 15-minute lease for a
 # short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds, sets the piece's length); --only commands
 # host_overhead compile (about 7 minutes: every command on the device, what PSA adds to steps bound by the host, and
-# the trainer's step eager, compiled and under CUDA graphs) is best its own call. gpu_check.py skips, and records as skipped, a section that would not
+# the trainer's step eager, compiled and under CUDA graphs) is best its own call: OUT starts empty on each call, so
+# copy the first call's gpu_check.json into the checkout and add --add-to THAT_FILE for the pieces to add up. gpu_check.py skips, and records as skipped, a section that would not
 # end inside its 420-second budget, so the timeout below does not cut one off halfway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,13 +18,25 @@ if [ -z "${PSATTN_GIT_REVISION:-}" ]; then
   echo "note: PSATTN_GIT_REVISION unset: the results record this copy's git HEAD, if any (a copy's .git can be stale)" >&2
 fi
 SMOKE=0  # --smoke (given on to gpu_check.py): its tiny shapes on the CPU, the script's own check
-for arg in "$@"; do if [ "$arg" = "--smoke" ]; then SMOKE=1; fi; done
+# attention_speed.py and hf_decode_speed.py (up to 130 s) run with a whole check, or with the --only piece that names
+# fused_kernel (the kernel's rows), and not again in each other piece of a check run in several calls
+EXTRAS=1 IN_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) SMOKE=1; IN_ONLY=0 ;;
+    --only) EXTRAS=0; IN_ONLY=1 ;;
+    --only=fused_kernel) IN_ONLY=1 ;;
+    --only=*) EXTRAS=0; IN_ONLY=1 ;;
+    -*) IN_ONLY=0 ;;
+    fused_kernel) if [ "$IN_ONLY" = 1 ]; then EXTRAS=1; fi ;;
+  esac
+done
 if [ "$SMOKE" = 0 ]; then
   "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
 fi
 "$PYTHON" -c "import psattn, numpy, tqdm" || { echo "missing a dependency of psattn (see pyproject.toml)" >&2; exit 1; }
 mkdir -p "${OUT:-gpu_check}"
-if [ "$SMOKE" = 0 ]; then
+if [ "$SMOKE" = 0 ] && [ "$EXTRAS" = 1 ]; then
   # the CPU benchmark's rows on the GPU (fp32; PSA by psa_attention's "auto": today the shear, then SDPA), then the rest
   timeout 90 "$PYTHON" benchmarks/attention_speed.py --device cuda --json "${OUT:-gpu_check}/attention_speed_cuda.json" || true
   # a transformers model's cached decode step with PSA against without, bf16 (needs transformers; skipped without it)

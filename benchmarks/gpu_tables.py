@@ -134,6 +134,8 @@ def compile_table(check: dict) -> str:
                   if "wall_ms_unread" in profile else "")  # since 2026-12-06
         lines += ["", f"{what}: {profile['wall_ms']:.2f} ms of wall time{unread}, {profile['kernel_ms']:.2f} ms of kernels "
                       f"(torch.profiler){launches}{waits}."]
+    if c.get("unfinished"):  # saved as it went, and cut short (a `timeout`): what it finished
+        lines += ["", "The section was cut short: these are the rows it had finished."]
     return "\n".join(lines)
 
 

@@ -113,6 +113,27 @@ def test_gpu_check_sh_notes_an_unset_git_revision(tmp_path):
     assert "PSATTN_GIT_REVISION" not in done.stderr
 
 
+@pytest.mark.parametrize(("args", "extras"), [((), True), (("--only", "fused_correctness", "fused_kernel", "model_step"), True),
+                                             (("--only", "commands", "host_overhead", "compile"), False),
+                                             (("--only=kernels",), False), (("--only", "kernels", "--seeds", "2"), False)])
+def test_gpu_check_sh_runs_the_cuda_benchmarks_once_per_check_run_in_pieces(tmp_path, args, extras):
+    """attention_speed.py and hf_decode_speed.py (up to 130 s of a device call) run with a whole check or with the
+    piece of the kernel's rows, not again in the other pieces; a stub python records what the script runs."""
+    import os
+
+    stub, log = tmp_path / "python3", tmp_path / "calls.log"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    stub.chmod(0o755)
+    env = os.environ | {"PYTHON": str(stub), "OUT": str(tmp_path / "out"), "PSATTN_GIT_REVISION": "0" * 40}
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[-1].startswith("benchmarks/gpu_check.py") and calls[-1].endswith(" ".join(args))
+    ran = {c.split()[0] for c in calls if c.split()[0].endswith("_speed.py")}
+    assert ran == ({"benchmarks/attention_speed.py", "benchmarks/hf_decode_speed.py"} if extras else set())
+
+
 def test_gpu_check_sh_smoke_runs_on_the_cpu_and_records_the_revision_given(tmp_path):
     """The script's own check on a machine without CUDA (it stopped at the device check): the smoke shapes of
     one section, with the revision given by name."""
@@ -177,6 +198,43 @@ def test_an_only_run_adds_its_sections_to_the_saved_report_and_each_table_names_
     shown = _script("gpu_tables").tables(tmp_path)
     assert "in several runs, each table's named above it" in shown
     assert "`fused_kernel`: NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, 2026-12-04, git 24285d5." in shown
+
+
+def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path):
+    # a device machine empties OUT before each call: the second piece names the first one's check, carried along
+    saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
+    before = json.loads(saved.read_text())
+    gpu_check = _script("gpu_check")
+    info = {"date": "2026-12-06T00:00:00+00:00", "device": "NVIDIA H100"}
+    report = gpu_check.Report(tmp_path / "out" / "gpu_check.json", info, rerun=["compile"], add_to=saved)
+    report.ran("compile")
+    report.data["compile"] = {"eager": {}}
+    report.save()
+    after = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    for name in ("commands", "fused_correctness", "fused_kernel", "model_step"):
+        assert after[name] == before[name] and after["section_info"][name] == before["info"], name
+    assert after["section_info"]["compile"] == info and after["compile"] == {"eager": {}}
+    assert json.loads(saved.read_text()) == before  # the saved check is read, never written
+    for bad, why in ((["--add-to", str(saved)], "--add-to needs --only"),
+                     (["--only", "kernels", "--add-to", str(tmp_path / "none.json")], "no such file")):
+        done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path / "x"), *bad],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and why in done.stderr and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_the_compile_section_keeps_its_rows_as_they_come_and_each_renders(tmp_path):
+    """A `timeout` that cuts the section (about 3 minutes on a GPU) keeps the settings and profiles it finished;
+    each kept state makes a table, marked as cut short."""
+    gpu_check, tables = _script("gpu_check"), _script("gpu_tables")
+    kept: list[dict] = []
+    result = gpu_check.compile_check("cpu", True, keep=lambda rows: kept.append(json.loads(json.dumps(rows))))
+    assert [sorted(k)[-1] for k in kept[:2]] == ["precision", "step_time_ratio_compiled_over_eager"]  # eager, compiled
+    assert kept[-1] == json.loads(json.dumps(result)) and len(kept) == 2 + 3  # two settings, three profiles on the CPU
+    for rows in kept[:-1]:
+        shown = tables.compile_table({"compile": {**rows, "unfinished": True}})
+        assert "cut short" in shown and "| eager |" in shown
+    assert "cut short" not in tables.compile_table({"compile": result})
 
 
 def test_an_only_run_refuses_a_damaged_saved_report_and_leaves_it(tmp_path):
