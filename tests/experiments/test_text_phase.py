@@ -128,3 +128,19 @@ def test_curves_that_cross_are_not_called_lasting_at_every_evaluation():
     assert "at or above two plain layers' at every evaluation" not in lasting and "the curves cross" in lasting
     assert "better than the key-only layer at 1.0M and at 2.0M tokens (seed means)" in lasting
     assert "at the end (0.51 against 0.30 nats)" in lasting and "not at every evaluation" in lasting
+
+
+def test_the_report_on_the_saved_runs_says_samples_need_the_checkpoints_they_leave_out(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from psattn.training.run_dir import load_result, run_tokenizer
+
+    root = Path(__file__).resolve().parents[2]
+    runs = Path(shutil.copytree(root / "docs" / "results" / "text_phase", tmp_path / "text_phase"))
+    results = {d.name: load_result(d) for d in sorted(runs.iterdir())}
+    with pytest.raises(ValueError, match="is a text run without its tokenizer.json"):  # not "only runs of the text task"
+        run_tokenizer(next(iter(runs.iterdir())))
+    report = tp.phase_report(results, runs).read_text()  # it raised that error, and wrote no report
+    assert "(Not drawn: 7 seed-0 runs hold no checkpoint or tokenizer" in report and "**At the end" in report
+    assert (runs / "text_phase.png").exists()
