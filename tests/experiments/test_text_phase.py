@@ -144,3 +144,18 @@ def test_the_report_on_the_saved_runs_says_samples_need_the_checkpoints_they_lea
     report = tp.phase_report(results, runs).read_text()  # it raised that error, and wrote no report
     assert "(Not drawn: 7 seed-0 runs hold no checkpoint or tokenizer" in report and "**At the end" in report
     assert (runs / "text_phase.png").exists()
+
+
+def test_the_readme_gives_two_plain_layers_phase_change_seed_by_seed_as_the_saved_runs_do():
+    import re
+    from pathlib import Path
+
+    from psattn.experiments.phase_change import detect_phase_change
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    runs = sorted((root / "docs" / "results" / "text_phase").glob("*-L2d128h4-attnonly-baseline-s*"))
+    by_seed = ", ".join(f"{detect_phase_change(load_result(d)['history']).tokens / 1e6:.1f}" for d in runs) + "M"
+    for page in ("README.md", "docs/reproduction.md"):  # they gave 5.4, 10.2, 19.2M: sorted, not by seed
+        quoted = re.search(r"only after their phase change \(([\d.,M ]+) by seed\)", (root / page).read_text())
+        assert quoted is not None and quoted.group(1) == by_seed == "10.2, 5.4, 19.2M", page
