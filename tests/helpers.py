@@ -1,5 +1,8 @@
 """Shared test helpers."""
 
+import contextlib
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -71,3 +74,16 @@ def check_bad_inputs_are_refused(runtime, model):
     ours = generate(model, ids, 0)
     assert (seqs == ours.sequences.numpy()).all() and logits.shape == tuple(ours.logits.shape) == (2, 0, V)
 
+
+@contextlib.contextmanager
+def file_size_limit(size: int):
+    """Writes past ``size`` bytes fail with EFBIG, as on a full disk (the signal that would kill the process ignored)."""
+    resource = pytest.importorskip("resource")
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from helpers import random_model
+from helpers import file_size_limit, random_model
 from psattn.experiments import induction_report, summaries
 from psattn.experiments.configs import small_config
 from psattn.experiments.declared import STUDIES
@@ -392,3 +392,18 @@ def test_a_reproduction_with_a_diverged_run_says_so_rather_than_tabling_it_as_no
     monkeypatch.setattr(reproduce_module, "run_sweep", sweep)
     with pytest.raises(TrainingDiverged, match=r"1 run diverged \(.* \(at step 7\)\), as their result.json records"):
         reproduce_module.train_all(tmp_path, "quick", ("induction",), 1, False)
+
+
+def test_a_report_write_cut_short_keeps_the_earlier_report_whole(tmp_path, monkeypatch):
+    from psattn.experiments import reproduce as reproduce_module
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["first " * 500], {"first": 1}))
+    reproduce(tmp_path, sections=("induction",), progress=False)
+    before = {name: (tmp_path / name).read_text() for name in ("report.md", "results.json")}
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["second " * 500], {"second": [0] * 999}))
+    with file_size_limit(2000), pytest.raises(OSError, match="results.json failed .*already there .* is intact"):
+        reproduce(tmp_path, sections=("induction",), progress=False)  # it cut report.md to 2,000 bytes of the second
+    assert {name: (tmp_path / name).read_text() for name in ("report.md", "results.json")} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]  # no temporary file left

@@ -137,3 +137,18 @@ def test_gamma_sweep_head_scores_and_attention_patterns(drawn):
     fig = drawn[2]
     assert fig.get_suptitle().startswith("layer 1 attention")  # layers counted from 1, as in every message
     assert any(ax.get_ylabel().startswith("attention weight") for ax in fig.axes)  # colour bar
+
+
+def test_a_figure_save_cut_short_keeps_the_earlier_figure_whole(tmp_path):
+    from matplotlib.figure import Figure
+
+    from helpers import file_size_limit
+    from psattn.figures import save_figure
+
+    small, large = Figure(figsize=(1, 1)), Figure(figsize=(8, 8), dpi=200)
+    large.add_subplot().imshow([[i * j % 7 for i in range(200)] for j in range(200)])
+    path = save_figure(small, tmp_path / "curves.png")
+    before = path.read_bytes()
+    with file_size_limit(len(before) + 1000), pytest.raises(OSError, match="writing .*curves.png failed"):
+        save_figure(large, path)  # savefig wrote the first bytes of the new figure over the old one
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["curves.png"]

@@ -270,3 +270,25 @@ def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
         return build_model(small_config("baseline", 0.0, **kw)).num_parameters()
     assert (count(), count(n_layers=2), count(n_layers=2, mlp=[False, True]), count(n_layers=2, mlp=False)) == (
         206_208, 403_968, 272_000, 140_032)
+
+
+@pytest.mark.parametrize("page", ["paper_form.md", "text.md"])
+def test_the_plot_commands_the_docs_quote_redraw_their_figures_from_the_saved_runs(page, tmp_path):
+    import glob
+    import re
+    import shlex
+    from pathlib import Path
+
+    from psattn.cli import main
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    commands = re.findall(r"\(`(psattn plot [^`]*)`", (docs / page).read_text())
+    assert commands
+    for command in commands:  # text.md's had no --out, which several run directories need: it exited 2
+        argv = shlex.split(command.replace("\n", " "))[1:]
+        assert "--out" in argv, f"{command}: psattn plot needs --out with several run directories"
+        out = argv.index("--out")
+        figure, argv[out + 1] = docs.parent / argv[out + 1], str(tmp_path / Path(argv[out + 1]).name)
+        argv = [p for a in argv for p in (sorted(glob.glob(str(docs.parent / a))) if "docs/results" in a else [a])]
+        assert main(argv) == 0, command
+        assert (tmp_path / figure.name).read_bytes()[16:24] == figure.read_bytes()[16:24]  # the PNG's width and height

@@ -128,3 +128,34 @@ def test_curves_that_cross_are_not_called_lasting_at_every_evaluation():
     assert "at or above two plain layers' at every evaluation" not in lasting and "the curves cross" in lasting
     assert "better than the key-only layer at 1.0M and at 2.0M tokens (seed means)" in lasting
     assert "at the end (0.51 against 0.30 nats)" in lasting and "not at every evaluation" in lasting
+
+
+def test_the_report_on_the_saved_runs_says_samples_need_the_checkpoints_they_leave_out(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from psattn.training.run_dir import load_result, run_tokenizer
+
+    root = Path(__file__).resolve().parents[2]
+    runs = Path(shutil.copytree(root / "docs" / "results" / "text_phase", tmp_path / "text_phase"))
+    results = {d.name: load_result(d) for d in sorted(runs.iterdir())}
+    with pytest.raises(ValueError, match="is a text run without its tokenizer.json"):  # not "only runs of the text task"
+        run_tokenizer(next(iter(runs.iterdir())))
+    report = tp.phase_report(results, runs).read_text()  # it raised that error, and wrote no report
+    assert "(Not drawn: 7 seed-0 runs hold no checkpoint or tokenizer" in report and "**At the end" in report
+    assert (runs / "text_phase.png").exists()
+
+
+def test_the_readme_gives_two_plain_layers_phase_change_seed_by_seed_as_the_saved_runs_do():
+    import re
+    from pathlib import Path
+
+    from psattn.experiments.phase_change import detect_phase_change
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    runs = sorted((root / "docs" / "results" / "text_phase").glob("*-L2d128h4-attnonly-baseline-s*"))
+    by_seed = ", ".join(f"{detect_phase_change(load_result(d)['history']).tokens / 1e6:.1f}" for d in runs) + "M"
+    for page in ("README.md", "docs/reproduction.md"):  # they gave 5.4, 10.2, 19.2M: sorted, not by seed
+        quoted = re.search(r"only after their phase change \(([\d.,M ]+) by seed\)", (root / page).read_text())
+        assert quoted is not None and quoted.group(1) == by_seed == "10.2, 5.4, 19.2M", page

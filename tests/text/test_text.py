@@ -461,6 +461,14 @@ def test_the_edge_verdict_compares_each_int8_mode_on_both_teacher_forced_measure
     assert "ExecuTorch" not in text  # rows without ExecuTorch entries get no ExecuTorch clause
 
 
+def test_the_edge_verdict_judges_the_bits_per_byte_shift_it_prints():
+    from psattn.experiments.text_report import edge_verdict
+
+    edge = {"1 layer, key_only γ=1": {"fp32": _precision(1.6), "INT8 dynamic": _precision(1.60504, 0.99, 1e-3)},
+            "2 layers, baseline": {"fp32": _precision(1.5), "INT8 dynamic": _precision(1.5, 0.99, 1e-3)}}
+    assert "+0.0050 from fp32 (within 0.005)" in edge_verdict(edge)  # it read "+0.0050 from fp32 (outside 0.005)"
+
+
 def test_the_device_table_takes_executorch_rows_and_judges_their_int8_program():
     from psattn.experiments.text_report import edge_table, edge_verdict
 

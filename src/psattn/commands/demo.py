@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from psattn.arguments import add_command, positive_int, seed_int
+from psattn.files import write_text
 from psattn.tasks.registry import task_name
 from psattn.training.config import RunConfig
 from psattn.version import __version__
@@ -65,6 +66,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         a = config.model.layer_attention_configs()[0]
         lines.append(f"| {a.variant} | {a.gamma:g} | {result.steps} | {result.final_accuracy:.3f} | "
                      f"{result.emergence_step if result.emergence_step is not None else 'not reached'} |")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_text(out / "report.md", "\n".join(lines) + "\n")  # whole, or the earlier report kept
     print(f"report: {out / 'report.md'}")
     return 0

@@ -23,6 +23,7 @@ from psattn.experiments.studies.text import text_experiment
 from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
+from psattn.files import write_text
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged
 from psattn.version import __version__
@@ -132,8 +133,9 @@ def reproduce(
                        "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
                                           if runs["reused"] else "."))
     header += timing_lines(timings, runs["seconds"])
-    (out / "report.md").write_text("\n".join(header + lines) + "\n")
-    (out / "results.json").write_text(json.dumps(data, indent=2, default=_json_default))
+    # each written whole (docs/faults.md): a write cut short (a full disk, a kill) keeps the earlier file intact
+    write_text(out / "results.json", json.dumps(data, indent=2, default=_json_default))
+    write_text(out / "report.md", "\n".join(header + lines) + "\n")
     return out / "report.md"
 
 

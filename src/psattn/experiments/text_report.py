@@ -156,7 +156,8 @@ def edge_verdict(edge: dict[str, dict]) -> str:
         p, b = psa[precision], base[precision]
         pt, bt = p["teacher_forced"], b["teacher_forced"]
         close = pt["top1_agreement"] >= bt["top1_agreement"] and pt["kl_nats"] <= bt["kl_nats"]
-        shift = p["text"]["bits_per_byte"] - psa["fp32"]["text"]["bits_per_byte"]  # fp32 here equals PyTorch's
+        # fp32 here equals PyTorch's; judged as printed, to 4 decimals (unrounded, +0.00504 read "+0.0050 ... outside 0.005")
+        shift = round(p["text"]["bits_per_byte"] - psa["fp32"]["text"]["bits_per_byte"], 4) + 0.0
         clauses.append(f"{precision}: {psa_label} {'at least as faithful to fp32 as' if close else 'less faithful to fp32 than'} "
                        f"{base_label} (top-1 {pt['top1_agreement']:.4f} against {bt['top1_agreement']:.4f}, "
                        f"KL {pt['kl_nats']:.2e} against {bt['kl_nats']:.2e}), its bits per byte "

@@ -197,8 +197,21 @@ def run_tokenizer(run_dir: str | Path) -> Tokenizer:
     """The tokenizer of a text run's directory (its tokenizer.json); ValueError for a run without one."""
     path = Path(run_dir) / TOKENIZER
     if not path.exists():
+        if _task_name(Path(run_dir)) == "text":  # a text run restored from a saved summary keeps no tokenizer
+            raise ValueError(f"{run_dir} is a text run without its tokenizer.json (a run restored from a saved summary, "
+                             "such as those of docs/results, keeps neither it nor the checkpoint): train the run to "
+                             "use its tokenizer")
         raise ValueError(f"{run_dir} has no tokenizer.json: only runs of the text task can generate text")
     return load_tokenizer(path)
+
+
+def _task_name(run_dir: Path) -> str | None:
+    """The task named by ``run_dir``'s config.json, or None when it cannot be read."""
+    try:
+        task = read_json(run_dir / CONFIG, what="run config", object_only=True).get("task")
+    except (OSError, ValueError):
+        return None
+    return task.get("name") if isinstance(task, dict) else None
 
 def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[str, Any]]:
     """What ``run_dir`` allows ``config`` to do, checked before anything is written: the run's schedule

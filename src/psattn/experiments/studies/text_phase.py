@@ -33,9 +33,11 @@ from psattn.experiments.phase_change import (
 )
 from psattn.experiments.studies.text import TextPlan, model_key, model_label, summarise_text, text_config
 from psattn.experiments.study import Results, Study, check_mode
+from psattn.files import write_text
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.models.config import Variant
 from psattn.training.config import RunConfig
+from psattn.training.run_dir import CHECKPOINT, TOKENIZER
 
 HYPOTHESIS = ("one key-sheared layer copies from the first evaluations on, long before two plain layers go through "
               "their phase change; once they have, two plain layers copy as much or more and reach a lower ICL score "
@@ -231,18 +233,28 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
              "Hypothesis, stated before the run: " + HYPOTHESIS, "", *format_phase_table(rows), "",
              *[part for clause in phase_verdict(results, rows) for part in (clause, "")], f"![curves]({figure.name})", "",
              "Samples (temperature 0.8, seed 0) continuing the same held-out prompt:", ""]
-    examples = samples(runs, configs, SEEDS[0])
-    lines += ["Prompt: `" + next(iter(examples.values()))["prompt"].replace("\n", "⏎").replace("`", "'") + "`", ""]
-    lines += [f"- **{name}**: `" + s["continuation"].replace("\n", "⏎").replace("`", "'") + "`"
-              for name, s in examples.items()]
+    # runs restored from saved summaries (docs/results/text_phase, ``saved_runs.restore``) keep no checkpoint or
+    # tokenizer: their samples and device rows cannot be drawn, which the report says instead of failing
+    models = [runs / c.name for c in configs if c.train.seed == SEEDS[0]]
+    missing = [d.name for d in models if not ((d / CHECKPOINT).exists() and (d / TOKENIZER).exists())]
+    if missing:
+        lines += [f"(Not drawn: {len(missing)} seed-{SEEDS[0]} run{'s' * (len(missing) > 1)} hold no checkpoint or "
+                  f"tokenizer, as runs restored from saved summaries do ({', '.join(missing)}); the samples and the "
+                  "device rows need the trained runs.)"]
+    else:
+        examples = samples(runs, configs, SEEDS[0])
+        lines += ["Prompt: `" + next(iter(examples.values()))["prompt"].replace("\n", "⏎").replace("`", "'") + "`", ""]
+        lines += [f"- **{name}**: `" + s["continuation"].replace("\n", "⏎").replace("`", "'") + "`"
+                  for name, s in examples.items()]
     cached = tuple(m for m in PHASE_MODELS if not AttentionConfig(cast(Variant, m[1]), m[2]).is_key_lag)
-    edge = edge_comparison(runs, configs, runs / "onnx", SEEDS[0], models=cached)
+    edge = None if missing else edge_comparison(runs, configs, runs / "onnx", SEEDS[0], models=cached)
     lines += ["", "On a device (ONNX Runtime, one thread; the learned key-lag layers have no cached decoding, so no "
               "decode-step graph, and are left out):", ""]
-    lines += (["(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)"] if edge is None
+    lines += (["(Not measured: the trained runs' checkpoints are needed, see above.)"] if missing else
+              ["(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)"] if edge is None
               else edge_table(edge))
     path = runs / "text_phase.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")  # whole, or the earlier report kept
     return path
 
 
