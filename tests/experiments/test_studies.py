@@ -250,6 +250,32 @@ def test_the_pilot_table_in_the_docs_is_what_its_saved_runs_give():
     assert all(line in docs for line in table), "\n".join(table)
 
 
+def test_the_pilots_best_prefix_matching_score_at_context_256_rises_early_then_sinks_as_the_pages_say():
+    """The pilot table gives the best head at the end; along the run it was higher, which the pages say too."""
+    from pathlib import Path
+
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    peaks, ends, when = [], [], []
+    for d in sorted((root / "docs" / "results" / "text_pilot").iterdir()):
+        result = load_result(d)
+        if result["config"]["task"]["seq_len"] != 256:
+            continue
+        scores = [(max(max(layer) for layer in row["prefix_matching_score"]), row["tokens"]) for row in result["history"]
+                  if row.get("prefix_matching_score") is not None]
+        peak, at = max(scores)
+        peaks.append(round(peak, 3))
+        when.append(at)
+        ends.append(round(scores[-1][0], 3))
+    assert len(peaks) == 4 and (min(peaks), max(peaks)) == (0.009, 0.011) and max(ends) == 0.004
+    assert 1.95e6 <= min(when) and max(when) <= 2.55e6  # 2.0M and 2.5M tokens, rounded
+    text = (root / "docs" / "text.md").read_text()
+    assert "to 0.009–0.011 by 2.0–2.5M tokens, sinks below it, to\n0.004 at the end" in text
+    for page in ("README.md", "docs/reproduction.md"):
+        assert "best prefix-matching score 0.004 at the end, 0.011 at most" in (root / page).read_text(), page
+
+
 def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
     from pathlib import Path
 

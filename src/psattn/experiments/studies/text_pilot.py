@@ -122,8 +122,8 @@ def pilot_figure(results: dict[str, dict[str, Any]], path) -> Any:
 def format_pilot_table(rows: list[dict[str, Any]]) -> list[str]:
     """The pilot table as markdown lines."""
     lines = ["| rows a step | context | MLPs | the law's phase change | phase change: tokens (minutes) | "
-             "best prefix-matching score | "
-             "best previous-token score, layer 1 / 2 | ICL score | bits per byte | trained: tokens (minutes) |",
+             "best prefix-matching score, at the end | "
+             "best previous-token score at the end, layer 1 / 2 | ICL score | bits per byte | trained: tokens (minutes) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         change = r["phase_change"]
