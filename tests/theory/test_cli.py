@@ -135,3 +135,20 @@ def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypa
     for text in ("## Theory", "![phase diagram](phase_diagram.png)", "Pearson r", "reports r = 0.9966", "-1.000 ±",
                  "| 13 | int8_headroom |"):
         assert text in md
+
+
+def test_a_bode_json_write_cut_short_keeps_the_earlier_one_whole(tmp_path, monkeypatch):
+    """The theory commands write their JSON whole (psattn.files): a write cut short, as by a full disk, leaves the
+    earlier file as it was, not a truncated one."""
+    from helpers import file_size_limit
+    from psattn.theory import plots
+
+    for name in ("plot_bode", "plot_measured_bode"):  # the figures are written whole too (psattn.figures); not here
+        monkeypatch.setattr(plots, name, lambda data, path: path)
+    assert run_cli(["theory", "bode", "--gamma", "0.3", "--out", str(tmp_path)]) == 0
+    before = (tmp_path / "bode.json").read_text()
+    assert len(before) > 4096
+    with file_size_limit(4096), pytest.raises(OSError):
+        run_cli(["theory", "bode", "--gamma", "0.7", "--out", str(tmp_path)])
+    assert (tmp_path / "bode.json").read_text() == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left

@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 
 from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
+from psattn.files import write_text
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
@@ -71,7 +72,7 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
     refuse_a_theory_report(out, ("phase_diagram.png",))
     comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
     out.mkdir(parents=True, exist_ok=True)  # once the simulation has succeeded: a failure leaves no folder
-    (out / "transition.json").write_text(json.dumps(comparison, indent=1))
+    write_text(out / "transition.json", json.dumps(comparison, indent=1))
     path = plots.plot_phase_diagram(json.loads((out / "transition.json").read_text()), out / "phase_diagram.png")
     for region in ("above_crossover", "below_crossover", "all"):
         s = comparison["stats"][region]
@@ -108,7 +109,7 @@ def cmd_bode(args: argparse.Namespace) -> int:
     g = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=g, device=g.device)  # (B, T)
     measured = measure_bode(model, ids).to_dict(label)
-    (out / "bode.json").write_text(json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
+    write_text(out / "bode.json", json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
     figures.append(plots.plot_measured_bode([measured], out / "bode_measured.png"))
     for stream in ("key", "query", "joint"):
         r = measured[f"{stream}_r"]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from psattn.files import write_text
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
 from psattn.progress import progress_bar
@@ -134,7 +135,7 @@ def write_summary(runs: list[dict[str, Any]], out_dir: str | Path) -> dict[str, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = {**provenance(), "runs": runs}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     return summary
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from psattn.files import write_text
 from psattn.meanfield import theorems
 from psattn.meanfield.experiments import (
     paper_configs,
@@ -96,7 +97,7 @@ def meanfield_report(
     checks, skipped = _theorem_checks(summary, quick, threads, progress)
     records = [_check_record(out, check, plots) for check in checks]
     files += [r["figure"] for r in records if r["figure"] is not None]
-    (out / "checks.json").write_text(json.dumps(_json_safe(records), indent=1, allow_nan=False))
+    write_text(out / "checks.json", json.dumps(_json_safe(records), indent=1, allow_nan=False))
     files.append("checks.json")
     passed = all(c.passed for c in checks)
     report = _report(out, quick, summary, records, skipped, notes, files, passed)
@@ -272,5 +273,5 @@ def _report(
     lines += [f"- [{name}]({name})" for name in files if name.endswith((".png", ".gif"))]
     lines += [f"- {note}" for note in notes]
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from psattn.files import write_text
 from psattn.theory.operators import MUTANTS, REFERENCE
 from psattn.theory.reduced_model import compare_with_theory
 from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results
@@ -274,7 +275,7 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
     log.info("theory: spectra")
     summary["spectral"] = spectral_results(model, model_label, seed)
     summary["seconds"] = time.perf_counter() - start
-    (out / "theory.json").write_text(json.dumps(summary, indent=1, default=float))
+    write_text(out / "theory.json", json.dumps(summary, indent=1, default=float))
 
     saved = json.loads((out / "theory.json").read_text())  # figures come from the saved results
     figures = {
@@ -283,5 +284,5 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
         "bode": str(plots.plot_bode(saved["spectral"]["closed_form"], out / "bode.png")),
         "bode_measured": str(plots.plot_measured_bode(saved["spectral"]["measured"], out / "bode_measured.png")),
     }
-    (out / "theory.md").write_text(render_markdown(saved))
+    write_text(out / "theory.md", render_markdown(saved))
     return {**saved, "figures": figures, "markdown": render_markdown(saved, link_prefix)}
