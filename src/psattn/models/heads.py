@@ -8,12 +8,14 @@ occurrence, position t - n + 1. A previous-token head attends to t - 1.
 - induction score: mean attention mass on t - n + 1, over the positions of the second copy.
 
 Any model with ``hook_pattern`` hook points works: psattn's own models, and transformers models
-patched with ``psattn.integrations.hf.apply_psa``.
+patched with ``psattn.integrations.hf.apply_psa``. The scores have one row per attention layer, in the
+order the layers run, and ``layers`` names each row's module: a hybrid's convolution or linear-attention
+layers have no hook points and no row (Qwen3.5's four tiny layers give one row, ``model.layers.3.self_attn``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral
 
 import torch
@@ -25,10 +27,12 @@ from psattn.ops.hooks import capture
 
 @dataclass
 class HeadScores:
-    """Previous-token and induction score of every head, and the mean attention patterns."""
+    """Previous-token and induction score of every head, and the mean attention patterns; one row per
+    attention layer, ``layers`` naming its module."""
     previous_token: Tensor  # (layers, heads)
     induction: Tensor  # (layers, heads)
     patterns: Tensor  # (layers, heads, T, T): mean pattern over the batch
+    layers: tuple[str, ...] = field(default=(), kw_only=True)  # each row's attention module ("blocks.0.attn", ...)
 
     def as_dict(self) -> dict[str, list[list[float]]]:
         """The two scores as nested lists (layers x heads), for JSON."""
@@ -72,7 +76,8 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
         logits[:, :-1].transpose(1, 2), rows[:, 1:], reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t
     first = losses[offset : offset + half - 1].mean()  # predictions of tokens 1..half-1 of the first copy
     second_loss = losses[offset + half : offset + 2 * half - 1].mean()  # ... of the second copy
-    return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss))
+    layers = tuple(name.removesuffix(".hook_pattern") for name in seen)  # a hybrid's other layers have no row
+    return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss), layers=layers)
 
 
 def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_size: int | None = None) -> HeadScores:
@@ -89,7 +94,8 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
     Returns:
         ``HeadScores``: ``previous_token`` and ``induction`` (layers, heads), the mean attention mass
         on t - 1 (positions t >= 1) and on the token after the current token's earlier occurrence
-        (the second copy's positions), and the mean ``patterns`` (layers, heads, T, T).
+        (the second copy's positions), the mean ``patterns`` (layers, heads, T, T), and ``layers``, the
+        attention module of each row (a hybrid model's attention layers only).
 
     Examples:
         >>> from psattn import AttentionConfig, DecoderLM, ModelConfig
