@@ -45,6 +45,12 @@ def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Gen
     return torch.cat([torch.full((batch, 1), bos, device=body.device), body, body], dim=1)
 
 
+def _check_integer(name: str, value, minimum: int) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
 @dataclass
 class RepeatScores(HeadScores):
     """``HeadScores`` plus the next-token loss in each copy of the repeated rows."""
@@ -56,7 +62,12 @@ class RepeatScores(HeadScores):
 def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScores:
     """Head scores and per-copy losses on ``rows`` (B, T) that hold a run of ``half`` tokens at
     ``offset`` and its exact repeat right after it (T >= offset + 2 * half)."""
-    if rows.shape[1] < offset + 2 * half or half < 2:
+    if not isinstance(rows, Tensor) or rows.dim() != 2:  # a 1-D row raised "tuple index out of range"
+        raise ValueError(f"rows must be a (B, T) tensor of token ids, got "
+                         f"{tuple(rows.shape) if isinstance(rows, Tensor) else type(rows).__name__}")
+    _check_integer("half", half, 2)  # a float raised an indexing error deep inside
+    _check_integer("offset", offset, 0)  # a negative offset indexed from the end and returned scores
+    if rows.shape[1] < offset + 2 * half:
         raise ValueError(f"rows of length {rows.shape[1]} cannot hold two copies of {half} tokens after {offset}")
     rows = rows.to(model_device(model))  # rows come from a generator's device; the model may sit elsewhere
     was_training = model.training
@@ -108,6 +119,7 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
     vocab_size = model_vocab if vocab_size is None else vocab_size
     if isinstance(batch, bool) or not isinstance(batch, Integral) or batch < 1:  # 0 rows gave NaN scores
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    _check_integer("half", half, 2)  # -3 raised torch's "negative dimension", 2.5 randint's TypeError
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral) or vocab_size < 2 or \
             (model_vocab is not None and vocab_size > model_vocab):
         raise ValueError(f"vocab_size must be an integer in [2, {model_vocab or 'the vocabulary'}] (BOS and one more "
