@@ -142,6 +142,12 @@ def test_head_scores_on_a_transformers_model():
     assert full.first_copy_loss > 0 and full.second_copy_loss > 0
 
 
+def test_head_scores_name_the_layer_of_each_row_of_a_hybrid_model():
+    # Qwen3.5's four tiny layers: three gated delta-net layers, then the one attention layer
+    scores = head_scores(apply_psa(tiny_model("qwen3_5_text"), "key_only", 1.0), batch=2, half=4)
+    assert scores.induction.shape == (1, 4) and scores.layers == ("model.layers.3.self_attn",)
+
+
 @pytest.mark.parametrize("point", ["k", "k_sheared", "v"])
 def test_a_replacement_with_a_cache_is_what_the_cache_keeps(point, prompt):
     """Patching the new positions' keys or values while decoding with a cache gives what the same

@@ -127,6 +127,14 @@ def test_patch_always_detaches_its_hooks_and_refuses_a_name_that_matches_nothing
         assert same is model and torch.equal(model(x), before)
 
 
+def test_capture_refuses_a_pattern_that_matches_nothing_among_several():
+    model = random_model("symmetric", gamma=0.5)
+    with pytest.raises(ValueError, match=r"no hook point matches \['\*.hook_scores'\]"):
+        with capture(model, "*.hook_pattern", "*.hook_scores"):  # a misspelt second name recorded nothing for it
+            pass
+    assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))  # nothing attached
+
+
 @pytest.mark.parametrize("replace", [lambda v: v[..., :2, :], lambda v: v.tolist(), lambda v: v[None]])
 def test_a_replacement_that_is_not_a_tensor_of_the_values_shape_is_refused(replace):
     """Values cut to 2 of 6 positions went on to CPU SDPA, which does not check the lengths of k and v: the

@@ -628,3 +628,22 @@ def test_the_lm_metrics_refuse_inputs_that_would_give_a_wrong_number():
     for vocab_size in (1, 17):  # random_'s "from=1 >= to=1"; the embedding's IndexError
         with pytest.raises(ValueError, match=r"vocab_size must be an integer in \[2, 16\]"):
             head_scores(model, batch=2, half=4, vocab_size=vocab_size)
+
+
+def test_repeat_scores_and_head_scores_name_a_bad_half_offset_or_rows():
+    """A negative offset indexed from the end of the row and returned scores; a float half, a negative one
+    and 1-D rows raised torch's indexing, randint or shape errors."""
+    from psattn import DecoderLM
+    from psattn.models.heads import head_scores
+
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_heads=2))
+    rows = torch.randint(0, 16, (2, 10), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="offset must be an integer >= 0, got -2"):
+        repeat_scores(model, rows, 4, offset=-2)
+    with pytest.raises(ValueError, match="half must be an integer >= 2, got 4.0"):
+        repeat_scores(model, rows, 4.0)
+    with pytest.raises(ValueError, match=r"rows must be a \(B, T\) tensor of token ids, got \(10,\)"):
+        repeat_scores(model, rows[0], 4)
+    for half in (-3, 2.5):
+        with pytest.raises(ValueError, match=f"half must be an integer >= 2, got {half}"):
+            head_scores(model, batch=2, half=half)

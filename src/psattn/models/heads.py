@@ -8,12 +8,14 @@ occurrence, position t - n + 1. A previous-token head attends to t - 1.
 - induction score: mean attention mass on t - n + 1, over the positions of the second copy.
 
 Any model with ``hook_pattern`` hook points works: psattn's own models, and transformers models
-patched with ``psattn.integrations.hf.apply_psa``.
+patched with ``psattn.integrations.hf.apply_psa``. The scores have one row per attention layer, in the
+order the layers run, and ``layers`` names each row's module: a hybrid's convolution or linear-attention
+layers have no hook points and no row (Qwen3.5's four tiny layers give one row, ``model.layers.3.self_attn``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral
 
 import torch
@@ -25,10 +27,12 @@ from psattn.ops.hooks import capture
 
 @dataclass
 class HeadScores:
-    """Previous-token and induction score of every head, and the mean attention patterns."""
+    """Previous-token and induction score of every head, and the mean attention patterns; one row per
+    attention layer, ``layers`` naming its module."""
     previous_token: Tensor  # (layers, heads)
     induction: Tensor  # (layers, heads)
     patterns: Tensor  # (layers, heads, T, T): mean pattern over the batch
+    layers: tuple[str, ...] = field(default=(), kw_only=True)  # each row's attention module ("blocks.0.attn", ...)
 
     def as_dict(self) -> dict[str, list[list[float]]]:
         """The two scores as nested lists (layers x heads), for JSON."""
@@ -39,6 +43,12 @@ def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Gen
     """[BOS] + R + R rows (B, 1 + 2 * half), R drawn from the tokens other than BOS."""
     body = torch.randint(1, vocab_size, (batch, half), generator=generator, device=generator.device)
     return torch.cat([torch.full((batch, 1), bos, device=body.device), body, body], dim=1)
+
+
+def _check_integer(name: str, value, minimum: int) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 @dataclass
@@ -52,7 +62,12 @@ class RepeatScores(HeadScores):
 def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScores:
     """Head scores and per-copy losses on ``rows`` (B, T) that hold a run of ``half`` tokens at
     ``offset`` and its exact repeat right after it (T >= offset + 2 * half)."""
-    if rows.shape[1] < offset + 2 * half or half < 2:
+    if not isinstance(rows, Tensor) or rows.dim() != 2:  # a 1-D row raised "tuple index out of range"
+        raise ValueError(f"rows must be a (B, T) tensor of token ids, got "
+                         f"{tuple(rows.shape) if isinstance(rows, Tensor) else type(rows).__name__}")
+    _check_integer("half", half, 2)  # a float raised an indexing error deep inside
+    _check_integer("offset", offset, 0)  # a negative offset indexed from the end and returned scores
+    if rows.shape[1] < offset + 2 * half:
         raise ValueError(f"rows of length {rows.shape[1]} cannot hold two copies of {half} tokens after {offset}")
     rows = rows.to(model_device(model))  # rows come from a generator's device; the model may sit elsewhere
     was_training = model.training
@@ -72,7 +87,8 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
         logits[:, :-1].transpose(1, 2), rows[:, 1:], reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t
     first = losses[offset : offset + half - 1].mean()  # predictions of tokens 1..half-1 of the first copy
     second_loss = losses[offset + half : offset + 2 * half - 1].mean()  # ... of the second copy
-    return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss))
+    layers = tuple(name.removesuffix(".hook_pattern") for name in seen)  # a hybrid's other layers have no row
+    return RepeatScores(prev, ind, patterns.mean(dim=1), float(first), float(second_loss), layers=layers)
 
 
 def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_size: int | None = None) -> HeadScores:
@@ -89,7 +105,8 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
     Returns:
         ``HeadScores``: ``previous_token`` and ``induction`` (layers, heads), the mean attention mass
         on t - 1 (positions t >= 1) and on the token after the current token's earlier occurrence
-        (the second copy's positions), and the mean ``patterns`` (layers, heads, T, T).
+        (the second copy's positions), the mean ``patterns`` (layers, heads, T, T), and ``layers``, the
+        attention module of each row (a hybrid model's attention layers only).
 
     Examples:
         >>> from psattn import AttentionConfig, DecoderLM, ModelConfig
@@ -102,6 +119,7 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
     vocab_size = model_vocab if vocab_size is None else vocab_size
     if isinstance(batch, bool) or not isinstance(batch, Integral) or batch < 1:  # 0 rows gave NaN scores
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    _check_integer("half", half, 2)  # -3 raised torch's "negative dimension", 2.5 randint's TypeError
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral) or vocab_size < 2 or \
             (model_vocab is not None and vocab_size > model_vocab):
         raise ValueError(f"vocab_size must be an integer in [2, {model_vocab or 'the vocabulary'}] (BOS and one more "

@@ -97,7 +97,7 @@ def _matching(model: nn.Module, patterns) -> Iterator[tuple[str, HookPoint]]:
 @contextmanager
 def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, Any]]:
     """Record the values passing through hook points whose qualified names match any of the
-    shell-style ``patterns`` (all hook points when none is given)::
+    shell-style ``patterns`` (all hook points when none is given; a ValueError when one matches none)::
 
         with capture(model, "*.hook_pattern") as seen:
             model(tokens)
@@ -106,11 +106,12 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, Any]]:
     not_names = [p for p in patterns if not isinstance(p, str)]
     if not_names:  # fnmatch raised "expected str, bytes or os.PathLike object"
         raise TypeError(f"capture's patterns must be hook point names or shell-style patterns, got {not_names!r}")
+    missing = [p for p in patterns if next(_matching(model, [p]), None) is None]
+    if missing:  # as patch refuses them: a misspelt name among several recorded nothing for it, silently
+        raise ValueError(f"no hook point matches {missing}")
     seen: dict[str, Any] = {}
     handles = [point.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, out))
                for name, point in _matching(model, patterns)]
-    if patterns and not handles:
-        raise ValueError(f"no hook point matches {patterns}")
     try:
         yield seen
     finally:
