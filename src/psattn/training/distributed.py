@@ -104,6 +104,17 @@ def any_rank(flag: bool, ctx: Distributed, device: torch.device) -> bool:
     return bool(value.item())
 
 
+def agreed_signal(signum: int | None, ctx: Distributed, device: torch.device) -> int | None:
+    """The stop signal any rank has seen (the highest number when several), on every rank, so that all ranks
+    stop at the same step: a signal sent to each rank lands at a different point of its step, and a rank
+    that stopped alone would wait in the checkpoint's barrier while the others went on to the next step."""
+    if not ctx.enabled:
+        return signum
+    value = torch.tensor(float(signum or 0), device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item()) or None
+
+
 def barrier(ctx: Distributed) -> None:
     """Wait for every rank (nothing when not distributed)."""
     if ctx.enabled:
