@@ -146,3 +146,18 @@ def test_a_signal_to_one_rank_stops_every_rank_at_one_step(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)] == [[3, signal.SIGINT]] * 2
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 3
+
+
+@pytest.mark.slow
+def test_ddp_into_a_run_directory_another_process_holds_is_refused_at_once(tmp_path):
+    from psattn.training.lock import run_lock
+
+    run_dir = tmp_path / "ddp"
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps(tiny_config(steps=100000).to_dict()))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "psattn", "train", "--config", str(path), "--run-dir", str(run_dir)]
+    with run_lock(run_dir):  # rank 0 is refused; before, it waited in the teardown's barrier and rank 1 trained on
+        done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode != 0 and "being trained by another process" in done.stderr, done.stderr[-3000:]

@@ -59,11 +59,14 @@ def resolve_device(name: str, local_rank: int = 0, what: str = "train.device") -
     return device
 
 
-def teardown_distributed() -> None:
-    """Leave the process group, if one was joined: every rank waits for the others, then the group
-    is destroyed (a process that exits with the group alive can abort in the backend's threads)."""
+def teardown_distributed(wait: bool = True) -> None:
+    """Leave the process group, if one was joined: every rank waits for the others (unless not ``wait``), then
+    the group is destroyed (a process that exits with the group alive can abort in the backend's threads).
+    A rank that leaves on an error of its own must not wait: the others are in a step's collectives, not in
+    the barrier, and would never meet it; torchrun ends them once this one has exited."""
     if dist.is_initialized():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 
