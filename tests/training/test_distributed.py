@@ -113,3 +113,51 @@ def test_batch_must_split_evenly(monkeypatch):
     assert len(shard(batch, Distributed(rank=1, world_size=2))) == 3
     with pytest.raises(ValueError, match="divisible"):
         shard(batch, Distributed(rank=0, world_size=4))
+
+
+ONE_RANK_SIGNALLED = """
+import json, os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from helpers import tiny_config
+from psattn.training.checkpoint import load_checkpoint
+from psattn.training.distributed import setup_distributed
+from psattn.training.signals import TrainingInterrupted
+from psattn.training.trainer import train
+ctx = setup_distributed("cpu")
+def on_step(step, _loss):  # the signal reaches rank 1 only, after its step 3
+    if ctx.rank == 1 and step == 3:
+        os.kill(os.getpid(), signal.SIGINT)
+try:
+    train(tiny_config(steps=40), sys.argv[1], on_step=on_step)
+except TrainingInterrupted as err:
+    open(f"{sys.argv[2]}/rank{ctx.rank}", "w").write(json.dumps([err.step, err.signum]))
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_every_rank_at_one_step(tmp_path):
+    script = tmp_path / "one_rank.py"
+    script.write_text(ONE_RANK_SIGNALLED)
+    tests = os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep, 1)[0]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), str(tmp_path / "run"), str(tmp_path), tests]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)  # before: rank 1 waited in the checkpoint's barrier, rank 0 trained on
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)] == [[3, signal.SIGINT]] * 2
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 3
+
+
+@pytest.mark.slow
+def test_ddp_into_a_run_directory_another_process_holds_is_refused_at_once(tmp_path):
+    from psattn.training.lock import run_lock
+
+    run_dir = tmp_path / "ddp"
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps(tiny_config(steps=100000).to_dict()))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "psattn", "train", "--config", str(path), "--run-dir", str(run_dir)]
+    with run_lock(run_dir):  # rank 0 is refused; before, it waited in the teardown's barrier and rank 1 trained on
+        done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode != 0 and "being trained by another process" in done.stderr, done.stderr[-3000:]

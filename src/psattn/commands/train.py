@@ -67,8 +67,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         lines = None if getattr(args, "quiet", False) else console_line
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
                        report=lines)
-    finally:  # a diverged run (every rank sees the same global loss) is psattn.cli's one line
-        teardown_distributed()  # under torchrun: leave the process group before exiting
+    except BaseException:  # an error of this rank alone (say, RunLocked, which rank 0 alone checks) is psattn.cli's
+        teardown_distributed(wait=False)  # one line: waiting for ranks that train on would hang the job
+        raise
+    teardown_distributed()  # under torchrun: leave the process group before exiting
     if result.timed_out:
         again = "the same command without --restart" if args.restart else "the same command"
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "

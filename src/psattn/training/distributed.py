@@ -59,11 +59,14 @@ def resolve_device(name: str, local_rank: int = 0, what: str = "train.device") -
     return device
 
 
-def teardown_distributed() -> None:
-    """Leave the process group, if one was joined: every rank waits for the others, then the group
-    is destroyed (a process that exits with the group alive can abort in the backend's threads)."""
+def teardown_distributed(wait: bool = True) -> None:
+    """Leave the process group, if one was joined: every rank waits for the others (unless not ``wait``), then
+    the group is destroyed (a process that exits with the group alive can abort in the backend's threads).
+    A rank that leaves on an error of its own must not wait: the others are in a step's collectives, not in
+    the barrier, and would never meet it; torchrun ends them once this one has exited."""
     if dist.is_initialized():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -102,6 +105,17 @@ def any_rank(flag: bool, ctx: Distributed, device: torch.device) -> bool:
     value = torch.tensor(float(flag), device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def agreed_signal(signum: int | None, ctx: Distributed, device: torch.device) -> int | None:
+    """The stop signal any rank has seen (the highest number when several), on every rank, so that all ranks
+    stop at the same step: a signal sent to each rank lands at a different point of its step, and a rank
+    that stopped alone would wait in the checkpoint's barrier while the others went on to the next step."""
+    if not ctx.enabled:
+        return signum
+    value = torch.tensor(float(signum or 0), device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item()) or None
 
 
 def barrier(ctx: Distributed) -> None:

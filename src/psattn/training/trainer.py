@@ -33,7 +33,16 @@ from psattn.training.binding import (
     read_binding,
 )
 from psattn.training.config import RunConfig
-from psattn.training.distributed import Distributed, any_rank, barrier, mean_over_ranks, resolve_device, setup_distributed, shard
+from psattn.training.distributed import (
+    Distributed,
+    agreed_signal,
+    any_rank,
+    barrier,
+    mean_over_ranks,
+    resolve_device,
+    setup_distributed,
+    shard,
+)
 from psattn.training.evaluation import evaluate
 from psattn.training.lock import run_lock
 from psattn.training.loss import forward_fn
@@ -302,20 +311,22 @@ def train(
                     timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
-                stopping = stop.requested  # read once: a signal landing after this is honoured at the next boundary
+                # read once: a signal landing after this is honoured at the next boundary; under DDP every rank
+                # stops at the step where any rank saw one (docs/scale-out.md)
+                signum = agreed_signal(stop.signum, ddp, device)
+                stopping = signum is not None
                 if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stopping or timed_out:
                     run.raise_if_diverged()  # a diverged model is never saved
                     run.state.seconds += time.perf_counter() - start
                     start = time.perf_counter()
                     run.checkpoint()
-                if stopping:  # checkpointed above, after raise_if_diverged
-                    assert stop.signum is not None
+                if signum is not None:  # checkpointed above, after raise_if_diverged
                     bar.close()
                     again = "the same command again" if resume else "the same command without --restart"
                     hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
                             else "no run directory, nothing kept")
-                    raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {run.state.step}: {hint}",
-                                              stop.signum, run.state.step)
+                    raise TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
+                                              signum, run.state.step)
                 if timed_out:
                     log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
                     break
