@@ -70,29 +70,54 @@ def test_ddp_resumes_after_a_kill(tmp_path):
     same_history(load_result(run_dir)["history"], reference.history)
 
 
-ANY_RANK = """
+AGREE = """
 import json, sys
-import torch
-from psattn.training.distributed import any_rank, setup_distributed, teardown_distributed
+import torch.distributed as dist
+from psattn.training.distributed import agree_on_stop, setup_distributed, teardown_distributed
 ctx = setup_distributed("cpu")
-flags = json.loads(sys.argv[2])
-answer = any_rank(flags[ctx.rank], ctx, torch.device("cpu"))
-open(f"{sys.argv[1]}/rank{ctx.rank}", "w").write(json.dumps(answer))
+sent = []
+def all_reduce(tensor, **kwargs):  # what goes over the process group
+    sent.append(tensor.device.type)
+    return reduce(tensor, **kwargs)
+reduce, dist.all_reduce = dist.all_reduce, all_reduce
+answers = [agree_on_stop(*case[ctx.rank], ctx) for case in json.loads(sys.argv[2])]
+open(f"{sys.argv[1]}/rank{ctx.rank}", "w").write(json.dumps([answers, sent]))
 teardown_distributed()
 """
 
+# each case: (timed_out, signum) on rank 0, then on rank 1
+CASES = [[[True, None], [False, None]], [[False, None], [False, 15]], [[False, 2], [True, 15]], [[False, None]] * 2]
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags,expected", [([True, False], True), ([False, True], True), ([False, False], False)])
-def test_any_rank_tells_every_rank_when_one_rank_says_stop(tmp_path, flags, expected):
-    script = tmp_path / "any_rank.py"
-    script.write_text(ANY_RANK)
+def test_every_rank_stops_when_one_rank_ran_out_of_time_or_saw_a_signal(tmp_path):
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(script), str(tmp_path), json.dumps(flags)]
+               str(script), str(tmp_path), json.dumps(CASES)]
     done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)] == [expected, expected]
+    expected = [[True, None], [False, 15], [True, 15], [False, None]]
+    for rank in (0, 1):
+        answers, sent = json.loads((tmp_path / f"rank{rank}").read_text())
+        assert answers == expected
+        assert sent == ["cpu"] * len(CASES)  # one host all-reduce a step: no wait for a device's queue
+
+
+def test_on_cuda_the_process_group_carries_host_tensors_over_gloo(monkeypatch):
+    import torch.distributed as dist
+
+    from psattn.training import distributed
+    asked = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: asked.append(backend))
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    assert distributed.setup_distributed("cuda").rank == 1
+    distributed.setup_distributed("cpu")
+    assert asked == ["cpu:gloo,cuda:nccl", "gloo"]
 
 
 @pytest.mark.slow

@@ -41,7 +41,8 @@ def setup_distributed(device_type: str) -> Distributed:
     if world <= 1:
         return Distributed()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        # on CUDA, NCCL for the model's tensors and gloo for the host's (agree_on_stop)
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo")
     return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
@@ -98,24 +99,17 @@ def mean_over_ranks(value: Tensor, ctx: Distributed) -> Tensor:
     return value / ctx.world_size
 
 
-def any_rank(flag: bool, ctx: Distributed, device: torch.device) -> bool:
-    """True on every rank when ``flag`` is true on at least one (so all ranks stop together)."""
+def agree_on_stop(timed_out: bool, signum: int | None, ctx: Distributed) -> tuple[bool, int | None]:
+    """What every rank does after this step: stop for the time limit if any rank's ran out, and for the stop
+    signal any rank has seen (the highest number when several). A signal sent to each rank lands at a
+    different point of its step, and a rank that stopped alone would wait in the checkpoint's barrier while
+    the others went on. One all-reduce of a host tensor: on CUDA it goes through the process group's gloo
+    backend, so agreeing never waits for the device's queued work."""
     if not ctx.enabled:
-        return flag
-    value = torch.tensor(float(flag), device=device)
+        return timed_out, signum
+    value = torch.tensor([int(timed_out), signum or 0], dtype=torch.int64)  # (2,) on the host
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
-def agreed_signal(signum: int | None, ctx: Distributed, device: torch.device) -> int | None:
-    """The stop signal any rank has seen (the highest number when several), on every rank, so that all ranks
-    stop at the same step: a signal sent to each rank lands at a different point of its step, and a rank
-    that stopped alone would wait in the checkpoint's barrier while the others went on to the next step."""
-    if not ctx.enabled:
-        return signum
-    value = torch.tensor(float(signum or 0), device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return int(value.item()) or None
+    return bool(value[0]), int(value[1]) or None
 
 
 def barrier(ctx: Distributed) -> None:

@@ -35,8 +35,7 @@ from psattn.training.binding import (
 from psattn.training.config import RunConfig
 from psattn.training.distributed import (
     Distributed,
-    agreed_signal,
-    any_rank,
+    agree_on_stop,
     barrier,
     mean_over_ranks,
     resolve_device,
@@ -307,13 +306,13 @@ def train(
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
                     say(evaluation_line(row, t.steps))
                 done = run.stops_early()
-                if time_limit_s is not None and run.state.step < t.steps and not done:
-                    timed_out = any_rank(time.perf_counter() - called >= time_limit_s, ddp, device)
+                over_time = (time_limit_s is not None and run.state.step < t.steps and not done
+                             and time.perf_counter() - called >= time_limit_s)
                 if should_stop is not None and not stop.requested and should_stop():
                     stop.signum = signal.SIGTERM
                 # read once: a signal landing after this is honoured at the next boundary; under DDP every rank
-                # stops at the step where any rank saw one (docs/scale-out.md)
-                signum = agreed_signal(stop.signum, ddp, device)
+                # stops at the step where any rank saw one or ran out of time (docs/scale-out.md)
+                timed_out, signum = agree_on_stop(over_time, stop.signum, ddp)
                 stopping = signum is not None
                 if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stopping or timed_out:
                     run.raise_if_diverged()  # a diverged model is never saved
