@@ -13,9 +13,10 @@ on the training parts only. The result is cached under
     meta.json        corpus, sizes, bytes    docs.json             per-document token counts
 
 and a second run with the same corpus and tokenizer opens these files instead of tokenizing again.
-``meta.json`` records each array's shape, dtype and SHA-256 and the tokenizer's SHA-256; opening an
-entry checks them all (and that no token id reaches the vocabulary), so a truncated, overwritten or
-tampered cache is an error that names the file, never training data. An entry without ``meta.json``
+``meta.json`` records each array's shape, dtype and SHA-256, the tokenizer's SHA-256 and the corpus hash;
+opening an entry checks them all (that no token id reaches the vocabulary, and that the entry is of the
+corpus asked for), so a truncated, overwritten, tampered or misplaced cache is an error that names the
+file, never training data; a corpus that changes while it is tokenized is refused. An entry without ``meta.json``
 (a build cut short, or an older format) is rebuilt, and staging folders of builds whose process is
 gone are removed.
 """
@@ -209,19 +210,24 @@ def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
     """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    key = f"{corpus_hash(corpus)}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
+    digest = corpus_hash(corpus)
+    key = f"{digest}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
     key += "-byfile" if split == "file" else ""
-    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split)
+    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split, digest)
 
 
 @lru_cache(maxsize=8)
 def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
-          split: str = "tail") -> TokenizedCorpus:
+          split: str = "tail", digest: str = "") -> TokenizedCorpus:
+    """The entry in ``directory`` of the corpus whose ``corpus_hash`` is ``digest``, built first if needed."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_staging(directory)
     if not _complete(directory):
-        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction, split)
+        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction, split, digest)
     meta = json.loads((directory / "meta.json").read_text())
+    if digest and meta["corpus_sha256"] != digest:
+        raise _corrupt(directory / "meta.json", f"it holds the tokens of corpus {meta['corpus_sha256']}, not of "
+                                                f"{corpus} ({digest})")
     tokenizer_json = (directory / "tokenizer.json").read_text()
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
         raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
@@ -254,12 +260,19 @@ def _complete(directory: Path) -> bool:
 
 
 def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
-                 split: str = "tail") -> None:
-    """Build the entry in a staging folder named after this process, then rename it into place (atomic)."""
+                 split: str = "tail", digest: str = "") -> None:
+    """Build the entry in a staging folder named after this process, then rename it into place (atomic).
+    ``digest``: the corpus hash the entry is keyed by; a corpus that no longer hashes to it once read (it
+    changed since) is refused, as its tokens would be served under the key of the text it held before."""
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
-        _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging, corpus_hash(corpus), split)
+        documents = load_documents(corpus)
+        read = corpus_hash(corpus)
+        if digest and read != digest:
+            raise ValueError(f"corpus {corpus} changed while it was being tokenized (its hash went from {digest} to "
+                             f"{read}); run again once its files stop changing")
+        _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split)
         try:
             staging.rename(directory)  # another process may have won the race
         except OSError:
