@@ -242,6 +242,13 @@ def test_text_config_refuses_bad_values():
             make_task_config("text", **fields)
 
 
+def test_text_config_takes_numpy_sizes_and_fractions_as_the_synthetic_tasks_do():
+    config = make_task_config("text", seq_len=np.int64(128), vocab_size=np.int64(256), eval_fraction=np.float32(0.25))
+    assert (config.seq_len, config.vocab_size, config.eval_fraction) == (128, 256, 0.25)  # were refused, "must be an integer"
+    assert (type(config.seq_len), type(config.vocab_size), type(config.eval_fraction)) == (int, int, float)
+    assert config == make_task_config("text", seq_len=128, eval_fraction=0.25)
+
+
 def test_batches_are_next_token_windows_drawn_from_the_generator_alone(tmp_path):
     config = make_task_config("text", corpus=str(numbered_corpus(tmp_path / "corpus")), seq_len=24)
     a = sample_task(config, 4, torch.Generator().manual_seed(3))
