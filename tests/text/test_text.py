@@ -110,6 +110,16 @@ def test_split_cuts_at_a_paragraph_and_loses_nothing():
     assert 0.05 < len(held) / len(text) < 0.15
 
 
+def test_split_cuts_at_a_paragraph_of_text_with_windows_line_ends():
+    """A blank line is \r\n\r\n there, which holds no \n\n: the cut fell mid-word ('gins here and ...')."""
+    paragraphs = [f"Paragraph {i} begins here and runs on for a while, saying a few things of its own." for i in range(40)]
+    for newline in ("\n", "\r\n"):
+        text = (newline * 2).join(paragraphs) + newline
+        train_part, held = split_text(text, 0.07)
+        assert train_part + held == text and train_part.endswith(newline * 2)
+        assert held.startswith("Paragraph 37 begins")
+
+
 @pytest.mark.parametrize("tokenizer, vocab", [("byte", 256), ("bpe", 300)])
 def test_held_out_text_is_disjoint_from_training_text(tmp_path, tokenizer, vocab):
     corpus = str(numbered_corpus(tmp_path / "corpus"))

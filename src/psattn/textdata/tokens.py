@@ -48,7 +48,9 @@ from psattn.textdata.tokenizer import (
 )
 
 log = logging.getLogger(__name__)
-FORMAT = 3  # meta.json's layout; entries of another format are rebuilt (3: the split by file drops copies)
+#: meta.json's layout; entries of another format are rebuilt (3: the split by file drops copies; 4: a blank line with
+#: Windows line ends is a paragraph break)
+FORMAT = 4
 
 
 class CorruptCache(ValueError):
@@ -72,15 +74,19 @@ class TokenizedCorpus:
     fingerprint: dict  # corpus and tokenizer hashes, and the arrays' checksums: what a run is bound to
 
 
+#: the ends of a blank line: "\n\n", and in text with Windows line ends ("\r\n\r\n") its last three characters
+BLANK_LINES = ("\n\n", "\n\r\n")
+
+
 def split_text(text: str, eval_fraction: float) -> tuple[str, str]:
-    """(train part, held-out tail) of one document; the cut moves to the nearest paragraph break
-    within 5% of the document, so the tail starts with a whole paragraph."""
+    """(train part, held-out tail) of one document; the cut moves to the nearest paragraph break (a blank
+    line, with Unix or Windows line ends) within 5% of the document, so the tail starts with a whole paragraph."""
     cut = int(len(text) * (1.0 - eval_fraction))
     slack = max(1, len(text) // 20)
-    before, after = text.rfind("\n\n", cut - slack, cut), text.find("\n\n", cut, cut + slack)
-    candidates = [i for i in (before, after) if i > 0]
-    if candidates:
-        cut = min(candidates, key=lambda i: abs(i - cut)) + 2
+    breaks = [(i, i + len(blank)) for blank in BLANK_LINES  # (start, end) of the nearest blank line before and after
+              for i in (text.rfind(blank, cut - slack, cut), text.find(blank, cut, cut + slack)) if i > 0]
+    if breaks:
+        cut = min(breaks, key=lambda b: abs(b[0] - cut))[1]
     return text[:cut], text[cut:]
 
 
