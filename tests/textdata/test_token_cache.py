@@ -254,3 +254,14 @@ def test_an_entry_holding_another_corpus_is_refused_naming_it(tmp_path):
     token_cache._open.cache_clear()
     with pytest.raises(CorruptCache, match=r"meta\.json is corrupt: it holds the tokens of corpus [0-9a-f]{16}, not of"):
         token_cache.tokenize_corpus(str(corpus))
+
+
+def test_docs_json_counts_every_document_whose_names_share_a_stem(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"notes.v{i}.txt").write_text(f"version {i}\n\n" * (10 + i))
+    entry = token_cache.tokenize_corpus(str(folder))
+    counts = json.loads((entry.directory / "docs.json").read_text())
+    assert [os.path.basename(name) for name in counts] == ["notes.v0.txt", "notes.v1.txt", "notes.v2.txt"]  # was {"notes": ...}
+    assert sum(train + held for train, held in counts.values()) == len(entry.train) + len(entry.eval)

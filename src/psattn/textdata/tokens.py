@@ -10,7 +10,7 @@ on the training parts only. The result is cached under
 ``$PSATTN_CACHE`` (default ``~/.cache/psattn``) in ``text/<corpus hash>-<tokenizer>-<fraction>[-byfile]/``::
 
     tokenizer.json   the tokenizer           train.npy, eval.npy   token streams (uint16 when they fit)
-    meta.json        corpus, sizes, bytes    docs.json             per-document token counts
+    meta.json        corpus, sizes, bytes    docs.json             per-document token counts, by file
 
 and a second run with the same corpus and tokenizer opens these files instead of tokenizing again.
 ``meta.json`` records each array's shape, dtype and SHA-256, the tokenizer's SHA-256 and the corpus hash;
@@ -200,7 +200,7 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         np.save(out / f"{name}.npy", array)
     tokenizer_json = tok.to_json()
     (out / "tokenizer.json").write_text(tokenizer_json)
-    per_document = {d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
+    per_document = {d.path or d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
     (out / "docs.json").write_text(json.dumps(per_document))
     (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
         "format": FORMAT, "documents": len(documents), "copies_dropped": copies,
