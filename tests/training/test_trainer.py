@@ -558,6 +558,23 @@ def test_a_held_out_batch_that_scores_no_position_is_refused_before_anything_is_
     assert not (tmp_path / "run").exists()
 
 
+def test_evaluate_refuses_a_batch_that_scores_no_position():
+    """It returned (0.0, 0.0): accuracy 0 and a perfect loss over no position at all."""
+    from psattn.tasks import IGNORE_INDEX, TaskBatch
+    from psattn.training.evaluation import evaluate
+    from psattn.training.run_dir import build_model
+
+    model = build_model(tiny_config())
+    inputs = torch.tensor([[0, 3, 5, 7]])
+    with pytest.raises(ValueError, match=r"the batch \(1 row\) has no scored positions"):
+        evaluate(model, TaskBatch(inputs, torch.full_like(inputs, IGNORE_INDEX)))
+    accuracy, loss = evaluate(model, TaskBatch(inputs, torch.tensor([[IGNORE_INDEX, 1, IGNORE_INDEX, 2]])))
+    with torch.no_grad():
+        logits = model.eval()(inputs)[0, [1, 3]]  # (2, V): the scored positions
+    assert accuracy == float((logits.argmax(-1) == torch.tensor([1, 2])).float().mean())
+    assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
+
+
 def test_a_training_batch_that_scores_no_position_logs_no_training_loss():
     """Full-sequence induction rows of 16 tokens of 256 often hold no repeat: a one-row batch then scores nothing,
     and its loss of 0.0 (a perfect one, over no position) was logged as the training loss."""
