@@ -35,6 +35,18 @@ def test_first_copying_is_the_random_tokens_copy_gain_held_for_two_evaluations()
     assert detect_copying(rows, threshold=0.6) is None
 
 
+def test_a_phase_change_at_the_first_evaluation_records_the_icl_score_of_step_0_before_it():
+    from psattn.experiments.phase_change import detect_phase_change
+
+    rows = [evaluation(0, 0.0, 0.01, icl=-0.05), evaluation(1000, 0.0, 0.3, icl=-0.4), evaluation(2000, 0.0, 0.35, icl=-0.5)]
+    change = detect_phase_change(rows)
+    assert (change.step, change.icl_before, change.icl_at) == (1000, -0.05, -0.4)  # icl_before was None
+    later = detect_phase_change([rows[0], evaluation(1000, 0.0, 0.05, icl=-0.1), *rows[2:], evaluation(3000, 0.0, 0.4)])
+    assert (later.step, later.icl_before) == (2000, -0.1)
+    last = [*rows[:1], evaluation(1000, 0.0, 0.05), evaluation(2000, 0.0, 0.3)]  # at the last evaluation: unconfirmed
+    assert detect_phase_change(last) is None and detect_phase_change(last, confirm=1).step == 2000
+
+
 def results_where_two_plain_layers_overtake():
     psa = [0.0, 0.4, 0.5, 0.5, 0.5, 0.5]
     plain = [0.0, 0.0, 0.1, 0.6, 0.9, 1.0]

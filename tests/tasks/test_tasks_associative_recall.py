@@ -1,3 +1,7 @@
+import dataclasses
+import json
+
+import numpy as np
 import pytest
 from hypothesis import strategies as st
 
@@ -84,3 +88,12 @@ test_bad_configs_raise_naming_the_field = bad_configs_raise(AssociativeRecallCon
     ({"power_a": True}, r"power_a must be a finite number > 0, got True"),
     ({"power_a": "1"}, r"power_a must be a finite number > 0, got '1'"),
 ])
+
+
+def test_a_numpy_power_a_is_stored_as_a_float_a_run_can_write():
+    """np.float32(0.5) passed the checks and was kept: a run's config.json then failed with a TypeError
+    traceback ('Object of type float32 is not JSON serializable')."""
+    config = AssociativeRecallConfig(vocab_size=16, seq_len=17, num_pairs=2, power_a=np.float32(0.5))
+    assert type(config.power_a) is float and config == AssociativeRecallConfig(vocab_size=16, seq_len=17, num_pairs=2,
+                                                                                power_a=0.5)
+    assert json.loads(json.dumps(dataclasses.asdict(config)))["power_a"] == 0.5

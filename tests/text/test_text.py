@@ -110,6 +110,16 @@ def test_split_cuts_at_a_paragraph_and_loses_nothing():
     assert 0.05 < len(held) / len(text) < 0.15
 
 
+def test_split_cuts_at_a_paragraph_of_text_with_windows_line_ends():
+    """A blank line is \r\n\r\n there, which holds no \n\n: the cut fell mid-word ('gins here and ...')."""
+    paragraphs = [f"Paragraph {i} begins here and runs on for a while, saying a few things of its own." for i in range(40)]
+    for newline in ("\n", "\r\n"):
+        text = (newline * 2).join(paragraphs) + newline
+        train_part, held = split_text(text, 0.07)
+        assert train_part + held == text and train_part.endswith(newline * 2)
+        assert held.startswith("Paragraph 37 begins")
+
+
 @pytest.mark.parametrize("tokenizer, vocab", [("byte", 256), ("bpe", 300)])
 def test_held_out_text_is_disjoint_from_training_text(tmp_path, tokenizer, vocab):
     corpus = str(numbered_corpus(tmp_path / "corpus"))
@@ -240,6 +250,13 @@ def test_text_config_refuses_bad_values():
                           ({"eval_fraction": 0.7}, "eval_fraction")]:
         with pytest.raises(ValueError, match=match):
             make_task_config("text", **fields)
+
+
+def test_text_config_takes_numpy_sizes_and_fractions_as_the_synthetic_tasks_do():
+    config = make_task_config("text", seq_len=np.int64(128), vocab_size=np.int64(256), eval_fraction=np.float32(0.25))
+    assert (config.seq_len, config.vocab_size, config.eval_fraction) == (128, 256, 0.25)  # were refused, "must be an integer"
+    assert (type(config.seq_len), type(config.vocab_size), type(config.eval_fraction)) == (int, int, float)
+    assert config == make_task_config("text", seq_len=128, eval_fraction=0.25)
 
 
 def test_batches_are_next_token_windows_drawn_from_the_generator_alone(tmp_path):

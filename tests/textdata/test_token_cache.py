@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -223,3 +224,44 @@ def test_two_processes_building_one_cache_entry_agree(tmp_path, cache_dir):
     first, second = (json.loads(out.strip().splitlines()[-1]) for out, _ in outputs)
     assert first == second
     assert len(list((cache_dir / "text").iterdir())) == 1  # one entry, no staging folder left
+
+
+def test_a_corpus_changed_while_tokenized_is_refused_and_never_cached_under_its_old_key(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("alpha beta gamma\n\n" * 50)
+    load = token_cache.load_documents
+
+    def edited_then_loaded(name):  # the file changes after the cache key is computed (an editor saving)
+        corpus.write_text("zzzz yyyy xxxx\n\n" * 50)
+        return load(name)
+
+    monkeypatch.setattr(token_cache, "load_documents", edited_then_loaded)
+    with pytest.raises(ValueError, match=r"corpus .*corpus\.txt changed while it was being tokenized"):
+        token_cache.tokenize_corpus(str(corpus))
+    monkeypatch.setattr(token_cache, "load_documents", load)
+    corpus.write_text("alpha beta gamma\n\n" * 50)
+    token_cache._open.cache_clear()
+    assert bytes(token_cache.tokenize_corpus(str(corpus)).train[:16].tolist()) == b"alpha beta gamma"  # was B's
+
+
+def test_an_entry_holding_another_corpus_is_refused_naming_it(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("zzzz yyyy xxxx\n\n" * 50)
+    other = token_cache.tokenize_corpus(str(corpus)).directory
+    corpus.write_text("alpha beta gamma\n\n" * 50)
+    mine = other.parent / other.name.replace(other.name.split("-")[0], corpus_hash(str(corpus)))
+    shutil.copytree(other, mine)  # A's key, B's tokens (what a corpus edited during its build left)
+    token_cache._open.cache_clear()
+    with pytest.raises(CorruptCache, match=r"meta\.json is corrupt: it holds the tokens of corpus [0-9a-f]{16}, not of"):
+        token_cache.tokenize_corpus(str(corpus))
+
+
+def test_docs_json_counts_every_document_whose_names_share_a_stem(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"notes.v{i}.txt").write_text(f"version {i}\n\n" * (10 + i))
+    entry = token_cache.tokenize_corpus(str(folder))
+    counts = json.loads((entry.directory / "docs.json").read_text())
+    assert [os.path.basename(name) for name in counts] == ["notes.v0.txt", "notes.v1.txt", "notes.v2.txt"]  # was {"notes": ...}
+    assert sum(train + held for train, held in counts.values()) == len(entry.train) + len(entry.eval)

@@ -558,6 +558,39 @@ def test_a_held_out_batch_that_scores_no_position_is_refused_before_anything_is_
     assert not (tmp_path / "run").exists()
 
 
+def test_evaluate_refuses_a_batch_that_scores_no_position():
+    """It returned (0.0, 0.0): accuracy 0 and a perfect loss over no position at all."""
+    from psattn.tasks import IGNORE_INDEX, TaskBatch
+    from psattn.training.evaluation import evaluate
+    from psattn.training.run_dir import build_model
+
+    model = build_model(tiny_config())
+    inputs = torch.tensor([[0, 3, 5, 7]])
+    with pytest.raises(ValueError, match=r"the batch \(1 row\) has no scored positions"):
+        evaluate(model, TaskBatch(inputs, torch.full_like(inputs, IGNORE_INDEX)))
+    accuracy, loss = evaluate(model, TaskBatch(inputs, torch.tensor([[IGNORE_INDEX, 1, IGNORE_INDEX, 2]])))
+    with torch.no_grad():
+        logits = model.eval()(inputs)[0, [1, 3]]  # (2, V): the scored positions
+    assert accuracy == float((logits.argmax(-1) == torch.tensor([1, 2])).float().mean())
+    assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
+
+
+def test_a_training_batch_that_scores_no_position_logs_no_training_loss():
+    """Full-sequence induction rows of 16 tokens of 256 often hold no repeat: a one-row batch then scores nothing,
+    and its loss of 0.0 (a perfect one, over no position) was logged as the training loss."""
+    from psattn.tasks import sample_task
+    from psattn.training.seeds import step_generator
+
+    task = make_task_config("induction", vocab_size=256, seq_len=16, form="all_positions")
+    config = tiny_config(8, batch_size=1, eval_every=1)
+    config = dataclasses.replace(config, task=task, model=dataclasses.replace(config.model, vocab_size=256))
+    rows = train(config, metrics=None).history[1:]
+    scored = [int(sample_task(task, 1, step_generator(config.train.seed, row["step"] - 1)).scored.sum()) for row in rows]
+    assert 0 in scored and any(scored)  # both kinds of batch occur
+    assert [row["train_loss"] is None for row in rows] == [n == 0 for n in scored]
+    assert all(row["train_loss"] > 1.0 for row, n in zip(rows, scored, strict=True) if n)
+
+
 def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given_with_set(tmp_path):
     """A rule under which the run would have stopped before its checkpoint is refused also when it is edited into
     config.json (which psattn train --run-dir reads): the run 'stopped early' at once at step 20, where a run of

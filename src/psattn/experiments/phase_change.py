@@ -64,10 +64,12 @@ def first_sustained(rows: list[dict[str, Any]], score: Callable[[dict[str, Any]]
     ``confirm`` evaluations in a row, or None."""
     if confirm < 1:
         raise ValueError(f"confirm must be >= 1, got {confirm}")
-    rows = [r for r in rows if r["step"] > 0]
-    for i in range(len(rows) - confirm + 1):
-        if all(score(r) >= threshold for r in rows[i : i + confirm]):
-            at, before = rows[i], rows[i - 1] if i else None
+    trained = [r for r in rows if r["step"] > 0]
+    for i in range(len(trained) - confirm + 1):
+        if all(score(r) >= threshold for r in trained[i : i + confirm]):
+            at = trained[i]
+            earlier = [r for r in rows if r["step"] < at["step"]]  # the step-0 row too: the evaluation before the first
+            before = max(earlier, key=lambda r: r["step"]) if earlier else None
             return PhaseChange(at["step"], at.get("tokens", 0), at.get("seconds", 0.0), score(at),
                                None if before is None else before.get("icl_score"), at.get("icl_score"))
     return None

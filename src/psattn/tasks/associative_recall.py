@@ -67,6 +67,8 @@ class AssociativeRecallConfig:
         a = self.power_a
         if isinstance(a, bool) or not isinstance(a, numbers.Real) or not (math.isfinite(a) and a > 0):
             raise ValueError(f"power_a must be a finite number > 0, got {a!r}")
+        if type(a) not in (int, float):  # NumPy's float32 too: a run writes its config as JSON
+            object.__setattr__(self, "power_a", float(a))
 
     @property
     def num_keys(self) -> int:

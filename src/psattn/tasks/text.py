@@ -10,6 +10,7 @@ whole held-out documents; see ``psattn.textdata.tokens``), never from training t
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,6 +49,11 @@ class TextConfig:
         object.__setattr__(self, "corpus", absolute_corpus(self.corpus))  # frozen: set once, here
         if self.tokenizer.endswith(".json"):
             object.__setattr__(self, "tokenizer", str(Path(self.tokenizer).expanduser().absolute()))
+        for name in ("vocab_size", "seq_len"):  # an integer of another type (NumPy's) is stored as a Python int
+            if isinstance(getattr(self, name), numbers.Integral) and not isinstance(getattr(self, name), bool):
+                object.__setattr__(self, name, int(getattr(self, name)))
+        if isinstance(self.eval_fraction, numbers.Real) and not isinstance(self.eval_fraction, (bool, numbers.Integral)):
+            object.__setattr__(self, "eval_fraction", float(self.eval_fraction))  # NumPy's float32 too
         if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
             raise ValueError(f"vocab_size must be an integer, got {self.vocab_size!r}")
         if self.tokenizer == "byte" and self.vocab_size != 256:

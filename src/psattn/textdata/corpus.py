@@ -45,6 +45,7 @@ class Document:
     name: str
     text: str | None = None  # a text document
     tokens: np.ndarray | None = None  # an already tokenized document (1-D integers)
+    path: str = ""  # the file it was read from (names may repeat: notes.v1.txt and notes.v2.txt are both "notes")
 
 
 def shipped_corpus_dir(name: str) -> Path:
@@ -163,9 +164,9 @@ def read_document(path: Path) -> Document:
                              f"{str(err).split('. ')[0]}") from None
         if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
             raise ValueError(f"token file {path} must hold a 1-D integer array, got {tokens.dtype} {tokens.shape}")
-        return Document(name, tokens=tokens)
+        return Document(name, tokens=tokens, path=str(path))
     try:
-        return Document(name, text=_read_bytes(path).decode("utf-8"))
+        return Document(name, text=_read_bytes(path).decode("utf-8"), path=str(path))
     except UnicodeDecodeError as err:
         raise ValueError(f"{path} is not UTF-8 text: {err}") from None
 

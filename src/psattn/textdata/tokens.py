@@ -10,12 +10,13 @@ on the training parts only. The result is cached under
 ``$PSATTN_CACHE`` (default ``~/.cache/psattn``) in ``text/<corpus hash>-<tokenizer>-<fraction>[-byfile]/``::
 
     tokenizer.json   the tokenizer           train.npy, eval.npy   token streams (uint16 when they fit)
-    meta.json        corpus, sizes, bytes    docs.json             per-document token counts
+    meta.json        corpus, sizes, bytes    docs.json             per-document token counts, by file
 
 and a second run with the same corpus and tokenizer opens these files instead of tokenizing again.
-``meta.json`` records each array's shape, dtype and SHA-256 and the tokenizer's SHA-256; opening an
-entry checks them all (and that no token id reaches the vocabulary), so a truncated, overwritten or
-tampered cache is an error that names the file, never training data. An entry without ``meta.json``
+``meta.json`` records each array's shape, dtype and SHA-256, the tokenizer's SHA-256 and the corpus hash;
+opening an entry checks them all (that no token id reaches the vocabulary, and that the entry is of the
+corpus asked for), so a truncated, overwritten, tampered or misplaced cache is an error that names the
+file, never training data; a corpus that changes while it is tokenized is refused. An entry without ``meta.json``
 (a build cut short, or an older format) is rebuilt, and staging folders of builds whose process is
 gone are removed.
 """
@@ -47,7 +48,9 @@ from psattn.textdata.tokenizer import (
 )
 
 log = logging.getLogger(__name__)
-FORMAT = 3  # meta.json's layout; entries of another format are rebuilt (3: the split by file drops copies)
+#: meta.json's layout; entries of another format are rebuilt (3: the split by file drops copies; 4: a blank line with
+#: Windows line ends is a paragraph break)
+FORMAT = 4
 
 
 class CorruptCache(ValueError):
@@ -71,15 +74,19 @@ class TokenizedCorpus:
     fingerprint: dict  # corpus and tokenizer hashes, and the arrays' checksums: what a run is bound to
 
 
+#: the ends of a blank line: "\n\n", and in text with Windows line ends ("\r\n\r\n") its last three characters
+BLANK_LINES = ("\n\n", "\n\r\n")
+
+
 def split_text(text: str, eval_fraction: float) -> tuple[str, str]:
-    """(train part, held-out tail) of one document; the cut moves to the nearest paragraph break
-    within 5% of the document, so the tail starts with a whole paragraph."""
+    """(train part, held-out tail) of one document; the cut moves to the nearest paragraph break (a blank
+    line, with Unix or Windows line ends) within 5% of the document, so the tail starts with a whole paragraph."""
     cut = int(len(text) * (1.0 - eval_fraction))
     slack = max(1, len(text) // 20)
-    before, after = text.rfind("\n\n", cut - slack, cut), text.find("\n\n", cut, cut + slack)
-    candidates = [i for i in (before, after) if i > 0]
-    if candidates:
-        cut = min(candidates, key=lambda i: abs(i - cut)) + 2
+    breaks = [(i, i + len(blank)) for blank in BLANK_LINES  # (start, end) of the nearest blank line before and after
+              for i in (text.rfind(blank, cut - slack, cut), text.find(blank, cut, cut + slack)) if i > 0]
+    if breaks:
+        cut = min(breaks, key=lambda b: abs(b[0] - cut))[1]
     return text[:cut], text[cut:]
 
 
@@ -193,7 +200,7 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         np.save(out / f"{name}.npy", array)
     tokenizer_json = tok.to_json()
     (out / "tokenizer.json").write_text(tokenizer_json)
-    per_document = {d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
+    per_document = {d.path or d.name: c for d, c in zip(documents, counts, strict=True)} if counts else {}  # < 64 texts
     (out / "docs.json").write_text(json.dumps(per_document))
     (out / "meta.json").write_text(json.dumps({  # written last: its presence marks a complete entry
         "format": FORMAT, "documents": len(documents), "copies_dropped": copies,
@@ -209,19 +216,24 @@ def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
     """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    key = f"{corpus_hash(corpus)}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
+    digest = corpus_hash(corpus)
+    key = f"{digest}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
     key += "-byfile" if split == "file" else ""
-    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split)
+    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split, digest)
 
 
 @lru_cache(maxsize=8)
 def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
-          split: str = "tail") -> TokenizedCorpus:
+          split: str = "tail", digest: str = "") -> TokenizedCorpus:
+    """The entry in ``directory`` of the corpus whose ``corpus_hash`` is ``digest``, built first if needed."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_staging(directory)
     if not _complete(directory):
-        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction, split)
+        _build_entry(directory, corpus, tokenizer, vocab_size, eval_fraction, split, digest)
     meta = json.loads((directory / "meta.json").read_text())
+    if digest and meta["corpus_sha256"] != digest:
+        raise _corrupt(directory / "meta.json", f"it holds the tokens of corpus {meta['corpus_sha256']}, not of "
+                                                f"{corpus} ({digest})")
     tokenizer_json = (directory / "tokenizer.json").read_text()
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
         raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
@@ -254,12 +266,19 @@ def _complete(directory: Path) -> bool:
 
 
 def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
-                 split: str = "tail") -> None:
-    """Build the entry in a staging folder named after this process, then rename it into place (atomic)."""
+                 split: str = "tail", digest: str = "") -> None:
+    """Build the entry in a staging folder named after this process, then rename it into place (atomic).
+    ``digest``: the corpus hash the entry is keyed by; a corpus that no longer hashes to it once read (it
+    changed since) is refused, as its tokens would be served under the key of the text it held before."""
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
-        _build(load_documents(corpus), tokenizer, vocab_size, eval_fraction, staging, corpus_hash(corpus), split)
+        documents = load_documents(corpus)
+        read = corpus_hash(corpus)
+        if digest and read != digest:
+            raise ValueError(f"corpus {corpus} changed while it was being tokenized (its hash went from {digest} to "
+                             f"{read}); run again once its files stop changing")
+        _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split)
         try:
             staging.rename(directory)  # another process may have won the race
         except OSError:

@@ -25,7 +25,12 @@ from psattn.training.task_metrics import task_metrics
 
 @torch.no_grad()
 def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[float, float]:
-    """(accuracy, loss) over the scored positions of ``batch``."""
+    """(accuracy, loss) over the scored positions of ``batch``; ValueError when it scores none (both would
+    read 0.0, the loss a perfect one), as ``psattn.tasks.accuracy`` says."""
+    if not bool(batch.scored.any()):
+        rows = f"{len(batch)} row{'s' * (len(batch) != 1)}"
+        raise ValueError(f"the batch ({rows}) has no scored positions, so its accuracy and loss would mean nothing: "
+                         "score rows that hold some")
     was_training = model.training
     model.eval()
     correct = total = 0
@@ -38,7 +43,7 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
         total += int(scored.sum())
         loss_sum += float(F.cross_entropy(logits, targets[scored], reduction="sum"))
     model.train(was_training)
-    return correct / max(total, 1), loss_sum / max(total, 1)
+    return correct / total, loss_sum / total
 
 
 def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: str | None = None,

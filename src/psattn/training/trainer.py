@@ -91,6 +91,7 @@ class _Run:
         self.forward = forward_fn(self.model, config, ddp, device)
         self.held_out = eval_batch(config).to(device)
         self.unchecked: list[tuple[int, torch.Tensor]] = []  # (step, loss) not yet read back (raise_if_diverged)
+        self.scored_last = 0  # positions the last step's (global) batch scored: none, and its loss of 0 means nothing
         self.metrics = metrics
         self.tokens_per_step = self.t.batch_size * getattr(config.task, "seq_len", 0)
         self.state = TrainState(self.model, self.optimizer, self.schedule)  # what a checkpoint holds
@@ -131,7 +132,7 @@ class _Run:
         batch = sample_task(self.config.task, t.batch_size, step_generator(t.seed, self.state.step))  # on the host
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
             seed_step_randomness(t.seed, self.state.step)
-        scored = int((batch.targets != IGNORE_INDEX).sum())
+        scored = self.scored_last = int((batch.targets != IGNORE_INDEX).sum())
         loss = self.forward(to_device(shard(batch, self.ddp), self.device, indexed=not t.compile), scored)
         self.unchecked.append((self.state.step, mean_over_ranks(loss, self.ddp).detach()))
         if len(self.unchecked) >= MAX_UNCHECKED:  # one wait in that many steps: the held losses stay few
@@ -302,7 +303,9 @@ def train(
                 if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
                     run.raise_if_diverged()
                     loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
-                    row = run.evaluate_and_log(loss.item(), run.state.seconds + time.perf_counter() - start)
+                    # a batch that scored no position (full-sequence induction rows without a repeat) has no loss
+                    train_loss = loss.item() if run.scored_last else None
+                    row = run.evaluate_and_log(train_loss, run.state.seconds + time.perf_counter() - start)
                     bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
                     say(evaluation_line(row, t.steps))
                 done = run.stops_early()
