@@ -139,3 +139,17 @@ def test_measure_is_bounded_and_refused_beyond_it_before_anything_runs(tmp_path,
     monkeypatch.setattr(footprint_module, "progress_bar", Bar)
     footprint_module.measured_decode_rss(tmp_path / "run", 200, progress=True)
     assert seen[0]["total"] == 200 and sum(n for n in seen[1:]) == 200
+
+
+def test_a_run_whose_layers_differ_is_labelled_by_every_layer(tmp_path, capsys):
+    """A baseline layer under a key-only one read "(2 layers, baseline)" beside its 128 B of PSA state."""
+    import dataclasses
+
+    config = tiny_config(1)
+    layers = [AttentionConfig("baseline"), AttentionConfig("key_only", 1.0)]
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, n_layers=2, attention=layers))
+    train(config, tmp_path / "run")
+    assert main(["footprint", str(tmp_path / "run"), "--json", str(tmp_path / "f.json")]) == 0
+    assert "| run (2 layers, baseline / key_only γ=1) |" in capsys.readouterr().out
+    data = json.loads((tmp_path / "f.json").read_text())["run (2 layers, baseline / key_only γ=1)"]
+    assert data["cache_fixed_bytes"] > 0  # the key-only layer's last raw keys
