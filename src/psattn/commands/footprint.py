@@ -34,7 +34,14 @@ def _attention(model) -> str:
 
 
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from psattn.export.footprint import check_measurable, footprint, format_footprints, format_rss, measured_decode_rss
+    from psattn.export.footprint import (
+        check_measurable,
+        check_runtimes,
+        footprint,
+        format_footprints,
+        format_rss,
+        measured_decode_rss,
+    )
     from psattn.training.config import RunConfig
     from psattn.training.run_dir import load_trained
 
@@ -48,6 +55,7 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         rows[name], contexts[name] = footprint(model, context), (run_dir, context)
         if args.measure is not None:
             check_measurable(rows[name], context)  # every run checked before any is measured
+            check_runtimes(model, run_dir, args.measure or ["pytorch"])
     if args.measure is not None:
         for name, (run_dir, context) in contexts.items():
             rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, progress=not getattr(args, "quiet", False))
