@@ -139,3 +139,42 @@ def test_measure_is_bounded_and_refused_beyond_it_before_anything_runs(tmp_path,
     monkeypatch.setattr(footprint_module, "progress_bar", Bar)
     footprint_module.measured_decode_rss(tmp_path / "run", 200, progress=True)
     assert seen[0]["total"] == 200 and sum(n for n in seen[1:]) == 200
+
+
+def mixed_run(path):
+    """A trained run whose two layers differ: a baseline layer under a key-only one."""
+    import dataclasses
+
+    config = tiny_config(1)
+    layers = [AttentionConfig("baseline"), AttentionConfig("key_only", 1.0)]
+    train(dataclasses.replace(config, model=dataclasses.replace(config.model, n_layers=2, attention=layers)), path)
+    return path
+
+
+def test_a_run_whose_layers_differ_is_labelled_by_every_layer(tmp_path, capsys):
+    """A baseline layer under a key-only one read "(2 layers, baseline)" beside its 128 B of PSA state."""
+    assert main(["footprint", str(mixed_run(tmp_path / "run")), "--json", str(tmp_path / "f.json")]) == 0
+    assert "| run (2 layers, baseline / key_only γ=1) |" in capsys.readouterr().out
+    data = json.loads((tmp_path / "f.json").read_text())["run (2 layers, baseline / key_only γ=1)"]
+    assert data["cache_fixed_bytes"] > 0  # the key-only layer's last raw keys
+
+
+def test_an_onnx_measurement_of_a_run_export_refuses_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """--measure pytorch onnx of a run whose layers differ measured PyTorch, then failed with export's own error,
+    which named neither the run nor --measure."""
+    from psattn.export import footprint as footprint_module
+
+    run = mixed_run(tmp_path / "run")
+    measured, real = [], footprint_module.measured_decode_rss
+
+    def measure(run_dir, context, runtime, **kwargs):  # PyTorch's loop recorded, not run; ONNX Runtime's as it is
+        measured.append(runtime)
+        return real(run_dir, context, runtime) if runtime != "pytorch" else {"peak_bytes": 0, "runtime_bytes": 0,
+                                                                              "model_bytes": 0}
+
+    monkeypatch.setattr(footprint_module, "measured_decode_rss", measure)
+    with pytest.raises(SystemExit) as stop:
+        main(["footprint", str(run), "--measure", "pytorch", "onnx"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and measured == [] and "Traceback" not in err
+    assert f"--measure onnx runs the graphs psattn export writes, and {run} cannot be exported" in err

@@ -11,8 +11,8 @@ import torch
 from helpers import check_bad_inputs_are_refused, random_model
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
-from psattn.export.compare import export_and_compare, format_comparison, key_range_growth
-from psattn.export.onnx import lm_head_nodes, quantize_int8
+from psattn.export.compare import export_and_compare, format_comparison, key_range_growth, onnx_family
+from psattn.export.onnx import decode_path_for, int8_path_for, lm_head_nodes, quantize_int8
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
 from psattn.models.generate import NonFiniteLogits
@@ -67,6 +67,17 @@ def test_key_lag_and_mixed_layers_are_refused(tmp_path):
     model.config.attention = [model.config.attention, type(model.config.attention)("baseline")]
     with pytest.raises(ValueError, match="same attention config"):
         export_onnx(model, tmp_path / "x.onnx")
+
+
+def test_exports_to_names_without_onnx_suffix_keep_their_own_companions(tmp_path):
+    """--out model.v1 then --out model.v2: each keeps its own decode step and INT8 copies (both used to write
+    model.decode.onnx and model.int8-*.onnx, so the second replaced the first's and v1 decoded with v2's model)."""
+    assert not set(onnx_family(tmp_path / "model.v1")) & set(onnx_family(tmp_path / "model.v2"))
+    assert [p.name for p in onnx_family(tmp_path / "model.onnx")] == [
+        "model.onnx", "model.decode.onnx", "model.int8-dynamic.onnx", "model.int8-dynamic.decode.onnx",
+        "model.int8-static.onnx", "model.int8-static.decode.onnx"]  # the names of a .onnx target are as they were
+    assert decode_path_for(tmp_path / "model.v1").name == "model.v1.decode.onnx"
+    assert int8_path_for(tmp_path / "model.v1", "static").name == "model.v1.int8-static.onnx"
 
 
 def test_key_range_growth_respects_the_bound():

@@ -306,3 +306,29 @@ except KeyboardInterrupt:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert "interrupted after the swap" in done.stdout, done.stderr[-2000:]
     assert target.read_bytes() == b"graph" and target.with_suffix(".data").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize("kind", ["files", "folder"])
+def test_sigterm_during_an_export_ends_the_process_and_leaves_no_staging_folder(tmp_path, kind):
+    """SIGTERM (timeout's, a scheduler's) ended the process on the spot and left the hidden staging folder,
+    half an export, beside the target; now the cleanup runs first and the process still ends by SIGTERM."""
+    script = tmp_path / "term.py"
+    out = tmp_path / "out"
+    script.write_text(f"""
+import os, signal
+from pathlib import Path
+from psattn.export import staging
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a shell (a test runner's worker may handle it)
+target = Path({str(out / "new" / "m.onnx")!r})
+context = staging.staged_files(target, lambda p: [p]) if {kind!r} == "files" else staging.staged_folder(target)
+with context as staged:
+    (staged if {kind!r} == "files" else staged / "model.bin").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pause()
+print("not ended")
+""")
+    out.mkdir()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert list(out.iterdir()) == []  # no staging folder, and not the folder made for the target

@@ -25,8 +25,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fp.set_defaults(func=cmd_footprint)
 
 
+def _attention(model) -> str:
+    """The attention of ``model``'s layers: "key_only γ=1", or one entry per layer where they differ
+    ("baseline / key_only γ=1")."""
+    labels = [a.variant + ("" if a.variant == "baseline" else f" γ={a.gamma:g}")
+              for a in model.config.layer_attention_configs()]
+    return labels[0] if len(set(labels)) == 1 else " / ".join(labels)
+
+
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from psattn.export.footprint import check_measurable, footprint, format_footprints, format_rss, measured_decode_rss
+    from psattn.export.footprint import (
+        check_measurable,
+        check_runtimes,
+        footprint,
+        format_footprints,
+        format_rss,
+        measured_decode_rss,
+    )
     from psattn.training.config import RunConfig
     from psattn.training.run_dir import load_trained
 
@@ -35,13 +50,12 @@ def cmd_footprint(args: argparse.Namespace) -> int:
     for run_dir, folder in zip(args.run_dirs, folders, strict=True):
         model = load_trained(run_dir)
         context = args.context or RunConfig.from_file(Path(run_dir) / "config.json").task.seq_len
-        a = model.config.layer_attention_configs()[0]
         where = folder if folders.count(folder) == 1 else str(run_dir)  # two runs in folders of one name: their paths
-        name = f"{where} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, " \
-               f"{a.variant}{'' if a.variant == 'baseline' else f' γ={a.gamma:g}'})"
+        name = f"{where} ({model.config.n_layers} layer{'s' * (model.config.n_layers > 1)}, {_attention(model)})"
         rows[name], contexts[name] = footprint(model, context), (run_dir, context)
         if args.measure is not None:
             check_measurable(rows[name], context)  # every run checked before any is measured
+            check_runtimes(model, run_dir, args.measure or ["pytorch"])
     if args.measure is not None:
         for name, (run_dir, context) in contexts.items():
             rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, progress=not getattr(args, "quiet", False))

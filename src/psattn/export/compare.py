@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
-from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, quantize_int8
+from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, int8_path_for, quantize_int8
 from psattn.export.quantize import calibration_inputs, fp32_nodes
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
@@ -59,7 +59,7 @@ GREEDY_PROMPTS = 16  # held-out prompts whose greedy continuations INT8 and fp32
 
 def onnx_family(path: Path) -> list[Path]:
     """Every file an ONNX export to ``path`` may write: the prefill graph, the decode step, INT8 copies."""
-    prefill = [path, *(path.with_suffix(f".int8-{mode}.onnx") for mode in INT8_MODES)]
+    prefill = [path, *(int8_path_for(path, mode) for mode in INT8_MODES)]
     return [p for graph in prefill for p in (graph, decode_path_for(graph))]
 
 
@@ -119,7 +119,7 @@ def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, 
     timed = {"onnxruntime": onnx_model}
     if mode is not None:
         measured = int8_against_fp32(model, onnx_model, onnx_logits, config, batch, mode,
-                                     Path(onnx_path).with_suffix(f".int8-{mode}.onnx"), decode_tokens)
+                                     int8_path_for(onnx_path, mode), decode_tokens)
         result["int8_mode"] = mode
         result["files"].update(measured.pop("files"))
         result["size_bytes"]["int8"] = measured.pop("size_bytes")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from psattn.export.compare import GREEDY_PROMPTS
-from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, export_executorch
+from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, check_quantizable, export_executorch
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
@@ -43,6 +43,8 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
     model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
+    for q in quantize:
+        check_quantizable(model, q)  # before minutes of export and comparison
     target = Path(path)
     with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS], keep=run_files(run_dir)) as staged:
         result = _compare(model, run_dir, staged, quantize, rows, decode_tokens)

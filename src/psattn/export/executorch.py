@@ -45,10 +45,20 @@ QUANTIZATIONS = ("fp32", "int8", "int4")
 INT4_GROUP = 32  # weights sharing one int4 scale
 
 
-def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
-    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged)."""
+def check_quantizable(model: DecoderLM, quantize: str) -> None:
+    """ValueError unless ``model`` can be quantized as ``quantize`` says: int4 takes linear layers whose input
+    width is a multiple of ``INT4_GROUP``."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantize!r}; expected one of {QUANTIZATIONS}")
+    narrow = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m.in_features % INT4_GROUP})
+    if quantize == "int4" and narrow:
+        raise ValueError(f"int4 weights take groups of {INT4_GROUP} input features; this model has linear layers "
+                         f"{narrow} wide (use int8)")
+
+
+def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
+    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged)."""
+    check_quantizable(model, quantize)
     model = copy.deepcopy(model).eval()
     if quantize == "fp32":
         return model
@@ -57,11 +67,6 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
         from torchao.quantization.granularity import PerAxis, PerGroup
 
     if quantize == "int4":
-        narrow = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)
-                         and m.in_features % INT4_GROUP})
-        if narrow:
-            raise ValueError(f"int4 weights take groups of {INT4_GROUP} input features; this model has linear layers "
-                             f"{narrow} wide (use int8)")
         int4 = torch.int4  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(INT4_GROUP))
     else:

@@ -247,6 +247,20 @@ def check_measurable(row: Footprint, context: int) -> None:
                          f"{row.ram_bytes / GIB:.1f} GiB, and {free / GIB:.1f} GiB is available")
 
 
+def check_runtimes(model: DecoderLM, run_dir, runtimes: list[str]) -> None:
+    """Refuse, before anything runs, an ONNX Runtime measurement of a model ``psattn export`` cannot write
+    (layers of different attention configs)."""
+    from psattn.export.graphs import check_exportable
+
+    onnx = [r for r in runtimes if r.startswith("onnx")]
+    if onnx:
+        try:
+            check_exportable(model)
+        except ValueError as err:
+            raise ValueError(f"--measure {onnx[0]} runs the graphs psattn export writes, and {run_dir} cannot be "
+                             f"exported ({err}): measure it in pytorch") from None
+
+
 def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, progress: bool = False) -> dict[str, int]:
     """Resident memory of a fresh Python process that decodes ``context`` tokens one at a time with
     the cache, one thread, in ``runtime`` (``RUNTIMES``): ``runtime_bytes`` before the model is loaded

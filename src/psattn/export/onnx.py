@@ -42,10 +42,24 @@ class OnnxPaths:
     decode: Path
 
 
+def _name(path: Path) -> str:
+    """The file name of ``path`` less a ``.onnx`` suffix (only that one: ``model.v1`` stays ``model.v1``, so that
+    the companions of ``model.v1`` and ``model.v2`` differ)."""
+    return path.name[: -len(path.suffix)] if path.suffix.lower() == ".onnx" else path.name
+
+
 def decode_path_for(path: str | Path) -> Path:
-    """Where the decode step goes beside the prefill graph ``path``: ``<name>.decode.onnx``."""
+    """Where the decode step goes beside the prefill graph ``path``: ``<name>.decode.onnx``, ``<name>`` being
+    the file name less a ``.onnx`` suffix."""
     path = Path(path)
-    return path.with_name(path.stem + ".decode.onnx")
+    return path.with_name(_name(path) + ".decode.onnx")
+
+
+def int8_path_for(path: str | Path, mode: str) -> Path:
+    """Where the INT8 copy (``mode`` "dynamic" or "static") of the prefill graph ``path`` goes:
+    ``<name>.int8-<mode>.onnx``, ``<name>`` as in ``decode_path_for``."""
+    path = Path(path)
+    return path.with_name(f"{_name(path)}.int8-{mode}.onnx")
 
 
 def _export(graph, args, path: Path, dynamic_shapes) -> None:

@@ -8,8 +8,9 @@ is a file is refused. An ONNX pair or an ExecuTorch program is a set of files be
 (``staged_files``): the new set replaces the old one, and files of the old set the new one does not
 have (an INT8 copy of an earlier export, say) are removed. The moves into place run with the stop
 signals held back, so Ctrl-C leaves the previous export or the new one, never a mix of the two; a
-failure or a signal before them (a full disk, most often), or a refusal of the run, removes the staging
-folder and the folders made to hold the target, and leaves the target as it was. A staging folder left
+failure or a stop signal before them (a full disk, most often), or a refusal of the run, removes the
+staging folder and the folders made to hold the target, and leaves the target as it was (SIGTERM and
+SIGHUP then end the process as they would have, once that is done). A staging folder left
 by a process that was killed is removed by the next export to the same target, and a folder set aside
 by one killed while moving is put back.
 """
@@ -23,14 +24,16 @@ import json
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from psattn.files import cannot_create
 from psattn.processes import process_alive
-from psattn.training.signals import stop_signals_held
+from psattn.training.signals import STOP_SIGNALS, stop_signals_held
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,30 @@ def _tidy(target: Path) -> None:
             log.warning("putting back %s, set aside by an export that was killed while moving", target)
             (old / target.name).rename(target)
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise
+    KeyboardInterrupt instead, so that the block's cleanup runs; once it has, the process ends by that
+    signal as it would have. Signals with handlers of their own, and other threads, are left alone."""
+    came: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        came.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
+    for s in ours:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in ours:
+            signal.signal(s, signal.SIG_DFL)
+        if came:
+            signal.raise_signal(came[0])
 
 
 @contextlib.contextmanager
@@ -143,7 +170,7 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
     for inside in (Path.cwd(), *map(Path, keep)):
         if inside.resolve() == whole or whole in inside.resolve().parents:
             raise ValueError(f"{target} holds {inside}, and {what} replaces its folder as a whole: name a folder of its own")
-    with _folder_made(target.parent):
+    with _signals_unwind(), _folder_made(target.parent):
         _tidy(target)
         if target.is_dir() and not force:
             foreign = _foreign(target)
@@ -185,7 +212,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
     for path in (target, *family(target)):
         if path.resolve() in kept:
             raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
-    with _folder_made(target.parent):
+    with _signals_unwind(), _folder_made(target.parent):
         _tidy(target)
         staging = _new_folder(target, "staging")
         try:
