@@ -105,6 +105,19 @@ def test_a_window_that_hides_the_predecessor_raises():
         apply_psa(tiny_model("mistral", sliding_window=1))
 
 
+def test_by_default_psa_keeps_the_kernel_the_model_runs_on(prompt):
+    """A model on the eager kernel stays on it: at γ = 0 its logits and its attention weights are unchanged."""
+    model = tiny_model("llama", attn_implementation="eager").float()
+    with torch.no_grad():
+        before = model(prompt, use_cache=False, output_attentions=True)
+        apply_psa(model, "key_only", 0.0)
+        after = model(prompt, use_cache=False, output_attentions=True)
+    assert model.config._attn_implementation == "psa_eager"
+    assert torch.equal(after.logits, before.logits)
+    assert len(after.attentions) == len(before.attentions) == 2
+    assert torch.equal(after.attentions[0], before.attentions[0])
+
+
 def test_applying_twice_or_removing_unpatched_raises():
     model = apply_psa(tiny_model("llama"))
     with pytest.raises(RuntimeError, match="already applied"):
