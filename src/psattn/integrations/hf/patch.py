@@ -33,7 +33,7 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
-from psattn.integrations.hf.auto import psa_model_class, register_auto_classes
+from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
@@ -241,6 +241,8 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     else:  # built as a PSA model (from a saved one): its own copy, made plain
         model.set_attn_implementation(state.original_implementation or "sdpa")
         unmark_config(model.config, state.original_config_class)
+        # its class builds with PSA applied, and save_pretrained would name that class, which transformers lacks
+        model.__class__ = plain_model_class(type(model))
     model._psa_state = None  # type: ignore[assignment]  # as in apply_psa
     return model
 
