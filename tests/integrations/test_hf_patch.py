@@ -175,6 +175,19 @@ def test_one_cache_cannot_serve_two_gammas(prompt):
             b(prompt[:, :1], **cache_kw(cache), use_cache=True)
 
 
+def test_an_emptied_cache_serves_a_model_with_another_gamma(prompt):
+    """After ``reset`` (or a crop to nothing) the cache holds no sheared key, so any γ may fill it again."""
+    a = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    b = apply_psa(tiny_model("llama"), "key_only", 0.4)
+    cache = PSADynamicCache(a.config)
+    with torch.no_grad():
+        a(prompt, **cache_kw(cache), use_cache=True)
+        cache.reset()
+        torch.testing.assert_close(b(prompt, **cache_kw(cache), use_cache=True).logits, logits(b, prompt), atol=1e-12, rtol=0)
+        cache.crop(-prompt.shape[1])
+        torch.testing.assert_close(a(prompt, **cache_kw(cache), use_cache=True).logits, logits(a, prompt), atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("psa_first", [False, True])
 def test_models_built_from_one_config_stay_apart(tmp_path, prompt, psa_first):
     """transformers' from_config shares the config object; apply_psa must patch only its own model."""
