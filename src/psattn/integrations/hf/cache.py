@@ -175,6 +175,11 @@ class PSALayer(DynamicLayer):
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
+def can_hold_sheared_keys(layer) -> bool:
+    """Whether a transformers cache layer is, or becomes, a ``PSALayer`` (dynamic attention layers only)."""
+    return isinstance(layer, PSALayer) or type(layer) in _CONVERTIBLE
+
+
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer``. ``generate`` does not need
     it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
