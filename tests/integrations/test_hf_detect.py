@@ -105,3 +105,11 @@ def test_multi_latent_attention_is_refused_with_the_reason():
 
     message = refusal(any_tiny_model("deepseek_v3"))
     assert "DeepseekV3Attention" in message and "multi-latent attention" in message
+
+
+def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_is_refused():
+    """Falcon-H1 passed the dry run, then its every cached forward (the default, and generate) raised."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("falcon_h1"))
+    assert "FalconH1Attention" in message and "LinearAttentionAndFullAttentionLayer" in message

@@ -115,3 +115,17 @@ def test_the_exported_model_generates_the_same_tokens_with_use_cache_on():
     with torch.no_grad():
         for use_cache in (False, True):
             assert torch.equal(model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=use_cache), expected)
+
+
+def test_the_exported_model_returns_a_tuple_when_asked_as_transformers_models_do():
+    """``return_dict=False`` gives ``(loss, logits)``: unpacking the output object gave the field names instead."""
+    from helpers import random_model
+    from psattn.integrations.hf.decoder_model import to_hf
+
+    model = to_hf(random_model("key_only", gamma=0.9), 64)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        want = model(ids, labels=ids)
+        loss, logits = model(ids, labels=ids, return_dict=False)
+        (alone,) = model(ids, return_dict=False)
+    assert torch.equal(loss, want.loss) and torch.equal(logits, want.logits) and torch.equal(alone, want.logits)

@@ -105,6 +105,19 @@ def test_a_window_that_hides_the_predecessor_raises():
         apply_psa(tiny_model("mistral", sliding_window=1))
 
 
+def test_by_default_psa_keeps_the_kernel_the_model_runs_on(prompt):
+    """A model on the eager kernel stays on it: at γ = 0 its logits and its attention weights are unchanged."""
+    model = tiny_model("llama", attn_implementation="eager").float()
+    with torch.no_grad():
+        before = model(prompt, use_cache=False, output_attentions=True)
+        apply_psa(model, "key_only", 0.0)
+        after = model(prompt, use_cache=False, output_attentions=True)
+    assert model.config._attn_implementation == "psa_eager"
+    assert torch.equal(after.logits, before.logits)
+    assert len(after.attentions) == len(before.attentions) == 2
+    assert torch.equal(after.attentions[0], before.attentions[0])
+
+
 def test_applying_twice_or_removing_unpatched_raises():
     model = apply_psa(tiny_model("llama"))
     with pytest.raises(RuntimeError, match="already applied"):
@@ -160,6 +173,19 @@ def test_one_cache_cannot_serve_two_gammas(prompt):
         a(prompt, **cache_kw(cache), use_cache=True)
         with pytest.raises(RuntimeError, match="one cache per PSA model"):
             b(prompt[:, :1], **cache_kw(cache), use_cache=True)
+
+
+def test_an_emptied_cache_serves_a_model_with_another_gamma(prompt):
+    """After ``reset`` (or a crop to nothing) the cache holds no sheared key, so any γ may fill it again."""
+    a = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    b = apply_psa(tiny_model("llama"), "key_only", 0.4)
+    cache = PSADynamicCache(a.config)
+    with torch.no_grad():
+        a(prompt, **cache_kw(cache), use_cache=True)
+        cache.reset()
+        torch.testing.assert_close(b(prompt, **cache_kw(cache), use_cache=True).logits, logits(b, prompt), atol=1e-12, rtol=0)
+        cache.crop(-prompt.shape[1])
+        torch.testing.assert_close(a(prompt, **cache_kw(cache), use_cache=True).logits, logits(a, prompt), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("psa_first", [False, True])

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import AutoModelForCausalLM, pipeline  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaForCausalLM, pipeline  # noqa: E402
 
 from integrations.hf_tiny import CORE, tiny_model, tiny_tokenizer  # noqa: E402
 from psattn.integrations.hf import PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
@@ -83,6 +83,16 @@ def test_remove_psa_before_saving_gives_a_plain_checkpoint(tmp_path, prompt):
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain", dtype=torch.float64).eval()
     assert psa_spec(plain) is None
     assert_same_logits(plain(prompt).logits, tiny_model()(prompt).logits)
+
+
+def test_a_reloaded_psa_model_saved_after_remove_psa_names_the_transformers_class(tmp_path):
+    """Tools that pick the model class by ``architectures`` (serving engines) find it in transformers."""
+    _saved(tmp_path / "psa")
+    loaded = remove_psa(AutoModelForCausalLM.from_pretrained(tmp_path / "psa"))
+    assert type(loaded) is LlamaForCausalLM
+    loaded.save_pretrained(tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert psa_spec(apply_psa(loaded, "key_only", 0.5)).gamma == 0.5  # and PSA goes on again
 
 
 @pytest.mark.parametrize("psa,match", [

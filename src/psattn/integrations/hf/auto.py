@@ -50,6 +50,12 @@ class _BuildsWithPSA:
         return model
 
 
+def plain_model_class(model_cls: type) -> type:
+    """The transformers model class that ``psa_model_class`` derived ``model_cls`` from (``model_cls`` itself
+    when it is no such subclass): the class of a model built with PSA once PSA is removed."""
+    return next(c for c in model_cls.__mro__ if not issubclass(c, _BuildsWithPSA))
+
+
 @cache
 def psa_model_class(model_cls: type[PreTrainedModel], apply_psa: Callable[..., Any],
                     base: str | None = None) -> type[PreTrainedModel]:

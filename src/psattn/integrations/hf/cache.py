@@ -81,7 +81,7 @@ class PSALayer(DynamicLayer):
         """Announce the next chunk, to be sheared under ``spec``. With ``shear_in_update`` (no hook point
         stands between the rotation and the cache), ``update`` shears the chunk's keys (sequence starts
         ``starts`` (B, T), None: none) and stores k̂ at once, and the attention function only shears the queries."""
-        if self.spec is not None and self.spec.shear_key() != spec.shear_key():
+        if self.spec is not None and self.get_seq_length() > 0 and self.spec.shear_key() != spec.shear_key():
             raise RuntimeError(
                 f"this cache layer holds keys sheared with (gamma_q, gamma_k, boundary) = {self.spec.shear_key()}, "
                 f"but the model asks for {spec.shear_key()}; use one cache per PSA model"
@@ -146,10 +146,11 @@ class PSALayer(DynamicLayer):
         super().crop(length - now)
 
     def reset(self) -> None:
-        """Empty the layer, raw windows included."""
+        """Empty the layer, raw windows included: it takes keys sheared under any settings again."""
         super().reset()
         self.shear_state.clear()
         self._pending, self._position, self.chunk_sheared = 0, 0, False
+        self.spec, self._prepared, self._shear_in_update = None, False, None
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder the batch (beam search), raw windows included."""
@@ -172,6 +173,11 @@ class PSALayer(DynamicLayer):
 
 
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+def can_hold_sheared_keys(layer) -> bool:
+    """Whether a transformers cache layer is, or becomes, a ``PSALayer`` (dynamic attention layers only)."""
+    return isinstance(layer, PSALayer) or type(layer) in _CONVERTIBLE
 
 
 class PSADynamicCache(DynamicCache):

@@ -79,14 +79,18 @@ class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
         return super().prepare_inputs_for_generation(input_ids, **kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutputWithPast:
-        """input_ids (B, T) -> logits (B, T, V); ``labels`` (B, T) give the shifted next-token loss (-100 ignored)."""
+                position_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, **kwargs) -> CausalLMOutputWithPast | tuple:
+        """input_ids (B, T) -> logits (B, T, V); ``labels`` (B, T) give the shifted next-token loss (-100 ignored).
+        ``return_dict=False`` (or ``config.return_dict`` False) gives the tuple ``(loss, logits)`` (``(logits,)``
+        without labels), as transformers' models do."""
         logits = self.decoder(input_ids, attention_mask=attention_mask, position_ids=position_ids)
         loss = None
         if labels is not None:
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                      labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+        out = CausalLMOutputWithPast(loss=loss, logits=logits)
+        return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()
 
 
 AutoConfig.register(MODEL_TYPE, PsattnConfig, exist_ok=True)

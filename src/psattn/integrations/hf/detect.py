@@ -5,7 +5,8 @@ RoPE; see ``psattn.ops.shear``). Inside a transformers model that is exact when 
 
 1. applies rotary position embeddings to q and k (a module-level ``apply_*rotary*`` / ``apply_*rope*``
    function of its modeling file),
-2. then calls the cache's ``update(k, v, layer_idx)`` once, with its own ``layer_idx``,
+2. then calls the cache's ``update(k, v, layer_idx)`` once, with its own ``layer_idx``, on a dynamic
+   attention layer of the cache (one that holds linear-attention state too cannot hold sheared keys),
 3. then calls the registered attention function once, with itself as the module, the keys and values
    that ``update`` returned and the attention mask it received.
 
@@ -38,6 +39,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 from transformers.modeling_utils import AttentionInterface
 
 from psattn.integrations.hf.attention import eager_base
+from psattn.integrations.hf.cache import can_hold_sheared_keys
 
 ROPE_FUNCTION = re.compile(r"^apply_\w*(rotary|rope)\w*$")
 # attention arguments that change what the base kernel computes; reported by ``AttentionPattern.describe``
@@ -239,6 +241,10 @@ def _check_call(call: _Call) -> str | None:
                 "hold sheared keys for it exactly")
     if mask is not None and call.kwargs.get("attention_mask") is not mask:
         return f"{kind} attends with a mask other than the attention_mask it receives"
+    layers = getattr(next((v for v in call.kwargs.values() if isinstance(v, Cache)), None), "layers", ())
+    if layer_idx < len(layers) and not can_hold_sheared_keys(layers[layer_idx]):
+        return (f"{kind} keeps its keys in a {type(layers[layer_idx]).__name__} cache layer, where PSA cannot store "
+                "sheared keys (it stores them in dynamic attention layers only)")
     return None
 
 

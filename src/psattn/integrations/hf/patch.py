@@ -33,13 +33,13 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
-from psattn.integrations.hf.auto import psa_model_class, register_auto_classes
+from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
 from psattn.integrations.hf.saving import PREFIX, base_model_type, mark_config, saved_spec, unmark_config
-from psattn.integrations.hf.spec import PSASpec, PSAVariant
+from psattn.integrations.hf.spec import BASES, PSASpec, PSAVariant
 from psattn.integrations.hf.starts import StartsMemo
 from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
@@ -137,9 +137,9 @@ def apply_psa(
     ``"replicate"`` (default) sets the momentum to 0 at every sequence start: the first token, the
     first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
     documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
-    ``eager``; by default ``sdpa``, or ``eager`` for a model transformers runs only eagerly, such as
-    Gemma 2 with its logit soft-capping or GPT-OSS with its sinks). ``max_rollback`` only matters
-    for a PSA *assistant* model in assisted decoding.
+    ``eager``; by default the one the model runs on, and otherwise ``sdpa``, or ``eager`` for a model
+    transformers runs only eagerly, such as Gemma 2 with its logit soft-capping or GPT-OSS with its sinks).
+    ``max_rollback`` only matters for a PSA *assistant* model in assisted decoding.
     ``keep_last_call=False`` holds the extra state at O(1) right after a long prefill too (the raw
     keys of a call are dropped when it ends); such a model can then be cropped back only
     ``max_rollback`` tokens, so it cannot be the target of assisted decoding.
@@ -153,8 +153,8 @@ def apply_psa(
         gamma: the shear coupling.
         placement: ``post_rope`` (the only placement a transformers model takes).
         boundary: ``replicate`` (momentum 0 at sequence starts) or ``zero``.
-        attn_implementation: ``sdpa`` or ``eager``, the kernel over the sheared streams (None: ``sdpa`` where
-            the model supports it).
+        attn_implementation: ``sdpa`` or ``eager``, the kernel over the sheared streams (None: the model's own
+            where it is one of them, else ``sdpa`` where the model supports it).
         max_rollback: tokens a cache can be cropped back beyond the last call (assistant models).
         keep_last_call: keep the last call's raw keys until the next one, so any crop within it is exact.
 
@@ -180,8 +180,9 @@ def apply_psa(
         'llama'
     """
     spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
-    if attn_implementation is None:
-        attn_implementation = "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
+    if attn_implementation is None:  # the kernel the model runs on, where PSA can run on it
+        current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        attn_implementation = current if current in BASES else "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
     name = implementation_name(attn_implementation)
     if getattr(model, "_psa_state", None) is not None:
         raise RuntimeError("PSA is already applied to this model; call remove_psa(model) first")
@@ -240,6 +241,8 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     else:  # built as a PSA model (from a saved one): its own copy, made plain
         model.set_attn_implementation(state.original_implementation or "sdpa")
         unmark_config(model.config, state.original_config_class)
+        # its class builds with PSA applied, and save_pretrained would name that class, which transformers lacks
+        model.__class__ = plain_model_class(type(model))
     model._psa_state = None  # type: ignore[assignment]  # as in apply_psa
     return model
 

@@ -153,6 +153,7 @@ REFUSED: dict[str, dict] = {
     "nemotron_h": dict(head_dim=8),
     "lfm3": dict(head_dim=8),  # attends with code of its own
     "zaya": dict(head_dim=8),  # attends with a mask of its own
+    "falcon_h1": dict(head_dim=8),  # attention keys and linear-attention state in one cache layer
     # Multi-latent attention: the cache holds a latent that keys and values share, expanded after the update.
     "deepseek_v3": _MLA,
     "deepseek_v2": _MLA,
