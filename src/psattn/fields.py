@@ -60,3 +60,14 @@ def check_ints(obj: Any, what: str) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{what} {name} must be an integer, got {value!r}")
         object.__setattr__(obj, name, int(value))  # frozen configs too
+
+
+def plain_numbers(obj: Any) -> None:
+    """Store each field of dataclass ``obj`` that holds a number of another type than Python's (NumPy's
+    ``int64``, ``float32``) as a Python ``int`` or ``float``, so that the checks that follow see what they
+    expect and the config writes as JSON; Python's own numbers, and bools, are left as they are."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, (bool, int, float)) or not isinstance(value, numbers.Real):
+            continue
+        object.__setattr__(obj, f.name, int(value) if isinstance(value, numbers.Integral) else float(value))

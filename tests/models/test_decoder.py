@@ -283,9 +283,27 @@ def test_numpy_integers_are_integer_sizes():
     import numpy as np
 
     config = ModelConfig(vocab_size=np.int64(64), d_model=np.int32(32), n_heads=np.int64(4), n_kv_heads=np.int64(2),
-                         d_mlp=np.int64(64), n_layers=np.int64(2))
-    assert config == ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_mlp=64, n_layers=2)
-    assert type(config.vocab_size) is int and json.loads(json.dumps(config.to_dict())) == config.to_dict()
+                         d_mlp=np.int64(64), n_layers=np.int64(2), dropout=np.float32(0.25), rope_base=np.float32(500))
+    assert config == ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_mlp=64, n_layers=2, dropout=0.25,
+                                 rope_base=500.0)  # np.float32(0.25) was refused: 'dropout must lie in [0, 1)'
+    assert type(config.vocab_size) is int and type(config.dropout) is float
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+
+
+def test_numpy_numbers_are_training_settings():
+    """np.float32(0.5) was refused as 'train.threshold must lie in (0, 1], got 0.5', and NumPy ints as steps."""
+    import json
+
+    import numpy as np
+
+    from psattn.training.config import RunConfig, TrainConfig
+    train = TrainConfig(threshold=np.float32(0.5), lr=np.float32(0.001), steps=np.int64(10), batch_size=np.int32(4),
+                        grad_clip=np.float16(2))
+    assert (train.threshold, train.steps, train.batch_size, train.grad_clip) == (0.5, 10, 4, 2.0)
+    assert train.lr == pytest.approx(0.001) and type(train.lr) is float and type(train.steps) is int
+    json.dumps(RunConfig(train=train).to_dict())  # writes as a run's config.json
+    with pytest.raises(ValueError, match="train.lr"):
+        TrainConfig(lr=np.float32("nan"))
 
 
 def test_bad_model_inputs():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from psattn.fields import check_choices, from_fields
+from psattn.fields import check_choices, from_fields, plain_numbers
 from psattn.models.keylag import KEY_LAG
 from psattn.ops.rope import rotary_dim
 from psattn.ops.shear import Boundary, check_gamma
@@ -124,10 +123,7 @@ class ModelConfig:
 
     def __post_init__(self):
         check_choices(self, "model")
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_mlp", "d_head"):
-            value = getattr(self, name)
-            if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # NumPy's ints too, stored as int
-                setattr(self, name, int(value))  # (np.int64(64) was refused as "must be a positive integer")
+        plain_numbers(self)  # NumPy's numbers (np.int64(64) was refused as "must be a positive integer")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.d_head)  # d_model first: d_mlp derives from it

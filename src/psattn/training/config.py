@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from psattn.fields import check_choices, from_fields
+from psattn.fields import check_choices, from_fields, plain_numbers
 from psattn.jsonfile import DuplicateKey, loads, read_json
 from psattn.models.config import ModelConfig
 from psattn.tasks.registry import TASKS, TaskConfig, canonical_task_section, make_task_config, task_name
@@ -58,6 +58,7 @@ class TrainConfig:
     tensorboard: bool = False  # also write every metrics row to <run dir>/tensorboard (the tensorboard extra)
 
     def __post_init__(self):
+        plain_numbers(self)  # np.float32(0.5) was refused as "train.threshold must lie in (0, 1], got 0.5"
         check_choices(self, "train")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every", "early_stop_evals"):
             value = getattr(self, name)
