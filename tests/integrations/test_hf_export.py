@@ -129,3 +129,32 @@ def test_the_exported_model_returns_a_tuple_when_asked_as_transformers_models_do
         loss, logits = model(ids, labels=ids, return_dict=False)
         (alone,) = model(ids, return_dict=False)
     assert torch.equal(loss, want.loss) and torch.equal(logits, want.logits) and torch.equal(alone, want.logits)
+
+
+def test_the_exported_model_gives_its_hidden_states_as_transformers_models_do():
+    """``output_hidden_states=True`` gave None: the embeddings, each block's output and, last, the final norm's
+    (the LM head's input), as a Llama gives them."""
+    from helpers import random_model
+    from psattn.integrations.hf.decoder_model import to_hf
+    from psattn.models.context import build_context
+
+    decoder = random_model("symmetric", gamma=0.5, n_layers=3)
+    model = to_hf(decoder, 64)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4]])
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+        logits, hidden = model(ids, output_hidden_states=True, return_dict=False)
+        h = decoder.embed(ids)
+        expected = [h]
+        context = build_context(*ids.shape, ids.device)
+        context.tables = {}
+        for block in decoder.blocks:
+            h = block(h, context)
+            expected.append(h)
+        expected[-1] = decoder.norm_final(h)
+    assert len(out.hidden_states) == 4 and all(a.shape == (2, 6, decoder.config.d_model) for a in out.hidden_states)
+    for got, want in zip(out.hidden_states, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(decoder.lm_head(out.hidden_states[-1]), out.logits)
+    assert torch.equal(logits, out.logits) and all(map(torch.equal, hidden, out.hidden_states))
+    assert model(ids).hidden_states is None  # not asked for: nothing kept

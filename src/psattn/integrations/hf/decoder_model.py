@@ -80,16 +80,28 @@ class PsattnForCausalLM(PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                return_dict: bool | None = None, **kwargs) -> CausalLMOutputWithPast | tuple:
+                return_dict: bool | None = None, output_hidden_states: bool | None = None,
+                **kwargs) -> CausalLMOutputWithPast | tuple:
         """input_ids (B, T) -> logits (B, T, V); ``labels`` (B, T) give the shifted next-token loss (-100 ignored).
-        ``return_dict=False`` (or ``config.return_dict`` False) gives the tuple ``(loss, logits)`` (``(logits,)``
-        without labels), as transformers' models do."""
-        logits = self.decoder(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        ``output_hidden_states`` adds ``n_layers + 1`` tensors (B, T, C), as transformers' models give them: the
+        embeddings, each block's output, the last one through the final norm (the LM head's input).
+        ``return_dict=False`` (or ``config.return_dict`` False) gives the tuple ``(loss, logits, hidden_states)``
+        without the parts not asked for, as transformers' models do."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        hidden: list[torch.Tensor] = []
+        modules = (self.decoder.drop, *self.decoder.blocks[:-1], self.decoder.norm_final) if output_hidden_states else ()
+        hooks = [m.register_forward_hook(lambda _m, _args, out: hidden.append(out)) for m in modules]
+        try:
+            logits = self.decoder(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        finally:
+            for hook in hooks:
+                hook.remove()
         loss = None
         if labels is not None:
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                      labels[:, 1:].reshape(-1), ignore_index=-100)
-        out = CausalLMOutputWithPast(loss=loss, logits=logits)
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=tuple(hidden) if hidden else None)
         return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()
 
 
