@@ -27,10 +27,14 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from psattn.progress import progress_bar
 from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
@@ -41,6 +45,7 @@ from psattn.training.signals import (
     STOP_SIGNALS,
     TrainingDiverged,
     TrainingInterrupted,
+    WorkerLost,
     on_stop_signals,
     stop_signals_blocked,
     stop_signals_held,
@@ -48,7 +53,7 @@ from psattn.training.signals import (
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
-_STOP = None  # in a worker process: the sweep's stop event
+_STOP = None  # in a worker process: the sweep's stop flag
 _SWEEP_PID: int | None = None  # in a worker process: the sweep's process, its parent
 
 
@@ -57,6 +62,9 @@ def _init_worker(stop, sweep_pid: int) -> None:
     starts with them blocked (``_run_in_pool``): one sent to the group while it starts is ignored, not fatal."""
     global _STOP, _SWEEP_PID
     _STOP, _SWEEP_PID = stop, sweep_pid
+    # the bars' lock, of this process alone (a spawned worker shares no lock with the others anyway): tqdm's own
+    # is a semaphore, which a worker killed with SIGKILL left behind, and the sweep ended with a warning about it
+    tqdm.set_lock(threading.RLock())
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
@@ -70,7 +78,7 @@ def _orphaned() -> bool:
 
 def _stop_requested() -> bool:
     """A worker's stop check: the sweep passed a stop on, or is gone."""
-    return (_STOP is not None and _STOP.is_set()) or _orphaned()
+    return (_STOP is not None and bool(_STOP.value)) or _orphaned()
 
 
 def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> None:
@@ -262,14 +270,16 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
     context = multiprocessing.get_context("spawn")
-    stop, diverged = context.Event(), {}
+    # the stop flag is a byte of shared memory, without a lock: a worker killed while it held an Event's lock (which
+    # each step's stop check takes) left it held, and the sweep and the other workers waited on it forever
+    stop, diverged = context.RawValue("b", 0), {}
     stopped: list[int] = []  # the stop signals that came
     futures: list = []
     pools: list[ProcessPoolExecutor] = []  # the pool, once there is one
     first: list[float] = []  # when the first stop signal came
 
     def halt():  # running runs checkpoint at their next step and stop; queued ones never start
-        stop.set()
+        stop.value = 1
         for future in futures:
             future.cancel()
 
@@ -279,7 +289,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         stopped.append(signum)
         first.append(time.monotonic())
         name = signal.Signals(signum).name
-        if len(stopped) == 1:  # a second signal must not re-enter the event's lock
+        if len(stopped) == 1:  # a second signal must not re-enter halt() (the futures' locks)
             _say(f"{name}: the running runs checkpoint at their next step and stop; press Ctrl-C again to stop the "
                  "workers at once")
             halt()
@@ -297,6 +307,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         try:
             with stop_signals_blocked():  # the workers start with them blocked, until _init_worker ignores them
                 futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
+            processes = dict(pool._processes or {})  # pid -> worker, all started by now
             pending = set(futures)
             with progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
                 while pending:
@@ -309,6 +320,8 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                         except TrainingInterrupted:
                             if not stopped:
                                 raise
+                        except BrokenProcessPool:  # a worker was killed (SIGKILL): the pool fails every run left
+                            raise _worker_lost(configs, out_dir, processes) from None
                         else:
                             if message is not None:
                                 diverged[futures.index(future)] = message
@@ -323,6 +336,31 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
     return [diverged[i] for i in sorted(diverged)]
+
+
+def _worker_lost(configs: list[RunConfig], out_dir: Path, processes: dict) -> WorkerLost:
+    """The error of a pool whose worker ended without a word: which signal, which run (its lock file keeps the pid of
+    the worker that last held it)."""
+    deadline = time.monotonic() + 1  # its exit code shows once the pool's thread or this one has reaped it
+    while not (dead := {pid: p.exitcode for pid, p in processes.items() if p.exitcode not in (None, 0)}) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lost = [c.name for c in configs if load_result(out_dir / c.name) is None and _lock_holder(out_dir / c.name) in dead]
+    codes = sorted(set(dead.values()))
+    how = " and ".join(signal.Signals(-c).name if c < 0 and -c in signal.valid_signals() else f"exit code {c}"
+                       for c in codes) or "an unknown cause"
+    runs = f"training {', '.join(lost)}" if lost else "of the sweep"
+    return WorkerLost(f"a worker process {runs} was ended by {how} (SIGKILL is what the out-of-memory killer sends); "
+                      "the other running runs were checkpointed and the rest not started: run the same command again "
+                      "to resume, each run from its last checkpoint")
+
+
+def _lock_holder(run_dir: Path) -> int | None:
+    """The pid in ``run_dir/.lock`` (the process that last held the run's lock), or None."""
+    try:
+        return int((run_dir / ".lock").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _say(message: str) -> None:
