@@ -18,7 +18,7 @@ from psattn.experiments.reproduce import reproduce
 from psattn.experiments.studies import induction
 from psattn.experiments.studies import text as text_exp
 from psattn.experiments.study import MODES
-from psattn.experiments.sweep import _run_in_pool, run_sweep, unique_configs
+from psattn.experiments.sweep import _run_in_order, _run_in_pool, run_sweep, train_unless_finished, unique_configs
 from psattn.models.heads import head_scores, repeated_tokens
 from psattn.ops.hooks import capture
 from psattn.training.run_dir import load_result
@@ -258,6 +258,18 @@ def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
     expected = r"different config .*differs in train.lr \(saved 0.003, now 0.0001\).*delete that directory"
     with pytest.raises(ValueError, match=expected):
         run_sweep([other], tmp_path, workers=1, progress=False)
+
+
+def test_a_run_another_sweep_finished_meanwhile_under_another_config_is_refused_not_taken(tmp_path):
+    """Two sweeps at once whose plans give one name two configs: the second passed its check before the first wrote
+    the run, waited on its lock and took the first's result as its own (asked 20 steps, got a 200-step result)."""
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    run_sweep([config], tmp_path, workers=1, progress=False)  # the first sweep, done while the second waited
+    other = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=2))
+    with pytest.raises(ValueError, match=r"different config .*differs in train.steps \(saved 4, now 2\)"):
+        train_unless_finished(other, tmp_path / config.name)
+    with pytest.raises(ValueError, match=r"different config .*differs in train.steps \(saved 4, now 2\)"):
+        _run_in_order([other], tmp_path, time.monotonic() + 60, progress=False)
 
 
 def test_a_sweep_continues_its_runs_where_they_run_otherwise(tmp_path):

@@ -86,6 +86,7 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
     (another sweep on the same directory) trains it, then finds it finished: no run is trained twice."""
     with run_lock(run_dir, wait=True):
         if load_result(run_dir) is not None:
+            _check_run_dir(config, Path(run_dir))  # another sweep may have begun it under another config meanwhile
             log.info("%s: finished by another process", run_dir)
             return
         log.info("%s: training", run_dir)
@@ -199,12 +200,17 @@ def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
             raise ValueError(f"run name {name!r} is not a plain folder name; a sweep writes each run into "
                              f"{out_dir}/<name> and nowhere else")
     for c in configs:
-        saved = out_dir / c.name / "config.json"
-        if saved.exists() and not holds_same_run(saved, c) and not _runs_elsewhere(saved, c):
-            raise ValueError(
-                f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
-                f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
-                "directory to train it again, or write to another output directory")
+        _check_run_dir(c, out_dir / c.name)
+
+
+def _check_run_dir(config: RunConfig, run_dir: Path) -> None:
+    """Refuse a ``run_dir`` that holds another config than ``config``."""
+    saved = run_dir / "config.json"
+    if saved.exists() and not holds_same_run(saved, config) and not _runs_elsewhere(saved, config):
+        raise ValueError(
+            f"{saved.parent} holds a run with a different config than {config.name!r} (it differs in "
+            f"{config_differences(saved, config)}; perhaps from an earlier version of the plan): delete that "
+            "directory to train it again, or write to another output directory")
 
 
 def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: float, *, progress: bool = True,
@@ -248,6 +254,7 @@ def _run_in_order(configs: list[RunConfig], out_dir: Path, deadline: float, prog
             break
         run_dir = out_dir / config.name
         with run_lock(run_dir, wait=True):
+            _check_run_dir(config, run_dir)
             if load_result(run_dir) is None:
                 log.info("%s: training (%.0f s left)", run_dir, left)
                 try:
