@@ -30,3 +30,15 @@ def test_ray_sweep_matches_local_and_skips_finished(tmp_path):
     assert run_sweep(configs, tmp_path / "ray", ray_address="local", progress=False) == on_ray
     assert (tmp_path / "ray" / configs[0].name / "result.json").stat().st_mtime_ns == stamp
     assert load_result(tmp_path / "ray" / configs[1].name)["steps"] == 4
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_on_ray_raises_its_own_error_not_the_workers_traceback(tmp_path):
+    """psattn sweep --ray printed a 1,150-character line: Ray's error text is the worker's traceback, in colour."""
+    configs = [tiny(small_config("key_only", 1.0, seed=s, d_model=32, n_heads=2)) for s in (0, 1)]
+    (tmp_path / configs[1].name).write_text("a file where the run's folder goes")
+    with pytest.raises(OSError) as caught:
+        run_sweep(configs, tmp_path, ray_address="local", workers=2, progress=False)
+    assert type(caught.value) in (FileExistsError, NotADirectoryError)  # what the run met, not a Ray class
+    assert caught.value.filename == str(tmp_path / configs[1].name)
+    assert "ray::" not in str(caught.value) and "line" not in str(caught.value)

@@ -397,7 +397,12 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
         with progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                ray.get(done)
+                try:
+                    ray.get(done)
+                except ray.exceptions.RayTaskError as err:  # its text is the worker's traceback: raise the run's error
+                    if isinstance(getattr(err, "cause", None), Exception):
+                        raise err.cause from None
+                    raise
                 bar.update(len(done))
     finally:
         if started_here:
