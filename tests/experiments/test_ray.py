@@ -4,6 +4,7 @@ import dataclasses
 import importlib.util
 
 import pytest
+import torch
 
 from helpers import science
 from psattn.experiments.configs import small_config
@@ -42,3 +43,18 @@ def test_a_run_that_fails_on_ray_raises_its_own_error_not_the_workers_traceback(
     assert type(caught.value) in (FileExistsError, NotADirectoryError)  # what the run met, not a Ray class
     assert caught.value.filename == str(tmp_path / configs[1].name)
     assert "ray::" not in str(caught.value) and "line" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_run_that_asks_for_cuda_on_a_local_ray_without_a_gpu_is_refused_not_left_waiting(tmp_path, monkeypatch):
+    """Its task asked Ray for a GPU no node has, and the sweep waited for it forever (psattn sweep paper_scale --full
+    --ray local on a machine without one)."""
+    import ray
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setattr(ray, "wait", lambda *a, **k: pytest.fail("a task no node can run was submitted"))
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda"))
+    with pytest.raises(ValueError, match=r"asks for train.device='cuda', and this machine's Ray instance has no GPU"):
+        run_sweep([config], tmp_path, ray_address="local", workers=1, progress=False)

@@ -391,6 +391,10 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
         for c in configs:
             wants_gpu = c.train.device.startswith("cuda") or (c.train.device == "auto" and _cluster_has_gpus(ray))
             gpus = 1 if wants_gpu else 0
+            if gpus and address == "local" and not _cluster_has_gpus(ray):  # a cluster's autoscaler may add one
+                raise ValueError(f"{c.name} asks for train.device={c.train.device!r}, and this machine's Ray instance has "
+                                 "no GPU, so its task would wait forever: set train.device to 'cpu' or 'auto', or "
+                                 "run on a cluster with GPUs")
             task = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
             tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
         pending = list(tasks)
