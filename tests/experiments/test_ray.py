@@ -10,6 +10,7 @@ from helpers import science
 from psattn.experiments.configs import small_config
 from psattn.experiments.sweep import run_sweep
 from psattn.training.run_dir import load_result
+from psattn.training.signals import WorkerLost
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="ray is not installed (pip install 'phase-space-attention[ray]')")
@@ -58,3 +59,22 @@ def test_a_run_that_asks_for_cuda_on_a_local_ray_without_a_gpu_is_refused_not_le
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda"))
     with pytest.raises(ValueError, match=r"asks for train.device='cuda', and this machine's Ray instance has no GPU"):
         run_sweep([config], tmp_path, ray_address="local", workers=1, progress=False)
+
+
+def test_a_run_whose_ray_worker_dies_on_every_retry_is_one_error_naming_it(tmp_path, monkeypatch):
+    """The out-of-memory killer's SIGKILL to a run's Ray worker, on each of Ray's retries: psattn sweep --ray ended in a
+    WorkerCrashedError traceback. (Ray is stood in for: the error is what ray.get raises then.)"""
+    import ray
+
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # a Ray instance the caller started
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1})
+    monkeypatch.setattr(ray, "remote", lambda **resources: lambda f: type("Task", (), {"remote": lambda *a: "ref"}))
+    monkeypatch.setattr(ray, "wait", lambda pending, num_returns: (pending[:num_returns], pending[num_returns:]))
+
+    def crashed(refs):
+        raise ray.exceptions.WorkerCrashedError()
+
+    monkeypatch.setattr(ray, "get", crashed)
+    with pytest.raises(WorkerLost, match=rf"Ray worker training {config.name} died \(WorkerCrashedError.*run the same"):
+        run_sweep([config], tmp_path, ray_address="auto", progress=False)

@@ -16,6 +16,8 @@ checkpoint at their next step, queued ones are not started, and the sweep raises
 once (one waiting on another sweep's run lock cannot stop at a step), and each run resumes from its
 last checkpoint. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
 checkpoints its run at the next step and exits, instead of training on and then waiting for work forever.
+A worker killed on its own (SIGKILL from the out-of-memory killer; on Ray, at each of Ray's retries) ends the
+sweep with ``WorkerLost``, which names its run: the same call resumes it from its last checkpoint.
 ``run_within`` runs a sweep in pieces instead: one run after another in this process (or ``workers``
 at a time, in worker processes that share the machine's GPU), for a given number of seconds, after
 which the runs in progress checkpoint and the rest wait for the next call.
@@ -397,6 +399,7 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
                                  "run on a cluster with GPUs")
             task = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
             tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
+        names = {task: c.name for task, c in zip(tasks, configs, strict=True)}
         pending = list(tasks)
         with progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
             while pending:
@@ -407,6 +410,12 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
                     if isinstance(getattr(err, "cause", None), Exception):
                         raise err.cause from None
                     raise
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
+                        ray.exceptions.NodeDiedError) as err:  # the worker itself died, on every retry Ray made
+                    raise WorkerLost(f"the Ray worker training {names[done[0]]} died ({type(err).__name__}: killed, "
+                                     "say by the out-of-memory killer, each time Ray retried it); the other runs were "
+                                     "stopped: run the same command again to resume, each run from its last "
+                                     "checkpoint") from None
                 bar.update(len(done))
     finally:
         if started_here:
