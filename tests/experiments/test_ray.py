@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,3 +79,38 @@ def test_a_run_whose_ray_worker_dies_on_every_retry_is_one_error_naming_it(tmp_p
     monkeypatch.setattr(ray, "get", crashed)
     with pytest.raises(WorkerLost, match=rf"Ray worker training {config.name} died \(WorkerCrashedError.*run the same"):
         run_sweep([config], tmp_path, ray_address="auto", progress=False)
+
+
+SIGTERM_SWEEP = """
+import dataclasses, os, signal, sys, threading, time
+from pathlib import Path
+from helpers import tiny_config
+from psattn.experiments.sweep import run_sweep
+from psattn.training.signals import TrainingInterrupted
+
+out = Path(sys.argv[1])
+def stop():
+    while not (out / "run" / "checkpoint.pt").exists():
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=stop, daemon=True).start()
+try:
+    run_sweep([dataclasses.replace(tiny_config(100000, checkpoint_every=1), name="run")], out, ray_address="local",
+              workers=1, progress=False)
+except TrainingInterrupted as err:
+    print(err.signum, err)
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_a_ray_sweep_stops_it_as_a_stop_signal(tmp_path):
+    """A scheduler's SIGTERM to psattn sweep --ray: Ray's own handler aborted the process (exit -6) with a C++ trace."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]))
+    done = subprocess.run([sys.executable, "-c", SIGTERM_SWEEP, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("15 SIGTERM: the sweep's Ray tasks were stopped"), done.stdout

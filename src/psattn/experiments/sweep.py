@@ -14,7 +14,8 @@ A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its worke
 checkpoint at their next step, queued ones are not started, and the sweep raises
 ``TrainingInterrupted``; the same call then resumes them all. A second signal kills the workers at
 once (one waiting on another sweep's run lock cannot stop at a step), and each run resumes from its
-last checkpoint. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
+last checkpoint. On Ray a stop signal stops the tasks at once, each run at its last checkpoint, and raises
+``TrainingInterrupted`` too. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
 checkpoints its run at the next step and exits, instead of training on and then waiting for work forever.
 A worker killed on its own (SIGKILL from the out-of-memory killer; on Ray, at each of Ray's retries) ends the
 sweep with ``WorkerLost``, which names its run: the same call resumes it from its last checkpoint.
@@ -388,6 +389,7 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
+    stopped: list[int] = []  # the stop signals that came
     try:
         tasks = []
         for c in configs:
@@ -401,7 +403,13 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
             tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
         names = {task: c.name for task, c in zip(tasks, configs, strict=True)}
         pending = list(tasks)
-        with progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
+        # a stop signal ends the wait (Ray's own handler, once ray.init has run, aborted on SIGTERM with a C++ trace);
+        # ray.wait turns the handler's exception into a KeyboardInterrupt, so the handler notes which signal came
+        def stop(signum, _frame):
+            stopped.append(signum)
+            raise KeyboardInterrupt
+
+        with on_stop_signals(stop), progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 try:
@@ -417,6 +425,11 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
                                      "stopped: run the same command again to resume, each run from its last "
                                      "checkpoint") from None
                 bar.update(len(done))
+    except KeyboardInterrupt:
+        if not stopped:
+            raise
+        raise TrainingInterrupted(f"{signal.Signals(stopped[0]).name}: the sweep's Ray tasks were stopped, each run at "
+                                  "its last checkpoint; run the same command again to resume", stopped[0]) from None
     finally:
         if started_here:
             ray.shutdown()
