@@ -54,7 +54,7 @@ from psattn.commands import (
     theory,
     train,
 )
-from psattn.training.signals import TrainingDiverged, TrainingInterrupted
+from psattn.training.signals import TrainingDiverged, TrainingInterrupted, WorkerLost
 from psattn.version import __version__
 
 if _SIGINT is not None:  # loaded: Ctrl-C raises KeyboardInterrupt again, which main() reports
@@ -165,7 +165,7 @@ def _run(argv: list[str] | None) -> int:
         if verbose:
             logging.exception("details")
         parser.exit(2, f"psattn: error: {_one_line(err)}\n")
-    except TrainingDiverged as err:  # train, sweep, reproduce, demo: the run, the step and what is kept
+    except (TrainingDiverged, WorkerLost) as err:  # the run, the step or the signal, and what is kept
         print(f"psattn: error: {err}", file=sys.stderr)
         return 1
     except (MemoryError, RuntimeError) as err:  # the allocator's refusal, where no check could tell beforehand

@@ -233,3 +233,17 @@ def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch
     assert main(["sweep", "mqar", "--quick", "--workers", "1", "--out", str(tmp_path / "mqar")]) == 1  # no table
     captured = capsys.readouterr()
     assert "its table has no place for them" in captured.err and "succeed" not in captured.out
+
+
+def test_a_sweep_whose_worker_was_killed_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    """A worker's SIGKILL (the out-of-memory killer) ended psattn sweep in a BrokenProcessPool traceback."""
+    from psattn.experiments import sweep
+    from psattn.training.signals import WorkerLost
+
+    def killed(*args, **kwargs):
+        raise WorkerLost("a worker process training run0 was ended by SIGKILL (...): run the same command again")
+
+    monkeypatch.setattr(sweep, "run_sweep", killed)
+    assert main(["sweep", "variants", "--quick", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "psattn: error: a worker process training run0 was ended by SIGKILL (...): run the same command again"]

@@ -107,6 +107,24 @@ def tiny_sweep(tmp_path_factory):
     return out, cut, printed
 
 
+def test_a_summary_of_another_format_says_which_not_that_nothing_is_missing(tmp_path):
+    """It said "is not a psattn run summary of format 1 (missing [])"."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"format": 2, "name": "run", "config": {}, "result": {}, "history": []}))
+    with pytest.raises(ValueError, match=r"is a run summary of format 2, and this psattn reads format 1: read it with"):
+        saved_runs.read_summary(path)
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "", 7])
+def test_a_summary_whose_name_is_not_a_folder_name_is_refused_not_restored_elsewhere(tmp_path, name):
+    """restore() wrote a summary named '../outside' beside the runs folder."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"format": saved_runs.FORMAT, "name": name, "config": {}, "result": {}, "history": []}))
+    with pytest.raises(ValueError, match="is not a plain folder name"):
+        saved_runs.restore(path, tmp_path / "runs" / "deep")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run.json"]
+
+
 def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive(tiny_sweep, tmp_path):
     config = paper_scale.paper_scale("quick")[1]
     run_dir = tiny_sweep[0] / config.name

@@ -3,11 +3,14 @@ import itertools
 import json
 import math
 import os
+import signal
+import threading
+import time
 
 import pytest
 import torch
 
-from helpers import file_size_limit, random_model
+from helpers import file_size_limit, random_model, tiny_config
 from psattn.experiments import induction_report, summaries
 from psattn.experiments.configs import small_config
 from psattn.experiments.declared import STUDIES
@@ -15,10 +18,11 @@ from psattn.experiments.reproduce import reproduce
 from psattn.experiments.studies import induction
 from psattn.experiments.studies import text as text_exp
 from psattn.experiments.study import MODES
-from psattn.experiments.sweep import run_sweep, unique_configs
+from psattn.experiments.sweep import _run_in_order, _run_in_pool, run_sweep, train_unless_finished, unique_configs
 from psattn.models.heads import head_scores, repeated_tokens
 from psattn.ops.hooks import capture
 from psattn.training.run_dir import load_result
+from psattn.training.signals import WorkerLost
 
 
 def tiny(config, steps=4):
@@ -256,6 +260,18 @@ def test_sweep_refuses_a_directory_holding_another_config(tmp_path):
         run_sweep([other], tmp_path, workers=1, progress=False)
 
 
+def test_a_run_another_sweep_finished_meanwhile_under_another_config_is_refused_not_taken(tmp_path):
+    """Two sweeps at once whose plans give one name two configs: the second passed its check before the first wrote
+    the run, waited on its lock and took the first's result as its own (asked 20 steps, got a 200-step result)."""
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    run_sweep([config], tmp_path, workers=1, progress=False)  # the first sweep, done while the second waited
+    other = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=2))
+    with pytest.raises(ValueError, match=r"different config .*differs in train.steps \(saved 4, now 2\)"):
+        train_unless_finished(other, tmp_path / config.name)
+    with pytest.raises(ValueError, match=r"different config .*differs in train.steps \(saved 4, now 2\)"):
+        _run_in_order([other], tmp_path, time.monotonic() + 60, progress=False)
+
+
 def test_a_sweep_continues_its_runs_where_they_run_otherwise(tmp_path):
     config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
     first = run_sweep([config], tmp_path, workers=1, progress=False)
@@ -407,3 +423,21 @@ def test_a_report_write_cut_short_keeps_the_earlier_report_whole(tmp_path, monke
         reproduce(tmp_path, sections=("induction",), progress=False)  # it cut report.md to 2,000 bytes of the second
     assert {name: (tmp_path / name).read_text() for name in ("report.md", "results.json")} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]  # no temporary file left
+
+
+def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_sweep_resumes(tmp_path):
+    """The out-of-memory killer's SIGKILL to one worker: the pool's BrokenProcessPool came out raw (and a worker killed
+    while it checked the stop event's lock left it held, and the sweep hung)."""
+    config = dataclasses.replace(tiny_config(400, checkpoint_every=1), name="big")
+
+    def kill_big():
+        while not (tmp_path / "big" / "checkpoint.pt").exists():
+            time.sleep(0.01)
+        os.kill(int((tmp_path / "big" / ".lock").read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_big, daemon=True)
+    killer.start()
+    with pytest.raises(WorkerLost, match=r"worker process training big was ended by SIGKILL.*run the same command again"):
+        _run_in_pool([config], tmp_path, 1, progress=False)  # the pool of run_sweep(workers=2), with one worker
+    killer.join()
+    assert load_result(tmp_path / "big") is None and (tmp_path / "big" / "checkpoint.pt").exists()

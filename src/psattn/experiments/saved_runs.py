@@ -102,8 +102,15 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     """A saved run summary (JSON); ValueError when the file is not one."""
     summary = read_json(path, what="run summary", object_only=True)
     missing = {"format", "name", "config", "result", "history"} - summary.keys()
-    if missing or summary["format"] != FORMAT:
+    if missing:
         raise ValueError(f"{path} is not a psattn run summary of format {FORMAT} (missing {sorted(missing)})")
+    name = summary["name"]
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+        raise ValueError(f"{path} names its run {name!r}, which is not a plain folder name: a summary restores into "
+                         "<runs>/<name> and nowhere else")
+    if summary["format"] != FORMAT:  # it said "(missing [])"
+        raise ValueError(f"{path} is a run summary of format {summary['format']!r}, and this psattn reads format "
+                         f"{FORMAT}: read it with the psattn that wrote it (the version in its \"meta\")")
     return summary
 
 

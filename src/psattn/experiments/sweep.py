@@ -14,8 +14,11 @@ A stop signal (SIGINT, SIGTERM, SIGHUP) to the sweep's process reaches its worke
 checkpoint at their next step, queued ones are not started, and the sweep raises
 ``TrainingInterrupted``; the same call then resumes them all. A second signal kills the workers at
 once (one waiting on another sweep's run lock cannot stop at a step), and each run resumes from its
-last checkpoint. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
+last checkpoint. On Ray a stop signal stops the tasks at once, each run at its last checkpoint, and raises
+``TrainingInterrupted`` too. A worker whose sweep's process is gone (killed with SIGKILL, which no handler sees)
 checkpoints its run at the next step and exits, instead of training on and then waiting for work forever.
+A worker killed on its own (SIGKILL from the out-of-memory killer; on Ray, at each of Ray's retries) ends the
+sweep with ``WorkerLost``, which names its run: the same call resumes it from its last checkpoint.
 ``run_within`` runs a sweep in pieces instead: one run after another in this process (or ``workers``
 at a time, in worker processes that share the machine's GPU), for a given number of seconds, after
 which the runs in progress checkpoint and the rest wait for the next call.
@@ -27,10 +30,14 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from psattn.progress import progress_bar
 from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
@@ -41,6 +48,7 @@ from psattn.training.signals import (
     STOP_SIGNALS,
     TrainingDiverged,
     TrainingInterrupted,
+    WorkerLost,
     on_stop_signals,
     stop_signals_blocked,
     stop_signals_held,
@@ -48,7 +56,7 @@ from psattn.training.signals import (
 from psattn.training.trainer import train
 
 log = logging.getLogger(__name__)
-_STOP = None  # in a worker process: the sweep's stop event
+_STOP = None  # in a worker process: the sweep's stop flag
 _SWEEP_PID: int | None = None  # in a worker process: the sweep's process, its parent
 
 
@@ -57,6 +65,9 @@ def _init_worker(stop, sweep_pid: int) -> None:
     starts with them blocked (``_run_in_pool``): one sent to the group while it starts is ignored, not fatal."""
     global _STOP, _SWEEP_PID
     _STOP, _SWEEP_PID = stop, sweep_pid
+    # the bars' lock, of this process alone (a spawned worker shares no lock with the others anyway): tqdm's own
+    # is a semaphore, which a worker killed with SIGKILL left behind, and the sweep ended with a warning about it
+    tqdm.set_lock(threading.RLock())
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
@@ -70,7 +81,7 @@ def _orphaned() -> bool:
 
 def _stop_requested() -> bool:
     """A worker's stop check: the sweep passed a stop on, or is gone."""
-    return (_STOP is not None and _STOP.is_set()) or _orphaned()
+    return (_STOP is not None and bool(_STOP.value)) or _orphaned()
 
 
 def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> None:
@@ -78,6 +89,7 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
     (another sweep on the same directory) trains it, then finds it finished: no run is trained twice."""
     with run_lock(run_dir, wait=True):
         if load_result(run_dir) is not None:
+            _check_run_dir(config, Path(run_dir))  # another sweep may have begun it under another config meanwhile
             log.info("%s: finished by another process", run_dir)
             return
         log.info("%s: training", run_dir)
@@ -191,12 +203,17 @@ def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
             raise ValueError(f"run name {name!r} is not a plain folder name; a sweep writes each run into "
                              f"{out_dir}/<name> and nowhere else")
     for c in configs:
-        saved = out_dir / c.name / "config.json"
-        if saved.exists() and not holds_same_run(saved, c) and not _runs_elsewhere(saved, c):
-            raise ValueError(
-                f"{saved.parent} holds a run with a different config than {c.name!r} (it differs in "
-                f"{config_differences(saved, c)}; perhaps from an earlier version of the plan): delete that "
-                "directory to train it again, or write to another output directory")
+        _check_run_dir(c, out_dir / c.name)
+
+
+def _check_run_dir(config: RunConfig, run_dir: Path) -> None:
+    """Refuse a ``run_dir`` that holds another config than ``config``."""
+    saved = run_dir / "config.json"
+    if saved.exists() and not holds_same_run(saved, config) and not _runs_elsewhere(saved, config):
+        raise ValueError(
+            f"{saved.parent} holds a run with a different config than {config.name!r} (it differs in "
+            f"{config_differences(saved, config)}; perhaps from an earlier version of the plan): delete that "
+            "directory to train it again, or write to another output directory")
 
 
 def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: float, *, progress: bool = True,
@@ -240,6 +257,7 @@ def _run_in_order(configs: list[RunConfig], out_dir: Path, deadline: float, prog
             break
         run_dir = out_dir / config.name
         with run_lock(run_dir, wait=True):
+            _check_run_dir(config, run_dir)
             if load_result(run_dir) is None:
                 log.info("%s: training (%.0f s left)", run_dir, left)
                 try:
@@ -262,14 +280,16 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
     of the runs that diverged (``_run_one``), in the order of ``configs``. A run that fails otherwise
     stops the others as a stop signal would (checkpointed) before its error is raised."""
     context = multiprocessing.get_context("spawn")
-    stop, diverged = context.Event(), {}
+    # the stop flag is a byte of shared memory, without a lock: a worker killed while it held an Event's lock (which
+    # each step's stop check takes) left it held, and the sweep and the other workers waited on it forever
+    stop, diverged = context.RawValue("b", 0), {}
     stopped: list[int] = []  # the stop signals that came
     futures: list = []
     pools: list[ProcessPoolExecutor] = []  # the pool, once there is one
     first: list[float] = []  # when the first stop signal came
 
     def halt():  # running runs checkpoint at their next step and stop; queued ones never start
-        stop.set()
+        stop.value = 1
         for future in futures:
             future.cancel()
 
@@ -279,7 +299,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         stopped.append(signum)
         first.append(time.monotonic())
         name = signal.Signals(signum).name
-        if len(stopped) == 1:  # a second signal must not re-enter the event's lock
+        if len(stopped) == 1:  # a second signal must not re-enter halt() (the futures' locks)
             _say(f"{name}: the running runs checkpoint at their next step and stop; press Ctrl-C again to stop the "
                  "workers at once")
             halt()
@@ -297,6 +317,7 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         try:
             with stop_signals_blocked():  # the workers start with them blocked, until _init_worker ignores them
                 futures += [pool.submit(_run_one, c.to_dict(), str(out_dir / c.name), deadline) for c in configs]
+            processes = dict(pool._processes or {})  # pid -> worker, all started by now
             pending = set(futures)
             with progress_bar(total=len(futures), desc="runs", enabled=progress) as bar:
                 while pending:
@@ -309,6 +330,8 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
                         except TrainingInterrupted:
                             if not stopped:
                                 raise
+                        except BrokenProcessPool:  # a worker was killed (SIGKILL): the pool fails every run left
+                            raise _worker_lost(configs, out_dir, processes) from None
                         else:
                             if message is not None:
                                 diverged[futures.index(future)] = message
@@ -323,6 +346,31 @@ def _run_in_pool(configs: list[RunConfig], out_dir: Path, workers: int, progress
         raise TrainingInterrupted(f"{name}: the sweep's running runs were checkpointed and the rest not started; "
                                   "run the same command again to resume", stopped[0])
     return [diverged[i] for i in sorted(diverged)]
+
+
+def _worker_lost(configs: list[RunConfig], out_dir: Path, processes: dict) -> WorkerLost:
+    """The error of a pool whose worker ended without a word: which signal, which run (its lock file keeps the pid of
+    the worker that last held it)."""
+    deadline = time.monotonic() + 1  # its exit code shows once the pool's thread or this one has reaped it
+    while not (dead := {pid: p.exitcode for pid, p in processes.items() if p.exitcode not in (None, 0)}) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lost = [c.name for c in configs if load_result(out_dir / c.name) is None and _lock_holder(out_dir / c.name) in dead]
+    codes = sorted(set(dead.values()))
+    how = " and ".join(signal.Signals(-c).name if c < 0 and -c in signal.valid_signals() else f"exit code {c}"
+                       for c in codes) or "an unknown cause"
+    runs = f"training {', '.join(lost)}" if lost else "of the sweep"
+    return WorkerLost(f"a worker process {runs} was ended by {how} (SIGKILL is what the out-of-memory killer sends); "
+                      "the other running runs were checkpointed and the rest not started: run the same command again "
+                      "to resume, each run from its last checkpoint")
+
+
+def _lock_holder(run_dir: Path) -> int | None:
+    """The pid in ``run_dir/.lock`` (the process that last held the run's lock), or None."""
+    try:
+        return int((run_dir / ".lock").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _say(message: str) -> None:
@@ -341,19 +389,47 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
+    stopped: list[int] = []  # the stop signals that came
     try:
         tasks = []
         for c in configs:
             wants_gpu = c.train.device.startswith("cuda") or (c.train.device == "auto" and _cluster_has_gpus(ray))
             gpus = 1 if wants_gpu else 0
+            if gpus and address == "local" and not _cluster_has_gpus(ray):  # a cluster's autoscaler may add one
+                raise ValueError(f"{c.name} asks for train.device={c.train.device!r}, and this machine's Ray instance has "
+                                 "no GPU, so its task would wait forever: set train.device to 'cpu' or 'auto', or "
+                                 "run on a cluster with GPUs")
             task = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
             tasks.append(task.remote(c.to_dict(), str((out_dir / c.name).resolve())))
+        names = {task: c.name for task, c in zip(tasks, configs, strict=True)}
         pending = list(tasks)
-        with progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
+        # a stop signal ends the wait (Ray's own handler, once ray.init has run, aborted on SIGTERM with a C++ trace);
+        # ray.wait turns the handler's exception into a KeyboardInterrupt, so the handler notes which signal came
+        def stop(signum, _frame):
+            stopped.append(signum)
+            raise KeyboardInterrupt
+
+        with on_stop_signals(stop), progress_bar(total=len(tasks), desc="runs (ray)", enabled=progress) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                ray.get(done)
+                try:
+                    ray.get(done)
+                except ray.exceptions.RayTaskError as err:  # its text is the worker's traceback: raise the run's error
+                    if isinstance(getattr(err, "cause", None), Exception):
+                        raise err.cause from None
+                    raise
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
+                        ray.exceptions.NodeDiedError) as err:  # the worker itself died, on every retry Ray made
+                    raise WorkerLost(f"the Ray worker training {names[done[0]]} died ({type(err).__name__}: killed, "
+                                     "say by the out-of-memory killer, each time Ray retried it); the other runs were "
+                                     "stopped: run the same command again to resume, each run from its last "
+                                     "checkpoint") from None
                 bar.update(len(done))
+    except KeyboardInterrupt:
+        if not stopped:
+            raise
+        raise TrainingInterrupted(f"{signal.Signals(stopped[0]).name}: the sweep's Ray tasks were stopped, each run at "
+                                  "its last checkpoint; run the same command again to resume", stopped[0]) from None
     finally:
         if started_here:
             ray.shutdown()

@@ -30,6 +30,11 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the message names the run, the step and the checkpoint kept."""
 
 
+class WorkerLost(RuntimeError):
+    """A sweep's worker process ended without a word (SIGKILL, as from the out-of-memory killer); the message
+    names its run, which resumes from its last checkpoint when the sweep runs again."""
+
+
 @contextlib.contextmanager
 def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
     """Route the stop signals to ``handler(signum, frame)`` inside the block (main thread only:
