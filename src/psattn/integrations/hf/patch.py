@@ -144,8 +144,9 @@ def apply_psa(
     keys of a call are dropped when it ends); such a model can then be cropped back only
     ``max_rollback`` tokens, so it cannot be the target of assisted decoding.
 
-    ``generate`` then keeps sheared keys in its cache (plus one raw key, and one raw query when
-    gamma_q != 0, per layer). Raises NotImplementedError for unsupported architectures and options.
+    ``generate`` then keeps sheared keys in its cache, plus a window of raw keys per layer (and of raw
+    queries when gamma_q != 0): the last call's and the one before them, so two rows while it decodes a
+    token a step and a prompt's worth right after its prefill (see ``keep_last_call``). Raises NotImplementedError for unsupported architectures and options.
 
     Args:
         model: a transformers causal LM of a supported architecture (``SUPPORTED``).
