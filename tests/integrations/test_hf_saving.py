@@ -204,3 +204,32 @@ def test_psa_settings_under_a_plain_model_type_warn_and_load_with_psa(tmp_path, 
     assert psa_spec(loaded) == PSASpec("symmetric", 0.5)
     with torch.no_grad():
         assert torch.allclose(loaded(prompt).logits, model(prompt).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification",
+                                  "AutoModelForQuestionAnswering"])
+def test_a_psa_model_with_another_head_reloads_through_its_auto_class(head, tmp_path, prompt):
+    """A patched LlamaModel or classification model saved fine, but its Auto class refused the saved config
+    ('Unrecognized configuration class PSALlamaConfig'), and load_psa_model failed inside the head's own
+    AutoModel call; the base model a head builds inside it comes out plain and the head applies PSA once."""
+    import transformers
+
+    from integrations.hf_tiny import tiny_config
+
+    auto = getattr(transformers, head)
+    torch.manual_seed(0)
+    model = apply_psa(auto.from_config(tiny_config("llama", True, num_labels=3, pad_token_id=0)).double().eval(),
+                      "symmetric", 0.5)
+    model.save_pretrained(tmp_path)
+    plain_name = type(model).__name__
+    with torch.no_grad():
+        want = model(prompt)[0]
+        for loaded in (auto.from_pretrained(tmp_path, dtype=torch.float64),
+                       load_psa_model(tmp_path, model_class=auto, dtype=torch.float64),
+                       load_psa_model(tmp_path, model_class=type(model), dtype=torch.float64)):
+            assert psa_spec(loaded) == psa_spec(model) and type(loaded).__name__ == f"PSA{plain_name}"
+            inner = [m for m in loaded.modules() if m is not loaded and type(m).__name__.startswith("PSA")]
+            assert inner == []  # the head's base model is plain: PSA applied once, by the head
+            assert_same_logits(loaded.eval()(prompt)[0], want)
+        remove_psa(loaded).save_pretrained(tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / "config.json").read_text())["architectures"] == [plain_name]

@@ -1,19 +1,29 @@
 """The ``psattn_<base>`` model types in transformers' Auto classes: for each base model type, a
-subclass of its causal LM class that applies PSA with the settings its config carries (``.saving``)
-as soon as it is built, registered with ``AutoConfig`` and ``AutoModelForCausalLM``, so that
-``AutoModelForCausalLM.from_pretrained`` of a saved PSA model gives the model that was saved."""
+subclass of each of its model classes (causal LM, base model, sequence and token classification,
+question answering) that applies PSA with the settings its config carries (``.saving``) as soon as it
+is built, registered with ``AutoConfig`` and the matching Auto class, so that
+``AutoModelForCausalLM.from_pretrained`` (or ``AutoModelForSequenceClassification.from_pretrained``, ...)
+of a saved PSA model gives the model that was saved."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
+from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from psattn.integrations.hf.saving import psa_config_class, saved_spec
 
@@ -21,14 +31,35 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
+#: the Auto classes a saved PSA model loads through, each with its map of model types to class names
+AUTO_CLASSES = (
+    (AutoModelForCausalLM, modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+    (AutoModel, modeling_auto.MODEL_MAPPING_NAMES),
+    (AutoModelForSequenceClassification, modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
+    (AutoModelForTokenClassification, modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES),
+    (AutoModelForQuestionAnswering, modeling_auto.MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES),
+)
+
+_building = threading.local()  # depth: how many models with PSA are being built around this one
+
+
 class _BuildsWithPSA:
     """Mixin of the registered model classes: a model built from a PSA config comes out patched by
-    ``apply_psa`` (``.patch.apply_psa``, handed to ``psa_model_class``)."""
+    ``apply_psa`` (``.patch.apply_psa``, handed to ``psa_model_class``). One built inside another (the base
+    model a classification head builds with ``AutoModel``) comes out plain: the outer model applies PSA."""
 
     _psa_apply: ClassVar[Callable[..., Any]]
 
     def __init__(self, config, *args, **kwargs):
-        super().__init__(config, *args, **kwargs)
+        depth = getattr(_building, "depth", 0)
+        _building.depth = depth + 1
+        try:
+            super().__init__(config, *args, **kwargs)
+        finally:
+            _building.depth = depth
+        if depth:
+            self.__class__ = plain_model_class(type(self))
+            return
         spec = saved_spec(config)
         if spec is None:
             raise ValueError(f"{type(self).__name__} needs a config with PSA settings ('psa'), got {type(config).__name__}")
@@ -64,24 +95,28 @@ def psa_model_class(model_cls: type[PreTrainedModel], apply_psa: Callable[..., A
     uses ``LlamaForCausalLM``)."""
     if issubclass(model_cls, _BuildsWithPSA):
         return model_cls
-    assert model_cls.config_class is not None  # every causal LM class names its config class
+    assert model_cls.config_class is not None  # every model class names its config class
     base = base or model_cls.config_class.model_type
     return type(f"PSA{model_cls.__name__}", (_BuildsWithPSA, model_cls),
                 {"config_class": psa_config_class(base), "_psa_apply": staticmethod(apply_psa), "__module__": __name__})
 
 
 def register_auto_classes(model_types, apply_psa: Callable[..., Any]) -> None:
-    """Register ``psattn_<base>`` with ``AutoConfig`` and ``AutoModelForCausalLM`` (idempotent); the
-    model classes apply PSA with ``apply_psa`` when they are built."""
+    """Register ``psattn_<base>`` with ``AutoConfig`` and each of ``AUTO_CLASSES`` that maps ``base`` to a class
+    (idempotent); the model classes apply PSA with ``apply_psa`` when they are built."""
     for base in model_types:
-        if base not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or base not in CONFIG_MAPPING:
+        if base not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or base not in CONFIG_MAPPING:
             continue  # a model type transformers does not map to a causal LM class: nothing to register
         config_cls = psa_config_class(base)
-        base_cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[base])
-        model_cls = psa_model_class(base_cls, apply_psa, base)
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
-        AutoModelForCausalLM.register(config_cls, model_cls, exist_ok=True)
-        # the checkpoint names of older releases (GPT-NeoX's embed_out): transformers looks them up by class name
-        renames = get_checkpoint_conversion_mapping(base_cls.__name__)
-        if renames:
-            register_checkpoint_conversion_mapping(model_cls.__name__, renames, overwrite=True)
+        for auto, names in AUTO_CLASSES:
+            name = names.get(base)  # a class name (a few model types map to several: those are left out)
+            base_cls = getattr(transformers, name, None) if isinstance(name, str) else None
+            if base_cls is None:
+                continue  # no such head for this model type
+            model_cls = psa_model_class(base_cls, apply_psa, base)
+            auto.register(config_cls, model_cls, exist_ok=True)
+            # the checkpoint names of older releases (GPT-NeoX's embed_out): transformers looks them up by class name
+            renames = get_checkpoint_conversion_mapping(base_cls.__name__)
+            if renames:
+                register_checkpoint_conversion_mapping(model_cls.__name__, renames, overwrite=True)
