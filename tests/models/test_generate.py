@@ -228,6 +228,20 @@ def test_continue_text_names_a_prompt_or_seed_of_the_wrong_kind():
         continue_text(model, ByteTokenizer(), "Hi", 3, seed="1")
 
 
+def test_numpy_integers_are_taken_as_counts_and_token_ids():
+    """max_new_tokens=np.int64(3) was refused as 'max_new_tokens must be an integer >= 0, got np.int64(3)', and so were
+    NumPy eos_token_id, pad_token_id and vocab_limit (top_k and chunk sizes took them)."""
+    import numpy as np
+
+    model, prompt = random_model(), torch.randint(0, 37, (2, 3), generator=torch.Generator().manual_seed(0))
+    plain = generate(model, prompt, 3, eos_token_id=5, pad_token_id=0, vocab_limit=20)
+    numpy = generate(model, prompt, np.int64(3), eos_token_id=np.int64(5), pad_token_id=np.int32(0), vocab_limit=np.int64(20))
+    assert torch.equal(numpy.sequences, plain.sequences)
+    assert torch.equal(speculative_generate(model, model, prompt[:1], np.int64(3))[0], generate(model, prompt[:1], 3).sequences)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got np.int64"):
+        generate(model, prompt, np.int64(-1))
+
+
 def test_a_generator_that_is_no_torch_generator_is_named():
     """A seed passed as the generator raised "'int' object has no attribute 'device'" at the first draw."""
     with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):

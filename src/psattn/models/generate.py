@@ -167,12 +167,14 @@ def generate(
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
     V = model.config.vocab_size
-    if vocab_limit is not None and not (isinstance(vocab_limit, int) and not isinstance(vocab_limit, bool)
-                                        and 1 <= vocab_limit <= V):
+    if vocab_limit is not None and not (_is_integer(vocab_limit) and 1 <= vocab_limit <= V):
         raise ValueError(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
     for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < V):
+        if value is not None and not (_is_integer(value) and 0 <= value < V):
             raise ValueError(f"{name} must be a token id in [0, {V}), got {value!r}")
+    # NumPy integers are taken as Python ints
+    max_new_tokens = int(max_new_tokens)
+    vocab_limit, eos_token_id, pad_token_id = (None if v is None else int(v) for v in (vocab_limit, eos_token_id, pad_token_id))
     pad = eos_token_id if pad_token_id is None else pad_token_id
     if cache is None and not model.supports_cache:
         seq, mask = input_ids, attention_mask
@@ -212,6 +214,11 @@ def generate(
     return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
 
 
+def _is_integer(value: object) -> bool:
+    """Whether ``value`` is an integer, a NumPy one included (not a bool)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def _is_number(value: object) -> bool:
     """Whether ``value`` is a real number (not a bool)."""
     return isinstance(value, Real) and not isinstance(value, bool)
@@ -231,7 +238,7 @@ def _check_request(input_ids: Tensor, max_new_tokens: int) -> None:
                          "for one prompt pass input_ids[None]")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not _is_integer(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
 
 
