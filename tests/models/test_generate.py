@@ -377,6 +377,21 @@ def test_top_p_samples_only_among_the_fewest_tokens_holding_that_mass():
         generate(model, prompt, 2, do_sample=True, top_p=0.0)
 
 
+def test_top_p_of_one_keeps_every_token(monkeypatch):
+    """At top_p = 1 the float32 running sum of 50,257 sorted probabilities reached 1.0 early, and about 3,000 of the
+    least likely tokens were dropped; now every token keeps its probability."""
+    import importlib
+
+    decoding = importlib.import_module("psattn.models.generate")
+    drawn = []
+    monkeypatch.setattr(decoding.torch, "multinomial", lambda probs, n, generator=None: drawn.append(probs) or
+                        probs.argmax(-1, keepdim=True))
+    logits = 3.0 * torch.randn(2, 50257, generator=torch.Generator().manual_seed(0))  # (B, V)
+    decoding._choose(logits, True, 1.0, None, None, top_p=1.0)
+    assert (drawn[0] > 0).all()
+    torch.testing.assert_close(drawn[0], logits.softmax(-1))
+
+
 def test_reordering_a_filled_cache_continues_the_chosen_rows():
     model = random_model("symmetric")
     x = torch.randint(0, 37, (3, 7), generator=torch.Generator().manual_seed(4))

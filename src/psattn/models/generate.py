@@ -75,10 +75,11 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:  # nucleus sampling (Holtzman et al., 2020): the most likely tokens holding top_p of the mass
+    if top_p is not None and top_p < 1:  # nucleus sampling (Holtzman et al., 2020): the likeliest tokens holding top_p
         ranked, order = logits.sort(dim=-1, descending=True)  # (B, V)
         ranked_probs = ranked.softmax(dim=-1)
         drop = ranked_probs.cumsum(dim=-1) - ranked_probs >= top_p  # (B, V): the more likely tokens already hold top_p
+        # (at top_p = 1 a float32 cumsum reaches 1.0 early and would drop thousands of the least likely tokens)
         logits = logits.scatter(-1, order, ranked.masked_fill(drop, float("-inf")))
     probs = logits.softmax(dim=-1)  # (B, V)
     if generator is not None and generator.device != probs.device:  # draw where the generator lives
