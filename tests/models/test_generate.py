@@ -262,6 +262,19 @@ def test_malformed_requests_to_the_other_decoders_are_one_line():
         continue_ids(model, [1, 2], 3, context=2.5)  # slice indices must be integers
 
 
+def test_continue_ids_ends_at_the_eos_token():
+    """With eos_token_id, continue_ids raised a bare AssertionError without a context, and with one went on sampling
+    past the EOS token once the window slid ([25, 25, 34, 22, 36, 0] for EOS 25)."""
+    from psattn.models.generate import continue_ids
+
+    model, prompt = random_model(), [3, 4, 5]
+    for context in (None, 5):  # 5: two tokens fill the window, the rest slide it
+        free = continue_ids(model, prompt, 8, context=context)
+        eos = next(t for i, t in enumerate(free) if i >= 3 and t not in free[:i])  # first seen at step 3 or later
+        stop = free.index(eos) + 1
+        assert continue_ids(model, prompt, 8, context=context, eos_token_id=eos) == free[:stop]
+
+
 def test_generation_stops_each_row_at_eos():
     model = random_model("key_only")
     prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(1))

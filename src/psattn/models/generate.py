@@ -354,15 +354,17 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     generation stays within it, as nanoGPT's sampler does. Once prompt and continuation fill it, each
     further token is predicted from the last ``context - 1`` tokens alone (a fresh forward pass per
     token, positions restarting at 0), never from positions the model has not seen; a longer prompt
-    keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``."""
+    keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``; with its ``eos_token_id`` the ids end
+    at the first end of sequence, which may be before ``max_new_tokens``."""
     if context is not None and (isinstance(context, bool) or not isinstance(context, Integral) or context < 2):
         raise ValueError(f"context must be an integer of at least 2 tokens, got {context!r}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
     device = model_device(model)
     new = generate(model, torch.tensor([window], device=device), room, **sampling).sequences[0, len(window):].tolist()
-    while len(new) < max_new_tokens:  # past the window: slide it, one token at a time
-        assert context is not None  # without a window the first call asked for them all
+    eos = sampling.get("eos_token_id")
+    while len(new) < max_new_tokens and not (new and new[-1] == eos):  # past the window: slide it, one token at a time
+        assert context is not None  # without a window the first call asked for them all (or ended at the EOS token)
         recent = (window + new)[-(context - 1):]
         new += generate(model, torch.tensor([recent], device=device), 1, **sampling).sequences[0, -1:].tolist()
     return new
