@@ -405,6 +405,22 @@ def test_top_p_of_one_keeps_every_token(monkeypatch):
     torch.testing.assert_close(drawn[0], logits.softmax(-1))
 
 
+def test_half_precision_logits_sample_from_a_nucleus_holding_top_p(monkeypatch):
+    """A bfloat16 model's logits were filtered and normalised in bfloat16: the running sum stalled, and the nucleus of
+    top_p = 0.9 held 0.896 of the probability; now they are sampled in float32."""
+    import importlib
+
+    decoding = importlib.import_module("psattn.models.generate")
+    drawn = []
+    monkeypatch.setattr(decoding.torch, "multinomial", lambda probs, n, generator=None: drawn.append(probs) or
+                        probs.argmax(-1, keepdim=True))
+    logits = (2.0 * torch.randn(2, 50257, generator=torch.Generator().manual_seed(0))).bfloat16()  # (B, V)
+    decoding._choose(logits, True, 1.0, None, None, top_p=0.9)
+    kept = drawn[0] > 0  # (B, V)
+    assert ((logits.double().softmax(-1) * kept).sum(-1) >= 0.9).all()
+    assert drawn[0].dtype == torch.float32
+
+
 def test_reordering_a_filled_cache_continues_the_chosen_rows():
     model = random_model("symmetric")
     x = torch.randint(0, 37, (3, 7), generator=torch.Generator().manual_seed(4))

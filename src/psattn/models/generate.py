@@ -71,6 +71,8 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     logits = logits[:, :vocab_limit]  # (B, V'): a prefix, so an index is still the token id
     if not do_sample:
         return logits.argmax(dim=-1)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # a half-precision running sum stalls short of top_p
+        logits = logits.float()
     logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # <= 0: no overflow at tiny temperatures
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
