@@ -61,6 +61,17 @@ def test_bpe_tokenizer_round_trips_saves_and_counts_bytes(tmp_path):
     assert int(tok.token_bytes()[ids].sum()) == len(TEXT.encode("utf-8"))
 
 
+def test_text_that_is_not_utf8_is_named_by_both_tokenizers():
+    """A lone surrogate (what Python makes of a command-line argument that is not UTF-8, as in psattn generate --prompt)
+    raised the BPE library's 'TypeError: TextInputSequence must be str' as a traceback, and the byte tokenizer's codec
+    error; both now name the character."""
+    bpe = BPETokenizer.train([TEXT * 20], vocab_size=300)
+    for encode in (ByteTokenizer().encode, bpe.encode, lambda text: bpe.encode_batch(["ok", text])):
+        with pytest.raises(ValueError, match=r"holds '\\udcff' at character 2, a lone surrogate .*give UTF-8 text"):
+            encode("ab\udcff")
+    assert bpe.decode(bpe.encode_batch(["ok", TEXT])[1]) == TEXT
+
+
 def test_tokenizer_file_errors_are_clear(tmp_path):
     (tmp_path / "t.json").write_text('{"kind": "wordpiece"}')
     with pytest.raises(ValueError, match="not a psattn tokenizer"):
