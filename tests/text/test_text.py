@@ -332,6 +332,17 @@ def test_a_bfloat16_model_is_scored_in_float32():
     assert copies.first_copy_loss - copies.second_copy_loss == pytest.approx(first - second, abs=1e-4)
 
 
+def test_icl_windows_are_the_positions_in_their_documented_intervals():
+    """Early is [T/16, T/8) and late [7T/8, T): at T = 100 the early window was positions 6-11 instead of 7-12 (the
+    late one was right, 88-99)."""
+    for T in (3, 4, 8, 17, 24, 100, 256, 1000):
+        early, late = icl_window(T)
+        if T >= 16:  # below, the windows are one position each, at 1 and T - 1
+            assert list(early) == [t for t in range(T) if T / 16 <= t < T / 8], T
+        assert list(late) == [t for t in range(T) if 7 * T / 8 <= t < T] or T < 8, T
+        assert early.start >= 1 and len(early) and len(late) and early.stop <= late.start
+
+
 @pytest.mark.parametrize("chunk", [0, -1, 1.5, True])
 def test_token_losses_names_a_chunk_that_is_no_positive_integer(chunk):
     """0 was range()'s 'arg 3 must not be zero', -1 torch.cat's 'expected a non-empty list of Tensors'."""

@@ -34,7 +34,7 @@ def icl_window(seq_len: int) -> tuple[range, range]:
     they do not overlap)."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, Integral) or seq_len < 3:
         raise ValueError(f"the in-context-learning score needs a context of at least 3 positions, got {seq_len!r}")
-    early = range(max(1, seq_len // 16), max(2, seq_len // 8))
+    early = range(max(1, -(-seq_len // 16)), max(2, -(-seq_len // 8)))  # the integers in [T/16, T/8): ceilings
     late = range(seq_len - max(1, seq_len // 8), seq_len)
     return early, late
 
