@@ -275,6 +275,17 @@ def test_continue_ids_ends_at_the_eos_token():
         assert continue_ids(model, prompt, 8, context=context, eos_token_id=eos) == free[:stop]
 
 
+@pytest.mark.parametrize("width,chunk", [(6, None), (3, 2), (6, 3)])
+def test_a_mask_of_another_shape_than_the_prompt_is_refused(width, chunk):
+    """prefill cut the mask to each chunk: a (1, 6) mask for a (1, 4) prompt was taken as its first four columns (so
+    [0, 0, 1, 1, 1, 1] masked two real tokens and gave another continuation), and chunks named their own shapes."""
+    model, prompt = random_model(), torch.tensor([[1, 2, 3, 4]])
+    mask = torch.ones(1, width, dtype=torch.long)
+    mask[0, : width - 4] = 0
+    with pytest.raises(ValueError, match=rf"attention_mask must be \(B, T\) = \(1, 4\), got \(1, {width}\)"):
+        generate(model, prompt, 3, attention_mask=mask, prefill_chunk_size=chunk)
+
+
 def test_generation_stops_each_row_at_eos():
     model = random_model("key_only")
     prompt = torch.randint(0, 37, (4, 5), generator=torch.Generator().manual_seed(1))

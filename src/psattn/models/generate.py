@@ -48,6 +48,8 @@ def prefill(
         raise ValueError("the prompt must hold at least one token")
     if chunk_size is not None:
         _check_positive_int("chunk_size", chunk_size)
+    if isinstance(attention_mask, Tensor) and attention_mask.shape != input_ids.shape:  # each chunk takes its columns
+        raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}")
     T = input_ids.shape[1]
     step = chunk_size or T
     for start in range(0, T, step):
