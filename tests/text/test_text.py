@@ -305,6 +305,14 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
     assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
 
 
+def test_bits_per_byte_of_targets_that_score_nothing_is_refused():
+    """Targets that were all IGNORE_INDEX gave 0.0 bits per byte (the clamped denominator), a perfect score."""
+    with pytest.raises(ValueError, match=r"targets \(2, 3\) score no bytes .*bits per byte would mean nothing"):
+        bits_per_byte(torch.full((2, 3), 5.0), torch.full((2, 3), -100), np.ones(256, dtype=np.int64))
+    with pytest.raises(ValueError, match="score no bytes"):
+        bits_per_byte(torch.zeros(0, 4), torch.zeros(0, 4, dtype=torch.long), np.ones(256, dtype=np.int64))
+
+
 def test_a_bfloat16_model_is_scored_in_float32():
     """A bfloat16 model's losses were computed and returned in bfloat16: bits per byte 8.1875 against 8.2229 from its
     own logits, ICL score 0.0625 against 0.0589, and both copy losses of R + R 5.6875, a copy gain of 0 against 0.0059."""

@@ -78,7 +78,10 @@ def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> f
         raise ValueError(f"targets must be token ids in [0, {len(token_bytes)}) (the tokenizer's) or {IGNORE_INDEX}, "
                          f"got ids from {int(ids.min())} to {int(ids.max())}")
     nbytes = torch.as_tensor(token_bytes, device=targets.device)[ids].sum()
-    return float(losses[scored].sum() / math.log(2) / nbytes.clamp(min=1))
+    if int(nbytes) == 0:  # a clamped denominator read 0.0 bits per byte, a perfect score
+        raise ValueError(f"targets {tuple(targets.shape)} score no bytes (every one is {IGNORE_INDEX} or a token of no "
+                         "bytes), so bits per byte would mean nothing: score targets that hold some")
+    return float(losses[scored].sum() / math.log(2) / nbytes)
 
 
 def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:
