@@ -228,6 +228,20 @@ def test_continue_text_names_a_prompt_or_seed_of_the_wrong_kind():
         continue_text(model, ByteTokenizer(), "Hi", 3, seed="1")
 
 
+def test_numpy_integers_are_taken_as_counts_and_token_ids():
+    """max_new_tokens=np.int64(3) was refused as 'max_new_tokens must be an integer >= 0, got np.int64(3)', and so were
+    NumPy eos_token_id, pad_token_id and vocab_limit (top_k and chunk sizes took them)."""
+    import numpy as np
+
+    model, prompt = random_model(), torch.randint(0, 37, (2, 3), generator=torch.Generator().manual_seed(0))
+    plain = generate(model, prompt, 3, eos_token_id=5, pad_token_id=0, vocab_limit=20)
+    numpy = generate(model, prompt, np.int64(3), eos_token_id=np.int64(5), pad_token_id=np.int32(0), vocab_limit=np.int64(20))
+    assert torch.equal(numpy.sequences, plain.sequences)
+    assert torch.equal(speculative_generate(model, model, prompt[:1], np.int64(3))[0], generate(model, prompt[:1], 3).sequences)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got np.int64"):
+        generate(model, prompt, np.int64(-1))
+
+
 def test_a_generator_that_is_no_torch_generator_is_named():
     """A seed passed as the generator raised "'int' object has no attribute 'device'" at the first draw."""
     with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):
@@ -246,6 +260,30 @@ def test_malformed_requests_to_the_other_decoders_are_one_line():
 
     with pytest.raises(ValueError, match="context must be an integer of at least 2 tokens, got 2.5"):
         continue_ids(model, [1, 2], 3, context=2.5)  # slice indices must be integers
+
+
+def test_continue_ids_ends_at_the_eos_token():
+    """With eos_token_id, continue_ids raised a bare AssertionError without a context, and with one went on sampling
+    past the EOS token once the window slid ([25, 25, 34, 22, 36, 0] for EOS 25)."""
+    from psattn.models.generate import continue_ids
+
+    model, prompt = random_model(), [3, 4, 5]
+    for context in (None, 5):  # 5: two tokens fill the window, the rest slide it
+        free = continue_ids(model, prompt, 8, context=context)
+        eos = next(t for i, t in enumerate(free) if i >= 3 and t not in free[:i])  # first seen at step 3 or later
+        stop = free.index(eos) + 1
+        assert continue_ids(model, prompt, 8, context=context, eos_token_id=eos) == free[:stop]
+
+
+@pytest.mark.parametrize("width,chunk", [(6, None), (3, 2), (6, 3)])
+def test_a_mask_of_another_shape_than_the_prompt_is_refused(width, chunk):
+    """prefill cut the mask to each chunk: a (1, 6) mask for a (1, 4) prompt was taken as its first four columns (so
+    [0, 0, 1, 1, 1, 1] masked two real tokens and gave another continuation), and chunks named their own shapes."""
+    model, prompt = random_model(), torch.tensor([[1, 2, 3, 4]])
+    mask = torch.ones(1, width, dtype=torch.long)
+    mask[0, : width - 4] = 0
+    with pytest.raises(ValueError, match=rf"attention_mask must be \(B, T\) = \(1, 4\), got \(1, {width}\)"):
+        generate(model, prompt, 3, attention_mask=mask, prefill_chunk_size=chunk)
 
 
 def test_generation_stops_each_row_at_eos():
@@ -361,6 +399,37 @@ def test_top_p_samples_only_among_the_fewest_tokens_holding_that_mass():
                                                       **seeded).sequences)  # top_p = 1 keeps every token
     with pytest.raises(ValueError, match="top_p"):
         generate(model, prompt, 2, do_sample=True, top_p=0.0)
+
+
+def test_top_p_of_one_keeps_every_token(monkeypatch):
+    """At top_p = 1 the float32 running sum of 50,257 sorted probabilities reached 1.0 early, and about 3,000 of the
+    least likely tokens were dropped; now every token keeps its probability."""
+    import importlib
+
+    decoding = importlib.import_module("psattn.models.generate")
+    drawn = []
+    monkeypatch.setattr(decoding.torch, "multinomial", lambda probs, n, generator=None: drawn.append(probs) or
+                        probs.argmax(-1, keepdim=True))
+    logits = 3.0 * torch.randn(2, 50257, generator=torch.Generator().manual_seed(0))  # (B, V)
+    decoding._choose(logits, True, 1.0, None, None, top_p=1.0)
+    assert (drawn[0] > 0).all()
+    torch.testing.assert_close(drawn[0], logits.softmax(-1))
+
+
+def test_half_precision_logits_sample_from_a_nucleus_holding_top_p(monkeypatch):
+    """A bfloat16 model's logits were filtered and normalised in bfloat16: the running sum stalled, and the nucleus of
+    top_p = 0.9 held 0.896 of the probability; now they are sampled in float32."""
+    import importlib
+
+    decoding = importlib.import_module("psattn.models.generate")
+    drawn = []
+    monkeypatch.setattr(decoding.torch, "multinomial", lambda probs, n, generator=None: drawn.append(probs) or
+                        probs.argmax(-1, keepdim=True))
+    logits = (2.0 * torch.randn(2, 50257, generator=torch.Generator().manual_seed(0))).bfloat16()  # (B, V)
+    decoding._choose(logits, True, 1.0, None, None, top_p=0.9)
+    kept = drawn[0] > 0  # (B, V)
+    assert ((logits.double().softmax(-1) * kept).sum(-1) >= 0.9).all()
+    assert drawn[0].dtype == torch.float32
 
 
 def test_reordering_a_filled_cache_continues_the_chosen_rows():

@@ -22,6 +22,7 @@ from psattn.models.heads import repeat_scores
 from psattn.models.lm_eval import bits_per_byte, icl_score, icl_window, random_repeats, token_losses
 from psattn.ops.hooks import HookPoint
 from psattn.tasks import make_task_config, sample_task
+from psattn.tasks.batch import TaskBatch
 from psattn.textdata import tokens as token_cache
 from psattn.textdata.corpus import corpus_files, corpus_hash, describe_corpus, load_documents
 from psattn.textdata.tokenizer import BPETokenizer, ByteTokenizer, load_tokenizer, tokenizer_from_json
@@ -58,6 +59,17 @@ def test_bpe_tokenizer_round_trips_saves_and_counts_bytes(tmp_path):
     again = load_tokenizer(tmp_path / "tokenizer.json")
     assert again.encode(TEXT) == ids
     assert int(tok.token_bytes()[ids].sum()) == len(TEXT.encode("utf-8"))
+
+
+def test_text_that_is_not_utf8_is_named_by_both_tokenizers():
+    """A lone surrogate (what Python makes of a command-line argument that is not UTF-8, as in psattn generate --prompt)
+    raised the BPE library's 'TypeError: TextInputSequence must be str' as a traceback, and the byte tokenizer's codec
+    error; both now name the character."""
+    bpe = BPETokenizer.train([TEXT * 20], vocab_size=300)
+    for encode in (ByteTokenizer().encode, bpe.encode, lambda text: bpe.encode_batch(["ok", text])):
+        with pytest.raises(ValueError, match=r"holds '\\udcff' at character 2, a lone surrogate .*give UTF-8 text"):
+            encode("ab\udcff")
+    assert bpe.decode(bpe.encode_batch(["ok", TEXT])[1]) == TEXT
 
 
 def test_tokenizer_file_errors_are_clear(tmp_path):
@@ -291,6 +303,52 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
     token_bytes = np.array([1, 2, 3])
     targets = torch.tensor([[0, 1, 2]])
     assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
+
+
+def test_bits_per_byte_of_targets_that_score_nothing_is_refused():
+    """Targets that were all IGNORE_INDEX gave 0.0 bits per byte (the clamped denominator), a perfect score."""
+    with pytest.raises(ValueError, match=r"targets \(2, 3\) score no bytes .*bits per byte would mean nothing"):
+        bits_per_byte(torch.full((2, 3), 5.0), torch.full((2, 3), -100), np.ones(256, dtype=np.int64))
+    with pytest.raises(ValueError, match="score no bytes"):
+        bits_per_byte(torch.zeros(0, 4), torch.zeros(0, 4, dtype=torch.long), np.ones(256, dtype=np.int64))
+
+
+def test_a_bfloat16_model_is_scored_in_float32():
+    """A bfloat16 model's losses were computed and returned in bfloat16: bits per byte 8.1875 against 8.2229 from its
+    own logits, ICL score 0.0625 against 0.0589, and both copy losses of R + R 5.6875, a copy gain of 0 against 0.0059."""
+    from psattn import DecoderLM
+
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(vocab_size=256, d_model=64, n_heads=2)).to(torch.bfloat16).eval()
+    rows = torch.randint(0, 256, (64, 65), generator=torch.Generator().manual_seed(1))  # (B, T + 1)
+    batch = TaskBatch(rows[:, :-1], rows[:, 1:])
+    with torch.no_grad():
+        logits = model(batch.inputs).double()  # (B, T, V)
+    exact = nn.functional.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
+    losses = token_losses(model, batch)
+    assert losses.dtype == torch.float32
+    torch.testing.assert_close(losses.double(), exact, atol=1e-5, rtol=0)
+    assert bits_per_byte(losses, batch.targets, np.ones(256, dtype=np.int64)) == pytest.approx(
+        float(exact.mean()) / math.log(2), rel=1e-6)
+    repeated = torch.cat([rows[:, :32], rows[:, :32]], dim=1)  # (B, 64): R + R
+    copies = repeat_scores(model, repeated, 32)
+    with torch.no_grad():
+        logits = model(repeated).double()  # (B, 64, V)
+    first, second = (nn.functional.cross_entropy(logits[:, start : start + 31].transpose(1, 2), rows[:, 1:32]).item()
+                     for start in (0, 32))  # predictions of tokens 1..31 of each copy
+    assert copies.first_copy_loss == pytest.approx(first, rel=1e-4)
+    assert copies.first_copy_loss - copies.second_copy_loss == pytest.approx(first - second, abs=1e-4)
+
+
+def test_icl_windows_are_the_positions_in_their_documented_intervals():
+    """Early is [T/16, T/8) and late [7T/8, T): at T = 100 the early window was positions 6-11 instead of 7-12 (the
+    late one was right, 88-99)."""
+    for T in (3, 4, 8, 17, 24, 100, 256, 1000):
+        early, late = icl_window(T)
+        if T >= 16:  # below, the windows are one position each, at 1 and T - 1
+            assert list(early) == [t for t in range(T) if T / 16 <= t < T / 8], T
+        assert list(late) == [t for t in range(T) if 7 * T / 8 <= t < T] or T < 8, T
+        assert early.start >= 1 and len(early) and len(late) and early.stop <= late.start
 
 
 @pytest.mark.parametrize("chunk", [0, -1, 1.5, True])

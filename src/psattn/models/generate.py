@@ -48,6 +48,8 @@ def prefill(
         raise ValueError("the prompt must hold at least one token")
     if chunk_size is not None:
         _check_positive_int("chunk_size", chunk_size)
+    if isinstance(attention_mask, Tensor) and attention_mask.shape != input_ids.shape:  # each chunk takes its columns
+        raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}")
     T = input_ids.shape[1]
     step = chunk_size or T
     for start in range(0, T, step):
@@ -71,14 +73,17 @@ def _choose(logits: Tensor, do_sample: bool, temperature: float, top_k: int | No
     logits = logits[:, :vocab_limit]  # (B, V'): a prefix, so an index is still the token id
     if not do_sample:
         return logits.argmax(dim=-1)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # a half-precision running sum stalls short of top_p
+        logits = logits.float()
     logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # <= 0: no overflow at tiny temperatures
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:  # nucleus sampling (Holtzman et al., 2020): the most likely tokens holding top_p of the mass
+    if top_p is not None and top_p < 1:  # nucleus sampling (Holtzman et al., 2020): the likeliest tokens holding top_p
         ranked, order = logits.sort(dim=-1, descending=True)  # (B, V)
         ranked_probs = ranked.softmax(dim=-1)
         drop = ranked_probs.cumsum(dim=-1) - ranked_probs >= top_p  # (B, V): the more likely tokens already hold top_p
+        # (at top_p = 1 a float32 cumsum reaches 1.0 early and would drop thousands of the least likely tokens)
         logits = logits.scatter(-1, order, ranked.masked_fill(drop, float("-inf")))
     probs = logits.softmax(dim=-1)  # (B, V)
     if generator is not None and generator.device != probs.device:  # draw where the generator lives
@@ -167,12 +172,14 @@ def generate(
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
     V = model.config.vocab_size
-    if vocab_limit is not None and not (isinstance(vocab_limit, int) and not isinstance(vocab_limit, bool)
-                                        and 1 <= vocab_limit <= V):
+    if vocab_limit is not None and not (_is_integer(vocab_limit) and 1 <= vocab_limit <= V):
         raise ValueError(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
     for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < V):
+        if value is not None and not (_is_integer(value) and 0 <= value < V):
             raise ValueError(f"{name} must be a token id in [0, {V}), got {value!r}")
+    # NumPy integers are taken as Python ints
+    max_new_tokens = int(max_new_tokens)
+    vocab_limit, eos_token_id, pad_token_id = (None if v is None else int(v) for v in (vocab_limit, eos_token_id, pad_token_id))
     pad = eos_token_id if pad_token_id is None else pad_token_id
     if cache is None and not model.supports_cache:
         seq, mask = input_ids, attention_mask
@@ -212,6 +219,11 @@ def generate(
     return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
 
 
+def _is_integer(value: object) -> bool:
+    """Whether ``value`` is an integer, a NumPy one included (not a bool)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def _is_number(value: object) -> bool:
     """Whether ``value`` is a real number (not a bool)."""
     return isinstance(value, Real) and not isinstance(value, bool)
@@ -231,7 +243,7 @@ def _check_request(input_ids: Tensor, max_new_tokens: int) -> None:
                          "for one prompt pass input_ids[None]")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not _is_integer(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
 
 
@@ -346,15 +358,17 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     generation stays within it, as nanoGPT's sampler does. Once prompt and continuation fill it, each
     further token is predicted from the last ``context - 1`` tokens alone (a fresh forward pass per
     token, positions restarting at 0), never from positions the model has not seen; a longer prompt
-    keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``."""
+    keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``; with its ``eos_token_id`` the ids end
+    at the first end of sequence, which may be before ``max_new_tokens``."""
     if context is not None and (isinstance(context, bool) or not isinstance(context, Integral) or context < 2):
         raise ValueError(f"context must be an integer of at least 2 tokens, got {context!r}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))
     device = model_device(model)
     new = generate(model, torch.tensor([window], device=device), room, **sampling).sequences[0, len(window):].tolist()
-    while len(new) < max_new_tokens:  # past the window: slide it, one token at a time
-        assert context is not None  # without a window the first call asked for them all
+    eos = sampling.get("eos_token_id")
+    while len(new) < max_new_tokens and not (new and new[-1] == eos):  # past the window: slide it, one token at a time
+        assert context is not None  # without a window the first call asked for them all (or ended at the EOS token)
         recent = (window + new)[-(context - 1):]
         new += generate(model, torch.tensor([recent], device=device), 1, **sampling).sequences[0, -1:].tolist()
     return new

@@ -34,7 +34,7 @@ def icl_window(seq_len: int) -> tuple[range, range]:
     they do not overlap)."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, Integral) or seq_len < 3:
         raise ValueError(f"the in-context-learning score needs a context of at least 3 positions, got {seq_len!r}")
-    early = range(max(1, seq_len // 16), max(2, seq_len // 8))
+    early = range(max(1, -(-seq_len // 16)), max(2, -(-seq_len // 8)))  # the integers in [T/16, T/8): ceilings
     late = range(seq_len - max(1, seq_len // 8), seq_len)
     return early, late
 
@@ -60,6 +60,7 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
         for start in range(0, len(batch), chunk):
             result = model(batch.inputs[start : start + chunk])
             logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # a half-precision loss is off by 0.4%
             out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
     finally:  # a forward pass that raises leaves a training model in training mode too
         model.train(was_training)
@@ -77,7 +78,10 @@ def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> f
         raise ValueError(f"targets must be token ids in [0, {len(token_bytes)}) (the tokenizer's) or {IGNORE_INDEX}, "
                          f"got ids from {int(ids.min())} to {int(ids.max())}")
     nbytes = torch.as_tensor(token_bytes, device=targets.device)[ids].sum()
-    return float(losses[scored].sum() / math.log(2) / nbytes.clamp(min=1))
+    if int(nbytes) == 0:  # a clamped denominator read 0.0 bits per byte, a perfect score
+        raise ValueError(f"targets {tuple(targets.shape)} score no bytes (every one is {IGNORE_INDEX} or a token of no "
+                         "bytes), so bits per byte would mean nothing: score targets that hold some")
+    return float(losses[scored].sum() / math.log(2) / nbytes)
 
 
 def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Generator) -> Tensor:

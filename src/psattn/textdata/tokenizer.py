@@ -26,7 +26,10 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The UTF-8 bytes of ``text``, as ids 0..255."""
-        return list(text.encode("utf-8"))
+        try:
+            return list(text.encode("utf-8"))
+        except UnicodeEncodeError as err:
+            raise not_utf8(text, err.start) from None
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """``encode`` of each text."""
@@ -74,11 +77,19 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``."""
-        return self.tokenizer.encode(text).ids
+        try:
+            return self.tokenizer.encode(text).ids
+        except TypeError:  # the library's 'TextInputSequence must be str' for a lone surrogate
+            _check_utf8([text])
+            raise
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """``encode`` of every text, on every core (the same ids)."""
-        return [e.ids for e in self.tokenizer.encode_batch(texts)]
+        try:
+            return [e.ids for e in self.tokenizer.encode_batch(texts)]
+        except TypeError:
+            _check_utf8(texts)
+            raise
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``."""
@@ -95,6 +106,23 @@ class BPETokenizer:
 
 
 Tokenizer = ByteTokenizer | BPETokenizer
+
+
+def not_utf8(text: str, position: int) -> ValueError:
+    """The error for ``text`` whose character at ``position`` UTF-8 cannot encode."""
+    return ValueError(f"the text holds {text[position]!r} at character {position}, a lone surrogate that UTF-8 cannot "
+                      "encode (bytes that were not UTF-8, such as a command-line argument in another encoding); "
+                      "give UTF-8 text")
+
+
+def _check_utf8(texts: Iterable[str]) -> None:
+    """``not_utf8`` for the first of ``texts`` that UTF-8 cannot encode."""
+    for text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise not_utf8(text, err.start) from None
 
 
 def hf_tokenizers():
