@@ -575,6 +575,26 @@ def test_evaluate_refuses_a_batch_that_scores_no_position():
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
 
 
+def test_evaluate_scores_a_bfloat16_model_in_float32_and_restores_its_mode_when_the_forward_fails():
+    """A bf16 model's held-out loss was summed in bf16 (off in its third digit), and a forward that raised left a
+    training model in eval mode."""
+    from psattn.tasks import TaskBatch
+    from psattn.training.evaluation import evaluate
+    from psattn.training.run_dir import build_model
+
+    model = build_model(tiny_config()).to(torch.bfloat16)
+    inputs = torch.randint(0, 16, (32, 16), generator=torch.Generator().manual_seed(0))
+    _, loss = evaluate(model, TaskBatch(inputs, inputs.roll(-1, dims=1)))
+    with torch.no_grad():
+        logits = model.eval()(inputs).float()  # (B, T, V): bf16 logits, their loss in float32
+    exact = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), inputs.roll(-1, dims=1).flatten()))
+    assert loss == pytest.approx(exact, rel=1e-6)
+    model.train()
+    with pytest.raises(ValueError, match="vocab"):  # a token id past the vocabulary: the forward raises
+        evaluate(model, TaskBatch(inputs + 1000, inputs))
+    assert model.training
+
+
 def test_a_training_batch_that_scores_no_position_logs_no_training_loss():
     """Full-sequence induction rows of 16 tokens of 256 often hold no repeat: a one-row batch then scores nothing,
     and its loss of 0.0 (a perfect one, over no position) was logged as the training loss."""
