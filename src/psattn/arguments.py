@@ -224,6 +224,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    value = _parse(float, text, "a non-negative number")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
 def probability(text: str) -> float:
     """argparse type: a number in (0, 1]."""
     value = _parse(float, text, "a number in (0, 1]")

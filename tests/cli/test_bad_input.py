@@ -90,7 +90,8 @@ CASES = [
     ("train --run-dir {d}/r --set task.name=mqar task.power_a=true", "power_a must be a finite number > 0, got True"),
     ("train --run-dir {d}/r --set task.name=random_offset task.num_keys=1 task.num_values=2 task.num_pairs=1 "
      "task.num_queries=1 task.seq_len=3 train.eval_size=4", "could not draw 4 'eval' rows in 64 rounds"),
-    ("train --run-dir {d}/r --time-limit -1", "time_limit"),
+    ("train --run-dir {d}/r --time-limit -1", "argument --time-limit: expected a finite number >= 0, got -1"),
+    ("train --run-dir {d}/r --time-limit nan", "argument --time-limit: expected a finite number >= 0, got nan"),
     ("train --run-dir {d}/run --set model.d_model=64", "different config"),
     ("train --config {d}/corrupt/config.json --run-dir {d}/corrupt", "not a readable psattn checkpoint"),
     ("train --run-dir {d}/r --steps 3", "unrecognized arguments"),

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from psattn.arguments import add_command
+from psattn.arguments import add_command, non_negative_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tr.add_argument("--print-config", action="store_true",
                     help="print the resolved config (defaults, --config, --set) as JSON and exit")
     tr.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start from step 0")
-    tr.add_argument("--time-limit", type=float, metavar="SECONDS",
+    tr.add_argument("--time-limit", type=non_negative_float, metavar="SECONDS",
                     help="checkpoint and stop after this long; the same command resumes")
     tr.set_defaults(func=cmd_train)
 
