@@ -25,8 +25,9 @@ import time
 import torch
 import transformers
 from cpu_memory import keep_freed_memory
-from cpu_threads import parse_with_threads
+from cpu_threads import checked_device, parse_with_threads
 
+from psattn.arguments import positive_int
 from psattn.integrations.hf import apply_psa
 from psattn.integrations.hf.support import REPRESENTATIVES, TINY, base_kernel, tiny_config
 from psattn.timing import interleaved_medians
@@ -105,9 +106,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     # a hybrid's linear-attention cache layers cannot be cropped back, which each timed step needs
     parser.add_argument("--types", nargs="+", default=[t for t in REPRESENTATIVES if t != "olmo_hybrid"])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--length", type=positive_int, default=512)
+    parser.add_argument("--repeats", type=positive_int, default=30)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="the models' dtype")
@@ -116,6 +117,13 @@ def main() -> None:
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
     args = parse_with_threads(parser)
+    unknown = [t for t in args.types if t not in TINY]
+    if unknown:
+        parser.error(f"--types: no model type {', '.join(unknown)}; the types are {', '.join(sorted(TINY))}")
+    if "olmo_hybrid" in args.types:
+        parser.error("--types: olmo_hybrid's linear-attention cache cannot be cropped back after a step, "
+                     "which each timed step needs")
+    checked_device(parser, args.device)
     if args.keep_freed_memory:
         keep_freed_memory()
     logging.disable(logging.WARNING)

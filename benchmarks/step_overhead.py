@@ -22,6 +22,7 @@ import argparse
 import json
 import platform
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -160,6 +161,9 @@ def main() -> None:
     parser.add_argument("--table", nargs=2, metavar=("AFTER", "BEFORE"), help="print the table of two saved runs")
     parser.add_argument("--decode-table", metavar="RUN", help="print the decode rows' table of a saved run")
     args = parser.parse_args()
+    for path in (args.table or []) + [args.decode_table] * bool(args.decode_table):
+        if not Path(path).is_file():
+            parser.error(f"no saved run {path}; give the JSON file of a run with --json")
     if args.table:
         after, before = (json.loads(open(path).read()) for path in args.table)
         print(page_table(after, before))

@@ -575,3 +575,37 @@ def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_
     assert f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} | 0.5000 |" in table
     ratios = f"{r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | {r['fused_over_sdpa']:.3f}"
     assert f"| {shape} | forward | {ratios} | 2.000 |" in table  # this check had no gamma 0 column
+
+
+TINY_SHAPE = ["--batch", "1", "--heads", "1", "--length", "8", "--head-dim", "4"]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "0"], "argument --repeats: expected a positive integer, got 0"),
+    ("attention_speed", ["--length", "0"], "argument --length: expected a positive integer, got 0"),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--threads", "0"], "argument --threads: expected a positive integer"),
+    pytest.param("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--device", "cuda"], "needs a CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--device", "gpu"], "--device must be cpu or cuda, got 'gpu'"),
+    ("trainer_speed", ["--steps", "1"], "--steps must be at least 2"),
+    ("trainer_speed", ["--steps", "2", "--repeats", "0"], "argument --repeats: expected a positive integer, got 0"),
+    ("gpu_tables", ["no-such-folder"], "no-such-folder holds no gpu_check.json"),
+    ("step_overhead", ["--table", "no-such-run.json", "no-such-run.json"], "no saved run no-such-run.json"),
+    ("step_overhead", ["--decode-table", "no-such-run.json"], "no saved run no-such-run.json"),
+    pytest.param("hf_decode_speed", ["--types", "lama"], "no model type lama; the types are", marks=pytest.mark.slow),
+    pytest.param("hf_decode_speed", ["--types", "olmo_hybrid", "--length", "4", "--batch", "1", "--repeats", "1"],
+                 "olmo_hybrid's linear-attention cache cannot be cropped back", marks=pytest.mark.slow),
+])
+def test_the_benchmarks_refuse_bad_arguments_in_one_line(script, args, message, monkeypatch, capsys):
+    """A bad argument is one argparse error line, before anything is built or timed: it was a traceback
+    (an empty median, a reshape of nothing, torch without CUDA, a missing file, a KeyError)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            _script(script).main()
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err.splitlines()[-1] and "Traceback" not in err
