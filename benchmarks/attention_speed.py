@@ -14,7 +14,6 @@ extra streams (``cpu_memory.py``). Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 from datetime import datetime, timezone
 
@@ -24,6 +23,7 @@ from cpu_memory import keep_freed_memory
 from cpu_threads import checked_device, parse_with_threads
 
 from psattn.arguments import positive_int
+from psattn.files import write_json
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
 from psattn.provenance import git_revision
@@ -159,8 +159,7 @@ def main() -> None:
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},
             "cache_bytes_per_token": per_token, "extra_state_bytes": extra,
         }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)  # whole, its folder made
 
 
 if __name__ == "__main__":

@@ -609,3 +609,22 @@ def test_the_benchmarks_refuse_bad_arguments_in_one_line(script, args, message, 
         torch.set_num_threads(threads)
     err = capsys.readouterr().err
     assert exited.value.code == 2 and message in err.splitlines()[-1] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("script, args", [
+    ("bf16_error_budget", ["--smoke", "--rows", "8", "--out"]),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--decode-only", "--json"]),
+])
+def test_a_run_writes_its_json_into_a_folder_not_made_yet(script, args, tmp_path, monkeypatch, capsys):
+    """The file of a finished run is written, its folder made (as step_overhead.py and gpu_check.py make theirs):
+    the run was computed whole, then lost to a FileNotFoundError."""
+    out = tmp_path / "2026-12-06" / "run.json"
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args, str(out)])
+    threads = torch.get_num_threads()
+    try:
+        _script(script).main()
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads(out.read_text())
+    assert saved["git"] and ("shapes" in saved or "ratios" in saved) and capsys.readouterr().out
