@@ -447,8 +447,28 @@ def test_hf_decode_speed_runs(dtype):
     out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2",
               "--dtype", dtype, "--json")
     assert f"(cpu, {dtype})" in out.splitlines()[0]
-    ratios = json.loads(out.splitlines()[-1])
+    record = json.loads(out.splitlines()[-1])
+    ratios = record["results"]
     assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())
+
+
+@pytest.mark.slow  # imports transformers
+def test_hf_decode_speed_json_records_the_run_as_the_saved_runs_do(monkeypatch, capsys):
+    """``--json`` prints the record docs/results/cpu/hf_decode/ keeps (it printed the ratios alone: no date,
+    revision, machine, dtype or settings, which the saved runs had to have added by hand)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", ["hf_decode_speed.py", "--types", "llama", "--length", "4", "--batch", "1",
+                                      "--repeats", "1", "--dtype", "bfloat16", "--json"])
+    threads = torch.get_num_threads()
+    try:
+        _script("hf_decode_speed").main()
+    finally:
+        torch.set_num_threads(threads)
+    record = json.loads(capsys.readouterr().out.splitlines()[-1])
+    saved = json.loads((ROOT / "docs" / "results" / "cpu" / "hf_decode" / "2026-12-05" / "eager1.json").read_text())
+    assert set(saved) - {"note"} <= set(record) and record["results"]["llama"]["ratio"] > 0
+    assert (record["dtype"], record["threads"], record["length"], record["device"]) == ("bfloat16", 1, 4, "cpu")
+    assert record["command"].endswith("--dtype bfloat16 --json") and record["date"] and record["git"]
 
 
 @pytest.mark.slow  # torch.compile of two small models: about a minute
@@ -457,7 +477,7 @@ def test_hf_decode_speed_times_compiled_models():
     out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "--length", "16", "--repeats", "2", "--compile",
               "--json")
     assert "(cpu, float32, compiled)" in out.splitlines()[0]
-    assert json.loads(out.splitlines()[-1])["llama"]["ratio"] > 0
+    assert json.loads(out.splitlines()[-1])["results"]["llama"]["ratio"] > 0
 
 
 def test_the_cpu_speed_tables_are_the_saved_runs():
