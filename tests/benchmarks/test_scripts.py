@@ -648,3 +648,15 @@ def test_a_run_writes_its_json_into_a_folder_not_made_yet(script, args, tmp_path
         torch.set_num_threads(threads)
     saved = json.loads(out.read_text())
     assert saved["git"] and ("shapes" in saved or "ratios" in saved) and capsys.readouterr().out
+
+
+def test_the_step_overhead_table_sets_each_row_beside_the_same_presets_row_of_the_run_before():
+    """Runs of other ``--presets`` orders: psa-4m fp32 was set beside psa-92m's ratio before (1.161 for 1.192),
+    the rows paired by position; a row the run before lacks is refused."""
+    step_overhead = _script("step_overhead")
+    folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
+    after, before = (json.loads((folder / name).read_text()) for name in ("2026-12-06.json", "2026-12-06-ops-of-9dbc32a.json"))
+    swapped = dict(before, rows=before["rows"][2:] + before["rows"][:2])  # as --presets psa-92m psa-4m saves them
+    assert step_overhead.page_table(after, swapped) == step_overhead.page_table(after, before)
+    with pytest.raises(ValueError, match="the run before has no row psa-4m, fp32; psa-4m, bf16 autocast"):
+        step_overhead.page_table(after, dict(before, rows=before["rows"][2:]))
