@@ -19,10 +19,21 @@ import argparse
 import os
 import sys
 
-if __name__ == "__main__":  # one BLAS thread for NumPy too, unless the caller chose otherwise
-    _threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+
+def threads_asked(argv: list[str]) -> str:
+    """The ``--threads`` the command line asks for, read as the parser reads it (``--threads=2``, ``--thr 2``),
+    before NumPy is imported; "1" when absent or malformed (the parser then says what is wrong)."""
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--threads", default="1")
+    try:
+        return pre.parse_known_args(argv)[0].threads
+    except (argparse.ArgumentError, SystemExit):
+        return "1"
+
+
+if __name__ == "__main__":  # as many BLAS threads for NumPy as torch's, unless the caller chose otherwise
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, _threads)
+        os.environ.setdefault(_var, threads_asked(sys.argv[1:]))
 
 import json  # noqa: E402
 import platform  # noqa: E402

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -660,3 +661,25 @@ def test_the_step_overhead_table_sets_each_row_beside_the_same_presets_row_of_th
     assert step_overhead.page_table(after, swapped) == step_overhead.page_table(after, before)
     with pytest.raises(ValueError, match="the run before has no row psa-4m, fp32; psa-4m, bf16 autocast"):
         step_overhead.page_table(after, dict(before, rows=before["rows"][2:]))
+
+
+
+def test_meanfield_speed_gives_numpy_the_threads_torch_gets():
+    """NumPy's BLAS threads follow ``--threads`` however the parser is given it: ``--threads=2`` and ``--thr 3``
+    left NumPy at one thread while torch took more (the torch/NumPy ratio compared 2 threads with 1)."""
+    code = """if True:
+        import json, os, runpy, sys
+        blas = []
+        for argv in (["--threads=2"], ["--thr", "3", "--quick"], ["--threads", "2"], ["--quick"]):
+            for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ.pop(var, None)
+            sys.argv = ["meanfield_speed.py", *argv, "--help"]  # the threads are set before the parser runs
+            try:
+                runpy.run_path("benchmarks/meanfield_speed.py", run_name="__main__")
+            except SystemExit:
+                pass
+            blas.append(os.environ["OPENBLAS_NUM_THREADS"])
+        print(json.dumps(blas))"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "benchmarks"), str(ROOT / "src")])})
+    assert json.loads(done.stdout.splitlines()[-1]) == ["2", "3", "2", "1"], done.stderr[-2000:]
