@@ -683,3 +683,21 @@ def test_meanfield_speed_gives_numpy_the_threads_torch_gets():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "benchmarks"), str(ROOT / "src")])})
     assert json.loads(done.stdout.splitlines()[-1]) == ["2", "3", "2", "1"], done.stderr[-2000:]
+
+
+def test_meanfield_speed_times_the_papers_runs_interleaved(monkeypatch):
+    """Section 3 runs the kernels round-robin after an untimed round and takes medians, as the script's docstring
+    says its calls are: it ran each kernel once, in order, so the baseline (USA) alone ran first and cold."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    meanfield_speed = _script("meanfield_speed")
+    calls = []
+
+    def fake_simulate(cfg):
+        calls.append(cfg.kernel.name)
+        return type("Trajectory", (), {"times": torch.zeros(11)})()
+
+    monkeypatch.setattr(meanfield_speed, "simulate", fake_simulate)
+    rows = meanfield_speed.paper_rows(16)
+    kernels = [row["kernel"] for row in rows]
+    assert kernels[0] == "usa" and calls == kernels * 4 and rows[0]["ratio_to_usa"] == 1.0
+    assert all(row["steps"] == 10 and row["seconds"] > 0 for row in rows)
