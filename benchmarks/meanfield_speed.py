@@ -35,7 +35,6 @@ if __name__ == "__main__":  # as many BLAS threads for NumPy as torch's, unless 
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, threads_asked(sys.argv[1:]))
 
-import json  # noqa: E402
 import platform  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 
@@ -43,11 +42,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from cpu_threads import parse_with_threads  # noqa: E402
 
+from psattn.files import write_json  # noqa: E402
 from psattn.meanfield.config import build_kernel  # noqa: E402
 from psattn.meanfield.dynamics import ComovingField, DirectField, normalise  # noqa: E402
 from psattn.meanfield.experiments import PAPER_KERNELS, paper_configs  # noqa: E402
 from psattn.meanfield.integrators import euler_step, rk4_step  # noqa: E402
 from psattn.meanfield.simulate import simulate  # noqa: E402
+from psattn.provenance import git_revision  # noqa: E402
 from psattn.timing import interleaved_medians  # noqa: E402
 
 
@@ -153,10 +154,10 @@ def main() -> None:
     for r in paper:
         print(f"| {r['kernel']} | {r['steps']} | {r['seconds']:.2f} | {r['ratio_to_usa']:.2f} |")
 
-    if args.json:
-        with open(args.json, "w") as fh:
-            rows = {"threads": args.threads, "euler": euler, "rope_comoving": comoving, "paper": paper}
-            json.dump(rows, fh, indent=1)
+    if args.json:  # whole, its folder made
+        write_json(args.json, {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": git_revision(),
+                               "machine": platform.platform(), "torch": torch.__version__, "numpy": np.__version__,
+                               "threads": args.threads, "euler": euler, "rope_comoving": comoving, "paper": paper})
 
 
 if __name__ == "__main__":

@@ -701,3 +701,21 @@ def test_meanfield_speed_times_the_papers_runs_interleaved(monkeypatch):
     kernels = [row["kernel"] for row in rows]
     assert kernels[0] == "usa" and calls == kernels * 4 and rows[0]["ratio_to_usa"] == 1.0
     assert all(row["steps"] == 10 and row["seconds"] > 0 for row in rows)
+
+
+def test_meanfield_speed_writes_its_json_with_its_date_into_a_folder_not_made_yet(tmp_path, monkeypatch, capsys):
+    """``--json`` into a folder not made yet: the finished run was lost to a FileNotFoundError; and the file now
+    says when, where and at which revision it was measured (it held the threads and rows alone)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    meanfield_speed = _script("meanfield_speed")
+    for section in ("euler_rows", "comoving_rows", "paper_rows"):  # the sections' minutes are not what is tested
+        monkeypatch.setattr(meanfield_speed, section, lambda *args, **kwargs: [])
+    out = tmp_path / "2026-12-06" / "meanfield.json"
+    monkeypatch.setattr(sys, "argv", ["meanfield_speed.py", "--json", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        meanfield_speed.main()
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads(out.read_text())
+    assert saved["threads"] == 1 and saved["date"] and saved["git"] and saved["machine"] and saved["paper"] == []
