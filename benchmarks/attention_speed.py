@@ -14,15 +14,16 @@ extra streams (``cpu_memory.py``). Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
 from cpu_memory import keep_freed_memory
-from cpu_threads import parse_with_threads
+from cpu_threads import checked_device, parse_with_threads
 
+from psattn.arguments import positive_int
+from psattn.files import write_json
 from psattn.models import AttentionConfig, PhaseSpaceAttention, build_context
 from psattn.ops import PSACache, psa_attention
 from psattn.provenance import git_revision
@@ -114,12 +115,12 @@ def decode_benchmark(B, H, T, D, gamma, repeats, device):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--length", type=int, default=1024)
-    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--length", type=positive_int, default=1024)
+    parser.add_argument("--head-dim", type=positive_int, default=64)
     parser.add_argument("--gamma", type=float, default=0.8)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=positive_int, default=15)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--keep-freed-memory", action="store_true",
@@ -130,7 +131,7 @@ def main() -> None:
     if args.keep_freed_memory:
         keep_freed_memory()
     B, H, T, D = args.batch, args.heads, args.length, args.head_dim
-    device = torch.device(args.device)
+    device = checked_device(parser, args.device)
 
     rows = {} if args.decode_only else operator_benchmarks(B, H, T, D, args.gamma, args.repeats, device)
     if not args.decode_only:
@@ -158,8 +159,7 @@ def main() -> None:
             "ms": {label: {k: v * 1e3 for k, v in t.items()} for label, t in rows.items()},
             "cache_bytes_per_token": per_token, "extra_state_bytes": extra,
         }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)  # whole, its folder made
 
 
 if __name__ == "__main__":

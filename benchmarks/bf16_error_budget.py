@@ -28,13 +28,13 @@ fp32 accumulation is left out (its error is about 2^-24 relative). Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 from datetime import datetime, timezone
 
 import torch
 
+from psattn.files import write_json
 from psattn.ops import shear
 from psattn.provenance import git_revision
 
@@ -112,8 +112,7 @@ def main() -> None:
         for window, errs in row.items():
             print(f"T={T:6d} D={D:3d} {window:10s} " + "  ".join(f"{n} {e:.2e}" for n, e in errs.items()), flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.out, results)  # whole, its folder made
 
 
 if __name__ == "__main__":

@@ -197,7 +197,11 @@ def tables(folder: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     parser.add_argument("folder", type=Path, help="a folder with gpu_check.json (and attention_speed_cuda.json)")
-    print(tables(parser.parse_args().folder), end="")
+    folder = parser.parse_args().folder
+    if not (folder / "gpu_check.json").is_file():
+        parser.error(f"{folder} holds no gpu_check.json; give the folder of a saved GPU check "
+                     "(as docs/results/gpu/checks/2026-12-04-h200)")
+    print(tables(folder), end="")
 
 
 if __name__ == "__main__":

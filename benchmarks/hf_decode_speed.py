@@ -20,15 +20,20 @@ import copy
 import inspect
 import json
 import logging
+import platform
+import sys
 import time
+from datetime import datetime, timezone
 
 import torch
 import transformers
 from cpu_memory import keep_freed_memory
-from cpu_threads import parse_with_threads
+from cpu_threads import checked_device, parse_with_threads
 
+from psattn.arguments import positive_int
 from psattn.integrations.hf import apply_psa
 from psattn.integrations.hf.support import REPRESENTATIVES, TINY, base_kernel, tiny_config
+from psattn.provenance import git_revision
 from psattn.timing import interleaved_medians
 
 SIZE = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=8, head_dim=64,
@@ -105,17 +110,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     # a hybrid's linear-attention cache layers cannot be cropped back, which each timed step needs
     parser.add_argument("--types", nargs="+", default=[t for t in REPRESENTATIVES if t != "olmo_hybrid"])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--length", type=positive_int, default=512)
+    parser.add_argument("--repeats", type=positive_int, default=30)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="the models' dtype")
     parser.add_argument("--compile", action="store_true", help="time both models under torch.compile")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true",
+                        help="also print the run as one JSON line: its results, command, date, git revision and machine")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="glibc's malloc keeps freed memory, as jemalloc and tcmalloc do (CPU)")
     args = parse_with_threads(parser)
+    unknown = [t for t in args.types if t not in TINY]
+    if unknown:
+        parser.error(f"--types: no model type {', '.join(unknown)}; the types are {', '.join(sorted(TINY))}")
+    if "olmo_hybrid" in args.types:
+        parser.error("--types: olmo_hybrid's linear-attention cache cannot be cropped back after a step, "
+                     "which each timed step needs")
+    checked_device(parser, args.device)
     if args.keep_freed_memory:
         keep_freed_memory()
     logging.disable(logging.WARNING)
@@ -127,8 +140,17 @@ def main() -> None:
                                 getattr(torch, args.dtype), args.compile)
         rows[model_type] = t
         print(f"{model_type:20s}{t['plain'] * 1e3:10.2f}{t['psa'] * 1e3:10.2f}{t['psa'] / t['plain']:8.3f}", flush=True)
-    if args.json:
-        print(json.dumps({k: {**v, "ratio": v["psa"] / v["plain"]} for k, v in rows.items()}))
+    if args.json:  # the run's record, as docs/results/cpu/hf_decode/ saves it
+        device = torch.device(args.device)
+        print(json.dumps({
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python", "benchmarks/hf_decode_speed.py", *sys.argv[1:]]), "git": git_revision(),
+            "machine": platform.platform(), "cpu": platform.machine(),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "torch": torch.__version__, "transformers": transformers.__version__, "threads": args.threads,
+            "dtype": args.dtype, "compiled": args.compile, "batch": args.batch, "length": args.length, "repeats": args.repeats,
+            "results": {k: {**v, "ratio": v["psa"] / v["plain"]} for k, v in rows.items()},
+        }))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import argparse
 import json
 import platform
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -121,10 +122,15 @@ def measure(name: str, bf16: bool, repeats: int, device: torch.device, decode: b
 
 def page_table(after: dict, before: dict) -> str:
     """The markdown table of docs/kernel.md: the rows of run ``after``, with the extra operations and the
-    ratio of run ``before`` beside them."""
+    ratio of run ``before``'s row of the same preset and precision beside them (ValueError where it has none)."""
     lines = ["| preset, precision | operations a step, plain | PSA | extra a layer | host ms a step, plain | PSA "
              "| PSA / plain | before: extra a layer | before: PSA / plain |", "|---|---|---|---|---|---|---|---|---|"]
-    for r, b in zip(after["rows"], before["rows"], strict=True):
+    earlier = {(b["preset"], b["precision"]): b for b in before["rows"]}
+    missing = [f"{r['preset']}, {r['precision']}" for r in after["rows"] if (r["preset"], r["precision"]) not in earlier]
+    if missing:
+        raise ValueError(f"the run before has no row {'; '.join(missing)}: run both with the same --presets")
+    for r in after["rows"]:
+        b = earlier[(r["preset"], r["precision"])]  # each row beside its own preset's and precision's
         ops, ms = r["operations"], r["host_ms"]
         lines.append(f"| {r['preset']}, {r['precision']} | {ops['plain']:,} | {ops['psa']:,} "
                      f"| {r['extra_operations_per_layer']:g} | {ms['plain']:.2f} | {ms['psa']:.2f} | {r['host_ratio']:.3f} "
@@ -160,9 +166,15 @@ def main() -> None:
     parser.add_argument("--table", nargs=2, metavar=("AFTER", "BEFORE"), help="print the table of two saved runs")
     parser.add_argument("--decode-table", metavar="RUN", help="print the decode rows' table of a saved run")
     args = parser.parse_args()
+    for path in (args.table or []) + [args.decode_table] * bool(args.decode_table):
+        if not Path(path).is_file():
+            parser.error(f"no saved run {path}; give the JSON file of a run with --json")
     if args.table:
         after, before = (json.loads(open(path).read()) for path in args.table)
-        print(page_table(after, before))
+        try:
+            print(page_table(after, before))
+        except ValueError as err:
+            parser.error(str(err))
         return
     if args.decode_table:
         print(decode_table(json.loads(open(args.decode_table).read())))

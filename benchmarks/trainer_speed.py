@@ -12,6 +12,7 @@ import platform
 
 import torch
 
+from psattn.arguments import positive_int
 from psattn.experiments.configs import small_induction_config
 from psattn.experiments.studies.text import TEXT_PLANS, text_config
 from psattn.training.speed import trainer_vs_bare_loop
@@ -19,10 +20,13 @@ from psattn.training.speed import trainer_vs_bare_loop
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=30,
+                        help="steps a run, timed from the first one's end to the last one's (at least 2)")
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--task", choices=("induction", "text"), default="induction")
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the time runs from the first step's end to the last's), got {args.steps}")
     if args.task == "text":
         config = text_config(TEXT_PLANS["quick"], 1, "key_only", 1.0, seed=0)
     else:

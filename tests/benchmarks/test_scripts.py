@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -447,8 +448,28 @@ def test_hf_decode_speed_runs(dtype):
     out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2",
               "--dtype", dtype, "--json")
     assert f"(cpu, {dtype})" in out.splitlines()[0]
-    ratios = json.loads(out.splitlines()[-1])
+    record = json.loads(out.splitlines()[-1])
+    ratios = record["results"]
     assert set(ratios) == {"llama", "phi"} and all(r["ratio"] > 0 for r in ratios.values())
+
+
+@pytest.mark.slow  # imports transformers
+def test_hf_decode_speed_json_records_the_run_as_the_saved_runs_do(monkeypatch, capsys):
+    """``--json`` prints the record docs/results/cpu/hf_decode/ keeps (it printed the ratios alone: no date,
+    revision, machine, dtype or settings, which the saved runs had to have added by hand)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", ["hf_decode_speed.py", "--types", "llama", "--length", "4", "--batch", "1",
+                                      "--repeats", "1", "--dtype", "bfloat16", "--json"])
+    threads = torch.get_num_threads()
+    try:
+        _script("hf_decode_speed").main()
+    finally:
+        torch.set_num_threads(threads)
+    record = json.loads(capsys.readouterr().out.splitlines()[-1])
+    saved = json.loads((ROOT / "docs" / "results" / "cpu" / "hf_decode" / "2026-12-05" / "eager1.json").read_text())
+    assert set(saved) - {"note"} <= set(record) and record["results"]["llama"]["ratio"] > 0
+    assert (record["dtype"], record["threads"], record["length"], record["device"]) == ("bfloat16", 1, 4, "cpu")
+    assert record["command"].endswith("--dtype bfloat16 --json") and record["date"] and record["git"]
 
 
 @pytest.mark.slow  # torch.compile of two small models: about a minute
@@ -457,7 +478,7 @@ def test_hf_decode_speed_times_compiled_models():
     out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "--length", "16", "--repeats", "2", "--compile",
               "--json")
     assert "(cpu, float32, compiled)" in out.splitlines()[0]
-    assert json.loads(out.splitlines()[-1])["llama"]["ratio"] > 0
+    assert json.loads(out.splitlines()[-1])["results"]["llama"]["ratio"] > 0
 
 
 def test_the_cpu_speed_tables_are_the_saved_runs():
@@ -575,3 +596,126 @@ def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_
     assert f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} | 0.5000 |" in table
     ratios = f"{r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | {r['fused_over_sdpa']:.3f}"
     assert f"| {shape} | forward | {ratios} | 2.000 |" in table  # this check had no gamma 0 column
+
+
+TINY_SHAPE = ["--batch", "1", "--heads", "1", "--length", "8", "--head-dim", "4"]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "0"], "argument --repeats: expected a positive integer, got 0"),
+    ("attention_speed", ["--length", "0"], "argument --length: expected a positive integer, got 0"),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--threads", "0"], "argument --threads: expected a positive integer"),
+    pytest.param("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--device", "cuda"], "needs a CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--device", "gpu"], "--device must be cpu or cuda, got 'gpu'"),
+    ("trainer_speed", ["--steps", "1"], "--steps must be at least 2"),
+    ("trainer_speed", ["--steps", "2", "--repeats", "0"], "argument --repeats: expected a positive integer, got 0"),
+    ("gpu_tables", ["no-such-folder"], "no-such-folder holds no gpu_check.json"),
+    ("step_overhead", ["--table", "no-such-run.json", "no-such-run.json"], "no saved run no-such-run.json"),
+    ("step_overhead", ["--decode-table", "no-such-run.json"], "no saved run no-such-run.json"),
+    pytest.param("hf_decode_speed", ["--types", "lama"], "no model type lama; the types are", marks=pytest.mark.slow),
+    pytest.param("hf_decode_speed", ["--types", "olmo_hybrid", "--length", "4", "--batch", "1", "--repeats", "1"],
+                 "olmo_hybrid's linear-attention cache cannot be cropped back", marks=pytest.mark.slow),
+])
+def test_the_benchmarks_refuse_bad_arguments_in_one_line(script, args, message, monkeypatch, capsys):
+    """A bad argument is one argparse error line, before anything is built or timed: it was a traceback
+    (an empty median, a reshape of nothing, torch without CUDA, a missing file, a KeyError)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            _script(script).main()
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err.splitlines()[-1] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("script, args", [
+    ("bf16_error_budget", ["--smoke", "--rows", "8", "--out"]),
+    ("attention_speed", [*TINY_SHAPE, "--repeats", "1", "--decode-only", "--json"]),
+])
+def test_a_run_writes_its_json_into_a_folder_not_made_yet(script, args, tmp_path, monkeypatch, capsys):
+    """The file of a finished run is written, its folder made (as step_overhead.py and gpu_check.py make theirs):
+    the run was computed whole, then lost to a FileNotFoundError."""
+    out = tmp_path / "2026-12-06" / "run.json"
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args, str(out)])
+    threads = torch.get_num_threads()
+    try:
+        _script(script).main()
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads(out.read_text())
+    assert saved["git"] and ("shapes" in saved or "ratios" in saved) and capsys.readouterr().out
+
+
+def test_the_step_overhead_table_sets_each_row_beside_the_same_presets_row_of_the_run_before():
+    """Runs of other ``--presets`` orders: psa-4m fp32 was set beside psa-92m's ratio before (1.161 for 1.192),
+    the rows paired by position; a row the run before lacks is refused."""
+    step_overhead = _script("step_overhead")
+    folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
+    after, before = (json.loads((folder / name).read_text()) for name in ("2026-12-06.json", "2026-12-06-ops-of-9dbc32a.json"))
+    swapped = dict(before, rows=before["rows"][2:] + before["rows"][:2])  # as --presets psa-92m psa-4m saves them
+    assert step_overhead.page_table(after, swapped) == step_overhead.page_table(after, before)
+    with pytest.raises(ValueError, match="the run before has no row psa-4m, fp32; psa-4m, bf16 autocast"):
+        step_overhead.page_table(after, dict(before, rows=before["rows"][2:]))
+
+
+
+def test_meanfield_speed_gives_numpy_the_threads_torch_gets():
+    """NumPy's BLAS threads follow ``--threads`` however the parser is given it: ``--threads=2`` and ``--thr 3``
+    left NumPy at one thread while torch took more (the torch/NumPy ratio compared 2 threads with 1)."""
+    code = """if True:
+        import json, os, runpy, sys
+        blas = []
+        for argv in (["--threads=2"], ["--thr", "3", "--quick"], ["--threads", "2"], ["--quick"]):
+            for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ.pop(var, None)
+            sys.argv = ["meanfield_speed.py", *argv, "--help"]  # the threads are set before the parser runs
+            try:
+                runpy.run_path("benchmarks/meanfield_speed.py", run_name="__main__")
+            except SystemExit:
+                pass
+            blas.append(os.environ["OPENBLAS_NUM_THREADS"])
+        print(json.dumps(blas))"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "benchmarks"), str(ROOT / "src")])})
+    assert json.loads(done.stdout.splitlines()[-1]) == ["2", "3", "2", "1"], done.stderr[-2000:]
+
+
+def test_meanfield_speed_times_the_papers_runs_interleaved(monkeypatch):
+    """Section 3 runs the kernels round-robin after an untimed round and takes medians, as the script's docstring
+    says its calls are: it ran each kernel once, in order, so the baseline (USA) alone ran first and cold."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    meanfield_speed = _script("meanfield_speed")
+    calls = []
+
+    def fake_simulate(cfg):
+        calls.append(cfg.kernel.name)
+        return type("Trajectory", (), {"times": torch.zeros(11)})()
+
+    monkeypatch.setattr(meanfield_speed, "simulate", fake_simulate)
+    rows = meanfield_speed.paper_rows(16)
+    kernels = [row["kernel"] for row in rows]
+    assert kernels[0] == "usa" and calls == kernels * 4 and rows[0]["ratio_to_usa"] == 1.0
+    assert all(row["steps"] == 10 and row["seconds"] > 0 for row in rows)
+
+
+def test_meanfield_speed_writes_its_json_with_its_date_into_a_folder_not_made_yet(tmp_path, monkeypatch, capsys):
+    """``--json`` into a folder not made yet: the finished run was lost to a FileNotFoundError; and the file now
+    says when, where and at which revision it was measured (it held the threads and rows alone)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    meanfield_speed = _script("meanfield_speed")
+    for section in ("euler_rows", "comoving_rows", "paper_rows"):  # the sections' minutes are not what is tested
+        monkeypatch.setattr(meanfield_speed, section, lambda *args, **kwargs: [])
+    out = tmp_path / "2026-12-06" / "meanfield.json"
+    monkeypatch.setattr(sys, "argv", ["meanfield_speed.py", "--json", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        meanfield_speed.main()
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads(out.read_text())
+    assert saved["threads"] == 1 and saved["date"] and saved["git"] and saved["machine"] and saved["paper"] == []
