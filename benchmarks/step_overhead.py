@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from cpu_threads import checked_device
 
 from psattn.files import write_json
 from psattn.models import AttentionConfig, DecoderLM
@@ -181,9 +182,7 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda needs a CUDA device")
+    device = checked_device(parser, args.device)
     torch.set_num_threads(1)
     rows = [measure(name, bf16, args.repeats, device) for name in args.presets for bf16 in (False, True)]
     decode_rows = [measure(name, bf16, args.repeats, device, decode=True) for name in args.presets for bf16 in (False, True)]

@@ -613,6 +613,7 @@ TINY_SHAPE = ["--batch", "1", "--heads", "1", "--length", "8", "--head-dim", "4"
     ("gpu_tables", ["no-such-folder"], "no-such-folder holds no gpu_check.json"),
     ("step_overhead", ["--table", "no-such-run.json", "no-such-run.json"], "no saved run no-such-run.json"),
     ("step_overhead", ["--decode-table", "no-such-run.json"], "no saved run no-such-run.json"),
+    ("step_overhead", ["--device", "bogus"], "--device must be cpu or cuda, got 'bogus'"),
     pytest.param("hf_decode_speed", ["--types", "lama"], "no model type lama; the types are", marks=pytest.mark.slow),
     pytest.param("hf_decode_speed", ["--types", "olmo_hybrid", "--length", "4", "--batch", "1", "--repeats", "1"],
                  "olmo_hybrid's linear-attention cache cannot be cropped back", marks=pytest.mark.slow),
