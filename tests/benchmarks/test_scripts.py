@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny settings): they must not rot between the runs that use them."""
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -460,11 +461,12 @@ def test_hf_decode_speed_json_records_the_run_as_the_saved_runs_do(monkeypatch, 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.setattr(sys, "argv", ["hf_decode_speed.py", "--types", "llama", "--length", "4", "--batch", "1",
                                       "--repeats", "1", "--dtype", "bfloat16", "--json"])
-    threads = torch.get_num_threads()
+    threads, disabled = torch.get_num_threads(), logging.root.manager.disable
     try:
         _script("hf_decode_speed").main()
-    finally:
+    finally:  # the script turns warnings off for its process: the later tests of this one still see theirs
         torch.set_num_threads(threads)
+        logging.disable(disabled)
     record = json.loads(capsys.readouterr().out.splitlines()[-1])
     saved = json.loads((ROOT / "docs" / "results" / "cpu" / "hf_decode" / "2026-12-05" / "eager1.json").read_text())
     assert set(saved) - {"note"} <= set(record) and record["results"]["llama"]["ratio"] > 0
