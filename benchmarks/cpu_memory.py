@@ -4,10 +4,10 @@ By default glibc serves a large block (over 128 KiB at first) from its own mappi
 memory back to the operating system, so the next tensor of that size is mapped afresh and every page
 of it faults on first touch. A PSA forward makes two such tensors more than SDPA (q̂ and k̂), and
 those faults can cost more than the shear itself: at B 4, H 8, T 1024, D 64 in fp32 on one thread, PSA's
-forward took 1.4 and 7.2 ms over SDPA's 79 in two default runs (by where glibc's adaptive threshold
-stood), 1.6 ms with freed memory kept (docs/kernel.md). jemalloc and tcmalloc, which PyTorch's CPU
-tuning guide recommends, keep freed memory; this option makes glibc do the same, so that a ratio
-measures the operators and not the allocator.
+forward took 2.1 and 7.3 ms over SDPA's 79 in two default runs (by where glibc's adaptive threshold
+stood), 1.8 and 2.2 ms with freed memory kept (docs/kernel.md, the runs of 2026-12-05b). jemalloc and
+tcmalloc, which PyTorch's CPU tuning guide recommends, keep freed memory; this option makes glibc do the
+same, so that a ratio measures the operators and not the allocator.
 """
 
 from __future__ import annotations
