@@ -107,7 +107,7 @@ def agree_on_stop(timed_out: bool, signum: int | None, ctx: Distributed) -> tupl
     backend, so agreeing never waits for the device's queued work."""
     if not ctx.enabled:
         return timed_out, signum
-    value = torch.tensor([int(timed_out), signum or 0], dtype=torch.int64)  # (2,) on the host
+    value = torch.tensor([int(timed_out), signum or 0], dtype=torch.int64, device="cpu")  # (2,) on the host
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value[0]), int(value[1]) or None
 
