@@ -518,3 +518,22 @@ def test_restoring_twice_from_one_snapshot_gives_the_same_cache():
             cache.restore(saved)
         out = model(x[:, 4:6], cache=cache)
     assert torch.allclose(out, model(x)[:, 4:6], atol=1e-6)
+
+
+def test_a_prompt_row_of_padding_alone_is_refused():
+    """A row whose mask marked no token was continued from nothing: it came back with tokens chosen from the logits
+    of padding."""
+    model, prompt = random_model(), torch.tensor([[1, 2, 3], [4, 5, 6]])
+    mask = torch.tensor([[1, 1, 1], [0, 0, 0]])
+    for m in (model, DecoderLM(ModelConfig(vocab_size=37, d_model=16, n_heads=2, attention=AttentionConfig("kv_shift")))):
+        with pytest.raises(ValueError, match="row 1 of attention_mask marks no real token"):
+            generate(m.eval(), prompt, 3, attention_mask=mask)
+    assert generate(model, prompt, 3, attention_mask=torch.tensor([[1, 1, 1], [0, 0, 1]])).sequences.shape == (2, 6)
+
+
+@pytest.mark.parametrize("ids", [[3, 4, -1], [3, 99, 4]])
+def test_speculative_decoding_names_the_whole_prompts_token_range(ids):
+    """A bad last token was refused as "got ids from -1 to -1": only the token fed to the draft, not the prompt."""
+    model = random_model()
+    with pytest.raises(ValueError, match=rf"got ids from {min(ids)} to {max(ids)}"):
+        speculative_generate(model, model, torch.tensor([ids]), 4)

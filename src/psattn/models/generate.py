@@ -16,6 +16,7 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
+from psattn.models.context import token_range_error
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
@@ -127,7 +128,7 @@ def generate(
         model: the ``DecoderLM`` to decode with.
         input_ids: the prompts (B, T), left-padded when their lengths differ.
         max_new_tokens: tokens to add to each row.
-        attention_mask: (B, T), 0 at left padding.
+        attention_mask: (B, T), 0 at left padding; each row marks at least one real token.
         do_sample: sample instead of taking the most likely token.
         temperature: divides the logits before sampling.
         top_k: sample among the k most likely tokens.
@@ -171,6 +172,10 @@ def generate(
     device = model_device(model)  # the prompt moves to the model; a sampling generator may stay elsewhere
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
+    if attention_mask is not None and (cache is None or len(cache) == 0):  # a row of padding alone has no context
+        empty = (attention_mask == 0).all(dim=1).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"row {empty[0]} of attention_mask marks no real token: a prompt needs at least one")
     V = model.config.vocab_size
     if vocab_limit is not None and not (_is_integer(vocab_limit) and 1 <= vocab_limit <= V):
         raise ValueError(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
@@ -267,6 +272,8 @@ def speculative_generate(
     _check_positive_int("num_draft", num_draft)
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError("target and draft models must share a vocabulary")
+    if bool(((input_ids < 0) | (input_ids >= target.config.vocab_size)).any()):  # the whole prompt, not the part fed first
+        raise token_range_error(input_ids, target.config.vocab_size)
     target_cache = target.new_cache(max_rollback=num_draft)
     draft_cache = draft.new_cache(max_rollback=num_draft)
     for cache in (target_cache, draft_cache):  # room for every token and the last round's drafts
