@@ -103,3 +103,17 @@ def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_win
     assert scores["rows"] == scores["rows_capped"]["held_out_windows"] < 100000
     inputs = scored[0].inputs  # (rows, T): the windows at starts 0, 1, 2, ...: every held-out window, each once
     assert len(inputs) == scores["rows"] and torch.equal(inputs[1:, :-1], inputs[:-1, 1:])
+
+
+def test_eval_past_the_trained_length_says_it_measures_length_generalisation(tmp_path, capsys):
+    """--set task.seq_len past the length the run trained on scored as if nothing had changed: no line said the
+    numbers measure length generalisation, not the trained task."""
+    train(tiny_config(4), tmp_path / "run")
+    trained = RunConfig.from_file(tmp_path / "run" / "config.json").task.seq_len
+    main(["eval", "--run-dir", str(tmp_path / "run"), "--set", f"task.seq_len={2 * trained}", "--rows", "4"])
+    assert (f"sequences of {2 * trained} tokens, longer than the {trained} the run trained on: this measures length "
+            "generalisation") in capsys.readouterr().out
+    main(["eval", "--run-dir", str(tmp_path / "run"), "--set", f"task.seq_len={2 * trained}", "--rows", "4", "--json"])
+    assert json.loads(capsys.readouterr().out)["longer_than_trained"] == {"trained": trained, "scored": 2 * trained}
+    main(["eval", "--run-dir", str(tmp_path / "run"), "--set", f"task.seq_len={trained // 2}", "--rows", "4", "--json"])
+    assert "longer_than_trained" not in json.loads(capsys.readouterr().out)

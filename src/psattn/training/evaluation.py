@@ -57,11 +57,13 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     ``corpus`` (or ``task.corpus=...``) scores a text run on another corpus. A text run is always scored
     on ids of its own tokenizer (its tokenizer.json); the result's ``data_changed`` lists what of the
     scored text differs from what the run trained on (its data.json), and ``rows_capped`` says when
-    ``rows`` asked for more windows than the held-out text holds (then every window is scored once).
+    ``rows`` asked for more windows than the held-out text holds (then every window is scored once), and
+    ``longer_than_trained`` when ``task.seq_len`` was raised past the length the run trained on.
     ``device``: where the model runs (``"auto"``: CUDA when available), whichever device it trained on."""
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")
+    trained_len = getattr(config.task, "seq_len", None)
     if any(not item.startswith("task.") for item in overrides):
         raise ValueError(f"eval changes the task only (task.field=value), got {list(overrides)}")
     text = task_name(config.task) == "text"
@@ -92,6 +94,9 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
               "rows": len(batch), "accuracy": accuracy, "loss": loss}
     if capped is not None:
         result["rows_capped"] = {"asked": capped, "held_out_windows": rows}
+    scored_len = getattr(config.task, "seq_len", None)
+    if trained_len is not None and scored_len is not None and scored_len > trained_len:  # length generalisation
+        result["longer_than_trained"] = {"trained": trained_len, "scored": scored_len}
     if isinstance(config.task, TextConfig):
         result["data_changed"] = _data_changed(run_dir, config.task.tokens().fingerprint)
     result.update(task_metrics(model, config.task, batch))
@@ -143,6 +148,10 @@ def format_evaluation(result: dict[str, Any]) -> str:
     if "rows_capped" in result:
         lines.append(f"  {result['rows_capped']['asked']:,} rows asked; the held-out text holds "
                      f"{result['rows_capped']['held_out_windows']:,} windows, so each is scored once")
+    if "longer_than_trained" in result:
+        longer = result["longer_than_trained"]
+        lines.append(f"  sequences of {longer['scored']} tokens, longer than the {longer['trained']} the run trained on: "
+                     "this measures length generalisation")
     if "bits_per_byte" in result:
         gain = result["passage_first_loss"] - result["passage_second_loss"]
         lines.append(f"  bits per byte {result['bits_per_byte']:.3f}, loss {result['loss']:.3f} nats per token, "
