@@ -128,9 +128,14 @@ def corpus_files(corpus: str) -> list[Path]:
 
 
 def describe_corpus(corpus: str) -> str:
-    """One line saying what ``corpus`` is, for reports."""
-    files = corpus_files(corpus)
-    megabytes = sum(len(_read_bytes(p)) for p in files) / 1e6
+    """One line saying what ``corpus`` is, for reports: its files and megabytes of text (of ``python-installed``,
+    the UTF-8 files alone, as ``load_documents`` reads them)."""
+    sizes = []  # one file read at a time: python-installed is hundreds of MB
+    for path in corpus_files(corpus):
+        text = _read_bytes(path)
+        if corpus != PYTHON_INSTALLED or _is_utf8(text):
+            sizes.append(len(text))
+    files, megabytes = sizes, sum(sizes) / 1e6
     if corpus == "austen":
         return f"Jane Austen's six novels, shipped with psattn ({megabytes:.1f} MB)"
     if corpus == PYTHON_STDLIB:
@@ -140,6 +145,14 @@ def describe_corpus(corpus: str) -> str:
         return (f"the Python source of Python {sys.version_info.major}.{sys.version_info.minor}'s installed packages "
                 f"({len(files)} files, {megabytes:.1f} MB)")
     return f"{corpus} ({len(files)} file{'s' * (len(files) != 1)}, {megabytes:.1f} MB)"
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _read_bytes(path: Path) -> bytes:
