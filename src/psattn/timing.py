@@ -24,14 +24,16 @@ def wall_seconds(fn: Callable[[], object]) -> float:
 
 def interleaved_medians(fns: Mapping[str, Callable[[], object]], repeats: int, warmup: int = 1,
                         measure: Callable[[Callable[[], object]], float] = wall_seconds) -> dict[str, float]:
-    """Median seconds per call of each function, calls interleaved round-robin after ``warmup``
-    untimed rounds; ``measure(fn)`` times one call (the wall clock, or a GPU's events)."""
+    """Median seconds per call of each function, calls interleaved after ``warmup`` untimed rounds, every
+    other round in reverse order (A B, B A, ...) so that no function always runs first or right after
+    another; ``measure(fn)`` times one call (the wall clock, or a GPU's events)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for round_ in range(repeats):
+        for name, fn in order if round_ % 2 == 0 else order[::-1]:
             times[name].append(measure(fn))
     return {name: statistics.median(t) for name, t in times.items()}
 
