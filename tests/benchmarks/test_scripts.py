@@ -296,6 +296,16 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert _script("gpu_tables").compile_table({"compile": older}).startswith("| psa-4m trainer step on induction, bf16 |")
 
 
+def test_the_compile_table_of_a_check_whose_eager_setting_failed_shows_the_other_settings():
+    """compile_check records a failed eager setting and still trains the others, which then have no ratio to
+    eager: the table shows them without one (it raised KeyError, and gpu_tables.py printed no table at all)."""
+    compile_ = {"batch": 64, "length": 64, "eager": {"error": "RuntimeError: an eager step failed"},
+                "compiled": {"step_ms": 25.0, "train_loss": [4.0, 3.9]}}
+    shown = _script("gpu_tables").compile_table({"compile": compile_})
+    assert "| eager | failed: RuntimeError: an eager step failed | | |" in shown
+    assert "| `train.compile=true` | 25.00 | — | — |" in shown
+
+
 def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
     import torch
 
