@@ -318,6 +318,21 @@ def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
     assert sum(gpu_check.SECTION_S[name] for name in kernel_sections) <= 420  # the default budget holds them
 
 
+def test_the_pieces_gpu_check_sh_names_run_every_section_each_inside_the_budget():
+    """On a GPU the whole check runs what fits in its budget and skips the rest: the pieces the script's header
+    names (--only ...) hold every section between them, each piece's H200 estimates inside the default budget
+    (equivalence, kernels and phase_transition were in none)."""
+    import re
+
+    gpu_check = _script("gpu_check")
+    header = " ".join(line.lstrip("# ") for line in (ROOT / "benchmarks" / "gpu_check.sh").read_text().splitlines()
+                      if line.startswith("#"))
+    names = "|".join(gpu_check.SECTION_S)
+    pieces = [m.split() for m in re.findall(rf"--only ((?:(?:{names})\b ?)+)", header)]
+    assert {name for piece in pieces for name in piece} == set(gpu_check.SECTION_S)
+    assert all(sum(gpu_check.SECTION_S[name] for name in piece) <= 420 for piece in pieces)
+
+
 def test_attention_speed_small_shape():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "2")
