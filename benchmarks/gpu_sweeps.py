@@ -148,8 +148,9 @@ def _pack_finished(configs, results: Path, runs: Path, out: Path, experiment: st
     archive = pack(paths, out / f"{experiment}.tar.gz", results_folder(experiment))
     for name in new:  # once their summaries are packed
         (runs / name / "checkpoint.pt").unlink(missing_ok=True)
+    held = sum(c.name in saved for c in configs)  # the pilot's folder holds text_scale's other runs too
     print(f"{len(new)} newly finished runs packed into {archive}; "
-          f"{len(saved) + len(new)} of {len(configs)} now saved or packed", flush=True)
+          f"{held + len(new)} of {len(configs)} now saved or packed", flush=True)
     return archive
 
 

@@ -111,8 +111,10 @@ def compile_table(check: dict) -> str:
             lines.append(f"| {label} | failed: {row['error'][:80]} | | |")
             continue
         suffix = "" if mode == "compiled" else f"_{mode}"
-        ratio = "1" if mode == "eager" else f"{c[f'step_time_ratio_{mode}_over_eager']:.3f}"
-        gap = "" if mode == "eager" else f"{c['largest_relative_loss_gap' + suffix]:.2g}"
+        ratio, gap = ("1", "") if mode == "eager" else ("—", "—")  # "—": eager failed, nothing to compare with
+        if f"step_time_ratio_{mode}_over_eager" in c:
+            ratio = f"{c[f'step_time_ratio_{mode}_over_eager']:.3f}"
+            gap = f"{c['largest_relative_loss_gap' + suffix]:.2g}"
         lines.append(f"| {label} | {row['step_ms']:.2f} | {ratio} | {gap} |")
     for key, what in (("eager_step_profile", "psa-4m's eager step"), ("paper_scale_step_profile", "The paper-scale sweep's"),
                       ("paper_scale_step_profile_plain", "The same run with plain attention, its"),

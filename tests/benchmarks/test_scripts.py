@@ -296,6 +296,16 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert _script("gpu_tables").compile_table({"compile": older}).startswith("| psa-4m trainer step on induction, bf16 |")
 
 
+def test_the_compile_table_of_a_check_whose_eager_setting_failed_shows_the_other_settings():
+    """compile_check records a failed eager setting and still trains the others, which then have no ratio to
+    eager: the table shows them without one (it raised KeyError, and gpu_tables.py printed no table at all)."""
+    compile_ = {"batch": 64, "length": 64, "eager": {"error": "RuntimeError: an eager step failed"},
+                "compiled": {"step_ms": 25.0, "train_loss": [4.0, 3.9]}}
+    shown = _script("gpu_tables").compile_table({"compile": compile_})
+    assert "| eager | failed: RuntimeError: an eager step failed | | |" in shown
+    assert "| `train.compile=true` | 25.00 | — | — |" in shown
+
+
 def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
     import torch
 
@@ -306,6 +316,21 @@ def test_on_a_gpu_a_section_that_cannot_end_inside_the_budget_is_skipped():
     assert gpu_check.skip_reason("model_step", 0, cpu) is None  # the smoke run on the CPU runs everything
     kernel_sections = ("fused_correctness", "fused_kernel", "rope_shear", "model_step")
     assert sum(gpu_check.SECTION_S[name] for name in kernel_sections) <= 420  # the default budget holds them
+
+
+def test_the_pieces_gpu_check_sh_names_run_every_section_each_inside_the_budget():
+    """On a GPU the whole check runs what fits in its budget and skips the rest: the pieces the script's header
+    names (--only ...) hold every section between them, each piece's H200 estimates inside the default budget
+    (equivalence, kernels and phase_transition were in none)."""
+    import re
+
+    gpu_check = _script("gpu_check")
+    header = " ".join(line.lstrip("# ") for line in (ROOT / "benchmarks" / "gpu_check.sh").read_text().splitlines()
+                      if line.startswith("#"))
+    names = "|".join(gpu_check.SECTION_S)
+    pieces = [m.split() for m in re.findall(rf"--only ((?:(?:{names})\b ?)+)", header)]
+    assert {name for piece in pieces for name in piece} == set(gpu_check.SECTION_S)
+    assert all(sum(gpu_check.SECTION_S[name] for name in piece) <= 420 for piece in pieces)
 
 
 def test_attention_speed_small_shape():

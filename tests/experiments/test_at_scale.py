@@ -737,6 +737,24 @@ def test_the_status_of_the_text_pilot_counts_the_pilots_runs(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("text_scale: 2 of 18 declared runs saved")
 
 
+def test_a_pilot_piece_counts_the_pilots_runs_saved_not_every_run_of_its_folder(tmp_path, capsys):
+    # text_scale's folder holds the pilot's runs and the sweep's others: it said "4 of 2 now saved or packed"
+    import importlib.util
+
+    from psattn.experiments.studies import text_scale
+
+    spec = importlib.util.spec_from_file_location("gpu_sweeps", ROOT / "benchmarks" / "gpu_sweeps.py")
+    gpu_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sweeps)
+    results, pilot = tmp_path / "text_scale", text_scale.text_scale_pilot("quick")
+    results.mkdir()
+    others = [c for c in text_scale.text_scale("quick") if c not in pilot][:3]
+    for config in [pilot[0], *others]:
+        (results / f"{config.name}.json").write_text("{}")  # the pack reads the names alone
+    gpu_sweeps._pack_finished(pilot, results, tmp_path / "runs", tmp_path / "out", "text_scale_pilot")
+    assert capsys.readouterr().out.strip().endswith("; 1 of 2 now saved or packed")
+
+
 def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path, monkeypatch):
     # it deleted the earlier copy's files first: a full disk at checkpoint.pt left no checkpoint at all
     import errno
