@@ -18,7 +18,8 @@ def test_text_scale_declares_depths_with_mlps_three_attentions_two_seeds_and_its
         (n, v, g) for n in (1, 2, 4) for v, g in (("baseline", 0.0), ("key_only", 1.0), ("symmetric", 1.0))}
     for c in configs:
         assert c.model.d_model == 256 and all(c.model.layer_mlps()) and c.task.seq_len == 256
-        assert (c.task.corpus, c.task.tokenizer, c.task.vocab_size, c.task.split) == ("python-installed", "bpe", 1024, "file")
+        task = c.task
+        assert (task.corpus, task.tokenizer, task.vocab_size, task.split) == ("python-installed:160MB", "bpe", 1024, "file")
         t = c.train
         assert (t.precision, t.device, t.seed in (0, 1), t.early_stop) == ("bf16", "cuda", True, False)
         assert t.steps * t.batch_size * c.task.seq_len == pytest.approx(80e6, rel=1e-3) and t.steps // t.eval_every == 40

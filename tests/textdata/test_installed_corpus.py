@@ -70,3 +70,37 @@ def test_a_split_by_file_of_copies_alone_is_refused_naming_the_distinct_document
         (folder / f"doc{i}.txt").write_text("the same text\n" * 50)
     with pytest.raises(ValueError, match=r"every 4th document, and the corpus has 1 distinct documents \(exact copies"):
         make_task_config("text", corpus=str(folder), seq_len=8, eval_fraction=0.25, split="file").tokens()
+
+
+def _installed_tree(root, monkeypatch, sizes):
+    """A standard library holding site-packages with packages a..; file i of ``sizes`` is pkg{i}/mod.py."""
+    stdlib, site = root / "lib", root / "lib" / "site-packages"
+    for i, size in enumerate(sizes):
+        (site / f"pkg{i}").mkdir(parents=True)
+        (site / f"pkg{i}" / "mod.py").write_text(f"x{i} = 1\n" * (size // 7))  # 7 bytes a line, no two files alike
+    (stdlib / "os.py").write_text("import sys\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(stdlib), "purelib": str(site), "platlib": str(site)})
+    return site
+
+
+def test_a_sample_of_the_installed_corpus_takes_files_in_a_fixed_order_up_to_its_size(tmp_path, monkeypatch):
+    site = _installed_tree(tmp_path / "a", monkeypatch, [210_000] * 8)
+    files = corpora.corpus_files("python-installed:1MB")
+    assert len(files) in (4, 5) and files == sorted(files)  # 4 x 210 kB, and os.py's 11 bytes if its turn came in time
+    assert sum(p.stat().st_size for p in files) <= 1_000_000
+    picked = [p.relative_to(site.parent).as_posix() for p in files]
+    assert picked != [p.relative_to(site.parent).as_posix() for p in corpora.corpus_files("python-installed")][:len(files)]
+    _installed_tree(tmp_path / "b", monkeypatch, [210_000] * 8)  # the same packages elsewhere: the same files
+    assert [p.relative_to(tmp_path / "b" / "lib").as_posix() for p in corpora.corpus_files("python-installed:1MB")] == picked
+    assert corpora.absolute_corpus("python-installed:1MB") == "python-installed:1MB"  # a name, not a relative path
+    assert "a sample of at most 1MB of the Python source" in corpora.describe_corpus("python-installed:1MB")
+    assert len(corpora.load_documents("python-installed:1MB")) == len(files)
+    config = make_task_config("text", corpus="python-installed:1MB", seq_len=8, eval_fraction=0.25, split="file")
+    assert config.corpus == "python-installed:1MB" and len(config.tokens().train) > 0
+
+
+@pytest.mark.parametrize("name", ["python-installed:0MB", "python-installed:1.5MB", "python-installed:1mb"])
+def test_a_malformed_sample_size_is_no_corpus(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="python-installed:NMB, a sample of N megabytes"):
+        corpora.corpus_files(name)

@@ -7,8 +7,10 @@ running interpreter's standard-library modules (the top-level ``.py`` files of
 through the files' contents); and ``"python-installed"``, every ``.py`` file of the running
 interpreter's installed packages: its standard library with its subfolders and its ``site-packages``
 (purelib and platlib), each file one document, in sorted path order, those that are not UTF-8 left out
-(hundreds of MB where torch is installed; which files it holds is the machine's, so record its hash). A
-path is
+(hundreds of MB where torch is installed; which files it holds is the machine's, so record its hash);
+``"python-installed:NMB"`` (``"python-installed:160MB"``) is a sample of it of at most N megabytes: its files in
+a fixed pseudo-random order, by the SHA-256 of each one's path below its folder, as many as fit, so that every
+package is sampled, the same files wherever the same packages are installed. A path is
 a UTF-8 text file (``.txt``, optionally compressed as ``.txt.xz`` / ``.txt.gz``), a folder of such
 files (each file one document, in sorted order), or an already tokenized token file (``.npy``:
 a 1-D integer array, one document); a regular file, not a device or a pipe (a corpus is read twice: hashed,
@@ -22,6 +24,7 @@ import glob
 import gzip
 import hashlib
 import lzma
+import re
 import sys
 import sysconfig
 import zlib
@@ -37,6 +40,7 @@ SHIPPED = ("austen",)
 PYTHON_STDLIB = "python-stdlib"
 PYTHON_INSTALLED = "python-installed"
 NAMED = (*SHIPPED, PYTHON_STDLIB, PYTHON_INSTALLED)
+_INSTALLED_SAMPLE = re.compile(rf"{PYTHON_INSTALLED}:([1-9][0-9]*)MB")
 
 
 @dataclass(frozen=True)
@@ -62,15 +66,49 @@ def python_stdlib_files() -> list[Path]:
     return files
 
 
+def _installed_roots() -> list[Path]:
+    paths = sysconfig.get_paths()
+    return sorted({Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib") if key in paths})
+
+
 def python_installed_files() -> list[Path]:
     """Every ``.py`` file under the running interpreter's standard library and site-packages, each once,
     sorted by path."""
-    paths = sysconfig.get_paths()
-    roots = sorted({Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib") if key in paths})
+    roots = _installed_roots()
     files = {p.resolve() for root in roots if root.is_dir() for p in root.rglob("*.py") if p.is_file()}
     if not files:
         raise FileNotFoundError(f"no Python source under {', '.join(map(str, roots))}")
     return sorted(files)
+
+
+def installed_sample_bytes(corpus: str) -> int | None:
+    """The size limit in bytes of a ``python-installed:NMB`` sample; None for any other corpus."""
+    match = _INSTALLED_SAMPLE.fullmatch(corpus)
+    return None if match is None else int(match.group(1)) * 1_000_000
+
+
+def python_installed_sample(max_bytes: int) -> list[Path]:
+    """``python_installed_files`` in a fixed pseudo-random order (the SHA-256 of each file's path below the
+    deepest folder of the standard library or site-packages holding it), the first whose sizes add up to
+    at most ``max_bytes``, sorted by path."""
+    roots = sorted(_installed_roots(), key=lambda root: len(root.parts), reverse=True)  # site-packages before stdlib
+
+    def order(path: Path) -> str:
+        below = next(path.relative_to(root) for root in roots if path.is_relative_to(root))
+        return hashlib.sha256(below.as_posix().encode()).hexdigest()
+
+    chosen, total = [], 0
+    for path in sorted(python_installed_files(), key=order):
+        total += path.stat().st_size
+        if total > max_bytes:
+            break
+        chosen.append(path)
+    return sorted(chosen)
+
+
+def _installed(corpus: str) -> bool:
+    """Whether ``corpus`` is ``python-installed`` or a sample of it."""
+    return corpus == PYTHON_INSTALLED or installed_sample_bytes(corpus) is not None
 
 
 def resolve(corpus: str) -> Path:
@@ -79,7 +117,8 @@ def resolve(corpus: str) -> Path:
         return shipped_corpus_dir(corpus)
     path = Path(corpus).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"corpus {corpus!r} is neither a named corpus {NAMED} nor an existing path")
+        raise FileNotFoundError(f"corpus {corpus!r} is neither a named corpus {NAMED} (or {PYTHON_INSTALLED}:NMB, a "
+                                "sample of N megabytes) nor an existing path")
     return path
 
 
@@ -94,7 +133,7 @@ def absolute_corpus(corpus: str) -> str:
     """``corpus`` with a relative path or glob made absolute (against the current folder), so that a run
     directory's config finds its text from any folder; a named corpus, an absolute path and a bare word
     that names no file (an unknown name, reported as such later) are returned unchanged."""
-    if corpus in NAMED:
+    if corpus in NAMED or _installed(corpus):
         return corpus
     path = Path(corpus).expanduser()
     if path.is_absolute() or not (path.exists() or any(c in corpus for c in GLOB_CHARACTERS) or len(path.parts) > 1):
@@ -110,6 +149,8 @@ def corpus_files(corpus: str) -> list[Path]:
         return python_stdlib_files()
     if corpus == PYTHON_INSTALLED:
         return python_installed_files()
+    if (max_bytes := installed_sample_bytes(corpus)) is not None:
+        return python_installed_sample(max_bytes)
     if corpus not in SHIPPED and any(c in corpus for c in GLOB_CHARACTERS) and not Path(corpus).exists():
         files = sorted(Path(p) for p in glob.glob(str(Path(corpus).expanduser()), recursive=True) if Path(p).is_file())
         if not files:
@@ -133,7 +174,7 @@ def describe_corpus(corpus: str) -> str:
     sizes = []  # one file read at a time: python-installed is hundreds of MB
     for path in corpus_files(corpus):
         text = _read_bytes(path)
-        if corpus != PYTHON_INSTALLED or _is_utf8(text):
+        if not _installed(corpus) or _is_utf8(text):
             sizes.append(len(text))
     files, megabytes = sizes, sum(sizes) / 1e6
     if corpus == "austen":
@@ -141,9 +182,10 @@ def describe_corpus(corpus: str) -> str:
     if corpus == PYTHON_STDLIB:
         return (f"the source of Python {sys.version_info.major}.{sys.version_info.minor}'s standard library "
                 f"({len(files)} top-level modules, {megabytes:.1f} MB)")
-    if corpus == PYTHON_INSTALLED:
-        return (f"the Python source of Python {sys.version_info.major}.{sys.version_info.minor}'s installed packages "
-                f"({len(files)} files, {megabytes:.1f} MB)")
+    if _installed(corpus):
+        sample = "" if corpus == PYTHON_INSTALLED else f"a sample of at most {corpus.split(':')[1]} of "
+        return (f"{sample}the Python source of Python {sys.version_info.major}.{sys.version_info.minor}'s installed "
+                f"packages ({len(files)} files, {megabytes:.1f} MB)")
     return f"{corpus} ({len(files)} file{'s' * (len(files) != 1)}, {megabytes:.1f} MB)"
 
 
@@ -185,8 +227,8 @@ def read_document(path: Path) -> Document:
 
 
 def load_documents(corpus: str) -> list[Document]:
-    """Every document of ``corpus``, in order (of ``python-installed``, the UTF-8 files alone)."""
-    if corpus != PYTHON_INSTALLED:
+    """Every document of ``corpus``, in order (of ``python-installed`` and its samples, the UTF-8 files alone)."""
+    if not _installed(corpus):
         return [read_document(p) for p in corpus_files(corpus)]
     documents = []
     for path in corpus_files(corpus):

@@ -11,11 +11,13 @@ twice (below). The pilot (``text_scale_pilot``: the plain models of every depth,
 sweep's own runs) says whether every two- and four-layer plain model is well past its phase change by
 the end (at a third of the budget or earlier).
 
-The corpus is built on the machine that trains: every ``.py`` file of the running interpreter's
-installed packages (``python-installed``: standard library and site-packages; about 130 MB beside
-torch and its dependencies, 2.6 bytes a token at BPE 1024, so about 50M tokens), BPE 1024 as in the
-CPU studies, held out by file (every 20th file, once exact copies such as vendored packages are dropped),
-so no held-out file was seen in training. Each saved
+The corpus is built on the machine that trains: a 160 MB sample of the ``.py`` files of the running
+interpreter's installed packages (``python-installed:160MB``: standard library and site-packages, files
+taken in a fixed pseudo-random order until 160 MB; a GPU image with JAX, transformers and SciPy beside
+torch holds several times that, which every fresh machine would tokenize again; at 2.6 bytes a token at
+BPE 1024, about 60M tokens; where less is installed, all of it), BPE 1024 as in the CPU studies, held out
+by file (every 20th file, once exact copies such as vendored packages are dropped), so no held-out file
+was seen in training. Each saved
 run records the corpus's file count, bytes, digest and token counts (``saved_runs.corpus_record``);
 ``repeats`` says how often the budget reads the training tokens, which the sweep's driver checks is at
 most twice before training (``check_repeats``).
@@ -89,7 +91,7 @@ def _quick_corpus() -> str:
 def scale_plan(mode: str) -> ScalePlan:
     """The text-at-scale plan of ``mode`` (quick: a CPU check; full: the GPU study)."""
     if check_mode(mode) == "full":
-        return ScalePlan("python-installed", "python-installed", 1024, 256, 0.05, depths=(1, 2, 4), d_model=256,
+        return ScalePlan("python-installed:160MB", "python-installed", 1024, 256, 0.05, depths=(1, 2, 4), d_model=256,
                          n_heads=4, seeds=(0, 1), tokens=80_000_000, batch_size=16, eval_size=256, lr=3e-3,
                          device="cuda")
     return ScalePlan(_quick_corpus(), "psattn-ops", 300, 32, 0.25, depths=(1, 2), d_model=16, n_heads=2, seeds=(0,),
