@@ -265,3 +265,28 @@ def test_docs_json_counts_every_document_whose_names_share_a_stem(tmp_path):
     counts = json.loads((entry.directory / "docs.json").read_text())
     assert [os.path.basename(name) for name in counts] == ["notes.v0.txt", "notes.v1.txt", "notes.v2.txt"]  # was {"notes": ...}
     assert sum(train + held for train, held in counts.values()) == len(entry.train) + len(entry.eval)
+
+
+def test_an_entry_rebuilt_by_another_process_after_this_one_found_it_stale_is_kept(tmp_path, monkeypatch):
+    """Two processes open an entry of an older format at once: the second one's removal of what it read as stale
+    must not remove the entry the first has built since (the first then read missing files)."""
+    config, corpus = entry(tmp_path)
+    directory, train = corpus.directory, np.asarray(corpus.train).copy()
+    meta = json.loads((directory / "meta.json").read_text())
+    (directory / "meta.json").write_text(json.dumps({**meta, "format": token_cache.FORMAT - 1}))
+    args = (directory, config.corpus, "byte", 256, config.eval_fraction, "tail", corpus_hash(config.corpus))
+    loads, rebuilt = json.loads, []
+
+    def other_process_rebuilds(text):  # after this process read the stale meta.json, another one rebuilds it
+        if not rebuilt:
+            rebuilt.append(True)
+            token_cache._open.__wrapped__(*args)
+            (directory / "opened-by-the-other").touch()  # a mark of its entry (inode numbers are reused)
+        return loads(text)
+
+    monkeypatch.setattr(token_cache, "json", type("Json", (), {"loads": staticmethod(other_process_rebuilds),
+                                                               "dumps": staticmethod(json.dumps)}))
+    token_cache._open.cache_clear()
+    mine = token_cache._open(*args)
+    assert (directory / "opened-by-the-other").exists()  # the other process's entry is still there
+    assert np.array_equal(np.asarray(mine.train), train)

@@ -250,18 +250,43 @@ def _complete(directory: Path) -> bool:
     """Whether ``directory`` is a finished entry of this format (its meta.json whole: every record the
     checks read); a folder that is not (a build cut short before the atomic rename cannot leave one, but an
     older format or a hand-edited or deleted meta.json can) is removed."""
+    if _whole(directory):
+        return True
+    if directory.exists():
+        log.info("rebuilding the token cache entry %s (no whole meta.json of format %d)", directory, FORMAT)
+        return _remove_stale(directory)
+    return False
+
+
+def _whole(directory: Path) -> bool:
+    """Whether ``directory`` holds a whole meta.json of this format (every record the checks read)."""
     try:
         meta = json.loads((directory / "meta.json").read_text())
         arrays = meta["arrays"]
-        if (meta["format"] == FORMAT and isinstance(meta["corpus_sha256"], str) and isinstance(meta["tokenizer_sha256"], str)
+        return (meta["format"] == FORMAT and isinstance(meta["corpus_sha256"], str)
+                and isinstance(meta["tokenizer_sha256"], str)
                 and all(isinstance(arrays[name][key], (str, list)) for name in ("train", "eval")
-                        for key in ("shape", "dtype", "sha256"))):
-            return True
+                        for key in ("shape", "dtype", "sha256")))
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        pass
-    if directory.exists():
-        log.info("rebuilding the token cache entry %s (no whole meta.json of format %d)", directory, FORMAT)
-        shutil.rmtree(directory)
+        return False
+
+
+def _remove_stale(directory: Path) -> bool:
+    """Remove the entry ``directory`` found stale, moving it aside first (atomic), so that two processes that
+    both found it so do not remove each other's files, nor the entry one of them has built since the other
+    read the stale meta.json (that one is put back); whether ``directory`` is now a finished entry."""
+    aside = directory.parent / f"{directory.name}.staging-{os.getpid()}-stale-{os.urandom(4).hex()}"
+    try:
+        directory.rename(aside)
+    except FileNotFoundError:  # another process moved it aside first
+        return False
+    if _whole(aside):  # another process's new entry, not the stale one this one read
+        try:
+            aside.rename(directory)
+            return True
+        except OSError:  # a third one's is there already
+            pass
+    shutil.rmtree(aside, ignore_errors=True)
     return False
 
 
