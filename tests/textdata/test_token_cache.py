@@ -99,6 +99,17 @@ def test_a_tampered_tokenizer_is_refused(tmp_path):
         reopen(config)
 
 
+@pytest.mark.parametrize("spoil", ["deleted", "not text"])
+def test_a_tokenizer_file_that_cannot_be_read_is_refused_naming_it(tmp_path, spoil):
+    config, corpus = entry(tmp_path)
+    path = corpus.directory / "tokenizer.json"
+    path.unlink()
+    if spoil == "not text":  # a UnicodeDecodeError named no file
+        path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(CorruptCache, match=r"tokenizer\.json is corrupt: it cannot be read.*Delete"):
+        reopen(config)
+
+
 def test_an_entry_without_meta_is_rebuilt(tmp_path):
     config, corpus = entry(tmp_path)
     train = np.asarray(corpus.train).copy()

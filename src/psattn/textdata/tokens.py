@@ -234,7 +234,10 @@ def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fr
     if digest and meta["corpus_sha256"] != digest:
         raise _corrupt(directory / "meta.json", f"it holds the tokens of corpus {meta['corpus_sha256']}, not of "
                                                 f"{corpus} ({digest})")
-    tokenizer_json = (directory / "tokenizer.json").read_text()
+    try:
+        tokenizer_json = (directory / "tokenizer.json").read_text()
+    except (OSError, UnicodeDecodeError) as err:  # gone, or not text: a bare errno, or a codec's words naming no file
+        raise _corrupt(directory / "tokenizer.json", f"it cannot be read ({err})") from None
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
         raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
     tok = tokenizer_from_json(tokenizer_json, str(directory / "tokenizer.json"))
