@@ -590,6 +590,19 @@ def test_the_text_section_without_the_export_extra_says_how_a_wheel_user_install
            "comparison.)" in text
 
 
+@pytest.mark.parametrize("context, late, early", [(256, "224–255", "16–31"), (100, "88–99", "7–12")])
+def test_the_text_section_states_the_icl_windows_the_score_averages(context, late, early):
+    """The report named T // 16 .. T // 8 - 1 as the early window; the score averages ceil(T / 16) .. (icl_window)."""
+    from psattn.experiments.studies.text import TEXT_PLANS
+    from psattn.experiments.text_report import TextResults, text_markdown
+
+    res = TextResults(plan=dataclasses.replace(TEXT_PLANS["quick"], seq_len=context), rows=[], histories={}, params={},
+                      edge=None, samples={"1 layer, key_only γ=1": {"prompt": "def f(", "continuation": "x):"}})
+    early_range, late_range = icl_window(context)
+    assert (early_range[0], early_range[-1]) == tuple(map(int, early.split("–")))
+    assert f"loss at positions {late} minus positions {early} " in "\n".join(text_markdown(res))
+
+
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():
     from psattn.experiments.studies.text import format_text_summary, text_experiment, text_seeds
 
