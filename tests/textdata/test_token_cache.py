@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -129,6 +130,19 @@ def test_staging_folders_of_dead_builds_are_removed_and_live_ones_kept(tmp_path)
         (folder / "train.npy").write_bytes(b"0" * 1000)
     reopen(config)
     assert not stale.exists() and live.exists()
+
+
+def test_staging_folders_of_another_machine_are_kept(tmp_path):
+    """On a cache in a shared home folder another machine's build is not among this one's processes: its staging
+    folder was removed as abandoned while it built, and that build failed."""
+    config, corpus = entry(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    name = f"{corpus.directory.name}.staging-{int(dead.stdout)}"
+    mine, other = (corpus.directory.parent / f"{name}-{host}-abc" for host in (socket.gethostname(), "node-2"))
+    for folder in (mine, other):
+        folder.mkdir()
+    reopen(config)
+    assert not mine.exists() and other.exists()
 
 
 def test_corpus_hash_separates_names_from_contents(tmp_path):

@@ -17,8 +17,8 @@ and a second run with the same corpus and tokenizer opens these files instead of
 opening an entry checks them all (that no token id reaches the vocabulary, and that the entry is of the
 corpus asked for), so a truncated, overwritten, tampered or misplaced cache is an error that names the
 file, never training data; a corpus that changes while it is tokenized is refused. An entry without ``meta.json``
-(a build cut short, or an older format) is rebuilt, and staging folders of builds whose process is
-gone are removed.
+(a build cut short, or an older format) is rebuilt, and staging folders of builds on this machine whose
+process is gone are removed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -278,7 +279,7 @@ def _remove_stale(directory: Path) -> bool:
     """Remove the entry ``directory`` found stale, moving it aside first (atomic), so that two processes that
     both found it so do not remove each other's files, nor the entry one of them has built since the other
     read the stale meta.json (that one is put back); whether ``directory`` is now a finished entry."""
-    aside = directory.parent / f"{directory.name}.staging-{os.getpid()}-stale-{os.urandom(4).hex()}"
+    aside = directory.parent / f"{_staging_prefix(directory)}stale{os.urandom(4).hex()}"
     try:
         directory.rename(aside)
     except FileNotFoundError:  # another process moved it aside first
@@ -295,10 +296,10 @@ def _remove_stale(directory: Path) -> bool:
 
 def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
                  split: str = "tail", digest: str = "") -> None:
-    """Build the entry in a staging folder named after this process, then rename it into place (atomic).
+    """Build the entry in a staging folder named after this process and machine, then rename it into place (atomic).
     ``digest``: the corpus hash the entry is keyed by; a corpus that no longer hashes to it once read (it
     changed since) is refused, as its tokens would be served under the key of the text it held before."""
-    staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(directory), dir=directory.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
         documents = load_documents(corpus)
@@ -316,11 +317,18 @@ def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _staging_prefix(directory: Path) -> str:
+    """``<entry>.staging-<pid>-<host>-``: the start of the name of this process's staging folders for ``directory``."""
+    return f"{directory.name}.staging-{os.getpid()}-{socket.gethostname()}-"
+
+
 def _remove_abandoned_staging(directory: Path) -> None:
-    """Remove the staging folders of ``directory`` left by builds whose process no longer runs."""
+    """Remove the staging folders of ``directory`` left by builds on this machine whose process no longer runs.
+    Another machine's (a cache on a shared home folder) may still be building: its processes are not visible here."""
     for staging in directory.parent.glob(f"{directory.name}.staging-*"):
-        pid = staging.name[len(directory.name) + len(".staging-"):].split("-")[0]
-        if pid.isdigit() and not process_alive(int(pid)):
+        pid, _, rest = staging.name[len(directory.name) + len(".staging-"):].partition("-")
+        host = rest.rpartition("-")[0]  # "" in the names of older versions, which named no machine
+        if pid.isdigit() and host in ("", socket.gethostname()) and not process_alive(int(pid)):
             log.info("removing %s, left by an interrupted cache build", staging)
             shutil.rmtree(staging, ignore_errors=True)
 
