@@ -419,6 +419,17 @@ def test_induction_and_previous_token_scores_on_hand_built_heads():
     assert induction_head.first_copy_loss == pytest.approx(math.log(10))
 
 
+def test_repeat_scores_take_int32_rows_as_the_model_does():
+    """DecoderLM takes int32 ids; the copy losses raised torch's 'expected target dtype to be Long'."""
+    from psattn import DecoderLM
+
+    model = DecoderLM(ModelConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2))
+    rows = torch.randint(0, 30, (2, 4), generator=torch.Generator().manual_seed(0)).repeat(1, 2)
+    wide, narrow = repeat_scores(model, rows, 4), repeat_scores(model, rows.int(), 4)
+    assert (narrow.first_copy_loss, narrow.second_copy_loss) == (wide.first_copy_loss, wide.second_copy_loss)
+    assert torch.equal(narrow.induction, wide.induction)
+
+
 def text_run(tmp_path, steps=6):
     corpus = str(numbered_corpus(tmp_path / "corpus", paragraphs=40))
     config = tiny_config(steps, eval_every=3, checkpoint_every=3, eval_size=8, batch_size=4)

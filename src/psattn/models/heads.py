@@ -86,7 +86,7 @@ def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScor
     second = torch.arange(offset + half, offset + 2 * half, device=rows.device)  # positions of the second copy
     ind = patterns[..., second, second - half + 1].mean(dim=(1, 3), dtype=exact)  # (L, H)
     losses = torch.nn.functional.cross_entropy(
-        logits[:, :-1].transpose(1, 2), rows[:, 1:], reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t
+        logits[:, :-1].transpose(1, 2), rows[:, 1:].long(), reduction="none").mean(0)  # (T-1,): loss predicting t+1 at t
     first = losses[offset : offset + half - 1].mean()  # predictions of tokens 1..half-1 of the first copy
     second_loss = losses[offset + half : offset + 2 * half - 1].mean()  # ... of the second copy
     layers = tuple(name.removesuffix(".hook_pattern") for name in seen)  # a hybrid's other layers have no row
