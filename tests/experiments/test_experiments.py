@@ -19,7 +19,7 @@ from psattn.experiments.studies import induction
 from psattn.experiments.studies import text as text_exp
 from psattn.experiments.study import MODES
 from psattn.experiments.sweep import _run_in_order, _run_in_pool, run_sweep, train_unless_finished, unique_configs
-from psattn.models.heads import head_scores, repeated_tokens
+from psattn.models.heads import head_scores, repeat_scores, repeated_tokens
 from psattn.ops.hooks import capture
 from psattn.training.run_dir import load_result
 from psattn.training.signals import WorkerLost
@@ -293,6 +293,27 @@ def test_head_scores_read_the_right_positions():
         ind = sum(pattern[b, h, t, t - 4] for b in range(3) for t in range(6, 11)) / 15
         assert scores.previous_token[1, h].item() == pytest.approx(prev.item(), abs=1e-5)
         assert scores.induction[1, h].item() == pytest.approx(ind.item(), abs=1e-5)
+
+
+def test_head_scores_of_a_bfloat16_model_are_not_rounded_to_bfloat16():
+    """A bfloat16 mean has 8 bits: an induction score of 0.09998 read 0.1001, over the phase-change threshold."""
+    from psattn import DecoderLM, ModelConfig
+    from psattn.experiments.phase_change import THRESHOLD
+    from psattn.ops.hooks import patch
+
+    half = 8
+    rows = repeated_tokens(4, half, 50, torch.Generator().manual_seed(1))  # (4, 17): [BOS] + R + R
+    pattern = torch.zeros(17, 17)
+    pattern[:, 0] = 1.0
+    for i, t in enumerate(range(1 + half, 1 + 2 * half)):  # on the token after the earlier occurrence: 0.0996 or 0.1001
+        pattern[t, t - half + 1] = 0.099609375 if i % 4 == 0 else 0.10009765625  # both exact in bfloat16
+        pattern[t, 0] = 1 - pattern[t, t - half + 1]
+    model = DecoderLM(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=2)).to(torch.bfloat16)
+    with patch(model, {"blocks.0.attn.hook_pattern": lambda x: pattern.to(x).expand_as(x).clone()}):
+        scores = repeat_scores(model, rows, half, offset=1)
+    exact = (0.099609375 * 2 + 0.10009765625 * 6) / 8
+    assert scores.induction.tolist() == [[pytest.approx(exact, abs=1e-7)] * 2] and exact < THRESHOLD
+    assert scores.previous_token.dtype == scores.patterns.dtype == torch.float32
 
 
 @pytest.mark.slow

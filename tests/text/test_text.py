@@ -419,6 +419,17 @@ def test_induction_and_previous_token_scores_on_hand_built_heads():
     assert induction_head.first_copy_loss == pytest.approx(math.log(10))
 
 
+def test_repeat_scores_take_int32_rows_as_the_model_does():
+    """DecoderLM takes int32 ids; the copy losses raised torch's 'expected target dtype to be Long'."""
+    from psattn import DecoderLM
+
+    model = DecoderLM(ModelConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2))
+    rows = torch.randint(0, 30, (2, 4), generator=torch.Generator().manual_seed(0)).repeat(1, 2)
+    wide, narrow = repeat_scores(model, rows, 4), repeat_scores(model, rows.int(), 4)
+    assert (narrow.first_copy_loss, narrow.second_copy_loss) == (wide.first_copy_loss, wide.second_copy_loss)
+    assert torch.equal(narrow.induction, wide.induction)
+
+
 def text_run(tmp_path, steps=6):
     corpus = str(numbered_corpus(tmp_path / "corpus", paragraphs=40))
     config = tiny_config(steps, eval_every=3, checkpoint_every=3, eval_size=8, batch_size=4)
@@ -588,6 +599,19 @@ def test_the_text_section_without_the_export_extra_says_how_a_wheel_user_install
     text = "\n".join(text_markdown(res))
     assert "(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`, for the ONNX " \
            "comparison.)" in text
+
+
+@pytest.mark.parametrize("context, late, early", [(256, "224–255", "16–31"), (100, "88–99", "7–12")])
+def test_the_text_section_states_the_icl_windows_the_score_averages(context, late, early):
+    """The report named T // 16 .. T // 8 - 1 as the early window; the score averages ceil(T / 16) .. (icl_window)."""
+    from psattn.experiments.studies.text import TEXT_PLANS
+    from psattn.experiments.text_report import TextResults, text_markdown
+
+    res = TextResults(plan=dataclasses.replace(TEXT_PLANS["quick"], seq_len=context), rows=[], histories={}, params={},
+                      edge=None, samples={"1 layer, key_only γ=1": {"prompt": "def f(", "continuation": "x):"}})
+    early_range, late_range = icl_window(context)
+    assert (early_range[0], early_range[-1]) == tuple(map(int, early.split("–")))
+    assert f"loss at positions {late} minus positions {early} " in "\n".join(text_markdown(res))
 
 
 def test_text_seeds_adds_seeds_to_the_quick_plan_and_shares_its_seed_0_runs():

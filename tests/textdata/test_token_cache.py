@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -99,6 +100,17 @@ def test_a_tampered_tokenizer_is_refused(tmp_path):
         reopen(config)
 
 
+@pytest.mark.parametrize("spoil", ["deleted", "not text"])
+def test_a_tokenizer_file_that_cannot_be_read_is_refused_naming_it(tmp_path, spoil):
+    config, corpus = entry(tmp_path)
+    path = corpus.directory / "tokenizer.json"
+    path.unlink()
+    if spoil == "not text":  # a UnicodeDecodeError named no file
+        path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(CorruptCache, match=r"tokenizer\.json is corrupt: it cannot be read.*Delete"):
+        reopen(config)
+
+
 def test_an_entry_without_meta_is_rebuilt(tmp_path):
     config, corpus = entry(tmp_path)
     train = np.asarray(corpus.train).copy()
@@ -118,6 +130,19 @@ def test_staging_folders_of_dead_builds_are_removed_and_live_ones_kept(tmp_path)
         (folder / "train.npy").write_bytes(b"0" * 1000)
     reopen(config)
     assert not stale.exists() and live.exists()
+
+
+def test_staging_folders_of_another_machine_are_kept(tmp_path):
+    """On a cache in a shared home folder another machine's build is not among this one's processes: its staging
+    folder was removed as abandoned while it built, and that build failed."""
+    config, corpus = entry(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    name = f"{corpus.directory.name}.staging-{int(dead.stdout)}"
+    mine, other = (corpus.directory.parent / f"{name}-{host}-abc" for host in (socket.gethostname(), "node-2"))
+    for folder in (mine, other):
+        folder.mkdir()
+    reopen(config)
+    assert not mine.exists() and other.exists()
 
 
 def test_corpus_hash_separates_names_from_contents(tmp_path):
@@ -265,3 +290,28 @@ def test_docs_json_counts_every_document_whose_names_share_a_stem(tmp_path):
     counts = json.loads((entry.directory / "docs.json").read_text())
     assert [os.path.basename(name) for name in counts] == ["notes.v0.txt", "notes.v1.txt", "notes.v2.txt"]  # was {"notes": ...}
     assert sum(train + held for train, held in counts.values()) == len(entry.train) + len(entry.eval)
+
+
+def test_an_entry_rebuilt_by_another_process_after_this_one_found_it_stale_is_kept(tmp_path, monkeypatch):
+    """Two processes open an entry of an older format at once: the second one's removal of what it read as stale
+    must not remove the entry the first has built since (the first then read missing files)."""
+    config, corpus = entry(tmp_path)
+    directory, train = corpus.directory, np.asarray(corpus.train).copy()
+    meta = json.loads((directory / "meta.json").read_text())
+    (directory / "meta.json").write_text(json.dumps({**meta, "format": token_cache.FORMAT - 1}))
+    args = (directory, config.corpus, "byte", 256, config.eval_fraction, "tail", corpus_hash(config.corpus))
+    loads, rebuilt = json.loads, []
+
+    def other_process_rebuilds(text):  # after this process read the stale meta.json, another one rebuilds it
+        if not rebuilt:
+            rebuilt.append(True)
+            token_cache._open.__wrapped__(*args)
+            (directory / "opened-by-the-other").touch()  # a mark of its entry (inode numbers are reused)
+        return loads(text)
+
+    monkeypatch.setattr(token_cache, "json", type("Json", (), {"loads": staticmethod(other_process_rebuilds),
+                                                               "dumps": staticmethod(json.dumps)}))
+    token_cache._open.cache_clear()
+    mine = token_cache._open(*args)
+    assert (directory / "opened-by-the-other").exists()  # the other process's entry is still there
+    assert np.array_equal(np.asarray(mine.train), train)

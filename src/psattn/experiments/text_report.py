@@ -25,6 +25,7 @@ from psattn.experiments.studies.text import (
 from psattn.experiments.sweep import run_sweep
 from psattn.models import ModelConfig
 from psattn.models.generate import continue_text
+from psattn.models.lm_eval import icl_window
 from psattn.models.presets import preset_parameter_count
 from psattn.textdata.corpus import describe_corpus
 from psattn.timing import interleaved_medians
@@ -276,7 +277,7 @@ EXECUTORCH_NOTE = (" ExecuTorch rows: the same models as `.pte` programs (`psatt
 def text_markdown(res: TextResults) -> list[str]:
     """The real-text part of the reproduction report, as markdown lines."""
     plan, rows, examples, edge, params = res.plan, res.rows, res.samples, res.edge, res.params
-    early, late = (plan.seq_len // 16, plan.seq_len // 8), (plan.seq_len - plan.seq_len // 8, plan.seq_len)
+    early, late = icl_window(plan.seq_len)  # the positions the score averages (T // 16 was not one at T = 100)
     lines = [
         "## Real text",
         "",
@@ -286,7 +287,7 @@ def text_markdown(res: TextResults) -> list[str]:
         f"{plan.tokenizer} tokenizer (vocabulary {plan.vocab_size}), context {plan.seq_len}; d_model {plan.d_model}, "
         f"{plan.n_heads} heads, MLP; AdamW lr {plan.lr:g}, batch {plan.batch_size}, {plan.steps} steps "
         f"({plan.steps * plan.batch_size * plan.seq_len / 1e6:.1f}M training tokens), seeds {', '.join(map(str, plan.seeds))}. "
-        f"ICL score: mean held-out loss at positions {late[0]}–{late[1] - 1} minus positions {early[0]}–{early[1] - 1} "
+        f"ICL score: mean held-out loss at positions {late[0]}–{late[-1]} minus positions {early[0]}–{early[-1]} "
         f"(negative: later tokens are predicted better). Repeated passage: a held-out passage of {plan.seq_len // 2} tokens "
         f"shown twice; repeated random tokens: {plan.seq_len // 2} tokens drawn from the corpus's vocabulary, then the "
         "same again. Loss on the second copy below the first means the model copies in context.",

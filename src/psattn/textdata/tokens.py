@@ -17,8 +17,8 @@ and a second run with the same corpus and tokenizer opens these files instead of
 opening an entry checks them all (that no token id reaches the vocabulary, and that the entry is of the
 corpus asked for), so a truncated, overwritten, tampered or misplaced cache is an error that names the
 file, never training data; a corpus that changes while it is tokenized is refused. An entry without ``meta.json``
-(a build cut short, or an older format) is rebuilt, and staging folders of builds whose process is
-gone are removed.
+(a build cut short, or an older format) is rebuilt, and staging folders of builds on this machine whose
+process is gone are removed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -234,7 +235,10 @@ def _open(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fr
     if digest and meta["corpus_sha256"] != digest:
         raise _corrupt(directory / "meta.json", f"it holds the tokens of corpus {meta['corpus_sha256']}, not of "
                                                 f"{corpus} ({digest})")
-    tokenizer_json = (directory / "tokenizer.json").read_text()
+    try:
+        tokenizer_json = (directory / "tokenizer.json").read_text()
+    except (OSError, UnicodeDecodeError) as err:  # gone, or not text: a bare errno, or a codec's words naming no file
+        raise _corrupt(directory / "tokenizer.json", f"it cannot be read ({err})") from None
     if _sha256(tokenizer_json.encode()) != meta["tokenizer_sha256"]:
         raise _corrupt(directory / "tokenizer.json", "its SHA-256 differs from meta.json's")
     tok = tokenizer_from_json(tokenizer_json, str(directory / "tokenizer.json"))
@@ -250,27 +254,52 @@ def _complete(directory: Path) -> bool:
     """Whether ``directory`` is a finished entry of this format (its meta.json whole: every record the
     checks read); a folder that is not (a build cut short before the atomic rename cannot leave one, but an
     older format or a hand-edited or deleted meta.json can) is removed."""
+    if _whole(directory):
+        return True
+    if directory.exists():
+        log.info("rebuilding the token cache entry %s (no whole meta.json of format %d)", directory, FORMAT)
+        return _remove_stale(directory)
+    return False
+
+
+def _whole(directory: Path) -> bool:
+    """Whether ``directory`` holds a whole meta.json of this format (every record the checks read)."""
     try:
         meta = json.loads((directory / "meta.json").read_text())
         arrays = meta["arrays"]
-        if (meta["format"] == FORMAT and isinstance(meta["corpus_sha256"], str) and isinstance(meta["tokenizer_sha256"], str)
+        return (meta["format"] == FORMAT and isinstance(meta["corpus_sha256"], str)
+                and isinstance(meta["tokenizer_sha256"], str)
                 and all(isinstance(arrays[name][key], (str, list)) for name in ("train", "eval")
-                        for key in ("shape", "dtype", "sha256"))):
-            return True
+                        for key in ("shape", "dtype", "sha256")))
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        pass
-    if directory.exists():
-        log.info("rebuilding the token cache entry %s (no whole meta.json of format %d)", directory, FORMAT)
-        shutil.rmtree(directory)
+        return False
+
+
+def _remove_stale(directory: Path) -> bool:
+    """Remove the entry ``directory`` found stale, moving it aside first (atomic), so that two processes that
+    both found it so do not remove each other's files, nor the entry one of them has built since the other
+    read the stale meta.json (that one is put back); whether ``directory`` is now a finished entry."""
+    aside = directory.parent / f"{_staging_prefix(directory)}stale{os.urandom(4).hex()}"
+    try:
+        directory.rename(aside)
+    except FileNotFoundError:  # another process moved it aside first
+        return False
+    if _whole(aside):  # another process's new entry, not the stale one this one read
+        try:
+            aside.rename(directory)
+            return True
+        except OSError:  # a third one's is there already
+            pass
+    shutil.rmtree(aside, ignore_errors=True)
     return False
 
 
 def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, eval_fraction: float,
                  split: str = "tail", digest: str = "") -> None:
-    """Build the entry in a staging folder named after this process, then rename it into place (atomic).
+    """Build the entry in a staging folder named after this process and machine, then rename it into place (atomic).
     ``digest``: the corpus hash the entry is keyed by; a corpus that no longer hashes to it once read (it
     changed since) is refused, as its tokens would be served under the key of the text it held before."""
-    staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(directory), dir=directory.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
         documents = load_documents(corpus)
@@ -288,11 +317,18 @@ def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _staging_prefix(directory: Path) -> str:
+    """``<entry>.staging-<pid>-<host>-``: the start of the name of this process's staging folders for ``directory``."""
+    return f"{directory.name}.staging-{os.getpid()}-{socket.gethostname()}-"
+
+
 def _remove_abandoned_staging(directory: Path) -> None:
-    """Remove the staging folders of ``directory`` left by builds whose process no longer runs."""
+    """Remove the staging folders of ``directory`` left by builds on this machine whose process no longer runs.
+    Another machine's (a cache on a shared home folder) may still be building: its processes are not visible here."""
     for staging in directory.parent.glob(f"{directory.name}.staging-*"):
-        pid = staging.name[len(directory.name) + len(".staging-"):].split("-")[0]
-        if pid.isdigit() and not process_alive(int(pid)):
+        pid, _, rest = staging.name[len(directory.name) + len(".staging-"):].partition("-")
+        host = rest.rpartition("-")[0]  # "" in the names of older versions, which named no machine
+        if pid.isdigit() and host in ("", socket.gethostname()) and not process_alive(int(pid)):
             log.info("removing %s, left by an interrupted cache build", staging)
             shutil.rmtree(staging, ignore_errors=True)
 
