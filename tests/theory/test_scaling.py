@@ -48,6 +48,16 @@ def test_load_sweep_results(tmp_path):
         load_sweep_results(path)
 
 
+def test_load_sweep_results_refuses_json_that_is_not_a_list(tmp_path):
+    """A number, null or a string (valid JSON) is one ValueError, as an object without "results" is: a number or
+    null raised a TypeError (a traceback from the command line), a string was read letter by letter."""
+    path = tmp_path / "sweep.json"
+    for data in (42, None, "16 0.9", {"results": 5}, {"results": None}):
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="expected a list, or an object with a 'results' list"):
+            load_sweep_results(path)
+
+
 def test_errors():
     with pytest.raises(ValueError, match="two distinct"):
         fit_power_law([16, 16], [1, 2])

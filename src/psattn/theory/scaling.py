@@ -160,7 +160,7 @@ def load_sweep_results(path: str | Path) -> list[tuple[float, float]]:
     such a list under "results"."""
     data = read_json(path, what="sweep results file")
     if isinstance(data, Mapping):
-        if "results" not in data:
-            raise ValueError(f"{path}: expected a list, or an object with a 'results' list")
-        data = data["results"]
+        data = data.get("results")
+    if not isinstance(data, list):  # a number or null raised a TypeError, a string was read letter by letter
+        raise ValueError(f"{path}: expected a list, or an object with a 'results' list")
     return sweep_pairs(data)
