@@ -75,6 +75,15 @@ def test_errors():
     assert math.isnan(fit_power_law([1, 2], [1, 2]).stderr)
 
 
+def test_exponent_interval_is_empty_for_disjoint_brackets_at_one_d_k():
+    """A power law has one value at each d_k: two brackets there that do not overlap admit none (pairs at equal
+    d_k were skipped, and an interval came back). Brackets that overlap there leave the interval as it was."""
+    lower, upper = exponent_interval([(16, 0.5, 0.6), (16, 0.7, 0.8), (64, 0.3, 0.4)])
+    assert lower >= upper
+    assert exponent_interval([(16, 0.5, 0.7), (16, 0.6, 0.8), (64, 0.3, 0.4)]) == exponent_interval(
+        [(16, 0.6, 0.7), (64, 0.3, 0.4)])
+
+
 def test_exponent_interval_holds_exactly_the_power_laws_through_every_bracket():
     # gamma_c = 4 d_k^-0.5 bracketed on a grid: the true exponent lies inside the interval
     brackets = [(16, 0.9, 1.1), (64, 0.45, 0.55), (256, 0.2, 0.3)]
