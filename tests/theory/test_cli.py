@@ -102,6 +102,21 @@ def test_a_phase_diagram_that_fails_leaves_no_folder(tmp_path):
     assert not (tmp_path / "pd").exists()
 
 
+def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
+    """--sweep is read first: it was read after the Bode model's training, the certificates and the reduced-model
+    grid, so a mistyped path failed minutes in, with a training run left in --out."""
+    import psattn.experiments.bode_model
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before reading --sweep")
+
+    monkeypatch.setattr(psattn.experiments.bode_model, "bode_model", no_training)
+    out = tmp_path / "report"
+    with pytest.raises(ValueError, match="does not exist"):
+        run_cli(["theory", "report", "--quick", "--out", str(out), "--sweep", str(tmp_path / "missing.json")])
+    assert not out.exists()
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     from psattn.experiments.configs import small_induction_config

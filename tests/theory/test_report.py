@@ -1,11 +1,13 @@
 """The spectral part of the theory report: what the measured response shows, and the pre-RoPE ablation
 keeps each layer's own shear."""
 
+import json
+
 import pytest
 import torch
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
-from psattn.theory.report import _spectral_lines, pre_rope_ablation, spectral_results
+from psattn.theory.report import _spectral_lines, pre_rope_ablation, scaling_results, spectral_results
 
 
 def _model(attention, n_layers=1):
@@ -58,3 +60,14 @@ def test_a_model_with_no_post_rope_shear_has_no_ablation_row_and_says_why(attent
     assert len(result["measured"]) == 1 and reason in result["ablation_skipped"]
     lines = _spectral_lines(result, "")
     assert any(line.startswith("No pre-RoPE ablation row:") and reason in line for line in lines)
+
+
+def test_the_scaling_section_saves_the_sweeps_pairs_as_json():
+    """Records were saved as their keys (list(record)), and a run without a critical gamma as a bare NaN, which is
+    not JSON: now (d_k, gamma) pairs, null where there is no gamma."""
+    sweep = [{"d_k": 16, "gamma_critical": 1.2}, {"d_k": 32, "gamma_critical": 0.6}, {"d_k": 64, "gamma_critical": None}]
+    for given in (sweep, [(16, 1.2), (32, 0.6), (64, float("nan"))]):
+        empirical = scaling_results(8, 0, given)["empirical"]
+        assert empirical["pairs"] == [[16.0, 1.2], [32.0, 0.6], [64.0, None]]
+        assert empirical["fit"]["n"] == 2 and empirical["fit"]["dropped"] == 1
+        json.dumps(empirical, allow_nan=False)

@@ -48,6 +48,16 @@ def test_load_sweep_results(tmp_path):
         load_sweep_results(path)
 
 
+def test_load_sweep_results_refuses_json_that_is_not_a_list(tmp_path):
+    """A number, null or a string (valid JSON) is one ValueError, as an object without "results" is: a number or
+    null raised a TypeError (a traceback from the command line), a string was read letter by letter."""
+    path = tmp_path / "sweep.json"
+    for data in (42, None, "16 0.9", {"results": 5}, {"results": None}):
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="expected a list, or an object with a 'results' list"):
+            load_sweep_results(path)
+
+
 def test_errors():
     with pytest.raises(ValueError, match="two distinct"):
         fit_power_law([16, 16], [1, 2])
@@ -63,6 +73,15 @@ def test_errors():
     with pytest.raises(ValueError, match="differ in length"):
         fit_power_law([1, 2, 3], [1, 2])
     assert math.isnan(fit_power_law([1, 2], [1, 2]).stderr)
+
+
+def test_exponent_interval_is_empty_for_disjoint_brackets_at_one_d_k():
+    """A power law has one value at each d_k: two brackets there that do not overlap admit none (pairs at equal
+    d_k were skipped, and an interval came back). Brackets that overlap there leave the interval as it was."""
+    lower, upper = exponent_interval([(16, 0.5, 0.6), (16, 0.7, 0.8), (64, 0.3, 0.4)])
+    assert lower >= upper
+    assert exponent_interval([(16, 0.5, 0.7), (16, 0.6, 0.8), (64, 0.3, 0.4)]) == exponent_interval(
+        [(16, 0.6, 0.7), (64, 0.3, 0.4)])
 
 
 def test_exponent_interval_holds_exactly_the_power_laws_through_every_bracket():

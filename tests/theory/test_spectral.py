@@ -83,6 +83,15 @@ def test_measured_bode_matches_the_closed_form_on_a_model():
     assert key_only.correlation("key") > 0.9999
 
 
+def test_no_correlation_for_the_pure_delay_whose_gain_is_constant():
+    """At gamma = -1 the shear is x̂_t = x_{t-1}: |H| = 1 at every frequency, like gamma = 0, so r is undefined (None);
+    the rounding left in |e^{-iω}| gave r of 0.28 or -0.07, read as a measurement disagreeing with the closed form."""
+    ids = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(0))
+    m = measure_bode(_model("symmetric", gamma=-1.0), ids)
+    assert [m.correlation(s) for s in ("query", "key", "joint")] == [None, None, None]
+    assert m.max_rel_error("key") < 0.01
+
+
 def test_pre_rope_placement_departs_from_the_closed_form():
     ids = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(0))
     post = measure_bode(_model("symmetric"), ids).max_rel_error("key")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import torch
 from psattn.files import write_text
 from psattn.theory.operators import MUTANTS, REFERENCE
 from psattn.theory.reduced_model import compare_with_theory
-from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results
+from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results, sweep_pairs
 from psattn.theory.spectral import all_variant_bode, measure_bode
 from psattn.theory.transition import C_CONSTANT, crossover_jump, gamma_c
 
@@ -73,8 +74,9 @@ def scaling_results(n_samples: int, seed: int = 0, sweep_results=None) -> dict[s
     if sweep_results is not None:
         pairs = load_sweep_results(sweep_results) if isinstance(sweep_results, (str, Path)) else sweep_results
         try:
-            out["empirical"] = {"fit": empirical_exponent(pairs).to_dict(),
-                                "pairs": [list(p) for p in pairs]}
+            pairs = sweep_pairs(pairs)  # records as (d_k, gamma) pairs: list(record) saved its keys
+            out["empirical"] = {"fit": empirical_exponent(pairs).to_dict(),  # a missing gamma as null, not NaN
+                                "pairs": [[v if math.isfinite(v) else None for v in p] for p in pairs]}
         except ValueError as err:
             out["empirical"] = {"error": str(err)}
     return out

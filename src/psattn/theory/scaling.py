@@ -90,7 +90,9 @@ def exponent_interval(brackets: Iterable[tuple[float, float, float]]) -> tuple[f
     lower, upper = -math.inf, math.inf
     for i, (d_i, lo_i, hi_i) in enumerate(rows):
         for d_j, lo_j, hi_j in rows[i + 1 :]:
-            if d_j == d_i:
+            if d_j == d_i:  # no exponent enters: the two brackets of one d_k must overlap (they were skipped)
+                if lo_i >= hi_j or lo_j >= hi_i:
+                    return math.inf, -math.inf
                 continue
             span = math.log(d_j / d_i)
             if lo_i > 0 and math.isfinite(hi_j):
@@ -160,7 +162,7 @@ def load_sweep_results(path: str | Path) -> list[tuple[float, float]]:
     such a list under "results"."""
     data = read_json(path, what="sweep results file")
     if isinstance(data, Mapping):
-        if "results" not in data:
-            raise ValueError(f"{path}: expected a list, or an object with a 'results' list")
-        data = data["results"]
+        data = data.get("results")
+    if not isinstance(data, list):  # a number or null raised a TypeError, a string was read letter by letter
+        raise ValueError(f"{path}: expected a list, or an object with a 'results' list")
     return sweep_pairs(data)

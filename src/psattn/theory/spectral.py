@@ -131,9 +131,14 @@ def spectral_ratio(raw: Tensor, sheared: Tensor) -> tuple[np.ndarray, np.ndarray
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return None  # undefined for a constant curve (gamma = 0)
+    if a.size < 2 or _flat(a) or _flat(b):
+        return None  # undefined for a constant curve (gamma = 0, or the pure delay gamma = -1)
     return float(np.corrcoef(a, b)[0, 1])
+
+
+def _flat(x: np.ndarray) -> bool:
+    """Whether ``x`` is constant up to rounding: |e^{-iω}| (gamma = -1) spreads by 1e-16, and r came out as noise."""
+    return bool(np.ptp(x) <= 1e-12 * np.abs(x).max())
 
 
 STREAMS = ("query", "key", "joint")
