@@ -185,8 +185,8 @@ class RunConfig:
 
 
 def shipped_configs() -> dict[str, Path]:
-    """The example run configs shipped inside the package, by name (one per task; each a run of the
-    quick reproduction)."""
+    """The example run configs shipped inside the package, by name (one per task and induction form; each a run
+    of the quick reproduction)."""
     folder = Path(str(resources.files("psattn") / "data" / "configs"))
     return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
