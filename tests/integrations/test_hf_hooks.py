@@ -121,3 +121,12 @@ def test_a_crop_then_the_same_continuation_gives_the_same_logits_in_both_worlds(
         their = theirs(other, **cache_kw(hf_cache), use_cache=True).logits
     torch.testing.assert_close(mine, logits(ours, kept)[:, 6:], atol=1e-10, rtol=0)
     torch.testing.assert_close(their, mine, atol=1e-5, rtol=0)
+
+
+def test_a_replacement_at_the_read_only_score_terms_is_refused_in_a_patched_model():
+    """As in psattn's own layer: new terms returned at hook_score_terms were dropped without a word."""
+    _, theirs = twins()
+    ids = torch.randint(0, VOCAB, (1, 5))
+    with pytest.raises(ValueError, match=r"hook_score_terms is read-only"):
+        with patch(theirs, {"model.layers.0.self_attn.hook_score_terms": lambda terms: type(terms)(*(t * 0 for t in terms))}):
+            logits(theirs, ids)

@@ -159,3 +159,17 @@ def test_patch_refuses_hooks_that_are_not_functions():
         with patch(model, ["*.hook_v"]):
             pass
     assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))
+
+
+def test_a_replacement_at_the_read_only_score_terms_is_refused():
+    """A hook at hook_score_terms that returned new terms (an ablation of T3, say) was dropped without a word and the
+    logits came back unchanged: the scores attention uses are q̂ᵀk̂. Returning None or its input still only reads."""
+    model = random_model("symmetric", gamma=0.5)
+    x = torch.randint(0, 32, (1, 6))
+    before = model(x)
+    with pytest.raises(ValueError, match=r"hook_score_terms is read-only.*patch hook_q_sheared or hook_k_sheared"):
+        with patch(model, {"blocks.0.attn.hook_score_terms": lambda terms: type(terms)(*(t * 0 for t in terms))}):
+            model(x)
+    for reader in (lambda terms: None, lambda terms: terms):
+        with patch(model, {"*.hook_score_terms": reader}):
+            assert torch.equal(model(x), before)

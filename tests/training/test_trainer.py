@@ -393,6 +393,14 @@ def test_overrides_and_bad_configs(tmp_path):
         RunConfig.from_file(bad)
 
 
+def test_an_override_sets_d_head_which_the_saved_config_leaves_out_at_its_default():
+    """``--set model.d_head=16`` was refused as an unknown field (overrides looked fields up in ``to_dict()``,
+    which leaves d_head out while it is d_model / n_heads), and the known fields it listed left d_head out."""
+    config = apply_overrides(tiny_config(), ["model.d_head=8"])  # d_model 32, 2 heads: 16 by default
+    assert config.model.d_head == 8 and config.model.head_dim == 8
+    assert "d_head" not in apply_overrides(tiny_config(), ["train.steps=3"]).to_dict()["model"]  # saved as before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fields", [{"precision": "bf16"}, {"compile": True}, {"compile": "reduce-overhead"}])
 def test_bf16_autocast_and_compile_train_like_fp32(fields):

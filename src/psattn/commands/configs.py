@@ -10,7 +10,7 @@ from psattn.arguments import add_command
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``configs`` to the main parser's subcommands."""
     cf = add_command(subparsers, "configs", "list the shipped example run configs, or print one",
-                     "The example configs ship inside the package, one per task, each a run of the quick "
+                     "The example configs ship inside the package, one per task and induction form, each a run of the quick "
                      "reproduction; psattn train --config NAME trains one.")
     cf.add_argument("name", nargs="?", help="the config to print as JSON (default: list them all)")
     cf.set_defaults(func=cmd_configs)

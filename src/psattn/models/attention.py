@@ -269,7 +269,7 @@ class PhaseSpaceAttention(nn.Module):
             k_hat = apply_rope(self._shear(raw_k, self.gamma_k, ctx, prev_k), cos, sin)
         q_hat, k_hat, v = self.hook_q_sheared(q_hat), self.hook_k_sheared(k_hat), self.hook_v(v)
         if self.hook_score_terms.active and cache is None:  # read-only: see the module docstring
-            self.hook_score_terms(self._score_terms(raw_q, raw_k, q, k, ctx, cos, sin))
+            self.hook_score_terms.read(self._score_terms(raw_q, raw_k, q, k, ctx, cos, sin))
         if cache is not None:
             k_hat, v = cache.append(k_hat, v, raw_k=raw_k, raw_q=raw_q)  # (B, Hkv, S, D)
         return q_hat, k_hat, v

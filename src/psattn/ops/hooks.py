@@ -41,6 +41,13 @@ class HookPoint(nn.Module):
         """Whether a hook is registered on this point."""
         return bool(self._forward_hooks)
 
+    def read(self, x: Any) -> None:
+        """Pass ``x`` through a read-only point (``hook_score_terms``): a ValueError when a hook returns a
+        replacement, which nothing after the point would use."""
+        if self(x) is not x:
+            raise ValueError("hook_score_terms is read-only: its hooks may only read (return None); the scores attention "
+                             "uses are q̂ᵀk̂, so patch hook_q_sheared or hook_k_sheared instead")
+
 
 @dataclass(frozen=True)
 class Hook:

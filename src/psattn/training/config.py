@@ -185,8 +185,8 @@ class RunConfig:
 
 
 def shipped_configs() -> dict[str, Path]:
-    """The example run configs shipped inside the package, by name (one per task; each a run of the
-    quick reproduction)."""
+    """The example run configs shipped inside the package, by name (one per task and induction form; each a run
+    of the quick reproduction)."""
     folder = Path(str(resources.files("psattn") / "data" / "configs"))
     return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
@@ -263,6 +263,7 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     both). Overrides apply whatever their order, so two that set the same field (``model.d_model=64
     model.d_model=32``, or ``model={...} model.d_model=32``) are refused."""
     data = config.to_dict()
+    data["model"].setdefault("d_head", None)  # a field, which to_dict leaves out at its default
     parsed = [_parse_override(item) for item in overrides]
     for i, (key, _, item) in enumerate(parsed):
         for earlier, _, other in parsed[:i]:

@@ -58,7 +58,8 @@ def read_score_terms(module: nn.Module, spec, starts: Tensor | None, query: Tens
     """Pass T1..T4 of the chunk's raw streams to ``hook_score_terms`` (read-only)."""
     point = getattr(module, "hook_score_terms", None)
     if point is not None and point.active:
-        point(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k, starts=starts, boundary=spec.boundary))
+        point.read(score_terms(query, key, gamma_q=spec.gamma_q, gamma_k=spec.gamma_k, starts=starts,
+                               boundary=spec.boundary))
 
 
 def pattern(module: nn.Module, q_hat: Tensor, k_hat: Tensor, mask, scaling: float | None,
