@@ -20,6 +20,8 @@ from typing import IO, Any
 #: the process's umask, read once (setting it is the only way to read it)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+#: the permissions a new file gets (0644 under the usual umask 022)
+NEW_FILE_MODE = 0o666 & ~_UMASK
 
 
 def temporary_files(path: str | Path) -> list[Path]:
@@ -41,7 +43,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, NEW_FILE_MODE)
         os.replace(tmp, path)
     except BaseException as err:
         if os.path.exists(tmp):

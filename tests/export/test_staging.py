@@ -332,3 +332,21 @@ print("not ended")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
     assert list(out.iterdir()) == []  # no staging folder, and not the folder made for the target
+
+
+def test_the_files_an_export_writes_get_the_permissions_of_any_new_file(runs, tmp_path):
+    """safetensors writes model.safetensors private (0600): psattn export --format hf left it so, unreadable to
+    anyone else sharing the folder, where every other file an export writes is 0644 under the usual umask."""
+    from psattn.export.staging import staged_files, staged_folder
+    from psattn.files import NEW_FILE_MODE
+
+    with staged_folder(tmp_path / "folder") as folder:
+        (folder / "private.bin").write_bytes(b"x")
+        (folder / "private.bin").chmod(0o600)
+    with staged_files(tmp_path / "m.onnx", lambda path: [path]) as graph:
+        graph.write_bytes(b"x")
+        graph.chmod(0o600)
+    assert [p.stat().st_mode & 0o777 for p in (tmp_path / "folder" / "private.bin", tmp_path / "m.onnx")] == \
+        [NEW_FILE_MODE] * 2
+    assert main(["export", "--run-dir", str(runs / "key_only"), "--format", "hf", "--out", str(tmp_path / "hf")]) == 0
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}["model.safetensors"] == NEW_FILE_MODE

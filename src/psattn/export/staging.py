@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from psattn.files import cannot_create
+from psattn.files import NEW_FILE_MODE, cannot_create
 from psattn.processes import process_alive
 from psattn.training.signals import STOP_SIGNALS, stop_signals_held
 
@@ -113,6 +113,14 @@ def _new_folder(target: Path, kind: str) -> Path:
     return folder
 
 
+def _opened_up(folder: Path) -> None:
+    """Give the files written in ``folder`` the permissions any new file gets (0644 under the usual umask
+    022): some writers make theirs private (safetensors' model.safetensors is 0600)."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(NEW_FILE_MODE)
+
+
 def _interrupted(err: BaseException) -> bool:
     """Whether ``err`` is, or was caused by, a Ctrl-C (exporters wrap it in their own errors)."""
     seen: set[int] = set()
@@ -181,6 +189,7 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
         staging = _new_folder(target, "staging")
         try:
             yield staging
+            _opened_up(staging)
             names = sorted(p.name for p in staging.iterdir())
             (staging / MANIFEST).write_text(json.dumps(names))
             with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
@@ -217,6 +226,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
         staging = _new_folder(target, "staging")
         try:
             yield staging / target.name
+            _opened_up(staging)
             written = sorted(p.name for p in staging.iterdir())
             with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
                 for name in written:
