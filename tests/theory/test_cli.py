@@ -167,3 +167,20 @@ def test_a_bode_json_write_cut_short_keeps_the_earlier_one_whole(tmp_path, monke
         run_cli(["theory", "bode", "--gamma", "0.7", "--out", str(tmp_path)])
     assert (tmp_path / "bode.json").read_text() == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_bode_of_a_key_lag_or_pre_rope_run_is_not_called_a_check_of_the_filter(tmp_path, capsys):
+    """A key-lag run's keys are mixed before the hook points, which saw the same stream twice: bode printed error
+    0.0000 and "this checks the implementation of the filter", as if it had measured a perfect match; a run that
+    shears before RoPE got the same note, though its post-RoPE response is not the closed form."""
+    from helpers import tiny_config
+    from psattn.training.config import apply_overrides
+    from psattn.training.trainer import train
+
+    for variant, gamma, placement, note in (("smeared_keys", 0.0, "post_rope", "says nothing of that filter"),
+                                            ("key_only", 1.0, "pre_rope", "not the closed form's")):
+        train(apply_overrides(tiny_config(2), [f"model.attention.variant={variant}", f"model.attention.gamma={gamma}",
+                                               f"model.attention.placement={placement}"]), tmp_path / variant)
+        assert run_cli(["theory", "bode", "--run-dir", str(tmp_path / variant), "--out", str(tmp_path / placement)]) == 0
+        out = capsys.readouterr().out
+        assert "checks the implementation" not in out and note in out

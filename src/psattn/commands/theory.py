@@ -86,6 +86,18 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bode_note(config) -> str:
+    """What the measured response of a layer with attention ``config`` shows."""
+    if config.is_key_lag:
+        return (f"(layer 1 is the key-lag baseline {config.variant!r}: its learned filter mixes the keys before the hook "
+                "points, which see no shear, so the response of 1 measured here says nothing of that filter)")
+    if config.placement != "post_rope":
+        return ("(this run shears before RoPE, which then turns each position by its own angle: the response of the "
+                "post-RoPE stream is not the closed form's)")
+    return ("(after RoPE the shear is a fixed linear filter of the stream: the measured response is the closed form "
+            "for any weights, so this checks the implementation of the filter)")
+
+
 def cmd_bode(args: argparse.Namespace) -> int:
     import torch
 
@@ -117,8 +129,7 @@ def cmd_bode(args: argparse.Namespace) -> int:
         r = measured[f"{stream}_r"]
         print(f"{stream:6s} measured vs closed form: Pearson r {'n/a' if r is None else f'{r:.5f}'}, "
               f"largest relative error {measured[f'{stream}_max_rel_error']:.4f}")
-    print("(after RoPE the shear is a fixed linear filter of the stream: the measured response is the closed form "
-          "for any weights, so this checks the implementation of the filter)")
+    print(_bode_note(model.blocks[0].attn.config))
     print("figures: " + ", ".join(str(f) for f in figures))
     return 0
 
