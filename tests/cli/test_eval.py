@@ -117,3 +117,14 @@ def test_eval_past_the_trained_length_says_it_measures_length_generalisation(tmp
     assert json.loads(capsys.readouterr().out)["longer_than_trained"] == {"trained": trained, "scored": 2 * trained}
     main(["eval", "--run-dir", str(tmp_path / "run"), "--set", f"task.seq_len={trained // 2}", "--rows", "4", "--json"])
     assert "longer_than_trained" not in json.loads(capsys.readouterr().out)
+
+
+def test_eval_of_many_rows_says_what_it_scores_before_it_starts(tmp_path, capsys):
+    """eval --rows 100000 of a text run scored every held-out window for minutes on a CPU without a word."""
+    from psattn.training.evaluation import NOTED_ROWS
+
+    train(tiny_config(4), tmp_path / "run")
+    main(["eval", "--run-dir", str(tmp_path / "run"), "--rows", str(NOTED_ROWS + 1)])
+    assert f"scoring {NOTED_ROWS + 1:,} held-out rows of " in capsys.readouterr().err
+    main(["eval", "--run-dir", str(tmp_path / "run")])  # the run's own eval_size: no line
+    assert "scoring" not in capsys.readouterr().err

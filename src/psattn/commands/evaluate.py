@@ -26,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from psattn.progress import console_line
     from psattn.training.evaluation import evaluate_run, format_evaluation
 
-    result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows, device=args.device)
+    result = evaluate_run(required_run_dir(args), args.set, corpus=args.corpus, rows=args.rows, device=args.device,
+                          report=console_line)
     report(args.json, format_evaluation(result), result)
     return 0

@@ -4,7 +4,7 @@ run on held-out data of its own task, or of another compatible task or corpus (w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,9 @@ from psattn.training.config import RunConfig, apply_overrides
 from psattn.training.memory import check_evaluation_fits
 from psattn.training.run_dir import eval_batch, load_trained
 from psattn.training.task_metrics import task_metrics
+
+#: more held-out rows than this, and ``evaluate_run`` says what it scores before it starts
+NOTED_ROWS = 1024
 
 
 @torch.no_grad()
@@ -50,7 +53,8 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
 
 
 def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: str | None = None,
-                 rows: int | None = None, device: str = "cpu") -> dict[str, Any]:
+                 rows: int | None = None, device: str = "cpu",
+                 report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Held-out accuracy and loss of ``run_dir``'s model (its last checkpoint) on ``rows`` held-out rows
     (default: the run's eval_size) of its task changed by ``overrides`` (``task.field=value``), plus the
     task's own metrics (bits per byte, ICL score and copy measures for text; head scores for induction).
@@ -59,7 +63,8 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     scored text differs from what the run trained on (its data.json), and ``rows_capped`` says when
     ``rows`` asked for more windows than the held-out text holds (then every window is scored once), and
     ``longer_than_trained`` when ``task.seq_len`` was raised past the length the run trained on.
-    ``device``: where the model runs (``"auto"``: CUDA when available), whichever device it trained on."""
+    ``device``: where the model runs (``"auto"``: CUDA when available), whichever device it trained on.
+    ``report(line)`` receives a line saying what is scored before more than ``NOTED_ROWS`` rows (minutes on a CPU)."""
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")
@@ -89,6 +94,8 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
         batch = every_window(config.task).to(model_device(model))
     else:
         batch = eval_batch(config).to(model_device(model))
+    if report is not None and len(batch) > NOTED_ROWS:
+        report(f"scoring {len(batch):,} held-out rows of {batch.inputs.shape[1]} tokens on {model_device(model)}")
     accuracy, loss = evaluate(model, batch)
     result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
               "rows": len(batch), "accuracy": accuracy, "loss": loss}
