@@ -462,3 +462,21 @@ def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_
         _run_in_pool([config], tmp_path, 1, progress=False)  # the pool of run_sweep(workers=2), with one worker
     killer.join()
     assert load_result(tmp_path / "big") is None and (tmp_path / "big" / "checkpoint.pt").exists()
+
+
+def test_the_reports_git_revision_is_the_one_it_started_at(tmp_path, monkeypatch):
+    """The header read the revision once the report was written: a checkout that moved on during an hour's run
+    (an editable install) named the commit of the end, not the code that trained."""
+    from psattn.experiments import reproduce as reproduce_module
+
+    checkout = {"head": "1111111aaaa"}
+
+    def train_all(*args, **kwargs):
+        checkout["head"] = "2222222bbbb"  # a commit lands while the runs train
+        return {"trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}}
+
+    monkeypatch.setattr(reproduce_module, "git_revision", lambda: checkout["head"])
+    monkeypatch.setattr(reproduce_module, "train_all", train_all)
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["tables"], {}))
+    report = reproduce(tmp_path, sections=("induction",), progress=False).read_text()
+    assert "git 1111111aaaa" in report and "2222222" not in report

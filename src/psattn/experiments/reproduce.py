@@ -90,7 +90,7 @@ def reproduce(
                               "pip install 'phase-space-attention[executorch]'") from None
     out = Path(out_dir)  # made once the request is known to be runnable: a refused run leaves no folder
     out.mkdir(parents=True, exist_ok=True)
-    started = datetime.now(timezone.utc)
+    started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
     lines: list[str] = []
     data: dict[str, Any] = {}
     timings: dict[str, float] = {}
@@ -122,7 +122,7 @@ def reproduce(
         f"# psattn reproduction ({mode})",
         "",
         f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
-        f"git {git_revision() or 'unknown'}, one torch thread per training process. "
+        f"git {revision or 'unknown'}, one torch thread per training process. "
         f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
         "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
         f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
