@@ -64,6 +64,9 @@ TINY: dict[str, dict] = {
     "solar_open": dict(head_dim=8),
     "llama4_text": dict(head_dim=8),  # chunked attention, QK L2-norm
     "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
+    # per-layer input embeddings, proportional RoPE on a quarter of the global layers' channels
+    "gemma4_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                        layer_types=["sliding_attention", "full_attention"], sliding_window=6),
     # Partial rotary: only the first r channels of each head turn; the shear acts on all of them.
     "phi": dict(head_dim=8),
     "persimmon": dict(head_dim=8),
@@ -95,25 +98,36 @@ TINY: dict[str, dict] = {
     "iquestcoder": dict(head_dim=8),
     "param2moe": dict(head_dim=8),
     "minimax_m3_vl_text": dict(head_dim=8),
+    "cwm": dict(head_dim=8, bos_token_id=1, sliding_window=6),
+    "dots1": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=16,
+                  first_k_dense_replace=1, n_group=1, topk_group=1),
     # Hybrids: PSA shears the softmax-attention layers; the others (convolution, linear attention) stay as they are.
     "lfm2": dict(head_dim=8),
     "minimax": dict(head_dim=8),
     "olmo_hybrid": dict(head_dim=8),
     "qwen3_5_text": dict(head_dim=8, num_hidden_layers=4),  # gated delta-net layers, then one attention layer
+    "qwen3_5_moe_text": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1,
+                             moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "bamba": dict(head_dim=8, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
+                  mamba_chunk_size=8),  # a Mamba-2 layer, then an attention layer
     "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
                        shared_expert_intermediate_size=16),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
     "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
     "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
     "gpt_oss": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=6),  # attention sinks
+    "granite_swa": dict(head_dim=8, sliding_window=6),  # attention sinks (no SDPA path in transformers)
+    "granitemoe_swa": dict(head_dim=8, sliding_window=6, num_local_experts=2, num_experts_per_tok=1),
 }
 TESTED: tuple[str, ...] = tuple(TINY)
 # One model type per attention family (the code path its attention module takes): CI runs these.
 REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mixtral", "gemma3_text", "granite",
                                     "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss",
                                     "olmo_hybrid")
-# Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
-EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss"})
+# Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks), or that
+# transformers gives no SDPA path.
+EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss", "granite_swa", "granitemoe_swa", "bloom", "mpt",
+                                   "gpt_neo", "roformer"})
 
 
 def base_kernel(model_type: str) -> str:
