@@ -64,6 +64,11 @@ TINY: dict[str, dict] = {
     "solar_open": dict(head_dim=8),
     "llama4_text": dict(head_dim=8),  # chunked attention, QK L2-norm
     "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
+    # AltUp, LAuReL and per-layer input embeddings
+    "gemma3n_text": dict(head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                         num_kv_shared_layers=0, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
+                         laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
+                         intermediate_size=[48, 48]),
     # per-layer input embeddings, proportional RoPE on a quarter of the global layers' channels
     "gemma4_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=6),
@@ -74,6 +79,9 @@ TINY: dict[str, dict] = {
     # Fused QKV projections.
     "phi3": dict(head_dim=8),
     "gpt_neox": dict(head_dim=8),
+    # q, k, v clipping; attn_config as DBRX's checkpoints give it (transformers reads rope_theta from it)
+    "dbrx": dict(d_model=32, n_heads=4, n_layers=2, attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(ffn_hidden_size=48, moe_num_experts=2, moe_top_k=1)),
     "phimoe": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1),
     # Parallel attention and MLP, interleaved rotary, logit scale.
     "cohere": dict(head_dim=8),
@@ -98,6 +106,7 @@ TINY: dict[str, dict] = {
     "iquestcoder": dict(head_dim=8),
     "param2moe": dict(head_dim=8),
     "minimax_m3_vl_text": dict(head_dim=8),
+    "modernbert-decoder": dict(bos_token_id=1, eos_token_id=2, sep_token_id=3, cls_token_id=4, local_attention=6),
     "cwm": dict(head_dim=8, bos_token_id=1, sliding_window=6),
     "dots1": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=16,
                   first_k_dense_replace=1, n_group=1, topk_group=1),
@@ -108,6 +117,12 @@ TINY: dict[str, dict] = {
     "qwen3_5_text": dict(head_dim=8, num_hidden_layers=4),  # gated delta-net layers, then one attention layer
     "qwen3_5_moe_text": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1,
                              moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "lfm2_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, num_dense_layers=1,
+                     bos_token_id=1, layer_types=["conv", "full_attention"]),
+    # RoPE is optional here (position_embedding_type="rope"); without it the dry run refuses the model (no RoPE)
+    "granitemoehybrid": dict(head_dim=8, layer_types=["mamba", "attention"], mamba_n_heads=4, mamba_d_head=16,
+                             mamba_d_state=8, mamba_chunk_size=8, num_local_experts=2, num_experts_per_tok=1,
+                             position_embedding_type="rope"),
     "bamba": dict(head_dim=8, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
                   mamba_chunk_size=8),  # a Mamba-2 layer, then an attention layer
     "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
