@@ -139,15 +139,19 @@ TESTED: tuple[str, ...] = tuple(TINY)
 REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mixtral", "gemma3_text", "granite",
                                     "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss",
                                     "olmo_hybrid")
-# Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks), or that
-# transformers gives no SDPA path.
-EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss", "granite_swa", "granitemoe_swa", "bloom", "mpt",
-                                   "gpt_neo", "roformer"})
+# Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
+EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss", "granite_swa", "granitemoe_swa"})
 
 
 def base_kernel(model_type: str) -> str:
-    """The base attention kernel a model type is tested with (``eager`` where SDPA cannot run it)."""
-    return "eager" if model_type in EAGER else "sdpa"
+    """The base attention kernel a model type is tested with (``eager`` where SDPA cannot run it: the
+    types in ``EAGER`` and those transformers gives no SDPA path)."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    if model_type in EAGER:
+        return "eager"
+    return "sdpa" if getattr(MODEL_FOR_CAUSAL_LM_MAPPING[CONFIG_MAPPING[model_type]], "_supports_sdpa", True) else "eager"
 
 
 def tiny_config(model_type: str, gqa: bool = True, **overrides):
@@ -186,7 +190,38 @@ REFUSED: dict[str, dict] = {
     # Multi-latent attention: the cache holds a latent that keys and values share, expanded after the update.
     "deepseek_v3": _MLA,
     "deepseek_v2": _MLA,
+    "deepseek_v32": _MLA,
     "minicpm3": _MLA,
+    "glm4_moe_lite": dict(_MLA, n_shared_experts=1),
+    "longcat_flash": dict(_MLA, num_layers=2, head_dim=4, zero_expert_num=1, expert_ffn_hidden_size=16, moe_topk=1),
+    "jetmoe": {},  # mixture of attention heads: keys and values projected after the update
+    # Attention written without the registered function, or no attention at all (state-space and recurrent models).
+    "bloom": {},  # ALiBi
+    "mpt": {},
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=6),
+    "gpt_neox_japanese": {},
+    "openai-gpt": {},
+    "xlm": {},
+    "trocr": {},
+    "roformer": dict(is_decoder=True),  # rotary embeddings inside its own attention code
+    "big_bird": dict(is_decoder=True),
+    "megatron-bert": dict(is_decoder=True),
+    "rembert": dict(is_decoder=True),
+    "mamba": {},
+    "falcon_mamba": {},
+    "rwkv": {},
+    # Learned absolute positions in BERT-style decoders.
+    "bert-generation": dict(is_decoder=True),
+    "data2vec-text": dict(is_decoder=True),
+    "ernie": dict(is_decoder=True),
+    "roberta-prelayernorm": dict(is_decoder=True),
+    "xlm-roberta-xl": dict(is_decoder=True),
+    # Hybrids whose attention layers have no RoPE (Mamba layers carry the order).
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, num_experts=2, num_experts_per_tok=1, mamba_d_state=8,
+                  use_mamba_kernels=False),
+    "zamba": dict(layers_block_type=["mamba", "hybrid"], attention_head_dim=8, mamba_d_state=8, use_mamba_kernels=False),
+    "zamba2": dict(layers_block_type=["mamba", "hybrid"], mamba_d_state=8, n_mamba_heads=4, adapter_rank=4,
+                   use_mamba_kernels=False),
 }
 
 
