@@ -129,7 +129,7 @@ def test_the_pattern_hook_is_the_pattern_eager_attention_uses(model_type, prompt
     modules = model._psa_state.modules
     assert len(seen) == len(modules)
     # hybrids report weights for every layer (MiniMax: its linear-attention ones too) or for attention layers only
-    by_layer = len(out.attentions) == model.config.num_hidden_layers
+    by_layer = len(out.attentions) == model.config.get_text_config().num_hidden_layers
     for i, module in enumerate(modules):
         want = out.attentions[module.layer_idx if by_layer else i]
         torch.testing.assert_close(seen[names[module] + ".hook_pattern"], want, atol=1e-6, rtol=1e-6)

@@ -69,6 +69,10 @@ TINY: dict[str, dict] = {
                          num_kv_shared_layers=0, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
                          laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
                          intermediate_size=[48, 48]),
+    # Multimodal models on text alone: the language model's settings in text_config, a one-layer vision tower.
+    "gemma3": dict(text_config=dict(head_dim=8), mm_tokens_per_image=4, image_token_id=60, boi_token_index=58,
+                   eoi_token_index=59, vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+                                                          num_attention_heads=2, image_size=8, patch_size=4)),
     # per-layer input embeddings, proportional RoPE on a quarter of the global layers' channels
     "gemma4_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=6),
@@ -154,13 +158,21 @@ def base_kernel(model_type: str) -> str:
     return "sdpa" if getattr(MODEL_FOR_CAUSAL_LM_MAPPING[CONFIG_MAPPING[model_type]], "_supports_sdpa", True) else "eager"
 
 
-def tiny_config(model_type: str, gqa: bool = True, **overrides):
-    """The config of a 2-layer model of ``model_type`` with 4 query heads and 2 (GQA) or 4 (MHA) KV heads."""
+def _config(model_type: str, settings: dict, num_key_value_heads: int, overrides: dict):
+    """The config of ``model_type`` from TINY_COMMON and ``settings``; for a multimodal type (whose settings
+    have a ``text_config``) TINY_COMMON and the overrides go to the language model's config."""
     import transformers
 
-    fields = dict(TINY_COMMON, num_key_value_heads=2 if gqa else 4, **TINY[model_type])
-    fields.update(overrides)
-    return transformers.AutoConfig.for_model(model_type, **fields)
+    common = dict(TINY_COMMON, num_key_value_heads=num_key_value_heads)
+    if "text_config" in settings:
+        return transformers.AutoConfig.for_model(
+            model_type, **{**settings, "text_config": {**common, **settings["text_config"], **overrides}})
+    return transformers.AutoConfig.for_model(model_type, **{**common, **settings, **overrides})
+
+
+def tiny_config(model_type: str, gqa: bool = True, **overrides):
+    """The config of a 2-layer model of ``model_type`` with 4 query heads and 2 (GQA) or 4 (MHA) KV heads."""
+    return _config(model_type, TINY[model_type], 2 if gqa else 4, overrides)
 
 
 _MLA = dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
@@ -231,8 +243,7 @@ def tiny_model(model_type: str, **overrides):
     import transformers
 
     if model_type in REFUSED and model_type not in TINY:
-        fields = {**TINY_COMMON, "num_key_value_heads": 2, **REFUSED[model_type]}
-        config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
+        config = _config(model_type, REFUSED[model_type], 2, overrides)
     else:
         config = tiny_config(model_type, **overrides)
     torch.manual_seed(0)
