@@ -73,6 +73,14 @@ TINY: dict[str, dict] = {
     "gemma3": dict(text_config=dict(head_dim=8), mm_tokens_per_image=4, image_token_id=60, boi_token_index=58,
                    eoi_token_index=59, vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
                                                           num_attention_heads=2, image_size=8, patch_size=4)),
+    "gemma4": dict(text_config=dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                    hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"],
+                                    sliding_window=6)),
+    "llama4": dict(text_config=dict(head_dim=8), vision_config=dict(
+        hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=8, patch_size=4,
+        vision_output_dim=16, projector_input_dim=16, projector_output_dim=16)),
+    "qwen3_5": dict(text_config=dict(head_dim=8, num_hidden_layers=4), vision_config=dict(
+        depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=32)),
     # per-layer input embeddings, proportional RoPE on a quarter of the global layers' channels
     "gemma4_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
                         layer_types=["sliding_attention", "full_attention"], sliding_window=6),
