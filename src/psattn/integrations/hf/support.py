@@ -125,6 +125,9 @@ TINY: dict[str, dict] = {
     "minicpm5_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
     "sarvam_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
     "mimo_v2_flash": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, n_routed_experts=2, moe_intermediate_size=16),
+    "gemma4_unified_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"],
+                                sliding_window=6),
     "cwm": dict(head_dim=8, bos_token_id=1, sliding_window=6),
     "dots1": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=16,
                   first_k_dense_replace=1, n_group=1, topk_group=1),
@@ -220,6 +223,11 @@ REFUSED: dict[str, dict] = {
     "minicpm3": _MLA,
     "glm4_moe_lite": dict(_MLA, n_shared_experts=1),
     "longcat_flash": dict(_MLA, num_layers=2, head_dim=4, zero_expert_num=1, expert_ffn_hidden_size=16, moe_topk=1),
+    "sarvam_mla": _MLA,
+    "deepseek_v4": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+    # Sparse attention with an indexer: RoPE on the keys after the update.
+    "glm_moe_dsa": dict(_MLA, head_dim=8),
+    "axk2": dict(_MLA, head_dim=8),
     "jetmoe": {},  # mixture of attention heads: keys and values projected after the update
     # Attention written without the registered function, or no attention at all (state-space and recurrent models).
     "bloom": {},  # ALiBi
@@ -242,6 +250,9 @@ REFUSED: dict[str, dict] = {
     "ernie": dict(is_decoder=True),
     "roberta-prelayernorm": dict(is_decoder=True),
     "xlm-roberta-xl": dict(is_decoder=True),
+    "roc_bert": dict(is_decoder=True, pronunciation_vocab_size=8, shape_vocab_size=8, pronunciation_embed_dim=8,
+                     shape_embed_dim=8),
+    "flint": dict(head_dim=8),
     # Hybrids whose attention layers have no RoPE (Mamba layers carry the order).
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, num_experts=2, num_experts_per_tok=1, mamba_d_state=8,
                   use_mamba_kernels=False),
