@@ -146,6 +146,9 @@ TINY: dict[str, dict] = {
                              position_embedding_type="rope"),
     "bamba": dict(head_dim=8, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
                   mamba_chunk_size=8),  # a Mamba-2 layer, then an attention layer
+    "qwen3_5_moe": dict(text_config=dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1,
+                                         moe_intermediate_size=16, shared_expert_intermediate_size=16),
+                        vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=32)),
     "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
                        shared_expert_intermediate_size=16),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
@@ -195,6 +198,9 @@ def tiny_config(model_type: str, gqa: bool = True, **overrides):
 _MLA = dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
             n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, first_k_dense_replace=1, n_group=1,
             topk_group=1)
+# The decoder of an encoder-decoder family, as a causal LM.
+_DECODER = dict(decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=48, encoder_layers=2,
+                encoder_attention_heads=4, encoder_ffn_dim=48, d_model=32)
 # Model types refused by the dry run of ``apply_psa``, with the tiny config that shows why (beyond TINY_COMMON).
 REFUSED: dict[str, dict] = {
     "gpt2": {},  # learned absolute positions: no rotary embeddings
@@ -242,6 +248,7 @@ REFUSED: dict[str, dict] = {
     "megatron-bert": dict(is_decoder=True),
     "rembert": dict(is_decoder=True),
     "mamba": {},
+    "mamba2": dict(num_heads=8, head_dim=8, n_groups=1, state_size=8, chunk_size=8),
     "falcon_mamba": {},
     "rwkv": {},
     # Learned absolute positions in BERT-style decoders.
@@ -250,6 +257,8 @@ REFUSED: dict[str, dict] = {
     "ernie": dict(is_decoder=True),
     "roberta-prelayernorm": dict(is_decoder=True),
     "xlm-roberta-xl": dict(is_decoder=True),
+    **{t: _DECODER for t in ("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                             "pegasus", "plbart")},
     "roc_bert": dict(is_decoder=True, pronunciation_vocab_size=8, shape_vocab_size=8, pronunciation_embed_dim=8,
                      shape_embed_dim=8),
     "flint": dict(head_dim=8),
