@@ -142,6 +142,14 @@ def test_head_scores_on_a_transformers_model():
     assert full.first_copy_loss > 0 and full.second_copy_loss > 0
 
 
+def test_head_scores_on_a_multimodal_model_read_the_vocabulary_of_its_language_model():
+    # Gemma 3's multimodal wrapper keeps vocab_size in its text config (not on model.config)
+    model = apply_psa(tiny_model("gemma3"), "key_only", 1.0)
+    assert head_scores(model, batch=2, half=4).induction.shape == (2, 4)
+    with pytest.raises(ValueError, match="at most the model's"):
+        head_scores(model, batch=2, half=4, vocab_size=model.config.text_config.vocab_size + 1)
+
+
 def test_head_scores_name_the_layer_of_each_row_of_a_hybrid_model():
     # Qwen3.5's four tiny layers: three gated delta-net layers, then the one attention layer
     scores = head_scores(apply_psa(tiny_model("qwen3_5_text"), "key_only", 1.0), batch=2, half=4)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from numbers import Integral
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -117,7 +118,10 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
         >>> head_scores(model).induction.shape  # (layers, heads)
         torch.Size([2, 2])
     """
-    model_vocab = model.config.vocab_size if vocab_size is None else getattr(getattr(model, "config", None), "vocab_size", None)
+    config: Any = model.config if vocab_size is None else getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):  # transformers: a multimodal model's vocabulary is its language model's
+        config = config.get_text_config()
+    model_vocab = config.vocab_size if vocab_size is None else getattr(config, "vocab_size", None)
     vocab_size = model_vocab if vocab_size is None else vocab_size
     if isinstance(batch, bool) or not isinstance(batch, Integral) or batch < 1:  # 0 rows gave NaN scores
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")

@@ -64,6 +64,26 @@ TINY: dict[str, dict] = {
     "solar_open": dict(head_dim=8),
     "llama4_text": dict(head_dim=8),  # chunked attention, QK L2-norm
     "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
+    # AltUp, LAuReL and per-layer input embeddings
+    "gemma3n_text": dict(head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                         num_kv_shared_layers=0, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
+                         laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
+                         intermediate_size=[48, 48]),
+    # Multimodal models on text alone: the language model's settings in text_config, a one-layer vision tower.
+    "gemma3": dict(text_config=dict(head_dim=8), mm_tokens_per_image=4, image_token_id=60, boi_token_index=58,
+                   eoi_token_index=59, vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+                                                          num_attention_heads=2, image_size=8, patch_size=4)),
+    "gemma4": dict(text_config=dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                    hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"],
+                                    sliding_window=6)),
+    "llama4": dict(text_config=dict(head_dim=8), vision_config=dict(
+        hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=8, patch_size=4,
+        vision_output_dim=16, projector_input_dim=16, projector_output_dim=16)),
+    "qwen3_5": dict(text_config=dict(head_dim=8, num_hidden_layers=4), vision_config=dict(
+        depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=32)),
+    # per-layer input embeddings, proportional RoPE on a quarter of the global layers' channels
+    "gemma4_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                        layer_types=["sliding_attention", "full_attention"], sliding_window=6),
     # Partial rotary: only the first r channels of each head turn; the shear acts on all of them.
     "phi": dict(head_dim=8),
     "persimmon": dict(head_dim=8),
@@ -71,6 +91,9 @@ TINY: dict[str, dict] = {
     # Fused QKV projections.
     "phi3": dict(head_dim=8),
     "gpt_neox": dict(head_dim=8),
+    # q, k, v clipping; attn_config as DBRX's checkpoints give it (transformers reads rope_theta from it)
+    "dbrx": dict(d_model=32, n_heads=4, n_layers=2, attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(ffn_hidden_size=48, moe_num_experts=2, moe_top_k=1)),
     "phimoe": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1),
     # Parallel attention and MLP, interleaved rotary, logit scale.
     "cohere": dict(head_dim=8),
@@ -95,17 +118,45 @@ TINY: dict[str, dict] = {
     "iquestcoder": dict(head_dim=8),
     "param2moe": dict(head_dim=8),
     "minimax_m3_vl_text": dict(head_dim=8),
+    "modernbert-decoder": dict(bos_token_id=1, eos_token_id=2, sep_token_id=3, cls_token_id=4, local_attention=6),
+    "kolibri1": dict(head_dim=8),
+    "laguna": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+    "lara_mini": dict(head_dim=8),
+    "minicpm5_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+    "sarvam_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+    "mimo_v2_flash": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, n_routed_experts=2, moe_intermediate_size=16),
+    "gemma4_unified_text": dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"],
+                                sliding_window=6),
+    "cwm": dict(head_dim=8, bos_token_id=1, sliding_window=6),
+    "dots1": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=16,
+                  first_k_dense_replace=1, n_group=1, topk_group=1),
     # Hybrids: PSA shears the softmax-attention layers; the others (convolution, linear attention) stay as they are.
     "lfm2": dict(head_dim=8),
     "minimax": dict(head_dim=8),
     "olmo_hybrid": dict(head_dim=8),
     "qwen3_5_text": dict(head_dim=8, num_hidden_layers=4),  # gated delta-net layers, then one attention layer
+    "qwen3_5_moe_text": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1,
+                             moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "lfm2_moe": dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, num_dense_layers=1,
+                     bos_token_id=1, layer_types=["conv", "full_attention"]),
+    # RoPE is optional here (position_embedding_type="rope"); without it the dry run refuses the model (no RoPE)
+    "granitemoehybrid": dict(head_dim=8, layer_types=["mamba", "attention"], mamba_n_heads=4, mamba_d_head=16,
+                             mamba_d_state=8, mamba_chunk_size=8, num_local_experts=2, num_experts_per_tok=1,
+                             position_embedding_type="rope"),
+    "bamba": dict(head_dim=8, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
+                  mamba_chunk_size=8),  # a Mamba-2 layer, then an attention layer
+    "qwen3_5_moe": dict(text_config=dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1,
+                                         moe_intermediate_size=16, shared_expert_intermediate_size=16),
+                        vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=32)),
     "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
                        shared_expert_intermediate_size=16),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
     "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
     "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
     "gpt_oss": dict(head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=6),  # attention sinks
+    "granite_swa": dict(head_dim=8, sliding_window=6),  # attention sinks (no SDPA path in transformers)
+    "granitemoe_swa": dict(head_dim=8, sliding_window=6, num_local_experts=2, num_experts_per_tok=1),
 }
 TESTED: tuple[str, ...] = tuple(TINY)
 # One model type per attention family (the code path its attention module takes): CI runs these.
@@ -113,26 +164,43 @@ REPRESENTATIVES: tuple[str, ...] = ("llama", "qwen3", "mistral", "smollm3", "mix
                                     "phi", "phi3", "gpt_neox", "cohere", "glm", "falcon", "gemma2", "gpt_oss",
                                     "olmo_hybrid")
 # Model types whose attention takes arguments transformers' SDPA refuses (soft-capping, sinks).
-EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss"})
+EAGER: frozenset[str] = frozenset({"gemma2", "vaultgemma", "gpt_oss", "granite_swa", "granitemoe_swa"})
 
 
 def base_kernel(model_type: str) -> str:
-    """The base attention kernel a model type is tested with (``eager`` where SDPA cannot run it)."""
-    return "eager" if model_type in EAGER else "sdpa"
+    """The base attention kernel a model type is tested with (``eager`` where SDPA cannot run it: the
+    types in ``EAGER`` and those transformers gives no SDPA path)."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    if model_type in EAGER:
+        return "eager"
+    return "sdpa" if getattr(MODEL_FOR_CAUSAL_LM_MAPPING[CONFIG_MAPPING[model_type]], "_supports_sdpa", True) else "eager"
+
+
+def _config(model_type: str, settings: dict, num_key_value_heads: int, overrides: dict):
+    """The config of ``model_type`` from TINY_COMMON and ``settings``; for a multimodal type (whose settings
+    have a ``text_config``) TINY_COMMON and the overrides go to the language model's config."""
+    import transformers
+
+    common = dict(TINY_COMMON, num_key_value_heads=num_key_value_heads)
+    if "text_config" in settings:
+        return transformers.AutoConfig.for_model(
+            model_type, **{**settings, "text_config": {**common, **settings["text_config"], **overrides}})
+    return transformers.AutoConfig.for_model(model_type, **{**common, **settings, **overrides})
 
 
 def tiny_config(model_type: str, gqa: bool = True, **overrides):
     """The config of a 2-layer model of ``model_type`` with 4 query heads and 2 (GQA) or 4 (MHA) KV heads."""
-    import transformers
-
-    fields = dict(TINY_COMMON, num_key_value_heads=2 if gqa else 4, **TINY[model_type])
-    fields.update(overrides)
-    return transformers.AutoConfig.for_model(model_type, **fields)
+    return _config(model_type, TINY[model_type], 2 if gqa else 4, overrides)
 
 
 _MLA = dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
             n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, first_k_dense_replace=1, n_group=1,
             topk_group=1)
+# The decoder of an encoder-decoder family, as a causal LM.
+_DECODER = dict(decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=48, encoder_layers=2,
+                encoder_attention_heads=4, encoder_ffn_dim=48, d_model=32)
 # Model types refused by the dry run of ``apply_psa``, with the tiny config that shows why (beyond TINY_COMMON).
 REFUSED: dict[str, dict] = {
     "gpt2": {},  # learned absolute positions: no rotary embeddings
@@ -157,7 +225,49 @@ REFUSED: dict[str, dict] = {
     # Multi-latent attention: the cache holds a latent that keys and values share, expanded after the update.
     "deepseek_v3": _MLA,
     "deepseek_v2": _MLA,
+    "deepseek_v32": _MLA,
     "minicpm3": _MLA,
+    "glm4_moe_lite": dict(_MLA, n_shared_experts=1),
+    "longcat_flash": dict(_MLA, num_layers=2, head_dim=4, zero_expert_num=1, expert_ffn_hidden_size=16, moe_topk=1),
+    "sarvam_mla": _MLA,
+    "deepseek_v4": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+    # Sparse attention with an indexer: RoPE on the keys after the update.
+    "glm_moe_dsa": dict(_MLA, head_dim=8),
+    "axk2": dict(_MLA, head_dim=8),
+    "jetmoe": {},  # mixture of attention heads: keys and values projected after the update
+    # Attention written without the registered function, or no attention at all (state-space and recurrent models).
+    "bloom": {},  # ALiBi
+    "mpt": {},
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=6),
+    "gpt_neox_japanese": {},
+    "openai-gpt": {},
+    "xlm": {},
+    "trocr": {},
+    "roformer": dict(is_decoder=True),  # rotary embeddings inside its own attention code
+    "big_bird": dict(is_decoder=True),
+    "megatron-bert": dict(is_decoder=True),
+    "rembert": dict(is_decoder=True),
+    "mamba": {},
+    "mamba2": dict(num_heads=8, head_dim=8, n_groups=1, state_size=8, chunk_size=8),
+    "falcon_mamba": {},
+    "rwkv": {},
+    # Learned absolute positions in BERT-style decoders.
+    "bert-generation": dict(is_decoder=True),
+    "data2vec-text": dict(is_decoder=True),
+    "ernie": dict(is_decoder=True),
+    "roberta-prelayernorm": dict(is_decoder=True),
+    "xlm-roberta-xl": dict(is_decoder=True),
+    **{t: _DECODER for t in ("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                             "pegasus", "plbart")},
+    "roc_bert": dict(is_decoder=True, pronunciation_vocab_size=8, shape_vocab_size=8, pronunciation_embed_dim=8,
+                     shape_embed_dim=8),
+    "flint": dict(head_dim=8),
+    # Hybrids whose attention layers have no RoPE (Mamba layers carry the order).
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, num_experts=2, num_experts_per_tok=1, mamba_d_state=8,
+                  use_mamba_kernels=False),
+    "zamba": dict(layers_block_type=["mamba", "hybrid"], attention_head_dim=8, mamba_d_state=8, use_mamba_kernels=False),
+    "zamba2": dict(layers_block_type=["mamba", "hybrid"], mamba_d_state=8, n_mamba_heads=4, adapter_rank=4,
+                   use_mamba_kernels=False),
 }
 
 
@@ -167,8 +277,7 @@ def tiny_model(model_type: str, **overrides):
     import transformers
 
     if model_type in REFUSED and model_type not in TINY:
-        fields = {**TINY_COMMON, "num_key_value_heads": 2, **REFUSED[model_type]}
-        config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
+        config = _config(model_type, REFUSED[model_type], 2, overrides)
     else:
         config = tiny_config(model_type, **overrides)
     torch.manual_seed(0)
