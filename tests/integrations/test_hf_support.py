@@ -37,3 +37,13 @@ def test_the_page_is_what_the_code_generates():
     """Runs the dry run on a tiny model of every tested and refused type (3 s)."""
     regenerate = "python -m psattn.integrations.hf.support > docs/hf_support.md"
     assert PAGE.read_text() == support_page(support_rows()), f"the page is out of date: {regenerate}"
+
+
+def test_a_model_that_keeps_its_decoding_state_in_its_modules_is_refused():
+    """RecurrentGemma passed the dry run, and at γ = 0 its greedy decoding with PSA's cache departed from the base
+    model's after the first step: its recurrent blocks reset their state only when the model makes its own cache."""
+    from psattn.integrations.hf import apply_psa
+    from psattn.integrations.hf.support import tiny_model
+
+    with pytest.raises(NotImplementedError, match="RecurrentGemmaRecurrentBlock keeps its decoding state in the module"):
+        apply_psa(tiny_model("recurrent_gemma"), "symmetric", 0.0)

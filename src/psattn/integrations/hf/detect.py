@@ -255,6 +255,12 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
     if any(p.device.type == "meta" for p in model.parameters()):
         raise NotImplementedError(f"apply_psa runs {name} once on a tiny input and needs its weights; they are on the "
                                   "meta device (load them first)")
+    holds = [m for m in model.modules() if callable(getattr(m, "_setup_cache", None))]  # the model's own too
+    stateful = sorted({type(m).__name__ for m in holds if not any(c in holds for c in list(m.modules())[1:])})
+    if stateful:  # RecurrentGemma's recurrent blocks: their state is reset only when the model makes the cache itself
+        raise NotImplementedError(
+            f"PSA does not support {name}: {', '.join(stateful)} keeps its decoding state in the module, set up only "
+            "when the model makes its own cache, so a generation with PSA's cache would continue a stale state")
     _register_probes()
     recorder = _record(model, base)
     first: dict[int, _Call] = {}

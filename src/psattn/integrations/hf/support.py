@@ -204,6 +204,8 @@ _DECODER = dict(decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=48,
 # Model types refused by the dry run of ``apply_psa``, with the tiny config that shows why (beyond TINY_COMMON).
 REFUSED: dict[str, dict] = {
     "gpt2": {},  # learned absolute positions: no rotary embeddings
+    # recurrent blocks keep their state in the module, reset only when the model makes its own cache
+    "recurrent_gemma": dict(head_dim=8, block_types=["recurrent", "attention"], lru_width=32, attention_window_size=6),
     "opt": {},
     "biogpt": {},
     "ctrl": {},
