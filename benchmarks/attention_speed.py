@@ -2,7 +2,7 @@
 CPU by default; ``--device cuda`` times the same rows on a GPU; ``psa_attention`` takes its default
 backend on both, the shear and then SDPA).
 
-Both sides run interleaved in the same process (A, B, A, B, ...) and the ratio of their median
+Both sides run interleaved in the same process (A, B, then B, A, ...) and the ratio of their median
 times is printed, so machine noise largely cancels. ``--keep-freed-memory`` has glibc's malloc keep
 freed memory, as jemalloc and tcmalloc do, so that the ratio leaves out the page faults of PSA's two
 extra streams (``cpu_memory.py``). Usage:

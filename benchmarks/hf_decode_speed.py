@@ -4,7 +4,7 @@ model type per attention family (``psattn.integrations.hf.support.REPRESENTATIVE
 Each model is a random one of its family at the size given (default: 2 layers, hidden 512, 8 heads
 of 64 channels, 512 cached tokens, batch 4, fp32, CPU; ``--device cuda --dtype bfloat16`` on a GPU).
 The plain and the patched copy each decode one token from their cache of the prompt, interleaved
-(A, B, A, B, ...), and the ratio of their median times is printed. Only the decode step is timed: each
+(A, B, then B, A, ...), and the ratio of their median times is printed. Only the decode step is timed: each
 cache is cropped back to the prompt after it, untimed, so that every step sees the same number of
 cached tokens. Usage:
 

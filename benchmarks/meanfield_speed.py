@@ -8,7 +8,7 @@
 3. The paper's run (n = 256, τ = 20, USA, RK4, β = 1, with diagnostics) for every kernel: wall time
    (the median of three), and its ratio to plain USA.
 
-Calls are interleaved (A, B, A, B, ...) and medians compared, so machine noise largely cancels. Usage:
+Calls are interleaved (A, B, then B, A, ...) and medians compared, so machine noise largely cancels. Usage:
 
     python benchmarks/meanfield_speed.py [--threads 1] [--quick] [--json out.json]
 """
