@@ -6,9 +6,9 @@
 - the in-context-learning score of Olsson et al. (2022): mean loss late in the context minus mean
   loss early in it. With a context of T tokens, "early" is positions [T/16, T/8) and "late" is
   [7T/8, T) (at T = 256: 16-31 and 224-255); negative means later tokens are predicted better;
-- repeated random tokens: a run R of T/2 tokens drawn from the training text's vocabulary, then R
-  again; the loss on each copy and every head's induction score (attention from a token of the
-  second copy to the token after its first occurrence) and previous-token score;
+- repeated random tokens: a run R of T/2 tokens drawn uniformly from the ids that the first 2^20 tokens of
+  the training text use, then R again; the loss on each copy and every head's induction score (attention
+  from a token of the second copy to the token after its first occurrence) and previous-token score;
 - a repeated passage: a held-out passage of T/2 tokens shown twice; the loss on each copy (the most
   direct measure of copying in context) and every head's prefix-matching score on it.
 """
