@@ -104,3 +104,17 @@ def test_a_malformed_sample_size_is_no_corpus(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="python-installed:NMB, a sample of N megabytes"):
         corpora.corpus_files(name)
+
+
+def test_the_installed_corpus_counts_a_linked_file_once_under_its_own_path(tmp_path, monkeypatch):
+    # a .py link to a file outside the installation (an editable install's) stopped the sample with a bare
+    # StopIteration: its resolved path lay under no folder of the installation
+    site = _installed_tree(tmp_path, monkeypatch, [70, 70])
+    outside = tmp_path / "elsewhere" / "tool.py"
+    outside.parent.mkdir()
+    outside.write_text("y = 2\n")
+    (site / "pkg0" / "tool.py").symlink_to(outside)
+    (site / "pkg1" / "hard.py").hardlink_to(site / "pkg0" / "mod.py")  # one file, two names: one document
+    names = [p.relative_to(tmp_path / "lib").as_posix() for p in corpora.corpus_files("python-installed:1MB")]
+    assert names == ["os.py", "site-packages/pkg0/mod.py", "site-packages/pkg0/tool.py", "site-packages/pkg1/mod.py"]
+    assert corpora.corpus_files("python-installed") == corpora.corpus_files("python-installed:1MB")

@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import lzma
 import re
+import stat
 import sys
 import sysconfig
 import zlib
@@ -71,14 +72,33 @@ def _installed_roots() -> list[Path]:
     return sorted({Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib") if key in paths})
 
 
+def _installed_sizes() -> dict[Path, int]:
+    """The size in bytes of every ``.py`` file under the running interpreter's standard library and site-packages,
+    each file once (one reached by two paths, site-packages inside the standard library or a hard link, under
+    the first of its paths in sorted order), by path. Files are told apart by device and inode, not by resolving
+    each path: that took most of the time of a walk over tens of thousands of files."""
+    roots = _installed_roots()
+    found: dict[tuple[int, int], tuple[Path, int]] = {}  # (device, inode) -> (path, size)
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in root.rglob("*.py"):
+            try:
+                info = path.stat()
+            except OSError:  # a broken link
+                continue
+            key = (info.st_dev, info.st_ino)
+            if stat.S_ISREG(info.st_mode) and (key not in found or path < found[key][0]):
+                found[key] = (path, info.st_size)
+    if not found:
+        raise FileNotFoundError(f"no Python source under {', '.join(map(str, roots))}")
+    return dict(sorted(found.values()))
+
+
 def python_installed_files() -> list[Path]:
     """Every ``.py`` file under the running interpreter's standard library and site-packages, each once,
     sorted by path."""
-    roots = _installed_roots()
-    files = {p.resolve() for root in roots if root.is_dir() for p in root.rglob("*.py") if p.is_file()}
-    if not files:
-        raise FileNotFoundError(f"no Python source under {', '.join(map(str, roots))}")
-    return sorted(files)
+    return list(_installed_sizes())
 
 
 def installed_sample_bytes(corpus: str) -> int | None:
@@ -97,9 +117,10 @@ def python_installed_sample(max_bytes: int) -> list[Path]:
         below = next(path.relative_to(root) for root in roots if path.is_relative_to(root))
         return hashlib.sha256(below.as_posix().encode()).hexdigest()
 
+    sizes = _installed_sizes()
     chosen, total = [], 0
-    for path in sorted(python_installed_files(), key=order):
-        total += path.stat().st_size
+    for path in sorted(sizes, key=order):
+        total += sizes[path]
         if total > max_bytes:
             break
         chosen.append(path)
