@@ -4,6 +4,7 @@ docs/results/gpu gives."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -247,6 +248,7 @@ def test_the_gpu_driver_runs_the_text_sweep_end_to_end_and_reports_its_corpus(tm
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "corpus: " in done.stdout and "the largest budget reads it" in done.stdout
+    assert re.search(r"held-out, tokenized or opened in \d+ s;", done.stdout)  # a fresh machine's build time, measured
     assert "6 newly finished runs packed" in done.stdout and "The pilot" in done.stdout
 
 
