@@ -12,11 +12,12 @@ import numpy as np
 import torch
 
 from psattn.experiments import text_plots
-from psattn.experiments.markdown import fmt, table
+from psattn.experiments.markdown import table
 from psattn.experiments.studies.text import (
     HYPOTHESIS_MODELS,
     TEXT_PLANS,
     TextPlan,
+    mean_sd,
     model_key,
     model_label,
     summarise_text,
@@ -34,11 +35,6 @@ from psattn.training.run_dir import load_trained, run_tokenizer
 SAMPLE_PROMPT_CHARS = 120
 #: the pair the edge table compares: one PSA layer against the two plain layers induction needs
 EDGE_MODELS = ((1, "key_only", 1.0), (2, "baseline", 0.0))
-
-
-def _mean_sd(pair: tuple[float, float | None]) -> str:
-    mean, sd = pair
-    return fmt(mean) if sd is None else f"{mean:.3f} ± {sd:.3f}"
 
 
 def samples(runs: Path, configs, seed: int = 0, max_new_tokens: int = 160) -> dict[str, dict[str, str]]:
@@ -298,10 +294,10 @@ def text_markdown(res: TextResults) -> list[str]:
          "passage loss: 1st / 2nd copy", "best induction score", "best prefix-matching score"],
         [[model_label(r["layers"], r["variant"], r["gamma"]),
           f"{params[model_label(r['layers'], r['variant'], r['gamma'])]:,}",
-          _mean_sd(r["bits_per_byte"]), _mean_sd(r["icl_score"]),
+          mean_sd(r["bits_per_byte"]), mean_sd(r["icl_score"]),
           f"{r['random_first_loss'][0]:.2f} / {r['random_second_loss'][0]:.2f}",
           f"{r['passage_first_loss'][0]:.2f} / {r['passage_second_loss'][0]:.2f}",
-          _mean_sd(r["best_induction_score"]), _mean_sd(r["best_prefix_matching_score"])] for r in rows],
+          mean_sd(r["best_induction_score"]), mean_sd(r["best_prefix_matching_score"])] for r in rows],
     )
     lines += ["", verdict(rows, plan.steps * plan.batch_size * plan.seq_len), "",
               "![held-out loss, ICL score and passage copy gain against step](figures/text_curves.png)", "",
