@@ -222,7 +222,8 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     """Write what ``psattn sweep text_phase`` reports to ``runs/text_phase.md`` (returned): the hypothesis,
     the table, the verdict, the figure, samples from every first-seed model and, with the export extra,
     the ONNX comparison of every first-seed model."""
-    from psattn.experiments.text_report import edge_comparison, edge_table, samples
+    from psattn.experiments.edge_report import edge_comparison, edge_table
+    from psattn.experiments.text_report import samples
 
     configs = [c for c in text_phase(mode) if c.name in results]
     rows = phase_table(results)
