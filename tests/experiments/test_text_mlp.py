@@ -9,6 +9,7 @@ from psattn.experiments.declared import STUDIES
 from psattn.experiments.induction_report import LEFT_OUT
 from psattn.experiments.phase_change import detect_phase_change
 from psattn.experiments.studies import text_mlp as tm
+from psattn.experiments.studies.text import tokens_at
 
 
 def test_every_run_is_its_attention_only_counterpart_with_mlps():
@@ -155,7 +156,7 @@ def test_the_docs_tables_and_verdicts_are_what_the_saved_runs_give():
     for hypothesis in (tm.HYPOTHESIS, tm.SEEDS_HYPOTHESIS, tm.DEPTH_HYPOTHESIS):  # each as stated before its runs
         assert hypothesis in " ".join(docs.split()), hypothesis
     plain2 = (2, "baseline", 0.0)  # the at-scale page quotes the phase changes of seed 0, then of every seed
-    found = [tm._when(detect_phase_change(tm._first_seed(r)[plain2]["history"])) for r in (results, attention_only)]
+    found = [tokens_at(detect_phase_change(tm._first_seed(r)[plain2]["history"])) for r in (results, attention_only)]
     seeds = [[f"{detect_phase_change(h).tokens / 1e6:.1f}" for h in tm._seeds(r, plain2)] for r in (results, attention_only)]
     at_scale = " ".join((root / "at_scale.md").read_text().split())
     assert f"their phase change came at {found[0]} tokens, where the attention-only pair of the same seed needed " \

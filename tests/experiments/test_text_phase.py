@@ -107,11 +107,11 @@ def test_sweep_text_phase_writes_the_report_with_samples_and_onnx(tmp_path, caps
 
 
 def test_the_report_without_the_export_extra_says_how_a_wheel_user_installs_it(tmp_path, monkeypatch):
-    from psattn.experiments import text_report
+    from psattn.experiments import edge_report, text_report
 
     results = {f"m{i}": run(*model, 0, [0.0, 1.0, 1.5], [0.02, 0.3, 0.4]) for i, model in enumerate(tp.PHASE_MODELS[:2])}
     monkeypatch.setattr(text_report, "samples", lambda runs, configs, seed: {"a": {"prompt": "p", "continuation": "c"}})
-    monkeypatch.setattr(text_report, "edge_comparison", lambda *args, **kwargs: None)  # as without the export extra
+    monkeypatch.setattr(edge_report, "edge_comparison", lambda *args, **kwargs: None)  # as without the export extra
     report = tp.phase_report(results, tmp_path).read_text()
     assert "(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)" in report
 

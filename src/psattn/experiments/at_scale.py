@@ -18,6 +18,7 @@ from typing import Any
 from psattn.experiments.declared import STUDIES
 from psattn.experiments.saved_runs import load_summaries
 from psattn.experiments.studies import paper_scale, text_scale
+from psattn.experiments.studies.text import tokens_per_seed
 
 #: experiment -> (its declaration, its folder under docs/results/gpu); the text pilot's runs are text_scale's own
 GPU_SWEEPS = {"paper_scale": (STUDIES["paper_scale"], "paper_scale"),
@@ -191,8 +192,8 @@ def glance_rows(results_root: Path) -> list[str]:
             if plain is None or psa is None:
                 continue
             cells.append(f"{depth} layers: key-only {psa['bits_per_byte'][0]:.3f} bits per byte against plain "
-                         f"{plain['bits_per_byte'][0]:.3f}, phase change at {text_scale.when(psa['phase_change'])} "
-                         f"against {text_scale.when(plain['phase_change'])} tokens")
+                         f"{plain['bits_per_byte'][0]:.3f}, phase change at {tokens_per_seed(psa['phase_change'])} "
+                         f"against {tokens_per_seed(plain['phase_change'])} tokens")
         diverged = len(saved) - len(text_scale.trained_through(saved))
         if cells and diverged:
             cells.append(f"{diverged} run{'s' * (diverged > 1)} diverged, left out")

@@ -147,6 +147,7 @@ class ExecuTorchLM:
         self._check_length(rows.shape[1])
         if rows.shape[0] == 0 or rows.shape[1] == 0:  # nothing to run (the program takes at least one token)
             return np.zeros((*rows.shape, self.vocab_size), dtype=np.float32)
+        # each row (1, T) -> logits (1, T, V); all (B, T, V)
         return np.concatenate([self.prefill.execute([torch.from_numpy(row[None])])[0].numpy() for row in rows])
 
     def generate(self, input_ids: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +159,7 @@ class ExecuTorchLM:
         if max_new_tokens == 0:
             return rows, np.zeros((rows.shape[0], 0, self.vocab_size), dtype=np.float32)
         runs = [self._generate_row(row, max_new_tokens) for row in rows]
-        return np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])
+        return np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])  # (B, T + n), (B, n, V)
 
     def _generate_row(self, row: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         outputs = self.prefill.execute([torch.from_numpy(row[None])])
@@ -171,7 +172,7 @@ class ExecuTorchLM:
             if step + 1 < max_new_tokens:
                 outputs = self.decode.execute([token, *state])
                 logits, state = outputs[0][:, -1], list(outputs[1:])
-        return np.concatenate([row, np.array(tokens, dtype=np.int64)]), np.stack(chosen_from)
+        return np.concatenate([row, np.array(tokens, dtype=np.int64)]), np.stack(chosen_from)  # (T + n,), (n, V)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from psattn.tasks.batch import accuracy as task_accuracy
 
 def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:
     """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime."""
+    # (B, T, V) -> (B, V, T), the classes second as cross_entropy takes them
     losses = torch.nn.functional.cross_entropy(torch.from_numpy(logits).transpose(1, 2).float(), batch.targets,
                                                reduction="none")  # (B, T)
     return {"bits_per_byte": bits_per_byte(losses, batch.targets, token_bytes), "icl_score": icl_score(losses.mean(0))}

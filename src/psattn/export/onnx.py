@@ -167,7 +167,7 @@ class OnnxLM:
             if step + 1 < max_new_tokens:
                 outputs = self.decode.run(None, dict(zip(self.decode_inputs, [token, *state], strict=True)))
                 logits, state = outputs[0][:, -1], outputs[1:]
-        return np.concatenate([input_ids, *tokens], axis=1), np.stack(chosen_from, axis=1)
+        return np.concatenate([input_ids, *tokens], axis=1), np.stack(chosen_from, axis=1)  # (B, T + n), (B, n, V)
 
 
     def decode_feeds(self, input_ids: np.ndarray, steps: int) -> list[dict[str, np.ndarray]]:

@@ -44,10 +44,10 @@ def circle_w1(
     angles_a: np.ndarray, weights_a: np.ndarray | None, angles_b: np.ndarray, weights_b: np.ndarray | None
 ) -> float:
     """Exact W1 on the unit circle between ``Σ a_i δ_{θ_i}`` and ``Σ b_j δ_{φ_j}``; angles in radians (any range)."""
-    a = np.mod(_points(np.asarray(angles_a, dtype=np.float64).reshape(-1), "angles_a", 1), TWO_PI)
-    b = np.mod(_points(np.asarray(angles_b, dtype=np.float64).reshape(-1), "angles_b", 1), TWO_PI)
+    a = np.mod(_points(np.asarray(angles_a, dtype=np.float64).reshape(-1), "angles_a", 1), TWO_PI)  # (n,)
+    b = np.mod(_points(np.asarray(angles_b, dtype=np.float64).reshape(-1), "angles_b", 1), TWO_PI)  # (m,)
     wa, wb = _weights(a, weights_a), _weights(b, weights_b)
-    points = np.concatenate([a, b])
+    points = np.concatenate([a, b])  # (n + m,)
     signed = np.concatenate([wa, -wb])
     order = np.argsort(points, kind="stable")
     points, signed = points[order], signed[order]

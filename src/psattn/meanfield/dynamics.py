@@ -50,7 +50,7 @@ def _check_dynamics(dynamics: str, label_factor: Tensor) -> None:
     Z_i = 0, and the run NaN)."""
     if dynamics not in DYNAMICS:
         raise ValueError(f"unknown dynamics {dynamics!r}; choose one of {DYNAMICS}")
-    lonely = torch.nonzero(~(label_factor != 0).any(-1)).flatten().tolist()
+    lonely = torch.nonzero(~(label_factor != 0).any(-1)).flatten().tolist()  # rows of c (n, n) that are all 0
     if dynamics == "sa" and lonely:
         raise ValueError(f"SA normalises each token's attention by Z_i = Σ_k |c_ik| e^(β⟨·,·⟩), which is 0 for tokens "
                          f"{reprlib.repr(lonely)} (their row of the label factor is zero); use dynamics 'usa'")
@@ -103,9 +103,9 @@ class DirectField:
         energy = w.sum((-1, -2)) / (2 * self.beta * n * n) * math.exp(self.beta)  # divided first, as above
         if self.normalised:
             z = (self.abs_c * boltz).sum(-1, keepdim=True)  # (B, n, 1)
-            drift = torch.einsum("Bij,Bija->Bia", w / z, ax)
+            drift = torch.einsum("Bij,Bija->Bia", w / z, ax)  # (B, n, d): Σ_j w_ij A_ij x_j / Z_i
         else:
-            drift = math.exp(self.beta) / n * torch.einsum("Bij,Bija->Bia", w, ax)
+            drift = math.exp(self.beta) / n * torch.einsum("Bij,Bija->Bia", w, ax)  # (B, n, d)
         return tangent_part(x, drift), energy
 
 

@@ -72,7 +72,7 @@ def rope_relative_rotation(offsets: Tensor, d: int, frequencies: Sequence[float]
     """
     flat = offsets.reshape(-1)  # (m,)
     rot = rope_gauges(flat, d, frequencies)  # (m, d, d)
-    return rot.reshape(*offsets.shape, d, d)
+    return rot.reshape(*offsets.shape, d, d)  # (m, d, d) -> (..., d, d)
 
 
 def random_orthogonal(count: int, d: int, seed: int, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -81,11 +81,11 @@ def random_orthogonal(count: int, d: int, seed: int, dtype: torch.dtype = torch.
     gauss = torch.randn(count, d, d, generator=gen, dtype=torch.float64)
     q, r = torch.linalg.qr(gauss)
     signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))  # (count, d), fixes the QR sign ambiguity
-    return (q * signs[:, None, :]).to(dtype)
+    return (q * signs[:, None, :]).to(dtype)  # (count, d, d): column j times sign r_jj
 
 
 def orthogonality_error(mats: Tensor) -> float:
     """max |MᵀM − I| over a stack of square matrices (..., d, d)."""
     d = mats.shape[-1]
     eye = torch.eye(d, dtype=mats.dtype)
-    return float((mats.transpose(-1, -2) @ mats - eye).abs().max()) if mats.numel() else 0.0
+    return float((mats.transpose(-1, -2) @ mats - eye).abs().max()) if mats.numel() else 0.0  # MᵀM (..., d, d)

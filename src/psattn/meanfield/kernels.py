@@ -82,7 +82,7 @@ class LabelledKernel:
             err = orthogonality_error(pairs.double())
             if err > self._orthogonality_tol(pairs):
                 raise ValueError(f"pair matrices A(ξ, ζ) must be orthogonal (max |AᵀA − I| = {err:.2e})")
-            asym = float((pairs - pairs.transpose(0, 1).transpose(-1, -2)).abs().max())
+            asym = float((pairs - pairs.transpose(0, 1).transpose(-1, -2)).abs().max())  # A(ζ, ξ)ᵀ (n, n, d, d)
             if asym > self._orthogonality_tol(pairs):
                 raise ValueError(f"pair matrices must satisfy A(ζ, ξ) = A(ξ, ζ)ᵀ (max error {asym:.2e})")
 
@@ -105,7 +105,7 @@ class LabelledKernel:
             return self.explicit_pairs
         if self.gauges is None:
             eye = torch.eye(self.d, dtype=self.label_factor.dtype)
-            return eye.expand(self.n, self.n, self.d, self.d).clone()
+            return eye.expand(self.n, self.n, self.d, self.d).clone()  # (n, n, d, d)
         g = self.gauges
         return torch.einsum("iba,jbc->ijac", g, g)  # (n, n, d, d): G_iᵀ G_j
 
@@ -113,13 +113,13 @@ class LabelledKernel:
         """y_i = G_i x_i. x: (B, n, d) -> (B, n, d)."""
         if self.gauges is None:
             return x
-        return torch.einsum("iab,Bib->Bia", self.gauges, x)
+        return torch.einsum("iab,Bib->Bia", self.gauges, x)  # (B, n, d): G_i x_i
 
     def from_comoving(self, y: Tensor) -> Tensor:
         """x_i = G_iᵀ y_i. y: (B, n, d) -> (B, n, d)."""
         if self.gauges is None:
             return y
-        return torch.einsum("iba,Bib->Bia", self.gauges, y)
+        return torch.einsum("iba,Bib->Bia", self.gauges, y)  # (B, n, d): G_iᵀ y_i
 
     def to(self, dtype: torch.dtype) -> LabelledKernel:
         """The kernel with its tensors in ``dtype``."""
@@ -137,7 +137,7 @@ class LabelledKernel:
 
 
 def _as_labels(labels: Sequence[float] | Tensor) -> Tensor:
-    return torch.as_tensor(labels, dtype=torch.float64).reshape(-1).clone()
+    return torch.as_tensor(labels, dtype=torch.float64).reshape(-1).clone()  # (n,)
 
 
 def plain_kernel(n: int, d: int) -> LabelledKernel:

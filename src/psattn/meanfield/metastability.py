@@ -60,7 +60,7 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
     noise[:, first] -= noise[:, first].mean(-1, keepdim=True)
     noise[:, ~first] -= noise[:, ~first].mean(-1, keepdim=True)
     angles = centre + noise  # (B, n)
-    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)
+    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)  # (B, n, 2)
 
 
 def plateau_energies(beta: float, separation: float) -> tuple[float, float]:
@@ -211,7 +211,7 @@ def near_uniform_circle(n: int, noise: float, seed: int) -> Tensor:
     gen = torch.Generator().manual_seed(seed)
     angles = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
     angles = angles + noise * torch.randn(n, generator=gen, dtype=torch.float64)
-    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)[None]
+    return torch.stack([torch.cos(angles), torch.sin(angles)], -1)[None]  # (1, n, 2)
 
 
 def first_plateau(counts: Sequence[int], times: Sequence[float], hold: float) -> int:

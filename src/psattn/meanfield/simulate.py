@@ -140,8 +140,8 @@ def simulate(
         times=times,
         energy=energy,
         record_times=times[records],
-        diagnostics={name: torch.stack(values) for name, values in series.items()},
-        states=torch.stack(states) if states else None,
+        diagnostics={name: torch.stack(values) for name, values in series.items()},  # each (R, B)
+        states=torch.stack(states) if states else None,  # (R, B, n, d)
         energy_check=check,
     )
 

@@ -61,7 +61,7 @@ class AttentionContext:
             return cls.causal(batch, length, device)
         positions = torch.arange(past, past + length, device=device)  # (T,)
         if length <= 1:  # one query after all cached keys sees every key
-            return cls(positions.expand(batch, length), None, None, False)
+            return cls(positions.expand(batch, length), None, None, False)  # positions (B, T)
         seen = torch.arange(past + length, device=device)[None, :] <= positions[:, None]  # (T, S)
         return cls(positions.expand(batch, length), None, seen[None, None], False)  # mask (1, 1, T, S)
 
@@ -164,7 +164,7 @@ def build_context(
     else:
         held_valid = None if cache is None else cache.key_valid
         k_valid = torch.cat([held_valid, valid], dim=1) if held_valid is not None else valid  # (B, S)
-        k_seq = torch.cat([held_seq, seq], dim=1) if held_seq is not None else seq
+        k_seq = torch.cat([held_seq, seq], dim=1) if held_seq is not None else seq  # (B, S)
         same_seq = k_seq[:, None, :] == seq[:, :, None]  # (B, T, S)
         self_key = k_idx[None, :] == q_idx[:, None]  # a query always sees itself: no empty row
         mask = ((causal & same_seq & k_valid[:, None, :]) | self_key)[:, None]  # (B, 1, T, S)

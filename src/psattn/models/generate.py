@@ -173,7 +173,7 @@ def generate(
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
     if attention_mask is not None and (cache is None or len(cache) == 0):  # a row of padding alone has no context
-        empty = (attention_mask == 0).all(dim=1).nonzero().flatten().tolist()
+        empty = (attention_mask == 0).all(dim=1).nonzero().flatten().tolist()  # the rows of (B, T) with no real token
         if empty:
             raise ValueError(f"row {empty[0]} of attention_mask marks no real token: a prompt needs at least one")
     V = model.config.vocab_size
@@ -192,7 +192,7 @@ def generate(
         def step_logits(token: Tensor | None) -> Tensor:  # the whole sequence again: (B, T) -> (B, V)
             nonlocal seq, mask
             if token is not None:
-                seq = torch.cat([seq, token[:, None]], dim=1)
+                seq = torch.cat([seq, token[:, None]], dim=1)  # (B, T + 1)
                 mask = None if mask is None else torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
             return model(seq, attention_mask=mask)[:, -1]
     else:
@@ -202,7 +202,7 @@ def generate(
         def step_logits(token: Tensor | None) -> Tensor:
             if token is None:
                 return prefill(model, input_ids, cache, attention_mask=attention_mask, chunk_size=prefill_chunk_size)
-            return model(token[:, None], cache=cache)[:, -1]
+            return model(token[:, None], cache=cache)[:, -1]  # (B, 1) -> (B, V)
     logits = step_logits(None)
     B = input_ids.shape[0]
     finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
@@ -219,9 +219,9 @@ def generate(
             logits = step_logits(token)
         elif step + 1 < max_new_tokens:
             break
-    new = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(B, 0)
-    scores = torch.stack(all_logits, dim=1) if all_logits else logits.new_zeros(B, 0, V)
-    return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)
+    new = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(B, 0)  # (B, N): N new tokens
+    scores = torch.stack(all_logits, dim=1) if all_logits else logits.new_zeros(B, 0, V)  # (B, N, V)
+    return GenerationOutput(torch.cat([input_ids, new], dim=1), scores)  # sequences (B, T + N)
 
 
 def _is_integer(value: object) -> bool:

@@ -43,7 +43,7 @@ class HeadScores:
 def repeated_tokens(batch: int, half: int, vocab_size: int, generator: torch.Generator, bos: int = 0) -> Tensor:
     """[BOS] + R + R rows (B, 1 + 2 * half), R drawn from the tokens other than BOS."""
     body = torch.randint(1, vocab_size, (batch, half), generator=generator, device=generator.device)
-    return torch.cat([torch.full((batch, 1), bos, device=body.device), body, body], dim=1)
+    return torch.cat([torch.full((batch, 1), bos, device=body.device), body, body], dim=1)  # (B, 1 + 2 * half)
 
 
 def _check_integer(name: str, value, minimum: int) -> None:

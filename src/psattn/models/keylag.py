@@ -59,13 +59,13 @@ class KVShift(nn.Module):
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
         # (current, previous) weights per head, starting as plain attention
-        self.key_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))
-        self.value_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))
+        self.key_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))  # (Hkv, 2)
+        self.value_weights = nn.Parameter(torch.tensor([1.0, 0.0]).repeat(n_kv_heads, 1))  # (Hkv, 2)
 
     def forward(self, q, k, v, starts):
         """(q, k, v) with keys and values shifted; q unchanged."""
         a, b = self.key_weights[None, :, None, :].unbind(-1)  # each (1, Hkv, 1)
-        c, d = self.value_weights[None, :, None, :].unbind(-1)
+        c, d = self.value_weights[None, :, None, :].unbind(-1)  # each (1, Hkv, 1)
         k = a[..., None] * k + b[..., None] * previous(k, starts=starts)
         v = c[..., None] * v + d[..., None] * previous(v, starts=starts)
         return q, k, v
@@ -90,7 +90,7 @@ class _DepthwiseCausalConv(nn.Module):
             lag = lambda i: padded[:, :, K - 1 - i : K - 1 - i + T]  # noqa: E731
         else:
             lag = lambda i: lagged(x, i, starts)  # noqa: E731
-        out = self.weight[0][None, :, None, :] * x
+        out = self.weight[0][None, :, None, :] * x  # w_0 (1, H, 1, D) ⊙ x (B, H, T, D)
         for i in range(1, K):
             out = out + self.weight[i][None, :, None, :] * lag(i)
         return out
@@ -126,7 +126,7 @@ class CanonConv(nn.Module):
         """(q, k, v) plus their causal convolution along time."""
         qkv = torch.cat([q, k, v], dim=1)  # (B, Hq + 2 Hkv, T, D)
         qkv = qkv + self.conv(qkv, starts)
-        return qkv.split(self.split, dim=1)
+        return qkv.split(self.split, dim=1)  # (B, Hq, T, D), (B, Hkv, T, D), (B, Hkv, T, D)
 
 
 KEY_LAG: dict[str, type[nn.Module]] = {

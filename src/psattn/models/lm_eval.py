@@ -61,10 +61,11 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
             result = model(batch.inputs[start : start + chunk])
             logits = getattr(result, "logits", result)  # (b, T, V); transformers models return an output object
             logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # a half-precision loss is off by 0.4%
+            # (b, T, V) -> (b, V, T), the classes second as cross_entropy takes them; the losses (b, T)
             out.append(F.cross_entropy(logits.transpose(1, 2), batch.targets[start : start + chunk], reduction="none"))
     finally:  # a forward pass that raises leaves a training model in training mode too
         model.train(was_training)
-    return torch.cat(out)
+    return torch.cat(out)  # (B, T)
 
 
 def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
@@ -90,14 +91,14 @@ def random_repeats(vocabulary: Tensor, rows: int, half: int, generator: torch.Ge
         raise ValueError("random_repeats needs at least one token id in vocabulary to draw from, got none")
     index = torch.randint(0, len(vocabulary), (rows, half), generator=generator, device=generator.device)  # (rows, half)
     run = vocabulary[index.to(vocabulary.device)]  # (rows, half)
-    return torch.cat([run, run], dim=1)
+    return torch.cat([run, run], dim=1)  # (rows, 2 * half)
 
 
 def passage_repeats(stream: np.ndarray, rows: int, half: int, generator: torch.Generator) -> Tensor:
     """(rows, 2 * half) rows P + P, P a passage of ``half`` tokens of ``stream``."""
     starts = torch.randint(0, len(stream) - half, (rows,), generator=generator, device=generator.device).cpu().numpy()
     passage = windows(stream, starts, half)  # (rows, half)
-    return torch.cat([passage, passage], dim=1)
+    return torch.cat([passage, passage], dim=1)  # (rows, 2 * half)
 
 
 def text_metrics(model, config, held_out: TaskBatch, *, probe_rows: int = 16, seed: int = 0) -> dict[str, Any]:

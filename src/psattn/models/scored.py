@@ -74,6 +74,7 @@ class Scored:
         Tq = int(counts.max()) if B and T else 0
         first = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :Tq]  # (B, Tq)
         filled = torch.arange(Tq, device=mask.device) < counts[:, None]  # (B, Tq)
+        # flat: the marked of (B T,) as (N,); filled_flat: the filled of (B Tq,) as (N,)
         return cls(mask, mask.flatten().nonzero().squeeze(1), first, filled, filled.flatten().nonzero().squeeze(1))
 
     @property

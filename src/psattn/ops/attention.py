@@ -373,5 +373,5 @@ def score_terms(
     check_streams(q, k, starts, prev_q, prev_k, boundary)
     p_q = momentum(q, starts=starts, prev=prev_q, boundary=boundary)
     p_k = momentum(k, starts=starts, prev=prev_k, boundary=boundary)
-    k, p_k = expand_kv_heads(k, q.shape[1]), expand_kv_heads(p_k, q.shape[1])
+    k, p_k = expand_kv_heads(k, q.shape[1]), expand_kv_heads(p_k, q.shape[1])  # (B, Hq, Tk, D)
     return ScoreTerms.from_streams(q, p_q, k, p_k, gamma_q, gamma_k)

@@ -282,7 +282,7 @@ class PSACache:
             self.key_valid, self.key_seq, self.key_pos = chunk.valid, chunk.seq, chunk.pos
         else:
             assert self.key_valid is not None and self.key_seq is not None
-            self.key_valid = torch.cat([self.key_valid, chunk.valid], dim=1)
+            self.key_valid = torch.cat([self.key_valid, chunk.valid], dim=1)  # (B, S + T)
             self.key_seq = torch.cat([self.key_seq, chunk.seq], dim=1)
             self.key_pos = torch.cat([self.key_pos, chunk.pos], dim=1)
         self.simple = self.simple and chunk.simple

@@ -83,8 +83,8 @@ class RotaryEmbedding(nn.Module):
 
 
 def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
+    x1, x2 = x.chunk(2, dim=-1)  # each (..., r/2)
+    return torch.cat([-x2, x1], dim=-1)  # (..., r)
 
 
 class _Rotate(torch.autograd.Function):
@@ -151,7 +151,7 @@ def rotated(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if r == x.shape[-1]:
         return _rotate(x, cos, sin)
     x_rot, x_pass = x[..., :r], x[..., r:]
-    return torch.cat([_rotate(x_rot, cos, sin), x_pass], dim=-1)
+    return torch.cat([_rotate(x_rot, cos, sin), x_pass], dim=-1)  # (B, H, T, D): r rotated channels, then the rest
 
 
 def check_tables(x: Tensor, cos: Tensor, sin: Tensor) -> int:

@@ -98,7 +98,7 @@ def _differentiable_pass(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, repl
     h = x.shape[-1] // 2
 
     def rotate(y: Tensor, sin: Tensor) -> Tensor:
-        return y * cos + torch.cat([-y[..., h:], y[..., :h]], dim=-1) * sin
+        return y * cos + torch.cat([-y[..., h:], y[..., :h]], dim=-1) * sin  # (B, H, T, D)
 
     gain = torch.full((x.shape[-2], 1), 1.0 + gamma, dtype=wide, device=x.device)  # (T, 1): x̂_t's weight on x_t
     if replicate:

@@ -280,9 +280,9 @@ def unshear(y: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tens
     x_last = prev.to(y.dtype) if prev is not None else torch.zeros_like(y[..., :1, :])  # (B, H, 1, D)
     for t in range(T):
         y_t = y[..., t : t + 1, :]  # (B, H, 1, D)
-        start = is_start[:, t, None, None, None]
+        start = is_start[:, t, None, None, None]  # (B, 1, 1, 1)
         x_start = y_t if boundary == "replicate" else y_t / (1.0 + gamma)
         x_t = torch.where(start, x_start, (y_t + gamma * x_last) / (1.0 + gamma))
         xs.append(x_t)
         x_last = x_t
-    return torch.cat(xs, dim=-2)
+    return torch.cat(xs, dim=-2)  # (B, H, T, D)

@@ -85,6 +85,7 @@ def shard(batch: TaskBatch, ctx: Distributed) -> TaskBatch:
 def shard_loss(logits: Tensor, targets: Tensor, scored_global: int, ctx: Distributed) -> Tensor:
     """Summed cross-entropy of the shard / scored positions of the global batch * world size.
     ``logits`` (..., V) and ``targets`` (...) are aligned: (B, T, V) and (B, T), or (N, V) and (N,)."""
+    # (..., V) -> (M, V) and (...) -> (M,), M the positions
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                             ignore_index=IGNORE_INDEX, reduction="sum")
     return total * (ctx.world_size / max(scored_global, 1))

@@ -17,6 +17,7 @@ from psattn.training.transfer import DeviceBatch
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over scored positions; logits (..., V) are aligned with targets (...)."""
+    # (..., V) -> (M, V) and (...) -> (M,), M the positions
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 

@@ -13,10 +13,12 @@ context. On the shipped prose corpus (``austen``) no model of this size copies w
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from psattn.experiments.configs import SHEARED, run_name
+from psattn.experiments.phase_change import PhaseChange
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.config import Variant
@@ -88,18 +90,32 @@ def text_seeds(mode: str = "quick") -> list[RunConfig]:
 
 def format_text_summary(rows: list[dict[str, Any]]) -> list[str]:
     """The summary of ``summarise_text`` as printable lines (mean ± sd over seeds)."""
-    def cell(pair, digits=3, sign=""):
-        mean, sd = pair
-        return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
     lines = []
     for r in rows:
         gains = r["passage_copy_gain"]
         lines.append(f"{r['layers']} layer{'s' * (r['layers'] > 1)} {r['variant']}"
                      + (f" γ={r['gamma']:g}" if r["variant"] != "baseline" else "")
-                     + f" ({r['seeds']} seeds): bits/byte {cell(r['bits_per_byte'])}, "
-                     f"ICL score {cell(r['icl_score'], sign='+')}, "
-                     f"passage copy gain {cell(gains, 2)}, best prefix-matching score {cell(r['best_prefix_matching_score'])}")
+                     + f" ({r['seeds']} seeds): bits/byte {mean_sd(r['bits_per_byte'])}, "
+                     f"ICL score {mean_sd(r['icl_score'], sign='+')}, passage copy gain {mean_sd(gains, 2)}, "
+                     f"best prefix-matching score {mean_sd(r['best_prefix_matching_score'])}")
     return lines
+
+
+def mean_sd(pair: tuple[float, float | None], digits: int = 3, sign: str = "") -> str:
+    """"0.812 ± 0.004": a (mean, sd) pair of ``summarise_text``, the mean alone where one seed gives no sd
+    (``sign="+"`` writes the mean's sign)."""
+    mean, sd = pair
+    return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
+
+
+def tokens_at(change: PhaseChange | None) -> str:
+    """"7.8M": the training tokens of a phase change or of first copying, "—" where there is none."""
+    return "—" if change is None else f"{change.tokens / 1e6:.1f}M"
+
+
+def tokens_per_seed(changes: Sequence[PhaseChange | None]) -> str:
+    """``tokens_at`` of each seed's run, comma-separated."""
+    return ", ".join(tokens_at(c) for c in changes)
 
 
 def _last(result: dict[str, Any], key: str):

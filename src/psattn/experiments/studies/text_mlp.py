@@ -28,12 +28,11 @@ from psattn.experiments.markdown import table
 from psattn.experiments.phase_change import (
     COPY_THRESHOLD,
     THRESHOLD,
-    PhaseChange,
     detect_copying,
     detect_phase_change,
     random_copy_gain,
 )
-from psattn.experiments.studies.text import TextPlan, model_key, model_label, text_config
+from psattn.experiments.studies.text import TextPlan, model_key, model_label, text_config, tokens_at, tokens_per_seed
 from psattn.experiments.studies.text_phase import _plan, format_phase_table, phase_figure, phase_table, phase_verdict
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.training.config import RunConfig
@@ -101,10 +100,6 @@ def _seeds(results: Results, model: tuple[int, str, float]) -> list[list[dict[st
     return [r["history"] for r in runs]
 
 
-def _when(change: PhaseChange | None) -> str:
-    return "—" if change is None else f"{change.tokens / 1e6:.1f}M"
-
-
 def comparison_table(mlp: Results, attention_only: Results) -> list[str]:
     """Each model with MLPs beside its attention-only counterpart (``text_phase``'s run of the same seed):
     when it starts copying and goes through its phase change (training tokens; — : not within the budget),
@@ -115,8 +110,8 @@ def comparison_table(mlp: Results, attention_only: Results) -> list[str]:
         a, b = with_mlp[model]["history"], without[model]["history"]
         rows.append([model_label(*model),
                      *(f"{x} / {y}" for x, y in (
-                         (_when(detect_phase_change(a)), _when(detect_phase_change(b))),
-                         (_when(detect_copying(a)), _when(detect_copying(b))),
+                         (tokens_at(detect_phase_change(a)), tokens_at(detect_phase_change(b))),
+                         (tokens_at(detect_copying(a)), tokens_at(detect_copying(b))),
                          (f"{a[-1]['bits_per_byte']:.3f}", f"{b[-1]['bits_per_byte']:.3f}"),
                          (f"{a[-1]['icl_score']:+.3f}", f"{b[-1]['icl_score']:+.3f}"),
                          (f"{random_copy_gain(a[-1]):.2f}", f"{random_copy_gain(b[-1]):.2f}")))])
@@ -133,8 +128,8 @@ def comparison_verdict(mlp: Results, attention_only: Results) -> list[str]:
     if plain2 in with_mlp and plain2 in without:
         changes = [detect_phase_change(h) for h in _seeds(mlp, plain2)]
         tokens = with_mlp[plain2]["history"][-1]["tokens"]
-        alone = ", ".join(_when(detect_phase_change(h)) for h in _seeds(attention_only, plain2))
-        found = ", ".join(_when(c) for c in changes)
+        alone = tokens_per_seed([detect_phase_change(h) for h in _seeds(attention_only, plain2)])
+        found = tokens_per_seed(changes)
         out.append("**Does the first layer's MLP keep two plain layers from the circuit on real text?** "
                    + (f"No: with an MLP in every block they go through their phase change at {found} training "
                       f"tokens (by seed; attention-only: {alone}), so the synthetic task's lock does not carry over to "
@@ -144,8 +139,8 @@ def comparison_verdict(mlp: Results, attention_only: Results) -> list[str]:
                       f"Not on every seed: with an MLP in every block their phase change comes at {found} training "
                       f"tokens (by seed; — : not within {tokens / 1e6:.1f}M; attention-only: {alone})."))
     if psa1 in with_mlp and psa1 in without:
-        out.append(f"**One key-only layer** starts copying at {_when(detect_copying(with_mlp[psa1]['history']))} "
-                   f"with an MLP and at {_when(detect_copying(without[psa1]['history']))} without.")
+        out.append(f"**One key-only layer** starts copying at {tokens_at(detect_copying(with_mlp[psa1]['history']))} "
+                   f"with an MLP and at {tokens_at(detect_copying(without[psa1]['history']))} without.")
     return out
 
 
@@ -178,8 +173,8 @@ def two_layer_clause(results: Results) -> list[str]:
     earlier = (f" ({change_b.tokens / change_a.tokens:.1f}× earlier)"
                if change_a is not None and change_b is not None else "")
     return [f"**Two key-only layers against two plain layers, both with MLPs** (seed {SEED}): phase change at "
-            f"{_when(change_a)} against {_when(change_b)} training tokens{earlier}, first copying at "
-            f"{_when(detect_copying(a))} against {_when(detect_copying(b))}; at the end, bits per byte "
+            f"{tokens_at(change_a)} against {tokens_at(change_b)} training tokens{earlier}, first copying at "
+            f"{tokens_at(detect_copying(a))} against {tokens_at(detect_copying(b))}; at the end, bits per byte "
             f"{a[-1]['bits_per_byte']:.3f} against {b[-1]['bits_per_byte']:.3f} "
             f"({a[-1]['bits_per_byte'] - b[-1]['bits_per_byte']:+.3f}), ICL score {a[-1]['icl_score']:+.3f} against "
             f"{b[-1]['icl_score']:+.3f}, random copy gain {random_copy_gain(a[-1]):.2f} against "
@@ -201,7 +196,7 @@ def seeds_clause(results: Results) -> list[str]:
     changes = {s: (detect_phase_change(psa[s]), detect_phase_change(plain[s])) for s in seeds}
     earlier = [s for s, (a, b) in changes.items() if a is not None and (b is None or a.tokens < b.tokens)]
     gaps = {s: psa[s][-1]["bits_per_byte"] - plain[s][-1]["bits_per_byte"] for s in seeds}
-    found = "; ".join(f"seed {s}: {_when(a)} against {_when(b)}" for s, (a, b) in changes.items())
+    found = "; ".join(f"seed {s}: {tokens_at(a)} against {tokens_at(b)}" for s, (a, b) in changes.items())
     ratios = [b.tokens / a.tokens for a, b in changes.values() if a is not None and b is not None]
     spread = f" ({min(ratios):.1f} to {max(ratios):.1f}× earlier)" if ratios and len(earlier) == len(seeds) else ""
     lines = [f"**Two key-only layers against two plain layers, both with MLPs, seed by seed**: phase change {found} "
@@ -215,7 +210,7 @@ def seeds_clause(results: Results) -> list[str]:
                  + ("holds" if holds else "does not hold")
                  + f": earlier on {len(earlier)} of {len(seeds)} seeds, end within {SEEDS_BPB} bits per byte on "
                  f"{sum(abs(g) <= SEEDS_BPB for g in gaps.values())} of {len(seeds)}; one key-only layer first copies at "
-                 + ", ".join(_when(c) for c in copies.values())
+                 + tokens_per_seed(list(copies.values()))
                  + f" (by seed), by evaluation {FIRST_EVALUATIONS} (the first evaluations) on {sum(early)} of {len(early)}.")
     return lines
 
@@ -245,7 +240,7 @@ def depth_clause(results: Results) -> list[str]:
         span = f"{tokens[0] / 1e6:.1f}M" + (f" to {tokens[-1] / 1e6:.1f}M" if len(tokens) > 1 else "")
         return f"{len(tokens)} ({span})"
 
-    found = "; ".join(f"seed {s}: {_when(a)} against {_when(b)}" for s, (a, b) in changes.items())
+    found = "; ".join(f"seed {s}: {tokens_at(a)} against {tokens_at(b)}" for s, (a, b) in changes.items())
     below = [s for s in seeds if gaps[s] >= DEPTH_BPB]
     holds = len(earlier) == len(seeds) and len(below) == len(seeds)
     # the hypothesis speaks of every seed: it holds once all have run and agree, and fails on the first that does not

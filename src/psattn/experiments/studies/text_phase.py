@@ -26,12 +26,19 @@ from psattn.experiments.markdown import table
 from psattn.experiments.phase_change import (
     COPY_THRESHOLD,
     THRESHOLD,
-    PhaseChange,
     detect_copying,
     detect_phase_change,
     random_copy_gain,
 )
-from psattn.experiments.studies.text import TextPlan, model_key, model_label, summarise_text, text_config
+from psattn.experiments.studies.text import (
+    TextPlan,
+    mean_sd,
+    model_key,
+    model_label,
+    summarise_text,
+    text_config,
+    tokens_per_seed,
+)
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.files import write_text
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
@@ -97,24 +104,15 @@ def phase_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: order.get((r["layers"], r["variant"], r["gamma"]), len(order)))
 
 
-def _when(changes: list[PhaseChange | None]) -> str:
-    return ", ".join("—" if c is None else f"{c.tokens / 1e6:.1f}M" for c in changes)
-
-
-def _cell(pair: tuple[float, float | None], digits: int = 3, sign: str = "") -> str:
-    mean, sd = pair
-    return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
-
-
 def format_phase_table(rows: list[dict[str, Any]]) -> list[str]:
     """The end-of-training table as markdown lines (mean ± sd over seeds; tokens per seed)."""
     return table(
         ["model", "seeds", "parameters", "held-out bits/byte", "ICL score", "passage copy gain", "random copy gain",
          "best induction score", "best prefix-matching score", "first copying (tokens)", "phase change (tokens)"],
         [[model_label(r["layers"], r["variant"], r["gamma"]), str(r["seeds"]), f"{r['parameters']:,}",
-          _cell(r["bits_per_byte"]), _cell(r["icl_score"], sign="+"), _cell(r["passage_copy_gain"], 2),
-          _cell(r["random_copy_gain"], 2), _cell(r["best_induction_score"], 2),
-          _cell(r["best_prefix_matching_score"], 2), _when(r["first_copying"]), _when(r["phase_change"])]
+          mean_sd(r["bits_per_byte"]), mean_sd(r["icl_score"], sign="+"), mean_sd(r["passage_copy_gain"], 2),
+          mean_sd(r["random_copy_gain"], 2), mean_sd(r["best_induction_score"], 2),
+          mean_sd(r["best_prefix_matching_score"], 2), tokens_per_seed(r["first_copying"]), tokens_per_seed(r["phase_change"])]
          for r in rows])
 
 
@@ -131,11 +129,11 @@ def phase_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
     by = {(r["layers"], r["variant"], r["gamma"]): r for r in rows}
     psa, plain1, plain2 = (1, "key_only", 1.0), (1, "baseline", 0.0), (2, "baseline", 0.0)
     out = []
-    starts = "; ".join(f"{model_label(*m)}: {_when(by[m]['first_copying'])}" for m in PHASE_MODELS if m in by)
+    starts = "; ".join(f"{model_label(*m)}: {tokens_per_seed(by[m]['first_copying'])}" for m in PHASE_MODELS if m in by)
     out.append(f"**When each model starts copying** (first copying, tokens per seed; — : not within "
                f"{max(r['tokens'] for r in rows) / 1e6:.1f}M): {starts}.")
     if plain2 in by:
-        out.append(f"Two plain layers' phase change (a prefix-matching head): {_when(by[plain2]['phase_change'])}.")
+        out.append(f"Two plain layers' phase change (a prefix-matching head): {tokens_per_seed(by[plain2]['phase_change'])}.")
     if psa in by and plain2 in by:
         a, b = by[psa], by[plain2]
         icl, gains = a["icl_score"][0] - b["icl_score"][0], [a[k][0] - b[k][0] for k in ("passage_copy_gain", "random_copy_gain")]
@@ -158,7 +156,7 @@ def phase_verdict(results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
         if lag in by and psa in by:
             out.append(f"**The learned key lag, {lag[1]}**: " + "; ".join(
                 f"{name} ICL score {r['icl_score'][0]:+.3f}, random copy gain {r['random_copy_gain'][0]:.2f}, "
-                f"bits per byte {r['bits_per_byte'][0]:.3f}, first copying at {_when(r['first_copying'])}"
+                f"bits per byte {r['bits_per_byte'][0]:.3f}, first copying at {tokens_per_seed(r['first_copying'])}"
                 for name, r in ((lag[1], by[lag]), ("the fixed key-only shear", by[psa]),
                                 ("two plain layers", by.get(plain2))) if r is not None) + ".")
     return out
@@ -224,7 +222,8 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     """Write what ``psattn sweep text_phase`` reports to ``runs/text_phase.md`` (returned): the hypothesis,
     the table, the verdict, the figure, samples from every first-seed model and, with the export extra,
     the ONNX comparison of every first-seed model."""
-    from psattn.experiments.text_report import edge_comparison, edge_table, samples
+    from psattn.experiments.edge_report import edge_comparison, edge_table
+    from psattn.experiments.text_report import samples
 
     configs = [c for c in text_phase(mode) if c.name in results]
     rows = phase_table(results)

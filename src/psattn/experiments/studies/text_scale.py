@@ -43,7 +43,14 @@ from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
 from psattn.experiments.phase_change import detect_copying, detect_phase_change
 from psattn.experiments.studies.paper_scale import H200_STEP_S
-from psattn.experiments.studies.text import model_key, model_label, summarise_text
+from psattn.experiments.studies.text import (
+    mean_sd,
+    model_key,
+    model_label,
+    summarise_text,
+    tokens_at,
+    tokens_per_seed,
+)
 from psattn.experiments.studies.text_phase import mean_curve
 from psattn.experiments.studies.text_pilot import law_tokens
 from psattn.experiments.study import Study, check_mode
@@ -169,9 +176,7 @@ def scale_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["layers"], order.get(r["variant"], 9)))
 
 
-def when(changes) -> str:
-    """Tokens per seed, "—" where a seed has none."""
-    return ", ".join("—" if c is None else f"{c.tokens / 1e6:.1f}M" for c in changes)
+when = tokens_per_seed  # ``text.tokens_per_seed`` under its public name here
 
 
 def _plain_change(changes) -> str:
@@ -179,13 +184,8 @@ def _plain_change(changes) -> str:
     missing = sum(c is None for c in changes)
     if missing == len(changes):
         return "the plain model shows no phase change on any seed"
-    return f"the plain model's phase change at {when(changes)}" + (
+    return f"the plain model's phase change at {tokens_per_seed(changes)}" + (
         f" (none on {missing} of {len(changes)} seeds)" if missing else "")
-
-
-def _cell(pair, digits: int = 3, sign: str = "") -> str:
-    mean, sd = pair
-    return f"{mean:{sign}.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
 
 
 def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -194,11 +194,11 @@ def format_scale_table(rows: list[dict[str, Any]]) -> list[str]:
         ["model", "seeds", "held-out bits/byte", "ICL score", "passage copy gain", "random copy gain",
          "best previous-token head, by layer", "best prefix-matching head, by layer", "phase change (tokens)",
          "first copying (tokens)"],
-        [[model_label(r["layers"], r["variant"], r["gamma"]), str(r["seeds"]), _cell(r["bits_per_byte"]),
-          _cell(r["icl_score"], sign="+"), _cell(r["passage_copy_gain"], 2), _cell(r["random_copy_gain"], 2),
+        [[model_label(r["layers"], r["variant"], r["gamma"]), str(r["seeds"]), mean_sd(r["bits_per_byte"]),
+          mean_sd(r["icl_score"], sign="+"), mean_sd(r["passage_copy_gain"], 2), mean_sd(r["random_copy_gain"], 2),
           " / ".join(f"{x:.2f}" for x in r["previous_token_by_layer"]),
-          " / ".join(f"{x:.2f}" for x in r["prefix_matching_by_layer"]), when(r["phase_change"]),
-          when(r["first_copying"])] for r in rows])
+          " / ".join(f"{x:.2f}" for x in r["prefix_matching_by_layer"]), tokens_per_seed(r["phase_change"]),
+          tokens_per_seed(r["first_copying"])] for r in rows])
 
 
 def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -214,7 +214,7 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[str]:
         budget = r["config"]["train"]["steps"] * r["config"]["train"]["batch_size"] * r["config"]["task"]["seq_len"]
         law = law_tokens(r["config"]["train"]["batch_size"], r["config"]["task"]["seq_len"])
         past = "—" if change is None else "yes" if change.tokens <= WELL_PAST * budget else "no"
-        when = f"none within {history[-1]['tokens'] / 1e6:.1f}M" if change is None else f"{change.tokens / 1e6:.1f}M"
+        when = f"none within {history[-1]['tokens'] / 1e6:.1f}M" if change is None else tokens_at(change)
         if r.get("diverged_at") is not None:
             when, past = f"diverged at step {r['diverged_at']:,}", "—"
         lines.append(f"| {model_key(r)[0]} | {when} | {law / 1e6:.1f}M | {budget / 1e6:.0f}M | {past} |")
@@ -265,9 +265,9 @@ def _earlier(plain: dict[str, Any], psa: dict[str, Any]) -> str:
     """(a) the phase change's tokens, PSA against plain (seed means, where every seed has one)."""
     a, b = _mean_tokens(plain["phase_change"]), _mean_tokens(psa["phase_change"])
     if b is None:
-        return f"(a) phase change at {when(psa['phase_change'])}"
+        return f"(a) phase change at {tokens_per_seed(psa['phase_change'])}"
     if a is None:
-        return f"(a) phase change at {when(psa['phase_change'])}, where the plain model has none on every seed"
+        return f"(a) phase change at {tokens_per_seed(psa['phase_change'])}, where the plain model has none on every seed"
     return f"(a) phase change at {b / 1e6:.1f}M tokens against {a / 1e6:.1f}M, {a / b:.1f}× earlier"
 
 
