@@ -202,8 +202,9 @@ def register(subparsers) -> None:
 
     gc = add_command(sub, "gamma-c", "evaluate the closed-form critical coupling")
     gc.add_argument("--d-k", type=float, nargs="+", required=True, metavar="D", help="head dimensions")
-    gc.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
-    add_deprecated(gc, "--T", "--context", "context", type=float, nargs="+")
+    context = gc.add_mutually_exclusive_group()  # both: the last one given was used, without a word
+    context.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
+    add_deprecated(context, "--T", "--context", "context", type=float, nargs="+")
     gc.add_argument("--c", type=float, default=0.74, help="the law's constant")
     gc.set_defaults(func=cmd_gamma_c)
 
