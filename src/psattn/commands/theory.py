@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
@@ -155,7 +156,8 @@ def cmd_fit_exponent(args: argparse.Namespace) -> int:
     if args.json:
         write_json_output(args.json, fit.to_dict())
     if args.json != "-":
-        print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} (± {fit.stderr:.4f}), R² {fit.r_squared:.4f}, "
+        spread = f"± {fit.stderr:.4f}" if math.isfinite(fit.stderr) else "no standard error from two points"
+        print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} ({spread}), R² {fit.r_squared:.4f}, "
               f"{fit.n} points over d_k {fit.x_min:g}–{fit.x_max:g}, {fit.dropped} dropped (paper: about -1.13)")
     return 0
 
