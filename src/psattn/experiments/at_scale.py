@@ -149,9 +149,11 @@ def render_page(text: str, results_root: Path) -> str:
 def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
     """The page's lines for ``experiment``, from the summaries in the folder ``results`` (of ``mode``'s plan)."""
     saved = load_summaries(results)
+    study = GPU_SWEEPS[experiment][0]
+    if not saved and mode != "full":  # not_run's runs, minutes and commands are the full plan's
+        return [f"No `{experiment}` run of the {mode} plan has been saved: its {len(study.plan(mode))} runs have not run."]
     if not saved:
         return not_run(experiment)
-    study = GPU_SWEEPS[experiment][0]
     lines = [_provenance(saved), "", f"![{experiment}](figures/{FIGURES[experiment]})", ""]
     if experiment == "text_scale":
         lines += [_corpus(saved), "", "The pilot (the plain model of every depth, its first seed):", "",
