@@ -2,6 +2,7 @@
 rule, and every table rebuilt from small saved results."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from psattn.experiments.studies.paper_form import PAPER_FORM_ROWS, format_paper_
 from psattn.experiments.studies.text_phase import PHASE_MODELS, SEEDED_MODELS
 from psattn.experiments.studies.text_pilot import LAW_BUDGET, LAW_RUNS, PILOT_RUNS, format_pilot_table, law_tokens, pilot_table
 from psattn.experiments.studies.two_layer import format_two_layer_table, two_layer_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def row(step, prefix, icl=0.0, previous=0.3):
@@ -99,6 +102,22 @@ def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
         assert c.train.steps * 8 * 64 == pytest.approx(24e6, rel=1e-3) and c.train.steps // c.train.eval_every == 40
         assert c.train.checkpoint_every == c.train.eval_every and c.name.startswith("text_phase-python-stdlib-bpe1024-c64-")
     assert "text_phase" in LEFT_OUT["quick"] and "text_phase" in LEFT_OUT["full"]
+
+
+def test_the_text_studies_say_how_many_times_their_runs_are_evaluated():
+    """They said 40 times; the trainer evaluates at step 0, every ``eval_every`` steps and at the last step: 42."""
+    import importlib
+
+    def evaluations(t):
+        return 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+
+    for study, mode, said in (("text_scale", "full", "evaluated {} times"), ("text_phase", "quick", "evaluated {} times"),
+                              ("text_mlp", "quick", "{} evaluations")):
+        counts = {evaluations(c.train) for c in STUDIES[study].plan(mode)}
+        doc = importlib.import_module(f"psattn.experiments.studies.{study}").__doc__
+        assert len(counts) == 1 and said.format(*counts) in " ".join(doc.split()), (study, counts)
+    docs = " ".join((ROOT / "docs" / "text.md").read_text().split() + (ROOT / "docs" / "at_scale.md").read_text().split())
+    assert "40 evaluations" not in docs and "evaluated 40 times" not in docs
 
 
 def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="all_positions", layers=1, mlp=True,

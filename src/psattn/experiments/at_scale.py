@@ -91,7 +91,7 @@ def not_run(experiment: str) -> list[str]:
         deepest = dataclasses.replace(deepest, depths=(max(deepest.depths),), seeds=(0,))
         one = [m / len(text_scale.VARIANTS) for m in text_scale.expected_minutes(deepest)]
         cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps, extrapolated from psa-92m's step time "
-                "per layer (not measured on these models; the 40 evaluations a run and building the corpus on each "
+                "per layer (not measured on these models; the 42 evaluations a run and building the corpus on each "
                 f"fresh machine come on top; a four-layer run, {one[0]:.0f}–{one[1]:.0f} minutes by the same "
                 "extrapolation, may take two pieces, its run directory carried from one to the next)")
         commands = (f"`{COMMAND.format(experiment='text_scale_pilot')}` (the plain model of every depth, whose phase "
