@@ -120,6 +120,32 @@ def test_the_text_studies_say_how_many_times_their_runs_are_evaluated():
     assert "40 evaluations" not in docs and "evaluated 40 times" not in docs
 
 
+def test_a_nan_head_score_counts_the_same_wherever_it_sits(monkeypatch):
+    """Python's max kept a NaN only in first place: [nan, 0.3] had no phase change and [0.3, nan] had one."""
+    from psattn.experiments import text_plots
+    from psattn.experiments.phase_change import best_head
+    from psattn.experiments.saved_runs import compact_history
+    from psattn.training.evaluation import format_evaluation
+
+    def rows(heads):
+        key = "prefix_matching_score"
+        return [{"step": 0, key: [[0.0, 0.0]]}, *({"step": s, key: [heads]} for s in (1, 2))]
+
+    first, last = rows([math.nan, 0.3]), rows([0.3, math.nan])
+    assert math.isnan(best_head(first[1], "prefix_matching_score")) and math.isnan(best_head(last[1], "prefix_matching_score"))
+    assert detect_phase_change(first) is None and detect_phase_change(last) is None
+    compacted = [{"step": 0, "prefix_matching_score": [[0.0]]}, {"step": 1, "prefix_matching_score": [[math.nan]]}]
+    assert str(compact_history(first)[:-1]) == str(compact_history(last)[:-1]) == str(compacted)  # the last: every head
+    result = {"run_dir": "r", "rows": 1, "task_config": "t", "accuracy": 0.5, "loss": 1.0}
+    assert (format_evaluation(result | {"prefix_matching_score": first[1]["prefix_matching_score"]})
+            == format_evaluation(result | {"prefix_matching_score": last[1]["prefix_matching_score"]}))
+    figures = []
+    monkeypatch.setattr(text_plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    for grid in ([[math.nan, 0.5]], [[0.5, math.nan]]):  # the colour scale: the largest finite score
+        text_plots.plot_head_heatmaps({"m": {"induction_score": grid, "prefix_matching_score": [[0.1, 0.2]]}}, "x.png")
+    assert [fig.axes[0].images[0].get_clim()[1] for fig in figures] == [0.5, 0.5]
+
+
 def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="all_positions", layers=1, mlp=True,
          task="induction", best=None):
     config = {"task": {"name": task, "form": form}, "train": {"threshold": 0.8, "steps": 1000, "seed": seed,

@@ -42,7 +42,7 @@ from typing import Any, cast
 
 from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
-from psattn.experiments.phase_change import detect_copying, detect_phase_change
+from psattn.experiments.phase_change import best, detect_copying, detect_phase_change
 from psattn.experiments.studies.paper_scale import H200_STEP_S
 from psattn.experiments.studies.text import model_key, model_label, summarise_text
 from psattn.experiments.studies.text_phase import mean_curve
@@ -137,8 +137,9 @@ def repeats(result: dict[str, Any]) -> float | None:
 
 
 def best_by_layer(row: dict[str, Any], key: str) -> list[float]:
-    """Each layer's best head's score in an evaluation row (full or compacted lists)."""
-    return [max(layer) for layer in row[key]]
+    """Each layer's best head's score in an evaluation row (full or compacted lists; NaN as ``phase_change.best``
+    says)."""
+    return [best(layer) for layer in row[key]]
 
 
 def trained_through(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
