@@ -105,7 +105,7 @@ def add_plan_size(parser: argparse.ArgumentParser, quick: str, full: str, defaul
                        help=quick + (" (the default)" if default == "quick" else ""))
     group.add_argument("--full", dest="mode", action="store_const", const="full",
                        help=full + (" (the default)" if default == "full" else ""))
-    add_deprecated(parser, "--mode", "--quick or --full", "mode", choices=("quick", "full"))
+    add_deprecated(group, "--mode", "--quick or --full", "mode", choices=("quick", "full"))  # not beside them either
     parser.set_defaults(mode=default)
 
 

@@ -82,6 +82,17 @@ def test_old_spellings_work_and_say_what_replaces_them(capsys):
     assert "use --context" in capsys.readouterr().err
 
 
+def test_an_old_spelling_beside_its_new_one_is_refused(capsys):
+    """``--context 100 --T 200`` evaluated T = 200 alone, whichever came last, and ``--quick --mode full`` ran
+    the full plan, without a word."""
+    for argv, old, new in ((["theory", "gamma-c", "--d-k", "64", "--context", "100", "--T", "200"], "--T", "--context"),
+                           (["sweep", "text", "--quick", "--mode", "full"], "--mode", "--quick")):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.count("\n") <= 2 and f"{old}: not allowed with argument {new}" in err, err
+
+
 def test_a_missing_run_dir_is_a_clear_error(capsys):
     assert_exit = pytest.raises(SystemExit)
     with assert_exit as info:

@@ -177,6 +177,14 @@ def test_the_gpu_driver_smoke_runs_end_to_end_without_what_a_gpu_machine_lacks(t
     assert "16 restored" in again.stdout and "0 newly finished runs packed" in again.stdout
 
 
+def test_a_quick_plan_section_with_no_saved_run_counts_the_quick_plan(tmp_path):
+    """A smoke piece that saved no run printed the full plan's "its 18 runs need a GPU, about 57–103 minutes" after
+    its own "6 runs declared"."""
+    assert at_scale.section("text_scale", tmp_path, "quick") == [
+        "No `text_scale` run of the quick plan has been saved: its 6 runs have not run."]
+    assert "its 18 runs need a GPU" in at_scale.section("text_scale", tmp_path)[0]
+
+
 def test_the_at_scale_page_and_the_readme_say_what_docs_results_gpu_holds():
     page = (ROOT / "docs" / "at_scale.md").read_text()
     readme = (ROOT / "README.md").read_text()

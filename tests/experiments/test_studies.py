@@ -2,6 +2,7 @@
 rule, and every table rebuilt from small saved results."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from psattn.experiments.studies.paper_form import PAPER_FORM_ROWS, format_paper_
 from psattn.experiments.studies.text_phase import PHASE_MODELS, SEEDED_MODELS
 from psattn.experiments.studies.text_pilot import LAW_BUDGET, LAW_RUNS, PILOT_RUNS, format_pilot_table, law_tokens, pilot_table
 from psattn.experiments.studies.two_layer import format_two_layer_table, two_layer_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def row(step, prefix, icl=0.0, previous=0.3):
@@ -99,6 +102,48 @@ def test_text_phase_declares_every_model_attention_only_on_the_pilots_setting():
         assert c.train.steps * 8 * 64 == pytest.approx(24e6, rel=1e-3) and c.train.steps // c.train.eval_every == 40
         assert c.train.checkpoint_every == c.train.eval_every and c.name.startswith("text_phase-python-stdlib-bpe1024-c64-")
     assert "text_phase" in LEFT_OUT["quick"] and "text_phase" in LEFT_OUT["full"]
+
+
+def test_the_text_studies_say_how_many_times_their_runs_are_evaluated():
+    """They said 40 times; the trainer evaluates at step 0, every ``eval_every`` steps and at the last step: 42."""
+    import importlib
+
+    def evaluations(t):
+        return 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+
+    for study, mode, said in (("text_scale", "full", "evaluated {} times"), ("text_phase", "quick", "evaluated {} times"),
+                              ("text_mlp", "quick", "{} evaluations")):
+        counts = {evaluations(c.train) for c in STUDIES[study].plan(mode)}
+        doc = importlib.import_module(f"psattn.experiments.studies.{study}").__doc__
+        assert len(counts) == 1 and said.format(*counts) in " ".join(doc.split()), (study, counts)
+    docs = " ".join((ROOT / "docs" / "text.md").read_text().split() + (ROOT / "docs" / "at_scale.md").read_text().split())
+    assert "40 evaluations" not in docs and "evaluated 40 times" not in docs
+
+
+def test_a_nan_head_score_counts_the_same_wherever_it_sits(monkeypatch):
+    """Python's max kept a NaN only in first place: [nan, 0.3] had no phase change and [0.3, nan] had one."""
+    from psattn.experiments import text_plots
+    from psattn.experiments.phase_change import best_head
+    from psattn.experiments.saved_runs import compact_history
+    from psattn.training.evaluation import format_evaluation
+
+    def rows(heads):
+        key = "prefix_matching_score"
+        return [{"step": 0, key: [[0.0, 0.0]]}, *({"step": s, key: [heads]} for s in (1, 2))]
+
+    first, last = rows([math.nan, 0.3]), rows([0.3, math.nan])
+    assert math.isnan(best_head(first[1], "prefix_matching_score")) and math.isnan(best_head(last[1], "prefix_matching_score"))
+    assert detect_phase_change(first) is None and detect_phase_change(last) is None
+    compacted = [{"step": 0, "prefix_matching_score": [[0.0]]}, {"step": 1, "prefix_matching_score": [[math.nan]]}]
+    assert str(compact_history(first)[:-1]) == str(compact_history(last)[:-1]) == str(compacted)  # the last: every head
+    result = {"run_dir": "r", "rows": 1, "task_config": "t", "accuracy": 0.5, "loss": 1.0}
+    assert (format_evaluation(result | {"prefix_matching_score": first[1]["prefix_matching_score"]})
+            == format_evaluation(result | {"prefix_matching_score": last[1]["prefix_matching_score"]}))
+    figures = []
+    monkeypatch.setattr(text_plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    for grid in ([[math.nan, 0.5]], [[0.5, math.nan]]):  # the colour scale: the largest finite score
+        text_plots.plot_head_heatmaps({"m": {"induction_score": grid, "prefix_matching_score": [[0.1, 0.2]]}}, "x.png")
+    assert [fig.axes[0].images[0].get_clim()[1] for fig in figures] == [0.5, 0.5]
 
 
 def fake(variant, gamma, seed, *, success, step=None, placement="post_rope", form="all_positions", layers=1, mlp=True,

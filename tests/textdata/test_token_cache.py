@@ -315,3 +315,19 @@ def test_an_entry_rebuilt_by_another_process_after_this_one_found_it_stale_is_ke
     mine = token_cache._open(*args)
     assert (directory / "opened-by-the-other").exists()  # the other process's entry is still there
     assert np.array_equal(np.asarray(mine.train), train)
+
+
+def test_versions_of_two_formats_sharing_a_cache_keep_their_entries_side_by_side(tmp_path, monkeypatch):
+    """Each removed the other's entry as stale and rebuilt it, at every run; versions of one format share it."""
+    config, corpus = entry(tmp_path)
+    shared, builds, this = corpus.directory, [], token_cache.FORMAT
+    build = token_cache._build
+    monkeypatch.setattr(token_cache, "_build", lambda *a, **k: builds.append(token_cache.FORMAT) or build(*a, **k))
+    for version in (this + 1, this, this + 1, this):  # this version and one of the next format, in turn
+        monkeypatch.setattr(token_cache, "FORMAT", version)
+        opened = reopen(config)
+        assert json.loads((opened.directory / "meta.json").read_text())["format"] == version
+        assert np.array_equal(np.asarray(opened.train), np.asarray(corpus.train))
+    assert builds == [this + 1] and opened.directory == shared  # one build, beside this version's entry
+    monkeypatch.setattr(token_cache, "FORMAT", this + 1)
+    assert reopen(config).directory.name == f"{shared.name}-format{this + 1}" and builds == [this + 1]

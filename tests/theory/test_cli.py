@@ -62,6 +62,15 @@ def test_gamma_c_and_fit_exponent(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["exponent"] == pytest.approx(-1.0)
 
 
+def test_fit_exponent_of_two_points_says_there_is_no_standard_error(tmp_path, capsys):
+    """It printed "(± nan)"."""
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps([[16, 0.5], [64, 0.3]]))
+    assert run_cli(["theory", "fit-exponent", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "(no standard error from two points)" in out and "nan" not in out
+
+
 def test_phase_diagram_and_bode_write_figures(tmp_path, capsys):
     assert run_cli(["theory", "phase-diagram", "--out", str(tmp_path), "--samples", "8"]) == 0
     assert "above_crossover" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The theory figures: gains in dB on both Bode plots, streams told apart, both correlations quoted."""
 
 import numpy as np
+import pytest
 
 from psattn.theory import plots
 
@@ -37,6 +38,22 @@ def test_phase_diagram_quotes_both_correlations_and_labels_the_crossovers(monkey
     ax_cmp = figures[0].axes[1]
     assert "above the crossover 0.9999" in ax_cmp.get_title() and "below it -0.3600" in ax_cmp.get_title()
     assert "crossover d_k* of each T" in [t.get_text() for t in ax_cmp.get_legend().get_texts()]
+
+
+def test_phase_diagram_draws_the_closed_form_with_the_comparisons_c(monkeypatch):
+    """It drew c = 0.74 whatever c the comparison (and its correlations) had been computed with."""
+    from psattn.theory.reduced_model import compare_with_theory
+    from psattn.theory.transition import gamma_c
+
+    figures = _captured(monkeypatch)
+    comparison = compare_with_theory([16.0, 64.0], [16], n_samples=8, c=0.5).to_dict()
+    assert comparison["c"] == 0.5
+    plots.plot_phase_diagram(comparison, "x.png")
+    drawn = [line for line in figures[0].axes[1].get_lines() if line.get_linestyle() == "-" and len(line.get_xdata())]
+    x, y = np.concatenate([line.get_xdata() for line in drawn]), np.concatenate([line.get_ydata() for line in drawn])
+    assert np.allclose(y, gamma_c(x, 16, 0.5)) and not np.allclose(y, gamma_c(x, 16, 0.74))
+    with pytest.raises(ValueError, match="computed with c = 0.5, not 0.74"):
+        plots.plot_phase_diagram(comparison, "x.png", c=0.74)
 
 
 def test_closed_form_bode_and_scaling_are_labelled(monkeypatch):

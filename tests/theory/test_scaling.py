@@ -63,6 +63,9 @@ def test_errors():
         fit_power_law([16, 16], [1, 2])
     with pytest.raises(ValueError, match=r"got \[32.\] \(2 pairs with a non-finite or non-positive value left out\)"):
         fit_power_law([16, 32, 64], [-0.5, 0.4, math.nan])  # the x values of dropped pairs are not missing from the file
+    for y in ([1e300, 1e-300, 1e-300], [1e-300, 1e-300, 1e300]):  # past a float's range: math.exp raised an OverflowError
+        with pytest.raises(ValueError, match="prefactor .* is past a float's range"):
+            fit_power_law([16, 64, 128], y)
     with pytest.raises(ValueError, match="no sweep results"):
         empirical_exponent([])
     with pytest.raises(ValueError, match="no d_k field"):

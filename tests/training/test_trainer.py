@@ -619,6 +619,22 @@ def test_a_training_batch_that_scores_no_position_logs_no_training_loss():
     assert all(row["train_loss"] > 1.0 for row, n in zip(rows, scored, strict=True) if n)
 
 
+def test_on_step_gets_no_loss_for_a_training_batch_that_scores_no_position():
+    """The callback was handed such a batch's loss of 0.0 (over no position), which the history no longer logs."""
+    from psattn.tasks import sample_task
+    from psattn.training.seeds import step_generator
+
+    task = make_task_config("induction", vocab_size=256, seq_len=16, form="all_positions")
+    config = tiny_config(8, batch_size=1, eval_every=4)
+    config = dataclasses.replace(config, task=task, model=dataclasses.replace(config.model, vocab_size=256))
+    seen: list[tuple[int, float | None]] = []
+    train(config, metrics=None, on_step=lambda step, loss: seen.append((step, loss)))
+    scored = [int(sample_task(task, 1, step_generator(config.train.seed, step - 1)).scored.sum()) for step, _ in seen]
+    assert [step for step, _ in seen] == list(range(1, 9)) and 0 in scored and any(scored)
+    assert [loss is None for _, loss in seen] == [n == 0 for n in scored]
+    assert all(loss > 1.0 for _, loss in seen if loss is not None)
+
+
 def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given_with_set(tmp_path):
     """A rule under which the run would have stopped before its checkpoint is refused also when it is edited into
     config.json (which psattn train --run-dir reads): the run 'stopped early' at once at step 20, where a run of

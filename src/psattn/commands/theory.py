@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
@@ -155,7 +156,8 @@ def cmd_fit_exponent(args: argparse.Namespace) -> int:
     if args.json:
         write_json_output(args.json, fit.to_dict())
     if args.json != "-":
-        print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} (± {fit.stderr:.4f}), R² {fit.r_squared:.4f}, "
+        spread = f"± {fit.stderr:.4f}" if math.isfinite(fit.stderr) else "no standard error from two points"
+        print(f"gamma_critical ∝ d_k^{fit.exponent:.4f} ({spread}), R² {fit.r_squared:.4f}, "
               f"{fit.n} points over d_k {fit.x_min:g}–{fit.x_max:g}, {fit.dropped} dropped (paper: about -1.13)")
     return 0
 
@@ -202,8 +204,9 @@ def register(subparsers) -> None:
 
     gc = add_command(sub, "gamma-c", "evaluate the closed-form critical coupling")
     gc.add_argument("--d-k", type=float, nargs="+", required=True, metavar="D", help="head dimensions")
-    gc.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
-    add_deprecated(gc, "--T", "--context", "context", type=float, nargs="+")
+    context = gc.add_mutually_exclusive_group()  # both: the last one given was used, without a word
+    context.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
+    add_deprecated(context, "--T", "--context", "context", type=float, nargs="+")
     gc.add_argument("--c", type=float, default=0.74, help="the law's constant")
     gc.set_defaults(func=cmd_gamma_c)
 

@@ -92,7 +92,7 @@ def not_run(experiment: str) -> list[str]:
         deepest = dataclasses.replace(deepest, depths=(max(deepest.depths),), seeds=(0,))
         one = [m / len(text_scale.VARIANTS) for m in text_scale.expected_minutes(deepest)]
         cost = (f"about {low:.0f}–{high:.0f} minutes of H200 training steps, extrapolated from psa-92m's step time "
-                "per layer (not measured on these models; the 40 evaluations a run and building the corpus on each "
+                "per layer (not measured on these models; the 42 evaluations a run and building the corpus on each "
                 f"fresh machine come on top; a four-layer run, {one[0]:.0f}–{one[1]:.0f} minutes by the same "
                 "extrapolation, may take two pieces, its run directory carried from one to the next)")
         commands = (f"`{COMMAND.format(experiment='text_scale_pilot')}` (the plain model of every depth, whose phase "
@@ -150,9 +150,11 @@ def render_page(text: str, results_root: Path) -> str:
 def section(experiment: str, results: Path, mode: str = "full") -> list[str]:
     """The page's lines for ``experiment``, from the summaries in the folder ``results`` (of ``mode``'s plan)."""
     saved = load_summaries(results)
+    study = GPU_SWEEPS[experiment][0]
+    if not saved and mode != "full":  # not_run's runs, minutes and commands are the full plan's
+        return [f"No `{experiment}` run of the {mode} plan has been saved: its {len(study.plan(mode))} runs have not run."]
     if not saved:
         return not_run(experiment)
-    study = GPU_SWEEPS[experiment][0]
     lines = [_provenance(saved), "", f"![{experiment}](figures/{FIGURES[experiment]})", ""]
     if experiment == "text_scale":
         lines += [_corpus(saved), "", "The pilot (the plain model of every depth, its first seed):", "",

@@ -2,8 +2,8 @@
 
 The rule, applied to a run's evaluation rows (its ``metrics.jsonl``): the phase change is at the
 first evaluation after step 0 at which the best head's score (``key``: ``prefix_matching_score`` on
-real text, ``induction_score`` on synthetic tasks; the maximum over every layer and head) reaches
-``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
+real text, ``induction_score`` on synthetic tasks; the maximum over every layer and head, NaN if any
+head's is: ``best``) reaches ``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
 (ln 2) / n on a row of 2 * n tokens (``uniform_score``): 0.005 on text rows of 256 tokens, 0.02 on rows
 of 64, 0.03 on the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
 head that puts a tenth of its mass on the one token after the previous occurrence, consistently, is
@@ -20,7 +20,8 @@ nats is more than twice what two plain layers show before their phase change at 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,17 @@ class PhaseChange:
     icl_at: float | None  # ... and at the phase change
 
 
+def best(scores: Iterable[float]) -> float:
+    """The largest of ``scores``; NaN when any is NaN, wherever it sits (Python's ``max`` kept a NaN only in
+    first place), so a head whose score is NaN makes its layer's best, and the best head's, NaN: below any
+    threshold."""
+    scores = list(scores)
+    return math.nan if any(math.isnan(s) for s in scores) else max(scores)
+
+
 def best_head(row: dict[str, Any], key: str) -> float:
-    """The largest score of any head in ``row[key]`` (a list of layers of per-head scores)."""
-    return max(max(layer) for layer in row[key])
+    """The largest score of any head in ``row[key]`` (a list of layers of per-head scores; NaN as ``best`` says)."""
+    return best(best(layer) for layer in row[key])
 
 
 def random_copy_gain(row: dict[str, Any]) -> float:

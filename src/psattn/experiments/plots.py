@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from psattn.experiments.phase_change import uniform_score
+from psattn.experiments.phase_change import best, best_head, uniform_score
 from psattn.figures import save_figure
 
 
@@ -73,7 +73,7 @@ def plot_runs(histories: dict[str, list[dict[str, Any]]], path: str | Path, metr
             values = rows[-1][metric] if rows else None
             if isinstance(values, list) and values and isinstance(values[0], list):  # (layers, heads)
                 for layer in range(len(values)):
-                    ax.plot([h["step"] for h in rows], [max(h[metric][layer]) for h in rows],
+                    ax.plot([h["step"] for h in rows], [best(h[metric][layer]) for h in rows],
                             label=f"{label}, layer {layer + 1}", linestyle="--" if layer == 0 else "-", **style)
                 ax.set(xlabel="training step", ylabel=f"{name} (best head of each layer)")
             elif isinstance(values, list):  # one value per position
@@ -146,10 +146,10 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         rows = [h for h in history if h["step"] > 0]
         tokens = [h["tokens"] / 1e6 for h in rows]
         style = dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1)
-        prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], label=label, **style)
+        prefix.plot(tokens, [best_head(h, "prefix_matching_score") for h in rows], label=label, **style)
         layers = len(rows[0]["previous_token_score"]) if rows else 0
         for layer, dash in zip(range(layers), ("--", "-"), strict=False):  # two line styles: the first two layers
-            previous.plot(tokens, [max(h["previous_token_score"][layer]) for h in rows], linestyle=dash,
+            previous.plot(tokens, [best(h["previous_token_score"][layer]) for h in rows], linestyle=dash,
                           label=f"{label}, layer {layer + 1}", **{k: v for k, v in style.items() if k != "marker"})
         icl.plot(tokens, [h["icl_score"] for h in rows], label=label, **style)
         change = (changes or {}).get(label)

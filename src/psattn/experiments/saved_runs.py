@@ -20,6 +20,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from psattn.experiments.phase_change import best
 from psattn.files import write_bytes, write_json, write_jsonl
 from psattn.jsonfile import read_json
 from psattn.training.config import canonical_config
@@ -42,7 +43,7 @@ def compact_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         # the best score unrounded: rounded, 0.09996 became the phase-change threshold of 0.1, a phase change the
         # run's own history does not show
-        rows.append({k: [[max(layer)] for layer in v] if k in HEAD_KEYS else v
+        rows.append({k: [[best(layer)] for layer in v] if k in HEAD_KEYS else v  # a NaN head: NaN, wherever it sits
                      for k, v in row.items() if k not in LAST_ONLY_KEYS})
     return rows
 

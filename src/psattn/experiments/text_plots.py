@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from psattn.experiments.phase_change import uniform_score
+from psattn.experiments.phase_change import best_head, uniform_score
 from psattn.figures import save_figure
 
 MARKERS = "osD^v<>"
@@ -62,9 +62,10 @@ def plot_position_loss(curves: dict[str, list[float]], path: str | Path) -> Path
 def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: str | Path) -> Path:
     """Every head's induction score (repeated random tokens) and prefix-matching score (repeated passage):
     rows of panels are the two scores, columns the models; rows of a panel are layers, columns heads.
-    One colour scale for all panels, from 0 to the largest score drawn."""
+    One colour scale for all panels, from 0 to the largest finite score drawn (a NaN cell is left blank)."""
     kinds = {"induction_score": "induction score\n(random tokens)", "prefix_matching_score": "prefix matching\n(passage)"}
-    top = max(max(max(row) for row in grids[kind]) for grids in scores.values() for kind in kinds)
+    drawn = np.concatenate([np.ravel(grids[kind]) for grids in scores.values() for kind in kinds])
+    top = float(drawn[np.isfinite(drawn)].max(initial=0.0))  # max() gave NaN for a NaN in first place only
     fig = Figure(figsize=(2.6 * len(scores) + 1.4, 4.6), layout="constrained")
     axes = fig.subplots(len(kinds), len(scores), squeeze=False)
     image = None
@@ -103,7 +104,7 @@ def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *
         style = dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=2.5, linewidth=1.1, label=label)
         style.update((styles or {}).get(label, {}))
         colour = style["color"]
-        prefix.plot(tokens, [max(max(layer) for layer in h["prefix_matching_score"]) for h in rows], **style)
+        prefix.plot(tokens, [best_head(h, "prefix_matching_score") for h in rows], **style)
         icl.plot(tokens, [h["icl_score"] for h in rows], **style)
         copy.plot(tokens, [h["random_first_loss"] - h["random_second_loss"] for h in rows], **style)
         loss.plot(tokens, [h["bits_per_byte"] for h in rows], **style)

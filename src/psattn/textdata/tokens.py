@@ -16,9 +16,11 @@ and a second run with the same corpus and tokenizer opens these files instead of
 ``meta.json`` records each array's shape, dtype and SHA-256, the tokenizer's SHA-256 and the corpus hash;
 opening an entry checks them all (that no token id reaches the vocabulary, and that the entry is of the
 corpus asked for), so a truncated, overwritten, tampered or misplaced cache is an error that names the
-file, never training data; a corpus that changes while it is tokenized is refused. An entry without ``meta.json``
-(a build cut short, or an older format) is rebuilt, and staging folders of builds on this machine whose
-process is gone are removed.
+file, never training data; a corpus that changes while it is tokenized is refused. An entry without a whole
+``meta.json`` (a build cut short) is rebuilt; one of another format (``FORMAT``), another version's, is left
+as it is, and this version's entry goes beside it, in ``<name>-format<FORMAT>/`` (remove the other once no
+version of its format uses the cache). Staging folders of builds on this machine whose process is gone are
+removed.
 """
 
 from __future__ import annotations
@@ -220,7 +222,18 @@ def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
     digest = corpus_hash(corpus)
     key = f"{digest}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
     key += "-byfile" if split == "file" else ""
-    return _open(cache_root() / "text" / key, corpus, tokenizer, vocab_size, eval_fraction, split, digest)
+    return _open(entry_directory(cache_root() / "text" / key), corpus, tokenizer, vocab_size, eval_fraction, split, digest)
+
+
+def entry_directory(shared: Path) -> Path:
+    """``shared``, the entry's name in every version of psattn, unless its meta.json is of another format: then
+    ``<shared>-format<FORMAT>`` beside it. Two versions of two formats sharing a cache rebuilt each other's entry
+    at every run; the one of the other format is left to the version that wrote it."""
+    try:
+        found = json.loads((shared / "meta.json").read_text())["format"]
+    except (OSError, ValueError, KeyError, TypeError):  # no entry, or no whole meta.json: built here, as before
+        return shared
+    return shared.with_name(f"{shared.name}-format{FORMAT}") if isinstance(found, int) and found != FORMAT else shared
 
 
 @lru_cache(maxsize=8)

@@ -21,15 +21,21 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from psattn.figures import save_figure
-from psattn.theory.transition import crossover_dk, gamma_c
+from psattn.theory.transition import C_CONSTANT, crossover_dk, gamma_c
 
 
 def _nan(values) -> np.ndarray:
     return np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
 
 
-def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float = 0.74) -> Path:
-    """``comparison``: ``TransitionComparison.to_dict`` output."""
+def plot_phase_diagram(comparison: dict[str, Any], path: str | Path, c: float | None = None) -> Path:
+    """``comparison``: ``TransitionComparison.to_dict`` output. The closed form is drawn with the law's
+    constant ``c`` the comparison was computed with (``C_CONSTANT`` for one saved before it recorded its c);
+    another ``c`` is refused, as the figure's correlations are the comparison's."""
+    recorded = comparison.get("c", C_CONSTANT)
+    if c is not None and c != recorded:  # the lines were drawn at 0.74 whatever c the comparison had
+        raise ValueError(f"the comparison was computed with c = {recorded:g}, not {c:g}: its correlations are of that c")
+    c = recorded
     fig = Figure(figsize=(13, 5), layout="constrained")
     ax_map, ax_cmp = fig.subplots(1, 2)
     d_grid = np.geomspace(2, 8192, 240)

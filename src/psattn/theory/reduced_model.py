@@ -173,6 +173,7 @@ class TransitionComparison:
     seed: int
     part_threshold: float
     stats: dict[str, Any] = field(default_factory=dict)
+    c: float = C_CONSTANT  # the law's constant of gamma_theory (what plot_phase_diagram draws the closed form with)
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison as plain values, for JSON (no transition as null)."""
@@ -225,4 +226,4 @@ def compare_with_theory(d_ks, Ts, *, n_samples: int = 256, seed: int = 0, criter
                                 "gamma_sim": float(s) if np.isfinite(s) else None,
                                 "rel_error": float(abs(s - t) / t) if np.isfinite(s) else None})
     stats["parting"] = parting
-    return TransitionComparison(d_ks, Ts, sim, theory, branch, criterion, n_samples, seed, part_threshold, stats)
+    return TransitionComparison(d_ks, Ts, sim, theory, branch, criterion, n_samples, seed, part_threshold, stats, c)

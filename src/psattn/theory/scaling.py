@@ -46,7 +46,7 @@ class PowerLawFit:
 
 def fit_power_law(x, y) -> PowerLawFit:
     """Least-squares fit of log y = log prefactor + exponent log x over the pairs with x, y > 0 and
-    finite (the others are counted in ``dropped``). Needs two distinct x values."""
+    finite (the others are counted in ``dropped``). Needs two distinct x values, and a prefactor a float holds."""
     x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if x.shape != y.shape:
         raise ValueError(f"x and y differ in length: {x.size} vs {y.size}")
@@ -62,13 +62,20 @@ def fit_power_law(x, y) -> PowerLawFit:
     resid = ly - A @ np.array([slope, intercept])
     ss_tot = float(((ly - ly.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    try:
+        prefactor = math.exp(intercept)
+    except OverflowError:  # was the traceback
+        prefactor = math.inf
+    if not 0 < prefactor < math.inf:  # or 0.0, a prefactor under a float's range
+        raise ValueError(f"the fitted prefactor e^{float(intercept):.4g} (exponent {float(slope):.4g}) is past a float's "
+                         "range; rescale x or y")
     n = int(keep.sum())
     if n > 2:
         s2 = float((resid**2).sum()) / (n - 2)
         stderr = math.sqrt(s2 / float(((lx - lx.mean()) ** 2).sum()))
     else:
         stderr = math.nan
-    return PowerLawFit(float(slope), float(math.exp(intercept)), r2, stderr, n,
+    return PowerLawFit(float(slope), prefactor, r2, stderr, n,
                        float(x[keep].min()), float(x[keep].max()), int((~keep).sum()))
 
 

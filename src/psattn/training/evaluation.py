@@ -4,6 +4,7 @@ run on held-out data of its own task, or of another compatible task or corpus (w
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,11 @@ def _data_changed(run_dir: Path, fingerprint: dict[str, str]) -> list[str]:
     return [name for name in ("corpus", "eval") if recorded.get(f"{name}_sha256") != fingerprint.get(f"{name}_sha256")]
 
 
+def _best(scores: list[float]) -> float:
+    """The largest of ``scores``; NaN when any is NaN, wherever it sits (``max`` kept a NaN only in first place)."""
+    return math.nan if any(math.isnan(s) for s in scores) else max(scores)
+
+
 def format_evaluation(result: dict[str, Any]) -> str:
     """A few readable lines of ``evaluate_run``'s result."""
     lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {result['task_config']}"]
@@ -169,5 +175,5 @@ def format_evaluation(result: dict[str, Any]) -> str:
     for key in ("induction_score", "prefix_matching_score", "previous_token_score"):
         if key in result:
             lines.append(f"  best {key.replace('_', ' ')}: " + ", ".join(
-                f"layer {i + 1} {max(layer):.3f}" for i, layer in enumerate(result[key])))
+                f"layer {i + 1} {_best(layer):.3f}" for i, layer in enumerate(result[key])))
     return "\n".join(lines)

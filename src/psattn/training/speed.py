@@ -54,7 +54,7 @@ def trainer_vs_bare_loop(config: RunConfig, steps: int = 30, repeats: int = 3) -
         torch.set_num_threads(timed.train.threads)
     marks: list[float] = []
 
-    def mark(step: int, loss: float) -> None:
+    def mark(step: int, loss: float | None) -> None:
         if step in (1, steps):
             marks.append(time.perf_counter())
 

@@ -205,7 +205,7 @@ def train(
     *,
     resume: bool = True,
     progress: bool = False,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float | None], None] | None = None,
     time_limit_s: float | None = None,
     should_stop: Callable[[], bool] | None = None,
     handle_signals: bool = True,
@@ -214,7 +214,8 @@ def train(
     metrics: RowMetrics | None = task_metrics,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
-    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step.
+    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step (``loss`` None
+    for a batch that scored no position, as the history's ``train_loss``).
 
     ``time_limit_s`` stops at the first step boundary after that many seconds of this call:
     the checkpoint is written, no ``result.json`` (the run is unfinished), and the returned
@@ -237,7 +238,7 @@ def train(
             None trains in memory and writes nothing.
         resume: continue from the checkpoint in ``run_dir`` when there is one (False: start over).
         progress: show a progress bar.
-        on_step: called as ``on_step(step, loss)`` after every optimiser step.
+        on_step: called as ``on_step(step, loss)`` after every optimiser step (loss None: the batch scored nothing).
         time_limit_s: checkpoint and stop after this many seconds.
         should_stop: polled every step; True checkpoints and stops.
         handle_signals: turn SIGINT/SIGTERM/SIGHUP into a checkpoint and a stop.
@@ -298,7 +299,7 @@ def train(
                 loss = run.train_step()
                 if on_step is not None:  # reads the loss anyway
                     run.raise_if_diverged()
-                    on_step(run.state.step, loss.item())
+                    on_step(run.state.step, loss.item() if run.scored_last else None)  # 0.0 over no position
                 bar.update(1)
                 if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
                     run.raise_if_diverged()

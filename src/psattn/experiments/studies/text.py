@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from psattn.experiments.configs import SHEARED, run_name
-from psattn.experiments.phase_change import PhaseChange
+from psattn.experiments.phase_change import PhaseChange, best_head
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.models.config import Variant
@@ -155,8 +155,8 @@ def summarise_text(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "passage_second_loss": stat(lambda r: _last(r, "passage_second_loss")),
             "passage_copy_gain": stat(lambda r: _last(r, "passage_first_loss") - _last(r, "passage_second_loss")),
             "random_copy_gain": stat(lambda r: _last(r, "random_first_loss") - _last(r, "random_second_loss")),
-            "best_induction_score": stat(lambda r: max(max(layer) for layer in _last(r, "induction_score"))),
-            "best_prefix_matching_score": stat(lambda r: max(max(layer) for layer in _last(r, "prefix_matching_score"))),
+            "best_induction_score": stat(lambda r: best_head(r["history"][-1], "induction_score")),
+            "best_prefix_matching_score": stat(lambda r: best_head(r["history"][-1], "prefix_matching_score")),
         })
     return sorted(rows, key=lambda r: (r["layers"], r["variant"] != "baseline", r["variant"]))
 

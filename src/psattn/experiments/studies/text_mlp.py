@@ -6,7 +6,7 @@ an MLP in every block never formed the circuit (``two_layer``: the first layer's
 layer's heads onto the previous token). Real small models have MLPs, and ``text_scale`` (the GPU study)
 trains them. This study asks, at CPU scale and before the GPU run, whether that lock also holds on real
 text: the same setting as ``text_phase`` (``python-stdlib``, BPE 1024, context 64, 8 rows a step,
-d_model 128, 4 heads, 24M training tokens, 40 evaluations), the same models as its core (one and two
+d_model 128, 4 heads, 24M training tokens, 42 evaluations), the same models as its core (one and two
 layers, plain and key-only gamma = 1), each with an MLP in every block; seed 0, and seeds 1 and 2 of the
 two plain layers, whose phase change varies most between seeds, of the two key-only layers set against them,
 and of the one key-only layer, seeded in ``text_phase`` too. The attention-only counterparts are

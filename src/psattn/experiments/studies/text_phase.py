@@ -5,13 +5,13 @@ The hypothesis, stated before the run, is ``HYPOTHESIS``.
 
 The setting is where `psattn sweep text_pilot` saw the phase change within a CPU budget: two plain
 attention-only layers on Python source (``python-stdlib``, BPE 1024) at 8 rows of 64 tokens a step
-formed a prefix-matching head after 7.8M training tokens (docs/text.md). Every model here trains on
-24M tokens, three times that, evaluated 40 times: one layer plain, key-only gamma = 1, symmetric
-gamma = 1, smeared keys (Olsson et al.'s one-layer fix) and Canon (the better of the KV-shift and Canon
-rows of the synthetic tables); two layers plain and key-only. Every model is attention-only: the
-two-layer reference with an MLP in every block does not form the circuit (docs/text.md), and the
-comparison keeps one recipe for all. The one-layer key-only and the two plain layers train on three
-seeds, the rest on one.
+formed a prefix-matching head after 7.8M training tokens (docs/text.md). Every model here trains on 24M
+tokens, three times that, evaluated 42 times (step 0, every 1,171 steps, the last step): one layer
+plain, key-only gamma = 1, symmetric gamma = 1, smeared keys (Olsson et al.'s one-layer fix) and Canon
+(the better of the KV-shift and Canon rows of the synthetic tables); two layers plain and key-only.
+Every model is attention-only: the two-layer reference with an MLP in every block does not form the
+circuit (docs/text.md), and the comparison keeps one recipe for all. The one-layer key-only and the two
+plain layers train on three seeds, the rest on one.
 """
 
 from __future__ import annotations

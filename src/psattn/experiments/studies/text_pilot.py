@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from psattn.experiments.phase_change import THRESHOLD, best_head, detect_phase_change
+from psattn.experiments.phase_change import THRESHOLD, best, best_head, detect_phase_change
 from psattn.experiments.study import Results, Study, check_mode
 from psattn.models import AttentionConfig, ModelConfig
 from psattn.tasks import make_task_config
@@ -89,7 +89,7 @@ def pilot_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "tokens": last["tokens"], "minutes": last["seconds"] / 60,
             "phase_change": change,
             "best_prefix_matching_score": best_head(last, "prefix_matching_score"),
-            "previous_token_by_layer": [max(layer) for layer in last["previous_token_score"]],
+            "previous_token_by_layer": [best(layer) for layer in last["previous_token_score"]],
             "icl_score": last["icl_score"], "bits_per_byte": last["bits_per_byte"],
         })
     return sorted(rows, key=lambda r: (r["mlp"], -r["context"], r["batch_size"]))

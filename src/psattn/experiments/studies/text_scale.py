@@ -4,8 +4,9 @@
 is transient; but its models are attention-only and tiny (d_model 128, context 64, 24M tokens). This
 sweep trains what small real models look like: 1, 2 and 4 layers with an MLP in every block, d_model
 256, 4 heads, context 256, plain, key-only gamma = 1 and symmetric gamma = 1, two seeds, bf16, 80M
-training tokens each (16 rows of 256 tokens a step), evaluated 40 times. The emergence law of arXiv
-2511.16893 puts two plain attention-only layers' phase change at 32M tokens at this batch and context
+training tokens each (16 rows of 256 tokens a step), evaluated 42 times (step 0, every 488 steps, the last step).
+The emergence law of arXiv 2511.16893 puts two plain attention-only layers' phase change at 32M tokens at
+this batch and context
 (``text_pilot.law_tokens``), so the budget is 2.5 times that; more would read the corpus more than
 twice (below). The pilot (``text_scale_pilot``: the plain models of every depth, seed 0, which are this
 sweep's own runs) says whether every two- and four-layer plain model is well past its phase change by
@@ -41,7 +42,7 @@ from typing import Any, cast
 
 from psattn.experiments.configs import run_name
 from psattn.experiments.markdown import table
-from psattn.experiments.phase_change import detect_copying, detect_phase_change
+from psattn.experiments.phase_change import best, detect_copying, detect_phase_change
 from psattn.experiments.studies.paper_scale import H200_STEP_S
 from psattn.experiments.studies.text import (
     mean_sd,
@@ -143,8 +144,9 @@ def repeats(result: dict[str, Any]) -> float | None:
 
 
 def best_by_layer(row: dict[str, Any], key: str) -> list[float]:
-    """Each layer's best head's score in an evaluation row (full or compacted lists)."""
-    return [max(layer) for layer in row[key]]
+    """Each layer's best head's score in an evaluation row (full or compacted lists; NaN as ``phase_change.best``
+    says)."""
+    return [best(layer) for layer in row[key]]
 
 
 def trained_through(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
