@@ -224,6 +224,17 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
 
 
+def test_float64_streams_stay_float64_under_autocast_as_on_the_other_backends():
+    """Autocast leaves float64 alone, and SDPA and the reference kept it; the fused backend cast v to autocast's
+    dtype and returned a 16-bit output (on a GPU it ran fp64 q and k in bf16 where it refuses fp64)."""
+    q, k, v = streams(B=1, Hq=2, Hkv=1, T=19)
+    kw = dict(gamma_q=0.7, gamma_k=0.7, is_causal=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = psa_attention(q, k, v, **kw, backend="fused")
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, psa_attention_reference(q, k, v, **kw), atol=1e-12, rtol=0)
+
+
 def test_bf16_products_are_refused_by_name_where_the_interpreter_multiplies_bf16_wrongly():
     """Triton 3.9's interpreter multiplies bf16 tiles' raw bit patterns in ``tl.dot`` (docs/kernel.md): bf16 streams,
     bf16 autocast and bf16 score products gave outputs off by 8e8. The fused backend refuses them there by name;
