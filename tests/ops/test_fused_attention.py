@@ -97,6 +97,30 @@ def test_odd_lengths_gqa_groups_head_dims_and_no_mask(Hq, Hkv, T, D, causal):
     assert_matches_reference(*streams(B=1, Hq=Hq, Hkv=Hkv, T=T, D=D), gamma_q=0.3, gamma_k=1.0, is_causal=causal)
 
 
+@pytest.mark.parametrize(("Tq", "Tk", "causal"), [(21, 7, True), (6, 19, True), (5, 18, False)])
+def test_query_and_key_chunks_of_different_lengths_with_prev_rows(Tq, Tk, causal):
+    """Tq != Tk (SDPA's causal mask aligned top-left): query tiles past the last key, key tiles past the last
+    query, and each stream continuing its own prev row."""
+    q, _, _ = streams(B=1, Hq=4, Hkv=2, T=Tq, seed=1)
+    _, k, v = streams(B=1, Hq=4, Hkv=2, T=Tk, seed=2)
+    g = torch.Generator().manual_seed(3)
+    prev_q, prev_k = (torch.randn(1, h, 1, 16, generator=g, dtype=torch.float64) for h in (4, 2))
+    assert_matches_reference(q, k, v, gamma_q=0.7, gamma_k=1.1, is_causal=causal, prev_q=prev_q, prev_k=prev_k)
+
+
+def test_strided_streams_negative_couplings_the_zero_rule_and_a_scale_at_d_64():
+    """q, k, v as a model passes them, (B, T, H, D) transposed to (B, H, T, D), at D 64, with negative
+    couplings, the zero boundary rule after a prev row and starts, and a scale of the caller's."""
+    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in streams(B=2, Hq=2, Hkv=1, T=18, D=64))
+    assert q.detach().clone().stride() == q.stride() != q.contiguous().stride()  # as forward_and_grads passes it
+    starts = torch.zeros(2, 18, dtype=torch.bool)
+    starts[1, [0, 16, 17]] = True
+    prev_q, prev_k = (torch.randn(2, h, 1, 64, generator=torch.Generator().manual_seed(h), dtype=torch.float64)
+                      for h in (2, 1))
+    assert_matches_reference(q, k, v, gamma_q=-0.6, gamma_k=-1.3, is_causal=True, starts=starts, boundary="zero",
+                             prev_q=prev_q, prev_k=prev_k, scale=0.3)
+
+
 # the interpreter's NumPy warns about the lanes a tile masks out (overflow, inf - inf), which the kernel discards
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize(("Tq", "Tk", "causal"), [(17, 17, False), (20, 3, True)])
@@ -222,6 +246,17 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
                                psa_attention(q, k, v, gamma_k=0.5, scale=0.3, backend="fused"), rtol=0, atol=0)
     sdpa = psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="sdpa")
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
+
+
+def test_float64_streams_stay_float64_under_autocast_as_on_the_other_backends():
+    """Autocast leaves float64 alone, and SDPA and the reference kept it; the fused backend cast v to autocast's
+    dtype and returned a 16-bit output (on a GPU it ran fp64 q and k in bf16 where it refuses fp64)."""
+    q, k, v = streams(B=1, Hq=2, Hkv=1, T=19)
+    kw = dict(gamma_q=0.7, gamma_k=0.7, is_causal=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = psa_attention(q, k, v, **kw, backend="fused")
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, psa_attention_reference(q, k, v, **kw), atol=1e-12, rtol=0)
 
 
 def test_bf16_products_are_refused_by_name_where_the_interpreter_multiplies_bf16_wrongly():

@@ -202,7 +202,8 @@ def psa_attention(
         # one more row of each stream, in its dtype, as the other backends' shear takes it
         prev_q = None if prev_q is None else prev_q.to(q.dtype)
         prev_k = None if prev_k is None else prev_k.to(k.dtype)
-        if autocast:  # the products in autocast's dtype (what the checks see); q and k are sheared at their own precision
+        if autocast and v.dtype != torch.float64:  # the products in autocast's dtype (what the checks see), which
+            # leaves float64 alone as it does for SDPA; q and k are sheared at their own precision
             v = v.to(torch.get_autocast_dtype(q.device.type))
         reason = fused_unsupported(q, k, v, attn_mask, dropout_p, starts, is_causal, scale)
         if reason is not None:
