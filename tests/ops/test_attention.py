@@ -253,6 +253,20 @@ def test_a_scale_that_is_no_finite_number_is_refused_by_every_backend(backend, s
         psa_attention(*qkv(), gamma_k=0.5, is_causal=True, scale=scale, backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["auto", "sdpa"])
+def test_a_scale_tensor_that_requires_grad_on_the_sdpa_path_names_the_backend_that_differentiates_it(backend):
+    """SDPA refused it in its own words ("argument 'scale' must be float, not Tensor"); the reference path
+    differentiates it, and a tensor that requires no grad is read as its number."""
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="needs backend='reference'"):
+        psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=torch.tensor(0.5, requires_grad=True), backend=backend)
+    as_number = psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=torch.tensor(0.5), backend=backend)
+    torch.testing.assert_close(as_number, psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=0.5, backend=backend))
+    scale = torch.tensor(0.5, requires_grad=True)
+    psa_attention(q, k, v, gamma_k=0.5, is_causal=True, scale=scale, backend="reference").sum().backward()
+    assert scale.grad is not None and torch.isfinite(scale.grad)
+
+
 @pytest.mark.parametrize("backend", ["auto", "fused", "sdpa", "reference"])
 @pytest.mark.parametrize("is_causal", ["yes", None, 1])
 def test_an_is_causal_that_is_no_bool_is_refused_by_every_backend(backend, is_causal):

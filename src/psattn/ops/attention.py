@@ -92,8 +92,8 @@ def check_masking(attn_mask: Tensor | None, is_causal: bool) -> None:
 
 
 def check_scale(scale: float | None) -> float | None:
-    """``scale`` if it is None (1/sqrt(D)) or a finite number (a tensor goes on as SDPA takes it); TypeError /
-    ValueError naming it otherwise (NaN or inf made every output NaN)."""
+    """``scale`` if it is None (1/sqrt(D)) or a finite number (a tensor goes on: the reference path differentiates
+    it, SDPA reads it as a number); TypeError / ValueError naming it otherwise (NaN or inf made every output NaN)."""
     if scale is None or isinstance(scale, Tensor):
         return scale
     if isinstance(scale, bool) or not isinstance(scale, Real):
@@ -212,6 +212,9 @@ def psa_attention(
 
         return fused_psa_attention(q, k, v, gamma_q=gamma_q, gamma_k=gamma_k, is_causal=is_causal, scale=scale,
                                    starts=starts, prev_q=prev_q, prev_k=prev_k, replicate=boundary == "replicate")
+    if isinstance(scale, Tensor) and scale.requires_grad:  # SDPA's own words name no way out
+        raise TypeError(f"backend {backend!r} takes the scale as a number and gives it no gradient; a scale tensor "
+                        "that requires grad needs backend='reference'")
     q_hat, k_hat = _shear_qk(q, k, gamma_q, gamma_k, starts, prev_q, prev_k, boundary)
     if is_causal and scale is not None and float(scale) <= 0:  # CPU SDPA's causal kernel scales its -inf too: NaN rows
         attn_mask, is_causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(), False
