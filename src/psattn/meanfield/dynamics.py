@@ -36,11 +36,8 @@ class VelocityField(Protocol):
 
 
 def normalise(x: Tensor) -> Tensor:
-    """Retract onto the unit sphere along the last axis; a point whose ‖x‖² over- or underflows the dtype (a large
-    fixed step at large β) is scaled by its largest entry first (x / inf was 0, off the sphere)."""
-    norm = x.norm(dim=-1, keepdim=True)  # (..., 1)
-    if bool(((norm > 0) & torch.isfinite(norm)).all()):
-        return x / norm
+    """Retract onto the unit sphere along the last axis, scaling each point by its largest entry first: ‖x‖² of a
+    large fixed step at large β overflowed the dtype, and x / inf was 0, off the sphere."""
     x = x / x.abs().amax(dim=-1, keepdim=True)  # largest entry ±1 in every point
     return x / x.norm(dim=-1, keepdim=True)
 
