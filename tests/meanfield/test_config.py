@@ -1,7 +1,9 @@
 """SimulationConfig rejects bad inputs with clear ValueErrors."""
 
+import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -100,6 +102,15 @@ def test_a_kernel_table_that_is_not_finite_numbers_is_refused(kernel, match):
 def test_build_kernel_names_a_config_of_another_type():
     with pytest.raises(TypeError, match="build_kernel takes a SimulationConfig, got dict"):
         build_kernel({"n": 4})  # 'dict' object has no attribute 'kernel'
+
+
+def test_kernel_tables_given_as_arrays_are_written_as_json():
+    # an ndarray or tensor of gauges ran, then summary.json failed: 'Object of type ndarray is not JSON serializable'
+    gauges = torch.linalg.qr(torch.randn(2, 3, 3, dtype=torch.float64))[0]
+    for table in (gauges, gauges.numpy()):
+        cfg = SimulationConfig(n=4, d=3, kernel=KernelConfig("gauge", gauges=table, label_factor=np.ones((4, 4))))
+        assert json.loads(json.dumps(cfg.to_dict()))["kernel"]["gauges"] == gauges.tolist()
+        assert torch.equal(build_kernel(cfg).gauges, gauges[[0, 0, 1, 1]])
 
 
 def test_pair_kernel_cannot_run_comoving():

@@ -83,6 +83,14 @@ def test_measured_cluster_count_does_not_depend_on_the_horizon():
         measure_cluster_count(36.0, n=16, tau=1.0, record_every=0.25)
 
 
+def test_the_cluster_count_refuses_a_horizon_that_is_no_multiple_of_its_record_spacing():
+    # tau 40.05: the step shrank to 40.05 / 401 and the records fell 0.499 and 0.599 apart, not every 0.5
+    with pytest.raises(ValueError, match="tau must be a multiple of record_every = 0.5, got 40.05"):
+        measure_cluster_count(4.0, n=16, tau=40.05)
+    counted = measure_cluster_count(36.0, n=128, seed=0, tau=12.0, hold=0.5)
+    assert counted["record_times"] == pytest.approx([0.5 * k for k in range(25)])
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda: two_cluster_state(8, math.nan, 0.05, 0), "separation must be a finite number"),  # a NaN state
     (lambda: two_cluster_state(8, 1.0, -0.1, 0), "jitter must be >= 0"),

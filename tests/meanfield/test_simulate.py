@@ -40,6 +40,14 @@ def test_large_step_violation_is_reported_with_its_step_size():
     assert check.first_violation_time is not None
 
 
+@pytest.mark.parametrize(("dtype", "beta"), [("float32", 70.0), ("float64", 600.0)])
+def test_a_step_whose_squared_norm_overflows_stays_on_the_sphere(dtype, beta):
+    # a fixed step h·v ~ e^β: ‖x + h·v‖² overflowed, x / inf was 0 and the run died in its diagnostics
+    traj = simulate(_cfg("usa", n=16, beta=beta, beta_aware_step=False, tau=1.0, dtype=dtype))
+    assert float((traj.x.norm(dim=-1) - 1).abs().max()) < 1e-6
+    assert not traj.energy_check.monotone  # the step is reported as too large instead
+
+
 @pytest.mark.parametrize(
     "single_label",
     [

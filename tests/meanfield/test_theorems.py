@@ -31,6 +31,16 @@ def test_conditional_diracisation_fails_without_labels():
     assert not check_conditional_diracisation("usa", n=32, batch=1).passed
 
 
+def test_the_report_states_the_graph_law_distance_the_diracisation_check_asks_for():
+    # the spread is half the mean squared distance: the check asks the distance for √slice_tol, not slice_tol
+    from psattn.meanfield.reproduce import CONSTRUCTIONS
+
+    result = check_conditional_diracisation("rope", n=64, tau=6.0, batch=1)
+    assert result.passed and 1e-6 < result.details["graph_law_distance"] < 1e-3
+    assert "below 1e-6 and mean distance to the graph law x*(ξ) = G(ξ)ᵀy* below its square root, 1e-3" in \
+        " ".join(CONSTRUCTIONS.split())
+
+
 @pytest.mark.parametrize("d", [2, 3])
 def test_rope_orbit_universality(d):
     result = check_rope_orbit_universality(n=32, d=d)

@@ -112,6 +112,11 @@ class KernelConfig:
     def __post_init__(self) -> None:
         if self.name not in KERNEL_NAMES:
             raise ValueError(f"unknown kernel {self.name!r}; choose one of {KERNEL_NAMES}")
+        # an array or tensor of a table as its nested lists: the run's summary.json and config.json could not hold it
+        for name in ("gauges", "label_factor", "pair_matrices"):
+            value = getattr(self, name)
+            if hasattr(value, "tolist") and not isinstance(value, list | tuple | str):
+                setattr(self, name, value.tolist())
         if self.frequencies is not None:
             self.frequencies = _reals(self.frequencies, "kernel frequencies")
         if not isinstance(self.planes, list | tuple) or not all(

@@ -36,7 +36,9 @@ class VelocityField(Protocol):
 
 
 def normalise(x: Tensor) -> Tensor:
-    """Retract onto the unit sphere along the last axis."""
+    """Retract onto the unit sphere along the last axis, scaling each point by its largest entry first: ‖x‖² of a
+    large fixed step at large β overflowed the dtype, and x / inf was 0, off the sphere."""
+    x = x / x.abs().amax(dim=-1, keepdim=True)  # largest entry ±1 in every point
     return x / x.norm(dim=-1, keepdim=True)
 
 

@@ -255,13 +255,17 @@ def measure_cluster_count(
     another and the count climbs through transient values; in runs with n 128–256, β 4–36 and seeds
     0–5 (noise 1e-3) each transient lasted at most 2 time units and the first plateau at least 5, so
     hold = 3 separates them. The result does not depend on ``tau`` once ``tau`` covers that plateau
-    (the records sit at fixed times); later merges (the staircase) do not change it.
+    (the records sit at fixed times: tau must be a multiple of ``record_every``, itself a multiple of ``dt``); later
+    merges (the staircase) do not change it.
     """
     steps_per_record = record_every / dt
     if record_every <= 0 or abs(steps_per_record - round(steps_per_record)) > 1e-9:
         raise ValueError(f"record_every must be a positive multiple of dt = {dt:g}, got {record_every!r}")
+    records = tau / record_every
+    if abs(records - round(records)) > 1e-9:  # the step shrinks to tau / steps and the records spread: 0.4, 0.5, 0.6 apart
+        raise ValueError(f"tau must be a multiple of record_every = {record_every:g}, got {tau!r}")
     cfg = SimulationConfig(n=n, d=2, beta=beta, dynamics="sa", dt=dt, tau=tau, seed=seed,
-                           n_records=round(tau / record_every) + 1, keep_states=True)
+                           n_records=round(records) + 1, keep_states=True)
     traj = simulate(cfg, near_uniform_circle(n, noise, seed))
     assert traj.states is not None
     gap = gap_factor * 2 * math.pi / n

@@ -196,8 +196,8 @@ CONSTRUCTIONS = """\
 
 - **Conditional Dirac-isation.** For a gauge kernel A(ξ, ζ) = G(ξ)ᵀG(ζ) the co-moving coordinates
   y_i = G(ξ_i) x_i follow plain USA; the check asks that they collapse to one point y* (co-moving
-  spread and distance to the graph law x*(ξ) = G(ξ)ᵀy* below 1e-6) while the content marginal stays
-  spread.
+  spread below 1e-6 and mean distance to the graph law x*(ξ) = G(ξ)ᵀy* below its square root, 1e-3, as
+  the spread is half the mean squared distance) while the content marginal stays spread.
 - **Orbit-wise universality (RoPE, Theorem 2).** One frequency ω = 1 on the plane (0, 1) of S².
   Target: the von Mises mixture 0.65·vM(0, 5) + 0.35·vM(2.4, 1.5) of the angle θ along the orbit.
   Positions s_i = −θ_i/ω with θ_i = F⁻¹((i + ½)/n) the target's quantiles, i.e. the label law

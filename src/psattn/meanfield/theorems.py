@@ -93,7 +93,8 @@ def check_conditional_diracisation(
     slice_tol: float = 1e-6,
     min_marginal_spread: float = 0.01,
 ) -> TheoremCheck:
-    """Slices collapse (co-moving spread and graph-law distance < slice_tol), the marginal does not."""
+    """Slices collapse (co-moving spread < slice_tol, graph-law distance < √slice_tol: the spread is half the
+    mean squared distance), the marginal does not (its spread > min_marginal_spread)."""
     traj = _run(kernel, n, d, beta, tau, seed, batch, n_records=51)
     comoving = float(traj.final("comoving_spread").max())
     graph = float(traj.final("graph_law_distance").max())
