@@ -17,8 +17,8 @@ Conditional diagnostics, which need the kernel's labels and gauges:
                            μ_ξ is the Dirac mass at x*(ξ) = G(ξ)ᵀ y* (conditional Dirac-isation).
 - ``graph_law_distance``   mean_i ‖x_i − G(ξ_i)ᵀ y*‖ with y* = ȳ/‖ȳ‖, the distance from the predicted
                            graph law.
-- ``conditional_spread``   mean over label groups with ≥ 2 tokens of 1 − ‖mean of x in the group‖ (NaN
-                           when every label is distinct, e.g. positions).
+- ``conditional_spread``   mean over label groups with ≥ 2 tokens, weighted by their sizes, of
+                           1 − ‖mean of x in the group‖ (NaN when every label is distinct, e.g. positions).
 """
 
 from __future__ import annotations
