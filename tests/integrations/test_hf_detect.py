@@ -107,6 +107,15 @@ def test_multi_latent_attention_is_refused_with_the_reason():
     assert "DeepseekV3Attention" in message and "multi-latent attention" in message
 
 
+def test_a_rotary_call_of_a_submodule_after_the_update_is_not_the_attention_caching_keys_before_rope():
+    """DeepSeek-V3.2's attention turns its keys before the cache update; its indexer submodule turns its own keys after
+    it. The dry run said the attention cached keys before RoPE; the reason is its multi-latent attention."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("deepseek_v32"))
+    assert "DeepseekV32Attention" in message and "multi-latent attention" in message
+
+
 def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_is_refused():
     """Falcon-H1 passed the dry run, then its every cached forward (the default, and generate) raised."""
     from psattn.integrations.hf.support import tiny_model as any_tiny_model

@@ -76,7 +76,8 @@ class _Call:
 
     module: nn.Module
     kwargs: dict[str, Any]
-    events: list[tuple] = field(default_factory=list)  # ("rope", channels) | ("update", idx, k, v) | ("attend", ...)
+    # ("rope", channels, innermost module) | ("update", idx, k, v) | ("attend", ...)
+    events: list[tuple] = field(default_factory=list)
 
 
 class _Recorder:
@@ -115,7 +116,7 @@ class _Recorder:
     def rope(self, fn: Callable) -> Callable:
         def recording_rope(*args, **kwargs):
             out = fn(*args, **kwargs)
-            self.note(("rope", _turned_channels(args, kwargs, out)))
+            self.note(("rope", _turned_channels(args, kwargs, out), self.stack[-1].module if self.stack else None))
             return out
 
         return recording_rope
@@ -233,7 +234,8 @@ def _check_call(call: _Call) -> str | None:
     if getattr(module, "layer_idx", None) != layer_idx:
         return (f"{kind} updates cache layer {layer_idx} but has layer_idx={getattr(module, 'layer_idx', None)} "
                 "(layers that share or borrow another layer's keys)")
-    if any(e[0] == "rope" for e in call.events[u + 1:at]):
+    # the module's own RoPE call (one inside a submodule turns that submodule's keys, as DeepSeek-V3.2's indexer does)
+    if any(e[0] == "rope" and e[2] is module for e in call.events[u + 1:at]):
         return f"{kind} applies rotary embeddings after past_key_values.update (the cache holds keys before RoPE)"
     if key is not keys or value is not values:
         return (f"{kind} attends with keys or values built after past_key_values.update from what it cached (as "

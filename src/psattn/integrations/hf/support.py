@@ -258,9 +258,11 @@ REFUSED: dict[str, dict] = {
                         mlp_layer_types=["dense", "sparse"], num_experts=2, num_experts_per_token=1, num_expert_group=1,
                         linear_head_dim=8, linear_num_heads=4),
     "deepseek_v4": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
-    # Sparse attention with an indexer: RoPE on the keys after the update.
+    # Multi-latent attention with a sparse-attention indexer (which turns its own keys after the update).
     "glm_moe_dsa": dict(_MLA, head_dim=8),
     "axk2": dict(_MLA, head_dim=8),
+    "hy_v4": dict(_MLA, head_dim=8, mlp_layer_types=["dense", "sparse"], layer_types=["indexed_attention"] * 2,
+                  indexer_types=["full", "shared"], index_head_dim=8, index_n_heads=2, hc_mult=2, index_topk=4),
     "jetmoe": {},  # mixture of attention heads: keys and values projected after the update
     # Attention written without the registered function, or no attention at all (state-space and recurrent models).
     "bloom": {},  # ALiBi
