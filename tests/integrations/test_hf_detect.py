@@ -116,6 +116,15 @@ def test_a_rotary_call_of_a_submodule_after_the_update_is_not_the_attention_cach
     assert "DeepseekV32Attention" in message and "multi-latent attention" in message
 
 
+def test_a_model_that_keeps_its_attention_implementation_is_refused_by_the_dry_run():
+    """GOT-OCR2 passed the dry run (so docs/hf_support.md would list it supported); apply_psa then refused it, as the
+    model keeps its attention implementation when set_attn_implementation switches to PSA's."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    with pytest.raises(NotImplementedError, match="keeps its attention implementation"):
+        find_attention(any_tiny_model("got_ocr2"), "eager")
+
+
 def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_is_refused():
     """Falcon-H1 passed the dry run, then its every cached forward (the default, and generate) raised."""
     from psattn.integrations.hf.support import tiny_model as any_tiny_model

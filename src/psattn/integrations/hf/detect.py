@@ -85,6 +85,7 @@ class _Recorder:
         self.stack: list[_Call] = []
         self.calls: list[_Call] = []
         self.caches: list[Cache] = []
+        self.switched = False  # whether the model took the probe's attention implementation
 
     def enter(self, module, args, kwargs):
         call = _Call(module, kwargs)
@@ -193,6 +194,7 @@ def _record(model: Any, base: str) -> _Recorder:
     _ACTIVE.append(recorder)
     try:
         model.set_attn_implementation(f"psa_probe_{base}")
+        recorder.switched = model.config._attn_implementation == f"psa_probe_{base}"
         model.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
             model(input_ids=ids, attention_mask=mask, use_cache=True)
@@ -286,6 +288,10 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
         reason = _check_call(call)
         if reason is not None:
             raise NotImplementedError(f"PSA does not support {name}: {reason}")
+    if not recorder.switched:  # GOT-OCR2, whose vision encoder cannot switch: apply_psa could not switch it to PSA's
+        raise NotImplementedError(
+            f"PSA does not support {name}: it keeps its attention implementation when set_attn_implementation is "
+            "called, and PSA attends through one it registers")
     rotary: dict[int, int] = {}
     head_dim: dict[int, int] = {}
     extra: set[str] = set()

@@ -270,6 +270,10 @@ REFUSED: dict[str, dict] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=6),
     "gpt_neox_japanese": {},
     "openai-gpt": {},
+    # its vision encoder cannot switch attention implementations, so the model keeps its own
+    "got_ocr2": dict(text_config=dict(head_dim=8), image_token_index=60, image_seq_length=4, vision_config=dict(
+        hidden_size=16, output_channels=16, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=4,
+        mlp_dim=16, global_attn_indexes=[0], window_size=2)),
     "git": dict(vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                                    image_size=8, patch_size=4)),
     "reformer": dict(is_decoder=True, attn_layers=["local", "local"], axial_pos_shape=[8, 32], axial_pos_embds_dim=[16, 16],
