@@ -125,6 +125,15 @@ def test_a_model_that_keeps_its_attention_implementation_is_refused_by_the_dry_r
         find_attention(any_tiny_model("got_ocr2"), "eager")
 
 
+def test_a_module_that_runs_once_per_loop_on_another_cache_layer_is_refused():
+    """Dory's recurrent block runs twice per forward, each loop on its own cache layer: the dry run checked the first
+    call only and passed, and the patched model's cached generation raised."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("dory"))
+    assert "DoryAttention runs more than once in one forward pass, on cache layers [1, 3]" in message
+
+
 def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_is_refused():
     """Falcon-H1 passed the dry run, then its every cached forward (the default, and generate) raised."""
     from psattn.integrations.hf.support import tiny_model as any_tiny_model

@@ -288,6 +288,16 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
         reason = _check_call(call)
         if reason is not None:
             raise NotImplementedError(f"PSA does not support {name}: {reason}")
+    # Dory's recurrent block runs once per loop, each time on its own cache layer; PSA patches a module for one
+    looped: dict[nn.Module, set[int]] = {}
+    for call in recorder.calls:
+        if any(e[0] == "attend" and e[1] is call.module for e in call.events):
+            looped.setdefault(call.module, set()).update(e[1] for e in call.events if e[0] == "update")
+    for module, layers in looped.items():
+        if len(layers) > 1:
+            raise NotImplementedError(
+                f"PSA does not support {name}: {type(module).__name__} runs more than once in one forward pass, on "
+                f"cache layers {sorted(layers)} (a block looped over the layers): PSA patches each module for one layer")
     if not recorder.switched:  # GOT-OCR2, whose vision encoder cannot switch: apply_psa could not switch it to PSA's
         raise NotImplementedError(
             f"PSA does not support {name}: it keeps its attention implementation when set_attn_implementation is "

@@ -228,6 +228,10 @@ REFUSED: dict[str, dict] = {
     "gpt-sw3": {},
     "inkling_text": dict(head_dim=8),
     "hrm_text": dict(head_dim=8),  # its modules run several times per forward, each time on another cache layer
+    # an input, a recurrent (run twice, on a cache layer per loop) and an output block, each attention then MLP
+    "dory": dict(head_dim=8, num_hidden_layers=6, layer_types=["full_attention", "mlp", "sliding_attention", "mlp"] + [
+        "full_attention", "mlp"], n_input_layers=2, n_recurrent_layers=2, n_output_layers=2, n_recurrent_loops=2,
+                 sliding_window=6),
     "roberta": dict(is_decoder=True),
     "xlm-roberta": dict(is_decoder=True),
     "camembert": dict(is_decoder=True),
