@@ -158,6 +158,9 @@ TINY: dict[str, dict] = {
     "phi4_multimodal": dict(head_dim=8, vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
                             num_attention_heads=2, image_size=8, patch_size=4),
                             audio_config=dict(hidden_size=16, intermediate_size=16, num_blocks=1, num_attention_heads=2)),
+    "cohere_compass_text": dict(head_dim=8, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
+                                rope_parameters={t: dict(rope_type="default", rope_theta=1e4)
+                                                 for t in ("sliding_attention", "full_attention")}),
     # Moshi's temporal transformer (its depth decoder and audio codec are not run by the causal LM)
     "moshi": dict(head_dim=8, ffn_dim=48, depth_decoder_config=dict(
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=8, ffn_dim=16),
@@ -232,6 +235,17 @@ REFUSED: dict[str, dict] = {
     "dory": dict(head_dim=8, num_hidden_layers=6, layer_types=["full_attention", "mlp", "sliding_attention", "mlp"] + [
         "full_attention", "mlp"], n_input_layers=2, n_recurrent_layers=2, n_output_layers=2, n_recurrent_loops=2,
                  sliding_window=6),
+    # indexed-attention layers attend to the keys and values their indexer picks after the update
+    "kolibri1_1": dict(head_dim=16, layer_types=["sliding_attention", "indexed_attention"], index_layers=[1],
+                       kv_source_layers=[0, 1], mlp_only_layers=[], num_local_experts=2, num_experts_per_tok=1,
+                       moe_intermediate_size=16, shared_expert_intermediate_size=16, sliding_window=6,
+                       mlp_only_intermediate_size=48, index_num_heads=2, index_topk=4, index_pool_size=8,
+                       index_compression=2, index_num_local_tokens=2, index_num_sink_tokens=1),
+    # a drafter: it attends to the keys and values of the model it drafts for (shared_kv_states) and runs beside it
+    "gemma4_assistant": dict(text_config=dict(head_dim=8, global_head_dim=8, hidden_size_per_layer_input=0,
+                                              vocab_size_per_layer_input=0, sliding_window=6,
+                                              layer_types=["sliding_attention", "full_attention"]),
+                             backbone_hidden_size=32, num_centroids=8, centroid_intermediate_top_k=2),
     "roberta": dict(is_decoder=True),
     "xlm-roberta": dict(is_decoder=True),
     "camembert": dict(is_decoder=True),
