@@ -161,6 +161,11 @@ TINY: dict[str, dict] = {
     "cohere_compass_text": dict(head_dim=8, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
                                 rope_parameters={t: dict(rope_type="default", rope_theta=1e4)
                                                  for t in ("sliding_attention", "full_attention")}),
+    "gemma4_unified": dict(text_config=dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                            hidden_size_per_layer_input=8, sliding_window=6,
+                                            layer_types=["sliding_attention", "full_attention"]),
+                           audio_token_id=54, boi_token_id=55, eoi_token_id=56, image_token_id=57, video_token_id=58,
+                           boa_token_id=59, eoa_token_index=60),
     # Moshi's temporal transformer (its depth decoder and audio codec are not run by the causal LM)
     "moshi": dict(head_dim=8, ffn_dim=48, depth_decoder_config=dict(
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=8, ffn_dim=16),
