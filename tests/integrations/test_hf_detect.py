@@ -107,6 +107,33 @@ def test_multi_latent_attention_is_refused_with_the_reason():
     assert "DeepseekV3Attention" in message and "multi-latent attention" in message
 
 
+def test_a_rotary_call_of_a_submodule_after_the_update_is_not_the_attention_caching_keys_before_rope():
+    """DeepSeek-V3.2's attention turns its keys before the cache update; its indexer submodule turns its own keys after
+    it. The dry run said the attention cached keys before RoPE; the reason is its multi-latent attention."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("deepseek_v32"))
+    assert "DeepseekV32Attention" in message and "multi-latent attention" in message
+
+
+def test_a_model_that_keeps_its_attention_implementation_is_refused_by_the_dry_run():
+    """GOT-OCR2 passed the dry run (so docs/hf_support.md would list it supported); apply_psa then refused it, as the
+    model keeps its attention implementation when set_attn_implementation switches to PSA's."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    with pytest.raises(NotImplementedError, match="keeps its attention implementation"):
+        find_attention(any_tiny_model("got_ocr2"), "eager")
+
+
+def test_a_module_that_runs_once_per_loop_on_another_cache_layer_is_refused():
+    """Dory's recurrent block runs twice per forward, each loop on its own cache layer: the dry run checked the first
+    call only and passed, and the patched model's cached generation raised."""
+    from psattn.integrations.hf.support import tiny_model as any_tiny_model
+
+    message = refusal(any_tiny_model("dory"))
+    assert "DoryAttention runs more than once in one forward pass, on cache layers [1, 3]" in message
+
+
 def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_is_refused():
     """Falcon-H1 passed the dry run, then its every cached forward (the default, and generate) raised."""
     from psattn.integrations.hf.support import tiny_model as any_tiny_model

@@ -81,9 +81,9 @@ def test_a_left_padded_batch_equals_its_rows_alone(model_type):
 
 
 def _lora_targets(model):
-    """The names of the linear layers inside the first patched attention module."""
+    """The names of the linear layers inside the first patched attention module (Moshi's inside its MoshiLinear)."""
     module = model._psa_state.modules[0]
-    return sorted({name for name, m in module.named_children() if isinstance(m, torch.nn.Linear)})
+    return sorted({name for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)})
 
 
 @pytest.mark.parametrize("model_type", TYPES)

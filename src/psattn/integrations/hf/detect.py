@@ -76,7 +76,8 @@ class _Call:
 
     module: nn.Module
     kwargs: dict[str, Any]
-    events: list[tuple] = field(default_factory=list)  # ("rope", channels) | ("update", idx, k, v) | ("attend", ...)
+    # ("rope", channels, innermost module) | ("update", idx, k, v) | ("attend", ...)
+    events: list[tuple] = field(default_factory=list)
 
 
 class _Recorder:
@@ -84,6 +85,7 @@ class _Recorder:
         self.stack: list[_Call] = []
         self.calls: list[_Call] = []
         self.caches: list[Cache] = []
+        self.switched = False  # whether the model took the probe's attention implementation
 
     def enter(self, module, args, kwargs):
         call = _Call(module, kwargs)
@@ -115,7 +117,7 @@ class _Recorder:
     def rope(self, fn: Callable) -> Callable:
         def recording_rope(*args, **kwargs):
             out = fn(*args, **kwargs)
-            self.note(("rope", _turned_channels(args, kwargs, out)))
+            self.note(("rope", _turned_channels(args, kwargs, out), self.stack[-1].module if self.stack else None))
             return out
 
         return recording_rope
@@ -192,6 +194,7 @@ def _record(model: Any, base: str) -> _Recorder:
     _ACTIVE.append(recorder)
     try:
         model.set_attn_implementation(f"psa_probe_{base}")
+        recorder.switched = model.config._attn_implementation == f"psa_probe_{base}"
         model.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
             model(input_ids=ids, attention_mask=mask, use_cache=True)
@@ -233,7 +236,8 @@ def _check_call(call: _Call) -> str | None:
     if getattr(module, "layer_idx", None) != layer_idx:
         return (f"{kind} updates cache layer {layer_idx} but has layer_idx={getattr(module, 'layer_idx', None)} "
                 "(layers that share or borrow another layer's keys)")
-    if any(e[0] == "rope" for e in call.events[u + 1:at]):
+    # the module's own RoPE call (one inside a submodule turns that submodule's keys, as DeepSeek-V3.2's indexer does)
+    if any(e[0] == "rope" and e[2] is module for e in call.events[u + 1:at]):
         return f"{kind} applies rotary embeddings after past_key_values.update (the cache holds keys before RoPE)"
     if key is not keys or value is not values:
         return (f"{kind} attends with keys or values built after past_key_values.update from what it cached (as "
@@ -284,6 +288,20 @@ def find_attention(model: Any, base: str) -> AttentionPattern:
         reason = _check_call(call)
         if reason is not None:
             raise NotImplementedError(f"PSA does not support {name}: {reason}")
+    # Dory's recurrent block runs once per loop, each time on its own cache layer; PSA patches a module for one
+    looped: dict[nn.Module, set[int]] = {}
+    for call in recorder.calls:
+        if any(e[0] == "attend" and e[1] is call.module for e in call.events):
+            looped.setdefault(call.module, set()).update(e[1] for e in call.events if e[0] == "update")
+    for module, layers in looped.items():
+        if len(layers) > 1:
+            raise NotImplementedError(
+                f"PSA does not support {name}: {type(module).__name__} runs more than once in one forward pass, on "
+                f"cache layers {sorted(layers)} (a block looped over the layers): PSA patches each module for one layer")
+    if not recorder.switched:  # GOT-OCR2, whose vision encoder cannot switch: apply_psa could not switch it to PSA's
+        raise NotImplementedError(
+            f"PSA does not support {name}: it keeps its attention implementation when set_attn_implementation is "
+            "called, and PSA attends through one it registers")
     rotary: dict[int, int] = {}
     head_dim: dict[int, int] = {}
     extra: set[str] = set()

@@ -151,6 +151,26 @@ TINY: dict[str, dict] = {
                         vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=32)),
     "qwen3_next": dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
                        shared_expert_intermediate_size=16),
+    # Multimodal and speech models on text alone (a one-layer vision or audio tower).
+    "fuyu": dict(text_config=dict(head_dim=8), patch_size=4, image_size=8, image_token_id=60),  # Persimmon's decoder
+    "moss_transcribe_diarize": dict(text_config=dict(head_dim=8), audio_token_id=60, audio_config=dict(
+        d_model=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=16, num_mel_bins=8)),
+    "phi4_multimodal": dict(head_dim=8, vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+                            num_attention_heads=2, image_size=8, patch_size=4),
+                            audio_config=dict(hidden_size=16, intermediate_size=16, num_blocks=1, num_attention_heads=2)),
+    "cohere_compass_text": dict(head_dim=8, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
+                                rope_parameters={t: dict(rope_type="default", rope_theta=1e4)
+                                                 for t in ("sliding_attention", "full_attention")}),
+    "gemma4_unified": dict(text_config=dict(head_dim=8, global_head_dim=8, vocab_size_per_layer_input=VOCAB,
+                                            hidden_size_per_layer_input=8, sliding_window=6,
+                                            layer_types=["sliding_attention", "full_attention"]),
+                           audio_token_id=54, boi_token_id=55, eoi_token_id=56, image_token_id=57, video_token_id=58,
+                           boa_token_id=59, eoa_token_index=60),
+    # Moshi's temporal transformer (its depth decoder and audio codec are not run by the causal LM)
+    "moshi": dict(head_dim=8, ffn_dim=48, depth_decoder_config=dict(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=8, ffn_dim=16),
+        audio_encoder_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_filters=4,
+                                  codebook_size=8, codebook_dim=8)),
     # Attention arguments transformers' SDPA refuses: tested with the eager kernel.
     "gemma2": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),  # soft-capping, sliding windows
     "vaultgemma": dict(head_dim=8, sliding_window=6, attn_logit_softcapping=2.0),
@@ -216,6 +236,21 @@ REFUSED: dict[str, dict] = {
     "gpt-sw3": {},
     "inkling_text": dict(head_dim=8),
     "hrm_text": dict(head_dim=8),  # its modules run several times per forward, each time on another cache layer
+    # an input, a recurrent (run twice, on a cache layer per loop) and an output block, each attention then MLP
+    "dory": dict(head_dim=8, num_hidden_layers=6, layer_types=["full_attention", "mlp", "sliding_attention", "mlp"] + [
+        "full_attention", "mlp"], n_input_layers=2, n_recurrent_layers=2, n_output_layers=2, n_recurrent_loops=2,
+                 sliding_window=6),
+    # indexed-attention layers attend to the keys and values their indexer picks after the update
+    "kolibri1_1": dict(head_dim=16, layer_types=["sliding_attention", "indexed_attention"], index_layers=[1],
+                       kv_source_layers=[0, 1], mlp_only_layers=[], num_local_experts=2, num_experts_per_tok=1,
+                       moe_intermediate_size=16, shared_expert_intermediate_size=16, sliding_window=6,
+                       mlp_only_intermediate_size=48, index_num_heads=2, index_topk=4, index_pool_size=8,
+                       index_compression=2, index_num_local_tokens=2, index_num_sink_tokens=1),
+    # a drafter: it attends to the keys and values of the model it drafts for (shared_kv_states) and runs beside it
+    "gemma4_assistant": dict(text_config=dict(head_dim=8, global_head_dim=8, hidden_size_per_layer_input=0,
+                                              vocab_size_per_layer_input=0, sliding_window=6,
+                                              layer_types=["sliding_attention", "full_attention"]),
+                             backbone_hidden_size=32, num_centroids=8, centroid_intermediate_top_k=2),
     "roberta": dict(is_decoder=True),
     "xlm-roberta": dict(is_decoder=True),
     "camembert": dict(is_decoder=True),
@@ -232,10 +267,25 @@ REFUSED: dict[str, dict] = {
     "glm4_moe_lite": dict(_MLA, n_shared_experts=1),
     "longcat_flash": dict(_MLA, num_layers=2, head_dim=4, zero_expert_num=1, expert_ffn_hidden_size=16, moe_topk=1),
     "sarvam_mla": _MLA,
+    "axk1": dict(_MLA, head_dim=4, mlp_layer_types=["dense", "sparse"]),
+    "youtu": dict(_MLA, head_dim=4),
+    "dots3_note_text": dict(_MLA, head_dim=8, mlp_layer_types=["dense", "sparse"], per_layer_config={}, sliding_window=6,
+                            layer_types=["sliding_attention", "full_attention"], index_head_dim=8, index_n_heads=2,
+                            shared_experts_intermediate_size=16),
+    # Hybrids of linear attention and multi-latent attention (Kimi Linear's without RoPE)
+    "bailing_hybrid": dict(_MLA, head_dim=4, layer_types=["linear_attention", "full_attention"],
+                           mlp_layer_types=["dense", "sparse"], num_experts=2, num_experts_per_token=1, num_expert_group=1,
+                           linear_head_dim=8, linear_num_heads=4, expert_swiglu_limit_list=[0, 0],
+                           share_expert_swiglu_limit_list=[0, 0], layer_group_size=2, num_nextn_predict_layers=0),
+    "kimi_linear": dict(_MLA, head_dim=4, layer_types=["linear_attention", "full_attention"],
+                        mlp_layer_types=["dense", "sparse"], num_experts=2, num_experts_per_token=1, num_expert_group=1,
+                        linear_head_dim=8, linear_num_heads=4),
     "deepseek_v4": dict(head_dim=8, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
-    # Sparse attention with an indexer: RoPE on the keys after the update.
+    # Multi-latent attention with a sparse-attention indexer (which turns its own keys after the update).
     "glm_moe_dsa": dict(_MLA, head_dim=8),
     "axk2": dict(_MLA, head_dim=8),
+    "hy_v4": dict(_MLA, head_dim=8, mlp_layer_types=["dense", "sparse"], layer_types=["indexed_attention"] * 2,
+                  indexer_types=["full", "shared"], index_head_dim=8, index_n_heads=2, hc_mult=2, index_topk=4),
     "jetmoe": {},  # mixture of attention heads: keys and values projected after the update
     # Attention written without the registered function, or no attention at all (state-space and recurrent models).
     "bloom": {},  # ALiBi
@@ -243,6 +293,14 @@ REFUSED: dict[str, dict] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=6),
     "gpt_neox_japanese": {},
     "openai-gpt": {},
+    # its vision encoder cannot switch attention implementations, so the model keeps its own
+    "got_ocr2": dict(text_config=dict(head_dim=8), image_token_index=60, image_seq_length=4, vision_config=dict(
+        hidden_size=16, output_channels=16, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=4,
+        mlp_dim=16, global_attn_indexes=[0], window_size=2)),
+    "git": dict(vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                   image_size=8, patch_size=4)),
+    "reformer": dict(is_decoder=True, attn_layers=["local", "local"], axial_pos_shape=[8, 32], axial_pos_embds_dim=[16, 16],
+                     attention_head_size=8, feed_forward_size=48, local_attn_chunk_length=8),  # LSH and local attention
     "xlm": {},
     "trocr": {},
     "roformer": dict(is_decoder=True),  # rotary embeddings inside its own attention code
@@ -259,6 +317,8 @@ REFUSED: dict[str, dict] = {
     "ernie": dict(is_decoder=True),
     "roberta-prelayernorm": dict(is_decoder=True),
     "xlm-roberta-xl": dict(is_decoder=True),
+    "xmod": dict(is_decoder=True, default_language="en_XX"),
+    "whisper": dict(_DECODER, num_mel_bins=8, max_source_positions=16),  # the decoder of an encoder-decoder model
     **{t: _DECODER for t in ("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
                              "pegasus", "plbart")},
     "roc_bert": dict(is_decoder=True, pronunciation_vocab_size=8, shape_vocab_size=8, pronunciation_embed_dim=8,
