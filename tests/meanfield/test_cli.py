@@ -86,6 +86,14 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
+def test_run_summary_records_the_seed_of_its_config(tmp_path):
+    """summary.json had "seed": null at the top level while config.json recorded the run's seed."""
+    out = tmp_path / "run"
+    assert _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--seed", "7", "--no-animation", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seed"] == json.loads((out / "config.json").read_text())["seed"] == 7
+
+
 def test_a_run_without_animation_removes_the_earlier_runs_animation(tmp_path, capsys):
     """A folder describes one run: the states and GIF of an earlier run do not stay beside the next one's summary."""
     pytest.importorskip("matplotlib")

@@ -66,6 +66,14 @@ def test_asymmetric_label_factor_rejected():
         )
 
 
+def test_out_of_range_ids_are_named_briefly():
+    """The error listed every label: one line of thousands of numbers at large n."""
+    ids = [0.0] * 5000 + [7.0, 9.0, 0.5] * 3
+    with pytest.raises(ValueError, match=r"integers in \[0, 4\); 9 of 5009 are not: 7, 9, 0.5, 7, 9, …$") as err:
+        kernels.prefix_kernel(ids, 3, 4, seed=0)
+    assert len(str(err.value)) < 120
+
+
 def test_prompt_ids_must_be_in_range():
     with pytest.raises(ValueError, match="prompt ids"):
         kernels.prefix_kernel([0, 3], 3, 2, seed=0)

@@ -1,15 +1,18 @@
 """The theorem checks pass on their default examples and fail where the claim does not apply."""
 
+import dataclasses
 import json
 import math
 
 import pytest
+import torch
 
 from psattn.meanfield.experiments import paper_configs, run_experiments
 from psattn.meanfield.theorems import (
     check_cluster_count,
     check_conditional_diracisation,
     check_energy_ascent,
+    check_integrator_order,
     check_metastability,
     check_metastability_rate,
     check_paper_claims,
@@ -29,6 +32,54 @@ def test_conditional_diracisation_for_gauge_kernels():
 def test_conditional_diracisation_fails_without_labels():
     # plain USA collapses slices *and* the marginal: the spread part of the claim fails
     assert not check_conditional_diracisation("usa", n=32, batch=1).passed
+
+
+def test_diracisation_fails_when_tokens_of_one_prompt_get_different_gauges(monkeypatch):
+    """A prefix kernel whose gauges are not those of the tokens' prompt ids (ids shuffled) collapsed in its own
+    co-moving frame and passed: the check now asks that the tokens sharing a prompt coincide in content space."""
+    from psattn.meanfield import config, kernels
+
+    def shuffled(prompt_ids, d, n_prompts, seed):
+        kernel = kernels.prefix_kernel(prompt_ids, d, n_prompts, seed)
+        order = torch.randperm(kernel.n, generator=torch.Generator().manual_seed(1))
+        return dataclasses.replace(kernel, gauges=kernel.gauges[order])
+
+    assert check_conditional_diracisation("prefix", n=16, batch=1).passed
+    monkeypatch.setattr(config, "prefix_kernel", shuffled)
+    result = check_conditional_diracisation("prefix", n=16, batch=1)
+    assert not result.passed and result.details["conditional_spread"] > 0.01, result.message
+
+
+def test_integrator_order_check_passes_on_rk4_and_euler():
+    for integrator, order in (("rk4", 4), ("euler", 1)):
+        result = check_integrator_order(integrator=integrator)
+        assert result.passed and all(abs(p - order) < 0.2 for p in result.details.values()), result.message
+
+
+@pytest.mark.parametrize("mutant", ["no tangent projection", "euler for rk4"])
+def test_integrator_order_check_fails_on_a_lower_order_scheme(monkeypatch, mutant):
+    """Without the tangent projection, or with Euler where RK4 is named, every other check of the quick reproduction
+    passed: the step lands near the same limits; its order is 1."""
+    from psattn.meanfield import dynamics, integrators
+
+    if mutant == "no tangent projection":
+        monkeypatch.setattr(dynamics, "tangent_part", lambda x, m: m)
+    else:
+        monkeypatch.setitem(integrators.STEPPERS, "rk4", integrators.euler_step)
+    result = check_integrator_order()
+    assert not result.passed and all(p < 2 for p in result.details.values()), result.message
+
+
+def test_metastability_rate_fails_on_a_flow_run_at_twice_its_speed(monkeypatch):
+    """Every step advanced by 2h: the lifetimes halved, log(lifetime) kept its slope and the rate check passed."""
+    from psattn.meanfield import integrators
+
+    real = check_metastability_rate(betas=(2.0, 3.0), batch=1)
+    assert real.passed and real.details["lifetime_error"] < 0.05, real.message
+    monkeypatch.setitem(integrators.STEPPERS, "rk4", lambda field, x, h: integrators.rk4_step(field, x, 2 * h))
+    fast = check_metastability_rate(betas=(2.0, 3.0), batch=1)
+    assert abs(fast.details["rate"] - real.details["rate"]) < 0.05  # the slope alone does not see it
+    assert not fast.passed and fast.details["lifetime_error"] > 0.4, fast.message
 
 
 def test_the_report_states_the_graph_law_distance_the_diracisation_check_asks_for():

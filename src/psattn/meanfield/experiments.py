@@ -131,10 +131,12 @@ def _record_indices(traj: Trajectory) -> torch.Tensor:
 
 
 def write_summary(runs: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Any]:
-    """Write out_dir/summary.json: the run records with their provenance (versions, git revision, machine)."""
+    """Write out_dir/summary.json: the run records with their provenance (versions, git revision, machine, and the
+    seed when every run has the same one; None otherwise)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {**provenance(), "runs": runs}
+    seeds = {run["config"]["seed"] for run in runs}  # "seed": null beside config.json's seed of the same run
+    summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs}
     write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     return summary
 

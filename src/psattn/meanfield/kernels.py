@@ -181,8 +181,11 @@ def distance_bias_kernel(positions: Sequence[float] | Tensor, d: int, decay: flo
 
 def _integer_ids(labels: Sequence[float] | Tensor, count: int, what: str) -> Tensor:
     ids = _as_labels(labels)
-    if not torch.equal(ids, ids.round()) or (ids < 0).any() or (ids >= count).any():
-        raise ValueError(f"{what} must be integers in [0, {count}), got {ids.tolist()}")
+    bad = (ids != ids.round()) | (ids < 0) | (ids >= count)  # (n,)
+    if bad.any():  # the first few offenders and their count: every label made one line of thousands of numbers
+        wrong = ids[bad].tolist()
+        raise ValueError(f"{what} must be integers in [0, {count}); {len(wrong)} of {ids.shape[0]} are not: "
+                         f"{', '.join(f'{v:g}' for v in wrong[:5])}{', …' if len(wrong) > 5 else ''}")
     return ids
 
 

@@ -59,6 +59,7 @@ def _check_plan(quick: bool) -> list[tuple[str, Callable[[], TheoremCheck]]]:
         ("prefix_gauge", lambda: theorems.check_prefix_gauge_universality(n_prompts=32 if quick else 128)),
         ("dichotomy", lambda: theorems.check_spectral_dichotomy(n=n, batch=1 if quick else 2)),
         ("energy_ascent", lambda: theorems.check_energy_ascent()),
+        ("integrator_order", lambda: theorems.check_integrator_order()),
         ("metastability", lambda: theorems.check_metastability()),
         ("metastability_rate", lambda: theorems.check_metastability_rate(
             betas=(2.0, 3.0, 4.0, 5.0, 6.0) if quick else (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0))),
@@ -197,7 +198,8 @@ CONSTRUCTIONS = """\
 - **Conditional Dirac-isation.** For a gauge kernel A(ξ, ζ) = G(ξ)ᵀG(ζ) the co-moving coordinates
   y_i = G(ξ_i) x_i follow plain USA; the check asks that they collapse to one point y* (co-moving
   spread below 1e-6 and mean distance to the graph law x*(ξ) = G(ξ)ᵀy* below its square root, 1e-3, as
-  the spread is half the mean squared distance) while the content marginal stays spread.
+  the spread is half the mean squared distance) and the tokens sharing a label (a prompt) coincide in
+  content space (spread below 1e-6), while the content marginal stays spread.
 - **Orbit-wise universality (RoPE, Theorem 2).** One frequency ω = 1 on the plane (0, 1) of S².
   Target: the von Mises mixture 0.65·vM(0, 5) + 0.35·vM(2.4, 1.5) of the angle θ along the orbit.
   Positions s_i = −θ_i/ω with θ_i = F⁻¹((i + ½)/n) the target's quantiles, i.e. the label law
@@ -219,11 +221,15 @@ CONSTRUCTIONS = """\
   prescribed points, a uniform sample and the unaligned flow state are the references).
 - **Spectral dichotomy.** Distance bias c = exp(−(2/n)|s − t|) ≥ 0 against cosine Toeplitz
   c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20.
+- **Integrator order.** n = 8 on S², β = 1, τ = 2: generalised RoPE under USA and cosine Toeplitz under
+  SA, each with fixed steps h = 0.1, 0.05, 0.025; the observed order log2(‖x(h) − x(h/2)‖ / ‖x(h/2) − x(h/4)‖)
+  of the final states must be 4 ± 0.5 for RK4.
 - **Metastability.** n = 16 particles on S¹ as two jittered clusters (angle noise 0.05) at distance
   π/2, SA dynamics; the plateau lifetime is the first time E_h passes half-way from the two-cluster
   value to the one-cluster value. log(lifetime) is fitted linearly in β and compared with the same fit
   of the reduced two-cluster ODE dφ/dt = −2e^{β cos φ} sin φ / (e^β + e^{β cos φ}), whose large-β rate
-  is 1 − cos φ₀ = 1 (the finite-β fits are lower by the prefactor's 1/β).
+  is 1 − cos φ₀ = 1 (the finite-β fits are lower by the prefactor's 1/β); each lifetime must also be
+  within 15% of that ODE's (which treats the clusters as points).
 - **Cluster count.** SA on S¹ from equally spaced angles + N(0, 10⁻⁶) noise; clusters are runs of
   points separated by gaps > 10·2π/n, counted every 0.5 time units; the count on the first plateau
   (the first count above 1 held for 3 time units, past the transients while the gaps open) is compared
