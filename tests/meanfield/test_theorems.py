@@ -158,6 +158,21 @@ def test_cluster_count():
     assert result.passed, result.message
 
 
+def test_a_cluster_count_run_that_holds_no_plateau_fails_the_check_instead_of_raising(tmp_path):
+    # a broken flow (its drift reversed) holds no plateau, nor does a horizon too short, as here: the check raised
+    # "no cluster count above 1 was held", and `psattn meanfield reproduce` stopped with a traceback and no report
+    pytest.importorskip("scipy")
+    result = check_cluster_count(betas=(9.0,), n=32, seeds=(0,), tau=1.0)
+    assert not result.passed and "no plateau in 1 runs" in result.message
+    assert "max_error" not in json.loads(json.dumps(result.to_dict(), allow_nan=False))["details"]
+    pytest.importorskip("matplotlib")
+    from psattn.meanfield.plots import plot_check
+
+    assert plot_check(result.to_dict(), tmp_path / "cluster_count.png").stat().st_size > 0  # the report's figure too
+    with pytest.raises(ValueError, match="tau must be a multiple of record_every"):  # bad input stays an error
+        check_cluster_count(betas=(9.0,), n=32, seeds=(0,), tau=1.2)
+
+
 def test_paper_claims(tmp_path):
     summary = run_experiments(paper_configs(ns=(16,), tau=20.0), tmp_path)
     assert check_paper_claims(summary).passed

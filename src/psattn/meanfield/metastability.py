@@ -214,13 +214,17 @@ def near_uniform_circle(n: int, noise: float, seed: int) -> Tensor:
     return torch.stack([torch.cos(angles), torch.sin(angles)], -1)[None]  # (1, n, 2)
 
 
+class NoPlateau(ValueError):
+    """No cluster count above 1 was held long enough by the end of the records."""
+
+
 def first_plateau(counts: Sequence[int], times: Sequence[float], hold: float) -> int:
     """The first cluster count above 1 that stays unchanged for at least ``hold`` time units: from the
     record where it first appears to the record where it changes (or the last record).
 
     Example (records every 0.5): counts 1, 1, 4, 8, 9, 9, 9, 9, 9, 9, 9, 8, ... with hold 3 give 9;
-    the formation transients 4 and 8 are held 0.5 each. ValueError when no count is held that long
-    (the horizon ends before the first plateau has lasted ``hold``).
+    the formation transients 4 and 8 are held 0.5 each. ``NoPlateau`` (a ValueError) when no count is held that
+    long (the horizon ends before the first plateau has lasted ``hold``).
     """
     if len(counts) != len(times) or not counts:
         raise ValueError(f"need one time per count, got {len(counts)} counts and {len(times)} times")
@@ -232,7 +236,7 @@ def first_plateau(counts: Sequence[int], times: Sequence[float], hold: float) ->
         if counts[start] > 1 and end - times[start] >= hold:
             return int(counts[start])
         start = i
-    raise ValueError(f"no cluster count above 1 was held for {hold:g} time units by t = {times[-1]:g}; "
+    raise NoPlateau(f"no cluster count above 1 was held for {hold:g} time units by t = {times[-1]:g}; "
                      "run longer (tau)")
 
 

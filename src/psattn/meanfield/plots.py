@@ -232,7 +232,8 @@ def _plot_cluster_count(fig: Figure, data: dict[str, Any]) -> None:
     betas = [r["beta"] for r in rows]
     ax.plot(betas, [r["predicted"] for r in rows], "s-", label="argmax_k k² I_k(β)")
     for r in rows:
-        ax.plot([r["beta"]] * len(r["measured"]), r["measured"], "o", color="C1", alpha=0.6)
+        measured = [m for m in r["measured"] if m is not None]  # None: a run that held no plateau
+        ax.plot([r["beta"]] * len(measured), measured, "o", color="C1", alpha=0.6)
     ax.plot([], [], "o", color="C1", label="measured (per seed)")
     ax.set_xlabel("β")
     ax.set_ylabel("clusters")
