@@ -5,8 +5,9 @@ from helpers import ALL_VARIANTS, random_model
 from psattn.models import PRESETS, AttentionConfig, DecoderLM, ModelConfig, preset, preset_parameter_count
 from psattn.models.attention import PhaseSpaceAttention
 from psattn.models.keylag import KEY_LAG
-from psattn.ops.attention import score_terms
+from psattn.ops.attention import psa_attention_reference, score_terms
 from psattn.ops.hooks import capture
+from psattn.ops.rope import apply_rope
 from psattn.ops.shear import shear
 
 
@@ -16,6 +17,24 @@ def test_gamma_zero_variants_equal_baseline():
     for variant in ("symmetric", "key_only", "query_only"):
         model = random_model(variant, gamma=0.0, seed=3)
         assert torch.equal(model(x), base(x))
+
+
+@pytest.mark.parametrize("variant, gammas", [
+    ("baseline", (0.0, 0.0)), ("symmetric", (0.8, 0.8)), ("key_only", (0.0, 0.8)), ("query_only", (0.8, 0.0)),
+])
+def test_a_layer_is_the_operator_on_its_rotated_streams_with_its_variants_gammas(variant, gammas):
+    """The layer's attention is ``psa_attention_reference`` on the rotated q, k (GQA here) with the variant's
+    (gamma_q, gamma_k): key-only shears the keys alone, query-only the queries alone. A key-only layer that
+    sheared its queries too learned as the symmetric one does (not the single-answer task within its budget)."""
+    attn = random_model(variant, gamma=0.8).blocks[0].attn
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    q, k, v = attn._project(x)  # (B, H, T, D), before RoPE
+    cos, sin = attn.rope(torch.arange(9)[None].expand(2, 9), torch.float64)
+    out = psa_attention_reference(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, gamma_q=gammas[0],
+                                  gamma_k=gammas[1], is_causal=True)  # (B, Hq, T, D)
+    for grad in (True, False):  # training and evaluation take different paths through RoPE and the shear
+        with torch.set_grad_enabled(grad):
+            torch.testing.assert_close(attn(x), attn.o_proj(out.transpose(1, 2).reshape(2, 9, 32)), atol=1e-10, rtol=0)
 
 
 OUTPUT_MASK_CASES = [  # (variant, placement, model fields): MHA and GQA, one and two layers, key-lag baselines
