@@ -61,6 +61,20 @@ def test_bpe_tokenizer_round_trips_saves_and_counts_bytes(tmp_path):
     assert int(tok.token_bytes()[ids].sum()) == len(TEXT.encode("utf-8"))
 
 
+def test_bpe_batches_encode_as_each_text_alone():
+    """encode_batch skips the offsets encode computes (tokenizers' encode_batch_fast); the ids must not change."""
+    bpe = BPETokenizer.train([TEXT * 20], vocab_size=300)
+    texts = [TEXT, "", "  \n\t  def f(x):\n        return x  # é ß 漢字 🙂", TEXT[::-1], " " * 17]
+    assert bpe.encode_batch(texts) == [bpe.encode(t) for t in texts]
+
+
+def test_bpe_training_is_deterministic():
+    """The token cache loads a tokenizer trained elsewhere on the same corpus in place of training one: the same
+    texts must give the same tokenizer."""
+    texts = [TEXT * 20, "def f(x):\n    return x + 1\n" * 50, "é ß 漢字 " * 30]
+    assert BPETokenizer.train(texts, 400).to_json() == BPETokenizer.train(list(texts), 400).to_json()
+
+
 def test_text_that_is_not_utf8_is_named_by_both_tokenizers():
     """A lone surrogate (what Python makes of a command-line argument that is not UTF-8, as in psattn generate --prompt)
     raised the BPE library's 'TypeError: TextInputSequence must be str' as a traceback, and the byte tokenizer's codec
