@@ -16,7 +16,9 @@
    (the device tool's ``carry``), it resumes where it stopped on a fresh machine, which otherwise starts
    it again.
 
-``unpack FILE...`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``,
+``unpack FILE...`` (here, after the piece came back): the archive's summaries into ``docs/results/gpu``, the BPE
+tokenizer a text sweep's first piece trained (``tokenizer-<entry>.json``) into ``docs/results/gpu/tokenizers``, where
+the next pieces load it from instead of training it again on their fresh machine,
 and the parts of a run in progress joined into ``gpu_runs/<experiment>/<run>`` (not over a later step of it,
 nor once it is finished: an older piece unpacked late changes nothing; several pieces' files may be given at
 once, each piece's in its own folder).
@@ -43,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_SWEEPS = ("paper_scale", "text_scale", "text_scale_pilot")
 #: where a GPU sweep's summaries are committed
 RESULTS = ROOT / "docs" / "results" / "gpu"
+#: the folder of RESULTS that keeps the BPE tokenizers the text sweeps' first pieces trained, one per corpus
+TOKENIZERS = "tokenizers"
 
 
 def _experiment(name: str):
@@ -62,22 +66,37 @@ def restore_saved(results: Path, runs: Path) -> int:
     return sum(restore(path, runs) for path in sorted(results.glob("*.json")))
 
 
-def prepare(configs) -> None:
+def prepare(configs, tokenizers: Path, out: Path) -> None:
     """Build the token cache the text runs share, say what the corpus holds, and refuse a budget that
-    would read it more than twice."""
+    would read it more than twice. The BPE tokenizers under ``tokenizers`` (those earlier pieces handed back) are
+    loaded instead of trained; a tokenizer trained here comes back as ``out/tokenizer-<entry>.json``."""
     from psattn.experiments.studies.text_scale import check_repeats
     from psattn.textdata.corpus import describe_corpus
+    from psattn.textdata.tokens import cache_root
 
     texts = [c for c in configs if getattr(c.task, "tokens", None) is not None]
     if not texts:
         return
+    kept = cache_root() / "tokenizers"
+    for tokenizer in sorted(tokenizers.glob("*.json")):  # seeded into this machine's cache
+        if not (kept / tokenizer.name).exists():
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tokenizer, kept / tokenizer.name)
     config = max(texts, key=lambda c: c.train.steps * c.train.batch_size)
     start = time.monotonic()
     corpus = config.task.tokens()  # built on a fresh machine: part of every piece's time
     ready = time.monotonic() - start
     times = check_repeats(len(corpus.train), config)
+    loaded = (tokenizers / f"{corpus.directory.name}.json").exists()
     print(f"corpus: {describe_corpus(config.task.corpus)}; {len(corpus.train):,} training tokens, {len(corpus.eval):,} "
-          f"held-out, tokenized or opened in {ready:.0f} s; the largest budget reads it {times:.2f} times", flush=True)
+          f"held-out, tokenized or opened in {ready:.0f} s{' (its tokenizer loaded, not trained)' * loaded}; "
+          f"the largest budget reads it {times:.2f} times", flush=True)
+    if corpus.tokenizer.kind == "bpe" and not loaded:
+        back = out / f"tokenizer-{corpus.directory.name}.json"
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(corpus.directory / "tokenizer.json", back)
+        print(f"its BPE tokenizer comes back as {back.name}: unpack it here, and the next pieces load it instead of "
+              "training it", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     restored = restore_saved(results, runs)
     print(f"{args.experiment} ({mode}): {len(configs)} runs declared; {restored} restored from {results}", flush=True)
     try:
-        prepare(configs)
+        prepare(configs, results.parent / TOKENIZERS, out)
     except ValueError as err:
         print(f"gpu_sweeps: {err}", file=sys.stderr)
         return 2
@@ -132,6 +151,8 @@ def _run(args: argparse.Namespace) -> int:
             _split_in_progress(configs, runs, out, args.experiment)
     if args.smoke and code == 0:  # the other half of the round trip: unpack, then rebuild the tables from the summaries
         unpack_into(archive, results.parent)
+        for tokenizer in sorted(out.glob("tokenizer-*.json")):
+            keep_tokenizer(tokenizer, results.parent)
         print_tables(args.experiment, results, mode)
     return code
 
@@ -208,6 +229,25 @@ def unpack_into(archive: Path, into: Path, *, declared_only: bool = False, runs:
             if checkpoint.exists():
                 checkpoint.unlink()
                 print(f"{path.stem} is finished: deleted {checkpoint}, so that it is not carried to the next piece")
+
+
+def is_tokenizer(path: Path) -> bool:
+    """Whether ``path`` is named as the BPE tokenizer a piece hands back (``prepare``)."""
+    return path.name.startswith("tokenizer-") and path.suffix == ".json"
+
+
+def keep_tokenizer(path: Path, into: Path) -> Path:
+    """The BPE tokenizer a piece trained and handed back, checked and kept as ``into/tokenizers/<entry>.json``, where
+    later pieces load it from (``prepare``)."""
+    from psattn.textdata.tokenizer import load_tokenizer
+
+    if load_tokenizer(path).kind != "bpe":
+        raise ValueError(f"{path} is not a BPE tokenizer")
+    kept = into / TOKENIZERS / path.name.removeprefix("tokenizer-")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, kept)
+    print(f"kept the BPE tokenizer {path.name} as {kept}: the next pieces load it instead of training it")
+    return kept
 
 
 def join_parts(parts: list[Path], runs: Path, results: Path) -> Path | None:
@@ -295,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="runs trained at a time, each in its own process, all sharing the GPU (default 1)")
     r.add_argument("--smoke", action="store_true", help="the quick plan on the CPU, everything under --out")
     u = sub.add_parser("unpack", help="put a piece's archive into docs/results/gpu, and a run in progress into gpu_runs")
-    u.add_argument("files", nargs="+", help="the piece's EXPERIMENT.tar.gz, and the parts of a run in progress")
+    u.add_argument("files", nargs="+",
+                   help="the piece's EXPERIMENT.tar.gz, its tokenizer-*.json, and the parts of a run in progress")
     u.add_argument("--into", default=str(RESULTS))
     u.add_argument("--runs", default=str(ROOT / "gpu_runs"), help="where a run in progress goes (git-ignored)")
     p = sub.add_parser("page", help="rewrite docs/at_scale.md's results and figures from docs/results/gpu")
@@ -315,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         for missing in (f for f in files if not f.is_file()):
             parser.error(f"{missing} is not a file: give the piece's archive and the parts of its run in progress")
         failed = 0
-        for archive in (f for f in files if not is_part(f)):
+        for tokenizer in (f for f in files if is_tokenizer(f)):
+            failed += _said(tokenizer, keep_tokenizer, tokenizer, Path(args.into))
+        for archive in (f for f in files if not is_part(f) and not is_tokenizer(f)):
             failed += _said(archive, partial(unpack_into, declared_only=Path(args.into).resolve() == RESULTS.resolve(),
                                              runs=Path(args.runs)), archive, Path(args.into))
         parts = [f for f in files if is_part(f)]

@@ -331,3 +331,30 @@ def test_versions_of_two_formats_sharing_a_cache_keep_their_entries_side_by_side
     assert builds == [this + 1] and opened.directory == shared  # one build, beside this version's entry
     monkeypatch.setattr(token_cache, "FORMAT", this + 1)
     assert reopen(config).directory.name == f"{shared.name}-format{this + 1}" and builds == [this + 1]
+
+
+def test_a_kept_bpe_tokenizer_is_loaded_not_trained_and_gives_the_same_entry(tmp_path, monkeypatch, caplog):
+    """A fresh machine given the tokenizer an earlier one trained (a GPU sweep's next piece) skips BPE training;
+    training is deterministic, so the entry it builds is the one the earlier machine built, byte for byte."""
+    config, first = entry(tmp_path, "bpe", 300)
+    trained, meta = (first.directory / "tokenizer.json").read_text(), (first.directory / "meta.json").read_text()
+    kept = token_cache.kept_tokenizer(first.directory)
+    kept.parent.mkdir()
+    kept.write_text(trained)
+    shutil.rmtree(first.directory)  # the next machine's cache: the kept tokenizer alone
+    monkeypatch.setattr(token_cache.BPETokenizer, "train", None)  # training would fail
+    with caplog.at_level("INFO", logger="psattn.textdata.tokens"):
+        again = reopen(config)
+    assert "instead of training it" in caplog.text
+    assert (again.directory / "meta.json").read_text() == meta
+    assert np.array_equal(again.train, first.train) and np.array_equal(again.eval, first.eval)
+
+
+def test_a_kept_tokenizer_that_is_not_bpe_is_refused_naming_it(tmp_path):
+    config, first = entry(tmp_path, "bpe", 300)
+    kept = token_cache.kept_tokenizer(first.directory)
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({"kind": "byte"}))
+    shutil.rmtree(first.directory)
+    with pytest.raises(ValueError, match=f"{kept.name} is not a BPE tokenizer of at most 300 ids.*delete it"):
+        reopen(config)

@@ -21,6 +21,10 @@ file, never training data; a corpus that changes while it is tokenized is refuse
 as it is, and this version's entry goes beside it, in ``<name>-format<FORMAT>/`` (remove the other once no
 version of its format uses the cache). Staging folders of builds on this machine whose process is gone are
 removed.
+
+A BPE tokenizer found in ``$PSATTN_CACHE/tokenizers/<entry name>.json`` (``kept_tokenizer``) is loaded instead of
+trained when its entry is built: a fresh machine that is given the tokenizer an earlier machine trained on the same
+corpus (a GPU sweep's next piece) skips the training and gets the same ids, BPE training being deterministic.
 """
 
 from __future__ import annotations
@@ -149,12 +153,25 @@ def _array_record(array: np.ndarray) -> dict:
     return {"shape": list(array.shape), "dtype": str(array.dtype), "sha256": _sha256(np.ascontiguousarray(array))}
 
 
-def _make_tokenizer(tokenizer: str, vocab_size: int, train_texts: list[str]) -> Tokenizer:
+def kept_tokenizer(entry: Path) -> Path:
+    """Where a BPE tokenizer trained for the cache entry ``entry`` (a folder of ``$PSATTN_CACHE/text``) may be kept
+    beforehand, to be loaded instead of trained when the entry is built: ``$PSATTN_CACHE/tokenizers/<name>.json``."""
+    return entry.parent.parent / "tokenizers" / f"{entry.name}.json"
+
+
+def _make_tokenizer(tokenizer: str, vocab_size: int, train_texts: list[str], kept: Path | None = None) -> Tokenizer:
     if tokenizer == "byte":
         return ByteTokenizer()
-    if tokenizer == "bpe":
+    if tokenizer != "bpe":
+        return load_tokenizer(tokenizer)
+    if kept is None or not kept.is_file():
         return BPETokenizer.train(train_texts, vocab_size)
-    return load_tokenizer(tokenizer)
+    tok = load_tokenizer(kept)
+    if tok.kind != "bpe" or tok.vocab_size > vocab_size:
+        raise ValueError(f"{kept} is not a BPE tokenizer of at most {vocab_size} ids, as its name says: delete it, "
+                         "and the tokenizer is trained again")
+    log.info("loaded the BPE tokenizer %s instead of training it", kept)
+    return tok
 
 
 ENCODE_BATCH = 256  # documents encoded at once (in parallel, by the BPE tokenizer)
@@ -168,7 +185,7 @@ def _encode(tokenizer: Tokenizer, parts: list[str], desc: str) -> np.ndarray:
 
 
 def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_fraction: float, out: Path,
-           corpus_digest: str = "", split: str = "tail") -> None:
+           corpus_digest: str = "", split: str = "tail", kept_bpe: Path | None = None) -> None:
     texts = [d.text for d in documents if d.text is not None]
     if texts and len(texts) != len(documents):
         raise ValueError("a corpus must be all text files or all token files, not both")
@@ -179,7 +196,7 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
         texts = [d.text for d in documents if d.text is not None]
     if texts:
         parts = _split(texts, eval_fraction, split, split_text)
-        tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts if train])
+        tok = _make_tokenizer(tokenizer, vocab_size, [train for train, _ in parts if train], kept_bpe)
         train = _encode(tok, [p[0] for p in parts], "tokenizing (train)")
         held = _encode(tok, [p[1] for p in parts], "tokenizing (held-out)")
         counts = [[len(tok.encode(p[0])), len(tok.encode(p[1]))] for p in parts] if len(parts) < 64 else []
@@ -320,7 +337,7 @@ def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, 
         if digest and read != digest:
             raise ValueError(f"corpus {corpus} changed while it was being tokenized (its hash went from {digest} to "
                              f"{read}); run again once its files stop changing")
-        _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split)
+        _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split, kept_tokenizer(directory))
         try:
             staging.rename(directory)  # another process may have won the race
         except OSError:
