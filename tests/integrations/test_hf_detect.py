@@ -140,3 +140,15 @@ def test_a_model_whose_cache_layers_hold_linear_attention_state_beside_the_keys_
 
     message = refusal(any_tiny_model("falcon_h1"))
     assert "FalconH1Attention" in message and "LinearAttentionAndFullAttentionLayer" in message
+
+
+def test_a_model_whose_input_embeddings_are_a_list_is_refused_with_the_reason():
+    """MusicGen's causal LM embeds each codebook with its own table (a ModuleList, no .weight): the dry run
+    raised AttributeError building its input instead of refusing the model (no RoPE) in one line."""
+    import transformers
+
+    decoder = transformers.MusicgenDecoderConfig(vocab_size=16, hidden_size=16, ffn_dim=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, num_codebooks=1, pad_token_id=15, bos_token_id=15)
+    model = transformers.MusicgenForCausalLM(decoder).eval()
+    with pytest.raises(NotImplementedError, match="MusicgenAttention applies no rotary position embeddings"):
+        apply_psa(model, "key_only", 0.5)

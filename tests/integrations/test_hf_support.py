@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from psattn.integrations.hf.support import REFUSED, TESTED, support_page, support_rows  # noqa: E402
+from psattn.integrations.hf.support import REFUSED, TESTED, UNTESTED, support_page, support_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "hf_support.md"
@@ -17,13 +17,14 @@ def _rows() -> dict[str, str]:
     return {cells[0].strip("| `"): cells[1] for cells in rows}
 
 
-def test_the_table_has_every_causal_lm_type_and_the_tested_ones_are_supported():
+def test_the_table_has_every_causal_lm_type_as_supported_refused_or_untested_with_why():
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     rows = _rows()
     assert set(rows) == set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     assert {t for t, s in rows.items() if s == "supported"} == set(TESTED)
     assert {t for t, s in rows.items() if s == "refused"} == set(REFUSED)
+    assert {t for t, s in rows.items() if s == "untested"} == set(UNTESTED)
 
 
 def test_the_readme_and_the_guide_give_the_count():

@@ -172,7 +172,8 @@ def _dry_input(model: Any) -> tuple[Tensor, Tensor]:
     special = {v for c in (config, text) for k, v in vars(c).items()
                if isinstance(v, int) and (k.endswith("_token_id") or k.endswith("_token_index"))}
     ids = [i for i in range(1, vocab) if i not in special][:4]
-    device = model.get_input_embeddings().weight.device
+    weight = getattr(model.get_input_embeddings(), "weight", None)  # MusicGen's: a list, one per codebook
+    device = model.device if weight is None else weight.device
     return torch.tensor([ids], device=device), torch.tensor([[0, 1, 1, 1]], device=device)
 
 

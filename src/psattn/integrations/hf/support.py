@@ -204,6 +204,9 @@ def _config(model_type: str, settings: dict, num_key_value_heads: int, overrides
     import transformers
 
     common = dict(TINY_COMMON, num_key_value_heads=num_key_value_heads)
+    # fields a config computes and refuses to be given (ProphetNet's num_hidden_layers, XLNet's max_position_embeddings)
+    computed = {k for k in common if isinstance(getattr(transformers.CONFIG_MAPPING[model_type], k, None), property)}
+    common = {k: v for k, v in common.items() if k not in computed}
     if "text_config" in settings:
         return transformers.AutoConfig.for_model(
             model_type, **{**settings, "text_config": {**common, **settings["text_config"], **overrides}})
@@ -221,6 +224,23 @@ _MLA = dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head
 # The decoder of an encoder-decoder family, as a causal LM.
 _DECODER = dict(decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=48, encoder_layers=2,
                 encoder_attention_heads=4, encoder_ffn_dim=48, d_model=32)
+_INKLING2 = dict(head_dim=8, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8, sliding_window_size=6,
+                 d_rel=4, rel_extent=16, moe_intermediate_size=16, n_routed_experts=2, num_experts_per_tok=1,
+                 unpadded_vocab_size=VOCAB, n_layers_per_attn_res_block=1, layer_types=["hybrid_sliding", "hybrid"],
+                 eos_token_id=None)
+_MUSICGEN = dict(decoder=dict(vocab_size=VOCAB, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+                              num_codebooks=1, pad_token_id=VOCAB - 1, bos_token_id=VOCAB - 1),
+                 text_encoder=dict(model_type="t5", vocab_size=VOCAB, d_model=16, d_kv=4, d_ff=16, num_layers=1, num_heads=4),
+                 audio_encoder=dict(model_type="encodec", hidden_size=16, num_filters=4, codebook_size=8, codebook_dim=16,
+                                    upsampling_ratios=[2], num_residual_layers=1))
+_BLT_LOCAL = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, hidden_size_global=64, vocab_size=VOCAB)
+_QWEN4_EXP = dict(head_dim=8, num_hidden_layers=4, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                  shared_expert_intermediate_size=16, hc_lowrank=8, linear_key_head_dim=8, linear_value_head_dim=8,
+                  linear_num_key_heads=2, linear_num_value_heads=4, indexer_n_heads=2, indexer_kv_heads=1,
+                  indexer_head_dim=8, indexer_budget=4, indexer_compress_ratio=2)
+_DOTS3_TEXT = dict(_MLA, head_dim=8, mlp_layer_types=["dense", "sparse"], per_layer_config={}, sliding_window=6,
+                   layer_types=["sliding_attention", "full_attention"], index_head_dim=8, index_n_heads=2,
+                   shared_experts_intermediate_size=16)
 # Model types refused by the dry run of ``apply_psa``, with the tiny config that shows why (beyond TINY_COMMON).
 REFUSED: dict[str, dict] = {
     "gpt2": {},  # learned absolute positions: no rotary embeddings
@@ -269,9 +289,7 @@ REFUSED: dict[str, dict] = {
     "sarvam_mla": _MLA,
     "axk1": dict(_MLA, head_dim=4, mlp_layer_types=["dense", "sparse"]),
     "youtu": dict(_MLA, head_dim=4),
-    "dots3_note_text": dict(_MLA, head_dim=8, mlp_layer_types=["dense", "sparse"], per_layer_config={}, sliding_window=6,
-                            layer_types=["sliding_attention", "full_attention"], index_head_dim=8, index_n_heads=2,
-                            shared_experts_intermediate_size=16),
+    "dots3_note_text": _DOTS3_TEXT,
     # Hybrids of linear attention and multi-latent attention (Kimi Linear's without RoPE)
     "bailing_hybrid": dict(_MLA, head_dim=4, layer_types=["linear_attention", "full_attention"],
                            mlp_layer_types=["dense", "sparse"], num_experts=2, num_experts_per_token=1, num_expert_group=1,
@@ -330,27 +348,78 @@ REFUSED: dict[str, dict] = {
     "zamba": dict(layers_block_type=["mamba", "hybrid"], attention_head_dim=8, mamba_d_state=8, use_mamba_kernels=False),
     "zamba2": dict(layers_block_type=["mamba", "hybrid"], mamba_d_state=8, n_mamba_heads=4, adapter_rank=4,
                    use_mamba_kernels=False),
+    # Attention with code of its own (relative position terms), or none at all (xLSTM).
+    "prophetnet": dict(num_encoder_layers=2, num_decoder_layers=2, num_decoder_attention_heads=4, encoder_ffn_dim=48,
+                       decoder_ffn_dim=48, num_buckets=8, relative_max_distance=16),
+    "xlnet": dict(d_model=32, n_layer=2, n_head=4, d_inner=48),
+    "xglm": dict(ffn_dim=48),  # sinusoidal positions
+    "cpmant": dict(prompt_length=4, prompt_types=3, segment_types=3, dim_ff=48, dim_head=8, position_bias_num_buckets=8,
+                   position_bias_max_distance=16),
+    "xlstm": dict(hidden_size=64, qk_dim_factor=1.0, num_heads=4, chunk_size=4),
+    # relative position biases instead of RoPE
+    "inkling2_text": _INKLING2,
+    "inkling2_loop_text": dict(_INKLING2, num_hidden_layers=3, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"],
+                               loop_layer_index_start=1, loop_layer_index_end=2, loop_num_passes=2, loop_gate_rank=4),
+    # MusicGen's decoder (sinusoidal positions), its causal LM built from the decoder's config (see SUBCONFIG)
+    "musicgen": _MUSICGEN,
+    "musicgen_melody": _MUSICGEN,
+    # cross-attention from bytes to patches and back, keys that are never cached
+    "blt": dict(encoder_config=_BLT_LOCAL, decoder_config=dict(_BLT_LOCAL, intermediate_size=48),
+                global_config=dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=1, intermediate_size=48),
+                patcher_config=dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=48,
+                                    vocab_size=VOCAB),
+                encoder_hash_byte_group_vocab=64, local_attention_window_len=16, patch_size=2, patching_mode="static"),
+    # attends with the mask its indexer selects
+    "qwen4_exp_text": _QWEN4_EXP,
+    "qwen4_exp": dict(text_config=_QWEN4_EXP, vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2,
+                                                                 out_hidden_size=32)),
+    "dots3_note": dict(text_config=_DOTS3_TEXT, vision_config=dict(
+        hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, patch_size=4, adapter_in_dim=16,
+        adapter_out_dim=32, mlp_layer_types=["dense"], per_layer_config={}), audio_config=dict(
+        hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, adapter_input_size=16,
+        adapter_out_dim=32, downsample_hidden_size=16)),
+    "gemma4_unified_assistant": dict(text_config=dict(head_dim=8, global_head_dim=8, hidden_size_per_layer_input=0,
+                                                      vocab_size_per_layer_input=0, sliding_window=6,
+                                                      layer_types=["sliding_attention", "full_attention"]),
+                                     backbone_hidden_size=32, num_centroids=8, centroid_intermediate_top_k=2),
+}
+# Refused types whose own code fails in float64 (without PSA): their dry run runs in float32.
+FLOAT32: frozenset[str] = frozenset({"xglm", "inkling2_text", "inkling2_loop_text"})
+# Types whose causal LM takes a part of the type's config (AutoModelForCausalLM.from_config fails on the whole).
+SUBCONFIG: dict[str, str] = {"musicgen": "decoder", "musicgen_melody": "decoder"}
+# Types neither tested nor refused, and why.
+UNTESTED: dict[str, str] = {
+    **{t: "transformers cannot reload the saved causal LM: it saves a text config (model type "
+          f"{t}_text_model) that AutoModelForCausalLM does not map, without PSA too" for t in ("emu3", "mllama")},
+    "gemma3n": "its vision tower is a timm model, and timm (with torchvision, which pins its torch) is not in the test "
+               "extra; its language model is gemma3n_text (supported)",
 }
 
 
 def tiny_model(model_type: str, **overrides):
-    """A tiny random float64 model of a tested or refused ``model_type`` (eval mode, on the CPU)."""
+    """A tiny random float64 model (float32 for ``FLOAT32``) of a tested or refused ``model_type`` (eval mode, on the
+    CPU)."""
     import torch
     import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     if model_type in REFUSED and model_type not in TINY:
         config = _config(model_type, REFUSED[model_type], 2, overrides)
     else:
         config = tiny_config(model_type, **overrides)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation=base_kernel(model_type), experts_implementation="eager")
-    return model.double().eval()
+    if model_type in SUBCONFIG:
+        model = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])._from_config(
+            getattr(config, SUBCONFIG[model_type]), attn_implementation=base_kernel(model_type))
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation=base_kernel(model_type), experts_implementation="eager")
+    return (model.float() if model_type in FLOAT32 else model.double()).eval()
 
 
 def support_rows() -> list[tuple[str, str, str]]:
-    """(model type, status, what the dry run found or why it refused) for every causal-LM model type of
-    the installed transformers: ``supported`` (tested), ``refused`` or ``untested``."""
+    """(model type, status, what the dry run found, why it refused or why it is untested) for every causal-LM
+    model type of the installed transformers: ``supported`` (tested), ``refused`` or ``untested``."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from psattn.integrations.hf.detect import find_attention
@@ -368,7 +437,7 @@ def support_rows() -> list[tuple[str, str, str]]:
             else:
                 raise AssertionError(f"{model_type} is listed as refused but passes the dry run")
         else:
-            rows.append((model_type, "untested", ""))
+            rows.append((model_type, "untested", UNTESTED.get(model_type, "")))
     return rows
 
 
@@ -384,11 +453,11 @@ def support_page(rows: list[tuple[str, str, str]]) -> str:
         f"(`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, {len(rows)} types): **{counts['supported']} supported**, "
         f"{counts['refused']} refused, {counts['untested']} untested. Supported: `apply_psa`'s dry run finds the "
         "pattern and `tests/integrations/test_hf_families.py` checks every guarantee on a tiny random model; "
-        "refused: the dry run's one-line reason on a tiny random model; untested: no tiny config here yet (the "
-        "dry run decides when `apply_psa` is called). Generated by `python -m psattn.integrations.hf.support` "
-        "and checked by `tests/integrations/test_hf_support.py`.",
+        "refused: the dry run's one-line reason on a tiny random model; untested: the family test cannot run it "
+        "here, for the reason given (the dry run decides when `apply_psa` is called). Generated by "
+        "`python -m psattn.integrations.hf.support` and checked by `tests/integrations/test_hf_support.py`.",
         "",
-        "| model type | status | what the dry run found |",
+        "| model type | status | what the dry run found (untested: why) |",
         "|---|---|---|",
     ]
     lines += [f"| `{t}` | {s} | {note.replace('|', '/')} |" for t, s, note in rows]
