@@ -35,7 +35,7 @@ def test_the_readme_and_the_guide_give_the_count():
 
 
 def test_the_page_is_what_the_code_generates():
-    """Runs the dry run on a tiny model of every tested and refused type (3 s)."""
+    """Runs the dry run on a tiny model of every tested and refused type (about 15 s of one CPU core)."""
     regenerate = "python -m psattn.integrations.hf.support > docs/hf_support.md"
     assert PAGE.read_text() == support_page(support_rows()), f"the page is out of date: {regenerate}"
 
