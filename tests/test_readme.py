@@ -2,6 +2,7 @@
 of the docs pages runs, and the glance table is the same in the README and in docs/reproduction.md."""
 
 import re
+import warnings
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -29,11 +30,17 @@ SLOW_PAGES = {"exported.md"}
 
 
 def _run_page(page: Path) -> int:
-    """Run ``page``'s python blocks in order in one namespace; the number run."""
+    """Run ``page``'s python blocks in order in one namespace; the number run. A warning that a page's own line
+    raises (torch's on ``float`` of a tensor that requires grad, say) fails it: a reader sees it too."""
     namespace: dict = {}
+    name = str(page.relative_to(README.parent))
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
-    for block in blocks:
-        exec(compile(block, str(page.relative_to(README.parent)), "exec"), namespace)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for block in blocks:
+            exec(compile(block, name, "exec"), namespace)
+    own = [f"{name}:{w.lineno}: {w.category.__name__}: {w.message}" for w in seen if w.filename == name]
+    assert not own, own
     return len(blocks)
 
 

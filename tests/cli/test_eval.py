@@ -73,7 +73,7 @@ def test_eval_scores_a_text_run_with_its_own_tokenizer_however_the_corpus_is_giv
     assert by_set["task_config"]["tokenizer"] == str((run / "tokenizer.json").resolve())
     assert own["data_changed"] == [] and by_set["data_changed"] == ["corpus", "eval"]
     assert main(["eval", "--run-dir", str(run), "--corpus", str(tmp_path / "b.txt")]) == 0
-    assert "not the data the run trained on: the corpus and eval differ" in capsys.readouterr().out
+    assert "not the data the run trained on: the corpus and the held-out text differ" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["eval", "--run-dir", str(run), "--set", "task.tokenizer=byte"])
     assert "its own tokenizer" in capsys.readouterr().err
@@ -89,7 +89,7 @@ def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_win
     token_cache._open.cache_clear()
     main(["eval", "--run-dir", str(run), "--rows", "100000"])
     out = capsys.readouterr().out
-    assert "not the data the run trained on: the corpus and eval differ" in out, out
+    assert "not the data the run trained on: the corpus and the held-out text differ" in out, out
     assert "100,000 rows asked; the held-out text holds" in out and "windows, so each is scored once" in out, out
     import torch
 
@@ -103,6 +103,17 @@ def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_win
     assert scores["rows"] == scores["rows_capped"]["held_out_windows"] < 100000
     inputs = scored[0].inputs  # (rows, T): the windows at starts 0, 1, 2, ...: every held-out window, each once
     assert len(inputs) == scores["rows"] and torch.equal(inputs[1:, :-1], inputs[:-1, 1:])
+
+
+def test_eval_on_another_held_out_split_of_the_same_corpus_says_so(tmp_path, capsys, fresh_token_cache):
+    """The run's own corpus with a larger held-out fraction: its first line names the held-out text and the split,
+    not "another corpus, or its corpus changed since" (it read "the eval differ")."""
+    pytest.importorskip("tokenizers")
+    _, run = _bpe_run(tmp_path)
+    assert main(["eval", "--run-dir", str(run), "--set", "task.eval_fraction=0.2"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line == ("  not the data the run trained on: the held-out text differs from its data.json's (another held-out "
+                    "split, which may hold text the run trained on)"), line
 
 
 def test_eval_past_the_trained_length_says_it_measures_length_generalisation(tmp_path, capsys):

@@ -73,6 +73,19 @@ def test_an_induction_run_exports_without_a_tokenizer_and_the_diagnostics_and_pe
         main(["export", "--format", "hf", "--int8", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "x")])
 
 
+def test_a_quiet_export_draws_no_bar_of_transformers(tmp_path, capsys, monkeypatch):
+    """-q is results and errors only, and psattn draws bars on a terminal only: transformers' "Writing model
+    shards" bar stays off in save_pretrained, and transformers' own switch is left as it was."""
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.setenv("TQDM_DISABLE", "")  # -q sets it; restored after the test
+    train(tiny_config(4), tmp_path / "run")
+    capsys.readouterr()
+    enabled = hf_logging.is_progress_bar_enabled()
+    assert main(["-q", "export", "--format", "hf", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    assert capsys.readouterr().err == "" and hf_logging.is_progress_bar_enabled() == enabled
+
+
 @pytest.mark.slow  # a fresh process imports transformers: about 12 s
 def test_an_export_loads_in_a_new_process_after_the_import_its_hint_names(tmp_path, capsys):
     """The export's hint names the import; a fresh process that does just that import loads the folder with

@@ -5,10 +5,13 @@ tokenizer as a transformers fast tokenizer with the same ids. Needs the ``hf`` e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from psattn.export.staging import staged_folder
 from psattn.integrations.hf.decoder_model import to_hf
+from psattn.progress import bars_wanted
 from psattn.training.config import RunConfig
 from psattn.training.run_dir import CONFIG, TOKENIZER, load_trained
 
@@ -28,6 +31,22 @@ def hf_tokenizer(tokenizer_json: str):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+@contextmanager
+def _hf_bars() -> Iterator[None]:
+    """transformers' own progress bars ("Writing model shards") where psattn draws its own only (``bars_wanted``:
+    a terminal, no -q); transformers' switch is set back as it was."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    if enabled and not bars_wanted():
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled and not hf_logging.is_progress_bar_enabled():
+            hf_logging.enable_progress_bar()
 
 
 def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> Path:
@@ -63,7 +82,7 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
     config = RunConfig.from_file(run_dir / CONFIG)
     wrapped = to_hf(model, getattr(config.task, "seq_len", 256))
     tokenizer = (run_dir / TOKENIZER).read_text() if (run_dir / TOKENIZER).exists() else None
-    with staged_folder(out, force=force, what="a Hugging Face export", keep=[run_dir]) as staging:
+    with staged_folder(out, force=force, what="a Hugging Face export", keep=[run_dir]) as staging, _hf_bars():
         wrapped.save_pretrained(staging)
         if tokenizer is not None:
             hf_tokenizer(tokenizer).save_pretrained(staging)

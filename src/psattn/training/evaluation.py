@@ -155,9 +155,12 @@ def format_evaluation(result: dict[str, Any]) -> str:
     """A few readable lines of ``evaluate_run``'s result."""
     lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {result['task_config']}"]
     changed = result.get("data_changed")
-    if changed:
-        lines.append(f"  not the data the run trained on: the {' and '.join(changed)} differ from its data.json's "
-                     "(another corpus, or its corpus changed since)")
+    if changed:  # "eval" alone: the run's own corpus, split otherwise (task.eval_fraction, task.split)
+        what = " and ".join({"corpus": "the corpus", "eval": "the held-out text"}[name] for name in changed)
+        why = ("another corpus, or its corpus changed since" if "corpus" in changed
+               else "another held-out split, which may hold text the run trained on")
+        lines.append(f"  not the data the run trained on: {what} differ{'s' * (len(changed) == 1)} from its "
+                     f"data.json's ({why})")
     if "rows_capped" in result:
         lines.append(f"  {result['rows_capped']['asked']:,} rows asked; the held-out text holds "
                      f"{result['rows_capped']['held_out_windows']:,} windows, so each is scored once")
