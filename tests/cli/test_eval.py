@@ -18,7 +18,7 @@ def test_eval_of_an_induction_run_equals_its_last_evaluation(tmp_path, capsys):
     assert scores["accuracy"] == last["eval_accuracy"] and scores["loss"] == pytest.approx(last["eval_loss"])
     assert scores["induction_score"] == last["induction_score"]
     out = capsys.readouterr().out
-    assert "held-out accuracy" in out
+    assert "held-out accuracy" in out and "held-out rows of the induction task {'vocab_size': " in out  # names the task
     assert "best induction score: layer 1 " in out and "layer 0" not in out  # counted from 1, as psattn export does
     main(["eval", "--run-dir", str(tmp_path / "run"), "--set", "task.seq_len=32", "--rows", "16", "--json"])
     other = json.loads(capsys.readouterr().out)

@@ -98,7 +98,8 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     if report is not None and len(batch) > NOTED_ROWS:
         report(f"scoring {len(batch):,} held-out rows of {batch.inputs.shape[1]} tokens on {model_device(model)}")
     accuracy, loss = evaluate(model, batch)
-    result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_config": dataclasses.asdict(config.task),
+    result = {"run_dir": str(run_dir), "task": config.task.__class__.__name__, "task_name": task_name(config.task),
+              "task_config": dataclasses.asdict(config.task),
               "rows": len(batch), "accuracy": accuracy, "loss": loss}
     if capped is not None:
         result["rows_capped"] = {"asked": capped, "held_out_windows": rows}
@@ -153,7 +154,7 @@ def _best(scores: list[float]) -> float:
 
 def format_evaluation(result: dict[str, Any]) -> str:
     """A few readable lines of ``evaluate_run``'s result."""
-    lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {result['task_config']}"]
+    lines = [f"{result['run_dir']} on {result['rows']} held-out rows of the {result['task_name']} task {result['task_config']}"]
     changed = result.get("data_changed")
     if changed:  # "eval" alone: the run's own corpus, split otherwise (task.eval_fraction, task.split)
         what = " and ".join({"corpus": "the corpus", "eval": "the held-out text"}[name] for name in changed)
