@@ -186,6 +186,30 @@ def test_a_text_run_whose_corpus_moved_resumes_with_the_corpus_named_where_it_li
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
 
 
+def test_a_sweep_whose_corpus_moved_finishes_its_runs_with_the_corpus_where_it_lies(tmp_path, fresh_token_cache):
+    """A sweep's folder whose text runs' corpus moved (the plan of another checkout names it there) keeps its finished
+    run and finishes the other as the uninterrupted sweep (it was refused as a folder holding another config)."""
+    import dataclasses
+
+    from psattn.experiments.sweep import run_sweep
+
+    def plan(corpus):
+        return [dataclasses.replace(_text_config(corpus), name=name) for name in ("finished", "half")]
+
+    corpus, moved = tmp_path / "a" / "corpus.txt", tmp_path / "b" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("def f(x):\n    return x + 1\n\n" * 150)
+    reference = run_sweep(plan(corpus), tmp_path / "reference", workers=1, progress=False)
+    finished, half = plan(corpus)
+    train(finished, tmp_path / "out" / "finished")
+    assert train(half, tmp_path / "out" / "half", time_limit_s=0).timed_out
+    moved.parent.mkdir()
+    corpus.rename(moved)
+    token_cache._open.cache_clear()
+    results = run_sweep(plan(moved), tmp_path / "out", workers=1, progress=False)
+    assert {k: science(r["history"]) for k, r in results.items()} == {k: science(r["history"]) for k, r in reference.items()}
+
+
 def test_a_run_from_before_data_records_gets_its_data_json_once_with_a_note(text_run, caplog):
     run, corpus = text_run
     recorded = json.loads((run / "data.json").read_text())
