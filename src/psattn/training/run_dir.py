@@ -226,7 +226,8 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     if not config_path.exists() or not holds_progress(run_dir) or not resume:
         return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
     extensions = read_meta(run_dir).get("extensions", [])
-    config = with_data_paths(config, RunConfig.from_file(config_path))  # its data moved: still the same run
+    if not holds_same_run(config_path, config):  # its data moved: still the same run
+        config = with_data_paths(config, RunConfig.from_file(config_path))
     if holds_same_run(config_path, config):
         _refuse_to_train_a_finished_run_again(run_dir)
         _check_stopping_rule(run_dir, config, more_steps=False)  # config.json's rule may have been edited by hand
