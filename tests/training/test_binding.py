@@ -7,10 +7,11 @@ import logging
 import pytest
 import torch
 
-from helpers import tiny_config
+from helpers import science, tiny_config
 from psattn.cli import main
 from psattn.textdata import tokens as token_cache
 from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.run_dir import load_result
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import train
 
@@ -161,6 +162,52 @@ def test_a_missing_data_record_is_refused_and_a_changed_corpus_never_trained_on(
     assert "no data.json" in err, err
     assert _refused(["eval", "--run-dir", str(run)], capsys)
     assert json.loads((run / "result.json").read_text())["steps"] == 4  # nothing trained, nothing rewritten
+
+
+def test_a_text_run_whose_corpus_moved_resumes_with_the_corpus_named_where_it_lies(tmp_path, fresh_token_cache, capsys):
+    """A run is bound to its data by content, not by path: resumed with task.corpus naming the corpus's new place, it
+    continues and ends as the uninterrupted run, its config.json naming the new place (it was refused as a run with
+    a different config); other text at the new place is refused."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def f(x):\n    return x + 1\n\n" * 150)
+    reference = train(_text_config(corpus), tmp_path / "reference")
+    run, moved, other = tmp_path / "run", tmp_path / "moved" / "corpus.txt", tmp_path / "other" / "corpus.txt"
+    assert train(_text_config(corpus), run, time_limit_s=0).timed_out  # a checkpoint at step 1 of 4
+    moved.parent.mkdir()
+    corpus.rename(moved)
+    other.parent.mkdir()
+    other.write_text("class A:\n    pass\n\n" * 150)
+    token_cache._open.cache_clear()
+    assert "started on other data" in _refused(["train", "--run-dir", str(run), "--set", f"task.corpus={other}"], capsys)
+    assert main(["train", "--run-dir", str(run), "--set", f"task.corpus={moved}", "-q"]) == 0
+    assert RunConfig.from_file(run / "config.json").task.corpus == str(moved)
+    assert science(load_result(run)["history"]) == science(reference.history)
+    resumed, uninterrupted = (torch.load(r / "checkpoint.pt", weights_only=True)["model"] for r in (run, tmp_path / "reference"))
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
+def test_a_sweep_whose_corpus_moved_finishes_its_runs_with_the_corpus_where_it_lies(tmp_path, fresh_token_cache):
+    """A sweep's folder whose text runs' corpus moved (the plan of another checkout names it there) keeps its finished
+    run and finishes the other as the uninterrupted sweep (it was refused as a folder holding another config)."""
+    import dataclasses
+
+    from psattn.experiments.sweep import run_sweep
+
+    def plan(corpus):
+        return [dataclasses.replace(_text_config(corpus), name=name) for name in ("finished", "half")]
+
+    corpus, moved = tmp_path / "a" / "corpus.txt", tmp_path / "b" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("def f(x):\n    return x + 1\n\n" * 150)
+    reference = run_sweep(plan(corpus), tmp_path / "reference", workers=1, progress=False)
+    finished, half = plan(corpus)
+    train(finished, tmp_path / "out" / "finished")
+    assert train(half, tmp_path / "out" / "half", time_limit_s=0).timed_out
+    moved.parent.mkdir()
+    corpus.rename(moved)
+    token_cache._open.cache_clear()
+    results = run_sweep(plan(moved), tmp_path / "out", workers=1, progress=False)
+    assert {k: science(r["history"]) for k, r in results.items()} == {k: science(r["history"]) for k, r in reference.items()}
 
 
 def test_a_run_from_before_data_records_gets_its_data_json_once_with_a_note(text_run, caplog):

@@ -43,7 +43,7 @@ from psattn.progress import progress_bar
 from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
 from psattn.training.lock import run_lock
 from psattn.training.memory import check_side_by_side
-from psattn.training.run_dir import load_result
+from psattn.training.run_dir import load_result, with_data_paths
 from psattn.training.signals import (
     STOP_SIGNALS,
     TrainingDiverged,
@@ -186,9 +186,11 @@ def run_sweep(
 
 def _runs_elsewhere(saved: Path, config: RunConfig) -> bool:
     """Whether the run saved at ``saved`` is ``config`` but for where it runs (``RUNTIME_FIELDS``: a sweep
-    begun on the CPU and continued on a GPU), which the run continues under."""
+    begun on the CPU and continued on a GPU) and where its data lies (``with_data_paths``), which the run
+    continues under."""
     try:
-        return holds_same_run(saved, with_train_fields(config, RunConfig.from_file(saved), RUNTIME_FIELDS))
+        held = RunConfig.from_file(saved)
+        return holds_same_run(saved, with_data_paths(with_train_fields(config, held, RUNTIME_FIELDS), held))
     except (OSError, ValueError):
         return False
 

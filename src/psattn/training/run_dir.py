@@ -13,6 +13,7 @@ reader (export, the transformers bridge, the command line, the studies) reads it
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -32,7 +33,7 @@ from psattn.provenance import provenance
 from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task, task_name
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
-from psattn.training.binding import check_binding, record_data_once
+from psattn.training.binding import BOUND_BY_CONTENT, check_binding, record_data_once
 from psattn.training.checkpoint import load_checkpoint, load_model_weights
 from psattn.training.config import (
     RUNTIME_FIELDS,
@@ -225,6 +226,8 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
     if not config_path.exists() or not holds_progress(run_dir) or not resume:
         return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
     extensions = read_meta(run_dir).get("extensions", [])
+    if not holds_same_run(config_path, config):  # its data moved: still the same run
+        config = with_data_paths(config, RunConfig.from_file(config_path))
     if holds_same_run(config_path, config):
         _refuse_to_train_a_finished_run_again(run_dir)
         _check_stopping_rule(run_dir, config, more_steps=False)  # config.json's rule may have been edited by hand
@@ -268,6 +271,16 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues); use another directory, "
         "or --restart"
     )
+
+
+def with_data_paths(config: RunConfig, saved: RunConfig) -> RunConfig:
+    """``config`` with its task's corpus and tokenizer named as ``saved`` names them: a run is bound to its data by
+    content, not by the paths that name it (see ``psattn.training.binding``), so a corpus that moved leaves the same
+    run (``check_same_data`` and the checkpoint's binding refuse other data)."""
+    if type(config.task) is not type(saved.task):
+        return config
+    named = {name: getattr(saved.task, name) for name in BOUND_BY_CONTENT if hasattr(config.task, name)}
+    return dataclasses.replace(config, task=dataclasses.replace(config.task, **named)) if named else config
 
 
 def _refuse_to_train_a_finished_run_again(run_dir: Path) -> None:
@@ -357,9 +370,9 @@ def write_run_files(run_dir: Path, config: RunConfig, is_main: bool = True, fres
         return
     if new_rule:
         saved = RunConfig.from_file(config_path)
-        if not holds_same_run(config_path, with_train_fields(config, saved, RUNTIME_FIELDS)):
+        if not holds_same_run(config_path, with_data_paths(with_train_fields(config, saved, RUNTIME_FIELDS), saved)):
             (run_dir / RESULT).unlink(missing_ok=True)  # another stopping rule: the run is unfinished again
-        write_json(config_path, config.to_dict())  # (where it runs changes no result)
+        write_json(config_path, config.to_dict())  # (where it runs, or where its data lies, changes no result)
         return
     if extended:  # in this order, so that a kill between two writes leaves what check_run_dir resumes
         (run_dir / RESULT).unlink(missing_ok=True)  # the run is unfinished again
