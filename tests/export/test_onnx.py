@@ -8,14 +8,15 @@ import onnx
 import pytest
 import torch
 
-from helpers import check_bad_inputs_are_refused, random_model
+from helpers import check_bad_inputs_are_refused, random_model, tiny_config
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.export.compare import export_and_compare, format_comparison, key_range_growth, onnx_family
-from psattn.export.onnx import decode_path_for, int8_path_for, lm_head_nodes, quantize_int8
+from psattn.export.onnx import data_path_for, decode_path_for, int8_path_for, lm_head_nodes, quantize_int8
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
 from psattn.models.generate import NonFiniteLogits
+from psattn.training import train
 from psattn.training.run_dir import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
@@ -60,6 +61,64 @@ def test_onnx_runtime_matches_pytorch(tmp_path, variant, placement):
         assert dims(paths.decode, name)[3] == 1  # one position, whatever the sequence length
 
 
+def weight_places(path):
+    """Where each initializer of the graph at ``path`` that lives outside it is: {(file, offset, length)}."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    places = [{e.key: e.value for e in t.external_data} for t in graph.initializer
+              if t.data_location == onnx.TensorProto.EXTERNAL]
+    return {(p["location"], int(p["offset"]), int(p["length"])) for p in places}
+
+
+def test_the_prefill_and_decode_graphs_share_one_copy_of_the_weights(tmp_path):
+    """Each graph carried its own copy of the weights, so an export cost twice its weights on disk (and ONNX
+    Runtime read both copies); now both read one file, and the decode step still decodes as PyTorch does."""
+    model = random_model("key_only", d_model=128, std=0.05).float()
+    paths = export_onnx(model, tmp_path / "m.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
+    assert paths.data == tmp_path / "m.onnx.data"
+    weights = 4 * model.num_parameters()  # fp32
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= 1.1 * weights
+    shared = weight_places(paths.prefill)
+    assert weight_places(paths.decode) == shared and {place[0] for place in shared} == {"m.onnx.data"}
+    runtime = OnnxLM(paths.prefill, paths.decode)
+    ids = torch.randint(0, 37, (2, 9))
+    ours = generate(model, ids[:, :4], 6)
+    seqs, step_logits = runtime.generate(ids[:, :4].numpy(), 6)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
+    with torch.no_grad():
+        assert np.abs(runtime.logits(ids.numpy()) - model(ids).numpy()).max() < 1e-4
+
+
+def test_exporting_to_the_same_path_again_leaves_open_sessions_of_the_first_export_as_they_were(tmp_path):
+    """ONNX Runtime maps the weights file into memory: rewriting it in place changed the weights under the
+    sessions of the earlier export (an error of 1.9 in its logits)."""
+    first, second = (random_model("key_only", d_model=128, std=0.05, seed=seed).float() for seed in (0, 1))
+    paths = export_onnx(first, tmp_path / "m.onnx")
+    runtime = OnnxLM(paths.prefill, paths.decode)
+    ids = np.array([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        want = first(torch.from_numpy(ids)).numpy()
+    export_onnx(second, tmp_path / "m.onnx")
+    assert np.abs(runtime.logits(ids) - want).max() < 1e-4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_the_int8_graphs_share_one_copy_of_their_quantized_weights(tmp_path, mode):
+    """psattn export --int8 wrote each quantized weight twice, once in each INT8 graph."""
+    train(tiny_config(10), tmp_path / "run")
+    r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=mode, rows=32, decode_tokens=4)
+    files = r["files"]
+    assert Path(files["data_int8"]).name == f"m.int8-{mode}.onnx.data"
+    shared = weight_places(files["prefill_int8"])
+    assert shared and weight_places(files["decode_int8"]) == shared
+    assert {place[0] for place in shared} == {Path(files["data_int8"]).name}
+    assert Path(files["data_int8"]).stat().st_size <= sum(place[2] for place in shared) + 4096 * len(shared)
+    assert r["size_bytes"]["int8"] == sum(Path(files[k]).stat().st_size for k in ("prefill_int8", "decode_int8",
+                                                                                     "data_int8"))
+    assert r["max_logit_error"]["decode_steps"] < 1e-4 and r["greedy_tokens_equal"]
+
+
 def test_key_lag_and_mixed_layers_are_refused(tmp_path):
     with pytest.raises(ValueError, match="key-lag"):
         export_onnx(random_model("canon", gamma=0.0).float(), tmp_path / "x.onnx")
@@ -74,9 +133,11 @@ def test_exports_to_names_without_onnx_suffix_keep_their_own_companions(tmp_path
     model.decode.onnx and model.int8-*.onnx, so the second replaced the first's and v1 decoded with v2's model)."""
     assert not set(onnx_family(tmp_path / "model.v1")) & set(onnx_family(tmp_path / "model.v2"))
     assert [p.name for p in onnx_family(tmp_path / "model.onnx")] == [
-        "model.onnx", "model.decode.onnx", "model.int8-dynamic.onnx", "model.int8-dynamic.decode.onnx",
-        "model.int8-static.onnx", "model.int8-static.decode.onnx"]  # the names of a .onnx target are as they were
+        "model.onnx", "model.decode.onnx", "model.onnx.data", "model.int8-dynamic.onnx", "model.int8-dynamic.decode.onnx",
+        "model.int8-dynamic.onnx.data", "model.int8-static.onnx", "model.int8-static.decode.onnx",
+        "model.int8-static.onnx.data"]  # the names of a .onnx target's graphs are as they were; each pair's weights beside it
     assert decode_path_for(tmp_path / "model.v1").name == "model.v1.decode.onnx"
+    assert data_path_for(tmp_path / "model.v1").name == "model.v1.onnx.data"
     assert int8_path_for(tmp_path / "model.v1", "static").name == "model.v1.int8-static.onnx"
 
 

@@ -10,8 +10,8 @@ from psattn.arguments import add_command, add_json, add_required, add_run_dir, r
 
 #: --format -> what the export writes
 FORMATS = {
-    "onnx": "two ONNX graphs (prefill, and a decode step carrying the cache), run in ONNX Runtime and compared with "
-            "PyTorch (logits, greedy tokens, INT8 fidelity).",
+    "onnx": "two ONNX graphs (prefill, and a decode step carrying the cache) and one file of the weights both read, "
+            "run in ONNX Runtime and compared with PyTorch (logits, greedy tokens, INT8 fidelity).",
     "executorch": "one .pte program (methods prefill and decode, the cache as explicit state, XNNPACK), run in "
                   "ExecuTorch's runtime and compared alike; --quantize adds int8 or int4 weight copies.",
     "hf": "a transformers checkpoint (the registered psattn model type) with the run's tokenizer, for "
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_run_dir(ex, "run directory (config.json + checkpoint.pt)")
     ex.add_argument("--format", choices=list(FORMATS), default=default, help="what to write")
     add_required(ex, "--out", "--onnx", "out", metavar="PATH",
-                 help="onnx: the prefill graph's path (the decode step goes beside it); executorch: the .pte "
+                 help="onnx: the prefill graph's path (the decode step and the weights file go beside it); executorch: the .pte "
                       "program's path; hf: the model's folder")
     ex.add_argument("--int8", nargs="?", const="dynamic", choices=["dynamic", "static"],
                     help="onnx: also quantize both graphs to INT8 (dynamic, the default: the weights; or static: "

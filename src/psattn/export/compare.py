@@ -15,7 +15,16 @@ import numpy as np
 import torch
 
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
-from psattn.export.onnx import INT8_MODES, OnnxLM, decode_path_for, export_onnx, int8_path_for, quantize_int8
+from psattn.export.onnx import (
+    INT8_MODES,
+    OnnxLM,
+    data_path_for,
+    decode_path_for,
+    export_onnx,
+    int8_path_for,
+    quantize_int8,
+    share_weights,
+)
 from psattn.export.quantize import calibration_inputs, fp32_nodes
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
@@ -58,14 +67,20 @@ GREEDY_PROMPTS = 16  # held-out prompts whose greedy continuations INT8 and fp32
 
 
 def onnx_family(path: Path) -> list[Path]:
-    """Every file an ONNX export to ``path`` may write: the prefill graph, the decode step, INT8 copies."""
+    """Every file an ONNX export to ``path`` may write: the prefill graph, the decode step and the weights
+    both read, and the same three of each INT8 copy."""
     prefill = [path, *(int8_path_for(path, mode) for mode in INT8_MODES)]
-    return [p for graph in prefill for p in (graph, decode_path_for(graph))]
+    return [p for graph in prefill for p in (graph, decode_path_for(graph), data_path_for(graph))]
+
+
+def export_bytes(*files: str | Path) -> int:
+    """Bytes on disk of an export's files (two graphs and the weights they share)."""
+    return sum(Path(f).stat().st_size for f in files)
 
 
 def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
                        decode_tokens: int = 24) -> dict[str, Any]:
-    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``) and measure it against
+    """Export the run's model to ``onnx_path`` (and ``.decode.onnx``, ``.onnx.data``) and measure it against
     PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
     (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
     The files are written in a staging folder and moved beside ``onnx_path`` when all are complete,
@@ -104,8 +119,8 @@ def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, 
     result: dict[str, Any] = {
         "variant": model.config.layer_attention_configs()[0].variant,
         "gamma": model.config.layer_attention_configs()[0].gamma,
-        "files": {"prefill": str(paths.prefill), "decode": str(paths.decode)},
-        "size_bytes": {"fp32": paths.prefill.stat().st_size},
+        "files": {"prefill": str(paths.prefill), "decode": str(paths.decode), "data": str(paths.data)},
+        "size_bytes": {"fp32": export_bytes(paths.prefill, paths.decode, paths.data)},
         "max_logit_error": {"full_forward": float(np.abs(torch_logits - onnx_logits).max()),
                             "decode_steps": float(np.abs(ours.logits.numpy() - step_logits).max())},
         "greedy_tokens_equal": bool((ours.sequences.numpy() == seqs).all()),
@@ -137,9 +152,9 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
                       mode: str, path: Path, decode_tokens: int = 24) -> dict[str, Any]:
     """Quantize the exported graphs of ``model`` (``fp32``) to INT8 (``mode`` "dynamic" or "static",
     calibrated on training rows, the LM head kept in fp32; in both ``quantize.fp32_nodes`` kept in fp32), write
-    them to ``path`` (and its ``.decode.onnx``) and measure them against fp32 on
-    ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1 agreement and
-    KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the file size."""
+    them to ``path`` (and its ``.decode.onnx``, their quantized weights once in its ``.onnx.data``) and measure
+    them against fp32 on ``batch``: held-out accuracy (and text quality for a text run), teacher-forced top-1
+    agreement and KL, greedy agreement over ``GREEDY_PROMPTS`` held-out prompts, and the bytes on disk."""
     prefill_feeds = decode_feeds = None
     if mode == "static":
         calibration = calibration_inputs(config)
@@ -148,6 +163,7 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
     prefill = quantize_int8(fp32.prefill_path, path, prefill_feeds, exclude=fp32_nodes(fp32.prefill_path, model))
     decode = quantize_int8(fp32.decode_path, decode_path_for(prefill), decode_feeds,
                            exclude=fp32_nodes(fp32.decode_path, model))
+    data = share_weights(prefill, decode)  # both graphs quantize each weight alike: one copy of it
     quantized = OnnxLM(prefill, decode)
     prompts = batch.inputs[:GREEDY_PROMPTS, : batch.inputs.shape[1] // 2].numpy()
     fp32_seqs, _ = fp32.generate(prompts, decode_tokens)
@@ -156,7 +172,8 @@ def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, c
     new = slice(prompts.shape[1], None)  # the generated tokens, not the prompt both share
     greedy = greedy_agreement(fp32_seqs[:, new], q_seqs[:, new])
     result: dict[str, Any] = {
-        "files": {"prefill_int8": str(prefill), "decode_int8": str(decode)}, "size_bytes": prefill.stat().st_size,
+        "files": {"prefill_int8": str(prefill), "decode_int8": str(decode), "data_int8": str(data)},
+        "size_bytes": export_bytes(prefill, decode, data),
         "accuracy": accuracy(logits, batch), "int8_teacher_forced": teacher_forced_agreement(fp32_logits, logits),
         "int8_greedy": greedy, "int8_greedy_tokens_agree": greedy["tokens_agree"]}
     if hasattr(config.task, "tokens"):
@@ -170,7 +187,7 @@ def format_comparison(r: dict[str, Any]) -> str:
         f"{r['variant']} (gamma {r['gamma']:g}): prefill graph {r['files']['prefill']}, decode step {r['files']['decode']}",
         *([f"  INT8 ({r['int8_mode']}): prefill graph {r['files']['prefill_int8']}, decode step {r['files']['decode_int8']}"]
           if "prefill_int8" in r["files"] else []),
-        f"  size: fp32 {r['size_bytes']['fp32'] / 1e6:.2f} MB" +
+        f"  size on disk (both graphs and their weights): fp32 {r['size_bytes']['fp32'] / 1e6:.2f} MB" +
         (f", int8 {r['size_bytes']['int8'] / 1e6:.2f} MB" if "int8" in r["size_bytes"] else ""),
         f"  max |logit error| vs PyTorch: full forward {r['max_logit_error']['full_forward']:.2e}, "
         f"decode steps {r['max_logit_error']['decode_steps']:.2e}; greedy tokens equal: {r['greedy_tokens_equal']}",

@@ -303,8 +303,8 @@ def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, prog
 
 def _onnx_graphs(run_dir, folder, int8: bool):
     """The run's prefill and decode graphs in ``folder``, fp32 or dynamic INT8 as ``psattn export --int8``
-    writes them (the value projections in fp32)."""
-    from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8
+    writes them (the value projections in fp32; the weights once, in a file both graphs read)."""
+    from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8, share_weights
     from psattn.export.quantize import fp32_nodes
     from psattn.training.run_dir import load_trained
 
@@ -314,6 +314,7 @@ def _onnx_graphs(run_dir, folder, int8: bool):
         return paths.prefill, paths.decode
     prefill = quantize_int8(paths.prefill, folder / "model.int8.onnx", exclude=fp32_nodes(paths.prefill, model))
     decode = quantize_int8(paths.decode, decode_path_for(prefill), exclude=fp32_nodes(paths.decode, model))
+    share_weights(prefill, decode)
     return prefill, decode
 
 

@@ -1,14 +1,17 @@
 """Export a DecoderLM to ONNX (standard operators only), run it in ONNX Runtime, quantize to INT8.
 
 ``export_onnx`` writes two graphs: ``<name>.onnx``, the full forward that also returns the cache
-state (prefill), and ``<name>.decode.onnx``, one cached decode step (see ``.graphs``).
-``OnnxLM`` drives them: logits of a whole sequence, and a greedy decode loop.
+state (prefill), and ``<name>.decode.onnx``, one cached decode step (see ``.graphs``), and their
+weights once, in ``<name>.onnx.data`` beside them, which both graphs read (ONNX external data;
+``share_weights``). ``OnnxLM`` drives them: logits of a whole sequence, and a greedy decode loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,9 +40,10 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 @dataclass
 class OnnxPaths:
-    """The two graphs ``export_onnx`` writes: prefill and decode step."""
+    """The two graphs ``export_onnx`` writes, prefill and decode step, and the weights file both read."""
     prefill: Path
     decode: Path
+    data: Path
 
 
 def _name(path: Path) -> str:
@@ -53,6 +57,13 @@ def decode_path_for(path: str | Path) -> Path:
     the file name less a ``.onnx`` suffix."""
     path = Path(path)
     return path.with_name(_name(path) + ".decode.onnx")
+
+
+def data_path_for(path: str | Path) -> Path:
+    """Where the weights of the prefill graph ``path`` and of its decode step go: ``<name>.onnx.data``,
+    ``<name>`` as in ``decode_path_for``."""
+    path = Path(path)
+    return path.with_name(_name(path) + ".onnx.data")
 
 
 def int8_path_for(path: str | Path, mode: str) -> Path:
@@ -70,25 +81,82 @@ def _export(graph, args, path: Path, dynamic_shapes) -> None:
                           dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False)
 
 
+#: initializers of at least this many bytes go to the shared weights file; smaller ones (shapes, indices, the
+#: odd scalar) stay inside each graph
+SHARED_BYTES = 1024
+#: tensors of at least this many bytes start at a multiple of the page size in that file, where ONNX Runtime maps
+#: them into memory instead of reading them into a buffer of each session's own
+MAPPED_BYTES = 64 * 1024
+PAGE = 4096
+_TENSOR_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def share_weights(prefill: str | Path, decode: str | Path) -> Path:
+    """Store the weights of the graphs ``prefill`` and ``decode`` once, in ``data_path_for(prefill)`` beside
+    them (ONNX external data, which ONNX Runtime reads wherever the graphs go with it): each initializer
+    of at least ``SHARED_BYTES`` moves there, and an initializer the other graph holds with the same dtype,
+    shape and bytes (every weight, fp32 or quantized alike: both graphs are of one model) points at the same
+    place. Also drops the exporter's debugging metadata on each node (the exporting process's stack
+    traces, most of a small graph's bytes). Returns the weights file."""
+    import onnx
+    from onnx import numpy_helper
+
+    paths = [Path(prefill), Path(decode)]
+    data = data_path_for(paths[0])
+    models = [onnx.load(str(p)) for p in paths]  # with any external data they already read
+    places: dict[tuple, list] = {}  # (dtype, shape, digest) -> [bytes, offset], first seen first
+    for model in models:
+        for node in model.graph.node:
+            del node.metadata_props[:]
+        for tensor in model.graph.initializer:
+            raw = numpy_helper.to_array(tensor).tobytes()
+            if len(raw) >= SHARED_BYTES:
+                places.setdefault((tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).digest()), [raw, 0])
+    written = data.with_name(data.name + ".new")
+    with open(written, "wb") as f:  # mapped tensors first, each at a page boundary, then the rest packed
+        for place in sorted(places.values(), key=lambda place: len(place[0]) < MAPPED_BYTES):
+            if len(place[0]) >= MAPPED_BYTES:
+                f.write(b"\0" * (-f.tell() % PAGE))
+            place[1] = f.tell()
+            f.write(place[0])
+    # a new file, not the old one rewritten: sessions of an earlier export to this path map its pages
+    os.replace(written, data)
+    for model, path in zip(models, paths, strict=True):
+        for tensor in model.graph.initializer:
+            raw = numpy_helper.to_array(tensor).tobytes()
+            if len(raw) >= SHARED_BYTES:
+                offset = places[(tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).digest())][1]
+                for field in _TENSOR_FIELDS:
+                    tensor.ClearField(field)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                del tensor.external_data[:]
+                for key, value in (("location", data.name), ("offset", offset), ("length", len(raw))):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, str(value)
+        onnx.save(model, str(path))
+    return data
+
+
 def nonstandard_ops(path: str | Path) -> list[str]:
     """Operators of the graph outside the standard ONNX domain (should be none)."""
     import onnx
 
-    graph = onnx.load(str(path)).graph
+    graph = onnx.load(str(path), load_external_data=False).graph
     return sorted({f"{n.domain}::{n.op_type}" for n in graph.node if n.domain not in STANDARD_DOMAINS})
 
 
 @torch.no_grad()
 def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
-    """Write the prefill graph to ``path`` and the decode-step graph beside it.
+    """Write the prefill graph to ``path``, the decode-step graph beside it, and their weights once.
 
     Args:
         model: the model to export (a trained one: ``load_trained(run_dir)``).
-        path: the prefill graph's file; the decode step goes beside it as ``<name>.decode.onnx``.
+        path: the prefill graph's file; the decode step goes beside it as ``<name>.decode.onnx``, and the
+            weights both read as ``<name>.onnx.data`` (``share_weights``): the three files go together.
 
     Returns:
-        ``OnnxPaths`` of the two graphs. [Run the exported model](../exported.md) shows their inputs,
-        outputs and the cache loop in ONNX Runtime.
+        ``OnnxPaths`` of the two graphs and the weights. [Run the exported model](../exported.md) shows
+        their inputs, outputs and the cache loop in ONNX Runtime.
 
     Examples:
         >>> import tempfile, numpy as np, torch
@@ -123,7 +191,7 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
         extra = nonstandard_ops(p)
         if extra:
             raise RuntimeError(f"{p} uses non-standard operators {extra}")
-    return OnnxPaths(path, decode_path_for(path))
+    return OnnxPaths(path, decode_path_for(path), share_weights(path, decode_path_for(path)))
 
 
 class OnnxLM:

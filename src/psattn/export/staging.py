@@ -4,7 +4,7 @@ place only when complete.
 A Hugging Face export is a folder (``staged_folder``): it replaces an existing folder as a whole, so no
 file of an earlier export survives beside the new ones; a folder holding files psattn did not write
 (no ``.psattn-export`` manifest lists them) is replaced only when asked (``force``), and a target that
-is a file is refused. An ONNX pair or an ExecuTorch program is a set of files beside one another
+is a file is refused. ONNX graphs with their weights file, or an ExecuTorch program, are a set of files beside one another
 (``staged_files``): the new set replaces the old one, and files of the old set the new one does not
 have (an INT8 copy of an earlier export, say) are removed. The moves into place run with the stop
 signals held back, so Ctrl-C leaves the previous export or the new one, never a mix of the two; a
