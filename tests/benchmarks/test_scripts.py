@@ -398,8 +398,8 @@ def test_attention_speed_can_keep_freed_memory():
 
 
 @pytest.mark.parametrize("task", ["induction", "text"])
-def test_trainer_speed_runs(task):
-    out = run("benchmarks/trainer_speed.py", "--task", task, "--steps", "3", "--repeats", "1")
+def test_trainer_speed_runs(task, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "trainer_speed", "--task", task, "--steps", "3", "--repeats", "1")
     assert out.startswith(task) and "ratio" in out
 
 
