@@ -350,9 +350,9 @@ def test_the_pieces_gpu_check_sh_names_run_every_section_each_inside_the_budget(
     assert all(sum(gpu_check.SECTION_S[name] for name in piece) <= 420 for piece in pieces)
 
 
-def test_attention_speed_small_shape():
-    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
-              "--repeats", "2")
+def test_attention_speed_small_shape(monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "attention_speed", "--batch", "1", "--heads", "2", "--length", "64",
+                      "--head-dim", "16", "--repeats", "2")
     assert "forward+backward" in out and "cache bytes per token of a sequence per layer" in out and "kept" not in out
 
 
@@ -383,9 +383,9 @@ def test_the_timed_decode_step_attends_to_the_whole_cache():
             assert stored.stride()[2:] == (stored.shape[3], 1)
 
 
-def test_attention_speed_can_time_the_decode_step_alone(tmp_path):
-    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
-              "--repeats", "1", "--decode-only", "--json", str(tmp_path / "decode.json"))
+def test_attention_speed_can_time_the_decode_step_alone(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "attention_speed", "--batch", "1", "--heads", "2", "--length", "64",
+                      "--head-dim", "16", "--repeats", "1", "--decode-only", "--json", str(tmp_path / "decode.json"))
     assert "decode step" in out and "forward" not in out
     saved = json.loads((tmp_path / "decode.json").read_text())
     assert saved["decode_only"] and list(saved["ratios"]) == ["decode step (layer, symmetric)"]
@@ -403,8 +403,9 @@ def test_trainer_speed_runs(task, monkeypatch, capsys):
     assert out.startswith(task) and "ratio" in out
 
 
-def test_step_overhead_counts_and_times_both_models(tmp_path):
-    out = run("benchmarks/step_overhead.py", "--presets", "psa-4m", "--repeats", "2", "--json", str(tmp_path / "s.json"))
+def test_step_overhead_counts_and_times_both_models(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "step_overhead", "--presets", "psa-4m", "--repeats", "2", "--json",
+                      str(tmp_path / "s.json"))
     assert "| psa-4m | training | fp32 |" in out and "| psa-4m | training | bf16 autocast |" in out
     assert "| psa-4m | decode | fp32 |" in out and "| psa-4m | decode | bf16 weights |" in out
     saved = json.loads((tmp_path / "s.json").read_text())
