@@ -177,14 +177,15 @@ def _script(name):
 
 def main_output(monkeypatch, capsys, script, *args):
     """What benchmarks/``script``.py prints, its ``main()`` run in this process with ``args`` as its command line
-    (torch's threads, which it may set, restored): for the checks of its output, not of a new process."""
+    (torch's threads and the logging it may turn off restored): for the checks of its output, not of a new process."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
-    threads = torch.get_num_threads()
+    threads, disabled = torch.get_num_threads(), logging.root.manager.disable
     try:
         _script(script).main()
     finally:
         torch.set_num_threads(threads)
+        logging.disable(disabled)
     return capsys.readouterr().out
 
 
@@ -495,10 +496,10 @@ def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give(capsys):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_hf_decode_speed_runs(dtype):
+def test_hf_decode_speed_runs(dtype, monkeypatch, capsys):
     pytest.importorskip("transformers")
-    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2",
-              "--dtype", dtype, "--json")
+    out = main_output(monkeypatch, capsys, "hf_decode_speed", "--types", "llama", "phi", "--length", "16", "--repeats",
+                      "2", "--dtype", dtype, "--json")
     assert f"(cpu, {dtype})" in out.splitlines()[0]
     record = json.loads(out.splitlines()[-1])
     ratios = record["results"]
