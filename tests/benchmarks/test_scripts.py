@@ -87,12 +87,16 @@ def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path
 
 @pytest.mark.parametrize("script", [pytest.param("hf_decode_speed", marks=pytest.mark.slow),  # imports transformers
                                     "trainer_speed", "gpu_tables", "bf16_error_budget", "step_overhead"])
-def test_help_shows_the_docstrings_whole_first_paragraph(script):
+def test_help_shows_the_docstrings_whole_first_paragraph(script, monkeypatch, capsys):
     import ast
 
     path = ROOT / "benchmarks" / f"{script}.py"
     first = ast.get_docstring(ast.parse(path.read_text())).split("\n\n")[0]
-    shown = " ".join(run(str(path), "-h").split())
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps the help as it does in a process whose output is a pipe
+    with pytest.raises(SystemExit) as exited:
+        main_output(monkeypatch, capsys, script, "-h")
+    assert exited.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
     assert " ".join(first.split()) in shown and first.rstrip().endswith((".", ")"))
 
 
@@ -169,6 +173,20 @@ def _script(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def main_output(monkeypatch, capsys, script, *args):
+    """What benchmarks/``script``.py prints, its ``main()`` run in this process with ``args`` as its command line
+    (torch's threads and the logging it may turn off restored): for the checks of its output, not of a new process."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
+    threads, disabled = torch.get_num_threads(), logging.root.manager.disable
+    try:
+        _script(script).main()
+    finally:
+        torch.set_num_threads(threads)
+        logging.disable(disabled)
+    return capsys.readouterr().out
 
 
 def test_the_tables_of_a_check_cut_short_show_what_it_measured_and_why_the_rest_is_missing(tmp_path):
@@ -333,9 +351,9 @@ def test_the_pieces_gpu_check_sh_names_run_every_section_each_inside_the_budget(
     assert all(sum(gpu_check.SECTION_S[name] for name in piece) <= 420 for piece in pieces)
 
 
-def test_attention_speed_small_shape():
-    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
-              "--repeats", "2")
+def test_attention_speed_small_shape(monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "attention_speed", "--batch", "1", "--heads", "2", "--length", "64",
+                      "--head-dim", "16", "--repeats", "2")
     assert "forward+backward" in out and "cache bytes per token of a sequence per layer" in out and "kept" not in out
 
 
@@ -366,9 +384,9 @@ def test_the_timed_decode_step_attends_to_the_whole_cache():
             assert stored.stride()[2:] == (stored.shape[3], 1)
 
 
-def test_attention_speed_can_time_the_decode_step_alone(tmp_path):
-    out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
-              "--repeats", "1", "--decode-only", "--json", str(tmp_path / "decode.json"))
+def test_attention_speed_can_time_the_decode_step_alone(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "attention_speed", "--batch", "1", "--heads", "2", "--length", "64",
+                      "--head-dim", "16", "--repeats", "1", "--decode-only", "--json", str(tmp_path / "decode.json"))
     assert "decode step" in out and "forward" not in out
     saved = json.loads((tmp_path / "decode.json").read_text())
     assert saved["decode_only"] and list(saved["ratios"]) == ["decode step (layer, symmetric)"]
@@ -381,13 +399,14 @@ def test_attention_speed_can_keep_freed_memory():
 
 
 @pytest.mark.parametrize("task", ["induction", "text"])
-def test_trainer_speed_runs(task):
-    out = run("benchmarks/trainer_speed.py", "--task", task, "--steps", "3", "--repeats", "1")
+def test_trainer_speed_runs(task, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "trainer_speed", "--task", task, "--steps", "3", "--repeats", "1")
     assert out.startswith(task) and "ratio" in out
 
 
-def test_step_overhead_counts_and_times_both_models(tmp_path):
-    out = run("benchmarks/step_overhead.py", "--presets", "psa-4m", "--repeats", "2", "--json", str(tmp_path / "s.json"))
+def test_step_overhead_counts_and_times_both_models(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "step_overhead", "--presets", "psa-4m", "--repeats", "2", "--json",
+                      str(tmp_path / "s.json"))
     assert "| psa-4m | training | fp32 |" in out and "| psa-4m | training | bf16 autocast |" in out
     assert "| psa-4m | decode | fp32 |" in out and "| psa-4m | decode | bf16 weights |" in out
     saved = json.loads((tmp_path / "s.json").read_text())
@@ -402,11 +421,13 @@ def test_step_overhead_counts_and_times_both_models(tmp_path):
         assert r["extra_operations"] == {"lerp": 2 * r["layers"]}
 
 
-def test_the_kernel_page_quotes_the_saved_step_overhead_runs():
-    folder = "docs/results/cpu/step_overhead"
-    table = run("benchmarks/step_overhead.py", "--table", f"{folder}/2026-12-06.json", f"{folder}/2026-12-06-ops-of-9dbc32a.json")
+def test_the_kernel_page_quotes_the_saved_step_overhead_runs(monkeypatch, capsys):
+    folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
+    table = main_output(monkeypatch, capsys, "step_overhead", "--table", str(folder / "2026-12-06.json"),
+                        str(folder / "2026-12-06-ops-of-9dbc32a.json"))
     assert table.strip() in (ROOT / "docs" / "kernel.md").read_text()
-    decode = run("benchmarks/step_overhead.py", "--decode-table", f"{folder}/2026-12-06-decode/after-1.json")
+    decode = main_output(monkeypatch, capsys, "step_overhead", "--decode-table",
+                         str(folder / "2026-12-06-decode" / "after-1.json"))
     assert decode.strip() in (ROOT / "docs" / "kernel.md").read_text()
 
 
@@ -459,20 +480,26 @@ def test_two_layer_recipes_build_and_change_what_they_say(monkeypatch):
     assert [r["step"] for r in result["history"]] == [0, 2] and len(result["history"][0]["induction"]) == 2
 
 
-def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give():
+def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give(capsys):
+    import importlib.util
+
     saved = ROOT / "docs" / "results" / "two_layer_recipes"
     names = sorted(p.stem for p in saved.glob("*.json"))
-    out = run("scripts/two_layer_recipes.py", str(saved), *names)  # every recipe saved: nothing is trained
+    spec = importlib.util.spec_from_file_location("recipes", ROOT / "scripts" / "two_layer_recipes.py")
+    recipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipes)
+    recipes.main([str(saved), *names])  # every recipe saved: nothing is trained
+    out = capsys.readouterr().out
     docs = (ROOT / "docs" / "text.md").read_text()
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert len(rows) == len(names) + 1 and all(line in docs for line in rows), out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_hf_decode_speed_runs(dtype):
+def test_hf_decode_speed_runs(dtype, monkeypatch, capsys):
     pytest.importorskip("transformers")
-    out = run("benchmarks/hf_decode_speed.py", "--types", "llama", "phi", "--length", "16", "--repeats", "2",
-              "--dtype", dtype, "--json")
+    out = main_output(monkeypatch, capsys, "hf_decode_speed", "--types", "llama", "phi", "--length", "16", "--repeats",
+                      "2", "--dtype", dtype, "--json")
     assert f"(cpu, {dtype})" in out.splitlines()[0]
     record = json.loads(out.splitlines()[-1])
     ratios = record["results"]
