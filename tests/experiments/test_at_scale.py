@@ -154,6 +154,20 @@ def test_a_summary_is_small_restores_as_a_finished_run_and_travels_in_an_archive
     assert not (tmp_path / "escape.json").exists()
 
 
+def test_a_pack_killed_midway_leaves_the_earlier_archive_whole(tmp_path):
+    """pack wrote its archive in place: a kill midway left a truncated archive where a whole one was."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"format": 1, "pad": "x" * 100_000}))
+    second.write_text(json.dumps({"format": 1}))
+    archive = saved_runs.pack([first, second], tmp_path / "piece.tar.gz", "runs")
+    kill = ("import os, pathlib; from psattn.experiments import saved_runs; read = pathlib.Path.read_bytes\n"
+            "pathlib.Path.read_bytes = lambda p: os._exit(137) if p.name == 'b.json' else read(p)\n"
+            f"saved_runs.pack([pathlib.Path({str(first)!r}), pathlib.Path({str(second)!r})], {str(archive)!r}, 'runs')")
+    assert subprocess.run([sys.executable, "-c", kill]).returncode == 137
+    with tarfile.open(archive) as tar:
+        assert tar.getnames() == ["runs/a.json", "runs/b.json"]
+
+
 def test_a_time_limit_stops_the_sweep_cleanly_and_the_same_command_resumes(tiny_sweep):
     out, cut, (stopped, resumed) = tiny_sweep
     assert "time limit reached: 0 of 16 runs finished" in stopped

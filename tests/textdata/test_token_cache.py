@@ -174,7 +174,8 @@ def text_run(tmp_path, corpus):
                                     "train.checkpoint_every=3", "train.threads=1", "train.device=cpu"])
 
 
-def test_a_run_refuses_to_resume_on_a_changed_corpus(tmp_path):
+def test_a_run_refuses_to_resume_on_a_changed_corpus(tmp_path, caplog):
+    """One refusal in words, and no advice on task.vocab_size, which a resume cannot follow."""
     corpus = corpus_folder(tmp_path / "corpus")
     config = text_run(tmp_path, corpus)
     run_dir = tmp_path / "run"
@@ -182,8 +183,11 @@ def test_a_run_refuses_to_resume_on_a_changed_corpus(tmp_path):
     assert result.timed_out and (run_dir / "data.json").exists()
     (corpus / "doc1.txt").write_text("class A:\n    pass\n\n" * 90)
     token_cache._open.cache_clear()
-    with pytest.raises(ValueError, match=r"started on other data: the corpus, eval, tokenizer, train changed"):
+    caplog.clear()
+    with pytest.raises(ValueError, match=r"started on other data: the corpus, its tokenizer, its held-out text and its "
+                                         r"training text differ from what the run trained on \(its data\.json\)"):
         train(config, run_dir)
+    assert "task.vocab_size" not in caplog.text
     token_cache._open.cache_clear()
     assert train(config, run_dir, resume=False).steps == 6  # a restart on the new data is allowed
 

@@ -37,6 +37,37 @@ def test_every_stop_signal_checkpoints_at_the_step_boundary_and_resumes(tmp_path
     assert science(train(tiny_config(), tmp_path).history) == science(reference.history)
 
 
+def test_a_stop_signal_in_the_step_0_evaluation_checkpoints_and_resumes(tmp_path, monkeypatch):
+    """The stop handlers were installed after the step-0 evaluation: a SIGTERM there ended psattn train
+    with no line and no checkpoint."""
+    from psattn.training import trainer
+
+    reference = train(tiny_config())
+    evaluate = trainer._Run.evaluate_and_log
+
+    def signalled(run, *args):
+        if run.state.step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(run, *args)
+
+    class Killed(Exception):
+        pass
+
+    def unhandled(signum, frame):  # what the default action would do (end the process), as an exception here
+        raise Killed
+
+    monkeypatch.setattr(trainer._Run, "evaluate_and_log", signalled)
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        with pytest.raises(TrainingInterrupted, match="SIGTERM at step 1: checkpoint written"):
+            train(tiny_config(), tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
+    assert science(train(tiny_config(), tmp_path).history) == science(reference.history)
+
+
 def wait_for(path: Path, predicate, timeout=120.0):
     start = time.monotonic()
     while time.monotonic() - start < timeout:

@@ -244,10 +244,28 @@ def _write_run(folder: Path, config: SimulationConfig, traj) -> list[str]:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """``psattn meanfield reproduce``: the paper's experiments and theorem checks; the exit code."""
-    from psattn.meanfield.reproduce import meanfield_report
+    """``psattn meanfield reproduce``: the paper's experiments and theorem checks; the exit code. Like ``run``,
+    the report is written into a staging folder inside ``--out`` and moved into place once complete, with the
+    stop signals held: a kill or a failure midway leaves the earlier report whole, not a mix of two."""
+    from psattn.meanfield.reproduce import meanfield_report, remove_stale_figures
 
-    result = meanfield_report(args.out, quick=args.mode == "quick", progress=True)
+    out = Path(args.out)
+    earlier = (out / "report.md").is_file()
+    out.mkdir(parents=True, exist_ok=True)
+    _tidy_staging(out)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        result = meanfield_report(staging, quick=args.mode == "quick", progress=True)
+        with stop_signals_held():  # the moves are not cut halfway
+            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                target = out / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+            if earlier:
+                remove_stale_figures(out, result["files"])
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    result["report"] = str(out / "report.md")
     for check in result["checks"]:
         print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['message']}")
     for skipped in result["skipped"]:

@@ -18,10 +18,10 @@ import json
 import re
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from psattn.experiments.phase_change import best
-from psattn.files import write_bytes, write_json, write_jsonl
+from psattn.files import atomic_write, write_bytes, write_json, write_jsonl
 from psattn.jsonfile import read_json
 from psattn.training.config import canonical_config
 from psattn.training.run_dir import load_result
@@ -146,15 +146,19 @@ def restore(summary_path: str | Path, runs_dir: str | Path) -> bool:
 
 
 def pack(paths: list[Path], archive: str | Path, folder: str) -> Path:
-    """The summaries at ``paths`` as ``folder/<name>.json`` members of the gzipped tar ``archive``."""
+    """The summaries at ``paths`` as ``folder/<name>.json`` members of the gzipped tar ``archive``, written
+    whole (``psattn.files``): a pack cut short leaves the archive already there as it was."""
     archive = Path(archive)
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in paths:
-            data = Path(path).read_bytes()
-            info = tarfile.TarInfo(f"{folder}/{Path(path).name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+
+    def write(f: IO[bytes]) -> None:
+        with tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for path in paths:
+                data = Path(path).read_bytes()
+                info = tarfile.TarInfo(f"{folder}/{Path(path).name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+    atomic_write(archive, write)
     return archive
 
 

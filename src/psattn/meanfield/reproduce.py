@@ -104,7 +104,7 @@ def meanfield_report(
     report = _report(out, quick, summary, records, skipped, notes, files, passed)
     files.append(report.name)
     if earlier:
-        _remove_stale(out, files)
+        remove_stale_figures(out, files)
     return {"passed": passed, "checks": records, "skipped": skipped, "files": files, "report": str(report)}
 
 
@@ -113,7 +113,8 @@ def meanfield_report(
 REPORT_FIGURES = ("final_states_n*.png", "diagnostics_n*.png", "animation_*.gif", "check_*.png")
 
 
-def _remove_stale(out: Path, written: list[str]) -> None:
+def remove_stale_figures(out: Path, written: list[str]) -> None:
+    """Remove the earlier report's figures in ``out`` (``REPORT_FIGURES``) that are not among ``written``."""
     stale = sorted({p.name for pattern in REPORT_FIGURES for p in out.glob(pattern)} - set(written))
     for name in stale:
         (out / name).unlink()

@@ -225,6 +225,9 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         _refuse_a_foreign_config(run_dir)
     if not config_path.exists() or not holds_progress(run_dir) or not resume:
         return []  # nothing to protect, or a restart from step 0 (--restart), which replaces what is there
+    tokens = getattr(config.task, "tokens", None)
+    if tokens is not None and (run_dir / DATA).exists():  # other data is refused before the tokenizer is judged
+        check_same_data(run_dir, tokens().fingerprint)
     extensions = read_meta(run_dir).get("extensions", [])
     if not holds_same_run(config_path, config):  # its data moved: still the same run
         config = with_data_paths(config, RunConfig.from_file(config_path))
@@ -418,14 +421,26 @@ def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
         record_data_once(run_dir, fingerprint)
         return
     recorded = read_json(path, what="data record", object_only=True)
-    changed = [k.removesuffix("_sha256") for k in sorted(set(recorded) | set(fingerprint))
+    changed = [k.removesuffix("_sha256") for k in sorted(set(recorded) | set(fingerprint), key=_data_order)
                if recorded.get(k) != fingerprint.get(k)]
     if changed:
+        words = [_DATA_WORDS.get(name, name) for name in changed]
+        what = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
         raise ValueError(
-            f"{run_dir} started on other data: the {', '.join(changed)} changed since (data.json records "
-            "what it trained on). Resuming would continue on different tokens; use --restart to start over "
+            f"{run_dir} started on other data: {what} differ{'s' * (len(changed) == 1)} from what the run trained "
+            "on (its data.json). Resuming would continue on different tokens; use --restart to start over "
             "on the new data, or another run directory"
         )
+
+
+_DATA_WORDS = {"corpus": "the corpus", "tokenizer": "its tokenizer", "eval": "its held-out text",
+               "train": "its training text"}  # what data.json's records are of
+
+
+def _data_order(key: str) -> tuple[int, str]:
+    """data.json's keys in the order ``check_same_data`` names them (``_DATA_WORDS``'), others after."""
+    name = key.removesuffix("_sha256")
+    return (list(_DATA_WORDS).index(name) if name in _DATA_WORDS else len(_DATA_WORDS), name)
 
 
 def clear_run_files(run_dir: Path) -> None:

@@ -286,14 +286,15 @@ def train(
             check_budget(run_dir, run_dir / CHECKPOINT, bound, config, extensions)
         if run_dir is not None:
             write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
-        run.start_or_resume(resume)
-        say = report if report is not None and ddp.is_main else (lambda line: None)
-        say(f"{'resuming' if run.state.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters on "
-            f"{device}, step {run.state.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir is not None else ""))
         timed_out, stop = False, StopFlag()
-        bar = progress_bar(total=t.steps, initial=run.state.step, enabled=progress and ddp.is_main, desc=config.name, leave=False)
-        run.model.train()
         with stop.installed() if handle_signals else contextlib.nullcontext():
+            run.start_or_resume(resume)  # a signal in its step-0 evaluation is honoured at the first step boundary
+            say = report if report is not None and ddp.is_main else (lambda line: None)
+            say(f"{'resuming' if run.state.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters "
+                f"on {device}, step {run.state.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir else ""))
+            bar = progress_bar(total=t.steps, initial=run.state.step, enabled=progress and ddp.is_main, desc=config.name,
+                               leave=False)
+            run.model.train()
             start = time.perf_counter()
             while run.state.step < t.steps and not run.stops_early():
                 loss = run.train_step()
