@@ -577,6 +577,7 @@ def test_the_device_table_takes_executorch_rows_and_judges_their_int8_program():
                     "ExecuTorch int8": _precision(bpb + 0.001, top1, 1.4e-4)}
             for label, bpb, top1 in (("1 layer, key_only γ=1", 2.0, 0.988), ("2 layers, baseline", 1.9, 0.985))}
     lines = edge_table(edge)
+    assert "| precision | on disk |" in lines[0]  # both graphs and the weights file they read
     assert len(lines) == 2 + 10 and [line.split(" | ")[2] for line in lines[2:7]] == [
         "fp32", "INT8 dynamic", "INT8 static", "ExecuTorch fp32", "ExecuTorch int8"]
     text = edge_verdict(edge)

@@ -140,7 +140,7 @@ def edge_table(edge: dict[str, dict]) -> list[str]:
                           "—" if tf is None else f"{tf['top1_agreement']:.4f}",
                           "—" if tf is None else f"{tf['kl_nats']:.1e}",
                           "—" if greedy is None else f"{greedy['tokens_agree']:.2f}"])
-    return table(["model", "parameters", "precision", "file", "ms per token", "bits/byte", "ICL score",
+    return table(["model", "parameters", "precision", "on disk", "ms per token", "bits/byte", "ICL score",
                   "top-1 = fp32 (teacher-forced)", "KL(fp32 ‖ INT8), nats", "greedy tokens = fp32 (16 prompts)"],
                  lines)
 
@@ -160,7 +160,8 @@ def edge_markdown(edge: dict[str, dict] | None) -> list[str]:
                   "for the ONNX comparison.)", ""]
     else:
         lines += ["Both seed-0 models exported with `psattn export` (standard ONNX operators; a prefill graph and a "
-                  "decode-step graph carrying the cache) and quantized to INT8, dynamically (weights and the "
+                  "decode-step graph carrying the cache, which read one file of weights: \"on disk\" counts all "
+                  "three) and quantized to INT8, dynamically (weights and the "
                   "embedding table; activation ranges at run time) and statically (every MatMul but the LM "
                   "head, activation ranges calibrated on training windows), the value projections and the "
                   "key-sheared layer's key projection kept in fp32 in both; greedy decoding of 32 tokens "
