@@ -154,7 +154,8 @@ def _best(scores: list[float]) -> float:
 
 def format_evaluation(result: dict[str, Any]) -> str:
     """A few readable lines of ``evaluate_run``'s result."""
-    lines = [f"{result['run_dir']} on {result['rows']} held-out rows of the {result['task_name']} task {result['task_config']}"]
+    task = f"the {result['task_name']} task " if "task_name" in result else ""  # results of older versions lack it
+    lines = [f"{result['run_dir']} on {result['rows']} held-out rows of {task}{result['task_config']}"]
     changed = result.get("data_changed")
     if changed:  # "eval" alone: the run's own corpus, split otherwise (task.eval_fraction, task.split)
         what = " and ".join({"corpus": "the corpus", "eval": "the held-out text"}[name] for name in changed)
