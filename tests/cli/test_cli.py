@@ -216,6 +216,31 @@ def test_a_program_that_imports_the_command_line_keeps_its_own_ctrl_c():
     assert out.split() == ["False", "True"]  # (``python -m psattn``: see the test above)
 
 
+#: the optional libraries that take a second or more to import, each from its extra
+OPTIONAL = ("transformers", "matplotlib", "scipy", "sympy", "onnx", "onnxruntime", "executorch", "torchao")
+
+
+@pytest.mark.parametrize("argv,rc", [
+    (["configs"], 0),
+    (["export", "--format", "hf", "--run-dir", "no-such-run", "--out", "hf"], 2),
+    (["plot", "no-such-run"], 2),
+    (["certify", "--operator", "no-such-operator"], 2),
+    (["theory", "bode", "--run-dir", "no-such-run", "--out", "bode"], 2),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_a_cheap_command_or_a_refusal_loads_no_optional_library(argv, rc, tmp_path):
+    """A command that needs none of them, or one refused for its arguments: export --format hf loaded
+    transformers (8 s) before it looked at --run-dir; plot, certify and theory bode loaded matplotlib or SymPy."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print([m for m in {OPTIONAL!r} if m in sys.modules]))\n"
+            "from psattn.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == rc, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
 def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch, capsys):
     """psattn train said it in one line; psattn sweep ended in a TrainingDiverged traceback."""
     from psattn.training import loss as loss_module

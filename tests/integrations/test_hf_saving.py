@@ -175,6 +175,32 @@ def test_a_patched_model_pickles_whole_and_loads_in_a_new_process(tmp_path):
     assert run.stdout.split() == ["psattn_llama", "0.8"]
 
 
+ON_LOOK_UP = textwrap.dedent("""
+    import copy, sys, torch
+    import psattn.integrations.hf
+    print(sorted(m for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m
+                 and m != "transformers.models.auto.modeling_auto"), "peft" in sys.modules)
+    from psattn.integrations.hf import psa_spec
+    from transformers import AutoModel, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
+    unpickled = torch.load(sys.argv[2], weights_only=False)  # its config class is made, not looked up
+    built = AutoModel.from_config(copy.deepcopy(unpickled.config))
+    print(psa_spec(loaded).gamma, type(built).__name__, psa_spec(built).gamma, "psattn_olmo2" in CONFIG_MAPPING.keys())
+""")
+
+
+def test_the_import_registers_each_model_type_when_transformers_first_looks_it_up(tmp_path):
+    """Registering every supported type at import made their classes, which imported each type's modules
+    (over a second); each is now registered when transformers first looks it up, or lists the types."""
+    _saved(tmp_path / "llama", "llama", "key_only", 0.6)
+    torch.save(apply_psa(tiny_model("qwen2"), "symmetric", 0.4), tmp_path / "qwen2.pt")
+    run = subprocess.run([sys.executable, "-c", ON_LOOK_UP, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["[] False", "0.6 PSAQwen2Model 0.4 True"]
+
+
 def test_text_generation_pipeline(tmp_path):
     model, tokenizer = apply_psa(tiny_model(), "key_only", 1.0), tiny_tokenizer()
     prompt = "w3 w5 w7 w3 w5"

@@ -21,7 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from psattn.experiments.plots import plot_runs
     from psattn.jsonfile import read_jsonl
 
     histories = {}
@@ -43,5 +42,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.out is None and len(args.run_dirs) > 1:
         raise ValueError("--out PATH is required with several run directories (one run's figure goes into its folder)")
     out = args.out if args.out is not None else Path(args.run_dirs[0]) / "curves.png"
+    from psattn.experiments.plots import plot_runs  # matplotlib: loaded once the runs have been read (a second)
+
     print(f"figure: {plot_runs(histories, out, metrics)}")
     return 0

@@ -34,10 +34,12 @@ from psattn.files import write_text
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from psattn.theory.certificates import format_table, run_certificates
     from psattn.theory.operators import get_operator
 
-    results = run_certificates(get_operator(args.operator), args.only)
+    operator = get_operator(args.operator)  # a bad name is refused before SymPy loads
+    from psattn.theory.certificates import format_table, run_certificates
+
+    results = run_certificates(operator, args.only)
     if args.json != "-":
         print(format_table(results, details=args.details))
     if args.json:
@@ -102,7 +104,6 @@ def _bode_note(config) -> str:
 def cmd_bode(args: argparse.Namespace) -> int:
     import torch
 
-    from psattn.theory import plots
     from psattn.theory.spectral import all_variant_bode, measure_bode
 
     out = Path(args.out)
@@ -119,6 +120,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
         model = DecoderLM(ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4,
                                       attention=AttentionConfig("symmetric", args.gamma))).eval()
         label = f"symmetric γ={args.gamma:g}, random initialisation"
+    from psattn.theory import plots  # matplotlib: loaded once the run directory has been read
+
     out.mkdir(parents=True, exist_ok=True)
     figures = [plots.plot_bode(closed, out / "bode.png")]
     g = torch.Generator().manual_seed(args.seed)

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from psattn.export.staging import staged_folder
-from psattn.integrations.hf.decoder_model import to_hf
 from psattn.progress import bars_wanted
 from psattn.training.config import RunConfig
 from psattn.training.run_dir import CONFIG, TOKENIZER, load_trained
@@ -78,8 +77,10 @@ def export_hf(run_dir: str | Path, out: str | Path, *, force: bool = False) -> P
         True
     """
     run_dir, out = Path(run_dir), Path(out)
-    model = load_trained(run_dir)
+    model = load_trained(run_dir)  # a bad run directory is refused before transformers loads (seconds)
     config = RunConfig.from_file(run_dir / CONFIG)
+    from psattn.integrations.hf.decoder_model import to_hf
+
     wrapped = to_hf(model, getattr(config.task, "seq_len", 256))
     tokenizer = (run_dir / TOKENIZER).read_text() if (run_dir / TOKENIZER).exists() else None
     with staged_folder(out, force=force, what="a Hugging Face export", keep=[run_dir]) as staging, _hf_bars():

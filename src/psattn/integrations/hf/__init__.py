@@ -23,6 +23,11 @@ process needs before ``from_pretrained`` (unpickling a patched model imports it 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup
+
 MIN_TRANSFORMERS = (5, 0)
 
 
@@ -47,7 +52,6 @@ from psattn.integrations.hf.decoder_model import PsattnConfig, PsattnForCausalLM
 from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.spec import PSASpec  # noqa: E402
 from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
-from psattn.integrations.hf.warmup import GammaWarmup, gamma_warmup  # noqa: E402
 
 register_attention()  # psa_sdpa and psa_eager: a patched model unpickled in a new process finds them
 
@@ -57,6 +61,11 @@ __all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec",
 
 
 def __getattr__(name: str):
+    if name in ("GammaWarmup", "gamma_warmup"):  # on first use: transformers' Trainer callbacks import PEFT and accelerate
+        from psattn.integrations.hf import warmup
+
+        value = globals()[name] = getattr(warmup, name)
+        return value
     if name == "PSACache":  # the name until 0.1.0, which psattn.ops.cache.PSACache also has
         import warnings
 
@@ -64,3 +73,7 @@ def __getattr__(name: str):
                       DeprecationWarning, stacklevel=2)
         return PSADynamicCache
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"GammaWarmup", "gamma_warmup"})

@@ -3,7 +3,12 @@ subclass of each of its model classes (causal LM, base model, sequence and token
 question answering) that applies PSA with the settings its config carries (``.saving``) as soon as it
 is built, registered with ``AutoConfig`` and the matching Auto class, so that
 ``AutoModelForCausalLM.from_pretrained`` (or ``AutoModelForSequenceClassification.from_pretrained``, ...)
-of a saved PSA model gives the model that was saved."""
+of a saved PSA model gives the model that was saved.
+
+Making a base model type's classes imports its transformers modules (over a second for the tested types
+together), so ``register_on_look_up`` defers them: transformers' tables of added entries then register a
+type the first time they are asked for it (its model type in ``AutoConfig``, its config class in an
+Auto class), and every deferred type when they are listed."""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from transformers.conversion_mapping import get_checkpoint_conversion_mapping, r
 from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from psattn.integrations.hf.saving import psa_config_class, saved_spec
+from psattn.integrations.hf.saving import PREFIX, base_model_type, psa_config_class, saved_spec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -120,3 +125,90 @@ def register_auto_classes(model_types, apply_psa: Callable[..., Any]) -> None:
             renames = get_checkpoint_conversion_mapping(base_cls.__name__)
             if renames:
                 register_checkpoint_conversion_mapping(model_cls.__name__, renames, overwrite=True)
+    for base in model_types:
+        _deferred.pop(base, None)  # registered: look-ups no longer wait for them
+
+
+_deferred: dict[str, Callable[..., Any]] = {}  # base model type -> apply_psa, for the types not registered yet
+_registering = threading.RLock()  # held while deferred types are registered: a look-up in another thread waits
+_underway: set[str] = set()  # the deferred types being registered (by the thread that holds _registering)
+
+
+def _tables() -> list:
+    """transformers' mappings that a saved PSA model is looked up in: ``AutoConfig``'s and each Auto class's."""
+    return [CONFIG_MAPPING, *(auto._model_mapping for auto, _ in AUTO_CLASSES)]
+
+
+class _RegistersOnLookUp(dict):
+    """A mapping's table of added entries (transformers' ``_extra_content``: model type -> config class, or
+    config class -> model class) that first registers the deferred ``psattn_<base>`` type a key names, and
+    every deferred type before it is listed."""
+
+    def __contains__(self, key: object) -> bool:
+        _register_deferred(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        _register_deferred(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        _register_deferred(key)
+        return super().get(key, default)
+
+    def __iter__(self):
+        _register_deferred()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        _register_deferred()
+        return super().__len__()
+
+    def keys(self):
+        _register_deferred()
+        return super().keys()
+
+    def values(self):
+        _register_deferred()
+        return super().values()
+
+    def items(self):
+        _register_deferred()
+        return super().items()
+
+
+def _register_deferred(key: object = None) -> None:
+    """Register the deferred type that ``key`` (a model type or a config class) names; every one for None."""
+    if not _deferred:  # each type leaves it once registered, so a look-up never sees one half registered
+        return
+    if key is None:
+        bases = list(_deferred)
+    else:
+        model_type = key if isinstance(key, str) else getattr(key, "model_type", None)
+        if not isinstance(model_type, str) or not model_type.startswith(PREFIX):
+            return  # not a PSA type: the common look-up costs this test alone
+        bases = [base_model_type(model_type)]
+    with _registering:
+        for base in bases:
+            apply_psa = _deferred.get(base)
+            if apply_psa is not None and base not in _underway:  # underway: a look-up made while registering it
+                _underway.add(base)
+                try:
+                    register_auto_classes([base], apply_psa)
+                finally:
+                    _underway.discard(base)
+
+
+def register_on_look_up(model_types, apply_psa: Callable[..., Any]) -> None:
+    """``register_auto_classes(model_types, apply_psa)``, each type when transformers first looks it up (see
+    above); all of them now where transformers' tables are not the dicts this expects."""
+    tables = _tables()
+    if not all(isinstance(getattr(t, "_extra_content", None), dict) for t in tables):
+        register_auto_classes(model_types, apply_psa)
+        return
+    with _registering:
+        for table in tables:
+            if not isinstance(table._extra_content, _RegistersOnLookUp):
+                table._extra_content = _RegistersOnLookUp(table._extra_content)
+        for base in model_types:
+            _deferred.setdefault(base, apply_psa)

@@ -33,7 +33,7 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
-from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes
+from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes, register_on_look_up
 from psattn.integrations.hf.cache import psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
@@ -51,8 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The model types whose tiny random models the tests check (see ``.support``); registered with the Auto
-# classes at import so that a saved PSA model of these types loads in a new process. Any other model
-# type that passes the dry run of ``.detect`` works too and is registered when ``apply_psa`` patches it.
+# classes at import (each when transformers first looks it up: ``.auto.register_on_look_up``) so that a saved
+# PSA model of these types loads in a new process. Any other model type that passes the dry run of
+# ``.detect`` works too and is registered when ``apply_psa`` patches it.
 SUPPORTED: tuple[str, ...] = TESTED
 
 
@@ -369,4 +370,4 @@ def load_psa_model(
     return apply_psa(model, **spec.to_dict(), attn_implementation=attn_implementation)
 
 
-register_auto_classes(SUPPORTED, apply_psa)
+register_on_look_up(SUPPORTED, apply_psa)
