@@ -327,6 +327,7 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     monkeypatch.setitem(induction.PLANS, "quick", tiny_plan)
     monkeypatch.setitem(text_exp.TEXT_PLANS, "quick", dataclasses.replace(
         text_exp.TEXT_PLANS["quick"], steps=4, eval_every=2, seq_len=32, d_model=32, eval_size=8, vocab_size=512))
+    monkeypatch.setattr("psattn.experiments.configs.EVAL_SIZE", 64)  # held-out rows of each run: 4 steps learn nothing
     timed = induction_report.trainer_vs_bare_loop  # 2 steps once, not 30 twice: the report needs a ratio, not its accuracy
     monkeypatch.setattr(induction_report, "trainer_vs_bare_loop", lambda config, **_: timed(config, steps=2, repeats=1))
     report = reproduce(tmp_path, "quick", workers=2, progress=False)

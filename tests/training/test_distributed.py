@@ -50,10 +50,15 @@ def test_two_process_ddp_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_resumes_after_a_kill(tmp_path):
+def test_ddp_time_limit_stops_every_rank_and_a_run_resumes_after_it_and_after_a_kill(tmp_path):
+    """Two ways a DDP run ends early, one after the other on one run directory (each torchrun starts three
+    processes): a time limit of 0 stops every rank at step 1; the run resumed from there is killed past step
+    10; the run resumed again finishes as one process trains it."""
     config = tiny_config(steps=60, checkpoint_every=5)
     reference = train(config)
     run_dir = tmp_path / "ddp"
+    torchrun(config, run_dir, "--time-limit", "0")
+    assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1 and not (run_dir / "result.json").exists()
     proc = torchrun(config, run_dir, background=True)
     deadline = time.time() + 240
     while time.time() < deadline:
@@ -120,17 +125,6 @@ def test_on_cuda_the_process_group_carries_host_tensors_over_gloo(monkeypatch):
     assert distributed.setup_distributed("cuda").rank == 1
     distributed.setup_distributed("cpu")
     assert asked == ["cpu:gloo,cuda:nccl", "gloo"]
-
-
-@pytest.mark.slow
-def test_ddp_time_limit_stops_every_rank_and_resumes(tmp_path):
-    config = tiny_config(steps=30)
-    reference = train(config)
-    run_dir = tmp_path / "ddp"
-    torchrun(config, run_dir, "--time-limit", "0")
-    assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1 and not (run_dir / "result.json").exists()
-    torchrun(config, run_dir)
-    same_history(load_result(run_dir)["history"], reference.history)
 
 
 def test_batch_must_split_evenly(monkeypatch):

@@ -86,7 +86,7 @@ def test_sigkill_at_random_moments_never_corrupts_and_the_run_finishes_exactly(t
     started, plus a random few milliseconds: with a checkpoint every step, many kills land inside a
     checkpoint or metrics write. The kills are counted in steps, not seconds, so a faster or slower
     machine sees the same six kills before the run of 200 steps can finish."""
-    reference = train(tiny_config(200, checkpoint_every=1, eval_every=5), tmp_path / "reference").to_dict()
+    reference = train(tiny_config(200, checkpoint_every=1, eval_every=5)).to_dict()  # in memory: no checkpoint writes
     run_dir, rng, kills, steps = tmp_path / "run", random.Random(0), 0, []
     for _ in range(6):
         start = _checkpoint_step(run_dir)
@@ -138,7 +138,7 @@ def test_sweep_killed_with_its_workers_resumes_every_run_exactly(tmp_path):
     again = _sweep(out, 2)
     assert again.wait(timeout=300) == 0, again.stdout.read()
     for i in range(4):
-        alone = train(tiny_config(40, seed=i), tmp_path / f"alone{i}").to_dict()
+        alone = train(tiny_config(40, seed=i)).to_dict()
         _same_science(_saved(out / f"run{i}"), alone)
 
 

@@ -84,7 +84,7 @@ def psattn(*args):
 @pytest.mark.slow
 def test_sigterm_to_psattn_train_checkpoints_exits_143_and_the_same_command_resumes(tmp_path):
     run = tmp_path / "run"
-    command = psattn("train", "--run-dir", str(run), "--set", *OVERRIDES, "train.steps=400")
+    command = psattn("train", "--run-dir", str(run), "--set", *OVERRIDES, "train.steps=200")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(run / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 3)  # step 0, 10, 20
     proc.send_signal(signal.SIGTERM)
@@ -92,11 +92,11 @@ def test_sigterm_to_psattn_train_checkpoints_exits_143_and_the_same_command_resu
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "SIGTERM at step" in err and "run the same command again to resume" in err
     stopped = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
-    assert 10 <= stopped < 400 and not (run / "result.json").exists()
+    assert 10 <= stopped < 200 and not (run / "result.json").exists()
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     whole = tmp_path / "whole"
-    subprocess.run(psattn("train", "--run-dir", str(whole), "--set", *OVERRIDES, "train.steps=400"),
+    subprocess.run(psattn("train", "--run-dir", str(whole), "--set", *OVERRIDES, "train.steps=200"),
                    capture_output=True, text=True, timeout=300, check=True)
     lines = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
     assert science(lines(run)) == science(lines(whole))
@@ -111,13 +111,13 @@ sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from helpers import tiny_config
 from psattn.experiments.sweep import run_sweep
 if __name__ == "__main__":  # spawned workers import this file again
-    configs = [dataclasses.replace(tiny_config(500), name=f"run{{i}}") for i in range(4)]
+    configs = [dataclasses.replace(tiny_config(150), name=f"run{{i}}") for i in range(4)]
     run_sweep(configs, sys.argv[1], workers=2, progress=False)
 """)
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    # stopped at step 10 or so of 500 (14 measured): seconds before run0 could finish, even on a busy machine
+    # stopped at step 10 or so of 150 (14 measured): seconds before run0 could finish, even on a busy machine
     wait_for(out / "run0" / "metrics.jsonl", lambda p: len(p.read_text().splitlines()) >= 2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)

@@ -35,6 +35,9 @@ DEFAULT_INIT = ModelConfig().init
 #: evaluations (held-out accuracy, emergence) every this many steps, unless a study asks otherwise
 EVAL_EVERY = 50
 
+#: the held-out rows of every evaluation
+EVAL_SIZE = 512
+
 
 def run_name(task: str, variant: str, gamma: float, placement: str, size: str, seed: int,
              init: float | str = DEFAULT_INIT, tag_init: bool = False, early_stop_evals: int = 0,
@@ -102,7 +105,7 @@ def small_config(
         name=run_name(label, variant, gamma, placement, size, seed, init, tag_init, early_stop_evals, eval_every),
         model=model,
         task=task_config,
-        train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every, eval_size=512,
+        train=TrainConfig(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every, eval_size=EVAL_SIZE,
                           early_stop=early_stop or early_stop_evals > 0, early_stop_evals=max(1, early_stop_evals),
                           threshold=threshold, seed=seed, threads=1, device=device),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -35,6 +36,22 @@ class Evidence:
     def failures(self) -> list[str]:
         """The checks that failed."""
         return [what for ok, what in self.items if not ok]
+
+
+def operator_free(derive: Callable[[Evidence], None]) -> Callable[[Evidence], None]:
+    """``derive(ev)``, checks that read no operator (a symbolic derivation), run once per process: later
+    calls record the same checks into their ``Evidence`` (every operator a certificate runs on shares them)."""
+    @functools.cache
+    def checks() -> tuple[tuple[bool, str], ...]:
+        ev = Evidence()
+        derive(ev)
+        return tuple(ev.items)
+
+    @functools.wraps(derive)
+    def record(ev: Evidence) -> None:
+        for ok, what in checks():
+            ev.check(ok, what)
+    return record
 
 
 @dataclass(frozen=True)

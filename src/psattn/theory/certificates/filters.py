@@ -12,7 +12,7 @@ from psattn.ops.hooks import capture
 from psattn.ops.rope import apply_rope
 from psattn.ops.shear import shear as library_shear
 from psattn.ops.variants import VARIANTS, variant_gammas
-from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.certificates.base import Evidence, certificate, operator_free
 from psattn.theory.operators import REFERENCE, OperatorUnderTest
 from psattn.theory.probe import probe_taps
 from psattn.theory.spectral import filter_order
@@ -154,14 +154,9 @@ def causality(op: OperatorUnderTest, ev: Evidence) -> None:
              f"operator model: logits at t < {s} unchanged ({before:.1e}), at t >= {s} changed ({after:.1e})")
 
 
-@certificate(
-    "coriolis_placement",
-    "the shear acts after RoPE; applying it before RoPE differs by the Coriolis term "
-    "pre - post = γ (R_{t-1} - R_t) q_{t-1}, of norm 2|γ sin(θ/2)| |q_{t-1}| per rotating pair: non-zero",
-    "symbolic + numeric",
-)
-def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
-    """Check the Coriolis term of the pre-RoPE placement (the statement above)."""
+@operator_free
+def _coriolis_derivation(ev: Evidence) -> None:
+    """The Coriolis term and its norm, symbolically."""
     theta, t, gamma = sp.symbols("theta t gamma", real=True)
     R = lambda phi: sp.Matrix([[sp.cos(phi), -sp.sin(phi)], [sp.sin(phi), sp.cos(phi)]])  # noqa: E731
     qt, qp = sp.Matrix(sp.symbols("u0:2", real=True)), sp.Matrix(sp.symbols("w0:2", real=True))
@@ -173,6 +168,17 @@ def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
     expected = 4 * gamma**2 * sp.sin(theta / 2) ** 2 * (qp.T * qp)[0]
     ev.check(sp.simplify(sp.expand_trig(norm2 - expected)) == 0,
              "symbolic: |pre - post|² = 4γ² sin²(θ/2) |q_{t-1}|², zero only if γ = 0, θ ∈ 2πℤ or q_{t-1} = 0")
+
+
+@certificate(
+    "coriolis_placement",
+    "the shear acts after RoPE; applying it before RoPE differs by the Coriolis term "
+    "pre - post = γ (R_{t-1} - R_t) q_{t-1}, of norm 2|γ sin(θ/2)| |q_{t-1}| per rotating pair: non-zero",
+    "symbolic + numeric",
+)
+def coriolis_placement(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the Coriolis term of the pre-RoPE placement (the statement above)."""
+    _coriolis_derivation(ev)
 
     gamma_v, T = 0.8, 10
     ids = torch.randint(0, 37, (2, T), generator=torch.Generator().manual_seed(4))

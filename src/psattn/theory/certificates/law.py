@@ -8,7 +8,7 @@ import math
 import sympy as sp
 import torch
 
-from psattn.theory.certificates.base import Evidence, certificate
+from psattn.theory.certificates.base import Evidence, certificate, operator_free
 from psattn.theory.operators import OperatorUnderTest
 from psattn.theory.reduced_model import ReducedModel
 
@@ -41,15 +41,9 @@ def t4_moments(op: OperatorUnderTest, d_k: int = 64, n: int = 4000, gamma: float
             distractors.mean().item(), distractors.var().item())
 
 
-@certificate(
-    "transition_law",
-    "γ_c² = 2L/(√d_k + √(d_k - 8L)) for d_k >= 8L, 1/(2c²√(2L)) below, L = log(T-1), c = 0.74: branch 1 is "
-    "the smaller root of 2γ⁴ - √d_k γ² + L = 0 (target mean γ²√d_k vs annealed log-partition L + v/2, "
-    "v = 4γ⁴), real iff d_k >= 8L; the operator's T4 term has those moments; the simulation agrees above the crossover",
-    "symbolic + numeric",
-)
-def transition_law(op: OperatorUnderTest, ev: Evidence) -> None:
-    """Check the critical-coupling law against its derivation and the simulation (the statement above)."""
+@operator_free
+def _law_derivation(ev: Evidence) -> None:
+    """The law's symbolic derivation: its roots, branch 1, the crossover and the annealed log-partition."""
     u, d, L, v = sp.symbols("u d L v", positive=True)
     s = sp.Symbol("s", real=True)
     roots = sp.solve(2 * u**2 - sp.sqrt(d) * u + L, u)
@@ -67,6 +61,17 @@ def transition_law(op: OperatorUnderTest, ev: Evidence) -> None:
     ev.check(sp.simplify((4 * smaller**2).subs(d, 8 * L) - 2 * L) == 0,
              "symbolic: at the crossover v = 4γ_c⁴ = 2L, the random-energy-model freezing point")
 
+
+@certificate(
+    "transition_law",
+    "γ_c² = 2L/(√d_k + √(d_k - 8L)) for d_k >= 8L, 1/(2c²√(2L)) below, L = log(T-1), c = 0.74: branch 1 is "
+    "the smaller root of 2γ⁴ - √d_k γ² + L = 0 (target mean γ²√d_k vs annealed log-partition L + v/2, "
+    "v = 4γ⁴), real iff d_k >= 8L; the operator's T4 term has those moments; the simulation agrees above the crossover",
+    "symbolic + numeric",
+)
+def transition_law(op: OperatorUnderTest, ev: Evidence) -> None:
+    """Check the critical-coupling law against its derivation and the simulation (the statement above)."""
+    _law_derivation(ev)
     law = op.critical_coupling
     for d_k, T, expected in HAND_VALUES:
         got = float(law(d_k, T))
