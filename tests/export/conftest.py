@@ -35,18 +35,18 @@ def onnx_export(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def int8_run(tmp_path_factory):
-    """A one-layer key-only run trained 20 steps (with an MLP, tied embeddings), trained once per session."""
-    return shared(tmp_path_factory, "int8-run", lambda folder: train(tiny_config(20), folder))
+def tiny_run(tmp_path_factory):
+    """A one-layer key-only run (with an MLP, tied embeddings; rows of 16 tokens) trained 20 steps, once per session."""
+    return shared(tmp_path_factory, "tiny-run", lambda folder: train(tiny_config(20), folder))
 
 
 @pytest.fixture(scope="session")
-def int8_export(tmp_path_factory, int8_run):
-    """``int8_export(mode)``: ``int8_run`` and ``export_and_compare``'s result for it with ``int8=mode`` (32 rows,
+def int8_export(tmp_path_factory, tiny_run):
+    """``int8_export(mode)``: ``tiny_run`` and ``export_and_compare``'s result for it with ``int8=mode`` (32 rows,
     4 decoded tokens), each mode exported once per session."""
     from psattn.export.compare import export_and_compare
 
-    run = int8_run
+    run = tiny_run
 
     def exported(mode):
         def make(folder):

@@ -85,14 +85,10 @@ def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32", "executorch_int8", "executorch_int4"}
 
 
-def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path):
+def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path, tiny_run):
     """Rows of 16 tokens: the timed decode asked for 24 new tokens after a negative-length prompt, and the
     export failed ("plans memory for 16 tokens; 31 asked") after lowering the program."""
-    from helpers import tiny_config
-    from psattn.training.trainer import train
-
-    train(tiny_config(2), tmp_path / "run")  # seq_len 16
-    assert main(["export", "--format", "executorch", "--run-dir", str(tmp_path / "run"), "--out",
+    assert main(["export", "--format", "executorch", "--run-dir", str(tiny_run), "--out",
                  str(tmp_path / "m.pte"), "--json", str(tmp_path / "r.json")]) == 0
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["max_context"] == 16 and r["greedy_tokens_equal"]

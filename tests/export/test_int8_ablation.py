@@ -10,9 +10,9 @@ from psattn.export.quantize import EMBEDDING, MIXING, SCORES  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes(tmp_path, int8_run, mode):
-    # int8_run: one layer with an MLP, tied embeddings
-    rows = {r["group"]: r for r in int8_ablation(int8_run, tmp_path / "onnx", mode=mode, rows=32, prompts=4,
+def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes(tmp_path, tiny_run, mode):
+    # tiny_run: one layer with an MLP, tied embeddings
+    rows = {r["group"]: r for r in int8_ablation(tiny_run, tmp_path / "onnx", mode=mode, rows=32, prompts=4,
                                                  decode_tokens=4)}
     groups = ["q projection", "k projection", "v projection", SCORES, MIXING, "output projection", "MLP up", "MLP down",
               "LM head"]
