@@ -122,8 +122,8 @@ def test_a_failed_export_into_new_folders_leaves_none_of_them(tmp_path):
 
 def test_a_model_whose_logits_are_not_finite_is_refused_before_any_comparison_and_nothing_lands(runs, tmp_path,
                                                                                                   capsys, monkeypatch):
-    """A model gone NaN exports (the graphs are fine), but there is nothing to compare: the export is refused in
-    one line and neither graph lands beside --out."""
+    """A model gone NaN would export (the graphs are fine), but there is nothing to compare: the export is refused
+    in one line, before the graphs are exported (it was after), and neither graph lands beside --out."""
     pytest.importorskip("onnxruntime")
     import torch
 
@@ -135,11 +135,12 @@ def test_a_model_whose_logits_are_not_finite_is_refused_before_any_comparison_an
             next(model.parameters()).fill_(float("nan"))
         return model
 
-    load = compare.load_trained
+    load, export, exported = compare.load_trained, compare.export_onnx, []
     monkeypatch.setattr(compare, "load_trained", poisoned)
+    monkeypatch.setattr(compare, "export_onnx", lambda *args: exported.append(args) or export(*args))
     err = _one_line_error(["export", "--run-dir", str(runs / "key_only"), "--out", str(tmp_path / "m.onnx")], capsys)
     assert "PyTorch gives NaN or infinite logits" in err and "nothing meaningful to compare" in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [] and exported == []
 
 
 def test_hf_export_to_an_existing_file_is_refused_and_the_file_kept(runs, tmp_path, capsys):
