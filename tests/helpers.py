@@ -1,11 +1,15 @@
 """Shared test helpers."""
 
 import contextlib
+import os
 import signal
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from filelock import FileLock
 
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig, generate
 from psattn.ops.variants import PLACEMENTS, VARIANTS
@@ -87,3 +91,17 @@ def file_size_limit(size: int):
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, handler)
+
+
+def shared(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder ``name``, made by ``make(folder)`` once per test session: under pytest-xdist the first
+    worker that needs it makes it, under a file lock, in the workers' common base folder, and the others read
+    it. What is shared is read-only: a test that writes beside it copies it first."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / name  # parent: the workers'
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):
+        if not Path(f"{folder}.made").exists():
+            make(folder)
+            Path(f"{folder}.made").touch()
+    return folder

@@ -6,7 +6,7 @@ import torch
 
 pytest.importorskip("executorch")
 
-from helpers import check_bad_inputs_are_refused  # noqa: E402
+from helpers import check_bad_inputs_are_refused, shared  # noqa: E402
 from psattn import AttentionConfig, DecoderLM, ModelConfig  # noqa: E402
 from psattn.cli import main  # noqa: E402
 from psattn.export.executorch import ExecuTorchLM, export_executorch, quantized_copy  # noqa: E402
@@ -29,9 +29,16 @@ def float_model():
     return model
 
 
-def test_prefill_and_cached_decode_equal_pytorch(tmp_path):
-    model = float_model()
-    program = ExecuTorchLM(export_executorch(model, tmp_path / "m.pte", max_context=24))
+@pytest.fixture(scope="module")
+def float_program(tmp_path_factory):
+    """``float_model()`` and its program (up to 24 tokens), lowered once for the tests that run it."""
+    folder = shared(tmp_path_factory, "executorch-float-model",
+                    lambda f: export_executorch(float_model(), f / "m.pte", max_context=24))
+    return float_model(), ExecuTorchLM(folder / "m.pte")
+
+
+def test_prefill_and_cached_decode_equal_pytorch(tmp_path, float_program):
+    model, program = float_program
     assert program.max_context == 24
     ids = torch.randint(0, 37, (3, 13))
     with torch.no_grad():
@@ -78,14 +85,10 @@ def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32", "executorch_int8", "executorch_int4"}
 
 
-def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path):
+def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path, tiny_run):
     """Rows of 16 tokens: the timed decode asked for 24 new tokens after a negative-length prompt, and the
     export failed ("plans memory for 16 tokens; 31 asked") after lowering the program."""
-    from helpers import tiny_config
-    from psattn.training.trainer import train
-
-    train(tiny_config(2), tmp_path / "run")  # seq_len 16
-    assert main(["export", "--format", "executorch", "--run-dir", str(tmp_path / "run"), "--out",
+    assert main(["export", "--format", "executorch", "--run-dir", str(tiny_run), "--out",
                  str(tmp_path / "m.pte"), "--json", str(tmp_path / "r.json")]) == 0
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["max_context"] == 16 and r["greedy_tokens_equal"]
@@ -107,15 +110,14 @@ def test_a_short_context_exports_and_fills_it(tmp_path, max_context):
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
 
 
-def test_bad_token_ids_are_refused_in_one_line(tmp_path):
+def test_bad_token_ids_are_refused_in_one_line(float_program):
     """Out-of-range ids stopped the program with "error 0x12", fractional ones were truncated, and an empty
     prompt aborted the process."""
-    model = DecoderLM(ModelConfig(vocab_size=29, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0))).eval()
-    program = ExecuTorchLM(export_executorch(model, tmp_path / "m.pte", max_context=8))
-    assert program.vocab_size == 29
+    model, program = float_program
+    assert program.vocab_size == 37
     check_bad_inputs_are_refused(program, model)
-    with pytest.raises(ValueError, match="plans memory for 8 tokens; 9 asked"):
-        program.generate(np.zeros((1, 9), dtype=np.int64), 0)  # a prompt longer than the plan, with no new token
+    with pytest.raises(ValueError, match="plans memory for 24 tokens; 25 asked"):
+        program.generate(np.zeros((1, 25), dtype=np.int64), 0)  # a prompt longer than the plan, with no new token
 
 
 def test_a_bf16_model_is_refused_before_anything_is_written(tmp_path):

@@ -86,11 +86,16 @@ def test_the_measured_decode_loop_memory_grows_with_the_model(tmp_path, capsys):
     assert all(r["runtime_bytes"] > 50e6 and r["peak_bytes"] >= r["runtime_bytes"] for r in rss.values())
 
 
-def test_onnx_runtime_decodes_in_a_process_without_torch_and_smaller_than_pytorch(tmp_path, capsys):
+def test_onnx_runtime_decodes_in_a_process_without_torch_and_smaller_than_pytorch(tmp_path, capsys, monkeypatch):
+    """(The run is exported once for both ONNX measurements; it was exported for each.)"""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     import numpy as np
 
+    from psattn.export import onnx as onnx_export
+
+    exports, export = [], onnx_export.export_onnx
+    monkeypatch.setattr(onnx_export, "export_onnx", lambda *args: exports.append(args) or export(*args))
     train(tiny_config(1), tmp_path / "run")
     ballast = np.ones(300 * 2**20 // 8)  # 300 MiB held by this process: not the child's peak
     assert main(["footprint", str(tmp_path / "run"), "--context", "16", "--measure", "pytorch", "onnx", "onnx-int8",
@@ -103,6 +108,7 @@ def test_onnx_runtime_decodes_in_a_process_without_torch_and_smaller_than_pytorc
     assert rss["onnx"]["runtime_bytes"] < rss["pytorch"]["runtime_bytes"]
     assert all(r["peak_bytes"] >= r["after_bytes"] > 0 for r in rss.values())
     assert rss["onnx"]["peak_bytes"] < 200 * 2**20  # exec would have kept the parent's peak in ru_maxrss
+    assert len(exports) == 1
 
 
 def test_an_unknown_runtime_is_refused():

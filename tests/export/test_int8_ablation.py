@@ -2,9 +2,6 @@
 
 import pytest
 
-from helpers import tiny_config
-from psattn.training.trainer import train
-
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
@@ -13,9 +10,9 @@ from psattn.export.quantize import EMBEDDING, MIXING, SCORES  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes(tmp_path, mode):
-    train(tiny_config(20), tmp_path / "run")  # one layer with an MLP, tied embeddings
-    rows = {r["group"]: r for r in int8_ablation(tmp_path / "run", tmp_path / "onnx", mode=mode, rows=32, prompts=4,
+def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes(tmp_path, tiny_run, mode):
+    # tiny_run: one layer with an MLP, tied embeddings
+    rows = {r["group"]: r for r in int8_ablation(tiny_run, tmp_path / "onnx", mode=mode, rows=32, prompts=4,
                                                  decode_tokens=4)}
     groups = ["q projection", "k projection", "v projection", SCORES, MIXING, "output projection", "MLP up", "MLP down",
               "LM head"]
@@ -38,16 +35,14 @@ def test_each_group_is_quantized_alone_and_the_whole_model_is_what_export_writes
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tmp_path, mode):
+def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(int8_export, mode):
     import onnx
 
-    from psattn.export.compare import export_and_compare
     from psattn.export.quantize import fp32_nodes, matmul_groups
     from psattn.training.run_dir import load_trained
 
-    train(tiny_config(20), tmp_path / "run")  # one key-only layer
-    r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=mode, rows=32, decode_tokens=4)
-    model = load_trained(tmp_path / "run")
+    run, r = int8_export(mode)  # one key-only layer, exported with --int8 mode
+    model = load_trained(run)
     for fp32, int8 in ((r["files"]["prefill"], r["files"]["prefill_int8"]), (r["files"]["decode"], r["files"]["decode_int8"])):
         groups = matmul_groups(fp32, model)
         kept = fp32_nodes(fp32, model)
@@ -65,18 +60,12 @@ def test_int8_as_exported_keeps_the_value_and_sheared_key_projections_in_fp32(tm
             assert set(inputs[groups["q projection"][0]]) <= dequantized and set(inputs[groups[MIXING][0]]) <= dequantized
 
 
-def test_only_layers_that_shear_their_keys_keep_the_key_projection_in_fp32(tmp_path):
-    import dataclasses
-
-    from psattn.export.onnx import export_onnx
+def test_only_layers_that_shear_their_keys_keep_the_key_projection_in_fp32(onnx_export):
+    """Two-layer models of each kind (the exports test_onnx.py's runtime tests read)."""
     from psattn.export.quantize import fp32_nodes, matmul_weights
-    from psattn.models import AttentionConfig, DecoderLM
 
-    config = tiny_config(1).model
-    for attention, kept in ((AttentionConfig("baseline", 0.0), {"v_proj"}), (AttentionConfig("query_only", 1.0), {"v_proj"}),
-                            (AttentionConfig("symmetric", 0.5), {"v_proj", "k_proj"})):
-        model = DecoderLM(dataclasses.replace(config, n_layers=2, attention=attention)).eval()
-        paths = export_onnx(model, tmp_path / f"{attention.variant}.onnx")
+    for variant, kept in (("baseline", {"v_proj"}), ("query_only", {"v_proj"}), ("symmetric", {"v_proj", "k_proj"})):
+        model, paths = onnx_export(variant)
         names = matmul_weights(paths.prefill, model)
         assert {names[n].split(".")[3] for n in fp32_nodes(paths.prefill, model)} == kept
         assert len(fp32_nodes(paths.prefill, model)) == 2 * len(kept)  # both layers

@@ -1,4 +1,5 @@
 import copy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,23 +9,18 @@ import onnx
 import pytest
 import torch
 
-from helpers import check_bad_inputs_are_refused, random_model, tiny_config
+from helpers import check_bad_inputs_are_refused, random_model
 from psattn.experiments.configs import small_config
 from psattn.export import OnnxLM, export_onnx, nonstandard_ops
 from psattn.export.compare import export_and_compare, format_comparison, key_range_growth, onnx_family
-from psattn.export.onnx import data_path_for, decode_path_for, int8_path_for, lm_head_nodes, quantize_int8
+from psattn.export.onnx import OnnxPaths, data_path_for, decode_path_for, int8_path_for, lm_head_nodes, quantize_int8
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
 from psattn.models.generate import NonFiniteLogits
-from psattn.training import train
 from psattn.training.run_dir import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
          ("query_only", "post_rope"), ("symmetric", "pre_rope")]
-
-
-def float_model(variant, placement):
-    return random_model(variant, placement, gamma=0.8, std=0.2, n_kv_heads=2).float()
 
 
 def dims(path, name):
@@ -34,9 +30,8 @@ def dims(path, name):
 
 
 @pytest.mark.parametrize("variant,placement", CASES)
-def test_onnx_runtime_matches_pytorch(tmp_path, variant, placement):
-    model = float_model(variant, placement)
-    paths = export_onnx(model, tmp_path / "m.onnx")
+def test_onnx_runtime_matches_pytorch(onnx_export, variant, placement):
+    model, paths = onnx_export(variant, placement)
     assert nonstandard_ops(paths.prefill) == [] and nonstandard_ops(paths.decode) == []
     runtime = OnnxLM(paths.prefill, paths.decode)
     ids = torch.randint(0, 37, (3, 13))
@@ -69,10 +64,13 @@ def weight_places(path):
     return {(p["location"], int(p["offset"]), int(p["length"])) for p in places}
 
 
-def test_the_prefill_and_decode_graphs_share_one_copy_of_the_weights(tmp_path):
+def test_the_graphs_share_one_copy_of_the_weights_which_a_new_export_to_the_path_leaves_to_open_sessions(tmp_path):
     """Each graph carried its own copy of the weights, so an export cost twice its weights on disk (and ONNX
-    Runtime read both copies); now both read one file, and the decode step still decodes as PyTorch does."""
-    model = random_model("key_only", d_model=128, std=0.05).float()
+    Runtime read both copies); now both read one file, and the decode step still decodes as PyTorch does.
+    ONNX Runtime maps the weights file into memory: exporting another model to the same path rewrote it in
+    place and changed the weights under the sessions of the earlier export (an error of 1.9 in its logits).
+    (One test: the second export needs a first.)"""
+    model, second = (random_model("key_only", d_model=128, std=0.05, seed=seed).float() for seed in (0, 1))
     paths = export_onnx(model, tmp_path / "m.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
     assert paths.data == tmp_path / "m.onnx.data"
@@ -86,28 +84,17 @@ def test_the_prefill_and_decode_graphs_share_one_copy_of_the_weights(tmp_path):
     seqs, step_logits = runtime.generate(ids[:, :4].numpy(), 6)
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
     with torch.no_grad():
-        assert np.abs(runtime.logits(ids.numpy()) - model(ids).numpy()).max() < 1e-4
-
-
-def test_exporting_to_the_same_path_again_leaves_open_sessions_of_the_first_export_as_they_were(tmp_path):
-    """ONNX Runtime maps the weights file into memory: rewriting it in place changed the weights under the
-    sessions of the earlier export (an error of 1.9 in its logits)."""
-    first, second = (random_model("key_only", d_model=128, std=0.05, seed=seed).float() for seed in (0, 1))
-    paths = export_onnx(first, tmp_path / "m.onnx")
-    runtime = OnnxLM(paths.prefill, paths.decode)
-    ids = np.array([[1, 2, 3, 4, 5]])
-    with torch.no_grad():
-        want = first(torch.from_numpy(ids)).numpy()
-    export_onnx(second, tmp_path / "m.onnx")
-    assert np.abs(runtime.logits(ids) - want).max() < 1e-4
+        want = model(ids).numpy()
+    assert np.abs(runtime.logits(ids.numpy()) - want).max() < 1e-4
+    export_onnx(second, tmp_path / "m.onnx")  # the same path again: the open sessions keep the first's weights
+    assert np.abs(runtime.logits(ids.numpy()) - want).max() < 1e-4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_the_int8_graphs_share_one_copy_of_their_quantized_weights(tmp_path, mode):
+def test_the_int8_graphs_share_one_copy_of_their_quantized_weights(int8_export, mode):
     """psattn export --int8 wrote each quantized weight twice, once in each INT8 graph."""
-    train(tiny_config(10), tmp_path / "run")
-    r = export_and_compare(tmp_path / "run", tmp_path / "onnx" / "m.onnx", int8=mode, rows=32, decode_tokens=4)
+    _, r = int8_export(mode)
     files = r["files"]
     assert Path(files["data_int8"]).name == f"m.int8-{mode}.onnx.data"
     shared = weight_places(files["prefill_int8"])
@@ -169,9 +156,11 @@ def test_a_shear_before_rope_is_bounded_one_bit_higher():
     assert format_comparison(result).endswith("(bound log2(1 + 2 gamma) + 1, the shear before RoPE = 2.58)")
 
 
-def test_static_int8_quantizes_every_matmul_but_the_lm_head_and_stays_close(tmp_path):
-    model = float_model("symmetric", "post_rope")
-    paths = export_onnx(model, tmp_path / "m.onnx")
+def test_static_int8_quantizes_every_matmul_but_the_lm_head_and_stays_close(tmp_path, onnx_export):
+    _, shared = onnx_export("symmetric")
+    for path in (shared.prefill, shared.decode, shared.data):  # the quantizer writes beside its source
+        shutil.copy(path, tmp_path)
+    paths = OnnxPaths(*(tmp_path / path.name for path in (shared.prefill, shared.decode, shared.data)))
     fp32 = OnnxLM(paths.prefill, paths.decode)
     rng = np.random.default_rng(0)
     calibration = [rng.integers(0, 37, (8, 12)) for _ in range(4)]
@@ -289,32 +278,28 @@ def test_export_prints_no_exporter_warnings(tmp_path):
     assert "torchvision" not in run.stderr and "Skipping" not in run.stderr, run.stderr
 
 
-def test_onnx_runtime_refuses_bad_token_ids_in_one_line(tmp_path):
-    model = random_model("symmetric", vocab_size=29).float()
-    paths = export_onnx(model, tmp_path / "m.onnx")
+def test_onnx_runtime_refuses_bad_token_ids_in_one_line(onnx_export):
+    model, paths = onnx_export("symmetric")
     check_bad_inputs_are_refused(OnnxLM(paths.prefill, paths.decode), model)
 
 
-def test_export_leaves_the_callers_model_and_random_state_as_they_were(tmp_path):
+def test_an_export_leaves_the_callers_model_and_random_state_and_nan_logits_choose_no_token(tmp_path):
     """Exporting put the caller's model in eval mode (dropout then stayed off in the training that followed)
-    and drew its example prompt from PyTorch's global generator."""
-    model = random_model("key_only", dropout=0.1).float().train()
+    and drew its example prompt from PyTorch's global generator. A model whose logits are NaN exports, and its
+    graphs' greedy decoding refuses to choose a token (argmax chose token 0). (One test, one export of a model
+    that is both.) A bfloat16 model, which the runtime cannot run, is refused before anything is written."""
+    model = random_model("symmetric", vocab_size=29, dropout=0.1).float().train()
+    with pytest.raises(ValueError, match="ONNX Runtime runs these graphs in float32 or float16, not bfloat16"):
+        export_onnx(copy.deepcopy(model).to(torch.bfloat16), tmp_path / "bf16.onnx")  # it failed inside the runtime
+    assert not (tmp_path / "bf16.onnx").exists()
     model.blocks[0].eval()  # a mixed mode survives too
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
     torch.manual_seed(1)
-    export_onnx(model, tmp_path / "m.onnx")
+    paths = export_onnx(model, tmp_path / "nan.onnx")
     after_export = torch.rand(3)
     torch.manual_seed(1)
     assert torch.equal(after_export, torch.rand(3))
     assert model.training and not model.blocks[0].training and model.blocks[1].training
-
-
-def test_an_export_the_runtime_cannot_run_is_refused_and_nan_logits_choose_no_token(tmp_path):
-    model = random_model("symmetric", vocab_size=29).float()
-    with pytest.raises(ValueError, match="ONNX Runtime runs these graphs in float32 or float16, not bfloat16"):
-        export_onnx(copy.deepcopy(model).to(torch.bfloat16), tmp_path / "bf16.onnx")  # it failed inside the runtime
-    assert not (tmp_path / "bf16.onnx").exists()
-    with torch.no_grad():
-        next(model.parameters()).fill_(float("nan"))
-    paths = export_onnx(model, tmp_path / "nan.onnx")
     with pytest.raises(NonFiniteLogits, match="NaN or infinite logits"):  # argmax chose token 0
         OnnxLM(paths.prefill, paths.decode).generate(np.array([[1, 2]]), 3)

@@ -40,6 +40,23 @@ def runs(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def key_only_pair(runs, tmp_path_factory):
+    """The key-only run's graphs and weights as ``psattn export`` writes them to m.onnx: the earlier export
+    that the interrupted exports below must leave as it was (each test copies it beside its own target)."""
+    from psattn.export.onnx import export_onnx
+    from psattn.training.run_dir import load_trained
+
+    folder = tmp_path_factory.mktemp("key-only-pair")
+    export_onnx(load_trained(runs / "key_only"), folder / "m.onnx")
+    return folder
+
+
+def copied(pair, folder):
+    for path in pair.iterdir():
+        shutil.copy(path, folder)
+
+
 def _one_line_error(argv, capsys) -> str:
     with pytest.raises(SystemExit) as stop:
         main(argv)
@@ -105,8 +122,8 @@ def test_a_failed_export_into_new_folders_leaves_none_of_them(tmp_path):
 
 def test_a_model_whose_logits_are_not_finite_is_refused_before_any_comparison_and_nothing_lands(runs, tmp_path,
                                                                                                   capsys, monkeypatch):
-    """A model gone NaN exports (the graphs are fine), but there is nothing to compare: the export is refused in
-    one line and neither graph lands beside --out."""
+    """A model gone NaN would export (the graphs are fine), but there is nothing to compare: the export is refused
+    in one line, before the graphs are exported (it was after), and neither graph lands beside --out."""
     pytest.importorskip("onnxruntime")
     import torch
 
@@ -118,11 +135,12 @@ def test_a_model_whose_logits_are_not_finite_is_refused_before_any_comparison_an
             next(model.parameters()).fill_(float("nan"))
         return model
 
-    load = compare.load_trained
+    load, export, exported = compare.load_trained, compare.export_onnx, []
     monkeypatch.setattr(compare, "load_trained", poisoned)
+    monkeypatch.setattr(compare, "export_onnx", lambda *args: exported.append(args) or export(*args))
     err = _one_line_error(["export", "--run-dir", str(runs / "key_only"), "--out", str(tmp_path / "m.onnx")], capsys)
     assert "PyTorch gives NaN or infinite logits" in err and "nothing meaningful to compare" in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [] and exported == []
 
 
 def test_hf_export_to_an_existing_file_is_refused_and_the_file_kept(runs, tmp_path, capsys):
@@ -198,7 +216,8 @@ def test_a_folder_holding_the_run_or_the_working_directory_is_never_replaced(run
 
 
 @pytest.mark.slow
-def test_an_interrupted_onnx_export_leaves_the_earlier_pair_and_says_interrupted(runs, tmp_path, capsys, monkeypatch):
+def test_an_interrupted_onnx_export_leaves_the_earlier_pair_and_says_interrupted(runs, key_only_pair, tmp_path, capsys,
+                                                                                 monkeypatch):
     """Ctrl-C after the prefill graph is written, and Ctrl-C that the exporter wraps in its own error:
     the earlier pair stays as it was, and the command says "interrupted" (exit code 130)."""
     pytest.importorskip("onnxscript")
@@ -206,8 +225,7 @@ def test_an_interrupted_onnx_export_leaves_the_earlier_pair_and_says_interrupted
     from psattn.export import onnx as onnx_export
 
     out = tmp_path / "m.onnx"
-    assert main(["export", "--run-dir", str(runs / "key_only"), "--out", str(out)]) == 0
-    capsys.readouterr()
+    copied(key_only_pair, tmp_path)
     before = contents(tmp_path)
     export = onnx_export._export
     calls = []
@@ -246,14 +264,14 @@ def test_an_onnx_export_removes_the_int8_files_of_an_earlier_one(runs, tmp_path,
 
 
 @pytest.mark.slow
-def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, tmp_path):
+def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, key_only_pair, tmp_path):
     """Real Ctrl-C to ``psattn export``, at several moments after it starts writing: exit code 130 and
     "interrupted" (or a finished export), and beside the target either the earlier pair or the new one."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime")
     out = tmp_path / "m.onnx"
     command = [sys.executable, "-m", "psattn", "export", "--out", str(out), "--run-dir"]
-    subprocess.run(command + [str(runs / "key_only")], check=True, capture_output=True)
+    copied(key_only_pair, tmp_path)
     for delay in (0.5, 2.0):
         old = contents(tmp_path)
         process = subprocess.Popen(command + [str(runs / "baseline")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -4,6 +4,7 @@ step), and which budgets it fits."""
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from psattn.arguments import add_command, add_json, positive_int, report
@@ -58,8 +59,10 @@ def cmd_footprint(args: argparse.Namespace) -> int:
             check_runtimes(model, run_dir, args.measure or ["pytorch"])
     if args.measure is not None:
         for name, (run_dir, context) in contexts.items():
-            rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, progress=not getattr(args, "quiet", False))
-                         for runtime in args.measure or ["pytorch"]}
+            with tempfile.TemporaryDirectory() as graphs:  # the run's ONNX export, for onnx and onnx-int8 alike
+                rss[name] = {runtime: measured_decode_rss(run_dir, context, runtime, graphs=Path(graphs),
+                                                          progress=not getattr(args, "quiet", False))
+                             for runtime in args.measure or ["pytorch"]}
     lines = format_footprints(rows) + (["", *format_rss(rss, {n: c for n, (_, c) in contexts.items()})] if rss else [])
     data = {name: {**f.as_dict(), **({"measured_rss": rss[name]} if name in rss else {})} for name, f in rows.items()}
     report(args.json, "\n".join(lines), data)

@@ -102,17 +102,14 @@ def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, 
                         decode_tokens: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = RunConfig.from_file(Path(run_dir) / "config.json")
-    paths = export_onnx(model, onnx_path)
     batch = eval_batch(config)
     batch = TaskBatch(batch.inputs[:rows], batch.targets[:rows])
-    onnx_model = OnnxLM(paths.prefill, paths.decode)
-
     torch_logits = model(batch.inputs).numpy()
+    _check_finite("PyTorch", torch_logits, run_dir)  # before the export: a model gone NaN has nothing to compare
+    paths = export_onnx(model, onnx_path)
+    onnx_model = OnnxLM(paths.prefill, paths.decode)
     onnx_logits = onnx_model.logits(batch.inputs.numpy())
-    for runtime, logits in (("PyTorch", torch_logits), ("onnxruntime", onnx_logits)):
-        if not np.isfinite(logits).all():
-            raise ValueError(f"{runtime} gives NaN or infinite logits for {run_dir}'s model; "
-                             "there is nothing meaningful to compare")
+    _check_finite("onnxruntime", onnx_logits, run_dir)
     prompt = batch.inputs[:4, : batch.inputs.shape[1] // 2]
     ours = generate(model, prompt, decode_tokens)
     seqs, step_logits = onnx_model.generate(prompt.numpy(), decode_tokens)
@@ -146,6 +143,12 @@ def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, 
     latency = _latency_per_token(model, timed, batch.inputs[:1, :16], decode_tokens)
     result["latency_ms_per_token"] = {k: v * 1e3 for k, v in latency.items()}
     return result
+
+
+def _check_finite(runtime: str, logits: np.ndarray, run_dir) -> None:
+    if not np.isfinite(logits).all():
+        raise ValueError(f"{runtime} gives NaN or infinite logits for {run_dir}'s model; "
+                         "there is nothing meaningful to compare")
 
 
 def int8_against_fp32(model: DecoderLM, fp32: OnnxLM, fp32_logits: np.ndarray, config: RunConfig, batch: TaskBatch,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -261,18 +262,19 @@ def check_runtimes(model: DecoderLM, run_dir, runtimes: list[str]) -> None:
                              f"exported ({err}): measure it in pytorch") from None
 
 
-def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, progress: bool = False) -> dict[str, int]:
+def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, progress: bool = False,
+                        graphs: Path | None = None) -> dict[str, int]:
     """Resident memory of a fresh Python process that decodes ``context`` tokens one at a time with
     the cache, one thread, in ``runtime`` (``RUNTIMES``): ``runtime_bytes`` before the model is loaded
     (the interpreter and the runtime: torch, or onnxruntime and NumPy), ``model_bytes`` what the model,
     its cache and the loop hold at the end beyond that, and ``peak_bytes`` the process's peak. The ONNX
-    graphs are exported (and quantized) by this process first, into a temporary folder. Resident memory
-    now is read from /proc (Linux); elsewhere the peak so far stands in for it. ``progress``: a bar of
-    the tokens decoded so far."""
+    graphs are exported (and quantized) by this process first, into ``graphs``, a folder of the run's own
+    where a later call finds the fp32 export again (``psattn footprint --measure onnx onnx-int8`` exports
+    once), or by default a temporary folder. Resident memory now is read from /proc (Linux); elsewhere the
+    peak so far stands in for it. ``progress``: a bar of the tokens decoded so far."""
     import subprocess
     import sys
     import tempfile
-    from pathlib import Path
 
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; expected one of {RUNTIMES}")
@@ -280,7 +282,7 @@ def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, prog
         if runtime == "pytorch":
             args = [_PYTORCH_CHILD, str(run_dir)]
         else:
-            prefill, decode = _onnx_graphs(run_dir, Path(tmp), int8=runtime == "onnx-int8")
+            prefill, decode = _onnx_graphs(run_dir, graphs or Path(tmp), int8=runtime == "onnx-int8")
             args = [_ONNX_CHILD, str(prefill), str(decode)]
         child = subprocess.Popen([sys.executable, "-c", *args, str(context)], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -301,15 +303,20 @@ def measured_decode_rss(run_dir, context: int, runtime: str = "pytorch", *, prog
     return {**out, "model_bytes": out["after_bytes"] - out["runtime_bytes"]}
 
 
-def _onnx_graphs(run_dir, folder, int8: bool):
+def _onnx_graphs(run_dir, folder: Path, int8: bool):
     """The run's prefill and decode graphs in ``folder``, fp32 or dynamic INT8 as ``psattn export --int8``
-    writes them (the value projections in fp32; the weights once, in a file both graphs read)."""
-    from psattn.export.onnx import decode_path_for, export_onnx, quantize_int8, share_weights
+    writes them (the value projections in fp32; the weights once, in a file both graphs read); the fp32
+    export found there by an earlier call is used again, and the INT8 one made from it."""
+    from psattn.export.onnx import OnnxPaths, data_path_for, decode_path_for, export_onnx, quantize_int8, share_weights
     from psattn.export.quantize import fp32_nodes
     from psattn.training.run_dir import load_trained
 
     model = load_trained(run_dir)
-    paths = export_onnx(model, folder / "model.onnx")
+    prefill_path = folder / "model.onnx"
+    if data_path_for(prefill_path).exists():  # written last: the earlier call's export is whole
+        paths = OnnxPaths(prefill_path, decode_path_for(prefill_path), data_path_for(prefill_path))
+    else:
+        paths = export_onnx(model, prefill_path)
     if not int8:
         return paths.prefill, paths.decode
     prefill = quantize_int8(paths.prefill, folder / "model.int8.onnx", exclude=fp32_nodes(paths.prefill, model))
