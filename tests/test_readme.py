@@ -48,7 +48,7 @@ def _run_page(page: Path) -> int:
     return len(blocks)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not torn down when other modules' tests run between its tests
 def getting_started() -> tuple[int, str]:
     """docs/getting-started.md's python blocks, run once as every page's are: the number run and what they
     printed. Its first-model block trains two models (about 10 s); its test reads the lines they print."""

@@ -148,7 +148,7 @@ NEW_PROCESS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not torn down when other modules' tests run between its tests
 def new_process(tmp_path_factory):
     """One fresh process without psattn imported (each pays transformers' import, about 6 s): it loads a saved
     PSA model with transformers alone, then unpickles a whole patched model. Returns the patched model, its
