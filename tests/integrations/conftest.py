@@ -1,5 +1,7 @@
 """Fixtures for the transformers integration tests."""
 
+import os
+
 import pytest
 import torch
 
@@ -20,3 +22,71 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("hf_matrix") is not None:
             item.add_marker(skip)
+
+
+NEW_PROCESS = """
+import sys, torch
+import {module}  # the import the export's hint names
+from transformers import AutoModelForCausalLM
+from psattn.integrations.hf import load_psa_model  # registers the psattn_<type> model types of every tested type
+exported, out = sys.argv[1], sys.argv[2]
+ids = torch.arange(12).remainder(16)[None]
+with torch.no_grad():
+    logits = [m.eval()(ids).logits for m in (AutoModelForCausalLM.from_pretrained(exported), load_psa_model(exported))]
+saved = []
+for path in sys.argv[3:]:
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    with torch.no_grad():
+        saved.append(model(torch.arange(1, 10)[None], use_cache=False).logits)
+torch.save((logits, saved), out)
+"""
+
+
+@pytest.fixture(scope="session")
+def loaded_in_a_new_process(tmp_path_factory):
+    """Saved models loaded in one fresh process (each fresh process pays transformers' import, about 6 s):
+    a trained run exported with ``psattn export --format hf``, after the import its hint names, loaded with
+    AutoModelForCausalLM and load_psa_model, then PSA models of the newer families (GPT-NeoX's renamed checkpoint
+    keys, Gemma 2 on the eager kernel) saved with save_pretrained. Returns the hint's module, and per folder the
+    logits in this process and in the new one. Made once per test session: under pytest-xdist by the first
+    worker that needs it, under a file lock."""
+    import contextlib
+    import io
+    import re
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    from helpers import tiny_config
+    from integrations.hf_tiny import tiny_model
+    from psattn.cli import main
+    from psattn.integrations.hf import apply_psa
+    from psattn.integrations.hf.support import base_kernel
+    from psattn.training.run_dir import load_trained
+    from psattn.training.trainer import train
+
+    base = tmp_path_factory.getbasetemp()
+    tmp = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "hf-new-process"
+    with FileLock(f"{tmp}.lock"):
+        if not (tmp / "results.pt").exists():
+            train(tiny_config(4), tmp / "run")
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                assert main(["export", "--format", "hf", "--run-dir", str(tmp / "run"), "--out", str(tmp / "hf")]) == 0
+            module = re.search(r"import (psattn[\w.]*)", printed.getvalue()).group(1)
+            with torch.no_grad():
+                export_want = load_trained(tmp / "run")(torch.arange(12).remainder(16)[None])
+            paths, saved_want = [], []
+            for model_type in ("gpt_neox", "gemma2"):
+                model = apply_psa(tiny_model(model_type), "key_only", 0.7, attn_implementation=base_kernel(model_type))
+                model.save_pretrained(tmp / model_type)
+                paths.append(str(tmp / model_type))
+                with torch.no_grad():
+                    saved_want.append(model(torch.arange(1, 10)[None], use_cache=False).logits)
+            run = subprocess.run([sys.executable, "-c", NEW_PROCESS.format(module=module), str(tmp / "hf"),
+                                  str(tmp / "got.pt"), *paths], capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stderr[-2000:]
+            export_got, saved_got = torch.load(tmp / "got.pt")
+            torch.save({"module": module, "export": (export_want, export_got),
+                        "saved": list(zip(saved_want, saved_got, strict=True))}, tmp / "results.pt")
+    return torch.load(tmp / "results.pt")

@@ -86,32 +86,14 @@ def test_a_quiet_export_draws_no_bar_of_transformers(tmp_path, capsys, monkeypat
     assert capsys.readouterr().err == "" and hf_logging.is_progress_bar_enabled() == enabled
 
 
-@pytest.mark.slow  # a fresh process imports transformers: about 12 s
-def test_an_export_loads_in_a_new_process_after_the_import_its_hint_names(tmp_path, capsys):
+@pytest.mark.slow  # a fresh process imports transformers (shared with test_hf_families.py): about 12 s
+def test_an_export_loads_in_a_new_process_after_the_import_its_hint_names(loaded_in_a_new_process):
     """The export's hint names the import; a fresh process that does just that import loads the folder with
-    AutoModelForCausalLM and with load_psa_model, and gets psattn's logits."""
-    import re
-    import subprocess
-    import sys
-
-    train(tiny_config(4), tmp_path / "run")
-    assert main(["export", "--format", "hf", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
-    module = re.search(r"import (psattn[\w.]*)", capsys.readouterr().out).group(1)
-    ids = torch.arange(12).remainder(16)[None]
-    with torch.no_grad():
-        want = load_trained(tmp_path / "run")(ids)
-    script = (f"import sys, torch; import {module}\n"
-              "from transformers import AutoModelForCausalLM\n"
-              "from psattn.integrations.hf import load_psa_model\n"
-              "ids = torch.arange(12).remainder(16)[None]\n"
-              "with torch.no_grad():\n"
-              "    logits = [m.eval()(ids).logits for m in (AutoModelForCausalLM.from_pretrained(sys.argv[1]),\n"
-              "                                              load_psa_model(sys.argv[1]))]\n"
-              "torch.save(logits, sys.argv[2])\n")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "hf"), str(tmp_path / "logits.pt")],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for logits in torch.load(tmp_path / "logits.pt"):
+    AutoModelForCausalLM and with load_psa_model, and gets psattn's logits (conftest.py's fixture)."""
+    assert loaded_in_a_new_process["module"].startswith("psattn")
+    want, got = loaded_in_a_new_process["export"]
+    assert len(got) == 2
+    for logits in got:
         torch.testing.assert_close(logits, want, atol=1e-6, rtol=0)
 
 

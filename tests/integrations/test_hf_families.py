@@ -135,33 +135,11 @@ def test_the_pattern_hook_is_the_pattern_eager_attention_uses(model_type, prompt
         torch.testing.assert_close(seen[names[module] + ".hook_pattern"], want, atol=1e-6, rtol=1e-6)
 
 
-NEW_PROCESS = """
-import sys, torch
-import psattn.integrations.hf  # registers the psattn_<type> model types of every tested type
-from transformers import AutoModelForCausalLM
-for path in sys.argv[1:]:
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
-    with torch.no_grad():
-        torch.save(model(torch.arange(1, 10)[None], use_cache=False).logits, path + "/logits.pt")
-"""
-
-
 @pytest.mark.slow
-def test_saved_psa_models_load_in_a_new_process(tmp_path):
+def test_saved_psa_models_load_in_a_new_process(loaded_in_a_new_process):
     """After ``import psattn.integrations.hf``, a new process loads saved PSA models of the newer families
-    (GPT-NeoX's renamed checkpoint keys, Gemma 2 on the eager kernel) with the same logits."""
-    import os
-    import subprocess
-    import sys
-
-    paths, want = [], []
-    for model_type in ("gpt_neox", "gemma2"):
-        model = patched(model_type, "key_only", 0.7)
-        model.save_pretrained(tmp_path / model_type)
-        paths.append(str(tmp_path / model_type))
-        want.append(logits(model, torch.arange(1, 10)[None]))
-    run = subprocess.run([sys.executable, "-c", NEW_PROCESS, *paths], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ))
-    assert run.returncode == 0, run.stderr[-2000:]
-    for path, expected in zip(paths, want, strict=True):
-        torch.testing.assert_close(torch.load(path + "/logits.pt"), expected, atol=1e-5, rtol=1e-5)
+    (GPT-NeoX's renamed checkpoint keys, Gemma 2 on the eager kernel) with the same logits (conftest.py's
+    fixture, whose process first loads test_hf_export.py's export)."""
+    assert len(loaded_in_a_new_process["saved"]) == 2
+    for expected, got in loaded_in_a_new_process["saved"]:
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

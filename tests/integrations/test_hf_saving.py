@@ -125,10 +125,11 @@ def test_set_psa_gamma_changes_the_model_and_its_saved_settings(tmp_path, prompt
         set_psa_gamma(tiny_model(), 1.0)
 
 
-WITHOUT_PSATTN = textwrap.dedent("""
-    import logging, sys, warnings
-    import transformers
+NEW_PROCESS = textwrap.dedent("""
+    import sys
+    import torch, transformers
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    # a saved PSA model without psattn: refused by the Auto class, flagged by the concrete one
     assert not any(m.startswith("psattn") for m in sys.modules), "psattn was imported"
     try:
         AutoModelForCausalLM.from_pretrained(sys.argv[1])
@@ -136,43 +137,53 @@ WITHOUT_PSATTN = textwrap.dedent("""
         print("AUTO REFUSED:", err)
     transformers.logging.set_verbosity_warning()
     LlamaForCausalLM.from_pretrained(sys.argv[1])
-""")
-
-
-def test_without_psattn_a_saved_psa_model_is_refused_or_flagged(tmp_path):
-    _saved(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-c", WITHOUT_PSATTN, str(tmp_path)], capture_output=True, text=True,
-                         env=env, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert "AUTO REFUSED" in run.stdout and "psattn_llama" in run.stdout
-    assert "psattn_llama" in run.stderr  # the concrete class warns that the checkpoint is a psattn model
-
-
-UNPICKLE = textwrap.dedent("""
-    import sys, torch
-    model, ids, expected = torch.load(sys.argv[1], weights_only=False)
+    print("--- unpickle", flush=True)
+    print("--- unpickle", file=sys.stderr, flush=True)
+    # a whole patched model, unpickled before anything imported psattn
+    assert not any(m.startswith("psattn") for m in sys.modules), "psattn was imported"
+    model, ids, expected = torch.load(sys.argv[2], weights_only=False)
     with torch.no_grad():
         assert torch.equal(model(ids, use_cache=False).logits, expected)
     print(model.config.model_type, model.config.psa["gamma"])
 """)
 
 
-def test_a_patched_model_pickles_whole_and_loads_in_a_new_process(tmp_path):
-    """``torch.save(model)`` / ``copy.deepcopy``: the PSA config class is made at run time, and pickles by its
-    base model type."""
-    import copy
-
+@pytest.fixture(scope="session")  # not torn down when other modules' tests run between its tests
+def new_process(tmp_path_factory):
+    """One fresh process without psattn imported (each pays transformers' import, about 6 s): it loads a saved
+    PSA model with transformers alone, then unpickles a whole patched model. Returns the patched model, its
+    input and logits, and the (stdout, stderr) of each of the two parts."""
+    tmp_path = tmp_path_factory.mktemp("new-process")
+    _saved(tmp_path / "saved")
     model = apply_psa(tiny_model(), "symmetric", 0.8)
     ids = torch.randint(1, 50, (1, 5), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = model(ids, use_cache=False).logits
-        assert torch.equal(copy.deepcopy(model)(ids, use_cache=False).logits, expected)
     torch.save((model, ids, expected), tmp_path / "model.pt")
-    run = subprocess.run([sys.executable, "-c", UNPICKLE, str(tmp_path / "model.pt")], capture_output=True,
-                         text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", NEW_PROCESS, str(tmp_path / "saved"), str(tmp_path / "model.pt")],
+                         capture_output=True, text=True, env=env, timeout=180)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["psattn_llama", "0.8"]
+    out, err = (text.split("--- unpickle\n") for text in (run.stdout, run.stderr))
+    return model, ids, expected, dict(zip(("without_psattn", "unpickle"), zip(out, err, strict=True), strict=True))
+
+
+def test_without_psattn_a_saved_psa_model_is_refused_or_flagged(new_process):
+    stdout, stderr = new_process[3]["without_psattn"]
+    assert "AUTO REFUSED" in stdout and "psattn_llama" in stdout
+    assert "psattn_llama" in stderr  # the concrete class warns that the checkpoint is a psattn model
+
+
+def test_a_patched_model_pickles_whole_and_loads_in_a_new_process(new_process):
+    """``torch.save(model)`` / ``copy.deepcopy``: the PSA config class is made at run time, and pickles by its
+    base model type."""
+    import copy
+
+    model, ids, expected, parts = new_process
+    with torch.no_grad():
+        assert torch.equal(model(ids, use_cache=False).logits, expected)
+        assert torch.equal(copy.deepcopy(model)(ids, use_cache=False).logits, expected)
+    assert parts["unpickle"][0].split() == ["psattn_llama", "0.8"]
 
 
 ON_LOOK_UP = textwrap.dedent("""
