@@ -1,7 +1,5 @@
 """Fixtures for the transformers integration tests."""
 
-import os
-
 import pytest
 import torch
 
@@ -48,17 +46,14 @@ def loaded_in_a_new_process(tmp_path_factory):
     a trained run exported with ``psattn export --format hf``, after the import its hint names, loaded with
     AutoModelForCausalLM and load_psa_model, then PSA models of the newer families (GPT-NeoX's renamed checkpoint
     keys, Gemma 2 on the eager kernel) saved with save_pretrained. Returns the hint's module, and per folder the
-    logits in this process and in the new one. Made once per test session: under pytest-xdist by the first
-    worker that needs it, under a file lock."""
+    logits in this process and in the new one. Made once per test session (``helpers.shared``)."""
     import contextlib
     import io
     import re
     import subprocess
     import sys
 
-    from filelock import FileLock
-
-    from helpers import tiny_config
+    from helpers import shared, tiny_config
     from integrations.hf_tiny import tiny_model
     from psattn.cli import main
     from psattn.integrations.hf import apply_psa
@@ -66,27 +61,27 @@ def loaded_in_a_new_process(tmp_path_factory):
     from psattn.training.run_dir import load_trained
     from psattn.training.trainer import train
 
-    base = tmp_path_factory.getbasetemp()
-    tmp = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "hf-new-process"
-    with FileLock(f"{tmp}.lock"):
-        if not (tmp / "results.pt").exists():
-            train(tiny_config(4), tmp / "run")
-            with contextlib.redirect_stdout(io.StringIO()) as printed:
-                assert main(["export", "--format", "hf", "--run-dir", str(tmp / "run"), "--out", str(tmp / "hf")]) == 0
-            module = re.search(r"import (psattn[\w.]*)", printed.getvalue()).group(1)
+    def make(tmp):
+        """Train and export the run, save the two families' models, load all of them in a new process."""
+        train(tiny_config(4), tmp / "run")
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            assert main(["export", "--format", "hf", "--run-dir", str(tmp / "run"), "--out", str(tmp / "hf")]) == 0
+        module = re.search(r"import (psattn[\w.]*)", printed.getvalue()).group(1)
+        with torch.no_grad():
+            export_want = load_trained(tmp / "run")(torch.arange(12).remainder(16)[None])
+        paths, saved_want = [], []
+        for model_type in ("gpt_neox", "gemma2"):
+            model = apply_psa(tiny_model(model_type), "key_only", 0.7, attn_implementation=base_kernel(model_type))
+            model.save_pretrained(tmp / model_type)
+            paths.append(str(tmp / model_type))
             with torch.no_grad():
-                export_want = load_trained(tmp / "run")(torch.arange(12).remainder(16)[None])
-            paths, saved_want = [], []
-            for model_type in ("gpt_neox", "gemma2"):
-                model = apply_psa(tiny_model(model_type), "key_only", 0.7, attn_implementation=base_kernel(model_type))
-                model.save_pretrained(tmp / model_type)
-                paths.append(str(tmp / model_type))
-                with torch.no_grad():
-                    saved_want.append(model(torch.arange(1, 10)[None], use_cache=False).logits)
-            run = subprocess.run([sys.executable, "-c", NEW_PROCESS.format(module=module), str(tmp / "hf"),
-                                  str(tmp / "got.pt"), *paths], capture_output=True, text=True, timeout=300)
-            assert run.returncode == 0, run.stderr[-2000:]
-            export_got, saved_got = torch.load(tmp / "got.pt")
-            torch.save({"module": module, "export": (export_want, export_got),
-                        "saved": list(zip(saved_want, saved_got, strict=True))}, tmp / "results.pt")
+                saved_want.append(model(torch.arange(1, 10)[None], use_cache=False).logits)
+        run = subprocess.run([sys.executable, "-c", NEW_PROCESS.format(module=module), str(tmp / "hf"),
+                              str(tmp / "got.pt"), *paths], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        export_got, saved_got = torch.load(tmp / "got.pt")
+        torch.save({"module": module, "export": (export_want, export_got),
+                    "saved": list(zip(saved_want, saved_got, strict=True))}, tmp / "results.pt")
+
+    tmp = shared(tmp_path_factory, "hf-new-process", make)
     return torch.load(tmp / "results.pt")
