@@ -34,7 +34,8 @@ DATA = {"tasks", "textdata"}
 LEAVES = {
     "theory": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments", "ops",
                "models"},
-    "meanfield": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments"},
+    "meanfield": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments",
+                  "processes"},
 }
 for leaf in LEAVES:
     LAYERS[leaf] = 4  # importable by the layers from 4 up: export, integrations, experiments, the commands

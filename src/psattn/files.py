@@ -2,8 +2,9 @@
 
 A write goes to a temporary file beside the target (``.<name>.<random>.tmp``), is flushed to the disk and
 renamed into place; a failed write removes the temporary file and raises one OSError naming the target
-(``write_failed``). Files get the permissions any new file gets (0644 under the usual umask 022), not the
-private 0600 of the temporary file they are written to. ``append_line`` appends a line whole or not at all.
+(``write_failed``); ``atomic_writes`` writes a set of files so, and renames none until all are written. Files
+get the permissions any new file gets (0644 under the usual umask 022), not the private 0600 of the temporary
+file they are written to. ``append_line`` appends a line whole or not at all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +34,34 @@ def temporary_files(path: str | Path) -> list[Path]:
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Write ``path`` whole with ``write(f)`` on a binary file, making its folder when missing."""
-    path = Path(path)
+    atomic_writes({path: write})
+
+
+def atomic_writes(writes: dict[str | Path, Callable[[IO[bytes]], Any]],
+                  replacing: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+    """Write each path of ``writes`` whole with its ``write(f)``, as ``atomic_write``, and as a set: every file
+    is written to its temporary file first, so that a failed write (a full disk) replaces none of them, and only
+    then are they renamed into place, one after the other inside ``replacing()`` (where a caller holds the stop
+    signals, so that no stop falls between two renames)."""
+    written: list[tuple[Path, str]] = []  # (target, its temporary file)
+    try:
+        for path, write in writes.items():
+            written.append((Path(path), _written_beside(Path(path), write)))
+        with replacing():
+            for path, tmp in written:
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    raise write_failed(path, err, "the file already there (if any) is intact") from None
+    finally:
+        for _, tmp in written:
+            if os.path.exists(tmp):  # not renamed: a later write failed, or a stop came first
+                os.unlink(tmp)
+
+
+def _written_beside(path: Path, write: Callable[[IO[bytes]], Any]) -> str:
+    """The temporary file beside ``path`` (made with its folder when missing) that ``write(f)`` wrote whole,
+    flushed to the disk; a failed write removes it and raises one OSError naming ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
@@ -44,13 +73,13 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, NEW_FILE_MODE)
-        os.replace(tmp, path)
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
             raise write_failed(path, err, "the file already there (if any) is intact") from None
         raise
+    return tmp
 
 
 def cannot_create(path: Path, err: OSError) -> OSError:
@@ -94,6 +123,15 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` whole."""
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_texts(texts: dict[str | Path, str], replacing: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+    """Write each of ``texts`` to its path whole, as a set (``atomic_writes``)."""
+
+    def writing(text: str) -> Callable[[IO[bytes]], Any]:
+        return lambda f: f.write(text.encode())
+
+    atomic_writes({path: writing(text) for path, text in texts.items()}, replacing)
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

@@ -432,7 +432,9 @@ def test_a_reproduction_with_a_diverged_run_says_so_rather_than_tabling_it_as_no
         reproduce_module.train_all(tmp_path, "quick", ("induction",), 1, False)
 
 
-def test_a_report_write_cut_short_keeps_the_earlier_report_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cut", ["results.json", "report.md"])
+def test_a_report_write_cut_short_keeps_the_earlier_report_whole(tmp_path, monkeypatch, cut):
+    """report.md cut short was kept whole, but after results.json had been replaced: the two were of two runs."""
     from psattn.experiments import reproduce as reproduce_module
 
     monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
@@ -440,11 +442,47 @@ def test_a_report_write_cut_short_keeps_the_earlier_report_whole(tmp_path, monke
     monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["first " * 500], {"first": 1}))
     reproduce(tmp_path, sections=("induction",), progress=False)
     before = {name: (tmp_path / name).read_text() for name in ("report.md", "results.json")}
-    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["second " * 500], {"second": [0] * 999}))
-    with file_size_limit(2000), pytest.raises(OSError, match="results.json failed .*already there .* is intact"):
+    second = (["second " * 500], {"second": [0] * 999}) if cut == "results.json" else (["second " * 999], {"second": 2})
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: second)
+    with file_size_limit(2000), pytest.raises(OSError, match=f"{cut} failed .*already there .* is intact"):
         reproduce(tmp_path, sections=("induction",), progress=False)  # it cut report.md to 2,000 bytes of the second
     assert {name: (tmp_path / name).read_text() for name in ("report.md", "results.json")} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]  # no temporary file left
+
+
+def test_a_stop_between_the_reports_two_files_leaves_them_of_one_run(tmp_path, monkeypatch):
+    """report.md and results.json were two writes: a SIGTERM once results.json was in place left it beside the
+    earlier run's report.md."""
+    from psattn import files
+    from psattn.experiments import reproduce as reproduce_module
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["first run"], {"run": 1}))
+    reproduce(tmp_path, sections=("induction",), progress=False)
+    monkeypatch.setattr(reproduce_module, "induction_section", lambda *a, **k: (["second run"], {"run": 2}))
+    replace = os.replace
+
+    def replace_then_stop(src, dst):
+        replace(src, dst)
+        if os.path.basename(dst) == "results.json":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    class Stopped(Exception):
+        pass
+
+    def stopped(signum, frame):  # what the default action would do (end the process), as an exception here
+        raise Stopped
+
+    monkeypatch.setattr(files.os, "replace", replace_then_stop)
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        with pytest.raises(Stopped):
+            reproduce(tmp_path, sections=("induction",), progress=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert json.loads((tmp_path / "results.json").read_text())["induction"] == {"run": 2}
+    assert "second run" in (tmp_path / "report.md").read_text()
 
 
 def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_sweep_resumes(tmp_path):

@@ -175,16 +175,19 @@ def test_a_report_rerun_removes_the_earlier_reports_figures_it_does_not_rewrite(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "notes.png", "paper", "report.md"]
 
 
-def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("call", ["command", "function"])
+def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, monkeypatch, call):
     """reproduce wrote into --out as it went: Ctrl-C (or a kill) before report.md left this run's paper/summary.json
-    and checks.json beside the earlier report."""
+    and checks.json beside the earlier report; the command staged its report first, a call of meanfield_report
+    (as psattn reproduce makes) did not."""
     from psattn.meanfield import reproduce as module
 
     monkeypatch.setattr(module, "_check_plan", lambda quick: [])
     monkeypatch.setattr(module, "_plots_available", lambda: False)
     monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.1))
     argv = ["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]
-    _main(argv)  # the paper's claims fail on so small a run (exit 1); the report is written all the same
+    run = (lambda: _main(argv)) if call == "command" else (lambda: meanfield_report(tmp_path, quick=True))
+    run()  # the paper's claims fail on so small a run (exit 1); the report is written all the same
     before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
     def interrupted(*args, **kwargs):
@@ -193,7 +196,7 @@ def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, m
     monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.2))
     monkeypatch.setattr(module, "_report", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        _main(argv)
+        run()
     assert {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "paper", "report.md"]  # no staging folder
 

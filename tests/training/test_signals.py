@@ -68,6 +68,27 @@ def test_a_stop_signal_in_the_step_0_evaluation_checkpoints_and_resumes(tmp_path
     assert science(train(tiny_config(), tmp_path).history) == science(reference.history)
 
 
+def test_a_stop_signal_while_a_finished_run_resumes_stops_it(tmp_path, monkeypatch):
+    """A finished run has no step left: a SIGTERM while its checkpoint loaded was never looked at, and
+    psattn train ended with exit code 0, as if it had not come."""
+    from psattn.training import state
+
+    config = tiny_config(steps=10)
+    train(config, tmp_path)
+    finished = (tmp_path / "result.json").read_text()
+    load = state.TrainState.load
+
+    def signalled(self, *args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return load(self, *args)
+
+    monkeypatch.setattr(state.TrainState, "load", signalled)
+    with pytest.raises(TrainingInterrupted, match="SIGTERM at step 10: checkpoint written") as info:
+        train(config, tmp_path)
+    assert info.value.signum == signal.SIGTERM
+    assert (tmp_path / "result.json").read_text() == finished
+
+
 def wait_for(path: Path, predicate, timeout=120.0):
     start = time.monotonic()
     while time.monotonic() - start < timeout:

@@ -42,7 +42,7 @@ from psattn.meanfield.experiments import (
 )
 from psattn.meanfield.integrators import STEPPERS
 from psattn.meanfield.simulate import simulate, step_size
-from psattn.processes import process_alive
+from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 from psattn.training.memory import available_bytes
@@ -163,18 +163,6 @@ def check_not_a_training_run(out: Path) -> None:
                          "name another --out folder")
 
 
-#: the hidden folder a run writes its files into before they are moved into ``--out`` (then its process id)
-STAGING_PREFIX = ".meanfield-run-"
-
-
-def _tidy_staging(out: Path) -> None:
-    """Remove the staging folders that runs killed before their move left in ``out``."""
-    for folder in out.glob(STAGING_PREFIX + "*"):
-        pid = folder.name[len(STAGING_PREFIX):].split("-")[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """``psattn meanfield run``: simulate, write figures and summary.json; the exit code. Nothing is
     written before the simulation has succeeded, and the files are written into a staging folder inside
@@ -188,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
     earlier = holds_a_meanfield_run(out)
     out.mkdir(parents=True, exist_ok=True)
-    _tidy_staging(out)
+    tidy_staging(out)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
     try:
         written = _write_run(staging, config, traj)
@@ -245,27 +233,13 @@ def _write_run(folder: Path, config: SimulationConfig, traj) -> list[str]:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """``psattn meanfield reproduce``: the paper's experiments and theorem checks; the exit code. Like ``run``,
-    the report is written into a staging folder inside ``--out`` and moved into place once complete, with the
-    stop signals held: a kill or a failure midway leaves the earlier report whole, not a mix of two."""
-    from psattn.meanfield.reproduce import meanfield_report, remove_stale_figures
+    the report is written into a staging folder inside ``--out`` and moved into place once complete
+    (``meanfield_report``), here with the stop signals held: a kill or a failure midway leaves the earlier
+    report whole, not a mix of two."""
+    from psattn.meanfield.reproduce import meanfield_report
 
-    out = Path(args.out)
-    earlier = (out / "report.md").is_file()
-    out.mkdir(parents=True, exist_ok=True)
-    _tidy_staging(out)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-    try:
-        result = meanfield_report(staging, quick=args.mode == "quick", progress=True)
-        with stop_signals_held():  # the moves are not cut halfway
-            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                target = out / path.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, target)
-            if earlier:
-                remove_stale_figures(out, result["files"])
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    result["report"] = str(out / "report.md")
+    # the moves are not cut halfway
+    result = meanfield_report(args.out, quick=args.mode == "quick", progress=True, moving=stop_signals_held)
     for check in result["checks"]:
         print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['message']}")
     for skipped in result["skipped"]:

@@ -23,9 +23,9 @@ from psattn.experiments.studies.text import text_experiment
 from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
-from psattn.files import write_text
+from psattn.files import write_texts
 from psattn.provenance import git_revision, machine
-from psattn.training.signals import TrainingDiverged
+from psattn.training.signals import TrainingDiverged, stop_signals_held
 from psattn.version import __version__
 
 
@@ -133,9 +133,10 @@ def reproduce(
                        "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
                                           if runs["reused"] else "."))
     header += timing_lines(timings, runs["seconds"])
-    # each written whole (docs/faults.md): a write cut short (a full disk, a kill) keeps the earlier file intact
-    write_text(out / "results.json", json.dumps(data, indent=2, default=_json_default))
-    write_text(out / "report.md", "\n".join(header + lines) + "\n")
+    # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
+    # a stop signal waits until both are in place, so the report and its numbers are of one run
+    write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
+                 out / "report.md": "\n".join(header + lines) + "\n"}, replacing=stop_signals_held)
     return out / "report.md"
 
 

@@ -19,8 +19,12 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import platform
+import shutil
+import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -37,6 +41,7 @@ from psattn.meanfield.experiments import (
     torch_threads,
 )
 from psattn.meanfield.simulate import simulate
+from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
 from psattn.meanfield.theorems import TheoremCheck
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
@@ -80,15 +85,36 @@ def _plots_available() -> bool:
 
 
 def meanfield_report(
-    out_dir: str | Path, quick: bool = True, progress: bool = False, threads: int | None = 1
+    out_dir: str | Path, quick: bool = True, progress: bool = False, threads: int | None = 1, *,
+    moving: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> dict[str, Any]:
     """Run the mean-field set into out_dir; returns {"passed", "checks", "skipped", "files", "report"}.
 
-    passed is False when any theorem check failed (skipped checks do not count).
+    passed is False when any theorem check failed (skipped checks do not count). The files are written into a
+    staging folder inside out_dir and moved into place once all are complete, inside ``moving()`` (the command
+    line holds the stop signals there): a failure or a kill midway leaves an earlier report whole, not a mix of two.
     """
     out = Path(out_dir)
     earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
     out.mkdir(parents=True, exist_ok=True)
+    tidy_staging(out)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        result = _write_report(staging, quick, progress, threads)
+        with moving():
+            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                target = out / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+            if earlier:
+                remove_stale_figures(out, result["files"])
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {**result, "report": str(out / "report.md")}
+
+
+def _write_report(out: Path, quick: bool, progress: bool, threads: int | None) -> dict[str, Any]:
+    """The mean-field set, written into the new folder ``out``; ``meanfield_report``'s result."""
     plots = _plots_available()
     summary, ns = _paper_experiment(out, quick, threads, progress)
     files = ["paper/summary.json"]
@@ -103,8 +129,6 @@ def meanfield_report(
     passed = all(c.passed for c in checks)
     report = _report(out, quick, summary, records, skipped, notes, files, passed)
     files.append(report.name)
-    if earlier:
-        remove_stale_figures(out, files)
     return {"passed": passed, "checks": records, "skipped": skipped, "files": files, "report": str(report)}
 
 

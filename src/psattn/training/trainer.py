@@ -287,6 +287,14 @@ def train(
         if run_dir is not None:
             write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
         timed_out, stop = False, StopFlag()
+
+        def interrupted(signum: int) -> TrainingInterrupted:
+            again = "the same command again" if resume else "the same command without --restart"
+            hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
+                    else "no run directory, nothing kept")
+            return TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
+                                       signum, run.state.step)
+
         with stop.installed() if handle_signals else contextlib.nullcontext():
             run.start_or_resume(resume)  # a signal in its step-0 evaluation is honoured at the first step boundary
             say = report if report is not None and ddp.is_main else (lambda line: None)
@@ -326,14 +334,16 @@ def train(
                     run.checkpoint()
                 if signum is not None:  # checkpointed above, after raise_if_diverged
                     bar.close()
-                    again = "the same command again" if resume else "the same command without --restart"
-                    hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
-                            else "no run directory, nothing kept")
-                    raise TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
-                                              signum, run.state.step)
+                    raise interrupted(signum)
                 if timed_out:
                     log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
                     break
+            # a signal after the last step's look: above all one while a finished run's checkpoint loads, when no
+            # step is left to take (the loop never ran); its checkpoint is this step's, as at a step boundary
+            _, signum = agree_on_stop(False, stop.signum, ddp)
+            if signum is not None:
+                bar.close()
+                raise interrupted(signum)
             run.raise_if_diverged()
             run.state.seconds += time.perf_counter() - start
         bar.close()
