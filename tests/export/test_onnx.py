@@ -17,6 +17,7 @@ from psattn.export.onnx import OnnxPaths, data_path_for, decode_path_for, int8_p
 from psattn.export.quantize import calibration_inputs
 from psattn.models import generate
 from psattn.models.generate import NonFiniteLogits
+from psattn.training.config import RunConfig
 from psattn.training.run_dir import eval_batch
 
 CASES = [("baseline", "post_rope"), ("symmetric", "post_rope"), ("key_only", "post_rope"),
@@ -105,6 +106,20 @@ def test_the_int8_graphs_share_one_copy_of_their_quantized_weights(int8_export, 
                                                                                      "data_int8"))
     assert r["max_logit_error"]["decode_steps"] < 1e-4 and r["greedy_tokens_equal"]
 
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_tied_embedding_table_is_stored_once_in_every_graph(int8_export, mode):
+    """The exporter folded the tied LM head's Transpose of an embedding table of up to 8192 entries into a
+    transposed copy of the table, so every graph (and its weights file) held the table twice, and INT8 kept
+    the fp32 copy (static) or quantized both (dynamic); a larger table kept one, transposed when loaded."""
+    run, r = int8_export(mode)
+    model = RunConfig.from_file(run / "config.json").model
+    assert model.tie_embeddings
+    table = {(model.vocab_size, model.d_model), (model.d_model, model.vocab_size)}
+    for graph in ("prefill", "decode", "prefill_int8", "decode_int8"):
+        initializers = onnx.load(r["files"][graph], load_external_data=False).graph.initializer
+        assert len([t.name for t in initializers if tuple(t.dims) in table]) == 1, graph
+    assert r["max_logit_error"]["full_forward"] < 1e-4 and r["max_logit_error"]["decode_steps"] < 1e-4
 
 def test_key_lag_and_mixed_layers_are_refused(tmp_path):
     with pytest.raises(ValueError, match="key-lag"):

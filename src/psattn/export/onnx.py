@@ -79,6 +79,42 @@ def _export(graph, args, path: Path, dynamic_shapes) -> None:
         warnings.simplefilter("ignore")
         torch.onnx.export(graph, args, str(path), input_names=graph.input_names(), output_names=graph.output_names(),
                           dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, verbose=False)
+    _unfold_tied_head(path)
+
+
+def _unfold_tied_head(path: Path) -> None:
+    """Store a tied LM head's weight once in the graph at ``path``. The exporter's constant folding (onnxscript's)
+    turns the head's Transpose of the embedding table into an initializer of its own when the table has at most
+    8192 entries (vocab 64 at width 128), so the graph held the table twice, once transposed; a larger table keeps
+    the Transpose, which ONNX Runtime folds when it loads the graph. Each initializer that holds the transpose of
+    a Gather's table becomes that Transpose again, as for a larger table."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    tables = {n.input[0]: numpy_helper.to_array(initializers[n.input[0]]) for n in graph.node
+              if n.op_type == "Gather" and n.input[0] in initializers and len(initializers[n.input[0]].dims) == 2}
+    folded = {}  # initializer name -> the table it transposes
+    for t in graph.initializer:
+        if t.name in tables or len(t.dims) != 2 or not any(t.name in node.input for node in graph.node):
+            continue
+        a = numpy_helper.to_array(t)
+        source = next((name for name, table in tables.items()
+                       if table.shape == a.shape[::-1] and table.dtype == a.dtype and np.array_equal(table.T, a)), None)
+        if source is not None:
+            folded[t.name] = source
+    if not folded:
+        return
+    kept = [t for t in graph.initializer if t.name not in folded]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for name, table in folded.items():  # just before its first reader, where the exporter puts a Transpose it keeps
+        # (ONNX Runtime's dynamic quantizer then sees the Gather first and transposes the table it quantized)
+        first = next(i for i, node in enumerate(graph.node) if name in node.input)
+        graph.node.insert(first, helper.make_node("Transpose", [table], [name], name=f"transpose_{name}", perm=[1, 0]))
+    onnx.save(model, str(path))
 
 
 #: initializers of at least this many bytes go to the shared weights file; smaller ones (shapes, indices, the
