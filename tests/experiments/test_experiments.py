@@ -485,6 +485,49 @@ def test_a_stop_between_the_reports_two_files_leaves_them_of_one_run(tmp_path, m
     assert "second run" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.parametrize("section", ["induction", "text"])
+def test_a_stop_after_the_first_figure_leaves_the_earlier_report_with_its_own_figures(tmp_path, monkeypatch, section):
+    """The sections drew their figures into figures/ as they ran: a Ctrl-C after the first left it, new, beside the
+    earlier run's report.md, results.json and other figures. Now they move in with the report pair."""
+    from types import SimpleNamespace
+
+    from psattn.experiments import induction_report, text_report
+    from psattn.experiments import reproduce as reproduce_module
+
+    module = {"induction": induction_report, "text": text_report}[section]
+    run = {"n": 1}
+
+    def figures(res, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("first.png", "second.png"):
+            (folder / name).write_text(f"run {res.n}")
+            if res.n == 2:
+                raise KeyboardInterrupt  # Ctrl-C once the first figure is drawn
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(module, f"{section}_results", lambda *a, **k: SimpleNamespace(
+        n=run["n"], tables={}, rows=[], samples=[], params={}, edge=None))
+    monkeypatch.setattr(module, f"{section}_markdown", lambda res: [f"run {res.n}"])
+    monkeypatch.setattr(module, f"{section}_figures", figures)
+
+    def files():
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    reproduce(tmp_path, sections=(section,), progress=False)
+    before = files()
+    run["n"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(tmp_path, sections=(section,), progress=False)
+    assert files() == before and sorted(p.name for p in tmp_path.iterdir()) == ["figures", "report.md", "results.json"]
+    run["n"] = 3
+    reproduce(tmp_path, sections=(section,), progress=False)
+    after = files()
+    assert [after[f"figures/{name}"] for name in ("first.png", "second.png")] == ["run 3"] * 2
+    assert "run 3" in after["report.md"] and sorted(p.name for p in tmp_path.iterdir()) == ["figures", "report.md",
+                                                                                           "results.json"]
+
+
 def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_sweep_resumes(tmp_path):
     """The out-of-memory killer's SIGKILL to one worker: the pool's BrokenProcessPool came out raw (and a worker killed
     while it checked the stop event's lock left it held, and the sweep hung)."""

@@ -282,12 +282,16 @@ def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, key_
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)
-        assert (process.returncode == 130 and "interrupted" in err) or process.returncode == 0, (delay, err)
         assert "Traceback" not in err and leftovers(tmp_path) == [], err
         now = contents(tmp_path)
         assert sorted(now) == ["m.decode.onnx", "m.onnx", "m.onnx.data"], now
         same = {name: now[name] == old[name] for name in now}
         assert len(set(same.values())) == 1, (delay, same)  # one export: both graphs and the weights they read
+        # on a loaded machine the signal may come late, as the finished command exits: once Python has given
+        # SIGINT back its default action, it ends the process (rc -2) without a word, the new export in place
+        ended_by_it = process.returncode == -signal.SIGINT and not any(same.values())
+        assert (process.returncode == 130 and "interrupted" in err) or process.returncode == 0 or ended_by_it, \
+            (delay, process.returncode, err)
 
 
 def test_a_ctrl_c_during_the_swap_waits_for_it_whichever_thread_it_lands_in(tmp_path):
@@ -326,6 +330,39 @@ except KeyboardInterrupt:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert "interrupted after the swap" in done.stdout, done.stderr[-2000:]
     assert target.read_bytes() == b"graph" and target.with_suffix(".data").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize("kind", ["files", "folder"])
+def test_a_ctrl_c_just_as_the_staging_folder_is_made_leaves_no_staging_folder(tmp_path, kind):
+    """The staging folder was made before the cleanup that removes it was set up: a Ctrl-C landing in between
+    stopped the export and left the hidden folder beside the target. (In a process of its own, as above.)"""
+    script = tmp_path / "made.py"
+    out = tmp_path / "out"
+    script.write_text(f"""
+import os, signal
+from pathlib import Path
+from psattn.export import staging
+
+made = staging._new_folder
+def made_then_ctrl_c(target, kind):
+    folder = made(target, kind)
+    os.kill(os.getpid(), signal.SIGINT)  # handled before this returns the folder
+    return folder
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test runner's worker may ignore it)
+staging._new_folder = made_then_ctrl_c
+target = Path({str(out / "m.onnx")!r})
+context = staging.staged_files(target, lambda p: [p]) if {kind!r} == "files" else staging.staged_folder(target)
+try:
+    with context:
+        print("not stopped")
+except KeyboardInterrupt:
+    print("interrupted")
+""")
+    out.mkdir()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["interrupted"], done.stderr[-2000:]
+    assert list(out.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", ["files", "folder"])

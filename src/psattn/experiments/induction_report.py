@@ -170,10 +170,11 @@ def induction_figures(res: InductionResults, figures: Path) -> None:
     plots.plot_attention_patterns(res.patterns, figures / "attention_patterns.png")
 
 
-def induction_section(out: Path, mode: str, workers: int | None, progress: bool) -> tuple[list[str], dict]:
-    """The section's markdown lines and its results.json entry."""
+def induction_section(out: Path, mode: str, workers: int | None, progress: bool,
+                      figures: Path | None = None) -> tuple[list[str], dict]:
+    """The section's markdown lines and its results.json entry; its figures go to ``figures`` (``out/figures``)."""
     res = induction_results(out, mode, workers, progress)
-    induction_figures(res, out / "figures")
+    induction_figures(res, figures or out / "figures")
     return induction_markdown(res), res.tables
 
 

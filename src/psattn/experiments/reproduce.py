@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -24,6 +27,7 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
+from psattn.meanfield.staging import tidy_staging
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged, stop_signals_held
 from psattn.version import __version__
@@ -65,6 +69,8 @@ def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[l
 
 
 SECTIONS = ("induction", "text", "theory", "meanfield")
+#: the hidden folder inside ``--out`` that the sections draw their figures into (then a process id)
+FIGURES_STAGING = ".reproduce-figures-"
 
 
 def reproduce(
@@ -90,54 +96,73 @@ def reproduce(
                               "pip install 'phase-space-attention[executorch]'") from None
     out = Path(out_dir)  # made once the request is known to be runnable: a refused run leaves no folder
     out.mkdir(parents=True, exist_ok=True)
-    started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
-    lines: list[str] = []
-    data: dict[str, Any] = {}
-    timings: dict[str, float] = {}
-    with _timed(timings, "training"):
-        runs = train_all(out, mode, sections, workers, progress)
-    if "induction" in sections:
-        with _timed(timings, "induction tables, heads and figures"):
-            part, data["induction"] = induction_section(out, mode, workers, progress)
-        lines += part
-    if "text" in sections:
-        with _timed(timings, "real text: metrics, samples, edge export"):
-            part, data["text"] = text_section(out, mode, workers, progress, executorch)
-        lines += part
-    with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
-        beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress)
-        if "theory" in sections:
-            with _timed(timings, "theory and certificates"):
-                part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
+    tidy_staging(out, FIGURES_STAGING)
+    # the sections draw their figures here; they move into figures/ with the report pair (docs/faults.md), so that
+    # a stop or a failure midway leaves the earlier report with its own figures (the runs under runs/ are kept)
+    staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
+    try:
+        started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
+        lines: list[str] = []
+        data: dict[str, Any] = {}
+        timings: dict[str, float] = {}
+        with _timed(timings, "training"):
+            runs = train_all(out, mode, sections, workers, progress)
+        if "induction" in sections:
+            with _timed(timings, "induction tables, heads and figures"):
+                part, data["induction"] = induction_section(out, mode, workers, progress, staged)
             lines += part
-        if "meanfield" in sections:
-            if beside is not None:
-                (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
-            else:
-                with _timed(timings, "mean field"):
-                    part, data["meanfield"] = meanfield_section(out, mode, progress)
+        if "text" in sections:
+            with _timed(timings, "real text: metrics, samples, edge export"):
+                part, data["text"] = text_section(out, mode, workers, progress, executorch, staged)
             lines += part
-    data["timings"] = {"seconds": timings, "runs": runs}
-    header = [
-        f"# psattn reproduction ({mode})",
-        "",
-        f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
-        f"git {revision or 'unknown'}, one torch thread per training process. "
-        f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
-        "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
-        f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
-        "",
-    ]
-    if runs["seconds"]:
-        header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
-                       "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
-                                          if runs["reused"] else "."))
-    header += timing_lines(timings, runs["seconds"])
-    # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
-    # a stop signal waits until both are in place, so the report and its numbers are of one run
-    write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
-                 out / "report.md": "\n".join(header + lines) + "\n"}, replacing=stop_signals_held)
+        with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
+            beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress)
+            if "theory" in sections:
+                with _timed(timings, "theory and certificates"):
+                    part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
+                lines += part
+            if "meanfield" in sections:
+                if beside is not None:
+                    (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
+                else:
+                    with _timed(timings, "mean field"):
+                        part, data["meanfield"] = meanfield_section(out, mode, progress)
+                lines += part
+        data["timings"] = {"seconds": timings, "runs": runs}
+        header = [
+            f"# psattn reproduction ({mode})",
+            "",
+            f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
+            f"git {revision or 'unknown'}, one torch thread per training process. "
+            f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
+            "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
+            f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
+            "",
+        ]
+        if runs["seconds"]:
+            header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
+                           "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
+                                              if runs["reused"] else "."))
+        header += timing_lines(timings, runs["seconds"])
+        # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
+        # a stop signal waits until both are in place, with the figures, so the report, its numbers and figures are of one run
+        write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
+                     out / "report.md": "\n".join(header + lines) + "\n"},
+                    replacing=lambda: _figures_moved_in(staged, out / "figures"))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
     return out / "report.md"
+
+
+@contextmanager
+def _figures_moved_in(staged: Path, figures: Path) -> Iterator[None]:
+    """Hold the stop signals while the report pair is renamed into place, the figures drawn into ``staged``
+    moved into ``figures`` first."""
+    with stop_signals_held():
+        for path in sorted(staged.iterdir()):
+            figures.mkdir(exist_ok=True)
+            os.replace(path, figures / path.name)
+        yield
 
 
 @contextmanager

@@ -140,10 +140,10 @@ def text_figures(res: TextResults, figures: Path) -> None:
 
 
 def text_section(out: Path, mode: str, workers: int | None, progress: bool,
-                 executorch: bool = False) -> tuple[list[str], dict[str, Any]]:
-    """The section's markdown lines and its results.json entry."""
+                 executorch: bool = False, figures: Path | None = None) -> tuple[list[str], dict[str, Any]]:
+    """The section's markdown lines and its results.json entry; its figures go to ``figures`` (``out/figures``)."""
     res = text_results(out, mode, workers, progress, executorch)
-    text_figures(res, out / "figures")
+    text_figures(res, figures or out / "figures")
     return text_markdown(res), {"rows": res.rows, "samples": res.samples, "parameters": res.params, "edge": res.edge}
 
 

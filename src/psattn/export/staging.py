@@ -186,8 +186,10 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
                 raise ValueError(f"{target} holds files psattn did not write ({', '.join(foreign[:3])}"
                                  f"{', ...' if len(foreign) > 3 else ''}); {what} replaces the folder as a whole: "
                                  "pass --force to replace it anyway, or name another folder")
-        staging = _new_folder(target, "staging")
+        staging: Path | None = None
         try:
+            with stop_signals_held():  # a Ctrl-C as the folder is made lands once it is in hand, for the cleanup
+                staging = _new_folder(target, "staging")
             yield staging
             _opened_up(staging)
             names = sorted(p.name for p in staging.iterdir())
@@ -201,9 +203,12 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException as err:
+            if staging is None:  # the staging folder could not be made: the error names the target already
+                raise
             _reraise(err, target, staging, target)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -223,8 +228,10 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
             raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
     with _signals_unwind(), _folder_made(target.parent):
         _tidy(target)
-        staging = _new_folder(target, "staging")
+        staging: Path | None = None
         try:
+            with stop_signals_held():  # a Ctrl-C as the folder is made lands once it is in hand, for the cleanup
+                staging = _new_folder(target, "staging")
             yield staging / target.name
             _opened_up(staging)
             written = sorted(p.name for p in staging.iterdir())
@@ -235,9 +242,12 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
                     if stale.name not in written:
                         stale.unlink(missing_ok=True)
         except BaseException as err:
+            if staging is None:  # the staging folder could not be made: the error names the target already
+                raise
             _reraise(err, target, staging, target.parent)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 def moved(paths: dict[str, str], target: Path) -> dict[str, str]:

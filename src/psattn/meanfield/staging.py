@@ -1,6 +1,7 @@
 """Files written as one set: into a staging folder inside their folder, moved into place only once all are
 complete, so that a failure or a kill midway leaves the earlier set whole, not a mix of two (``psattn
-meanfield run``, and ``meanfield_report`` under ``psattn meanfield reproduce`` and ``psattn reproduce``)."""
+meanfield run``, and ``meanfield_report`` under ``psattn meanfield reproduce`` and ``psattn reproduce``; the
+latter's figures too)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from psattn.processes import process_alive
 STAGING_PREFIX = ".meanfield-run-"
 
 
-def tidy_staging(out: Path) -> None:
-    """Remove the staging folders that runs killed before their move left in ``out``."""
-    for folder in out.glob(STAGING_PREFIX + "*"):
-        pid = folder.name[len(STAGING_PREFIX):].split("-")[0]
+def tidy_staging(out: Path, prefix: str = STAGING_PREFIX) -> None:
+    """Remove the staging folders (``prefix`` then a process id) that runs killed before their move left in ``out``."""
+    for folder in out.glob(prefix + "*"):
+        pid = folder.name[len(prefix):].split("-")[0]
         if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
