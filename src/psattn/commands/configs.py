@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_configs(args: argparse.Namespace) -> int:
     import json
 
-    from psattn.training.config import shipped_configs
+    from psattn.training.shipped import shipped_configs
 
     shipped = shipped_configs()
     if args.name is None:
