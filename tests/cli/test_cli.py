@@ -162,7 +162,8 @@ def test_the_demo_reports_its_setting_from_the_config_not_from_a_fixed_sentence(
 
 
 def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
-    """Torch takes seconds to import; a Ctrl-C then gave a KeyboardInterrupt traceback."""
+    """Torch takes seconds to import (once the command line is read, before the command runs); a Ctrl-C then gave
+    a KeyboardInterrupt traceback."""
     import signal
     import subprocess
     import sys
@@ -171,7 +172,7 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     def default_ctrl_c():  # as from a terminal: a test process before this one may have left SIGINT ignored,
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # and a child would inherit that (and finish, rc 0)
 
-    process = subprocess.Popen([sys.executable, "-m", "psattn", "configs"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "psattn", "eval", "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
     time.sleep(0.5)  # the interpreter is up, torch not yet imported (it takes seconds)
     process.send_signal(signal.SIGINT)
