@@ -1,6 +1,7 @@
 """The ``psattn`` command line: the parser, built from the command modules of ``psattn.commands`` (one per
 command family, each with its ``register(subparsers)`` and its handlers), ``main()``, the one-line error and
-Ctrl-C while the command line loads."""
+Ctrl-C while the command line loads. Building the parser imports no torch, so that help, ``--version``, a
+refused command line and ``psattn configs`` answer at once; any other command imports it before it runs."""
 
 from __future__ import annotations
 
