@@ -5,17 +5,20 @@
 - the same idea has the same flag: ``--quick/--full`` for a plan's size, ``--run-dir DIR`` for a run
   directory, ``--out DIR`` for an output directory, ``--json [PATH]`` for machine-readable results
   (written to PATH, or printed when PATH is left out or is ``-``); flags are lowercase;
-- an old spelling keeps working for one release and says on stderr what replaces it.
+- an old spelling keeps working for one release and says on stderr what replaces it;
+- choices taken from a registry that imports torch (studies, kernels) are read once the command is used
+  (``add_late_choices``): building the parser imports no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -77,6 +80,36 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, summary: str,
 def wrap(text: str, width: int = 88) -> str:
     """``text`` wrapped to ``width``, each of its lines (paragraphs) on its own."""
     return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+
+
+class LateChoices(Collection[str]):
+    """An argument's choices, read by ``read()`` (which imports their registry) the first time argparse checks a
+    value or shows the command's help, not when the parser is built."""
+
+    def __init__(self, read: Callable[[], Iterable[str]]) -> None:
+        self.read = read
+
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.read())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def add_late_choices(parser: argparse.ArgumentParser, *flags: str, names: Callable[[], Iterable[str]],
+                     **kwargs: Any) -> argparse.Action:
+    """``parser.add_argument(*flags, **kwargs)`` whose choices are ``names()``, called once the command is used
+    (``LateChoices``): for a registry that imports torch, which building psattn's parser does not."""
+    action = parser.add_argument(*flags, **kwargs)
+    action.choices = LateChoices(names)  # after add_argument, which reads the choices to check the metavar
+    return action
 
 
 class _Deprecated(argparse.Action):

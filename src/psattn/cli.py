@@ -1,6 +1,7 @@
 """The ``psattn`` command line: the parser, built from the command modules of ``psattn.commands`` (one per
 command family, each with its ``register(subparsers)`` and its handlers), ``main()``, the one-line error and
-Ctrl-C while the command line loads."""
+Ctrl-C while the command line loads. Building the parser imports no torch, so that help, ``--version``, a
+refused command line and ``psattn configs`` answer at once; any other command imports it before it runs."""
 
 from __future__ import annotations
 
@@ -27,14 +28,21 @@ def _running_as_the_command() -> bool:
     return os.path.basename((getattr(sys, "argv", None) or [""])[0]) == "psattn"  # the installed script
 
 
-_SIGINT = None
-if _running_as_the_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    try:  # until the imports below are done; then Ctrl-C raises KeyboardInterrupt again
-        _SIGINT = signal.signal(signal.SIGINT, _interrupted_while_loading)
+def _end_at_once_on_ctrl_c():
+    """Have Ctrl-C end this process at once (``_interrupted_while_loading``) where it is the ``psattn`` command
+    and Ctrl-C raises KeyboardInterrupt; the handler it replaced, to put back once loaded, or None."""
+    if not _running_as_the_command() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None
+    try:
+        return signal.signal(signal.SIGINT, _interrupted_while_loading)
     except ValueError:  # not the main thread
-        pass
+        return None
+
+
+_SIGINT = _end_at_once_on_ctrl_c()  # until the imports below are done; then Ctrl-C raises KeyboardInterrupt again
 
 import argparse
+import importlib
 import logging
 from pathlib import Path
 
@@ -98,6 +106,16 @@ def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, MemoryError) or "can't allocate memory" in text or "out of memory" in text
 
 
+def _load_torch() -> None:
+    """Import torch (seconds) before a command runs, a Ctrl-C meanwhile handled as while the command line loads."""
+    held = _end_at_once_on_ctrl_c()
+    try:
+        importlib.import_module("torch")
+    finally:
+        if held is not None:
+            signal.signal(signal.SIGINT, held)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="psattn", formatter_class=HelpFormatter, parents=[COMMON],
@@ -158,6 +176,8 @@ def _run(argv: list[str] | None) -> int:
         for name in ("torch.utils._pytree", "torchao"):
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
+        if getattr(args, "needs_torch", True):  # all but psattn configs, which reads files only
+            _load_torch()
         return args.func(args)
     except BrokenPipeError:  # stdout's reader has gone: main() ends quietly
         raise

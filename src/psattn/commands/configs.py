@@ -13,13 +13,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "The example configs ship inside the package, one per task and induction form, each a run of the quick "
                      "reproduction; psattn train --config NAME trains one.")
     cf.add_argument("name", nargs="?", help="the config to print as JSON (default: list them all)")
-    cf.set_defaults(func=cmd_configs)
+    cf.set_defaults(func=cmd_configs, needs_torch=False)  # psattn.cli imports no torch before it runs
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
     import json
 
-    from psattn.training.config import shipped_configs
+    from psattn.training.shipped import shipped_configs
 
     shipped = shipped_configs()
     if args.name is None:

@@ -6,12 +6,14 @@ import argparse
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psattn.arguments import add_command, positive_int, seed_int
 from psattn.files import write_text
-from psattn.tasks.registry import task_name
-from psattn.training.config import RunConfig
 from psattn.version import __version__
+
+if TYPE_CHECKING:
+    from psattn.training.config import RunConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +30,8 @@ FORM_NAMES = {"all_positions": "full-sequence ", "single": "single-answer "}
 
 def describe_run(config: RunConfig) -> str:
     """The model, task and optimiser of ``config`` in one sentence, read off the config."""
+    from psattn.tasks.registry import task_name
+
     m, t, task = config.model, config.train, config.task
     mlp = "MLP" if all(m.layer_mlps()) else "no MLP" if not any(m.layer_mlps()) else "MLP in some layers"
     return (f"Model: {m.n_layers} layer{'s' * (m.n_layers > 1)}, d_model {m.d_model}, {m.n_heads} heads, RoPE, {mlp}; "

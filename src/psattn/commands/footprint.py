@@ -7,8 +7,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from psattn.arguments import add_command, add_json, positive_int, report
-from psattn.export.footprint import RUNTIMES
+from psattn.arguments import add_command, add_json, add_late_choices, positive_int, report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,11 +18,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "then which common SRAM and flash budgets each fits.")
     fp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     fp.add_argument("--context", type=positive_int, help="tokens in the cache (default: each run's context)")
-    fp.add_argument("--measure", nargs="*", choices=RUNTIMES, metavar="RUNTIME",
-                    help="also measure the peak memory of a fresh process that decodes CONTEXT tokens (up to "
-                         f"65,536), in each RUNTIME ({', '.join(RUNTIMES)}; default pytorch; onnx needs the export extra)")
+    add_late_choices(fp, "--measure", nargs="*", names=_runtimes, metavar="RUNTIME",
+                     help="also measure the peak memory of a fresh process that decodes CONTEXT tokens (up to "
+                          "65,536), in each RUNTIME (%(choices)s; default pytorch; onnx needs the export extra)")
     add_json(fp, "the footprints")
     fp.set_defaults(func=cmd_footprint)
+
+
+def _runtimes() -> tuple[str, ...]:
+    from psattn.export.footprint import RUNTIMES  # the footprint module imports torch
+
+    return RUNTIMES
 
 
 def _attention(model) -> str:

@@ -24,29 +24,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from psattn.arguments import add_command, add_plan_size, seed_int
+from psattn.arguments import add_command, add_late_choices, add_plan_size, seed_int
 from psattn.jsonfile import read_json
-from psattn.meanfield.config import KernelConfig, SimulationConfig
-from psattn.meanfield.dynamics import DYNAMICS
-from psattn.meanfield.experiments import (
-    PAPER_KERNELS,
-    paper_kernel,
-    save_states,
-    summarise,
-    torch_threads,
-    write_summary,
-)
-from psattn.meanfield.integrators import STEPPERS
-from psattn.meanfield.simulate import simulate, step_size
-from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
-from psattn.progress import progress_bar
-from psattn.provenance import provenance
-from psattn.training.memory import available_bytes
 from psattn.training.signals import stop_signals_held
+
+if TYPE_CHECKING:
+    from psattn.meanfield.config import SimulationConfig
 
 __all__ = ["register", "resolve_run_config"]
 
@@ -71,14 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     run = add_command(sub, "run", "simulate one particle system; write figures and a JSON summary")
     run.add_argument("--config", metavar="FILE", help="JSON file with a SimulationConfig (flags below override it)")
-    run.add_argument("--kernel", choices=PAPER_KERNELS, help="kernel, with the paper experiment's parameters")
+    add_late_choices(run, "--kernel", names=_kernels, help="kernel, with the paper experiment's parameters")
     run.add_argument("--n", type=int, help="number of particles (default 64)")
     run.add_argument("--d", type=int, help="dimension: particles live on S^{d-1} (default 3)")
     run.add_argument("--beta", type=float, help="inverse temperature (default 1)")
     run.add_argument("--tau", type=float, help="time horizon (default 20)")
     run.add_argument("--dt", type=float, help="base step (default 0.1; USA shrinks it with beta)")
-    run.add_argument("--integrator", choices=tuple(STEPPERS), help="time integrator (default rk4)")
-    run.add_argument("--dynamics", choices=DYNAMICS, help="usa (unnormalised, default) or sa (normalised)")
+    add_late_choices(run, "--integrator", names=_integrators, help="time integrator (default rk4)")
+    add_late_choices(run, "--dynamics", names=_dynamics, help="usa (unnormalised, default) or sa (normalised)")
     run.add_argument("--seed", type=seed_int, help="seed of the initial condition (default 0)")
     run.add_argument("--batch", type=int, help="independent initial conditions (default 1)")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
@@ -100,8 +85,33 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return group
 
 
+# the names ``run`` takes, read once it is used: the modules that define them import torch
+def _kernels() -> tuple[str, ...]:
+    from psattn.meanfield.experiments import PAPER_KERNELS
+
+    return PAPER_KERNELS
+
+
+def _integrators() -> tuple[str, ...]:
+    from psattn.meanfield.integrators import STEPPERS
+
+    return tuple(STEPPERS)
+
+
+def _dynamics() -> tuple[str, ...]:
+    from psattn.meanfield.dynamics import DYNAMICS
+
+    return DYNAMICS
+
+
 def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
     """Defaults, then --config, then the flags given (None means not given)."""
+    import torch
+
+    from psattn.meanfield.config import KernelConfig, SimulationConfig
+    from psattn.meanfield.experiments import paper_kernel
+    from psattn.training.memory import available_bytes
+
     base: dict[str, Any] = read_json(args.config, what="config file", object_only=True) if args.config else {}
     base = base.get("config", base)  # also accept a run directory's config.json
     if not isinstance(base, dict):
@@ -168,6 +178,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     written before the simulation has succeeded, and the files are written into a staging folder inside
     ``--out`` and moved into place (with the earlier run's others removed) only once all are complete, with
     the stop signals held: Ctrl-C or a failure while writing leaves the earlier run, whole, not a mix of two."""
+    from psattn.meanfield.experiments import torch_threads
+    from psattn.meanfield.simulate import simulate, step_size
+    from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
+    from psattn.progress import progress_bar
+
     config = resolve_run_config(args)
     out = Path(args.out)
     check_not_a_training_run(out)
@@ -196,6 +211,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _write_run(folder: Path, config: SimulationConfig, traj) -> list[str]:
     """Write a finished run's files into ``folder``, print its one-line result; the names written."""
+    from psattn.meanfield.experiments import save_states, summarise, write_summary
+    from psattn.provenance import provenance
+
     meta = {**provenance(config.seed), "config": config.to_dict()}
     (folder / "config.json").write_text(json.dumps(meta, indent=1))
     record = summarise(traj)

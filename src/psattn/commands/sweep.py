@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from psattn.arguments import add_command, add_plan_size, positive_float, positive_int
-from psattn.experiments.declared import STUDIES
+from psattn.arguments import add_command, add_late_choices, add_plan_size, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``sweep`` to the main parser's subcommands."""
     sw = add_command(subparsers, "sweep", "run one declared study (skips finished runs) and print its table and verdict")
-    sw.add_argument("experiment", choices=list(STUDIES), help="the declared study to run")
+    add_late_choices(sw, "experiment", names=_study_names, help="the declared study to run")
     add_plan_size(sw, quick="the quick plan's runs", full="the full plan's runs")
     sw.add_argument("--out", default="runs", metavar="DIR", help="directory of the run directories")
     sw.add_argument("--workers", type=positive_int,
@@ -26,7 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sw.set_defaults(func=cmd_sweep)
 
 
+def _study_names() -> list[str]:
+    from psattn.experiments.declared import STUDIES  # the studies' modules import torch
+
+    return list(STUDIES)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from psattn.experiments.declared import STUDIES
     from psattn.experiments.sweep import run_sweep, run_within
     from psattn.training.signals import TrainingDiverged
 

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ from psattn.fields import check_choices, from_fields, plain_numbers
 from psattn.jsonfile import DuplicateKey, loads, read_json
 from psattn.models.config import ModelConfig
 from psattn.tasks.registry import TASKS, TaskConfig, canonical_task_section, make_task_config, task_name
+from psattn.training.shipped import shipped_configs
 
 #: the largest learning rate (and weight decay) accepted: AdamW moves each weight by about lr a step,
 #: so anything larger only destroys the model, and 1e300 would overflow float32 at the first step
@@ -182,13 +182,6 @@ class RunConfig:
             raise ValueError(f"config file {path} does not exist, nor is it a shipped config's name "
                              f"({', '.join(shipped)}; psattn configs lists them)")
         return cls.from_dict(read_json(path, what="config file", object_only=True))
-
-
-def shipped_configs() -> dict[str, Path]:
-    """The example run configs shipped inside the package, by name (one per task and induction form; each a run
-    of the quick reproduction)."""
-    folder = Path(str(resources.files("psattn") / "data" / "configs"))
-    return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
 
 def canonical_config(data: Any) -> Any:
