@@ -168,13 +168,24 @@ def test_ctrl_c_while_the_command_line_loads_says_interrupted(tmp_path):
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
     def default_ctrl_c():  # as from a terminal: a test process before this one may have left SIGINT ignored,
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # and a child would inherit that (and finish, rc 0)
 
     process = subprocess.Popen([sys.executable, "-m", "psattn", "eval", "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
-    time.sleep(0.5)  # the interpreter is up, torch not yet imported (it takes seconds)
+    # once torch's library is mapped the command line is read and its Ctrl-C handling in place, and torch's import
+    # has seconds to go: no fixed sleep, which a loaded machine can make too short (a signal before the handler)
+    def torch_mapped():
+        try:
+            return "libtorch" in Path(f"/proc/{process.pid}/maps").read_text()
+        except OSError:  # not yet readable, or the process has ended (then the assertion below says how)
+            return process.poll() is not None
+
+    deadline = time.monotonic() + 60
+    while not torch_mapped() and time.monotonic() < deadline:
+        time.sleep(0.01)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and err.strip() == "psattn: interrupted", err
