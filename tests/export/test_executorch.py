@@ -29,12 +29,17 @@ def float_model():
     return model
 
 
-@pytest.fixture(scope="module")
-def float_program(tmp_path_factory):
-    """``float_model()`` and its program (up to 24 tokens), lowered once for the tests that run it."""
+def float_program_file(tmp_path_factory):
+    """``float_model()``'s program (up to 24 tokens), lowered once per test session."""
     folder = shared(tmp_path_factory, "executorch-float-model",
                     lambda f: export_executorch(float_model(), f / "m.pte", max_context=24))
-    return float_model(), ExecuTorchLM(folder / "m.pte")
+    return folder / "m.pte"
+
+
+@pytest.fixture(scope="module")
+def float_program(tmp_path_factory):
+    """``float_model()`` and its program, for the tests that run it."""
+    return float_model(), ExecuTorchLM(float_program_file(tmp_path_factory))
 
 
 def test_prefill_and_cached_decode_equal_pytorch(tmp_path, float_program):
@@ -53,6 +58,15 @@ def test_prefill_and_cached_decode_equal_pytorch(tmp_path, float_program):
         program.logits(torch.zeros(1, 25, dtype=torch.long).numpy())
     with pytest.raises(ValueError, match="at least 2 tokens"):
         export_executorch(model, tmp_path / "n.pte", max_context=1)
+
+
+def test_an_fp32_program_holds_a_tied_embedding_table_twice(tmp_path_factory, float_program):
+    """docs/edge.md says so, and why (the lookup runs outside XNNPACK, which keeps its own copy of the head's
+    weight): an ExecuTorch that shares the two fails here, and the paragraph must change."""
+    model, _ = float_program
+    assert model.lm_head.weight is model.embed.weight
+    blob = float_program_file(tmp_path_factory).read_bytes()
+    assert blob.count(model.embed.weight.detach().numpy().tobytes()) == 2
 
 
 def test_int4_needs_widths_in_groups_of_32():
