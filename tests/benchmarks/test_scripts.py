@@ -404,6 +404,14 @@ def test_trainer_speed_runs(task, monkeypatch, capsys):
     assert out.startswith(task) and "ratio" in out
 
 
+def test_trainer_speed_times_the_compiled_trainer_against_eager(monkeypatch, capsys):
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, mode: real_compile(model, backend="eager"))  # traced, not built
+    out = main_output(monkeypatch, capsys, "trainer_speed", "--compile", "--steps", "3", "--repeats", "1")
+    assert out.startswith("induction") and ", 1 thread," in out
+    assert "eager" in out and "train.compile=true" in out and "ratio" in out
+
+
 def test_step_overhead_counts_and_times_both_models(tmp_path, monkeypatch, capsys):
     out = main_output(monkeypatch, capsys, "step_overhead", "--presets", "psa-4m", "--repeats", "2", "--json",
                       str(tmp_path / "s.json"))

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from psattn.models.decoder import DecoderLM
+from psattn.models.scored import Scored
 from psattn.tasks.batch import IGNORE_INDEX
-from psattn.training.config import RunConfig
+from psattn.training.config import RunConfig, TrainConfig
 from psattn.training.distributed import Distributed, shard_loss
 from psattn.training.transfer import DeviceBatch
 
@@ -19,6 +20,27 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over scored positions; logits (..., V) are aligned with targets (...)."""
     # (..., V) -> (M, V) and (...) -> (M,), M the positions
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+#: torch.compile's modes that replay a step's kernels as CUDA graphs on a GPU
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def computes_every_logit(t: TrainConfig, device: torch.device) -> bool:
+    """Whether a training step computes the logits of every position: only under CUDA graphs, which replay
+    the shapes they recorded, where a batch's count of scored positions changes from step to step. Every
+    other step, compiled or eager, computes the scored positions alone (the last block's queries and MLP,
+    and the LM head); a compiled one compiles the count as a dynamic size."""
+    return device.type == "cuda" and t.compile in CUDA_GRAPH_MODES
+
+
+def dynamic_counts(scored: Scored) -> None:
+    """Mark the sizes of ``scored`` that change from batch to batch (N and Tq) dynamic for torch.compile, which
+    otherwise compiles the first batch's sizes and then again for the second's."""
+    for x in (scored.flat, scored.filled_flat):  # (N,)
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+    for x in (scored.first, scored.filled):  # (B, Tq)
+        torch._dynamo.maybe_mark_dynamic(x, 1)
 
 
 def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: torch.device):
@@ -33,11 +55,14 @@ def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: to
         net = torch.nn.parallel.DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None)
     bf16 = t.precision == "bf16"
+    every_logit = computes_every_logit(t, device)
 
     def forward(batch: DeviceBatch, scored: int):
         with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-            if t.compile:  # a data-dependent shape would break the compiled graph
+            if every_logit:  # CUDA graphs: the shapes of every step alike
                 return shard_loss(net(batch.inputs), batch.targets, scored, ddp)
+            if t.compile and batch.scored is not None:
+                dynamic_counts(batch.scored)
             logits = net(batch.inputs, scored=batch.scored)  # (N, V): the scored positions only
         return shard_loss(logits, batch.scored_targets, scored, ddp)
 

@@ -44,7 +44,7 @@ from psattn.training.distributed import (
 )
 from psattn.training.evaluation import evaluate
 from psattn.training.lock import run_lock
-from psattn.training.loss import forward_fn
+from psattn.training.loss import computes_every_logit, forward_fn
 from psattn.training.memory import check_fits, placed
 from psattn.training.reporting import board_scalars, evaluation_line, summary_writer_class, tensorboard_writer
 from psattn.training.run_dir import (
@@ -89,6 +89,7 @@ class _Run:
         self.parameters = list(self.model.parameters())  # clipped every step: the module tree is walked once
         self.optimizer, self.schedule = build_optimizer(self.model, self.t, extensions)
         self.forward = forward_fn(self.model, config, ddp, device)
+        self.every_logit = computes_every_logit(self.t, device)  # the step's batch then needs no scored indices
         self.held_out = eval_batch(config).to(device)
         self.unchecked: list[tuple[int, torch.Tensor]] = []  # (step, loss) not yet read back (raise_if_diverged)
         self.scored_last = 0  # positions the last step's (global) batch scored: none, and its loss of 0 means nothing
@@ -133,7 +134,7 @@ class _Run:
         if self.config.model.dropout > 0:  # the only randomness of a step after its batch
             seed_step_randomness(t.seed, self.state.step)
         scored = self.scored_last = int((batch.targets != IGNORE_INDEX).sum())
-        loss = self.forward(to_device(shard(batch, self.ddp), self.device, indexed=not t.compile), scored)
+        loss = self.forward(to_device(shard(batch, self.ddp), self.device, indexed=not self.every_logit), scored)
         self.unchecked.append((self.state.step, mean_over_ranks(loss, self.ddp).detach()))
         if len(self.unchecked) >= MAX_UNCHECKED:  # one wait in that many steps: the held losses stay few
             self.raise_if_diverged()
