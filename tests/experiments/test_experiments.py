@@ -528,6 +528,57 @@ def test_a_stop_after_the_first_figure_leaves_the_earlier_report_with_its_own_fi
                                                                                            "results.json"]
 
 
+def test_a_stop_after_the_first_theory_file_leaves_the_earlier_report_with_its_own_theory_files(tmp_path, monkeypatch):
+    """The theory part wrote theory.json, its figures and theory.md into theory/ as it ran: a Ctrl-C after the first
+    left a new theory.json beside the earlier run's report and theory files. Now they move in with the report pair;
+    the Bode run in theory/ is trained in place."""
+    from pathlib import Path
+
+    from psattn.experiments import reproduce as reproduce_module
+    from psattn.theory import plots
+    from psattn.theory import report as theory
+
+    run = {"n": 1}
+
+    def bode_model(folder, *a, **k):
+        (folder / "bode_run").mkdir(parents=True, exist_ok=True)
+        (folder / "bode_run" / "result.json").write_text("{}")
+        return None, "stub"
+
+    def plot(data, path):
+        if run["n"] == 2:
+            raise KeyboardInterrupt  # Ctrl-C once theory.json is written
+        Path(path).write_text(f"run {run['n']}")
+        return Path(path)
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(reproduce_module, "bode_model", bode_model)
+    for name in ("certificate", "transition", "scaling"):
+        monkeypatch.setattr(theory, f"{name}_results", lambda *a, **k: {"run": run["n"]})
+    monkeypatch.setattr(theory, "spectral_results", lambda *a, **k: {"closed_form": [], "measured": []})
+    monkeypatch.setattr(theory, "render_markdown", lambda saved, link_prefix="": f"run {saved['certificates']['run']}")
+    for name in ("plot_phase_diagram", "plot_scaling", "plot_bode", "plot_measured_bode"):
+        monkeypatch.setattr(plots, name, plot)
+
+    def files():
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    reproduce(tmp_path, sections=("theory",), progress=False)
+    before = files()
+    assert json.loads(before["results.json"])["theory"]["figures"]["bode"] == str(tmp_path / "theory" / "bode.png")
+    run["n"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(tmp_path, sections=("theory",), progress=False)
+    assert files() == before and sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json", "theory"]
+    run["n"] = 3
+    reproduce(tmp_path, sections=("theory",), progress=False)
+    after = files()
+    assert json.loads(after["theory/theory.json"])["certificates"] == {"run": 3}
+    assert [after[f"theory/{name}"] for name in ("bode.png", "theory.md")] == ["run 3"] * 2
+    assert "run 3" in after["report.md"] and "theory/bode_run/result.json" in after
+
+
 def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_sweep_resumes(tmp_path):
     """The out-of-memory killer's SIGKILL to one worker: the pool's BrokenProcessPool came out raw (and a worker killed
     while it checked the stop event's lock left it held, and the sweep hung)."""

@@ -53,23 +53,28 @@ def _run_revision(run_dir: Path) -> str:
     return (revision or "unknown")[:7]
 
 
-def theory_section(out: Path, mode: str, critical_pairs: list | None) -> tuple[list[str], dict]:
+def theory_section(out: Path, mode: str, critical_pairs: list | None,
+                   files: Path | None = None) -> tuple[list[str], dict]:
     """Certificates, the reduced model against the closed-form law, spectra; the measured Bode plot
-    reads the seed-0 symmetric model of the variant table when it has been trained."""
+    reads the seed-0 symmetric model of the variant table when it has been trained. Its files go to ``files``
+    (``out/theory``, where the Bode run is trained in any case); the figure paths it returns are under
+    ``out/theory``."""
     from psattn.theory.report import theory_report
 
     symmetric = next(c for c in induction.variant_table(mode)
                      if (a := c.model.layer_attention_configs()[0]).variant == "symmetric" and a.placement == "post_rope")
     run_dir = out / "runs" / symmetric.name
     model, label = bode_model(out / "theory", mode == "quick", run_dir if (run_dir / "result.json").exists() else None)
-    result = theory_report(out / "theory", model, label, quick=mode == "quick",
+    result = theory_report(files or out / "theory", model, label, quick=mode == "quick",
                               sweep_results=[(d_k, g) for d_k, g, _ in critical_pairs or [] if g is not None] or None,
                               link_prefix="theory/")
+    result["figures"] = {k: str(out / "theory" / Path(path).name) for k, path in result["figures"].items()}
     return [result["markdown"], ""], {k: v for k, v in result.items() if k != "markdown"}
 
 
 SECTIONS = ("induction", "text", "theory", "meanfield")
-#: the hidden folder inside ``--out`` that the sections draw their figures into (then a process id)
+#: the hidden folder inside ``--out`` that the sections write their figures (figures/) and the theory files
+#: (theory/) into (then a process id)
 FIGURES_STAGING = ".reproduce-figures-"
 
 
@@ -97,8 +102,9 @@ def reproduce(
     out = Path(out_dir)  # made once the request is known to be runnable: a refused run leaves no folder
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, FIGURES_STAGING)
-    # the sections draw their figures here; they move into figures/ with the report pair (docs/faults.md), so that
-    # a stop or a failure midway leaves the earlier report with its own figures (the runs under runs/ are kept)
+    # the sections write their figures and theory files here; they move into figures/ and theory/ with the report
+    # pair (docs/faults.md), so that a stop or a failure midway leaves the earlier report with its own figures and
+    # theory files (the runs under runs/ and theory/bode_run are kept)
     staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
     try:
         started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
@@ -109,17 +115,18 @@ def reproduce(
             runs = train_all(out, mode, sections, workers, progress)
         if "induction" in sections:
             with _timed(timings, "induction tables, heads and figures"):
-                part, data["induction"] = induction_section(out, mode, workers, progress, staged)
+                part, data["induction"] = induction_section(out, mode, workers, progress, staged / "figures")
             lines += part
         if "text" in sections:
             with _timed(timings, "real text: metrics, samples, edge export"):
-                part, data["text"] = text_section(out, mode, workers, progress, executorch, staged)
+                part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
             lines += part
         with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
             beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress)
             if "theory" in sections:
                 with _timed(timings, "theory and certificates"):
-                    part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"))
+                    part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
+                                                          staged / "theory")
                 lines += part
             if "meanfield" in sections:
                 if beside is not None:
@@ -145,23 +152,23 @@ def reproduce(
                                               if runs["reused"] else "."))
         header += timing_lines(timings, runs["seconds"])
         # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
-        # a stop signal waits until both are in place, with the figures, so the report, its numbers and figures are of one run
+        # a stop signal waits until both are in place, with the figures and theory files, so all are of one run
         write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
                      out / "report.md": "\n".join(header + lines) + "\n"},
-                    replacing=lambda: _figures_moved_in(staged, out / "figures"))
+                    replacing=lambda: _staged_moved_in(staged, out))
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return out / "report.md"
 
 
 @contextmanager
-def _figures_moved_in(staged: Path, figures: Path) -> Iterator[None]:
-    """Hold the stop signals while the report pair is renamed into place, the figures drawn into ``staged``
-    moved into ``figures`` first."""
+def _staged_moved_in(staged: Path, out: Path) -> Iterator[None]:
+    """Hold the stop signals while the report pair is renamed into place, the files written into ``staged``'s
+    folders (figures/, theory/) moved into those of ``out`` first."""
     with stop_signals_held():
-        for path in sorted(staged.iterdir()):
-            figures.mkdir(exist_ok=True)
-            os.replace(path, figures / path.name)
+        for path in sorted(staged.glob("*/*")):
+            (out / path.parent.name).mkdir(exist_ok=True)
+            os.replace(path, out / path.parent.name / path.name)
         yield
 
 

@@ -1,7 +1,7 @@
 """Files written as one set: into a staging folder inside their folder, moved into place only once all are
 complete, so that a failure or a kill midway leaves the earlier set whole, not a mix of two (``psattn
 meanfield run``, and ``meanfield_report`` under ``psattn meanfield reproduce`` and ``psattn reproduce``; the
-latter's figures too)."""
+latter's figures and theory files too)."""
 
 from __future__ import annotations
 
