@@ -449,11 +449,12 @@ def test_a_compiled_step_computes_the_scored_positions_alone_and_compiles_their_
     assert [r["eval_loss"] for r in result.history] == pytest.approx([r["eval_loss"] for r in reference.history], rel=1e-5)
 
 
-@pytest.mark.parametrize("value,device,every", [(True, "cuda", False), ("reduce-overhead", "cuda", True),
+@pytest.mark.parametrize("value,device,every", [(True, "cuda", True), ("reduce-overhead", "cuda", True),
                                                 ("max-autotune", "cuda", True), ("reduce-overhead", "cpu", False),
-                                                (False, "cuda", False)])
-def test_only_a_step_under_cuda_graphs_computes_every_logit(value, device, every):
-    """CUDA graphs replay the shapes they recorded, and the count of scored positions changes from batch to batch."""
+                                                (True, "cpu", False), (False, "cuda", False)])
+def test_only_a_compiled_step_on_a_gpu_computes_every_logit(value, device, every):
+    """CUDA graphs replay the shapes they recorded, and the count of scored positions changes from batch to batch;
+    the default mode keeps its fixed shapes on a GPU too, where its timings were measured."""
     assert loss_module.computes_every_logit(TrainConfig(compile=value), torch.device(device)) is every
 
 

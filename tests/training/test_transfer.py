@@ -72,7 +72,7 @@ def test_the_batch_on_the_device_holds_the_labels_of_its_scored_positions():
     assert torch.equal(moved.scored.take(moved.inputs), batch.inputs[batch.scored])
 
 
-def test_a_batch_moved_for_a_step_under_cuda_graphs_carries_no_indices():
+def test_a_batch_moved_for_a_compiled_step_on_a_gpu_carries_no_indices():
     batch = sample_task(tiny_config().task, 8, step_generator(0, 3))
     moved = to_device(batch, torch.device("cpu"), indexed=False)
     assert moved.scored is None and torch.equal(moved.targets, batch.targets)

@@ -22,16 +22,13 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-#: torch.compile's modes that replay a step's kernels as CUDA graphs on a GPU
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
 def computes_every_logit(t: TrainConfig, device: torch.device) -> bool:
-    """Whether a training step computes the logits of every position: only under CUDA graphs, which replay
-    the shapes they recorded, where a batch's count of scored positions changes from step to step. Every
-    other step, compiled or eager, computes the scored positions alone (the last block's queries and MLP,
-    and the LM head); a compiled one compiles the count as a dynamic size."""
-    return device.type == "cuda" and t.compile in CUDA_GRAPH_MODES
+    """Whether a training step computes the logits of every position: a compiled step on a GPU, whose graph then
+    keeps the shapes of every step alike (CUDA graphs, in ``reduce-overhead`` and ``max-autotune``, replay the
+    shapes they recorded; the default mode's GPU timings in docs/kernel.md were measured so). Every other step,
+    eager or compiled on a CPU, computes the scored positions alone (the last block's queries and MLP, and the LM
+    head); a compiled one compiles their count as a dynamic size."""
+    return device.type == "cuda" and bool(t.compile)
 
 
 def dynamic_counts(scored: Scored) -> None:
@@ -59,7 +56,7 @@ def forward_fn(model: DecoderLM, config: RunConfig, ddp: Distributed, device: to
 
     def forward(batch: DeviceBatch, scored: int):
         with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-            if every_logit:  # CUDA graphs: the shapes of every step alike
+            if every_logit:  # a compiled step on a GPU: the shapes of every step alike
                 return shard_loss(net(batch.inputs), batch.targets, scored, ddp)
             if t.compile and batch.scored is not None:
                 dynamic_counts(batch.scored)

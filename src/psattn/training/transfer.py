@@ -36,7 +36,7 @@ class DeviceBatch:
 
 def to_device(batch: TaskBatch, device: torch.device, indexed: bool = True) -> DeviceBatch:
     """``batch`` (on the host) on ``device``, with its scored positions indexed on the host unless ``indexed``
-    is false (a step under CUDA graphs computes every logit); on CUDA copied from pinned memory without waiting
+    is false (a compiled step on a GPU computes every logit); on CUDA copied from pinned memory without waiting
     for the device."""
     scored = Scored(*(copied(t, device) for t in Scored.of(batch.scored).tensors())) if indexed else None
     return DeviceBatch(copied(batch.inputs, device), copied(batch.targets, device), scored)
