@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "psattn"
 #: top-level module or package of psattn -> layer; a module may import its own layer and lower ones
 LAYERS = {
     "version": 0, "fields": 0, "jsonfile": 0, "files": 0, "provenance": 0, "timing": 0, "progress": 0, "figures": 0,
-    "arguments": 0, "processes": 0,
+    "arguments": 0, "processes": 0, "lazy": 0,
     "ops": 1, "tasks": 1, "textdata": 1,
     "models": 2,
     "training": 3,

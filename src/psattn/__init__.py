@@ -6,9 +6,9 @@ before torch is imported: a Ctrl-C while it loads is then reported like any othe
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from psattn.lazy import lazy_names
 from psattn.version import __version__
 
 if TYPE_CHECKING:
@@ -30,13 +30,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _FACE:
-        raise AttributeError(f"module 'psattn' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_FACE[name]), name)
-    globals()[name] = value  # later lookups find it directly
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FACE))
+__getattr__, __dir__ = lazy_names(__name__, _FACE)

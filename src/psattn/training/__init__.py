@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562), as ``psattn``'s are, so tha
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from psattn.lazy import lazy_names
 
 if TYPE_CHECKING:
     from psattn.training.config import RunConfig, TrainConfig, apply_overrides
@@ -27,13 +28,4 @@ __all__ = ["RunConfig", "RunResult", "TrainConfig", "TrainingDiverged", "Trainin
            "load_result", "load_trained", "run_tokenizer", "train"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module 'psattn.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_NAMES[name]), name)
-    globals()[name] = value  # later lookups find it directly
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_NAMES))
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)
