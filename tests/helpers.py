@@ -79,6 +79,23 @@ def check_bad_inputs_are_refused(runtime, model):
     assert (seqs == ours.sequences.numpy()).all() and logits.shape == tuple(ours.logits.shape) == (2, 0, V)
 
 
+class Ended(Exception):
+    """What a signal's default action would do (end the process), raised in the test instead."""
+
+
+@contextlib.contextmanager
+def default_action_raises(signum: int):
+    """``signum`` raises ``Ended`` while the block runs, where no handler of the code under test takes it."""
+    def end(received, frame):
+        raise Ended
+
+    previous = signal.signal(signum, end)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
 @contextlib.contextmanager
 def file_size_limit(size: int):
     """Writes past ``size`` bytes fail with EFBIG, as on a full disk (the signal that would kill the process ignored)."""

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from helpers import file_size_limit, random_model, tiny_config
+from helpers import Ended, default_action_raises, file_size_limit, random_model, tiny_config
 from psattn.experiments import induction_report, summaries
 from psattn.experiments.configs import small_config
 from psattn.experiments.declared import STUDIES
@@ -468,19 +468,9 @@ def test_a_stop_between_the_reports_two_files_leaves_them_of_one_run(tmp_path, m
         if os.path.basename(dst) == "results.json":
             os.kill(os.getpid(), signal.SIGTERM)
 
-    class Stopped(Exception):
-        pass
-
-    def stopped(signum, frame):  # what the default action would do (end the process), as an exception here
-        raise Stopped
-
     monkeypatch.setattr(files.os, "replace", replace_then_stop)
-    previous = signal.signal(signal.SIGTERM, stopped)
-    try:
-        with pytest.raises(Stopped):
-            reproduce(tmp_path, sections=("induction",), progress=False)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with default_action_raises(signal.SIGTERM), pytest.raises(Ended):
+        reproduce(tmp_path, sections=("induction",), progress=False)
     assert json.loads((tmp_path / "results.json").read_text())["induction"] == {"run": 2}
     assert "second run" in (tmp_path / "report.md").read_text()
 

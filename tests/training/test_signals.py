@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import science, tiny_config
+from helpers import default_action_raises, science, tiny_config
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import train
 
@@ -50,19 +50,10 @@ def test_a_stop_signal_in_the_step_0_evaluation_checkpoints_and_resumes(tmp_path
             os.kill(os.getpid(), signal.SIGTERM)
         return evaluate(run, *args)
 
-    class Killed(Exception):
-        pass
-
-    def unhandled(signum, frame):  # what the default action would do (end the process), as an exception here
-        raise Killed
-
     monkeypatch.setattr(trainer._Run, "evaluate_and_log", signalled)
-    previous = signal.signal(signal.SIGTERM, unhandled)
-    try:
-        with pytest.raises(TrainingInterrupted, match="SIGTERM at step 1: checkpoint written"):
-            train(tiny_config(), tmp_path)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with default_action_raises(signal.SIGTERM), pytest.raises(TrainingInterrupted,
+                                                              match="SIGTERM at step 1: checkpoint written"):
+        train(tiny_config(), tmp_path)
     monkeypatch.undo()
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
     assert science(train(tiny_config(), tmp_path).history) == science(reference.history)
