@@ -32,8 +32,8 @@ LAYERS.update(SHIMS)
 DATA = {"tasks", "textdata"}
 #: leaves: what they may import (besides themselves)
 LEAVES = {
-    "theory": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments", "ops",
-               "models"},
+    "theory": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments",
+               "processes", "ops", "models"},
     "meanfield": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments",
                   "processes"},
 }

@@ -4,6 +4,8 @@ told from one that is still being written."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 
 def process_alive(pid: int) -> bool:
@@ -15,3 +17,11 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def tidy_staging(out: Path, prefix: str) -> None:
+    """Remove the staging folders (``prefix`` then a process id) that runs killed before their move left in ``out``."""
+    for folder in out.glob(prefix + "*"):
+        pid = folder.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -126,6 +126,52 @@ def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    """theory report writes its files into a hidden folder inside --out and moves them in once all are written: a
+    Ctrl-C after theory.json left the new theory.json beside the earlier report's figures and theory.md. The Bode
+    run in --out is kept as it was trained, and a staging folder left by a killed report is removed."""
+    import subprocess
+    from pathlib import Path
+
+    import psattn.experiments.bode_model
+    from psattn.theory import plots
+
+    def bode_run(out, quick=True, run_dir=None, seed=0):
+        (Path(out) / "bode_run").mkdir(parents=True, exist_ok=True)
+        (Path(out) / "bode_run" / "result.json").write_text("{}")
+        return None, "stub"
+
+    def draw(data, path):
+        if stop:
+            raise KeyboardInterrupt
+        path.write_text(f"figure of run {run}")
+        return path
+
+    monkeypatch.setattr(psattn.experiments.bode_model, "bode_model", bode_run)
+    monkeypatch.setattr(report, "certificate_results", lambda: {"run": run})
+    monkeypatch.setattr(report, "transition_results", lambda n_samples, seed=0: {})
+    monkeypatch.setattr(report, "scaling_results", lambda n_samples, seed=0, sweep_results=None: {})
+    monkeypatch.setattr(report, "spectral_results", lambda model, label, seed=0: {"closed_form": [], "measured": []})
+    monkeypatch.setattr(report, "render_markdown",
+                        lambda saved, link_prefix="": f"report of run {saved['certificates']['run']}")
+    for name in ("plot_phase_diagram", "plot_scaling", "plot_bode", "plot_measured_bode"):
+        monkeypatch.setattr(plots, name, draw)
+    out = tmp_path / "theory"
+    run, stop = 1, False
+    assert run_cli(["theory", "report", "--quick", "--out", str(out)]) == 0
+    dead = subprocess.Popen(["true"])  # a process that has ended: its staging folder is a killed report's
+    dead.wait()
+    (out / f".theory-report-{dead.pid}-killed").mkdir()
+    run, stop = 2, True
+    with pytest.raises(KeyboardInterrupt):
+        run_cli(["theory", "report", "--quick", "--out", str(out)])
+    assert json.loads((out / "theory.json").read_text())["certificates"]["run"] == 1
+    assert (out / "theory.md").read_text() == "report of run 1"
+    assert all((out / name).read_text() == "figure of run 1"
+               for name in ("phase_diagram.png", "scaling.png", "bode.png", "bode_measured.png"))
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bode_run"]
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     from psattn.experiments.configs import small_induction_config

@@ -180,7 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     the stop signals held: Ctrl-C or a failure while writing leaves the earlier run, whole, not a mix of two."""
     from psattn.meanfield.experiments import torch_threads
     from psattn.meanfield.simulate import simulate, step_size
-    from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
+    from psattn.meanfield.staging import STAGING_PREFIX
+    from psattn.processes import tidy_staging
     from psattn.progress import progress_bar
 
     config = resolve_run_config(args)
@@ -191,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
     earlier = holds_a_meanfield_run(out)
     out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out)
+    tidy_staging(out, STAGING_PREFIX)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
     try:
         written = _write_run(staging, config, traj)

@@ -51,11 +51,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from psattn.experiments.bode_model import bode_model
     from psattn.theory.report import theory_report
     from psattn.theory.scaling import load_sweep_results
+    from psattn.training.signals import stop_signals_held
 
     quick = args.mode == "quick"
     sweep = None if args.sweep is None else load_sweep_results(args.sweep)  # before the training: a bad file fails first
     model, label = bode_model(args.out, quick=quick, run_dir=args.run_dir, seed=args.seed)
-    result = theory_report(args.out, model, label, quick=quick, sweep_results=sweep, seed=args.seed)
+    result = theory_report(args.out, model, label, quick=quick, sweep_results=sweep, seed=args.seed,
+                           moving=stop_signals_held)  # the moves are not cut halfway
     print(f"theory report: {Path(args.out) / 'theory.md'} ({result['seconds']:.0f} s)")
     return 0
 

@@ -27,7 +27,7 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
-from psattn.meanfield.staging import tidy_staging
+from psattn.processes import tidy_staging
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged, stop_signals_held
 from psattn.version import __version__

@@ -41,8 +41,9 @@ from psattn.meanfield.experiments import (
     torch_threads,
 )
 from psattn.meanfield.simulate import simulate
-from psattn.meanfield.staging import STAGING_PREFIX, tidy_staging
+from psattn.meanfield.staging import STAGING_PREFIX
 from psattn.meanfield.theorems import TheoremCheck
+from psattn.processes import tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
 from psattn.version import __version__
@@ -97,7 +98,7 @@ def meanfield_report(
     out = Path(out_dir)
     earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
     out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out)
+    tidy_staging(out, STAGING_PREFIX)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
     try:
         result = _write_report(staging, quick, progress, threads)

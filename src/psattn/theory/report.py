@@ -11,7 +11,12 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ import numpy as np
 import torch
 
 from psattn.files import write_text
+from psattn.processes import tidy_staging
 from psattn.theory.operators import MUTANTS, REFERENCE
 from psattn.theory.reduced_model import compare_with_theory
 from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results, sweep_pairs
@@ -33,6 +39,8 @@ GRID_T = [16, 64, 256, 1024, 4096]
 SCALING_T = 256
 SCALING_DK = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
 BODE_GAMMA = 0.8
+#: the hidden folder inside ``out_dir`` that ``theory_report`` writes its files into (then its process id)
+STAGING_PREFIX = ".theory-report-"
 
 
 def certificate_results(with_mutants: bool = True) -> dict[str, Any]:
@@ -249,10 +257,14 @@ def _spectral_lines(spec: dict[str, Any], link_prefix: str) -> list[str]:
 
 
 def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = True, *,
-              sweep_results=None, seed: int = 0, link_prefix: str = "") -> dict[str, Any]:
+              sweep_results=None, seed: int = 0, link_prefix: str = "",
+              moving: Callable[[], AbstractContextManager[Any]] = nullcontext) -> dict[str, Any]:
     """Write ``theory.json``, the figures (phase_diagram.png, scaling.png, bode.png,
     bode_measured.png) and ``theory.md`` under ``out_dir``; return the summary with the markdown
-    under "markdown" and figure paths under "figures".
+    under "markdown" and figure paths under "figures". The files are written into a staging folder
+    inside ``out_dir`` and moved into place once all are complete, inside ``moving()`` (the command
+    line holds the stop signals there): a failure or a kill midway leaves an earlier report whole,
+    not a mix of two.
 
     ``model`` (a ``DecoderLM``, described by ``model_label``) is the one whose streams the
     measured Bode plot reads (``psattn.experiments.bode_model.bode_model`` trains one); its post-RoPE
@@ -262,10 +274,27 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
     ``link_prefix``: prepended to the figure links of the returned markdown (e.g. "theory/" when it
     is embedded in a report one folder up); theory.md itself links to the figures beside it.
     """
-    from psattn.theory import plots
+    from psattn.theory import plots  # noqa: F401  (matplotlib: a missing one is told before the folder is made)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    tidy_staging(out, STAGING_PREFIX)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        result = _write_report(staging, model, model_label, quick, sweep_results, seed, link_prefix)
+        with moving():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {**result, "figures": {k: str(out / Path(path).name) for k, path in result["figures"].items()}}
+
+
+def _write_report(out: Path, model, model_label: str, quick: bool, sweep_results, seed: int,
+                  link_prefix: str) -> dict[str, Any]:
+    """``theory_report``'s files, written into ``out``; the summary with "figures" and "markdown"."""
+    from psattn.theory import plots
+
     n_samples = 128 if quick else 1024
     start = time.perf_counter()
     summary: dict[str, Any] = {"quick": quick, "seed": seed, "paper": PAPER}
