@@ -254,18 +254,26 @@ def test_a_cheap_command_or_a_refusal_loads_no_optional_library(argv, rc, tmp_pa
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["train", "--help"], ["sweep", "-q"], ["configs"],
-                                  ["configs", "mqar"]], ids=" ".join)
+                                  ["configs", "mqar"], ["plot", "run", "--out", "curves.png"]], ids=" ".join)
 def test_help_version_refusals_and_configs_answer_without_torch(argv, tmp_path):
     """They imported torch (1.4 s of the 1.6 s they took): building the parser imported every command's module,
-    and some of those imported torch-backed modules (or packages that import theirs all)."""
+    and some of those imported torch-backed modules (or packages that import theirs all). psattn plot, which
+    reads metrics.jsonl files and draws them, imported it before it ran."""
     import subprocess
     import sys
 
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0, "eval_accuracy": 0.1, "eval_loss": 3.0}\n'
+                                                     '{"step": 10, "eval_accuracy": 0.5, "eval_loss": 2.5}\n')
     code = ("import atexit, sys\natexit.register(lambda: print('torch' in sys.modules))\n"
             "from psattn.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == (2 if argv[0] == "sweep" else 0), done.stderr
     assert done.stdout.splitlines()[-1] == "False", done.stdout
+    if argv[0] == "plot":  # the figure torch-loaded psattn draws, byte for byte
+        assert done.stdout.splitlines()[:-1] == ["figure: curves.png"], done.stdout
+        assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "with_torch.png")]) == 0
+        assert (tmp_path / "curves.png").read_bytes() == (tmp_path / "with_torch.png").read_bytes()
 
 
 def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch, capsys):

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pl.add_argument("--metric", nargs="+", help="metrics.jsonl columns to draw, one panel each")
     pl.add_argument("--out", metavar="PATH",
                     help="the figure (PNG; default: RUN_DIR/curves.png for one run, required for several)")
-    pl.set_defaults(func=cmd_plot)
+    pl.set_defaults(func=cmd_plot, needs_torch=False)  # psattn.cli imports no torch before it runs
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
