@@ -33,7 +33,7 @@ DATA = {"tasks", "textdata"}
 #: leaves: what they may import (besides themselves)
 LEAVES = {
     "theory": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments",
-               "processes", "ops", "models"},
+               "processes", "lazy", "ops", "models"},
     "meanfield": {"version", "fields", "jsonfile", "files", "provenance", "timing", "progress", "figures", "arguments",
                   "processes"},
 }

@@ -1,8 +1,8 @@
 """The ``psattn`` command line: the parser, built from the command modules of ``psattn.commands`` (one per
 command family, each with its ``register(subparsers)`` and its handlers), ``main()``, the one-line error and
 Ctrl-C while the command line loads. Building the parser imports no torch, so that help, ``--version``, a
-refused command line, ``psattn configs`` and ``psattn plot`` answer at once; any other command imports it before
-it runs."""
+refused command line, ``psattn configs``, ``psattn plot``, ``theory gamma-c`` and ``theory fit-exponent`` answer
+at once; any other command imports it before it runs."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def _run(argv: list[str] | None) -> int:
         for name in ("torch.utils._pytree", "torchao"):
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        if getattr(args, "needs_torch", True):  # all but psattn configs and plot, which read files only
+        if getattr(args, "needs_torch", True):  # all but configs, plot, gamma-c and fit-exponent
             _load_torch()
         return args.func(args)
     except BrokenPipeError:  # stdout's reader has gone: main() ends quietly

@@ -254,17 +254,21 @@ def test_a_cheap_command_or_a_refusal_loads_no_optional_library(argv, rc, tmp_pa
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["train", "--help"], ["sweep", "-q"], ["configs"],
-                                  ["configs", "mqar"], ["plot", "run", "--out", "curves.png"]], ids=" ".join)
+                                  ["configs", "mqar"], ["plot", "run", "--out", "curves.png"],
+                                  ["theory", "gamma-c", "--d-k", "16", "64", "--context", "128"],
+                                  ["theory", "fit-exponent", "sweep.json"]], ids=" ".join)
 def test_help_version_refusals_and_configs_answer_without_torch(argv, tmp_path):
     """They imported torch (1.4 s of the 1.6 s they took): building the parser imported every command's module,
     and some of those imported torch-backed modules (or packages that import theirs all). psattn plot, which
-    reads metrics.jsonl files and draws them, imported it before it ran."""
+    reads metrics.jsonl files and draws them, imported it before it ran, and so did theory gamma-c and
+    fit-exponent, whose arithmetic is NumPy's (psattn.theory imported its torch-backed modules at once)."""
     import subprocess
     import sys
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0, "eval_accuracy": 0.1, "eval_loss": 3.0}\n'
                                                      '{"step": 10, "eval_accuracy": 0.5, "eval_loss": 2.5}\n')
+    (tmp_path / "sweep.json").write_text("[[16, 0.5], [64, 0.3], [256, 0.2]]")
     code = ("import atexit, sys\natexit.register(lambda: print('torch' in sys.modules))\n"
             "from psattn.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -274,6 +278,19 @@ def test_help_version_refusals_and_configs_answer_without_torch(argv, tmp_path):
         assert done.stdout.splitlines()[:-1] == ["figure: curves.png"], done.stdout
         assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "with_torch.png")]) == 0
         assert (tmp_path / "curves.png").read_bytes() == (tmp_path / "with_torch.png").read_bytes()
+    if argv[0] == "theory":  # what torch-loaded psattn says, word for word
+        import contextlib
+        import io
+        import os
+
+        said, here = io.StringIO(), os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            with contextlib.redirect_stdout(said):
+                assert main(argv) == 0
+        finally:
+            os.chdir(here)
+        assert done.stdout.splitlines()[:-1] == said.getvalue().splitlines(), done.stdout
 
 
 def test_a_sweep_whose_run_diverges_says_which_in_one_line(tmp_path, monkeypatch, capsys):

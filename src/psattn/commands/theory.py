@@ -213,9 +213,9 @@ def register(subparsers) -> None:
     context.add_argument("--context", type=float, nargs="+", metavar="T", help="context lengths T (required)")
     add_deprecated(context, "--T", "--context", "context", type=float, nargs="+")
     gc.add_argument("--c", type=float, default=0.74, help="the law's constant")
-    gc.set_defaults(func=cmd_gamma_c)
+    gc.set_defaults(func=cmd_gamma_c, needs_torch=False)
 
     fit = add_command(sub, "fit-exponent", "fit gamma_critical ∝ d_k^alpha to saved sweep results")
     fit.add_argument("file", help="JSON: a list of [d_k, gamma_critical] pairs or of records")
     add_json(fit, "the fit")
-    fit.set_defaults(func=cmd_fit_exponent)
+    fit.set_defaults(func=cmd_fit_exponent, needs_torch=False)
