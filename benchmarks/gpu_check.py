@@ -26,7 +26,8 @@
    forward+backward, with each SDPA backend forced in turn (flash, memory-efficient), timed with
    CUDA events, interleaved; the ratio PSA / SDPA per backend;
 9. compile: the psa-4m preset trained in bf16 eagerly, under ``train.compile`` and (CUDA) under its CUDA
-   graphs (``train.compile=reduce-overhead``), same seed: the loss histories side by side and the
+   graphs (``train.compile=reduce-overhead``) and compiled with the scored positions' logits alone (as on
+   a CPU; a compiled step on a GPU computes every position's), same seed: the loss histories side by side and the
    step-time ratios over eager after warm-up; and where an eager step's time goes, for it and for the
    paper-scale sweep's psa-92m step (also with RoPE and the shear as eager operations, not one compiled
    call): its kernels' device time against its wall time, and each line that waits for the device, per step;
@@ -508,8 +509,10 @@ def _timed_train(config, time_limit_s: float | None = None) -> tuple[dict, list[
 
 #: the trainer's settings the compile section trains under: eager, torch.compile's default mode, and its
 #: CUDA graphs ("reduce-overhead", which replays a step's kernels instead of launching each from Python;
-#: on a CPU it is the default mode again, and is left out there)
-COMPILE_SETTINGS = {"eager": False, "compiled": True, "cuda_graphs": "reduce-overhead"}
+#: on a CPU it is the default mode again, and is left out there); then, on CUDA, the default mode computing
+#: the scored positions alone, as a compiled step does on a CPU (``loss.EVERY_LOGIT_WHEN_COMPILED_ON_GPU``)
+COMPILE_SETTINGS = {"eager": False, "compiled": True, "cuda_graphs": "reduce-overhead", "compiled_scored": True}
+CUDA_SETTINGS = ("cuda_graphs", "compiled_scored")
 
 
 def compile_check(device: str, smoke: bool, keep=None) -> dict:
@@ -526,11 +529,12 @@ def compile_check(device: str, smoke: bool, keep=None) -> dict:
         **({"eval_size": 64} if smoke else {})))
     out: dict = {"batch": config.train.batch_size, "length": config.task.seq_len, "precision": config.train.precision}
     for mode, setting in COMPILE_SETTINGS.items():
-        if setting == "reduce-overhead" and device != "cuda":
+        if mode in CUDA_SETTINGS and device != "cuda":
             continue
         run = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=setting))
         try:
-            row, stamps = _timed_train(run)
+            with _every_logit(mode != "compiled_scored"):
+                row, stamps = _timed_train(run)
         except Exception as e:  # noqa: BLE001  # e.g. a graph CUDA graphs refuse: the other settings' rows stay
             out[mode] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {mode:11s} failed: {out[mode]['error']}", flush=True)
@@ -573,6 +577,18 @@ def compile_check(device: str, smoke: bool, keep=None) -> dict:
             out[key].update(preset=label, batch=scale.train.batch_size, length=scale.task.seq_len)
         keep(out)
     return out
+
+
+@contextlib.contextmanager
+def _every_logit(every: bool):
+    """``psattn.training.loss.EVERY_LOGIT_WHEN_COMPILED_ON_GPU`` set to ``every`` inside."""
+    from psattn.training import loss
+
+    saved, loss.EVERY_LOGIT_WHEN_COMPILED_ON_GPU = loss.EVERY_LOGIT_WHEN_COMPILED_ON_GPU, every
+    try:
+        yield
+    finally:
+        loss.EVERY_LOGIT_WHEN_COMPILED_ON_GPU = saved
 
 
 @contextlib.contextmanager
@@ -687,7 +703,7 @@ def host_overhead(device: torch.device, repeats: int) -> dict:
 #: seconds each section took on an H200 (2026-12-04, with what was added since estimated), to skip a
 #: section that would not end inside the budget; phase_transition stops its runs at the deadline itself
 SECTION_S = {"commands": 150, "fused_correctness": 110, "fused_kernel": 110, "rope_shear": 45, "model_step": 150,
-             "host_overhead": 60, "equivalence": 30, "kernels": 30, "compile": 185, "phase_transition": 0}
+             "host_overhead": 60, "equivalence": 30, "kernels": 30, "compile": 225, "phase_transition": 0}
 
 
 def skip_reason(name: str, left_s: float, device: torch.device) -> str | None:
@@ -823,7 +839,7 @@ def _print_section(name: str, result: dict) -> None:
                 print(f"  {what:26s} SDPA {r['sdpa_ms']:9.3f} ms  PSA {r['psa_ms']:9.3f} ms  ratio {r['ratio']:.3f}",
                       flush=True)
     elif name == "compile":
-        for mode in ("compiled", "cuda_graphs"):
+        for mode in ("compiled", *CUDA_SETTINGS):
             if f"step_time_ratio_{mode}_over_eager" in result:
                 gap = result["largest_relative_loss_gap" + ("" if mode == "compiled" else f"_{mode}")]
                 print(f"  {mode}/eager step time {result[f'step_time_ratio_{mode}_over_eager']:.3f}, "

@@ -5,16 +5,16 @@
 # `benchmarks/gpu_check.sh --smoke` runs gpu_check.py's tiny shapes on the CPU (the script's own check; no CUDA rows).
 # A copy of a checkout records the revision named by PSATTN_GIT_REVISION=<commit> given with the command (it wins over a stale .git).
 # Arguments go to gpu_check.py. On a GPU the whole check does not fit its 420-second budget (its sections' H200
-# estimates, gpu_check.py's SECTION_S, add up to about 14 minutes): gpu_check.py skips, and records as skipped, a section
+# estimates, gpu_check.py's SECTION_S, add up to about 15 minutes): gpu_check.py skips, and records as skipped, a section
 # that would not end inside what is left of it, so the timeout below does not cut one off halfway; a whole check runs
 # commands, fused_correctness, fused_kernel and rope_shear. So it runs in pieces: --only fused_correctness fused_kernel
 # rope_shear model_step (the kernel's rows alone, about 7 minutes by the 2026-12-04 run's section times and estimates
 # since) leaves room in a 15-minute lease for a short piece of benchmarks/gpu_sweeps.sh (its --time-limit, in seconds,
-# sets the piece's length); --only commands host_overhead compile (about 7 minutes: every command on the device, what
-# PSA adds to steps bound by the host, and the trainer's step eager, compiled and under CUDA graphs) and --only
-# equivalence kernels phase_transition (a minute, then the psa-92m phase transition for the rest of the budget) are
-# best each its own call: OUT starts empty on each call, so copy the first call's gpu_check.json into the checkout and
-# add --add-to THAT_FILE for the pieces to add up.
+# sets the piece's length); --only commands compile (about 7 minutes: every command on the device, and the trainer's
+# step eager, compiled both ways and under CUDA graphs) and --only equivalence kernels host_overhead phase_transition
+# (two minutes, what PSA adds to steps bound by the host among them, then the psa-92m phase transition for the rest of
+# the budget) are best each its own call: OUT starts empty on each call, so copy the first call's gpu_check.json into
+# the checkout and add --add-to THAT_FILE for the pieces to add up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

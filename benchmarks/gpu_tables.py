@@ -103,7 +103,8 @@ def compile_table(check: dict) -> str:
              "| largest relative loss gap to eager |",
              "|---|---|---|---|"]
     for mode, label in (("eager", "eager"), ("compiled", "`train.compile=true`"),
-                        ("cuda_graphs", "`train.compile=reduce-overhead` (CUDA graphs)")):
+                        ("cuda_graphs", "`train.compile=reduce-overhead` (CUDA graphs)"),
+                        ("compiled_scored", "`train.compile=true`, the scored positions alone")):
         row = c.get(mode)
         if row is None:
             continue

@@ -52,6 +52,7 @@ def test_gpu_check_smoke(tmp_path):
     assert equivalence["psa-4m fp32: cached decoding vs full forward (logits)"] < 1e-4
     assert result["compile"]["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
     assert "cuda_graphs" not in result["compile"]  # a CUDA setting: on the CPU it is the default mode again
+    assert "compiled_scored" not in result["compile"]  # a CUDA setting: on the CPU every compiled step is so
     profile = result["compile"]["eager_step_profile"]  # on the CPU: the operators' own time, no device to wait for
     assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
     assert math.isfinite(profile["wall_ms_unread"])  # a difference of two runs' times: on the CPU, as noisy as they are
@@ -292,6 +293,8 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     compile_ = {"batch": 64, "length": 64, "eager": {"step_ms": 20.0}, "compiled": {"step_ms": 25.0},
                 "cuda_graphs": {"error": "RuntimeError: a CUDA graph refused"},
                 "step_time_ratio_compiled_over_eager": 1.25, "largest_relative_loss_gap": 0.004,
+                "compiled_scored": {"step_ms": 15.0}, "step_time_ratio_compiled_scored_over_eager": 0.75,
+                "largest_relative_loss_gap_compiled_scored": 0.003,
                 "eager_step_profile": {"steps": 10, "wall_ms": 20.5, "kernel_ms": 1.25,
                                        "syncs_per_step": {"trainer.py:112": 1.0, "loss.py:38": 2.0}},
                 "paper_scale_step_profile": {"error": "OutOfMemoryError: no room", "preset": "psa-92m", "batch": 64,
@@ -303,6 +306,7 @@ def test_the_compile_table_shows_each_setting_the_profile_and_a_failed_setting()
     assert shown.startswith("| psa-4m trainer step on induction, B 64, T 64, bf16 |")
     assert "| eager | 20.00 | 1 |  |" in shown and "| `train.compile=true` | 25.00 | 1.250 | 0.004 |" in shown
     assert "(CUDA graphs) | failed: RuntimeError: a CUDA graph refused |" in shown
+    assert "| `train.compile=true`, the scored positions alone | 15.00 | 0.750 | 0.003 |" in shown
     assert ("psa-4m's eager step: 20.50 ms of wall time, 1.25 ms of kernels (torch.profiler); waits for the device "
             "per step: `trainer.py:112` 1, `loss.py:38` 2.") in shown
     assert "Profiling the paper-scale sweep's eager psa-92m step (B 64, T 64) failed: OutOfMemoryError: no room" in shown

@@ -458,6 +458,12 @@ def test_only_a_compiled_step_on_a_gpu_computes_every_logit(value, device, every
     assert loss_module.computes_every_logit(TrainConfig(compile=value), torch.device(device)) is every
 
 
+def test_a_compiled_step_on_a_gpu_can_be_told_to_compute_the_scored_positions_alone(monkeypatch):
+    """The switch ``benchmarks/gpu_check.py`` times both ways with; a step built after it is set follows it."""
+    monkeypatch.setattr(loss_module, "EVERY_LOGIT_WHEN_COMPILED_ON_GPU", False)
+    assert not loss_module.computes_every_logit(TrainConfig(compile=True), torch.device("cuda"))
+
+
 def test_a_saved_config_matches_its_run_however_it_was_spelled(tmp_path):
     from psattn.training.config import holds_same_run
 

@@ -22,13 +22,18 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
+#: whether a compiled step on a GPU computes every position's logits (``computes_every_logit``); False makes it
+#: compute the scored positions alone, as on a CPU, for ``benchmarks/gpu_check.py`` to time both on one GPU
+EVERY_LOGIT_WHEN_COMPILED_ON_GPU = True
+
+
 def computes_every_logit(t: TrainConfig, device: torch.device) -> bool:
     """Whether a training step computes the logits of every position: a compiled step on a GPU, whose graph then
     keeps the shapes of every step alike (CUDA graphs, in ``reduce-overhead`` and ``max-autotune``, replay the
     shapes they recorded; the default mode's GPU timings in docs/kernel.md were measured so). Every other step,
     eager or compiled on a CPU, computes the scored positions alone (the last block's queries and MLP, and the LM
     head); a compiled one compiles their count as a dynamic size."""
-    return device.type == "cuda" and bool(t.compile)
+    return device.type == "cuda" and bool(t.compile) and EVERY_LOGIT_WHEN_COMPILED_ON_GPU
 
 
 def dynamic_counts(scored: Scored) -> None:
