@@ -10,7 +10,9 @@
    at T = 1k, 4k, 16k and D = 64, 128, forward and forward+backward, with each one's bf16 error
    against fp64; the kernel at gamma = 0 (its loop without the shear) and with its score product in
    fp16 (``fused_attention.score_products``) beside them; and at T = 4k,
-   D = 128 the device time of every kernel each path launches (torch.profiler);
+   D = 128 the device time of every kernel each path launches (torch.profiler). With ``--backward-variants``,
+   forward+backward also with each of the backward's variants (``fused_attention.backward_variant``) beside
+   the default, each with the largest gap of its gradients to the default's (not in ``SECTION_S``'s estimate);
 4. rope_shear: what a layer does before attention, then SDPA: RoPE alone, RoPE and the shear as
    separate eager passes, and ``rope_shear`` (one compiled pass), forward and forward+backward;
 5. model_step: a psa-92m training step with the shear against the same model plain, eager and
@@ -242,6 +244,39 @@ def _psa_fused_fp16_scores(gamma: float = 0.8):
     return attention
 
 
+#: the backward's variants ``fused_kernel`` times beside the default (``fused_attention.backward_variant``)
+BACKWARD_VARIANTS = {"fused_presheared": dict(presheared=True), "fused_atomic_dq": dict(atomic_dq=True),
+                     "fused_presheared_atomic_dq": dict(presheared=True, atomic_dq=True)}
+
+
+def _fused_backward_variant(variant: dict, q, k, v, grad):
+    """Forward and backward of the fused kernel (gamma 0.8), the backward run as ``backward_variant(**variant)``."""
+    from psattn.ops.fused_attention import backward_variant
+
+    def run():
+        out = _psa("fused")(q, k, v)
+        with backward_variant(**variant):
+            out.backward(grad)
+    return run
+
+
+def _gradient_gaps(q, k, v, grad) -> dict[str, float]:
+    """Largest absolute difference of each backward variant's gradients of q, k and v from the default's."""
+    def grads(run) -> list:
+        for x in (q, k, v):
+            x.grad = None
+        run()
+        return [x.grad.clone() for x in (q, k, v)]
+
+    default = grads(lambda: _psa("fused")(q, k, v).backward(grad))
+    gaps = {name: max((got.float() - want.float()).abs().max().item() for got, want in
+                      zip(grads(_fused_backward_variant(variant, q, k, v, grad)), default, strict=True))
+            for name, variant in BACKWARD_VARIANTS.items()}
+    for x in (q, k, v):
+        x.grad = None
+    return gaps
+
+
 def _kernel_times(fn, device: torch.device, steps: int = 5) -> dict[str, float]:
     """Milliseconds per call of each kernel ``fn`` launches (device time; CPU time on the CPU), by
     torch.profiler over ``steps`` calls after one warm-up, largest first."""
@@ -325,11 +360,12 @@ def fused_correctness(device: torch.device, smoke: bool) -> dict:
     return out
 
 
-def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
+def fused_kernel(device: torch.device, smoke: bool, repeats: int, backward_variants: bool = False) -> dict:
     """The fused PSA kernel beside SDPA's flash backend and beside today's shear-then-SDPA, forward and
     forward+backward, at T = 1k, 4k, 16k and D = 64, 128 (bf16; fp32 on the CPU), interleaved; then
     each one's error against the fp64 reference on the last 4,096 queries of one head of the same
-    inputs (every shape draws its own)."""
+    inputs (every shape draws its own). ``backward_variants``: forward+backward also with each of
+    ``BACKWARD_VARIANTS``, interleaved with the rest."""
     from torch.nn.attention import sdpa_kernel
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -352,22 +388,35 @@ def fused_kernel(device: torch.device, smoke: bool, repeats: int) -> dict:
         def forward_backward(f, q=q, k=k, v=v, grad=grad):
             return lambda: f(q, k, v).backward(grad)
 
+        variants = {name: _fused_backward_variant(variant, q, k, v, grad)
+                    for name, variant in BACKWARD_VARIANTS.items()} if backward_variants else {}
         with sdpa_kernel([flash]):
             for label, make in (("forward", forward), ("forward+backward", forward_backward)):
-                med = _interleaved_ms({name: make(fn) for name, fn in fns.items()}, measure, repeats, warmup=1)
+                runs = {name: make(fn) for name, fn in fns.items()}
+                if label == "forward+backward":  # the backward's variants: their forward is the default's
+                    runs |= variants
+                med = _interleaved_ms(runs, measure, repeats, warmup=1)
                 row[label] = {**{f"{name}_ms": value for name, value in med.items()},
                               "fused_over_sdpa": med["psa_fused"] / med["sdpa"],
                               "shear_then_sdpa_over_sdpa": med["psa_sdpa"] / med["sdpa"],
                               "fused_gamma0_over_sdpa": med["fused_gamma0"] / med["sdpa"],
                               "fused_fp16_scores_over_sdpa": med["psa_fused_fp16_scores"] / med["sdpa"]}
+                if label == "forward+backward":
+                    row[label] |= {f"{name}_over_sdpa": med[name] / med["sdpa"] for name in variants}
+                    row[label] |= {f"{name}_over_fused": med[name] / med["psa_fused"] for name in variants}
             row["error_vs_fp64"] = _errors(q, k, v, fns)
             row["error_rows"] = [max(T - 4096, 0), T]  # the queries the errors were taken on
+            if variants:
+                row["backward_variant_gradient_gap"] = _gradient_gaps(q, k, v, grad)
             if (T, D) == (4096, 128) or smoke:  # where the time goes: device time per kernel, fused against SDPA
                 row["profile_forward_backward"] = {name: _kernel_times(forward_backward(fns[name]), device)
                                                    for name in ("sdpa", "psa_sdpa", "psa_fused")}
+                row["profile_forward_backward"] |= {name: _kernel_times(run, device) for name, run in variants.items()}
         rows[f"T={T} D={D}"] = row
         print(f"  T={T:6d} D={D:3d}  fused/SDPA forward {row['forward']['fused_over_sdpa']:.3f}, forward+backward "
-              f"{row['forward+backward']['fused_over_sdpa']:.3f}; errors {row['error_vs_fp64']}", flush=True)
+              f"{row['forward+backward']['fused_over_sdpa']:.3f}; errors {row['error_vs_fp64']}"
+              + "".join(f"; {name} / fused, forward+backward {row['forward+backward'][name + '_over_fused']:.3f}, "
+                        f"gradient gap {row['backward_variant_gradient_gap'][name]:.1e}" for name in variants), flush=True)
         del q, k, v, grad
     return rows
 
@@ -728,6 +777,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--backward-variants", action="store_true",
+                        help="fused_kernel also times the backward's variants (fused_attention.backward_variant)")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--only", nargs="+", metavar="SECTION", help="run these sections alone (default: all, in order): "
                         + ", ".join(SECTION_S))
@@ -766,7 +817,7 @@ def main() -> None:
     sections = {
         "commands": lambda: command_smoke(device.type, Path(tempfile.mkdtemp(prefix="psattn-commands-"))),
         "fused_correctness": lambda: fused_correctness(device, args.smoke),
-        "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats),
+        "fused_kernel": lambda: fused_kernel(device, args.smoke, 1 if args.smoke else args.repeats, args.backward_variants),
         "rope_shear": lambda: rope_shear_step(device, args.smoke, 1 if args.smoke else args.repeats),
         "model_step": lambda: model_step(device, args.smoke, 2 if args.smoke else 10),
         "host_overhead": lambda: host_overhead(device, 2 if args.smoke else 100),

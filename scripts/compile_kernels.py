@@ -12,11 +12,12 @@ streams of one query head per key head: pointers and sizes divisible by 16, feat
 group size equal to 1. That specialisation is what lets the software pipeliner stage tiles through
 shared memory asynchronously (``num_stages``), so without it the figures would be those of kernels
 that never run. ``--plain`` also compiles each kernel with the shear switched off (gamma = 0), to
-show what forming q̂ and k̂ in the tiles costs. It must run in a process where ``TRITON_INTERPRET`` is
-not set.
+show what forming q̂ and k̂ in the tiles costs. ``--variants`` adds what ``fused_attention.backward_variant``
+runs: the dk/dv kernel that adds dq̂ atomically (with the shear and, as the presheared variant runs it,
+without) and the pass that forms q̂ or k̂ once. It must run in a process where ``TRITON_INTERPRET`` is not set.
 
     python scripts/compile_kernels.py [--arch 90] [--dtype bf16] [--head-dim 128] [--all-shapes] [--plain]
-                                      [--fp16-scores]
+                                      [--fp16-scores] [--variants]
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ from triton.compiler import ASTSource  # noqa: E402
 from psattn.ops import fused_attention as fa  # noqa: E402
 
 #: pointer arguments: the streams and their gradients in the input dtype, the starts flags in bytes, the rest fp32
-STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO", "DV", "DX", "DPREV")
+STREAMS = ("Q", "K", "V", "PQ", "PK", "O", "DO", "DV", "DX", "DPREV", "X", "PREV", "XHAT")
 WORK = ("LSE", "DELTA", "DK", "DQ", "DXHAT")
 #: integer arguments that are 1 for contiguous streams with one query head per key head (Triton makes them constants)
-UNIT = ("sqd", "skd", "svd", "sod", "sdod", "spqd", "spkd", "sst", "G")
+UNIT = ("sqd", "skd", "svd", "sod", "sdod", "spqd", "spkd", "sst", "sxd", "spd", "G")
 #: the stream dtypes by their Triton names
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: the backward's elementwise kernels, each a tile of ``fa.ROWS_PER_PROGRAM`` rows with Triton's default warps
@@ -54,13 +55,14 @@ ELEMENTWISE = {"delta": fa._delta_kernel, "transpose": fa._shear_transpose_kerne
 
 
 def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, causal: bool, arch: int,
-                   shear: bool = True) -> dict:
-    """Compile kernel ``name`` with one autotuner config; returns its shared memory, registers, stack and seconds."""
-    kernel = fa._TUNED[name].fn if name in fa._TUNED else ELEMENTWISE[name]
+                   shear: bool = True, atomic_dq: bool = False) -> dict:
+    """Compile kernel ``name`` with one autotuner config (``atomic_dq``: the dk/dv kernel's that adds dq̂);
+    returns its shared memory, registers, stack and seconds."""
+    kernel = fa._TUNED[name].fn if name in fa._TUNED else {**ELEMENTWISE, "shear": fa._shear_kernel}[name]
     fn = kernel.fn if hasattr(kernel, "fn") else kernel
     switches = dict(D=head_dim, CAUSAL=causal, SHEAR_Q=shear, SHEAR_K=shear, HAS_PREV_Q=True, HAS_PREV_K=True,
                     HAS_PREV=True, HAS_STARTS=True, REPLICATE=True, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                    ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, **tile.kwargs,
+                    ACC=tl.float32, BLOCK_T=fa.ROWS_PER_PROGRAM, DQ_ATOMIC=atomic_dq, **tile.kwargs,
                     **fa.score_products_of(TORCH_DTYPES[dtype]))
     parameters = list(inspect.signature(fn).parameters)
     constants = {key: value for key, value in switches.items() if key in parameters}
@@ -117,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true", help="also compile each kernel with the shear off")
     parser.add_argument("--fp16-scores", action="store_true",
                         help="the score product in fp16, each row scaled (fused_attention.score_products)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also the backward's variants (fused_attention.backward_variant)")
     args = parser.parse_args(argv)
     if args.fp16_scores:
         with fa.score_products(torch.float16):
@@ -138,6 +142,17 @@ def _compile_all(args: argparse.Namespace) -> int:
     for name in ELEMENTWISE:
         row = compile_kernel(name, triton.Config({}), args.dtype, args.head_dim, True, args.arch)
         print(_line(args.arch, args.dtype, args.head_dim, name, row), flush=True)
+    if args.variants:
+        for tile in fa._TUNED["dkdv"].configs if args.all_shapes else fa._TUNED["dkdv"].configs[:1]:
+            for is_causal in causal:
+                for shear in (True, False):
+                    row = compile_kernel("dkdv", tile, args.dtype, args.head_dim, is_causal, args.arch, shear, atomic_dq=True)
+                    what = (f"{'causal' if is_causal else 'full':6s} dkdv with atomic dq tile {tile.kwargs['BLOCK_M']}x"
+                            f"{tile.kwargs['BLOCK_N']} warps {tile.num_warps} stages {tile.num_stages}"
+                            f"{'' if shear else ' (no shear: presheared)'}")
+                    print(_line(args.arch, args.dtype, args.head_dim, what, row), flush=True)
+        row = compile_kernel("shear", triton.Config({}), args.dtype, args.head_dim, True, args.arch)
+        print(_line(args.arch, args.dtype, args.head_dim, "shear pass (presheared)", row), flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ The interpreter executes the same kernel source as a GPU does (tile by tile, in 
 tests check the kernel's indexing, masking, boundary rule, GQA and backward; a GPU adds only the
 compiler and the hardware's rounding (``benchmarks/gpu_check.py`` measures those)."""
 
+import functools
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton and the kernels are built: run them on CPU tensors
@@ -123,11 +124,13 @@ def test_strided_streams_negative_couplings_the_zero_rule_and_a_scale_at_d_64():
 
 # the interpreter's NumPy warns about the lanes a tile masks out (overflow, inf - inf), which the kernel discards
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize(("Tq", "Tk", "causal"), [(17, 17, False), (20, 3, True)])
-def test_rows_whose_scores_are_all_very_negative_get_finite_query_gradients(Tq, Tk, causal):
+@pytest.mark.parametrize(("Tq", "Tk", "causal", "atomic_dq"), [(17, 17, False, False), (20, 3, True, False),
+                                                              (17, 17, False, True)])
+def test_rows_whose_scores_are_all_very_negative_get_finite_query_gradients(Tq, Tk, causal, atomic_dq):
     """Keys past Tk in the last key tile score 0, and exp2(0 - lse) overflowed where every real score of
     a row is very negative: the dq̂ kernel multiplied that infinity by the zero row of k̂, making dq NaN
-    (in fp16 from scores of about -14 on, when the probabilities are rounded for the product)."""
+    (in fp16 from scores of about -14 on, when the probabilities are rounded for the product); the dk/dv
+    kernel's atomic dq̂ (``backward_variant``) masks those keys too."""
     g = torch.Generator().manual_seed(0)
     q = 2.0 + 0.1 * torch.randn(1, 2, Tq, 16, generator=g, dtype=torch.float64)
     k = -2.0 + 0.1 * torch.randn(1, 1, Tk, 16, generator=g, dtype=torch.float64)  # q_t k_j / 4 near -16
@@ -139,10 +142,39 @@ def test_rows_whose_scores_are_all_very_negative_get_finite_query_gradients(Tq, 
         out = psa_attention(*leaves, gamma_q=0.5, gamma_k=0.5, is_causal=causal, backend=backend)
         return {"out": out, **dict(zip("qkv", torch.autograd.grad(out, leaves, upstream.to(dtype)), strict=True))}
 
-    fused, reference = out_and_grads("fused", torch.float16), out_and_grads("reference", torch.float64)
+    with fused_attention.backward_variant(atomic_dq=atomic_dq):
+        fused = out_and_grads("fused", torch.float16)
+    reference = out_and_grads("reference", torch.float64)
     for name, expected in reference.items():
         error = (fused[name].double() - expected).abs().max().item() / expected.abs().max().item()
         assert error < 3e-2, (name, error)  # fp16 rounding; the bug made dq NaN
+
+
+@functools.cache
+def _default_backward():
+    """One call with GQA, sequence starts under the zero rule and prev rows: its arguments, and the default
+    backward's gradients and the reference's."""
+    q, k, v = streams(T=19)
+    starts = torch.zeros(2, 19, dtype=torch.bool)
+    starts[0, [5, 16]] = True
+    g = torch.Generator().manual_seed(3)
+    prev_q, prev_k = (torch.randn(2, h, 1, 16, generator=g, dtype=torch.float64) for h in (4, 2))
+    call = dict(q=q, k=k, v=v, gamma_q=0.7, gamma_k=1.1, is_causal=True, starts=starts, boundary="zero", prev_q=prev_q,
+                prev_k=prev_k)
+    return call, forward_and_grads("fused", **dict(call))[1], forward_and_grads("reference", **dict(call))[1]
+
+
+@pytest.mark.parametrize(("presheared", "atomic_dq"), [(True, False), (False, True), (True, True)])
+def test_each_backward_variant_computes_the_defaults_gradients(presheared, atomic_dq):
+    """``backward_variant``: q̂ and k̂ formed once before the loops, dq̂ added atomically by the dk/dv
+    kernel, or both; the presheared loops give the default's gradients to the last bit (the pass rounds q̂ and k̂
+    as the tiles do), the atomic adds may sum dq̂ in another order."""
+    call, default, reference = _default_backward()
+    with fused_attention.backward_variant(presheared=presheared, atomic_dq=atomic_dq):
+        _, grads = forward_and_grads("fused", **dict(call))
+    for name in reference:
+        torch.testing.assert_close(grads[name], reference[name], atol=1e-12, rtol=0, msg=f"the gradient of {name} differs")
+        torch.testing.assert_close(grads[name], default[name], atol=1e-15 if atomic_dq else 0.0, rtol=0)
 
 
 def test_fixed_tiles_compute_the_same_function_as_the_default_tiles():

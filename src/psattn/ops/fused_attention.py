@@ -227,13 +227,15 @@ def _forward_kernel(
 
 @triton.jit
 def _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_base, do_base, lse_base, delta_base, Tq, sqt,
-                sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                SHEAR_Q: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr,
-                PRECISION: tl.constexpr, ACC: tl.constexpr, PROD: tl.constexpr, ROW_SCALE: tl.constexpr):
+                sqd, spqd, sst, sdot, sdod, gamma_q, scale, k_mat, dq_base, Tk, D: tl.constexpr,
+                BLOCK_M: tl.constexpr, MASKED: tl.constexpr, SHEAR_Q: tl.constexpr, HAS_PREV_Q: tl.constexpr,
+                HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+                PROD: tl.constexpr, ROW_SCALE: tl.constexpr, DQ_ATOMIC: tl.constexpr):
     """dk̂ and dv of one key tile from the query tiles [lo, hi) of one query head; ``MASKED``: the
     causal mask applies inside these tiles. ``k`` is the key tile as an operand of the score product
     (``_score_operand``, ``k_down`` its undoing); q̂ enters it the same way, and dk̂'s product in v's
-    dtype."""
+    dtype. With ``DQ_ATOMIC`` (``backward_variant``) each query tile's share of dq̂ from this key tile,
+    ds k̂ (``k_mat``: k̂ in v's dtype), is also added to dq̂ (``dq_base``: contiguous rows of D) atomically."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
         q_wide = _sheared_rows(q_base, pq_base, s_base, rows, cols, Tq, sqt, sqd, spqd, sst, gamma_q, SHEAR_Q,
@@ -249,34 +251,42 @@ def _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, lo, hi, q_base, pq_base, s_bas
         p_t = tl.exp2(s_t - lse[None, :])
         if MASKED:
             p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
+        if DQ_ATOMIC:  # a key past Tk scores 0, whose exp2(0 - lse) may overflow: inf times its zero k̂ row is NaN
+            p_t = tl.where((keys < Tk)[:, None], p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION, out_dtype=ACC)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
+        if DQ_ATOMIC:
+            dq = tl.dot(tl.trans(ds_t.to(k_mat.dtype)), k_mat, input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, D)
+            tl.atomic_add(dq_base + rows[:, None] * D + cols[None, :], dq * scale,
+                          mask=(rows < Tq)[:, None], sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _dkdv_kernel(
-    Q, K, V, PQ, PK, S, DO, LSE, DELTA, DK, DV,
+    Q, K, V, PQ, PK, S, DO, LSE, DELTA, DK, DV, DQ,
     sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sdob, sdoh, sdot, sdod,
     spqb, spqh, spqd, spkb, spkh, spkd, ssb, sst,
     Hq, Hkv, G, Tq, Tk, gamma_q, gamma_k, scale,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SHEAR_Q: tl.constexpr, SHEAR_K: tl.constexpr, HAS_PREV_Q: tl.constexpr, HAS_PREV_K: tl.constexpr,
     HAS_STARTS: tl.constexpr, REPLICATE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    PROD: tl.constexpr, ROW_SCALE: tl.constexpr,
+    PROD: tl.constexpr, ROW_SCALE: tl.constexpr, DQ_ATOMIC: tl.constexpr = False,
 ):
-    """dk̂ and dv of one key tile of one key head, summed over the query heads that share it."""
+    """dk̂ and dv of one key tile of one key head, summed over the query heads that share it; with
+    ``DQ_ATOMIC``, also each query head's dq̂ from this key tile, added into DQ (zeros, (B, Hq, Tq, D))."""
     pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
     b, hk = pid_bh // Hkv, pid_bh % Hkv
     keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D)
-    k = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
-                      spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
-    k, k_down = _score_operand(k, PROD, ROW_SCALE)  # (BLOCK_N, D): k̂, only ever in the score product here
+    k_wide = _sheared_rows(K + b * skb + hk * skh, PK + b * spkb + hk * spkh, S + b * ssb, keys, cols, Tk, skt, skd,
+                           spkd, sst, gamma_k, SHEAR_K, HAS_PREV_K, HAS_STARTS, REPLICATE, ACC)
+    k, k_down = _score_operand(k_wide, PROD, ROW_SCALE)  # (BLOCK_N, D): k̂, in the score product
     v = tl.load(V + b * svb + hk * svh + keys[:, None] * svt + cols[None, :] * svd, mask=(keys < Tk)[:, None],
                 other=0.0)
+    k_mat = k_wide.to(v.dtype)  # k̂ in v's dtype, for dq̂'s product (DQ_ATOMIC only)
     dk = tl.zeros((BLOCK_N, D), ACC)
     dv = tl.zeros((BLOCK_N, D), ACC)
     # causal: query tiles before the diagonal see none of these keys, those on it some (masked), the
@@ -289,11 +299,13 @@ def _dkdv_kernel(
         q_base, pq_base, s_base = Q + b * sqb + h * sqh, PQ + b * spqb + h * spqh, S + b * ssb
         do_base, stats = DO + b * sdob + h * sdoh, (b * Hq + h) * Tq
         dk, dv = _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, lo, whole, q_base, pq_base, s_base, do_base, LSE + stats,
-                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, True, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
+                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, k_mat, DQ + stats * D,
+                             Tk, D, BLOCK_M, True, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD,
+                             ROW_SCALE, DQ_ATOMIC)
         dk, dv = _dkdv_tiles(k, k_down, v, dk, dv, keys, cols, whole, Tq, q_base, pq_base, s_base, do_base, LSE + stats,
-                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, BLOCK_M, False, SHEAR_Q,
-                             HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD, ROW_SCALE)
+                             DELTA + stats, Tq, sqt, sqd, spqd, sst, sdot, sdod, gamma_q, scale, k_mat, DQ + stats * D,
+                             Tk, D, BLOCK_M, False, SHEAR_Q, HAS_PREV_Q, HAS_STARTS, REPLICATE, PRECISION, ACC, PROD,
+                             ROW_SCALE, DQ_ATOMIC)
     out = (pid_bh * Tk + keys)[:, None] * D + cols[None, :]
     tl.store(DK + out, dk * scale, mask=(keys < Tk)[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(keys < Tk)[:, None])
@@ -424,6 +436,22 @@ def _shear_transpose_kernel(DXHAT, S, DX, DPREV, ssb, sst, H, T, gamma,
             tl.store(DPREV + pid_bh * D + cols, d_first.to(DPREV.dtype.element_ty))
 
 
+@triton.jit
+def _shear_kernel(X, PREV, S, XHAT, sxb, sxh, sxt, sxd, spb, sph, spd, ssb, sst, H, T, gamma,
+                  D: tl.constexpr, BLOCK_T: tl.constexpr, HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr,
+                  REPLICATE: tl.constexpr, ACC: tl.constexpr):
+    """x̂ of one tile of rows of one head, formed as the kernels form it (``_sheared_rows``) and rounded
+    once to XHAT's dtype (contiguous (B, H, T, D)): the backward's ``presheared`` variant."""
+    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, D)
+    x = _sheared_rows(X + b * sxb + h * sxh, PREV + b * spb + h * sph, S + b * ssb, rows, cols, T, sxt, sxd, spd, sst,
+                      gamma, True, HAS_PREV, HAS_STARTS, REPLICATE, ACC)
+    tl.store(XHAT + (pid_bh * T + rows)[:, None] * D + cols[None, :], x.to(XHAT.dtype.element_ty),
+             mask=(rows < T)[:, None])
+
+
 def shear_transpose(g: Tensor, gamma: float, starts: Tensor | None, has_prev: bool, replicate: bool
                     ) -> tuple[Tensor, Tensor | None]:
     """The gradient of the shear's input from its output's ``g`` (B, H, T, D): (dx, dprev), dprev
@@ -462,7 +490,10 @@ _TUNED = {
     "dq": triton.autotune(_configs([(128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2)]),
                           key=_KEY)(_dq_kernel),
 }
-_PLAIN = {"forward": _forward_kernel, "dkdv": _dkdv_kernel, "dq": _dq_kernel}
+#: the dk/dv kernel that also adds dq̂ atomically (``backward_variant(atomic_dq=True)``): tuned apart from
+#: ``_TUNED``'s, at the same shapes, with its DQ zeroed before each timed try and before the run
+_VARIANT_TUNED = {"dkdv_atomic": triton.autotune(_TUNED["dkdv"].configs, key=_KEY, reset_to_zero=["DQ"])(_dkdv_kernel)}
+_PLAIN = {"forward": _forward_kernel, "dkdv": _dkdv_kernel, "dq": _dq_kernel, "dkdv_atomic": _dkdv_kernel}
 
 
 #: one tile shape (rows, rows, warps, stages) for every kernel instead of autotuning; see ``fixed_tiles``
@@ -486,6 +517,32 @@ def fixed_tiles(block: int = 32, num_warps: int = 4, num_stages: int = 2):
         _FIXED = saved
 
 
+#: how the backward runs (``backward_variant``): q̂ and k̂ formed once before its loops; dq̂ added atomically
+_BACKWARD: tuple[bool, bool] = (False, False)
+
+
+@contextlib.contextmanager
+def backward_variant(presheared: bool = False, atomic_dq: bool = False):
+    """Run the backward another way inside this context (the backward reads it when it runs), so that a
+    GPU can time the variants beside the default, which is neither (``benchmarks/gpu_check.py``'s
+    ``fused_kernel``); the gradients are the same function.
+
+    ``presheared``: q̂ and k̂ are formed once, each in one elementwise pass (``_shear_kernel``) rounded
+    to v's dtype, and the dk/dv and dq kernels run on them with the shear off, as at gamma = 0: a tile
+    of their loops loads one tile of rows, not two, and forms nothing in fp32, for one write and one
+    read more of each stream. Where the score product takes another dtype than v's (``score_products``)
+    the backward runs as by default. ``atomic_dq``: the dk/dv kernel also adds each query tile's share
+    of dq̂ to it with atomic adds (as FlashAttention-2's backward does), and the dq kernel, which computes
+    the scores and dP a second time, does not run: 5 tile products for each pair of tiles instead of 7,
+    for fp32 atomic adds into a zeroed dq̂ whose order of summation varies from run to run."""
+    global _BACKWARD
+    saved, _BACKWARD = _BACKWARD, (bool(presheared), bool(atomic_dq))
+    try:
+        yield
+    finally:
+        _BACKWARD = saved
+
+
 def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dict) -> None:
     """Run kernel ``name`` over ``rows`` positions (tiled by ``along``, BLOCK_M or BLOCK_N) of ``heads``
     heads: autotuned on a GPU, with 16 x 16 tiles in the interpreter (or the tiles of ``fixed_tiles``)."""
@@ -494,7 +551,8 @@ def _launch(name: str, rows: int, heads: int, along: str, args: tuple, meta: dic
         extra = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
         _PLAIN[name][(triton.cdiv(rows, m), heads)](*args, BLOCK_M=m, BLOCK_N=n, **meta, **extra)
     else:
-        _TUNED[name][lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
+        tuned = _TUNED[name] if name in _TUNED else _VARIANT_TUNED[name]
+        tuned[lambda tile: (triton.cdiv(rows, tile[along]), heads)](*args, **meta)
 
 
 #: rows of one program of the elementwise kernels (the backward's dO ∘ O row sums and transposed shear):
@@ -545,20 +603,33 @@ class _FusedPSA(torch.autograd.Function):
         _launch_rows(_delta_kernel, Tq, B * Hq, (out, d_out, delta, *out.stride(), *d_out.stride(), Hq, Tq),
                      dict(D=D, ACC=_acc(work)))
         meta = ctx.meta  # the forward's switches, score products included, wherever the backward runs
+        presheared, atomic_dq = _BACKWARD
         s = starts if starts is not None else q
         pq = prev_q if prev_q is not None else q
         pk = prev_k if prev_k is not None else k
-        common = (*q.stride(), *k.stride(), *v.stride(), *d_out.stride(), *_strides3(prev_q), *_strides3(prev_k),
+        if presheared and meta["PROD"] == _tl_dtype(v.dtype) and not meta["ROW_SCALE"]:  # q̂ and k̂ once, then no shear
+            q_in = _presheared(q, prev_q, starts, gamma_q, replicate, v.dtype, meta["ACC"]) if meta["SHEAR_Q"] else q
+            k_in = _presheared(k, prev_k, starts, gamma_k, replicate, v.dtype, meta["ACC"]) if meta["SHEAR_K"] else k
+            meta = dict(meta, SHEAR_Q=False, SHEAR_K=False, HAS_PREV_Q=False, HAS_PREV_K=False, HAS_STARTS=False)
+        else:
+            q_in, k_in = q, k
+        common = (*q_in.stride(), *k_in.stride(), *v.stride(), *d_out.stride(), *_strides3(prev_q), *_strides3(prev_k),
                   *_starts_strides(starts))
         dk_hat = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=work)
         dv = torch.empty(B, Hkv, Tk, D, device=q.device, dtype=v.dtype)  # rounded once, in the kernel
-        _launch("dkdv", Tk, B * Hkv, "BLOCK_N", (
-            q, k, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, *common,
-            Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
-        dq_hat = torch.empty(B, Hq, Tq, D, device=q.device, dtype=work)
-        _launch("dq", Tq, B * Hq, "BLOCK_M", (
-            q, k, v, pq, pk, s, d_out, lse, delta, dq_hat, *common,
-            Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
+        if atomic_dq:  # dq̂ from the dk/dv kernel's tiles, added up in fp32
+            dq_hat = torch.zeros(B, Hq, Tq, D, device=q.device, dtype=work)
+            _launch("dkdv_atomic", Tk, B * Hkv, "BLOCK_N", (
+                q_in, k_in, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, dq_hat, *common,
+                Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), dict(meta, DQ_ATOMIC=True))
+        else:
+            _launch("dkdv", Tk, B * Hkv, "BLOCK_N", (
+                q_in, k_in, v, pq, pk, s, d_out, lse, delta, dk_hat, dv, dk_hat, *common,  # no dq̂: any pointer
+                Hq, Hkv, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
+            dq_hat = torch.empty(B, Hq, Tq, D, device=q.device, dtype=work)
+            _launch("dq", Tq, B * Hq, "BLOCK_M", (
+                q_in, k_in, v, pq, pk, s, d_out, lse, delta, dq_hat, *common,
+                Hq, Hq // Hkv, Tq, Tk, gamma_q, gamma_k, scale), meta)
         dq, dprev_q = _transpose_shear(dq_hat, gamma_q, starts, q, prev_q, replicate)
         dk, dprev_k = _transpose_shear(dk_hat, gamma_k, starts, k, prev_k, replicate)
         grads = [dq, dk, dv, dprev_q, dprev_k]
@@ -595,6 +666,18 @@ def _transpose_shear(g: Tensor, gamma: float, starts: Tensor | None, x: Tensor, 
         g, starts if starts is not None else g, dx, dprev if dprev is not None else dx, *_starts_strides(starts),
         H, T, gamma), dict(D=D, HAS_PREV=prev is not None, HAS_STARTS=starts is not None, REPLICATE=replicate))
     return dx, dprev
+
+
+def _presheared(x: Tensor, prev: Tensor | None, starts: Tensor | None, gamma: float, replicate: bool,
+                dtype: torch.dtype, acc) -> Tensor:
+    """x̂ (B, H, T, D), contiguous, in ``dtype``: x sheared in ``acc`` as the kernels' tiles shear it, in one pass."""
+    B, H, T, D = x.shape
+    out = torch.empty(B, H, T, D, device=x.device, dtype=dtype)
+    _launch_rows(_shear_kernel, T, B * H, (
+        x, prev if prev is not None else x, starts if starts is not None else x, out, *x.stride(), *_strides3(prev),
+        *_starts_strides(starts), H, T, gamma),
+        dict(D=D, HAS_PREV=prev is not None, HAS_STARTS=starts is not None, REPLICATE=replicate, ACC=acc))
+    return out
 
 
 def _starts_strides(starts: Tensor | None) -> tuple[int, int]:
