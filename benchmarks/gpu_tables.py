@@ -25,7 +25,8 @@ def _header(info: dict) -> str:
 def fused_kernel_table(check: dict) -> str:
     """Per shape: SDPA flash's time, and PSA's (the shear then SDPA flash, and the fused kernel; the
     kernel at gamma = 0 and with fp16 scores where the run has them) over it, forward and forward+backward; then each one's
-    largest bf16 error against fp64; then, where the run profiled, the device time of each kernel."""
+    largest bf16 error against fp64; then, where the run timed them, the backward variants over the default
+    backward; then, where the run profiled, the device time of each kernel."""
     rows = list(check["fused_kernel"].values())
     gamma0 = "fused_gamma0_over_sdpa" in rows[0]["forward"]
     fp16 = "fused_fp16_scores_over_sdpa" in rows[0]["forward"]  # a check from 2026-12-05 on
@@ -34,9 +35,13 @@ def fused_kernel_table(check: dict) -> str:
              "|---|---|---|---|---|" + ("---|" if gamma0 else "") + ("---|" if fp16 else "")]
     errors = ["| B, H, T, D | SDPA vs fp64 attention | shear then SDPA vs fp64 PSA | fused kernel vs fp64 PSA |"
               + (" fused kernel, fp16 scores, vs fp64 PSA |" if fp16 else ""), "|---|---|---|---|" + ("---|" if fp16 else "")]
-    profiles = []
+    profiles, variants = [], []
     for row in rows:
         shape = ", ".join(map(str, row["shape"]))
+        for name, gap in row.get("backward_variant_gradient_gap", {}).items():  # with --backward-variants
+            r = row["forward+backward"]
+            variants.append(f"| {shape} | `{name.removeprefix('fused_')}` | {r[f'{name}_over_fused']:.3f} | "
+                            f"{r[f'{name}_over_sdpa']:.3f} | {gap:.2g} |")
         for label in ("forward", "forward+backward"):
             r = row[label]
             lines.append(f"| {shape} | {label} | {r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | "
@@ -52,6 +57,10 @@ def fused_kernel_table(check: dict) -> str:
              "first head of the first sequence, the last 4,096 query rows (all of them where T is shorter); "
              "each shape its own inputs")
     out = "\n".join(lines) + f"\n\nLargest absolute {_dtype(rows[0])} error ({where}):\n\n" + "\n".join(errors)
+    if variants:
+        out += ("\n\nThe fused kernel's backward variants (`fused_attention.backward_variant`), forward+backward:\n\n"
+                "| B, H, T, D | variant | over the default | over SDPA | largest gradient gap to the default |\n"
+                "|---|---|---|---|---|\n" + "\n".join(variants))
     if profiles:
         out += ("\n\nWhere forward+backward spends its time (torch.profiler, ms per call):\n\n"
                 "| B, H, T, D | path | kernel | ms |\n|---|---|---|---|\n" + "\n".join(profiles))

@@ -25,7 +25,7 @@ def run(*args, timeout=300):
 
 @pytest.mark.slow
 def test_gpu_check_smoke(tmp_path):
-    out = run("benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path))
+    out = run("benchmarks/gpu_check.py", "--smoke", "--backward-variants", "--out", str(tmp_path))
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert {"math forward", "math forward+backward"} <= set(result["kernels"])
     commands = result["commands"]
@@ -38,6 +38,9 @@ def test_gpu_check_smoke(tmp_path):
         assert max(max(case.values()) for case in result["fused_correctness"].values()) < 1e-5
         fused = result["fused_kernel"]["T=33 D=16"]  # in Triton's interpreter: correct, not fast
         assert fused["error_vs_fp64"]["psa_fused"] < 1e-5 and fused["forward+backward"]["psa_fused_ms"] > 0
+        gaps = fused["backward_variant_gradient_gap"]  # each backward_variant against the default backward
+        assert set(gaps) == {"fused_presheared", "fused_atomic_dq", "fused_presheared_atomic_dq"}
+        assert max(gaps.values()) < 1e-5 and fused["forward+backward"]["fused_atomic_dq_over_fused"] > 0
     else:  # Triton's interpreter cannot run with this NumPy: the sections say so instead of failing
         assert result["skipped"] == {"fused_correctness": unusable, "fused_kernel": unusable}
     assert result["model_step"]["eager"]["ratio"] > 0
@@ -662,6 +665,11 @@ def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_
     assert f"| {shape} | {e['sdpa']:.4f} | {e['psa_sdpa']:.4f} | {e['psa_fused']:.4f} | 0.5000 |" in table
     ratios = f"{r['sdpa_ms']:.3f} | {r['shear_then_sdpa_over_sdpa']:.3f} | {r['fused_over_sdpa']:.3f}"
     assert f"| {shape} | forward | {ratios} | 2.000 |" in table  # this check had no gamma 0 column
+    assert "backward variants" not in table  # a check without --backward-variants
+    for row in check["fused_kernel"].values():
+        row["backward_variant_gradient_gap"] = {"fused_atomic_dq": 0.004}
+        row["forward+backward"].update(fused_atomic_dq_over_fused=0.8, fused_atomic_dq_over_sdpa=1.2)
+    assert f"| {shape} | `atomic_dq` | 0.800 | 1.200 | 0.004 |" in gpu_tables.fused_kernel_table(check)
 
 
 TINY_SHAPE = ["--batch", "1", "--heads", "1", "--length", "8", "--head-dim", "4"]
