@@ -214,3 +214,14 @@ def test_a_kernel_flag_the_kernel_does_not_read_is_refused(argv, match):
         resolve_run_config(_parser().parse_args(["meanfield", "run", *argv]))
     cfg = resolve_run_config(_parser().parse_args(["meanfield", "run", "--kernel", "prefix", "--gauge-seed", "3"]))
     assert cfg.kernel.gauge_seed == 3
+
+
+def test_a_batch_runs_line_says_whose_numbers_it_gives(tmp_path, capsys):
+    """With --batch 3 the line gave batch element 0's spread, aligned pairs and clusters as the run's, without a word
+    (summary.json holds each element's)."""
+    argv = ["meanfield", "run", "--kernel", "prefix", "--n", "8", "--tau", "0.5", "--no-animation", "--batch", "3",
+            "--out", str(tmp_path / "run")]
+    assert _main(argv) == 0
+    assert "; batch element 0 of 3: marginal spread " in capsys.readouterr().out
+    assert _main(argv[:-4] + ["--out", str(tmp_path / "one")]) == 0
+    assert "batch element" not in capsys.readouterr().out

@@ -169,3 +169,14 @@ def test_a_rope_kernel_needs_a_frequency(kernel):
     """No frequency rotates no plane: the run was plain USA (it collapsed) under the name rope."""
     with pytest.raises(ValueError, match="needs at least one frequency"):
         SimulationConfig(n=4, kernel=kernel)
+
+
+def test_the_memory_estimate_counts_gauges_only_for_kernels_that_have_them():
+    """Plain USA in d = 4096 (n = 256) was refused as needing 64 GiB, for the gauges (n, d, d) its kernel does not
+    have (A = I; it needs under 1 GiB); RoPE's gauges take 32 GiB in float64, and it is still refused."""
+    free = 4 * 2**30
+    for name in ("usa", "cosine_toeplitz", "distance_bias"):
+        config = SimulationConfig(n=256, d=4096, tau=0.2, kernel=KernelConfig(name), available_memory=free)
+        assert config.memory_bytes(config.step_size()[1]) < 2**30
+    with pytest.raises(ValueError, match="does not fit in memory"):
+        SimulationConfig(n=256, d=4096, tau=0.2, kernel=KernelConfig("rope"), available_memory=free)

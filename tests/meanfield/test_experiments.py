@@ -45,3 +45,16 @@ def test_runner_writes_summary_and_plots_read_it(tmp_path):
     spheres = plot_final_states(tmp_path, tmp_path / "final.png")
     curves = plot_diagnostics(tmp_path / "summary.json", tmp_path / "diagnostics.png")
     assert spheres.stat().st_size > 0 and curves.stat().st_size > 0
+
+
+def test_the_package_docstring_lists_its_files():
+    """psattn.meanfield's list of its files named a ``cli`` module it no longer has (the command line moved to
+    psattn.commands.meanfield) and left out memory and staging."""
+    import re
+    from pathlib import Path
+
+    import psattn.meanfield
+
+    listed = set(re.findall(r"^- ``(\w+)``", psattn.meanfield.__doc__, flags=re.MULTILINE))
+    files = {p.stem for p in Path(psattn.meanfield.__file__).parent.glob("*.py")} - {"__init__"}
+    assert listed == files

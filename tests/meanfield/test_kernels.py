@@ -111,3 +111,20 @@ def test_a_kernel_built_from_tensors_of_the_wrong_kind_is_refused_in_one_line():
     with pytest.raises(ValueError, match="dimension d must be an integer ≥ 1, got 0"):
         kernels.rope_kernel([0.0, 1.0], 0, ())
     assert kernels.LabelledKernel("x", 3, torch.tensor([0, 1]), ones).n == 2  # integer labels (prompt ids) are fine
+
+
+def test_a_float32_kernel_widens_to_float64():
+    """A float32 run's kernel (Trajectory.kernel) cast to float64 was checked again at float64's tolerance: its
+    gauges' float32 rounding (GᵀG − I of 5e-8) was refused as not orthogonal, and so was diagnose of float64 states
+    with it, which casts the kernel to the states' dtype."""
+    from psattn.meanfield.diagnostics import diagnose
+
+    narrow = kernels.rope_kernel([float(s) for s in range(16)], 3, (0.7,)).to(torch.float32)
+    wide = narrow.to(torch.float64)
+    assert wide.gauges.dtype == wide.label_factor.dtype == torch.float64
+    assert torch.equal(wide.gauges, narrow.gauges.double()) and torch.equal(wide.labels, narrow.labels)
+    x = torch.nn.functional.normalize(torch.randn(1, 16, 3, dtype=torch.float64), dim=-1)
+    assert torch.allclose(diagnose(x, narrow)["comoving_spread"], diagnose(x, wide)["comoving_spread"])
+    big = kernels.gauge_kernel([0, 0], torch.eye(2).repeat(1, 1, 1), torch.full((2, 2), 1e39, dtype=torch.float64))
+    with pytest.raises(ValueError, match="label factor must be finite"):  # narrowed, it is checked: 1e39 is inf
+        big.to(torch.float32)

@@ -82,6 +82,22 @@ def test_diagnostics_figure_reads_without_the_source(monkeypatch):
     assert width / height < 3  # a grid, not one long strip
 
 
+
+def test_aligned_pairs_panel_names_the_runs_threshold(monkeypatch):
+    """A config may count pairs above another cosine than 0.999 (its threshold): the panel said 0.999 whatever
+    the fraction drawn counted."""
+    plots, figures = _captured(monkeypatch)
+    summary = _summary()
+    for run in summary["runs"]:
+        run["config"]["threshold"] = 0.5
+    plots.plot_diagnostics(summary, "x.png")
+    aligned = next(ax for ax in figures[0].axes if ax.get_title() == "pairs aligned")
+    assert aligned.get_ylabel() == "fraction of pairs with cos > 0.5"
+    summary["runs"][1]["config"]["threshold"] = 0.9
+    plots.plot_diagnostics(summary, "x.png")
+    aligned = next(ax for ax in figures[1].axes if ax.get_title() == "pairs aligned")
+    assert aligned.get_ylabel() == "fraction of pairs with cos > each run's threshold"
+
 def test_final_states_have_a_colour_bar_per_panel(monkeypatch):
     plots, figures = _captured(monkeypatch)
     plots.plot_final_states(_summary(), "x.png")

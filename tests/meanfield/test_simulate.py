@@ -237,3 +237,26 @@ def test_the_float32_energy_of_a_cluster_at_large_beta_is_finite(frame):
     f32, f64 = simulate(SimulationConfig(dtype="float32", **cfg), x0), simulate(SimulationConfig(**cfg), x0)
     assert bool(torch.isfinite(f32.energy).all()) and f32.energy_check.monotone
     assert torch.allclose(f32.energy.double(), f64.energy, rtol=1e-4)
+
+
+def test_kept_states_are_held_once():
+    """The recorded states were cloned into a list and stacked at the end: the run's peak held them twice (2.5 times
+    their bytes, against the memory estimate's once, so a run it admitted at 60% of the free memory did not fit).
+    Measured in a fresh process: its peak resident memory is one process-wide maximum."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, torch
+        from psattn.meanfield.config import SimulationConfig
+        from psattn.meanfield.simulate import simulate
+        torch.set_num_threads(1)
+        simulate(SimulationConfig(n=8, d=4, tau=0.1, dynamics="sa", keep_states=True))  # the libraries loaded
+        config = SimulationConfig(n=64, d=256, tau=2.0, dt=0.002, dynamics="sa", n_records=1001, keep_states=True)
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        states = simulate(config).states
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024 / (states.numel() * states.element_size()))
+    """)
+    grown = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert grown < 1.5

@@ -220,8 +220,9 @@ def _write_run(folder: Path, config: SimulationConfig, traj) -> list[str]:
     record = summarise(traj)
     summary = write_summary([record], folder)
     final = record["final"]
+    first = f"batch element 0 of {config.batch}: " if config.batch > 1 else ""  # the numbers are its alone
     print(f"{record['name']}: {record['steps']} {config.integrator} steps of {traj.step_size:.3g} "
-          f"({traj.frame} frame); "
+          f"({traj.frame} frame); {first}"
           f"marginal spread {final['marginal_spread'][0]:.3g}, co-moving spread {final['comoving_spread'][0]:.2g}, "
           f"aligned pairs {final['fraction_aligned'][0]:.3f}, clusters {final['cluster_count'][0]:.0f}; "
           f"{record['energy_check']}")

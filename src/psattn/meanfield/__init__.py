@@ -1,6 +1,7 @@
 """Mean-field attention with frozen auxiliary labels (USA-AV, arXiv 2605.30229).
 
-Files, one idea each:
+Files, one idea each (the command line, ``psattn meanfield run`` / ``reproduce``, is
+``psattn.commands.meanfield``):
 
 - ``gauges``         orthogonal gauges G(ξ): RoPE, generalised RoPE, random orthogonal (prefix tokens)
 - ``kernels``        LabelledKernel (label factor c, gauges or pair matrices) and its builders
@@ -17,7 +18,8 @@ Files, one idea each:
 - ``theorems``       numerical checks of the theorems (pass/fail, with figure data)
 - ``plots``          figures and the GIF from saved results
 - ``reproduce``      the whole set: report.md, figures, JSON
-- ``cli``            ``psattn meanfield run`` / ``reproduce`` (``register(subparsers)``)
+- ``memory``         whether a run fits in memory, from its config
+- ``staging``        the staging folder a run's files are written into before they are moved in
 """
 
 from psattn.meanfield.config import KernelConfig, SimulationConfig, build_kernel

@@ -36,6 +36,7 @@ from psattn.meanfield.memory import check_memory, estimate_bytes
 
 KERNEL_NAMES = ("usa", "rope", "generalised_rope", "cosine_toeplitz", "distance_bias", "prefix", "gauge", "pair")
 POSITIONAL_KERNELS = ("rope", "generalised_rope", "cosine_toeplitz", "distance_bias")
+GAUGE_KERNELS = ("rope", "generalised_rope", "prefix", "gauge")  # per-token gauges G(ξ_i) (n, d, d)
 FRAMES = ("auto", "comoving", "direct")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -233,7 +234,8 @@ class SimulationConfig:
         """The bytes a run of ``steps`` steps needs (``psattn.meanfield.memory.estimate_bytes``)."""
         direct = self.frame == "direct" or self.kernel.name == "pair"
         return estimate_bytes(n=self.n, d=self.d, batch=self.batch, steps=steps, n_records=self.n_records,
-                              item_bytes=self.torch_dtype.itemsize, direct=direct, keep_states=self.keep_states)
+                              item_bytes=self.torch_dtype.itemsize, direct=direct, keep_states=self.keep_states,
+                              gauges=self.kernel.name in GAUGE_KERNELS)
 
     def step_size(self) -> tuple[float, int]:
         """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau; a ValueError

@@ -18,6 +18,7 @@ gauge form (an explicit table of pair matrices) keep A_ij itself and can only ru
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -122,10 +123,16 @@ class LabelledKernel:
         return torch.einsum("iba,Bib->Bia", self.gauges, y)  # (B, n, d): G_iᵀ y_i
 
     def to(self, dtype: torch.dtype) -> LabelledKernel:
-        """The kernel with its tensors in ``dtype``."""
+        """The kernel with its tensors in ``dtype``. Widened (float32 to float64) it is not checked again: its
+        checks held in its own dtype, and its gauges' float32 rounding (GᵀG − I of 5e-8) fails float64's 1e-8."""
         def cast(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(dtype)
 
+        if dtype.is_floating_point and torch.finfo(dtype).eps < torch.finfo(self.label_factor.dtype).eps:
+            widened = copy.copy(self)  # frozen: its tables set in place of __init__, which would check them
+            for name in ("label_factor", "gauges", "explicit_pairs"):
+                object.__setattr__(widened, name, cast(getattr(self, name)))
+            return widened
         return LabelledKernel(
             self.name,
             self.d,

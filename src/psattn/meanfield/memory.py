@@ -1,7 +1,7 @@
 """Whether a mean-field simulation fits in memory, decided from its config before anything is allocated.
 
 A run holds its kernel on the n labels (the label factor c and |c|, (n, n), built in float64 and kept in
-the run's dtype; the gauges (n, d, d); in the direct frame every pair matrix A_ij, (n, n, d, d)), one
+the run's dtype; a gauge kernel's gauges (n, d, d); in the direct frame every pair matrix A_ij, (n, n, d, d)), one
 step's work (a few (B, n, n) Gram and weight matrices, RK4's stages of the state (B, n, d), and in the
 direct frame the products A_ij x_j, (B, n, n, d)), and what it records: the energy at every step, the
 diagnostics at every record and, when it keeps them, the states (R, B, n, d). A run whose estimate exceeds
@@ -19,11 +19,12 @@ N_DIAGNOSTICS = 8  # psattn.meanfield.diagnostics.DIAGNOSTIC_NAMES
 
 
 def estimate_bytes(*, n: int, d: int, batch: int, steps: int, n_records: int, item_bytes: int, direct: bool,
-                   keep_states: bool) -> int:
+                   keep_states: bool, gauges: bool = True) -> int:
     """The bytes a run of ``steps`` steps needs, from its sizes alone (an estimate, not a bound); ``item_bytes``
-    per number of the run's dtype, ``direct`` when it integrates every pair matrix (the direct frame)."""
+    per number of the run's dtype, ``direct`` when it integrates every pair matrix (the direct frame), ``gauges``
+    when its kernel has per-token gauges (n, d, d) (the label-factor kernels, A = I, have none)."""
     records = min(n_records, steps + 1)  # records fall on distinct steps
-    kernel = (FLOAT64 + item_bytes) * (2 * n * n + n * d * d + (n * n * d * d if direct else 0))
+    kernel = (FLOAT64 + item_bytes) * (2 * n * n + (n * d * d if gauges else 0) + (n * n * d * d if direct else 0))
     step = item_bytes * batch * (4 * n * n + 12 * n * d + (3 * n * n * d if direct else 0))
     kept = (item_bytes * batch + FLOAT64) * (steps + 1) + records * batch * item_bytes * (
         N_DIAGNOSTICS + (n * d if keep_states else 0))

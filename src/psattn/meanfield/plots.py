@@ -29,7 +29,7 @@ DEFAULT_SERIES = ("marginal_spread", "fraction_aligned", "comoving_spread", "mea
 #: series -> (panel title, y-axis label)
 SERIES_LABELS = {
     "marginal_spread": ("spread of the tokens", "1 − |mean of x_i|  (0: one point)"),
-    "fraction_aligned": ("pairs aligned", "fraction of pairs with cos > 0.999"),
+    "fraction_aligned": ("pairs aligned", "fraction of pairs with cos > {threshold}"),  # the runs' threshold
     "comoving_spread": ("spread in co-moving coordinates", "1 − |mean of G(ξ_i) x_i|"),
     "mean_cosine": ("mean pairwise cosine", "mean cos(x_i, x_j)  (1: one point)"),
     "energy": ("interaction energy", "energy"),
@@ -122,6 +122,8 @@ def plot_diagnostics(
             ax.plot(run["record_times"], values, label=run["name"], linewidth=1.2, color=f"C{i % 10}",
                     linestyle=("-", "--", "-.", ":")[i % 4])
         title, ylabel = SERIES_LABELS.get(name, (name.replace("_", " "), name.replace("_", " ")))
+        thresholds = {run["config"].get("threshold", 0.999) for run in runs}  # a config may set another than 0.999
+        ylabel = ylabel.format(threshold=f"{thresholds.pop():g}" if len(thresholds) == 1 else "each run's threshold")
         ax.set(xlabel="time t", ylabel=ylabel, title=title)
         ax.title.set_fontsize(10)
         ax.yaxis.label.set_fontsize(8)

@@ -102,26 +102,27 @@ def simulate(
 
     energy = torch.empty(steps + 1, config.batch, dtype=dtype)
     series: dict[str, list[Tensor]] = {}
-    states: list[Tensor] = []
+    # filled record by record: a list of them stacked at the end held every state twice (twice the memory estimate)
+    states = torch.empty(len(records), config.batch, config.n, config.d, dtype=dtype) if config.keep_states else None
 
-    def record(state: Tensor) -> None:
+    def record(index: int, state: Tensor) -> None:
         x = from_frame(state)
         for name, value in diagnose(x, kernel, config.threshold).items():
             series.setdefault(name, []).append(value)
-        if config.keep_states:
-            states.append(x.clone())
+        if states is not None:
+            states[index] = x  # (B, n, d) into (R, B, n, d)
 
     state = to_frame(x0)
     next_record = 0
     for k in range(steps):
         if k == records[next_record]:
-            record(state)
+            record(next_record, state)
             next_record += 1
             if progress is not None:
                 progress(k, steps)
         state, energy[k] = stepper(field, state, eta)
     energy[steps] = field(state)[1]
-    record(state)
+    record(next_record, state)  # the last record, at step ``steps``
     if progress is not None:
         progress(steps, steps)
 
@@ -141,7 +142,7 @@ def simulate(
         energy=energy,
         record_times=times[records],
         diagnostics={name: torch.stack(values) for name, values in series.items()},  # each (R, B)
-        states=torch.stack(states) if states else None,  # (R, B, n, d)
+        states=states,  # (R, B, n, d)
         energy_check=check,
     )
 
