@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -145,7 +147,10 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         program = lowered.to_executorch(ExecutorchBackendConfig(external_constants=(lambda node: tag) if external_weights
                                                                 else False))
     if external_weights:  # the data first: a program is never left without its weights beside it
-        program.write_tensor_data_to_file(str(path.parent))
+        # into a new file, not the old one rewritten: programs loaded from an earlier export map its pages
+        with tempfile.TemporaryDirectory(prefix=f".{data.name}.new-", dir=path.parent) as folder:
+            program.write_tensor_data_to_file(folder)
+            os.replace(Path(folder) / data.name, data)
     else:
         data.unlink(missing_ok=True)
     write_bytes(path, program.buffer)
