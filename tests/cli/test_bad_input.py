@@ -130,6 +130,8 @@ CASES = [
     ("export --run-dir {d}/foreign --out {d}/f.onnx", "does not hold the weights of the model"),
     ("export --run-dir {d}/run --out {d}/m.onnx --quantize int8", "--quantize applies to --format executorch"),
     ("export --format executorch --run-dir {d}/run --out {d}/m.pte --int8", "--int8 applies to --format onnx"),
+    ("export --run-dir {d}/run --out {d}/m.onnx --external-weights", "--external-weights applies to --format executorch"),
+    ("export --format hf --run-dir {d}/run --out {d}/hf --external-weights", "--external-weights applies to --format"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
     ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
     ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
@@ -370,7 +372,7 @@ def test_theory_bode_reads_its_run_before_writing_a_figure(files, run, capsys):
 
 
 @pytest.mark.parametrize(("fmt", "json_name"), [("onnx", "m.decode.onnx"), ("onnx", "m.int8-static.decode.onnx"),
-                                                ("executorch", "m.int8.pte")])
+                                                ("executorch", "m.int8.pte"), ("executorch", "m.int4.ptd")])
 def test_an_export_json_named_after_a_file_written_beside_its_output_is_refused(files, capsys, fmt, json_name):
     """--json naming the decode graph (or a quantized copy) replaced it with the comparison's JSON."""
     out = files / ("m.onnx" if fmt == "onnx" else "m.pte")

@@ -1,4 +1,7 @@
+import contextlib
+import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from psattn import AttentionConfig, DecoderLM, ModelConfig  # noqa: E402
 from psattn.cli import main  # noqa: E402
 from psattn.export.executorch import ExecuTorchLM, export_executorch, quantized_copy  # noqa: E402
 from psattn.models import generate  # noqa: E402
+from psattn.training.run_dir import load_trained  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each program takes tens of seconds to lower
 
@@ -34,6 +38,22 @@ def float_program_file(tmp_path_factory):
     folder = shared(tmp_path_factory, "executorch-float-model",
                     lambda f: export_executorch(float_model(), f / "m.pte", max_context=24))
     return folder / "m.pte"
+
+
+@pytest.fixture(scope="session")
+def tiny_run_programs(tmp_path_factory, tiny_run):
+    """``tiny_run`` exported by ``psattn export --format executorch`` once per session: to ``one/m.pte``, one
+    program, and with ``--external-weights`` to ``two/m.pte``, its weights in ``two/m.ptd``; each folder also
+    holds the command's JSON (``r.json``) and the lines it printed (``out.txt``)."""
+    def make(folder):
+        for name, flags in (("one", []), ("two", ["--external-weights"])):
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                assert main(["export", "--format", "executorch", "--run-dir", str(tiny_run), "--out",
+                             str(folder / name / "m.pte"), "--json", str(folder / name / "r.json"), *flags]) == 0
+            (folder / name / "out.txt").write_text(printed.getvalue())
+
+    return shared(tmp_path_factory, "tiny-run-executorch", make)
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +119,51 @@ def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32", "executorch_int8", "executorch_int4"}
 
 
-def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tmp_path, tiny_run):
+def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tiny_run_programs):
     """Rows of 16 tokens: the timed decode asked for 24 new tokens after a negative-length prompt, and the
     export failed ("plans memory for 16 tokens; 31 asked") after lowering the program."""
-    assert main(["export", "--format", "executorch", "--run-dir", str(tiny_run), "--out",
-                 str(tmp_path / "m.pte"), "--json", str(tmp_path / "r.json")]) == 0
-    r = json.loads((tmp_path / "r.json").read_text())
+    r = json.loads((tiny_run_programs / "one" / "r.json").read_text())
     assert r["max_context"] == 16 and r["greedy_tokens_equal"]
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32"}
+    assert "data_files" not in r and sorted(p.name for p in (tiny_run_programs / "one").iterdir()) == \
+        ["m.pte", "out.txt", "r.json"]
+
+
+def test_external_weights_hold_a_tied_table_once_and_run_as_the_one_file_program(tiny_run, tiny_run_programs):
+    """--external-weights writes the weights to m.ptd beside m.pte, the tied embedding table once (the one-file
+    program holds it twice: docs/edge.md); the command counts both files, and the program's logits and greedy
+    tokens are the one-file program's, bit for bit."""
+    one, two = tiny_run_programs / "one", tiny_run_programs / "two"
+    assert sorted(p.name for p in two.iterdir()) == ["m.ptd", "m.pte", "out.txt", "r.json"]
+    table = load_trained(tiny_run).embed.weight.detach().numpy().tobytes()
+    assert [(one / "m.pte").read_bytes().count(table), (two / "m.pte").read_bytes().count(table),
+            (two / "m.ptd").read_bytes().count(table)] == [2, 0, 1]
+    r = json.loads((two / "r.json").read_text())
+    assert r["files"] == {"fp32": str(two / "m.pte")} and r["data_files"] == {"fp32": str(two / "m.ptd")}
+    assert r["size_bytes"]["fp32"] == (two / "m.pte").stat().st_size + (two / "m.ptd").stat().st_size
+    assert r["data_size_bytes"]["fp32"] == (two / "m.ptd").stat().st_size
+    assert r["greedy_tokens_equal"] and r["max_logit_error"]["full_forward"] < 1e-4
+    printed = (two / "out.txt").read_text()
+    assert f"{two / 'm.pte'} with its weights in {two / 'm.ptd'}" in printed
+    assert "size (.pte + .ptd): fp32 " in printed and " MB (.ptd " in printed
+    single, external = ExecuTorchLM(one / "m.pte"), ExecuTorchLM(two / "m.pte")
+    assert single.data_path is None and external.data_path == two / "m.ptd"
+    ids = np.random.default_rng(0).integers(0, 16, (2, 16))
+    assert np.array_equal(external.logits(ids), single.logits(ids))
+    for ours, theirs in zip(external.generate(ids[:, :4], 12), single.generate(ids[:, :4], 12), strict=True):
+        assert np.array_equal(ours, theirs)
+
+
+def test_a_program_without_its_weights_file_is_refused_in_one_line(tmp_path, tiny_run_programs):
+    """The runtime said only "Failed to load method prefill, error: 0x:2"; a pair renamed together still loads."""
+    two = tiny_run_programs / "two"
+    shutil.copy(two / "m.pte", tmp_path / "m.pte")
+    with pytest.raises(FileNotFoundError, match=f"did not load without a weights file beside it, and "
+                                                f"{tmp_path / 'm.ptd'} is missing"):
+        ExecuTorchLM(tmp_path / "m.pte")
+    shutil.copy(two / "m.pte", tmp_path / "renamed.pte")
+    shutil.copy(two / "m.ptd", tmp_path / "renamed.ptd")
+    assert ExecuTorchLM(tmp_path / "renamed.pte").logits(np.array([[1, 2, 3]])).shape == (1, 3, 16)
 
 
 @pytest.mark.parametrize("max_context", [2, 4])

@@ -263,6 +263,36 @@ def test_an_onnx_export_removes_the_int8_files_of_an_earlier_one(runs, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data", "other.onnx"]
 
 
+def test_an_executorch_program_and_its_weights_file_land_together(runs, tmp_path, monkeypatch):
+    """With external weights the export writes m.pte and m.ptd: a Ctrl-C once both are written (during the
+    comparison) leaves the earlier one-file program as it was, and no .ptd beside it; a one-file export
+    removes the .ptd of an earlier external one, which the program beside it would not read."""
+    from psattn.export import compare_executorch
+    from psattn.export.executorch import data_path_for
+
+    def compared(model, run_dir, path, quantize, rows, decode_tokens, external_weights):
+        path.write_bytes(b"a new program")
+        if external_weights:
+            data_path_for(path).write_bytes(b"its weights")
+        if stop:
+            raise KeyboardInterrupt
+        return {"files": {"fp32": str(path)}}
+
+    monkeypatch.setattr(compare_executorch, "_compare", compared)
+    out = tmp_path / "m.pte"
+    out.write_bytes(b"an earlier program")
+    before = contents(tmp_path)
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        compare_executorch.executorch_and_compare(runs / "key_only", out, external_weights=True)
+    assert contents(tmp_path) == before and leftovers(tmp_path) == []
+    stop = False
+    compare_executorch.executorch_and_compare(runs / "key_only", out, external_weights=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ptd", "m.pte"]
+    compare_executorch.executorch_and_compare(runs / "key_only", out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pte"]
+
+
 @pytest.mark.slow
 def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, key_only_pair, tmp_path):
     """Real Ctrl-C to ``psattn export``, at several moments after it starts writing: exit code 130 and

@@ -13,7 +13,8 @@ FORMATS = {
     "onnx": "two ONNX graphs (prefill, and a decode step carrying the cache) and one file of the weights both read, "
             "run in ONNX Runtime and compared with PyTorch (logits, greedy tokens, INT8 fidelity).",
     "executorch": "one .pte program (methods prefill and decode, the cache as explicit state, XNNPACK), run in "
-                  "ExecuTorch's runtime and compared alike; --quantize adds int8 or int4 weight copies.",
+                  "ExecuTorch's runtime and compared alike; --quantize adds int8 or int4 weight copies, "
+                  "--external-weights puts each program's weights in a .ptd file beside it.",
     "hf": "a transformers checkpoint (the registered psattn model type) with the run's tokenizer, for "
           "AutoModelForCausalLM, pipeline and PEFT.",
 }
@@ -38,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="executorch: also write quantized programs beside the fp32 one (int8: int8 weights per "
                          "channel; int4: int4 weights in groups of 32; both with int8 dynamic activations) and "
                          "measure their agreement with fp32")
+    ex.add_argument("--external-weights", action="store_true",
+                    help="executorch: write each program's weights to <name>.ptd beside its .pte (ExecuTorch's "
+                         "external data; the two files go together), which holds a tied embedding table once "
+                         "where a self-contained fp32 .pte holds it twice")
     ex.add_argument("--force", action="store_true",
                     help="hf: replace the folder --out even when it holds files psattn did not write (an earlier "
                          "export's folder is replaced as a whole without it)")
@@ -50,10 +55,9 @@ def _export_files(args: argparse.Namespace) -> list[str]:
     if args.format == "hf":
         return [args.out]
     if args.format == "executorch":
-        from psattn.export.compare_executorch import quantized_path
-        from psattn.export.executorch import QUANTIZATIONS
+        from psattn.export.compare_executorch import executorch_family
 
-        return [str(quantized_path(args.out, q)) for q in QUANTIZATIONS]
+        return [str(p) for p in executorch_family(args.out)]
     from psattn.export.compare import onnx_family
 
     return [str(p) for p in onnx_family(Path(args.out))]
@@ -68,6 +72,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ValueError("--int8 applies to --format onnx (ExecuTorch takes --quantize)")
     if args.quantize and args.format != "executorch":
         raise ValueError("--quantize applies to --format executorch (ONNX takes --int8)")
+    if args.external_weights and args.format != "executorch":
+        raise ValueError("--external-weights applies to --format executorch (ONNX writes its weights file "
+                         "beside the graphs always; hf writes a folder)")
     if args.force and args.format != "hf":
         raise ValueError("--force applies to --format hf (ONNX and ExecuTorch files replace an earlier export's)")
     if args.format == "hf":
@@ -79,7 +86,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "executorch":
         from psattn.export.compare_executorch import executorch_and_compare, format_executorch_comparison
 
-        result = executorch_and_compare(required_run_dir(args), args.out, quantize=tuple(args.quantize or ()))
+        result = executorch_and_compare(required_run_dir(args), args.out, quantize=tuple(args.quantize or ()),
+                                        external_weights=args.external_weights)
         report(args.json, format_executorch_comparison(result), result)
         return 0
     from psattn.export.compare import export_and_compare, format_comparison

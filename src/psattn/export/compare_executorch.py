@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from psattn.export.compare import GREEDY_PROMPTS
-from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, check_quantizable, export_executorch
+from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, check_quantizable, data_path_for, export_executorch
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
@@ -32,10 +32,16 @@ def quantized_path(path: str | Path, quantize: str) -> Path:
     return path if quantize == "fp32" else path.with_name(f"{path.stem}.{quantize}{path.suffix}")
 
 
+def executorch_family(path: str | Path) -> list[Path]:
+    """Every file an ExecuTorch export to ``path`` may write: each program and its weights file."""
+    return [f(quantized_path(path, q)) for q in QUANTIZATIONS for f in (Path, data_path_for)]
+
+
 def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: tuple[str, ...] = (), rows: int = 64,
-                           decode_tokens: int = 24) -> dict[str, Any]:
+                           decode_tokens: int = 24, external_weights: bool = False) -> dict[str, Any]:
     """Write the run's model as an fp32 ExecuTorch program at ``path`` (and each of ``quantize``,
-    e.g. ``("int8", "int4")``, beside it) and measure them against PyTorch, one thread on both sides.
+    e.g. ``("int8", "int4")``, beside it; with ``external_weights``, each with its weights in a ``.ptd``
+    file beside it) and measure them against PyTorch, one thread on both sides.
     The programs are written in a staging folder and moved beside ``path`` when all are complete,
     replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there.
     A run that does not load is refused before anything is written."""
@@ -46,15 +52,17 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     for q in quantize:
         check_quantizable(model, q)  # before minutes of export and comparison
     target = Path(path)
-    with staged_files(target, lambda p: [quantized_path(p, q) for q in QUANTIZATIONS], keep=run_files(run_dir)) as staged:
-        result = _compare(model, run_dir, staged, quantize, rows, decode_tokens)
+    with staged_files(target, executorch_family, keep=run_files(run_dir)) as staged:
+        result = _compare(model, run_dir, staged, quantize, rows, decode_tokens, external_weights)
     result["files"] = moved(result["files"], target)
+    if "data_files" in result:
+        result["data_files"] = moved(result["data_files"], target)
     return result
 
 
 @torch.no_grad()
 def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], rows: int,
-             decode_tokens: int) -> dict[str, Any]:
+             decode_tokens: int, external_weights: bool) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = RunConfig.from_file(Path(run_dir) / "config.json")
     context = config.task.seq_len
@@ -67,8 +75,11 @@ def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], r
     ours = generate(model, prompts, new_tokens)
     torch_new = ours.sequences[:, prompts.shape[1]:].numpy()
 
-    programs = {q: ExecuTorchLM(export_executorch(model, quantized_path(path, q), max_context=context, quantize=q))
+    programs = {q: ExecuTorchLM(export_executorch(model, quantized_path(path, q), max_context=context, quantize=q,
+                                                  external_weights=external_weights))
                 for q in ("fp32", *quantize)}
+    written = {q: [quantized_path(path, q)] + [data_path_for(quantized_path(path, q))] * external_weights
+               for q in programs}  # each program, and its weights file
     fp32 = programs["fp32"]
     et_logits = fp32.logits(batch.inputs.numpy())
     seqs, step_logits = fp32.generate(prompts.numpy(), new_tokens)
@@ -77,13 +88,16 @@ def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], r
         "gamma": model.config.layer_attention_configs()[0].gamma,
         "max_context": context,
         "files": {q: str(quantized_path(path, q)) for q in programs},
-        "size_bytes": {q: quantized_path(path, q).stat().st_size for q in programs},
+        "size_bytes": {q: sum(p.stat().st_size for p in files) for q, files in written.items()},  # .pte and .ptd
         "max_logit_error": {"full_forward": float(np.abs(torch_logits - et_logits).max()),
                             "decode_steps": float(np.abs(ours.logits.numpy() - step_logits).max())},
         "greedy_tokens_equal": bool((ours.sequences.numpy() == seqs).all()),
         "accuracy": {"pytorch": accuracy(torch_logits, batch), "executorch_fp32": accuracy(et_logits, batch)},
         "quantized": {},
     }
+    if external_weights:
+        result["data_files"] = {q: str(files[1]) for q, files in written.items()}
+        result["data_size_bytes"] = {q: files[1].stat().st_size for q, files in written.items()}
     if token_bytes is not None:
         result["text"] = {"pytorch": text_quality(torch_logits, batch, token_bytes),
                           "executorch_fp32": text_quality(et_logits, batch, token_bytes)}
@@ -106,10 +120,14 @@ def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], r
 def format_executorch_comparison(r: dict[str, Any]) -> str:
     """``executorch_and_compare``'s result as the lines ``psattn export --format executorch`` prints."""
     latency = r["latency_ms_per_token"]
+    data = r.get("data_size_bytes", {})  # with external weights: each program's .ptd, counted in its size
     lines = [
-        f"{r['variant']} (gamma {r['gamma']:g}): ExecuTorch program {r['files']['fp32']} (methods prefill, decode; "
-        f"XNNPACK; up to {r['max_context']} tokens)",
-        "  size: " + ", ".join(f"{q} {b / 1e6:.2f} MB" for q, b in r["size_bytes"].items()),
+        f"{r['variant']} (gamma {r['gamma']:g}): ExecuTorch program {r['files']['fp32']}"
+        + (f" with its weights in {r['data_files']['fp32']}" if data else "")
+        + f" (methods prefill, decode; XNNPACK; up to {r['max_context']} tokens)",
+        "  size" + " (.pte + .ptd)" * bool(data) + ": "
+        + ", ".join(f"{q} {b / 1e6:.2f} MB" + (f" (.ptd {data[q] / 1e6:.2f} MB)" if data else "")
+                    for q, b in r["size_bytes"].items()),
         f"  fp32 max |logit error| vs PyTorch: full forward {r['max_logit_error']['full_forward']:.2e}, "
         f"decode steps {r['max_logit_error']['decode_steps']:.2e}; greedy tokens equal: {r['greedy_tokens_equal']}",
         "  held-out accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in r["accuracy"].items()),

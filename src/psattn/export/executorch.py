@@ -8,6 +8,11 @@ boundary as explicit state (sheared keys, values, and the last raw key and query
 them), so PSA's cache survives the path unchanged. The program takes one sequence at a time (batch 1),
 as on a device.
 
+With ``external_weights`` the weights go to ``<name>.ptd`` beside the program instead (ExecuTorch's
+external data, ``data_path_for``), which holds each of them once: a self-contained fp32 program holds a
+tied embedding table twice, once for the lookup and once in XNNPACK's data for the head (ExecuTorch 1.5
+copies a constant that both read). ``ExecuTorchLM`` loads the ``.ptd`` beside a program.
+
 Quantization (torchao, before export): ``int8`` is int8 dynamic activations with int8 weights, one
 scale per output channel; ``int4`` is int8 dynamic activations with int4 weights, one scale per 32
 weights (every linear layer's input width must then be a multiple of 32). Only the linear layers are
@@ -21,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -79,8 +86,17 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
     return model
 
 
+def data_path_for(path: str | Path) -> Path:
+    """Where the weights of the program ``path`` go when they are kept outside it: ``<name>.ptd``, ``<name>``
+    being the file name less a ``.pte`` suffix (only that one, as for ONNX's ``<name>.onnx.data``)."""
+    path = Path(path)
+    name = path.name[: -len(path.suffix)] if path.suffix.lower() == ".pte" else path.name
+    return path.with_name(name + ".ptd")
+
+
 @torch.no_grad()
-def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32") -> Path:
+def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32",
+                      external_weights: bool = False) -> Path:
     """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``.
 
     Args:
@@ -88,6 +104,9 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         path: the ``.pte`` file to write.
         max_context: the most tokens the program's memory plan holds (prompt and continuation).
         quantize: ``fp32``, ``int8`` or ``int4`` weights.
+        external_weights: write the weights, each once, to ``data_path_for(path)`` beside the program (the
+            two files go together), not inside it. Without it, a ``.ptd`` left there by an earlier export is
+            removed.
 
     Returns:
         The program's path. [Run the exported model](../exported.md) runs it in ExecuTorch's runtime
@@ -95,7 +114,7 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
     """
     with _quiet():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import to_edge_transform_and_lower
+        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     if max_context < 2:
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
@@ -112,26 +131,64 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
     seq = torch.export.Dim("seq", min=1, max=max_context)
     # max_context 2: the decode step always follows one token, a fixed cache length
     cache_dims = {3: torch.export.Dim("past", min=1, max=max_context - 1)} if past_len > 1 else {}
-    decode_dims: tuple[Any, ...] = ({}, cache_dims, cache_dims) + ((tuple({} for _ in state[2:]),) if state[2:] else ())
+    decode_dims: tuple[Any, ...] = ({}, cache_dims, cache_dims, *({} for _ in state[2:]))  # one per tensor
+    data = data_path_for(path)
+    tag = data.name  # ExecuTorch names the data file after the tag its weights carry
     with _quiet():
         programs = {"prefill": torch.export.export(prefill, (ids,), dynamic_shapes={"input_ids": {1: seq}}),
-                    "decode": torch.export.export(decode, (ids[:, :1], *state), dynamic_shapes=decode_dims)}
+                    # the graph's last raw key (and query) come as one argument, *last
+                    "decode": torch.export.export(decode, (ids[:, :1], *state),
+                                                  dynamic_shapes=decode_dims[:3] + ((decode_dims[3:],) * bool(state[2:])))}
+        if external_weights:
+            programs = {"prefill": _weights_tagged(programs["prefill"], (ids,), ({1: seq},), tag),
+                        "decode": _weights_tagged(programs["decode"], (ids[:, :1], *state), decode_dims, tag)}
         lowered = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()],
                                               constant_methods={"max_context": max_context})
-        buffer = lowered.to_executorch().buffer
-    write_bytes(path, buffer)
+        program = lowered.to_executorch(ExecutorchBackendConfig(external_constants=(lambda node: tag) if external_weights
+                                                                else False))
+    if external_weights:  # the data first: a program is never left without its weights beside it
+        # into a new file, not the old one rewritten: programs loaded from an earlier export map its pages
+        with tempfile.TemporaryDirectory(prefix=f".{data.name}.new-", dir=path.parent) as folder:
+            program.write_tensor_data_to_file(folder)
+            os.replace(Path(folder) / data.name, data)
+    else:
+        data.unlink(missing_ok=True)
+    write_bytes(path, program.buffer)
     return path
 
 
+def _weights_tagged(program: Any, args: tuple, dynamic_shapes: tuple, tag: str) -> Any:
+    """``program`` exported again with the weights XNNPACK will hold tagged ``tag``, so that they go to the data
+    file of that name (ExecuTorch's way: the tag goes on the constants of the unlifted graph); the weights left
+    outside XNNPACK are tagged as the program is written (``ExecutorchBackendConfig.external_constants``). Both
+    go to one file, which keeps equal bytes (a tied table) once."""
+    from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
+
+    unlifted = program.module()  # takes its inputs flat: one dynamic shape per tensor
+    delegate_external_constants_pass_unlifted(unlifted, lambda node: tag)
+    return torch.export.export(unlifted, args, dynamic_shapes=dynamic_shapes)
+
+
 class ExecuTorchLM:
-    """An exported program in ExecuTorch's Python runtime; the same interface as ``OnnxLM``."""
+    """An exported program in ExecuTorch's Python runtime, with its weights file ``data_path_for(path)`` where
+    there is one; the same interface as ``OnnxLM``."""
 
     def __init__(self, path: str | Path):
         from executorch.runtime import Runtime
 
+        path = Path(path)
+        data = data_path_for(path)
+        self.data_path = data if data.is_file() else None
         with _quiet():
-            self.program = Runtime.get().load_program(Path(path))
-            self.prefill = self.program.load_method("prefill")
+            self.program = Runtime.get().load_program(path, data_path=self.data_path)
+            try:
+                self.prefill = self.program.load_method("prefill")
+            except RuntimeError as err:  # ExecuTorch says only "error: 0x:2" when the weights are elsewhere
+                if self.data_path is None:
+                    raise FileNotFoundError(f"{path} did not load without a weights file beside it, and {data} "
+                                            "is missing: a program exported with external weights needs its .ptd "
+                                            f"in the same folder ({err})") from None
+                raise
             self.decode = self.program.load_method("decode")
             self.max_context = int(self.program.load_method("max_context").execute([])[0])
             self.vocab_size = int(self.prefill.metadata.output_tensor_meta(0).sizes()[-1])  # logits (1, T, V)
