@@ -111,6 +111,42 @@ def test_a_phase_diagram_that_fails_leaves_no_folder(tmp_path):
     assert not (tmp_path / "pd").exists()
 
 
+def test_bode_and_phase_diagram_stopped_midway_leave_the_earlier_files_whole(tmp_path, monkeypatch):
+    """bode and phase-diagram wrote their files in place, one after the other: a Ctrl-C while bode measured the model
+    left a new bode.png beside the earlier bode.json and bode_measured.png, one while phase-diagram drew its figure a
+    new transition.json beside the earlier phase_diagram.png. Now they are moved in once all are written; a staging
+    folder left by a killed run is removed."""
+    import subprocess
+
+    import psattn.theory.spectral
+    from psattn.theory import plots
+
+    measure, draw = psattn.theory.spectral.measure_bode, plots.plot_phase_diagram
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def files(folder):
+        return {p.name: p.read_bytes() if p.is_file() else "a folder" for p in folder.iterdir()}
+
+    dead = subprocess.Popen(["true"])  # a process that has ended: its staging folder is a killed run's
+    dead.wait()
+    for command, first, second, interrupted in (
+            (["bode", "--gamma", "0.8"], (measure, draw), (stop, draw), ["bode", "--gamma", "0.3"]),
+            (["phase-diagram", "--samples", "8"], (measure, draw), (measure, stop), ["phase-diagram", "--samples", "16"])):
+        out = tmp_path / command[0]
+        monkeypatch.setattr(psattn.theory.spectral, "measure_bode", first[0])
+        monkeypatch.setattr(plots, "plot_phase_diagram", first[1])
+        assert run_cli(["theory", *command, "--out", str(out)]) == 0
+        before = files(out)
+        (out / f".theory-files-{dead.pid}-killed").mkdir()
+        monkeypatch.setattr(psattn.theory.spectral, "measure_bode", second[0])
+        monkeypatch.setattr(plots, "plot_phase_diagram", second[1])
+        with pytest.raises(KeyboardInterrupt):
+            run_cli(["theory", *interrupted, "--out", str(out)])
+        assert files(out) == before  # no file of the stopped run, and no staging folder (the killed run's removed)
+
+
 def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     """--sweep is read first: it was read after the Bode model's training, the certificates and the reduced-model
     grid, so a mistyped path failed minutes in, with a training run left in --out."""
