@@ -208,6 +208,37 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bode_run"]
 
 
+def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, monkeypatch):
+    """The Bode run was trained with resume=False: a stop said "run the same command without --restart to resume",
+    and the same command trained it again from step 0. Now it resumes, exactly, and a finished one is reused."""
+    import itertools
+
+    from helpers import science
+    from psattn.experiments import bode_model as module
+    from psattn.training import trainer
+    from psattn.training.signals import TrainingInterrupted
+
+    small, train = module.small_induction_config, trainer.train
+    monkeypatch.setattr(module, "small_induction_config", lambda *a, **k: small(*a, **{**k, "steps": 8}))
+
+    def stopped(config, run_dir, **kwargs):
+        steps = itertools.count(1)
+        return train(config, run_dir, should_stop=lambda: next(steps) >= 4, **kwargs)  # polled after each step
+
+    monkeypatch.setattr(module, "train", stopped)
+    with pytest.raises(TrainingInterrupted, match="at step 4: checkpoint written in .*; run the same command again"):
+        bode_model(tmp_path / "stopped")
+    monkeypatch.setattr(module, "train", train)
+    bode_model(tmp_path / "stopped")
+    finished = (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes()
+    bode_model(tmp_path / "stopped")
+    assert (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes() == finished  # reused, not trained again
+    bode_model(tmp_path / "whole")
+    rows = [[json.loads(line) for line in (tmp_path / name / "bode_run" / "metrics.jsonl").read_text().splitlines()]
+            for name in ("stopped", "whole")]
+    assert science(rows[0]) == science(rows[1])
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     from psattn.experiments.configs import small_induction_config
