@@ -95,6 +95,7 @@ def staged_in(out: Path) -> Iterator[Path]:
         with stop_signals_held():
             for path in sorted(staging.iterdir()):
                 os.replace(path, out / path.name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

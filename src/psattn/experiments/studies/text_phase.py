@@ -239,6 +239,7 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
         with stop_signals_held():
             for path in sorted(staging.iterdir()):
                 os.replace(path, runs / path.name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return runs / "text_phase.md"
