@@ -71,6 +71,7 @@ def prepare(configs, tokenizers: Path, out: Path) -> None:
     would read it more than twice. The BPE tokenizers under ``tokenizers`` (those earlier pieces handed back) are
     loaded instead of trained; a tokenizer trained here comes back as ``out/tokenizer-<entry>.json``."""
     from psattn.experiments.studies.text_scale import check_repeats
+    from psattn.files import write_bytes
     from psattn.textdata.corpus import describe_corpus
     from psattn.textdata.tokens import cache_root
 
@@ -81,7 +82,7 @@ def prepare(configs, tokenizers: Path, out: Path) -> None:
     for tokenizer in sorted(tokenizers.glob("*.json")):  # seeded into this machine's cache
         if not (kept / tokenizer.name).exists():
             kept.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(tokenizer, kept / tokenizer.name)
+            write_bytes(kept / tokenizer.name, tokenizer.read_bytes())  # whole: one cut short would stay there
     config = max(texts, key=lambda c: c.train.steps * c.train.batch_size)
     start = time.monotonic()
     corpus = config.task.tokens()  # built on a fresh machine: part of every piece's time
@@ -94,7 +95,7 @@ def prepare(configs, tokenizers: Path, out: Path) -> None:
     if corpus.tokenizer.kind == "bpe" and not loaded:
         back = out / f"tokenizer-{corpus.directory.name}.json"
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(corpus.directory / "tokenizer.json", back)
+        write_bytes(back, (corpus.directory / "tokenizer.json").read_bytes())
         print(f"its BPE tokenizer comes back as {back.name}: unpack it here, and the next pieces load it instead of "
               "training it", flush=True)
 
@@ -239,13 +240,13 @@ def is_tokenizer(path: Path) -> bool:
 def keep_tokenizer(path: Path, into: Path) -> Path:
     """The BPE tokenizer a piece trained and handed back, checked and kept as ``into/tokenizers/<entry>.json``, where
     later pieces load it from (``prepare``)."""
+    from psattn.files import write_bytes
     from psattn.textdata.tokenizer import load_tokenizer
 
     if load_tokenizer(path).kind != "bpe":
         raise ValueError(f"{path} is not a BPE tokenizer")
     kept = into / TOKENIZERS / path.name.removeprefix("tokenizer-")
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, kept)
+    write_bytes(kept, path.read_bytes())  # whole (psattn.files): a copy cut short keeps the one already there
     print(f"kept the BPE tokenizer {path.name} as {kept}: the next pieces load it instead of training it")
     return kept
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from psattn.experiments.configs import small_config
+from psattn.files import write_text
 from psattn.models.heads import head_scores
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
@@ -114,7 +115,7 @@ def main(argv: list[str]) -> None:
     for name in names:
         path = out / f"{name}.json"
         if not path.exists():
-            path.write_text(json.dumps(run(name)))
+            write_text(path, json.dumps(run(name)))  # whole: a file cut short would be taken for a finished recipe
         history = json.loads(path.read_text())["history"]
         last = history[-1]
         reached = next((r["step"] for r in history if r["step"] > 0 and r["accuracy"] >= 0.8), None)

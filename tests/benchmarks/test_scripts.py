@@ -495,6 +495,26 @@ def test_two_layer_recipes_build_and_change_what_they_say(monkeypatch):
     assert [r["step"] for r in result["history"]] == [0, 2] and len(result["history"][0]["induction"]) == 2
 
 
+def test_a_recipe_whose_result_is_cut_short_runs_again(tmp_path, monkeypatch):
+    """The result was written in place, and a recipe whose file exists is skipped: a write cut short (a full disk, a
+    kill) left a truncated file on which every later invocation stopped with a JSONDecodeError."""
+    import importlib.util
+
+    from helpers import file_size_limit
+
+    spec = importlib.util.spec_from_file_location("recipes", ROOT / "scripts" / "two_layer_recipes.py")
+    recipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipes)
+    row = {"accuracy": 0.5, "previous_token": [0.1, 0.2], "induction": [0.3, 0.4]}
+    monkeypatch.setattr(recipes, "run", lambda name: {"recipe": name, "history": [{"step": s, **row} for s in range(99)]})
+    name = next(iter(recipes.RECIPES))
+    with file_size_limit(1000), pytest.raises(OSError):
+        recipes.main([str(tmp_path), name])
+    assert not list(tmp_path.iterdir())
+    recipes.main([str(tmp_path), name])
+    assert len(json.loads((tmp_path / f"{name}.json").read_text())["history"]) == 99
+
+
 def test_the_recipe_table_in_the_docs_is_what_the_saved_recipes_give(capsys):
     import importlib.util
 

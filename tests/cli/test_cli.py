@@ -1,5 +1,6 @@
 import argparse
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -13,6 +14,36 @@ def test_demo_writes_a_report(tmp_path, capsys):
     report = (tmp_path / "report.md").read_text()
     assert "| baseline | 0 | 4 |" in report and "| key_only | 1 | 4 |" in report
     assert "held-out induction accuracy" in capsys.readouterr().out
+
+
+def test_a_demo_stopped_midway_resumes_when_run_again(tmp_path, monkeypatch, capsys):
+    """A stop in the demo's second run said "run the same command without --restart to resume", but the same command
+    trained both runs again from step 0, the finished first one too. Now it resumes the run cut short, exactly, and
+    keeps the finished one."""
+    from helpers import science
+    from psattn.training import trainer
+
+    train = trainer.train
+
+    def stopped_in_key_only(config, run_dir, **kwargs):
+        if "key_only" in config.name:
+            steps = itertools.count(1)
+            kwargs["should_stop"] = lambda: next(steps) >= 4  # polled after each step
+        return train(config, run_dir, **kwargs)
+
+    argv = ["demo", "--steps", "8", "--out", str(tmp_path / "stopped")]
+    monkeypatch.setattr(trainer, "train", stopped_in_key_only)
+    assert main(argv) == 128 + 15  # checkpointed at step 4, as a SIGTERM does
+    assert "at step 4: checkpoint written in" in (err := capsys.readouterr().err) and "the same command again" in err
+    baseline, key_only = (next((tmp_path / "stopped").glob(f"*-{v}-*")) for v in ("baseline", "key_only"))
+    first = (baseline / "metrics.jsonl").read_bytes()
+    monkeypatch.setattr(trainer, "train", train)
+    assert main(argv) == 0
+    assert (baseline / "metrics.jsonl").read_bytes() == first  # kept, not trained again
+    assert main(["demo", "--steps", "8", "--out", str(tmp_path / "whole")]) == 0
+    whole = next((tmp_path / "whole").glob("*-key_only-*"))
+    rows = [[json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (key_only, whole)]
+    assert science(rows[0]) == science(rows[1])
 
 
 def test_train_with_overrides_and_resume(tmp_path):

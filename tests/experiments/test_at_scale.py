@@ -314,6 +314,24 @@ def test_unpack_keeps_a_pieces_bpe_tokenizer_where_the_next_pieces_load_it_and_r
     assert not (tmp_path / "gpu" / "tokenizers" / "def-byte-0.05.json").exists()
 
 
+def test_a_tokenizer_kept_on_a_full_disk_leaves_the_one_already_there_whole(tmp_path):
+    """keep_tokenizer copied the piece's tokenizer in place: a copy cut short (a full disk, a Ctrl-C during unpack) left
+    a truncated tokenizer where the next pieces load it, which they then refused as not JSON."""
+    pytest.importorskip("tokenizers")
+    from helpers import file_size_limit
+    from psattn.textdata.tokenizer import BPETokenizer, load_tokenizer
+
+    gpu_sweeps = driver()
+    back = tmp_path / "piece" / "tokenizer-abc-bpe300-0.05.json"
+    back.parent.mkdir()
+    back.write_text(BPETokenizer.train(["def f(x):\n    return x\n" * 40, "the quick brown fox " * 40], 300).to_json())
+    kept = gpu_sweeps.keep_tokenizer(back, tmp_path / "gpu")
+    assert kept.stat().st_size > 4096
+    with file_size_limit(4096), pytest.raises(OSError):
+        gpu_sweeps.keep_tokenizer(back, tmp_path / "gpu")  # the same piece unpacked again
+    assert kept.read_bytes() == back.read_bytes() and load_tokenizer(kept).kind == "bpe"
+
+
 def test_the_driver_unpacks_a_piece_and_counts_what_is_left(tiny_sweep, tmp_path, capsys):
     import importlib.util
 

@@ -1,3 +1,4 @@
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -567,6 +568,62 @@ def test_a_stop_after_the_first_theory_file_leaves_the_earlier_report_with_its_o
     assert json.loads(after["theory/theory.json"])["certificates"] == {"run": 3}
     assert [after[f"theory/{name}"] for name in ("bode.png", "theory.md")] == ["run 3"] * 2
     assert "run 3" in after["report.md"] and "theory/bode_run/result.json" in after
+
+
+def test_a_stop_after_the_mean_field_part_leaves_the_earlier_report_with_its_own_mean_field_files(tmp_path, monkeypatch):
+    """On two cores the mean-field part runs beside the theory part and moved its files into meanfield/ when it ended:
+    a Ctrl-C while the theory part still ran left the new mean-field report beside the earlier report.md. Now they move
+    in with the report pair, and an earlier mean-field report's figures that the new one did not draw are removed."""
+    from concurrent.futures import Future
+
+    from psattn.experiments import reproduce as reproduce_module
+    from psattn.meanfield import reproduce as meanfield
+
+    run = {"n": 1}
+
+    def write_report(out, quick, progress, threads):
+        (out / "paper").mkdir(parents=True, exist_ok=True)
+        (out / "paper" / "summary.json").write_text(f"run {run['n']}")
+        figures = ["final_states_n64.png", "final_states_n128.png"][:2 if run["n"] == 1 else 1]  # --full, then --quick
+        for name in figures:
+            (out / name).write_text(f"run {run['n']}")
+        (out / "report.md").write_text(f"run {run['n']}")
+        return {"passed": True, "checks": [], "skipped": [], "files": ["paper/summary.json", *figures, "report.md"]}
+
+    def theory_section(*args, **kwargs):
+        if run["n"] == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the theory part runs, the mean-field part done beside it
+        return [f"run {run['n']}"], {"run": run["n"]}
+
+    class AtOnce:  # the worker beside, done before the theory part
+        def submit(self, fn, *args):
+            done = Future()
+            done.set_result(fn(*args))
+            return done
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(reproduce_module, "theory_section", theory_section)
+    monkeypatch.setattr(reproduce_module, "_beside", lambda wanted: contextlib.nullcontext(AtOnce()))
+    monkeypatch.setattr(meanfield, "_write_report", write_report)
+
+    def files():
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    reproduce(tmp_path, sections=("theory", "meanfield"), progress=False)
+    before = files()
+    assert before["meanfield/report.md"] == "run 1" and "meanfield/final_states_n128.png" in before
+    run["n"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(tmp_path, sections=("theory", "meanfield"), progress=False)
+    assert files() == before and sorted(p.name for p in tmp_path.iterdir()) == ["meanfield", "report.md", "results.json"]
+    run["n"] = 3
+    reproduce(tmp_path, sections=("theory", "meanfield"), progress=False)
+    after = files()
+    assert sorted(name for name in after if name.startswith("meanfield/")) == [
+        "meanfield/final_states_n64.png", "meanfield/paper/summary.json", "meanfield/report.md"]
+    assert {after[name] for name in after if name.startswith("meanfield/")} == {"run 3"}
+    assert "run 3" in after["report.md"]
 
 
 def test_a_sweep_worker_killed_with_sigkill_is_one_error_naming_its_run_and_the_sweep_resumes(tmp_path):

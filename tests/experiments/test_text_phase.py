@@ -116,6 +116,30 @@ def test_the_report_without_the_export_extra_says_how_a_wheel_user_installs_it(t
     assert "(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)" in report
 
 
+def test_a_report_stopped_during_its_onnx_part_leaves_the_earlier_figure_and_report(tmp_path, monkeypatch):
+    """The figure was drawn into the runs' folder before the ONNX part (minutes) and the report written after it: a
+    Ctrl-C meanwhile left the new text_phase.png beside the earlier text_phase.md. Now both move in together."""
+    pytest.importorskip("matplotlib")
+    from psattn.experiments import edge_report, text_report
+
+    def edge(*args, **kwargs):
+        if stop:
+            raise KeyboardInterrupt  # Ctrl-C while the models are exported and timed
+        return None  # as without the export extra
+
+    monkeypatch.setattr(text_report, "samples", lambda runs, configs, seed: {"a": {"prompt": "p", "continuation": "c"}})
+    monkeypatch.setattr(edge_report, "edge_comparison", edge)
+    stop = False
+    tp.phase_report({f"m{i}": run(*model, 0, [0.0, 1.0, 1.5], [0.02, 0.3, 0.4])
+                     for i, model in enumerate(tp.PHASE_MODELS[:2])}, tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        tp.phase_report({f"m{i}": run(*model, 0, [0.0, 0.2, 2.0], [0.02, 0.1, 0.4])
+                         for i, model in enumerate(tp.PHASE_MODELS[:3])}, tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # and no staging folder left
+
+
 def test_the_docs_table_and_verdict_are_what_the_saved_runs_give():
     from pathlib import Path
 

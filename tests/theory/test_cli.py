@@ -111,6 +111,42 @@ def test_a_phase_diagram_that_fails_leaves_no_folder(tmp_path):
     assert not (tmp_path / "pd").exists()
 
 
+def test_bode_and_phase_diagram_stopped_midway_leave_the_earlier_files_whole(tmp_path, monkeypatch):
+    """bode and phase-diagram wrote their files in place, one after the other: a Ctrl-C while bode measured the model
+    left a new bode.png beside the earlier bode.json and bode_measured.png, one while phase-diagram drew its figure a
+    new transition.json beside the earlier phase_diagram.png. Now they are moved in once all are written; a staging
+    folder left by a killed run is removed."""
+    import subprocess
+
+    import psattn.theory.spectral
+    from psattn.theory import plots
+
+    measure, draw = psattn.theory.spectral.measure_bode, plots.plot_phase_diagram
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def files(folder):
+        return {p.name: p.read_bytes() if p.is_file() else "a folder" for p in folder.iterdir()}
+
+    dead = subprocess.Popen(["true"])  # a process that has ended: its staging folder is a killed run's
+    dead.wait()
+    for command, first, second, interrupted in (
+            (["bode", "--gamma", "0.8"], (measure, draw), (stop, draw), ["bode", "--gamma", "0.3"]),
+            (["phase-diagram", "--samples", "8"], (measure, draw), (measure, stop), ["phase-diagram", "--samples", "16"])):
+        out = tmp_path / command[0]
+        monkeypatch.setattr(psattn.theory.spectral, "measure_bode", first[0])
+        monkeypatch.setattr(plots, "plot_phase_diagram", first[1])
+        assert run_cli(["theory", *command, "--out", str(out)]) == 0
+        before = files(out)
+        (out / f".theory-files-{dead.pid}-killed").mkdir()
+        monkeypatch.setattr(psattn.theory.spectral, "measure_bode", second[0])
+        monkeypatch.setattr(plots, "plot_phase_diagram", second[1])
+        with pytest.raises(KeyboardInterrupt):
+            run_cli(["theory", *interrupted, "--out", str(out)])
+        assert files(out) == before  # no file of the stopped run, and no staging folder (the killed run's removed)
+
+
 def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     """--sweep is read first: it was read after the Bode model's training, the certificates and the reduced-model
     grid, so a mistyped path failed minutes in, with a training run left in --out."""
@@ -170,6 +206,37 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
     assert all((out / name).read_text() == "figure of run 1"
                for name in ("phase_diagram.png", "scaling.png", "bode.png", "bode_measured.png"))
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bode_run"]
+
+
+def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, monkeypatch):
+    """The Bode run was trained with resume=False: a stop said "run the same command without --restart to resume",
+    and the same command trained it again from step 0. Now it resumes, exactly, and a finished one is reused."""
+    import itertools
+
+    from helpers import science
+    from psattn.experiments import bode_model as module
+    from psattn.training import trainer
+    from psattn.training.signals import TrainingInterrupted
+
+    small, train = module.small_induction_config, trainer.train
+    monkeypatch.setattr(module, "small_induction_config", lambda *a, **k: small(*a, **{**k, "steps": 8}))
+
+    def stopped(config, run_dir, **kwargs):
+        steps = itertools.count(1)
+        return train(config, run_dir, should_stop=lambda: next(steps) >= 4, **kwargs)  # polled after each step
+
+    monkeypatch.setattr(module, "train", stopped)
+    with pytest.raises(TrainingInterrupted, match="at step 4: checkpoint written in .*; run the same command again"):
+        bode_model(tmp_path / "stopped")
+    monkeypatch.setattr(module, "train", train)
+    bode_model(tmp_path / "stopped")
+    finished = (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes()
+    bode_model(tmp_path / "stopped")
+    assert (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes() == finished  # reused, not trained again
+    bode_model(tmp_path / "whole")
+    rows = [[json.loads(line) for line in (tmp_path / name / "bode_run" / "metrics.jsonl").read_text().splitlines()]
+            for name in ("stopped", "whole")]
+    assert science(rows[0]) == science(rows[1])
 
 
 @pytest.fixture

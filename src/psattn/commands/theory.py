@@ -25,8 +25,13 @@ figures have the report's names, and the report's text describes its own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
@@ -70,6 +75,31 @@ def refuse_a_theory_report(out: Path, figures: tuple[str, ...]) -> None:
                          "replace: name another --out folder")
 
 
+#: the hidden folder inside ``--out`` that ``theory bode`` and ``theory phase-diagram`` write into (then a process id)
+STAGING_PREFIX = ".theory-files-"
+
+
+@contextlib.contextmanager
+def staged_in(out: Path) -> Iterator[Path]:
+    """A staging folder inside ``out`` (made when missing) for the block to write its files into; they are moved
+    into ``out`` once the block has written all, with the stop signals held, so that a stop or a failure midway
+    leaves the earlier files whole, not a mix of two. A staging folder left by a killed run is removed."""
+    from psattn.processes import tidy_staging
+    from psattn.training.signals import stop_signals_held
+
+    out.mkdir(parents=True, exist_ok=True)
+    tidy_staging(out, STAGING_PREFIX)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        yield staging
+        with stop_signals_held():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, out / path.name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def cmd_phase_diagram(args: argparse.Namespace) -> int:
     from psattn.theory import plots
     from psattn.theory.reduced_model import compare_with_theory
@@ -78,16 +108,16 @@ def cmd_phase_diagram(args: argparse.Namespace) -> int:
     out = Path(args.out)
     refuse_a_theory_report(out, ("phase_diagram.png",))
     comparison = compare_with_theory(GRID_DK, GRID_T, n_samples=args.samples, seed=args.seed).to_dict()
-    out.mkdir(parents=True, exist_ok=True)  # once the simulation has succeeded: a failure leaves no folder
-    write_text(out / "transition.json", json.dumps(comparison, indent=1))
-    path = plots.plot_phase_diagram(json.loads((out / "transition.json").read_text()), out / "phase_diagram.png")
+    with staged_in(out) as staging:  # once the simulation has succeeded: a failure leaves no folder
+        write_text(staging / "transition.json", json.dumps(comparison, indent=1))
+        plots.plot_phase_diagram(json.loads((staging / "transition.json").read_text()), staging / "phase_diagram.png")
     for region in ("above_crossover", "below_crossover", "all"):
         s = comparison["stats"][region]
         r = "n/a" if s["pearson_r"] is None else f"{s['pearson_r']:.4f}"
         err = "n/a" if s["max_rel_error"] is None else f"{s['max_rel_error']:.3f}"
         print(f"{region:16s} points {s['points']:3d}  with transition {s['with_transition']:3d}  "
               f"Pearson r {r}  largest relative error {err}")
-    print(f"figure: {path}")
+    print(f"figure: {out / 'phase_diagram.png'}")
     return 0
 
 
@@ -124,13 +154,14 @@ def cmd_bode(args: argparse.Namespace) -> int:
         label = f"symmetric γ={args.gamma:g}, random initialisation"
     from psattn.theory import plots  # matplotlib: loaded once the run directory has been read
 
-    out.mkdir(parents=True, exist_ok=True)
-    figures = [plots.plot_bode(closed, out / "bode.png")]
-    g = torch.Generator().manual_seed(args.seed)
-    ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=g, device=g.device)  # (B, T)
-    measured = measure_bode(model, ids).to_dict(label)
-    write_text(out / "bode.json", json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
-    figures.append(plots.plot_measured_bode([measured], out / "bode_measured.png"))
+    with staged_in(out) as staging:
+        plots.plot_bode(closed, staging / "bode.png")
+        g = torch.Generator().manual_seed(args.seed)
+        ids = torch.randint(0, model.config.vocab_size, (32, 64), generator=g, device=g.device)  # (B, T)
+        measured = measure_bode(model, ids).to_dict(label)
+        write_text(staging / "bode.json", json.dumps({"closed_form": closed, "measured": [measured]}, indent=1))
+        plots.plot_measured_bode([measured], staging / "bode_measured.png")
+    figures = [out / "bode.png", out / "bode_measured.png"]
     for stream in ("key", "query", "joint"):
         r = measured[f"{stream}_r"]
         print(f"{stream:6s} measured vs closed form: Pearson r {'n/a' if r is None else f'{r:.5f}'}, "

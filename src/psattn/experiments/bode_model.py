@@ -12,6 +12,7 @@ from pathlib import Path
 from psattn.experiments.configs import small_induction_config
 from psattn.models import DecoderLM
 from psattn.theory.report import BODE_GAMMA
+from psattn.training.config import holds_same_run
 from psattn.training.run_dir import load_trained
 from psattn.training.trainer import train
 
@@ -19,11 +20,15 @@ from psattn.training.trainer import train
 def bode_model(out_dir: str | Path, quick: bool = True, run_dir: str | Path | None = None,
                seed: int = 0) -> tuple[DecoderLM, str]:
     """(model, label): the model of ``run_dir``, or else a symmetric gamma = BODE_GAMMA layer trained
-    for 100 (``quick``) or 600 steps into ``out_dir/bode_run``."""
+    for 100 (``quick``) or 600 steps into ``out_dir/bode_run`` (resumed, or reused when finished, where that
+    folder holds the same run)."""
     if run_dir is not None:
         return load_trained(run_dir), f"trained run {Path(run_dir).name}"
     config = small_induction_config("symmetric", BODE_GAMMA, steps=100 if quick else 600, seed=seed, early_stop=False)
     target = Path(out_dir) / "bode_run"
-    result = train(config, target, resume=False)
+    # the same command again resumes a run a stop cut short (as the stop's message says) and reuses a finished one;
+    # a run of another size or seed there is trained anew
+    saved = target / "config.json"
+    result = train(config, target, resume=not saved.exists() or holds_same_run(saved, config))
     return load_trained(target), (f"symmetric γ={BODE_GAMMA:g}, trained {result.steps} steps "
                                   f"(held-out induction accuracy {result.final_accuracy:.2f})")

@@ -33,11 +33,12 @@ from psattn.training.signals import TrainingDiverged, stop_signals_held
 from psattn.version import __version__
 
 
-def meanfield_section(out: Path, mode: str, progress: bool) -> tuple[list[str], dict]:
-    """The mean-field experiment and theorem checks (their own report lies in ``meanfield/``)."""
+def meanfield_section(out: Path, mode: str, progress: bool, files: Path | None = None) -> tuple[list[str], dict]:
+    """The mean-field experiment and theorem checks (their own report lies in ``meanfield/``, written to ``files``:
+    ``out/meanfield`` unless given)."""
     from psattn.meanfield.reproduce import meanfield_report
 
-    result = meanfield_report(out / "meanfield", quick=mode == "quick", progress=progress)
+    result = meanfield_report(files or out / "meanfield", quick=mode == "quick", progress=progress)
     lines = ["## Mean-field dynamics with auxiliary variables", "",
              "Full report, figures and animation: [meanfield/report.md](meanfield/report.md).", ""]
     lines += _table(["check", "result", "details"],
@@ -102,9 +103,9 @@ def reproduce(
     out = Path(out_dir)  # made once the request is known to be runnable: a refused run leaves no folder
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, FIGURES_STAGING)
-    # the sections write their figures and theory files here; they move into figures/ and theory/ with the report
-    # pair (docs/faults.md), so that a stop or a failure midway leaves the earlier report with its own figures and
-    # theory files (the runs under runs/ and theory/bode_run are kept)
+    # the sections write their figures, theory and mean-field files here; they move into figures/, theory/ and
+    # meanfield/ with the report pair (docs/faults.md), so that a stop or a failure midway leaves the earlier report
+    # with its own figures, theory and mean-field files (the runs under runs/ and theory/bode_run are kept)
     staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
     try:
         started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
@@ -122,7 +123,8 @@ def reproduce(
                 part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
             lines += part
         with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
-            beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress)
+            beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress,
+                                                           staged / "meanfield")
             if "theory" in sections:
                 with _timed(timings, "theory and certificates"):
                     part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
@@ -133,7 +135,7 @@ def reproduce(
                     (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
                 else:
                     with _timed(timings, "mean field"):
-                        part, data["meanfield"] = meanfield_section(out, mode, progress)
+                        part, data["meanfield"] = meanfield_section(out, mode, progress, staged / "meanfield")
                 lines += part
         data["timings"] = {"seconds": timings, "runs": runs}
         header = [
@@ -152,7 +154,8 @@ def reproduce(
                                               if runs["reused"] else "."))
         header += timing_lines(timings, runs["seconds"])
         # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
-        # a stop signal waits until both are in place, with the figures and theory files, so all are of one run
+        # a stop signal waits until both are in place, with the figures, theory and mean-field files, so all are of
+        # one run
         write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
                      out / "report.md": "\n".join(header + lines) + "\n"},
                     replacing=lambda: _staged_moved_in(staged, out))
@@ -164,11 +167,19 @@ def reproduce(
 @contextmanager
 def _staged_moved_in(staged: Path, out: Path) -> Iterator[None]:
     """Hold the stop signals while the report pair is renamed into place, the files written into ``staged``'s
-    folders (figures/, theory/) moved into those of ``out`` first."""
+    folders (figures/, theory/, meanfield/ and its paper/) moved into those of ``out`` first; an earlier mean-field
+    report's figures that this one did not write are removed (``remove_stale_figures``)."""
     with stop_signals_held():
-        for path in sorted(staged.glob("*/*")):
-            (out / path.parent.name).mkdir(exist_ok=True)
-            os.replace(path, out / path.parent.name / path.name)
+        earlier = (staged / "meanfield").is_dir() and (out / "meanfield" / "report.md").is_file()
+        written = [p.name for p in (staged / "meanfield").iterdir()] if earlier else []
+        for path in sorted(p for p in staged.rglob("*") if p.is_file()):
+            target = out / path.relative_to(staged)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        if earlier:
+            from psattn.meanfield.reproduce import remove_stale_figures
+
+            remove_stale_figures(out / "meanfield", written)
         yield
 
 

@@ -16,7 +16,10 @@ plain layers train on three seeds, the rest on one.
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -43,8 +46,10 @@ from psattn.experiments.study import Results, Study, check_mode
 from psattn.files import write_text
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.models.config import Variant
+from psattn.processes import tidy_staging
 from psattn.training.config import RunConfig
 from psattn.training.run_dir import CHECKPOINT, TOKENIZER
+from psattn.training.signals import stop_signals_held
 
 HYPOTHESIS = ("one key-sheared layer copies from the first evaluations on, long before two plain layers go through "
               "their phase change; once they have, two plain layers copy as much or more and reach a lower ICL score "
@@ -57,6 +62,8 @@ PHASE_MODELS = ((1, "baseline", 0.0), (1, "key_only", 1.0), (1, "symmetric", 1.0
 #: the models trained on three seeds (the rest on the first)
 SEEDED_MODELS = ((1, "key_only", 1.0), (2, "baseline", 0.0))
 SEEDS = (0, 1, 2)
+#: the hidden folder inside the runs' folder that ``phase_report`` writes its figure and report into (then a process id)
+STAGING_PREFIX = ".text-phase-report-"
 EVALUATIONS = 40
 #: training tokens of every run, per plan
 PHASE_TOKENS = {"quick": 24_000_000, "full": 200_000_000}
@@ -220,14 +227,32 @@ def phase_figure(results: dict[str, dict[str, Any]], path) -> Any:
 
 def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "quick") -> Path:
     """Write what ``psattn sweep text_phase`` reports to ``runs/text_phase.md`` (returned): the hypothesis,
-    the table, the verdict, the figure, samples from every first-seed model and, with the export extra,
-    the ONNX comparison of every first-seed model."""
+    the table, the verdict, the figure (``runs/text_phase.png``), samples from every first-seed model and, with the
+    export extra, the ONNX comparison of every first-seed model. The figure and the report are written into a
+    staging folder inside ``runs`` and moved in together, with the stop signals held: a stop or a failure midway
+    (the ONNX part takes minutes) leaves the earlier figure and report whole."""
+    runs.mkdir(parents=True, exist_ok=True)
+    tidy_staging(runs, STAGING_PREFIX)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=runs))
+    try:
+        _write_phase_report(results, runs, mode, staging)
+        with stop_signals_held():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, runs / path.name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return runs / "text_phase.md"
+
+
+def _write_phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str, folder: Path) -> None:
+    """``phase_report``'s figure and report, written into ``folder``; the runs are those in ``runs``."""
     from psattn.experiments.edge_report import edge_comparison, edge_table
     from psattn.experiments.text_report import samples
 
     configs = [c for c in text_phase(mode) if c.name in results]
     rows = phase_table(results)
-    figure = phase_figure(results, runs / "text_phase.png")
+    figure = phase_figure(results, folder / "text_phase.png")
     lines = ["# Real text past the phase change (`psattn sweep text_phase`)", "",
              "Hypothesis, stated before the run: " + HYPOTHESIS, "", *format_phase_table(rows), "",
              *[part for clause in phase_verdict(results, rows) for part in (clause, "")], f"![curves]({figure.name})", "",
@@ -252,9 +277,7 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     lines += (["(Not measured: the trained runs' checkpoints are needed, see above.)"] if missing else
               ["(Not measured: install the export extra, `pip install 'phase-space-attention[export]'`.)"] if edge is None
               else edge_table(edge))
-    path = runs / "text_phase.md"
-    write_text(path, "\n".join(lines) + "\n")  # whole, or the earlier report kept
-    return path
+    write_text(folder / "text_phase.md", "\n".join(lines) + "\n")
 
 
 def _report(results: Results, runs: Path, mode: str) -> list[str]:
