@@ -178,3 +178,19 @@ def test_left_padding_without_position_ids_follows_the_mask(variant):
     mask = (padded != PAD).long()
     torch.testing.assert_close(full_logits(model, padded, attention_mask=mask)[:, 3:], full_logits(model, ids),
                                atol=1e-5, rtol=0)
+
+
+
+def test_moshi_past_its_window_generates_as_its_full_forward(prompt):
+    """transformers' Moshi has no window in its mask (its full forward attends to every token) but drops the keys
+    older than ``sliding_window`` from its cache, so its own generate attends to the window only, past it. A PSA
+    cache keeps every key: past the window, PSA's generate (γ = 0 too) is the full forward's, not Moshi's own."""
+    plain, psa = tiny_model("moshi", sliding_window=4), apply_psa(tiny_model("moshi", sliding_window=4), "key_only", 0.0)
+    T, n = prompt.shape[1], 4
+    seq, steps = greedy(psa, prompt, n, pad_token_id=PAD)
+    full = full_logits(plain, seq)[:, T - 1 : T - 1 + n]
+    torch.testing.assert_close(steps, full, **GEN_TOL)
+    torch.testing.assert_close(full_logits(psa, seq), full_logits(plain, seq), **TOL)
+    plain_steps = greedy(plain, prompt, n, pad_token_id=PAD)[1]
+    assert not torch.allclose(plain_steps, full, **GEN_TOL)  # transformers' own: the window from the second step
+    torch.testing.assert_close(plain_steps[:, 0], full[:, 0], **GEN_TOL)

@@ -212,6 +212,32 @@ def test_the_import_registers_each_model_type_when_transformers_first_looks_it_u
     assert run.stdout.splitlines() == ["[] False", "0.6 PSAQwen2Model 0.4 True"]
 
 
+IN_A_PIPELINE = textwrap.dedent("""
+    import sys, torch
+    import psattn.integrations.hf
+    from transformers import AutoModelForCausalLM, pipeline
+    def modeling():
+        return {m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m}
+    before = modeling()
+    generator = pipeline("text-generation", model=sys.argv[1], dtype=torch.float64)
+    print(sorted(modeling() - before), type(generator.model).__name__)
+    config = torch.load(sys.argv[2], weights_only=False).config  # its config class is made, its type not registered
+    print([c.__name__ for c in AutoModelForCausalLM._model_mapping._extra_content.values() if "Qwen2" in c.__name__])
+""")
+
+
+def test_a_pipeline_registers_only_the_model_types_in_use(tmp_path):
+    """pipeline() lists the causal-LM table to check the model's class, which registered every supported type
+    (importing each one's modeling code: over a second); the table lists the types whose config class exists."""
+    _saved(tmp_path / "llama", "llama", "key_only", 0.6)
+    tiny_tokenizer().save_pretrained(tmp_path / "llama")
+    torch.save(apply_psa(tiny_model("qwen2"), "symmetric", 0.4), tmp_path / "qwen2.pt")
+    run = subprocess.run([sys.executable, "-c", IN_A_PIPELINE, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["['modeling_llama'] PSALlamaForCausalLM", "['PSAQwen2ForCausalLM']"]
+
+
 def test_text_generation_pipeline(tmp_path):
     model, tokenizer = apply_psa(tiny_model(), "key_only", 1.0), tiny_tokenizer()
     prompt = "w3 w5 w7 w3 w5"

@@ -8,12 +8,14 @@ of a saved PSA model gives the model that was saved.
 Making a base model type's classes imports its transformers modules (over a second for the tested types
 together), so ``register_on_look_up`` defers them: transformers' tables of added entries then register a
 type the first time they are asked for it (its model type in ``AutoConfig``, its config class in an
-Auto class), and every deferred type when they are listed."""
+Auto class). Listed, ``AutoConfig``'s table first registers every deferred type, and an Auto class's table
+those whose config class exists: no config or model of another type can exist before it is registered
+(``pipeline()`` lists the causal-LM table to check the class of the model it is given)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,7 +32,7 @@ from transformers.conversion_mapping import get_checkpoint_conversion_mapping, r
 from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from psattn.integrations.hf.saving import PREFIX, base_model_type, psa_config_class, saved_spec
+from psattn.integrations.hf.saving import PREFIX, base_model_type, made_config_classes, psa_config_class, saved_spec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -142,7 +144,14 @@ def _tables() -> list:
 class _RegistersOnLookUp(dict):
     """A mapping's table of added entries (transformers' ``_extra_content``: model type -> config class, or
     config class -> model class) that first registers the deferred ``psattn_<base>`` type a key names, and
-    every deferred type before it is listed."""
+    before it is listed every deferred type (``every``, AutoConfig's table) or those whose config class exists."""
+
+    def __init__(self, entries: dict, every: bool) -> None:
+        super().__init__(entries)
+        self.every = every
+
+    def _listed(self) -> None:
+        _register_deferred(among=None if self.every else made_config_classes)
 
     def __contains__(self, key: object) -> bool:
         _register_deferred(key)
@@ -157,32 +166,33 @@ class _RegistersOnLookUp(dict):
         return super().get(key, default)
 
     def __iter__(self):
-        _register_deferred()
+        self._listed()
         return super().__iter__()
 
     def __len__(self) -> int:
-        _register_deferred()
+        self._listed()
         return super().__len__()
 
     def keys(self):
-        _register_deferred()
+        self._listed()
         return super().keys()
 
     def values(self):
-        _register_deferred()
+        self._listed()
         return super().values()
 
     def items(self):
-        _register_deferred()
+        self._listed()
         return super().items()
 
 
-def _register_deferred(key: object = None) -> None:
-    """Register the deferred type that ``key`` (a model type or a config class) names; every one for None."""
+def _register_deferred(key: object = None, among: Collection[str] | None = None) -> None:
+    """Register the deferred type that ``key`` (a model type or a config class) names; for None, every one (every
+    one in ``among`` where given)."""
     if not _deferred:  # each type leaves it once registered, so a look-up never sees one half registered
         return
     if key is None:
-        bases = list(_deferred)
+        bases = [base for base in _deferred if among is None or base in among]
     else:
         model_type = key if isinstance(key, str) else getattr(key, "model_type", None)
         if not isinstance(model_type, str) or not model_type.startswith(PREFIX):
@@ -209,6 +219,6 @@ def register_on_look_up(model_types, apply_psa: Callable[..., Any]) -> None:
     with _registering:
         for table in tables:
             if not isinstance(table._extra_content, _RegistersOnLookUp):
-                table._extra_content = _RegistersOnLookUp(table._extra_content)
+                table._extra_content = _RegistersOnLookUp(table._extra_content, every=table is CONFIG_MAPPING)
         for base in model_types:
             _deferred.setdefault(base, apply_psa)

@@ -39,11 +39,15 @@ def base_model_type(model_type: str | None) -> str | None:
     return model_type
 
 
+made_config_classes: set[str] = set()  # the base model types whose psattn_<base> config class exists
+
+
 @cache
 def psa_config_class(base: str) -> type[PretrainedConfig]:
     """The config class of model type ``psattn_<base>``: the base config plus ``psa`` settings. Made at run
     time, so its instances pickle as "this class of ``base``" (``_reduce_config``)."""
     base_cls = CONFIG_MAPPING[base]
+    made_config_classes.add(base)
     return type(f"PSA{base_cls.__name__}", (base_cls,),
                 {"model_type": PREFIX + base, "__module__": __name__, "__reduce__": _reduce_config})
 
