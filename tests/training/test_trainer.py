@@ -660,9 +660,11 @@ def test_a_training_batch_that_scores_no_position_logs_no_training_loss():
 
 
 def test_on_step_gets_no_loss_for_a_training_batch_that_scores_no_position():
-    """The callback was handed such a batch's loss of 0.0 (over no position), which the history no longer logs."""
+    """The callback was handed such a batch's loss of 0.0 (over no position), which the history no longer logs;
+    the bare loop that benchmarks time the trainer against handed it NaN."""
     from psattn.tasks import sample_task
     from psattn.training.seeds import step_generator
+    from psattn.training.speed import bare_loop
 
     task = make_task_config("induction", vocab_size=256, seq_len=16, form="all_positions")
     config = tiny_config(8, batch_size=1, eval_every=4)
@@ -673,6 +675,9 @@ def test_on_step_gets_no_loss_for_a_training_batch_that_scores_no_position():
     assert [step for step, _ in seen] == list(range(1, 9)) and 0 in scored and any(scored)
     assert [loss is None for _, loss in seen] == [n == 0 for n in scored]
     assert all(loss > 1.0 for _, loss in seen if loss is not None)
+    bare: list[tuple[int, float | None]] = []
+    bare_loop(config, 8, on_step=lambda step, loss: bare.append((step, loss)))
+    assert bare == seen  # the same recipe: the same losses, and None where the trainer gives None
 
 
 def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given_with_set(tmp_path):

@@ -26,9 +26,10 @@ from psattn.training.seeds import step_generator
 from psattn.training.trainer import train
 
 
-def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:
+def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float | None], None] | None = None) -> None:
     """The minimal loop with the same recipe: sample, forward (logits at the scored positions, as the
-    trainer does), loss, backward, gradient clipping, AdamW step, learning-rate schedule."""
+    trainer does), loss, backward, gradient clipping, AdamW step, learning-rate schedule. ``on_step`` is called
+    as ``train`` calls it: ``on_step(step, loss)``, loss None for a batch that scored no position."""
     t = config.train
     model = build_model(config).train()
     optimizer, schedule = build_optimizer(model, t)
@@ -42,7 +43,7 @@ def bare_loop(config: RunConfig, steps: int, on_step: Callable[[int, float], Non
         optimizer.step()
         schedule.step()
         if on_step is not None:
-            on_step(step + 1, loss.item())
+            on_step(step + 1, loss.item() if keep.any() else None)  # the mean over no position is NaN
 
 
 def trainer_vs_bare_loop(config: RunConfig, steps: int = 30, repeats: int = 3) -> dict[str, float]:
