@@ -121,6 +121,7 @@ CASES = [
     ("generate --run-dir {d}/run --prompt hi --max-new-tokens 0", "argument --max-new-tokens: expected a positive"),
     ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-k 5", "--top-k and --top-p apply when sampling"),
     ("generate --run-dir {d}/run --prompt hi --temperature 0 --top-p 0.9", "--temperature 0 decodes greedily"),
+    ("generate --run-dir {d}/run --prompt hi --temperature 0 --samples 2", "the same text for every seed"),
     *([("eval --run-dir {d}/run --device cuda", "--device='cuda:0' but CUDA is not available; use --device cpu or auto")]
       if not torch.cuda.is_available() else []),  # it named train.device, which the user never gave
     ("footprint {d}/run --context 0", "argument --context: expected a positive integer, got 0"),

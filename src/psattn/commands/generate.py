@@ -34,6 +34,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
         raise ValueError("--top-k and --top-p apply when sampling, and --temperature 0 decodes greedily: "
                          "drop them, or give a temperature above 0")
+    if args.temperature == 0 and args.samples > 1:  # the seeds apply only when sampling: N copies of one text
+        raise ValueError(f"--samples {args.samples} writes that many sampled continuations, and --temperature 0 decodes "
+                         "greedily, the same text for every seed: drop --samples, or give a temperature above 0")
     if not (Path(required_run_dir(args)) / "checkpoint.pt").exists():
         raise ValueError(f"{args.run_dir} holds no trained run (no checkpoint.pt)")
     tokenizer = run_tokenizer(args.run_dir)
