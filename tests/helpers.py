@@ -84,14 +84,20 @@ class Ended(Exception):
 
 
 @contextlib.contextmanager
-def default_action_raises(signum: int):
-    """``signum`` raises ``Ended`` while the block runs, where no handler of the code under test takes it."""
+def default_action_raises(signum: int, seen: Callable[[], object] | None = None):
+    """``signum`` raises ``Ended`` while the block runs, where no handler of the code under test takes it. With
+    ``seen``, what it returns when the signal comes (what a process it ended there would leave: the ``finally``
+    blocks run after it here) is appended to the list the block gets."""
+    came: list[object] = []
+
     def end(received, frame):
+        if seen is not None:
+            came.append(seen())
         raise Ended
 
     previous = signal.signal(signum, end)
     try:
-        yield
+        yield came
     finally:
         signal.signal(signum, previous)
 
