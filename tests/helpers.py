@@ -102,6 +102,25 @@ def default_action_raises(signum: int, seen: Callable[[], object] | None = None)
         signal.signal(signum, previous)
 
 
+def stop_on_moving_into(monkeypatch, folder: Path, signum: int = signal.SIGTERM) -> None:
+    """Send ``signum`` to this process as each ``os.replace`` puts a file into ``folder`` or a folder of it not
+    hidden (not into a staging folder there), as a stop that comes while a command moves its files in."""
+    replace = os.replace
+
+    def replace_then_stop(src, dst):
+        replace(src, dst)
+        target, root = Path(dst).resolve(), folder.resolve()
+        if root in target.parents and not any(part.startswith(".") for part in target.relative_to(root).parts):
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+
+
+def hidden_entries(folder: Path) -> list[str]:
+    """The hidden entries of ``folder`` (a staging folder left behind, say)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
 @contextlib.contextmanager
 def file_size_limit(size: int):
     """Writes past ``size`` bytes fail with EFBIG, as on a full disk (the signal that would kill the process ignored)."""

@@ -162,15 +162,15 @@ def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     assert not out.exists()
 
 
-def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
-    """theory report writes its files into a hidden folder inside --out and moves them in once all are written: a
-    Ctrl-C after theory.json left the new theory.json beside the earlier report's figures and theory.md. The Bode
-    run in --out is kept as it was trained, and a staging folder left by a killed report is removed."""
-    import subprocess
+def _stub_report(monkeypatch) -> dict:
+    """theory report with every part stubbed: its files say which run wrote them, ``{"run": 1, "stop": False}``
+    (returned, to change); a figure drawn while "stop" raises KeyboardInterrupt."""
     from pathlib import Path
 
     import psattn.experiments.bode_model
     from psattn.theory import plots
+
+    runs = {"run": 1, "stop": False}
 
     def bode_run(out, quick=True, run_dir=None, seed=0):
         (Path(out) / "bode_run").mkdir(parents=True, exist_ok=True)
@@ -178,13 +178,13 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
         return None, "stub"
 
     def draw(data, path):
-        if stop:
+        if runs["stop"]:
             raise KeyboardInterrupt
-        path.write_text(f"figure of run {run}")
+        path.write_text(f"figure of run {runs['run']}")
         return path
 
     monkeypatch.setattr(psattn.experiments.bode_model, "bode_model", bode_run)
-    monkeypatch.setattr(report, "certificate_results", lambda: {"run": run})
+    monkeypatch.setattr(report, "certificate_results", lambda: {"run": runs["run"]})
     monkeypatch.setattr(report, "transition_results", lambda n_samples, seed=0: {})
     monkeypatch.setattr(report, "scaling_results", lambda n_samples, seed=0, sweep_results=None: {})
     monkeypatch.setattr(report, "spectral_results", lambda model, label, seed=0: {"closed_form": [], "measured": []})
@@ -192,13 +192,22 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
                         lambda saved, link_prefix="": f"report of run {saved['certificates']['run']}")
     for name in ("plot_phase_diagram", "plot_scaling", "plot_bode", "plot_measured_bode"):
         monkeypatch.setattr(plots, name, draw)
+    return runs
+
+
+def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    """theory report writes its files into a hidden folder inside --out and moves them in once all are written: a
+    Ctrl-C after theory.json left the new theory.json beside the earlier report's figures and theory.md. The Bode
+    run in --out is kept as it was trained, and a staging folder left by a killed report is removed."""
+    import subprocess
+
+    runs = _stub_report(monkeypatch)
     out = tmp_path / "theory"
-    run, stop = 1, False
     assert run_cli(["theory", "report", "--quick", "--out", str(out)]) == 0
     dead = subprocess.Popen(["true"])  # a process that has ended: its staging folder is a killed report's
     dead.wait()
     (out / f".theory-report-{dead.pid}-killed").mkdir()
-    run, stop = 2, True
+    runs.update(run=2, stop=True)
     with pytest.raises(KeyboardInterrupt):
         run_cli(["theory", "report", "--quick", "--out", str(out)])
     assert json.loads((out / "theory.json").read_text())["certificates"]["run"] == 1
@@ -206,6 +215,21 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
     assert all((out / name).read_text() == "figure of run 1"
                for name in ("phase_diagram.png", "scaling.png", "bode.png", "bode_measured.png"))
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bode_run"]
+
+
+def test_a_sigterm_held_while_the_report_moves_in_leaves_no_staging_folder(tmp_path, monkeypatch):
+    """A SIGTERM held while the report's files were moved in ended the process on leaving the held block, before the
+    staging folder was removed: an empty .theory-report-PID-* stayed in --out."""
+    import signal
+
+    from helpers import Ended, default_action_raises, hidden_entries, stop_on_moving_into
+
+    _stub_report(monkeypatch)
+    out = tmp_path / "theory"
+    stop_on_moving_into(monkeypatch, out)
+    with default_action_raises(signal.SIGTERM, lambda: hidden_entries(out)) as seen, pytest.raises(Ended):
+        run_cli(["theory", "report", "--quick", "--out", str(out)])
+    assert seen == [[]] and (out / "theory.md").read_text() == "report of run 1"
 
 
 def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, monkeypatch):
