@@ -262,6 +262,43 @@ def driver():
     return gpu_sweeps
 
 
+@pytest.mark.parametrize("cut", ["a stop", "a full disk"])
+def test_page_cut_short_leaves_the_page_and_its_figures_as_they_were(tmp_path, monkeypatch, cut):
+    """gpu_sweeps page rewrote the page in place, then drew the figures one after the other: a full disk cut the page
+    short, and a stop while the figures were drawn left the new page beside the earlier figures. Now the figures are
+    drawn into a staging folder and moved in with the page, the stop signals held."""
+    from helpers import file_size_limit
+
+    page = tmp_path / "docs" / "at_scale.md"
+    (tmp_path / "docs" / "figures").mkdir(parents=True)
+    page.write_text((ROOT / "docs" / "at_scale.md").read_text().replace("not run yet", "an earlier status"))
+    (tmp_path / "docs" / "figures" / "paper_scale.png").write_text("the earlier figure")
+
+    def files():
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    def figures(results, out_dir):
+        (out_dir / "paper_scale.png").write_text("the new figure " * 100)
+        if cut == "a stop":
+            raise KeyboardInterrupt
+        return [out_dir / "paper_scale.png"]
+
+    before = files()
+    monkeypatch.setattr(at_scale, "figures", figures)
+    argv = ["page", "--page", str(page), "--results", str(tmp_path / "no_results")]  # the status: not run yet
+    if cut == "a stop":
+        with pytest.raises(KeyboardInterrupt):
+            driver().main(argv)
+    else:
+        with file_size_limit(1000), pytest.raises(OSError, match="File too large"):
+            driver().main(argv)
+    assert files() == before
+    assert [p.name for p in (tmp_path / "docs" / "figures").iterdir()] == ["paper_scale.png"]  # no staging folder
+    monkeypatch.undo()
+    monkeypatch.setattr(at_scale, "figures", lambda results, out_dir: [])
+    assert driver().main(argv) == 0 and "not run yet" in page.read_text()
+
+
 def blocked_env(tmp_path, names):
     """An environment whose Python cannot import ``names`` (None in sys.modules), as on a GPU machine."""
     blocker = tmp_path / "blocker"
