@@ -249,10 +249,10 @@ def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, 
         steps = itertools.count(1)
         return train(config, run_dir, should_stop=lambda: next(steps) >= 4, **kwargs)  # polled after each step
 
-    monkeypatch.setattr(module, "train", stopped)
+    monkeypatch.setattr(trainer, "train", stopped)
     with pytest.raises(TrainingInterrupted, match="at step 4: checkpoint written in .*; run the same command again"):
         bode_model(tmp_path / "stopped")
-    monkeypatch.setattr(module, "train", train)
+    monkeypatch.setattr(trainer, "train", train)
     bode_model(tmp_path / "stopped")
     finished = (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes()
     bode_model(tmp_path / "stopped")
@@ -261,6 +261,36 @@ def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, 
     rows = [[json.loads(line) for line in (tmp_path / name / "bode_run" / "metrics.jsonl").read_text().splitlines()]
             for name in ("stopped", "whole")]
     assert science(rows[0]) == science(rows[1])
+
+
+def test_a_bode_run_says_how_to_go_on_without_a_restart_flag(tmp_path, monkeypatch):
+    """theory report has no --restart, but the Bode run's lines named it: a stop in a run trained anew over one of
+    another size said "run the same command without --restart to resume", and a finished run whose checkpoint is
+    gone was refused with "use --restart to train it anew"."""
+    import itertools
+
+    from psattn.experiments import bode_model as module
+    from psattn.training import trainer
+    from psattn.training.signals import TrainingInterrupted
+
+    small, train = module.small_induction_config, trainer.train
+    monkeypatch.setattr(module, "small_induction_config", lambda *a, **k: small(*a, **{**k, "steps": k["steps"] // 25}))
+    bode_model(tmp_path, quick=True)  # 4 steps
+
+    def stopped(config, run_dir, **kwargs):
+        steps = itertools.count(1)
+        return train(config, run_dir, should_stop=lambda: next(steps) >= 2, **kwargs)  # polled after each step
+
+    monkeypatch.setattr(trainer, "train", stopped)
+    with pytest.raises(TrainingInterrupted, match="run the same command again to resume") as stop:
+        bode_model(tmp_path, quick=False)  # 24 steps: trained anew
+    assert "--restart" not in str(stop.value)
+    monkeypatch.setattr(trainer, "train", train)
+    bode_model(tmp_path, quick=False)  # as it said
+    (tmp_path / "bode_run" / "checkpoint.pt").unlink()
+    with pytest.raises(ValueError, match=f"this command has no --restart: delete {re.escape(str(tmp_path / 'bode_run'))} "
+                                         "and run it again to train the run anew"):
+        bode_model(tmp_path, quick=False)
 
 
 @pytest.fixture
