@@ -33,10 +33,13 @@ script's own check, end to end (run, pack, unpack, the table rebuilt from the un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -255,8 +258,6 @@ def join_parts(parts: list[Path], runs: Path, results: Path) -> Path | None:
     """A run in progress, from the parts a piece handed back, into ``runs/<results folder>/<run>``; None, and the
     run directory left as it is, when the run is finished (its summary is under ``results``, or its directory
     holds its result) or its directory there holds a later step than the parts (an older piece's, unpacked late)."""
-    import tempfile
-
     from psattn.experiments.run_parts import PART_NAME, join_run
     from psattn.training.checkpoint import load_checkpoint
     from psattn.training.run_dir import load_result
@@ -291,14 +292,45 @@ def print_tables(experiment: str, results: Path, mode: str) -> None:
     print("\n".join(at_scale.section(results_folder(experiment), results, mode)))
 
 
-def page(args: argparse.Namespace) -> int:
-    from psattn.experiments import at_scale
+#: the hidden folder inside docs/figures that ``page`` draws its figures into (then a process id)
+PAGE_STAGING = ".gpu-sweeps-page-"
 
-    path = Path(args.page)
-    path.write_text(at_scale.render_page(path.read_text(), Path(args.results)))
-    drawn = at_scale.figures(Path(args.results), path.parent / "figures")
+
+def page(args: argparse.Namespace) -> int:
+    """The page rewritten and its figures drawn as one set: the figures into a staging folder inside the page's
+    figures/, then moved in and the page written whole (``psattn.files``) with the stop signals held, so that a
+    stop or a full disk midway leaves the earlier page with its own figures. A staging folder a killed run left
+    is removed."""
+    from psattn.experiments import at_scale
+    from psattn.files import write_texts
+    from psattn.processes import tidy_staging
+
+    path, results = Path(args.page), Path(args.results)
+    text = at_scale.render_page(path.read_text(), results)
+    figures = path.parent / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    tidy_staging(figures, PAGE_STAGING)
+    staging = Path(tempfile.mkdtemp(prefix=f"{PAGE_STAGING}{os.getpid()}-", dir=figures))
+    try:
+        drawn = [figures / p.name for p in at_scale.figures(results, staging)]
+        write_texts({path: text}, replacing=partial(_moved_in, staging, figures))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(f"rewrote {path}; figures: {', '.join(map(str, drawn)) or 'none (no saved runs)'}")
     return 0
+
+
+@contextlib.contextmanager
+def _moved_in(staging: Path, folder: Path):
+    """Hold the stop signals while the page is renamed into place, the figures in ``staging`` moved into ``folder``
+    first, and ``staging`` removed before a stop held meanwhile ends the process."""
+    from psattn.training.signals import stop_signals_held
+
+    with stop_signals_held():
+        for figure in sorted(staging.iterdir()):
+            os.replace(figure, folder / figure.name)
+        staging.rmdir()
+        yield
 
 
 def status(args: argparse.Namespace) -> int:

@@ -84,16 +84,41 @@ class Ended(Exception):
 
 
 @contextlib.contextmanager
-def default_action_raises(signum: int):
-    """``signum`` raises ``Ended`` while the block runs, where no handler of the code under test takes it."""
+def default_action_raises(signum: int, seen: Callable[[], object] | None = None):
+    """``signum`` raises ``Ended`` while the block runs, where no handler of the code under test takes it. With
+    ``seen``, what it returns when the signal comes (what a process it ended there would leave: the ``finally``
+    blocks run after it here) is appended to the list the block gets."""
+    came: list[object] = []
+
     def end(received, frame):
+        if seen is not None:
+            came.append(seen())
         raise Ended
 
     previous = signal.signal(signum, end)
     try:
-        yield
+        yield came
     finally:
         signal.signal(signum, previous)
+
+
+def stop_on_moving_into(monkeypatch, folder: Path, signum: int = signal.SIGTERM) -> None:
+    """Send ``signum`` to this process as each ``os.replace`` puts a file into ``folder`` or a folder of it not
+    hidden (not into a staging folder there), as a stop that comes while a command moves its files in."""
+    replace = os.replace
+
+    def replace_then_stop(src, dst):
+        replace(src, dst)
+        target, root = Path(dst).resolve(), folder.resolve()
+        if root in target.parents and not any(part.startswith(".") for part in target.relative_to(root).parts):
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+
+
+def hidden_entries(folder: Path) -> list[str]:
+    """The hidden entries of ``folder`` (a staging folder left behind, say)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
 @contextlib.contextmanager

@@ -46,6 +46,35 @@ def test_a_demo_stopped_midway_resumes_when_run_again(tmp_path, monkeypatch, cap
     assert science(rows[0]) == science(rows[1])
 
 
+def test_a_demo_says_how_to_go_on_without_a_restart_flag(tmp_path, monkeypatch, capsys):
+    """demo has no --restart, but its lines named it: a stop in a run trained anew over one of other --steps said
+    "run the same command without --restart to resume" (the same command resumes it), and a finished run whose
+    checkpoint is gone was refused with "use --restart to train it anew"."""
+    from psattn.training import trainer
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--steps", "4", "--out", str(out)]) == 0
+    train = trainer.train
+
+    def stopped(config, run_dir, **kwargs):
+        steps = itertools.count(1)
+        return train(config, run_dir, should_stop=lambda: next(steps) >= 2, **kwargs)  # polled after each step
+
+    monkeypatch.setattr(trainer, "train", stopped)
+    assert main(["demo", "--steps", "8", "--out", str(out)]) == 128 + 15  # trained anew: other --steps
+    err = capsys.readouterr().err
+    assert "run the same command again to resume" in err and "--restart" not in err
+    monkeypatch.setattr(trainer, "train", train)
+    assert main(["demo", "--steps", "8", "--out", str(out)]) == 0  # as it said
+    baseline = next(out.glob("*-baseline-*"))
+    (baseline / "checkpoint.pt").unlink()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["demo", "--steps", "8", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert f"this command has no --restart: delete {baseline} and run it again to train the run anew" in err
+
+
 def test_train_with_overrides_and_resume(tmp_path):
     args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
             "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]

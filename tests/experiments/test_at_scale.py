@@ -262,6 +262,43 @@ def driver():
     return gpu_sweeps
 
 
+@pytest.mark.parametrize("cut", ["a stop", "a full disk"])
+def test_page_cut_short_leaves_the_page_and_its_figures_as_they_were(tmp_path, monkeypatch, cut):
+    """gpu_sweeps page rewrote the page in place, then drew the figures one after the other: a full disk cut the page
+    short, and a stop while the figures were drawn left the new page beside the earlier figures. Now the figures are
+    drawn into a staging folder and moved in with the page, the stop signals held."""
+    from helpers import file_size_limit
+
+    page = tmp_path / "docs" / "at_scale.md"
+    (tmp_path / "docs" / "figures").mkdir(parents=True)
+    page.write_text((ROOT / "docs" / "at_scale.md").read_text().replace("not run yet", "an earlier status"))
+    (tmp_path / "docs" / "figures" / "paper_scale.png").write_text("the earlier figure")
+
+    def files():
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    def figures(results, out_dir):
+        (out_dir / "paper_scale.png").write_text("the new figure " * 100)
+        if cut == "a stop":
+            raise KeyboardInterrupt
+        return [out_dir / "paper_scale.png"]
+
+    before = files()
+    monkeypatch.setattr(at_scale, "figures", figures)
+    argv = ["page", "--page", str(page), "--results", str(tmp_path / "no_results")]  # the status: not run yet
+    if cut == "a stop":
+        with pytest.raises(KeyboardInterrupt):
+            driver().main(argv)
+    else:
+        with file_size_limit(1000), pytest.raises(OSError, match="File too large"):
+            driver().main(argv)
+    assert files() == before
+    assert [p.name for p in (tmp_path / "docs" / "figures").iterdir()] == ["paper_scale.png"]  # no staging folder
+    monkeypatch.undo()
+    monkeypatch.setattr(at_scale, "figures", lambda results, out_dir: [])
+    assert driver().main(argv) == 0 and "not run yet" in page.read_text()
+
+
 def blocked_env(tmp_path, names):
     """An environment whose Python cannot import ``names`` (None in sys.modules), as on a GPU machine."""
     blocker = tmp_path / "blocker"
@@ -843,13 +880,7 @@ def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path
 
     from psattn.experiments import run_parts
 
-    earlier, later = tmp_path / "runs" / "run-a", tmp_path / "piece" / "run-a"
-    for folder, step in ((earlier, 100), (later, 200)):
-        folder.mkdir(parents=True)
-        (folder / "config.json").write_text('{"name": "run-a"}')
-        (folder / "metrics.jsonl").write_text(f'{{"step": {step}}}\n')
-        (folder / "checkpoint.pt").write_bytes(b"step %d" % step)
-    (earlier / "result.json").write_text("{}")  # a file the joined copy does not hold
+    earlier, later = _two_copies_of_a_run(tmp_path)
     parts = run_parts.split_run(later, tmp_path / "out", "text_scale-in-progress")
     real = Path.write_bytes
 
@@ -869,6 +900,61 @@ def test_a_join_that_fails_leaves_the_earlier_copy_of_the_run_as_it_was(tmp_path
     assert run_parts.join_run(parts, tmp_path / "runs") == earlier  # then a join that succeeds replaces it whole
     assert {p.name: p.read_bytes() for p in earlier.iterdir()} == {
         "config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n', "checkpoint.pt": b"step 200"}
+
+
+def _two_copies_of_a_run(tmp_path):
+    """An earlier copy of run-a under runs/ (step 100, with a result.json) and a later one (step 200) in a piece."""
+    earlier, later = tmp_path / "runs" / "run-a", tmp_path / "piece" / "run-a"
+    for folder, step in ((earlier, 100), (later, 200)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"name": "run-a"}')
+        (folder / "metrics.jsonl").write_text(f'{{"step": {step}}}\n')
+        (folder / "checkpoint.pt").write_bytes(b"step %d" % step)
+    (earlier / "result.json").write_text("{}")  # a file the joined copy does not hold
+    return earlier, later
+
+
+def test_a_stop_while_a_join_moves_its_files_in_waits_until_the_run_directory_is_whole(tmp_path, monkeypatch):
+    """join_run moved the joined files in one by one with no stop held: a SIGTERM after the first ended the
+    process with the later copy's config.json beside the earlier copy's metrics and checkpoint (its result.json
+    gone), and its staging folder left beside the run directory."""
+    import signal
+
+    from helpers import Ended, default_action_raises
+    from psattn.experiments import run_parts
+
+    earlier, later = _two_copies_of_a_run(tmp_path)
+    parts = run_parts.split_run(later, tmp_path / "out", "text_scale-in-progress")
+    replace = os.replace
+
+    def replace_then_stop(src, dst):
+        replace(src, dst)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def left():  # what a process ended by the signal leaves
+        return sorted(p.name for p in (tmp_path / "runs").iterdir()), {p.name: p.read_bytes() for p in earlier.iterdir()}
+
+    monkeypatch.setattr(run_parts.os, "replace", replace_then_stop)
+    with default_action_raises(signal.SIGTERM, left) as seen, pytest.raises(Ended):
+        run_parts.join_run(parts, tmp_path / "runs")
+    assert seen == [(["run-a"], {"config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n',
+                                 "checkpoint.pt": b"step 200"})]
+
+
+def test_a_split_cut_short_leaves_no_part(tmp_path):
+    """split_run wrote each part in place: a full disk (or a kill) cut a part short under its whole name, over the
+    part an earlier split had written there."""
+    from helpers import file_size_limit
+    from psattn.experiments import run_parts
+
+    earlier, later = _two_copies_of_a_run(tmp_path)
+    (earlier / "result.json").unlink()
+    parts = run_parts.split_run(earlier, tmp_path / "out", "run-a", part_bytes=4096)
+    assert len(parts) > 1
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    with file_size_limit(1000), pytest.raises(OSError, match=r"run-a\.tar\.00-of-\d\d failed .*is intact"):
+        run_parts.split_run(later, tmp_path / "out", "run-a", part_bytes=4096)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
 def test_an_unpack_whose_write_fails_leaves_the_saved_summary_whole(tmp_path):

@@ -476,6 +476,31 @@ def test_a_stop_between_the_reports_two_files_leaves_them_of_one_run(tmp_path, m
     assert "second run" in (tmp_path / "report.md").read_text()
 
 
+def test_a_sigterm_held_while_the_report_moves_in_leaves_no_staging_folder(tmp_path, monkeypatch):
+    """A SIGTERM held while the figures and the report pair were moved in ended the process on leaving the held
+    block, before the staging folder was removed: a .reproduce-figures-PID-* with its empty figures/ stayed in --out."""
+    from types import SimpleNamespace
+
+    from helpers import hidden_entries, stop_on_moving_into
+    from psattn.experiments import induction_report
+    from psattn.experiments import reproduce as reproduce_module
+
+    def figures(res, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "curves.png").write_text("figure")
+
+    monkeypatch.setattr(reproduce_module, "train_all", lambda *a, **k: {
+        "trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}})
+    monkeypatch.setattr(induction_report, "induction_results", lambda *a, **k: SimpleNamespace(
+        tables={}, rows=[], samples=[], params={}, edge=None))
+    monkeypatch.setattr(induction_report, "induction_markdown", lambda res: ["the report"])
+    monkeypatch.setattr(induction_report, "induction_figures", figures)
+    stop_on_moving_into(monkeypatch, tmp_path)
+    with default_action_raises(signal.SIGTERM, lambda: hidden_entries(tmp_path)) as seen, pytest.raises(Ended):
+        reproduce(tmp_path, sections=("induction",), progress=False)
+    assert seen == [[]] and (tmp_path / "figures" / "curves.png").read_text() == "figure"
+
+
 @pytest.mark.parametrize("section", ["induction", "text"])
 def test_a_stop_after_the_first_figure_leaves_the_earlier_report_with_its_own_figures(tmp_path, monkeypatch, section):
     """The sections drew their figures into figures/ as they ran: a Ctrl-C after the first left it, new, beside the

@@ -293,6 +293,29 @@ def test_an_executorch_program_and_its_weights_file_land_together(runs, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pte"]
 
 
+@pytest.mark.parametrize("fmt", ["onnx", "executorch"])
+def test_a_stop_as_the_export_moves_in_leaves_its_json_summary_beside_it(runs, tmp_path, monkeypatch, fmt):
+    """psattn export --json PATH wrote the summary once the export had moved in: a SIGTERM held while it moved ended
+    the process on leaving the held block, the new export beside the earlier export's summary. The summary is now
+    renamed into place with the export."""
+    from helpers import Ended, default_action_raises, stop_on_moving_into
+    from psattn.export import compare, compare_executorch
+
+    def compared(model, run_dir, path, *args):
+        path.write_bytes(b"a new export")
+        return {"files": {"fp32": str(path)}}
+
+    monkeypatch.setattr(compare, "_export_and_compare", compared)
+    monkeypatch.setattr(compare_executorch, "_compare", compared)
+    out, summary = tmp_path / f"m.{'pte' if fmt == 'executorch' else 'onnx'}", tmp_path / "summary.json"
+    summary.write_text('"the earlier export\'s summary"')
+    stop_on_moving_into(monkeypatch, tmp_path)
+    with default_action_raises(signal.SIGTERM, lambda: json.loads(summary.read_text())) as seen, \
+            pytest.raises((Ended, SystemExit)):
+        main(["export", "--format", fmt, "--run-dir", str(runs / "key_only"), "--out", str(out), "--json", str(summary)])
+    assert seen == [{"files": {"fp32": str(out)}}] and out.read_bytes() == b"a new export"
+
+
 @pytest.mark.slow
 def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, key_only_pair, tmp_path):
     """Real Ctrl-C to ``psattn export``, at several moments after it starts writing: exit code 130 and

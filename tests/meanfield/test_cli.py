@@ -201,6 +201,27 @@ def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "paper", "report.md"]  # no staging folder
 
 
+@pytest.mark.parametrize("command", ["run", "reproduce"])
+def test_a_sigterm_held_while_the_files_move_in_leaves_no_staging_folder(tmp_path, monkeypatch, command):
+    """A SIGTERM held while the files were moved in ended the process on leaving the held block, before the staging
+    folder was removed: an empty .meanfield-run-PID-* stayed in --out (the report's with its empty paper/)."""
+    import signal
+
+    from helpers import Ended, default_action_raises, hidden_entries, stop_on_moving_into
+    from psattn.meanfield import reproduce as module
+
+    monkeypatch.setattr(module, "_check_plan", lambda quick: [])
+    monkeypatch.setattr(module, "_plots_available", lambda: False)
+    monkeypatch.setattr(module, "paper_configs", lambda ns: paper_configs(ns=(4,), kernels=("usa",), tau=0.1))
+    out = tmp_path / "out"
+    argv = {"run": ["meanfield", "run", "--n", "4", "--tau", "0.1", "--records", "3", "--no-animation", "--out", str(out)],
+            "reproduce": ["meanfield", "reproduce", "--quick", "--out", str(out)]}[command]
+    stop_on_moving_into(monkeypatch, out)
+    with default_action_raises(signal.SIGTERM, lambda: hidden_entries(out)) as seen, pytest.raises(Ended):
+        _main(argv)
+    assert seen == [[]] and (out / {"run": "summary.json", "reproduce": "report.md"}[command]).is_file()
+
+
 @pytest.mark.parametrize("argv,match", [
     (["--kernel", "cosine_toeplitz", "--frequencies", "0.5"], "--frequencies sets a parameter of the rope and "
                                                                "generalised_rope kernels, not of 'cosine_toeplitz'"),

@@ -162,15 +162,15 @@ def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     assert not out.exists()
 
 
-def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
-    """theory report writes its files into a hidden folder inside --out and moves them in once all are written: a
-    Ctrl-C after theory.json left the new theory.json beside the earlier report's figures and theory.md. The Bode
-    run in --out is kept as it was trained, and a staging folder left by a killed report is removed."""
-    import subprocess
+def _stub_report(monkeypatch) -> dict:
+    """theory report with every part stubbed: its files say which run wrote them, ``{"run": 1, "stop": False}``
+    (returned, to change); a figure drawn while "stop" raises KeyboardInterrupt."""
     from pathlib import Path
 
     import psattn.experiments.bode_model
     from psattn.theory import plots
+
+    runs = {"run": 1, "stop": False}
 
     def bode_run(out, quick=True, run_dir=None, seed=0):
         (Path(out) / "bode_run").mkdir(parents=True, exist_ok=True)
@@ -178,13 +178,13 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
         return None, "stub"
 
     def draw(data, path):
-        if stop:
+        if runs["stop"]:
             raise KeyboardInterrupt
-        path.write_text(f"figure of run {run}")
+        path.write_text(f"figure of run {runs['run']}")
         return path
 
     monkeypatch.setattr(psattn.experiments.bode_model, "bode_model", bode_run)
-    monkeypatch.setattr(report, "certificate_results", lambda: {"run": run})
+    monkeypatch.setattr(report, "certificate_results", lambda: {"run": runs["run"]})
     monkeypatch.setattr(report, "transition_results", lambda n_samples, seed=0: {})
     monkeypatch.setattr(report, "scaling_results", lambda n_samples, seed=0, sweep_results=None: {})
     monkeypatch.setattr(report, "spectral_results", lambda model, label, seed=0: {"closed_form": [], "measured": []})
@@ -192,13 +192,22 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
                         lambda saved, link_prefix="": f"report of run {saved['certificates']['run']}")
     for name in ("plot_phase_diagram", "plot_scaling", "plot_bode", "plot_measured_bode"):
         monkeypatch.setattr(plots, name, draw)
+    return runs
+
+
+def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    """theory report writes its files into a hidden folder inside --out and moves them in once all are written: a
+    Ctrl-C after theory.json left the new theory.json beside the earlier report's figures and theory.md. The Bode
+    run in --out is kept as it was trained, and a staging folder left by a killed report is removed."""
+    import subprocess
+
+    runs = _stub_report(monkeypatch)
     out = tmp_path / "theory"
-    run, stop = 1, False
     assert run_cli(["theory", "report", "--quick", "--out", str(out)]) == 0
     dead = subprocess.Popen(["true"])  # a process that has ended: its staging folder is a killed report's
     dead.wait()
     (out / f".theory-report-{dead.pid}-killed").mkdir()
-    run, stop = 2, True
+    runs.update(run=2, stop=True)
     with pytest.raises(KeyboardInterrupt):
         run_cli(["theory", "report", "--quick", "--out", str(out)])
     assert json.loads((out / "theory.json").read_text())["certificates"]["run"] == 1
@@ -206,6 +215,21 @@ def test_a_report_stopped_after_its_first_file_leaves_the_earlier_report_whole(t
     assert all((out / name).read_text() == "figure of run 1"
                for name in ("phase_diagram.png", "scaling.png", "bode.png", "bode_measured.png"))
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bode_run"]
+
+
+def test_a_sigterm_held_while_the_report_moves_in_leaves_no_staging_folder(tmp_path, monkeypatch):
+    """A SIGTERM held while the report's files were moved in ended the process on leaving the held block, before the
+    staging folder was removed: an empty .theory-report-PID-* stayed in --out."""
+    import signal
+
+    from helpers import Ended, default_action_raises, hidden_entries, stop_on_moving_into
+
+    _stub_report(monkeypatch)
+    out = tmp_path / "theory"
+    stop_on_moving_into(monkeypatch, out)
+    with default_action_raises(signal.SIGTERM, lambda: hidden_entries(out)) as seen, pytest.raises(Ended):
+        run_cli(["theory", "report", "--quick", "--out", str(out)])
+    assert seen == [[]] and (out / "theory.md").read_text() == "report of run 1"
 
 
 def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, monkeypatch):
@@ -225,10 +249,10 @@ def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, 
         steps = itertools.count(1)
         return train(config, run_dir, should_stop=lambda: next(steps) >= 4, **kwargs)  # polled after each step
 
-    monkeypatch.setattr(module, "train", stopped)
+    monkeypatch.setattr(trainer, "train", stopped)
     with pytest.raises(TrainingInterrupted, match="at step 4: checkpoint written in .*; run the same command again"):
         bode_model(tmp_path / "stopped")
-    monkeypatch.setattr(module, "train", train)
+    monkeypatch.setattr(trainer, "train", train)
     bode_model(tmp_path / "stopped")
     finished = (tmp_path / "stopped" / "bode_run" / "metrics.jsonl").read_bytes()
     bode_model(tmp_path / "stopped")
@@ -237,6 +261,36 @@ def test_a_bode_run_stopped_midway_resumes_when_the_report_runs_again(tmp_path, 
     rows = [[json.loads(line) for line in (tmp_path / name / "bode_run" / "metrics.jsonl").read_text().splitlines()]
             for name in ("stopped", "whole")]
     assert science(rows[0]) == science(rows[1])
+
+
+def test_a_bode_run_says_how_to_go_on_without_a_restart_flag(tmp_path, monkeypatch):
+    """theory report has no --restart, but the Bode run's lines named it: a stop in a run trained anew over one of
+    another size said "run the same command without --restart to resume", and a finished run whose checkpoint is
+    gone was refused with "use --restart to train it anew"."""
+    import itertools
+
+    from psattn.experiments import bode_model as module
+    from psattn.training import trainer
+    from psattn.training.signals import TrainingInterrupted
+
+    small, train = module.small_induction_config, trainer.train
+    monkeypatch.setattr(module, "small_induction_config", lambda *a, **k: small(*a, **{**k, "steps": k["steps"] // 25}))
+    bode_model(tmp_path, quick=True)  # 4 steps
+
+    def stopped(config, run_dir, **kwargs):
+        steps = itertools.count(1)
+        return train(config, run_dir, should_stop=lambda: next(steps) >= 2, **kwargs)  # polled after each step
+
+    monkeypatch.setattr(trainer, "train", stopped)
+    with pytest.raises(TrainingInterrupted, match="run the same command again to resume") as stop:
+        bode_model(tmp_path, quick=False)  # 24 steps: trained anew
+    assert "--restart" not in str(stop.value)
+    monkeypatch.setattr(trainer, "train", train)
+    bode_model(tmp_path, quick=False)  # as it said
+    (tmp_path / "bode_run" / "checkpoint.pt").unlink()
+    with pytest.raises(ValueError, match=f"this command has no --restart: delete {re.escape(str(tmp_path / 'bode_run'))} "
+                                         "and run it again to train the run anew"):
+        bode_model(tmp_path, quick=False)
 
 
 @pytest.fixture

@@ -43,8 +43,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
     from psattn.experiments.configs import small_induction_config
-    from psattn.training.config import holds_same_run
-    from psattn.training.trainer import train
+    from psattn.training.trainer import train_again
 
     out = Path(args.out)
     rows = []
@@ -52,9 +51,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         config = small_induction_config(variant, gamma, steps=args.steps, seed=args.seed, early_stop=False)
         # the same command again resumes a run a stop cut short (as the stop's message says) and reuses a finished
         # one; a run of other --steps there is trained anew
-        saved = out / config.name / "config.json"
-        result = train(config, out / config.name, resume=not saved.exists() or holds_same_run(saved, config),
-                       progress=True)
+        result = train_again(config, out / config.name, progress=True)
         rows.append((config, result))
         emergence = "not reached" if result.emergence_step is None else f"step {result.emergence_step}"
         print(f"{config.name:20s} held-out induction accuracy {result.final_accuracy:.3f} "

@@ -83,15 +83,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"Hugging Face model: {export_hf(required_run_dir(args), args.out, force=args.force)} "
               "(import psattn.integrations.hf, then AutoModelForCausalLM.from_pretrained)")
         return 0
+    # a --json file is written by the export, moved in with it (a stop leaves both new or neither); "-" is printed here
+    summary = None if args.json == "-" else args.json
+    printed = None if summary else args.json
     if args.format == "executorch":
         from psattn.export.compare_executorch import executorch_and_compare, format_executorch_comparison
 
         result = executorch_and_compare(required_run_dir(args), args.out, quantize=tuple(args.quantize or ()),
-                                        external_weights=args.external_weights)
-        report(args.json, format_executorch_comparison(result), result)
+                                        external_weights=args.external_weights, json_path=summary)
+        report(printed, format_executorch_comparison(result), result)
         return 0
     from psattn.export.compare import export_and_compare, format_comparison
 
-    result = export_and_compare(required_run_dir(args), args.out, int8=args.int8)
-    report(args.json, format_comparison(result), result)
+    result = export_and_compare(required_run_dir(args), args.out, int8=args.int8, json_path=summary)
+    report(printed, format_comparison(result), result)
     return 0

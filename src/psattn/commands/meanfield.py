@@ -202,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
             for name in stale:  # the earlier run's, beside this one's config and summary: the folder describes one run
                 (out / name).unlink()
+            shutil.rmtree(staging)  # before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {', '.join(written)} to {out}")

@@ -12,9 +12,8 @@ from pathlib import Path
 from psattn.experiments.configs import small_induction_config
 from psattn.models import DecoderLM
 from psattn.theory.report import BODE_GAMMA
-from psattn.training.config import holds_same_run
 from psattn.training.run_dir import load_trained
-from psattn.training.trainer import train
+from psattn.training.trainer import train_again
 
 
 def bode_model(out_dir: str | Path, quick: bool = True, run_dir: str | Path | None = None,
@@ -28,7 +27,6 @@ def bode_model(out_dir: str | Path, quick: bool = True, run_dir: str | Path | No
     target = Path(out_dir) / "bode_run"
     # the same command again resumes a run a stop cut short (as the stop's message says) and reuses a finished one;
     # a run of another size or seed there is trained anew
-    saved = target / "config.json"
-    result = train(config, target, resume=not saved.exists() or holds_same_run(saved, config))
+    result = train_again(config, target)
     return load_trained(target), (f"symmetric γ={BODE_GAMMA:g}, trained {result.steps} steps "
                                   f"(held-out induction accuracy {result.final_accuracy:.2f})")

@@ -180,6 +180,7 @@ def _staged_moved_in(staged: Path, out: Path) -> Iterator[None]:
             from psattn.meanfield.reproduce import remove_stale_figures
 
             remove_stale_figures(out / "meanfield", written)
+        shutil.rmtree(staged)  # its folders, emptied, before a stop held meanwhile ends the process
         yield
 
 

@@ -22,9 +22,13 @@ import re
 import shutil
 import tarfile
 import tempfile
+from functools import partial
 from pathlib import Path
+from typing import IO
 
+from psattn.files import atomic_writes
 from psattn.training.run_dir import CHECKPOINT, run_files
+from psattn.training.signals import stop_signals_held
 
 #: bytes of one part: under the 16 MiB a GPU machine hands back per file
 PART_BYTES = 15 * 2**20
@@ -54,14 +58,15 @@ def split_run(run_dir: str | Path, out_dir: str | Path, stem: str, *, part_bytes
     count = -(-len(data) // part_bytes)
     if count > max_parts:
         return []
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for index in range(count):
-        part = out_dir / f"{stem}.tar.{index:02d}-of-{count:02d}"
-        part.write_bytes(data[index * part_bytes:(index + 1) * part_bytes])
-        parts.append(part)
-    return parts
+    parts = {Path(out_dir) / f"{stem}.tar.{index:02d}-of-{count:02d}": data[index * part_bytes:(index + 1) * part_bytes]
+             for index in range(count)}
+    # written whole, as a set (psattn.files): a full disk or a stop leaves no part cut short under its whole name
+    atomic_writes({path: partial(_write, part) for path, part in parts.items()}, replacing=stop_signals_held)
+    return list(parts)
+
+
+def _write(data: bytes, f: IO[bytes]) -> None:
+    f.write(data)
 
 
 def is_part(path: str | Path) -> bool:
@@ -72,7 +77,8 @@ def is_part(path: str | Path) -> bool:
 def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     """Write the run directory that ``parts`` (every part of one ``split_run``, in any order) hold into
     ``runs_dir``, replacing the run files an earlier copy left there (all written beside it first, so a join
-    that fails leaves that copy as it was); returns the directory. A missing
+    that fails leaves that copy as it was, and moved in with the stop signals held, so a stop leaves one copy
+    whole); returns the directory. A missing
     or foreign part, or an archive that holds anything but one run directory's files, is refused
     (ValueError) before anything is written."""
     if not parts:
@@ -97,18 +103,22 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     members = _members(data, stem)
     run_dir = Path(runs_dir) / next(iter(members)).split("/")[0]
     files = {name.split("/")[1]: content for name, content in members.items()}
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     # every file written beside the run directory first: a write that fails (a full disk, a Ctrl-C) leaves the
-    # copy an earlier piece left there as it was, instead of that copy deleted and this one half written
+    # copy an earlier piece left there as it was, instead of that copy deleted and this one half written; the
+    # moves in hold the stop signals, so that a stop leaves one copy whole, not the two mixed
     staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.joining-", dir=run_dir.parent))
     try:
         for name, content in files.items():
             (staging / name).write_bytes(content)
-        for path in run_files(run_dir):  # the earlier copy's files this one does not replace
-            if path.name not in files:
-                path.unlink(missing_ok=True)
-        for name in sorted(files, key=lambda name: name == CHECKPOINT):  # the checkpoint last
-            os.replace(staging / name, run_dir / name)
+        with stop_signals_held():
+            run_dir.mkdir(exist_ok=True)
+            for path in run_files(run_dir):  # the earlier copy's files this one does not replace
+                if path.name not in files:
+                    path.unlink(missing_ok=True)
+            for name in sorted(files, key=lambda name: name == CHECKPOINT):  # the checkpoint last
+                os.replace(staging / name, run_dir / name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return run_dir

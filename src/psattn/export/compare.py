@@ -5,6 +5,7 @@ log2(1 + 2 gamma) bits."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from functools import partial
@@ -79,21 +80,25 @@ def export_bytes(*files: str | Path) -> int:
 
 
 def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool | str = False, rows: int = 256,
-                       decode_tokens: int = 24) -> dict[str, Any]:
+                       decode_tokens: int = 24, json_path: str | Path | None = None) -> dict[str, Any]:
     """Export the run's model to ``onnx_path`` (and ``.decode.onnx``, ``.onnx.data``) and measure it against
     PyTorch. ``int8`` = "dynamic" (or True) or "static" also writes INT8 copies of both graphs
     (static ones calibrated on training rows) and measures them. Uses one thread on both sides.
     The files are written in a staging folder and moved beside ``onnx_path`` when all are complete,
     replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there.
-    A run that does not load is refused before anything is written."""
+    ``json_path``: the result is written there as JSON, moved in with the export (a stop leaves both new or
+    neither). A run that does not load is refused before anything is written."""
     mode = "dynamic" if int8 is True else (int8 or None)
     if mode is not None and mode not in INT8_MODES:
         raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
     model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
     target = Path(onnx_path)
-    with staged_files(target, onnx_family, keep=run_files(run_dir)) as staged:
+    summary: dict[str | Path, str] = {}
+    with staged_files(target, onnx_family, keep=run_files(run_dir), texts=summary) as staged:
         result = _export_and_compare(model, run_dir, staged, mode, rows, decode_tokens)
-    result["files"] = moved(result["files"], target)
+        result["files"] = moved(result["files"], target)
+        if json_path is not None:
+            summary[json_path] = json.dumps(result, indent=2) + "\n"
     return result
 
 

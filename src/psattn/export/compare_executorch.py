@@ -6,6 +6,7 @@ file sizes and milliseconds per generated token, interleaved with PyTorch in one
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -38,13 +39,15 @@ def executorch_family(path: str | Path) -> list[Path]:
 
 
 def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: tuple[str, ...] = (), rows: int = 64,
-                           decode_tokens: int = 24, external_weights: bool = False) -> dict[str, Any]:
+                           decode_tokens: int = 24, external_weights: bool = False,
+                           json_path: str | Path | None = None) -> dict[str, Any]:
     """Write the run's model as an fp32 ExecuTorch program at ``path`` (and each of ``quantize``,
     e.g. ``("int8", "int4")``, beside it; with ``external_weights``, each with its weights in a ``.ptd``
     file beside it) and measure them against PyTorch, one thread on both sides.
     The programs are written in a staging folder and moved beside ``path`` when all are complete,
     replacing an earlier export's (``psattn.export.staging``); when anything fails, nothing changes there.
-    A run that does not load is refused before anything is written."""
+    ``json_path``: the result is written there as JSON, moved in with the programs (a stop leaves both new or
+    neither). A run that does not load is refused before anything is written."""
     unknown = set(quantize) - set(QUANTIZATIONS[1:])
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
@@ -52,11 +55,14 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     for q in quantize:
         check_quantizable(model, q)  # before minutes of export and comparison
     target = Path(path)
-    with staged_files(target, executorch_family, keep=run_files(run_dir)) as staged:
+    summary: dict[str | Path, str] = {}
+    with staged_files(target, executorch_family, keep=run_files(run_dir), texts=summary) as staged:
         result = _compare(model, run_dir, staged, quantize, rows, decode_tokens, external_weights)
-    result["files"] = moved(result["files"], target)
-    if "data_files" in result:
-        result["data_files"] = moved(result["data_files"], target)
+        result["files"] = moved(result["files"], target)
+        if "data_files" in result:
+            result["data_files"] = moved(result["data_files"], target)
+        if json_path is not None:
+            summary[json_path] = json.dumps(result, indent=2) + "\n"
     return result
 
 

@@ -6,7 +6,8 @@ file of an earlier export survives beside the new ones; a folder holding files p
 (no ``.psattn-export`` manifest lists them) is replaced only when asked (``force``), and a target that
 is a file is refused. ONNX graphs with their weights file, or an ExecuTorch program, are a set of files beside one another
 (``staged_files``): the new set replaces the old one, and files of the old set the new one does not
-have (an INT8 copy of an earlier export, say) are removed. The moves into place run with the stop
+have (an INT8 copy of an earlier export, say) are removed; a summary of the export (``--json``) may be
+renamed into place with them. The moves into place run with the stop
 signals held back, so Ctrl-C leaves the previous export or the new one, never a mix of the two; a
 failure or a stop signal before them (a full disk, most often), or a refusal of the run, removes the
 staging folder and the folders made to hold the target, and leaves the target as it was (SIGTERM and
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from psattn.files import NEW_FILE_MODE, cannot_create
+from psattn.files import NEW_FILE_MODE, cannot_create, write_texts
 from psattn.processes import process_alive
 from psattn.training.signals import STOP_SIGNALS, stop_signals_held
 
@@ -213,10 +214,12 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
 
 @contextlib.contextmanager
 def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *,
-                 keep: Iterable[str | Path] = ()) -> Iterator[Path]:
+                 keep: Iterable[str | Path] = (), texts: dict[str | Path, str] | None = None) -> Iterator[Path]:
     """Yield ``target``'s path inside a staging folder beside it, where the export writes it and its
     companions; when the block completes, they are moved beside ``target``, and the files of
     ``family(target)`` (every name this kind of export may write) that it did not write are removed.
+    ``texts``, which the block may fill (a summary of the export, anywhere), are written whole beside their
+    paths first and renamed into place with the export, the stop signals held (``psattn.files.write_texts``).
     Refused before anything is written: a ``target`` that is a folder, and one whose family would replace
     or remove any of ``keep`` (a run's own files)."""
     target = Path(target)
@@ -235,12 +238,18 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
             yield staging / target.name
             _opened_up(staging)
             written = sorted(p.name for p in staging.iterdir())
-            with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
-                for name in written:
-                    os.replace(staging / name, target.parent / name)
-                for stale in family(target):
-                    if stale.name not in written:
-                        stale.unlink(missing_ok=True)
+
+            @contextlib.contextmanager
+            def swapped() -> Iterator[None]:  # not cut halfway, whichever thread a signal lands in
+                with stop_signals_held():
+                    for name in written:
+                        os.replace(staging / name, target.parent / name)
+                    for stale in family(target):
+                        if stale.name not in written:
+                            stale.unlink(missing_ok=True)
+                    yield  # the texts renamed into place
+
+            write_texts(texts or {}, replacing=swapped)
         except BaseException as err:
             if staging is None:  # the staging folder could not be made: the error names the target already
                 raise

@@ -109,6 +109,7 @@ def meanfield_report(
                 os.replace(path, target)
             if earlier:
                 remove_stale_figures(out, result["files"])
+            shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {**result, "report": str(out / "report.md")}

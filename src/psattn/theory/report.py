@@ -285,6 +285,7 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
         with moving():
             for path in sorted(staging.iterdir()):
                 os.replace(path, out / path.name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {**result, "figures": {k: str(out / Path(path).name) for k, path in result["figures"].items()}}

@@ -32,7 +32,7 @@ from psattn.training.binding import (
     check_vocabulary,
     read_binding,
 )
-from psattn.training.config import RunConfig
+from psattn.training.config import RunConfig, holds_same_run
 from psattn.training.distributed import (
     Distributed,
     agree_on_stop,
@@ -213,6 +213,7 @@ def train(
     lock: bool = True,
     report: Callable[[str], None] | None = None,
     metrics: RowMetrics | None = task_metrics,
+    again: str | None = None,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
     checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step (``loss`` None
@@ -246,6 +247,8 @@ def train(
         lock: take the run directory's lock (False: the caller holds it).
         report: receives the start line and one line per evaluation.
         metrics: the extra columns of every evaluation row (None: none).
+        again: what a stop's line says to run to resume (default: "the same command again", or "the same
+            command without --restart" when ``resume`` is false, as after ``psattn train --restart``).
 
     Returns:
         A ``RunResult``: final and best held-out accuracy, the emergence step, steps taken, seconds, and
@@ -290,8 +293,8 @@ def train(
         timed_out, stop = False, StopFlag()
 
         def interrupted(signum: int) -> TrainingInterrupted:
-            again = "the same command again" if resume else "the same command without --restart"
-            hint = (f"checkpoint written in {run_dir}; run {again} to resume" if run_dir is not None
+            rerun = again or ("the same command again" if resume else "the same command without --restart")
+            hint = (f"checkpoint written in {run_dir}; run {rerun} to resume" if run_dir is not None
                     else "no run directory, nothing kept")
             return TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
                                        signum, run.state.step)
@@ -354,3 +357,21 @@ def train(
             write_json(run.directory / RESULT, result.summary())
         barrier(ddp)
         return result
+
+
+def train_again(config: RunConfig, run_dir: str | Path, **kwargs: Any) -> RunResult:
+    """``train`` ``config`` into ``run_dir`` as a command with no --restart runs it (``psattn demo``, the Bode run
+    of ``psattn theory report``): the run there resumes where a stop cut it short, or is reused once finished, when
+    it is of ``config``, and a run of another config there is trained anew; either way a stop's line says to run the
+    same command again, which resumes it. A run there that ``train`` refuses to resume, naming ``psattn train
+    --restart``, is refused with the way on for this command: delete ``run_dir``."""
+    run_dir = Path(run_dir)
+    saved = run_dir / CONFIG
+    try:
+        return train(config, run_dir, resume=not saved.exists() or holds_same_run(saved, config),
+                     again="the same command again", **kwargs)
+    except ValueError as err:  # a checkpoint that does not read, a finished run without one, ...
+        if "--restart" not in str(err):
+            raise
+        raise ValueError(f"{err}; this command has no --restart: delete {run_dir} and run it again to train the "
+                         "run anew") from None
