@@ -86,6 +86,22 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
+def test_a_run_that_overflows_is_one_line_naming_dt_and_keeps_the_earlier_run(tmp_path, capsys):
+    """A step too large for the dtype ended in 'states must be finite, got NaN or infinite entries'."""
+    from psattn.cli import main
+
+    out = tmp_path / "run"
+    assert _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--no-animation", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["meanfield", "run", "--n", "4", "--dtype", "float32", "--dt", "1e39", "--tau", "1e39", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "overflowed float32" in err and "(dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_run_summary_records_the_seed_of_its_config(tmp_path):
     """summary.json had "seed": null at the top level while config.json recorded the run's seed."""
     out = tmp_path / "run"

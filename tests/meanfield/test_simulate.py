@@ -48,6 +48,19 @@ def test_a_step_whose_squared_norm_overflows_stays_on_the_sphere(dtype, beta):
     assert not traj.energy_check.monotone  # the step is reported as too large instead
 
 
+@pytest.mark.parametrize(("config", "advice"), [
+    (dict(dtype="float32", dt=1e39, tau=1e39), "dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64"),
+    (dict(beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300),  # h·v ~ 1e300 · e^30
+     "dt = 1e+300, beta = 30) is too large; lower dt, lower beta or turn beta_aware_step on"),
+], ids=["float32", "fixed_step"])
+def test_a_step_that_overflows_the_dtype_is_one_line_naming_dt_and_beta(config, advice):
+    """A step h·v beyond the dtype's range made the state NaN, and the run died in its diagnostics with 'states must
+    be finite, got NaN or infinite entries', naming neither the step nor what to change."""
+    with pytest.raises(ValueError, match=r"^the simulation overflowed float\d\d .* at step 1 of \d") as error:
+        simulate(SimulationConfig(n=8, n_records=2, **config))
+    assert advice in str(error.value) and "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     "single_label",
     [
