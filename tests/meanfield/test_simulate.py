@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from psattn.meanfield.config import KernelConfig, SimulationConfig
+from psattn.meanfield.dynamics import normalise
 from psattn.meanfield.gauges import rope_relative_rotation
 from psattn.meanfield.simulate import initial_state, simulate
 
@@ -100,6 +101,25 @@ def test_rope_from_relative_rotations_equals_comoving_integration():
     comoving = simulate(_cfg(KernelConfig("rope", frequencies=(1.0,)), labels=tuple(pos.tolist())))
     assert table.frame == "direct" and comoving.frame == "comoving"
     assert torch.allclose(table.x, comoving.x, atol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["usa", "prefix"])
+def test_batch_element_0_does_not_depend_on_the_batch_size(kernel):
+    """One (B, n, d) draw gave element 0, the one summarised, saved and animated, other starting points at another
+    batch size when n·d was not a multiple of 16: the same seed with --batch 1 and --batch 4 ran other systems."""
+    single = simulate(_cfg(kernel, n=10, batch=1, keep_states=True))  # n·d = 30
+    batched = simulate(_cfg(kernel, n=10, batch=4, keep_states=True))
+    assert torch.equal(batched.x0[0], single.x0[0])
+    assert torch.allclose(batched.states[:, 0], single.states[:, 0], rtol=0, atol=1e-13)
+    assert torch.allclose(batched.energy[:, 0], single.energy[:, 0], rtol=1e-13, atol=0)
+
+
+def test_the_initial_state_draws_the_earlier_numbers_at_batch_1_and_whole_blocks():
+    """Drawing element by element kept the numbers of one (B, n, d) draw at batch 1 and at n·d a multiple of 16 (the
+    paper's n = 64, 128, 256 on S²)."""
+    for n, batch in ((10, 1), (64, 3)):
+        earlier = torch.randn(batch, n, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        assert torch.equal(initial_state(_cfg(n=n, batch=batch, seed=5)), normalise(earlier))
 
 
 def test_batch_elements_are_independent_runs():

@@ -65,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_late_choices(run, "--integrator", names=_integrators, help="time integrator (default rk4)")
     add_late_choices(run, "--dynamics", names=_dynamics, help="usa (unnormalised, default) or sa (normalised)")
     run.add_argument("--seed", type=seed_int, help="seed of the initial condition (default 0)")
-    run.add_argument("--batch", type=int, help="independent initial conditions (default 1)")
+    run.add_argument("--batch", type=int, help="independent initial conditions (default 1); element 0, the one "
+                     "summarised and animated, starts the same at every batch size")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
     run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
     run.add_argument("--dtype", choices=("float64", "float32"), help="floating-point precision (default float64)")

@@ -55,9 +55,15 @@ class Trajectory:
 
 
 def initial_state(config: SimulationConfig) -> Tensor:
-    """i.i.d. uniform points on ``S^{d−1}`` from config.seed: (B, n, d)."""
+    """i.i.d. uniform points on ``S^{d−1}`` from config.seed: (B, n, d).
+
+    Batch element b is the (b+1)-th (n, d) normal draw of one generator seeded with config.seed, so it depends on
+    (seed, b) alone and element 0 starts the same at every batch size: one (B, n, d) draw gave element 0 other numbers
+    at another batch size when n·d was not a multiple of 16 (torch draws normals in blocks of 16). At batch 1, or with
+    n·d a multiple of 16, the two draw the same numbers."""
     gen = torch.Generator().manual_seed(config.seed)
-    x = torch.randn(config.batch, config.n, config.d, generator=gen, dtype=torch.float64)
+    draws = [torch.randn(config.n, config.d, generator=gen, dtype=torch.float64) for _ in range(config.batch)]
+    x = torch.stack(draws)  # B × (n, d) -> (B, n, d)
     return normalise(x).to(config.torch_dtype)
 
 
