@@ -50,6 +50,24 @@ def test_run_config_resolution_defaults_file_then_flags(tmp_path):
     assert again.kernel == cfg.kernel and again.n == 12 and again.tau == 2.0 and not again.keep_states
 
 
+def test_a_config_that_keeps_no_states_is_honoured(tmp_path, capsys):
+    """--config with "keep_states": false was run with keep_states true (and wrote states.npz and the GIF): the
+    command set it from --no-animation alone, over the config's explicit false."""
+    path = tmp_path / "mf.json"
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": False}))
+    parser = _parser()
+    assert not resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path)])).keep_states
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": True}))
+    assert resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path)])).keep_states
+    assert not resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path), "--no-animation"])).keep_states
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": False}))
+    out = tmp_path / "run"
+    assert _main(["meanfield", "run", "--config", str(path), "--records", "3", "--out", str(out)]) == 0
+    assert not (out / "states.npz").exists() and not (out / "animation.gif").exists()
+    assert f"{path} sets keep_states false: no states.npz or animation" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["config"]["keep_states"] is False
+
+
 def test_bad_run_input_raises_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="d ≥ 2"):
         _main(["meanfield", "run", "--d", "1", "--out", str(tmp_path)])
