@@ -50,6 +50,24 @@ def test_run_config_resolution_defaults_file_then_flags(tmp_path):
     assert again.kernel == cfg.kernel and again.n == 12 and again.tau == 2.0 and not again.keep_states
 
 
+def test_a_config_that_keeps_no_states_is_honoured(tmp_path, capsys):
+    """--config with "keep_states": false was run with keep_states true (and wrote states.npz and the GIF): the
+    command set it from --no-animation alone, over the config's explicit false."""
+    path = tmp_path / "mf.json"
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": False}))
+    parser = _parser()
+    assert not resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path)])).keep_states
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": True}))
+    assert resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path)])).keep_states
+    assert not resolve_run_config(parser.parse_args(["meanfield", "run", "--config", str(path), "--no-animation"])).keep_states
+    path.write_text(json.dumps({"n": 4, "tau": 0.1, "keep_states": False}))
+    out = tmp_path / "run"
+    assert _main(["meanfield", "run", "--config", str(path), "--records", "3", "--out", str(out)]) == 0
+    assert not (out / "states.npz").exists() and not (out / "animation.gif").exists()
+    assert f"{path} sets keep_states false: no states.npz or animation" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["config"]["keep_states"] is False
+
+
 def test_bad_run_input_raises_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="d ≥ 2"):
         _main(["meanfield", "run", "--d", "1", "--out", str(tmp_path)])
@@ -84,6 +102,22 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="kernel omega must be finite"):
         _main(["meanfield", "run", "--kernel", "cosine_toeplitz", "--omega", "nan", "--out", str(tmp_path / "new")])
     assert not (tmp_path / "new").exists()
+
+
+def test_a_run_that_overflows_is_one_line_naming_dt_and_keeps_the_earlier_run(tmp_path, capsys):
+    """A step too large for the dtype ended in 'states must be finite, got NaN or infinite entries'."""
+    from psattn.cli import main
+
+    out = tmp_path / "run"
+    assert _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--no-animation", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["meanfield", "run", "--n", "4", "--dtype", "float32", "--dt", "1e39", "--tau", "1e39", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "overflowed float32" in err and "(dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_run_summary_records_the_seed_of_its_config(tmp_path):

@@ -26,6 +26,13 @@ def test_two_cluster_state_is_on_the_circle():
     assert torch.allclose(x[0, :5], torch.tensor([1.0, 0.0], dtype=torch.float64).expand(5, 2))
 
 
+def test_two_cluster_state_element_0_does_not_depend_on_the_batch_size():
+    """One (B, n) draw of the noise gave element 0, the one whose energy curve is drawn, other noise at another batch
+    size when n was not a multiple of 16."""
+    single, batched = (two_cluster_state(10, math.pi / 2, 0.05, seed=0, batch=b) for b in (1, 3))
+    assert torch.equal(batched[0], single[0])
+
+
 def test_reduced_lifetime_grows_exponentially():
     times = [reduced_lifetime(b, math.pi / 2) for b in (4.0, 8.0, 16.0)]
     assert times[0] < times[1] < times[2]

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from psattn.meanfield.config import KernelConfig, SimulationConfig
+from psattn.meanfield.dynamics import normalise
 from psattn.meanfield.gauges import rope_relative_rotation
 from psattn.meanfield.simulate import initial_state, simulate
 
@@ -48,6 +49,19 @@ def test_a_step_whose_squared_norm_overflows_stays_on_the_sphere(dtype, beta):
     assert not traj.energy_check.monotone  # the step is reported as too large instead
 
 
+@pytest.mark.parametrize(("config", "advice"), [
+    (dict(dtype="float32", dt=1e39, tau=1e39), "dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64"),
+    (dict(beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300),  # h·v ~ 1e300 · e^30
+     "dt = 1e+300, beta = 30) is too large; lower dt, lower beta or turn beta_aware_step on"),
+], ids=["float32", "fixed_step"])
+def test_a_step_that_overflows_the_dtype_is_one_line_naming_dt_and_beta(config, advice):
+    """A step h·v beyond the dtype's range made the state NaN, and the run died in its diagnostics with 'states must
+    be finite, got NaN or infinite entries', naming neither the step nor what to change."""
+    with pytest.raises(ValueError, match=r"^the simulation overflowed float\d\d .* at step 1 of \d") as error:
+        simulate(SimulationConfig(n=8, n_records=2, **config))
+    assert advice in str(error.value) and "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     "single_label",
     [
@@ -87,6 +101,25 @@ def test_rope_from_relative_rotations_equals_comoving_integration():
     comoving = simulate(_cfg(KernelConfig("rope", frequencies=(1.0,)), labels=tuple(pos.tolist())))
     assert table.frame == "direct" and comoving.frame == "comoving"
     assert torch.allclose(table.x, comoving.x, atol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["usa", "prefix"])
+def test_batch_element_0_does_not_depend_on_the_batch_size(kernel):
+    """One (B, n, d) draw gave element 0, the one summarised, saved and animated, other starting points at another
+    batch size when n·d was not a multiple of 16: the same seed with --batch 1 and --batch 4 ran other systems."""
+    single = simulate(_cfg(kernel, n=10, batch=1, keep_states=True))  # n·d = 30
+    batched = simulate(_cfg(kernel, n=10, batch=4, keep_states=True))
+    assert torch.equal(batched.x0[0], single.x0[0])
+    assert torch.allclose(batched.states[:, 0], single.states[:, 0], rtol=0, atol=1e-13)
+    assert torch.allclose(batched.energy[:, 0], single.energy[:, 0], rtol=1e-13, atol=0)
+
+
+def test_the_initial_state_draws_the_earlier_numbers_at_batch_1_and_whole_blocks():
+    """Drawing element by element kept the numbers of one (B, n, d) draw at batch 1 and at n·d a multiple of 16 (the
+    paper's n = 64, 128, 256 on S²)."""
+    for n, batch in ((10, 1), (64, 3)):
+        earlier = torch.randn(batch, n, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        assert torch.equal(initial_state(_cfg(n=n, batch=batch, seed=5)), normalise(earlier))
 
 
 def test_batch_elements_are_independent_runs():

@@ -9,7 +9,8 @@ Wire into a parser with ``register(subparsers)``; every subcommand sets ``func``
 config.json a previous run wrote), then
 the flags given; a kernel named by ``--kernel`` starts from the paper experiment's parameters for that
 n (e.g. RoPE with ω = 2π/n). Once the simulation has succeeded, it writes config.json (with version and
-git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif into ``--out``,
+git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif (these two unless
+``--no-animation`` or the config's ``keep_states`` is false) into ``--out``,
 and removes those of an earlier run there that it does not write (moved in only once all are written, so an
 interrupted run leaves the earlier one whole); a folder holding a training run is refused.
 """
@@ -65,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_late_choices(run, "--integrator", names=_integrators, help="time integrator (default rk4)")
     add_late_choices(run, "--dynamics", names=_dynamics, help="usa (unnormalised, default) or sa (normalised)")
     run.add_argument("--seed", type=seed_int, help="seed of the initial condition (default 0)")
-    run.add_argument("--batch", type=int, help="independent initial conditions (default 1)")
+    run.add_argument("--batch", type=int, help="independent initial conditions (default 1); element 0, the one "
+                     "summarised and animated, starts the same at every batch size")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
     run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
     run.add_argument("--dtype", choices=("float64", "float32"), help="floating-point precision (default float64)")
@@ -142,7 +144,10 @@ def resolve_run_config(args: argparse.Namespace) -> SimulationConfig:
                 raise ValueError(f"--{flag.replace('_', '-')} sets a parameter of the {' and '.join(users)} "
                                  f"kernel{'s' * (len(users) > 1)}, not of {name!r}")
             kernel[key] = getattr(args, flag)
-    sim["keep_states"] = not getattr(args, "no_animation", False)  # the states feed states.npz and the GIF
+    if getattr(args, "no_animation", False):
+        sim["keep_states"] = False
+    else:  # the states feed states.npz and the GIF; a config's keep_states (true or false) stands
+        sim.setdefault("keep_states", True)
     free = available_bytes(torch.device("cpu"))  # the run is refused when it would not fit
     return SimulationConfig(kernel=kernel, **sim, available_memory=free)  # type: ignore[arg-type]  # a dict: checked there
 
@@ -187,6 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = resolve_run_config(args)
     out = Path(args.out)
     check_not_a_training_run(out)
+    if not config.keep_states and not args.no_animation:
+        print(f"{args.config} sets keep_states false: no states.npz or animation (set it true for them)")
     _, steps = step_size(config)
     with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
         traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))

@@ -46,7 +46,8 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
     """(B, n, 2): the first n//2 particles around angle 0, the rest around separation.
 
     Each cluster gets N(0, jitter²) angle noise, centred so that the clusters' mean angles stay exactly
-    0 and separation.
+    0 and separation. Batch element b's noise is the (b+1)-th draw of n from one generator seeded with ``seed``: it
+    depends on (seed, b) alone, not on the batch size (``simulate.initial_state`` draws the same way).
     """
     if n < 4:
         raise ValueError(f"need n ≥ 4 particles (two clusters of ≥ 2), got {n}")
@@ -56,7 +57,7 @@ def two_cluster_state(n: int, separation: float, jitter: float, seed: int, batch
     gen = torch.Generator().manual_seed(seed)
     first = torch.arange(n) < n // 2
     centre = torch.where(first, 0.0, float(separation)).double()  # (n,)
-    noise = jitter * torch.randn(batch, n, generator=gen, dtype=torch.float64)  # (B, n)
+    noise = jitter * torch.stack([torch.randn(n, generator=gen, dtype=torch.float64) for _ in range(batch)])  # (B, n)
     noise[:, first] -= noise[:, first].mean(-1, keepdim=True)
     noise[:, ~first] -= noise[:, ~first].mean(-1, keepdim=True)
     angles = centre + noise  # (B, n)

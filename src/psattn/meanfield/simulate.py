@@ -55,9 +55,15 @@ class Trajectory:
 
 
 def initial_state(config: SimulationConfig) -> Tensor:
-    """i.i.d. uniform points on ``S^{d−1}`` from config.seed: (B, n, d)."""
+    """i.i.d. uniform points on ``S^{d−1}`` from config.seed: (B, n, d).
+
+    Batch element b is the (b+1)-th (n, d) normal draw of one generator seeded with config.seed, so it depends on
+    (seed, b) alone and element 0 starts the same at every batch size: one (B, n, d) draw gave element 0 other numbers
+    at another batch size when n·d was not a multiple of 16 (torch draws normals in blocks of 16). At batch 1, or with
+    n·d a multiple of 16, the two draw the same numbers."""
     gen = torch.Generator().manual_seed(config.seed)
-    x = torch.randn(config.batch, config.n, config.d, generator=gen, dtype=torch.float64)
+    draws = [torch.randn(config.n, config.d, generator=gen, dtype=torch.float64) for _ in range(config.batch)]
+    x = torch.stack(draws)  # B × (n, d) -> (B, n, d)
     return normalise(x).to(config.torch_dtype)
 
 
@@ -80,7 +86,9 @@ def simulate(
 ) -> Trajectory:
     """Integrate the configured system from x0 (B, n, d) or from config.seed.
 
-    progress, if given, is called as progress(steps done, total steps) at every record (for a bar).
+    progress, if given, is called as progress(steps done, total steps) at every record (for a bar). A state that
+    becomes NaN or infinite (a step h·v beyond the dtype's range) raises a ValueError at the next record, naming the
+    step, dt and beta and what to change.
     """
     if not isinstance(config, SimulationConfig):
         raise TypeError(f"simulate takes a SimulationConfig (SimulationConfig(**fields)), got {type(config).__name__}")
@@ -107,6 +115,8 @@ def simulate(
 
     def record(index: int, state: Tensor) -> None:
         x = from_frame(state)
+        if not bool(torch.isfinite(x).all()):  # NaN stays NaN (each step normalises): caught at the next record
+            raise ValueError(_overflow_message(config, eta, steps, energy[: records[index]], records[index]))
         for name, value in diagnose(x, kernel, config.threshold).items():
             series.setdefault(name, []).append(value)
         if states is not None:
@@ -145,6 +155,22 @@ def simulate(
         states=states,  # (R, B, n, d)
         energy_check=check,
     )
+
+
+def _overflow_message(config: SimulationConfig, eta: float, steps: int, energy: Tensor, step: int) -> str:
+    """One line for a run whose state became NaN or infinite by ``step`` (a step h·v beyond the dtype's range):
+    the first step whose energy (step, B) is not finite, else ``step``, and what to change."""
+    bad = torch.nonzero(~torch.isfinite(energy).all(-1)).flatten()  # steps whose state was already NaN
+    first = int(bad[0]) if bad.numel() else step
+    fixes = ["lower dt"]
+    if config.dynamics == "usa" and not config.beta_aware_step:  # a fixed step against a velocity growing like e^β
+        fixes += ["lower beta", "turn beta_aware_step on (it shrinks the step as e^β grows)"]
+    if config.dtype == "float32":
+        fixes.append("use dtype float64")
+    advice = fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])} or {fixes[-1]}"
+    return (f"the simulation overflowed {config.dtype} (its state became NaN or infinite) at step {first:,} of "
+            f"{steps:,}, t = {first * eta:.4g}: the step {eta:.3g} (dt = {config.dt:g}, beta = {config.beta:g}) is "
+            f"too large; {advice}")
 
 
 def _frame(config: SimulationConfig, kernel) -> tuple[str, VelocityField, Callable, Callable]:
