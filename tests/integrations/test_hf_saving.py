@@ -46,6 +46,20 @@ def test_save_and_reload_gives_back_the_same_psa_model(arch, tmp_path, prompt):
             assert isinstance(loaded, type(model))  # a subclass of the base model class
 
 
+def test_a_reloaded_psa_model_moves_only_as_the_reloaded_plain_model_does(tmp_path, prompt):
+    """Loaded in float64, Gemma's logits move at float32 rounding (transformers rebuilds its embedding scale in
+    float32), with or without PSA: the reloaded PSA model is the reloaded plain model patched."""
+    tiny_model("gemma").save_pretrained(tmp_path / "plain")
+    model = _saved(tmp_path / "psa", "gemma", "key_only", 0.7)
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain", dtype=torch.float64)
+        want = apply_psa(plain, "key_only", 0.7).eval()(prompt).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "psa", dtype=torch.float64).eval()(prompt).logits
+        moved = (got - model(prompt).logits).abs().max()
+    assert_same_logits(got, want)
+    assert 1e-9 < moved < 1e-5
+
+
 def test_reload_generates_the_same_tokens(tmp_path, prompt):
     model = _saved(tmp_path, "qwen2", "key_only", 1.0)
     loaded = load_psa_model(tmp_path, dtype=torch.float64).eval()
