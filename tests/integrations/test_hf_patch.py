@@ -118,6 +118,18 @@ def test_by_default_psa_keeps_the_kernel_the_model_runs_on(prompt):
     assert torch.equal(after.attentions[0], before.attentions[0])
 
 
+def test_a_model_transformers_runs_only_eagerly_gets_the_eager_kernel_by_default(prompt):
+    """Gemma 2 (logit soft-capping) on a kernel PSA does not take gets the eager one, as transformers would give
+    it: at γ = 0 the eager model's logits; SDPA is refused and the model left as it was."""
+    model = tiny_model("gemma2", attn_implementation="flex_attention")
+    with pytest.raises(NotImplementedError, match="only with eager attention"):
+        apply_psa(model, attn_implementation="sdpa")
+    assert psa_spec(model) is None and model.config._attn_implementation == "flex_attention"
+    apply_psa(model, "key_only", 0.0)
+    assert model.config._attn_implementation == "psa_eager"
+    assert torch.equal(logits(model, prompt), logits(tiny_model("gemma2", attn_implementation="eager"), prompt))
+
+
 def test_applying_twice_or_removing_unpatched_raises():
     model = apply_psa(tiny_model("llama"))
     with pytest.raises(RuntimeError, match="already applied"):

@@ -46,6 +46,20 @@ def test_save_and_reload_gives_back_the_same_psa_model(arch, tmp_path, prompt):
             assert isinstance(loaded, type(model))  # a subclass of the base model class
 
 
+def test_a_reloaded_psa_model_moves_only_as_the_reloaded_plain_model_does(tmp_path, prompt):
+    """Loaded in float64, Gemma's logits move at float32 rounding (transformers rebuilds its embedding scale in
+    float32), with or without PSA: the reloaded PSA model is the reloaded plain model patched."""
+    tiny_model("gemma").save_pretrained(tmp_path / "plain")
+    model = _saved(tmp_path / "psa", "gemma", "key_only", 0.7)
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain", dtype=torch.float64)
+        want = apply_psa(plain, "key_only", 0.7).eval()(prompt).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "psa", dtype=torch.float64).eval()(prompt).logits
+        moved = (got - model(prompt).logits).abs().max()
+    assert_same_logits(got, want)
+    assert 1e-9 < moved < 1e-5
+
+
 def test_reload_generates_the_same_tokens(tmp_path, prompt):
     model = _saved(tmp_path, "qwen2", "key_only", 1.0)
     loaded = load_psa_model(tmp_path, dtype=torch.float64).eval()
@@ -215,27 +229,36 @@ def test_the_import_registers_each_model_type_when_transformers_first_looks_it_u
 IN_A_PIPELINE = textwrap.dedent("""
     import sys, torch
     import psattn.integrations.hf
-    from transformers import AutoModelForCausalLM, pipeline
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+    from transformers.models.auto.configuration_auto import config_class_to_model_type
     def modeling():
         return {m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m}
     before = modeling()
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])  # no tokenizer class named: looked up from the config's
+    print(sorted(modeling() - before), type(tokenizer).__name__)
     generator = pipeline("text-generation", model=sys.argv[1], dtype=torch.float64)
     print(sorted(modeling() - before), type(generator.model).__name__)
     config = torch.load(sys.argv[2], weights_only=False).config  # its config class is made, its type not registered
-    print([c.__name__ for c in AutoModelForCausalLM._model_mapping._extra_content.values() if "Qwen2" in c.__name__])
+    print(config_class_to_model_type(type(config).__name__),
+          [c.__name__ for c in AutoModelForCausalLM._model_mapping._extra_content.values() if "Qwen2" in c.__name__])
 """)
 
 
-def test_a_pipeline_registers_only_the_model_types_in_use(tmp_path):
-    """pipeline() lists the causal-LM table to check the model's class, which registered every supported type
-    (importing each one's modeling code: over a second); the table lists the types whose config class exists."""
+def test_a_tokenizer_or_pipeline_registers_only_the_model_types_in_use(tmp_path):
+    """AutoTokenizer (given no tokenizer class) lists AutoConfig's table of config classes to find the config's model
+    type, and pipeline() the causal-LM table to check the model's class: each registered every supported type
+    (importing each one's modeling code: seconds); the tables list the types whose config class exists."""
     _saved(tmp_path / "llama", "llama", "key_only", 0.6)
     tiny_tokenizer().save_pretrained(tmp_path / "llama")
+    settings = json.loads((tmp_path / "llama" / "tokenizer_config.json").read_text())
+    del settings["tokenizer_class"]
+    (tmp_path / "llama" / "tokenizer_config.json").write_text(json.dumps(settings))
     torch.save(apply_psa(tiny_model("qwen2"), "symmetric", 0.4), tmp_path / "qwen2.pt")
     run = subprocess.run([sys.executable, "-c", IN_A_PIPELINE, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["['modeling_llama'] PSALlamaForCausalLM", "['PSAQwen2ForCausalLM']"]
+    assert run.stdout.splitlines() == ["['modeling_llama'] TokenizersBackend", "['modeling_llama'] PSALlamaForCausalLM",
+                                       "psattn_qwen2 ['PSAQwen2ForCausalLM']"]
 
 
 def test_text_generation_pipeline(tmp_path):

@@ -8,9 +8,10 @@ of a saved PSA model gives the model that was saved.
 Making a base model type's classes imports its transformers modules (over a second for the tested types
 together), so ``register_on_look_up`` defers them: transformers' tables of added entries then register a
 type the first time they are asked for it (its model type in ``AutoConfig``, its config class in an
-Auto class). Listed, ``AutoConfig``'s table first registers every deferred type, and an Auto class's table
-those whose config class exists: no config or model of another type can exist before it is registered
-(``pipeline()`` lists the causal-LM table to check the class of the model it is given)."""
+Auto class). Listed, a table first registers the deferred types whose config class exists: no config or model
+of another type can exist before it is registered (``pipeline()`` lists the causal-LM table to check the class
+of the model it is given; ``AutoTokenizer``, given no tokenizer class, ``AutoConfig``'s config classes to find
+the model type of the config's). Listing ``AutoConfig``'s model types (its keys) registers every deferred type."""
 
 from __future__ import annotations
 
@@ -144,14 +145,15 @@ def _tables() -> list:
 class _RegistersOnLookUp(dict):
     """A mapping's table of added entries (transformers' ``_extra_content``: model type -> config class, or
     config class -> model class) that first registers the deferred ``psattn_<base>`` type a key names, and
-    before it is listed every deferred type (``every``, AutoConfig's table) or those whose config class exists."""
+    before it is listed those whose config class exists (every deferred type before AutoConfig's table lists its
+    keys, the model types)."""
 
-    def __init__(self, entries: dict, every: bool) -> None:
+    def __init__(self, entries: dict, keys_are_model_types: bool) -> None:
         super().__init__(entries)
-        self.every = every
+        self.keys_are_model_types = keys_are_model_types
 
-    def _listed(self) -> None:
-        _register_deferred(among=None if self.every else made_config_classes)
+    def _listed(self, keys: bool = False) -> None:
+        _register_deferred(among=None if keys and self.keys_are_model_types else made_config_classes)
 
     def __contains__(self, key: object) -> bool:
         _register_deferred(key)
@@ -166,15 +168,15 @@ class _RegistersOnLookUp(dict):
         return super().get(key, default)
 
     def __iter__(self):
-        self._listed()
+        self._listed(keys=True)
         return super().__iter__()
 
     def __len__(self) -> int:
-        self._listed()
+        self._listed(keys=True)
         return super().__len__()
 
     def keys(self):
-        self._listed()
+        self._listed(keys=True)
         return super().keys()
 
     def values(self):
@@ -219,6 +221,6 @@ def register_on_look_up(model_types, apply_psa: Callable[..., Any]) -> None:
     with _registering:
         for table in tables:
             if not isinstance(table._extra_content, _RegistersOnLookUp):
-                table._extra_content = _RegistersOnLookUp(table._extra_content, every=table is CONFIG_MAPPING)
+                table._extra_content = _RegistersOnLookUp(table._extra_content, keys_are_model_types=table is CONFIG_MAPPING)
         for base in model_types:
             _deferred.setdefault(base, apply_psa)
