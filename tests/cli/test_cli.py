@@ -49,7 +49,8 @@ def test_a_demo_stopped_midway_resumes_when_run_again(tmp_path, monkeypatch, cap
 def test_a_demo_says_how_to_go_on_without_a_restart_flag(tmp_path, monkeypatch, capsys):
     """demo has no --restart, but its lines named it: a stop in a run trained anew over one of other --steps said
     "run the same command without --restart to resume" (the same command resumes it), and a finished run whose
-    checkpoint is gone was refused with "use --restart to train it anew"."""
+    checkpoint is gone was refused with "use --restart to train it anew", then "this command has no --restart" after
+    it; psattn train's refusal of that run still names --restart."""
     from psattn.training import trainer
 
     out = tmp_path / "demo"
@@ -72,7 +73,14 @@ def test_a_demo_says_how_to_go_on_without_a_restart_flag(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit):
         main(["demo", "--steps", "8", "--out", str(out)])
     err = capsys.readouterr().err
-    assert f"this command has no --restart: delete {baseline} and run it again to train the run anew" in err
+    assert "holds a finished run" in err and "--restart" not in err, err
+    assert err.rstrip().endswith(f"; delete {baseline} and run the same command again to train it anew, or give it "
+                                 "another --out"), err
+    with pytest.raises(SystemExit):
+        main(["train", "--run-dir", str(baseline)])
+    err = capsys.readouterr().err
+    assert "holds a finished run" in err and err.rstrip().endswith("; train it anew (psattn train --restart) or in "
+                                                                   "another run directory"), err
 
 
 def test_train_with_overrides_and_resume(tmp_path):

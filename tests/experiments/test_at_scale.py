@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -939,6 +940,29 @@ def test_a_stop_while_a_join_moves_its_files_in_waits_until_the_run_directory_is
         run_parts.join_run(parts, tmp_path / "runs")
     assert seen == [(["run-a"], {"config.json": b'{"name": "run-a"}', "metrics.jsonl": b'{"step": 200}\n',
                                  "checkpoint.pt": b"step 200"})]
+
+
+def test_the_staging_folder_of_a_join_killed_outright_is_removed_by_the_next_join(tmp_path):
+    """A SIGKILL to join_run (no finally runs) left its .run-a.joining-* folder beside the run directory for good;
+    the next join removes it, and keeps a join's that is still running (this process's)."""
+    from psattn.experiments import run_parts
+
+    earlier, later = _two_copies_of_a_run(tmp_path)
+    parts = run_parts.split_run(later, tmp_path / "out", "text_scale-in-progress")
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        from psattn.experiments import run_parts
+        run_parts.os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)  # killed as it moves in
+        run_parts.join_run({[str(p) for p in parts]!r}, {str(tmp_path / "runs")!r})
+        """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    left = [p.name for p in (tmp_path / "runs").iterdir() if p.name != "run-a"]
+    assert len(left) == 1 and left[0].startswith(".run-a.joining-"), left
+    running = tmp_path / "runs" / f".run-a.joining-{os.getpid()}-x"  # a join of this process, still at work
+    running.mkdir()
+    assert run_parts.join_run(parts, tmp_path / "runs") == earlier
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [running.name, "run-a"]
+    assert (earlier / "checkpoint.pt").read_bytes() == b"step 200"
 
 
 def test_a_split_cut_short_leaves_no_part(tmp_path):

@@ -186,6 +186,26 @@ def test_a_sweep_writes_only_inside_its_out_dir(tmp_path, name):
     assert not (tmp_path / "outside").exists() and not (tmp_path / "out").exists()
 
 
+def test_a_sweep_refuses_a_run_it_cannot_resume_with_a_sweeps_way_on(tmp_path):
+    """A sweep has no --restart, but a run of it that could not be resumed (here a checkpoint that does not read) was
+    refused with psattn train's advice, "(psattn train --restart)"; in order, in a worker (whose error is pickled
+    back) and within a time limit alike, it now says to delete the run's folder or write elsewhere."""
+    from psattn.experiments.sweep import run_within
+    from psattn.training.trainer import train
+
+    config = dataclasses.replace(tiny_config(8), name="cut")
+    train(config, tmp_path / "cut", time_limit_s=0)  # a checkpoint at step 1, no result
+    (tmp_path / "cut" / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    way = f"; move it away, or delete {tmp_path / 'cut'} to train it anew when the sweep runs again, or write to " \
+          "another output directory"
+    for sweep in (lambda: run_sweep([config], tmp_path, workers=1, progress=False),
+                  lambda: _run_in_pool([config], tmp_path, 1, progress=False),
+                  lambda: run_within([config], tmp_path, 60, progress=False)):
+        with pytest.raises(ValueError, match="is not a readable psattn checkpoint") as refused:
+            sweep()
+        assert str(refused.value).endswith(way) and "--restart" not in str(refused.value), refused.value
+
+
 def fake_result(variant, gamma, seed, final, emergence, task="induction"):
     return {
         "final_accuracy": final, "best_accuracy": final, "emergence_step": emergence,

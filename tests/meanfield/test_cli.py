@@ -104,7 +104,13 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
-def test_a_run_that_overflows_is_one_line_naming_dt_and_keeps_the_earlier_run(tmp_path, capsys):
+@pytest.mark.parametrize(("args", "said"), [
+    (["--dt", "1e39", "--tau", "1e39"], "dt = 1e+39 makes a step of 5e+38, beyond the largest float32 (3.4e+38); "
+                                        "lower dt or use dtype float64"),  # refused with the config
+    (["--beta", "60", "--dt", "1e20", "--tau", "1e20", "--config", "{fixed_step}"],
+     "overflowed float32"),  # a step that fits, h·v ~ 1e20 · e^60 that does not
+], ids=["step", "h_v"])
+def test_a_run_that_overflows_is_one_line_naming_dt_and_keeps_the_earlier_run(tmp_path, capsys, args, said):
     """A step too large for the dtype ended in 'states must be finite, got NaN or infinite entries'."""
     from psattn.cli import main
 
@@ -113,10 +119,13 @@ def test_a_run_that_overflows_is_one_line_naming_dt_and_keeps_the_earlier_run(tm
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
-        main(["meanfield", "run", "--n", "4", "--dtype", "float32", "--dt", "1e39", "--tau", "1e39", "--out", str(out)])
+        fixed_step = tmp_path / "fixed_step.json"
+        fixed_step.write_text('{"beta_aware_step": false}')
+        main(["meanfield", "run", "--n", "4", "--dtype", "float32", *(a.format(fixed_step=fixed_step) for a in args),
+              "--out", str(out)])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1, err
-    assert "overflowed float32" in err and "(dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64" in err
+    assert said in err and "dt = 1e+" in err, err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -50,7 +50,9 @@ def test_a_step_whose_squared_norm_overflows_stays_on_the_sphere(dtype, beta):
 
 
 @pytest.mark.parametrize(("config", "advice"), [
-    (dict(dtype="float32", dt=1e39, tau=1e39), "dt = 1e+39, beta = 1) is too large; lower dt or use dtype float64"),
+    (dict(dtype="float32", beta=60.0, beta_aware_step=False, dt=1e20, tau=1e20),  # h·v ~ 1e20 · e^60
+     "dt = 1e+20, beta = 60) is too large; lower dt, lower beta, turn beta_aware_step on (it shrinks the step as e^β "
+     "grows) or use dtype float64"),
     (dict(beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300),  # h·v ~ 1e300 · e^30
      "dt = 1e+300, beta = 30) is too large; lower dt, lower beta or turn beta_aware_step on"),
 ], ids=["float32", "fixed_step"])
@@ -60,6 +62,15 @@ def test_a_step_that_overflows_the_dtype_is_one_line_naming_dt_and_beta(config, 
     with pytest.raises(ValueError, match=r"^the simulation overflowed float\d\d .* at step 1 of \d") as error:
         simulate(SimulationConfig(n=8, n_records=2, **config))
     assert advice in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_step_beyond_the_dtypes_range_is_refused_with_the_config_naming_dt():
+    """dt = 1e39 in float32 (largest 3.4e38) made a step that was inf at its first use, found only at the first
+    record, after the run was set up; the config now refuses it."""
+    with pytest.raises(ValueError, match=r"^dt = 1e\+39 makes a step of 5e\+38, beyond the largest float32 \(3.4e\+38\); "
+                                         r"lower dt or use dtype float64$"):
+        SimulationConfig(n=8, n_records=2, dtype="float32", dt=1e39, tau=1e39)
+    SimulationConfig(n=8, n_records=2, dtype="float32", dt=3e38, tau=3e38)  # a step of 1.5e38 fits
 
 
 @pytest.mark.parametrize(

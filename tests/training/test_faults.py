@@ -224,7 +224,8 @@ def test_foreign_checkpoints_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="not a readable psattn checkpoint") as refused:
         load_checkpoint(tmp_path / "evil.pt", keys=("model",))  # weights_only: never unpickles code
     message = str(refused.value)  # one whole sentence, naming what it refused
-    assert "holds Python objects" in message and "system" in message and message.endswith("--restart)"), message
+    assert "holds Python objects" in message and "system" in message, message
+    assert message.endswith("; move it away, or train it anew (psattn train --restart) or in another run directory"), message
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from psattn.files import atomic_writes
+from psattn.processes import tidy_staging
 from psattn.training.run_dir import CHECKPOINT, run_files
 from psattn.training.signals import stop_signals_held
 
@@ -78,7 +79,7 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     """Write the run directory that ``parts`` (every part of one ``split_run``, in any order) hold into
     ``runs_dir``, replacing the run files an earlier copy left there (all written beside it first, so a join
     that fails leaves that copy as it was, and moved in with the stop signals held, so a stop leaves one copy
-    whole); returns the directory. A missing
+    whole, and what a join killed outright left beside it is removed); returns the directory. A missing
     or foreign part, or an archive that holds anything but one run directory's files, is refused
     (ValueError) before anything is written."""
     if not parts:
@@ -106,8 +107,10 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     # every file written beside the run directory first: a write that fails (a full disk, a Ctrl-C) leaves the
     # copy an earlier piece left there as it was, instead of that copy deleted and this one half written; the
-    # moves in hold the stop signals, so that a stop leaves one copy whole, not the two mixed
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.joining-", dir=run_dir.parent))
+    # moves in hold the stop signals, so that a stop leaves one copy whole, not the two mixed; the staging folders a
+    # killed join left (SIGKILL, which no finally outlives) go first
+    tidy_staging(run_dir.parent, f".{run_dir.name}.joining-")
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.joining-{os.getpid()}-", dir=run_dir.parent))
     try:
         for name, content in files.items():
             (staging / name).write_bytes(content)

@@ -40,10 +40,11 @@ from typing import Any
 from tqdm import tqdm
 
 from psattn.progress import progress_bar
+from psattn.training.checkpoint import RunRefused
 from psattn.training.config import RUNTIME_FIELDS, RunConfig, config_differences, holds_same_run, with_train_fields
 from psattn.training.lock import run_lock
 from psattn.training.memory import check_side_by_side
-from psattn.training.run_dir import load_result, with_data_paths
+from psattn.training.run_dir import RunResult, load_result, with_data_paths
 from psattn.training.signals import (
     STOP_SIGNALS,
     TrainingDiverged,
@@ -93,7 +94,17 @@ def train_unless_finished(config: RunConfig, run_dir: str | Path, **kwargs) -> N
             log.info("%s: finished by another process", run_dir)
             return
         log.info("%s: training", run_dir)
-        train(config, run_dir, lock=False, **kwargs)
+        train_in_sweep(config, run_dir, **kwargs)
+
+
+def train_in_sweep(config: RunConfig, run_dir: str | Path, **kwargs) -> RunResult:
+    """``train`` ``config`` in ``run_dir``, whose lock the caller holds, as a sweep does: a run there that ``train``
+    refuses to go on with (``RunRefused``) is refused with a sweep's way to train it anew, which has no --restart."""
+    try:
+        return train(config, run_dir, lock=False, **kwargs)
+    except RunRefused as err:
+        raise err.with_anew(f"delete {run_dir} to train it anew when the sweep runs again, or write to another "
+                            "output directory") from None
 
 
 def _run_one(config_dict: dict[str, Any], run_dir: str, deadline: float | None = None) -> str | None:
@@ -263,7 +274,7 @@ def _run_in_order(configs: list[RunConfig], out_dir: Path, deadline: float, prog
             if load_result(run_dir) is None:
                 log.info("%s: training (%.0f s left)", run_dir, left)
                 try:
-                    if train(config, run_dir, lock=False, time_limit_s=left).timed_out:
+                    if train_in_sweep(config, run_dir, time_limit_s=left).timed_out:
                         break
                 except TrainingDiverged as err:  # an outcome, recorded in the run's result: go on with the next
                     log.warning("%s", err)

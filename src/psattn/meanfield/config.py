@@ -239,13 +239,18 @@ class SimulationConfig:
 
     def step_size(self) -> tuple[float, int]:
         """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau; a ValueError
-        when the steps are not finite or more than ``MAX_STEPS``."""
+        when the steps are not finite or more than ``MAX_STEPS``, or η is beyond the dtype's largest value (it
+        would be infinite at its first use)."""
         eta = usa_step_size(self.dt, self.beta) if self.dynamics == "usa" and self.beta_aware_step else self.dt
         ratio = self.tau / eta if eta > 0 else math.inf
         if not ratio <= MAX_STEPS:
             raise ValueError(f"tau = {self.tau:g} in steps of {eta:.3g} takes {ratio:.3g} steps, more than "
                              f"{MAX_STEPS:,}: raise dt or lower tau (or beta, which shrinks the USA step)")
         steps = max(1, math.ceil(ratio - 1e-9))
+        largest = torch.finfo(self.torch_dtype).max
+        if self.tau / steps > largest:
+            raise ValueError(f"dt = {self.dt:g} makes a step of {self.tau / steps:.3g}, beyond the largest {self.dtype} "
+                             f"({largest:.3g}); lower dt or use dtype float64")
         return self.tau / steps, steps
 
     def to_dict(self) -> dict[str, Any]:

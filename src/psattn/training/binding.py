@@ -35,7 +35,7 @@ import torch
 from psattn.files import write_json
 from psattn.jsonfile import read_json
 from psattn.tasks.registry import task_name
-from psattn.training.checkpoint import CheckpointError, unreadable
+from psattn.training.checkpoint import CheckpointRefused, unreadable
 from psattn.training.config import RunConfig, canonical_config
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,6 @@ BOUND_BY_CONTENT = ("corpus", "tokenizer")
 #: runs (device, threads, compile, checkpoint cadence, TensorBoard)
 BOUND_TRAIN = ("batch_size", "lr", "weight_decay", "betas", "warmup_steps", "min_lr_ratio", "grad_clip", "eval_every",
                "eval_size", "threshold", "seed", "precision")
-
-RESTART = "restore it, or train anew (psattn train --restart, or another run directory)"
 
 
 def _sha256(data: bytes) -> str:
@@ -114,7 +112,7 @@ def _short(value: Any) -> str:
 
 
 def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dict[str, Any] | None) -> None:
-    """Refuse (``CheckpointError``) when the checkpoint's ``bound`` record disagrees with ``config``
+    """Refuse (``CheckpointRefused``) when the checkpoint's ``bound`` record disagrees with ``config``
     (the run's config.json), the run's tokenizer.json or its data.json; also when a text run's
     tokenizer.json is not the one its data.json records. Nothing is checked against the config of a
     checkpoint older than bindings."""
@@ -126,33 +124,33 @@ def check_binding(run_dir: Path, config: RunConfig, checkpoint: Path, bound: dic
         if found is not None:
             field, old, new = found
             if not config_path.is_file():  # the config came from elsewhere (the defaults, --config)
-                raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but the config "
-                                      f"given says {_short(new)}, and {run_dir} has no config.json: restore it, pass the "
-                                      "run's config with --config, or train anew (psattn train --restart)")
-            raise CheckpointError(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "
-                                  f"says {_short(new)}: {config_path.name} no longer describes these weights; {RESTART}")
+                raise CheckpointRefused(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but the "
+                                        f"config given says {_short(new)}, and {run_dir} has no config.json",
+                                        "restore it (or give the run's config)")
+            raise CheckpointRefused(f"{checkpoint} holds weights trained with {field} = {_short(old)}, but {config_path} "
+                                    f"says {_short(new)}: {config_path.name} no longer describes these weights", "restore it")
     tokenizer_path, data_path = run_dir / "tokenizer.json", run_dir / "data.json"
     tokenizer = _sha256(tokenizer_path.read_bytes()) if tokenizer_path.is_file() else None
     if bound is not None and bound.get("tokenizer_sha256") is not None and tokenizer != bound["tokenizer_sha256"]:
-        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {checkpoint} was trained with (SHA-256 "
-                              f"{_short(tokenizer)}, the checkpoint's {_short(bound['tokenizer_sha256'])}): {RESTART}")
+        raise CheckpointRefused(f"{tokenizer_path} is not the tokenizer {checkpoint} was trained with (SHA-256 "
+                                f"{_short(tokenizer)}, the checkpoint's {_short(bound['tokenizer_sha256'])})", "restore it")
     recorded = read_json(data_path, what="data record", object_only=True) if data_path.is_file() else None
     if bound is not None and bound.get("data") is not None:
         if recorded is None:
-            raise CheckpointError(f"{run_dir} has a checkpoint but no data.json (the record of the data its weights "
-                                  f"were trained on, which {checkpoint.name} carries too): {RESTART}")
+            raise CheckpointRefused(f"{run_dir} has a checkpoint but no data.json (the record of the data its weights "
+                                    f"were trained on, which {checkpoint.name} carries too)", "restore it")
         field, old, new = first_difference(bound["data"], recorded) or ("", None, None)
         if field:
-            raise CheckpointError(f"{data_path} records {field} = {_short(new)}, but {checkpoint} was trained on "
-                                  f"{_short(old)}: the data record no longer describes these weights; {RESTART}")
+            raise CheckpointRefused(f"{data_path} records {field} = {_short(new)}, but {checkpoint} was trained on "
+                                    f"{_short(old)}: the data record no longer describes these weights", "restore it")
     if recorded is not None and tokenizer is not None and tokenizer != recorded.get("tokenizer_sha256"):
-        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {data_path.name} records (SHA-256 "
-                              f"{_short(tokenizer)}, recorded {_short(recorded.get('tokenizer_sha256'))}): {RESTART}")
+        raise CheckpointRefused(f"{tokenizer_path} is not the tokenizer {data_path.name} records (SHA-256 "
+                                f"{_short(tokenizer)}, recorded {_short(recorded.get('tokenizer_sha256'))})", "restore it")
 
 
 def check_extensions(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | None,
                      extensions: Sequence[dict[str, Any]]) -> None:
-    """Refuse (``CheckpointError``) to resume under schedule ``extensions`` (meta.json's, and the one a run
+    """Refuse (``CheckpointRefused``) to resume under schedule ``extensions`` (meta.json's, and the one a run
     asked for more steps adds) that do not begin with those the checkpoint trained under: a meta.json lost
     or edited since would change the learning rate of every step to come. A checkpoint from before
     extensions were bound is not checked."""
@@ -164,14 +162,14 @@ def check_extensions(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | No
         return ", then ".join(f"{e['steps_before']} to {e['steps_after']} steps at step {e['at_step']}" for e in found) or "none"
 
     meta = run_dir / "meta.json"
-    raise CheckpointError(f"{checkpoint} trained on a schedule extended from {schedule(trained)}, but {meta} records "
-                          f"{'extensions ' if extensions[:len(trained)] else ''}{schedule(extensions[:len(trained)])}: "
-                          f"resuming would change the learning rate of every step to come; {RESTART}")
+    raise CheckpointRefused(f"{checkpoint} trained on a schedule extended from {schedule(trained)}, but {meta} records "
+                            f"{'extensions ' if extensions[:len(trained)] else ''}{schedule(extensions[:len(trained)])}: "
+                            "resuming would change the learning rate of every step to come", "restore it")
 
 
 def check_budget(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | None, config: RunConfig,
                  extensions: Sequence[dict[str, Any]]) -> None:
-    """Refuse (``CheckpointError``) to resume under a ``train.steps`` the checkpoint's schedule was not made for.
+    """Refuse (``CheckpointRefused``) to resume under a ``train.steps`` the checkpoint's schedule was not made for.
     The cosine decay ends at ``train.steps`` (``psattn.training.schedule.lr_factor``), so a budget edited in
     config.json (or given without it) would change the learning rate of every step to come; a run asked for
     more steps instead records an extension (``extensions`` beyond the checkpoint's own, from the budget it
@@ -186,10 +184,10 @@ def check_budget(run_dir: Path, checkpoint: Path, bound: dict[str, Any] | None, 
         return
     config_path = run_dir / "config.json"
     where = f"{config_path} says" if config_path.is_file() else f"the config given says (and {run_dir} has no config.json)"
-    raise CheckpointError(f"{checkpoint} trained on a learning-rate schedule for train.steps = {trained}, but {where} "
-                          f"{budget}: resuming would change the learning rate of every step to come. Restore "
-                          f"train.steps = {trained} and ask for more steps with --set train.steps=N (which keeps the "
-                          f"schedule of the steps taken), or train anew (psattn train --restart, or another run directory)")
+    raise CheckpointRefused(f"{checkpoint} trained on a learning-rate schedule for train.steps = {trained}, but {where} "
+                            f"{budget}: resuming would change the learning rate of every step to come",
+                            f"restore train.steps = {trained} and ask for more steps with a larger one (psattn train "
+                            "--set train.steps=N, which keeps the schedule of the steps taken)")
 
 
 def check_vocabulary(config: RunConfig) -> None:

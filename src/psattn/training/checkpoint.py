@@ -16,9 +16,34 @@ import torch
 
 from psattn.files import atomic_write
 
+#: the way on from a refused run that ``psattn train`` gives, and any command that trains no run of its own
+TRAIN_ANEW = "train it anew (psattn train --restart) or in another run directory"
+
+
+class RunRefused(ValueError):
+    """A run directory that training will not go on with: why (``reason``), what would let it go on (``fix``, which
+    any command can do), and the way on that trains it anew (``anew``), which depends on the command that ran it:
+    ``psattn train``'s by default (``TRAIN_ANEW``), another command's through ``with_anew``. One line:
+    "REASON; FIX, or ANEW"."""
+
+    def __init__(self, reason: str, fix: str | None = None, anew: str = TRAIN_ANEW):
+        super().__init__(reason, fix, anew)  # (reason, fix, anew): how it pickles, to a sweep from its worker
+        self.reason, self.fix, self.anew = reason, fix, anew
+
+    def __str__(self) -> str:
+        return f"{self.reason}; {self.fix}, or {self.anew}" if self.fix else f"{self.reason}; {self.anew}"
+
+    def with_anew(self, anew: str) -> RunRefused:
+        """This refusal, with ``anew`` as its way to train the run anew."""
+        return type(self)(self.reason, self.fix, anew)
+
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read, or that is not a psattn training checkpoint."""
+
+
+class CheckpointRefused(RunRefused, CheckpointError):
+    """A checkpoint a run cannot go on from (unreadable, non-finite, or no longer of its config, data or schedule)."""
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
@@ -47,13 +72,13 @@ def load_checkpoint(path: str | Path, keys: tuple[str, ...] = ("model", "step"))
         bad = [name for name, t in weights.items()
                if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
         if bad:
-            raise CheckpointError(f"{path} holds non-finite weights (NaN or inf in {', '.join(bad[:3])}"
-                                  f"{', ...' if len(bad) > 3 else ''}); nothing trained or exported from it "
-                                  "would mean anything: restart the run (psattn train --restart)")
+            raise CheckpointRefused(f"{path} holds non-finite weights (NaN or inf in {', '.join(bad[:3])}"
+                                    f"{', ...' if len(bad) > 3 else ''}): nothing trained or exported from it "
+                                    "would mean anything")
     return state
 
 
-def unreadable(path: Path, err: Exception) -> CheckpointError:
+def unreadable(path: Path, err: Exception) -> CheckpointRefused:
     """The one-line error for a checkpoint file torch cannot (or, holding code, will not) read."""
     if path.is_file() and path.stat().st_size == 0:
         reason = "the file is empty"
@@ -68,8 +93,7 @@ def unreadable(path: Path, err: Exception) -> CheckpointError:
         reason = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
         if len(reason) > 160:
             reason = reason[:160].rsplit(" ", 1)[0] + " ..."
-    return CheckpointError(f"{path} is not a readable psattn checkpoint ({reason}); "
-                           "move it away or start the run over (psattn train --restart)")
+    return CheckpointRefused(f"{path} is not a readable psattn checkpoint ({reason})", "move it away")
 
 
 def load_model_weights(model: torch.nn.Module, weights: dict[str, Any], path: str | Path,

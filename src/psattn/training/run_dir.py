@@ -34,7 +34,7 @@ from psattn.tasks.batch import TaskBatch
 from psattn.tasks.registry import sample_task, task_name
 from psattn.textdata.tokenizer import Tokenizer, load_tokenizer
 from psattn.training.binding import BOUND_BY_CONTENT, check_binding, record_data_once
-from psattn.training.checkpoint import load_checkpoint, load_model_weights
+from psattn.training.checkpoint import RunRefused, load_checkpoint, load_model_weights
 from psattn.training.config import (
     RUNTIME_FIELDS,
     RunConfig,
@@ -248,8 +248,8 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         _check_stopping_rule(run_dir, config, more_steps=config.train.steps > saved.train.steps)
     if holds_same_run(config_path, more_steps) and config.train.steps == saved.train.steps:
         if not checkpoint.exists():
-            raise ValueError(f"{run_dir} has no checkpoint.pt to continue from, so it cannot train on under another "
-                             "early-stopping rule; use --restart to train it anew, or another directory")
+            raise RunRefused(f"{run_dir} has no checkpoint.pt to continue from, so it cannot train on under another "
+                             "early-stopping rule")
         log.info("continuing %s with train.early_stop=%s, train.early_stop_evals=%d", run_dir, config.train.early_stop,
                  config.train.early_stop_evals)
         return extensions
@@ -265,14 +265,12 @@ def check_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> list[dict[s
         return [*extensions, {"at_step": at, "steps_before": saved.train.steps, "steps_after": config.train.steps,
                               "lr_factor_at": start}]
     if holds_same_run(config_path, more_steps) and config.train.steps > saved.train.steps:
-        raise ValueError(f"{run_dir} has no checkpoint.pt to continue from (its metrics or result remain), so it cannot "
-                         f"grow from {saved.train.steps} to {config.train.steps} steps; use --restart to train it anew "
-                         "with the new steps, or another directory")
-    raise ValueError(
+        raise RunRefused(f"{run_dir} has no checkpoint.pt to continue from (its metrics or result remain), so it cannot "
+                         f"grow from {saved.train.steps} to {config.train.steps} steps")
+    raise RunRefused(
         f"{run_dir} holds a run with a different config: {config_differences(config_path, config)}. "
         "On a trained run only train.steps may grow, and train.early_stop, train.early_stop_evals and where it runs "
-        f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues); use another directory, "
-        "or --restart"
+        f"({', '.join('train.' + name for name in RUNTIME_FIELDS)}) change (it continues)"
     )
 
 
@@ -287,7 +285,7 @@ def with_data_paths(config: RunConfig, saved: RunConfig) -> RunConfig:
 
 
 def _refuse_to_train_a_finished_run_again(run_dir: Path) -> None:
-    """Refuse (ValueError) a run that finished (a result.json of a run that did not diverge) and has lost its
+    """Refuse (``RunRefused``) a run that finished (a result.json of a run that did not diverge) and has lost its
     checkpoint: resuming would train it from step 0 and replace its metrics and result."""
     if (run_dir / CHECKPOINT).exists():
         return
@@ -296,9 +294,8 @@ def _refuse_to_train_a_finished_run_again(run_dir: Path) -> None:
     except (OSError, ValueError):  # missing, or not a result: nothing finished to keep
         return
     if isinstance(result, dict) and RESULT_KEYS - {"history"} <= result.keys() and result.get("diverged_at") is None:
-        raise ValueError(f"{run_dir} holds a finished run ({result['steps']} steps, its result.json) but no checkpoint.pt: "
-                         "there is nothing to resume, and training it again would replace its metrics and result; "
-                         "use --restart to train it anew, or another directory")
+        raise RunRefused(f"{run_dir} holds a finished run ({result['steps']} steps, its result.json) but no checkpoint.pt: "
+                         "there is nothing to resume, and training it again would replace its metrics and result")
 
 
 def _refuse_a_foreign_config(run_dir: Path) -> None:
@@ -328,10 +325,10 @@ def _check_stopping_rule(run_dir: Path, config: RunConfig, more_steps: bool) -> 
     stop = next((row["step"] for i, row in enumerate(rows)
                  if row["step"] > 0 and at_threshold_streak(rows[:i + 1], t.threshold) >= t.early_stop_evals), None)
     if stop is not None and stop < at:
-        raise ValueError(
+        raise RunRefused(
             f"{run_dir} trained to step {at}, but stopping early as asked (after {t.early_stop_evals} evaluation(s) at "
             f"{t.threshold}) it would have stopped at step {stop}: continuing under that rule would leave a run its "
-            "config.json does not describe; keep the rule, or use --restart, or another directory")
+            "config.json does not describe", "keep the rule")
     if stop == at and more_steps:
         raise ValueError(
             f"{run_dir} reached its early-stopping rule at step {at}, its held-out accuracy at the threshold "
@@ -416,8 +413,8 @@ def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
     if not path.exists():
         tokenizer = run_dir / TOKENIZER
         if tokenizer.is_file() and hashlib.sha256(tokenizer.read_bytes()).hexdigest() != fingerprint["tokenizer_sha256"]:
-            raise ValueError(f"{run_dir} started on other data: its tokenizer.json is not the tokenizer of the data it "
-                             "would resume on. Use --restart to start over on the new data, or another run directory")
+            raise RunRefused(f"{run_dir} started on other data: its tokenizer.json is not the tokenizer of the data it "
+                             "would resume on")
         record_data_once(run_dir, fingerprint)
         return
     recorded = read_json(path, what="data record", object_only=True)
@@ -426,10 +423,9 @@ def check_same_data(run_dir: Path, fingerprint: dict[str, str]) -> None:
     if changed:
         words = [_DATA_WORDS.get(name, name) for name in changed]
         what = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
-        raise ValueError(
+        raise RunRefused(
             f"{run_dir} started on other data: {what} differ{'s' * (len(changed) == 1)} from what the run trained "
-            "on (its data.json). Resuming would continue on different tokens; use --restart to start over "
-            "on the new data, or another run directory"
+            "on (its data.json), and resuming would continue on different tokens"
         )
 
 

@@ -32,6 +32,7 @@ from psattn.training.binding import (
     check_vocabulary,
     read_binding,
 )
+from psattn.training.checkpoint import RunRefused
 from psattn.training.config import RunConfig, holds_same_run
 from psattn.training.distributed import (
     Distributed,
@@ -363,15 +364,14 @@ def train_again(config: RunConfig, run_dir: str | Path, **kwargs: Any) -> RunRes
     """``train`` ``config`` into ``run_dir`` as a command with no --restart runs it (``psattn demo``, the Bode run
     of ``psattn theory report``): the run there resumes where a stop cut it short, or is reused once finished, when
     it is of ``config``, and a run of another config there is trained anew; either way a stop's line says to run the
-    same command again, which resumes it. A run there that ``train`` refuses to resume, naming ``psattn train
-    --restart``, is refused with the way on for this command: delete ``run_dir``."""
+    same command again, which resumes it. A run there that ``train`` refuses to go on with (``RunRefused``: a
+    checkpoint that does not read, a finished run without one, ...) is refused with this command's way to train it
+    anew: delete ``run_dir``, or write elsewhere."""
     run_dir = Path(run_dir)
     saved = run_dir / CONFIG
     try:
         return train(config, run_dir, resume=not saved.exists() or holds_same_run(saved, config),
                      again="the same command again", **kwargs)
-    except ValueError as err:  # a checkpoint that does not read, a finished run without one, ...
-        if "--restart" not in str(err):
-            raise
-        raise ValueError(f"{err}; this command has no --restart: delete {run_dir} and run it again to train the "
-                         "run anew") from None
+    except RunRefused as err:
+        raise err.with_anew(f"delete {run_dir} and run the same command again to train it anew, or give it another "
+                            "--out") from None
