@@ -9,6 +9,11 @@ import torch
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
+# The subprocesses tests start (the command line, the benchmark scripts, sweep workers) run beside the other
+# worker process: one intra-op thread each, as the tests in this process have (below), or two thread pools
+# share two cores and each process runs slower than on one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _single_thread():
