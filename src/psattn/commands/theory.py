@@ -28,10 +28,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from psattn.arguments import add_command, add_deprecated, add_json, add_plan_size, same_file, seed_int, write_json_output
@@ -79,25 +75,13 @@ def refuse_a_theory_report(out: Path, figures: tuple[str, ...]) -> None:
 STAGING_PREFIX = ".theory-files-"
 
 
-@contextlib.contextmanager
-def staged_in(out: Path) -> Iterator[Path]:
-    """A staging folder inside ``out`` (made when missing) for the block to write its files into; they are moved
-    into ``out`` once the block has written all, with the stop signals held, so that a stop or a failure midway
-    leaves the earlier files whole, not a mix of two. A staging folder left by a killed run is removed."""
-    from psattn.processes import tidy_staging
+def staged_in(out: Path) -> contextlib.AbstractContextManager[Path]:
+    """A staging folder inside ``out`` for the block to write its files into, moved into ``out`` with the stop
+    signals held once the block has written all (``psattn.processes.staged_folder``)."""
+    from psattn.processes import staged_folder
     from psattn.training.signals import stop_signals_held
 
-    out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out, STAGING_PREFIX)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-    try:
-        yield staging
-        with stop_signals_held():
-            for path in sorted(staging.iterdir()):
-                os.replace(path, out / path.name)
-            staging.rmdir()  # before a stop held meanwhile ends the process
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return staged_folder(out, STAGING_PREFIX, stop_signals_held)
 
 
 def cmd_phase_diagram(args: argparse.Namespace) -> int:

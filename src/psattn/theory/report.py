@@ -11,9 +11,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -24,7 +21,7 @@ import numpy as np
 import torch
 
 from psattn.files import write_text
-from psattn.processes import tidy_staging
+from psattn.processes import staged_folder
 from psattn.theory.operators import MUTANTS, REFERENCE
 from psattn.theory.reduced_model import compare_with_theory
 from psattn.theory.scaling import empirical_exponent, fit_power_law, load_sweep_results, sweep_pairs
@@ -277,17 +274,8 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
     from psattn.theory import plots  # noqa: F401  (matplotlib: a missing one is told before the folder is made)
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out, STAGING_PREFIX)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-    try:
+    with staged_folder(out, STAGING_PREFIX, moving) as staging:
         result = _write_report(staging, model, model_label, quick, sweep_results, seed, link_prefix)
-        with moving():
-            for path in sorted(staging.iterdir()):
-                os.replace(path, out / path.name)
-            staging.rmdir()  # before a stop held meanwhile ends the process
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return {**result, "figures": {k: str(out / Path(path).name) for k, path in result["figures"].items()}}
 
 

@@ -16,10 +16,7 @@ plain layers train on three seeds, the rest on one.
 
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -46,7 +43,7 @@ from psattn.experiments.study import Results, Study, check_mode
 from psattn.files import write_text
 from psattn.models import AttentionConfig, DecoderLM, ModelConfig
 from psattn.models.config import Variant
-from psattn.processes import tidy_staging
+from psattn.processes import staged_folder
 from psattn.training.config import RunConfig
 from psattn.training.run_dir import CHECKPOINT, TOKENIZER
 from psattn.training.signals import stop_signals_held
@@ -231,17 +228,8 @@ def phase_report(results: dict[str, dict[str, Any]], runs: Path, mode: str = "qu
     export extra, the ONNX comparison of every first-seed model. The figure and the report are written into a
     staging folder inside ``runs`` and moved in together, with the stop signals held: a stop or a failure midway
     (the ONNX part takes minutes) leaves the earlier figure and report whole."""
-    runs.mkdir(parents=True, exist_ok=True)
-    tidy_staging(runs, STAGING_PREFIX)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=runs))
-    try:
+    with staged_folder(runs, STAGING_PREFIX, stop_signals_held) as staging:
         _write_phase_report(results, runs, mode, staging)
-        with stop_signals_held():
-            for path in sorted(staging.iterdir()):
-                os.replace(path, runs / path.name)
-            staging.rmdir()  # before a stop held meanwhile ends the process
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return runs / "text_phase.md"
 
 
