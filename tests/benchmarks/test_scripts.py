@@ -23,9 +23,19 @@ def run(*args, timeout=300):
     return done.stdout
 
 
+#: every section of gpu_check.py but "compile", which the compile-section test below runs (about 25 s on a cold
+#: inductor cache, as in CI) and checks the rows of
+SMOKE_SECTIONS = ["commands", "fused_correctness", "fused_kernel", "rope_shear", "model_step", "host_overhead",
+                  "equivalence", "kernels", "phase_transition"]
+
+
+def test_the_smoke_run_names_every_section_but_compile():
+    assert SMOKE_SECTIONS == [name for name in _script("gpu_check").SECTION_S if name != "compile"]
+
+
 @pytest.mark.slow
 def test_gpu_check_smoke(tmp_path):
-    out = run("benchmarks/gpu_check.py", "--smoke", "--backward-variants", "--out", str(tmp_path))
+    out = run("benchmarks/gpu_check.py", "--smoke", "--backward-variants", "--out", str(tmp_path), "--only", *SMOKE_SECTIONS)
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert {"math forward", "math forward+backward"} <= set(result["kernels"])
     commands = result["commands"]
@@ -53,17 +63,7 @@ def test_gpu_check_smoke(tmp_path):
     assert equivalence["math float32: SDPA vs fp64 plain attention"] < 1e-5
     assert "errors" not in result
     assert equivalence["psa-4m fp32: cached decoding vs full forward (logits)"] < 1e-4
-    assert result["compile"]["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
-    assert "cuda_graphs" not in result["compile"]  # a CUDA setting: on the CPU it is the default mode again
-    assert "compiled_scored" not in result["compile"]  # a CUDA setting: on the CPU every compiled step is so
-    profile = result["compile"]["eager_step_profile"]  # on the CPU: the operators' own time, no device to wait for
-    assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
-    assert math.isfinite(profile["wall_ms_unread"])  # a difference of two runs' times: on the CPU, as noisy as they are
-    scale = result["compile"]["paper_scale_step_profile"]  # the quick plan's first model on the CPU
-    assert scale["kernel_ms"] > 0 and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
-    plain = result["compile"]["paper_scale_step_profile_plain"]  # the same run with plain attention
-    assert plain["kernel_ms"] > 0 and plain["preset"] == "L2d16h2" and "launches_per_step" not in plain  # CUDA only
-    assert "paper_scale_step_profile_rope_shear_eager" not in result["compile"]  # rope_shear compiles on CUDA only
+    assert "compile" not in result  # the compile-section test runs it
     assert [(r["gamma"], r["seed"]) for r in result["phase_transition"]["runs"]] == [(0.8, 0), (0.0, 0)]
     for r in result["phase_transition"]["runs"]:  # a step alone, and the span with the evaluations in it
         assert r["step_ms"] > 0 and r["span_ms_per_step"] > 0
@@ -73,7 +73,7 @@ def test_gpu_check_smoke(tmp_path):
 @pytest.mark.slow
 def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp_path):
     run("benchmarks/gpu_check.py", "--smoke", "--budget-s", "0", "--out", str(tmp_path),
-        "--only", "kernels", "phase_transition")  # the smoke test runs every section
+        "--only", "kernels", "phase_transition")  # the smoke test runs these sections in full
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["phase_transition"]["runs"] == [] and "kernels" in result  # on the CPU no section is skipped
 
@@ -253,6 +253,17 @@ def test_the_compile_section_keeps_its_rows_as_they_come_and_each_renders(tmp_pa
     gpu_check, tables = _script("gpu_check"), _script("gpu_tables")
     kept: list[dict] = []
     result = gpu_check.compile_check("cpu", True, keep=lambda rows: kept.append(json.loads(json.dumps(rows))))
+    assert result["largest_relative_loss_gap"] < 1e-3  # fp32 on the CPU: compiled trains like eager
+    assert "cuda_graphs" not in result  # a CUDA setting: on the CPU it is the default mode again
+    assert "compiled_scored" not in result  # a CUDA setting: on the CPU every compiled step is so
+    profile = result["eager_step_profile"]  # on the CPU: the operators' own time, no device to wait for
+    assert profile["kernel_ms"] > 0 and profile["wall_ms"] > 0 and "syncs_per_step" not in profile
+    assert math.isfinite(profile["wall_ms_unread"])  # a difference of two runs' times: on the CPU, as noisy as they are
+    scale = result["paper_scale_step_profile"]  # the quick plan's first model on the CPU
+    assert scale["kernel_ms"] > 0 and (scale["preset"], scale["batch"]) == ("L2d16h2", 8)
+    plain = result["paper_scale_step_profile_plain"]  # the same run with plain attention
+    assert plain["kernel_ms"] > 0 and plain["preset"] == "L2d16h2" and "launches_per_step" not in plain  # CUDA only
+    assert "paper_scale_step_profile_rope_shear_eager" not in result  # rope_shear compiles on CUDA only
     assert [sorted(k)[-1] for k in kept[:2]] == ["precision", "step_time_ratio_compiled_over_eager"]  # eager, compiled
     assert kept[-1] == json.loads(json.dumps(result)) and len(kept) == 2 + 3  # two settings, three profiles on the CPU
     for rows in kept[:-1]:
