@@ -22,6 +22,7 @@ from psattn.experiments.study import MODES
 from psattn.experiments.sweep import _run_in_order, _run_in_pool, run_sweep, train_unless_finished, unique_configs
 from psattn.models.heads import head_scores, repeat_scores, repeated_tokens
 from psattn.ops.hooks import capture
+from psattn.theory import report as theory_report
 from psattn.training.run_dir import load_result
 from psattn.training.signals import WorkerLost
 
@@ -351,6 +352,10 @@ def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
     monkeypatch.setattr("psattn.experiments.configs.EVAL_SIZE", 64)  # held-out rows of each run: 4 steps learn nothing
     timed = induction_report.trainer_vs_bare_loop  # 2 steps once, not 30 twice: the report needs a ratio, not its accuracy
     monkeypatch.setattr(induction_report, "trainer_vs_bare_loop", lambda config, **_: timed(config, steps=2, repeats=1))
+    # the theory's grids as its own report test has them (tests/theory/test_cli.py): the section, not its figures
+    monkeypatch.setattr(theory_report, "GRID_DK", [8, 64, 1024])
+    monkeypatch.setattr(theory_report, "GRID_T", [16, 256])
+    monkeypatch.setattr(theory_report, "SCALING_DK", [64, 1024, 4096, 16384])
     report = reproduce(tmp_path, "quick", workers=2, progress=False)
     text = report.read_text()
     lines = text.splitlines()
