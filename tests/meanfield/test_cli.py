@@ -218,6 +218,26 @@ def test_a_report_rerun_removes_the_earlier_reports_figures_it_does_not_rewrite(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.json", "notes.png", "paper", "report.md"]
 
 
+def test_a_failed_paper_run_is_one_line_naming_it_and_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """A paper config that raised ended reproduce with its error alone (an overflow's line named no kernel or n)."""
+    import dataclasses
+
+    from psattn.cli import main
+    from psattn.meanfield import reproduce as module
+
+    configs = paper_configs(ns=(4,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    (tmp_path / "report.md").write_text("earlier")
+    monkeypatch.setattr(module, "paper_configs", lambda ns: configs)
+    with pytest.raises(SystemExit) as stop:
+        main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("psattn: error: the paper experiment's run 2 of 3 (rope_n4) failed: the simulation overflowed"), err
+    assert err.endswith("no report written (an earlier one is left whole)"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
+
+
 @pytest.mark.parametrize("call", ["command", "function"])
 def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, monkeypatch, call):
     """reproduce wrote into --out as it went: Ctrl-C (or a kill) before report.md left this run's paper/summary.json

@@ -1,11 +1,19 @@
 """The paper sweep's configs, the JSON runner and the plots that read its output."""
 
+import dataclasses
 import json
 
 import pytest
 
 from psattn.meanfield.config import SimulationConfig
-from psattn.meanfield.experiments import PAPER_KERNELS, paper_configs, paper_kernel, run_experiments, run_name
+from psattn.meanfield.experiments import (
+    PAPER_KERNELS,
+    ExperimentsFailed,
+    paper_configs,
+    paper_kernel,
+    run_experiments,
+    run_name,
+)
 from psattn.meanfield.plots import plot_diagnostics, plot_final_states
 
 
@@ -45,6 +53,23 @@ def test_runner_writes_summary_and_plots_read_it(tmp_path):
     spheres = plot_final_states(tmp_path, tmp_path / "final.png")
     curves = plot_diagnostics(tmp_path / "summary.json", tmp_path / "diagnostics.png")
     assert spheres.stat().st_size > 0 and curves.stat().st_size > 0
+
+
+def test_a_failed_config_keeps_the_others_runs_and_is_named(tmp_path):
+    """Config 2 of 3 overflowed and nothing was written: the finished run was lost with the failure."""
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    with pytest.raises(ExperimentsFailed, match=r"^run 2 of 3 \(rope_n8\) failed: the simulation overflowed float64 ")\
+            as error:
+        run_experiments(configs, tmp_path)
+    assert "\n" not in str(error.value) and str(tmp_path / "summary.json") in str(error.value)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8", "prefix_n8"]  # the third runs all the same
+    (failed,) = saved["failed"]
+    assert failed["index"] == 1 and failed["name"] == "rope_n8" and failed["config"]["dt"] == 1e300
+    assert failed["error"].startswith("the simulation overflowed float64") and "\n" not in failed["error"]
+    assert run_experiments(paper_configs(ns=(8,), kernels=("usa",), tau=0.1), tmp_path)["failed"] == []  # a rerun
+    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == []  # rewrites the summary
 
 
 def test_the_package_docstring_lists_its_files():

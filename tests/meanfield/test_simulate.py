@@ -1,11 +1,14 @@
 """simulate(): frozen labels, energy monotone, special cases, co-moving = direct, collapse vs not."""
 
+import importlib
+
 import pytest
 import torch
 
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.dynamics import normalise
 from psattn.meanfield.gauges import rope_relative_rotation
+from psattn.meanfield.integrators import get_stepper
 from psattn.meanfield.simulate import initial_state, simulate
 
 
@@ -62,6 +65,22 @@ def test_a_step_that_overflows_the_dtype_is_one_line_naming_dt_and_beta(config, 
     with pytest.raises(ValueError, match=r"^the simulation overflowed float\d\d .* at step 1 of \d") as error:
         simulate(SimulationConfig(n=8, n_records=2, **config))
     assert advice in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_overflow_between_records_ends_the_run_within_a_few_steps(monkeypatch):
+    """A state that became NaN was found only at the next record: with 2 records the run went on to its last step
+    (a billion, say) on NaN."""
+    module = importlib.import_module("psattn.meanfield.simulate")  # the package's ``simulate`` is the function
+    steps_taken = []
+
+    def counting(name):
+        stepper = get_stepper(name)
+        return lambda field, x, h: (steps_taken.append(1), stepper(field, x, h))[1]
+
+    monkeypatch.setattr(module, "get_stepper", counting)
+    with pytest.raises(ValueError, match=r"^the simulation overflowed float64 .* at step 1 of 1,000, t = 1e\+300"):
+        simulate(SimulationConfig(n=8, n_records=2, beta=30.0, beta_aware_step=False, dt=1e300, tau=1e303))
+    assert len(steps_taken) <= 8  # FINITE_CHECK_STEPS, not the 1,000 to the last record
 
 
 def test_a_step_beyond_the_dtypes_range_is_refused_with_the_config_naming_dt():

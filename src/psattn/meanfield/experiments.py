@@ -130,15 +130,31 @@ def _record_indices(traj: Trajectory) -> torch.Tensor:
     return torch.round(traj.record_times / traj.step_size).long()
 
 
-def write_summary(runs: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Any]:
-    """Write out_dir/summary.json: the run records with their provenance (versions, git revision, machine, and the
-    seed when every run has the same one; None otherwise)."""
+def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Write out_dir/summary.json whole: the run records, the configs that failed (``failed_run``) and their
+    provenance (versions, git revision, machine, and the seed when every run has the same one; None otherwise)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = {run["config"]["seed"] for run in runs}  # "seed": null beside config.json's seed of the same run
-    summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs}
+    seeds = {run["config"]["seed"] for run in [*runs, *failed]}  # "seed": null beside config.json's seed of the same run
+    summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs, "failed": list(failed)}
     write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     return summary
+
+
+class ExperimentsFailed(ValueError):
+    """Some configs of ``run_experiments`` raised; its summary.json holds the others' runs and names these.
+
+    ``failure``: one line naming the first failed config and its error; ``failed``: the failed records."""
+
+    def __init__(self, failure: str, failed: list[dict[str, Any]], kept: str) -> None:
+        super().__init__(f"{failure}; {kept}")
+        self.failure, self.failed = failure, failed
+
+
+def failed_run(index: int, config: SimulationConfig, err: Exception) -> dict[str, Any]:
+    """A JSON-ready record of a config that raised: its place in the list (from 0), name, config and one-line error."""
+    error = " ".join(str(err).split()) or type(err).__name__
+    return {"index": index, "name": run_name(config), "config": config.to_dict(), "error": error}
 
 
 def run_experiments(
@@ -146,17 +162,36 @@ def run_experiments(
 ) -> dict[str, Any]:
     """Run every config and write out_dir/summary.json; returns the same summary.
 
+    A config that raises (its state overflowed, say) does not stop the others: the summary is written with the
+    runs that finished and, under "failed", each failed config with its one-line error, and then
+    ``ExperimentsFailed`` is raised, naming the first. A rerun runs every config again and replaces the summary.
     progress: show a tqdm bar over the configs (on stderr).
     """
-    runs = []
+    runs, failed, first_error = [], [], None
     with torch_threads(threads):
-        for config in progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress, leave=False):
-            traj = simulate(config)
+        bar = progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress, leave=False)
+        for index, config in enumerate(bar):
+            try:
+                traj = simulate(config)
+            except Exception as err:  # recorded, and raised once the others have run
+                failed.append(failed_run(index, config, err))
+                first_error = first_error or err
+                logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
+                               failed[-1]["error"])
+                continue
             record = summarise(traj)
             logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],
                         record["final"]["fraction_aligned"][0], record["energy_check"])
             runs.append(record)
-    return write_summary(runs, out_dir)
+    summary = write_summary(runs, out_dir, failed)
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        failure = f"run {first['index'] + 1} of {len(configs)} ({first['name']}) failed{more}: {first['error']}"
+        kept = (f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished and, under \"failed\", "
+                f"the {len(failed)} that failed")
+        raise ExperimentsFailed(failure, failed, kept) from first_error
+    return summary
 
 
 def save_states(traj: Trajectory, path: str | Path) -> Path:

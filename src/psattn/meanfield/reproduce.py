@@ -35,6 +35,7 @@ import torch
 from psattn.files import write_text
 from psattn.meanfield import theorems
 from psattn.meanfield.experiments import (
+    ExperimentsFailed,
     paper_configs,
     run_experiments,
     save_states,
@@ -151,7 +152,11 @@ def remove_stale_figures(out: Path, written: list[str]) -> None:
 def _paper_experiment(out: Path, quick: bool, threads: int | None, progress: bool) -> tuple[dict[str, Any], tuple]:
     """The paper's experiment (every kernel at each n), saved as paper/summary.json."""
     ns = (64,) if quick else (64, 128, 256)
-    return run_experiments(paper_configs(ns=ns), out / "paper", threads=threads, progress=progress), ns
+    try:
+        return run_experiments(paper_configs(ns=ns), out / "paper", threads=threads, progress=progress), ns
+    except ExperimentsFailed as err:  # its summary.json is in the staging folder, removed with the report unwritten
+        raise ExperimentsFailed(f"the paper experiment's {err.failure}", err.failed,
+                                "no report written (an earlier one is left whole)") from err
 
 
 def _paper_figures(out: Path, summary: dict[str, Any], ns: tuple, quick: bool, threads: int | None,
