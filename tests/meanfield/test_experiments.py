@@ -72,6 +72,26 @@ def test_a_failed_config_keeps_the_others_runs_and_is_named(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["failed"] == []  # rewrites the summary
 
 
+def test_an_error_that_is_no_refusal_is_raised_as_it_came_once_the_others_are_saved(tmp_path, monkeypatch):
+    """A bug or an out-of-memory error is not turned into a one-line refusal: it propagates as it is, after the
+    summary of the runs that finished is written."""
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    simulate = experiments.simulate
+
+    def broken(config):
+        if config is configs[1]:
+            raise RuntimeError("a bug in the kernel")
+        return simulate(config)
+
+    monkeypatch.setattr(experiments, "simulate", broken)
+    with pytest.raises(RuntimeError, match="^a bug in the kernel$"):
+        run_experiments(configs, tmp_path)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8"] and saved["failed"][0]["name"] == "rope_n8"
+
+
 def test_the_package_docstring_lists_its_files():
     """psattn.meanfield's list of its files named a ``cli`` module it no longer has (the command line moved to
     psattn.commands.meanfield) and left out memory and staging."""

@@ -164,7 +164,9 @@ def run_experiments(
 
     A config that raises (its state overflowed, say) does not stop the others: the summary is written with the
     runs that finished and, under "failed", each failed config with its one-line error, and then
-    ``ExperimentsFailed`` is raised, naming the first. A rerun runs every config again and replaces the summary.
+    ``ExperimentsFailed`` is raised, naming the first (an error other than a ValueError, such as running out of
+    memory, is raised as it came, once the summary is written). A rerun runs every config again and replaces the
+    summary.
     progress: show a tqdm bar over the configs (on stderr).
     """
     runs, failed, first_error = [], [], None
@@ -184,6 +186,8 @@ def run_experiments(
                         record["final"]["fraction_aligned"][0], record["energy_check"])
             runs.append(record)
     summary = write_summary(runs, out_dir, failed)
+    if first_error is not None and not isinstance(first_error, ValueError):  # a bug, or out of memory: as it came
+        raise first_error
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
