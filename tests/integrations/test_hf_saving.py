@@ -216,10 +216,13 @@ ON_LOOK_UP = textwrap.dedent("""
     from psattn.integrations.hf import psa_spec
     from transformers import AutoModel, AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
     loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
     unpickled = torch.load(sys.argv[2], weights_only=False)  # its config class is made, not looked up
+    tokenizer = TOKENIZER_MAPPING.get(type(unpickled.config), None)
     built = AutoModel.from_config(copy.deepcopy(unpickled.config))
-    print(psa_spec(loaded).gamma, type(built).__name__, psa_spec(built).gamma, "psattn_olmo2" in CONFIG_MAPPING.keys())
+    print(psa_spec(loaded).gamma, getattr(tokenizer, "__name__", None), type(built).__name__, psa_spec(built).gamma,
+          "psattn_olmo2" in CONFIG_MAPPING.keys())
 """)
 
 
@@ -231,7 +234,7 @@ def test_the_import_registers_each_model_type_when_transformers_first_looks_it_u
     run = subprocess.run([sys.executable, "-c", ON_LOOK_UP, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["[] False", "0.6 PSAQwen2Model 0.4 True"]
+    assert run.stdout.splitlines() == ["[] False", "0.6 Qwen2Tokenizer PSAQwen2Model 0.4 True"]
 
 
 IN_A_PIPELINE = textwrap.dedent("""
