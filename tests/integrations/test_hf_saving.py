@@ -11,7 +11,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import AutoModelForCausalLM, LlamaForCausalLM, pipeline  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, TokenizersBackend, pipeline  # noqa: E402
+from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING  # noqa: E402
 
 from integrations.hf_tiny import CORE, tiny_model, tiny_tokenizer  # noqa: E402
 from psattn.integrations.hf import PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
@@ -27,6 +28,13 @@ def _saved(tmp_path, arch="llama", variant="symmetric", gamma=0.5, **kw):
     model = apply_psa(tiny_model(arch), variant, gamma, **kw)
     model.save_pretrained(tmp_path)
     return model
+
+
+def _without_tokenizer_class(folder):
+    """Drop ``tokenizer_class`` from a saved tokenizer's settings: AutoTokenizer then takes the config's."""
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    del settings["tokenizer_class"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
 
 
 @pytest.mark.parametrize("arch", CORE)
@@ -208,10 +216,13 @@ ON_LOOK_UP = textwrap.dedent("""
     from psattn.integrations.hf import psa_spec
     from transformers import AutoModel, AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
     loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
     unpickled = torch.load(sys.argv[2], weights_only=False)  # its config class is made, not looked up
+    tokenizer = TOKENIZER_MAPPING.get(type(unpickled.config), None)
     built = AutoModel.from_config(copy.deepcopy(unpickled.config))
-    print(psa_spec(loaded).gamma, type(built).__name__, psa_spec(built).gamma, "psattn_olmo2" in CONFIG_MAPPING.keys())
+    print(psa_spec(loaded).gamma, getattr(tokenizer, "__name__", None), type(built).__name__, psa_spec(built).gamma,
+          "psattn_olmo2" in CONFIG_MAPPING.keys())
 """)
 
 
@@ -223,7 +234,7 @@ def test_the_import_registers_each_model_type_when_transformers_first_looks_it_u
     run = subprocess.run([sys.executable, "-c", ON_LOOK_UP, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["[] False", "0.6 PSAQwen2Model 0.4 True"]
+    assert run.stdout.splitlines() == ["[] False", "0.6 Qwen2Tokenizer PSAQwen2Model 0.4 True"]
 
 
 IN_A_PIPELINE = textwrap.dedent("""
@@ -250,15 +261,44 @@ def test_a_tokenizer_or_pipeline_registers_only_the_model_types_in_use(tmp_path)
     (importing each one's modeling code: seconds); the tables list the types whose config class exists."""
     _saved(tmp_path / "llama", "llama", "key_only", 0.6)
     tiny_tokenizer().save_pretrained(tmp_path / "llama")
-    settings = json.loads((tmp_path / "llama" / "tokenizer_config.json").read_text())
-    del settings["tokenizer_class"]
-    (tmp_path / "llama" / "tokenizer_config.json").write_text(json.dumps(settings))
+    _without_tokenizer_class(tmp_path / "llama")
     torch.save(apply_psa(tiny_model("qwen2"), "symmetric", 0.4), tmp_path / "qwen2.pt")
     run = subprocess.run([sys.executable, "-c", IN_A_PIPELINE, str(tmp_path / "llama"), str(tmp_path / "qwen2.pt")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["['modeling_llama'] TokenizersBackend", "['modeling_llama'] PSALlamaForCausalLM",
+    llama_tokenizer = TOKENIZER_MAPPING.get(LlamaConfig, TokenizersBackend).__name__  # TokenizersBackend in 5.25
+    assert run.stdout.splitlines() == [f"['modeling_llama'] {llama_tokenizer}", "['modeling_llama'] PSALlamaForCausalLM",
                                        "psattn_qwen2 ['PSAQwen2ForCausalLM']"]
+
+
+def _letters_tokenizer(arch):
+    """``arch``'s own tokenizer class over single letters (no merges)."""
+    from transformers import GemmaTokenizer, Qwen2Tokenizer
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if arch == "gemma":  # '▁' marks a space; '<bos>' starts each text, padding goes on the left
+        special = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4}
+        vocab = {**special, **{c: i for i, c in enumerate(letters + "▁", start=len(special))}}
+        return GemmaTokenizer(vocab=vocab, merges=[], add_bos_token=True)
+    # byte-level: 'Ġ' is a space
+    return Qwen2Tokenizer(vocab={"<|endoftext|>": 0, **{c: i for i, c in enumerate(letters + "Ġ", start=1)}}, merges=[])
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma"])
+def test_a_psa_checkpoint_loads_the_tokenizer_of_its_base_model_type(arch, tmp_path):
+    """Its tokenizer files naming no class, a saved PSA checkpoint gave the generic TokenizersBackend, where the
+    plain checkpoint gives its model type's class (Gemma's pads on the left): both now give the base type's."""
+    texts = ["hello world", "a", "ab cd", ""]
+    tokenizers = []
+    for name, model in (("plain", tiny_model(arch)), ("psa", apply_psa(tiny_model(arch), "key_only", 0.6))):
+        model.save_pretrained(tmp_path / name)
+        _letters_tokenizer(arch).save_pretrained(tmp_path / name)
+        _without_tokenizer_class(tmp_path / name)
+        tokenizers.append(AutoTokenizer.from_pretrained(tmp_path / name))
+    plain, psa = tokenizers
+    assert type(plain) is not TokenizersBackend
+    assert type(psa) is type(plain)
+    assert psa(texts, padding=True).input_ids == plain(texts, padding=True).input_ids
 
 
 def test_text_generation_pipeline(tmp_path):

@@ -3,7 +3,9 @@ subclass of each of its model classes (causal LM, base model, sequence and token
 question answering) that applies PSA with the settings its config carries (``.saving``) as soon as it
 is built, registered with ``AutoConfig`` and the matching Auto class, so that
 ``AutoModelForCausalLM.from_pretrained`` (or ``AutoModelForSequenceClassification.from_pretrained``, ...)
-of a saved PSA model gives the model that was saved.
+of a saved PSA model gives the model that was saved. ``AutoTokenizer`` maps the type to the base type's
+tokenizer class: a saved PSA checkpoint whose tokenizer files name no class loads the tokenizer its base
+model's checkpoint would.
 
 Making a base model type's classes imports its transformers modules (over a second for the tested types
 together), so ``register_on_look_up`` defers them: transformers' tables of added entries then register a
@@ -32,6 +34,7 @@ from transformers import (
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
 from psattn.integrations.hf.saving import PREFIX, base_model_type, made_config_classes, psa_config_class, saved_spec
 
@@ -117,6 +120,11 @@ def register_auto_classes(model_types, apply_psa: Callable[..., Any]) -> None:
             continue  # a model type transformers does not map to a causal LM class: nothing to register
         config_cls = psa_config_class(base)
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
+        # the base type's tokenizer class (none: AutoTokenizer falls back to TokenizersBackend for both types);
+        # the mapping's own register: AutoTokenizer.register would also enter the class in its table of classes by name
+        tokenizer_cls = TOKENIZER_MAPPING.get(CONFIG_MAPPING[base], None)
+        if tokenizer_cls is not None:
+            TOKENIZER_MAPPING.register(config_cls, tokenizer_cls, exist_ok=True)
         for auto, names in AUTO_CLASSES:
             name = names.get(base)  # a class name (a few model types map to several: those are left out)
             base_cls = getattr(transformers, name, None) if isinstance(name, str) else None
@@ -138,8 +146,9 @@ _underway: set[str] = set()  # the deferred types being registered (by the threa
 
 
 def _tables() -> list:
-    """transformers' mappings that a saved PSA model is looked up in: ``AutoConfig``'s and each Auto class's."""
-    return [CONFIG_MAPPING, *(auto._model_mapping for auto, _ in AUTO_CLASSES)]
+    """transformers' mappings that a saved PSA model is looked up in: ``AutoConfig``'s, each Auto class's and
+    ``AutoTokenizer``'s."""
+    return [CONFIG_MAPPING, *(auto._model_mapping for auto, _ in AUTO_CLASSES), TOKENIZER_MAPPING]
 
 
 class _RegistersOnLookUp(dict):
