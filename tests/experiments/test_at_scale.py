@@ -981,6 +981,24 @@ def test_a_split_cut_short_leaves_no_part(tmp_path):
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
+def test_a_split_into_fewer_parts_replaces_the_earlier_ones(tmp_path):
+    """A run split again in fewer parts left the earlier split's parts of another count beside the new ones (the
+    run's parts no longer joined: two archives); another stem's parts stay."""
+    from psattn.experiments import run_parts
+
+    earlier, later = _two_copies_of_a_run(tmp_path)
+    out = tmp_path / "out"
+    (out / "other").mkdir(parents=True)
+    kept = out / "run-b.tar.00-of-09"
+    kept.write_bytes(b"another run's part")
+    three = run_parts.split_run(earlier, out, "run-a", part_bytes=4096)
+    fewer = run_parts.split_run(earlier, out, "run-a", part_bytes=8 * 4096)
+    assert len(fewer) < len(three)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("run-a")) == sorted(p.name for p in fewer)
+    assert kept.read_bytes() == b"another run's part"
+    assert run_parts.join_run(sorted(out.glob("run-a.tar.*")), tmp_path / "joined").name == earlier.name
+
+
 def test_an_unpack_whose_write_fails_leaves_the_saved_summary_whole(tmp_path):
     # a plain write_bytes cut the summary already saved to the first 4096 bytes of the new one: no JSON
     summary = {"format": saved_runs.FORMAT, "name": "run-a", "config": {}, "result": {}, "history": []}

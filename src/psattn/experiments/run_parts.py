@@ -16,12 +16,15 @@ starts again on the next machine.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import io
 import os
 import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import IO
@@ -44,7 +47,8 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 def split_run(run_dir: str | Path, out_dir: str | Path, stem: str, *, part_bytes: int = PART_BYTES,
               max_parts: int = MAX_PARTS) -> list[Path]:
     """The run files of ``run_dir`` as parts ``out_dir/STEM.tar.NN-of-MM`` of at most ``part_bytes``
-    each (returned); none, and nothing written, when they would take more than ``max_parts``."""
+    each (returned), which replace an earlier split's parts of ``STEM`` there (of any count); none, and nothing
+    written, when they would take more than ``max_parts``."""
     run_dir = Path(run_dir)
     files = [path for path in run_files(run_dir) if path.is_file()]
     if not files:
@@ -61,8 +65,18 @@ def split_run(run_dir: str | Path, out_dir: str | Path, stem: str, *, part_bytes
         return []
     parts = {Path(out_dir) / f"{stem}.tar.{index:02d}-of-{count:02d}": data[index * part_bytes:(index + 1) * part_bytes]
              for index in range(count)}
+
+    @contextlib.contextmanager
+    def replacing() -> Iterator[None]:  # the stop signals held, and an earlier split's parts of another count removed
+        with stop_signals_held():
+            yield
+            for stale in Path(out_dir).glob(f"{glob.escape(stem)}.tar.*-of-*"):
+                match = PART_NAME.match(stale.name)
+                if match is not None and match["stem"] == stem and int(match["count"]) != count:
+                    stale.unlink(missing_ok=True)
+
     # written whole, as a set (psattn.files): a full disk or a stop leaves no part cut short under its whole name
-    atomic_writes({path: partial(_write, part) for path, part in parts.items()}, replacing=stop_signals_held)
+    atomic_writes({path: partial(_write, part) for path, part in parts.items()}, replacing=replacing)
     return list(parts)
 
 
