@@ -199,8 +199,8 @@ def _run(argv: list[str] | None) -> int:
     except TrainingInterrupted as err:  # checkpointed: the message says how to resume
         print(f"\npsattn: stopped by {err}", file=sys.stderr)
         return 128 + err.signum
-    except KeyboardInterrupt:
-        print("\npsattn: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # its text, where it has one, says what the stop left (an export in place)
+        print("\npsattn: interrupted" + (f" {err}" if str(err) else ""), file=sys.stderr)
         return 130
 
 

@@ -316,6 +316,49 @@ def test_a_stop_as_the_export_moves_in_leaves_its_json_summary_beside_it(runs, t
     assert seen == [{"files": {"fp32": str(out)}}] and out.read_bytes() == b"a new export"
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in this process while the test runs, as in a terminal (a test runner's
+    worker may ignore it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_as_the_export_moves_in_says_that_the_export_is_in_place(runs, tmp_path, monkeypatch, capsys,
+                                                                          ctrl_c_raises):
+    """A Ctrl-C held while the files moved in ended the command with "interrupted" alone, as if nothing had been
+    written, the new export and its summary whole in place: a user would export again for nothing."""
+    from helpers import stop_on_moving_into
+    from psattn.export import compare
+
+    def compared(model, run_dir, path, *args):
+        path.write_bytes(b"a new export")
+        return {"files": {"fp32": str(path)}}
+
+    monkeypatch.setattr(compare, "_export_and_compare", compared)
+    out, summary = tmp_path / "m.onnx", tmp_path / "summary.json"
+    stop_on_moving_into(monkeypatch, tmp_path, signal.SIGINT)
+    assert main(["export", "--run-dir", str(runs / "key_only"), "--out", str(out), "--json", str(summary)]) == 130
+    assert capsys.readouterr().err.strip() == f"psattn: interrupted after the export was in place ({out} is whole)"
+    assert out.read_bytes() == b"a new export" and json.loads(summary.read_text()) == {"files": {"fp32": str(out)}}
+
+
+def test_a_ctrl_c_as_a_folder_export_moves_in_says_so_and_leaves_no_earlier_copy_beside_it(tmp_path, monkeypatch,
+                                                                                           ctrl_c_raises):
+    from helpers import stop_on_moving_into
+    from psattn.export.staging import staged_folder
+
+    target = tmp_path / "hf"
+    with staged_folder(target) as folder:
+        (folder / "config.json").write_text("the earlier export")
+    stop_on_moving_into(monkeypatch, tmp_path, signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt, match=rf"^after the export was in place \({target} is whole\)$"):
+        with staged_folder(target) as folder:
+            (folder / "config.json").write_text("the new export")
+    assert (target / "config.json").read_text() == "the new export" and leftovers(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_sigint_at_several_moments_of_an_export_leaves_one_whole_pair(runs, key_only_pair, tmp_path):
     """Real Ctrl-C to ``psattn export``, at several moments after it starts writing: exit code 130 and

@@ -158,7 +158,9 @@ def _foreign(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name != MANIFEST and p.name not in written)
 
 
-def _reraise(err: BaseException, target: Path, staging: Path, final: Path) -> NoReturn:
+def _reraise(err: BaseException, target: Path, staging: Path, final: Path, placed: bool = False) -> NoReturn:
+    if placed and _interrupted(err):  # the stop came as the export moved in, and was held until it was in place
+        raise KeyboardInterrupt(f"after the export was in place ({target} is whole)") from None
     converted = _export_error(err, target, staging, final)
     if converted is err:
         raise err
@@ -188,6 +190,8 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
                                  f"{', ...' if len(foreign) > 3 else ''}); {what} replaces the folder as a whole: "
                                  "pass --force to replace it anyway, or name another folder")
         staging: Path | None = None
+        old: Path | None = None
+        placed = False
         try:
             with stop_signals_held():  # a Ctrl-C as the folder is made lands once it is in hand, for the cleanup
                 staging = _new_folder(target, "staging")
@@ -196,20 +200,20 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
             names = sorted(p.name for p in staging.iterdir())
             (staging / MANIFEST).write_text(json.dumps(names))
             with stop_signals_held():  # the swap is not cut halfway, whichever thread a signal lands in
-                old = None
                 if target.exists():
                     old = _new_folder(target, "old")
                     os.replace(target, old / target.name)
                 os.replace(staging, target)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+                placed = True  # a stop held meanwhile lands as this block ends: after the export
         except BaseException as err:
             if staging is None:  # the staging folder could not be made: the error names the target already
                 raise
-            _reraise(err, target, staging, target)
+            _reraise(err, target, staging, target, placed)
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+            if old is not None and placed:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -232,6 +236,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
     with _signals_unwind(), _folder_made(target.parent):
         _tidy(target)
         staging: Path | None = None
+        placed = False
         try:
             with stop_signals_held():  # a Ctrl-C as the folder is made lands once it is in hand, for the cleanup
                 staging = _new_folder(target, "staging")
@@ -241,6 +246,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
 
             @contextlib.contextmanager
             def swapped() -> Iterator[None]:  # not cut halfway, whichever thread a signal lands in
+                nonlocal placed
                 with stop_signals_held():
                     for name in written:
                         os.replace(staging / name, target.parent / name)
@@ -248,12 +254,13 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
                         if stale.name not in written:
                             stale.unlink(missing_ok=True)
                     yield  # the texts renamed into place
+                    placed = True  # a stop held meanwhile lands as this block ends: after the export
 
             write_texts(texts or {}, replacing=swapped)
         except BaseException as err:
             if staging is None:  # the staging folder could not be made: the error names the target already
                 raise
-            _reraise(err, target, staging, target.parent)
+            _reraise(err, target, staging, target.parent, placed)
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
