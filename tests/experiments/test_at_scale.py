@@ -39,8 +39,11 @@ def test_paper_scale_declares_the_issues_grid_at_the_papers_settings():
         assert t.steps >= 3000 and t.early_stop and t.early_stop_evals == 2 and t.threshold == 0.8
     sizes = {preset_parameter_count(c.model) for c in configs}
     assert sizes == {85_068_288, 15_785_472}  # psa-92m and psa-20m at the task's vocabulary of 64
-    assert [c.name for c in configs[:2]] == ["paper_scale-induction-psa-92m-baseline-stop2-e25-s0",
-                                              "paper_scale-induction-psa-92m-symmetric-g0.2-stop2-e25-s0"]
+    # the paper's table first (the plain model and the symmetric shear at 0.8, every seed): a first piece gives it
+    assert [c.name for c in configs[:7]] == [f"paper_scale-induction-psa-92m-{row}-stop2-e25-s{seed}" for seed in (0, 1, 2)
+                                             for row in ("baseline", "symmetric-g0.8")] + \
+        ["paper_scale-induction-psa-92m-symmetric-g0.2-stop2-e25-s0"]
+    assert all(c.model.n_layers == 12 for c in configs[:42]) and all(c.model.n_layers == 5 for c in configs[42:])
     assert "paper_scale" in STUDIES
     low, high = paper_scale.expected_minutes()
     assert 60 < low < high < 150  # the page's estimate, from the measured 50-90 ms a step

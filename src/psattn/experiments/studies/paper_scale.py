@@ -92,12 +92,21 @@ def scale_config(plan: ScalePlan, size: dict[str, Any], form: str, variant: str,
         threads=1 if plan.device == "cpu" else None))
 
 
+#: the rows of the paper's own table (``PAPER``): the plain model and the symmetric shear, full-sequence form
+PAPER_ROWS = tuple(("all_positions", "symmetric" if gamma else "baseline", gamma) for gamma in sorted(PAPER))
+
+
 def paper_scale(mode: str = "quick") -> list[RunConfig]:
-    """Every run of the plan, the larger model first, seeds interleaved within each size (a sweep cut
-    short keeps whole seeds of every row)."""
+    """Every run of the plan, the larger model first. Within a size the paper's own rows come first
+    (``PAPER_ROWS``, every seed: a sweep's first piece gives the paper's table at that size), then the
+    others; seeds interleaved in each part (a sweep cut short keeps whole seeds of every row)."""
     plan = PLANS[check_mode(mode)]
+    rows = _rows(plan)
+    ordered = [row for row in rows if row in PAPER_ROWS] + [row for row in rows if row not in PAPER_ROWS]
+    split = sum(row in PAPER_ROWS for row in rows)
     return [scale_config(plan, size, form, variant, gamma, seed)
-            for _, size in plan.sizes for seed in plan.seeds for form, variant, gamma in _rows(plan)]
+            for _, size in plan.sizes for part in (ordered[:split], ordered[split:])
+            for seed in plan.seeds for form, variant, gamma in part]
 
 
 def size_label(result: dict[str, Any]) -> str:
