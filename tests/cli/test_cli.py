@@ -92,6 +92,21 @@ def test_train_with_overrides_and_resume(tmp_path):
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3  # steps 0, 3 and 6
 
 
+def test_a_signal_in_train_says_how_the_command_resumes(tmp_path, monkeypatch, capsys):
+    """A stop of ``psattn train`` says to run the same command again; after --restart, to run it without the flag
+    (the library's default names a call, ``train(..., resume=True)``, which a command-line user has not made)."""
+    from psattn.training import trainer
+
+    train = trainer.train
+    monkeypatch.setattr(trainer, "train", lambda *a, **kw: train(*a, **kw, should_stop=lambda: True))
+    args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_size=32", "train.batch_size=8",
+            "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]
+    assert main(args) == 128 + 15
+    assert "at step 1: checkpoint written in" in (err := capsys.readouterr().err) and "the same command again" in err
+    assert main(args + ["--restart"]) == 128 + 15
+    assert "run the same command without --restart to resume" in capsys.readouterr().err
+
+
 def test_train_time_limit_stops_and_the_same_command_resumes(tmp_path, capsys):
     args = ["train", "--run-dir", str(tmp_path), "--set", "train.steps=6", "train.eval_every=3",
             "train.eval_size=32", "train.batch_size=8", "model.d_model=32", "task.seq_len=16", "task.form=all_positions"]

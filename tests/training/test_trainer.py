@@ -172,10 +172,12 @@ def test_on_step_sees_only_finite_losses(monkeypatch):
     assert [step for step, _ in seen] == [1, 2, 3, 4, 5, 6] and all(math.isfinite(loss) for _, loss in seen)
 
 
-def test_a_restart_stopped_by_a_signal_says_to_resume_without_restart(tmp_path):
-    """Run again as it was, a restart starts over: the message said "the same command again"."""
+def test_a_call_that_started_over_says_to_resume_with_resume_true(tmp_path):
+    """Called again as it was, a call with resume=False starts over. From Python the stop said "run the same command
+    without --restart", a flag of the command line; it now names the call (``psattn train --restart`` names its flag:
+    tests/cli/test_cli.py)."""
     train(tiny_config(steps=4), tmp_path)
-    with pytest.raises(TrainingInterrupted, match="run the same command without --restart to resume"):
+    with pytest.raises(TrainingInterrupted, match=r"run train\(\.\.\., resume=True\) to resume"):
         train(tiny_config(steps=20), tmp_path, resume=False, should_stop=lambda: True)
 
 

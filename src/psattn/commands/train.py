@@ -66,7 +66,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         lines = None if getattr(args, "quiet", False) else console_line
         result = train(config, args.run_dir, resume=not args.restart, progress=True, time_limit_s=args.time_limit,
-                       report=lines)
+                       report=lines, again="the same command without --restart" if args.restart else None)
     except BaseException:  # an error of this rank alone (say, RunLocked, which rank 0 alone checks) is psattn.cli's
         teardown_distributed(wait=False)  # one line: waiting for ranks that train on would hang the job
         raise

@@ -248,8 +248,8 @@ def train(
         lock: take the run directory's lock (False: the caller holds it).
         report: receives the start line and one line per evaluation.
         metrics: the extra columns of every evaluation row (None: none).
-        again: what a stop's line says to run to resume (default: "the same command again", or "the same
-            command without --restart" when ``resume`` is false, as after ``psattn train --restart``).
+        again: what a stop's line says to run to resume (default: "the same command again", or
+            "train(..., resume=True)" when ``resume`` is false; ``psattn train --restart`` names its own flag).
 
     Returns:
         A ``RunResult``: final and best held-out accuracy, the emergence step, steps taken, seconds, and
@@ -294,7 +294,7 @@ def train(
         timed_out, stop = False, StopFlag()
 
         def interrupted(signum: int) -> TrainingInterrupted:
-            rerun = again or ("the same command again" if resume else "the same command without --restart")
+            rerun = again or ("the same command again" if resume else "train(..., resume=True)")
             hint = (f"checkpoint written in {run_dir}; run {rerun} to resume" if run_dir is not None
                     else "no run directory, nothing kept")
             return TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
