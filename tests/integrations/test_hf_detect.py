@@ -152,3 +152,14 @@ def test_a_model_whose_input_embeddings_are_a_list_is_refused_with_the_reason():
     model = transformers.MusicgenForCausalLM(decoder).eval()
     with pytest.raises(NotImplementedError, match="MusicgenAttention applies no rotary position embeddings"):
         apply_psa(model, "key_only", 0.5)
+
+
+@pytest.mark.parametrize("model_type", ["gemma3n_text", "gemma4_text"])
+def test_layers_that_attend_with_another_layers_cached_keys_are_refused(model_type):
+    """Gemma 3n (its configs share the last 15 layers by default) and Gemma 4 with ``num_kv_shared_layers`` > 0: the
+    last layers attend with the keys and values an earlier layer cached, and update no cache layer of their own. The
+    tiny configs of ``support.TINY`` share none."""
+    layers = dict(num_hidden_layers=4, num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2)
+    if model_type == "gemma3n_text":
+        layers.update(activation_sparsity_pattern=[0.0] * 4, intermediate_size=[48] * 4)
+    assert "attends without calling past_key_values.update first" in refusal(tiny_model(model_type, **layers))

@@ -181,6 +181,22 @@ def test_left_padding_without_position_ids_follows_the_mask(variant):
 
 
 
+def test_at_gamma_zero_sliding_window_layers_generate_as_the_base_model_with_a_full_cache(prompt):
+    """A PSA cache keeps every key of a sliding-window layer, and the mask honours the window: at γ = 0 generate gives
+    the logits of the base model with a full-size cache bit for bit. The base model's own cache keeps the window only,
+    so its SDPA attends over fewer masked columns: the same tokens, float32 logits moved by rounding."""
+    from transformers import DynamicCache
+
+    plain, psa = tiny_model("mistral").float(), apply_psa(tiny_model("mistral"), "key_only", 0.0).float()
+    n = 8  # past the window of 6
+    seq, steps = greedy(psa, prompt, n)
+    full_seq, full_steps = greedy(plain, prompt, n, **cache_kw(DynamicCache()))
+    own_seq, own_steps = greedy(plain, prompt, n)
+    assert torch.equal(seq, full_seq) and torch.equal(steps, full_steps)
+    assert torch.equal(seq, own_seq)
+    torch.testing.assert_close(steps, own_steps, **GEN_TOL)
+
+
 def test_moshi_past_its_window_generates_as_its_full_forward(prompt):
     """transformers' Moshi has no window in its mask (its full forward attends to every token) but drops the keys
     older than ``sliding_window`` from its cache, so its own generate attends to the window only, past it. A PSA

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from integrations.hf_tiny import PAD, VOCAB, tiny_model  # noqa: E402
+from integrations.hf_tiny import PAD, VOCAB, cache_kw, returned_cache, tiny_model  # noqa: E402
 from psattn.integrations.hf import apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.support import REPRESENTATIVES, TESTED, base_kernel  # noqa: E402
 
@@ -78,6 +78,34 @@ def test_a_left_padded_batch_equals_its_rows_alone(model_type):
         alone_seq, alone_logits = greedy(model, ids, 4)
         assert torch.equal(seq[row, -4:], alone_seq[0, -4:])
         torch.testing.assert_close(step_logits[row], alone_logits[0], **GEN_TOL)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_a_left_padded_batch_decoded_by_hand_equals_its_rows_alone(model_type):
+    """The cache as a caller drives it, without generate: a prefill, then one token a forward call with the cache,
+    the attention mask and the positions, past the tiny configs' sliding windows (6 tokens). Both streams are sheared.
+    The prompt is prefilled in two chunks: the short row's first is all padding, so its first token, a sequence start,
+    comes after cached positions."""
+    model = patched(model_type, "symmetric")
+    tol = GEN_TOL
+    if model_type in FLOAT32_PADDING:
+        model.float()
+        tol = dict(atol=1e-4, rtol=1e-5)  # float32 throughout
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(8))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache, chunks = None, [(0, 3), (3, 7)] + [(t, t + 1) for t in range(7, 12)]  # then one token a call
+    with torch.no_grad():
+        steps = []
+        for a, b in chunks:
+            out = model(ids[:, a:b], attention_mask=mask[:, :b], position_ids=positions[:, a:b], use_cache=True,
+                        **({} if cache is None else cache_kw(cache)))
+            cache = returned_cache(out)
+            steps.append(out.logits)
+    decoded = torch.cat(steps, 1)  # (2, 12, V)
+    torch.testing.assert_close(decoded[:1], logits(model, ids[:1]), **tol)
+    torch.testing.assert_close(decoded[1:, 4:], logits(model, ids[1:, 4:]), **tol)
 
 
 def _lora_targets(model):

@@ -64,7 +64,7 @@ TINY: dict[str, dict] = {
     "solar_open": dict(head_dim=8),
     "llama4_text": dict(head_dim=8),  # chunked attention, QK L2-norm
     "gemma3_text": dict(head_dim=8),  # QK-norm, sliding-window layers, a local RoPE base
-    # AltUp, LAuReL and per-layer input embeddings
+    # AltUp, LAuReL and per-layer input embeddings; no KV-shared layers (those are refused: their default is 15)
     "gemma3n_text": dict(head_dim=8, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
                          num_kv_shared_layers=0, layer_types=["sliding_attention", "full_attention"], sliding_window=6,
                          laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
