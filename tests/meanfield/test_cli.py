@@ -238,6 +238,31 @@ def test_a_failed_paper_run_is_one_line_naming_it_and_keeps_the_earlier_report(t
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
 
 
+def test_a_paper_run_interrupted_says_no_report_was_written_and_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a paper run: the runs that finished are in the staging folder's paper/summary.json, which goes
+    with the unwritten report, so the line says that no report was written, not where a summary lies."""
+    from psattn.cli import main
+    from psattn.meanfield import experiments
+    from psattn.meanfield import reproduce as module
+
+    configs = paper_configs(ns=(4,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    simulate = experiments.simulate
+
+    def interrupted(config):
+        if config is configs[1]:
+            raise KeyboardInterrupt
+        return simulate(config)
+
+    (tmp_path / "report.md").write_text("earlier")
+    monkeypatch.setattr(module, "paper_configs", lambda ns: configs)
+    monkeypatch.setattr(experiments, "simulate", interrupted)
+    assert main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("psattn: interrupted in the paper experiment, during run 2 of 3 (rope_n4); no report written "
+                   "(an earlier one is left whole)"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
+
+
 @pytest.mark.parametrize("call", ["command", "function"])
 def test_a_report_interrupted_midway_leaves_the_earlier_report_whole(tmp_path, monkeypatch, call):
     """reproduce wrote into --out as it went: Ctrl-C (or a kill) before report.md left this run's paper/summary.json

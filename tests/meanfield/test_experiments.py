@@ -103,3 +103,32 @@ def test_the_package_docstring_lists_its_files():
     listed = set(re.findall(r"^- ``(\w+)``", psattn.meanfield.__doc__, flags=re.MULTILINE))
     files = {p.stem for p in Path(psattn.meanfield.__file__).parent.glob("*.py")} - {"__init__"}
     assert listed == files
+
+
+def test_an_interrupt_keeps_the_finished_runs_and_names_the_interrupted_one(tmp_path, monkeypatch):
+    """Ctrl-C during run 3 of 4 wrote no summary.json: the two runs that had finished (one of them failed) were
+    lost. The summary holds them, names the interrupted run under "interrupted", and the interrupt goes on."""
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix", "distance_bias"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    simulate = experiments.simulate
+
+    def interrupted(config):
+        if config is configs[2]:
+            raise KeyboardInterrupt
+        return simulate(config)
+
+    monkeypatch.setattr(experiments, "simulate", interrupted)
+    with pytest.raises(KeyboardInterrupt) as stop:
+        run_experiments(configs, tmp_path)
+    said = str(stop.value)
+    assert said.startswith("during run 3 of 4 (prefix_n8); ") and "\n" not in said, said
+    assert str(tmp_path / "summary.json") in said
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8"] and [r["name"] for r in saved["failed"]] == ["rope_n8"]
+    interrupted = saved["interrupted"]
+    assert (interrupted["index"], interrupted["name"]) == (2, "prefix_n8")
+    assert SimulationConfig(**interrupted["config"]) == configs[2]
+    monkeypatch.undo()
+    assert run_experiments(configs[:1], tmp_path)["interrupted"] is None  # a run that ends says so
