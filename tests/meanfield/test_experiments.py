@@ -132,3 +132,22 @@ def test_an_interrupt_keeps_the_finished_runs_and_names_the_interrupted_one(tmp_
     assert SimulationConfig(**interrupted["config"]) == configs[2]
     monkeypatch.undo()
     assert run_experiments(configs[:1], tmp_path)["interrupted"] is None  # a run that ends says so
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused_before_any_run(tmp_path, monkeypatch):
+    """A file where the output folder was to be found every run done and lost: its folder was made only when the
+    summary was written, after the last run."""
+    import psattn.meanfield.experiments as experiments
+
+    ran = []
+
+    def counted(config):
+        ran.append(config)
+        raise ValueError("ran")
+
+    monkeypatch.setattr(experiments, "simulate", counted)
+    (tmp_path / "taken").write_text("a file")
+    for out in (tmp_path / "taken", tmp_path / "taken" / "runs"):
+        with pytest.raises((FileExistsError, NotADirectoryError)):
+            run_experiments(paper_configs(ns=(8,), kernels=("usa",), tau=0.1), out)
+    assert ran == []

@@ -189,12 +189,13 @@ def run_experiments(
     memory, is raised as it came, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
     ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised. A rerun runs every config again and replaces the
-    summary.
+    summary. An out_dir that cannot be made (a file in its way) raises its OSError before the first run.
     progress: show a tqdm bar over the configs (on stderr).
     """
     runs, failed, first_error, stop = [], [], None, None
     with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
                                               leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
+        Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
         try:
             for index, config in enumerate(bar):
                 try:
