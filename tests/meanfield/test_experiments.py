@@ -151,3 +151,22 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_any_run(tmp_path
         with pytest.raises((FileExistsError, NotADirectoryError)):
             run_experiments(paper_configs(ns=(8,), kernels=("usa",), tau=0.1), out)
     assert ran == []
+
+
+def test_a_list_holding_something_other_than_a_config_is_refused_before_any_run(tmp_path):
+    """A config's dict (not a SimulationConfig) in the list failed in simulate, and recording that failure raised
+    an AttributeError: the runs before it were done and lost, with no summary written."""
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    with pytest.raises(TypeError, match=r"^run_experiments takes SimulationConfigs; config 3 of 3 is a dict "
+                                        r"\(SimulationConfig\(\*\*fields\) makes one\)$"):
+        run_experiments([*configs, configs[0].to_dict()], tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_configs_given_as_a_generator_are_run_and_a_failure_among_them_named(tmp_path):
+    """The list's length, read to name a failed config, raised a TypeError for a generator: the runs were lost."""
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    with pytest.raises(ExperimentsFailed, match=r"^run 2 of 2 \(rope_n8\) failed: "):
+        run_experiments((c for c in configs), tmp_path)
+    assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == ["usa_n8"]

@@ -189,9 +189,15 @@ def run_experiments(
     memory, is raised as it came, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
     ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised. A rerun runs every config again and replaces the
-    summary. An out_dir that cannot be made (a file in its way) raises its OSError before the first run.
+    summary. An item of configs that is no SimulationConfig, or an out_dir that cannot be made (a file in its way),
+    is refused before the first run.
     progress: show a tqdm bar over the configs (on stderr).
     """
+    configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
+    for index, config in enumerate(configs):  # before the runs: recording one that failed raised, losing the others
+        if not isinstance(config, SimulationConfig):
+            raise TypeError(f"run_experiments takes SimulationConfigs; config {index + 1} of {len(configs)} is a "
+                            f"{type(config).__name__} (SimulationConfig(**fields) makes one)")
     runs, failed, first_error, stop = [], [], None, None
     with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
                                               leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
