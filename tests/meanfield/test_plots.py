@@ -51,6 +51,26 @@ def test_save_states_needs_kept_states(tmp_path):
         save_states(simulate(cfg), tmp_path / "states.npz")
 
 
+def test_save_states_cut_short_keeps_the_states_already_there(tmp_path, monkeypatch):
+    """states.npz was opened for writing in place: a write cut short (a full disk) left half a file where the
+    earlier run's states had been."""
+    import numpy as np
+
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0], keep_states=True, n_records=3)
+    traj = simulate(cfg)
+    path = save_states(traj, tmp_path / "states.npz")
+    earlier = path.read_bytes()
+
+    def full_disk(file, **arrays):
+        file.write(b"PK half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        save_states(traj, path)
+    assert path.read_bytes() == earlier and [p.name for p in tmp_path.iterdir()] == ["states.npz"]
+
+
 def _summary(names=("usa_n8", "prefix_n8")):
     times = [0.0, 1.0, 2.0]
     series = {k: [[v] for v in (0.8, 0.4, 0.1)] for k in

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.files import write_text
+from psattn.files import atomic_write, write_text
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
 from psattn.progress import progress_bar
@@ -243,13 +243,12 @@ def run_experiments(
 def save_states(traj: Trajectory, path: str | Path) -> Path:
     """Save the recorded states of batch element 0 (needs ``keep_states``) for ``plots.animate_states``.
 
-    The .npz holds states (R, n, d), record_times (R,), labels (n,) and the run name.
+    The .npz holds states (R, n, d), record_times (R,), labels (n,) and the run name; it is written whole
+    (``psattn.files``): a save cut short keeps the file already there.
     """
     if traj.states is None:
         raise ValueError("the run kept no states; set keep_states=True in its config")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as fh:
-        np.savez_compressed(fh, states=traj.states[:, 0].numpy(), record_times=traj.record_times.numpy(),
-                            labels=traj.labels.numpy(), name=np.array(run_name(traj.config)))
+    out, states = Path(path), traj.states[:, 0].numpy()  # (R, B, n, d) -> (R, n, d)
+    atomic_write(out, lambda f: np.savez_compressed(f, states=states, record_times=traj.record_times.numpy(),
+                                                    labels=traj.labels.numpy(), name=np.array(run_name(traj.config))))
     return out
