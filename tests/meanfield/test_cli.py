@@ -104,6 +104,23 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("where", ["taken", "taken/run"])
+def test_an_out_folder_a_file_stands_in_is_refused_before_the_simulation(tmp_path, monkeypatch, where):
+    """--out naming a file (or a folder beneath one) was found only once the simulation had run, when its files
+    were to be written: the run, minutes long, was lost."""
+    import importlib
+
+    ran = []
+    module = importlib.import_module("psattn.meanfield.simulate")
+    simulate = module.simulate
+    monkeypatch.setattr(module, "simulate", lambda *args, **kwargs: (ran.append(1), simulate(*args, **kwargs))[1])
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'taken'} is a file, where a folder is needed: name a folder for --out "
+                                         r"\(or move the file away\)$"):
+        _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--out", str(tmp_path / where)])
+    assert ran == [] and (tmp_path / "taken").read_text() == "a file"
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (["--dt", "1e39", "--tau", "1e39"], "dt = 1e+39 makes a step of 5e+38, beyond the largest float32 (3.4e+38); "
                                         "lower dt or use dtype float64"),  # refused with the config
