@@ -45,6 +45,20 @@ def test_animation_is_a_gif_with_one_frame_per_record(d, tmp_path):
         assert image.format == "GIF" and image.n_frames == 4
 
 
+def test_an_animation_of_many_records_draws_at_most_max_frames_of_them(tmp_path, monkeypatch):
+    """One frame per record held every frame in memory until the GIF was written (0.4 MB each): 100,000 records, which
+    the run's memory check lets keep their states in megabytes, took 40 GB after the simulation had run."""
+    pil = pytest.importorskip("PIL.Image")
+    from psattn.meanfield import plots
+
+    monkeypatch.setattr(plots, "MAX_FRAMES", 5, raising=False)
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0)[0], keep_states=True, n_records=12)
+    gif = animate_states(save_states(simulate(cfg), tmp_path / "states.npz"), tmp_path / "run.gif")
+    assert gif is not None
+    with pil.open(gif) as image:
+        assert image.n_frames == 5
+
+
 def test_save_states_needs_kept_states(tmp_path):
     cfg = paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0]
     with pytest.raises(ValueError, match="keep_states"):

@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--batch", type=int, help="independent initial conditions (default 1); element 0, the one "
                      "summarised and animated, starts the same at every batch size")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
-    run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
+    run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101; "
+                     "the animation draws at most 200)")
     run.add_argument("--dtype", choices=("float64", "float32"), help="floating-point precision (default float64)")
     run.add_argument("--frequencies", type=float, nargs="+", help="RoPE / generalised RoPE frequencies")
     run.add_argument("--omega", type=float, help="cosine Toeplitz frequency")
