@@ -170,3 +170,24 @@ def test_configs_given_as_a_generator_are_run_and_a_failure_among_them_named(tmp
     with pytest.raises(ExperimentsFailed, match=r"^run 2 of 2 \(rope_n8\) failed: "):
         run_experiments((c for c in configs), tmp_path)
     assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == ["usa_n8"]
+
+
+def test_an_error_that_is_no_refusal_is_raised_as_it_came_after_an_earlier_refusal(tmp_path, monkeypatch):
+    """Only the first failure was looked at: a bug after an overflow was turned into "(and 1 more)" of the
+    overflow's one-line refusal, its traceback never shown."""
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    configs[0] = dataclasses.replace(configs[0], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    simulate = experiments.simulate
+
+    def broken(config):
+        if config is configs[1]:
+            raise RuntimeError("a bug in the kernel")
+        return simulate(config)
+
+    monkeypatch.setattr(experiments, "simulate", broken)
+    with pytest.raises(RuntimeError, match="^a bug in the kernel$"):
+        run_experiments(configs, tmp_path)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["failed"]] == ["usa_n8", "rope_n8"] and saved["runs"][0]["name"] == "prefix_n8"

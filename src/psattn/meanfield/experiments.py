@@ -185,8 +185,8 @@ def run_experiments(
 
     A config that raises (its state overflowed, say) does not stop the others: the summary is written with the
     runs that finished and, under "failed", each failed config with its one-line error, and then
-    ``ExperimentsFailed`` is raised, naming the first (an error other than a ValueError, such as running out of
-    memory, is raised as it came, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
+    ``ExperimentsFailed`` is raised, naming the first (the first error other than a ValueError, such as running out
+    of memory, is raised as it came instead, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
     ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised. A rerun runs every config again and replaces the
     summary. An item of configs that is no SimulationConfig, or an out_dir that cannot be made (a file in its way),
@@ -198,7 +198,7 @@ def run_experiments(
         if not isinstance(config, SimulationConfig):
             raise TypeError(f"run_experiments takes SimulationConfigs; config {index + 1} of {len(configs)} is a "
                             f"{type(config).__name__} (SimulationConfig(**fields) makes one)")
-    runs, failed, first_error, stop = [], [], None, None
+    runs, failed, errors, stop = [], [], [], None
     with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
                                               leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
         Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
@@ -208,7 +208,7 @@ def run_experiments(
                     traj = simulate(config)
                 except Exception as err:  # recorded, and raised once the others have run
                     failed.append(failed_run(index, config, err))
-                    first_error = first_error or err
+                    errors.append(err)
                     logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
                                    failed[-1]["error"])
                     continue
@@ -229,14 +229,15 @@ def run_experiments(
         kept += f", under \"failed\" the {len(failed)} that failed" if failed else ""
         kept += ", and names this one under \"interrupted\"" if interrupted else ""
         raise ExperimentsInterrupted(where, interrupted, kept) from None
-    if first_error is not None and not isinstance(first_error, ValueError):  # a bug, or out of memory: as it came
-        raise first_error
+    bug = next((err for err in errors if not isinstance(err, ValueError)), None)
+    if bug is not None:  # a bug, or out of memory: as it came, also after a refusal
+        raise bug
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         failure = f"run {first['index'] + 1} of {len(configs)} ({first['name']}) failed{more}: {first['error']}"
         raise ExperimentsFailed(failure, failed, f"{kept} and, under \"failed\", the {len(failed)} that failed") \
-            from first_error
+            from errors[0]
     return summary
 
 
