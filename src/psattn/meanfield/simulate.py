@@ -183,8 +183,8 @@ def _overflow_message(config: SimulationConfig, kernel: LabelledKernel, eta: flo
     if config.dtype == "float32":
         fixes.append("use dtype float64")
     advice = fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])} or {fixes[-1]}"
-    return (f"the simulation overflowed {config.dtype} (its state became NaN or infinite) {'at' if exact else 'by'} "
-            f"step {first:,} of "
+    when = "at" if exact else "by"  # by: found at that step, the one it happened at not known
+    return (f"the simulation overflowed {config.dtype} (its state became NaN or infinite) {when} step {first:,} of "
             f"{steps:,}, t = {first * eta:.4g}: the step {eta:.3g} (dt = {config.dt:g}, beta = {config.beta:g}) is "
             f"too large; {advice}")
 
