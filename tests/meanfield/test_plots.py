@@ -59,6 +59,25 @@ def test_an_animation_of_many_records_draws_at_most_max_frames_of_them(tmp_path,
         assert image.n_frames == 5
 
 
+def test_an_animation_cut_short_keeps_the_gif_already_there(tmp_path, monkeypatch):
+    """The GIF was written in place: a write cut short (a full disk) left half a file where the earlier one had been."""
+    pil = pytest.importorskip("PIL.Image")
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0)[0], keep_states=True, n_records=3)
+    states = save_states(simulate(cfg), tmp_path / "states.npz")
+    gif = animate_states(states, tmp_path / "run.gif")
+    earlier = gif.read_bytes()
+
+    def full_disk(image, fp, *args, **kwargs):
+        with open(fp, "wb") as f:
+            f.write(b"GIF89a half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pil.Image, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        animate_states(states, gif)
+    assert gif.read_bytes() == earlier and sorted(p.name for p in tmp_path.iterdir()) == ["run.gif", "states.npz"]
+
+
 def test_save_states_needs_kept_states(tmp_path):
     cfg = paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0]
     with pytest.raises(ValueError, match="keep_states"):
