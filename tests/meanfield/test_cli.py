@@ -104,6 +104,23 @@ def test_a_run_that_fails_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("where", ["taken", "taken/run"])
+def test_an_out_folder_a_file_stands_in_is_refused_before_the_simulation(tmp_path, monkeypatch, where):
+    """--out naming a file (or a folder beneath one) was found only once the simulation had run, when its files
+    were to be written: the run, minutes long, was lost."""
+    import importlib
+
+    ran = []
+    module = importlib.import_module("psattn.meanfield.simulate")
+    simulate = module.simulate
+    monkeypatch.setattr(module, "simulate", lambda *args, **kwargs: (ran.append(1), simulate(*args, **kwargs))[1])
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'taken'} is a file, where a folder is needed: name a folder for --out "
+                                         r"\(or move the file away\)$"):
+        _main(["meanfield", "run", "--n", "4", "--tau", "0.1", "--out", str(tmp_path / where)])
+    assert ran == [] and (tmp_path / "taken").read_text() == "a file"
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (["--dt", "1e39", "--tau", "1e39"], "dt = 1e+39 makes a step of 5e+38, beyond the largest float32 (3.4e+38); "
                                         "lower dt or use dtype float64"),  # refused with the config
@@ -235,6 +252,31 @@ def test_a_failed_paper_run_is_one_line_naming_it_and_keeps_the_earlier_report(t
     assert stop.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("psattn: error: the paper experiment's run 2 of 3 (rope_n4) failed: the simulation overflowed"), err
     assert err.endswith("no report written (an earlier one is left whole)"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
+
+
+def test_a_paper_run_interrupted_says_no_report_was_written_and_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a paper run: the runs that finished are in the staging folder's paper/summary.json, which goes
+    with the unwritten report, so the line says that no report was written, not where a summary lies."""
+    from psattn.cli import main
+    from psattn.meanfield import experiments
+    from psattn.meanfield import reproduce as module
+
+    configs = paper_configs(ns=(4,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    simulate = experiments.simulate
+
+    def interrupted(config):
+        if config is configs[1]:
+            raise KeyboardInterrupt
+        return simulate(config)
+
+    (tmp_path / "report.md").write_text("earlier")
+    monkeypatch.setattr(module, "paper_configs", lambda ns: configs)
+    monkeypatch.setattr(experiments, "simulate", interrupted)
+    assert main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("psattn: interrupted in the paper experiment, during run 2 of 3 (rope_n4); no report written "
+                   "(an earlier one is left whole)"), err
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
 
 

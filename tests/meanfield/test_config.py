@@ -180,3 +180,13 @@ def test_the_memory_estimate_counts_gauges_only_for_kernels_that_have_them():
         assert config.memory_bytes(config.step_size()[1]) < 2**30
     with pytest.raises(ValueError, match="does not fit in memory"):
         SimulationConfig(n=256, d=4096, tau=0.2, kernel=KernelConfig("rope"), available_memory=free)
+
+
+def test_a_label_factor_beyond_the_runs_dtype_is_refused_with_the_config():
+    """c = 1e39 is finite as given and inf in float32: the config took it, and simulate, casting the kernel to the
+    run's dtype, said only 'label factor must be finite, got NaN or infinite entries'."""
+    kernel = KernelConfig("gauge", gauges=[torch.eye(3).tolist()], label_factor=[[1e39] * 4] * 4)
+    with pytest.raises(ValueError, match=r"^kernel label_factor has an entry of 1e\+39, beyond the largest float32 "
+                                         r"\(3.4e\+38\); scale it down or use dtype float64$"):
+        SimulationConfig(n=4, dtype="float32", kernel=kernel)
+    SimulationConfig(n=4, dtype="float64", kernel=kernel)

@@ -103,3 +103,91 @@ def test_the_package_docstring_lists_its_files():
     listed = set(re.findall(r"^- ``(\w+)``", psattn.meanfield.__doc__, flags=re.MULTILINE))
     files = {p.stem for p in Path(psattn.meanfield.__file__).parent.glob("*.py")} - {"__init__"}
     assert listed == files
+
+
+def test_an_interrupt_keeps_the_finished_runs_and_names_the_interrupted_one(tmp_path, monkeypatch):
+    """Ctrl-C during run 3 of 4 wrote no summary.json: the two runs that had finished (one of them failed) were
+    lost. The summary holds them, names the interrupted run under "interrupted", and the interrupt goes on."""
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix", "distance_bias"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    simulate = experiments.simulate
+
+    def interrupted(config):
+        if config is configs[2]:
+            raise KeyboardInterrupt
+        return simulate(config)
+
+    monkeypatch.setattr(experiments, "simulate", interrupted)
+    with pytest.raises(KeyboardInterrupt) as stop:
+        run_experiments(configs, tmp_path)
+    said = str(stop.value)
+    assert said.startswith("during run 3 of 4 (prefix_n8); ") and "\n" not in said, said
+    assert str(tmp_path / "summary.json") in said
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8"] and [r["name"] for r in saved["failed"]] == ["rope_n8"]
+    interrupted = saved["interrupted"]
+    assert (interrupted["index"], interrupted["name"]) == (2, "prefix_n8")
+    assert SimulationConfig(**interrupted["config"]) == configs[2]
+    monkeypatch.undo()
+    assert run_experiments(configs[:1], tmp_path)["interrupted"] is None  # a run that ends says so
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused_before_any_run(tmp_path, monkeypatch):
+    """A file where the output folder was to be found every run done and lost: its folder was made only when the
+    summary was written, after the last run."""
+    import psattn.meanfield.experiments as experiments
+
+    ran = []
+
+    def counted(config):
+        ran.append(config)
+        raise ValueError("ran")
+
+    monkeypatch.setattr(experiments, "simulate", counted)
+    (tmp_path / "taken").write_text("a file")
+    for out in (tmp_path / "taken", tmp_path / "taken" / "runs"):
+        with pytest.raises((FileExistsError, NotADirectoryError)):
+            run_experiments(paper_configs(ns=(8,), kernels=("usa",), tau=0.1), out)
+    assert ran == []
+
+
+def test_a_list_holding_something_other_than_a_config_is_refused_before_any_run(tmp_path):
+    """A config's dict (not a SimulationConfig) in the list failed in simulate, and recording that failure raised
+    an AttributeError: the runs before it were done and lost, with no summary written."""
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    with pytest.raises(TypeError, match=r"^run_experiments takes SimulationConfigs; config 3 of 3 is a dict "
+                                        r"\(SimulationConfig\(\*\*fields\) makes one\)$"):
+        run_experiments([*configs, configs[0].to_dict()], tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_configs_given_as_a_generator_are_run_and_a_failure_among_them_named(tmp_path):
+    """The list's length, read to name a failed config, raised a TypeError for a generator: the runs were lost."""
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    configs[1] = dataclasses.replace(configs[1], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    with pytest.raises(ExperimentsFailed, match=r"^run 2 of 2 \(rope_n8\) failed: "):
+        run_experiments((c for c in configs), tmp_path)
+    assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == ["usa_n8"]
+
+
+def test_an_error_that_is_no_refusal_is_raised_as_it_came_after_an_earlier_refusal(tmp_path, monkeypatch):
+    """Only the first failure was looked at: a bug after an overflow was turned into "(and 1 more)" of the
+    overflow's one-line refusal, its traceback never shown."""
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    configs[0] = dataclasses.replace(configs[0], beta=30.0, beta_aware_step=False, dt=1e300, tau=1e300)  # h·v ~ 1e330
+    simulate = experiments.simulate
+
+    def broken(config):
+        if config is configs[1]:
+            raise RuntimeError("a bug in the kernel")
+        return simulate(config)
+
+    monkeypatch.setattr(experiments, "simulate", broken)
+    with pytest.raises(RuntimeError, match="^a bug in the kernel$"):
+        run_experiments(configs, tmp_path)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["failed"]] == ["usa_n8", "rope_n8"] and saved["runs"][0]["name"] == "prefix_n8"

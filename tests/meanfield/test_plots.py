@@ -45,10 +45,63 @@ def test_animation_is_a_gif_with_one_frame_per_record(d, tmp_path):
         assert image.format == "GIF" and image.n_frames == 4
 
 
+def test_an_animation_of_many_records_draws_at_most_max_frames_of_them(tmp_path, monkeypatch):
+    """One frame per record held every frame in memory until the GIF was written (0.4 MB each): 100,000 records, which
+    the run's memory check lets keep their states in megabytes, took 40 GB after the simulation had run."""
+    pil = pytest.importorskip("PIL.Image")
+    from psattn.meanfield import plots
+
+    monkeypatch.setattr(plots, "MAX_FRAMES", 5, raising=False)
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0)[0], keep_states=True, n_records=12)
+    gif = animate_states(save_states(simulate(cfg), tmp_path / "states.npz"), tmp_path / "run.gif")
+    assert gif is not None
+    with pil.open(gif) as image:
+        assert image.n_frames == 5
+
+
+def test_an_animation_cut_short_keeps_the_gif_already_there(tmp_path, monkeypatch):
+    """The GIF was written in place: a write cut short (a full disk) left half a file where the earlier one had been."""
+    pil = pytest.importorskip("PIL.Image")
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0)[0], keep_states=True, n_records=3)
+    states = save_states(simulate(cfg), tmp_path / "states.npz")
+    gif = animate_states(states, tmp_path / "run.gif")
+    earlier = gif.read_bytes()
+
+    def full_disk(image, fp, *args, **kwargs):
+        with open(fp, "wb") as f:
+            f.write(b"GIF89a half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pil.Image, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        animate_states(states, gif)
+    assert gif.read_bytes() == earlier and sorted(p.name for p in tmp_path.iterdir()) == ["run.gif", "states.npz"]
+
+
 def test_save_states_needs_kept_states(tmp_path):
     cfg = paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0]
     with pytest.raises(ValueError, match="keep_states"):
         save_states(simulate(cfg), tmp_path / "states.npz")
+
+
+def test_save_states_cut_short_keeps_the_states_already_there(tmp_path, monkeypatch):
+    """states.npz was opened for writing in place: a write cut short (a full disk) left half a file where the
+    earlier run's states had been."""
+    import numpy as np
+
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("usa",), tau=0.5)[0], keep_states=True, n_records=3)
+    traj = simulate(cfg)
+    path = save_states(traj, tmp_path / "states.npz")
+    earlier = path.read_bytes()
+
+    def full_disk(file, **arrays):
+        file.write(b"PK half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        save_states(traj, path)
+    assert path.read_bytes() == earlier and [p.name for p in tmp_path.iterdir()] == ["states.npz"]
 
 
 def _summary(names=("usa_n8", "prefix_n8")):

@@ -83,6 +83,50 @@ def test_an_overflow_between_records_ends_the_run_within_a_few_steps(monkeypatch
     assert len(steps_taken) <= 8  # FINITE_CHECK_STEPS, not the 1,000 to the last record
 
 
+def _huge_label_factor(c, dt: float, steps: int) -> SimulationConfig:
+    """8 particles on S² under a label factor c (8, 8) so large that the energy's sum overflows, a fixed step dt."""
+    kernel = KernelConfig("gauge", gauges=[torch.eye(3).tolist()], label_factor=c)
+    return SimulationConfig(n=8, d=3, kernel=kernel, dt=dt, tau=steps * dt, beta_aware_step=False, n_records=2)
+
+
+def test_an_overflow_names_the_step_the_state_went_bad_not_the_one_its_energy_overflowed():
+    """c_ij = 1e307: E_h = e^β Σ W / (2βn²) is inf from step 0 (the sum of 64 terms overflows) while the state and its
+    velocity stay finite, until a step h·v overflows many steps later; the message named step 0, where the state
+    was the finite starting one."""
+    import re
+
+    config = _huge_label_factor([[1e307] * 8] * 8, dt=20.0, steps=1000)
+    with pytest.raises(ValueError, match=r"^the simulation overflowed float64 \(its state became NaN or infinite\) at "
+                                         r"step [\d,]+ of 1,000") as error:
+        simulate(config)
+    step = int(re.search(r"at step ([\d,]+) of", str(error.value))[1].replace(",", ""))
+    assert step > 1, str(error.value)
+    before = simulate(_huge_label_factor(config.kernel.label_factor, dt=20.0, steps=step - 1))  # finite to step − 1
+    assert bool(torch.isfinite(before.x).all()) and not bool(torch.isfinite(before.energy).any())
+    with pytest.raises(ValueError, match=f" at step {step:,} of {step:,}, t = "):  # and not at step
+        simulate(_huge_label_factor(config.kernel.label_factor, dt=20.0, steps=step))
+
+
+def test_an_overflow_whose_energies_may_be_nan_while_the_state_is_finite_names_the_step_it_was_found():
+    """c of both signs whose positive and negative parts each sum beyond float64: a finite state's energy can be
+    inf − inf = NaN, so the step the state went bad is not known from its energies, and the message says by when."""
+    signs = [[1e308 if (i + j) % 2 == 0 else -1e308 for j in range(8)] for i in range(8)]
+    with pytest.raises(ValueError, match=r"\(its state became NaN or infinite\) by step (8|16|24|32|40) of 1,000, "):
+        simulate(_huge_label_factor(signs, dt=1e300, steps=1000))
+
+
+def test_the_overflow_step_is_the_first_after_a_batch_elements_last_energy_that_is_not_nan():
+    """Per batch element, the state went bad after its last energy that is not NaN; an infinite energy (an overflowed
+    sum) is a finite state's."""
+    from psattn.meanfield.simulate import _overflow_step
+
+    nan, inf = float("nan"), float("inf")
+    energy = torch.tensor([[1.0, inf], [inf, inf], [inf, nan], [nan, nan], [nan, nan]])  # (S = 5, B = 2)
+    assert _overflow_step(energy) == 2  # element 1 at step 2, element 0 at step 3
+    assert _overflow_step(energy[:, :1]) == 3 and _overflow_step(energy[:2]) == 2  # no NaN: found at S
+    assert _overflow_step(energy[:0]) == 0
+
+
 def test_a_step_beyond_the_dtypes_range_is_refused_with_the_config_naming_dt():
     """dt = 1e39 in float32 (largest 3.4e38) made a step that was inf at its first use, found only at the first
     record, after the run was set up; the config now refuses it."""

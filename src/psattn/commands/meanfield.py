@@ -12,7 +12,8 @@ n (e.g. RoPE with ω = 2π/n). Once the simulation has succeeded, it writes conf
 git revision), summary.json, final_state.png, diagnostics.png, states.npz and animation.gif (these two unless
 ``--no-animation`` or the config's ``keep_states`` is false) into ``--out``,
 and removes those of an earlier run there that it does not write (moved in only once all are written, so an
-interrupted run leaves the earlier one whole); a folder holding a training run is refused.
+interrupted run leaves the earlier one whole); a folder holding a training run is refused, and so, before
+the simulation, is an ``--out`` that a file stands in.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--batch", type=int, help="independent initial conditions (default 1); element 0, the one "
                      "summarised and animated, starts the same at every batch size")
     run.add_argument("--frame", choices=("auto", "comoving", "direct"), help="implementation (default auto)")
-    run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101)")
+    run.add_argument("--records", type=int, help="number of diagnostic records / animation frames (default 101; "
+                     "the animation draws at most 200)")
     run.add_argument("--dtype", choices=("float64", "float32"), help="floating-point precision (default float64)")
     run.add_argument("--frequencies", type=float, nargs="+", help="RoPE / generalised RoPE frequencies")
     run.add_argument("--omega", type=float, help="cosine Toeplitz frequency")
@@ -178,6 +180,13 @@ def check_not_a_training_run(out: Path) -> None:
                          "name another --out folder")
 
 
+def check_a_folder_can_be_made(out: Path) -> None:
+    """Refuse an output folder that a file stands in, or above (its folder could not be made), before the run."""
+    held = next((p for p in (out, *out.parents) if p.exists()), None)  # the folders missing are made
+    if held is not None and not held.is_dir():
+        raise ValueError(f"{held} is a file, where a folder is needed: name a folder for --out (or move the file away)")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``psattn meanfield run``: simulate, write figures and summary.json; the exit code. Nothing is
     written before the simulation has succeeded, and the files are written into a staging folder inside
@@ -192,6 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = resolve_run_config(args)
     out = Path(args.out)
     check_not_a_training_run(out)
+    check_a_folder_can_be_made(out)  # a file in the way was found once the simulation had run, and it was lost
     if not config.keep_states and not args.no_animation:
         print(f"{args.config} sets keep_states false: no states.npz or animation (set it true for them)")
     _, steps = step_size(config)

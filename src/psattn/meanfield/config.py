@@ -223,6 +223,10 @@ class SimulationConfig:
                          f"n={self.n} particles in d={self.d}, batch {self.batch}, {steps:,} steps and "
                          f"{min(self.n_records, steps + 1):,} records")
         kernel = build_kernel(self)  # raises on non-orthogonal gauges, bad planes, bad ids ...
+        largest, beyond = float(kernel.label_factor.abs().max()), torch.finfo(self.torch_dtype).max
+        if largest > beyond:  # inf once cast to the run's dtype (gauges and pair matrices are orthogonal: |entries| ≤ 1)
+            raise ValueError(f"kernel label_factor has an entry of {largest:.3g}, beyond the largest {self.dtype} "
+                             f"({beyond:.3g}); scale it down or use dtype float64")
         if self.frame == "comoving" and not kernel.has_gauge_form:
             raise ValueError(f"kernel {kernel.name!r} is not of gauge form; use frame 'direct' or 'auto'")
 

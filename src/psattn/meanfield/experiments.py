@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.files import write_text
+from psattn.files import atomic_write, write_text
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
 from psattn.progress import progress_bar
@@ -130,13 +130,17 @@ def _record_indices(traj: Trajectory) -> torch.Tensor:
     return torch.round(traj.record_times / traj.step_size).long()
 
 
-def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """Write out_dir/summary.json whole: the run records, the configs that failed (``failed_run``) and their
-    provenance (versions, git revision, machine, and the seed when every run has the same one; None otherwise)."""
+def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Sequence[dict[str, Any]] = (),
+                  interrupted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write out_dir/summary.json whole: the run records, the configs that failed (``failed_run``), the config a
+    stop interrupted (``interrupted_run``; None when none was) and their provenance (versions, git revision,
+    machine, and the seed when every run has the same one; None otherwise)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = {run["config"]["seed"] for run in [*runs, *failed]}  # "seed": null beside config.json's seed of the same run
-    summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs, "failed": list(failed)}
+    named = [*runs, *failed, *([interrupted] if interrupted else [])]
+    seeds = {run["config"]["seed"] for run in named}  # "seed": null beside config.json's seed of the same run
+    summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs, "failed": list(failed),
+               "interrupted": interrupted}
     write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     return summary
 
@@ -157,6 +161,23 @@ def failed_run(index: int, config: SimulationConfig, err: Exception) -> dict[str
     return {"index": index, "name": run_name(config), "config": config.to_dict(), "error": error}
 
 
+class ExperimentsInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped ``run_experiments``; its summary.json holds the runs that had finished and names this one.
+
+    ``where``: when it came (``during run 3 of 5 (rope_n64)``); ``interrupted``: the record of the config it stopped
+    (``interrupted_run``), None when it came after the last run."""
+
+    def __init__(self, where: str, interrupted: dict[str, Any] | None, kept: str) -> None:
+        super().__init__(f"{where}; {kept}")
+        self.where, self.interrupted = where, interrupted
+
+
+def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
+    """A JSON-ready record of the config a stop interrupted: its place in the list (from 0), name and config (it
+    and the configs after it did not run)."""
+    return {"index": index, "name": run_name(config), "config": config.to_dict()}
+
+
 def run_experiments(
     configs: Sequence[SimulationConfig], out_dir: str | Path, threads: int | None = 1, progress: bool = False
 ) -> dict[str, Any]:
@@ -164,50 +185,71 @@ def run_experiments(
 
     A config that raises (its state overflowed, say) does not stop the others: the summary is written with the
     runs that finished and, under "failed", each failed config with its one-line error, and then
-    ``ExperimentsFailed`` is raised, naming the first (an error other than a ValueError, such as running out of
-    memory, is raised as it came, once the summary is written). A rerun runs every config again and replaces the
-    summary.
+    ``ExperimentsFailed`` is raised, naming the first (the first error other than a ValueError, such as running out
+    of memory, is raised as it came instead, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
+    summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
+    ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised. A rerun runs every config again and replaces the
+    summary. An item of configs that is no SimulationConfig, or an out_dir that cannot be made (a file in its way),
+    is refused before the first run.
     progress: show a tqdm bar over the configs (on stderr).
     """
-    runs, failed, first_error = [], [], None
-    with torch_threads(threads):
-        bar = progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress, leave=False)
-        for index, config in enumerate(bar):
-            try:
-                traj = simulate(config)
-            except Exception as err:  # recorded, and raised once the others have run
-                failed.append(failed_run(index, config, err))
-                first_error = first_error or err
-                logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
-                               failed[-1]["error"])
-                continue
-            record = summarise(traj)
-            logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],
-                        record["final"]["fraction_aligned"][0], record["energy_check"])
-            runs.append(record)
-    summary = write_summary(runs, out_dir, failed)
-    if first_error is not None and not isinstance(first_error, ValueError):  # a bug, or out of memory: as it came
-        raise first_error
+    configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
+    for index, config in enumerate(configs):  # before the runs: recording one that failed raised, losing the others
+        if not isinstance(config, SimulationConfig):
+            raise TypeError(f"run_experiments takes SimulationConfigs; config {index + 1} of {len(configs)} is a "
+                            f"{type(config).__name__} (SimulationConfig(**fields) makes one)")
+    runs, failed, errors, stop = [], [], [], None
+    with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
+                                              leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
+        Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
+        try:
+            for index, config in enumerate(bar):
+                try:
+                    traj = simulate(config)
+                except Exception as err:  # recorded, and raised once the others have run
+                    failed.append(failed_run(index, config, err))
+                    errors.append(err)
+                    logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
+                                   failed[-1]["error"])
+                    continue
+                record = summarise(traj)
+                logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],
+                            record["final"]["fraction_aligned"][0], record["energy_check"])
+                runs.append(record)
+        except KeyboardInterrupt as err:  # the runs that finished are kept, as when a config fails
+            stop = err
+    done = len(runs) + len(failed)  # configs run in order: the one stopped is the next
+    interrupted = interrupted_run(done, configs[done]) if stop is not None and done < len(configs) else None
+    summary = write_summary(runs, out_dir, failed, interrupted)
+    kept = f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished"
+    if stop is not None:
+        if type(stop) is not KeyboardInterrupt:  # a stop that says more (a signal's number): as it came
+            raise stop
+        where = f"during run {done + 1} of {len(configs)} ({run_name(configs[done])})" if interrupted else "after its last run"
+        kept += f", under \"failed\" the {len(failed)} that failed" if failed else ""
+        kept += ", and names this one under \"interrupted\"" if interrupted else ""
+        raise ExperimentsInterrupted(where, interrupted, kept) from None
+    bug = next((err for err in errors if not isinstance(err, ValueError)), None)
+    if bug is not None:  # a bug, or out of memory: as it came, also after a refusal
+        raise bug
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         failure = f"run {first['index'] + 1} of {len(configs)} ({first['name']}) failed{more}: {first['error']}"
-        kept = (f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished and, under \"failed\", "
-                f"the {len(failed)} that failed")
-        raise ExperimentsFailed(failure, failed, kept) from first_error
+        raise ExperimentsFailed(failure, failed, f"{kept} and, under \"failed\", the {len(failed)} that failed") \
+            from errors[0]
     return summary
 
 
 def save_states(traj: Trajectory, path: str | Path) -> Path:
     """Save the recorded states of batch element 0 (needs ``keep_states``) for ``plots.animate_states``.
 
-    The .npz holds states (R, n, d), record_times (R,), labels (n,) and the run name.
+    The .npz holds states (R, n, d), record_times (R,), labels (n,) and the run name; it is written whole
+    (``psattn.files``): a save cut short keeps the file already there.
     """
     if traj.states is None:
         raise ValueError("the run kept no states; set keep_states=True in its config")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as fh:
-        np.savez_compressed(fh, states=traj.states[:, 0].numpy(), record_times=traj.record_times.numpy(),
-                            labels=traj.labels.numpy(), name=np.array(run_name(traj.config)))
+    out, states = Path(path), traj.states[:, 0].numpy()  # (R, B, n, d) -> (R, n, d)
+    atomic_write(out, lambda f: np.savez_compressed(f, states=states, record_times=traj.record_times.numpy(),
+                                                    labels=traj.labels.numpy(), name=np.array(run_name(traj.config))))
     return out

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -265,8 +267,14 @@ def plot_check(record: dict[str, Any], out_path: str | Path) -> Path | None:
     return save_figure(fig, out_path)
 
 
+#: the most frames an animation draws (evenly spaced records, the first and last among them): the writer holds every
+#: frame (0.4 MB) until the GIF is written, and a run's memory check counts its states, not its frames
+MAX_FRAMES = 200
+
+
 def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10, dpi: int = 70) -> Path | None:
-    """A GIF of a saved run (``experiments.save_states``), one frame per record; None without Pillow."""
+    """A GIF of a saved run (``experiments.save_states``), one frame per record, or ``MAX_FRAMES`` evenly spaced
+    records of a run with more, written whole; None without Pillow."""
     try:
         import PIL  # noqa: F401  (PillowWriter needs it)
         from matplotlib.animation import PillowWriter
@@ -285,13 +293,18 @@ def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10,
     FigureCanvasAgg(fig)
     ax = _points(fig, 1, 1, 1, states[0], labels, "", cmap="viridis")
     points = ax.collections[-1]
+    drawn = np.unique(np.round(np.linspace(0, len(states) - 1, min(len(states), MAX_FRAMES))).astype(int))  # (F,)
     writer = PillowWriter(fps=fps)
-    with writer.saving(fig, str(out), dpi):
-        for state, t in zip(states, times, strict=True):
-            if d == 3:
-                points._offsets3d = (state[:, 0], state[:, 1], state[:, 2])
-            else:
-                points.set_offsets(state)
-            ax.set_title(f"{str(saved['name'])}   t = {t:.2f}", fontsize=9)
-            writer.grab_frame()
+    # written beside and moved in whole: a write cut short (a full disk) keeps the GIF already there
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp") as folder:
+        staged = Path(folder) / out.name
+        with writer.saving(fig, str(staged), dpi):
+            for state, t in zip(states[drawn], times[drawn], strict=True):
+                if d == 3:
+                    points._offsets3d = (state[:, 0], state[:, 1], state[:, 2])
+                else:
+                    points.set_offsets(state)
+                ax.set_title(f"{str(saved['name'])}   t = {t:.2f}", fontsize=9)
+                writer.grab_frame()
+        os.replace(staged, out)
     return out

@@ -36,6 +36,7 @@ from psattn.files import write_text
 from psattn.meanfield import theorems
 from psattn.meanfield.experiments import (
     ExperimentsFailed,
+    ExperimentsInterrupted,
     paper_configs,
     run_experiments,
     save_states,
@@ -157,6 +158,9 @@ def _paper_experiment(out: Path, quick: bool, threads: int | None, progress: boo
     except ExperimentsFailed as err:  # its summary.json is in the staging folder, removed with the report unwritten
         raise ExperimentsFailed(f"the paper experiment's {err.failure}", err.failed,
                                 "no report written (an earlier one is left whole)") from err
+    except ExperimentsInterrupted as err:  # the same: the report is written whole or not at all
+        raise ExperimentsInterrupted(f"in the paper experiment, {err.where}", err.interrupted,
+                                     "no report written (an earlier one is left whole)") from None
 
 
 def _paper_figures(out: Path, summary: dict[str, Any], ns: tuple, quick: bool, threads: int | None,

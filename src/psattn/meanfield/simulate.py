@@ -92,7 +92,8 @@ def simulate(
 
     progress, if given, is called as progress(steps done, total steps) at every record (for a bar). A state that
     becomes NaN or infinite (a step h·v beyond the dtype's range) raises a ValueError within ``FINITE_CHECK_STEPS``
-    steps on a CPU (at the next record on a GPU), naming the step where it happened, dt and beta and what to change.
+    steps on a CPU (at the next record on a GPU), naming the step where it happened (the step it was found by, when
+    the label factor's positive and negative parts both sum beyond the dtype's range), dt and beta and what to change.
     """
     if not isinstance(config, SimulationConfig):
         raise TypeError(f"simulate takes a SimulationConfig (SimulationConfig(**fields)), got {type(config).__name__}")
@@ -120,7 +121,7 @@ def simulate(
     def record(index: int, state: Tensor) -> None:
         x = from_frame(state)
         if not bool(torch.isfinite(x).all()):  # NaN stays NaN (each step normalises): caught at the next check
-            raise ValueError(_overflow_message(config, eta, steps, energy[: records[index]], records[index]))
+            raise ValueError(_overflow_message(config, kernel, eta, steps, energy[: records[index]], x, records[index]))
         for name, value in diagnose(x, kernel, config.threshold).items():
             series.setdefault(name, []).append(value)
         if states is not None:
@@ -138,7 +139,7 @@ def simulate(
             if progress is not None:
                 progress(k, steps)
         elif k % check_every == 0 and not bool(torch.isfinite(state).all()):
-            raise ValueError(_overflow_message(config, eta, steps, energy[:k], k))
+            raise ValueError(_overflow_message(config, kernel, eta, steps, energy[:k], state, k))
         state, energy[k] = stepper(field, state, eta)
     energy[steps] = field(state)[1]
     record(next_record, state)  # the last record, at step ``steps``
@@ -166,20 +167,38 @@ def simulate(
     )
 
 
-def _overflow_message(config: SimulationConfig, eta: float, steps: int, energy: Tensor, step: int) -> str:
-    """One line for a run whose state became NaN or infinite by ``step`` (a step h·v beyond the dtype's range):
-    the first step whose energy (step, B) is not finite, else ``step``, and what to change."""
-    bad = torch.nonzero(~torch.isfinite(energy).all(-1)).flatten()  # steps whose state was already NaN
-    first = int(bad[0]) if bad.numel() else step
+def _overflow_message(config: SimulationConfig, kernel: LabelledKernel, eta: float, steps: int, energy: Tensor,
+                      state: Tensor, step: int) -> str:
+    """One line for a run whose state (B, n, d) is NaN or infinite at ``step`` (a step h·v beyond the dtype's range),
+    with the energies (step, B) before it: the step at which it became so (``_overflow_step``), and what to change."""
+    bad = ~torch.isfinite(state).flatten(1).all(-1)  # (B,) the batch elements gone NaN or infinite
+    # a finite state's energy is NaN only where its sum Σ_ij c_ij e^{β(⟨·,·⟩−1)} met both +inf and −inf, which needs
+    # its positive and its negative terms (each at most |c_ij|) both to add up beyond the dtype's range
+    c = kernel.label_factor.double()
+    exact = min(float(c.clamp(min=0).sum()), float(c.clamp(max=0).abs().sum())) < torch.finfo(energy.dtype).max / 2
+    first = _overflow_step(energy[:, bad]) if exact else step
     fixes = ["lower dt"]
     if config.dynamics == "usa" and not config.beta_aware_step:  # a fixed step against a velocity growing like e^β
         fixes += ["lower beta", "turn beta_aware_step on (it shrinks the step as e^β grows)"]
     if config.dtype == "float32":
         fixes.append("use dtype float64")
     advice = fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])} or {fixes[-1]}"
-    return (f"the simulation overflowed {config.dtype} (its state became NaN or infinite) at step {first:,} of "
+    when = "at" if exact else "by"  # by: found at that step, the one it happened at not known
+    return (f"the simulation overflowed {config.dtype} (its state became NaN or infinite) {when} step {first:,} of "
             f"{steps:,}, t = {first * eta:.4g}: the step {eta:.3g} (dt = {config.dt:g}, beta = {config.beta:g}) is "
             f"too large; {advice}")
+
+
+def _overflow_step(energy: Tensor) -> int:
+    """The step at which the batch elements whose energies (S, B) these are, found NaN or infinite at step S, became
+    so: a state that is not finite has a NaN energy (normalised, inf / inf is NaN) and stays so, so each element's
+    went bad just after its last energy that is not NaN; the earliest of these. Exact where a finite state's energy
+    is never NaN (an infinite energy, whose sum overflowed, is no sign of a bad state).
+    """
+    if energy.shape[0] == 0:
+        return 0
+    after = torch.arange(1, energy.shape[0] + 1)[:, None]  # (S, 1): the step after each energy's
+    return int(torch.where(torch.isnan(energy), 0, after).amax(0).min())  # after each column's last non-NaN energy
 
 
 def _frame(config: SimulationConfig, kernel) -> tuple[str, VelocityField, Callable, Callable]:
