@@ -192,3 +192,13 @@ def test_final_state_colours_of_one_label(monkeypatch):
     plots.plot_final_states(summary, "x.png")
     points = [c for ax in figures[0].axes for c in ax.collections if c.get_array() is not None][-1]
     assert points.get_clim() == (0.0, 1.0)
+
+
+def test_the_run_commands_help_names_max_frames(capsys):
+    """``psattn meanfield run -h`` answers without importing the plots (and matplotlib), so it states the number."""
+    from psattn.cli import main
+    from psattn.meanfield import plots
+
+    with pytest.raises(SystemExit):
+        main(["meanfield", "run", "-h"])
+    assert f"the animation draws at most {plots.MAX_FRAMES})" in " ".join(capsys.readouterr().out.split())
