@@ -1,5 +1,7 @@
 """Beam search (cache reordering), assisted decoding (cache cropping) and the cache's contents."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from transformers.cache_utils import DynamicLayer
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_model
 from psattn.integrations.hf import PSADynamicCache, PSALayer, apply_psa
+from psattn.integrations.hf.cache import PSASlidingWindowLayer
 from psattn.ops.shear import shear
 
 
@@ -237,6 +240,98 @@ def test_one_crop_rule_in_both_caches(variant):
     same_state()  # the refused crops changed nothing
     with pytest.raises(ValueError, match="negative"):
         theirs.crop(3)
+
+
+def _sliding(arch="gemma2", **kwargs):
+    """A tiny model whose sliding-window layers (4 tokens) alternate with full-attention ones (Gemma 2: soft-capping,
+    so its own eager kernel), PSA applied."""
+    return apply_psa(tiny_model(arch, sliding_window=4), kwargs.pop("variant", "symmetric"), 0.8, **kwargs)
+
+
+def test_a_sliding_window_layer_keeps_its_window_only_and_decodes_as_the_full_forward(prompt):
+    """Dropping the sheared keys that the sliding mask hides is exact: each k̂_j was written once, with its
+    predecessor. After generating several windows, the sliding layers hold window - 1 keys, as transformers' own
+    cache does, and the logits are the full forward's."""
+    model, plain = _sliding(), tiny_model("gemma2", sliding_window=4)
+    n, T = 12, prompt.shape[1]
+    cache = PSADynamicCache(model.config)
+    out = model.generate(prompt, max_new_tokens=n, do_sample=False, output_logits=True, return_dict_in_generate=True,
+                         **cache_kw(cache))
+    assert [(type(layer).__name__, layer.keys.shape[-2]) for layer in cache.layers] == [
+        ("PSASlidingWindowLayer", 3), ("PSALayer", T + n - 1)]
+    plain_cache = returned_cache(plain.generate(prompt, max_new_tokens=n, do_sample=False, return_dict_in_generate=True))
+    assert cache.kv_bytes() == sum(layer.keys.nbytes + layer.values.nbytes for layer in plain_cache.layers)
+    with torch.no_grad():
+        full = model(out.sequences, use_cache=False).logits[:, T - 1 : -1]
+    torch.testing.assert_close(torch.stack(out.logits, 1).double(), full, atol=2e-5, rtol=2e-6)
+    assert torch.equal(out.sequences, _generate(model, prompt, max_new_tokens=n, use_cache=False))
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["cache-shears", "through-the-hook-points"])
+def test_a_sliding_window_layer_decoded_by_hand_equals_the_full_forward(hooked):
+    """A left-padded batch in chunks longer and shorter than the window, then one token a call: both paths, the
+    cache shearing the keys it stores and the hook points' (the keys written back by ``store``), equal the
+    full forward of each row, and keep the window only."""
+    from psattn.ops.hooks import capture
+
+    model = _sliding("mistral")
+    ids = torch.randint(1, 60, (2, 16), generator=torch.Generator().manual_seed(8))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = PSADynamicCache(model.config)
+    listening = capture(model, "model.layers.0.self_attn.hook_k") if hooked else contextlib.nullcontext()
+    with torch.no_grad(), listening:
+        steps = [model(ids[:, a:b], attention_mask=mask[:, :b], position_ids=positions[:, a:b], use_cache=True,
+                       **cache_kw(cache)).logits for a, b in [(0, 7), (7, 9)] + [(t, t + 1) for t in range(9, 16)]]
+        assert [layer.chunk_sheared for layer in cache.layers] == [not hooked, True]
+        assert [tuple(layer.keys.shape) for layer in cache.layers] == [(2, 2, 3, 8)] * 2
+        decoded = torch.cat(steps, 1)  # (2, 16, V)
+        torch.testing.assert_close(decoded[:1], model(ids[:1], use_cache=False).logits, atol=1e-10, rtol=0)
+        torch.testing.assert_close(decoded[1:, 5:], model(ids[1:, 5:], use_cache=False).logits, atol=1e-10, rtol=0)
+
+
+def test_a_sliding_window_layer_is_cropped_within_what_it_keeps_and_refuses_a_deeper_crop(prompt):
+    """Past the window, a crop needs the keys the window shows after it: held while transformers records the past
+    (as before a generation that rolls back), or max_rollback more; otherwise refused, changing nothing."""
+    model = _sliding("mistral")
+    ids = torch.randint(1, 60, (1, 14), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits[:, 9:]
+        for record, cache in ((False, PSADynamicCache(model.config)), (True, PSADynamicCache(model.config)),
+                              (False, PSADynamicCache(model.config, max_rollback=3))):
+            if record:
+                cache.activate_past_recording()
+            model(ids[:, :8], use_cache=True, **cache_kw(cache))
+            model(ids[:, 8:12], use_cache=True, **cache_kw(cache))
+            if not record and cache.layers[0].shear_state.max_rollback == 0:
+                keys = cache.layers[0].keys
+                with pytest.raises(ValueError, match="activate_past_recording"):
+                    cache.crop(-3)
+                assert cache.get_seq_length() == 12 and cache.layers[0].keys is keys  # the refused crop changed nothing
+                continue
+            cache.crop(-3)
+            assert cache.get_seq_length() == 9 and all(layer.keys.shape[-2] <= 3 + 3 for layer in cache.layers)
+            torch.testing.assert_close(model(ids[:, 9:], use_cache=True, **cache_kw(cache)).logits, expected,
+                                       atol=1e-10, rtol=0)
+
+
+def test_assisted_decoding_and_beam_search_on_sliding_window_layers_equal_greedy(prompt, monkeypatch):
+    """transformers records the past before assisted decoding, so the target's sliding-window layers are cropped
+    back several tokens past the window; beam search reorders them."""
+    target = _sliding("mistral")
+    assistant = tiny_model("mistral", seed=1, sliding_window=4)
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.num_assistant_tokens = 4
+    assistant.generation_config.assistant_confidence_threshold = 0.0
+    greedy = _generate(target, prompt, max_new_tokens=12)
+    removed = []
+    crop = PSASlidingWindowLayer.crop
+    monkeypatch.setattr(PSASlidingWindowLayer, "crop", lambda layer, n: (removed.append(-n), crop(layer, n))[1])
+    assert torch.equal(_generate(target, prompt, max_new_tokens=12, assistant_model=assistant), greedy)
+    assert max(removed) >= 2
+    kwargs = dict(max_new_tokens=8, num_beams=3, num_return_sequences=2)
+    assert torch.equal(_generate(target, prompt, **kwargs), _generate(target, prompt, use_cache=False, **kwargs))
 
 
 @pytest.mark.slow  # torch.compile of three forward passes

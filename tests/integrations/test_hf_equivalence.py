@@ -181,32 +181,30 @@ def test_left_padding_without_position_ids_follows_the_mask(variant):
 
 
 
-def test_at_gamma_zero_sliding_window_layers_generate_as_the_base_model_with_a_full_cache(prompt):
-    """A PSA cache keeps every key of a sliding-window layer, and the mask honours the window: at γ = 0 generate gives
-    the logits of the base model with a full-size cache bit for bit. The base model's own cache keeps the window only,
-    so its SDPA attends over fewer masked columns: the same tokens, float32 logits moved by rounding."""
+def test_at_gamma_zero_sliding_window_layers_generate_as_the_base_model_with_either_cache(prompt):
+    """A PSA cache keeps a sliding-window layer's window only, as the base model's own cache does: at γ = 0 generate
+    gives the base model's logits bit for bit with its own (windowed) cache, and with a full-size DynamicCache() too."""
     from transformers import DynamicCache
 
     plain, psa = tiny_model("mistral").float(), apply_psa(tiny_model("mistral"), "key_only", 0.0).float()
     n = 8  # past the window of 6
     seq, steps = greedy(psa, prompt, n)
-    full_seq, full_steps = greedy(plain, prompt, n, **cache_kw(DynamicCache()))
     own_seq, own_steps = greedy(plain, prompt, n)
+    assert torch.equal(seq, own_seq) and torch.equal(steps, own_steps)
+    (seq, steps), (full_seq, full_steps) = (greedy(m, prompt, n, **cache_kw(DynamicCache())) for m in (psa, plain))
     assert torch.equal(seq, full_seq) and torch.equal(steps, full_steps)
-    assert torch.equal(seq, own_seq)
-    torch.testing.assert_close(steps, own_steps, **GEN_TOL)
 
 
-def test_moshi_past_its_window_generates_as_its_full_forward(prompt):
-    """transformers' Moshi has no window in its mask (its full forward attends to every token) but drops the keys
-    older than ``sliding_window`` from its cache, so its own generate attends to the window only, past it. A PSA
-    cache keeps every key: past the window, PSA's generate (γ = 0 too) is the full forward's, not Moshi's own."""
+def test_moshi_past_its_window_generates_as_its_own_generate(prompt):
+    """transformers' Moshi has no window in its mask (its full forward attends to every token) but its cache keeps
+    the last ``sliding_window - 1`` keys only, so its own generate attends to the window only, past it. A PSA cache
+    keeps the same window: past it, PSA's generate at γ = 0 is Moshi's own, not its full forward."""
     plain, psa = tiny_model("moshi", sliding_window=4), apply_psa(tiny_model("moshi", sliding_window=4), "key_only", 0.0)
     T, n = prompt.shape[1], 4
     seq, steps = greedy(psa, prompt, n, pad_token_id=PAD)
+    plain_seq, plain_steps = greedy(plain, prompt, n, pad_token_id=PAD)
+    assert torch.equal(seq, plain_seq) and torch.equal(steps, plain_steps)
     full = full_logits(plain, seq)[:, T - 1 : T - 1 + n]
-    torch.testing.assert_close(steps, full, **GEN_TOL)
     torch.testing.assert_close(full_logits(psa, seq), full_logits(plain, seq), **TOL)
-    plain_steps = greedy(plain, prompt, n, pad_token_id=PAD)[1]
-    assert not torch.allclose(plain_steps, full, **GEN_TOL)  # transformers' own: the window from the second step
-    torch.testing.assert_close(plain_steps[:, 0], full[:, 0], **GEN_TOL)
+    assert not torch.allclose(steps, full, **GEN_TOL)  # the window from the second step
+    torch.testing.assert_close(steps[:, 0], full[:, 0], **GEN_TOL)

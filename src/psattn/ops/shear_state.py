@@ -36,7 +36,7 @@ def tensor_bytes(x: Tensor | None) -> int:
     return 0 if x is None else x.numel() * x.element_size()
 
 
-def _owned(x: Tensor) -> Tensor:
+def owned(x: Tensor) -> Tensor:
     """``x``, copied out of its storage when that holds more than twice ``x`` (a view of a few rows of a
     long stream), so that keeping ``x`` keeps only its own bytes."""
     if torch.compiler.is_compiling() or x.untyped_storage().nbytes() <= 2 * tensor_bytes(x):
@@ -88,7 +88,7 @@ class RawWindow:
 
     def _hold(self, values: Tensor | None, start: int) -> None:
         """Hold ``values`` (B, H, W, D; None: nothing) at [start, start + W), in one chunk that owns its memory."""
-        self._chunks = [] if values is None else [_owned(values)]
+        self._chunks = [] if values is None else [owned(values)]
         self.start, self._length = (start, values.shape[-2]) if values is not None else (0, 0)
 
     @property
@@ -124,7 +124,7 @@ class RawWindow:
             self._hold(chunk if start == position else chunk[..., start - position :, :], start)  # (B, H, W, D)
             return
         if chunk.shape[-2]:  # an empty chunk adds no position (and must not stand where ``last`` reads)
-            self._chunks.append(_owned(chunk))
+            self._chunks.append(owned(chunk))
             self._length += chunk.shape[-2]
         if keep_from is not None:
             self._trim(keep_from)
@@ -137,7 +137,7 @@ class RawWindow:
         while drop > 0 and self._chunks:
             first = self._chunks[0]
             n = min(first.shape[-2], drop)
-            self._chunks[0:1] = [] if n == first.shape[-2] else [_owned(first[..., n:, :])]
+            self._chunks[0:1] = [] if n == first.shape[-2] else [owned(first[..., n:, :])]
             self.start, self._length, drop = self.start + n, self._length - n, drop - n
 
     def crop(self, length: int, keep: int) -> None:

@@ -25,6 +25,10 @@ sliding-window layers do. A crop beyond the window raises a ValueError and chang
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
+Sliding-window layers. A transformers ``DynamicSlidingWindowLayer`` becomes a ``PSASlidingWindowLayer``, which
+keeps the last ``sliding_window - 1`` sheared keys as transformers keeps raw ones: ``k̂_j`` is fixed once written, so
+dropping the keys the sliding mask hides is exact. A crop there also needs the keys the window shows after it.
+
 The attention pre-hook (``.patch``) calls ``PSALayer.prepare`` right before the module calls
 ``update``; an ``update`` that was not prepared (the cache used by a model without PSA) raises
 instead of storing wrong keys.
@@ -40,7 +44,7 @@ from torch import Tensor
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
-from psattn.ops.shear_state import ShearState, Stream, tensor_bytes
+from psattn.ops.shear_state import ShearState, Stream, owned, tensor_bytes
 
 
 class PSALayer(DynamicLayer):
@@ -61,7 +65,7 @@ class PSALayer(DynamicLayer):
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
-        return f"PSALayer({spec}, length={self.get_seq_length()})"
+        return f"{type(self).__name__}({spec}, length={self.get_seq_length()})"
 
     @property
     def record_past(self) -> bool:
@@ -172,6 +176,93 @@ class PSALayer(DynamicLayer):
         return self.shear_state.extra_state_bytes()
 
 
+class PSASlidingWindowLayer(PSALayer):
+    """A sliding-window layer's cache, as transformers' ``DynamicSlidingWindowLayer`` keeps one: attention sees
+    the kept keys and the chunk's, and afterwards only the last ``sliding_window - 1 + max_rollback`` sheared keys
+    and values are kept (every one until the next ``crop`` while ``record_past``). The mask hides the older
+    keys, and a stored ``k̂_j = (1 + gamma_k) k_j - gamma_k k_{j-1}`` never changes, so dropping them is exact.
+    ``get_seq_length`` counts every token seen (the position the next chunk starts at).
+
+    A crop needs the keys the window shows after it: within what is kept (the last call's keys too while
+    ``record_past``, which transformers sets before a generation that rolls back); beyond, it raises a
+    ValueError and changes nothing."""
+
+    is_sliding = True
+
+    def __init__(self, sliding_window: int, max_rollback: int = 0, keep_last_call: bool = True, **kwargs):
+        super().__init__(max_rollback, keep_last_call)
+        self.sliding_window = sliding_window
+        self.cumulative_length = 0  # tokens seen; the cache holds the last keys.shape[-2] of them
+        self._sliding_window_tensor = torch.tensor(sliding_window, dtype=torch.long)  # read by DynamicCache.__iter__
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._sliding_window_tensor = self._sliding_window_tensor.to(self.device)
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        """``PSALayer.update``; returns the keys and values the chunk's mask covers (at most W - 1 + T of them),
+        and keeps the window once the chunk's keys are sheared (here, or in ``store``)."""
+        keys, values = super().update(key_states, value_states)  # (B, Hkv, kept + T, D)
+        self.cumulative_length += key_states.shape[-2]
+        return self._slide(keys, values, key_states.shape[-2], keep=not self._pending)
+
+    def store(self, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``PSALayer.store``; returns what the chunk's mask covers, and keeps the window."""
+        keys, values = super().store(k_hat, v)
+        return self._slide(keys, values, k_hat.shape[-2], keep=True)
+
+    def _slide(self, keys: Tensor, values: Tensor, T: int, keep: bool) -> tuple[Tensor, Tensor]:
+        """The last W - 1 + T keys and values (what ``get_mask_sizes`` told the mask, T the chunk's length);
+        with ``keep``, hold only the last W - 1 + max_rollback of them (all of them while ``record_past``)."""
+        if keep and not self.record_past:
+            kept = self._kept
+            self.keys, self.values = owned(keys[..., -kept:, :]), owned(values[..., -kept:, :])  # (B, Hkv, <= kept, D)
+        visible = self.sliding_window - 1 + T
+        return keys[..., -visible:, :], values[..., -visible:, :]
+
+    @property
+    def _kept(self) -> int:
+        """How many keys the layer keeps between calls: the window's W - 1 and max_rollback more."""
+        return self.sliding_window - 1 + self.shear_state.max_rollback
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(kv_length, kv_offset) of the next chunk's mask: the keys it sees and the position of the first."""
+        kv_offset = max(self.cumulative_length - self.sliding_window + 1, 0)
+        return min(self.cumulative_length, self.sliding_window - 1) + query_length, kv_offset
+
+    def get_seq_length(self) -> int:
+        """Tokens seen (kept or not)."""
+        return self.cumulative_length
+
+    def get_max_length(self) -> int:
+        """The window (what transformers' sliding-window layer reports)."""
+        return self.sliding_window
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
+        changing nothing), and afterwards only the working window is."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
+                             f"do, got {tokens_to_remove}")
+        if not self.is_initialized:
+            return
+        assert self.keys is not None and self.values is not None
+        now, held = self.cumulative_length, self.keys.shape[-2]  # the keys of positions [now - held, now)
+        length = max(now + tokens_to_remove, 0)
+        first = max(length - self.sliding_window + 1, 0)  # the first key the window shows after the crop
+        if length and first < now - held:
+            raise ValueError(
+                f"cannot roll back {now - length} tokens (to {length}): this sliding-window layer keeps the keys of "
+                f"positions >= {now - held} only, and its window then needs those from {first}; call "
+                "activate_past_recording() before the calls to roll back, or build the cache with a larger max_rollback"
+            )
+        self.shear_state.crop(length, now)
+        hi = max(length, now - held) - (now - held)  # indices into the kept keys; empty when cropped to 0
+        lo = min(max(length - self._kept, now - held) - (now - held), hi)
+        self.keys, self.values = owned(self.keys[..., lo:hi, :]), owned(self.values[..., lo:hi, :])  # (B, Hkv, <= kept, D)
+        self.cumulative_length = length
+
+
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
@@ -205,11 +296,13 @@ class PSADynamicCache(DynamicCache):
 
 
 def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
-    """``layer`` as a ``PSALayer`` (``window``: its max_rollback and keep_last_call)."""
+    """``layer`` as a ``PSALayer`` (``window``: its max_rollback and keep_last_call); a sliding-window layer
+    becomes a ``PSASlidingWindowLayer`` of the same window."""
     if isinstance(layer, PSALayer):
         return layer
     if type(layer) in _CONVERTIBLE and layer.get_seq_length() == 0:
-        new = PSALayer(**window)
+        new = PSASlidingWindowLayer(layer.sliding_window, **window) if type(layer) is DynamicSlidingWindowLayer \
+            else PSALayer(**window)
         new.record_past = bool(getattr(layer, "record_past", False))
         return new
     if type(layer) in _CONVERTIBLE:
@@ -228,7 +321,7 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
     cache types that cannot store sheared keys."""
     layers = getattr(cache, "layers", ())
-    if layer_idx < len(layers) and type(layers[layer_idx]) is PSALayer:  # converted by an earlier call
+    if layer_idx < len(layers) and isinstance(layers[layer_idx], PSALayer):  # converted by an earlier call
         return layers[layer_idx]
     if not isinstance(cache, DynamicCache):
         raise TypeError(
