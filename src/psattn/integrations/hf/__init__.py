@@ -47,7 +47,7 @@ def check_transformers() -> None:
 check_transformers()
 
 from psattn.integrations.hf.attention import register_attention  # noqa: E402
-from psattn.integrations.hf.cache import PSADynamicCache, PSALayer  # noqa: E402
+from psattn.integrations.hf.cache import PSADynamicCache, PSALayer, PSASlidingWindowLayer  # noqa: E402
 from psattn.integrations.hf.decoder_model import PsattnConfig, PsattnForCausalLM  # noqa: E402  (registers "psattn")
 from psattn.integrations.hf.patch import SUPPORTED, apply_psa, load_psa_model, psa_spec, remove_psa, set_psa_gamma  # noqa: E402
 from psattn.integrations.hf.spec import PSASpec  # noqa: E402
@@ -55,9 +55,9 @@ from psattn.integrations.hf.starts import chunk_starts  # noqa: E402
 
 register_attention()  # psa_sdpa and psa_eager: a patched model unpickled in a new process finds them
 
-__all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASpec", "PsattnConfig", "PsattnForCausalLM",
-           "apply_psa", "chunk_starts",
-           "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa", "set_psa_gamma"]
+__all__ = ["SUPPORTED", "GammaWarmup", "PSADynamicCache", "PSALayer", "PSASlidingWindowLayer", "PSASpec", "PsattnConfig",
+           "PsattnForCausalLM", "apply_psa", "chunk_starts", "gamma_warmup", "load_psa_model", "psa_spec", "remove_psa",
+           "set_psa_gamma"]
 
 
 def __getattr__(name: str):

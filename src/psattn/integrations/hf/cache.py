@@ -196,6 +196,7 @@ class PSASlidingWindowLayer(PSALayer):
         self._sliding_window_tensor = torch.tensor(sliding_window, dtype=torch.long)  # read by DynamicCache.__iter__
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        """``PSALayer``'s, and the window's size moved to the keys' device (as transformers' layer does)."""
         super().lazy_initialization(key_states, value_states)
         self._sliding_window_tensor = self._sliding_window_tensor.to(self.device)
 
@@ -272,7 +273,8 @@ def can_hold_sheared_keys(layer) -> bool:
 
 
 class PSADynamicCache(DynamicCache):
-    """A ``DynamicCache`` whose attention layers are ``PSALayer``. ``generate`` does not need
+    """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
+    layer slides a window). ``generate`` does not need
     it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
