@@ -199,6 +199,16 @@ def test_a_bf16_model_is_refused_before_anything_is_written(tmp_path):
     assert not (tmp_path / "m.pte").exists()
 
 
+def test_a_model_it_cannot_export_is_refused_before_a_folder_is_made(tmp_path):
+    key_lag = DecoderLM(ModelConfig(vocab_size=29, d_model=32, n_heads=2, attention=AttentionConfig("canon")))
+    with pytest.raises(ValueError, match="key-lag"):
+        export_executorch(key_lag, tmp_path / "new" / "m.pte", max_context=8)
+    narrow = DecoderLM(ModelConfig(vocab_size=29, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+    with pytest.raises(ValueError, match="int4 weights take groups of 32"):
+        export_executorch(narrow, tmp_path / "new" / "m.pte", max_context=8, quantize="int4")
+    assert list(tmp_path.iterdir()) == []  # the folders to hold the program were made before the refusal
+
+
 def test_int4_of_a_narrow_run_is_refused_before_anything_is_exported(tmp_path, monkeypatch):
     """--quantize int4 of a model 48 wide was refused only after the fp32 program was lowered and compared
     (38 s on a 2-core machine); now before any export."""

@@ -121,13 +121,14 @@ def test_a_tied_embedding_table_is_stored_once_in_every_graph(int8_export, mode)
         assert len([t.name for t in initializers if tuple(t.dims) in table]) == 1, graph
     assert r["max_logit_error"]["full_forward"] < 1e-4 and r["max_logit_error"]["decode_steps"] < 1e-4
 
-def test_key_lag_and_mixed_layers_are_refused(tmp_path):
+def test_key_lag_and_mixed_layers_are_refused_before_a_folder_is_made(tmp_path):
     with pytest.raises(ValueError, match="key-lag"):
-        export_onnx(random_model("canon", gamma=0.0).float(), tmp_path / "x.onnx")
+        export_onnx(random_model("canon", gamma=0.0).float(), tmp_path / "new" / "x.onnx")
     model = random_model("key_only").float()
     model.config.attention = [model.config.attention, type(model.config.attention)("baseline")]
     with pytest.raises(ValueError, match="same attention config"):
-        export_onnx(model, tmp_path / "x.onnx")
+        export_onnx(model, tmp_path / "new" / "x.onnx")
+    assert list(tmp_path.iterdir()) == []  # the folders to hold the graphs were made before the refusal
 
 
 def test_exports_to_names_without_onnx_suffix_keep_their_own_companions(tmp_path):

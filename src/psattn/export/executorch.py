@@ -120,9 +120,9 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
     check_exportable_dtype(model, "ExecuTorch's portable runtime", (torch.float32, torch.float64))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = quantized_copy(on_cpu(model), quantize)
-    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
+    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)  # refuse a model they cannot export
+    path.parent.mkdir(parents=True, exist_ok=True)
     # example lengths inside the planned ranges, and above 1 where the length is dynamic (torch.export
     # specializes a dimension whose example is 1): a prompt of 2..5 tokens, a cache of 1..5
     ids = example_prompt(model, (1, min(5, max_context)))  # (1, T)

@@ -210,11 +210,11 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
     """
     check_exportable_dtype(model, "ONNX Runtime", (torch.float32, torch.float16))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = on_cpu(model)
     with kept_modes(model):  # the graphs run the model in eval mode; the caller's keeps its own
-        prefill = PrefillGraph(model)
+        prefill = PrefillGraph(model)  # refuses a model it cannot export, before any folder is made
         decode = DecodeStepGraph(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
         batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
         ids = example_prompt(model, (2, 5))  # (B, T)
         _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
