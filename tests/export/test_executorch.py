@@ -182,6 +182,14 @@ def test_a_short_context_exports_and_fills_it(tmp_path, max_context):
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
 
 
+def test_an_empty_batch_decodes_to_empty_rows_as_pytorch_does(float_program):
+    """A batch of no rows: logits gave (0, T, V), while generate failed in NumPy ("need at least one array to stack")."""
+    model, program = float_program
+    seqs, logits = program.generate(np.zeros((0, 5), dtype=np.int64), 3)
+    assert seqs.shape == generate(model, torch.zeros(0, 5, dtype=torch.long), 3).sequences.shape == (0, 8)
+    assert logits.shape == (0, 3, 37) and program.logits(np.zeros((0, 5), dtype=np.int64)).shape == (0, 5, 37)
+
+
 def test_bad_token_ids_are_refused_in_one_line(float_program):
     """Out-of-range ids stopped the program with "error 0x12", fractional ones were truncated, and an empty
     prompt aborted the process."""

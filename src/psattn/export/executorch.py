@@ -213,6 +213,9 @@ class ExecuTorchLM:
         rows = check_token_ids(input_ids, self.vocab_size)
         check_new_tokens(rows, max_new_tokens)
         self._check_length(rows.shape[1] + max(max_new_tokens, 1) - 1)  # the last new token is not fed back
+        if rows.shape[0] == 0:  # no row: nothing to run
+            return (np.zeros((0, rows.shape[1] + max_new_tokens), dtype=np.int64),
+                    np.zeros((0, max_new_tokens, self.vocab_size), dtype=np.float32))
         if max_new_tokens == 0:
             return rows, np.zeros((rows.shape[0], 0, self.vocab_size), dtype=np.float32)
         runs = [self._generate_row(row, max_new_tokens) for row in rows]
