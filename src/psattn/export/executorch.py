@@ -15,8 +15,9 @@ copies a constant that both read). ``ExecuTorchLM`` loads the ``.ptd`` beside a 
 
 Quantization (torchao, before export): ``int8`` is int8 dynamic activations with int8 weights, one
 scale per output channel; ``int4`` is int8 dynamic activations with int4 weights, one scale per 32
-weights (every linear layer's input width must then be a multiple of 32). Only the linear layers are
-quantized (the LM head among them); the embedding table, norms, RoPE and the shear stay fp32.
+weights, each scale in bfloat16 as XNNPACK keeps it (every linear layer's input width must then be a
+multiple of 32). Only the linear layers are quantized (the LM head among them); the embedding table,
+norms, RoPE and the shear stay fp32.
 
 Needs the ``executorch`` extra (executorch, which brings torchao).
 """
@@ -64,7 +65,8 @@ def check_quantizable(model: DecoderLM, quantize: str) -> None:
 
 
 def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
-    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged)."""
+    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged): in
+    PyTorch, what the program of that quantization computes (int4 scales rounded to bfloat16, as XNNPACK stores them)."""
     check_quantizable(model, quantize)
     model = copy.deepcopy(model).eval()
     if quantize == "fp32":
@@ -83,6 +85,11 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_(model, config)
+    if quantize == "int4":  # XNNPACK's int4 kernels keep each group's scale in bfloat16: so does the copy
+        for module in model.modules():
+            scale = getattr(module.weight, "scale", None) if isinstance(module, torch.nn.Linear) else None
+            if scale is not None:
+                scale.copy_(scale.to(torch.bfloat16))
     return model
 
 
