@@ -99,6 +99,14 @@ def test_int4_needs_widths_in_groups_of_32():
     assert tied.embed.weight.dtype == torch.float32  # the embedding table is not quantized with the head
 
 
+def test_the_int4_copy_keeps_its_scales_in_bfloat16_as_the_program_does():
+    """XNNPACK's int4 kernels keep each group's scale in bfloat16; the copy kept float32 scales, so its logits
+    were up to 0.05 (1.4% of the largest) away from its program's, which equal those of the copy now (1e-6)."""
+    scales = [m.weight.scale for m in quantized_copy(float_model(), "int4").modules() if isinstance(m, torch.nn.Linear)]
+    assert len(scales) == 2 * 4 + 2 * 2 + 1  # q, k, v, o and the MLP's two of each layer, and the head
+    assert all(torch.equal(s, s.to(torch.bfloat16).float()) for s in scales)
+
+
 def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction_run):
     run = induction_run
     out = tmp_path / "pte" / "model.pte"
@@ -182,6 +190,14 @@ def test_a_short_context_exports_and_fills_it(tmp_path, max_context):
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
 
 
+def test_an_empty_batch_decodes_to_empty_rows_as_pytorch_does(float_program):
+    """A batch of no rows: logits gave (0, T, V), while generate failed in NumPy ("need at least one array to stack")."""
+    model, program = float_program
+    seqs, logits = program.generate(np.zeros((0, 5), dtype=np.int64), 3)
+    assert seqs.shape == generate(model, torch.zeros(0, 5, dtype=torch.long), 3).sequences.shape == (0, 8)
+    assert logits.shape == (0, 3, 37) and program.logits(np.zeros((0, 5), dtype=np.int64)).shape == (0, 5, 37)
+
+
 def test_bad_token_ids_are_refused_in_one_line(float_program):
     """Out-of-range ids stopped the program with "error 0x12", fractional ones were truncated, and an empty
     prompt aborted the process."""
@@ -197,6 +213,16 @@ def test_a_bf16_model_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="ExecuTorch's portable runtime runs these graphs in float32 or float64"):
         export_executorch(model.to(torch.bfloat16), tmp_path / "m.pte", max_context=8)  # it failed inside ExecuTorchLM
     assert not (tmp_path / "m.pte").exists()
+
+
+def test_a_model_it_cannot_export_is_refused_before_a_folder_is_made(tmp_path):
+    key_lag = DecoderLM(ModelConfig(vocab_size=29, d_model=32, n_heads=2, attention=AttentionConfig("canon")))
+    with pytest.raises(ValueError, match="key-lag"):
+        export_executorch(key_lag, tmp_path / "new" / "m.pte", max_context=8)
+    narrow = DecoderLM(ModelConfig(vocab_size=29, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+    with pytest.raises(ValueError, match="int4 weights take groups of 32"):
+        export_executorch(narrow, tmp_path / "new" / "m.pte", max_context=8, quantize="int4")
+    assert list(tmp_path.iterdir()) == []  # the folders to hold the program were made before the refusal
 
 
 def test_int4_of_a_narrow_run_is_refused_before_anything_is_exported(tmp_path, monkeypatch):

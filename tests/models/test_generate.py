@@ -537,3 +537,12 @@ def test_speculative_decoding_names_the_whole_prompts_token_range(ids):
     model = random_model()
     with pytest.raises(ValueError, match=rf"got ids from {min(ids)} to {max(ids)}"):
         speculative_generate(model, model, torch.tensor([ids]), 4)
+
+
+def test_an_empty_batch_gets_every_new_position_as_the_exported_graphs_give_it():
+    """A batch of no rows stopped after one new token (no row left unfinished), so (0, T + 1) where
+    ``OnnxLM.generate`` gives (0, T + n); only an EOS token ends decoding early."""
+    model = random_model("key_only")
+    out = generate(model, torch.zeros(0, 5, dtype=torch.long), 3)
+    assert out.sequences.shape == (0, 8) and out.logits.shape == (0, 3, 37)
+    assert generate(model, torch.zeros(0, 5, dtype=torch.long), 3, eos_token_id=1).sequences.shape == (0, 6)

@@ -15,8 +15,9 @@ copies a constant that both read). ``ExecuTorchLM`` loads the ``.ptd`` beside a 
 
 Quantization (torchao, before export): ``int8`` is int8 dynamic activations with int8 weights, one
 scale per output channel; ``int4`` is int8 dynamic activations with int4 weights, one scale per 32
-weights (every linear layer's input width must then be a multiple of 32). Only the linear layers are
-quantized (the LM head among them); the embedding table, norms, RoPE and the shear stay fp32.
+weights, each scale in bfloat16 as XNNPACK keeps it (every linear layer's input width must then be a
+multiple of 32). Only the linear layers are quantized (the LM head among them); the embedding table,
+norms, RoPE and the shear stay fp32.
 
 Needs the ``executorch`` extra (executorch, which brings torchao).
 """
@@ -64,7 +65,8 @@ def check_quantizable(model: DecoderLM, quantize: str) -> None:
 
 
 def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
-    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged)."""
+    """A copy of ``model`` whose linear layers are quantized as ``quantize`` says (``fp32``: unchanged): in
+    PyTorch, what the program of that quantization computes (int4 scales rounded to bfloat16, as XNNPACK stores them)."""
     check_quantizable(model, quantize)
     model = copy.deepcopy(model).eval()
     if quantize == "fp32":
@@ -83,6 +85,11 @@ def quantized_copy(model: DecoderLM, quantize: str) -> DecoderLM:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_(model, config)
+    if quantize == "int4":  # XNNPACK's int4 kernels keep each group's scale in bfloat16: so does the copy
+        for module in model.modules():
+            scale = getattr(module.weight, "scale", None) if isinstance(module, torch.nn.Linear) else None
+            if scale is not None:
+                scale.copy_(scale.to(torch.bfloat16))
     return model
 
 
@@ -120,9 +127,9 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
     check_exportable_dtype(model, "ExecuTorch's portable runtime", (torch.float32, torch.float64))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = quantized_copy(on_cpu(model), quantize)
-    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
+    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)  # refuse a model they cannot export
+    path.parent.mkdir(parents=True, exist_ok=True)
     # example lengths inside the planned ranges, and above 1 where the length is dynamic (torch.export
     # specializes a dimension whose example is 1): a prompt of 2..5 tokens, a cache of 1..5
     ids = example_prompt(model, (1, min(5, max_context)))  # (1, T)
@@ -213,6 +220,9 @@ class ExecuTorchLM:
         rows = check_token_ids(input_ids, self.vocab_size)
         check_new_tokens(rows, max_new_tokens)
         self._check_length(rows.shape[1] + max(max_new_tokens, 1) - 1)  # the last new token is not fed back
+        if rows.shape[0] == 0:  # no row: nothing to run
+            return (np.zeros((0, rows.shape[1] + max_new_tokens), dtype=np.int64),
+                    np.zeros((0, max_new_tokens, self.vocab_size), dtype=np.float32))
         if max_new_tokens == 0:
             return rows, np.zeros((rows.shape[0], 0, self.vocab_size), dtype=np.float32)
         runs = [self._generate_row(row, max_new_tokens) for row in rows]

@@ -210,11 +210,11 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
     """
     check_exportable_dtype(model, "ONNX Runtime", (torch.float32, torch.float16))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = on_cpu(model)
     with kept_modes(model):  # the graphs run the model in eval mode; the caller's keeps its own
-        prefill = PrefillGraph(model)
+        prefill = PrefillGraph(model)  # refuses a model it cannot export, before any folder is made
         decode = DecodeStepGraph(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
         batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
         ids = example_prompt(model, (2, 5))  # (B, T)
         _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
@@ -302,11 +302,11 @@ class _Feeds:
 
 def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[str, np.ndarray]] | None = None,
                   nodes: list[str] | None = None, exclude: Iterable[str] = ()) -> Path:
-    """INT8 copy of a graph. Without ``calibration``: dynamic (``quantize_dynamic``: INT8 weights,
-    activation ranges found at run time). With it, a list of input dicts: static QDQ
-    (``quantize_static``) of every MatMul, weights per channel and activations, q̂ and k̂ among them,
-    at ranges fixed by min/max over the calibration inputs, weights in 7 bits (``reduce_range``: on x86
-    CPUs without VNNI, AVX2 only, 8-bit weights saturate ONNX Runtime's int8 kernels), except the LM
+    """INT8 copy of a graph, its weights per channel in 7 bits (``reduce_range``: on x86 CPUs without VNNI,
+    AVX2 only, 8-bit weights saturate ONNX Runtime's int8 kernels, dynamic and static alike). Without
+    ``calibration``: dynamic (``quantize_dynamic``: INT8 weights, activation ranges found at run time).
+    With it, a list of input dicts: static QDQ (``quantize_static``) of every MatMul, weights and
+    activations, q̂ and k̂ among them, at ranges fixed by min/max over the calibration inputs, except the LM
     head, which stays fp32 (alone it costs more fidelity than any other MatMul: docs/edge.md); the
     elementwise operators (RoPE, the shear, the norms) stay in fp32. ``nodes``: quantize only the
     MatMuls of these names, the head included if named (the rest stay fp32; see
@@ -317,8 +317,8 @@ def quantize_int8(src: str | Path, dst: str | Path, calibration: Iterable[dict[s
     with warnings.catch_warnings(), _quiet("root"):
         warnings.simplefilter("ignore")
         if calibration is None:
-            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_quantize=nodes,
-                             nodes_to_exclude=list(exclude))
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
+                             nodes_to_quantize=nodes, nodes_to_exclude=list(exclude))
         else:
             quantize_static(str(src), str(dst), _Feeds(calibration), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QInt8,

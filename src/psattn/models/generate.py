@@ -215,7 +215,8 @@ def generate(
             finished |= token == eos_token_id
         tokens.append(token)
         all_logits.append(logits)
-        if step + 1 < max_new_tokens and not bool(finished.all()):
+        ended = eos_token_id is not None and bool(finished.all())  # every row has given its EOS token
+        if step + 1 < max_new_tokens and not ended:
             logits = step_logits(token)
         elif step + 1 < max_new_tokens:
             break
