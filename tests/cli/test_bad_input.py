@@ -392,13 +392,20 @@ def test_export_json_with_the_hf_format_is_refused(files, capsys):
     assert not (files / "hf").exists() and not (files / "hf.json").exists()
 
 
-def test_exporting_a_key_lag_baseline_is_refused_in_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("form", ["onnx", "executorch"])
+def test_exporting_a_key_lag_baseline_is_refused_in_one_line(form, tmp_path, monkeypatch, capsys):
     """The key-lag baselines (canon, kv_shift, ...) mix keys in a module of their own and keep no PSA cache,
-    so no decode graph exists for them: refused before anything is written."""
+    so no decode graph exists for them: refused before anything is written, and before the run's model is
+    evaluated for the comparison (it was refused only once the eager logits, and generate, had run)."""
+    pytest.importorskip("onnxruntime" if form == "onnx" else "executorch")
+    from psattn.export import compare, compare_executorch
+
     config = apply_overrides(tiny_config(2), ["model.attention.variant=canon", "model.attention.gamma=0"])
     train(config, tmp_path / "canon")
+    for module in (compare, compare_executorch):
+        monkeypatch.setattr(module, "eval_batch", lambda config: pytest.fail("evaluated before the refusal"))
     with pytest.raises(SystemExit) as stop:
-        main(["export", "--run-dir", str(tmp_path / "canon"), "--out", str(tmp_path / "out" / "m.onnx")])
+        main(["export", "--format", form, "--run-dir", str(tmp_path / "canon"), "--out", str(tmp_path / "out" / "m")])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and err == ["psattn: error: the key-lag baselines keep no PSA cache and cannot be "
                                             "exported with a decode step"]

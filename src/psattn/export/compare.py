@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from psattn.export.graphs import check_exportable
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.onnx import (
     INT8_MODES,
@@ -92,6 +93,7 @@ def export_and_compare(run_dir: str | Path, onnx_path: str | Path, *, int8: bool
     if mode is not None and mode not in INT8_MODES:
         raise ValueError(f"int8 must be one of {INT8_MODES}, got {int8!r}")
     model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
+    check_exportable(model)  # before the comparison's eager logits
     target = Path(onnx_path)
     summary: dict[str | Path, str] = {}
     with staged_files(target, onnx_family, keep=run_files(run_dir), texts=summary) as staged:

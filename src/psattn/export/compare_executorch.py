@@ -17,6 +17,7 @@ import torch
 
 from psattn.export.compare import GREEDY_PROMPTS
 from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, check_quantizable, data_path_for, export_executorch
+from psattn.export.graphs import check_exportable
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
 from psattn.models.decoder import DecoderLM
@@ -52,6 +53,7 @@ def executorch_and_compare(run_dir: str | Path, path: str | Path, *, quantize: t
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; expected some of {QUANTIZATIONS[1:]}")
     model = load_trained(run_dir)  # checks that run_dir is a run directory whose files bind its checkpoint
+    check_exportable(model)
     for q in quantize:
         check_quantizable(model, q)  # before minutes of export and comparison
     target = Path(path)
