@@ -197,7 +197,7 @@ def _overflow_step(energy: Tensor) -> int:
     """
     if energy.shape[0] == 0:
         return 0
-    after = torch.arange(1, energy.shape[0] + 1)[:, None]  # (S, 1): the step after each energy's
+    after = torch.arange(1, energy.shape[0] + 1, device=energy.device)[:, None]  # (S, 1): the step after each energy's
     return int(torch.where(torch.isnan(energy), 0, after).amax(0).min())  # after each column's last non-NaN energy
 
 
