@@ -177,3 +177,38 @@ def test_configs_given_as_a_generator_are_run_and_a_failure_among_them_named(tmp
     with pytest.raises(ExperimentsFailed, match=r"^run 2 of 2 \(rope_n8\) failed: "):
         run_experiments((c for c in configs), tmp_path)
     assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == ["usa_n8"]
+
+
+def _meanfield_exceptions() -> set[type]:
+    """Every exception class a module of psattn.meanfield defines."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import psattn.meanfield
+
+    found = set()
+    for info in pkgutil.iter_modules(psattn.meanfield.__path__):
+        module = importlib.import_module(f"psattn.meanfield.{info.name}")
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(c, BaseException) and c.__module__ == module.__name__}
+    return found
+
+
+def test_every_meanfield_exception_survives_pickling_with_its_message_and_fields():
+    """ExperimentsFailed and ExperimentsInterrupted took three arguments but kept only the message in args, so
+    unpickling one (a multiprocessing pool sends a worker's error back so) raised a TypeError about missing arguments."""
+    import pickle
+
+    from psattn.meanfield.experiments import ExperimentsInterrupted
+    from psattn.meanfield.metastability import NoPlateau
+
+    record = {"index": 2, "name": "rope_n8", "config": {"n": 8}}
+    examples = [ExperimentsFailed("run 3 of 4 (rope_n8) failed: overflow", [record], "out/summary.json holds the 2"),
+                ExperimentsInterrupted("during run 3 of 4 (rope_n8)", record, "out/summary.json holds the 2"),
+                ExperimentsInterrupted("after its last run", None, "out/summary.json holds the 4"),
+                NoPlateau("no cluster count above 1 was held for 3 time units by t = 20; run longer (tau)")]
+    assert {type(e) for e in examples} == _meanfield_exceptions()  # a new exception class gets an example here
+    for err in examples:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)

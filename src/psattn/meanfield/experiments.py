@@ -148,11 +148,15 @@ def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Seque
 class ExperimentsFailed(ValueError):
     """Some configs of ``run_experiments`` raised; its summary.json holds the others' runs and names these.
 
-    ``failure``: one line naming the first failed config and its error; ``failed``: the failed records."""
+    ``failure``: one line naming the first failed config and its error; ``failed``: the failed records; ``kept``: what
+    was kept (the summary's path). It pickles with these, as a multiprocessing pool sends it back."""
 
     def __init__(self, failure: str, failed: list[dict[str, Any]], kept: str) -> None:
         super().__init__(f"{failure}; {kept}")
-        self.failure, self.failed = failure, failed
+        self.failure, self.failed, self.kept = failure, failed, kept
+
+    def __reduce__(self):  # rebuilt from its fields across processes (a multiprocessing pool): args is the message only
+        return type(self), (self.failure, self.failed, self.kept)
 
 
 def failed_run(index: int, config: SimulationConfig, err: Exception) -> dict[str, Any]:
@@ -165,11 +169,15 @@ class ExperimentsInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped ``run_experiments``; its summary.json holds the runs that had finished and names this one.
 
     ``where``: when it came (``during run 3 of 5 (rope_n64)``); ``interrupted``: the record of the config it stopped
-    (``interrupted_run``), None when it came after the last run."""
+    (``interrupted_run``), None when it came after the last run; ``kept``: what was kept (the summary's path). It
+    pickles with these."""
 
     def __init__(self, where: str, interrupted: dict[str, Any] | None, kept: str) -> None:
         super().__init__(f"{where}; {kept}")
-        self.where, self.interrupted = where, interrupted
+        self.where, self.interrupted, self.kept = where, interrupted, kept
+
+    def __reduce__(self):  # as ExperimentsFailed's
+        return type(self), (self.where, self.interrupted, self.kept)
 
 
 def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
