@@ -1,16 +1,23 @@
 """Whether a process still runs: how a staging folder or a cache build left by a killed process is
-told from one that is still being written; and the staging folder a set of files is written into."""
+told from one that is still being written; the staging folder a set of files is written into; and the stop
+signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+#: SIGINT is Ctrl-C; SIGTERM is how ``timeout``, SLURM, Kubernetes and most schedulers stop a job; SIGHUP comes
+#: from a closing terminal
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def process_alive(pid: int) -> bool:
@@ -50,3 +57,41 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
             staging.rmdir()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``signum``), raised inside ``signals_unwind`` where its default action would have ended the
+    process on the spot: a KeyboardInterrupt, so that what cleans up after Ctrl-C cleans up after it too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    def __reduce__(self):  # rebuilt from its number across processes
+        return type(self), (self.signum,)
+
+
+@contextlib.contextmanager
+def signals_unwind(end: bool = True) -> Iterator[None]:
+    """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise ``StopSignal``
+    instead, so that the block's cleanup runs; once it has, with ``end`` the process ends by that signal as it would
+    have, and without, the exception goes on to the caller (which says what the stop left). Signals with handlers of
+    their own, and other threads (where Python installs no handlers), are left alone; the handlers are put back on
+    leaving the block."""
+    came: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        came.append(signum)
+        raise StopSignal(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
+    for s in ours:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in ours:
+            signal.signal(s, signal.SIG_DFL)
+        if came and end:
+            signal.raise_signal(came[0])

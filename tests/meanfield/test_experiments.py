@@ -212,3 +212,42 @@ def test_every_meanfield_exception_survives_pickling_with_its_message_and_fields
     for err in examples:
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_keeps_the_finished_runs_as_ctrl_c_does(tmp_path, signum):
+    """SIGTERM (``timeout``'s, a scheduler's) or SIGHUP during run 3 of 4 ended the process on the spot, their
+    default action: no summary.json, the two runs that had finished lost. (In a process of its own: the default
+    action ends the process that gets the signal.)"""
+    import subprocess
+    import sys
+
+    script = tmp_path / "batch.py"
+    script.write_text(f"""
+import os, signal
+from psattn.meanfield import experiments
+
+configs = experiments.paper_configs(ns=(8,), kernels=("usa", "rope", "prefix", "distance_bias"), tau=0.1)
+simulate = experiments.simulate
+
+def stopped(config):
+    if config is configs[2]:
+        os.kill(os.getpid(), signal.{signum})
+    return simulate(config)
+
+experiments.simulate = stopped
+try:
+    experiments.run_experiments(configs, {str(tmp_path)!r})
+except experiments.ExperimentsInterrupted as err:
+    print(signal.Signals(err.signum).name, signal.getsignal(signal.{signum}) is signal.SIG_DFL)
+    print(err)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.splitlines() == [
+        f"{signum} True",  # the default action put back
+        f"{signum} during run 3 of 4 (prefix_n8); {tmp_path / 'summary.json'} holds the 2 that finished, and names "
+        "this one under \"interrupted\""]
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"]
+    assert (saved["interrupted"]["index"], saved["interrupted"]["name"]) == (2, "prefix_n8")
