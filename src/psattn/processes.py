@@ -1,6 +1,7 @@
 """Whether a process still runs: how a staging folder or a cache build left by a killed process is
-told from one that is still being written; the staging folder a set of files is written into; and the stop
-signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs."""
+told from one that is still being written; the staging folder a set of files is written into; the stop
+signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs; and the memory
+free on the host, which runs are checked against before they allocate."""
 
 from __future__ import annotations
 
@@ -29,6 +30,30 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def host_available_bytes() -> int | None:
+    """Memory free for this process on the host now: the kernel's MemAvailable, within a cgroup's limit (what is left
+    of it); the free pages where neither can be read; None where nothing can."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    if not found and hasattr(os, "sysconf"):
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            pass
+    return min(found) if found else None
 
 
 def tidy_staging(out: Path, prefix: str) -> None:
