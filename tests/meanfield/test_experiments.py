@@ -251,3 +251,32 @@ except experiments.ExperimentsInterrupted as err:
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"]
     assert (saved["interrupted"]["index"], saved["interrupted"]["name"]) == (2, "prefix_n8")
+
+
+def test_a_finished_or_failed_runs_tensors_are_freed_before_the_next_config_runs(tmp_path, monkeypatch):
+    """The last trajectory (its states (R, B, n, d) with keep_states) stayed referenced while the next config ran, and
+    each failed config's error kept, through its traceback, the frame of the run that raised and every tensor in it
+    until the list ended: a batch held twice a run's memory, plus that of every failed run."""
+    import weakref
+
+    import torch
+
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    simulate, alive = experiments.simulate, []
+
+    def watched(config):
+        assert [ref() for ref in alive] == [None] * len(alive), "an earlier run's tensors are still held"
+        if config is configs[0]:
+            states = torch.zeros(4)  # a tensor of the run that raises
+            alive.append(weakref.ref(states))
+            raise ValueError("the simulation overflowed")
+        traj = simulate(config)
+        alive.append(weakref.ref(traj.x))
+        return traj
+
+    monkeypatch.setattr(experiments, "simulate", watched)
+    with pytest.raises(ExperimentsFailed, match=r"^run 1 of 3 \(usa_n8\) failed: the simulation overflowed; "):
+        run_experiments(configs, tmp_path)
+    assert len(alive) == 3

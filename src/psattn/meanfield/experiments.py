@@ -19,6 +19,7 @@ import logging
 import math
 import numbers
 import signal
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -220,12 +221,14 @@ def run_experiments(
                     try:
                         traj = simulate(config)
                     except Exception as err:  # recorded, and raised once the others have run
+                        traceback.clear_frames(err.__traceback__)  # the tensors of the run that raised, freed now
                         failed.append(failed_run(index, config, err))
                         errors.append(err)
                         logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
                                        failed[-1]["error"])
                         continue
                     record = summarise(traj)
+                    del traj  # its states are not held while the next config runs
                     logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"],
                                 record["final"]["marginal_spread"][0], record["final"]["fraction_aligned"][0],
                                 record["energy_check"])
