@@ -199,6 +199,7 @@ def test_every_meanfield_exception_survives_pickling_with_its_message_and_fields
     """ExperimentsFailed and ExperimentsInterrupted took three arguments but kept only the message in args, so
     unpickling one (a multiprocessing pool sends a worker's error back so) raised a TypeError about missing arguments."""
     import pickle
+    import signal
 
     from psattn.meanfield.experiments import ExperimentsInterrupted
     from psattn.meanfield.metastability import NoPlateau
@@ -207,6 +208,7 @@ def test_every_meanfield_exception_survives_pickling_with_its_message_and_fields
     examples = [ExperimentsFailed("run 3 of 4 (rope_n8) failed: overflow", [record], "out/summary.json holds the 2"),
                 ExperimentsInterrupted("during run 3 of 4 (rope_n8)", record, "out/summary.json holds the 2"),
                 ExperimentsInterrupted("after its last run", None, "out/summary.json holds the 4"),
+                ExperimentsInterrupted("during run 1 of 4 (usa_n8)", record, "out/summary.json holds the 0", signal.SIGTERM),
                 NoPlateau("no cluster count above 1 was held for 3 time units by t = 20; run longer (tau)")]
     assert {type(e) for e in examples} == _meanfield_exceptions()  # a new exception class gets an example here
     for err in examples:
