@@ -200,6 +200,10 @@ def _run(argv: list[str] | None) -> int:
         print(f"\npsattn: stopped by {err}", file=sys.stderr)
         return 128 + err.signum
     except KeyboardInterrupt as err:  # its text, where it has one, says what the stop left (an export in place)
+        signum = getattr(err, "signum", signal.SIGINT)  # SIGTERM or SIGHUP stopping a block that cleans up as for Ctrl-C
+        if signum != signal.SIGINT:  # a shell's code for a process that signal ended, as training's
+            print(f"\npsattn: stopped by {err}", file=sys.stderr)
+            return 128 + signum
         print("\npsattn: interrupted" + (f" {err}" if str(err) else ""), file=sys.stderr)
         return 130
 

@@ -1,16 +1,24 @@
 """Whether a process still runs: how a staging folder or a cache build left by a killed process is
-told from one that is still being written; and the staging folder a set of files is written into."""
+told from one that is still being written; the staging folder a set of files is written into; the stop
+signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs; and the memory
+free on the host, which runs are checked against before they allocate."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+#: SIGINT is Ctrl-C; SIGTERM is how ``timeout``, SLURM, Kubernetes and most schedulers stop a job; SIGHUP comes
+#: from a closing terminal
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def process_alive(pid: int) -> bool:
@@ -22,6 +30,30 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def host_available_bytes() -> int | None:
+    """Memory free for this process on the host now: the kernel's MemAvailable, within a cgroup's limit (what is left
+    of it); the free pages where neither can be read; None where nothing can."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    if not found and hasattr(os, "sysconf"):
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            pass
+    return min(found) if found else None
 
 
 def tidy_staging(out: Path, prefix: str) -> None:
@@ -50,3 +82,41 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
             staging.rmdir()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``signum``), raised inside ``signals_unwind`` where its default action would have ended the
+    process on the spot: a KeyboardInterrupt, so that what cleans up after Ctrl-C cleans up after it too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    def __reduce__(self):  # rebuilt from its number across processes
+        return type(self), (self.signum,)
+
+
+@contextlib.contextmanager
+def signals_unwind(end: bool = True) -> Iterator[None]:
+    """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise ``StopSignal``
+    instead, so that the block's cleanup runs; once it has, with ``end`` the process ends by that signal as it would
+    have, and without, the exception goes on to the caller (which says what the stop left). Signals with handlers of
+    their own, and other threads (where Python installs no handlers), are left alone; the handlers are put back on
+    leaving the block."""
+    came: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        came.append(signum)
+        raise StopSignal(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
+    for s in ours:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in ours:
+            signal.signal(s, signal.SIG_DFL)
+        if came and end:
+            signal.raise_signal(came[0])

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -278,6 +279,45 @@ def test_a_paper_run_interrupted_says_no_report_was_written_and_keeps_the_earlie
     assert err == ("psattn: interrupted in the paper experiment, during run 2 of 3 (rope_n4); no report written "
                    "(an earlier one is left whole)"), err
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
+
+
+@pytest.mark.parametrize("during", ["paper run", "theorem check"])
+def test_a_sigterm_stops_meanfield_reproduce_as_ctrl_c_does(tmp_path, monkeypatch, capsys, during):
+    """SIGTERM (``timeout``'s, a scheduler's) during a paper run or a theorem check ended the process on the spot:
+    no word, exit code 143 from the shell, and the staging folder left in --out. Now it stops as Ctrl-C does, with
+    the exit code of a process SIGTERM ended, as ``psattn train`` gives."""
+    import signal
+
+    from psattn.cli import main
+    from psattn.meanfield import experiments
+    from psattn.meanfield import reproduce as module
+
+    def sigterm():  # the default action would end pytest: refused here instead
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            pytest.fail(f"SIGTERM during a {during} would end the process (no handler)")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    configs = paper_configs(ns=(4,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    simulate = experiments.simulate
+
+    def stopped(config):
+        if config is configs[1] and during == "paper run":
+            sigterm()
+        return simulate(config)
+
+    (tmp_path / "report.md").write_text("earlier")
+    monkeypatch.setattr(module, "paper_configs", lambda ns: configs)
+    monkeypatch.setattr(module, "_plots_available", lambda: False)
+    monkeypatch.setattr(module, "_check_plan", lambda quick: [("stopped", sigterm)])
+    monkeypatch.setattr(experiments, "simulate", stopped)
+    assert main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err.strip()
+    said = {"paper run": "psattn: stopped by SIGTERM in the paper experiment, during run 2 of 3 (rope_n4); no report "
+                         "written (an earlier one is left whole)",
+            "theorem check": "psattn: stopped by SIGTERM"}[during]
+    assert err.splitlines()[-1] == said, err
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and (tmp_path / "report.md").read_text() == "earlier"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 @pytest.mark.parametrize("call", ["command", "function"])

@@ -146,9 +146,42 @@ def test_a_run_beyond_the_memory_available_is_refused_before_its_kernel_is_built
     """n = 1024 keeps c and |c| (1024 × 1024, float64 and the run's dtype): about 32 MiB against 1 MiB free."""
     with pytest.raises(ValueError, match=r"does not fit in memory: n=1024 .* GiB is available"):
         SimulationConfig(n=1024, available_memory=2**20)
-    config = SimulationConfig(n=1024)  # no memory given: not checked
+    config = SimulationConfig(n=1024)  # no memory given: what the host has free, here enough
     assert config.memory_bytes(config.step_size()[1]) > 4 * 8 * 1024**2
     assert "available_memory" not in config.to_dict()
+
+
+def test_a_python_callers_run_beyond_the_hosts_free_memory_is_refused_before_anything_is_allocated(tmp_path,
+                                                                                                    monkeypatch):
+    """Only the command line passed the host's free memory: from Python, SimulationConfig(n=20000) built its kernel
+    on the labels (two 20000 × 20000 float64 tables, 6.4 GB) at once and simulate() went on to about 24 GiB, ending
+    in the allocator's RuntimeError or the OOM killer. (1 MiB free stands in for a small machine.)"""
+    import importlib
+
+    from psattn.meanfield import config as module
+    from psattn.meanfield import experiments
+
+    simulate = importlib.import_module("psattn.meanfield.simulate")  # the module, not the package's function
+
+    def built(config):
+        raise AssertionError("the kernel was built")
+
+    monkeypatch.setattr(module, "host_available_bytes", lambda: 2**20, raising=False)
+    monkeypatch.setattr(module, "build_kernel", built)
+    monkeypatch.setattr(simulate, "build_kernel", built)
+    refused = r"^the simulation does not fit in memory: n=1024 .* need about 0\.1 GiB, and 0\.0 GiB is available$"
+    with pytest.raises(ValueError, match=refused):
+        SimulationConfig(n=1024, keep_states=True)
+    monkeypatch.undo()
+    config = SimulationConfig(n=1024, keep_states=True, tau=0.1)  # made where it fits, run where it does not
+    monkeypatch.setattr(module, "host_available_bytes", lambda: 2**20, raising=False)
+    monkeypatch.setattr(simulate, "build_kernel", built)
+    with pytest.raises(ValueError, match=refused):
+        simulate.simulate(config)
+    with pytest.raises(experiments.ExperimentsFailed, match=r"^run 1 of 1 \(usa_n1024\) failed: the simulation does not"):
+        experiments.run_experiments([config], tmp_path)
+    monkeypatch.setattr(module, "host_available_bytes", lambda: None)  # not readable: not checked
+    assert SimulationConfig(n=16).n == 16
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -177,3 +177,108 @@ def test_configs_given_as_a_generator_are_run_and_a_failure_among_them_named(tmp
     with pytest.raises(ExperimentsFailed, match=r"^run 2 of 2 \(rope_n8\) failed: "):
         run_experiments((c for c in configs), tmp_path)
     assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == ["usa_n8"]
+
+
+def _meanfield_exceptions() -> set[type]:
+    """Every exception class a module of psattn.meanfield defines."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import psattn.meanfield
+
+    found = set()
+    for info in pkgutil.iter_modules(psattn.meanfield.__path__):
+        module = importlib.import_module(f"psattn.meanfield.{info.name}")
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(c, BaseException) and c.__module__ == module.__name__}
+    return found
+
+
+def test_every_meanfield_exception_survives_pickling_with_its_message_and_fields():
+    """ExperimentsFailed and ExperimentsInterrupted took three arguments but kept only the message in args, so
+    unpickling one (a multiprocessing pool sends a worker's error back so) raised a TypeError about missing arguments."""
+    import pickle
+    import signal
+
+    from psattn.meanfield.experiments import ExperimentsInterrupted
+    from psattn.meanfield.metastability import NoPlateau
+
+    record = {"index": 2, "name": "rope_n8", "config": {"n": 8}}
+    examples = [ExperimentsFailed("run 3 of 4 (rope_n8) failed: overflow", [record], "out/summary.json holds the 2"),
+                ExperimentsInterrupted("during run 3 of 4 (rope_n8)", record, "out/summary.json holds the 2"),
+                ExperimentsInterrupted("after its last run", None, "out/summary.json holds the 4"),
+                ExperimentsInterrupted("during run 1 of 4 (usa_n8)", record, "out/summary.json holds the 0", signal.SIGTERM),
+                NoPlateau("no cluster count above 1 was held for 3 time units by t = 20; run longer (tau)")]
+    assert {type(e) for e in examples} == _meanfield_exceptions()  # a new exception class gets an example here
+    for err in examples:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_keeps_the_finished_runs_as_ctrl_c_does(tmp_path, signum):
+    """SIGTERM (``timeout``'s, a scheduler's) or SIGHUP during run 3 of 4 ended the process on the spot, their
+    default action: no summary.json, the two runs that had finished lost. (In a process of its own: the default
+    action ends the process that gets the signal.)"""
+    import subprocess
+    import sys
+
+    script = tmp_path / "batch.py"
+    script.write_text(f"""
+import os, signal
+from psattn.meanfield import experiments
+
+configs = experiments.paper_configs(ns=(8,), kernels=("usa", "rope", "prefix", "distance_bias"), tau=0.1)
+simulate = experiments.simulate
+
+def stopped(config):
+    if config is configs[2]:
+        os.kill(os.getpid(), signal.{signum})
+    return simulate(config)
+
+experiments.simulate = stopped
+try:
+    experiments.run_experiments(configs, {str(tmp_path)!r})
+except experiments.ExperimentsInterrupted as err:
+    print(signal.Signals(err.signum).name, signal.getsignal(signal.{signum}) is signal.SIG_DFL)
+    print(err)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.splitlines() == [
+        f"{signum} True",  # the default action put back
+        f"{signum} during run 3 of 4 (prefix_n8); {tmp_path / 'summary.json'} holds the 2 that finished, and names "
+        "this one under \"interrupted\""]
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"]
+    assert (saved["interrupted"]["index"], saved["interrupted"]["name"]) == (2, "prefix_n8")
+
+
+def test_a_finished_or_failed_runs_tensors_are_freed_before_the_next_config_runs(tmp_path, monkeypatch):
+    """The last trajectory (its states (R, B, n, d) with keep_states) stayed referenced while the next config ran, and
+    each failed config's error kept, through its traceback, the frame of the run that raised and every tensor in it
+    until the list ended: a batch held twice a run's memory, plus that of every failed run."""
+    import weakref
+
+    import torch
+
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+    simulate, alive = experiments.simulate, []
+
+    def watched(config):
+        assert [ref() for ref in alive] == [None] * len(alive), "an earlier run's tensors are still held"
+        if config is configs[0]:
+            states = torch.zeros(4)  # a tensor of the run that raises
+            alive.append(weakref.ref(states))
+            raise ValueError("the simulation overflowed")
+        traj = simulate(config)
+        alive.append(weakref.ref(traj.x))
+        return traj
+
+    monkeypatch.setattr(experiments, "simulate", watched)
+    with pytest.raises(ExperimentsFailed, match=r"^run 1 of 3 \(usa_n8\) failed: the simulation overflowed; "):
+        run_experiments(configs, tmp_path)
+    assert len(alive) == 3

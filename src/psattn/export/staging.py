@@ -25,16 +25,14 @@ import json
 import logging
 import os
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from psattn.files import NEW_FILE_MODE, cannot_create, write_texts
-from psattn.processes import process_alive
-from psattn.training.signals import STOP_SIGNALS, stop_signals_held
+from psattn.processes import process_alive, signals_unwind
+from psattn.training.signals import stop_signals_held
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +62,6 @@ def _tidy(target: Path) -> None:
             log.warning("putting back %s, set aside by an export that was killed while moving", target)
             (old / target.name).rename(target)
         shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_unwind() -> Iterator[None]:
-    """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise
-    KeyboardInterrupt instead, so that the block's cleanup runs; once it has, the process ends by that
-    signal as it would have. Signals with handlers of their own, and other threads, are left alone."""
-    came: list[int] = []
-
-    def stop(signum: int, _frame: object) -> None:
-        came.append(signum)
-        raise KeyboardInterrupt
-
-    main = threading.current_thread() is threading.main_thread()
-    ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
-    for s in ours:
-        signal.signal(s, stop)
-    try:
-        yield
-    finally:
-        for s in ours:
-            signal.signal(s, signal.SIG_DFL)
-        if came:
-            signal.raise_signal(came[0])
 
 
 @contextlib.contextmanager
@@ -181,7 +155,7 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
     for inside in (Path.cwd(), *map(Path, keep)):
         if inside.resolve() == whole or whole in inside.resolve().parents:
             raise ValueError(f"{target} holds {inside}, and {what} replaces its folder as a whole: name a folder of its own")
-    with _signals_unwind(), _folder_made(target.parent):
+    with signals_unwind(), _folder_made(target.parent):
         _tidy(target)
         if target.is_dir() and not force:
             foreign = _foreign(target)
@@ -233,7 +207,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
     for path in (target, *family(target)):
         if path.resolve() in kept:
             raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
-    with _signals_unwind(), _folder_made(target.parent):
+    with signals_unwind(), _folder_made(target.parent):
         _tidy(target)
         staging: Path | None = None
         placed = False

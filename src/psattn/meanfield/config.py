@@ -33,6 +33,7 @@ from psattn.meanfield.kernels import (
     rope_kernel,
 )
 from psattn.meanfield.memory import check_memory, estimate_bytes
+from psattn.processes import host_available_bytes
 
 KERNEL_NAMES = ("usa", "rope", "generalised_rope", "cosine_toeplitz", "distance_bias", "prefix", "gauge", "pair")
 POSITIONAL_KERNELS = ("rope", "generalised_rope", "cosine_toeplitz", "distance_bias")
@@ -166,8 +167,8 @@ class SimulationConfig:
     n_records: int = 101  # diagnostics are recorded at this many evenly spaced steps
     keep_states: bool = False  # keep the state at every record
     threshold: float = 0.999  # ⟨x_i, x_j⟩ above it counts as aligned / same cluster
-    #: bytes free for the run (not a field): when given, a run whose estimate exceeds most of it is refused
-    #: before its kernel is built (psattn.meanfield.memory)
+    #: bytes free for the run (not a field): a run whose estimate exceeds most of it is refused before its kernel is
+    #: built (psattn.meanfield.memory); None: what the host has free now (``psattn.processes.host_available_bytes``)
     available_memory: InitVar[int | None] = None
 
     def __post_init__(self, available_memory: int | None = None) -> None:
@@ -218,6 +219,8 @@ class SimulationConfig:
             if len(self.labels) != self.n:
                 raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
         _, steps = self.step_size()
+        if available_memory is None:  # a Python caller's run was not checked: it died in the allocator or the OOM killer
+            available_memory = host_available_bytes()
         if available_memory is not None:  # before the kernel on the n labels is built
             check_memory(self.memory_bytes(steps), available_memory,
                          f"n={self.n} particles in d={self.d}, batch {self.batch}, {steps:,} steps and "

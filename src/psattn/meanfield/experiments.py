@@ -18,6 +18,8 @@ import json
 import logging
 import math
 import numbers
+import signal
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ import torch
 from psattn.files import atomic_write, write_text
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
+from psattn.processes import StopSignal, signals_unwind
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 
@@ -148,11 +151,15 @@ def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Seque
 class ExperimentsFailed(ValueError):
     """Some configs of ``run_experiments`` raised; its summary.json holds the others' runs and names these.
 
-    ``failure``: one line naming the first failed config and its error; ``failed``: the failed records."""
+    ``failure``: one line naming the first failed config and its error; ``failed``: the failed records; ``kept``: what
+    was kept (the summary's path). It pickles with these, as a multiprocessing pool sends it back."""
 
     def __init__(self, failure: str, failed: list[dict[str, Any]], kept: str) -> None:
         super().__init__(f"{failure}; {kept}")
-        self.failure, self.failed = failure, failed
+        self.failure, self.failed, self.kept = failure, failed, kept
+
+    def __reduce__(self):  # rebuilt from its fields across processes (a multiprocessing pool): args is the message only
+        return type(self), (self.failure, self.failed, self.kept)
 
 
 def failed_run(index: int, config: SimulationConfig, err: Exception) -> dict[str, Any]:
@@ -162,14 +169,19 @@ def failed_run(index: int, config: SimulationConfig, err: Exception) -> dict[str
 
 
 class ExperimentsInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped ``run_experiments``; its summary.json holds the runs that had finished and names this one.
+    """A stop signal (Ctrl-C, SIGTERM or SIGHUP) stopped ``run_experiments``; its summary.json holds the runs that had
+    finished and names this one.
 
     ``where``: when it came (``during run 3 of 5 (rope_n64)``); ``interrupted``: the record of the config it stopped
-    (``interrupted_run``), None when it came after the last run."""
+    (``interrupted_run``), None when it came after the last run; ``kept``: what was kept (the summary's path);
+    ``signum``: the signal (the message begins with its name unless it is Ctrl-C's SIGINT). It pickles with these."""
 
-    def __init__(self, where: str, interrupted: dict[str, Any] | None, kept: str) -> None:
-        super().__init__(f"{where}; {kept}")
-        self.where, self.interrupted = where, interrupted
+    def __init__(self, where: str, interrupted: dict[str, Any] | None, kept: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(("" if signum == signal.SIGINT else f"{signal.Signals(signum).name} ") + f"{where}; {kept}")
+        self.where, self.interrupted, self.kept, self.signum = where, interrupted, kept, signum
+
+    def __reduce__(self):  # as ExperimentsFailed's
+        return type(self), (self.where, self.interrupted, self.kept, self.signum)
 
 
 def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
@@ -188,9 +200,10 @@ def run_experiments(
     ``ExperimentsFailed`` is raised, naming the first (the first error other than a ValueError, such as running out
     of memory, is raised as it came instead, once the summary is written). Ctrl-C (KeyboardInterrupt) stops the list: the
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
-    ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised. A rerun runs every config again and replaces the
-    summary. An item of configs that is no SimulationConfig, or an out_dir that cannot be made (a file in its way),
-    is refused before the first run.
+    ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised; SIGTERM and SIGHUP do the same (in the main thread,
+    where their handlers are the default, which would end the process without a summary), and the exception's
+    ``signum`` says which came. A rerun runs every config again and replaces the summary. An item of configs that is
+    no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run.
     progress: show a tqdm bar over the configs (on stderr).
     """
     configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
@@ -203,19 +216,23 @@ def run_experiments(
                                               leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
         Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
         try:
-            for index, config in enumerate(bar):
-                try:
-                    traj = simulate(config)
-                except Exception as err:  # recorded, and raised once the others have run
-                    failed.append(failed_run(index, config, err))
-                    errors.append(err)
-                    logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
-                                   failed[-1]["error"])
-                    continue
-                record = summarise(traj)
-                logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"], record["final"]["marginal_spread"][0],
-                            record["final"]["fraction_aligned"][0], record["energy_check"])
-                runs.append(record)
+            with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
+                for index, config in enumerate(bar):
+                    try:
+                        traj = simulate(config)
+                    except Exception as err:  # recorded, and raised once the others have run
+                        traceback.clear_frames(err.__traceback__)  # the tensors of the run that raised, freed now
+                        failed.append(failed_run(index, config, err))
+                        errors.append(err)
+                        logger.warning("run %d of %d (%s) failed: %s", index + 1, len(configs), run_name(config),
+                                       failed[-1]["error"])
+                        continue
+                    record = summarise(traj)
+                    del traj  # its states are not held while the next config runs
+                    logger.info("%s: spread %.3g, aligned %.3g, %s", record["name"],
+                                record["final"]["marginal_spread"][0], record["final"]["fraction_aligned"][0],
+                                record["energy_check"])
+                    runs.append(record)
         except KeyboardInterrupt as err:  # the runs that finished are kept, as when a config fails
             stop = err
     done = len(runs) + len(failed)  # configs run in order: the one stopped is the next
@@ -223,12 +240,12 @@ def run_experiments(
     summary = write_summary(runs, out_dir, failed, interrupted)
     kept = f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished"
     if stop is not None:
-        if type(stop) is not KeyboardInterrupt:  # a stop that says more (a signal's number): as it came
+        if type(stop) not in (KeyboardInterrupt, StopSignal):  # a stop that says more (its own message): as it came
             raise stop
         where = f"during run {done + 1} of {len(configs)} ({run_name(configs[done])})" if interrupted else "after its last run"
         kept += f", under \"failed\" the {len(failed)} that failed" if failed else ""
         kept += ", and names this one under \"interrupted\"" if interrupted else ""
-        raise ExperimentsInterrupted(where, interrupted, kept) from None
+        raise ExperimentsInterrupted(where, interrupted, kept, getattr(stop, "signum", signal.SIGINT)) from None
     bug = next((err for err in errors if not isinstance(err, ValueError)), None)
     if bug is not None:  # a bug, or out of memory: as it came, also after a refusal
         raise bug

@@ -5,9 +5,9 @@ the run's dtype; a gauge kernel's gauges (n, d, d); in the direct frame every pa
 step's work (a few (B, n, n) Gram and weight matrices, RK4's stages of the state (B, n, d), and in the
 direct frame the products A_ij x_j, (B, n, n, d)), and what it records: the energy at every step, the
 diagnostics at every record and, when it keeps them, the states (R, B, n, d). A run whose estimate exceeds
-``MARGIN`` of the memory available (given by the caller: ``psattn meanfield run`` reads the host's free
-memory as training does) is refused in one line, where it would otherwise die in the allocator or under
-the kernel's OOM killer.
+``MARGIN`` of the memory available (given by the caller, else what the host has free now, read as training reads
+it: ``psattn.processes.host_available_bytes``) is refused in one line, where it would otherwise die in the allocator
+or under the kernel's OOM killer.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from psattn.meanfield.experiments import (
 from psattn.meanfield.simulate import simulate
 from psattn.meanfield.staging import STAGING_PREFIX
 from psattn.meanfield.theorems import TheoremCheck
-from psattn.processes import tidy_staging
+from psattn.processes import signals_unwind, tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
 from psattn.version import __version__
@@ -96,24 +96,27 @@ def meanfield_report(
     passed is False when any theorem check failed (skipped checks do not count). The files are written into a
     staging folder inside out_dir and moved into place once all are complete, inside ``moving()`` (the command
     line holds the stop signals there): a failure or a kill midway leaves an earlier report whole, not a mix of two.
+    SIGTERM and SIGHUP (in the main thread, where their handlers are the default) stop it as Ctrl-C does: the staging
+    folder is removed and the KeyboardInterrupt goes on, its ``signum`` naming the signal.
     """
     out = Path(out_dir)
     earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, STAGING_PREFIX)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-    try:
-        result = _write_report(staging, quick, progress, threads)
-        with moving():
-            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                target = out / path.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, target)
-            if earlier:
-                remove_stale_figures(out, result["files"])
-            shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+        try:
+            result = _write_report(staging, quick, progress, threads)
+            with moving():
+                for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                    target = out / path.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, target)
+                if earlier:
+                    remove_stale_figures(out, result["files"])
+                shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return {**result, "report": str(out / "report.md")}
 
 
@@ -160,7 +163,7 @@ def _paper_experiment(out: Path, quick: bool, threads: int | None, progress: boo
                                 "no report written (an earlier one is left whole)") from err
     except ExperimentsInterrupted as err:  # the same: the report is written whole or not at all
         raise ExperimentsInterrupted(f"in the paper experiment, {err.where}", err.interrupted,
-                                     "no report written (an earlier one is left whole)") from None
+                                     "no report written (an earlier one is left whole)", err.signum) from None
 
 
 def _paper_figures(out: Path, summary: dict[str, Any], ns: tuple, quick: bool, threads: int | None,

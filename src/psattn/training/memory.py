@@ -14,14 +14,13 @@ putting the whole machine under memory pressure.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 import torch
 
 from psattn.models.presets import preset_parameter_count
+from psattn.processes import host_available_bytes
 from psattn.training.config import RunConfig
 
 Model = TypeVar("Model", bound=torch.nn.Module)
@@ -78,27 +77,7 @@ def available_bytes(device: torch.device) -> int | None:
             return int(torch.cuda.mem_get_info(device)[0])
         except (RuntimeError, AssertionError):
             return None
-    if device.type != "cpu":
-        return None
-    found = []
-    try:
-        with open("/proc/meminfo") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-    except (OSError, ValueError, IndexError):
-        pass
-    cgroup = Path("/sys/fs/cgroup")
-    try:
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int((cgroup / "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    if not found and hasattr(os, "sysconf"):
-        try:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError):
-            pass
-    return min(found) if found else None
+    return host_available_bytes() if device.type == "cpu" else None
 
 
 def check_fits(config: RunConfig, device: torch.device) -> MemoryEstimate:

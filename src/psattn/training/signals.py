@@ -12,7 +12,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+from psattn.processes import STOP_SIGNALS
 
 
 class TrainingInterrupted(KeyboardInterrupt):
