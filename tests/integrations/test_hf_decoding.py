@@ -316,6 +316,35 @@ def test_a_sliding_window_layer_is_cropped_within_what_it_keeps_and_refuses_a_de
                                        atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("hooked", [False, True], ids=["cache-shears", "through-the-hook-points"])
+def test_a_sliding_window_layer_holds_the_raw_rows_its_crops_need_not_the_prompts(hooked):
+    """Past its window, a sliding-window layer can be cropped back max_rollback tokens only (a deeper crop needs keys
+    it dropped), so right after a long prompt it holds the raw queries and keys of the last max_rollback + 1
+    positions, not the prompt's: its memory is bounded by the window. The full-attention layer keeps the last call
+    (any crop within it is exact). A crop within what is kept stays exact, a deeper one is refused, changing nothing."""
+    from psattn.ops.hooks import capture
+
+    model = apply_psa(tiny_model("gemma3_text", sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+                      "symmetric", 0.8)
+    ids = torch.randint(1, 60, (1, 124), generator=torch.Generator().manual_seed(5))
+    cache = PSADynamicCache(model.config, max_rollback=2)
+    listening = capture(model, "model.layers.0.self_attn.hook_k") if hooked else contextlib.nullcontext()
+    with torch.no_grad(), listening:
+        expected = model(ids, use_cache=False).logits[:, 118:]
+        model(ids[:, :120], use_cache=True, **cache_kw(cache))
+        assert [(layer.shear_state.raw_q.values.shape[-2], layer.shear_state.raw_k.values.shape[-2])
+                for layer in cache.layers] == [(3, 3), (120, 120)]
+        keys = cache.layers[0].keys
+        with pytest.raises(ValueError, match="activate_past_recording"):
+            cache.crop(-3)
+        assert cache.get_seq_length() == 120 and cache.layers[0].keys is keys  # the refused crop changed nothing
+        cache.crop(-2)
+        decoded = torch.cat([model(ids[:, 118:120], use_cache=True, **cache_kw(cache)).logits]
+                            + [model(ids[:, t : t + 1], use_cache=True, **cache_kw(cache)).logits for t in range(120, 124)], 1)
+    torch.testing.assert_close(decoded, expected, atol=1e-10, rtol=0)
+    assert [layer.shear_state.raw_k.values.shape[-2] for layer in cache.layers] == [3, 3]  # max_rollback + 1 each
+
+
 def test_assisted_decoding_and_beam_search_on_sliding_window_layers_equal_greedy(prompt, monkeypatch):
     """transformers records the past before assisted decoding, so the target's sliding-window layers are cropped
     back several tokens past the window; beam search reorders them."""

@@ -27,7 +27,9 @@ right after a long prefill as well, for models that are never cropped further ba
 
 Sliding-window layers. A transformers ``DynamicSlidingWindowLayer`` becomes a ``PSASlidingWindowLayer``, which
 keeps the last ``sliding_window - 1`` sheared keys as transformers keeps raw ones: ``k̂_j`` is fixed once written, so
-dropping the keys the sliding mask hides is exact. A crop there also needs the keys the window shows after it.
+dropping the keys the sliding mask hides is exact. A crop there also needs the keys the window shows after it, so
+past the window it goes back ``max_rollback`` tokens only (unless ``record_past``), and the layer keeps no raw values
+of the last call beyond those: after a long prompt it holds ``max_rollback + 1`` raw rows, not the prompt's.
 
 The attention pre-hook (``.patch``) calls ``PSALayer.prepare`` right before the module calls
 ``update``; an ``update`` that was not prepared (the cache used by a model without PSA) raises
@@ -191,6 +193,7 @@ class PSASlidingWindowLayer(PSALayer):
 
     def __init__(self, sliding_window: int, max_rollback: int = 0, keep_last_call: bool = True, **kwargs):
         super().__init__(max_rollback, keep_last_call)
+        self.keep_last_call = keep_last_call  # the shear state keeps the last call only while a crop can use it (``shear``)
         self.sliding_window = sliding_window
         self.cumulative_length = 0  # tokens seen; the cache holds the last keys.shape[-2] of them
         self._sliding_window_tensor = torch.tensor(sliding_window, dtype=torch.long)  # read by DynamicCache.__iter__
@@ -206,6 +209,14 @@ class PSASlidingWindowLayer(PSALayer):
         keys, values = super().update(key_states, value_states)  # (B, Hkv, kept + T, D)
         self.cumulative_length += key_states.shape[-2]
         return self._slide(keys, values, key_states.shape[-2], keep=not self._pending)
+
+    def shear(self, stream: Stream, x: Tensor, starts: Tensor | None) -> Tensor:
+        """``PSALayer.shear``. Once more tokens have been seen than the layer keeps keys of, a crop can go back
+        ``max_rollback`` tokens only (a deeper one needs keys that were dropped), so the raw values of the rest
+        of the last call are not kept either: after a long prompt the layer holds the last ``max_rollback + 1``
+        raw rows, not the prompt's."""
+        self.shear_state.keep_last_call = self.keep_last_call and self._position + x.shape[-2] <= self._kept
+        return super().shear(stream, x, starts)
 
     def store(self, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """``PSALayer.store``; returns what the chunk's mask covers, and keeps the window."""

@@ -147,7 +147,8 @@ def apply_psa(
 
     ``generate`` then keeps sheared keys in its cache, plus a window of raw keys per layer (and of raw
     queries when gamma_q != 0): the last call's and the one before them, so two rows while it decodes a
-    token a step and a prompt's worth right after its prefill (see ``keep_last_call``). Raises
+    token a step and a prompt's worth right after its prefill (see ``keep_last_call``; a sliding-window
+    layer past its window, which cannot be cropped further back, keeps ``max_rollback + 1`` rows). Raises
     NotImplementedError for unsupported architectures and options.
 
     Args:
