@@ -329,6 +329,20 @@ def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
     )
 
 
+_INSTEAD = "use generate's default cache (no cache_implementation=...) or pass PSADynamicCache(model.config)"
+
+
+def check_cache(cache) -> None:
+    """Raise a TypeError unless ``cache`` is a ``DynamicCache`` that keeps its layers on their device (one whose
+    layers can store sheared keys); a patched model checks its cache as a forward pass begins, before any work."""
+    if not isinstance(cache, DynamicCache):
+        raise TypeError(f"PSA cannot use a {type(cache).__name__}: static, quantized and encoder-decoder caches store raw "
+                        f"keys; {_INSTEAD} (torch.compile takes those too)")
+    if getattr(cache, "offloading", False):
+        raise TypeError(f"PSA cannot use an offloaded cache (cache_implementation='offloaded', DynamicCache(offloading=True)); "
+                        f"{_INSTEAD}")
+
+
 def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
@@ -336,13 +350,7 @@ def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     layers = getattr(cache, "layers", ())
     if layer_idx < len(layers) and isinstance(layers[layer_idx], PSALayer):  # converted by an earlier call
         return layers[layer_idx]
-    if not isinstance(cache, DynamicCache):
-        raise TypeError(
-            f"PSA supports DynamicCache (the default of generate) and PSADynamicCache, got {type(cache).__name__}; static, "
-            "quantized, offloaded and encoder-decoder caches store raw keys (drop cache_implementation=...)"
-        )
-    if getattr(cache, "offloading", False):
-        raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
+    check_cache(cache)
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
