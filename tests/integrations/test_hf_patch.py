@@ -188,14 +188,15 @@ def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_
     weights = {name: p.clone() for name, p in model.state_dict().items()}
     embedded = []
     model.model.embed_tokens.register_forward_pre_hook(lambda *args: embedded.append(1))
-    with pytest.raises(TypeError, match=r"PSA cannot use .*; use generate's default cache .*PSADynamicCache") as refused, \
-            torch.no_grad():
+    instead = r'use the dynamic cache \(generate\(\.\.\., cache_implementation="dynamic"\), the default\) or pass PSADynamicCache'
+    with pytest.raises(TypeError, match=rf"^PSA cannot use .*; {instead}") as refused, torch.no_grad():
         _unusable_caches()[path](model, prompt)
     assert "\n" not in str(refused.value) and not embedded
     assert psa_spec(model) == PSASpec("key_only", 0.8) and model.config._attn_implementation == "psa_sdpa"
     assert all(torch.equal(p, weights[name]) for name, p in model.state_dict().items())
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False), want)
+        assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False, cache_implementation="dynamic"), want)
 
 
 def test_a_cache_filled_without_psa_is_refused(prompt):

@@ -329,7 +329,9 @@ def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
     )
 
 
-_INSTEAD = "use generate's default cache (no cache_implementation=...) or pass PSADynamicCache(model.config)"
+# what to use instead ("dynamic" also overrides a generation config that names another cache)
+_INSTEAD = ('use the dynamic cache (generate(..., cache_implementation="dynamic"), the default) '
+            'or pass PSADynamicCache(model.config)')
 
 
 def check_cache(cache) -> None:
