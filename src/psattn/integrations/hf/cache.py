@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
 from psattn.ops.shear_state import ShearState, Stream, owned, tensor_bytes
@@ -334,25 +334,26 @@ _INSTEAD = ('use the dynamic cache (generate(..., cache_implementation="dynamic"
             'or pass PSADynamicCache(model.config)')
 
 
-def check_cache(cache) -> None:
-    """Raise a TypeError unless ``cache`` is a ``DynamicCache`` that keeps its layers on their device (one whose
-    layers can store sheared keys); a patched model checks its cache as a forward pass begins, before any work."""
+def check_cache(cache: object) -> DynamicCache:
+    """``cache``, if it is a ``DynamicCache`` that keeps its layers on their device (one whose layers can store
+    sheared keys), else a TypeError; a patched model checks its cache as a forward pass begins, before any work."""
     if not isinstance(cache, DynamicCache):
         raise TypeError(f"PSA cannot use a {type(cache).__name__}: static, quantized and encoder-decoder caches store raw "
                         f"keys; {_INSTEAD} (torch.compile takes those too)")
     if getattr(cache, "offloading", False):
         raise TypeError(f"PSA cannot use an offloaded cache (cache_implementation='offloaded', DynamicCache(offloading=True)); "
                         f"{_INSTEAD}")
+    return cache
 
 
-def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
+def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
     cache types that cannot store sheared keys."""
     layers = getattr(cache, "layers", ())
     if layer_idx < len(layers) and isinstance(layers[layer_idx], PSALayer):  # converted by an earlier call
         return layers[layer_idx]
-    check_cache(cache)
+    cache = check_cache(cache)
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
