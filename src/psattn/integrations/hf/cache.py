@@ -138,12 +138,17 @@ class PSALayer(DynamicLayer):
             stored.copy_(v)
         return self.keys, self.values
 
+    def check_crop(self, tokens_to_remove: int) -> None:
+        """Raise a ValueError, changing nothing, unless ``crop(tokens_to_remove)`` can be done."""
+        _check_removal(tokens_to_remove)
+        if self.is_initialized:
+            now = self.get_seq_length()
+            self.shear_state.check_crop(max(now + tokens_to_remove, 0), now)
+
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
         the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
-                             f"do, got {tokens_to_remove}")
+        _check_removal(tokens_to_remove)
         if not self.is_initialized:
             return
         now = self.get_seq_length()
@@ -250,15 +255,12 @@ class PSASlidingWindowLayer(PSALayer):
         """The window (what transformers' sliding-window layer reports)."""
         return self.sliding_window
 
-    def crop(self, tokens_to_remove: int) -> None:
-        """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
-        changing nothing), and afterwards only the working window is."""
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
-                             f"do, got {tokens_to_remove}")
+    def check_crop(self, tokens_to_remove: int) -> None:
+        """``PSALayer.check_crop``, and the keys the window shows after the crop must still be kept."""
+        _check_removal(tokens_to_remove)
         if not self.is_initialized:
             return
-        assert self.keys is not None and self.values is not None
+        assert self.keys is not None
         now, held = self.cumulative_length, self.keys.shape[-2]  # the keys of positions [now - held, now)
         length = max(now + tokens_to_remove, 0)
         first = max(length - self.sliding_window + 1, 0)  # the first key the window shows after the crop
@@ -268,11 +270,29 @@ class PSASlidingWindowLayer(PSALayer):
                 f"positions >= {now - held} only, and its window then needs those from {first}; call "
                 "activate_past_recording() before the calls to roll back, or build the cache with a larger max_rollback"
             )
+        super().check_crop(tokens_to_remove)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
+        changing nothing), and afterwards only the working window is."""
+        self.check_crop(tokens_to_remove)
+        if not self.is_initialized:
+            return
+        assert self.keys is not None and self.values is not None
+        now, held = self.cumulative_length, self.keys.shape[-2]  # the keys of positions [now - held, now)
+        length = max(now + tokens_to_remove, 0)
         self.shear_state.crop(length, now)
         hi = max(length, now - held) - (now - held)  # indices into the kept keys; empty when cropped to 0
         lo = min(max(length - self._kept, now - held) - (now - held), hi)
         self.keys, self.values = owned(self.keys[..., lo:hi, :]), owned(self.values[..., lo:hi, :])  # (B, Hkv, <= kept, D)
         self.cumulative_length = length
+
+
+def _check_removal(tokens_to_remove: int) -> None:
+    """A ValueError unless ``tokens_to_remove`` follows transformers' convention for ``crop`` (<= 0)."""
+    if tokens_to_remove > 0:
+        raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
+                         f"do, got {tokens_to_remove}")
 
 
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
@@ -286,7 +306,7 @@ def can_hold_sheared_keys(layer) -> bool:
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
     layer slides a window). ``generate`` does not need
-    it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
+    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
@@ -297,6 +317,14 @@ class PSADynamicCache(DynamicCache):
                        for i, layer in enumerate(self.layers)]
         if self.layer_class_to_replicate is not None:
             self.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """``DynamicCache.crop``, all or nothing: every PSA layer is checked before any is cropped (a full-attention
+        layer can go back further than a sliding-window layer after it), so a refused crop changes no layer."""
+        for layer in self.layers:
+            if isinstance(layer, PSALayer):
+                layer.check_crop(tokens_to_remove)
+        super().crop(tokens_to_remove)
 
     def kv_bytes(self) -> int:
         """Bytes of every layer's cached keys and values."""
@@ -354,6 +382,8 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     if layer_idx < len(layers) and isinstance(layers[layer_idx], PSALayer):  # converted by an earlier call
         return layers[layer_idx]
     cache = check_cache(cache)
+    if type(cache) is DynamicCache and not torch.compiler.is_compiling():  # Dynamo cannot trace a class change
+        cache.__class__ = PSADynamicCache  # the same attributes; its crop checks every layer before it crops one
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
