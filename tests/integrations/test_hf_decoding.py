@@ -316,6 +316,59 @@ def test_a_sliding_window_layer_is_cropped_within_what_it_keeps_and_refuses_a_de
                                        atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("hooked", [False, True], ids=["cache-shears", "through-the-hook-points"])
+def test_a_sliding_window_layer_holds_the_raw_rows_its_crops_need_not_the_prompts(hooked):
+    """Past its window, a sliding-window layer can be cropped back max_rollback tokens only (a deeper crop needs keys
+    it dropped), so right after a long prompt it holds the raw queries and keys of the last max_rollback + 1
+    positions, not the prompt's: its memory is bounded by the window. The full-attention layer keeps the last call
+    (any crop within it is exact). A crop within what is kept stays exact, a deeper one is refused, changing nothing."""
+    from psattn.ops.hooks import capture
+
+    model = apply_psa(tiny_model("gemma3_text", sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+                      "symmetric", 0.8)
+    ids = torch.randint(1, 60, (1, 124), generator=torch.Generator().manual_seed(5))
+    cache = PSADynamicCache(model.config, max_rollback=2)
+    listening = capture(model, "model.layers.0.self_attn.hook_k") if hooked else contextlib.nullcontext()
+    with torch.no_grad(), listening:
+        expected = model(ids, use_cache=False).logits[:, 118:]
+        model(ids[:, :120], use_cache=True, **cache_kw(cache))
+        assert [(layer.shear_state.raw_q.values.shape[-2], layer.shear_state.raw_k.values.shape[-2])
+                for layer in cache.layers] == [(3, 3), (120, 120)]
+        keys = cache.layers[0].keys
+        with pytest.raises(ValueError, match="activate_past_recording"):
+            cache.crop(-3)
+        assert cache.get_seq_length() == 120 and cache.layers[0].keys is keys  # the refused crop changed nothing
+        cache.crop(-2)
+        decoded = torch.cat([model(ids[:, 118:120], use_cache=True, **cache_kw(cache)).logits]
+                            + [model(ids[:, t : t + 1], use_cache=True, **cache_kw(cache)).logits for t in range(120, 124)], 1)
+    torch.testing.assert_close(decoded, expected, atol=1e-10, rtol=0)
+    assert [layer.shear_state.raw_k.values.shape[-2] for layer in cache.layers] == [3, 3]  # max_rollback + 1 each
+
+
+@pytest.mark.parametrize("own_cache", [False, True], ids=["generate's-cache", "PSADynamicCache"])
+def test_a_crop_one_layer_refuses_changes_no_layer(own_cache):
+    """A full-attention layer before a sliding-window one (Qwen2's max_window_layers puts them so) can go back
+    further than the sliding one: the cache checks every layer before it crops any, so the refused crop leaves
+    every layer as it was, and decoding on from there equals the full forward."""
+    model = apply_psa(tiny_model("gemma3_text", sliding_window=4, layer_types=["full_attention", "sliding_attention"]),
+                      "symmetric", 0.8)
+    ids = torch.randint(1, 60, (1, 20), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        if own_cache:
+            cache = PSADynamicCache(model.config)
+            model(ids[:, :12], use_cache=True, **cache_kw(cache))
+        else:  # the DynamicCache the model makes for itself, as generate's
+            cache = returned_cache(model(ids[:, :12], use_cache=True))
+        model(ids[:, 12:16], use_cache=True, **cache_kw(cache))
+        held = [(layer.get_seq_length(), layer.keys) for layer in cache.layers]
+        with pytest.raises(ValueError, match="sliding-window layer"):
+            cache.crop(-3)
+        assert [layer.get_seq_length() for layer in cache.layers] == [n for n, _ in held] == [16, 16]
+        assert all(layer.keys is keys for layer, (_, keys) in zip(cache.layers, held, strict=True))
+        decoded = torch.cat([model(ids[:, t : t + 1], use_cache=True, **cache_kw(cache)).logits for t in range(16, 20)], 1)
+    torch.testing.assert_close(decoded, model(ids, use_cache=False).logits[:, 16:], atol=1e-10, rtol=0)
+
+
 def test_assisted_decoding_and_beam_search_on_sliding_window_layers_equal_greedy(prompt, monkeypatch):
     """transformers records the past before assisted decoding, so the target's sliding-window layers are cropped
     back several tokens past the window; beam search reorders them."""

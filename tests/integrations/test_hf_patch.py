@@ -146,21 +146,64 @@ def test_switching_the_attention_implementation_under_psa_raises(prompt):
         logits(model, prompt)
 
 
-def test_unsupported_caches_raise(prompt):
-    from transformers import DynamicCache, StaticCache
+def _generate_with(cache_implementation, **kwargs):
+    return lambda model, ids: model.generate(ids, max_new_tokens=2, do_sample=False,
+                                             cache_implementation=cache_implementation, **kwargs)
 
+
+def _generate_into(make_cache):
+    return lambda model, ids: model.generate(ids, max_new_tokens=2, do_sample=False, **cache_kw(make_cache(model.config)))
+
+
+def _compiled_forward_into_a_static_cache(model, ids):
+    from transformers import StaticCache
+
+    forward = torch.compile(model.forward, backend="eager")  # fullgraph=True would wrap any error in Dynamo's own
+    return forward(ids, use_cache=True, **cache_kw(StaticCache(config=model.config, max_cache_len=32)))
+
+
+def _unusable_caches():
+    from transformers.cache_utils import DynamicCache, QuantizedCache, StaticCache
+
+    return {
+        "generate-static": _generate_with("static"),
+        "generate-offloaded-static": _generate_with("offloaded_static"),
+        "generate-offloaded": _generate_with("offloaded"),
+        "generate-quantized": _generate_with("quantized", cache_config={"backend": "fp8"}),  # the backend torch has
+        "StaticCache": _generate_into(lambda config: StaticCache(config=config, max_cache_len=32)),
+        "offloaded-DynamicCache": _generate_into(lambda config: DynamicCache(config=config, offloading=True)),
+        "QuantizedCache": _generate_into(lambda config: QuantizedCache(backend="fp8", config=config)),
+        "torch.compile-StaticCache": _compiled_forward_into_a_static_cache,
+    }
+
+
+@pytest.mark.parametrize("path", list(_unusable_caches()))
+def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_use(path, prompt):
+    """Every way a user asks for a static, offloaded or quantized cache (generate's cache_implementation, a cache
+    object, a compiled forward) is refused in one line naming the cache to use instead, before the model's
+    embedding runs, and changes nothing: the model then generates as before."""
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
-    with pytest.raises(TypeError, match="StaticCache"), torch.no_grad():
-        model.generate(prompt, max_new_tokens=2, cache_implementation="static")
-    with pytest.raises(TypeError, match="StaticCache"), torch.no_grad():
-        model(prompt, **cache_kw(StaticCache(config=model.config, max_cache_len=32)), use_cache=True)
-    # Quantized caches (which need an extra backend package to build) are not DynamicCaches either,
-    # so the same type check refuses them.
-    from transformers.cache_utils import QuantizedCache
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=4, do_sample=False)
+    weights = {name: p.clone() for name, p in model.state_dict().items()}
+    embedded = []
+    model.model.embed_tokens.register_forward_pre_hook(lambda *args: embedded.append(1))
+    instead = r'use the dynamic cache \(generate\(\.\.\., cache_implementation="dynamic"\), the default\) or pass PSADynamicCache'
+    with pytest.raises(TypeError, match=rf"^PSA cannot use .*; {instead}") as refused, torch.no_grad():
+        _unusable_caches()[path](model, prompt)
+    assert "\n" not in str(refused.value) and not embedded
+    assert psa_spec(model) == PSASpec("key_only", 0.8) and model.config._attn_implementation == "psa_sdpa"
+    assert all(torch.equal(p, weights[name]) for name, p in model.state_dict().items())
+    with torch.no_grad():
+        assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False), want)
+        assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False, cache_implementation="dynamic"), want)
 
-    assert not issubclass(QuantizedCache, DynamicCache)
-    # A cache filled without PSA holds raw keys: refused, not silently mixed.
-    plain = tiny_model("llama")
+
+def test_a_cache_filled_without_psa_is_refused(prompt):
+    """A cache filled by a model without PSA holds raw keys: refused, not silently mixed."""
+    from transformers import DynamicCache
+
+    model, plain = apply_psa(tiny_model("llama"), "key_only", 0.8), tiny_model("llama")
     with torch.no_grad():
         raw_cache = returned_cache(plain(prompt, **cache_kw(DynamicCache(config=plain.config)), use_cache=True))
         with pytest.raises(RuntimeError, match="raw"):

@@ -27,7 +27,9 @@ right after a long prefill as well, for models that are never cropped further ba
 
 Sliding-window layers. A transformers ``DynamicSlidingWindowLayer`` becomes a ``PSASlidingWindowLayer``, which
 keeps the last ``sliding_window - 1`` sheared keys as transformers keeps raw ones: ``k̂_j`` is fixed once written, so
-dropping the keys the sliding mask hides is exact. A crop there also needs the keys the window shows after it.
+dropping the keys the sliding mask hides is exact. A crop there also needs the keys the window shows after it, so
+past the window it goes back ``max_rollback`` tokens only (unless ``record_past``), and the layer keeps no raw values
+of the last call beyond those: after a long prompt it holds ``max_rollback + 1`` raw rows, not the prompt's.
 
 The attention pre-hook (``.patch``) calls ``PSALayer.prepare`` right before the module calls
 ``update``; an ``update`` that was not prepared (the cache used by a model without PSA) raises
@@ -41,7 +43,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
 from psattn.ops.shear_state import ShearState, Stream, owned, tensor_bytes
@@ -136,12 +138,17 @@ class PSALayer(DynamicLayer):
             stored.copy_(v)
         return self.keys, self.values
 
+    def check_crop(self, tokens_to_remove: int) -> None:
+        """Raise a ValueError, changing nothing, unless ``crop(tokens_to_remove)`` can be done."""
+        _check_removal(tokens_to_remove)
+        if self.is_initialized:
+            now = self.get_seq_length()
+            self.shear_state.check_crop(max(now + tokens_to_remove, 0), now)
+
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
         the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
-                             f"do, got {tokens_to_remove}")
+        _check_removal(tokens_to_remove)
         if not self.is_initialized:
             return
         now = self.get_seq_length()
@@ -191,6 +198,7 @@ class PSASlidingWindowLayer(PSALayer):
 
     def __init__(self, sliding_window: int, max_rollback: int = 0, keep_last_call: bool = True, **kwargs):
         super().__init__(max_rollback, keep_last_call)
+        self.keep_last_call = keep_last_call  # the shear state keeps the last call only while a crop can use it (``shear``)
         self.sliding_window = sliding_window
         self.cumulative_length = 0  # tokens seen; the cache holds the last keys.shape[-2] of them
         self._sliding_window_tensor = torch.tensor(sliding_window, dtype=torch.long)  # read by DynamicCache.__iter__
@@ -206,6 +214,14 @@ class PSASlidingWindowLayer(PSALayer):
         keys, values = super().update(key_states, value_states)  # (B, Hkv, kept + T, D)
         self.cumulative_length += key_states.shape[-2]
         return self._slide(keys, values, key_states.shape[-2], keep=not self._pending)
+
+    def shear(self, stream: Stream, x: Tensor, starts: Tensor | None) -> Tensor:
+        """``PSALayer.shear``. Once more tokens have been seen than the layer keeps keys of, a crop can go back
+        ``max_rollback`` tokens only (a deeper one needs keys that were dropped), so the raw values of the rest
+        of the last call are not kept either: after a long prompt the layer holds the last ``max_rollback + 1``
+        raw rows, not the prompt's."""
+        self.shear_state.keep_last_call = self.keep_last_call and self._position + x.shape[-2] <= self._kept
+        return super().shear(stream, x, starts)
 
     def store(self, k_hat: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """``PSALayer.store``; returns what the chunk's mask covers, and keeps the window."""
@@ -239,15 +255,12 @@ class PSASlidingWindowLayer(PSALayer):
         """The window (what transformers' sliding-window layer reports)."""
         return self.sliding_window
 
-    def crop(self, tokens_to_remove: int) -> None:
-        """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
-        changing nothing), and afterwards only the working window is."""
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
-                             f"do, got {tokens_to_remove}")
+    def check_crop(self, tokens_to_remove: int) -> None:
+        """``PSALayer.check_crop``, and the keys the window shows after the crop must still be kept."""
+        _check_removal(tokens_to_remove)
         if not self.is_initialized:
             return
-        assert self.keys is not None and self.values is not None
+        assert self.keys is not None
         now, held = self.cumulative_length, self.keys.shape[-2]  # the keys of positions [now - held, now)
         length = max(now + tokens_to_remove, 0)
         first = max(length - self.sliding_window + 1, 0)  # the first key the window shows after the crop
@@ -257,11 +270,29 @@ class PSASlidingWindowLayer(PSALayer):
                 f"positions >= {now - held} only, and its window then needs those from {first}; call "
                 "activate_past_recording() before the calls to roll back, or build the cache with a larger max_rollback"
             )
+        super().check_crop(tokens_to_remove)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
+        changing nothing), and afterwards only the working window is."""
+        self.check_crop(tokens_to_remove)
+        if not self.is_initialized:
+            return
+        assert self.keys is not None and self.values is not None
+        now, held = self.cumulative_length, self.keys.shape[-2]  # the keys of positions [now - held, now)
+        length = max(now + tokens_to_remove, 0)
         self.shear_state.crop(length, now)
         hi = max(length, now - held) - (now - held)  # indices into the kept keys; empty when cropped to 0
         lo = min(max(length - self._kept, now - held) - (now - held), hi)
         self.keys, self.values = owned(self.keys[..., lo:hi, :]), owned(self.values[..., lo:hi, :])  # (B, Hkv, <= kept, D)
         self.cumulative_length = length
+
+
+def _check_removal(tokens_to_remove: int) -> None:
+    """A ValueError unless ``tokens_to_remove`` follows transformers' convention for ``crop`` (<= 0)."""
+    if tokens_to_remove > 0:
+        raise ValueError(f"crop takes the negative number of tokens to remove, as transformers' cache layers "
+                         f"do, got {tokens_to_remove}")
 
 
 _CONVERTIBLE = (DynamicLayer, DynamicSlidingWindowLayer)
@@ -275,7 +306,7 @@ def can_hold_sheared_keys(layer) -> bool:
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
     layer slides a window). ``generate`` does not need
-    it (a patched model converts the empty layers of the ``DynamicCache`` it creates), but it can be
+    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one), but it can be
     passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
@@ -286,6 +317,14 @@ class PSADynamicCache(DynamicCache):
                        for i, layer in enumerate(self.layers)]
         if self.layer_class_to_replicate is not None:
             self.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """``DynamicCache.crop``, all or nothing: every PSA layer is checked before any is cropped (a full-attention
+        layer can go back further than a sliding-window layer after it), so a refused crop changes no layer."""
+        for layer in self.layers:
+            if isinstance(layer, PSALayer):
+                layer.check_crop(tokens_to_remove)
+        super().crop(tokens_to_remove)
 
     def kv_bytes(self) -> int:
         """Bytes of every layer's cached keys and values."""
@@ -318,20 +357,33 @@ def _as_psa_layer(layer, window: dict, index: int) -> PSALayer:
     )
 
 
-def psa_layer(cache, layer_idx: int, spec: PSASpec) -> PSALayer:
+# what to use instead ("dynamic" also overrides a generation config that names another cache)
+_INSTEAD = ('use the dynamic cache (generate(..., cache_implementation="dynamic"), the default) '
+            'or pass PSADynamicCache(model.config)')
+
+
+def check_cache(cache: object) -> DynamicCache:
+    """``cache``, if it is a ``DynamicCache`` that keeps its layers on their device (one whose layers can store
+    sheared keys), else a TypeError; a patched model checks its cache as a forward pass begins, before any work."""
+    if not isinstance(cache, DynamicCache):
+        raise TypeError(f"PSA cannot use a {type(cache).__name__}: static, quantized and encoder-decoder caches store raw "
+                        f"keys; {_INSTEAD} (torch.compile takes those too)")
+    if getattr(cache, "offloading", False):
+        raise TypeError(f"PSA cannot use an offloaded cache (cache_implementation='offloaded', DynamicCache(offloading=True)); "
+                        f"{_INSTEAD}")
+    return cache
+
+
+def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
     cache types that cannot store sheared keys."""
     layers = getattr(cache, "layers", ())
     if layer_idx < len(layers) and isinstance(layers[layer_idx], PSALayer):  # converted by an earlier call
         return layers[layer_idx]
-    if not isinstance(cache, DynamicCache):
-        raise TypeError(
-            f"PSA supports DynamicCache (the default of generate) and PSADynamicCache, got {type(cache).__name__}; static, "
-            "quantized, offloaded and encoder-decoder caches store raw keys (drop cache_implementation=...)"
-        )
-    if getattr(cache, "offloading", False):
-        raise TypeError("PSA does not support offloaded caches (cache_implementation='offloaded')")
+    cache = check_cache(cache)
+    if type(cache) is DynamicCache and not torch.compiler.is_compiling():  # Dynamo cannot trace a class change
+        cache.__class__ = PSADynamicCache  # the same attributes; its crop checks every layer before it crops one
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call

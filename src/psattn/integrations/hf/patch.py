@@ -34,7 +34,7 @@ from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes, register_on_look_up
-from psattn.integrations.hf.cache import psa_layer
+from psattn.integrations.hf.cache import check_cache, psa_layer
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
@@ -88,8 +88,12 @@ def _attention_pre_hook(state: _PSAState, name: str, module: Any, args: tuple, k
     return args, kwargs
 
 
-def _forward_begins(state: _PSAState, module: nn.Module, args: tuple) -> None:
-    """A forward pass of the model begins: the sequence starts of the last one are forgotten."""
+def _forward_begins(state: _PSAState, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """A forward pass of the model begins: a cache PSA cannot use is refused before any work, and the sequence
+    starts of the last pass are forgotten."""
+    cache = next((v for v in (*args, *kwargs.values()) if isinstance(v, Cache)), None)
+    if cache is not None:
+        check_cache(cache)
     state.starts.forget()
 
 
@@ -147,7 +151,8 @@ def apply_psa(
 
     ``generate`` then keeps sheared keys in its cache, plus a window of raw keys per layer (and of raw
     queries when gamma_q != 0): the last call's and the one before them, so two rows while it decodes a
-    token a step and a prompt's worth right after its prefill (see ``keep_last_call``). Raises
+    token a step and a prompt's worth right after its prefill (see ``keep_last_call``; a sliding-window
+    layer past its window, which cannot be cropped further back, keeps ``max_rollback + 1`` rows). Raises
     NotImplementedError for unsupported architectures and options.
 
     Args:
@@ -203,7 +208,7 @@ def apply_psa(
         state.handles.append(m.register_forward_pre_hook(partial(_attention_pre_hook, state, name), with_kwargs=True))
         add_hook_points(m)
     for top in {id(m): m for m in (model, getattr(model, "base_model", model))}.values():  # where a forward pass begins
-        state.handles.append(top.register_forward_pre_hook(partial(_forward_begins, state)))
+        state.handles.append(top.register_forward_pre_hook(partial(_forward_begins, state), with_kwargs=True))
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
