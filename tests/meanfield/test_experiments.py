@@ -229,6 +229,7 @@ def test_sigterm_or_sighup_keeps_the_finished_runs_as_ctrl_c_does(tmp_path, sign
 import os, signal
 from psattn.meanfield import experiments
 
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
 configs = experiments.paper_configs(ns=(8,), kernels=("usa", "rope", "prefix", "distance_bias"), tau=0.1)
 simulate = experiments.simulate
 
