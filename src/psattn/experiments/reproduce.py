@@ -217,7 +217,7 @@ def _staged_moved_in(staged: Path, out: Path, placed: list[bool]) -> Iterator[No
             from psattn.meanfield.reproduce import remove_stale_figures
 
             remove_stale_figures(out / "meanfield", written)
-        shutil.rmtree(staged)  # its folders, emptied, before a stop held meanwhile ends the process
+        shutil.rmtree(staged)  # its folders, emptied, before a stop held meanwhile is handled
         yield
         placed.append(True)
 
