@@ -1,6 +1,7 @@
 """Whether a process still runs: how a staging folder or a cache build left by a killed process is
 told from one that is still being written; the staging folder a set of files is written into; the stop
-signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs; and the memory
+signals, which ``signals_unwind`` turns into an exception inside a block, so that its cleanup runs, and
+``stop_signals_held`` holds back while files are written or moved in; and the memory
 free on the host, which runs are checked against before they allocate."""
 
 from __future__ import annotations
@@ -82,6 +83,64 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
             staging.rmdir()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """Route the stop signals to ``handler(signum, frame)`` inside the block (main thread only:
+    elsewhere Python cannot install handlers, and the block runs unchanged)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Inside the block the stop signals are recorded, not handled; on leaving it (also by an exception)
+    the handlers installed before handle them, in the order they came. ``signal.pthread_sigmask`` holds a
+    signal back from one thread only, and the operating system hands it to any thread that does not block
+    it (a progress bar's monitor, a CUDA or OpenMP thread), whereupon CPython runs its handler in the main
+    thread all the same; this holds it wherever it lands. In another thread, where Python installs no
+    handlers, the signals are blocked in that thread (``stop_signals_blocked``), as far as that goes."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        with stop_signals_blocked():
+            yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        with on_stop_signals(lambda signum, _frame: came.append(signum)):
+            yield
+    finally:
+        for signum in came:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:  # restored by now: the default action (ending the process)
+                signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block the stop signals in this thread inside the block (where the platform can): processes and threads
+    started inside it inherit the block, so a worker can install its own handling before any stop reaches it
+    (and unblock them then); a signal that comes meanwhile is delivered on leaving the block."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class StopSignal(KeyboardInterrupt):

@@ -526,6 +526,84 @@ def test_a_sigterm_held_while_the_report_moves_in_leaves_no_staging_folder(tmp_p
     assert seen == [[]] and (tmp_path / "figures" / "curves.png").read_text() == "figure"
 
 
+_REPORT_CHILD = """
+import functools, os, signal, sys, time
+from pathlib import Path
+from psattn import cli
+from psattn.experiments import reproduce as rep
+
+def slow_meanfield(out, mode, progress, files):  # the part beside, in a worker process: minutes
+    time.sleep(120)
+
+if __name__ == "__main__":
+    out, when, signum = Path(sys.argv[1]), sys.argv[2], getattr(signal, sys.argv[3])
+    signal.signal(signum, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+    sections = ("theory", "meanfield") if when == "theory" else ("induction",)
+    rep.reproduce = functools.partial(rep.reproduce, sections=sections)
+    rep.train_all = lambda *a, **k: {"trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}}
+
+    def section(out_, mode, workers, progress, figures):
+        figures.mkdir(parents=True, exist_ok=True)
+        (figures / "curves.png").write_text(when)
+        if when == "sections":
+            os.kill(os.getpid(), signum)
+        return [f"report {when}"], {"run": when}
+
+    def theory(*args):
+        os.kill(os.getpid(), signum)
+
+    replace = os.replace
+
+    def replace_then_stop(src, dst):
+        replace(src, dst)
+        if Path(dst).name == "report.md":
+            os.kill(os.getpid(), signum)
+
+    if when == "moving":
+        os.replace = replace_then_stop
+    rep.induction_section, rep.theory_section, rep.meanfield_section = section, theory, slow_meanfield
+    os.cpu_count = lambda: 2  # the mean-field part runs beside the theory part
+    sys.exit(cli.main(["reproduce", "--quick", "--out", str(out)]))
+"""
+
+
+@pytest.mark.parametrize("when", ["sections", "moving", "theory"])
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_after_training_says_what_was_kept_in_one_line(tmp_path, signum, when):
+    """SIGTERM or SIGHUP after the training, as the report's sections ran, ended ``psattn reproduce`` on the spot,
+    without a word: its staging folder of figures stayed in --out. Now it stops as Ctrl-C: no staging folder, the
+    earlier report whole, a line saying what was kept and how to resume, exit 128 + the signal's number; a stop while
+    the theory part runs does not wait for the mean-field part beside it (minutes), and one held while the report
+    moves in lands once it is whole."""
+    import subprocess
+    import sys
+
+    from helpers import hidden_entries
+
+    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
+    script.write_text(_REPORT_CHILD)
+
+    def run(when):
+        return subprocess.run([sys.executable, str(script), str(out), when, signum], capture_output=True, text=True,
+                              timeout=60)
+
+    assert run("first").returncode == 0
+    started = time.monotonic()
+    done = run(when)
+    assert done.returncode == 128 + getattr(signal, signum), done.stderr[-2000:]
+    assert time.monotonic() - started < 50  # the part beside was not waited for
+    if when == "moving":
+        said = f"as the report was moved in: {out / 'report.md'} is written, whole"
+    else:
+        said = (f"before the report was written: the finished runs under {out / 'runs'} are kept, and an earlier "
+                "report is left whole; run the same command again: it skips the finished runs")
+    assert done.stderr.splitlines()[-1] == f"psattn: stopped by {signum} {said}"
+    assert hidden_entries(out) == []
+    kept = "moving" if when == "moving" else "first"
+    assert (out / "report.md").read_text().splitlines()[-1] == f"report {kept}"
+    assert (out / "figures" / "curves.png").read_text() == kept
+
+
 @pytest.mark.parametrize("section", ["induction", "text"])
 def test_a_stop_after_the_first_figure_leaves_the_earlier_report_with_its_own_figures(tmp_path, monkeypatch, section):
     """The sections drew their figures into figures/ as they ran: a Ctrl-C after the first left it, new, beside the

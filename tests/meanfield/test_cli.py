@@ -391,3 +391,52 @@ def test_a_batch_runs_line_says_whose_numbers_it_gives(tmp_path, capsys):
     assert "; batch element 0 of 3: marginal spread " in capsys.readouterr().out
     assert _main(argv[:-4] + ["--out", str(tmp_path / "one")]) == 0
     assert "batch element" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("during", ["simulation", "figures", "move"])
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_to_meanfield_run_says_what_it_left_as_the_batch_does(tmp_path, monkeypatch, capsys, request, signum,
+                                                                             during):
+    """SIGTERM or SIGHUP during ``psattn meanfield run`` ended the process on the spot, without a word (and during its
+    figures, left its staging folder in --out). Now it stops as Ctrl-C does, in the line and with the exit code the
+    batch gives, the earlier run left whole; one held while the files move in lands once they are in place."""
+    import importlib
+    import signal
+
+    from helpers import hidden_entries, stop_on_moving_into
+    from psattn.cli import main
+    from psattn.meanfield import experiments
+
+    number = getattr(signal, signum)
+    previous = signal.signal(number, signal.SIG_DFL)  # as in a terminal: under nohup SIGHUP starts ignored
+    request.addfinalizer(lambda: signal.signal(number, previous))
+    simulation = importlib.import_module("psattn.meanfield.simulate")  # the package's name is the function's
+
+    def stop():  # the default action would end pytest: refused here instead
+        if signal.getsignal(number) == signal.SIG_DFL:
+            pytest.fail(f"{signum} during the {during} would end the process (no handler)")
+        os.kill(os.getpid(), number)
+
+    out = tmp_path / "run"
+    argv = ["meanfield", "run", "--n", "4", "--tau", "0.1", "--records", "3", "--no-animation", "--out", str(out)]
+    assert main([*argv, "--seed", "1"]) == 0
+    earlier = {p.name: p.read_bytes() for p in out.iterdir()}
+    simulate, write_summary = simulation.simulate, experiments.write_summary
+    if during == "simulation":
+        monkeypatch.setattr(simulation, "simulate", lambda *a, **k: (stop(), simulate(*a, **k))[1])
+    elif during == "figures":
+        monkeypatch.setattr(experiments, "write_summary", lambda *a, **k: (stop(), write_summary(*a, **k))[1])
+    else:  # held while the files move in, then handled: the default action would end pytest, refused here instead
+        monkeypatch.setattr(signal, "raise_signal", lambda s: pytest.fail(f"{signum} held would end the process"))
+        stop_on_moving_into(monkeypatch, out, number)
+    capsys.readouterr()
+    assert main(argv) == 128 + number
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    if during == "move":
+        assert said == f"psattn: stopped by {signum} as its files were moved in; {out} holds this run's files, whole"
+        assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0
+    else:
+        assert said == (f"psattn: stopped by {signum} during the run (usa_n4); nothing written to {out} (an earlier run "
+                        "there is left whole)")
+        assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == earlier
+    assert hidden_entries(out) == [] and signal.getsignal(number) == signal.SIG_DFL

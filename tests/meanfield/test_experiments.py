@@ -256,6 +256,42 @@ except experiments.ExperimentsInterrupted as err:
     assert (saved["interrupted"]["index"], saved["interrupted"]["name"]) == (2, "prefix_n8")
 
 
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_second_stop_while_the_summary_is_written_waits_until_it_is_whole(tmp_path, signum):
+    """A second SIGTERM or SIGHUP (a scheduler's own deadline) while summary.json was written, the handlers restored
+    by then, ended the process on the spot: no summary, the runs that had finished lost. Now it is held until the
+    summary is whole, then ends the process as it would have."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "batch.py"
+    script.write_text(f"""
+import os, signal
+from psattn.meanfield import experiments
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+configs = experiments.paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+simulate, provenance = experiments.simulate, experiments.provenance
+
+def stopped(config):
+    if config is configs[2]:
+        os.kill(os.getpid(), signal.{signum})
+    return simulate(config)
+
+def stopped_again(seed):
+    os.kill(os.getpid(), signal.{signum})
+    return provenance(seed)
+
+experiments.simulate, experiments.provenance = stopped, stopped_again
+experiments.run_experiments(configs, {str(tmp_path)!r})
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -getattr(signal, signum), (done.returncode, done.stderr[-2000:])  # ended by it
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"] and saved["interrupted"]["name"] == "prefix_n8"
+
+
 def test_a_finished_or_failed_runs_tensors_are_freed_before_the_next_config_runs(tmp_path, monkeypatch):
     """The last trajectory (its states (R, B, n, d) with keep_states) stayed referenced while the next config ran, and
     each failed config's error kept, through its traceback, the frame of the run that raised and every tensor in it

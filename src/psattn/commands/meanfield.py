@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -191,11 +192,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``psattn meanfield run``: simulate, write figures and summary.json; the exit code. Nothing is
     written before the simulation has succeeded, and the files are written into a staging folder inside
     ``--out`` and moved into place (with the earlier run's others removed) only once all are complete, with
-    the stop signals held: Ctrl-C or a failure while writing leaves the earlier run, whole, not a mix of two."""
-    from psattn.meanfield.experiments import torch_threads
+    the stop signals held: Ctrl-C or a failure while writing leaves the earlier run, whole, not a mix of two.
+    SIGTERM and SIGHUP stop it as Ctrl-C does (they ended the process on the spot), and ``ExperimentsInterrupted``
+    says what the stop left, as a batch's does."""
+    from psattn.meanfield.experiments import ExperimentsInterrupted, interrupted_run, run_name, torch_threads
     from psattn.meanfield.simulate import simulate, step_size
     from psattn.meanfield.staging import STAGING_PREFIX
-    from psattn.processes import tidy_staging
+    from psattn.processes import signals_unwind, tidy_staging
     from psattn.progress import progress_bar
 
     config = resolve_run_config(args)
@@ -205,23 +208,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not config.keep_states and not args.no_animation:
         print(f"{args.config} sets keep_states false: no states.npz or animation (set it true for them)")
     _, steps = step_size(config)
-    with progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar, torch_threads(1):
-        traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
-    earlier = holds_a_meanfield_run(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out, STAGING_PREFIX)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    moved: list[bool] = []  # this run's files in place
     try:
-        written = _write_run(staging, config, traj)
-        with stop_signals_held():  # the moves are not cut halfway
-            for name in written:
-                os.replace(staging / name, out / name)
-            stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
-            for name in stale:  # the earlier run's, beside this one's config and summary: the folder describes one run
-                (out / name).unlink()
-            shutil.rmtree(staging)  # before a stop held meanwhile ends the process
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
+            with (progress_bar(total=steps, desc=f"{config.kernel.name} n={config.n}", unit="step") as bar,
+                  torch_threads(1)):
+                traj = simulate(config, progress=lambda done, total: bar.update(done - bar.n))
+            earlier = holds_a_meanfield_run(out)
+            out.mkdir(parents=True, exist_ok=True)
+            tidy_staging(out, STAGING_PREFIX)
+            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+            try:
+                written = _write_run(staging, config, traj)
+                with stop_signals_held():  # the moves are not cut halfway
+                    for name in written:
+                        os.replace(staging / name, out / name)
+                    stale = [name for name in RUN_FILES if earlier and name not in written and (out / name).exists()]
+                    for name in stale:  # the earlier run's, beside this one's config and summary: the folder is one run's
+                        (out / name).unlink()
+                    shutil.rmtree(staging)  # before a stop held meanwhile is handled
+                    moved.append(True)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except KeyboardInterrupt as stop:  # what the stop left, in the line the batch's stop gives
+        signum = getattr(stop, "signum", signal.SIGINT)
+        if moved:
+            raise ExperimentsInterrupted("as its files were moved in", None, f"{out} holds this run's files, whole",
+                                         signum) from None
+        raise ExperimentsInterrupted(f"during the run ({run_name(config)})", interrupted_run(0, config),
+                                     f"nothing written to {out} (an earlier run there is left whole)", signum) from None
     print(f"wrote {', '.join(written)} to {out}")
     if stale:
         print(f"removed the earlier run's {', '.join(stale)}")

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,9 +28,9 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
-from psattn.processes import tidy_staging
+from psattn.processes import signals_unwind, tidy_staging
 from psattn.provenance import git_revision, machine
-from psattn.training.signals import TrainingDiverged, stop_signals_held
+from psattn.training.signals import TrainingDiverged, TrainingInterrupted, stop_signals_held
 from psattn.version import __version__
 
 
@@ -79,6 +80,31 @@ SECTIONS = ("induction", "text", "theory", "meanfield")
 FIGURES_STAGING = ".reproduce-figures-"
 
 
+class ReproductionInterrupted(KeyboardInterrupt):
+    """A stop signal (``signum``: Ctrl-C's SIGINT, SIGTERM or SIGHUP) outside the training runs, which checkpoint on
+    their own (``TrainingInterrupted``); the message says when it came and what was kept, and begins with the
+    signal's name unless it is Ctrl-C's. It pickles with these."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    def __reduce__(self):
+        return type(self), (str(self), self.signum)
+
+
+def _stopped(stop: KeyboardInterrupt, out: Path, placed: bool) -> ReproductionInterrupted:
+    """What a stop that came outside the training runs left: the report in place (``placed``), or the runs and an
+    earlier report."""
+    signum = getattr(stop, "signum", signal.SIGINT)
+    name = "" if signum == signal.SIGINT else f"{signal.Signals(signum).name} "
+    if placed:  # held while the report moved in: it is whole
+        return ReproductionInterrupted(f"{name}as the report was moved in: {out / 'report.md'} is written, whole", signum)
+    return ReproductionInterrupted(
+        f"{name}before the report was written: the finished runs under {out / 'runs'} are kept, and an earlier report "
+        "is left whole; run the same command again: it skips the finished runs", signum)
+
+
 def reproduce(
     out_dir: str | Path,
     mode: str = "quick",
@@ -89,7 +115,11 @@ def reproduce(
     executorch: bool = False,
 ) -> Path:
     """Run everything ``mode`` declares into ``out_dir``; returns the path of ``report.md``.
-    ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra)."""
+    ``executorch``: the real-text device table also has ExecuTorch rows (needs the executorch extra).
+    A stop signal while a run trains checkpoints it (``TrainingInterrupted``); elsewhere Ctrl-C, and SIGTERM and
+    SIGHUP (in the main thread, where their handlers are the default, which would end the process on the spot), stop
+    it at once, the staging folder removed and the part beside stopped, and ``ReproductionInterrupted`` says what was
+    kept."""
     check_mode(mode)
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -106,69 +136,76 @@ def reproduce(
     # the sections write their figures, theory and mean-field files here; they move into figures/, theory/ and
     # meanfield/ with the report pair (docs/faults.md), so that a stop or a failure midway leaves the earlier report
     # with its own figures, theory and mean-field files (the runs under runs/ and theory/bode_run are kept)
+    placed: list[bool] = []  # the report moved in
     staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
     try:
-        started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
-        lines: list[str] = []
-        data: dict[str, Any] = {}
-        timings: dict[str, float] = {}
-        with _timed(timings, "training"):
-            runs = train_all(out, mode, sections, workers, progress)
-        if "induction" in sections:
-            with _timed(timings, "induction tables, heads and figures"):
-                part, data["induction"] = induction_section(out, mode, workers, progress, staged / "figures")
-            lines += part
-        if "text" in sections:
-            with _timed(timings, "real text: metrics, samples, edge export"):
-                part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
-            lines += part
-        with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
-            beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress,
-                                                           staged / "meanfield")
-            if "theory" in sections:
-                with _timed(timings, "theory and certificates"):
-                    part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
-                                                          staged / "theory")
+        with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
+            started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
+            lines: list[str] = []
+            data: dict[str, Any] = {}
+            timings: dict[str, float] = {}
+            with _timed(timings, "training"):
+                runs = train_all(out, mode, sections, workers, progress)
+            if "induction" in sections:
+                with _timed(timings, "induction tables, heads and figures"):
+                    part, data["induction"] = induction_section(out, mode, workers, progress, staged / "figures")
                 lines += part
-            if "meanfield" in sections:
-                if beside is not None:
-                    (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
-                else:
-                    with _timed(timings, "mean field"):
-                        part, data["meanfield"] = meanfield_section(out, mode, progress, staged / "meanfield")
+            if "text" in sections:
+                with _timed(timings, "real text: metrics, samples, edge export"):
+                    part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
                 lines += part
-        data["timings"] = {"seconds": timings, "runs": runs}
-        header = [
-            f"# psattn reproduction ({mode})",
-            "",
-            f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
-            f"git {revision or 'unknown'}, one torch thread per training process. "
-            f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
-            "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
-            f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
-            "",
-        ]
-        if runs["seconds"]:
-            header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
-                           "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
-                                              if runs["reused"] else "."))
-        header += timing_lines(timings, runs["seconds"])
-        # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
-        # a stop signal waits until both are in place, with the figures, theory and mean-field files, so all are of
-        # one run
-        write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
-                     out / "report.md": "\n".join(header + lines) + "\n"},
-                    replacing=lambda: _staged_moved_in(staged, out))
+            with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
+                beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress,
+                                                               staged / "meanfield")
+                if "theory" in sections:
+                    with _timed(timings, "theory and certificates"):
+                        part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
+                                                              staged / "theory")
+                    lines += part
+                if "meanfield" in sections:
+                    if beside is not None:
+                        (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
+                    else:
+                        with _timed(timings, "mean field"):
+                            part, data["meanfield"] = meanfield_section(out, mode, progress, staged / "meanfield")
+                    lines += part
+            data["timings"] = {"seconds": timings, "runs": runs}
+            header = [
+                f"# psattn reproduction ({mode})",
+                "",
+                f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
+                f"git {revision or 'unknown'}, one torch thread per training process. "
+                f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
+                "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
+                f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
+                "",
+            ]
+            if runs["seconds"]:
+                header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
+                               "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
+                                                  if runs["reused"] else "."))
+            header += timing_lines(timings, runs["seconds"])
+            # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
+            # a stop signal waits until both are in place, with the figures, theory and mean-field files, so all are of
+            # one run
+            write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
+                         out / "report.md": "\n".join(header + lines) + "\n"},
+                        replacing=lambda: _staged_moved_in(staged, out, placed))
+    except TrainingInterrupted:  # a run checkpointed: its message says so
+        raise
+    except KeyboardInterrupt as stop:
+        raise _stopped(stop, out, bool(placed)) from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return out / "report.md"
 
 
 @contextmanager
-def _staged_moved_in(staged: Path, out: Path) -> Iterator[None]:
+def _staged_moved_in(staged: Path, out: Path, placed: list[bool]) -> Iterator[None]:
     """Hold the stop signals while the report pair is renamed into place, the files written into ``staged``'s
     folders (figures/, theory/, meanfield/ and its paper/) moved into those of ``out`` first; an earlier mean-field
-    report's figures that this one did not write are removed (``remove_stale_figures``)."""
+    report's figures that this one did not write are removed (``remove_stale_figures``). ``placed`` gets True once
+    all are in place, before a stop held meanwhile is handled."""
     with stop_signals_held():
         earlier = (staged / "meanfield").is_dir() and (out / "meanfield" / "report.md").is_file()
         written = [p.name for p in (staged / "meanfield").iterdir()] if earlier else []
@@ -180,8 +217,9 @@ def _staged_moved_in(staged: Path, out: Path) -> Iterator[None]:
             from psattn.meanfield.reproduce import remove_stale_figures
 
             remove_stale_figures(out / "meanfield", written)
-        shutil.rmtree(staged)  # its folders, emptied, before a stop held meanwhile ends the process
+        shutil.rmtree(staged)  # its folders, emptied, before a stop held meanwhile is handled
         yield
+        placed.append(True)
 
 
 @contextmanager
@@ -201,12 +239,17 @@ def _timed_call(fn, *args):
 @contextmanager
 def _beside(wanted: bool):
     """One spawned worker process for a part that runs beside this process's (None when not ``wanted`` or
-    on one core)."""
+    on one core); killed when the block raises."""
     if not wanted or (os.cpu_count() or 1) < 2:
         yield None
         return
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
+        try:
+            yield pool
+        except BaseException:  # a stop or a failure here: the part beside is not waited for (minutes)
+            for process in list((pool._processes or {}).values()):
+                process.kill()
+            raise
 
 
 def train_all(out: Path, mode: str, sections, workers: int | None, progress: bool) -> dict[str, Any]:

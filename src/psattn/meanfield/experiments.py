@@ -31,7 +31,7 @@ import torch
 from psattn.files import atomic_write, write_text
 from psattn.meanfield.config import KernelConfig, SimulationConfig
 from psattn.meanfield.simulate import Trajectory, simulate
-from psattn.processes import StopSignal, signals_unwind
+from psattn.processes import StopSignal, signals_unwind, stop_signals_held
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 
@@ -202,7 +202,8 @@ def run_experiments(
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
     ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised; SIGTERM and SIGHUP do the same (in the main thread,
     where their handlers are the default, which would end the process without a summary), and the exception's
-    ``signum`` says which came. A rerun runs every config again and replaces the summary. An item of configs that is
+    ``signum`` says which came; a second stop while the summary is written waits until it is whole. A rerun runs every
+    config again and replaces the summary. An item of configs that is
     no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run.
     progress: show a tqdm bar over the configs (on stderr).
     """
@@ -237,7 +238,8 @@ def run_experiments(
             stop = err
     done = len(runs) + len(failed)  # configs run in order: the one stopped is the next
     interrupted = interrupted_run(done, configs[done]) if stop is not None and done < len(configs) else None
-    summary = write_summary(runs, out_dir, failed, interrupted)
+    with stop_signals_held():  # a second stop (the handlers are restored) waits until the summary is whole
+        summary = write_summary(runs, out_dir, failed, interrupted)
     kept = f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished"
     if stop is not None:
         if type(stop) not in (KeyboardInterrupt, StopSignal):  # a stop that says more (its own message): as it came
