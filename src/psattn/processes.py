@@ -70,19 +70,21 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
     """A staging folder inside ``out`` (made when missing; ``prefix`` then this process's id) for the block to write
     a set of files into. They are moved into ``out`` once the block has written all, inside ``moving()`` (the stop
     signals held, say), and the emptied folder is removed there too, before a stop held meanwhile ends the process:
-    a stop or a failure midway leaves the earlier files whole, not a mix of two. Staging folders of killed runs go
-    first (``tidy_staging``)."""
+    a stop or a failure midway leaves the earlier files whole, not a mix of two. SIGTERM and SIGHUP, which would end
+    the process on the spot, remove the staging folder first and then end it (``signals_unwind``). Staging folders of
+    killed runs go first (``tidy_staging``)."""
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, prefix)
-    staging = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=out))
-    try:
-        yield staging
-        with moving():
-            for path in sorted(staging.iterdir()):
-                os.replace(path, out / path.name)
-            staging.rmdir()
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with signals_unwind():
+        staging = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=out))
+        try:
+            yield staging
+            with moving():
+                for path in sorted(staging.iterdir()):
+                    os.replace(path, out / path.name)
+                staging.rmdir()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,31 @@
+"""psattn.processes: the staging folder a set of files is written into, under stop signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_inside_a_staged_folder_removes_it_and_ends_the_process_by_that_signal(tmp_path, signum):
+    """SIGTERM or SIGHUP while a command (theory bode, phase-diagram, report, sweep text_phase) wrote into its staging
+    folder ended the process on the spot and left the folder, with the files written so far, in --out."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal, time
+from pathlib import Path
+from psattn.processes import staged_folder
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    (staging / "figure.png").write_text("half a report")
+    os.kill(os.getpid(), signal.{signum})
+    time.sleep(30)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert list(out.iterdir()) == []  # no staging folder, no file of the stopped run
