@@ -373,7 +373,9 @@ def score_terms(
 ) -> ScoreTerms:
     """T1..T4 of the PSA score for q (B, Hq, Tq, D), k (B, Hkv, Tk, D); T1 + T2 + T3 + T4 = q̂ k̂ᵀ."""
     gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
-    check_qkv(q, k, k)
+    check_qkv(q, k, k, same_dtype=False)  # k stands in for the values it does not take
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k dtypes differ: {q.dtype}, {k.dtype}")
     check_streams(q, k, starts, prev_q, prev_k, boundary)
     p_q = momentum(q, starts=starts, prev=prev_q, boundary=boundary)
     p_k = momentum(k, starts=starts, prev=prev_k, boundary=boundary)
