@@ -126,7 +126,7 @@ class DecoderLM(nn.Module):
         return not any(block.attn.config.is_key_lag for block in self.blocks)
 
     def new_cache(self, max_rollback: int = 0) -> PSACache:
-        """An empty cache; ``max_rollback`` is how many tokens ``PSACache.crop`` may undo."""
+        """An empty cache; ``max_rollback``, an int >= 0, is how many tokens ``PSACache.crop`` may undo."""
         return PSACache([block.attn.new_cache(max_rollback) for block in self.blocks])
 
     def forward(

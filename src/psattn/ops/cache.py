@@ -288,7 +288,9 @@ class PSACache:
         self.simple = self.simple and chunk.simple
 
     def crop(self, length: int) -> None:
-        """Roll every layer back to ``length`` tokens (speculative decoding); all or nothing."""
+        """Roll every layer back to its first ``length`` tokens (speculative decoding); all or nothing. ``length``
+        is a length, not a count to remove; one outside [0, len(self)], or more than ``max_rollback`` tokens back
+        from the longest the cache has been, is a ValueError that changes nothing."""
         S = len(self)
         if isinstance(length, bool) or not isinstance(length, Integral):  # 2.5 was refused as a rollback too far
             raise ValueError(f"a cache is cropped to a whole number of tokens, got {length!r}")
