@@ -215,6 +215,16 @@ def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, match
         generate(random_model(), torch.randint(0, 37, (1, 3)), 3, **kwargs)
 
 
+def test_a_cache_of_another_kind_and_a_bad_prefill_chunk_size_are_named_as_generate_s_arguments():
+    model, prompt = random_model(), torch.randint(0, 37, (1, 3))
+    with pytest.raises(TypeError, match=r"cache must be a PSACache \(model.new_cache\(\)\) or None, got list"):
+        generate(model, prompt, 3, cache=[])  # an AttributeError: 'list' object has no attribute 'reserve'
+    cache = model.new_cache()
+    with pytest.raises(ValueError, match="^prefill_chunk_size must be an integer >= 1, got 0$"):
+        generate(model, prompt, 3, prefill_chunk_size=0, cache=cache)  # prefill's own name, chunk_size
+    assert cache.layers[0].reserved == 0  # refused before it made room
+
+
 def test_continue_text_names_a_prompt_or_seed_of_the_wrong_kind():
     """None raised the tokenizer's "'NoneType' object has no attribute 'encode'"; seed '1' manual_seed's
     RuntimeError 'expected a long, but got str'."""

@@ -59,6 +59,8 @@ def test_score_terms_sum_to_the_score_and_vanish_as_they_should():
     assert torch.allclose(terms.t1, q @ k.repeat_interleave(2, dim=1).transpose(-2, -1))
     key_only = score_terms(q, k, gamma_k=1.0)
     assert key_only.t2.abs().max() == 0 and key_only.t4.abs().max() == 0 and key_only.t3.abs().max() > 0
+    with pytest.raises(TypeError, match=r"^q and k dtypes differ: torch.float32, torch.float64$"):
+        score_terms(q, k.double())  # was "q, k, v dtypes differ", of a v it does not take
 
 
 def test_score_terms_from_streams_repeat_key_heads_and_name_streams_that_do_not_fit():

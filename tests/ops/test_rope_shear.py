@@ -22,6 +22,14 @@ def test_eager_rope_shear_is_the_composition_and_gamma_zero_is_rope():
         rope_shear(x, cos, sin, float("nan"))
 
 
+@pytest.mark.parametrize("gamma", [0.0, 0.7])
+def test_an_integer_stream_is_refused_as_shear_refuses_it(gamma):
+    x = torch.arange(32).reshape(1, 2, 2, 8)  # gamma = 0 returned its rotation rounded back to integers
+    cos, sin = RotaryEmbedding(8)(torch.arange(2)[None])
+    with pytest.raises(TypeError, match="needs a floating-point stream, got torch.int64"):
+        rope_shear(x, cos, sin, gamma)
+
+
 @pytest.mark.slow  # compiles (about 15 s on two cores)
 def test_the_compiled_pass_equals_the_composition_with_starts_prev_and_gradients():
     x, cos, sin = stream(T=37)

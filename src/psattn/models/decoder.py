@@ -75,8 +75,8 @@ class DecoderLM(nn.Module):
         backend: how every layer attends in an uncached, unhooked forward over all positions: ``"auto"``
             (default) rotates and shears q and k in one pass (``psattn.ops.rope_shear``) and calls SDPA;
             ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate and call ``psa_attention`` with that backend,
-            which shears itself. Cached decoding, ``scored`` and hooked layers always shear as
-            ``"auto"`` does (docs/kernel.md).
+            which shears itself; another name is a ValueError. Cached decoding, ``scored`` and hooked layers
+            always shear as ``"auto"`` does (docs/kernel.md).
 
     Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
     ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.
@@ -126,7 +126,7 @@ class DecoderLM(nn.Module):
         return not any(block.attn.config.is_key_lag for block in self.blocks)
 
     def new_cache(self, max_rollback: int = 0) -> PSACache:
-        """An empty cache; ``max_rollback`` is how many tokens ``PSACache.crop`` may undo."""
+        """An empty cache; ``max_rollback``, an int >= 0, is how many tokens ``PSACache.crop`` may undo."""
         return PSACache([block.attn.new_cache(max_rollback) for block in self.blocks])
 
     def forward(

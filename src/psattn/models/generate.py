@@ -166,6 +166,10 @@ def generate(
         raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
     if generator is not None and not isinstance(generator, torch.Generator):  # an AttributeError at the first draw
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if cache is not None and not isinstance(cache, PSACache):  # an AttributeError as it made room
+        raise TypeError(f"cache must be a PSACache (model.new_cache()) or None, got {type(cache).__name__}")
+    if prefill_chunk_size is not None:  # checked by prefill too, after the cache made room
+        _check_positive_int("prefill_chunk_size", prefill_chunk_size)
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
         warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily",
                       stacklevel=3)  # the caller's line (2 is torch.no_grad's wrapper)

@@ -147,7 +147,8 @@ def psa_attention(
     Masking, dropout and scale mean what they mean for SDPA (``is_causal`` or ``attn_mask``, not both,
     as SDPA's documentation asks; every backend refuses the pair); Hq may be a multiple of Hkv (GQA).
     ``starts`` (B, T) marks sequence starts (see ``psattn.ops.shear``); ``prev_q``/``prev_k``
-    continue a cached stream. Returns (B, Hq, Tq, Dv).
+    continue a cached stream. Returns (B, Hq, Tq, Dv). An argument that does not fit is a
+    TypeError or ValueError naming it.
 
     ``backend`` chooses the implementation: ``"sdpa"``, the shear followed by
     ``scaled_dot_product_attention``; ``"fused"``, the Triton kernel that forms q̂ and k̂ inside the
@@ -160,18 +161,22 @@ def psa_attention(
         q: post-RoPE queries (B, Hq, Tq, D).
         k: post-RoPE keys (B, Hkv, Tk, D); Hq a multiple of Hkv.
         v: values (B, Hkv, Tk, Dv).
-        gamma_q: the query stream's shear coupling (0: queries unsheared).
-        gamma_k: the key stream's shear coupling (0: keys unsheared).
+        gamma_q: the query stream's shear coupling (0: queries unsheared), a finite number within
+            ±``MAX_GAMMA`` (1e4) or a one-element tensor that needs no gradient.
+        gamma_k: the key stream's shear coupling (0: keys unsheared), as ``gamma_q``.
         attn_mask: boolean or additive mask on q's device, as for SDPA.
-        is_causal: causal attention, as for SDPA.
+        is_causal: causal attention, as for SDPA: aligned top-left, so with Tq < Tk query i sees keys
+            0..i (queries that continue cached keys need an explicit ``attn_mask``).
         dropout_p: attention dropout, a probability in [0, 1], as for SDPA.
         scale: score scale (default 1/sqrt(D)).
-        starts: (B, T) booleans marking sequence starts, where the momentum restarts.
+        starts: (B, T) booleans marking sequence starts, where the momentum restarts; it needs
+            Tq = Tk = T.
         prev_q: the query before the first one (B, Hq, 1, D), continuing a cached stream; cast to
             q's dtype, as one more row of the stream.
         prev_k: the key before the first one (B, Hkv, 1, D); cast to k's dtype.
         boundary: ``"replicate"`` (momentum 0 at a start) or ``"zero"``.
-        backend: ``"auto"``, ``"fused"``, ``"sdpa"`` or ``"reference"``.
+        backend: ``"auto"``, ``"fused"``, ``"sdpa"`` or ``"reference"`` (``BACKENDS``); another
+            is a ValueError.
 
     Returns:
         The attention output (B, Hq, Tq, Dv).
@@ -296,8 +301,8 @@ def psa_attention_reference(
     boundary: str = "replicate",
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Slow, explicit version of ``psa_attention`` (same arguments; under autocast, as there, q, k and v
-    may differ in dtype and the products run in autocast's); optionally also returns the attention
+    """Slow, explicit version of ``psa_attention`` (same arguments but ``backend``; under autocast, as there,
+    q, k and v may differ in dtype and the products run in autocast's); optionally also returns the attention
     pattern (B, Hq, Tq, Tk).
 
     Returns:
@@ -373,7 +378,9 @@ def score_terms(
 ) -> ScoreTerms:
     """T1..T4 of the PSA score for q (B, Hq, Tq, D), k (B, Hkv, Tk, D); T1 + T2 + T3 + T4 = q̂ k̂ᵀ."""
     gamma_q, gamma_k = check_gamma(gamma_q, "gamma_q"), check_gamma(gamma_k, "gamma_k")
-    check_qkv(q, k, k)
+    check_qkv(q, k, k, same_dtype=False)  # k stands in for the values it does not take
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k dtypes differ: {q.dtype}, {k.dtype}")
     check_streams(q, k, starts, prev_q, prev_k, boundary)
     p_q = momentum(q, starts=starts, prev=prev_q, boundary=boundary)
     p_k = momentum(k, starts=starts, prev=prev_k, boundary=boundary)

@@ -168,8 +168,9 @@ class LayerCache:
 
     def append(self, k_hat: Tensor, v: Tensor, raw_k: Tensor | None = None,
                raw_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Add a chunk of T tokens (with the raw keys and queries the shear acted on, where this cache
-        keeps them); returns all sheared keys and values so far."""
+        """Add a chunk of T tokens, sheared keys ``k_hat`` (B, Hkv, T, D) and values ``v`` (B, Hkv, T, Dv), with
+        the raw keys ``raw_k`` (B, Hkv, T, D) and queries ``raw_q`` (B, Hq, T, D) the shear acted on, where this
+        cache keeps them (a ValueError when one it keeps is missing); returns all sheared keys and values so far."""
         keys, values = self.keys, self.values
         if k_hat.dim() != 4 or v.dim() != 4 or k_hat.shape[:3] != v.shape[:3]:
             raise ValueError(f"k_hat and v must be (B, Hkv, T, D) of one batch, head count and length, got "
@@ -288,7 +289,9 @@ class PSACache:
         self.simple = self.simple and chunk.simple
 
     def crop(self, length: int) -> None:
-        """Roll every layer back to ``length`` tokens (speculative decoding); all or nothing."""
+        """Roll every layer back to its first ``length`` tokens (speculative decoding); all or nothing. ``length``
+        is a length, not a count to remove; one outside [0, len(self)], or more than ``max_rollback`` tokens back
+        from the longest the cache has been, is a ValueError that changes nothing."""
         S = len(self)
         if isinstance(length, bool) or not isinstance(length, Integral):  # 2.5 was refused as a rollback too far
             raise ValueError(f"a cache is cropped to a whole number of tokens, got {length!r}")

@@ -34,7 +34,14 @@ def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
 
 
 class RotaryEmbedding(nn.Module):
-    """Produces cos/sin tables for given positions: angle(t, i) = t * base^(-2i/r)."""
+    """Produces cos/sin tables for given positions: angle(t, i) = t * base^(-2i/r).
+
+    Args:
+        head_dim: the head dimension D, an integer.
+        base: RoPE's base, a finite number > 1.
+        rotary_fraction: the share of the D channels that rotate, in (0, 1]; r = round(fraction * D)
+            must be even and positive (``rotary_dim``). What does not fit is a ValueError.
+    """
 
     inv_freq: Tensor  # a buffer (registered in __init__)
     base: float
@@ -140,7 +147,8 @@ def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate x (B, H, T, D) by the tables from ``RotaryEmbedding`` (first r channels)."""
+    """Rotate the first r channels of x (B, H, T, D) by the tables ``cos``, ``sin`` (B, 1, T, r) or
+    (1, 1, T, r) from ``RotaryEmbedding``; returns (B, H, T, D). Tables that do not fit x are a ValueError."""
     check_tables(x, cos, sin)
     return rotated(x, cos, sin)
 

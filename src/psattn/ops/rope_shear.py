@@ -138,7 +138,7 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
     from, for a cache to continue from) when ``keep_rotated`` and gamma != 0, else None.
 
     Args:
-        x: the stream (B, H, T, D), before rotation.
+        x: the stream (B, H, T, D), floating point, before rotation (an integer one is a TypeError).
         cos: RoPE's cosine table (B, 1, T, r), from ``RotaryEmbedding`` (float32 is best: see the module).
         sin: RoPE's sine table (B, 1, T, r).
         gamma: the shear's coupling.
@@ -153,6 +153,8 @@ def rotate_and_shear(x: Tensor, cos: Tensor, sin: Tensor, gamma: float, *, start
     """
     gamma = check_gamma(gamma)
     check_stream(x, starts, prev)
+    if not x.is_floating_point():  # rounded back to integers at the end (gamma = 0), or lerp's NotImplementedError
+        raise TypeError(f"rotate_and_shear needs a floating-point stream, got {x.dtype}")
     check_boundary(boundary)
     check_tables(x, cos, sin)
     return rotated_and_sheared(x, cos, sin, gamma, starts=starts, prev=prev, boundary=boundary,

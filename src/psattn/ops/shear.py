@@ -207,7 +207,8 @@ class _LagOneShearT(torch.autograd.Function):
 
 def shear(x: Tensor, gamma: float, *, starts: Tensor | None = None, prev: Tensor | None = None,
           boundary: str = "replicate") -> Tensor:
-    """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule. Eagerly, the common case
+    """x̂ = x + gamma * momentum(x) (B, H, T, D), under the boundary rule; gamma is a finite number within
+    ±``MAX_GAMMA``, x a floating-point stream (a ValueError / TypeError otherwise). Eagerly, the common case
     (no starts but t = 0, no prev) takes a one-pass kernel with its own backward; under
     ``torch.compile`` / ``torch.export`` and ``torch.func`` transforms the same filter is written
     with ordinary ops."""
