@@ -99,6 +99,13 @@ def test_apply_rope_names_an_argument_that_is_no_tensor():
         apply_rope(torch.randn(1, 1, 3, 8), None, sin)
 
 
+def test_apply_rope_refuses_an_integer_stream_as_shear_does():
+    """An int64 stream came back as a float one, rotated, where shear and rope_shear refuse it."""
+    cos, sin = RotaryEmbedding(8)(torch.arange(3)[None])
+    with pytest.raises(TypeError, match="apply_rope needs a floating-point stream, got torch.int64"):
+        apply_rope(torch.arange(24).reshape(1, 1, 3, 8), cos, sin)
+
+
 def test_rope_tables_are_refused_in_an_integer_dtype():
     """dtype=torch.long gave tables of cos and sin rounded to 0 and 1."""
     with pytest.raises(TypeError, match="floating-point dtype, got torch.int64"):

@@ -148,7 +148,8 @@ def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate the first r channels of x (B, H, T, D) by the tables ``cos``, ``sin`` (B, 1, T, r) or
-    (1, 1, T, r) from ``RotaryEmbedding``; returns (B, H, T, D). Tables that do not fit x are a ValueError."""
+    (1, 1, T, r) from ``RotaryEmbedding``; returns (B, H, T, D). Tables that do not fit x are a ValueError, an
+    integer stream a TypeError."""
     check_tables(x, cos, sin)
     return rotated(x, cos, sin)
 
@@ -168,6 +169,8 @@ def check_tables(x: Tensor, cos: Tensor, sin: Tensor) -> int:
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):  # was "'list' object has no attribute 'shape'"
             raise TypeError(f"apply_rope's {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not x.is_floating_point():  # it came back rotated in a float dtype, where shear refuses it
+        raise TypeError(f"apply_rope needs a floating-point stream, got {x.dtype}")
     r = cos.shape[-1]
     if r > x.shape[-1]:
         raise ValueError(f"rotary dimension {r} exceeds head dimension {x.shape[-1]}")
