@@ -116,7 +116,7 @@ def simulate(
     energy = torch.empty(steps + 1, config.batch, dtype=dtype)
     # each (R, B), filled record by record: lists of one (B,) tensor per record, kept among each record's (B, n, n)
     # temporaries, pinned the heap (0.3 MB a record at n = 200: 13 GB over 15001 records for a run estimated at 72 MB)
-    series = {name: torch.empty(len(records), config.batch, dtype=dtype) for name in DIAGNOSTIC_NAMES}
+    series = {name: torch.empty(len(records), config.batch, dtype=dtype, device=x0.device) for name in DIAGNOSTIC_NAMES}
     # filled record by record: a list of them stacked at the end held every state twice (twice the memory estimate)
     states = torch.empty(len(records), config.batch, config.n, config.d, dtype=dtype) if config.keep_states else None
 
