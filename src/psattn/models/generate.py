@@ -122,7 +122,8 @@ def generate(
     prefix) is continued and extended; the cache makes room at the prompt for up to ``RESERVED_NEW_TOKENS`` new
     tokens. The prompt is moved to the model's device, and so is the result; a ``generator`` on another device
     draws there. A model without cache support (a learned key-lag baseline, see
-    ``supports_cache``) runs the whole sequence again per token.
+    ``supports_cache``) runs the whole sequence again per token, so a ``prefill_chunk_size`` does not apply
+    to it (a warning says so).
 
     Args:
         model: the ``DecoderLM`` to decode with.
@@ -191,6 +192,9 @@ def generate(
     vocab_limit, eos_token_id, pad_token_id = (None if v is None else int(v) for v in (vocab_limit, eos_token_id, pad_token_id))
     pad = eos_token_id if pad_token_id is None else pad_token_id
     if cache is None and not model.supports_cache:
+        if prefill_chunk_size is not None:  # chunks need a cache to carry the earlier ones' keys and values
+            warnings.warn("prefill_chunk_size does not apply to a model without a cache (a learned key-lag baseline): "
+                          "each step runs the whole sequence", stacklevel=3)  # the caller's line
         seq, mask = input_ids, attention_mask
 
         def step_logits(token: Tensor | None) -> Tensor:  # the whole sequence again: (B, T) -> (B, V)
