@@ -16,7 +16,7 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
-from psattn.models.context import token_range_error
+from psattn.models.context import check_mask_dtype, token_range_error
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
@@ -129,7 +129,8 @@ def generate(
         model: the ``DecoderLM`` to decode with.
         input_ids: the prompts (B, T), left-padded when their lengths differ.
         max_new_tokens: tokens to add to each row.
-        attention_mask: (B, T), 0 at left padding; each row marks at least one real token.
+        attention_mask: (B, T), bool or integer: 1 at real tokens, 0 at left padding; each row marks at least one
+            real token.
         do_sample: sample instead of taking the most likely token.
         temperature: divides the logits before sampling.
         top_k: sample among the k most likely tokens.
@@ -171,6 +172,10 @@ def generate(
         raise TypeError(f"cache must be a PSACache (model.new_cache()) or None, got {type(cache).__name__}")
     if prefill_chunk_size is not None:  # checked by prefill too, after the cache made room
         _check_positive_int("prefill_chunk_size", prefill_chunk_size)
+    if attention_mask is not None:  # before a row of 0.0 is called empty; the model checks its values (0 and 1)
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(f"attention_mask must be a torch.Tensor (B, T) or None, got {type(attention_mask).__name__}")
+        check_mask_dtype(attention_mask)
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
         warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily",
                       stacklevel=3)  # the caller's line (2 is torch.no_grad's wrapper)
