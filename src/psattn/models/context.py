@@ -21,7 +21,7 @@ from torch import Tensor
 
 from psattn.ops.cache import ChunkRecord, PSACache
 from psattn.ops.rope import RotaryEmbedding
-from psattn.ops.shear import sequence_starts
+from psattn.ops.shear import check_mask_dtype, sequence_starts
 
 
 @dataclass
@@ -66,13 +66,6 @@ class AttentionContext:
         return cls(positions.expand(batch, length), None, seen[None, None], False)  # mask (1, 1, T, S)
 
 
-def check_mask_dtype(attention_mask: Tensor) -> None:
-    """TypeError unless ``attention_mask`` is bool or integer: a float mask of 0.5 (or a complex one) read as real
-    tokens. Its values, 0 and 1 only, are checked by ``build_context`` in its one read of the device."""
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise TypeError(f"attention_mask must be bool or integer, 1 at real tokens and 0 at padding, got {attention_mask.dtype}")
-
-
 def mask_values_error(attention_mask: Tensor) -> ValueError:
     """The error for an integer ``attention_mask`` holding values other than 0 and 1, naming the first."""
     odd = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
@@ -111,7 +104,7 @@ def build_context(
             raise TypeError(f"{name} must be a torch.Tensor (B, T) or None, got {type(x).__name__}")
         if x is not None and tuple(x.shape) != (B, T):
             raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
-    if attention_mask is not None:
+    if attention_mask is not None:  # its values, 0 and 1 only, are checked below in the one read of the device
         check_mask_dtype(attention_mask)
     if position_ids is not None and (position_ids.is_floating_point() or position_ids.is_complex()
                                      or position_ids.dtype == torch.bool):  # .long() would truncate 0.5 to a start

@@ -16,10 +16,11 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
-from psattn.models.context import check_mask_dtype, token_range_error
+from psattn.models.context import token_range_error
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
+from psattn.ops.shear import check_mask_dtype
 
 #: the most new tokens a generation makes room for at its prompt; a longer one grows its cache as it goes
 #: (an early end of sequence would leave the room unused)
