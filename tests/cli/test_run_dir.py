@@ -48,6 +48,34 @@ def test_train_with_only_the_run_dir_continues_the_run_from_its_saved_config(tmp
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["steps"] == 20
 
 
+@pytest.mark.parametrize("there", ["nothing", "an empty folder", "a run without its config.json"])
+def test_train_with_only_a_run_dir_that_holds_no_run_is_refused_and_starts_none(tmp_path, capsys, there):
+    """--run-dir alone continues a run: a mistyped name of one, a folder without a config.json, is refused in one
+    line saying how to start a run (it started a new 1,000-step run of the defaults there)."""
+    run = tmp_path / "run"
+    if there == "an empty folder":
+        run.mkdir()
+    elif there == "a run without its config.json":
+        train(tiny_config(2), run)
+        (run / "config.json").unlink()
+    kept = sorted(p.name for p in run.iterdir()) if run.exists() else None
+    for extra in ([], ["--restart"], ["--print-config"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["train", "--run-dir", str(run), *extra])
+        out, err = capsys.readouterr()
+        assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and not out, err
+        if there == "a run without its config.json":
+            assert f"{run} has no config.json to continue its run from" in err and "--config FILE" in err, err
+        else:
+            assert f"there is no run in {run} ({'no such folder' if there == 'nothing' else 'no config.json'})" in err
+            assert "start one with --config FILE (psattn configs lists the shipped ones) or --set KEY=VALUE" in err, err
+        assert (sorted(p.name for p in run.iterdir()) if run.exists() else None) == kept  # nothing written
+    if there == "nothing":  # --set starts a run of the defaults with them
+        assert main(["train", "--run-dir", str(run), "--set", "train.steps=2", "train.eval_every=2",
+                     "task.form=all_positions", *SMALL]) == 0
+        assert json.loads((run / "result.json").read_text())["steps"] == 2
+
+
 def test_the_command_that_started_a_run_continues_it_with_more_steps_or_another_early_stopping_rule(tmp_path, capsys):
     (tmp_path / "mine.json").write_text(json.dumps({**tiny_config(10).to_dict(), "name": "mine"}))
     start = ["train", "--config", str(tmp_path / "mine.json"), "--run-dir", str(tmp_path / "run")]

@@ -390,7 +390,7 @@ def test_unknown_token_ids_are_refused_before_the_embedding_where_the_context_re
     wrong = ids.clone()
     wrong[1, 2] = bad
     message = r"token ids in \[0, 37\) \(the model's vocab_size\), got ids from " + ("-1 to " if bad < 0 else r"\d+ to 37")
-    for kwargs in (dict(attention_mask=torch.ones(2, 5)), dict(position_ids=torch.arange(5).expand(2, 5)),
+    for kwargs in (dict(attention_mask=torch.ones(2, 5, dtype=torch.long)), dict(position_ids=torch.arange(5).expand(2, 5)),
                    dict(cache=cache)):
         with pytest.raises(ValueError, match=message):
             model(wrong, **kwargs)
@@ -422,14 +422,14 @@ def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was(backen
         block.attn.backend = backend
     ids = torch.randint(0, 37, (2, 6))
     empty = ids[:, :0]
-    for kwargs in ({}, {"attention_mask": torch.ones(2, 0)}, {"position_ids": torch.zeros(2, 0, dtype=torch.long)},
-                   {"cache": model.new_cache()}):
+    for kwargs in ({}, {"attention_mask": torch.ones(2, 0, dtype=torch.long)},
+                   {"position_ids": torch.zeros(2, 0, dtype=torch.long)}, {"cache": model.new_cache()}):
         assert model(empty, **kwargs).shape == (2, 0, 37)
     assert model(empty, scored=torch.zeros(2, 0, dtype=torch.bool)).shape == (0, 37)
     cache = model.new_cache()
     first = model(ids[:, :4], cache=cache)
     with capture(model, "*.hook_pattern") if hooked else contextlib.nullcontext():
-        assert model(empty, cache=cache, attention_mask=torch.ones(2, 0)).shape == (2, 0, 37)
+        assert model(empty, cache=cache, attention_mask=torch.ones(2, 0, dtype=torch.long)).shape == (2, 0, 37)
         assert model(empty, cache=cache).shape == (2, 0, 37)
     assert len(cache) == 4
     rest = model(ids[:, 4:], cache=cache)

@@ -541,6 +541,38 @@ def test_a_prompt_row_of_padding_alone_is_refused():
     assert generate(model, prompt, 3, attention_mask=torch.tensor([[1, 1, 1], [0, 0, 1]])).sequences.shape == (2, 6)
 
 
+def test_an_attention_mask_of_floats_or_of_values_other_than_0_and_1_is_refused_in_one_line():
+    """A float mask (0.5 as much as 1.0) and an integer one holding 2 or -1 were read as real tokens; a float row of
+    0.0 was called a row of padding. Masks of int64 (what Hugging Face tokenizers give), int32 and bool pass."""
+    model = random_model("key_only")
+    ids = torch.randint(0, 37, (2, 4))
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    want, sequences = model(ids, attention_mask=mask), generate(model, ids, 3, attention_mask=mask).sequences
+    for ok in (mask.int(), mask.bool()):
+        torch.testing.assert_close(model(ids, attention_mask=ok), want, rtol=0, atol=0)
+        assert torch.equal(generate(model, ids, 3, attention_mask=ok, prefill_chunk_size=2).sequences, sequences)
+    calls = (lambda m: model(ids, attention_mask=m), lambda m: model(ids, attention_mask=m, cache=model.new_cache()),
+             lambda m: generate(model, ids, 3, attention_mask=m), lambda m: generate(model, ids, 3, attention_mask=m,
+                                                                                  prefill_chunk_size=2))
+    for bad in (mask.float(), mask * 0.5, torch.zeros(2, 4, dtype=torch.float64)):
+        for call in calls:
+            with pytest.raises(TypeError, match=rf"^attention_mask must be bool or integer, 1 at real tokens and 0 at "
+                                                rf"padding, got {bad.dtype}$"):
+                call(bad)
+    for value in (2, -1):
+        for call in calls:
+            with pytest.raises(ValueError, match=rf"^attention_mask must hold 1 at real tokens and 0 at padding, got {value}$"):
+                call(mask.masked_fill(mask == 0, value))
+    cache = model.new_cache()
+    model(ids[:, :2], attention_mask=mask[:, :2], cache=cache)
+    with pytest.raises(ValueError, match="got 2$"):
+        model(ids[:, 2:], attention_mask=mask[:, 2:] * 2, cache=cache)
+    assert len(cache) == 2  # the cache is as it was
+    hf = pytest.importorskip("psattn.integrations.hf.decoder_model")
+    with pytest.raises(TypeError, match="attention_mask must be bool or integer"):  # the exported model shares the check
+        hf.to_hf(model, 16)(ids, attention_mask=mask.float())
+
+
 @pytest.mark.parametrize("ids", [[3, 4, -1], [3, 99, 4]])
 def test_speculative_decoding_names_the_whole_prompts_token_range(ids):
     """A bad last token was refused as "got ids from -1 to -1": only the token fed to the draft, not the prompt."""

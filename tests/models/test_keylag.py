@@ -122,6 +122,19 @@ def test_generation_runs_the_full_forward_and_a_cache_is_refused_clearly(variant
         model.new_cache()
 
 
+def test_a_prefill_chunk_size_for_a_model_without_a_cache_is_said_not_to_apply():
+    """A key-lag baseline runs the whole sequence at each step, so chunks of the prompt have nothing to carry them:
+    the chunk size was ignored without a word; now a warning on the caller's line says so, and the tokens and
+    logits are those of one pass."""
+    model = keylag_model(KEY_LAG_NAMES[0])
+    prompt = torch.randint(0, 37, (2, 7))
+    with pytest.warns(UserWarning, match="prefill_chunk_size does not apply to a model without a cache") as caught:
+        chunked = generate(model, prompt, 4, prefill_chunk_size=3)
+    assert len(caught) == 1 and caught[0].filename == __file__  # the caller's line, not torch.no_grad's wrapper
+    whole = generate(model, prompt, 4)
+    assert torch.equal(chunked.sequences, whole.sequences) and torch.equal(chunked.logits, whole.logits)
+
+
 def test_key_lag_takes_no_gamma():
     with pytest.raises(ValueError, match="takes no gamma"):
         AttentionConfig("smeared_keys", 0.5)

@@ -318,6 +318,24 @@ def test_zero_key_value_heads_are_refused_by_name_not_divided_by():
             call()
 
 
+def test_zero_query_heads_are_refused_by_name_and_score_terms_names_no_values():
+    """score_terms of q with no heads (k with 2) repeated k to no heads, then blamed it: "q (2, 0, 9, 8), k (2, 0, 9, 8):
+    k and v must have at least one key/value head"; psa_attention gave an empty output. score_terms and
+    attention_weights, which take no values, named v. Empty sequences give empty terms."""
+    q, k, v = qkv()
+    for call in (lambda: score_terms(q[:, :0], k, gamma_k=0.5), lambda: score_terms(q[:, :0], k[:, :0]),
+                 lambda: psa_attention(q[:, :0], k, v, gamma_k=0.5, backend="sdpa"),
+                 lambda: psa_attention(q[:, :0], k, v, backend="reference"), lambda: attention_weights(q[:, :0], k)):
+        with pytest.raises(ValueError, match=r"^q must have at least one head, got shape \(2, 0, 9, 8\)$"):
+            call()
+    for call in (lambda: score_terms(q, k[:, :0], gamma_q=0.5), lambda: attention_weights(q, k[:, :0])):
+        with pytest.raises(ValueError, match="^k must have at least one key/value head, got 0$"):
+            call()
+    terms = score_terms(q[:, :, :0], k[:, :, :0], gamma_q=0.5, gamma_k=0.5)
+    assert all(t.shape == (2, 4, 0, 0) for t in (terms.t1, terms.t2, terms.t3, terms.t4))
+    assert score_terms(q, k[:, :, :0], gamma_k=0.5).t1.shape == (2, 4, 9, 0)
+
+
 @pytest.mark.parametrize("scale", [0.0, -0.5])
 @pytest.mark.parametrize("backend", ["auto", "sdpa"])
 def test_a_causal_call_with_a_scale_of_zero_or_below_equals_the_reference(backend, scale):

@@ -1,7 +1,10 @@
+import re
+
 import pytest
 import torch
 
 from psattn.ops.rope import RotaryEmbedding, apply_rope, rotary_dim
+from psattn.ops.rope_shear import rope_shear
 
 
 def test_rotation_preserves_norm_and_relative_angle():
@@ -146,6 +149,20 @@ def test_apply_rope_refuses_tables_for_other_positions_by_shape():
     with pytest.raises(ValueError, match="and its batch"):
         apply_rope(torch.randn(1, 3, 5, 8), *batch)
     assert apply_rope(torch.randn(4, 3, 5, 8), *RotaryEmbedding(8)(torch.arange(5)[None])).shape == (4, 3, 5, 8)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (5, 8), (2, 1, 2, 5, 8)])
+def test_apply_rope_names_the_stream_shape_it_takes(shape):
+    """A (B, T, D) stream was told that RoPE tables (B, 1, T, r) "do not fit" it; streams of other ranks, which
+    tables of their rank rotated, are refused as shear and rope_shear refuse them."""
+    cos, sin = RotaryEmbedding(8)(torch.arange(5)[None])
+    tables = (cos, sin) if len(shape) >= 4 else (cos[0, 0], sin[0, 0])  # (5, 8) fits both by broadcasting
+    with pytest.raises(ValueError, match=rf"^apply_rope's x must be a stream \(B, H, T, D\), got shape {re.escape(str(shape))}"):
+        apply_rope(torch.randn(shape), *tables)
+    with pytest.raises(ValueError, match="split its channels into heads first"):
+        apply_rope(torch.randn(2, 5, 8), cos, sin)
+    with pytest.raises(ValueError, match=r"streams must be \(B, H, T, D\), got shape \(2, 5, 8\)"):
+        rope_shear(torch.randn(2, 5, 8), cos, sin, 0.5)
 
 
 def test_float64_tables_rotate_orthogonally_and_a_pre_rope_patch_round_trips():

@@ -155,6 +155,8 @@ def test_an_integer_stream_is_refused_by_the_shear(dtype):
     (dict(attention_mask=torch.ones(5)), ValueError, r"attention_mask must be \(B, T\), got shape \(5,\)"),
     (dict(position_ids=torch.arange(5)), ValueError, r"position_ids must be \(B, T\)"),  # a (5,) answer
     (dict(position_ids=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 4)), ValueError, "one shape"),
+    (dict(attention_mask=torch.tensor([[0.0, 0.5, 1.0]])), TypeError,  # 0.5 was a real token
+     r"^attention_mask must be bool or integer, 1 at real tokens and 0 at padding, got torch.float32$"),
 ])
 def test_sequence_starts_refuses_what_is_not_a_batch_of_rows(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -319,6 +319,22 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
     assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, token_bytes) == pytest.approx(3 / 6)
 
 
+def test_the_lm_metrics_name_an_argument_that_is_no_tensor():
+    """bits_per_byte of a float or a list raised an AttributeError ('float' object has no attribute 'shape'), of float
+    targets torch's IndexError; icl_score of a list an AttributeError too."""
+    targets, token_bytes = torch.tensor([[0, 1, 2]]), np.array([1, 2, 3])
+    for losses in (1.5, [[1.0, 1.0, 1.0]]):
+        named = rf"^bits_per_byte's losses must be a torch.Tensor \(B, T\), got {type(losses).__name__}$"
+        with pytest.raises(TypeError, match=named):
+            bits_per_byte(losses, targets, token_bytes)
+    with pytest.raises(TypeError, match=r"^bits_per_byte's targets must be a torch.Tensor \(B, T\), got list$"):
+        bits_per_byte(torch.ones(1, 3), [[0, 1, 2]], token_bytes)
+    with pytest.raises(TypeError, match=r"^bits_per_byte's targets must be integer token ids, got torch.float32$"):
+        bits_per_byte(torch.ones(1, 3), targets.float(), token_bytes)
+    with pytest.raises(TypeError, match=r"^icl_score's position_loss must be a torch.Tensor \(T,\), got list$"):
+        icl_score([1.0] * 64)
+
+
 def test_bits_per_byte_of_targets_that_score_nothing_is_refused():
     """Targets that were all IGNORE_INDEX gave 0.0 bits per byte (the clamped denominator), a perfect score."""
     with pytest.raises(ValueError, match=r"targets \(2, 3\) score no bytes .*bits per byte would mean nothing"):

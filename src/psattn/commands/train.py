@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import os
 from pathlib import Path
 
 from psattn.arguments import add_command, non_negative_float
@@ -16,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "resolved config, metrics.jsonl, checkpoints and result.json; the same command resumes it.")
     tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
                     "shipped example (psattn configs lists them); without it, the run directory's own config.json "
-                    "when it has one (so --run-dir alone continues a run), else the defaults. --set overrides "
+                    "when it has one (so --run-dir alone continues a run, and starts none: a folder without one is "
+                    "refused), else the defaults with --set's overrides. --set overrides "
                     "other than name= name a new run after its directory (a run already there keeps its name)")
     tr.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500 "
@@ -40,6 +43,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     saved = None if args.run_dir is None else Path(args.run_dir) / "config.json"
     if args.config is not None and not args.config.strip():
         raise ValueError("--config is empty: name a JSON config file or a shipped config (psattn configs lists them)")
+    if saved is not None and not args.config and not args.set and not saved.is_file():
+        _no_run_in(Path(args.run_dir))  # --run-dir alone continues a run; it starts none
     if args.config:
         config = RunConfig.from_file(args.config)
     elif saved is not None and saved.is_file():  # the run's own config: the same command continues it
@@ -78,3 +83,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     print(f"{summary_line(result, config)}; run directory {args.run_dir}")
     return 0
+
+
+def _no_run_in(run_dir: Path) -> None:
+    """Refuse ``--run-dir`` alone on ``run_dir``, which has no config.json to continue a run from: the defaults
+    would start a new run there, which a mistyped name of a run does not ask for."""
+    from psattn.training.run_dir import holds_progress
+
+    start = "start one with --config FILE (psattn configs lists the shipped ones) or --set KEY=VALUE ..."
+    in_the_way = next((p for p in (run_dir, *run_dir.parents) if p.is_file()), None)
+    if in_the_way is not None:  # psattn.cli says so in its words for a file where a folder is needed
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(in_the_way))
+    if not run_dir.exists():
+        raise ValueError(f"there is no run in {run_dir} (no such folder): {start}, or check the folder's name")
+    if holds_progress(run_dir):
+        raise ValueError(f"{run_dir} has no config.json to continue its run from (its checkpoint, metrics or result "
+                         "remain): restore it, or give the run's config with --config FILE or --set KEY=VALUE ...")
+    raise ValueError(f"there is no run in {run_dir} (no config.json): {start}")

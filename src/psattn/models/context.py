@@ -21,7 +21,7 @@ from torch import Tensor
 
 from psattn.ops.cache import ChunkRecord, PSACache
 from psattn.ops.rope import RotaryEmbedding
-from psattn.ops.shear import sequence_starts
+from psattn.ops.shear import check_mask_dtype, sequence_starts
 
 
 @dataclass
@@ -66,6 +66,12 @@ class AttentionContext:
         return cls(positions.expand(batch, length), None, seen[None, None], False)  # mask (1, 1, T, S)
 
 
+def mask_values_error(attention_mask: Tensor) -> ValueError:
+    """The error for an integer ``attention_mask`` holding values other than 0 and 1, naming the first."""
+    odd = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
+    return ValueError(f"attention_mask must hold 1 at real tokens and 0 at padding, got {int(odd[0])}")
+
+
 def token_range_error(input_ids: Tensor, vocab_size: int) -> ValueError:
     """The error for token ids outside [0, vocab_size), naming the range given."""
     return ValueError(f"input_ids must be token ids in [0, {vocab_size}) (the model's vocab_size), got ids from "
@@ -98,6 +104,8 @@ def build_context(
             raise TypeError(f"{name} must be a torch.Tensor (B, T) or None, got {type(x).__name__}")
         if x is not None and tuple(x.shape) != (B, T):
             raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
+    if attention_mask is not None:  # its values, 0 and 1 only, are checked below in the one read of the device
+        check_mask_dtype(attention_mask)
     if position_ids is not None and (position_ids.is_floating_point() or position_ids.is_complex()
                                      or position_ids.dtype == torch.bool):  # .long() would truncate 0.5 to a start
         raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
@@ -107,10 +115,17 @@ def build_context(
     if cache is not None and cache.key_pos is not None and cache.key_pos.shape[0] != B:
         raise ValueError(f"the cache holds {cache.key_pos.shape[0]} rows, the input {B}")
     valid = torch.ones(B, T, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+    odd = valid.new_zeros(())  # a mask value other than 0 and 1 (2 read as a real token)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        odd = ((attention_mask != 0) & (attention_mask != 1)).any()
     if cache is not None and attention_mask is not None:
         seen = (cache.key_valid.any(1, keepdim=True) if cache.key_valid is not None
                 else torch.zeros(B, 1, dtype=torch.bool, device=device))
-        if bool((~valid & (seen | (valid.long().cumsum(1) > 0))).any()):  # padding after a real token
+        right_padded = (~valid & (seen | (valid.long().cumsum(1) > 0))).any()  # padding after a real token
+        odd_now, right_padded = torch.stack([odd, right_padded]).tolist()
+        if odd_now:
+            raise mask_values_error(attention_mask)
+        if right_padded:
             raise ValueError(
                 "with a cache, padding must come before each row's tokens (left padding): a row padded on the "
                 "right would continue from its padding"
@@ -135,8 +150,10 @@ def build_context(
     unknown = valid.new_zeros(())
     if input_ids is not None and vocab_size is not None:
         unknown = ((input_ids < 0) | (input_ids >= vocab_size)).any().to(device)
-    all_valid, later_start, first_start, bad, bad_id = torch.stack(
-        [valid.all(), starts[:, 1:].any(), starts[:, :1].any(), negative, unknown]).tolist()
+    all_valid, later_start, first_start, bad, bad_id, bad_mask = torch.stack(
+        [valid.all(), starts[:, 1:].any(), starts[:, :1].any(), negative, unknown, odd]).tolist()
+    if bad_mask:
+        raise mask_values_error(attention_mask)  # type: ignore[arg-type]  # odd is set: a mask was given
     if bad_id:
         raise token_range_error(input_ids, vocab_size)  # type: ignore[arg-type]  # both given: unknown is set
     if bad:

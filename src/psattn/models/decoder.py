@@ -141,7 +141,8 @@ class DecoderLM(nn.Module):
     ) -> Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
-        ``attention_mask`` (B, T) marks real tokens (1) and padding (0) among the new tokens;
+        ``attention_mask`` (B, T), bool or integer, marks real tokens (1) and padding (0) among the new tokens (a
+        float mask is a TypeError, another value a ValueError);
         ``position_ids`` (B, T) restarting at 0 packs several documents in a row (a real token's is >= 0: a
         negative one is a ValueError; padding's change nothing); with ``cache``
         the tokens continue the cached ones and the cache is extended (an empty chunk, T = 0, gives

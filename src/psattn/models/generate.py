@@ -20,6 +20,7 @@ from psattn.models.context import token_range_error
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
+from psattn.ops.shear import check_mask_dtype
 
 #: the most new tokens a generation makes room for at its prompt; a longer one grows its cache as it goes
 #: (an early end of sequence would leave the room unused)
@@ -122,13 +123,15 @@ def generate(
     prefix) is continued and extended; the cache makes room at the prompt for up to ``RESERVED_NEW_TOKENS`` new
     tokens. The prompt is moved to the model's device, and so is the result; a ``generator`` on another device
     draws there. A model without cache support (a learned key-lag baseline, see
-    ``supports_cache``) runs the whole sequence again per token.
+    ``supports_cache``) runs the whole sequence again per token, so a ``prefill_chunk_size`` does not apply
+    to it (a warning says so).
 
     Args:
         model: the ``DecoderLM`` to decode with.
         input_ids: the prompts (B, T), left-padded when their lengths differ.
         max_new_tokens: tokens to add to each row.
-        attention_mask: (B, T), 0 at left padding; each row marks at least one real token.
+        attention_mask: (B, T), bool or integer: 1 at real tokens, 0 at left padding; each row marks at least one
+            real token.
         do_sample: sample instead of taking the most likely token.
         temperature: divides the logits before sampling.
         top_k: sample among the k most likely tokens.
@@ -170,6 +173,10 @@ def generate(
         raise TypeError(f"cache must be a PSACache (model.new_cache()) or None, got {type(cache).__name__}")
     if prefill_chunk_size is not None:  # checked by prefill too, after the cache made room
         _check_positive_int("prefill_chunk_size", prefill_chunk_size)
+    if attention_mask is not None:  # before a row of 0.0 is called empty; the model checks its values (0 and 1)
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(f"attention_mask must be a torch.Tensor (B, T) or None, got {type(attention_mask).__name__}")
+        check_mask_dtype(attention_mask)
     if not do_sample and (temperature != 1.0 or top_k is not None or top_p is not None):
         warnings.warn("temperature, top_k and top_p apply only when do_sample=True; decoding greedily",
                       stacklevel=3)  # the caller's line (2 is torch.no_grad's wrapper)
@@ -191,6 +198,9 @@ def generate(
     vocab_limit, eos_token_id, pad_token_id = (None if v is None else int(v) for v in (vocab_limit, eos_token_id, pad_token_id))
     pad = eos_token_id if pad_token_id is None else pad_token_id
     if cache is None and not model.supports_cache:
+        if prefill_chunk_size is not None:  # chunks need a cache to carry the earlier ones' keys and values
+            warnings.warn("prefill_chunk_size does not apply to a model without a cache (a learned key-lag baseline): "
+                          "each step runs the whole sequence", stacklevel=3)  # the caller's line
         seq, mask = input_ids, attention_mask
 
         def step_logits(token: Tensor | None) -> Tensor:  # the whole sequence again: (B, T) -> (B, V)

@@ -40,7 +40,9 @@ def icl_window(seq_len: int) -> tuple[range, range]:
 
 
 def icl_score(position_loss: Tensor) -> float:
-    """Mean loss over the late positions minus mean loss over the early ones of ``position_loss`` (T,)."""
+    """Mean loss over the late positions minus mean loss over the early ones of ``position_loss`` (T,), a tensor."""
+    if not isinstance(position_loss, Tensor):  # was "'list' object has no attribute 'dim'"
+        raise TypeError(f"icl_score's position_loss must be a torch.Tensor (T,), got {type(position_loss).__name__}")
     if position_loss.dim() != 1:  # a (B, T) loss was read as B positions
         raise ValueError(f"position_loss must be the mean loss at each position (T,), got shape {tuple(position_loss.shape)}")
     early, late = icl_window(len(position_loss))
@@ -70,7 +72,13 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
 
 def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
     """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict; positions whose
-    target is ``IGNORE_INDEX`` (unscored) count neither their loss nor bytes."""
+    target is ``IGNORE_INDEX`` (unscored) count neither their loss nor bytes. ``losses`` and ``targets`` are tensors
+    (a TypeError says so), the targets integer token ids; ``token_bytes`` holds each token id's length in bytes."""
+    for name, t in (("losses", losses), ("targets", targets)):  # was "'float' object has no attribute 'shape'"
+        if not isinstance(t, Tensor):
+            raise TypeError(f"bits_per_byte's {name} must be a torch.Tensor (B, T), got {type(t).__name__}")
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:  # an IndexError in torch
+        raise TypeError(f"bits_per_byte's targets must be integer token ids, got {targets.dtype}")
     if losses.shape != targets.shape:  # the sums would be of different tokens
         raise ValueError(f"losses {tuple(losses.shape)} and targets {tuple(targets.shape)} must have one shape")
     scored = targets != IGNORE_INDEX  # (B, T); an index of -100 read the bytes of token V - 100

@@ -49,8 +49,10 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
         raise ValueError("q and k must have a positive head dimension D, got 0")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in heads or length")
+    if q.shape[1] == 0:  # score_terms blamed k, repeated to no heads; attention gave an empty output
+        raise ValueError(f"q must have at least one head, got shape {tuple(q.shape)}")
     if k.shape[1] == 0:  # the GQA check below divided by it: a ZeroDivisionError
-        raise ValueError("k and v must have at least one key/value head, got 0")
+        raise ValueError(f"{'k' if v is k else 'k and v'} must have at least one key/value head, got 0")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
     if attn_mask is not None:

@@ -148,8 +148,8 @@ def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate the first r channels of x (B, H, T, D) by the tables ``cos``, ``sin`` (B, 1, T, r) or
-    (1, 1, T, r) from ``RotaryEmbedding``; returns (B, H, T, D). Tables that do not fit x are a ValueError, an
-    integer stream a TypeError."""
+    (1, 1, T, r) from ``RotaryEmbedding``; returns (B, H, T, D). A stream of another rank, or tables that do not
+    fit it, are a ValueError, an integer stream a TypeError."""
     check_tables(x, cos, sin)
     return rotated(x, cos, sin)
 
@@ -169,6 +169,9 @@ def check_tables(x: Tensor, cos: Tensor, sin: Tensor) -> int:
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):  # was "'list' object has no attribute 'shape'"
             raise TypeError(f"apply_rope's {name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 4:  # a (B, T, D) stream was told that tables (B, 1, T, r) "do not fit" it
+        raise ValueError(f"apply_rope's x must be a stream (B, H, T, D), got shape {tuple(x.shape)}"
+                         + (": split its channels into heads first" if x.dim() == 3 else ""))
     if not x.is_floating_point():  # it came back rotated in a float dtype, where shear refuses it
         raise TypeError(f"apply_rope needs a floating-point stream, got {x.dtype}")
     r = cos.shape[-1]

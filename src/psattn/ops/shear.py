@@ -68,9 +68,16 @@ def check_boundary(boundary: str) -> str:
     return boundary
 
 
+def check_mask_dtype(attention_mask: Tensor) -> None:
+    """TypeError unless ``attention_mask`` is bool or integer: a float mask of 0.5 (or a complex one) was read as
+    real tokens. Whether its values are 0 and 1 alone takes a read of the device (``build_context`` makes it)."""
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer, 1 at real tokens and 0 at padding, got {attention_mask.dtype}")
+
+
 def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor | None = None) -> Tensor:
     """Mark sequence starts (B, T): where ``position_ids`` is 0, or where a padding run
-    (``attention_mask`` 0) gives way to a real token. Position 0 of the chunk is left to the caller
+    (``attention_mask`` 0, bool or integer) gives way to a real token. Position 0 of the chunk is left to the caller
     (it is a start unless the chunk continues a cached one)."""
     if position_ids is None and attention_mask is None:
         raise ValueError("sequence_starts needs position_ids or attention_mask")
@@ -82,6 +89,8 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
     if position_ids is not None and attention_mask is not None and position_ids.shape != attention_mask.shape:
         raise ValueError(f"position_ids {tuple(position_ids.shape)} and attention_mask {tuple(attention_mask.shape)} "
                          "must have one shape (B, T)")
+    if attention_mask is not None:
+        check_mask_dtype(attention_mask)
     starts = None
     if position_ids is not None:
         starts = position_ids == 0
