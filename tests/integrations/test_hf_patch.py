@@ -24,6 +24,7 @@ def test_patch_then_unpatch_restores_the_original(prompt):
     assert not torch.allclose(logits(model, prompt), before)
     remove_psa(model)
     assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
+    assert "init_continuous_batching" not in vars(model)  # transformers' continuous batching is the model's again
     assert torch.equal(logits(model, prompt), before)
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=5, do_sample=False), before_tokens)
@@ -174,14 +175,16 @@ def _unusable_caches():
         "offloaded-DynamicCache": _generate_into(lambda config: DynamicCache(config=config, offloading=True)),
         "QuantizedCache": _generate_into(lambda config: QuantizedCache(backend="fp8", config=config)),
         "torch.compile-StaticCache": _compiled_forward_into_a_static_cache,
+        "generate-paged": _generate_with("paged"),  # continuous batching: transformers would switch the attention
+        "generate_batch": lambda model, ids: model.generate_batch(ids.tolist()),
     }
 
 
 @pytest.mark.parametrize("path", list(_unusable_caches()))
 def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_use(path, prompt):
-    """Every way a user asks for a static, offloaded or quantized cache (generate's cache_implementation, a cache
-    object, a compiled forward) is refused in one line naming the cache to use instead, before the model's
-    embedding runs, and changes nothing: the model then generates as before."""
+    """Every way a user asks for a static, offloaded, quantized or paged cache (generate's cache_implementation, a
+    cache object, a compiled forward, continuous batching) is refused in one line naming the cache to use instead,
+    before the model's embedding runs, and changes nothing: the model then generates as before."""
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
     with torch.no_grad():
         want = model.generate(prompt, max_new_tokens=4, do_sample=False)

@@ -374,6 +374,15 @@ def check_cache(cache: object) -> DynamicCache:
     return cache
 
 
+def refuse_paged_cache(*args, **kwargs):
+    """Continuous batching (``generate(..., cache_implementation="paged")``, ``generate_batch``,
+    ``init_continuous_batching``) on a patched model: a TypeError naming the cache to use, before transformers
+    switches the model's attention or fills a cache (``apply_psa`` puts it in the model's
+    ``init_continuous_batching``, where every way in begins)."""
+    raise TypeError("PSA cannot use a paged cache (continuous batching: cache_implementation='paged', generate_batch): "
+                    f"its paged attention kernels read raw keys; {_INSTEAD}")
+
+
 def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     """The ``PSALayer`` of ``cache`` for ``layer_idx``, converting an empty ``DynamicCache`` layer
     in place (that is how ``generate``'s default cache becomes a PSA cache). Raises a TypeError for
