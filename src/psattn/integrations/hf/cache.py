@@ -38,6 +38,7 @@ instead of storing wrong keys.
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 from typing import Any
 
@@ -64,6 +65,11 @@ class PSALayer(DynamicLayer):
         self._position = 0  # where the last chunk given to update begins
         self._pending = 0  # tokens of the last chunk still raw in the cache: update appended, store not yet
         self.chunk_sheared = False  # the last update stored its chunk's keys sheared (nothing left to store)
+        self.cache: weakref.ref[DynamicCache] | None = None  # set where the cache stays a plain DynamicCache (compiled)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The layer's state for pickle and ``copy.deepcopy``, without the reference to its cache (a weak one)."""
+        return {**vars(self), "cache": None}
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
@@ -149,12 +155,25 @@ class PSALayer(DynamicLayer):
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
         the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
         _check_removal(tokens_to_remove)
+        self.check_cache_crop(tokens_to_remove)
         if not self.is_initialized:
             return
         now = self.get_seq_length()
         length = max(now + tokens_to_remove, 0)
         self.shear_state.crop(length, now)
         super().crop(length - now)
+
+    def check_cache_crop(self, tokens_to_remove: int) -> None:
+        """In a plain ``DynamicCache`` (one a compiled forward filled: Dynamo cannot turn it into a
+        ``PSADynamicCache``), transformers' ``crop`` crops layer after layer; its first PSA layer checks every PSA
+        layer before any is cropped, as ``PSADynamicCache.crop`` does, so a refused crop changes no layer there either."""
+        cache = None if self.cache is None else self.cache()
+        if cache is None or isinstance(cache, PSADynamicCache):
+            return
+        layers = [layer for layer in cache.layers if isinstance(layer, PSALayer)]
+        if layers and layers[0] is self:
+            for layer in layers:
+                layer.check_crop(tokens_to_remove)
 
     def reset(self) -> None:
         """Empty the layer, raw windows included: it takes keys sheared under any settings again."""
@@ -275,6 +294,7 @@ class PSASlidingWindowLayer(PSALayer):
     def crop(self, tokens_to_remove: int) -> None:
         """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
         changing nothing), and afterwards only the working window is."""
+        self.check_cache_crop(tokens_to_remove)
         self.check_crop(tokens_to_remove)
         if not self.is_initialized:
             return
@@ -393,6 +413,8 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     cache = check_cache(cache)
     if type(cache) is DynamicCache and not torch.compiler.is_compiling():  # Dynamo cannot trace a class change
         cache.__class__ = PSADynamicCache  # the same attributes; its crop checks every layer before it crops one
+    # where it stays a DynamicCache, each new PSA layer knows it, to check every layer before a crop (check_cache_crop)
+    owner = weakref.ref(cache) if type(cache) is DynamicCache else None
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
@@ -402,7 +424,9 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
         cache.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
     while len(cache.layers) <= layer_idx:
         cache.layers.append(PSALayer(**window))
+        cache.layers[-1].cache = owner
     layer = cache.layers[layer_idx]
     if not isinstance(layer, PSALayer):
         layer = cache.layers[layer_idx] = _as_psa_layer(layer, window, layer_idx)
+        layer.cache = owner
     return layer
