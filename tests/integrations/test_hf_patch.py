@@ -202,6 +202,37 @@ def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_
         assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False, cache_implementation="dynamic"), want)
 
 
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("compile_model", ["torch.compile(model)", "model.compile()"])
+def test_a_compiled_model_refuses_a_static_cache_naming_it_on_the_first_line(compile_model, fullgraph, prompt):
+    """A compiled model refuses a static cache before its forward is traced. Without ``fullgraph`` the refusal is
+    the one line; with ``fullgraph=True`` Dynamo wraps whatever the code it traces raises (PSA's hooks are traced with
+    the model, and a check kept out of the trace would break the graph of every compiled call), and the first line
+    of what it prints is the refusal's (Dynamo's own explanation follows). Nothing is done either way."""
+    import traceback
+
+    from transformers import StaticCache
+
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    embedded = []
+    model.model.embed_tokens.register_forward_pre_hook(lambda *args: embedded.append(1))
+    torch._dynamo.reset()
+    if compile_model == "model.compile()":
+        model.compile(fullgraph=fullgraph, backend="eager")
+        forward = model
+    else:
+        forward = torch.compile(model, fullgraph=fullgraph, backend="eager")
+    with pytest.raises(Exception) as refused, torch.no_grad():  # Dynamo's own type with fullgraph
+        forward(prompt, use_cache=True, **cache_kw(StaticCache(config=model.config, max_cache_len=32)))
+    if fullgraph:  # Dynamo's error, caused by the refusal, which is printed first
+        first = "".join(traceback.format_exception(refused.value)).splitlines()[0]
+        assert "PSA cannot use a StaticCache" in first and "PSADynamicCache(model.config)" in first, first
+    else:
+        assert type(refused.value) is TypeError and "\n" not in str(refused.value)
+        assert str(refused.value).startswith("PSA cannot use a StaticCache")
+    assert not embedded
+
+
 def test_a_cache_filled_without_psa_is_refused(prompt):
     """A cache filled by a model without PSA holds raw keys: refused, not silently mixed."""
     from transformers import DynamicCache
