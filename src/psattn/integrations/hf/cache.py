@@ -423,8 +423,9 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     if cache.layer_class_to_replicate is DynamicLayer:
         cache.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
     while len(cache.layers) <= layer_idx:
-        cache.layers.append(PSALayer(**window))
-        cache.layers[-1].cache = owner
+        new = PSALayer(**window)
+        new.cache = owner
+        cache.layers.append(new)
     layer = cache.layers[layer_idx]
     if not isinstance(layer, PSALayer):
         layer = cache.layers[layer_idx] = _as_psa_layer(layer, window, layer_idx)
