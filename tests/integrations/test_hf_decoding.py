@@ -1,6 +1,7 @@
 """Beam search (cache reordering), assisted decoding (cache cropping) and the cache's contents."""
 
 import contextlib
+import copy
 import pickle
 
 import pytest
@@ -370,6 +371,10 @@ def test_a_crop_one_layer_refuses_changes_no_layer(own_cache):
             forward(ids[:, 12:16], use_cache=True, **cache_kw(cache))
             assert type(cache).__name__ == "DynamicCache"
             assert pickle.loads(pickle.dumps(cache)).get_seq_length() == 16  # its layers' weak references are not kept
+            copied = copy.deepcopy(cache)  # a copy's layers check the copy's
+            with pytest.raises(ValueError, match="sliding-window layer"):
+                copied.crop(-3)
+            assert [layer.get_seq_length() for layer in copied.layers] == [16, 16]
         elif own_cache:
             cache = PSADynamicCache(model.config)
             model(ids[:, :12], use_cache=True, **cache_kw(cache))

@@ -38,6 +38,7 @@ instead of storing wrong keys.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from functools import partial
 from typing import Any
@@ -68,8 +69,18 @@ class PSALayer(DynamicLayer):
         self.cache: weakref.ref[DynamicCache] | None = None  # set where the cache stays a plain DynamicCache (compiled)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The layer's state for pickle and ``copy.deepcopy``, without the reference to its cache (a weak one)."""
+        """The layer's state for pickle, without the reference to its cache (a weak one)."""
         return {**vars(self), "cache": None}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PSALayer:
+        """A deep copy; one made with its cache (``copy.deepcopy(cache)``) refers to the copy of the cache."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        vars(new).update(copy.deepcopy(self.__getstate__(), memo))
+        owner = None if self.cache is None else self.cache()
+        if owner is not None and id(owner) in memo:  # the cache's copy, made before its layers are copied
+            new.cache = weakref.ref(memo[id(owner)])
+        return new
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
