@@ -21,7 +21,9 @@ values of the last forward call's tokens, which existed during that call anyway 
 the next ``update`` or by ``crop``; so any crop within the last call is exact. ``max_rollback = r``
 keeps r more positions (a PSA *assistant* model is cropped across several of its own calls), and
 ``activate_past_recording`` keeps everything until the next ``crop``, as transformers'
-sliding-window layers do. A crop beyond the window raises a ValueError and changes nothing.
+sliding-window layers do. A crop beyond the window raises a ValueError and changes nothing, in any layer:
+``PSADynamicCache.crop`` checks every layer before it crops one, and so does the first PSA layer of a cache that
+stays a plain ``DynamicCache`` (a compiled forward fills one: Dynamo cannot change its class).
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
@@ -166,7 +168,7 @@ class PSALayer(DynamicLayer):
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
         the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
         _check_removal(tokens_to_remove)
-        self.check_cache_crop(tokens_to_remove)
+        self._check_every_layer(tokens_to_remove)
         if not self.is_initialized:
             return
         now = self.get_seq_length()
@@ -174,7 +176,7 @@ class PSALayer(DynamicLayer):
         self.shear_state.crop(length, now)
         super().crop(length - now)
 
-    def check_cache_crop(self, tokens_to_remove: int) -> None:
+    def _check_every_layer(self, tokens_to_remove: int) -> None:
         """In a plain ``DynamicCache`` (one a compiled forward filled: Dynamo cannot turn it into a
         ``PSADynamicCache``), transformers' ``crop`` crops layer after layer; its first PSA layer checks every PSA
         layer before any is cropped, as ``PSADynamicCache.crop`` does, so a refused crop changes no layer there either."""
@@ -305,7 +307,7 @@ class PSASlidingWindowLayer(PSALayer):
     def crop(self, tokens_to_remove: int) -> None:
         """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
         changing nothing), and afterwards only the working window is."""
-        self.check_cache_crop(tokens_to_remove)
+        self._check_every_layer(tokens_to_remove)
         self.check_crop(tokens_to_remove)
         if not self.is_initialized:
             return
@@ -337,8 +339,9 @@ def can_hold_sheared_keys(layer) -> bool:
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
     layer slides a window). ``generate`` does not need
-    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one), but it can be
-    passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
+    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one; under
+    ``torch.compile`` only the layers), but it can be passed as ``cache=`` / ``past_key_values=`` to set
+    ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
         super().__init__(config=config)
@@ -424,7 +427,7 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     cache = check_cache(cache)
     if type(cache) is DynamicCache and not torch.compiler.is_compiling():  # Dynamo cannot trace a class change
         cache.__class__ = PSADynamicCache  # the same attributes; its crop checks every layer before it crops one
-    # where it stays a DynamicCache, each new PSA layer knows it, to check every layer before a crop (check_cache_crop)
+    # where it stays a DynamicCache, each new PSA layer knows it, to check every layer before a crop
     owner = weakref.ref(cache) if type(cache) is DynamicCache else None
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
