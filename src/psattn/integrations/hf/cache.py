@@ -402,8 +402,8 @@ def check_cache(cache: object) -> DynamicCache:
     if not isinstance(cache, DynamicCache):
         raise TypeError(f"PSA cannot use a {type(cache).__name__}: static, quantized and encoder-decoder caches store raw "
                         f"keys; {_INSTEAD} (torch.compile takes those too)")
-    if getattr(cache, "offloading", False):
-        raise TypeError(f"PSA cannot use an offloaded cache (cache_implementation='offloaded', DynamicCache(offloading=True)); "
+    if getattr(cache, "offloading", False):  # double quotes only: Dynamo shows the message in a repr, escaping single ones
+        raise TypeError(f'PSA cannot use an offloaded cache (cache_implementation="offloaded", DynamicCache(offloading=True)); '
                         f"{_INSTEAD}")
     return cache
 
@@ -413,7 +413,7 @@ def refuse_paged_cache(*args, **kwargs):
     ``init_continuous_batching``) on a patched model: a TypeError naming the cache to use, before transformers
     switches the model's attention or fills a cache (``apply_psa`` puts it in the model's
     ``init_continuous_batching``, where every way in begins)."""
-    raise TypeError("PSA cannot use a paged cache (continuous batching: cache_implementation='paged', generate_batch): "
+    raise TypeError('PSA cannot use a paged cache (continuous batching: cache_implementation="paged", generate_batch): '
                     f"its paged attention kernels read raw keys; {_INSTEAD}")
 
 
