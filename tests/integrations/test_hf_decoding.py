@@ -1,6 +1,8 @@
 """Beam search (cache reordering), assisted decoding (cache cropping) and the cache's contents."""
 
 import contextlib
+import copy
+import pickle
 
 import pytest
 import torch
@@ -345,21 +347,41 @@ def test_a_sliding_window_layer_holds_the_raw_rows_its_crops_need_not_the_prompt
     assert [layer.shear_state.raw_k.values.shape[-2] for layer in cache.layers] == [3, 3]  # max_rollback + 1 each
 
 
-@pytest.mark.parametrize("own_cache", [False, True], ids=["generate's-cache", "PSADynamicCache"])
+def _compiled(model):
+    """``model`` compiled whole by Dynamo (backend "eager": its tracing of the PSA hooks and cache is the path under
+    test; inductor's code generation adds nothing to it and takes a minute on a CPU)."""
+    torch._dynamo.reset()
+    return torch.compile(model, fullgraph=True, backend="eager")
+
+
+@pytest.mark.parametrize("own_cache", [False, True, "compiled"],
+                         ids=["generate's-cache", "PSADynamicCache", "a-compiled-forward's-cache"])
 def test_a_crop_one_layer_refuses_changes_no_layer(own_cache):
     """A full-attention layer before a sliding-window one (Qwen2's max_window_layers puts them so) can go back
     further than the sliding one: the cache checks every layer before it crops any, so the refused crop leaves
-    every layer as it was, and decoding on from there equals the full forward."""
+    every layer as it was, and decoding on from there equals the full forward. The same holds for the cache a
+    compiled forward makes for itself, which stays a plain DynamicCache (Dynamo cannot change its class)."""
     model = apply_psa(tiny_model("gemma3_text", sliding_window=4, layer_types=["full_attention", "sliding_attention"]),
                       "symmetric", 0.8)
     ids = torch.randint(1, 60, (1, 20), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        if own_cache:
+        if own_cache == "compiled":
+            forward = _compiled(model)
+            cache = returned_cache(forward(ids[:, :12], use_cache=True))
+            forward(ids[:, 12:16], use_cache=True, **cache_kw(cache))
+            assert type(cache).__name__ == "DynamicCache"
+            assert pickle.loads(pickle.dumps(cache)).get_seq_length() == 16  # its layers' weak references are not kept
+            copied = copy.deepcopy(cache)  # a copy's layers check the copy's
+            with pytest.raises(ValueError, match="sliding-window layer"):
+                copied.crop(-3)
+            assert [layer.get_seq_length() for layer in copied.layers] == [16, 16]
+        elif own_cache:
             cache = PSADynamicCache(model.config)
             model(ids[:, :12], use_cache=True, **cache_kw(cache))
+            model(ids[:, 12:16], use_cache=True, **cache_kw(cache))
         else:  # the DynamicCache the model makes for itself, as generate's
             cache = returned_cache(model(ids[:, :12], use_cache=True))
-        model(ids[:, 12:16], use_cache=True, **cache_kw(cache))
+            model(ids[:, 12:16], use_cache=True, **cache_kw(cache))
         held = [(layer.get_seq_length(), layer.keys) for layer in cache.layers]
         with pytest.raises(ValueError, match="sliding-window layer"):
             cache.crop(-3)

@@ -24,6 +24,7 @@ def test_patch_then_unpatch_restores_the_original(prompt):
     assert not torch.allclose(logits(model, prompt), before)
     remove_psa(model)
     assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
+    assert "init_continuous_batching" not in vars(model)  # transformers' continuous batching is the model's again
     assert torch.equal(logits(model, prompt), before)
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=5, do_sample=False), before_tokens)
@@ -174,14 +175,16 @@ def _unusable_caches():
         "offloaded-DynamicCache": _generate_into(lambda config: DynamicCache(config=config, offloading=True)),
         "QuantizedCache": _generate_into(lambda config: QuantizedCache(backend="fp8", config=config)),
         "torch.compile-StaticCache": _compiled_forward_into_a_static_cache,
+        "generate-paged": _generate_with("paged"),  # continuous batching: transformers would switch the attention
+        "generate_batch": lambda model, ids: model.generate_batch(ids.tolist()),
     }
 
 
 @pytest.mark.parametrize("path", list(_unusable_caches()))
 def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_use(path, prompt):
-    """Every way a user asks for a static, offloaded or quantized cache (generate's cache_implementation, a cache
-    object, a compiled forward) is refused in one line naming the cache to use instead, before the model's
-    embedding runs, and changes nothing: the model then generates as before."""
+    """Every way a user asks for a static, offloaded, quantized or paged cache (generate's cache_implementation, a
+    cache object, a compiled forward, continuous batching) is refused in one line naming the cache to use instead,
+    before the model's embedding runs, and changes nothing: the model then generates as before."""
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
     with torch.no_grad():
         want = model.generate(prompt, max_new_tokens=4, do_sample=False)
@@ -197,6 +200,44 @@ def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False), want)
         assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False, cache_implementation="dynamic"), want)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("compile_model", ["torch.compile(model)", "model.compile()"])
+@pytest.mark.parametrize("offloaded", [False, True], ids=["StaticCache", "offloaded-DynamicCache"])
+def test_a_compiled_model_refuses_a_cache_naming_it_on_the_first_line(compile_model, fullgraph, offloaded, prompt):
+    """A compiled model refuses a static or offloaded cache before its forward is traced. Without ``fullgraph`` the
+    refusal is the one line; with ``fullgraph=True`` Dynamo wraps whatever the code it traces raises (PSA's hooks are
+    traced with the model, and a check kept out of the trace would break the graph of every compiled call), and the
+    first line of what it prints holds the refusal, word for word (Dynamo's own explanation follows). Nothing is done
+    either way."""
+    import traceback
+
+    from transformers import DynamicCache, StaticCache
+
+    from psattn.integrations.hf.cache import check_cache
+
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    cache = DynamicCache(config=model.config, offloading=True) if offloaded else StaticCache(config=model.config,
+                                                                                               max_cache_len=32)
+    with pytest.raises(TypeError) as eager:
+        check_cache(cache)
+    embedded = []
+    model.model.embed_tokens.register_forward_pre_hook(lambda *args: embedded.append(1))
+    torch._dynamo.reset()
+    if compile_model == "model.compile()":
+        model.compile(fullgraph=fullgraph, backend="eager")
+        forward = model
+    else:
+        forward = torch.compile(model, fullgraph=fullgraph, backend="eager")
+    with pytest.raises(Exception) as refused, torch.no_grad():  # Dynamo's own type with fullgraph
+        forward(prompt, use_cache=True, **cache_kw(cache))
+    if fullgraph:  # Dynamo's error, caused by the refusal, which is printed first
+        first = "".join(traceback.format_exception(refused.value)).splitlines()[0]
+        assert str(eager.value) in first, first
+    else:
+        assert type(refused.value) is TypeError and str(refused.value) == str(eager.value)
+    assert "\n" not in str(eager.value) and not embedded
 
 
 def test_a_cache_filled_without_psa_is_refused(prompt):

@@ -21,7 +21,9 @@ values of the last forward call's tokens, which existed during that call anyway 
 the next ``update`` or by ``crop``; so any crop within the last call is exact. ``max_rollback = r``
 keeps r more positions (a PSA *assistant* model is cropped across several of its own calls), and
 ``activate_past_recording`` keeps everything until the next ``crop``, as transformers'
-sliding-window layers do. A crop beyond the window raises a ValueError and changes nothing.
+sliding-window layers do. A crop beyond the window raises a ValueError and changes nothing, in any layer:
+``PSADynamicCache.crop`` checks every layer before it crops one, and so does the first PSA layer of a cache that
+stays a plain ``DynamicCache`` (a compiled forward fills one: Dynamo cannot change its class).
 ``keep_last_call=False`` keeps only the last ``max_rollback + 1`` positions at all times: O(1)
 right after a long prefill as well, for models that are never cropped further back than that.
 
@@ -38,6 +40,8 @@ instead of storing wrong keys.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from functools import partial
 from typing import Any
 
@@ -64,6 +68,21 @@ class PSALayer(DynamicLayer):
         self._position = 0  # where the last chunk given to update begins
         self._pending = 0  # tokens of the last chunk still raw in the cache: update appended, store not yet
         self.chunk_sheared = False  # the last update stored its chunk's keys sheared (nothing left to store)
+        self.cache: weakref.ref[DynamicCache] | None = None  # set where the cache stays a plain DynamicCache (compiled)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The layer's state for pickle, without the reference to its cache (a weak one)."""
+        return {**vars(self), "cache": None}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PSALayer:
+        """A deep copy; one made with its cache (``copy.deepcopy(cache)``) refers to the copy of the cache."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        vars(new).update(copy.deepcopy(self.__getstate__(), memo))
+        owner = None if self.cache is None else self.cache()
+        if owner is not None and id(owner) in memo:  # the cache's copy, made before its layers are copied
+            new.cache = weakref.ref(memo[id(owner)])
+        return new
 
     def __repr__(self) -> str:
         spec = "unused" if self.spec is None else f"gamma_q={self.spec.gamma_q:g}, gamma_k={self.spec.gamma_k:g}"
@@ -149,12 +168,25 @@ class PSALayer(DynamicLayer):
         """transformers' convention: remove ``-tokens_to_remove`` tokens (a negative int; 0 only shrinks
         the raw windows back to their working size). The rollback itself is ``ShearState.crop``."""
         _check_removal(tokens_to_remove)
+        self._check_every_layer(tokens_to_remove)
         if not self.is_initialized:
             return
         now = self.get_seq_length()
         length = max(now + tokens_to_remove, 0)
         self.shear_state.crop(length, now)
         super().crop(length - now)
+
+    def _check_every_layer(self, tokens_to_remove: int) -> None:
+        """In a plain ``DynamicCache`` (one a compiled forward filled: Dynamo cannot turn it into a
+        ``PSADynamicCache``), transformers' ``crop`` crops layer after layer; its first PSA layer checks every PSA
+        layer before any is cropped, as ``PSADynamicCache.crop`` does, so a refused crop changes no layer there either."""
+        cache = None if self.cache is None else self.cache()
+        if cache is None or isinstance(cache, PSADynamicCache):
+            return
+        layers = [layer for layer in cache.layers if isinstance(layer, PSALayer)]
+        if layers and layers[0] is self:
+            for layer in layers:
+                layer.check_crop(tokens_to_remove)
 
     def reset(self) -> None:
         """Empty the layer, raw windows included: it takes keys sheared under any settings again."""
@@ -275,6 +307,7 @@ class PSASlidingWindowLayer(PSALayer):
     def crop(self, tokens_to_remove: int) -> None:
         """``PSALayer.crop``; the keys the window shows after the crop must still be kept (else a ValueError,
         changing nothing), and afterwards only the working window is."""
+        self._check_every_layer(tokens_to_remove)
         self.check_crop(tokens_to_remove)
         if not self.is_initialized:
             return
@@ -306,8 +339,9 @@ def can_hold_sheared_keys(layer) -> bool:
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
     layer slides a window). ``generate`` does not need
-    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one), but it can be
-    passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
+    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one; under
+    ``torch.compile`` only the layers), but it can be passed as ``cache=`` / ``past_key_values=`` to set
+    ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
         super().__init__(config=config)
@@ -368,10 +402,19 @@ def check_cache(cache: object) -> DynamicCache:
     if not isinstance(cache, DynamicCache):
         raise TypeError(f"PSA cannot use a {type(cache).__name__}: static, quantized and encoder-decoder caches store raw "
                         f"keys; {_INSTEAD} (torch.compile takes those too)")
-    if getattr(cache, "offloading", False):
-        raise TypeError(f"PSA cannot use an offloaded cache (cache_implementation='offloaded', DynamicCache(offloading=True)); "
+    if getattr(cache, "offloading", False):  # double quotes only: Dynamo shows the message in a repr, escaping single ones
+        raise TypeError(f'PSA cannot use an offloaded cache (cache_implementation="offloaded", DynamicCache(offloading=True)); '
                         f"{_INSTEAD}")
     return cache
+
+
+def refuse_paged_cache(*args, **kwargs):
+    """Continuous batching (``generate(..., cache_implementation="paged")``, ``generate_batch``,
+    ``init_continuous_batching``) on a patched model: a TypeError naming the cache to use, before transformers
+    switches the model's attention or fills a cache (``apply_psa`` puts it in the model's
+    ``init_continuous_batching``, where every way in begins)."""
+    raise TypeError('PSA cannot use a paged cache (continuous batching: cache_implementation="paged", generate_batch): '
+                    f"its paged attention kernels read raw keys; {_INSTEAD}")
 
 
 def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
@@ -384,6 +427,8 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     cache = check_cache(cache)
     if type(cache) is DynamicCache and not torch.compiler.is_compiling():  # Dynamo cannot trace a class change
         cache.__class__ = PSADynamicCache  # the same attributes; its crop checks every layer before it crops one
+    # where it stays a DynamicCache, each new PSA layer knows it, to check every layer before a crop
+    owner = weakref.ref(cache) if type(cache) is DynamicCache else None
     window: dict[str, Any]
     if isinstance(cache.layer_class_to_replicate, partial) and cache.layer_class_to_replicate.func is PSALayer:
         window = dict(cache.layer_class_to_replicate.keywords)  # a PSADynamicCache's own max_rollback and keep_last_call
@@ -392,8 +437,11 @@ def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:
     if cache.layer_class_to_replicate is DynamicLayer:
         cache.layer_class_to_replicate = partial(PSALayer, **window)  # type: ignore[assignment]  # called, never subclassed
     while len(cache.layers) <= layer_idx:
-        cache.layers.append(PSALayer(**window))
+        new = PSALayer(**window)
+        new.cache = owner
+        cache.layers.append(new)
     layer = cache.layers[layer_idx]
     if not isinstance(layer, PSALayer):
         layer = cache.layers[layer_idx] = _as_psa_layer(layer, window, layer_idx)
+        layer.cache = owner
     return layer

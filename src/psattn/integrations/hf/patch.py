@@ -11,7 +11,11 @@ settings, turns the model's own config copy into a ``psattn_<base>`` config; see
    empty layers of the ``DynamicCache`` that ``generate`` creates into PSA layers, and passes the
    per-model settings down to the attention function as the ``psa_step`` keyword argument.
 
-``remove_psa`` removes the hooks and restores the original attention implementation.
+The model's own ``init_continuous_batching``, where continuous batching begins (``cache_implementation="paged"``,
+``generate_batch``), refuses it (``.cache.refuse_paged_cache``): transformers would otherwise switch the model's
+attention to one of its paged kernels, which attend over raw keys.
+
+``remove_psa`` removes the hooks and that refusal and restores the original attention implementation.
 
 The settings travel with the model: ``apply_psa`` turns ``model.config`` into a ``psattn_<base>``
 config that carries them (see ``.saving``), so ``save_pretrained`` writes them and
@@ -34,7 +38,7 @@ from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes, register_on_look_up
-from psattn.integrations.hf.cache import check_cache, psa_layer
+from psattn.integrations.hf.cache import check_cache, psa_layer, refuse_paged_cache
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
@@ -210,6 +214,8 @@ def apply_psa(
     for top in {id(m): m for m in (model, getattr(model, "base_model", model))}.values():  # where a forward pass begins
         state.handles.append(top.register_forward_pre_hook(partial(_forward_begins, state), with_kwargs=True))
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
+    # continuous batching would switch the attention to a paged kernel: refused where it begins, on this model only
+    model.init_continuous_batching = refuse_paged_cache  # type: ignore[assignment]  # as _psa_state above
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
     return model
@@ -244,6 +250,7 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         handle.remove()
     for m in state.modules:
         remove_hook_points(m)
+    vars(model).pop("init_continuous_batching", None)  # transformers' own again
     if saved_spec(state.shared_config) is None:
         _point_config(model, model.config, state.shared_config)  # the plain config it had, untouched all along
     else:  # built as a PSA model (from a saved one): its own copy, made plain
