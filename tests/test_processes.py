@@ -29,3 +29,34 @@ with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as sta
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
     assert list(out.iterdir()) == []  # no staging folder, no file of the stopped run
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_second_stop_signal_while_the_staging_folder_is_removed_waits_until_it_is_gone(tmp_path, signum):
+    """A second SIGTERM or SIGHUP (a scheduler's own deadline) while the first's cleanup removed the staging folder
+    raised there, midway, and the process ended with half the folder left in --out."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal, time
+from pathlib import Path
+from psattn.processes import staged_folder
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+unlink = os.unlink
+
+def unlink_then_stop(path, *args, **kwargs):  # the second stop as the first file of the folder goes
+    unlink(path, *args, **kwargs)
+    os.unlink = unlink
+    os.kill(os.getpid(), signal.{signum})
+
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    for name in ("a.png", "b.png", "c.png"):
+        (staging / name).write_text("half a report")
+    os.unlink = unlink_then_stop
+    os.kill(os.getpid(), signal.{signum})
+    time.sleep(30)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert list(out.iterdir()) == []  # the staging folder removed whole
