@@ -29,3 +29,87 @@ with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as sta
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
     assert list(out.iterdir()) == []  # no staging folder, no file of the stopped run
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_second_stop_signal_while_the_staging_folder_is_removed_waits_until_it_is_gone(tmp_path, signum):
+    """A second SIGTERM or SIGHUP (a scheduler's own deadline) while the first's cleanup removed the staging folder
+    raised there, midway, and the process ended with half the folder left in --out."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal, time
+from pathlib import Path
+from psattn.processes import staged_folder
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+unlink = os.unlink
+
+def unlink_then_stop(path, *args, **kwargs):  # the second stop as the first file of the folder goes
+    unlink(path, *args, **kwargs)
+    os.unlink = unlink
+    os.kill(os.getpid(), signal.{signum})
+
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    for name in ("a.png", "b.png", "c.png"):
+        (staging / name).write_text("half a report")
+    os.unlink = unlink_then_stop
+    os.kill(os.getpid(), signal.{signum})
+    time.sleep(30)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert list(out.iterdir()) == []  # the staging folder removed whole
+
+
+_SECOND_STOP = """
+import contextlib, os, signal, sys, time
+from pathlib import Path
+
+out, site = Path(sys.argv[1]), sys.argv[2]
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+unlink = os.unlink
+
+def unlink_then_stop(path, *args, **kwargs):  # the second stop as the first file of the staging folder goes
+    unlink(path, *args, **kwargs)
+    os.unlink = unlink
+    os.kill(os.getpid(), signal.SIGTERM)
+
+def written_then_stopped(folder):  # three files in the staging folder, then the first stop
+    for name in ("a.png", "b.png", "c.png"):
+        (folder / name).write_text("half of it")
+    os.unlink = unlink_then_stop
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+out.mkdir()
+if site == "hf export":
+    from psattn.export.staging import staged_folder
+    with staged_folder(out / "hf") as staging:
+        written_then_stopped(staging)
+elif site == "onnx export":
+    from psattn.export.staging import staged_files
+    with staged_files(out / "model.onnx", lambda target: [target]) as path:
+        written_then_stopped(path.parent)
+elif site == "meanfield run":
+    from psattn import cli
+    from psattn.commands import meanfield
+    meanfield._write_run = lambda folder, config, traj: written_then_stopped(folder)
+    sys.exit(cli.main(["meanfield", "run", "--n", "8", "--tau", "0.1", "--no-animation", "--out", str(out)]))
+elif site == "meanfield report":
+    from psattn.meanfield import reproduce
+    reproduce._write_report = lambda folder, *args: written_then_stopped(folder)
+    reproduce.meanfield_report(out)
+"""
+
+
+@pytest.mark.parametrize("site", ["hf export", "onnx export", "meanfield run", "meanfield report"])
+def test_a_second_stop_signal_while_a_commands_staging_folder_is_removed_waits_until_it_is_gone(tmp_path, site):
+    """The exports, ``psattn meanfield run`` and the mean-field report remove their staging folder on a first
+    SIGTERM; a second one meanwhile (a scheduler's own deadline) raised there, midway, and left half the folder."""
+    script, out = tmp_path / "stage.py", tmp_path / "out"
+    script.write_text(_SECOND_STOP)
+    done = subprocess.run([sys.executable, str(script), str(out), site], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode != 0, done.stderr[-2000:]  # stopped
+    assert list(out.iterdir()) == []  # no staging folder, no half of one

@@ -2,9 +2,11 @@
 
 A write goes to a temporary file beside the target (``.<name>.<random>.tmp``), is flushed to the disk and
 renamed into place; a failed write removes the temporary file and raises one OSError naming the target
-(``write_failed``); ``atomic_writes`` writes a set of files so, and renames none until all are written. Files
-get the permissions any new file gets (0644 under the usual umask 022), not the private 0600 of the temporary
-file they are written to. ``append_line`` appends a line whole or not at all.
+(``write_failed``); SIGTERM or SIGHUP, whose default action would end the process on the spot, leaving it,
+remove it too, and then end the process (``psattn.processes.signals_unwind``; what a kill leaves,
+``temporary_files`` finds). ``atomic_writes`` writes a set of files so, and renames none until all are written.
+Files get the permissions any new file gets (0644 under the usual umask 022), not the private 0600 of the
+temporary file they are written to. ``append_line`` appends a line whole or not at all.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO, Any
+
+from psattn.processes import signals_unwind
 
 #: the process's umask, read once (setting it is the only way to read it)
 _UMASK = os.umask(0)
@@ -42,21 +46,23 @@ def atomic_writes(writes: dict[str | Path, Callable[[IO[bytes]], Any]],
     """Write each path of ``writes`` whole with its ``write(f)``, as ``atomic_write``, and as a set: every file
     is written to its temporary file first, so that a failed write (a full disk) replaces none of them, and only
     then are they renamed into place, one after the other inside ``replacing()`` (where a caller holds the stop
-    signals, so that no stop falls between two renames)."""
+    signals, so that no stop falls between two renames). SIGTERM or SIGHUP removes the temporary files not yet
+    renamed, as a failure does, and then ends the process (where their handlers are the default)."""
     written: list[tuple[Path, str]] = []  # (target, its temporary file)
-    try:
-        for path, write in writes.items():
-            written.append((Path(path), _written_beside(Path(path), write)))
-        with replacing():
-            for path, tmp in written:
-                try:
-                    os.replace(tmp, path)
-                except OSError as err:
-                    raise write_failed(path, err, "the file already there (if any) is intact") from None
-    finally:
-        for _, tmp in written:
-            if os.path.exists(tmp):  # not renamed: a later write failed, or a stop came first
-                os.unlink(tmp)
+    with signals_unwind():  # SIGTERM and SIGHUP, which would end the process on the spot, remove them first
+        try:
+            for path, write in writes.items():
+                written.append((Path(path), _written_beside(Path(path), write)))
+            with replacing():
+                for path, tmp in written:
+                    try:
+                        os.replace(tmp, path)
+                    except OSError as err:
+                        raise write_failed(path, err, "the file already there (if any) is intact") from None
+        finally:
+            for _, tmp in written:
+                if os.path.exists(tmp):  # not renamed: a later write failed, or a stop came first
+                    os.unlink(tmp)
 
 
 def _written_beside(path: Path, write: Callable[[IO[bytes]], Any]) -> str:

@@ -65,14 +65,22 @@ def tidy_staging(out: Path, prefix: str) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def remove_staging(folder: Path) -> None:
+    """Remove the staging folder ``folder`` with all in it (one gone already is fine), the stop signals held: a
+    stop that comes meanwhile (a second one, a scheduler's own deadline, while the first's cleanup runs) lands once
+    it is gone, not midway, where it left half of it."""
+    with stop_signals_held():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextManager[Any]]) -> Iterator[Path]:
     """A staging folder inside ``out`` (made when missing; ``prefix`` then this process's id) for the block to write
     a set of files into. They are moved into ``out`` once the block has written all, inside ``moving()`` (the stop
     signals held, say), and the emptied folder is removed there too, before a stop held meanwhile ends the process:
     a stop or a failure midway leaves the earlier files whole, not a mix of two. SIGTERM and SIGHUP, which would end
-    the process on the spot, remove the staging folder first and then end it (``signals_unwind``). Staging folders of
-    killed runs go first (``tidy_staging``)."""
+    the process on the spot, remove the staging folder first and then end it (``signals_unwind``), and a second stop
+    meanwhile waits until it is gone (``remove_staging``). Staging folders of killed runs go first (``tidy_staging``)."""
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, prefix)
     with signals_unwind():
@@ -84,7 +92,7 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
                     os.replace(path, out / path.name)
                 staging.rmdir()
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_staging(staging)
 
 
 @contextlib.contextmanager

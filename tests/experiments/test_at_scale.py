@@ -1047,3 +1047,38 @@ def test_a_summary_finds_the_phase_change_the_runs_own_history_finds():
     compact = saved_runs.compact_history(rows)
     assert detect_phase_change(rows) is None and detect_phase_change(compact) is None
     assert compact[2]["prefix_matching_score"] == [[0.09996], [0.09996]] and compact[-1] == rows[-1]
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_parts_are_joined_removes_the_staging_folder(tmp_path, signum):
+    """SIGTERM or SIGHUP while ``join_run`` wrote the run's files beside it ended the process on the spot and left
+    the hidden ``.RUN.joining-*`` folder, with the files written so far, beside the runs."""
+    import signal
+
+    from psattn.experiments import run_parts
+
+    run = tmp_path / "a" / "paper_scale_run"
+    run.mkdir(parents=True)
+    for path in run_files(run)[:4]:
+        path.write_bytes(os.urandom(3000))
+    parts = run_parts.split_run(run, tmp_path / "out", "paper_scale-in-progress", part_bytes=4096, max_parts=10)
+    script = tmp_path / "join.py"
+    script.write_text(f"""
+import os, signal, sys
+from psattn.experiments import run_parts
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+held = run_parts.stop_signals_held
+
+def stopped_first():  # the files written into the staging folder, before they move in
+    os.kill(os.getpid(), signal.{signum})
+    return held()
+
+run_parts.stop_signals_held = stopped_first
+run_parts.join_run(sys.argv[2:], sys.argv[1])
+""")
+    runs = tmp_path / "b"
+    done = subprocess.run([sys.executable, str(script), str(runs), *map(str, parts)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert list(runs.iterdir()) == []  # no staging folder, no half run

@@ -542,10 +542,20 @@ if __name__ == "__main__":
     rep.reproduce = functools.partial(rep.reproduce, sections=sections)
     rep.train_all = lambda *a, **k: {"trained_now": 0, "reused": 0, "reused_git_revisions": [], "seconds": {}}
 
+    unlink = os.unlink
+
+    def unlink_then_stop(path, *args, **kwargs):  # a second stop as the first's cleanup removes the staging folder
+        unlink(path, *args, **kwargs)
+        os.unlink = unlink
+        os.kill(os.getpid(), signum)
+
     def section(out_, mode, workers, progress, figures):
         figures.mkdir(parents=True, exist_ok=True)
         (figures / "curves.png").write_text(when)
-        if when == "sections":
+        (figures / "heads.png").write_text(when)
+        if when == "twice":
+            os.unlink = unlink_then_stop
+        if when in ("sections", "twice"):
             os.kill(os.getpid(), signum)
         return [f"report {when}"], {"run": when}
 
@@ -602,6 +612,30 @@ def test_a_stop_signal_after_training_says_what_was_kept_in_one_line(tmp_path, s
     kept = "moving" if when == "moving" else "first"
     assert (out / "report.md").read_text().splitlines()[-1] == f"report {kept}"
     assert (out / "figures" / "curves.png").read_text() == kept
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_second_stop_signal_while_the_staging_folder_is_removed_waits_until_it_is_gone(tmp_path, signum):
+    """A second SIGTERM or SIGHUP (a scheduler's own deadline) while ``psattn reproduce`` removed its staging folder
+    after the first ended the process at once, leaving half the folder in --out. Now it is held until the folder is
+    gone, and then ends the process, as a second stop while run_experiments writes its summary does."""
+    import subprocess
+    import sys
+
+    from helpers import hidden_entries
+
+    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
+    script.write_text(_REPORT_CHILD)
+
+    def run(when):
+        return subprocess.run([sys.executable, str(script), str(out), when, signum], capture_output=True, text=True,
+                              timeout=60)
+
+    assert run("first").returncode == 0
+    done = run("twice")
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the second, once it was gone
+    assert hidden_entries(out) == []
+    assert (out / "report.md").read_text().splitlines()[-1] == "report first"
 
 
 @pytest.mark.parametrize("section", ["induction", "text"])

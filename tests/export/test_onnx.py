@@ -338,3 +338,32 @@ def test_an_export_leaves_the_callers_model_and_random_state_and_nan_logits_choo
     assert model.training and not model.blocks[0].training and model.blocks[1].training
     with pytest.raises(NonFiniteLogits, match="NaN or infinite logits"):  # argmax chose token 0
         OnnxLM(paths.prefill, paths.decode).generate(np.array([[1, 2]]), 3)
+
+
+def test_a_stop_signal_as_the_weights_file_is_renamed_into_place_leaves_no_file_beside_it(tmp_path):
+    """export_onnx wrote the shared weights to a visible ``NAME.onnx.data.new`` and renamed it into place: SIGTERM
+    (or a failed write) before the rename left that file beside the export for good."""
+    import signal
+
+    script = tmp_path / "export.py"
+    script.write_text("""
+import os, signal, sys
+from psattn import AttentionConfig, DecoderLM, ModelConfig
+from psattn.export import export_onnx
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+replace = os.replace
+
+def stopped_first(src, dst, *args, **kwargs):
+    if str(dst).endswith(".onnx.data"):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return replace(src, dst, *args, **kwargs)
+
+os.replace = stopped_first
+model = DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+export_onnx(model.eval(), sys.argv[1])
+""")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out" / "m.onnx")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]  # ended by the signal, as before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["m.decode.onnx", "m.onnx"]

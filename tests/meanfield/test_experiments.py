@@ -319,3 +319,59 @@ def test_a_finished_or_failed_runs_tensors_are_freed_before_the_next_config_runs
     with pytest.raises(ExperimentsFailed, match=r"^run 1 of 3 \(usa_n8\) failed: the simulation overflowed; "):
         run_experiments(configs, tmp_path)
     assert len(alive) == 3
+
+
+def test_a_list_whose_kept_summary_records_do_not_fit_is_refused_before_any_run(tmp_path, monkeypatch):
+    """run_experiments keeps every run's summary record (its diagnostics as Python numbers, four times their float64)
+    until it writes summary.json; each run's memory check counted neither its own record nor those of the runs
+    before it, so a list whose every run passed could run out of memory late, its runs lost. (40 MiB free stands in
+    for a small machine: a run of these needs about 15 MiB alone, its record 11 MiB of it.)"""
+    import psattn.meanfield.experiments as experiments
+
+    ran = []
+
+    def counted(config):
+        ran.append(config)
+        raise ValueError("ran")
+
+    monkeypatch.setattr(experiments, "simulate", counted)
+    monkeypatch.setattr(experiments, "host_available_bytes", lambda: 40 * 2**20, raising=False)
+    configs = [SimulationConfig(n=4, batch=1000, tau=2.0, seed=seed) for seed in range(5)]
+    steps = configs[0].step_size()[1]
+    assert configs[0].memory_bytes(steps) < 0.8 * 40 * 2**20  # each run fits alone
+    with pytest.raises(ValueError, match=r"^the runs do not fit in memory together: the summary keeps every run's "
+                                         r"record .* 0\.0 GiB is available; run the configs in shorter lists"):
+        run_experiments(configs, tmp_path / "out")
+    assert ran == [] and not (tmp_path / "out").exists()  # refused before the first run
+    with pytest.raises(ExperimentsFailed, match="the 2 that failed"):  # two fit, and run
+        run_experiments(configs[:2], tmp_path / "out")
+    assert len(ran) == 2
+
+
+def test_a_runs_summary_record_is_counted_and_summary_json_is_not_held_whole(tmp_path):
+    """The memory estimate left out the run's summary record, made while its tensors are held (its numbers cost
+    33 bytes each as Python floats, 8 in a float64 tensor), and write_summary held the text of summary.json whole,
+    three times the records again (json.dumps with an indent)."""
+    import tracemalloc
+
+    from psattn.meanfield.experiments import summarise, write_summary
+    from psattn.meanfield.simulate import simulate
+
+    config = SimulationConfig(n=4, batch=300, tau=2.0)
+    traj = simulate(config)
+    tracemalloc.start()
+    try:
+        record = summarise(traj)
+        made = tracemalloc.get_traced_memory()[0]
+        del traj
+        tracemalloc.reset_peak()
+        held = tracemalloc.get_traced_memory()[0]
+        write_summary([record, record], tmp_path)
+        writing = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    steps = config.step_size()[1]
+    assert config.memory_bytes(steps) > made  # (it was 1.2 MB)
+    assert made <= config.record_bytes(steps) < 1.5 * made
+    assert writing < made / 4  # streamed: (it was about 6 times the record)
+    assert json.loads((tmp_path / "summary.json").read_text())["runs"] == json.loads(json.dumps([record, record]))

@@ -202,3 +202,30 @@ def test_the_run_commands_help_names_max_frames(capsys):
     with pytest.raises(SystemExit):
         main(["meanfield", "run", "-h"])
     assert f"the animation draws at most {plots.MAX_FRAMES})" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_an_animation_is_drawn_leaves_no_temporary_folder(tmp_path, signum):
+    """SIGTERM or SIGHUP while ``animate_states`` drew its frames (seconds) ended the process on the spot and left the
+    hidden ``.NAME.*.tmp`` folder it writes the GIF in beside the GIF, for good."""
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("PIL.Image")
+    cfg = dataclasses.replace(paper_configs(ns=(8,), kernels=("rope",), tau=1.0)[0], keep_states=True, n_records=3)
+    states = save_states(simulate(cfg), tmp_path / "states.npz")
+    script = tmp_path / "animate.py"
+    script.write_text(f"""
+import os, signal, sys
+from matplotlib.animation import PillowWriter
+from psattn.meanfield.plots import animate_states
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+PillowWriter.grab_frame = lambda self, **kwargs: os.kill(os.getpid(), signal.{signum})
+animate_states(sys.argv[1], sys.argv[2])
+""")
+    done = subprocess.run([sys.executable, str(script), str(states), str(tmp_path / "run.gif")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["animate.py", "states.npz"]

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -362,3 +363,30 @@ def test_a_kept_tokenizer_that_is_not_bpe_is_refused_naming_it(tmp_path):
     shutil.rmtree(first.directory)
     with pytest.raises(ValueError, match=f"{kept.name} is not a BPE tokenizer of at most 300 ids.*delete it"):
         reopen(config)
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_during_a_cache_build_removes_its_staging_folder(tmp_path, cache_dir, signum):
+    """SIGTERM or SIGHUP while a corpus was tokenized ended the process on the spot and left the staging folder (the
+    corpus's tokens so far) in the cache, for the next build on this machine to find: one on another machine sharing
+    the cache kept it for good."""
+    corpus = corpus_folder(tmp_path / "corpus")
+    script = tmp_path / "build.py"
+    script.write_text(f"""
+import os, signal, sys
+from psattn.tasks import make_task_config
+from psattn.textdata import tokens
+
+signal.signal(signal.{signum}, signal.SIG_DFL)  # as in a terminal: under nohup the process starts with SIGHUP ignored
+build = tokens._build
+
+def stopped(documents, tokenizer, vocab_size, eval_fraction, out, *args):
+    build(documents, tokenizer, vocab_size, eval_fraction, out, *args)
+    os.kill(os.getpid(), signal.{signum})  # the entry written, not yet renamed into place
+
+tokens._build = stopped
+make_task_config("text", corpus=sys.argv[1], seq_len=16).tokens()
+""")
+    done = subprocess.run([sys.executable, str(script), str(corpus)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
+    assert list((cache_dir / "text").iterdir()) == []  # no staging folder, no entry

@@ -198,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from psattn.meanfield.experiments import ExperimentsInterrupted, interrupted_run, run_name, torch_threads
     from psattn.meanfield.simulate import simulate, step_size
     from psattn.meanfield.staging import STAGING_PREFIX
-    from psattn.processes import signals_unwind, tidy_staging
+    from psattn.processes import remove_staging, signals_unwind, tidy_staging
     from psattn.progress import progress_bar
 
     config = resolve_run_config(args)
@@ -229,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     shutil.rmtree(staging)  # before a stop held meanwhile is handled
                     moved.append(True)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(staging)  # a second stop meanwhile waits until it is gone
     except KeyboardInterrupt as stop:  # what the stop left, in the line the batch's stop gives
         signum = getattr(stop, "signum", signal.SIGINT)
         if moved:

@@ -28,7 +28,7 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
-from psattn.processes import signals_unwind, tidy_staging
+from psattn.processes import remove_staging, signals_unwind, tidy_staging
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged, TrainingInterrupted, stop_signals_held
 from psattn.version import __version__
@@ -196,7 +196,7 @@ def reproduce(
     except KeyboardInterrupt as stop:
         raise _stopped(stop, out, bool(placed)) from None
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
+        remove_staging(staged)  # a second stop meanwhile (a scheduler's own deadline) waits until it is gone
     return out / "report.md"
 
 

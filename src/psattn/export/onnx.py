@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from psattn.export.graphs import (
     greedy_tokens,
     kept_modes,
 )
+from psattn.files import atomic_write
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
 
@@ -148,15 +149,16 @@ def share_weights(prefill: str | Path, decode: str | Path) -> Path:
             raw = numpy_helper.to_array(tensor).tobytes()
             if len(raw) >= SHARED_BYTES:
                 places.setdefault((tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).digest()), [raw, 0])
-    written = data.with_name(data.name + ".new")
-    with open(written, "wb") as f:  # mapped tensors first, each at a page boundary, then the rest packed
+    def write(f: IO[bytes]) -> None:  # mapped tensors first, each at a page boundary, then the rest packed
         for place in sorted(places.values(), key=lambda place: len(place[0]) < MAPPED_BYTES):
             if len(place[0]) >= MAPPED_BYTES:
                 f.write(b"\0" * (-f.tell() % PAGE))
             place[1] = f.tell()
             f.write(place[0])
-    # a new file, not the old one rewritten: sessions of an earlier export to this path map its pages
-    os.replace(written, data)
+
+    # a new file renamed into place, not the old one rewritten: sessions of an earlier export to this path map its
+    # pages; written whole (psattn.files): a failure or a stop leaves no temporary file beside it
+    atomic_write(data, write)
     for model, path in zip(models, paths, strict=True):
         for tensor in model.graph.initializer:
             raw = numpy_helper.to_array(tensor).tobytes()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from psattn.files import NEW_FILE_MODE, cannot_create, write_texts
-from psattn.processes import process_alive, signals_unwind
+from psattn.processes import process_alive, remove_staging, signals_unwind
 from psattn.training.signals import stop_signals_held
 
 log = logging.getLogger(__name__)
@@ -185,9 +185,9 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
             _reraise(err, target, staging, target, placed)
         finally:
             if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(staging)  # a second stop meanwhile waits until it is gone
             if old is not None and placed:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_staging(old)
 
 
 @contextlib.contextmanager
@@ -237,7 +237,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
             _reraise(err, target, staging, target.parent, placed)
         finally:
             if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(staging)  # a second stop meanwhile waits until it is gone
 
 
 def moved(paths: dict[str, str], target: Path) -> dict[str, str]:

@@ -32,7 +32,7 @@ from psattn.meanfield.kernels import (
     prefix_kernel,
     rope_kernel,
 )
-from psattn.meanfield.memory import check_memory, estimate_bytes
+from psattn.meanfield.memory import check_memory, estimate_bytes, record_bytes
 from psattn.processes import host_available_bytes
 
 KERNEL_NAMES = ("usa", "rope", "generalised_rope", "cosine_toeplitz", "distance_bias", "prefix", "gauge", "pair")
@@ -243,6 +243,11 @@ class SimulationConfig:
         return estimate_bytes(n=self.n, d=self.d, batch=self.batch, steps=steps, n_records=self.n_records,
                               item_bytes=self.torch_dtype.itemsize, direct=direct, keep_states=self.keep_states,
                               gauges=self.kernel.name in GAUGE_KERNELS)
+
+    def record_bytes(self, steps: int) -> int:
+        """The bytes its summary record holds (``psattn.meanfield.memory.record_bytes``), a part of ``memory_bytes``
+        that ``run_experiments`` keeps for every run of its list."""
+        return record_bytes(n=self.n, d=self.d, batch=self.batch, steps=steps, n_records=self.n_records)
 
     def step_size(self) -> tuple[float, int]:
         """(η, number of steps): the β-aware USA step (if enabled), shrunk so steps·η = tau; a ValueError

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from psattn.files import atomic_write, write_text
+from psattn.files import atomic_write
 from psattn.meanfield.config import KernelConfig, SimulationConfig
+from psattn.meanfield.memory import GIB, MARGIN
 from psattn.meanfield.simulate import Trajectory, simulate
-from psattn.processes import StopSignal, signals_unwind, stop_signals_held
+from psattn.processes import StopSignal, host_available_bytes, signals_unwind, stop_signals_held
 from psattn.progress import progress_bar
 from psattn.provenance import provenance
 
@@ -144,7 +145,9 @@ def write_summary(runs: list[dict[str, Any]], out_dir: str | Path, failed: Seque
     seeds = {run["config"]["seed"] for run in named}  # "seed": null beside config.json's seed of the same run
     summary = {**provenance(seeds.pop() if len(seeds) == 1 else None), "runs": runs, "failed": list(failed),
                "interrupted": interrupted}
-    write_text(out / "summary.json", json.dumps(summary, indent=1, allow_nan=False))
+    # streamed to the file: its text, which took three times the records' memory again as one string, is never held
+    chunks = json.JSONEncoder(indent=1, allow_nan=False).iterencode(summary)
+    atomic_write(out / "summary.json", lambda f: f.writelines(chunk.encode() for chunk in chunks))
     return summary
 
 
@@ -190,6 +193,28 @@ def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
     return {"index": index, "name": run_name(config), "config": config.to_dict()}
 
 
+def _check_kept_records(configs: Sequence[SimulationConfig]) -> None:
+    """Refuse, in one line, a list whose runs do not fit in what the host has free now beside the summary records
+    of the runs before them, which ``run_experiments`` keeps until it writes summary.json (a run's own memory check
+    counts its record alone). A config too large alone is left to its own check, which refuses it at its run."""
+    available = host_available_bytes()
+    if available is None:
+        return
+    kept = need = 0
+    for config in configs:
+        steps = config.step_size()[1]
+        alone = config.memory_bytes(steps)
+        if alone > MARGIN * available:
+            continue
+        need, kept = max(need, kept + alone), kept + config.record_bytes(steps)
+    if need > MARGIN * available:
+        raise ValueError(f"the runs do not fit in memory together: the summary keeps every run's record (its "
+                         f"diagnostics as Python numbers, {kept / GIB:,.1f} GiB for these {len(configs)}) until it is "
+                         f"written, and a run beside the records before it needs up to {need / GIB:,.1f} GiB, and "
+                         f"{available / GIB:.1f} GiB is available; run the configs in shorter lists, or with fewer "
+                         "n_records or a smaller batch")
+
+
 def run_experiments(
     configs: Sequence[SimulationConfig], out_dir: str | Path, threads: int | None = 1, progress: bool = False
 ) -> dict[str, Any]:
@@ -204,7 +229,8 @@ def run_experiments(
     where their handlers are the default, which would end the process without a summary), and the exception's
     ``signum`` says which came; a second stop while the summary is written waits until it is whole. A rerun runs every
     config again and replaces the summary. An item of configs that is
-    no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run.
+    no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run, and
+    so is a list whose runs do not fit in the host's free memory beside the summary records of the runs before them.
     progress: show a tqdm bar over the configs (on stderr).
     """
     configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
@@ -212,6 +238,7 @@ def run_experiments(
         if not isinstance(config, SimulationConfig):
             raise TypeError(f"run_experiments takes SimulationConfigs; config {index + 1} of {len(configs)} is a "
                             f"{type(config).__name__} (SimulationConfig(**fields) makes one)")
+    _check_kept_records(configs)
     runs, failed, errors, stop = [], [], [], None
     with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
                                               leave=False) as bar:  # closed, also by Ctrl-C, before a word is said

@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from psattn.figures import save_figure
+from psattn.processes import signals_unwind
 
 logger = logging.getLogger(__name__)
 
@@ -295,8 +296,9 @@ def animate_states(states_path: str | Path, out_path: str | Path, fps: int = 10,
     points = ax.collections[-1]
     drawn = np.unique(np.round(np.linspace(0, len(states) - 1, min(len(states), MAX_FRAMES))).astype(int))  # (F,)
     writer = PillowWriter(fps=fps)
-    # written beside and moved in whole: a write cut short (a full disk) keeps the GIF already there
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp") as folder:
+    # written beside and moved in whole: a write cut short (a full disk) keeps the GIF already there, and SIGTERM or
+    # SIGHUP, which would end the process on the spot, remove the folder it is written in first
+    with signals_unwind(), tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp") as folder:
         staged = Path(folder) / out.name
         with writer.saving(fig, str(staged), dpi):
             for state, t in zip(states[drawn], times[drawn], strict=True):

@@ -45,7 +45,7 @@ from psattn.meanfield.experiments import (
 from psattn.meanfield.simulate import simulate
 from psattn.meanfield.staging import STAGING_PREFIX
 from psattn.meanfield.theorems import TheoremCheck
-from psattn.processes import signals_unwind, tidy_staging
+from psattn.processes import remove_staging, signals_unwind, tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
 from psattn.version import __version__
@@ -116,7 +116,7 @@ def meanfield_report(
                     remove_stale_figures(out, result["files"])
                 shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_staging(staging)  # a second stop meanwhile waits until it is gone
     return {**result, "report": str(out / "report.md")}
 
 
