@@ -103,6 +103,20 @@ def test_bad_time_limit_is_refused(limit):
         train(tiny_config(), time_limit_s=limit)
 
 
+@pytest.mark.parametrize("config", [lambda: tiny_config().to_dict(), lambda: "induction"])
+def test_a_config_that_is_not_a_run_config_is_a_type_error(config, tmp_path):
+    with pytest.raises(TypeError, match=r"train takes a RunConfig \(RunConfig.from_dict\(data\)\), got (dict|str)"):
+        train(config(), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("hook", ["on_step", "should_stop", "report", "metrics"])
+def test_a_hook_that_is_not_a_function_is_refused_before_anything_is_written(hook, tmp_path):
+    with pytest.raises(TypeError, match=f"{hook} must be a function or None, got int"):
+        train(tiny_config(), tmp_path / "run", **{hook: 3})
+    assert not (tmp_path / "run").exists()
+
+
 def poison_the_loss(monkeypatch, step: int, value: float = float("nan"), only: bool = False) -> dict[str, int]:
     """Make the loss of ``step`` (0-based; unless ``only``, of every later step too) ``value``; the returned dict
     counts the loss's calls, one a step."""

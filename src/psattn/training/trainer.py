@@ -236,7 +236,7 @@ def train(
     every evaluation row: by default the task's own (``psattn.training.task_metrics``).
 
     Args:
-        config: the run: model, task and optimisation.
+        config: the run (a ``RunConfig``; anything else is a TypeError): model, task and optimisation.
         run_dir: where the run's files go (config.json, metrics.jsonl, checkpoint.pt, result.json);
             None trains in memory and writes nothing.
         resume: continue from the checkpoint in ``run_dir`` when there is one (False: start over).
@@ -248,6 +248,9 @@ def train(
         lock: take the run directory's lock (False: the caller holds it).
         report: receives the start line and one line per evaluation.
         metrics: the extra columns of every evaluation row (None: none).
+
+        ``on_step``, ``should_stop``, ``report`` and ``metrics`` that are neither None nor a function are a
+        TypeError before anything is written.
         again: what a stop's line says to run to resume (default: "the same command again", or
             "train(..., resume=True)" when ``resume`` is false; ``psattn train --restart`` names its own flag).
 
@@ -263,6 +266,11 @@ def train(
         >>> result.steps, [row["step"] for row in result.history]
         (20, [0, 20])
     """
+    if not isinstance(config, RunConfig):  # an AttributeError on .task
+        raise TypeError(f"train takes a RunConfig (RunConfig.from_dict(data)), got {type(config).__name__}")
+    for name, hook in (("on_step", on_step), ("should_stop", should_stop), ("report", report), ("metrics", metrics)):
+        if hook is not None and not callable(hook):  # a TypeError after the first step, the run files written
+            raise TypeError(f"{name} must be a function or None, got {type(hook).__name__}")
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()
