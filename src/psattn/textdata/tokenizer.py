@@ -8,6 +8,7 @@ generation. ``token_bytes`` gives each id's length in UTF-8 bytes, the denominat
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -58,7 +59,14 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
-        """A byte-level BPE tokenizer of ``vocab_size`` ids (256 bytes plus merges) fitted on ``texts``."""
+        """A byte-level BPE tokenizer of at most ``vocab_size`` ids (256 bytes plus merges) fitted on ``texts``:
+        fewer when the texts hold fewer pairs to merge. A ``vocab_size`` that is not an integer above 256 is a
+        ValueError, and ``texts`` that are one string (not an iterable of texts) a TypeError."""
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 257:
+            # 10 gave the 256 bytes alone, -1 an OverflowError from the library
+            raise ValueError(f"a BPE vocabulary needs 257 or more entries (256 bytes plus merges), got {vocab_size!r}")
+        if isinstance(texts, str):  # fitted on its characters one by one: the 256 bytes and no merge
+            raise TypeError("texts must be an iterable of texts (a list of strings), got one string")
         tokenizers = hf_tokenizers()
         Tokenizer, decoders, models = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.models
         pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
