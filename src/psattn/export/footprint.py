@@ -84,7 +84,9 @@ def weight_bytes(model: torch.nn.Module) -> dict[str, int]:
 
 
 def cache_bytes(model: DecoderLM, context: int) -> tuple[int, int]:
-    """(bytes per token, fixed bytes) of the fp32 KV cache of a batch of one."""
+    """(bytes per token, fixed bytes) of the fp32 KV cache of a batch of one. Neither depends on ``context``;
+    the bytes at a context are ``per_token * context + fixed`` (``footprint``). The key-lag baselines, which
+    have no cached decoding, are a ValueError."""
     per_token = fixed = 0
     for block in model.blocks:
         attn = block.attn
