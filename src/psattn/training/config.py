@@ -33,7 +33,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 @dataclass
 class TrainConfig:
-    """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation."""
+    """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation. A field of another
+    type or outside its range is a ValueError that names it (``train.lr must be a positive number up to 10``)."""
 
     steps: int = 1000
     batch_size: int = 64
