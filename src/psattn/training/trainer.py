@@ -235,8 +235,11 @@ def train(
     evaluation (``evaluation_line``), for a console. ``metrics(model, task, held_out)`` adds columns to
     every evaluation row: by default the task's own (``psattn.training.task_metrics``).
 
+    A ``config`` that is not a ``RunConfig``, and an ``on_step``, ``should_stop``, ``report`` or ``metrics``
+    that is neither None nor a function, are a TypeError before anything is written.
+
     Args:
-        config: the run (a ``RunConfig``; anything else is a TypeError): model, task and optimisation.
+        config: the run: model, task and optimisation.
         run_dir: where the run's files go (config.json, metrics.jsonl, checkpoint.pt, result.json);
             None trains in memory and writes nothing.
         resume: continue from the checkpoint in ``run_dir`` when there is one (False: start over).
@@ -248,9 +251,6 @@ def train(
         lock: take the run directory's lock (False: the caller holds it).
         report: receives the start line and one line per evaluation.
         metrics: the extra columns of every evaluation row (None: none).
-
-        ``on_step``, ``should_stop``, ``report`` and ``metrics`` that are neither None nor a function are a
-        TypeError before anything is written.
         again: what a stop's line says to run to resume (default: "the same command again", or
             "train(..., resume=True)" when ``resume`` is false; ``psattn train --restart`` names its own flag).
 
