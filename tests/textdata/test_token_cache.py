@@ -362,3 +362,14 @@ def test_a_kept_tokenizer_that_is_not_bpe_is_refused_naming_it(tmp_path):
     shutil.rmtree(first.directory)
     with pytest.raises(ValueError, match=f"{kept.name} is not a BPE tokenizer of at most 300 ids.*delete it"):
         reopen(config)
+
+
+@pytest.mark.parametrize("fraction", [0, 0.0, 1.0, 1.5, -0.1, "0.1", True])
+def test_an_eval_fraction_outside_zero_to_one_is_refused_before_anything_is_built(tmp_path, cache_dir, fraction):
+    """0 held nothing out (split by file: a ZeroDivisionError), 1.5 cut every document before its start, and both
+    were built and cached as entries."""
+    corpus = str(corpus_folder(tmp_path / "corpus"))
+    for split in ("tail", "file"):
+        with pytest.raises(ValueError, match="eval_fraction must be a number in \\(0, 1\\), got"):
+            token_cache.tokenize_corpus(corpus, eval_fraction=fraction, split=split)
+    assert not (token_cache.cache_root() / "text").exists()
