@@ -61,6 +61,13 @@ def test_declared_experiments(mode):
         induction.gamma_sweep("medium")
 
 
+def test_the_declared_experiments_of_an_unknown_mode_are_refused_naming_the_modes():
+    """It raised KeyError: 'fast'."""
+    with pytest.raises(ValueError, match=r"unknown mode 'fast'; expected one of \('quick', 'full'\)"):
+        induction_report.declared_experiments("fast")
+    assert set(induction_report.declared_experiments("quick")) == set(STUDIES)
+
+
 def test_every_declared_study_has_one_protocol_plans_per_mode_and_says_when_it_has_no_table_or_verdict():
     from psattn.experiments.study import Study
     from psattn.training.config import RunConfig
