@@ -1,4 +1,5 @@
 import copy
+import re
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,19 @@ def test_fidelity_measures_on_known_logits():
     a = np.array([[1, 2, 3, 4], [1, 2, 3, 4]])
     b = np.array([[1, 2, 3, 4], [1, 9, 3, 4]])
     assert greedy_agreement(a, b) == {"tokens_agree": 7 / 8, "prefix_agree": (1 + 1 / 4) / 2, "prompts": 2}
+
+
+@pytest.mark.parametrize("measure,shapes", [("teacher_forced_agreement", [((3, 5, 7), (1, 5, 7)), ((3, 5, 7), (3, 5, 6)),
+                                                                          ((5, 7), (5, 7))]),
+                                            ("greedy_agreement", [((2, 4), (1, 4)), ((2, 4), (2, 3)), ((4,), (4,))])])
+def test_fidelity_measures_refuse_outputs_of_two_shapes(measure, shapes):
+    """A batch of one was broadcast against a batch of three (top-1 agreement 0.5 of one row counted thrice);
+    another vocabulary was torch's size error, another length NumPy's broadcast error."""
+    from psattn.export import metrics
+
+    for a, b in shapes:
+        with pytest.raises(ValueError, match=f"reference and other must be .* of one shape, got {re.escape(str(a))}"):
+            getattr(metrics, measure)(np.zeros(a, dtype=np.float32), np.zeros(b, dtype=np.float32))
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
