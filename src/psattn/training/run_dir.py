@@ -104,7 +104,7 @@ RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "hi
 def load_result(run_dir: str | Path) -> dict[str, Any] | None:
     """The saved result of a finished run: its result.json, its evaluation rows under "history" (from
     metrics.jsonl, or from result.json itself where an older run wrote them there) and its config under
-    "config"; None when the run has not finished."""
+    "config"; None when the run has not finished, or not started: a folder that does not exist is not an error."""
     run_dir = Path(run_dir)
     path = run_dir / RESULT
     if not path.exists():
