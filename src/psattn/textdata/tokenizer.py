@@ -37,8 +37,8 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of byte ids; invalid UTF-8 becomes U+FFFD."""
-        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        """The text of byte ids; invalid UTF-8 becomes U+FFFD. Ids outside [0, 256) are a ValueError."""
+        return bytes(_known_ids(ids, self.vocab_size)).decode("utf-8", errors="replace")
 
     def token_bytes(self) -> np.ndarray:
         """UTF-8 bytes of each id (V,): one each; bits per byte divide by them."""
@@ -102,8 +102,8 @@ class BPETokenizer:
             raise
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids``."""
-        return self.tokenizer.decode([int(i) for i in ids])
+        """The text of ``ids``; ids outside [0, vocab_size) are a ValueError."""
+        return self.tokenizer.decode(_known_ids(ids, self.vocab_size))
 
     def token_bytes(self) -> np.ndarray:
         """UTF-8 bytes of each id (V,), for bits per byte."""
@@ -116,6 +116,16 @@ class BPETokenizer:
 
 
 Tokenizer = ByteTokenizer | BPETokenizer
+
+
+def _known_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
+    """``ids`` as Python ints, or a ValueError unless all lie in [0, vocab_size): the BPE library decoded an id
+    past its vocabulary as nothing and -1 as an OverflowError, the byte tokenizer said "bytes must be in range"."""
+    known = [int(i) for i in ids]
+    if known and (min(known) < 0 or max(known) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}) (the tokenizer's vocabulary), got ids from "
+                         f"{min(known)} to {max(known)}")
+    return known
 
 
 def not_utf8(text: str, position: int) -> ValueError:
