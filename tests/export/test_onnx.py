@@ -263,6 +263,21 @@ def test_fidelity_measures_refuse_outputs_of_two_shapes(measure, shapes):
             getattr(metrics, measure)(np.zeros(a, dtype=np.float32), np.zeros(b, dtype=np.float32))
 
 
+def test_text_quality_refuses_logits_of_another_shape_than_the_batch():
+    """torch's errors named neither: "Expected target size [2, 5], got [2, 6]", "Expected input batch_size (1) to
+    match target batch_size (2)", and for (B, T) logits an IndexError."""
+    from psattn.export.metrics import text_quality
+    from psattn.tasks.batch import TaskBatch
+
+    batch = TaskBatch(torch.zeros(2, 6, dtype=torch.long), torch.ones(2, 6, dtype=torch.long))
+    for shape in ((2, 5, 8), (1, 6, 8), (2, 6)):
+        message = f"logits must be (B, T, V) = (2, 6, V) for this batch, got shape {shape}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            text_quality(np.zeros(shape, dtype=np.float32), batch, np.ones(8, dtype=np.int64))
+    assert text_quality(np.zeros((2, 6, 8), dtype=np.float32), batch, np.ones(8, dtype=np.int64))["bits_per_byte"] == \
+        pytest.approx(3.0)  # uniform over 8 ids of one byte each: log2 8 bits
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_int8_keeps_induction_accuracy_of_a_trained_model(tmp_path_factory, induction_run, mode):
     run = induction_run  # trained once, exported in both modes

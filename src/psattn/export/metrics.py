@@ -13,7 +13,11 @@ from psattn.tasks.batch import accuracy as task_accuracy
 
 
 def text_quality(logits: np.ndarray, batch: TaskBatch, token_bytes: np.ndarray) -> dict[str, float]:
-    """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime."""
+    """Held-out bits per byte and ICL score of text-task logits (B, T, V), from any runtime; logits of another
+    shape than the batch's (B, T) and a vocabulary are a ValueError."""
+    if np.ndim(logits) != 3 or np.shape(logits)[:2] != tuple(batch.targets.shape):  # torch's size errors named neither
+        raise ValueError(f"logits must be (B, T, V) = ({', '.join(map(str, batch.targets.shape))}, V) for this batch, "
+                         f"got shape {np.shape(logits)}")
     # (B, T, V) -> (B, V, T), the classes second as cross_entropy takes them
     losses = torch.nn.functional.cross_entropy(torch.from_numpy(logits).transpose(1, 2).float(), batch.targets,
                                                reduction="none")  # (B, T)
