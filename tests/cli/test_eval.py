@@ -139,3 +139,17 @@ def test_eval_of_many_rows_says_what_it_scores_before_it_starts(tmp_path, capsys
     assert f"scoring {NOTED_ROWS + 1:,} held-out rows of " in capsys.readouterr().err
     main(["eval", "--run-dir", str(tmp_path / "run")])  # the run's own eval_size: no line
     assert "scoring" not in capsys.readouterr().err
+
+
+def test_evaluate_run_names_rows_and_overrides_when_they_are_bad(tmp_path):
+    """rows 0 was refused as "train.eval_size must be a positive integer", naming a field the caller never gave;
+    a string of overrides was listed character by character."""
+    from psattn.training.evaluation import evaluate_run
+
+    train(tiny_config(2), tmp_path / "run")
+    for rows in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=r"rows must be a positive integer or None \(the run's eval_size\), got"):
+            evaluate_run(tmp_path / "run", rows=rows)
+    with pytest.raises(TypeError, match="overrides must be a list of 'section.field=value' strings, got 'task.seq_len=32'"):
+        evaluate_run(tmp_path / "run", "task.seq_len=32")
+    assert evaluate_run(tmp_path / "run", ["task.seq_len=32"], rows=4)["rows"] == 4

@@ -61,6 +61,13 @@ def test_declared_experiments(mode):
         induction.gamma_sweep("medium")
 
 
+def test_the_declared_experiments_of_an_unknown_mode_are_refused_naming_the_modes():
+    """It raised KeyError: 'fast'."""
+    with pytest.raises(ValueError, match=r"unknown mode 'fast'; expected one of \('quick', 'full'\)"):
+        induction_report.declared_experiments("fast")
+    assert set(induction_report.declared_experiments("quick")) == set(STUDIES)
+
+
 def test_every_declared_study_has_one_protocol_plans_per_mode_and_says_when_it_has_no_table_or_verdict():
     from psattn.experiments.study import Study
     from psattn.training.config import RunConfig
@@ -185,6 +192,24 @@ def test_a_sweep_writes_only_inside_its_out_dir(tmp_path, name):
     with pytest.raises(ValueError, match="not a plain folder name"):
         run_sweep([config], tmp_path / "out", workers=1, progress=False)
     assert not (tmp_path / "outside").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_sweep_of_something_other_than_a_list_of_run_configs_is_a_type_error(tmp_path):
+    """One config was "'RunConfig' object is not iterable", a config's dict "'dict' object has no attribute
+    'name'"; a bad workers count was refused only after every run's result had been read."""
+    from psattn.experiments.sweep import run_within
+
+    config = tiny(small_config("key_only", 1.0, d_model=32, n_heads=2))
+    for sweep in (lambda configs: run_sweep(configs, tmp_path, workers=1, progress=False),
+                  lambda configs: run_within(configs, tmp_path, 10, progress=False)):
+        with pytest.raises(TypeError, match=r"configs must be a list of RunConfig \(a sweep of one run is \[config\]\), "
+                                            "got RunConfig"):
+            sweep(config)
+        with pytest.raises(TypeError, match="configs must be a list of RunConfig .*, got a list holding dict"):
+            sweep([config, config.to_dict()])
+    with pytest.raises(ValueError, match="workers must be a positive integer, got 0"):
+        run_sweep([config], tmp_path / "out", workers=0)
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_sweep_refuses_a_run_it_cannot_resume_with_a_sweeps_way_on(tmp_path):

@@ -22,6 +22,15 @@ def test_computed_cache_bytes_equal_a_filled_cache(variant, gamma, n_kv_heads, l
     assert (f.cache_fixed_bytes == 0) == (variant == "baseline")
 
 
+@pytest.mark.parametrize("context", [0, -1, 2.5, "5", True])
+def test_a_context_that_is_not_a_whole_number_of_tokens_is_refused(context):
+    """2.5 gave a cache of 768.0 bytes, "5" a TypeError from a comparison; measured_cache_bytes took 0."""
+    model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_heads=4))
+    for measure in (footprint, measured_cache_bytes):
+        with pytest.raises(ValueError, match="context must be a whole number of tokens, at least 1, got"):
+            measure(model, context)
+
+
 def test_weight_bytes_count_tied_weights_once_and_follow_the_stated_layouts():
     model = DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_heads=4))
     w = weight_bytes(model)

@@ -1,4 +1,5 @@
 import copy
+import re
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,34 @@ def test_fidelity_measures_on_known_logits():
     a = np.array([[1, 2, 3, 4], [1, 2, 3, 4]])
     b = np.array([[1, 2, 3, 4], [1, 9, 3, 4]])
     assert greedy_agreement(a, b) == {"tokens_agree": 7 / 8, "prefix_agree": (1 + 1 / 4) / 2, "prompts": 2}
+
+
+@pytest.mark.parametrize("measure,shapes", [("teacher_forced_agreement", [((3, 5, 7), (1, 5, 7)), ((3, 5, 7), (3, 5, 6)),
+                                                                          ((5, 7), (5, 7))]),
+                                            ("greedy_agreement", [((2, 4), (1, 4)), ((2, 4), (2, 3)), ((4,), (4,))])])
+def test_fidelity_measures_refuse_outputs_of_two_shapes(measure, shapes):
+    """A batch of one was broadcast against a batch of three (top-1 agreement 0.5 of one row counted thrice);
+    another vocabulary was torch's size error, another length NumPy's broadcast error."""
+    from psattn.export import metrics
+
+    for a, b in shapes:
+        with pytest.raises(ValueError, match=f"reference and other must be .* of one shape, got {re.escape(str(a))}"):
+            getattr(metrics, measure)(np.zeros(a, dtype=np.float32), np.zeros(b, dtype=np.float32))
+
+
+def test_text_quality_refuses_logits_of_another_shape_than_the_batch():
+    """torch's errors named neither: "Expected target size [2, 5], got [2, 6]", "Expected input batch_size (1) to
+    match target batch_size (2)", and for (B, T) logits an IndexError."""
+    from psattn.export.metrics import text_quality
+    from psattn.tasks.batch import TaskBatch
+
+    batch = TaskBatch(torch.zeros(2, 6, dtype=torch.long), torch.ones(2, 6, dtype=torch.long))
+    for shape in ((2, 5, 8), (1, 6, 8), (2, 6)):
+        message = f"logits must be (B, T, V) = (2, 6, V) for this batch, got shape {shape}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            text_quality(np.zeros(shape, dtype=np.float32), batch, np.ones(8, dtype=np.int64))
+    assert text_quality(np.zeros((2, 6, 8), dtype=np.float32), batch, np.ones(8, dtype=np.int64))["bits_per_byte"] == \
+        pytest.approx(3.0)  # uniform over 8 ids of one byte each: log2 8 bits
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])

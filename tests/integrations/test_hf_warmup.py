@@ -28,6 +28,9 @@ def test_gamma_warmup_schedule():
             gamma_warmup(0, 1.0, bad)
     with pytest.raises(ValueError, match="finite"):
         GammaWarmup(float("nan"), 10)
+    for bad in ("1", None):  # math.isfinite's "must be real number, not str", naming no argument
+        with pytest.raises(TypeError, match=f"gamma must be a real number, got {type(bad).__name__}"):
+            GammaWarmup(bad, 10)
 
 
 def test_loss_at_gamma_zero_equals_the_unpatched_model(prompt):

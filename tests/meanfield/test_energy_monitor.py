@@ -78,3 +78,14 @@ def test_energy_plateaus_refuses_a_tolerance_that_is_not_a_finite_number_at_leas
     t = torch.arange(5, dtype=torch.float64)
     with pytest.raises(ValueError, match=f"{field} must be a finite number ≥ 0"):
         energy_plateaus(t, torch.tensor([0.0, 1.0, 1.0, 1.0, 2.0], dtype=torch.float64), **{field: value})
+
+
+def test_empty_series_are_refused_and_a_single_time_has_no_plateau():
+    """energy_plateaus of an empty series raised an IndexError (index -1 is out of bounds), and check_monotone
+    passed it as non-decreasing."""
+    with pytest.raises(ValueError, match=r"times must be \(S\+1,\) and energy \(S\+1,\), S ≥ 0, got \(0,\) and \(0,\)"):
+        energy_plateaus(torch.zeros(0), torch.zeros(0))
+    with pytest.raises(ValueError, match=r"S ≥ 0, got \(0,\) and \(0, 2\)"):
+        check_monotone(torch.zeros(0), torch.zeros(0, 2), 0.1)
+    assert energy_plateaus(torch.zeros(1), torch.ones(1)) == []
+    assert check_monotone(torch.zeros(1), torch.ones(1, 2), 0.1).monotone

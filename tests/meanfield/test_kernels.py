@@ -32,6 +32,23 @@ def test_comoving_round_trip(kernel):
     assert torch.allclose(kernel.from_comoving(kernel.to_comoving(x)), x, atol=1e-12)
 
 
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_the_comoving_maps_name_a_batch_of_another_shape_or_dtype(kernel):
+    """einsum's errors ("subscript i has size 4 ... does not broadcast", "expected scalar type Float but found
+    Double") named neither the argument nor the shape it takes; the plain kernel returned any tensor as it was."""
+    for convert in (kernel.to_comoving, kernel.from_comoving):
+        for shape in ((2, 5, 3), (6, 3), (2, 6, 4)):
+            with pytest.raises(ValueError, match=r"must be \(B, n=6, d=3\) for this kernel, got shape"):
+                convert(torch.zeros(shape, dtype=torch.float64))
+        with pytest.raises(TypeError, match=r"must be a torch.Tensor \(B, n=6, d=3\), got list"):
+            convert([[0.0] * 3] * 6)
+    if kernel.gauges is not None:
+        cast = r"x is torch.float32, the kernel's gauges torch.float64: use kernel.to\(torch.float32\)"
+        with pytest.raises(TypeError, match=cast):
+            kernel.to_comoving(torch.zeros(2, 6, 3))
+        assert kernel.to(torch.float32).to_comoving(torch.zeros(2, 6, 3)).dtype == torch.float32
+
+
 def test_label_factor_values():
     one = torch.tensor(1.0, dtype=torch.float64)
     assert torch.allclose(kernels.cosine_toeplitz_kernel([0.0, 2.0], 3, 0.5).label_factor[0, 1], torch.cos(one))

@@ -63,6 +63,9 @@ def test_simulated_lifetimes_follow_the_reduced_ode():
 def test_cluster_count_helpers():
     assert circle_cluster_count(np.array([0.0, 0.01, 3.0, 3.01]), gap=0.5) == 2
     assert circle_cluster_count(np.array([0.0, 0.01]), gap=0.5) == 1
+    for bad in (1.0, [], [[0.0, 1.0]], [0.0, float("nan")]):  # a single number was NumPy's AxisError from the sort
+        with pytest.raises(ValueError, match="angles must be a non-empty list of finite numbers"):
+            circle_cluster_count(bad, gap=0.5)
     pytest.importorskip("scipy")
     assert [predicted_cluster_count(b) for b in (1.0, 9.0, 36.0)] == [1, 4, 8]
 

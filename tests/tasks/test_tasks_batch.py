@@ -32,13 +32,16 @@ def test_accuracy_perfect_from_one_hot_targets():
 
 def test_accuracy_rejects_mismatched_logits_and_empty_batches():
     batch = _batch()
-    with pytest.raises(ValueError, match="logits shape"):
+    with pytest.raises(ValueError, match=r"logits must be \(B, T, V\) = \(2, 4, V\) for this batch, got shape \(2, 3, 6\)"):
         accuracy(torch.zeros(2, 3, 6), batch)
     empty = TaskBatch(batch.inputs, torch.full_like(batch.inputs, IGNORE_INDEX))
     with pytest.raises(ValueError, match="no scored"):
         accuracy(torch.zeros(2, 4, 6), empty)
-    with pytest.raises(ValueError, match=r"logits shape \(2, 4\)"):
-        accuracy(torch.zeros(2, 4), batch)  # IndexError: too many indices for tensor of dimension 1
+    # an IndexError (too many indices for tensor of dimension 1), then "logits shape (2, 4) does not match targets (2, 4)"
+    with pytest.raises(ValueError, match=r"logits must be \(B, T, V\) = \(2, 4, V\) for this batch, got shape \(2, 4\)"):
+        accuracy(torch.zeros(2, 4), batch)
+    with pytest.raises(TypeError, match=r"logits must be a torch.Tensor \(B, T, V\), got list"):
+        accuracy([[0.0] * 4] * 2, batch)  # AttributeError: 'list' object has no attribute 'dim'
     with pytest.raises(TypeError, match="scores against a TaskBatch, got tuple"):
         accuracy(torch.zeros(2, 4, 6), (batch.inputs, batch.targets))  # AttributeError: no attribute 'targets'
 

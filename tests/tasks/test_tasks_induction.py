@@ -167,3 +167,18 @@ test_bad_configs_raise_naming_the_field = bad_configs_raise(InductionConfig, [
 
 def test_num_distractors_is_ignored_by_the_full_form():
     InductionConfig(vocab_size=8, seq_len=64, form="all_positions", num_distractors=0)
+
+
+@pytest.mark.parametrize(("inputs", "error", "message"), [
+    (torch.tensor([0, 5, 5, 5]), ValueError, r"inputs must be \(B, T\), got shape \(4,\)"),  # not enough values to unpack
+    (torch.tensor([[0.0, 5.0, 5.0]]), TypeError, "inputs must be an integer tensor of token ids, got torch.float32"),
+    ([[0, 5, 5]], TypeError, r"inputs must be a torch.Tensor of token ids \(B, T\), got list"),
+])
+def test_induction_targets_and_row_hash_refuse_rows_that_are_not_integer_b_by_t(inputs, error, message):
+    """A float tensor raised gather()'s dtype error (row_hash gave it a float hash), a (T,) row "not enough values
+    to unpack", a list an AttributeError."""
+    from psattn.tasks import row_hash
+
+    for f in (induction_targets, row_hash):
+        with pytest.raises(error, match=message):
+            f(inputs)

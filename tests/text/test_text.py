@@ -75,6 +75,29 @@ def test_bpe_training_is_deterministic():
     assert BPETokenizer.train(texts, 400).to_json() == BPETokenizer.train(list(texts), 400).to_json()
 
 
+@pytest.mark.parametrize("vocab_size", [10, 256, -1, 300.0, True])
+def test_bpe_training_refuses_a_vocabulary_without_merges_and_one_string_of_text(vocab_size):
+    """10 and 256 gave the 256 bytes alone, -1 an OverflowError from the library; one string was fitted character
+    by character, with no merge; a small text gives fewer ids than asked, never more."""
+    with pytest.raises(ValueError, match=r"a BPE vocabulary needs 257 or more entries \(256 bytes plus merges\), got"):
+        BPETokenizer.train([TEXT * 20], vocab_size)
+    with pytest.raises(TypeError, match="texts must be an iterable of texts"):
+        BPETokenizer.train(TEXT * 20, 300)
+    assert 256 < BPETokenizer.train(["ab ab ab"], 1000).vocab_size < 1000
+
+
+def test_both_tokenizers_refuse_to_decode_ids_outside_their_vocabulary():
+    """The BPE library decoded an id past its vocabulary as nothing at all and -1 as an OverflowError; the byte
+    tokenizer said "bytes must be in range(0, 256)"."""
+    bpe = BPETokenizer.train([TEXT * 20], vocab_size=300)
+    for tok in (ByteTokenizer(), bpe):
+        for ids in ([104, tok.vocab_size], [-1, 104], [10**6]):
+            with pytest.raises(ValueError, match=rf"token ids must lie in \[0, {tok.vocab_size}\) \(the tokenizer's "
+                                                 r"vocabulary\), got ids from"):
+                tok.decode(ids)
+        assert tok.decode(tok.encode("hi")) == "hi" and tok.decode([]) == ""
+
+
 def test_text_that_is_not_utf8_is_named_by_both_tokenizers():
     """A lone surrogate (what Python makes of a command-line argument that is not UTF-8, as in psattn generate --prompt)
     raised the BPE library's 'TypeError: TextInputSequence must be str' as a traceback, and the byte tokenizer's codec

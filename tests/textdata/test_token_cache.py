@@ -390,3 +390,14 @@ make_task_config("text", corpus=sys.argv[1], seq_len=16).tokens()
     done = subprocess.run([sys.executable, str(script), str(corpus)], capture_output=True, text=True, timeout=120)
     assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
     assert list((cache_dir / "text").iterdir()) == []  # no staging folder, no entry
+
+
+@pytest.mark.parametrize("fraction", [0, 0.0, 1.0, 1.5, -0.1, "0.1", True])
+def test_an_eval_fraction_outside_zero_to_one_is_refused_before_anything_is_built(tmp_path, cache_dir, fraction):
+    """0 held nothing out (split by file: a ZeroDivisionError), 1.5 cut every document before its start, and both
+    were built and cached as entries."""
+    corpus = str(corpus_folder(tmp_path / "corpus"))
+    for split in ("tail", "file"):
+        with pytest.raises(ValueError, match="eval_fraction must be a number in \\(0, 1\\), got"):
+            token_cache.tokenize_corpus(corpus, eval_fraction=fraction, split=split)
+    assert not (token_cache.cache_root() / "text").exists()

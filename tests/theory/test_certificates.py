@@ -81,6 +81,12 @@ def test_table_and_json(reference_results):
         run_certificates(REFERENCE, ["nope"])
 
 
+def test_the_table_of_no_results_says_none_was_run():
+    """max() of no names raised "max() arg is an empty sequence", though the last line meant to handle none."""
+    assert format_table([]).splitlines()[-1] == "no certificate was run"
+    assert format_table([], details=True).splitlines()[0].split() == ["#", "certificate", "method", "result", "seconds"]
+
+
 def test_uniqueness_shows_a_solution_that_needs_dc_neutrality(reference_results):
     # a concrete non-shear solution of every other constraint, checked by substitution (not a free symbol)
     line = next(d for d in reference_results["uniqueness"].details.split("; ") if "dropping DC-neutrality" in d)

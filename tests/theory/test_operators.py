@@ -30,6 +30,26 @@ def test_reference_taps_for_any_gamma(gamma, dim):
                                atol=1e-9)
 
 
+def test_probes_refuse_a_position_without_a_predecessor_and_phase_maps_gamma_zero():
+    """At t = 0 probe_taps read the shear as having no lag-1 tap ([0]) and phase_map dropped p without a word;
+    t = -1 gave lags [-2, -1]; gamma = 0 gave p' = NaN; a (D,) point "not enough values to unpack"."""
+    x, p = torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64)
+    for t in (0, -1, 2.0):
+        with pytest.raises(ValueError, match=r"t must be an integer >= 1 \(a position with a predecessor\), got"):
+            probe_taps(REFERENCE, 0.5, t=t)
+        with pytest.raises(ValueError, match="t must be an integer >= 1"):
+            phase_map(REFERENCE, x, p, 0.5, t=t)
+    with pytest.raises(ValueError, match="dim must be an integer >= 1"):
+        probe_taps(REFERENCE, 0.5, dim=0)
+    with pytest.raises(ValueError, match="the phase-space form needs gamma != 0"):
+        phase_map(REFERENCE, x, p, 0.0)
+    with pytest.raises(ValueError, match=r"x and p must be phase-space points \(N, D\) of one shape, got \(4,\)"):
+        phase_map(REFERENCE, x[0], p[0], 0.5)
+    assert probe_taps(REFERENCE, 0.5, t=1).lags == [0, 1]
+    x_hat, p_new = phase_map(REFERENCE, x, p, 0.5, t=1)
+    assert torch.allclose(x_hat, x + 0.5 * p) and torch.allclose(p_new, p)
+
+
 def test_mutants_read_as_what_they_are():
     assert probe_taps(MUTANTS["look_ahead"], 0.5).lags == [-1, 0]
     np.testing.assert_array_equal(probe_taps(MUTANTS["wrong_sign"], 0.5).tap(1), 0.5 * np.eye(8))

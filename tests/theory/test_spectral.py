@@ -130,6 +130,12 @@ def test_measure_bode_names_a_layer_that_is_no_integer(layer):
         measure_bode(model, torch.zeros(1, 16, dtype=torch.long), layer=layer)
 
 
+def test_measure_bode_of_something_other_than_a_decoder_lm_is_a_type_error():
+    """It raised "'str' object has no attribute 'blocks'"."""
+    with pytest.raises(TypeError, match="measure_bode reads the hook points of a psattn DecoderLM, got str"):
+        measure_bode("model", torch.zeros(1, 16, dtype=torch.long))
+
+
 def test_a_stream_that_is_not_query_key_or_joint_is_refused():
     """closed_form("keys") gave the key's response and measured("keys") an AttributeError."""
     omega = np.linspace(0.0, np.pi, 9)

@@ -3,8 +3,11 @@
 
 import json
 
+import pytest
+import torch
+
 from helpers import tiny_config
-from psattn.training.run_dir import load_result
+from psattn.training.run_dir import load_result, run_tokenizer
 from psattn.training.trainer import train
 
 
@@ -42,3 +45,25 @@ def test_run_result_of_still_takes_diverged_with_a_deprecation_warning():
     state = TrainState(None, None, None, step=7)  # type: ignore[arg-type]  # what a result reads: the step
     with pytest.warns(DeprecationWarning, match="now diverged_at"):
         assert RunResult.of(state, 10, diverged=True).diverged_at == 7 == RunResult.of(state, 10, diverged_at=7).steps
+
+
+def test_run_tokenizer_of_a_folder_that_is_not_a_run_directory_says_so(tmp_path):
+    """A missing or mistyped folder was answered "has no tokenizer.json: only runs of the text task can generate
+    text", as if it were a run of another task."""
+    for folder in (tmp_path / "missing", tmp_path):
+        with pytest.raises(ValueError, match=r"is not a run directory \(no config.json\)"):
+            run_tokenizer(folder)
+    train(tiny_config(2), tmp_path / "run")
+    with pytest.raises(ValueError, match="has no tokenizer.json: only runs of the text task can generate text"):
+        run_tokenizer(tmp_path / "run")
+
+
+@pytest.mark.parametrize("device", ["tpu", "gpu", 3])
+def test_load_trained_names_a_device_it_does_not_know(device, tmp_path):
+    """"tpu" raised torch's RuntimeError listing twenty device types, 3 "Cannot access accelerator device"."""
+    from psattn.training.run_dir import load_trained
+
+    train(tiny_config(2), tmp_path / "run")
+    with pytest.raises(ValueError, match=f"--device must be cpu, cuda, cuda:N or auto, got {device!r}"):
+        load_trained(tmp_path / "run", device)
+    assert not load_trained(tmp_path / "run", torch.device("cpu")).training

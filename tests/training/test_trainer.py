@@ -103,6 +103,20 @@ def test_bad_time_limit_is_refused(limit):
         train(tiny_config(), time_limit_s=limit)
 
 
+@pytest.mark.parametrize("config", [lambda: tiny_config().to_dict(), lambda: "induction"])
+def test_a_config_that_is_not_a_run_config_is_a_type_error(config, tmp_path):
+    with pytest.raises(TypeError, match=r"train takes a RunConfig \(RunConfig.from_dict\(data\)\), got (dict|str)"):
+        train(config(), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("hook", ["on_step", "should_stop", "report", "metrics"])
+def test_a_hook_that_is_not_a_function_is_refused_before_anything_is_written(hook, tmp_path):
+    with pytest.raises(TypeError, match=f"{hook} must be a function or None, got int"):
+        train(tiny_config(), tmp_path / "run", **{hook: 3})
+    assert not (tmp_path / "run").exists()
+
+
 def poison_the_loss(monkeypatch, step: int, value: float = float("nan"), only: bool = False) -> dict[str, int]:
     """Make the loss of ``step`` (0-based; unless ``only``, of every later step too) ``value``; the returned dict
     counts the loss's calls, one a step."""
@@ -395,6 +409,16 @@ def test_overrides_and_bad_configs(tmp_path):
         RunConfig.from_file(bad)
 
 
+def test_overrides_that_are_not_a_list_of_strings_and_a_config_that_is_not_a_run_config_are_type_errors():
+    """One string was read character by character: "override 't' must look like section.field=value"."""
+    for overrides in ("train.steps=5", ["train.steps=5", 5]):
+        with pytest.raises(TypeError, match="overrides must be a list of 'section.field=value' strings, got"):
+            apply_overrides(tiny_config(), overrides)
+    with pytest.raises(TypeError, match="apply_overrides takes a RunConfig, got dict"):
+        apply_overrides(tiny_config().to_dict(), ["train.steps=5"])
+    assert apply_overrides(tiny_config(), ("train.steps=5",)).train.steps == 5
+
+
 def test_an_override_sets_d_head_which_the_saved_config_leaves_out_at_its_default():
     """``--set model.d_head=16`` was refused as an unknown field (overrides looked fields up in ``to_dict()``,
     which leaves d_head out while it is d_model / n_heads), and the known fields it listed left d_head out."""
@@ -625,6 +649,21 @@ def test_evaluate_refuses_a_batch_that_scores_no_position():
         logits = model.eval()(inputs)[0, [1, 3]]  # (2, V): the scored positions
     assert accuracy == float((logits.argmax(-1) == torch.tensor([1, 2])).float().mean())
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 2.5, True])
+def test_evaluate_refuses_a_chunk_that_is_not_a_positive_integer_and_a_batch_that_is_not_a_task_batch(chunk):
+    """chunk 0 raised range()'s "arg 3 must not be zero", -1 a ZeroDivisionError; a tuple an AttributeError."""
+    from psattn.tasks import TaskBatch
+    from psattn.training.evaluation import evaluate
+    from psattn.training.run_dir import build_model
+
+    model = build_model(tiny_config())
+    inputs = torch.tensor([[0, 3, 5, 3]])
+    with pytest.raises(ValueError, match=r"chunk must be a positive integer \(rows scored at once\), got"):
+        evaluate(model, TaskBatch(inputs, inputs), chunk=chunk)
+    with pytest.raises(TypeError, match=r"evaluate scores a TaskBatch \(TaskBatch\(inputs, targets\)\), got tuple"):
+        evaluate(model, (inputs, inputs))
 
 
 def test_evaluate_scores_a_bfloat16_model_in_float32_and_restores_its_mode_when_the_forward_fails():

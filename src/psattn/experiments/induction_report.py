@@ -18,6 +18,7 @@ from psattn.experiments.markdown import table as _table
 from psattn.experiments.plateau import attention_at_queries_table, plateau_rows
 from psattn.experiments.studies import induction
 from psattn.experiments.studies.two_layer import BUDGET as TWO_LAYER_BUDGET
+from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.models import ModelConfig
 from psattn.models.heads import head_scores
@@ -56,7 +57,9 @@ LEFT_OUT = {"quick": ("critical_gamma", "critical_gamma_width", "critical_gamma_
 
 
 def declared_experiments(mode: str) -> dict[str, list]:
-    """The configs of every experiment the reproduction of ``mode`` runs (a left-out one declares none)."""
+    """The configs of every experiment the reproduction of ``mode`` runs (a left-out one declares none); a
+    ``mode`` other than quick or full is a ValueError."""
+    check_mode(mode)  # a KeyError on LEFT_OUT
     return {name: [] if name in LEFT_OUT[mode] else study.plan(mode) for name, study in STUDIES.items()}
 
 

@@ -170,14 +170,18 @@ def run_sweep(
     ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every config not yet finished, the most expensive first, ``workers`` at a time (default:
-    one per core) or on Ray; returns the saved results of all configs, keyed by name."""
+    one per core) or on Ray; returns the saved results of all configs, keyed by name. Refused before any run
+    starts: ``configs`` that are not a list of ``RunConfig`` (TypeError), ``workers`` that is not a positive
+    integer, two configs of one name, a name that is not a plain folder name, and a run folder of
+    ``out_dir`` that holds another config (ValueError)."""
+    _check_configs(configs)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     names = [c.name for c in configs]
     out_dir = Path(out_dir)
     _check_out_dir(configs, out_dir)
     todo = sorted((c for c in configs if load_result(out_dir / c.name) is None), key=estimated_cost, reverse=True)
     log.info("%d of %d runs already finished in %s", len(configs) - len(todo), len(configs), out_dir)
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     workers = workers or os.cpu_count() or 1
     if todo and ray_address is not None:
         _run_on_ray(todo, out_dir, ray_address, workers, progress)
@@ -204,6 +208,17 @@ def _runs_elsewhere(saved: Path, config: RunConfig) -> bool:
         return holds_same_run(saved, with_data_paths(with_train_fields(config, held, RUNTIME_FIELDS), held))
     except (OSError, ValueError):
         return False
+
+
+def _check_configs(configs: list[RunConfig]) -> None:
+    """A TypeError unless ``configs`` is a list (or tuple) of ``RunConfig``: one config was "not iterable", and
+    a config's dict had "no attribute 'name'"."""
+    if not isinstance(configs, list | tuple):
+        raise TypeError(f"configs must be a list of RunConfig (a sweep of one run is [config]), got {type(configs).__name__}")
+    for config in configs:
+        if not isinstance(config, RunConfig):
+            raise TypeError(f"configs must be a list of RunConfig (RunConfig.from_dict(data)), got a list holding "
+                            f"{type(config).__name__}")
 
 
 def _check_out_dir(configs: list[RunConfig], out_dir: Path) -> None:
@@ -239,7 +254,8 @@ def run_within(configs: list[RunConfig], out_dir: str | Path, time_limit_s: floa
     alone leaves it idle between its kernels). A run whose loss stops being finite ends there (its
     result records the step) and the next one starts; ``TrainingDiverged`` is raised after the last,
     naming them. Returns the saved results of the finished configs (diverged ones included), keyed by
-    name, and the names of the rest."""
+    name, and the names of the rest. ``configs`` that are not a list of ``RunConfig`` are a TypeError."""
+    _check_configs(configs)
     if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
         raise ValueError(f"the time limit must be a positive number of seconds, got {time_limit_s!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

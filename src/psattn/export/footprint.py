@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def weight_bytes(model: torch.nn.Module) -> dict[str, int]:
 
 
 def cache_bytes(model: DecoderLM, context: int) -> tuple[int, int]:
-    """(bytes per token, fixed bytes) of the fp32 KV cache of a batch of one."""
+    """(bytes per token, fixed bytes) of the fp32 KV cache of a batch of one. Neither depends on ``context``;
+    the bytes at a context are ``per_token * context + fixed`` (``footprint``). The key-lag baselines, which
+    have no cached decoding, are a ValueError."""
     per_token = fixed = 0
     for block in model.blocks:
         attn = block.attn
@@ -107,10 +110,16 @@ def decode_step_bytes(model: DecoderLM, context: int) -> int:
     return FP32 * (per_layer * c.n_layers + mlp + c.d_model + c.vocab_size)
 
 
+def _check_context(context: int) -> None:
+    """A ValueError unless ``context`` is a whole number of tokens, at least 1."""
+    if isinstance(context, bool) or not isinstance(context, numbers.Integral) or context < 1:
+        raise ValueError(f"context must be a whole number of tokens, at least 1, got {context!r}")
+
+
 def footprint(model: DecoderLM, context: int) -> Footprint:
-    """The memory ``model`` needs at ``context`` tokens (see ``Footprint``), computed, not measured."""
-    if context < 1:
-        raise ValueError(f"context must be at least 1 token, got {context}")
+    """The memory ``model`` needs at ``context`` tokens (see ``Footprint``), computed, not measured; a
+    ``context`` that is not a whole number of tokens, at least 1, is a ValueError."""
+    _check_context(context)  # 2.5 gave fractional bytes, "5" a TypeError from a comparison
     per_token, fixed = cache_bytes(model, context)
     return Footprint(
         parameters=model.num_parameters(), weight_bytes=weight_bytes(model), context=context,
@@ -121,7 +130,9 @@ def footprint(model: DecoderLM, context: int) -> Footprint:
 
 @torch.no_grad()
 def measured_cache_bytes(model: DecoderLM, context: int) -> int:
-    """Bytes of a real cache after a prefill of ``context`` tokens (batch of one): what it holds."""
+    """Bytes of a real cache after a prefill of ``context`` tokens (batch of one): what it holds. A ``context``
+    that is not a whole number of tokens, at least 1, is a ValueError, as in ``footprint``."""
+    _check_context(context)  # 0 measured an empty prefill, which footprint refuses
     cache = model.new_cache()
     cache.reserve(context)  # room for the prompt alone, as a cache that grows would hold more
     ids = torch.randint(0, model.config.vocab_size, (1, context), device=model_device(model))  # (1, T)

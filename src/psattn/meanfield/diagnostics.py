@@ -1,7 +1,8 @@
 """Collapse diagnostics of a particle state (arXiv 2605.30229).
 
-Every function takes a batch of states x: (B, n, d) on the sphere and returns one value per batch
-element, (B,). Content (marginal) diagnostics:
+Every function takes a batch of states x: (B, n, d) on the sphere, n ≥ 2, and returns one value per batch
+element, (B,); with a single particle there is no pair, and the pair diagnostics read NaN (``min_inner``: inf).
+``diagnose`` checks its states; the single diagnostics do not. Content (marginal) diagnostics:
 
 - ``mean_cosine``          mean of ⟨x_i, x_j⟩ over pairs i ≠ j (1 at a Dirac mass).
 - ``fraction_aligned``     fraction of pairs i < j with ⟨x_i, x_j⟩ > threshold (default 0.999).

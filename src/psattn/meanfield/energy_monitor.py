@@ -52,11 +52,13 @@ class EnergyCheck:
 
 
 def _check_series(times: Tensor, energy: Tensor, shapes: tuple[int, ...], finite_energy: bool = True) -> None:
-    """A ValueError unless times is (S+1,), energy has S+1 rows and ``energy.ndim in shapes``, and both (or,
-    without ``finite_energy``, the times) are finite: a shorter series was cut to fit, and a NaN compares false."""
-    if times.ndim != 1 or energy.ndim not in shapes or energy.shape[0] != times.shape[0]:
+    """A ValueError unless times is (S+1,), S + 1 ≥ 1, energy has S+1 rows and ``energy.ndim in shapes``, and both
+    (or, without ``finite_energy``, the times) are finite: a shorter series was cut to fit, a NaN compares false,
+    and an empty one raised an IndexError."""
+    if times.ndim != 1 or energy.ndim not in shapes or energy.shape[0] != times.shape[0] or times.shape[0] == 0:
         want = " or ".join("(S+1,)" if k == 1 else "(S+1, B)" for k in shapes)
-        raise ValueError(f"times must be (S+1,) and energy {want}, got {tuple(times.shape)} and {tuple(energy.shape)}")
+        raise ValueError(f"times must be (S+1,) and energy {want}, S ≥ 0, got {tuple(times.shape)} and "
+                         f"{tuple(energy.shape)}")
     if not (bool(torch.isfinite(times).all()) and (not finite_energy or bool(torch.isfinite(energy).all()))):
         raise ValueError("times and energy must be finite, got NaN or infinite entries")
 
@@ -86,7 +88,7 @@ def check_monotone(
     """Report every step where the energy decreased by more than rtol·|E|; a NaN or infinite energy (which compares
     false with everything, so no drop shows) makes the check fail too, counted in ``n_non_finite``.
 
-    times: (S+1,); energy: (S+1, B) or (S+1,).
+    times: (S+1,); energy: (S+1, B) or (S+1,); S ≥ 0 (empty series are a ValueError).
     """
     _check_series(times, energy, (1, 2), finite_energy=False)
     e = energy if energy.ndim == 2 else energy[:, None]  # (S+1, B)
@@ -145,7 +147,8 @@ def energy_plateaus(
 
     A step belongs to a plateau when its slope dE/dt is below slope_tol times the mean slope
     (E_end − E_0) / (t_end − t_0); consecutive flat steps merge, and plateaus shorter than min_length
-    are dropped. times, energy: (S+1,). A run whose energy does not move returns one plateau.
+    are dropped. times, energy: (S+1,), S ≥ 0 (empty series are a ValueError). A run whose energy does not move
+    returns one plateau; a single time, none.
     """
     _check_series(times, energy, (1,))
     slope_tol, min_length = _tolerance(slope_tol, "slope_tol"), _tolerance(min_length, "min_length")

@@ -110,14 +110,28 @@ class LabelledKernel:
         g = self.gauges
         return torch.einsum("iba,jbc->ijac", g, g)  # (n, n, d, d): G_iᵀ G_j
 
+    def _check_batch(self, x: Tensor, name: str) -> None:
+        """A ValueError unless ``x`` is a batch (B, n, d) of this kernel's n and d, a TypeError unless it is a
+        tensor in the dtype of the gauges (einsum's errors named neither the argument nor the shape it takes)."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (B, n={self.n}, d={self.d}), got {type(x).__name__}")
+        if x.ndim != 3 or x.shape[1:] != (self.n, self.d):
+            raise ValueError(f"{name} must be (B, n={self.n}, d={self.d}) for this kernel, got shape {tuple(x.shape)}")
+        if self.gauges is not None and x.dtype != self.gauges.dtype:
+            raise TypeError(f"{name} is {x.dtype}, the kernel's gauges {self.gauges.dtype}: use kernel.to({x.dtype})")
+
     def to_comoving(self, x: Tensor) -> Tensor:
-        """y_i = G_i x_i. x: (B, n, d) -> (B, n, d)."""
+        """y_i = G_i x_i. x: (B, n, d) -> (B, n, d); another shape is a ValueError, another dtype than the
+        gauges' a TypeError."""
+        self._check_batch(x, "x")
         if self.gauges is None:
             return x
         return torch.einsum("iab,Bib->Bia", self.gauges, x)  # (B, n, d): G_i x_i
 
     def from_comoving(self, y: Tensor) -> Tensor:
-        """x_i = G_iᵀ y_i. y: (B, n, d) -> (B, n, d)."""
+        """x_i = G_iᵀ y_i. y: (B, n, d) -> (B, n, d); another shape is a ValueError, another dtype than the
+        gauges' a TypeError."""
+        self._check_batch(y, "y")
         if self.gauges is None:
             return y
         return torch.einsum("iba,Bib->Bia", self.gauges, y)  # (B, n, d): G_iᵀ y_i

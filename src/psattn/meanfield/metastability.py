@@ -194,9 +194,10 @@ def predicted_cluster_count(beta: float, k_max: int = 200) -> int:
 
 def circle_cluster_count(angles: np.ndarray, gap: float) -> int:
     """Clusters of points on S¹: the number of circular gaps wider than gap between sorted angles (≥ 1)."""
-    a = np.sort(np.mod(np.asarray(angles, dtype=np.float64), 2 * np.pi))
-    if a.ndim != 1 or a.size == 0 or not np.isfinite(a).all():
+    a = np.asarray(angles, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0 or not np.isfinite(a).all():  # checked before the sort: one number was an AxisError
         raise ValueError(f"angles must be a non-empty list of finite numbers, got shape {a.shape}")
+    a = np.sort(np.mod(a, 2 * np.pi))
     if not 0 <= _finite("gap", gap) < 2 * np.pi:  # NaN counted 1 cluster, a negative gap one per point
         raise ValueError(f"gap must be an angle in [0, 2π), got {gap!r}")
     gaps = np.diff(np.append(a, a[0] + 2 * np.pi))

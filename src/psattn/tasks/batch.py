@@ -15,6 +15,16 @@ from torch import Tensor
 IGNORE_INDEX = -100
 
 
+def check_rows(inputs: Tensor) -> None:
+    """A TypeError unless ``inputs`` is a tensor of int64 or int32 token ids, a ValueError unless it is (B, T)."""
+    if not isinstance(inputs, Tensor):
+        raise TypeError(f"inputs must be a torch.Tensor of token ids (B, T), got {type(inputs).__name__}")
+    if inputs.dim() != 2:
+        raise ValueError(f"inputs must be (B, T), got shape {tuple(inputs.shape)}")
+    if inputs.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"inputs must be an integer tensor of token ids, got {inputs.dtype}")
+
+
 @dataclass(frozen=True)
 class TaskBatch:
     """Token rows ``inputs`` (B, T) int64 and labels ``targets`` (B, T) int64."""
@@ -55,14 +65,18 @@ class TaskBatch:
 def accuracy(logits: Tensor, batch: TaskBatch) -> float:
     """Fraction of scored positions where ``argmax(logits)`` equals the target.
 
-    ``logits`` is (B, T, V), aligned with ``batch.inputs`` (no shift).
+    ``logits`` is (B, T, V), aligned with ``batch.inputs`` (no shift). Logits of another shape, and a batch
+    with no scored position, are a ValueError. A batch that is not a ``TaskBatch``, and logits that are not a
+    tensor, are a TypeError.
     """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"accuracy scores against a TaskBatch, got {type(batch).__name__}")
+    if not isinstance(logits, Tensor):  # an AttributeError on .dim
+        raise TypeError(f"logits must be a torch.Tensor (B, T, V), got {type(logits).__name__}")
     if logits.dim() != 3 or logits.shape[:2] != batch.targets.shape:  # (B, T) logits raised an IndexError
-        raise ValueError(
-            f"logits shape {tuple(logits.shape)} does not match targets {tuple(batch.targets.shape)}"
-        )
+        rows, length = batch.targets.shape
+        # "logits shape (2, 4) does not match targets (2, 4)" for (B, T) logits: the shapes it named looked alike
+        raise ValueError(f"logits must be (B, T, V) = ({rows}, {length}, V) for this batch, got shape {tuple(logits.shape)}")
     mask = batch.scored.to(logits.device)
     if not bool(mask.any()):
         raise ValueError("batch has no scored positions")

@@ -47,7 +47,7 @@ from torch import Tensor
 from psattn.fields import check_choices, check_ints
 from psattn.tasks._checks import check_vocab_size
 from psattn.tasks._random import random_subsets
-from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
+from psattn.tasks.batch import IGNORE_INDEX, TaskBatch, check_rows
 from psattn.tasks.split import check_draw, sample_split
 
 BOS = 0
@@ -112,8 +112,10 @@ class InductionConfig:
 def induction_targets(inputs: Tensor) -> Tensor:
     """(B, T) hop-1 labels: at t, inputs[j+1] for the most recent j < t with inputs[j] == inputs[t].
 
-    Positions whose token did not occur before hold IGNORE_INDEX.
+    Positions whose token did not occur before hold IGNORE_INDEX. ``inputs`` that are not an integer tensor are
+    a TypeError, and a shape other than (B, T) a ValueError.
     """
+    check_rows(inputs)  # a float tensor raised gather()'s error, a (T,) row "not enough values to unpack"
     rows, seq_len = inputs.shape
     positions = torch.arange(seq_len, device=inputs.device)
     keys, order = (inputs * seq_len + positions).sort(dim=1)  # (B, T): by token, then position

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from psattn.tasks.batch import TaskBatch
+from psattn.tasks.batch import TaskBatch, check_rows
 
 SPLITS = ("train", "eval")
 EVAL_BUCKETS = 4
@@ -47,9 +47,9 @@ def check_draw(batch_size: int, generator: torch.Generator) -> None:
 
 
 def row_hash(inputs: Tensor) -> Tensor:
-    """(B,) int64 hash in [0, 2^31 - 1) of each row of ``inputs`` (B, T), tokens >= 0."""
-    if inputs.dim() != 2:
-        raise ValueError(f"inputs must be (B, T), got shape {tuple(inputs.shape)}")
+    """(B,) int64 hash in [0, 2^31 - 1) of each row of ``inputs`` (B, T), tokens >= 0. ``inputs`` that are not an
+    integer tensor are a TypeError, and a shape other than (B, T) a ValueError."""
+    check_rows(inputs)  # float rows had a float hash
     seq_len = inputs.shape[1]
     powers = [1] * seq_len  # powers[t] = BASE^(T-1-t) mod p
     for t in range(seq_len - 2, -1, -1):

@@ -8,6 +8,7 @@ generation. ``token_bytes`` gives each id's length in UTF-8 bytes, the denominat
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,8 +37,8 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of byte ids; invalid UTF-8 becomes U+FFFD."""
-        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        """The text of byte ids; invalid UTF-8 becomes U+FFFD. Ids outside [0, 256) are a ValueError."""
+        return bytes(_known_ids(ids, self.vocab_size)).decode("utf-8", errors="replace")
 
     def token_bytes(self) -> np.ndarray:
         """UTF-8 bytes of each id (V,): one each; bits per byte divide by them."""
@@ -58,7 +59,14 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
-        """A byte-level BPE tokenizer of ``vocab_size`` ids (256 bytes plus merges) fitted on ``texts``."""
+        """A byte-level BPE tokenizer of at most ``vocab_size`` ids (256 bytes plus merges) fitted on ``texts``:
+        fewer when the texts hold fewer pairs to merge. A ``vocab_size`` that is not an integer above 256 is a
+        ValueError, and ``texts`` that are one string (not an iterable of texts) a TypeError."""
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 257:
+            # 10 gave the 256 bytes alone, -1 an OverflowError from the library
+            raise ValueError(f"a BPE vocabulary needs 257 or more entries (256 bytes plus merges), got {vocab_size!r}")
+        if isinstance(texts, str):  # fitted on its characters one by one: the 256 bytes and no merge
+            raise TypeError("texts must be an iterable of texts (a list of strings), got one string")
         tokenizers = hf_tokenizers()
         Tokenizer, decoders, models = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.models
         pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
@@ -94,8 +102,8 @@ class BPETokenizer:
             raise
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids``."""
-        return self.tokenizer.decode([int(i) for i in ids])
+        """The text of ``ids``; ids outside [0, vocab_size) are a ValueError."""
+        return self.tokenizer.decode(_known_ids(ids, self.vocab_size))
 
     def token_bytes(self) -> np.ndarray:
         """UTF-8 bytes of each id (V,), for bits per byte."""
@@ -108,6 +116,16 @@ class BPETokenizer:
 
 
 Tokenizer = ByteTokenizer | BPETokenizer
+
+
+def _known_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
+    """``ids`` as Python ints, or a ValueError unless all lie in [0, vocab_size): the BPE library decoded an id
+    past its vocabulary as nothing and -1 as an OverflowError, the byte tokenizer said "bytes must be in range"."""
+    known = [int(i) for i in ids]
+    if known and (min(known) < 0 or max(known) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}) (the tokenizer's vocabulary), got ids from "
+                         f"{min(known)} to {max(known)}")
+    return known
 
 
 def not_utf8(text: str, position: int) -> ValueError:

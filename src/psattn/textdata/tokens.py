@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import numbers
 import os
 import shutil
 import socket
@@ -233,9 +234,15 @@ def _build(documents: list[Document], tokenizer: str, vocab_size: int, eval_frac
 
 def tokenize_corpus(corpus: str, tokenizer: str = "byte", vocab_size: int = 256,
                     eval_fraction: float = 0.05, split: str = "tail") -> TokenizedCorpus:
-    """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``."""
+    """The cached token streams of ``corpus`` (building them first if needed), held out by ``split``: the last
+    ``eval_fraction`` of each document, or every k-th document. ``vocab_size`` sizes a BPE tokenizer trained on
+    the corpus (the other tokenizers have their own). A ``split`` other than tail or file, and an
+    ``eval_fraction`` outside (0, 1), are a ValueError."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1:
+        # 0 held nothing out (the split by file: a ZeroDivisionError), 1.5 cut each document before its start
+        raise ValueError(f"eval_fraction must be a number in (0, 1), got {eval_fraction!r}")
     digest = corpus_hash(corpus)
     key = f"{digest}-{_tokenizer_key(tokenizer, vocab_size)}-{float(eval_fraction)!r}"  # exact; 0.05 stays "0.05"
     key += "-byfile" if split == "file" else ""

@@ -20,6 +20,7 @@ certificates can compare them exactly (as SymPy rationals).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,9 +73,19 @@ class StreamTaps:
         return np.block([[A + B, -B], [(A + B - I) / self.gamma, -B / self.gamma]])
 
 
+def _check_position(t: int) -> None:
+    """A ValueError unless ``t`` is an integer ≥ 1: at t = 0 the boundary rule, not a predecessor, sets x_{t-1}
+    (the shear read as having no lag-1 tap), and a negative t indexed from the end of the stream."""
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1:
+        raise ValueError(f"t must be an integer >= 1 (a position with a predecessor), got {t!r}")
+
+
 def probe_taps(op: OperatorUnderTest, gamma: float, dim: int = 8, t: int = 5, seed: int = 0) -> StreamTaps:
     """The taps of ``op.sheared`` at position ``t`` for streams of width ``dim`` (positions 0..t+2,
-    so one and two steps ahead are probed too)."""
+    so one and two steps ahead are probed too). A ``t`` below 1, or a ``dim`` below 1, is a ValueError."""
+    _check_position(t)
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
+        raise ValueError(f"dim must be an integer >= 1 (the stream's width), got {dim!r}")
     T = t + 3
     impulses = torch.eye(T * dim, dtype=torch.float64).view(T * dim, 1, T, dim)  # (T*D, 1, T, D)
     out = op.sheared(impulses, gamma)[:, 0, t, :].reshape(T, dim, dim)  # [s, input c, output]
@@ -91,7 +102,13 @@ def probe_taps(op: OperatorUnderTest, gamma: float, dim: int = 8, t: int = 5, se
 
 def phase_map(op: OperatorUnderTest, x: torch.Tensor, p: torch.Tensor, gamma: float, t: int = 5):
     """Apply the operator to phase-space points: x, p (N, D) -> (x̂, p') (N, D), with the stream
-    ``x_{t-1} = x - p``, ``x_t = x`` at position t (earlier positions zero)."""
+    ``x_{t-1} = x - p``, ``x_t = x`` at position t (earlier positions zero). x and p of other shapes, a ``t``
+    below 1 and gamma = 0 (p' divides by it) are a ValueError."""
+    _check_position(t)  # at t = 0, x_t overwrote x_{t-1}: p was dropped without a word
+    if x.dim() != 2 or p.shape != x.shape:
+        raise ValueError(f"x and p must be phase-space points (N, D) of one shape, got {tuple(x.shape)} and {tuple(p.shape)}")
+    if gamma == 0:  # p' = (x̂ − x) / gamma: NaN
+        raise ValueError("the phase-space form needs gamma != 0")
     N, D = x.shape
     stream = torch.zeros(N, 1, t + 1, D, dtype=x.dtype)
     stream[:, 0, t - 1], stream[:, 0, t] = x - p, x

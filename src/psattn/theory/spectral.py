@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from psattn.models.decoder import DecoderLM
 from psattn.ops.hooks import capture
 from psattn.ops.shear import check_gamma
 from psattn.ops.variants import VARIANTS, variant_gammas
@@ -210,7 +211,11 @@ class MeasuredBode:
 @torch.no_grad()
 def measure_bode(model, input_ids: Tensor, layer: int = 0) -> MeasuredBode:
     """Estimate the query and key responses of attention layer ``layer`` of a
-    ``DecoderLM`` from its hook points on ``input_ids`` (B, T)."""
+    ``DecoderLM`` from its hook points on ``input_ids`` (B, T), T ≥ 4. A ``model`` that is not a ``DecoderLM``
+    is a TypeError; a layer it lacks, or fewer than 4 positions, a ValueError (the ids themselves are checked
+    by the model's forward)."""
+    if not isinstance(model, DecoderLM):  # an AttributeError on .blocks
+        raise TypeError(f"measure_bode reads the hook points of a psattn DecoderLM, got {type(model).__name__}")
     blocks = model.blocks
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(blocks):
         raise ValueError(f"layer must lie in [0, {len(blocks)}), got {layer}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +33,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 @dataclass
 class TrainConfig:
-    """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation."""
+    """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation. A field of another
+    type or outside its range is a ValueError that names it (``train.lr must be a positive number up to 10``)."""
 
     steps: int = 1000
     batch_size: int = 64
@@ -254,7 +256,11 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     overrides), and the model's vocabulary follows X's unless ``model.vocab_size`` is given too; so
     does it follow ``task.vocab_size=N`` (``--set task.tokenizer=bpe task.vocab_size=1024`` sizes
     both). Overrides apply whatever their order, so two that set the same field (``model.d_model=64
-    model.d_model=32``, or ``model={...} model.d_model=32``) are refused."""
+    model.d_model=32``, or ``model={...} model.d_model=32``) are refused. A ``config`` that is not a ``RunConfig``,
+    or ``overrides`` that are not a list of strings (one string, say), is a TypeError."""
+    if not isinstance(config, RunConfig):  # an AttributeError on .to_dict
+        raise TypeError(f"apply_overrides takes a RunConfig, got {type(config).__name__}")
+    check_overrides(overrides)
     data = config.to_dict()
     data["model"].setdefault("d_head", None)  # a field, which to_dict leaves out at its default
     parsed = [_parse_override(item) for item in overrides]
@@ -283,6 +289,13 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     if vocab_given and not any(key == ["model", "vocab_size"] for key, _, _ in parsed):
         data["model"]["vocab_size"] = data["task"]["vocab_size"]  # the model's vocabulary follows the task's
     return RunConfig.from_dict(data)
+
+
+def check_overrides(overrides: Any) -> None:
+    """A TypeError unless ``overrides`` is a list (or tuple) of ``section.field=value`` strings: one string was
+    read character by character ("override 't' must look like section.field=value")."""
+    if not isinstance(overrides, list | tuple) or not all(isinstance(item, str) for item in overrides):
+        raise TypeError(f"overrides must be a list of 'section.field=value' strings, got {reprlib.repr(overrides)}")
 
 
 def _parse_override(item: str) -> tuple[list[str], Any, str]:

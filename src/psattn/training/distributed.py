@@ -48,12 +48,18 @@ def setup_distributed(device_type: str) -> Distributed:
 
 def resolve_device(name: str, local_rank: int = 0, what: str = "train.device") -> torch.device:
     """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU. The
-    error for CUDA where there is none names the setting ``what`` (``--device`` for a trained model's)."""
+    error for CUDA where there is none, or for a name torch does not know, names the setting ``what``
+    (``--device`` for a trained model's)."""
+    if not isinstance(name, str):  # 3 was read as cuda:3
+        raise ValueError(f"{what} must be cpu, cuda, cuda:N or auto, got {name!r}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{local_rank}"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:  # torch's own words list twenty device types
+        raise ValueError(f"{what} must be cpu, cuda, cuda:N or auto, got {name!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         hint = "; use --device cpu or auto" if what == "--device" else ""
         raise ValueError(f"{what}={name!r} but CUDA is not available{hint}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from psattn.models.device import model_device
 from psattn.tasks.batch import IGNORE_INDEX, TaskBatch
 from psattn.tasks.registry import task_name
 from psattn.tasks.text import TextConfig, every_window
-from psattn.training.config import RunConfig, apply_overrides
+from psattn.training.config import RunConfig, apply_overrides, check_overrides
 from psattn.training.memory import check_evaluation_fits
 from psattn.training.run_dir import eval_batch, load_trained
 from psattn.training.task_metrics import task_metrics
@@ -29,8 +30,13 @@ NOTED_ROWS = 1024
 
 @torch.no_grad()
 def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[float, float]:
-    """(accuracy, loss) over the scored positions of ``batch``; ValueError when it scores none (both would
-    read 0.0, the loss a perfect one), as ``psattn.tasks.accuracy`` says."""
+    """(accuracy, loss) over the scored positions of ``batch``, scored ``chunk`` rows at a time; ValueError when it
+    scores none (both would read 0.0, the loss a perfect one), as ``psattn.tasks.accuracy`` says, or when ``chunk``
+    is not a positive integer; TypeError when ``batch`` is not a ``TaskBatch``."""
+    if not isinstance(batch, TaskBatch):  # an AttributeError on .scored
+        raise TypeError(f"evaluate scores a TaskBatch (TaskBatch(inputs, targets)), got {type(batch).__name__}")
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:  # range() or a ZeroDivisionError
+        raise ValueError(f"chunk must be a positive integer (rows scored at once), got {chunk!r}")
     if not bool(batch.scored.any()):
         rows = f"{len(batch)} row{'s' * (len(batch) != 1)}"
         raise ValueError(f"the batch ({rows}) has no scored positions, so its accuracy and loss would mean nothing: "
@@ -65,7 +71,11 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     ``rows`` asked for more windows than the held-out text holds (then every window is scored once), and
     ``longer_than_trained`` when ``task.seq_len`` was raised past the length the run trained on.
     ``device``: where the model runs (``"auto"``: CUDA when available), whichever device it trained on.
-    ``report(line)`` receives a line saying what is scored before more than ``NOTED_ROWS`` rows (minutes on a CPU)."""
+    ``report(line)`` receives a line saying what is scored before more than ``NOTED_ROWS`` rows (minutes on a CPU).
+    ``rows`` that is not a positive integer is a ValueError; ``overrides`` that are not a list of strings a TypeError."""
+    check_overrides(overrides)
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1):
+        raise ValueError(f"rows must be a positive integer or None (the run's eval_size), got {rows!r}")
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)
     config = RunConfig.from_file(run_dir / "config.json")

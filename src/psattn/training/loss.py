@@ -17,7 +17,8 @@ from psattn.training.transfer import DeviceBatch
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over scored positions; logits (..., V) are aligned with targets (...)."""
+    """Mean cross-entropy over the scored positions (targets other than ``IGNORE_INDEX``); logits (..., V) are
+    aligned with targets (...). NaN when no position is scored (a mean over none)."""
     # (..., V) -> (M, V) and (...) -> (M,), M the positions
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 

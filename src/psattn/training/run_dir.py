@@ -104,7 +104,7 @@ RESULT_KEYS = {"final_accuracy", "best_accuracy", "emergence_step", "steps", "hi
 def load_result(run_dir: str | Path) -> dict[str, Any] | None:
     """The saved result of a finished run: its result.json, its evaluation rows under "history" (from
     metrics.jsonl, or from result.json itself where an older run wrote them there) and its config under
-    "config"; None when the run has not finished."""
+    "config"; None when the run has not finished, or not started: a folder that does not exist is not an error."""
     run_dir = Path(run_dir)
     path = run_dir / RESULT
     if not path.exists():
@@ -165,8 +165,9 @@ def build_model(config: RunConfig) -> DecoderLM:
 
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
     """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
-    (``"auto"``: CUDA when available), whichever device it trained on; refused when the checkpoint's
-    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``).
+    (cpu, cuda, cuda:N, ``"auto"``: CUDA when available, or a ``torch.device``; a name torch does not know is a
+    ValueError), whichever device it trained on; refused when the checkpoint's binding disagrees with the run's
+    config, tokenizer or data record (see ``psattn.training.binding``).
 
     Examples:
         >>> import tempfile
@@ -192,10 +193,13 @@ def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> Dec
     with torch.device("cpu"):
         model = DecoderLM(config.model)
     load_model_weights(model, state["model"], path, run_dir / CONFIG)
-    return model.to(resolve_device(device, what="--device") if isinstance(device, str) else device).eval()
+    return model.to(device if isinstance(device, torch.device) else resolve_device(device, what="--device")).eval()
 
 def run_tokenizer(run_dir: str | Path) -> Tokenizer:
-    """The tokenizer of a text run's directory (its tokenizer.json); ValueError for a run without one."""
+    """The tokenizer of a text run's directory (its tokenizer.json); ValueError for a run without one, and for a
+    folder that is not a run directory."""
+    if not (Path(run_dir) / CONFIG).is_file():  # it said "only runs of the text task can generate text"
+        raise ValueError(f"{run_dir} is not a run directory (no config.json)")
     path = Path(run_dir) / TOKENIZER
     if not path.exists():
         if _task_name(Path(run_dir)) == "text":  # a text run restored from a saved summary keeps no tokenizer

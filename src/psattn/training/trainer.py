@@ -235,6 +235,9 @@ def train(
     evaluation (``evaluation_line``), for a console. ``metrics(model, task, held_out)`` adds columns to
     every evaluation row: by default the task's own (``psattn.training.task_metrics``).
 
+    A ``config`` that is not a ``RunConfig``, and an ``on_step``, ``should_stop``, ``report`` or ``metrics``
+    that is neither None nor a function, are a TypeError before anything is written.
+
     Args:
         config: the run: model, task and optimisation.
         run_dir: where the run's files go (config.json, metrics.jsonl, checkpoint.pt, result.json);
@@ -263,6 +266,11 @@ def train(
         >>> result.steps, [row["step"] for row in result.history]
         (20, [0, 20])
     """
+    if not isinstance(config, RunConfig):  # an AttributeError on .task
+        raise TypeError(f"train takes a RunConfig (RunConfig.from_dict(data)), got {type(config).__name__}")
+    for name, hook in (("on_step", on_step), ("should_stop", should_stop), ("report", report), ("metrics", metrics)):
+        if hook is not None and not callable(hook):  # a TypeError after the first step, the run files written
+            raise TypeError(f"{name} must be a function or None, got {type(hook).__name__}")
     if time_limit_s is not None and not time_limit_s >= 0:
         raise ValueError(f"time_limit_s must be a non-negative number of seconds, got {time_limit_s!r}")
     called = time.perf_counter()

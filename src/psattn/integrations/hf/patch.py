@@ -142,7 +142,8 @@ def apply_psa(
     """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
 
     ``variant`` is one of ``symmetric``, ``key_only`` (the best one for induction), ``query_only``,
-    ``baseline``; ``gamma`` the shear coupling; ``placement`` must be ``post_rope``. ``boundary``
+    ``baseline``; ``gamma`` the shear coupling (``baseline`` has no shear and takes ``gamma=0``: the default
+    0.8 is refused for it); ``placement`` must be ``post_rope``. ``boundary``
     ``"replicate"`` (default) sets the momentum to 0 at every sequence start: the first token, the
     first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
     documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or

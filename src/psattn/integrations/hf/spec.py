@@ -24,6 +24,7 @@ BASES = ("sdpa", "eager")
 @dataclass(frozen=True)
 class PSASpec:
     """PSA settings of one model (immutable, so two models in one process never share state).
+    ``variant="baseline"`` takes ``gamma=0`` (the default 0.8 is refused for it, as any γ ≠ 0).
 
     ``max_rollback`` is how many tokens a ``PSALayer`` can be
     cropped back beyond the last forward call (assisted decoding crops at most the last call's

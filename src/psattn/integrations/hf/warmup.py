@@ -14,20 +14,19 @@ adapters train).
 
 from __future__ import annotations
 
-import math
-
 from torch import nn
 from transformers import TrainerCallback
 
 from psattn.integrations.hf.patch import set_psa_gamma
+from psattn.ops.shear import check_gamma
 
 
 def gamma_warmup(step: int, gamma: float, warmup_steps: int) -> float:
-    """γ at optimizer step ``step``: linear from 0 at step 0 to ``gamma`` at ``warmup_steps``, then constant."""
+    """γ at optimizer step ``step``: linear from 0 at step 0 to ``gamma`` at ``warmup_steps``, then constant.
+    A ``gamma`` that is not a finite real number is a TypeError / ValueError naming it, as everywhere γ is given."""
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-    if not math.isfinite(gamma):
-        raise ValueError(f"gamma must be finite, got {gamma}")
+    gamma = check_gamma(gamma)  # "1" raised math.isfinite's "must be real number, not str"
     if warmup_steps == 0:
         return float(gamma)
     return float(gamma) * min(max(step, 0) / warmup_steps, 1.0)

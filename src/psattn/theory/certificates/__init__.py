@@ -72,15 +72,17 @@ def run_certificates(op: OperatorUnderTest = REFERENCE, names: list[str] | None 
 
 
 def format_table(results: list[Certificate], details: bool = False) -> str:
-    """A plain-text table: one row per certificate (and its evidence when ``details``)."""
-    width = max(len(r.name) for r in results)
+    """A plain-text table: one row per certificate (and its evidence when ``details``); of no results, the
+    header and a line saying none was run."""
+    width = max((len(r.name) for r in results), default=len("certificate"))  # max() of none raised a ValueError
     lines = [f"{'#':>2}  {'certificate':<{width}}  {'method':<18}  {'result':<6}  {'seconds':>7}"]
     for i, r in enumerate(results, 1):
         lines.append(f"{i:>2}  {r.name:<{width}}  {r.method:<18}  {'PASS' if r.passed else 'FAIL':<6}  {r.seconds:7.2f}")
         for line in (r.details.split("; ") if details else r.failures + ([f"ERROR: {r.error}"] if r.error else [])):
             lines.append(f"{'':>4}{'':<{width}}  - {line}")
     passed = sum(r.passed for r in results)
-    lines.append(f"{passed}/{len(results)} certificates passed for operator {results[0].operator!r}" if results else "")
+    lines.append(f"{passed}/{len(results)} certificates passed for operator {results[0].operator!r}" if results
+                 else "no certificate was run")
     return "\n".join(lines)
 
 
