@@ -93,6 +93,45 @@ def test_the_graphs_share_one_copy_of_the_weights_which_a_new_export_to_the_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
 
 
+def test_an_export_that_fails_midway_leaves_the_earlier_one_whole_and_nothing_beside_it(tmp_path, monkeypatch):
+    """export_onnx wrote its files in place, one after the other: a failure as it exported the decode step left the
+    new prefill graph beside the earlier decode step, and one as it saved the decode graph against the new weights
+    file left the earlier decode graph reading the new weights at offsets of its own. Now the three move in as a
+    set: the earlier export is whole, and loads and decodes as before, and nothing else is left beside it."""
+    import errno
+
+    from psattn.export import onnx as onnx_export
+
+    model, second = (random_model("key_only", d_model=64, std=0.05, seed=seed).float() for seed in (0, 1))
+    paths = export_onnx(model, tmp_path / "m.onnx")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    export, save = onnx_export._export, onnx.save
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def fails_at_the_decode_step(graph, args, path, dynamic_shapes):
+        if Path(path).name == "m.decode.onnx":
+            raise full
+        export(graph, args, path, dynamic_shapes)
+
+    def fails_at_the_second_shared_graph(proto, path, *args, **kwargs):  # the weights file and m.onnx written
+        if Path(path).name == "m.decode.onnx" and any(t.data_location == onnx.TensorProto.EXTERNAL
+                                                        for t in proto.graph.initializer):
+            raise full
+        save(proto, path, *args, **kwargs)
+
+    for module, name, fake in ((onnx_export, "_export", fails_at_the_decode_step),
+                               (onnx, "save", fails_at_the_second_shared_graph)):
+        with monkeypatch.context() as patch:
+            patch.setattr(module, name, fake)
+            with pytest.raises(OSError, match="Is the disk full"):
+                export_onnx(second, tmp_path / "m.onnx")
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before, fake.__name__
+    ids = torch.randint(0, 37, (2, 9))
+    seqs, step_logits = OnnxLM(paths.prefill, paths.decode).generate(ids[:, :4].numpy(), 5)
+    ours = generate(model, ids[:, :4], 5)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_the_int8_graphs_share_one_copy_of_their_quantized_weights(int8_export, mode):
     """psattn export --int8 wrote each quantized weight twice, once in each INT8 graph."""
@@ -371,7 +410,8 @@ def test_an_export_leaves_the_callers_model_and_random_state_and_nan_logits_choo
 
 def test_a_stop_signal_as_the_weights_file_is_renamed_into_place_leaves_no_file_beside_it(tmp_path):
     """export_onnx wrote the shared weights to a visible ``NAME.onnx.data.new`` and renamed it into place: SIGTERM
-    (or a failed write) before the rename left that file beside the export for good."""
+    (or a failed write) before the rename left that file beside the export for good. The three files are now
+    staged as a set: a stop before they are in place leaves nothing of the new export."""
     import signal
 
     script = tmp_path / "export.py"
@@ -395,4 +435,4 @@ export_onnx(model.eval(), sys.argv[1])
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "out" / "m.onnx")], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]  # ended by the signal, as before
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["m.decode.onnx", "m.onnx"]
+    assert not (tmp_path / "out").exists()  # the staging folder is removed, and the folder made for the export

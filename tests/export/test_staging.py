@@ -135,9 +135,9 @@ def test_a_model_whose_logits_are_not_finite_is_refused_before_any_comparison_an
             next(model.parameters()).fill_(float("nan"))
         return model
 
-    load, export, exported = compare.load_trained, compare.export_onnx, []
+    load, export, exported = compare.load_trained, compare.write_onnx_files, []
     monkeypatch.setattr(compare, "load_trained", poisoned)
-    monkeypatch.setattr(compare, "export_onnx", lambda *args: exported.append(args) or export(*args))
+    monkeypatch.setattr(compare, "write_onnx_files", lambda *args: exported.append(args) or export(*args))
     err = _one_line_error(["export", "--run-dir", str(runs / "key_only"), "--out", str(tmp_path / "m.onnx")], capsys)
     assert "PyTorch gives NaN or infinite logits" in err and "nothing meaningful to compare" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [] and exported == []

@@ -22,10 +22,10 @@ from psattn.export.onnx import (
     OnnxLM,
     data_path_for,
     decode_path_for,
-    export_onnx,
     int8_path_for,
     quantize_int8,
     share_weights,
+    write_onnx_files,
 )
 from psattn.export.quantize import calibration_inputs, fp32_nodes
 from psattn.export.staging import moved, staged_files
@@ -113,7 +113,7 @@ def _export_and_compare(model: DecoderLM, run_dir, onnx_path, mode: str | None, 
     batch = TaskBatch(batch.inputs[:rows], batch.targets[:rows])
     torch_logits = model(batch.inputs).numpy()
     _check_finite("PyTorch", torch_logits, run_dir)  # before the export: a model gone NaN has nothing to compare
-    paths = export_onnx(model, onnx_path)
+    paths = write_onnx_files(model, onnx_path)  # into the staging folder of export_and_compare
     onnx_model = OnnxLM(paths.prefill, paths.decode)
     onnx_logits = onnx_model.logits(batch.inputs.numpy())
     _check_finite("onnxruntime", onnx_logits, run_dir)

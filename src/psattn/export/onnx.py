@@ -23,6 +23,7 @@ import torch
 from psattn.export.graphs import (
     DecodeStepGraph,
     PrefillGraph,
+    check_exportable,
     check_exportable_dtype,
     check_new_tokens,
     check_token_ids,
@@ -30,6 +31,7 @@ from psattn.export.graphs import (
     greedy_tokens,
     kept_modes,
 )
+from psattn.export.staging import staged_files
 from psattn.files import atomic_write
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
@@ -190,7 +192,9 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
     Args:
         model: the model to export (a trained one: ``load_trained(run_dir)``).
         path: the prefill graph's file; the decode step goes beside it as ``<name>.decode.onnx``, and the
-            weights both read as ``<name>.onnx.data`` (``share_weights``): the three files go together.
+            weights both read as ``<name>.onnx.data`` (``share_weights``): the three files go together. They are
+            written in a staging folder beside ``path`` and moved into place as a set (``psattn.export.staging``):
+            a failure or a stop signal midway leaves an earlier export at ``path`` as it was.
 
     Returns:
         ``OnnxPaths`` of the two graphs and the weights. [Run the exported model](../exported.md) shows
@@ -211,12 +215,22 @@ def export_onnx(model: DecoderLM, path: str | Path) -> OnnxPaths:
         True
     """
     check_exportable_dtype(model, "ONNX Runtime", (torch.float32, torch.float16))
+    check_exportable(model)  # a model it cannot export is refused before any folder is made
     path = Path(path)
+    # the staged files keep their final names: the graphs name their weights file by its name alone
+    with staged_files(path, lambda target: [decode_path_for(target), data_path_for(target)]) as staged:
+        write_onnx_files(model, staged)
+    return OnnxPaths(path, decode_path_for(path), data_path_for(path))
+
+
+@torch.no_grad()
+def write_onnx_files(model: DecoderLM, path: Path) -> OnnxPaths:
+    """``export_onnx``'s three files, written at ``path`` one after the other: into a staging folder (``export_onnx``'s
+    own, or that of ``export_and_compare``, which moves them in with its INT8 copies and summary)."""
     model = on_cpu(model)
     with kept_modes(model):  # the graphs run the model in eval mode; the caller's keeps its own
-        prefill = PrefillGraph(model)  # refuses a model it cannot export, before any folder is made
+        prefill = PrefillGraph(model)
         decode = DecodeStepGraph(model)
-        path.parent.mkdir(parents=True, exist_ok=True)
         batch, seq, past = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2), torch.export.Dim("past", min=1)
         ids = example_prompt(model, (2, 5))  # (B, T)
         _export(prefill, (ids,), path, {"input_ids": {0: batch, 1: seq}})
