@@ -602,6 +602,17 @@ if __name__ == "__main__":
 """
 
 
+def _run_report_child(tmp_path, out, when, signum):
+    """Run ``_REPORT_CHILD`` on ``out``, told ``when`` to send itself ``signum``; the finished process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "reproduce_child.py"
+    script.write_text(_REPORT_CHILD)
+    return subprocess.run([sys.executable, str(script), str(out), when, signum], capture_output=True, text=True,
+                          timeout=60)
+
+
 @pytest.mark.parametrize("when", ["sections", "moving", "theory"])
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
 def test_a_stop_signal_after_training_says_what_was_kept_in_one_line(tmp_path, signum, when):
@@ -610,17 +621,12 @@ def test_a_stop_signal_after_training_says_what_was_kept_in_one_line(tmp_path, s
     earlier report whole, a line saying what was kept and how to resume, exit 128 + the signal's number; a stop while
     the theory part runs does not wait for the mean-field part beside it (minutes), and one held while the report
     moves in lands once it is whole."""
-    import subprocess
-    import sys
-
     from helpers import hidden_entries
 
-    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
-    script.write_text(_REPORT_CHILD)
+    out = tmp_path / "out"
 
     def run(when):
-        return subprocess.run([sys.executable, str(script), str(out), when, signum], capture_output=True, text=True,
-                              timeout=60)
+        return _run_report_child(tmp_path, out, when, signum)
 
     assert run("first").returncode == 0
     started = time.monotonic()
@@ -644,17 +650,12 @@ def test_a_second_stop_signal_while_the_staging_folder_is_removed_waits_until_it
     """A second SIGTERM or SIGHUP (a scheduler's own deadline) while ``psattn reproduce`` removed its staging folder
     after the first ended the process at once, leaving half the folder in --out. Now it is held until the folder is
     gone, and then ends the process, as a second stop while run_experiments writes its summary does."""
-    import subprocess
-    import sys
-
     from helpers import hidden_entries
 
-    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
-    script.write_text(_REPORT_CHILD)
+    out = tmp_path / "out"
 
     def run(when):
-        return subprocess.run([sys.executable, str(script), str(out), when, signum], capture_output=True, text=True,
-                              timeout=60)
+        return _run_report_child(tmp_path, out, when, signum)
 
     assert run("first").returncode == 0
     done = run("twice")

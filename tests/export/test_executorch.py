@@ -162,6 +162,37 @@ def test_external_weights_hold_a_tied_table_once_and_run_as_the_one_file_program
         assert np.array_equal(ours, theirs)
 
 
+def test_a_program_and_its_weights_file_land_as_a_set(tmp_path, monkeypatch):
+    """export_executorch wrote the new weights file over the earlier one, then the program: a failure between the two
+    (a full disk, most often) left the earlier program reading the new weights by name. Now both are written in a
+    staging folder and moved in together; an export without external weights removes an earlier one's .ptd.
+    (The writer is replaced by one that writes the two files as the real one does, without minutes of lowering.)"""
+    import errno
+
+    from psattn.export import executorch
+
+    model = DecoderLM(ModelConfig(vocab_size=16, d_model=16, n_heads=2, attention=AttentionConfig("key_only", 1.0)))
+    (tmp_path / "m.pte").write_bytes(b"earlier program")
+    (tmp_path / "m.ptd").write_bytes(b"earlier weights")
+
+    def weights_then_full(model, path, *, max_context, quantize, external_weights):
+        executorch.data_path_for(path).write_bytes(b"new weights")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def program_alone(model, path, *, max_context, quantize, external_weights):
+        path.write_bytes(b"new program")
+        return path
+
+    monkeypatch.setattr(executorch, "write_executorch_files", weights_then_full)
+    with pytest.raises(OSError, match="Is the disk full"):
+        export_executorch(model, tmp_path / "m.pte", max_context=8, external_weights=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"m.pte": b"earlier program",
+                                                                    "m.ptd": b"earlier weights"}
+    monkeypatch.setattr(executorch, "write_executorch_files", program_alone)
+    assert export_executorch(model, tmp_path / "m.pte", max_context=8) == tmp_path / "m.pte"
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"m.pte": b"new program"}
+
+
 def test_a_program_without_its_weights_file_is_refused_in_one_line(tmp_path, tiny_run_programs):
     """The runtime said only "Failed to load method prefill, error: 0x:2"; a pair renamed together still loads."""
     two = tiny_run_programs / "two"
@@ -240,7 +271,7 @@ def test_int4_of_a_narrow_run_is_refused_before_anything_is_exported(tmp_path, m
     def exported(*args, **kwargs):
         raise AssertionError("a program was exported before the refusal")
 
-    monkeypatch.setattr(compare_executorch, "export_executorch", exported)
+    monkeypatch.setattr(compare_executorch, "write_executorch_files", exported)
     with pytest.raises(ValueError, match=r"int4 weights take groups of 32 input features; this model has linear layers \[48\]"):
         compare_executorch.executorch_and_compare(tmp_path / "run", tmp_path / "m.pte", quantize=("int8", "int4"))
     assert list(tmp_path.iterdir()) == [tmp_path / "run"]

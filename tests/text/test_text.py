@@ -344,7 +344,8 @@ def test_icl_score_and_bits_per_byte_on_known_cases():
 
 def test_the_lm_metrics_name_an_argument_that_is_no_tensor():
     """bits_per_byte of a float or a list raised an AttributeError ('float' object has no attribute 'shape'), of float
-    targets torch's IndexError; icl_score of a list an AttributeError too."""
+    targets torch's IndexError, of token_bytes None "object of type 'NoneType' has no len()"; icl_score of a list an
+    AttributeError too."""
     targets, token_bytes = torch.tensor([[0, 1, 2]]), np.array([1, 2, 3])
     for losses in (1.5, [[1.0, 1.0, 1.0]]):
         named = rf"^bits_per_byte's losses must be a torch.Tensor \(B, T\), got {type(losses).__name__}$"
@@ -354,6 +355,10 @@ def test_the_lm_metrics_name_an_argument_that_is_no_tensor():
         bits_per_byte(torch.ones(1, 3), [[0, 1, 2]], token_bytes)
     with pytest.raises(TypeError, match=r"^bits_per_byte's targets must be integer token ids, got torch.float32$"):
         bits_per_byte(torch.ones(1, 3), targets.float(), token_bytes)
+    for table in (None, 3, np.ones((2, 3), dtype=np.int64), np.array(["a", "b", "c"])):  # None: "has no len()"
+        with pytest.raises(TypeError, match=r"^bits_per_byte's token_bytes must be a 1-D array of each token id's"):
+            bits_per_byte(torch.ones(1, 3), targets, table)
+    assert bits_per_byte(torch.full((1, 3), math.log(2)), targets, [1, 2, 3]) == pytest.approx(3 / 6)  # a list too
     with pytest.raises(TypeError, match=r"^icl_score's position_loss must be a torch.Tensor \(T,\), got list$"):
         icl_score([1.0] * 64)
 

@@ -16,7 +16,13 @@ import numpy as np
 import torch
 
 from psattn.export.compare import GREEDY_PROMPTS
-from psattn.export.executorch import QUANTIZATIONS, ExecuTorchLM, check_quantizable, data_path_for, export_executorch
+from psattn.export.executorch import (
+    QUANTIZATIONS,
+    ExecuTorchLM,
+    check_quantizable,
+    data_path_for,
+    write_executorch_files,
+)
 from psattn.export.graphs import check_exportable
 from psattn.export.metrics import accuracy, greedy_agreement, teacher_forced_agreement, text_quality
 from psattn.export.staging import moved, staged_files
@@ -83,8 +89,8 @@ def _compare(model: DecoderLM, run_dir, path: Path, quantize: tuple[str, ...], r
     ours = generate(model, prompts, new_tokens)
     torch_new = ours.sequences[:, prompts.shape[1]:].numpy()
 
-    programs = {q: ExecuTorchLM(export_executorch(model, quantized_path(path, q), max_context=context, quantize=q,
-                                                  external_weights=external_weights))
+    programs = {q: ExecuTorchLM(write_executorch_files(model, quantized_path(path, q), max_context=context, quantize=q,
+                                                       external_weights=external_weights))  # into the staging folder
                 for q in ("fp32", *quantize)}
     written = {q: [quantized_path(path, q)] + [data_path_for(quantized_path(path, q))] * external_weights
                for q in programs}  # each program, and its weights file

@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,12 +37,14 @@ import torch
 from psattn.export.graphs import (
     DecodeStepGraph,
     PrefillGraph,
+    check_exportable,
     check_exportable_dtype,
     check_new_tokens,
     check_token_ids,
     example_prompt,
     greedy_tokens,
 )
+from psattn.export.staging import staged_files
 from psattn.files import write_bytes
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import on_cpu
@@ -101,7 +101,6 @@ def data_path_for(path: str | Path) -> Path:
     return path.with_name(name + ".ptd")
 
 
-@torch.no_grad()
 def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, quantize: str = "fp32",
                       external_weights: bool = False) -> Path:
     """Write ``model`` as an ExecuTorch program (methods ``prefill``, ``decode``, ``max_context``) to ``path``.
@@ -113,23 +112,38 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
         quantize: ``fp32``, ``int8`` or ``int4`` weights.
         external_weights: write the weights, each once, to ``data_path_for(path)`` beside the program (the
             two files go together), not inside it. Without it, a ``.ptd`` left there by an earlier export is
-            removed.
+            removed. The files are written in a staging folder beside ``path`` and moved into place as a set
+            (``psattn.export.staging``): a failure or a stop signal midway leaves an earlier export at ``path``
+            as it was.
 
     Returns:
         The program's path. [Run the exported model](../exported.md) runs it in ExecuTorch's runtime
         (the page is run by the test suite).
     """
+    if max_context < 2:
+        raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
+    check_exportable_dtype(model, "ExecuTorch's portable runtime", (torch.float32, torch.float64))
+    check_quantizable(model, quantize)
+    check_exportable(model)  # what the program cannot hold is refused before any folder is made
+    path = Path(path)
+    with staged_files(path, lambda target: [data_path_for(target)]) as staged:
+        write_executorch_files(model, staged, max_context=max_context, quantize=quantize,
+                               external_weights=external_weights)
+    return path
+
+
+@torch.no_grad()
+def write_executorch_files(model: DecoderLM, path: Path, *, max_context: int, quantize: str,
+                           external_weights: bool) -> Path:
+    """``export_executorch``'s program, and with ``external_weights`` its weights file, written at ``path`` one
+    after the other: into a staging folder (``export_executorch``'s own, or that of ``executorch_and_compare``,
+    which moves them in with its other programs and summary)."""
     with _quiet():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
-    if max_context < 2:
-        raise ValueError(f"max_context must be at least 2 tokens, got {max_context}")
-    check_exportable_dtype(model, "ExecuTorch's portable runtime", (torch.float32, torch.float64))
-    path = Path(path)
     model = quantized_copy(on_cpu(model), quantize)
-    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)  # refuse a model they cannot export
-    path.parent.mkdir(parents=True, exist_ok=True)
+    prefill, decode = PrefillGraph(model), DecodeStepGraph(model)
     # example lengths inside the planned ranges, and above 1 where the length is dynamic (torch.export
     # specializes a dimension whose example is 1): a prompt of 2..5 tokens, a cache of 1..5
     ids = example_prompt(model, (1, min(5, max_context)))  # (1, T)
@@ -153,13 +167,8 @@ def export_executorch(model: DecoderLM, path: str | Path, *, max_context: int, q
                                               constant_methods={"max_context": max_context})
         program = lowered.to_executorch(ExecutorchBackendConfig(external_constants=(lambda node: tag) if external_weights
                                                                 else False))
-    if external_weights:  # the data first: a program is never left without its weights beside it
-        # into a new file, not the old one rewritten: programs loaded from an earlier export map its pages
-        with tempfile.TemporaryDirectory(prefix=f".{data.name}.new-", dir=path.parent) as folder:
-            program.write_tensor_data_to_file(folder)
-            os.replace(Path(folder) / data.name, data)
-    else:
-        data.unlink(missing_ok=True)
+    if external_weights:  # ExecuTorch names the file after the tag, in the folder it is given
+        program.write_tensor_data_to_file(str(path.parent))
     write_bytes(path, program.buffer)
     return path
 

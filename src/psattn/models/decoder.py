@@ -18,6 +18,7 @@ from psattn.models.context import build_context, token_range_error
 from psattn.models.scored import Scored, scored_of
 from psattn.ops.cache import PSACache
 from psattn.ops.shear import shear
+from psattn.tasks.batch import check_rows
 
 
 def _norm(config: ModelConfig) -> nn.Module:
@@ -156,12 +157,7 @@ class DecoderLM(nn.Module):
         ``psattn.training.transfer.to_device`` copies a batch), makes the call wait for nothing.
         ``output_mask`` is its former name, still accepted with a DeprecationWarning.
         """
-        if not isinstance(input_ids, Tensor):
-            raise TypeError(f"input_ids must be a torch.Tensor of token ids (B, T), got {type(input_ids).__name__}")
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
-        if input_ids.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        check_rows(input_ids, "input_ids")
         if cache is not None and not isinstance(cache, PSACache):
             raise TypeError(f"cache must be a PSACache (model.new_cache()) or None, got {type(cache).__name__}")
         if cache is not None and len(cache.layers) != len(self.blocks):

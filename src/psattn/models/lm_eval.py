@@ -73,20 +73,26 @@ def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
 def bits_per_byte(losses: Tensor, targets: Tensor, token_bytes: np.ndarray) -> float:
     """Total nats over ``losses`` (B, T) as bits per UTF-8 byte of the ``targets`` they predict; positions whose
     target is ``IGNORE_INDEX`` (unscored) count neither their loss nor bytes. ``losses`` and ``targets`` are tensors
-    (a TypeError says so), the targets integer token ids; ``token_bytes`` holds each token id's length in bytes."""
+    (a TypeError says so), the targets integer token ids; ``token_bytes``, a 1-D array (or a TypeError), holds each
+    token id's length in bytes."""
     for name, t in (("losses", losses), ("targets", targets)):  # was "'float' object has no attribute 'shape'"
         if not isinstance(t, Tensor):
             raise TypeError(f"bits_per_byte's {name} must be a torch.Tensor (B, T), got {type(t).__name__}")
     if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:  # an IndexError in torch
         raise TypeError(f"bits_per_byte's targets must be integer token ids, got {targets.dtype}")
+    table = np.asarray(token_bytes) if isinstance(token_bytes, (np.ndarray, list, tuple)) else None
+    if table is None or table.ndim != 1 or table.dtype.kind not in "iuf":  # None was "has no len()"
+        raise TypeError("bits_per_byte's token_bytes must be a 1-D array of each token id's length in bytes "
+                        f"(the tokenizer's token_bytes()), got {type(token_bytes).__name__}"
+                        + (f" of shape {table.shape} and dtype {table.dtype}" if table is not None else ""))
     if losses.shape != targets.shape:  # the sums would be of different tokens
         raise ValueError(f"losses {tuple(losses.shape)} and targets {tuple(targets.shape)} must have one shape")
     scored = targets != IGNORE_INDEX  # (B, T); an index of -100 read the bytes of token V - 100
     ids = targets[scored]  # (N,)
-    if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < len(token_bytes):
-        raise ValueError(f"targets must be token ids in [0, {len(token_bytes)}) (the tokenizer's) or {IGNORE_INDEX}, "
+    if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < len(table):
+        raise ValueError(f"targets must be token ids in [0, {len(table)}) (the tokenizer's) or {IGNORE_INDEX}, "
                          f"got ids from {int(ids.min())} to {int(ids.max())}")
-    nbytes = torch.as_tensor(token_bytes, device=targets.device)[ids].sum()
+    nbytes = torch.as_tensor(table, device=targets.device)[ids].sum()
     if int(nbytes) == 0:  # a clamped denominator read 0.0 bits per byte, a perfect score
         raise ValueError(f"targets {tuple(targets.shape)} score no bytes (every one is {IGNORE_INDEX} or a token of no "
                          "bytes), so bits per byte would mean nothing: score targets that hold some")

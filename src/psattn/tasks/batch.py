@@ -15,14 +15,15 @@ from torch import Tensor
 IGNORE_INDEX = -100
 
 
-def check_rows(inputs: Tensor) -> None:
-    """A TypeError unless ``inputs`` is a tensor of int64 or int32 token ids, a ValueError unless it is (B, T)."""
+def check_rows(inputs: Tensor, name: str = "inputs") -> None:
+    """A TypeError unless ``inputs`` is a tensor of int64 or int32 token ids, a ValueError unless it is (B, T);
+    the message calls it ``name``."""
     if not isinstance(inputs, Tensor):
-        raise TypeError(f"inputs must be a torch.Tensor of token ids (B, T), got {type(inputs).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor of token ids (B, T), got {type(inputs).__name__}")
     if inputs.dim() != 2:
-        raise ValueError(f"inputs must be (B, T), got shape {tuple(inputs.shape)}")
+        raise ValueError(f"{name} must be (B, T), got shape {tuple(inputs.shape)}")
     if inputs.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"inputs must be an integer tensor of token ids, got {inputs.dtype}")
+        raise TypeError(f"{name} must be an integer tensor of token ids, got {inputs.dtype}")
 
 
 @dataclass(frozen=True)
