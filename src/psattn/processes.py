@@ -135,7 +135,7 @@ def stop_signals_held() -> Iterator[None]:
             if callable(handler):
                 handler(signum, None)
             elif handler == signal.SIG_DFL:  # restored by now: the default action (ending the process)
-                signal.raise_signal(signum)
+                _end_by(signum)
 
 
 @contextlib.contextmanager
@@ -165,13 +165,20 @@ class StopSignal(KeyboardInterrupt):
         return type(self), (self.signum,)
 
 
+def _end_by(signum: int) -> None:
+    """End the process by ``signum``, whose handler is the default, as the signal itself would have: sent to the
+    process, not to this thread alone (``signal.raise_signal``), which a caller may have blocked it in (while another
+    thread, a progress bar's monitor, took the first), so that it stayed pending and the process went on."""
+    os.kill(os.getpid(), signum)
+
+
 @contextlib.contextmanager
 def signals_unwind(end: bool = True) -> Iterator[None]:
     """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise ``StopSignal``
     instead, so that the block's cleanup runs; once it has, with ``end`` the process ends by that signal as it would
-    have, and without, the exception goes on to the caller (which says what the stop left). Signals with handlers of
-    their own, and other threads (where Python installs no handlers), are left alone; the handlers are put back on
-    leaving the block."""
+    have (``_end_by``), and without, the exception goes on to the caller (which says what the stop left). Signals with
+    handlers of their own, and other threads (where Python installs no handlers), are left alone; the handlers are
+    put back on leaving the block."""
     came: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -188,4 +195,4 @@ def signals_unwind(end: bool = True) -> Iterator[None]:
         for s in ours:
             signal.signal(s, signal.SIG_DFL)
         if came and end:
-            signal.raise_signal(came[0])
+            _end_by(came[0])
