@@ -176,14 +176,16 @@ def _end_by(signum: int) -> None:
 def signals_unwind(end: bool = True) -> Iterator[None]:
     """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise ``StopSignal``
     instead, so that the block's cleanup runs; once it has, with ``end`` the process ends by that signal as it would
-    have (``_end_by``), and without, the exception goes on to the caller (which says what the stop left). Signals with
-    handlers of their own, and other threads (where Python installs no handlers), are left alone; the handlers are
-    put back on leaving the block."""
+    have (``_end_by``), and without, the exception goes on to the caller (which says what the stop left). A second
+    stop while the cleanup runs (a scheduler's own deadline) is held, not raised midway through it, and ends the
+    process as the block ends. Signals with handlers of their own, and other threads (where Python installs no
+    handlers), are left alone; the handlers are put back on leaving the block."""
     came: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
         came.append(signum)
-        raise StopSignal(signum)
+        if len(came) == 1:  # a second one would cut short the cleanup the first one started
+            raise StopSignal(signum)
 
     main = threading.current_thread() is threading.main_thread()
     ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
@@ -196,3 +198,5 @@ def signals_unwind(end: bool = True) -> Iterator[None]:
             signal.signal(s, signal.SIG_DFL)
         if came and end:
             _end_by(came[0])
+        elif len(came) > 1:  # a second stop, held while the first one's cleanup ran
+            _end_by(came[1])
