@@ -382,6 +382,33 @@ def test_a_list_whose_kept_summary_records_do_not_fit_is_refused_before_any_run(
     assert len(ran) == 2
 
 
+def test_the_list_check_uses_the_available_memory_the_configs_were_made_with(tmp_path, monkeypatch):
+    """The list's check read what the host had free even where the caller gave ``available_memory``: a list whose
+    records overflow the caller's budget ran (the host had more), and one the caller said fits was refused."""
+    import psattn.meanfield.experiments as experiments
+
+    ran = []
+
+    def counted(config):
+        ran.append(config)
+        raise ValueError("ran")
+
+    monkeypatch.setattr(experiments, "simulate", counted)
+    alone = SimulationConfig(n=4, batch=1000, tau=2.0, available_memory=2**40)
+    alone = alone.memory_bytes(alone.step_size()[1])  # about 15 MiB, its record 11 MiB of it
+    budget = int(alone / 0.8) + 1  # one run fits, two do not
+    monkeypatch.setattr(experiments, "host_available_bytes", lambda: 2**40, raising=False)
+    configs = [SimulationConfig(n=4, batch=1000, tau=2.0, seed=seed, available_memory=budget) for seed in range(3)]
+    with pytest.raises(ValueError, match=r"^the runs do not fit in memory together: "):
+        run_experiments(configs, tmp_path / "out")
+    assert ran == []
+    monkeypatch.setattr(experiments, "host_available_bytes", lambda: budget, raising=False)
+    configs = [SimulationConfig(n=4, batch=1000, tau=2.0, seed=seed, available_memory=2**40) for seed in range(3)]
+    with pytest.raises(ExperimentsFailed, match="the 3 that failed"):  # they fit in what the caller gave, and run
+        run_experiments(configs, tmp_path / "out")
+    assert len(ran) == 3
+
+
 def test_a_runs_summary_record_is_counted_and_summary_json_is_not_held_whole(tmp_path):
     """The memory estimate left out the run's summary record, made while its tensors are held (its numbers cost
     33 bytes each as Python floats, 8 in a float64 tensor), and write_summary held the text of summary.json whole,

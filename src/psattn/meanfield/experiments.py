@@ -194,10 +194,12 @@ def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
 
 
 def _check_kept_records(configs: Sequence[SimulationConfig]) -> None:
-    """Refuse, in one line, a list whose runs do not fit in what the host has free now beside the summary records
+    """Refuse, in one line, a list whose runs do not fit in the memory free for them beside the summary records
     of the runs before them, which ``run_experiments`` keeps until it writes summary.json (a run's own memory check
-    counts its record alone). A config too large alone is left to its own check, which refuses it at its run."""
-    available = host_available_bytes()
+    counts its record alone): the smallest ``available_memory`` their callers gave, else what the host has free now.
+    A config too large alone is left to its own check, which refuses it at its run."""
+    given = [config.given_memory for config in configs if config.given_memory is not None]
+    available = min(given) if given else host_available_bytes()
     if available is None:
         return
     kept = need = 0
@@ -230,7 +232,8 @@ def run_experiments(
     ``signum`` says which came; a second stop before or while the summary is written waits until it is whole. A rerun runs every
     config again and replaces the summary. An item of configs that is
     no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run, and
-    so is a list whose runs do not fit in the host's free memory beside the summary records of the runs before them.
+    so is a list whose runs do not fit in the memory free for them (the ``available_memory`` the configs were made with,
+    else the host's free memory) beside the summary records of the runs before them.
     progress: show a tqdm bar over the configs (on stderr).
     """
     configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
