@@ -139,3 +139,31 @@ with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as sta
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
     assert list(out.iterdir()) == []  # the staging folder removed first
+
+
+def test_a_stop_signal_as_the_staging_folder_is_made_leaves_none(tmp_path):
+    """SIGTERM as the staging folder was made (inside ``tempfile.mkdtemp``, before its name came back to be removed)
+    ended the process with the empty folder left in --out, for the next run there to tidy."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal
+from pathlib import Path
+from psattn.processes import staged_folder
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+mkdir = os.mkdir
+
+def mkdir_then_stop(path, *args, **kwargs):  # the stop as the staging folder is made
+    mkdir(path, *args, **kwargs)
+    if os.path.basename(path).startswith(".files-"):
+        os.mkdir = mkdir
+        os.kill(os.getpid(), signal.SIGTERM)
+
+os.mkdir = mkdir_then_stop
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    (staging / "figure.png").write_text("a report")
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert list(out.iterdir()) == []  # no staging folder, no file

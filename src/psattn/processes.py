@@ -74,6 +74,21 @@ def remove_staging(folder: Path) -> None:
 
 
 @contextlib.contextmanager
+def new_staging(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new staging folder in ``parent`` (``prefix`` then random characters) for the block, removed with all in it
+    as the block ends (``remove_staging``; one moved away meanwhile is fine). The stop signals are held while it is
+    made: one that came as the folder was made, before its name was in hand, left it behind."""
+    staging: Path | None = None
+    try:
+        with stop_signals_held():
+            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        yield staging
+    finally:
+        if staging is not None:
+            remove_staging(staging)
+
+
+@contextlib.contextmanager
 def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextManager[Any]]) -> Iterator[Path]:
     """A staging folder inside ``out`` (made when missing; ``prefix`` then this process's id) for the block to write
     a set of files into. They are moved into ``out`` once the block has written all, inside ``moving()`` (the stop
@@ -83,16 +98,12 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
     meanwhile waits until it is gone (``remove_staging``). Staging folders of killed runs go first (``tidy_staging``)."""
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, prefix)
-    with signals_unwind():
-        staging = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=out))
-        try:
-            yield staging
-            with moving():
-                for path in sorted(staging.iterdir()):
-                    os.replace(path, out / path.name)
-                staging.rmdir()
-        finally:
-            remove_staging(staging)
+    with signals_unwind(), new_staging(out, f"{prefix}{os.getpid()}-") as staging:
+        yield staging
+        with moving():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, out / path.name)
+            staging.rmdir()
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -28,7 +27,7 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
-from psattn.processes import remove_staging, signals_unwind, tidy_staging
+from psattn.processes import new_staging, signals_unwind, tidy_staging
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged, TrainingInterrupted, stop_signals_held
 from psattn.version import __version__
@@ -139,16 +138,13 @@ def reproduce(
     placed: list[bool] = []  # the report moved in
     # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; a second stop while the staging
     # folder is removed (a scheduler's own deadline) waits until it is gone, and then ends the process
-    with signals_unwind(end=False):
-        staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
+    with signals_unwind(end=False), new_staging(out, f"{FIGURES_STAGING}{os.getpid()}-") as staged:
         try:
             _write_report(out, mode, sections, workers, progress, executorch, staged, placed)
         except TrainingInterrupted:  # a run checkpointed: its message says so
             raise
         except KeyboardInterrupt as stop:
             raise _stopped(stop, out, bool(placed)) from None
-        finally:
-            remove_staging(staged)
     return out / "report.md"
 
 
