@@ -27,8 +27,26 @@ def stop_then_replace(src, dst):
     os.kill(os.getpid(), signum)
     replace(src, dst)
 
-if when == "renaming":
+open_, unlink = os.open, os.unlink
+
+def open_then_stop(path, *args, **kwargs):  # the stop as the temporary file is made, before its name is returned
+    fd = open_(path, *args, **kwargs)
+    if str(path).endswith(".tmp"):
+        os.open = open_
+        os.kill(os.getpid(), signum)
+    return fd
+
+def unlink_then_stop(path, *args, **kwargs):  # a second stop as the first temporary file is removed
+    unlink(path, *args, **kwargs)
+    os.unlink = unlink
+    os.kill(os.getpid(), signum)
+
+if when in ("renaming", "renaming, stopped twice"):
     files.os.replace = stop_then_replace
+if when == "renaming, stopped twice":
+    os.unlink = unlink_then_stop
+if when == "creating":
+    os.open = open_then_stop
 files.atomic_writes({target: write, target.with_name("other.txt"): lambda f: f.write(b"other")})
 """
 
@@ -46,4 +64,20 @@ def test_a_stop_signal_during_an_atomic_write_leaves_no_temporary_file(tmp_path,
                           timeout=60)
     assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the signal, as before
     assert sorted(p.name for p in target.parent.iterdir()) == ["file.txt"]  # no temporary file, no half set
+    assert target.read_text() == "old"
+
+
+@pytest.mark.parametrize("when", ["creating", "renaming, stopped twice"])
+def test_a_stop_signal_as_the_temporary_file_is_made_or_a_second_one_as_it_is_removed_leaves_none(tmp_path, when):
+    """SIGTERM as the temporary file was made (inside ``tempfile.mkstemp``, before its name came back to be
+    recorded), or a second SIGTERM while the first one's cleanup removed the temporary files (raised there, midway),
+    ended the process with a hidden ``.NAME.*.tmp`` left beside the target."""
+    script, target = tmp_path / "writer.py", tmp_path / "out" / "file.txt"
+    script.write_text(_WRITER)
+    target.parent.mkdir()
+    target.write_text("old")
+    done = subprocess.run([sys.executable, str(script), str(target), when, "SIGTERM"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]  # ended by the signal, as before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.txt"]  # no temporary file
     assert target.read_text() == "old"

@@ -113,3 +113,57 @@ def test_a_second_stop_signal_while_a_commands_staging_folder_is_removed_waits_u
                           cwd=tmp_path)
     assert done.returncode != 0, done.stderr[-2000:]  # stopped
     assert list(out.iterdir()) == []  # no staging folder, no half of one
+
+
+def test_a_stop_taken_by_another_thread_while_this_one_blocks_it_still_ends_the_process_by_it(tmp_path):
+    """With the stop signals blocked in the main thread (a caller's signal mask) and open in another (a progress
+    bar's monitor), the other took SIGTERM and the main thread removed its staging folder, but then sent the signal
+    to itself alone, where it stayed pending: the process went on and ended with a traceback and exit code 1, not by
+    the signal a scheduler sent."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal, threading, time
+from pathlib import Path
+from psattn.processes import STOP_SIGNALS, staged_folder
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # the signals open in it
+signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    (staging / "figure.png").write_text("half a report")
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(600):  # short sleeps: the handler runs in this thread between two
+        time.sleep(0.05)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert list(out.iterdir()) == []  # the staging folder removed first
+
+
+def test_a_stop_signal_as_the_staging_folder_is_made_leaves_none(tmp_path):
+    """SIGTERM as the staging folder was made (inside ``tempfile.mkdtemp``, before its name came back to be removed)
+    ended the process with the empty folder left in --out, for the next run there to tidy."""
+    out = tmp_path / "out"
+    script = tmp_path / "stage.py"
+    script.write_text(f"""
+import contextlib, os, signal
+from pathlib import Path
+from psattn.processes import staged_folder
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+mkdir = os.mkdir
+
+def mkdir_then_stop(path, *args, **kwargs):  # the stop as the staging folder is made
+    mkdir(path, *args, **kwargs)
+    if os.path.basename(path).startswith(".files-"):
+        os.mkdir = mkdir
+        os.kill(os.getpid(), signal.SIGTERM)
+
+os.mkdir = mkdir_then_stop
+with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as staging:
+    (staging / "figure.png").write_text("a report")
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert list(out.iterdir()) == []  # no staging folder, no file

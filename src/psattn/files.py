@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
-from psattn.processes import signals_unwind
+from psattn.processes import signals_unwind, stop_signals_held
 
 #: the process's umask, read once (setting it is the only way to read it)
 _UMASK = os.umask(0)
@@ -48,11 +48,11 @@ def atomic_writes(writes: dict[str | Path, Callable[[IO[bytes]], Any]],
     then are they renamed into place, one after the other inside ``replacing()`` (where a caller holds the stop
     signals, so that no stop falls between two renames). SIGTERM or SIGHUP removes the temporary files not yet
     renamed, as a failure does, and then ends the process (where their handlers are the default)."""
-    written: list[tuple[Path, str]] = []  # (target, its temporary file)
+    written: list[tuple[Path, str]] = []  # (target, its temporary file), each as it is made
     with signals_unwind():  # SIGTERM and SIGHUP, which would end the process on the spot, remove them first
         try:
             for path, write in writes.items():
-                written.append((Path(path), _written_beside(Path(path), write)))
+                _write_beside(Path(path), write, written)
             with replacing():
                 for path, tmp in written:
                     try:
@@ -60,32 +60,37 @@ def atomic_writes(writes: dict[str | Path, Callable[[IO[bytes]], Any]],
                     except OSError as err:
                         raise write_failed(path, err, "the file already there (if any) is intact") from None
         finally:
-            for _, tmp in written:
-                if os.path.exists(tmp):  # not renamed: a later write failed, or a stop came first
-                    os.unlink(tmp)
+            with stop_signals_held():  # a second stop meanwhile waits until they are gone
+                for _, tmp in written:
+                    if os.path.exists(tmp):  # not renamed: a later write failed, or a stop came first
+                        os.unlink(tmp)
 
 
-def _written_beside(path: Path, write: Callable[[IO[bytes]], Any]) -> str:
-    """The temporary file beside ``path`` (made with its folder when missing) that ``write(f)`` wrote whole,
-    flushed to the disk; a failed write removes it and raises one OSError naming ``path``."""
+def _write_beside(path: Path, write: Callable[[IO[bytes]], Any], written: list[tuple[Path, str]]) -> None:
+    """Write a temporary file beside ``path`` (made with its folder when missing) whole with ``write(f)``, flushed to
+    the disk, and append it to ``written``: it goes there as it is made, the stop signals held, so that a stop at any
+    point leaves the caller its name to remove; a failed write removes it and raises one OSError naming ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
+        with stop_signals_held():  # a stop as it is made lands once its name is in written
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see temporary_files
+            written.append((path, tmp))
+            f = os.fdopen(fd, "wb")  # closed when dropped, also by a stop that lands as the block ends
     except OSError as err:  # named for the folder the caller gave, not the temporary file's hidden name
         raise cannot_create(path, err) from None
     try:
-        with os.fdopen(fd, "wb") as f:
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, NEW_FILE_MODE)
     except BaseException as err:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with stop_signals_held():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         if isinstance(err, (OSError, RuntimeError)):  # torch.save reports a failed write as RuntimeError
             raise write_failed(path, err, "the file already there (if any) is intact") from None
         raise
-    return tmp
 
 
 def cannot_create(path: Path, err: OSError) -> OSError:

@@ -74,6 +74,21 @@ def remove_staging(folder: Path) -> None:
 
 
 @contextlib.contextmanager
+def new_staging(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new staging folder in ``parent`` (``prefix`` then random characters) for the block, removed with all in it
+    as the block ends (``remove_staging``; one moved away meanwhile is fine). The stop signals are held while it is
+    made: one that came as the folder was made, before its name was in hand, left it behind."""
+    staging: Path | None = None
+    try:
+        with stop_signals_held():
+            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        yield staging
+    finally:
+        if staging is not None:
+            remove_staging(staging)
+
+
+@contextlib.contextmanager
 def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextManager[Any]]) -> Iterator[Path]:
     """A staging folder inside ``out`` (made when missing; ``prefix`` then this process's id) for the block to write
     a set of files into. They are moved into ``out`` once the block has written all, inside ``moving()`` (the stop
@@ -83,16 +98,12 @@ def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextMa
     meanwhile waits until it is gone (``remove_staging``). Staging folders of killed runs go first (``tidy_staging``)."""
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, prefix)
-    with signals_unwind():
-        staging = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=out))
-        try:
-            yield staging
-            with moving():
-                for path in sorted(staging.iterdir()):
-                    os.replace(path, out / path.name)
-                staging.rmdir()
-        finally:
-            remove_staging(staging)
+    with signals_unwind(), new_staging(out, f"{prefix}{os.getpid()}-") as staging:
+        yield staging
+        with moving():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, out / path.name)
+            staging.rmdir()
 
 
 @contextlib.contextmanager
@@ -135,7 +146,7 @@ def stop_signals_held() -> Iterator[None]:
             if callable(handler):
                 handler(signum, None)
             elif handler == signal.SIG_DFL:  # restored by now: the default action (ending the process)
-                signal.raise_signal(signum)
+                _end_by(signum)
 
 
 @contextlib.contextmanager
@@ -165,18 +176,27 @@ class StopSignal(KeyboardInterrupt):
         return type(self), (self.signum,)
 
 
+def _end_by(signum: int) -> None:
+    """End the process by ``signum``, whose handler is the default, as the signal itself would have: sent to the
+    process, not to this thread alone (``signal.raise_signal``), which a caller may have blocked it in (while another
+    thread, a progress bar's monitor, took the first), so that it stayed pending and the process went on."""
+    os.kill(os.getpid(), signum)
+
+
 @contextlib.contextmanager
 def signals_unwind(end: bool = True) -> Iterator[None]:
     """Inside the block SIGTERM and SIGHUP, whose default action ends the process on the spot, raise ``StopSignal``
     instead, so that the block's cleanup runs; once it has, with ``end`` the process ends by that signal as it would
-    have, and without, the exception goes on to the caller (which says what the stop left). Signals with handlers of
-    their own, and other threads (where Python installs no handlers), are left alone; the handlers are put back on
-    leaving the block."""
+    have (``_end_by``), and without, the exception goes on to the caller (which says what the stop left). A second
+    stop while the cleanup runs (a scheduler's own deadline) is held, not raised midway through it, and ends the
+    process as the block ends. Signals with handlers of their own, and other threads (where Python installs no
+    handlers), are left alone; the handlers are put back on leaving the block."""
     came: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
         came.append(signum)
-        raise StopSignal(signum)
+        if len(came) == 1:  # a second one would cut short the cleanup the first one started
+            raise StopSignal(signum)
 
     main = threading.current_thread() is threading.main_thread()
     ours = [s for s in STOP_SIGNALS if s != signal.SIGINT and main and signal.getsignal(s) == signal.SIG_DFL]
@@ -188,4 +208,6 @@ def signals_unwind(end: bool = True) -> Iterator[None]:
         for s in ours:
             signal.signal(s, signal.SIG_DFL)
         if came and end:
-            signal.raise_signal(came[0])
+            _end_by(came[0])
+        elif len(came) > 1:  # a second stop, held while the first one's cleanup ran
+            _end_by(came[1])

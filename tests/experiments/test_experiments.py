@@ -580,7 +580,7 @@ if __name__ == "__main__":
         (figures / "heads.png").write_text(when)
         if when == "twice":
             os.unlink = unlink_then_stop
-        if when in ("sections", "twice"):
+        if when in ("sections", "twice", "stopped again"):
             os.kill(os.getpid(), signum)
         return [f"report {when}"], {"run": when}
 
@@ -596,6 +596,14 @@ if __name__ == "__main__":
 
     if when == "moving":
         os.replace = replace_then_stop
+    stopped = rep._stopped
+
+    def stopped_again(*args):  # a second stop as the first one's line is made, before the staging folder goes
+        os.kill(os.getpid(), signum)
+        return stopped(*args)
+
+    if when == "stopped again":
+        rep._stopped = stopped_again
     rep.induction_section, rep.theory_section, rep.meanfield_section = section, theory, slow_meanfield
     os.cpu_count = lambda: 2  # the mean-field part runs beside the theory part
     sys.exit(cli.main(["reproduce", "--quick", "--out", str(out)]))
@@ -660,6 +668,29 @@ def test_a_second_stop_signal_while_the_staging_folder_is_removed_waits_until_it
     assert run("first").returncode == 0
     done = run("twice")
     assert done.returncode == -getattr(signal, signum), done.stderr[-2000:]  # ended by the second, once it was gone
+    assert hidden_entries(out) == []
+    assert (out / "report.md").read_text().splitlines()[-1] == "report first"
+
+
+def test_a_second_stop_signal_before_the_staging_folder_is_removed_waits_until_it_is_gone(tmp_path):
+    """A second SIGTERM after the first one's exception left the report's work, before the staging folder's removal
+    had begun, found the default handler back in place and ended ``psattn reproduce`` on the spot, leaving the
+    staging folder in --out. Now the handlers stay until it is gone, and the second ends the process then."""
+    import subprocess
+    import sys
+
+    from helpers import hidden_entries
+
+    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
+    script.write_text(_REPORT_CHILD)
+
+    def run(when):
+        return subprocess.run([sys.executable, str(script), str(out), when, "SIGTERM"], capture_output=True, text=True,
+                              timeout=60)
+
+    assert run("first").returncode == 0
+    done = run("stopped again")
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]  # ended by the second, once it was gone
     assert hidden_entries(out) == []
     assert (out / "report.md").read_text().splitlines()[-1] == "report first"
 

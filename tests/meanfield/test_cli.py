@@ -427,7 +427,9 @@ def test_a_stop_signal_to_meanfield_run_says_what_it_left_as_the_batch_does(tmp_
     elif during == "figures":
         monkeypatch.setattr(experiments, "write_summary", lambda *a, **k: (stop(), write_summary(*a, **k))[1])
     else:  # held while the files move in, then handled: the default action would end pytest, refused here instead
-        monkeypatch.setattr(signal, "raise_signal", lambda s: pytest.fail(f"{signum} held would end the process"))
+        from psattn import processes
+
+        monkeypatch.setattr(processes, "_end_by", lambda s: pytest.fail(f"{signum} held would end the process"))
         stop_on_moving_into(monkeypatch, out, number)
     capsys.readouterr()
     assert main(argv) == 128 + number

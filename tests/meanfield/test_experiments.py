@@ -292,6 +292,40 @@ experiments.run_experiments(configs, {str(tmp_path)!r})
     assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"] and saved["interrupted"]["name"] == "prefix_n8"
 
 
+def test_a_second_stop_before_the_summary_is_written_waits_until_it_is_whole(tmp_path):
+    """A second SIGTERM after the first one had stopped the list, before the summary's write had begun, found the
+    default handler back in place and ended the process on the spot: no summary, the runs that had finished lost."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "batch.py"
+    script.write_text(f"""
+import os, signal
+from psattn.meanfield import experiments
+
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+configs = experiments.paper_configs(ns=(8,), kernels=("usa", "rope", "prefix"), tau=0.1)
+simulate, interrupted_run = experiments.simulate, experiments.interrupted_run
+
+def stopped(config):
+    if config is configs[2]:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return simulate(config)
+
+def stopped_again(*args):  # as the stopped run is named for the summary
+    os.kill(os.getpid(), signal.SIGTERM)
+    return interrupted_run(*args)
+
+experiments.simulate, experiments.interrupted_run = stopped, stopped_again
+experiments.run_experiments(configs, {str(tmp_path)!r})
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stderr[-2000:])  # ended by it, once written
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["usa_n8", "rope_n8"] and saved["interrupted"]["name"] == "prefix_n8"
+
+
 def test_a_finished_or_failed_runs_tensors_are_freed_before_the_next_config_runs(tmp_path, monkeypatch):
     """The last trajectory (its states (R, B, n, d) with keep_states) stayed referenced while the next config ran, and
     each failed config's error kept, through its traceback, the frame of the run that raised and every tensor in it
@@ -346,6 +380,33 @@ def test_a_list_whose_kept_summary_records_do_not_fit_is_refused_before_any_run(
     with pytest.raises(ExperimentsFailed, match="the 2 that failed"):  # two fit, and run
         run_experiments(configs[:2], tmp_path / "out")
     assert len(ran) == 2
+
+
+def test_the_list_check_uses_the_available_memory_the_configs_were_made_with(tmp_path, monkeypatch):
+    """The list's check read what the host had free even where the caller gave ``available_memory``: a list whose
+    records overflow the caller's budget ran (the host had more), and one the caller said fits was refused."""
+    import psattn.meanfield.experiments as experiments
+
+    ran = []
+
+    def counted(config):
+        ran.append(config)
+        raise ValueError("ran")
+
+    monkeypatch.setattr(experiments, "simulate", counted)
+    alone = SimulationConfig(n=4, batch=1000, tau=2.0, available_memory=2**40)
+    alone = alone.memory_bytes(alone.step_size()[1])  # about 15 MiB, its record 11 MiB of it
+    budget = int(alone / 0.8) + 1  # one run fits, two do not
+    monkeypatch.setattr(experiments, "host_available_bytes", lambda: 2**40, raising=False)
+    configs = [SimulationConfig(n=4, batch=1000, tau=2.0, seed=seed, available_memory=budget) for seed in range(3)]
+    with pytest.raises(ValueError, match=r"^the runs do not fit in memory together: "):
+        run_experiments(configs, tmp_path / "out")
+    assert ran == []
+    monkeypatch.setattr(experiments, "host_available_bytes", lambda: budget, raising=False)
+    configs = [SimulationConfig(n=4, batch=1000, tau=2.0, seed=seed, available_memory=2**40) for seed in range(3)]
+    with pytest.raises(ExperimentsFailed, match="the 3 that failed"):  # they fit in what the caller gave, and run
+        run_experiments(configs, tmp_path / "out")
+    assert len(ran) == 3
 
 
 def test_a_runs_summary_record_is_counted_and_summary_json_is_not_held_whole(tmp_path):

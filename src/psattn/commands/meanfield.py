@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -198,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from psattn.meanfield.experiments import ExperimentsInterrupted, interrupted_run, run_name, torch_threads
     from psattn.meanfield.simulate import simulate, step_size
     from psattn.meanfield.staging import STAGING_PREFIX
-    from psattn.processes import remove_staging, signals_unwind, tidy_staging
+    from psattn.processes import new_staging, signals_unwind, tidy_staging
     from psattn.progress import progress_bar
 
     config = resolve_run_config(args)
@@ -217,8 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             earlier = holds_a_meanfield_run(out)
             out.mkdir(parents=True, exist_ok=True)
             tidy_staging(out, STAGING_PREFIX)
-            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-            try:
+            with new_staging(out, f"{STAGING_PREFIX}{os.getpid()}-") as staging:  # removed as the block ends
                 written = _write_run(staging, config, traj)
                 with stop_signals_held():  # the moves are not cut halfway
                     for name in written:
@@ -228,8 +226,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                         (out / name).unlink()
                     shutil.rmtree(staging)  # before a stop held meanwhile is handled
                     moved.append(True)
-            finally:
-                remove_staging(staging)  # a second stop meanwhile waits until it is gone
     except KeyboardInterrupt as stop:  # what the stop left, in the line the batch's stop gives
         signum = getattr(stop, "signum", signal.SIGINT)
         if moved:

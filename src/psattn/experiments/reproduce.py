@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -28,7 +27,7 @@ from psattn.experiments.study import check_mode
 from psattn.experiments.sweep import run_sweep, unique_configs
 from psattn.experiments.text_report import text_section
 from psattn.files import write_texts
-from psattn.processes import remove_staging, signals_unwind, tidy_staging
+from psattn.processes import new_staging, signals_unwind, tidy_staging
 from psattn.provenance import git_revision, machine
 from psattn.training.signals import TrainingDiverged, TrainingInterrupted, stop_signals_held
 from psattn.version import __version__
@@ -137,67 +136,73 @@ def reproduce(
     # meanfield/ with the report pair (docs/faults.md), so that a stop or a failure midway leaves the earlier report
     # with its own figures, theory and mean-field files (the runs under runs/ and theory/bode_run are kept)
     placed: list[bool] = []  # the report moved in
-    staged = Path(tempfile.mkdtemp(prefix=f"{FIGURES_STAGING}{os.getpid()}-", dir=out))
-    try:
-        with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
-            started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
-            lines: list[str] = []
-            data: dict[str, Any] = {}
-            timings: dict[str, float] = {}
-            with _timed(timings, "training"):
-                runs = train_all(out, mode, sections, workers, progress)
-            if "induction" in sections:
-                with _timed(timings, "induction tables, heads and figures"):
-                    part, data["induction"] = induction_section(out, mode, workers, progress, staged / "figures")
-                lines += part
-            if "text" in sections:
-                with _timed(timings, "real text: metrics, samples, edge export"):
-                    part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
-                lines += part
-            with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
-                beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress,
-                                                               staged / "meanfield")
-                if "theory" in sections:
-                    with _timed(timings, "theory and certificates"):
-                        part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
-                                                              staged / "theory")
-                    lines += part
-                if "meanfield" in sections:
-                    if beside is not None:
-                        (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
-                    else:
-                        with _timed(timings, "mean field"):
-                            part, data["meanfield"] = meanfield_section(out, mode, progress, staged / "meanfield")
-                    lines += part
-            data["timings"] = {"seconds": timings, "runs": runs}
-            header = [
-                f"# psattn reproduction ({mode})",
-                "",
-                f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
-                f"git {revision or 'unknown'}, one torch thread per training process. "
-                f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
-                "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
-                f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
-                "",
-            ]
-            if runs["seconds"]:
-                header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
-                               "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
-                                                  if runs["reused"] else "."))
-            header += timing_lines(timings, runs["seconds"])
-            # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
-            # a stop signal waits until both are in place, with the figures, theory and mean-field files, so all are of
-            # one run
-            write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
-                         out / "report.md": "\n".join(header + lines) + "\n"},
-                        replacing=lambda: _staged_moved_in(staged, out, placed))
-    except TrainingInterrupted:  # a run checkpointed: its message says so
-        raise
-    except KeyboardInterrupt as stop:
-        raise _stopped(stop, out, bool(placed)) from None
-    finally:
-        remove_staging(staged)  # a second stop meanwhile (a scheduler's own deadline) waits until it is gone
+    # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; a second stop while the staging
+    # folder is removed (a scheduler's own deadline) waits until it is gone, and then ends the process
+    with signals_unwind(end=False), new_staging(out, f"{FIGURES_STAGING}{os.getpid()}-") as staged:
+        try:
+            _write_report(out, mode, sections, workers, progress, executorch, staged, placed)
+        except TrainingInterrupted:  # a run checkpointed: its message says so
+            raise
+        except KeyboardInterrupt as stop:
+            raise _stopped(stop, out, bool(placed)) from None
     return out / "report.md"
+
+
+def _write_report(out: Path, mode: str, sections: tuple[str, ...], workers: int | None, progress: bool,
+                  executorch: bool, staged: Path, placed: list[bool]) -> None:
+    """``reproduce``'s work: train, run the sections (their files written into ``staged``), and write the report
+    pair, moved in with them (``_staged_moved_in``, which appends True to ``placed`` once all are in place)."""
+    started, revision = datetime.now(timezone.utc), git_revision()  # the code that runs: read before it does
+    lines: list[str] = []
+    data: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    with _timed(timings, "training"):
+        runs = train_all(out, mode, sections, workers, progress)
+    if "induction" in sections:
+        with _timed(timings, "induction tables, heads and figures"):
+            part, data["induction"] = induction_section(out, mode, workers, progress, staged / "figures")
+        lines += part
+    if "text" in sections:
+        with _timed(timings, "real text: metrics, samples, edge export"):
+            part, data["text"] = text_section(out, mode, workers, progress, executorch, staged / "figures")
+        lines += part
+    with _beside("meanfield" in sections and "theory" in sections) as pool:  # two single-threaded parts, two cores
+        beside = None if pool is None else pool.submit(_timed_call, meanfield_section, out, mode, progress,
+                                                       staged / "meanfield")
+        if "theory" in sections:
+            with _timed(timings, "theory and certificates"):
+                part, data["theory"] = theory_section(out, mode, data.get("induction", {}).get("critical_pairs"),
+                                                      staged / "theory")
+            lines += part
+        if "meanfield" in sections:
+            if beside is not None:
+                (part, data["meanfield"]), timings["mean field (beside the theory)"] = beside.result()
+            else:
+                with _timed(timings, "mean field"):
+                    part, data["meanfield"] = meanfield_section(out, mode, progress, staged / "meanfield")
+            lines += part
+    data["timings"] = {"seconds": timings, "runs": runs}
+    header = [
+        f"# psattn reproduction ({mode})",
+        "",
+        f"Ran {started:%Y-%m-%d %H:%M} UTC on {machine()}, psattn {__version__}, "
+        f"git {revision or 'unknown'}, one torch thread per training process. "
+        f"Command: `psattn reproduce --{mode} --out {out}`. Every number below "
+        "comes from the runs saved under `runs/` (configs, metrics and checkpoints); rerunning the command skips "
+        f"finished runs. Wall time: {(datetime.now(timezone.utc) - started).total_seconds() / 60:.1f} minutes.",
+        "",
+    ]
+    if runs["seconds"]:
+        header[-2] += (f" This invocation trained {runs['trained_now']} runs and reused {runs['reused']} "
+                       "finished ones" + (f" (trained at git {', '.join(runs['reused_git_revisions'])})."
+                                          if runs["reused"] else "."))
+    header += timing_lines(timings, runs["seconds"])
+    # written whole and as a pair (docs/faults.md): a write cut short (a full disk) keeps both earlier files, and
+    # a stop signal waits until both are in place, with the figures, theory and mean-field files, so all are of
+    # one run
+    write_texts({out / "results.json": json.dumps(data, indent=2, default=_json_default),
+                 out / "report.md": "\n".join(header + lines) + "\n"},
+                replacing=lambda: _staged_moved_in(staged, out, placed))
 
 
 @contextmanager

@@ -22,14 +22,13 @@ import io
 import os
 import re
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import IO
 
 from psattn.files import atomic_writes
-from psattn.processes import remove_staging, signals_unwind, tidy_staging
+from psattn.processes import new_staging, signals_unwind, tidy_staging
 from psattn.training.run_dir import CHECKPOINT, run_files
 from psattn.training.signals import stop_signals_held
 
@@ -123,21 +122,18 @@ def join_run(parts: list[str | Path], runs_dir: str | Path) -> Path:
     # moves in hold the stop signals, so that a stop leaves one copy whole, not the two mixed; the staging folders a
     # killed join left (SIGKILL, which no finally outlives) go first
     tidy_staging(run_dir.parent, f".{run_dir.name}.joining-")
-    with signals_unwind():  # SIGTERM and SIGHUP, which would end the process on the spot, remove the staging folder first
-        staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.joining-{os.getpid()}-", dir=run_dir.parent))
-        try:
-            for name, content in files.items():
-                (staging / name).write_bytes(content)
-            with stop_signals_held():
-                run_dir.mkdir(exist_ok=True)
-                for path in run_files(run_dir):  # the earlier copy's files this one does not replace
-                    if path.name not in files:
-                        path.unlink(missing_ok=True)
-                for name in sorted(files, key=lambda name: name == CHECKPOINT):  # the checkpoint last
-                    os.replace(staging / name, run_dir / name)
-                staging.rmdir()  # before a stop held meanwhile ends the process
-        finally:
-            remove_staging(staging)
+    # SIGTERM and SIGHUP, which would end the process on the spot, remove the staging folder first
+    with signals_unwind(), new_staging(run_dir.parent, f".{run_dir.name}.joining-{os.getpid()}-") as staging:
+        for name, content in files.items():
+            (staging / name).write_bytes(content)
+        with stop_signals_held():
+            run_dir.mkdir(exist_ok=True)
+            for path in run_files(run_dir):  # the earlier copy's files this one does not replace
+                if path.name not in files:
+                    path.unlink(missing_ok=True)
+            for name in sorted(files, key=lambda name: name == CHECKPOINT):  # the checkpoint last
+                os.replace(staging / name, run_dir / name)
+            staging.rmdir()  # before a stop held meanwhile ends the process
     return run_dir
 
 

@@ -219,6 +219,7 @@ class SimulationConfig:
             if len(self.labels) != self.n:
                 raise ValueError(f"labels must have length n = {self.n}, got {len(self.labels)}")
         _, steps = self.step_size()
+        self._given_memory = available_memory  # what the caller gave, for the check of a list (run_experiments)
         if available_memory is None:  # a Python caller's run was not checked: it died in the allocator or the OOM killer
             available_memory = host_available_bytes()
         if available_memory is not None:  # before the kernel on the n labels is built
@@ -236,6 +237,12 @@ class SimulationConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def given_memory(self) -> int | None:
+        """The bytes free for the run that its caller gave (``available_memory``); None when it was checked against
+        what the host had free."""
+        return getattr(self, "_given_memory", None)
 
     def memory_bytes(self, steps: int) -> int:
         """The bytes a run of ``steps`` steps needs (``psattn.meanfield.memory.estimate_bytes``)."""

@@ -194,10 +194,12 @@ def interrupted_run(index: int, config: SimulationConfig) -> dict[str, Any]:
 
 
 def _check_kept_records(configs: Sequence[SimulationConfig]) -> None:
-    """Refuse, in one line, a list whose runs do not fit in what the host has free now beside the summary records
+    """Refuse, in one line, a list whose runs do not fit in the memory free for them beside the summary records
     of the runs before them, which ``run_experiments`` keeps until it writes summary.json (a run's own memory check
-    counts its record alone). A config too large alone is left to its own check, which refuses it at its run."""
-    available = host_available_bytes()
+    counts its record alone): the smallest ``available_memory`` their callers gave, else what the host has free now.
+    A config too large alone is left to its own check, which refuses it at its run."""
+    given = [config.given_memory for config in configs if config.given_memory is not None]
+    available = min(given) if given else host_available_bytes()
     if available is None:
         return
     kept = need = 0
@@ -227,10 +229,11 @@ def run_experiments(
     summary is written all the same, naming under "interrupted" the config it stopped (None when none was), and
     ``ExperimentsInterrupted``, a KeyboardInterrupt, is raised; SIGTERM and SIGHUP do the same (in the main thread,
     where their handlers are the default, which would end the process without a summary), and the exception's
-    ``signum`` says which came; a second stop while the summary is written waits until it is whole. A rerun runs every
+    ``signum`` says which came; a second stop before or while the summary is written waits until it is whole. A rerun runs every
     config again and replaces the summary. An item of configs that is
     no SimulationConfig, or an out_dir that cannot be made (a file in its way), is refused before the first run, and
-    so is a list whose runs do not fit in the host's free memory beside the summary records of the runs before them.
+    so is a list whose runs do not fit in the memory free for them (the ``available_memory`` the configs were made with,
+    else the host's free memory) beside the summary records of the runs before them.
     progress: show a tqdm bar over the configs (on stderr).
     """
     configs = list(configs)  # counted and indexed to name a failed or interrupted run: a generator's were lost
@@ -240,11 +243,13 @@ def run_experiments(
                             f"{type(config).__name__} (SimulationConfig(**fields) makes one)")
     _check_kept_records(configs)
     runs, failed, errors, stop = [], [], [], None
-    with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
-                                              leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
-        Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
-        try:
-            with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
+    # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; a second stop (a scheduler's own
+    # deadline) waits until the summary is whole, and then ends the process
+    with signals_unwind(end=False):
+        with torch_threads(threads), progress_bar(configs, desc="mean-field runs", unit="run", enabled=progress,
+                                                  leave=False) as bar:  # closed, also by Ctrl-C, before a word is said
+            Path(out_dir).mkdir(parents=True, exist_ok=True)  # before the runs: a file in its way lost them all at the end
+            try:
                 for index, config in enumerate(bar):
                     try:
                         traj = simulate(config)
@@ -261,12 +266,12 @@ def run_experiments(
                                 record["final"]["marginal_spread"][0], record["final"]["fraction_aligned"][0],
                                 record["energy_check"])
                     runs.append(record)
-        except KeyboardInterrupt as err:  # the runs that finished are kept, as when a config fails
-            stop = err
-    done = len(runs) + len(failed)  # configs run in order: the one stopped is the next
-    interrupted = interrupted_run(done, configs[done]) if stop is not None and done < len(configs) else None
-    with stop_signals_held():  # a second stop (the handlers are restored) waits until the summary is whole
-        summary = write_summary(runs, out_dir, failed, interrupted)
+            except KeyboardInterrupt as err:  # the runs that finished are kept, as when a config fails
+                stop = err
+        done = len(runs) + len(failed)  # configs run in order: the one stopped is the next
+        interrupted = interrupted_run(done, configs[done]) if stop is not None and done < len(configs) else None
+        with stop_signals_held():  # a first stop as it is written waits until it is whole too
+            summary = write_summary(runs, out_dir, failed, interrupted)
     kept = f"{Path(out_dir) / 'summary.json'} holds the {len(runs)} that finished"
     if stop is not None:
         if type(stop) not in (KeyboardInterrupt, StopSignal):  # a stop that says more (its own message): as it came

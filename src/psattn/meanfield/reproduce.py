@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import shutil
-import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
@@ -45,7 +44,7 @@ from psattn.meanfield.experiments import (
 from psattn.meanfield.simulate import simulate
 from psattn.meanfield.staging import STAGING_PREFIX
 from psattn.meanfield.theorems import TheoremCheck
-from psattn.processes import remove_staging, signals_unwind, tidy_staging
+from psattn.processes import new_staging, signals_unwind, tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
 from psattn.version import __version__
@@ -103,20 +102,18 @@ def meanfield_report(
     earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
     out.mkdir(parents=True, exist_ok=True)
     tidy_staging(out, STAGING_PREFIX)
-    with signals_unwind(end=False):  # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
-        try:
-            result = _write_report(staging, quick, progress, threads)
-            with moving():
-                for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                    target = out / path.relative_to(staging)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(path, target)
-                if earlier:
-                    remove_stale_figures(out, result["files"])
-                shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
-        finally:
-            remove_staging(staging)  # a second stop meanwhile waits until it is gone
+    # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; the staging folder is removed as the
+    # block ends, a second stop meanwhile held until it is gone
+    with signals_unwind(end=False), new_staging(out, f"{STAGING_PREFIX}{os.getpid()}-") as staging:
+        result = _write_report(staging, quick, progress, threads)
+        with moving():
+            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                target = out / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+            if earlier:
+                remove_stale_figures(out, result["files"])
+            shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
     return {**result, "report": str(out / "report.md")}
 
 

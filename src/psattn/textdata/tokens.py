@@ -36,14 +36,13 @@ import numbers
 import os
 import shutil
 import socket
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from psattn.processes import process_alive, remove_staging, signals_unwind
+from psattn.processes import new_staging, process_alive, signals_unwind
 from psattn.progress import progress_bar
 from psattn.textdata.corpus import Document, corpus_hash, load_documents
 from psattn.textdata.tokenizer import (
@@ -336,23 +335,20 @@ def _build_entry(directory: Path, corpus: str, tokenizer: str, vocab_size: int, 
     """Build the entry in a staging folder named after this process and machine, then rename it into place (atomic).
     ``digest``: the corpus hash the entry is keyed by; a corpus that no longer hashes to it once read (it
     changed since) is refused, as its tokens would be served under the key of the text it held before."""
-    with signals_unwind():  # SIGTERM and SIGHUP, which would end the process on the spot, remove the staging folder first
-        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(directory), dir=directory.parent))
+    # SIGTERM and SIGHUP, which would end the process on the spot, remove the staging folder first
+    with signals_unwind(), new_staging(directory.parent, _staging_prefix(directory)) as staging:
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+        documents = load_documents(corpus)
+        read = corpus_hash(corpus)
+        if digest and read != digest:
+            raise ValueError(f"corpus {corpus} changed while it was being tokenized (its hash went from {digest} "
+                             f"to {read}); run again once its files stop changing")
+        _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split, kept_tokenizer(directory))
         try:
-            staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
-            documents = load_documents(corpus)
-            read = corpus_hash(corpus)
-            if digest and read != digest:
-                raise ValueError(f"corpus {corpus} changed while it was being tokenized (its hash went from {digest} "
-                                 f"to {read}); run again once its files stop changing")
-            _build(documents, tokenizer, vocab_size, eval_fraction, staging, read, split, kept_tokenizer(directory))
-            try:
-                staging.rename(directory)  # another process may have won the race
-            except OSError:
-                if not _complete(directory):
-                    raise
-        finally:
-            remove_staging(staging)
+            staging.rename(directory)  # another process may have won the race
+        except OSError:
+            if not _complete(directory):
+                raise
 
 
 def _staging_prefix(directory: Path) -> str:
