@@ -676,20 +676,11 @@ def test_a_second_stop_signal_before_the_staging_folder_is_removed_waits_until_i
     """A second SIGTERM after the first one's exception left the report's work, before the staging folder's removal
     had begun, found the default handler back in place and ended ``psattn reproduce`` on the spot, leaving the
     staging folder in --out. Now the handlers stay until it is gone, and the second ends the process then."""
-    import subprocess
-    import sys
-
     from helpers import hidden_entries
 
-    script, out = tmp_path / "reproduce_child.py", tmp_path / "out"
-    script.write_text(_REPORT_CHILD)
-
-    def run(when):
-        return subprocess.run([sys.executable, str(script), str(out), when, "SIGTERM"], capture_output=True, text=True,
-                              timeout=60)
-
-    assert run("first").returncode == 0
-    done = run("stopped again")
+    out = tmp_path / "out"
+    assert _run_report_child(tmp_path, out, "first", "SIGTERM").returncode == 0
+    done = _run_report_child(tmp_path, out, "stopped again", "SIGTERM")
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]  # ended by the second, once it was gone
     assert hidden_entries(out) == []
     assert (out / "report.md").read_text().splitlines()[-1] == "report first"
