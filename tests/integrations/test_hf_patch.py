@@ -25,6 +25,7 @@ def test_patch_then_unpatch_restores_the_original(prompt):
     remove_psa(model)
     assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
     assert "init_continuous_batching" not in vars(model)  # transformers' continuous batching is the model's again
+    assert "_prepare_cache_for_generation" not in vars(model)  # and generate's cache preparation
     assert torch.equal(logits(model, prompt), before)
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=5, do_sample=False), before_tokens)
@@ -238,6 +239,29 @@ def test_a_compiled_model_refuses_a_cache_naming_it_on_the_first_line(compile_mo
     else:
         assert type(refused.value) is TypeError and str(refused.value) == str(eager.value)
     assert "\n" not in str(eager.value) and not embedded
+
+
+@pytest.mark.parametrize("cache_implementation", ["static", "offloaded"])
+def test_generate_of_a_model_compiled_whole_refuses_a_cache_in_one_line_and_returns_a_psa_cache(cache_implementation,
+                                                                                                prompt):
+    """``model.compile(fullgraph=True)`` traces PSA's hooks with the forward pass: generate's static or offloaded cache
+    was refused inside Dynamo's ``Unsupported: Observed exception`` error, and the cache its generate made stayed a plain
+    ``DynamicCache``, without ``kv_bytes`` and ``extra_state_bytes``. generate now checks its cache, and makes it a
+    ``PSADynamicCache``, before the first (compiled) forward pass."""
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=3, do_sample=False)
+    torch._dynamo.reset()
+    model.compile(fullgraph=True, backend="eager")
+    with pytest.raises(TypeError, match="^PSA cannot use an? (StaticCache|offloaded cache)") as refused, torch.no_grad():
+        model.generate(prompt, max_new_tokens=3, do_sample=False, cache_implementation=cache_implementation)
+    assert "\n" not in str(refused.value)
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    cache = returned_cache(out)
+    assert torch.equal(out.sequences, want) and type(cache) is PSADynamicCache
+    assert cache.kv_bytes() == sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert 0 < cache.extra_state_bytes() < cache.kv_bytes()
 
 
 def test_a_cache_filled_without_psa_is_refused(prompt):

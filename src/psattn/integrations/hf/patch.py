@@ -13,9 +13,11 @@ settings, turns the model's own config copy into a ``psattn_<base>`` config; see
 
 The model's own ``init_continuous_batching``, where continuous batching begins (``cache_implementation="paged"``,
 ``generate_batch``), refuses it (``.cache.refuse_paged_cache``): transformers would otherwise switch the model's
-attention to one of its paged kernels, which attend over raw keys.
+attention to one of its paged kernels, which attend over raw keys. Its ``_prepare_cache_for_generation`` checks the
+cache ``generate`` makes or is given before the first forward pass (``.cache.prepare_generation_cache``), outside
+any compiled code.
 
-``remove_psa`` removes the hooks and that refusal and restores the original attention implementation.
+``remove_psa`` removes the hooks, that refusal and that check, and restores the original attention implementation.
 
 The settings travel with the model: ``apply_psa`` turns ``model.config`` into a ``psattn_<base>``
 config that carries them (see ``.saving``), so ``save_pretrained`` writes them and
@@ -38,7 +40,7 @@ from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes, register_on_look_up
-from psattn.integrations.hf.cache import check_cache, psa_layer, refuse_paged_cache
+from psattn.integrations.hf.cache import check_cache, prepare_generation_cache, psa_layer, refuse_paged_cache
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
@@ -216,6 +218,8 @@ def apply_psa(
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     # continuous batching would switch the attention to a paged kernel: refused where it begins, on this model only
     model.init_continuous_batching = refuse_paged_cache  # type: ignore[assignment]  # as _psa_state above
+    if hasattr(type(model), "_prepare_cache_for_generation"):  # generate checks its cache before the first forward
+        model._prepare_cache_for_generation = partial(prepare_generation_cache, model)  # type: ignore[assignment]
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
     return model
@@ -251,6 +255,7 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     for m in state.modules:
         remove_hook_points(m)
     vars(model).pop("init_continuous_batching", None)  # transformers' own again
+    vars(model).pop("_prepare_cache_for_generation", None)
     if saved_spec(state.shared_config) is None:
         _point_config(model, model.config, state.shared_config)  # the plain config it had, untouched all along
     else:  # built as a PSA model (from a saved one): its own copy, made plain
