@@ -15,9 +15,10 @@ The model's own ``init_continuous_batching``, where continuous batching begins (
 ``generate_batch``), refuses it (``.cache.refuse_paged_cache``): transformers would otherwise switch the model's
 attention to one of its paged kernels, which attend over raw keys. Its ``_prepare_cache_for_generation`` checks the
 cache ``generate`` makes or is given before the first forward pass (``.cache.prepare_generation_cache``), outside
-any compiled code.
+any compiled code, and its ``_prepare_position_ids_for_generation`` the mask ``generate`` counts positions with
+(``.starts.prepare_generation_positions``).
 
-``remove_psa`` removes the hooks, that refusal and that check, and restores the original attention implementation.
+``remove_psa`` removes the hooks, that refusal and those checks, and restores the original attention implementation.
 
 The settings travel with the model: ``apply_psa`` turns ``model.config`` into a ``psattn_<base>``
 config that carries them (see ``.saving``), so ``save_pretrained`` writes them and
@@ -46,7 +47,7 @@ from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
 from psattn.integrations.hf.saving import PREFIX, base_model_type, mark_config, saved_spec, unmark_config
 from psattn.integrations.hf.spec import BASES, PSASpec, PSAVariant
-from psattn.integrations.hf.starts import StartsMemo
+from psattn.integrations.hf.starts import StartsMemo, prepare_generation_positions
 from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
 from psattn.ops.variants import Placement
@@ -61,6 +62,12 @@ log = logging.getLogger(__name__)
 # PSA model of these types loads in a new process. Any other model type that passes the dry run of
 # ``.detect`` works too and is registered when ``apply_psa`` patches it.
 SUPPORTED: tuple[str, ...] = TESTED
+
+
+# the steps of transformers' generate a patched model runs checked, each before the first forward pass: the
+# cache it makes or is given (``.cache``), and the attention mask it counts positions with (``.starts``)
+_GENERATION_STEPS = {"_prepare_cache_for_generation": prepare_generation_cache,
+                     "_prepare_position_ids_for_generation": prepare_generation_positions}
 
 
 @dataclass
@@ -218,8 +225,9 @@ def apply_psa(
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     # continuous batching would switch the attention to a paged kernel: refused where it begins, on this model only
     model.init_continuous_batching = refuse_paged_cache  # type: ignore[assignment]  # as _psa_state above
-    if hasattr(type(model), "_prepare_cache_for_generation"):  # generate checks its cache before the first forward
-        model._prepare_cache_for_generation = partial(prepare_generation_cache, model)  # type: ignore[assignment]
+    for step, checked in _GENERATION_STEPS.items():  # generate checks its cache and its mask before the first forward
+        if hasattr(type(model), step):
+            setattr(model, step, partial(checked, model))
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
     return model
@@ -255,7 +263,8 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
     for m in state.modules:
         remove_hook_points(m)
     vars(model).pop("init_continuous_batching", None)  # transformers' own again
-    vars(model).pop("_prepare_cache_for_generation", None)
+    for step in _GENERATION_STEPS:
+        vars(model).pop(step, None)
     if saved_spec(state.shared_config) is None:
         _point_config(model, model.config, state.shared_config)  # the plain config it had, untouched all along
     else:  # built as a PSA model (from a saved one): its own copy, made plain

@@ -56,6 +56,20 @@ def chunk_starts(
     return starts
 
 
+def prepare_generation_positions(model, inputs: Tensor, model_kwargs: dict) -> Tensor:
+    """``generate``'s position ids on a patched model (``apply_psa`` puts this in the model's
+    ``_prepare_position_ids_for_generation``): transformers' own, after a ValueError unless its 2D ``attention_mask``
+    holds 0 and 1 alone (bool, integer or float). transformers counts positions with
+    ``attention_mask.long().cumsum(-1)`` and attends wherever the mask is not 0: a 0.5 or a -1 there gives a later
+    real token position 0, which PSA takes for a sequence start while the attention still sees the tokens before it."""
+    mask = model_kwargs.get("attention_mask")
+    if isinstance(mask, Tensor) and mask.dtype != torch.bool:
+        odd = mask[(mask != 0) & (mask != 1)]  # (N,): one read of the device per generate call
+        if odd.numel():
+            raise ValueError(f"attention_mask must hold 1 at real tokens and 0 at padding, got {odd[0].item():g}")
+    return type(model)._prepare_position_ids_for_generation(model, inputs, model_kwargs)
+
+
 class StartsMemo:
     """The starts of the chunks a model's attention modules saw in this forward pass, reused by every
     layer that receives the same mask and position ids (the same tensor objects, unchanged since: their
