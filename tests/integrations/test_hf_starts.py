@@ -149,6 +149,20 @@ def test_llama4s_chunked_attention_layers_start_a_sequence_at_every_chunk():
         torch.testing.assert_close(seen[f"{layer}.hook_k_sheared"], shear(k, 0.8, starts=starts), rtol=0, atol=1e-12)
 
 
+def test_a_4d_integer_mask_is_refused_naming_its_dtype():
+    """A 4D mask of integers (which neither SDPA nor eager attention takes) failed in torch.finfo with "requires a
+    floating point input type"; it is refused naming the mask and what it takes. Bool and additive float pass."""
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T)
+    with pytest.raises(TypeError, match=r"^a 4D attention_mask must be bool \(True = attend\) or additive float, got "
+                                        r"torch.int64$"), torch.no_grad():
+        model(ids, attention_mask=causal.long())
+    additive = torch.zeros(1, 1, 4, 4, dtype=torch.float64).masked_fill(~causal, torch.finfo(torch.float64).min)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=additive).logits, model(ids, attention_mask=causal).logits)
+
+
 @pytest.mark.parametrize("value", [0.5, -1.0, 2.0])
 def test_generate_refuses_a_mask_it_would_count_positions_from_wrongly(value):
     """transformers attends wherever generate's attention_mask is not 0 but counts positions with

@@ -35,6 +35,8 @@ def chunk_starts(
     starts: Tensor | None = None
     if isinstance(attention_mask, Tensor) and attention_mask.dim() == 4:
         Tk = attention_mask.shape[-1]
+        if attention_mask.dtype != torch.bool and not attention_mask.is_floating_point():  # what SDPA and eager take
+            raise TypeError(f"a 4D attention_mask must be bool (True = attend) or additive float, got {attention_mask.dtype}")
         if Tk < length:
             raise ValueError(f"the attention mask covers {Tk} keys, fewer than the chunk's {length} tokens")
         t = torch.arange(length, device=device)
