@@ -73,6 +73,23 @@ def test_loader_from_pretrained_directory(tmp_path, prompt):
     torch.testing.assert_close(logits(model, prompt), logits(expected, prompt), atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("source,named", [
+    (None, "NoneType"), (123, "int"), ("model", r"LlamaForCausalLM; apply_psa\(model, \.\.\.\) patches a model already built")])
+def test_loader_refuses_a_source_that_is_no_name_path_or_config(source, named, monkeypatch):
+    """None or 123 was looked up on the Hugging Face Hub as a repository named "None" (retried for about 20 s
+    offline, then an OSError about the connection), and a model object got os.stat's "path should be string,
+    bytes, os.PathLike or integer, not LlamaForCausalLM": each is a
+    TypeError naming what load_psa_model takes, before anything is looked up."""
+    import transformers
+
+    looked_up = []
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *args, **kwargs: looked_up.append(args))
+    with pytest.raises(TypeError, match=r"^load_psa_model's source must be a model name or folder \(str or os.PathLike\) "
+                                        rf"or a PretrainedConfig, got {named}$"):
+        load_psa_model(tiny_model("llama") if source == "model" else source)
+    assert not looked_up
+
+
 def test_unsupported_architecture_raises():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -329,7 +330,7 @@ def load_psa_model(
     **kwargs,
 ) -> nn.Module:
     """Load (``source`` a name or path; ``kwargs`` go to ``from_pretrained``) or build (``source`` a
-    config) a model with PSA on. ``model_class`` defaults to ``AutoModelForCausalLM``.
+    config) a model with PSA on; any other ``source`` is a TypeError. ``model_class`` defaults to ``AutoModelForCausalLM``.
 
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
     them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
@@ -353,6 +354,10 @@ def load_psa_model(
     """
     from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
+    if not isinstance(source, (str, os.PathLike, PretrainedConfig)):  # None or 123 was looked up on the Hub, retried
+        hint = "; apply_psa(model, ...) patches a model already built" if isinstance(source, nn.Module) else ""
+        raise TypeError("load_psa_model's source must be a model name or folder (str or os.PathLike) or a "
+                        f"PretrainedConfig, got {type(source).__name__}{hint}")
     given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
                  max_rollback=max_rollback, keep_last_call=keep_last_call)
     given = {k: v for k, v in given.items() if v is not None}
