@@ -33,6 +33,33 @@ def test_patch_then_unpatch_restores_the_original(prompt):
     assert psa_spec(model).gamma == 0.3
 
 
+@pytest.mark.parametrize("applied_to", ["model", "wrapper"])
+def test_apply_and_remove_psa_reach_the_model_inside_a_peft_wrapper(applied_to, prompt):
+    """``remove_psa(peft_model)`` cleared the state on the wrapper alone: the model inside kept it, so ``psa_spec``
+    still named PSA once its hooks were gone and ``apply_psa`` refused it as already patched. ``apply_psa(peft_model)``
+    patched the wrapper, whose attributes transformers' ``generate`` never reads, so its checks (here of the mask)
+    did not run. Both now reach the transformers model inside and return the wrapper."""
+    peft = pytest.importorskip("peft")
+    model = tiny_model("llama")
+    plain = logits(model, prompt)
+    lora = peft.LoraConfig(r=2, target_modules=["q_proj"])  # B starts at 0: the wrapper's logits are the model's
+    if applied_to == "model":
+        wrapped = peft.get_peft_model(apply_psa(model, "key_only", 0.8), lora)
+    else:
+        wrapped = peft.get_peft_model(model, lora)
+        assert apply_psa(wrapped, "key_only", 0.8) is wrapped
+    assert psa_spec(model) == psa_spec(wrapped) == PSASpec("key_only", 0.8)
+    mask = torch.ones_like(prompt, dtype=torch.float64)
+    mask[0, 0] = 0.5
+    with pytest.raises(ValueError, match="attention_mask must hold 1 at real tokens and 0 at padding"), torch.no_grad():
+        wrapped.generate(input_ids=prompt, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    assert remove_psa(wrapped) is wrapped
+    assert psa_spec(model) is None and psa_spec(wrapped) is None
+    assert not {"_prepare_cache_for_generation", "init_continuous_batching"} & set(vars(model))
+    torch.testing.assert_close(logits(wrapped, prompt), plain, atol=0, rtol=0)
+    assert psa_spec(apply_psa(model, "key_only", 0.3)).gamma == 0.3  # and it can be applied again
+
+
 def test_two_models_with_different_gamma_coexist(prompt):
     a, b, ref = tiny_model("llama"), tiny_model("llama"), tiny_model("llama")
     apply_psa(a, "key_only", 0.8)

@@ -34,10 +34,10 @@ import os
 import warnings
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
-from transformers import PretrainedConfig
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
@@ -52,9 +52,6 @@ from psattn.integrations.hf.starts import StartsMemo, prepare_generation_positio
 from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
 from psattn.ops.variants import Placement
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +146,8 @@ def apply_psa(
     max_rollback: int = 0,
     keep_last_call: bool = True,
 ) -> PreTrainedModel:
-    """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
+    """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model. Given a wrapper such
+    as PEFT's ``PeftModel``, it patches the transformers model inside (``get_base_model()``) and returns the wrapper.
 
     ``variant`` is one of ``symmetric``, ``key_only`` (the best one for induction), ``query_only``,
     ``baseline``; ``gamma`` the shear coupling; ``placement`` must be ``post_rope``. ``boundary``
@@ -202,6 +200,7 @@ def apply_psa(
         'llama'
     """
     spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
+    wrapper, model = model, _inside_wrapper(model)
     if attn_implementation is None:  # the kernel the model runs on, where PSA can run on it
         current = getattr(getattr(model, "config", None), "_attn_implementation", None)
         attn_implementation = current if current in BASES else "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
@@ -231,12 +230,28 @@ def apply_psa(
             setattr(model, step, partial(checked, model))
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
+    return wrapper
+
+
+def _inside_wrapper(model):
+    """The transformers model a wrapper such as PEFT's ``PeftModel`` holds (its ``get_base_model()``), or ``model``:
+    PSA patches the model that ``generate`` and its hooks belong to."""
+    base = getattr(model, "get_base_model", None)
+    if not isinstance(model, PreTrainedModel) and callable(base) and isinstance(base(), PreTrainedModel):
+        return base()
     return model
 
 
+def _patched(model: nn.Module) -> nn.Module | None:
+    """The module that ``apply_psa`` patched: ``model`` or one inside it (a wrapper such as PEFT's forwards attribute
+    look-ups to the model it holds, so only a module's own attributes are read), or None."""
+    return next((m for m in model.modules() if vars(m).get("_psa_state") is not None), None)
+
+
 def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
-    """Undo ``apply_psa``: remove the hooks and restore the original attention implementation.
-    Caches filled while PSA was on hold sheared keys and refuse further use.
+    """Undo ``apply_psa``: remove the hooks and restore the original attention implementation, of ``model`` or of the
+    patched model inside a wrapper such as PEFT's ``PeftModel``. Caches filled while PSA was on hold sheared keys and
+    refuse further use.
 
     Returns:
         The same model, plain again.
@@ -256,9 +271,10 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         >>> torch.equal(plain, back), torch.equal(plain, sheared)
         (True, False)
     """
-    state = getattr(model, "_psa_state", None)
-    if state is None:
+    wrapper, model = model, _patched(model)  # type: ignore[assignment]  # checked below
+    if model is None:
         raise RuntimeError("PSA is not applied to this model")
+    state = model._psa_state
     for handle in state.handles:
         handle.remove()
     for m in state.modules:
@@ -274,7 +290,7 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         # its class builds with PSA applied, and save_pretrained would name that class, which transformers lacks
         model.__class__ = plain_model_class(type(model))
     model._psa_state = None  # type: ignore[assignment]  # as in apply_psa
-    return model
+    return wrapper
 
 
 def _point_config(model: nn.Module, old, new) -> None:
@@ -311,9 +327,10 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
 
 
 def psa_spec(model: nn.Module) -> PSASpec | None:
-    """The ``PSASpec`` a model was patched with, or None."""
-    state = getattr(model, "_psa_state", None)
-    return None if state is None else state.spec
+    """The ``PSASpec`` a model (or the patched model inside a wrapper such as PEFT's ``PeftModel``) was patched with,
+    or None."""
+    patched = _patched(model)
+    return None if patched is None else patched._psa_state.spec
 
 
 def load_psa_model(
