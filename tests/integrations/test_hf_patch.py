@@ -117,6 +117,15 @@ def test_loader_refuses_a_source_that_is_no_name_path_or_config(source, named, m
     assert not looked_up
 
 
+@pytest.mark.parametrize("model_class", ["LlamaForCausalLM", torch.nn.Linear])
+def test_loader_refuses_a_model_class_that_is_no_transformers_class(model_class):
+    """A class name given as a string, or a torch module class, failed after the config was read with
+    "'str' object has no attribute '_from_config'": a TypeError now names model_class and what it takes."""
+    with pytest.raises(TypeError, match=r"^load_psa_model's model_class must be a transformers model class "
+                                        r"\(AutoModelForCausalLM, LlamaForCausalLM, \.\.\.\), got "):
+        load_psa_model(tiny_config("llama"), model_class=model_class)
+
+
 def test_unsupported_architecture_raises():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -347,7 +347,8 @@ def load_psa_model(
     **kwargs,
 ) -> nn.Module:
     """Load (``source`` a name or path; ``kwargs`` go to ``from_pretrained``) or build (``source`` a
-    config) a model with PSA on; any other ``source`` is a TypeError. ``model_class`` defaults to ``AutoModelForCausalLM``.
+    config) a model with PSA on; any other ``source`` is a TypeError. ``model_class``, a transformers model class,
+    defaults to ``AutoModelForCausalLM``.
 
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
     them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
@@ -375,6 +376,9 @@ def load_psa_model(
         hint = "; apply_psa(model, ...) patches a model already built" if isinstance(source, nn.Module) else ""
         raise TypeError("load_psa_model's source must be a model name or folder (str or os.PathLike) or a "
                         f"PretrainedConfig, got {type(source).__name__}{hint}")
+    if model_class is not None and not (isinstance(model_class, type) and hasattr(model_class, "from_pretrained")):
+        raise TypeError("load_psa_model's model_class must be a transformers model class (AutoModelForCausalLM, "
+                        f"LlamaForCausalLM, ...), got {model_class!r}")
     given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
                  max_rollback=max_rollback, keep_last_call=keep_last_call)
     given = {k: v for k, v in given.items() if v is not None}
