@@ -6,7 +6,15 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_config, tiny_model
-from psattn.integrations.hf import PSADynamicCache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
+from psattn.integrations.hf import (
+    PSADynamicCache,
+    PSASpec,
+    apply_psa,
+    load_psa_model,
+    psa_spec,
+    remove_psa,
+    set_psa_gamma,
+)
 
 
 def logits(model, ids, **kwargs):
@@ -58,6 +66,17 @@ def test_apply_and_remove_psa_reach_the_model_inside_a_peft_wrapper(applied_to, 
     assert not {"_prepare_cache_for_generation", "init_continuous_batching"} & set(vars(model))
     torch.testing.assert_close(logits(wrapped, prompt), plain, atol=0, rtol=0)
     assert psa_spec(apply_psa(model, "key_only", 0.3)).gamma == 0.3  # and it can be applied again
+
+
+def test_what_is_no_module_has_no_psa_and_no_gamma_to_set():
+    """set_psa_gamma(None, ...) failed with "'NoneType' object has no attribute 'modules'": a TypeError names what it
+    takes. psa_spec of anything that is no module (a pipeline, None) is None, as for a plain model."""
+    with pytest.raises(TypeError, match=r"^set_psa_gamma needs a model patched by apply_psa \(a torch module\), got "
+                                        r"NoneType$"):
+        set_psa_gamma(None, 0.5)
+    assert psa_spec(None) is None and psa_spec("model") is None
+    with pytest.raises(RuntimeError, match="PSA is not applied to this model"):
+        remove_psa(None)
 
 
 def test_two_models_with_different_gamma_coexist(prompt):

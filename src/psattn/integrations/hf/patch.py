@@ -244,7 +244,9 @@ def _inside_wrapper(model):
 
 def _patched(model: nn.Module) -> nn.Module | None:
     """The module that ``apply_psa`` patched: ``model`` or one inside it (a wrapper such as PEFT's forwards attribute
-    look-ups to the model it holds, so only a module's own attributes are read), or None."""
+    look-ups to the model it holds, so only a module's own attributes are read), or None (for anything else too)."""
+    if not isinstance(model, nn.Module):
+        return None
     return next((m for m in model.modules() if vars(m).get("_psa_state") is not None), None)
 
 
@@ -318,6 +320,8 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
     """Change the shear coupling of a patched model (or of the patched model inside a wrapper such
     as PEFT's ``PeftModel``) in place; the variant, hence which streams are sheared, stays. Used by
     the γ warm-up of ``.warmup``; a cache filled under another γ refuses further use."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"set_psa_gamma needs a model patched by apply_psa (a torch module), got {type(model).__name__}")
     patched: list[Any] = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]  # transformers models
     if not patched:
         raise RuntimeError("PSA is not applied to this model; call apply_psa(model, ...) first")
