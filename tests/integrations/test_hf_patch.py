@@ -336,6 +336,20 @@ def test_generate_of_a_model_compiled_whole_refuses_a_cache_in_one_line_and_retu
     assert 0 < cache.extra_state_bytes() < cache.kv_bytes()
 
 
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(max_rollback=-1), ValueError, r"^max_rollback must be an int >= 0, got -1$"),
+    (dict(keep_last_call="no"), ValueError, r"^keep_last_call must be True or False, got 'no'$"),
+    (dict(config="llama"), TypeError, r"^PSADynamicCache's config must be a transformers PretrainedConfig \(model.config\) "
+                                      r"or None, got str$"),
+])
+def test_a_psa_cache_refuses_bad_settings_as_it_is_built(kwargs, error, match):
+    """Without a config, PSADynamicCache(max_rollback=-1) was built and refused only inside the first forward pass, as
+    it added a layer; keep_last_call="no" was kept as a true value; a config of the wrong type failed in transformers
+    ("'str' object has no attribute 'get_text_config'"). Each is refused as the cache is built."""
+    with pytest.raises(error, match=match):
+        PSADynamicCache(**kwargs)
+
+
 def test_a_cache_filled_without_psa_is_refused(prompt):
     """A cache filled by a model without PSA holds raw keys: refused, not silently mixed."""
     from transformers import DynamicCache

@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
@@ -343,6 +344,10 @@ class PSADynamicCache(DynamicCache):
     creates), but it can be passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
+        if config is not None and not isinstance(config, PretrainedConfig):
+            raise TypeError(f"PSADynamicCache's config must be a transformers PretrainedConfig (model.config) or None, "
+                            f"got {type(config).__name__}")
+        ShearState(max_rollback, keep_last_call)  # checks both now, not as the first forward pass adds a layer
         super().__init__(config=config)
         window: dict[str, Any] = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
         # the attention layers store sheared keys; a hybrid model's linear-attention layers stay as they are
