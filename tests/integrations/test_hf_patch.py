@@ -6,7 +6,15 @@ import torch
 pytest.importorskip("transformers")
 
 from integrations.hf_tiny import cache_kw, returned_cache, tiny_config, tiny_model
-from psattn.integrations.hf import PSADynamicCache, PSASpec, apply_psa, load_psa_model, psa_spec, remove_psa
+from psattn.integrations.hf import (
+    PSADynamicCache,
+    PSASpec,
+    apply_psa,
+    load_psa_model,
+    psa_spec,
+    remove_psa,
+    set_psa_gamma,
+)
 
 
 def logits(model, ids, **kwargs):
@@ -25,11 +33,50 @@ def test_patch_then_unpatch_restores_the_original(prompt):
     remove_psa(model)
     assert psa_spec(model) is None and model.config._attn_implementation == "sdpa"
     assert "init_continuous_batching" not in vars(model)  # transformers' continuous batching is the model's again
+    assert "_prepare_cache_for_generation" not in vars(model)  # and generate's cache preparation
     assert torch.equal(logits(model, prompt), before)
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, max_new_tokens=5, do_sample=False), before_tokens)
     apply_psa(model, "key_only", 0.3)  # and it can be applied again
     assert psa_spec(model).gamma == 0.3
+
+
+@pytest.mark.parametrize("applied_to", ["model", "wrapper"])
+def test_apply_and_remove_psa_reach_the_model_inside_a_peft_wrapper(applied_to, prompt):
+    """``remove_psa(peft_model)`` cleared the state on the wrapper alone: the model inside kept it, so ``psa_spec``
+    still named PSA once its hooks were gone and ``apply_psa`` refused it as already patched. ``apply_psa(peft_model)``
+    patched the wrapper, whose attributes transformers' ``generate`` never reads, so its checks (here of the mask)
+    did not run. Both now reach the transformers model inside and return the wrapper."""
+    peft = pytest.importorskip("peft")
+    model = tiny_model("llama")
+    plain = logits(model, prompt)
+    lora = peft.LoraConfig(r=2, target_modules=["q_proj"])  # B starts at 0: the wrapper's logits are the model's
+    if applied_to == "model":
+        wrapped = peft.get_peft_model(apply_psa(model, "key_only", 0.8), lora)
+    else:
+        wrapped = peft.get_peft_model(model, lora)
+        assert apply_psa(wrapped, "key_only", 0.8) is wrapped
+    assert psa_spec(model) == psa_spec(wrapped) == PSASpec("key_only", 0.8)
+    mask = torch.ones_like(prompt, dtype=torch.float64)
+    mask[0, 0] = 0.5
+    with pytest.raises(ValueError, match="attention_mask must hold 1 at real tokens and 0 at padding"), torch.no_grad():
+        wrapped.generate(input_ids=prompt, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    assert remove_psa(wrapped) is wrapped
+    assert psa_spec(model) is None and psa_spec(wrapped) is None
+    assert not {"_prepare_cache_for_generation", "init_continuous_batching"} & set(vars(model))
+    torch.testing.assert_close(logits(wrapped, prompt), plain, atol=0, rtol=0)
+    assert psa_spec(apply_psa(model, "key_only", 0.3)).gamma == 0.3  # and it can be applied again
+
+
+def test_what_is_no_module_has_no_psa_and_no_gamma_to_set():
+    """set_psa_gamma(None, ...) failed with "'NoneType' object has no attribute 'modules'": a TypeError names what it
+    takes. psa_spec of anything that is no module (a pipeline, None) is None, as for a plain model."""
+    with pytest.raises(TypeError, match=r"^set_psa_gamma needs a model patched by apply_psa \(a torch module\), got "
+                                        r"NoneType$"):
+        set_psa_gamma(None, 0.5)
+    assert psa_spec(None) is None and psa_spec("model") is None
+    with pytest.raises(RuntimeError, match="PSA is not applied to this model"):
+        remove_psa(None)
 
 
 def test_two_models_with_different_gamma_coexist(prompt):
@@ -70,6 +117,32 @@ def test_loader_from_pretrained_directory(tmp_path, prompt):
     model = load_psa_model(str(tmp_path), "key_only", 0.8, dtype=torch.float64).eval()
     expected = apply_psa(saved, "key_only", 0.8)
     torch.testing.assert_close(logits(model, prompt), logits(expected, prompt), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("source,named", [
+    (None, "NoneType"), (123, "int"), ("model", r"LlamaForCausalLM; apply_psa\(model, \.\.\.\) patches a model already built")])
+def test_loader_refuses_a_source_that_is_no_name_path_or_config(source, named, monkeypatch):
+    """None or 123 was looked up on the Hugging Face Hub as a repository named "None" (retried for about 20 s
+    offline, then an OSError about the connection), and a model object got os.stat's "path should be string,
+    bytes, os.PathLike or integer, not LlamaForCausalLM": each is a
+    TypeError naming what load_psa_model takes, before anything is looked up."""
+    import transformers
+
+    looked_up = []
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *args, **kwargs: looked_up.append(args))
+    with pytest.raises(TypeError, match=r"^load_psa_model's source must be a model name or folder \(str or os.PathLike\) "
+                                        rf"or a PretrainedConfig, got {named}$"):
+        load_psa_model(tiny_model("llama") if source == "model" else source)
+    assert not looked_up
+
+
+@pytest.mark.parametrize("model_class", ["LlamaForCausalLM", torch.nn.Linear])
+def test_loader_refuses_a_model_class_that_is_no_transformers_class(model_class):
+    """A class name given as a string, or a torch module class, failed after the config was read with
+    "'str' object has no attribute '_from_config'": a TypeError now names model_class and what it takes."""
+    with pytest.raises(TypeError, match=r"^load_psa_model's model_class must be a transformers model class "
+                                        r"\(AutoModelForCausalLM, LlamaForCausalLM, \.\.\.\), got "):
+        load_psa_model(tiny_config("llama"), model_class=model_class)
 
 
 def test_unsupported_architecture_raises():
@@ -238,6 +311,43 @@ def test_a_compiled_model_refuses_a_cache_naming_it_on_the_first_line(compile_mo
     else:
         assert type(refused.value) is TypeError and str(refused.value) == str(eager.value)
     assert "\n" not in str(eager.value) and not embedded
+
+
+@pytest.mark.parametrize("cache_implementation", ["static", "offloaded"])
+def test_generate_of_a_model_compiled_whole_refuses_a_cache_in_one_line_and_returns_a_psa_cache(cache_implementation,
+                                                                                                prompt):
+    """``model.compile(fullgraph=True)`` traces PSA's hooks with the forward pass: generate's static or offloaded cache
+    was refused inside Dynamo's ``Unsupported: Observed exception`` error, and the cache its generate made stayed a plain
+    ``DynamicCache``, without ``kv_bytes`` and ``extra_state_bytes``. generate now checks its cache, and makes it a
+    ``PSADynamicCache``, before the first (compiled) forward pass."""
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=3, do_sample=False)
+    torch._dynamo.reset()
+    model.compile(fullgraph=True, backend="eager")
+    with pytest.raises(TypeError, match="^PSA cannot use an? (StaticCache|offloaded cache)") as refused, torch.no_grad():
+        model.generate(prompt, max_new_tokens=3, do_sample=False, cache_implementation=cache_implementation)
+    assert "\n" not in str(refused.value)
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    cache = returned_cache(out)
+    assert torch.equal(out.sequences, want) and type(cache) is PSADynamicCache
+    assert cache.kv_bytes() == sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert 0 < cache.extra_state_bytes() < cache.kv_bytes()
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(max_rollback=-1), ValueError, r"^max_rollback must be an int >= 0, got -1$"),
+    (dict(keep_last_call="no"), ValueError, r"^keep_last_call must be True or False, got 'no'$"),
+    (dict(config="llama"), TypeError, r"^PSADynamicCache's config must be a transformers PretrainedConfig \(model.config\) "
+                                      r"or None, got str$"),
+])
+def test_a_psa_cache_refuses_bad_settings_as_it_is_built(kwargs, error, match):
+    """Without a config, PSADynamicCache(max_rollback=-1) was built and refused only inside the first forward pass, as
+    it added a layer; keep_last_call="no" was kept as a true value; a config of the wrong type failed in transformers
+    ("'str' object has no attribute 'get_text_config'"). Each is refused as the cache is built."""
+    with pytest.raises(error, match=match):
+        PSADynamicCache(**kwargs)
 
 
 def test_a_cache_filled_without_psa_is_refused(prompt):

@@ -147,3 +147,39 @@ def test_llama4s_chunked_attention_layers_start_a_sequence_at_every_chunk():
     for layer in ("model.layers.0.self_attn", "model.layers.1.self_attn"):
         k = seen[f"{layer}.hook_k"]
         torch.testing.assert_close(seen[f"{layer}.hook_k_sheared"], shear(k, 0.8, starts=starts), rtol=0, atol=1e-12)
+
+
+def test_a_4d_integer_mask_is_refused_naming_its_dtype():
+    """A 4D mask of integers (which neither SDPA nor eager attention takes) failed in torch.finfo with "requires a
+    floating point input type"; it is refused naming the mask and what it takes. Bool and additive float pass."""
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T)
+    with pytest.raises(TypeError, match=r"^a 4D attention_mask must be bool \(True = attend\) or additive float, got "
+                                        r"torch.int64$"), torch.no_grad():
+        model(ids, attention_mask=causal.long())
+    additive = torch.zeros(1, 1, 4, 4, dtype=torch.float64).masked_fill(~causal, torch.finfo(torch.float64).min)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=additive).logits, model(ids, attention_mask=causal).logits)
+
+
+@pytest.mark.parametrize("value", [0.5, -1.0, 2.0])
+def test_generate_refuses_a_mask_it_would_count_positions_from_wrongly(value):
+    """transformers attends wherever generate's attention_mask is not 0 but counts positions with
+    ``mask.long().cumsum(-1)``: a 0.5 (or -1) on the first real token of a left-padded row gave the next one position 0,
+    a sequence start to PSA while the attention still saw the token before it; generate went on without a word. It is
+    refused before any forward pass; a float mask of 0 and 1 generates what the integer one does."""
+    model = apply_psa(tiny_model("llama"), "key_only", 0.8)
+    ids = torch.tensor([[0, 0, 7, 8, 9], [3, 4, 5, 6, 7]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    embedded = []
+    model.model.embed_tokens.register_forward_pre_hook(lambda *args: embedded.append(1))
+    odd = mask.double()
+    odd[0, 2] = value
+    with pytest.raises(ValueError, match=rf"^attention_mask must hold 1 at real tokens and 0 at padding, got {value:g}$"), \
+            torch.no_grad():
+        model.generate(ids, attention_mask=odd if value != 2.0 else odd.long(), max_new_tokens=2, do_sample=False)
+    assert not embedded
+    with torch.no_grad():
+        tokens = [model.generate(ids, attention_mask=m, max_new_tokens=3, do_sample=False) for m in (mask, mask.float())]
+    assert torch.equal(*tokens)

@@ -33,6 +33,20 @@ def test_gamma_warmup_schedule():
             GammaWarmup(bad, 10)
 
 
+@pytest.mark.parametrize("gamma,error,match", [
+    (1e9, ValueError, r"^gamma must lie within ±10000"), (True, TypeError, r"^gamma must be a real number, got bool$"),
+    ("1.0", TypeError, r"^gamma must be a real number, got str$"),
+])
+def test_gamma_warmup_refuses_what_set_psa_gamma_refuses_as_it_is_built(gamma, error, match):
+    """GammaWarmup(1e9, ...) and GammaWarmup(True, ...) were built, and set_psa_gamma refused 1e9 only once training
+    began (True ran as γ = 1); a string failed in math.isfinite ("must be real number, not str"). Each is now refused
+    as the callback is built, naming gamma."""
+    with pytest.raises(error, match=match):
+        GammaWarmup(gamma, 10)
+    with pytest.raises(error, match=match):
+        gamma_warmup(3, gamma, 10)
+
+
 def test_loss_at_gamma_zero_equals_the_unpatched_model(prompt):
     plain, psa = tiny_model(), apply_psa(tiny_model(), "key_only", 0.0)
     with torch.no_grad():

@@ -163,6 +163,25 @@ def test_sequence_starts_refuses_what_is_not_a_batch_of_rows(kwargs, error, matc
         sequence_starts(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(attention_mask=torch.tensor([[0, 2, 2]])), ValueError,
+     r"^attention_mask must hold 1 at real tokens and 0 at padding, got 2$"),
+    (dict(attention_mask=torch.tensor([[1, -1, 1]], dtype=torch.int32)), ValueError, "got -1$"),
+    (dict(position_ids=torch.tensor([[0.0, 0.5, 1.5]])), TypeError,
+     r"^position_ids must be an integer tensor, got torch.float32$"),
+    (dict(position_ids=torch.tensor([[True, False, True]])), TypeError, "got torch.bool$"),
+])
+def test_sequence_starts_refuses_mask_values_and_positions_it_would_misread(kwargs, error, match):
+    """An integer mask's 2 or -1 was read as a real token, a float position 0.5 as no start, and a bool position
+    False as a start: each is refused, as ``DecoderLM`` and ``generate`` refuse them; 0/1 masks of any integer
+    dtype and bool masks pass."""
+    with pytest.raises(error, match=match):
+        sequence_starts(**kwargs)
+    for dtype in (torch.bool, torch.int32, torch.uint8):
+        mask = torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=dtype)
+        assert sequence_starts(attention_mask=mask).tolist() == [[False, True, False], [False] * 3]
+
+
 @pytest.mark.parametrize("boundary", ["replicate", "zero"])
 def test_the_exported_shear_is_adds_and_multiplies_and_equals_eager(boundary):
     """Under torch.export the shear is x + gamma (x - x_prev): no lerp, which on-device runtimes such as

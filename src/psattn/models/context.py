@@ -21,7 +21,7 @@ from torch import Tensor
 
 from psattn.ops.cache import ChunkRecord, PSACache
 from psattn.ops.rope import RotaryEmbedding
-from psattn.ops.shear import check_mask_dtype, sequence_starts
+from psattn.ops.shear import check_mask_dtype, check_position_dtype, mask_values_error, sequence_starts
 
 
 @dataclass
@@ -66,12 +66,6 @@ class AttentionContext:
         return cls(positions.expand(batch, length), None, seen[None, None], False)  # mask (1, 1, T, S)
 
 
-def mask_values_error(attention_mask: Tensor) -> ValueError:
-    """The error for an integer ``attention_mask`` holding values other than 0 and 1, naming the first."""
-    odd = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
-    return ValueError(f"attention_mask must hold 1 at real tokens and 0 at padding, got {int(odd[0])}")
-
-
 def token_range_error(input_ids: Tensor, vocab_size: int) -> ValueError:
     """The error for token ids outside [0, vocab_size), naming the range given."""
     return ValueError(f"input_ids must be token ids in [0, {vocab_size}) (the model's vocab_size), got ids from "
@@ -106,9 +100,8 @@ def build_context(
             raise ValueError(f"{name} must be (B, T) = {(B, T)}, got {tuple(x.shape)}")
     if attention_mask is not None:  # its values, 0 and 1 only, are checked below in the one read of the device
         check_mask_dtype(attention_mask)
-    if position_ids is not None and (position_ids.is_floating_point() or position_ids.is_complex()
-                                     or position_ids.dtype == torch.bool):  # .long() would truncate 0.5 to a start
-        raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
+    if position_ids is not None:  # .long() would truncate 0.5 to a start
+        check_position_dtype(position_ids)
     if cache is None and position_ids is None and attention_mask is None:
         return AttentionContext.causal(B, T, device)  # no data-dependent checks: no host sync, no graph break
     past = 0 if cache is None else len(cache)
@@ -138,7 +131,7 @@ def build_context(
         position_ids = (first[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
     position_ids = position_ids.long()
 
-    starts = sequence_starts(position_ids, attention_mask)
+    starts = sequence_starts(position_ids, attention_mask, check_values=False)  # odd: read with the rest below
     if past == 0:
         starts[:, :1] = True  # the first token (none in an empty chunk) starts its sequence
     held_seq = None if cache is None else cache.key_seq  # None for an empty cache

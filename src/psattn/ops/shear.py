@@ -75,10 +75,25 @@ def check_mask_dtype(attention_mask: Tensor) -> None:
         raise TypeError(f"attention_mask must be bool or integer, 1 at real tokens and 0 at padding, got {attention_mask.dtype}")
 
 
-def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor | None = None) -> Tensor:
-    """Mark sequence starts (B, T): where ``position_ids`` is 0, or where a padding run
-    (``attention_mask`` 0, bool or integer) gives way to a real token. Position 0 of the chunk is left to the caller
-    (it is a start unless the chunk continues a cached one)."""
+def mask_values_error(attention_mask: Tensor) -> ValueError:
+    """The error for an integer ``attention_mask`` holding values other than 0 and 1, naming the first."""
+    odd = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
+    return ValueError(f"attention_mask must hold 1 at real tokens and 0 at padding, got {int(odd[0])}")
+
+
+def check_position_dtype(position_ids: Tensor) -> None:
+    """TypeError unless ``position_ids`` is an integer tensor: a float 0.5 (or a bool False) is no position."""
+    if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
+        raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
+
+
+def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor | None = None, *,
+                    check_values: bool = True) -> Tensor:
+    """Mark sequence starts (B, T): where ``position_ids`` (integer) is 0, or where a padding run
+    (``attention_mask`` 0, bool or integer 0 and 1) gives way to a real token. Position 0 of the chunk is left to the
+    caller (it is a start unless the chunk continues a cached one). An integer mask's values are read from the device
+    to refuse any other than 0 and 1 (a 2 or a -1 was read as a real token); ``check_values=False`` leaves that
+    to a caller that reads them in a device read of its own (``psattn.models.context.build_context``)."""
     if position_ids is None and attention_mask is None:
         raise ValueError("sequence_starts needs position_ids or attention_mask")
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
@@ -89,8 +104,12 @@ def sequence_starts(position_ids: Tensor | None = None, attention_mask: Tensor |
     if position_ids is not None and attention_mask is not None and position_ids.shape != attention_mask.shape:
         raise ValueError(f"position_ids {tuple(position_ids.shape)} and attention_mask {tuple(attention_mask.shape)} "
                          "must have one shape (B, T)")
+    if position_ids is not None:
+        check_position_dtype(position_ids)
     if attention_mask is not None:
         check_mask_dtype(attention_mask)
+        if check_values and attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+            raise mask_values_error(attention_mask)
     starts = None
     if position_ids is not None:
         starts = position_ids == 0

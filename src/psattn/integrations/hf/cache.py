@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from psattn.integrations.hf.spec import PSASpec
@@ -338,12 +339,15 @@ def can_hold_sheared_keys(layer) -> bool:
 
 class PSADynamicCache(DynamicCache):
     """A ``DynamicCache`` whose attention layers are ``PSALayer`` (``PSASlidingWindowLayer`` where the model's
-    layer slides a window). ``generate`` does not need
-    it (a patched model converts the ``DynamicCache`` it creates, and its empty layers, into one; under
-    ``torch.compile`` only the layers), but it can be passed as ``cache=`` / ``past_key_values=`` to set
-    ``max_rollback`` or to inspect the state."""
+    layer slides a window). ``generate`` does not need it (a patched model converts the ``DynamicCache`` it creates,
+    and its empty layers, into one; a compiled forward pass called directly converts only the layers of the one it
+    creates), but it can be passed as ``cache=`` / ``past_key_values=`` to set ``max_rollback`` or to inspect the state."""
 
     def __init__(self, config=None, *, max_rollback: int = 0, keep_last_call: bool = True):
+        if config is not None and not isinstance(config, PretrainedConfig):
+            raise TypeError(f"PSADynamicCache's config must be a transformers PretrainedConfig (model.config) or None, "
+                            f"got {type(config).__name__}")
+        ShearState(max_rollback, keep_last_call)  # checks both now, not as the first forward pass adds a layer
         super().__init__(config=config)
         window: dict[str, Any] = dict(max_rollback=max_rollback, keep_last_call=keep_last_call)
         # the attention layers store sheared keys; a hybrid model's linear-attention layers stay as they are
@@ -415,6 +419,26 @@ def refuse_paged_cache(*args, **kwargs):
     ``init_continuous_batching``, where every way in begins)."""
     raise TypeError('PSA cannot use a paged cache (continuous batching: cache_implementation="paged", generate_batch): '
                     f"its paged attention kernels read raw keys; {_INSTEAD}")
+
+
+def prepare_generation_cache(model, *args, **kwargs) -> Any:
+    """``generate``'s cache preparation on a patched model (``apply_psa`` puts it in the model's
+    ``_prepare_cache_for_generation``): transformers' own, then the cache it made or was given is checked
+    (``check_cache``) and a plain ``DynamicCache`` becomes a ``PSADynamicCache``, both before the first forward pass.
+    So a model compiled whole (``model.compile(fullgraph=True)``) refuses a static or offloaded cache in PSA's one
+    line rather than in Dynamo's error, and its ``generate`` returns a ``PSADynamicCache`` (Dynamo, which traces the
+    forward pass, cannot change a cache's class there)."""
+    result = type(model)._prepare_cache_for_generation(model, *args, **kwargs)
+    for model_kwargs in (*args, *kwargs.values()):
+        if not isinstance(model_kwargs, dict):
+            continue
+        for name in ("cache", "past_key_values"):  # transformers 5.24 renamed past_key_values to cache
+            cache = model_kwargs.get(name)
+            if isinstance(cache, Cache):
+                check_cache(cache)
+                if type(cache) is DynamicCache:
+                    cache.__class__ = PSADynamicCache  # the same attributes, as psa_layer does
+    return result
 
 
 def psa_layer(cache: Cache, layer_idx: int, spec: PSASpec) -> PSALayer:

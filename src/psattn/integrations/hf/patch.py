@@ -13,9 +13,12 @@ settings, turns the model's own config copy into a ``psattn_<base>`` config; see
 
 The model's own ``init_continuous_batching``, where continuous batching begins (``cache_implementation="paged"``,
 ``generate_batch``), refuses it (``.cache.refuse_paged_cache``): transformers would otherwise switch the model's
-attention to one of its paged kernels, which attend over raw keys.
+attention to one of its paged kernels, which attend over raw keys. Its ``_prepare_cache_for_generation`` checks the
+cache ``generate`` makes or is given before the first forward pass (``.cache.prepare_generation_cache``), outside
+any compiled code, and its ``_prepare_position_ids_for_generation`` the mask ``generate`` counts positions with
+(``.starts.prepare_generation_positions``).
 
-``remove_psa`` removes the hooks and that refusal and restores the original attention implementation.
+``remove_psa`` removes the hooks, that refusal and those checks, and restores the original attention implementation.
 
 The settings travel with the model: ``apply_psa`` turns ``model.config`` into a ``psattn_<base>``
 config that carries them (see ``.saving``), so ``save_pretrained`` writes them and
@@ -27,30 +30,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
-from transformers import PretrainedConfig
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache
 
 from psattn.integrations.hf.attention import PSAStep, implementation_name, register_attention
 from psattn.integrations.hf.auto import plain_model_class, psa_model_class, register_auto_classes, register_on_look_up
-from psattn.integrations.hf.cache import check_cache, psa_layer, refuse_paged_cache
+from psattn.integrations.hf.cache import check_cache, prepare_generation_cache, psa_layer, refuse_paged_cache
 from psattn.integrations.hf.decoder_model import PsattnConfig
 from psattn.integrations.hf.detect import find_attention
 from psattn.integrations.hf.hooks import add_hook_points, listened, remove_hook_points
 from psattn.integrations.hf.saving import PREFIX, base_model_type, mark_config, saved_spec, unmark_config
 from psattn.integrations.hf.spec import BASES, PSASpec, PSAVariant
-from psattn.integrations.hf.starts import StartsMemo
+from psattn.integrations.hf.starts import StartsMemo, prepare_generation_positions
 from psattn.integrations.hf.support import TESTED
 from psattn.ops.shear import Boundary
 from psattn.ops.variants import Placement
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,12 @@ log = logging.getLogger(__name__)
 # PSA model of these types loads in a new process. Any other model type that passes the dry run of
 # ``.detect`` works too and is registered when ``apply_psa`` patches it.
 SUPPORTED: tuple[str, ...] = TESTED
+
+
+# the steps of transformers' generate a patched model runs checked, each before the first forward pass: the
+# cache it makes or is given (``.cache``), and the attention mask it counts positions with (``.starts``)
+_GENERATION_STEPS = {"_prepare_cache_for_generation": prepare_generation_cache,
+                     "_prepare_position_ids_for_generation": prepare_generation_positions}
 
 
 @dataclass
@@ -139,7 +146,8 @@ def apply_psa(
     max_rollback: int = 0,
     keep_last_call: bool = True,
 ) -> PreTrainedModel:
-    """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model.
+    """Turn Phase Space Attention on in a transformers causal LM, in place; returns the model. Given a wrapper such
+    as PEFT's ``PeftModel``, it patches the transformers model inside (``get_base_model()``) and returns the wrapper.
 
     ``variant`` is one of ``symmetric``, ``key_only`` (the best one for induction), ``query_only``,
     ``baseline``; ``gamma`` the shear coupling (``baseline`` has no shear and takes ``gamma=0``: the default
@@ -193,6 +201,7 @@ def apply_psa(
         'llama'
     """
     spec = PSASpec(variant, gamma, placement, boundary, max_rollback, keep_last_call)
+    wrapper, model = model, _inside_wrapper(model)
     if attn_implementation is None:  # the kernel the model runs on, where PSA can run on it
         current = getattr(getattr(model, "config", None), "_attn_implementation", None)
         attn_implementation = current if current in BASES else "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
@@ -217,14 +226,35 @@ def apply_psa(
     model._psa_state = state  # type: ignore[assignment]  # nn.Module.__setattr__ keeps any value (torch types it narrowly)
     # continuous batching would switch the attention to a paged kernel: refused where it begins, on this model only
     model.init_continuous_batching = refuse_paged_cache  # type: ignore[assignment]  # as _psa_state above
+    for step, checked in _GENERATION_STEPS.items():  # generate checks its cache and its mask before the first forward
+        if hasattr(type(model), step):
+            setattr(model, step, partial(checked, model))
     log.info("PSA %s gamma=%g on %d attention modules of %s",
              spec.variant, spec.gamma, len(modules), type(model).__name__)
+    return wrapper
+
+
+def _inside_wrapper(model):
+    """The transformers model a wrapper such as PEFT's ``PeftModel`` holds (its ``get_base_model()``), or ``model``:
+    PSA patches the model that ``generate`` and its hooks belong to."""
+    base = getattr(model, "get_base_model", None)
+    if not isinstance(model, PreTrainedModel) and callable(base) and isinstance(base(), PreTrainedModel):
+        return base()
     return model
 
 
+def _patched(model: nn.Module) -> nn.Module | None:
+    """The module that ``apply_psa`` patched: ``model`` or one inside it (a wrapper such as PEFT's forwards attribute
+    look-ups to the model it holds, so only a module's own attributes are read), or None (for anything else too)."""
+    if not isinstance(model, nn.Module):
+        return None
+    return next((m for m in model.modules() if vars(m).get("_psa_state") is not None), None)
+
+
 def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
-    """Undo ``apply_psa``: remove the hooks and restore the original attention implementation.
-    Caches filled while PSA was on hold sheared keys and refuse further use.
+    """Undo ``apply_psa``: remove the hooks and restore the original attention implementation, of ``model`` or of the
+    patched model inside a wrapper such as PEFT's ``PeftModel``. Caches filled while PSA was on hold sheared keys and
+    refuse further use.
 
     Returns:
         The same model, plain again.
@@ -244,14 +274,17 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         >>> torch.equal(plain, back), torch.equal(plain, sheared)
         (True, False)
     """
-    state = getattr(model, "_psa_state", None)
-    if state is None:
+    wrapper, model = model, _patched(model)  # type: ignore[assignment]  # checked below
+    if model is None:
         raise RuntimeError("PSA is not applied to this model")
+    state = model._psa_state
     for handle in state.handles:
         handle.remove()
     for m in state.modules:
         remove_hook_points(m)
     vars(model).pop("init_continuous_batching", None)  # transformers' own again
+    for step in _GENERATION_STEPS:
+        vars(model).pop(step, None)
     if saved_spec(state.shared_config) is None:
         _point_config(model, model.config, state.shared_config)  # the plain config it had, untouched all along
     else:  # built as a PSA model (from a saved one): its own copy, made plain
@@ -260,7 +293,7 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         # its class builds with PSA applied, and save_pretrained would name that class, which transformers lacks
         model.__class__ = plain_model_class(type(model))
     model._psa_state = None  # type: ignore[assignment]  # as in apply_psa
-    return model
+    return wrapper
 
 
 def _point_config(model: nn.Module, old, new) -> None:
@@ -288,6 +321,8 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
     """Change the shear coupling of a patched model (or of the patched model inside a wrapper such
     as PEFT's ``PeftModel``) in place; the variant, hence which streams are sheared, stays. Used by
     the γ warm-up of ``.warmup``; a cache filled under another γ refuses further use."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"set_psa_gamma needs a model patched by apply_psa (a torch module), got {type(model).__name__}")
     patched: list[Any] = [m for m in model.modules() if getattr(m, "_psa_state", None) is not None]  # transformers models
     if not patched:
         raise RuntimeError("PSA is not applied to this model; call apply_psa(model, ...) first")
@@ -297,9 +332,10 @@ def set_psa_gamma(model: nn.Module, gamma: float) -> None:
 
 
 def psa_spec(model: nn.Module) -> PSASpec | None:
-    """The ``PSASpec`` a model was patched with, or None."""
-    state = getattr(model, "_psa_state", None)
-    return None if state is None else state.spec
+    """The ``PSASpec`` a model (or the patched model inside a wrapper such as PEFT's ``PeftModel``) was patched with,
+    or None."""
+    patched = _patched(model)
+    return None if patched is None else patched._psa_state.spec
 
 
 def load_psa_model(
@@ -316,7 +352,8 @@ def load_psa_model(
     **kwargs,
 ) -> nn.Module:
     """Load (``source`` a name or path; ``kwargs`` go to ``from_pretrained``) or build (``source`` a
-    config) a model with PSA on. ``model_class`` defaults to ``AutoModelForCausalLM``.
+    config) a model with PSA on; any other ``source`` is a TypeError. ``model_class``, a transformers model class,
+    defaults to ``AutoModelForCausalLM``.
 
     A model saved with PSA on comes back with its saved settings; passing settings that differ from
     them raises ValueError (change them after loading with ``remove_psa`` / ``apply_psa``).
@@ -340,6 +377,13 @@ def load_psa_model(
     """
     from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
+    if not isinstance(source, (str, os.PathLike, PretrainedConfig)):  # None or 123 was looked up on the Hub, retried
+        hint = "; apply_psa(model, ...) patches a model already built" if isinstance(source, nn.Module) else ""
+        raise TypeError("load_psa_model's source must be a model name or folder (str or os.PathLike) or a "
+                        f"PretrainedConfig, got {type(source).__name__}{hint}")
+    if model_class is not None and not (isinstance(model_class, type) and hasattr(model_class, "from_pretrained")):
+        raise TypeError("load_psa_model's model_class must be a transformers model class (AutoModelForCausalLM, "
+                        f"LlamaForCausalLM, ...), got {model_class!r}")
     given = dict(variant=variant, gamma=gamma, placement=placement, boundary=boundary,
                  max_rollback=max_rollback, keep_last_call=keep_last_call)
     given = {k: v for k, v in given.items() if v is not None}

@@ -50,9 +50,7 @@ class PSASpec:
         check_choices(self, "PSA")  # the PSA variants only: the key-lag baselines have no transformers form
         object.__setattr__(self, "gamma", self.attention.gamma)  # AttentionConfig checks gamma and the baseline
         self._set_gammas()
-        ShearState(self.max_rollback, self.keep_last_call)  # checks max_rollback
-        if not isinstance(self.keep_last_call, bool):
-            raise ValueError(f"keep_last_call must be True or False, got {self.keep_last_call!r}")
+        ShearState(self.max_rollback, self.keep_last_call)  # checks max_rollback and keep_last_call
         if self.placement != "post_rope":
             raise NotImplementedError(
                 f"placement={self.placement!r} is not supported by the transformers integration: the models apply "

@@ -35,6 +35,8 @@ def chunk_starts(
     starts: Tensor | None = None
     if isinstance(attention_mask, Tensor) and attention_mask.dim() == 4:
         Tk = attention_mask.shape[-1]
+        if attention_mask.dtype != torch.bool and not attention_mask.is_floating_point():  # what SDPA and eager take
+            raise TypeError(f"a 4D attention_mask must be bool (True = attend) or additive float, got {attention_mask.dtype}")
         if Tk < length:
             raise ValueError(f"the attention mask covers {Tk} keys, fewer than the chunk's {length} tokens")
         t = torch.arange(length, device=device)
@@ -54,6 +56,20 @@ def chunk_starts(
     if starts is None:  # a chunk after cached tokens, with neither a mask nor positions to say otherwise
         starts = torch.zeros(batch, length, dtype=torch.bool, device=device)
     return starts
+
+
+def prepare_generation_positions(model, inputs: Tensor, model_kwargs: dict) -> Tensor:
+    """``generate``'s position ids on a patched model (``apply_psa`` puts this in the model's
+    ``_prepare_position_ids_for_generation``): transformers' own, after a ValueError unless its 2D ``attention_mask``
+    holds 0 and 1 alone (bool, integer or float). transformers counts positions with
+    ``attention_mask.long().cumsum(-1)`` and attends wherever the mask is not 0: a 0.5 or a -1 there gives a later
+    real token position 0, which PSA takes for a sequence start while the attention still sees the tokens before it."""
+    mask = model_kwargs.get("attention_mask")
+    if isinstance(mask, Tensor) and mask.dtype != torch.bool:
+        odd = mask[(mask != 0) & (mask != 1)]  # (N,): one read of the device per generate call
+        if odd.numel():
+            raise ValueError(f"attention_mask must hold 1 at real tokens and 0 at padding, got {odd[0].item():g}")
+    return type(model)._prepare_position_ids_for_generation(model, inputs, model_kwargs)
 
 
 class StartsMemo:

@@ -23,13 +23,14 @@ from psattn.ops.shear import check_gamma
 
 def gamma_warmup(step: int, gamma: float, warmup_steps: int) -> float:
     """γ at optimizer step ``step``: linear from 0 at step 0 to ``gamma`` at ``warmup_steps``, then constant.
-    A ``gamma`` that is not a finite real number is a TypeError / ValueError naming it, as everywhere γ is given."""
+    ``gamma`` is checked as ``set_psa_gamma`` checks it (a finite real number within ±``MAX_GAMMA``), so
+    ``GammaWarmup`` refuses one as it is built, not when training begins."""
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-    gamma = check_gamma(gamma)  # "1" raised math.isfinite's "must be real number, not str"
+    gamma = check_gamma(gamma)  # what set_psa_gamma takes, checked before the first step
     if warmup_steps == 0:
-        return float(gamma)
-    return float(gamma) * min(max(step, 0) / warmup_steps, 1.0)
+        return gamma
+    return gamma * min(max(step, 0) / warmup_steps, 1.0)
 
 
 class GammaWarmup(TrainerCallback):
@@ -37,7 +38,7 @@ class GammaWarmup(TrainerCallback):
 
     def __init__(self, gamma: float, warmup_steps: int):
         gamma_warmup(0, gamma, warmup_steps)  # validate now, not at the first step
-        self.gamma, self.warmup_steps = float(gamma), warmup_steps
+        self.gamma, self.warmup_steps = check_gamma(gamma), warmup_steps
 
     def _set(self, model: nn.Module | None, step: int) -> None:
         if model is None:
