@@ -189,6 +189,18 @@ def test_bad_input_exits_2_with_one_readable_line(files, command, message, capsy
     assert err.startswith("psattn") and "error:" in err and message in err, err
 
 
+def test_verbose_adds_the_traceback_to_the_one_line(files, caplog, capsys):
+    """-v logs the error's traceback before the same one line and exit code 2; without it no traceback."""
+    command = f"theory fit-exponent {files}/broken.json".split()
+    for flags, traceback in (([], False), (["-v"], True)):
+        caplog.clear()
+        with pytest.raises(SystemExit) as stop:
+            main([*command, *flags])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.startswith("psattn: error:") and "not valid JSON" in err, err
+        assert ("Traceback" in caplog.text and "in read_json" in caplog.text) == traceback, caplog.text
+
+
 def test_a_failed_start_leaves_the_directory_free_for_the_corrected_command(tmp_path, capsys):
     """A misspelt corpus fails before anything is written; a folder holding only the config of a failed
     start (as an older psattn left) is not protected either."""
@@ -341,6 +353,20 @@ def test_a_config_giving_a_key_twice_is_refused(tmp_path, text, key, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and f"gives the key '{key}' twice in one object" in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["meanfield run --config {f} --out {d}/m", "theory fit-exponent {f}"])
+def test_a_mean_field_config_or_sweep_results_giving_a_key_twice_is_refused(tmp_path, command, capsys):
+    """The mean-field config and the sweep results that fit-exponent reads go through the same reader as a
+    training config: a key given twice names the file and the key, and nothing is written."""
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"n": 4, "n": 8}')
+    with pytest.raises(SystemExit) as stop:
+        main(command.format(f=twice, d=tmp_path).split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert f"{twice} gives the key 'n' twice in one object" in err, err
+    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize("command,message", [
