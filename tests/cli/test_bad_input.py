@@ -40,6 +40,8 @@ def made_once(tmp_path_factory):
         model=torch.load(tmp_path / "other" / "checkpoint.pt", weights_only=True)["model"]))
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    (tmp_path / "cut").mkdir()  # a metrics.jsonl whose last row a kill cut short
+    (tmp_path / "cut" / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0, "accuracy": 0.1}\n{"step": 10, "lo')
     (tmp_path / "theory").mkdir()  # a theory report's folder
     (tmp_path / "theory" / "theory.md").write_text("## Theory\n")
     return tmp_path
@@ -134,6 +136,7 @@ CASES = [
     ("export --run-dir {d}/run --out {d}/m.onnx --external-weights", "--external-weights applies to --format executorch"),
     ("export --format hf --run-dir {d}/run --out {d}/hf --external-weights", "--external-weights applies to --format"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
+    ("plot {d}/cut --out {d}/p.png", "cut/metrics.jsonl line 2 is not valid JSON"),
     ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
     ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
     ("eval --run-dir {d}/run --json {d}/broken.json/scores.json", "broken.json is a file, not a folder; name a JSON"),
