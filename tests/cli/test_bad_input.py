@@ -33,6 +33,8 @@ def made_once(tmp_path_factory):
     (tmp_path / "corrupt" / "config.json").write_text((tmp_path / "run" / "config.json").read_text())
     (tmp_path / "corrupt" / "checkpoint.pt").write_bytes(b"junk")
     _copy_run(tmp_path / "run", tmp_path / "nan", lambda state: state["model"]["embed.weight"].__setitem__(0, float("nan")))
+    shutil.copytree(tmp_path / "nan", tmp_path / "nan_tokens")  # one generate reads: a tokenizer beside it
+    (tmp_path / "nan_tokens" / "tokenizer.json").write_text('{"kind": "byte"}')
     other = tiny_config(2)
     other.model.d_model = 64
     train(other, tmp_path / "other")
@@ -130,6 +132,7 @@ CASES = [
     ("frob", "invalid choice: 'frob'"),
     ("-q -v configs", "-q/--quiet and -v/--verbose cannot be combined"),
     ("export --run-dir {d}/nan --out {d}/nan.onnx", "holds non-finite weights"),
+    ("generate --run-dir {d}/nan_tokens --prompt hi", "holds non-finite weights"),
     ("export --run-dir {d}/foreign --out {d}/f.onnx", "does not hold the weights of the model"),
     ("export --run-dir {d}/run --out {d}/m.onnx --quantize int8", "--quantize applies to --format executorch"),
     ("export --format executorch --run-dir {d}/run --out {d}/m.pte --int8", "--int8 applies to --format onnx"),
