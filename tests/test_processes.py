@@ -1,4 +1,4 @@
-"""psattn.processes: the staging folder a set of files is written into, under stop signals."""
+"""psattn.processes: the staging folder a set of files is written into, under stop signals; the host's free memory."""
 
 from __future__ import annotations
 
@@ -167,3 +167,22 @@ with staged_folder(Path({str(out)!r}), ".files-", contextlib.nullcontext) as sta
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
     assert list(out.iterdir()) == []  # no staging folder, no file
+
+
+def test_the_hosts_free_memory_is_memavailable_within_the_cgroups_limit(tmp_path, monkeypatch):
+    """What a run is checked against on the CPU: the kernel's MemAvailable, or less where a cgroup's limit leaves
+    less of it (a container's), not the machine's free memory beyond the limit the OOM killer enforces."""
+    import io
+    from pathlib import Path
+
+    from psattn import processes
+
+    meminfo = "MemTotal:       33554432 kB\nMemAvailable:    8388608 kB\n"  # 8 GiB available
+    monkeypatch.setattr(processes, "open", lambda path, *a, **k: io.StringIO(meminfo), raising=False)
+    monkeypatch.setattr(processes, "Path", lambda path: tmp_path if path == "/sys/fs/cgroup" else Path(path))
+    assert processes.host_available_bytes() == 8 * 2**30  # no cgroup files: MemAvailable
+    (tmp_path / "memory.max").write_text("max\n")
+    assert processes.host_available_bytes() == 8 * 2**30  # no limit
+    (tmp_path / "memory.max").write_text(f"{2 * 2**30}\n")
+    (tmp_path / "memory.current").write_text(f"{2**29}\n")
+    assert processes.host_available_bytes() == 3 * 2**29  # 2 GiB limit, 0.5 GiB used: 1.5 GiB left

@@ -33,6 +33,8 @@ def made_once(tmp_path_factory):
     (tmp_path / "corrupt" / "config.json").write_text((tmp_path / "run" / "config.json").read_text())
     (tmp_path / "corrupt" / "checkpoint.pt").write_bytes(b"junk")
     _copy_run(tmp_path / "run", tmp_path / "nan", lambda state: state["model"]["embed.weight"].__setitem__(0, float("nan")))
+    shutil.copytree(tmp_path / "nan", tmp_path / "nan_tokens")  # one generate reads: a tokenizer beside it
+    (tmp_path / "nan_tokens" / "tokenizer.json").write_text('{"kind": "byte"}')
     other = tiny_config(2)
     other.model.d_model = 64
     train(other, tmp_path / "other")
@@ -40,6 +42,8 @@ def made_once(tmp_path_factory):
         model=torch.load(tmp_path / "other" / "checkpoint.pt", weights_only=True)["model"]))
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    (tmp_path / "cut").mkdir()  # a metrics.jsonl whose last row a kill cut short
+    (tmp_path / "cut" / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0, "accuracy": 0.1}\n{"step": 10, "lo')
     (tmp_path / "theory").mkdir()  # a theory report's folder
     (tmp_path / "theory" / "theory.md").write_text("## Theory\n")
     return tmp_path
@@ -128,12 +132,14 @@ CASES = [
     ("frob", "invalid choice: 'frob'"),
     ("-q -v configs", "-q/--quiet and -v/--verbose cannot be combined"),
     ("export --run-dir {d}/nan --out {d}/nan.onnx", "holds non-finite weights"),
+    ("generate --run-dir {d}/nan_tokens --prompt hi", "holds non-finite weights"),
     ("export --run-dir {d}/foreign --out {d}/f.onnx", "does not hold the weights of the model"),
     ("export --run-dir {d}/run --out {d}/m.onnx --quantize int8", "--quantize applies to --format executorch"),
     ("export --format executorch --run-dir {d}/run --out {d}/m.pte --int8", "--int8 applies to --format onnx"),
     ("export --run-dir {d}/run --out {d}/m.onnx --external-weights", "--external-weights applies to --format executorch"),
     ("export --format hf --run-dir {d}/run --out {d}/hf --external-weights", "--external-weights applies to --format"),
     ("plot {d}/empty --out {d}/p.png", "holds no metrics rows"),
+    ("plot {d}/cut --out {d}/p.png", "cut/metrics.jsonl line 2 is not valid JSON"),
     ("eval --run-dir {d}/run --json {d}/run", "is a folder; name the JSON file to write"),
     ("eval --run-dir {d}/run --json=", "argument --json: expected a file to write the JSON to, or '-'"),
     ("eval --run-dir {d}/run --json {d}/broken.json/scores.json", "broken.json is a file, not a folder; name a JSON"),
@@ -187,6 +193,18 @@ def test_bad_input_exits_2_with_one_readable_line(files, command, message, capsy
     assert stop.value.code == 2, err
     assert len(err.splitlines()) == 1, err  # the line alone: no usage, no traceback
     assert err.startswith("psattn") and "error:" in err and message in err, err
+
+
+def test_verbose_adds_the_traceback_to_the_one_line(files, caplog, capsys):
+    """-v logs the error's traceback before the same one line and exit code 2; without it no traceback."""
+    command = f"theory fit-exponent {files}/broken.json".split()
+    for flags, traceback in (([], False), (["-v"], True)):
+        caplog.clear()
+        with pytest.raises(SystemExit) as stop:
+            main([*command, *flags])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.startswith("psattn: error:") and "not valid JSON" in err, err
+        assert ("Traceback" in caplog.text and "in read_json" in caplog.text) == traceback, caplog.text
 
 
 def test_a_failed_start_leaves_the_directory_free_for_the_corrected_command(tmp_path, capsys):
@@ -341,6 +359,20 @@ def test_a_config_giving_a_key_twice_is_refused(tmp_path, text, key, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and f"gives the key '{key}' twice in one object" in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["meanfield run --config {f} --out {d}/m", "theory fit-exponent {f}"])
+def test_a_mean_field_config_or_sweep_results_giving_a_key_twice_is_refused(tmp_path, command, capsys):
+    """The mean-field config and the sweep results that fit-exponent reads go through the same reader as a
+    training config: a key given twice names the file and the key, and nothing is written."""
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"n": 4, "n": 8}')
+    with pytest.raises(SystemExit) as stop:
+        main(command.format(f=twice, d=tmp_path).split())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert f"{twice} gives the key 'n' twice in one object" in err, err
+    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize("command,message", [

@@ -16,6 +16,30 @@ def test_demo_writes_a_report(tmp_path, capsys):
     assert "held-out induction accuracy" in capsys.readouterr().out
 
 
+def test_a_demo_report_cut_short_leaves_the_earlier_report_whole(tmp_path, monkeypatch, capsys):
+    """A full disk as the report is written: one line naming report.md, and the earlier report as it was."""
+    from helpers import file_size_limit
+    from psattn.commands import demo
+
+    argv = ["demo", "--steps", "4", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    (tmp_path / "report.md").write_text("an earlier report\n")
+    capsys.readouterr()
+    write_text = demo.write_text
+
+    def disk_full(path, text):
+        with file_size_limit(200):
+            write_text(path, text)
+
+    monkeypatch.setattr(demo, "write_text", disk_full)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "report.md" in err, err
+    assert (tmp_path / "report.md").read_text() == "an earlier report\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
 def test_a_demo_stopped_midway_resumes_when_run_again(tmp_path, monkeypatch, capsys):
     """A stop in the demo's second run said "run the same command without --restart to resume", but the same command
     trained both runs again from step 0, the finished first one too. Now it resumes the run cut short, exactly, and

@@ -74,9 +74,10 @@ def test_eval_scores_a_text_run_with_its_own_tokenizer_however_the_corpus_is_giv
     assert own["data_changed"] == [] and by_set["data_changed"] == ["corpus", "eval"]
     assert main(["eval", "--run-dir", str(run), "--corpus", str(tmp_path / "b.txt")]) == 0
     assert "not the data the run trained on: the corpus and the held-out text differ" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main(["eval", "--run-dir", str(run), "--set", "task.tokenizer=byte"])
-    assert "its own tokenizer" in capsys.readouterr().err
+    for change in ("task.tokenizer=byte", "task.vocab_size=512"):
+        with pytest.raises(SystemExit):
+            main(["eval", "--run-dir", str(run), "--set", change])
+        assert "its own tokenizer" in capsys.readouterr().err, change
 
 
 def test_eval_after_the_corpus_changed_says_so_and_caps_rows_at_the_held_out_windows(tmp_path, capsys, monkeypatch,

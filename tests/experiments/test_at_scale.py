@@ -81,6 +81,20 @@ def test_a_diverged_seed_is_named_in_the_table_and_the_verdict():
     assert "(diverged: all_positions symmetric γ=0.8 on 1 seed)" in paper_scale.scale_verdict(rows)[0]
 
 
+def test_a_diverged_seed_is_named_in_the_readmes_glance_row(tmp_path):
+    """The glance row counts a seed whose loss stopped being finite apart: it is no failure to emerge."""
+    runs = [fake("psa-92m", "all_positions", "baseline", 0.0, s, None) for s in (0, 1, 2)]
+    runs += [fake("psa-92m", "all_positions", "symmetric", 0.8, s, 100) for s in (0, 1, 2)]
+    runs[-1][1].update(diverged_at=1234, emergence_step=None)
+    (tmp_path / "paper_scale").mkdir()
+    for name, result in runs:
+        json.dump({"format": saved_runs.FORMAT, "name": name, "config": result["config"], "history": [],
+                   "result": {k: v for k, v in result.items() if k not in ("config", "history")}},
+                  (tmp_path / "paper_scale" / f"{name}.json").open("w"))
+    [row] = at_scale.glance_rows(tmp_path)
+    assert "γ = 0.8 2/3 at ~100 (1 diverged); γ = 0 0/3 at —" in row, row
+
+
 def test_a_run_summary_saved_with_the_old_form_spelling_tables_as_all_positions(tmp_path):
     """A GPU piece packed before the form was spelled all_positions still lands in its row."""
     for seed in (0, 1, 2):

@@ -135,6 +135,14 @@ def test_measure_is_bounded_and_refused_beyond_it_before_anything_runs(tmp_path,
         main(["footprint", str(tmp_path / "run"), "--context", "3000000", "--measure"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "up to 65,536 tokens (asked 3,000,000)" in err and "Traceback" not in err, err
+    from psattn.training import memory
+
+    with monkeypatch.context() as patched:  # a cache that would not fit in the memory available now
+        patched.setattr(memory, "available_bytes", lambda device: 2**10)
+        with pytest.raises(SystemExit) as stop:
+            main(["footprint", str(tmp_path / "run"), "--context", "1000", "--measure"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--measure at 1,000 tokens does not fit in memory" in err, err
     seen = []
     from psattn.export import footprint as footprint_module
 

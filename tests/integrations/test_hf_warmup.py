@@ -29,8 +29,9 @@ def test_gamma_warmup_schedule():
     with pytest.raises(ValueError, match="finite"):
         GammaWarmup(float("nan"), 10)
     for bad in ("1", None):  # math.isfinite's "must be real number, not str", naming no argument
-        with pytest.raises(TypeError, match=f"gamma must be a real number, got {type(bad).__name__}"):
-            GammaWarmup(bad, 10)
+        for call, args in ((GammaWarmup, (bad, 10)), (gamma_warmup, (0, bad, 4))):
+            with pytest.raises(TypeError, match=f"gamma must be a real number, got {type(bad).__name__}"):
+                call(*args)
 
 
 @pytest.mark.parametrize("gamma,error,match", [

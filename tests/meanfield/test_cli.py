@@ -167,6 +167,10 @@ def test_a_run_without_animation_removes_the_earlier_runs_animation(tmp_path, ca
                                                      "summary.json"]
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 5
     assert "removed the earlier run's states.npz" in capsys.readouterr().out
+    assert _main(argv[:-2] + ["--d", "4", "--out", str(out)]) == 0  # no picture of a final state in d = 4
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "diagnostics.png", "notes.txt", "states.npz",
+                                                     "summary.json"]
+    assert "removed the earlier run's final_state.png" in capsys.readouterr().out
 
 
 def test_meanfield_reproduce_quick(tmp_path, capsys):

@@ -256,6 +256,36 @@ except experiments.ExperimentsInterrupted as err:
     assert (saved["interrupted"]["index"], saved["interrupted"]["name"]) == (2, "prefix_n8")
 
 
+def test_a_programs_own_sigterm_handler_is_left_in_place(tmp_path, monkeypatch):
+    """run_experiments turns SIGTERM into a stop only where its default action would end the process: a handler
+    of the program's own gets the signal, and the list runs on to its end."""
+    import os
+    import signal
+
+    import psattn.meanfield.experiments as experiments
+
+    configs = paper_configs(ns=(8,), kernels=("usa", "rope"), tau=0.1)
+    simulate, came = experiments.simulate, []
+
+    def signalled(config):
+        if config is configs[0]:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return simulate(config)
+
+    def own(signum, frame):
+        came.append(signum)
+
+    monkeypatch.setattr(experiments, "simulate", signalled)
+    before = signal.signal(signal.SIGTERM, own)
+    try:
+        summary = run_experiments(configs, tmp_path)
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert came == [signal.SIGTERM]
+    assert [r["name"] for r in summary["runs"]] == ["usa_n8", "rope_n8"] and summary["interrupted"] is None
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
 def test_a_second_stop_while_the_summary_is_written_waits_until_it_is_whole(tmp_path, signum):
     """A second SIGTERM or SIGHUP (a scheduler's own deadline) while summary.json was written, the handlers restored

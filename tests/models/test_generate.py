@@ -573,6 +573,26 @@ def test_an_attention_mask_of_floats_or_of_values_other_than_0_and_1_is_refused_
         hf.to_hf(model, 16)(ids, attention_mask=mask.float())
 
 
+def test_a_chunked_prefill_refused_in_a_later_chunk_leaves_the_cache_as_it_was():
+    """Each chunk checked its own ids and mask: a bad value in the second chunk was refused only after the
+    first had been cached, and the error named that chunk's ids alone."""
+    model = random_model("key_only")
+    ids = torch.randint(0, 37, (2, 4))
+    mask = torch.ones(2, 4, dtype=torch.long)
+    bad_ids = ids.clone()
+    bad_ids[0, 3] = 99
+    for prompt, m, match in ((ids, mask.masked_fill(torch.arange(4) == 3, 2), "got 2$"),
+                             (bad_ids, None, rf"got ids from {int(bad_ids.min())} to 99$")):
+        cache = model.new_cache()
+        with pytest.raises(ValueError, match=match):
+            prefill(model, prompt, cache, attention_mask=m, chunk_size=2)
+        assert len(cache) == 0
+    cache = model.new_cache()
+    want = prefill(model, ids, cache, attention_mask=mask.bool(), chunk_size=2)
+    torch.testing.assert_close(want, model(ids)[:, -1])  # a good prompt is prefilled as before
+    assert len(cache) == 4
+
+
 @pytest.mark.parametrize("ids", [[3, 4, -1], [3, 99, 4]])
 def test_speculative_decoding_names_the_whole_prompts_token_range(ids):
     """A bad last token was refused as "got ids from -1 to -1": only the token fed to the draft, not the prompt."""

@@ -152,7 +152,8 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
 def test_a_non_finite_loss_is_looked_for_before_each_checkpoint_so_none_holds_a_diverged_model(
         tmp_path, monkeypatch, poisoned_from, kept):
     """A step's loss is read back at the next evaluation or checkpoint (a step waits for nothing): found at the
-    checkpoint of step 5 or 15, between evaluations, the divergence is still named at its own step."""
+    checkpoint of step 5 or 15, between evaluations, the divergence is still named at its own step. Diverged before
+    its first checkpoint, the run is no finished run to keep: the same call trains it again."""
     poison_the_loss(monkeypatch, poisoned_from)
     with pytest.raises(TrainingDiverged, match=f"nan at step {poisoned_from}"):
         train(tiny_config(checkpoint_every=5), tmp_path)
@@ -164,6 +165,9 @@ def test_a_non_finite_loss_is_looked_for_before_each_checkpoint_so_none_holds_a_
     result = load_result(tmp_path)
     assert result["diverged_at"] == poisoned_from == result["steps"]
     assert [row["step"] for row in result["history"]] == [0, 10][: 1 + poisoned_from // 10]
+    if kept is None:  # diverged before its first checkpoint: not a finished run to keep, trained again from step 0
+        monkeypatch.undo()
+        assert train(tiny_config(checkpoint_every=5), tmp_path).steps == tiny_config().train.steps
 
 
 def test_without_an_evaluation_or_checkpoint_the_losses_are_looked_at_every_max_unchecked_steps(monkeypatch):

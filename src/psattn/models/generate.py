@@ -16,7 +16,7 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
-from psattn.models.context import token_range_error
+from psattn.models.context import mask_values_error, token_range_error
 from psattn.models.decoder import DecoderLM
 from psattn.models.device import model_device
 from psattn.ops.cache import PSACache
@@ -44,7 +44,8 @@ def prefill(
     chunk_size: int | None = None,
 ) -> Tensor:
     """Run the prompt (B, T) through the model into ``cache``, ``chunk_size`` tokens at a time;
-    returns the logits at the last position (B, V)."""
+    returns the logits at the last position (B, V). The whole prompt's ids and mask are checked before
+    its first chunk, so a refused prompt leaves ``cache`` as it was."""
     _check_request(input_ids, 0)
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
@@ -54,11 +55,29 @@ def prefill(
         raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}")
     T = input_ids.shape[1]
     step = chunk_size or T
+    if step < T:  # each chunk checks its own ids and mask: one refused after the first would leave the cache filled
+        _check_prompt(model, input_ids, attention_mask)
     for start in range(0, T, step):
         chunk = slice(start, start + step)
         mask = None if attention_mask is None else attention_mask[:, chunk]
         logits = model(input_ids[:, chunk], attention_mask=mask, cache=cache)
     return logits[:, -1]
+
+
+def _check_prompt(model: DecoderLM, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+    """ValueError for a token id outside the model's vocabulary or a mask value other than 0 and 1 anywhere in
+    the prompt (B, T), read in one wait for the device, before any chunk of it reaches the cache."""
+    vocab_size = model.config.vocab_size
+    unknown = ((input_ids < 0) | (input_ids >= vocab_size)).any()
+    odd = unknown.new_zeros(())
+    if isinstance(attention_mask, Tensor):
+        check_mask_dtype(attention_mask)
+        odd = ((attention_mask != 0) & (attention_mask != 1)).any().to(unknown.device)
+    bad_id, bad_mask = torch.stack([unknown, odd]).tolist()
+    if bad_mask:
+        raise mask_values_error(attention_mask)  # type: ignore[arg-type]  # odd is set: a mask was given
+    if bad_id:
+        raise token_range_error(input_ids, vocab_size)
 
 
 class NonFiniteLogits(ValueError):
