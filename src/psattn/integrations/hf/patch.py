@@ -243,7 +243,7 @@ def _inside_wrapper(model):
     return model
 
 
-def _patched(model: nn.Module) -> nn.Module | None:
+def _patched(model: nn.Module) -> Any:
     """The module that ``apply_psa`` patched: ``model`` or one inside it (a wrapper such as PEFT's forwards attribute
     look-ups to the model it holds, so only a module's own attributes are read), or None (for anything else too)."""
     if not isinstance(model, nn.Module):
@@ -274,10 +274,10 @@ def remove_psa(model: PreTrainedModel) -> PreTrainedModel:
         >>> torch.equal(plain, back), torch.equal(plain, sheared)
         (True, False)
     """
-    wrapper, model = model, _patched(model)  # type: ignore[assignment]  # checked below
-    if model is None:
+    wrapper, patched = model, _patched(model)
+    if patched is None:
         raise RuntimeError("PSA is not applied to this model")
-    state = model._psa_state
+    model, state = patched, patched._psa_state
     for handle in state.handles:
         handle.remove()
     for m in state.modules:
@@ -393,7 +393,7 @@ def load_psa_model(
         if given:
             raise ValueError(f"{source} is a psattn export (model type 'psattn'), which carries its own attention "
                              f"settings ({config.psattn_model['attention']}); load it without {sorted(given)}")
-        auto = model_class or AutoModelForCausalLM
+        auto: Any = model_class or AutoModelForCausalLM
         return auto.from_config(source) if isinstance(source, PretrainedConfig) else auto.from_pretrained(source, **kwargs)
     saved = saved_spec(config)
     if saved is not None and not (config.model_type or "").startswith(PREFIX):
