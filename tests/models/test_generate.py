@@ -59,6 +59,38 @@ def test_left_padded_generation_equals_sequences_alone(variant, placement):
     assert torch.allclose(together.logits[0], alone_a.logits[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("variant,gamma,placement,boundary,n_kv_heads,rotary_fraction,dtype", [
+    ("symmetric", -0.6, "post_rope", "zero", 1, 0.5, torch.float32),
+    ("query_only", 5.0, "pre_rope", "replicate", 4, 0.5, torch.float64),
+    ("key_only", 0.05, "post_rope", "replicate", 1, 1.0, torch.float64),
+    ("baseline", 0.0, "post_rope", "zero", 2, 0.5, torch.float32),
+])
+def test_packed_and_left_padded_batches_fed_through_the_cache_in_chunks_equal_their_sequences_alone(
+        variant, gamma, placement, boundary, n_kv_heads, rotary_fraction, dtype):
+    """Chunks that do not divide the prompt, documents that restart inside a cached chunk, and a row that is padding
+    but for its last token, under GQA down to one key head, partial RoPE, either boundary rule and float32 or
+    float64: the cache continues each sequence as if it ran alone."""
+    model = random_model(variant, placement, gamma, boundary=boundary, n_kv_heads=n_kv_heads,
+                         rotary_fraction=rotary_fraction).to(dtype)
+    atol = 1e-9 if dtype == torch.float64 else 1e-4
+    g = torch.Generator().manual_seed(0)
+    docs = [torch.randint(0, 37, (1, n), generator=g) for n in (3, 1, 4)]
+    positions = torch.cat([torch.arange(d.shape[1]) for d in docs])[None]  # (1, 8): restarts at 3 and 4
+    packed, cache, pieces = torch.cat(docs, 1), model.new_cache(), []
+    for start in range(0, 8, 3):
+        pieces.append(model(packed[:, start:start + 3], position_ids=positions[:, start:start + 3], cache=cache))
+    got, start = torch.cat(pieces, 1), 0
+    for d in docs:
+        torch.testing.assert_close(got[0, start:start + d.shape[1]], model(d)[0], atol=atol, rtol=0)
+        start += d.shape[1]
+    rows = [torch.randint(0, 37, (1, n), generator=g) for n in (5, 1, 3)]
+    batch = torch.stack([torch.cat([torch.full((5 - r.shape[1],), 7), r[0]]) for r in rows])  # (3, 5), left-padded
+    mask = torch.tensor([[1] * 5, [0] * 4 + [1], [0, 0, 1, 1, 1]])
+    together = generate(model, batch, 3, attention_mask=mask, prefill_chunk_size=2)
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(together.logits[i], generate(model, r, 3).logits[0], atol=atol, rtol=0)
+
+
 @pytest.mark.parametrize("variant", ["symmetric", "key_only"])
 def test_forked_prefix_continues_two_suffixes(variant):
     model = random_model(variant)

@@ -389,6 +389,27 @@ def test_a_model_on_the_fused_kernel_equals_the_one_pass_model_in_logits_and_gra
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-12, rtol=0, msg=f"the gradient of {name} differs")
 
 
+def test_a_model_on_the_fused_kernel_runs_a_left_padded_batch_and_packed_documents_as_their_sequences_alone():
+    """The kernel knows the causal mask alone: ``DecoderLM(config, backend="fused")`` handed it the padding mask of a
+    left-padded batch and the document mask of packed ``position_ids``, and refused them ("an explicit attn_mask").
+    Those batches attend with SDPA now (as ``"auto"`` does) and equal their sequences run alone."""
+    from psattn.models import AttentionConfig, DecoderLM, ModelConfig
+
+    config = ModelConfig(vocab_size=23, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                         attention=AttentionConfig("symmetric", 0.7))
+    torch.manual_seed(0)
+    model = DecoderLM(config, backend="fused").double().eval()
+    a, b = torch.randint(0, 23, (1, 3)), torch.randint(0, 23, (1, 5))
+    padded = torch.cat([torch.cat([torch.zeros(1, 2, dtype=torch.long), a], 1), b])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1] * 5])
+    out = model(padded, attention_mask=mask)
+    torch.testing.assert_close(out[0, 2:], model(a)[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(out[1], model(b)[0], atol=1e-12, rtol=0)
+    packed = model(torch.cat([a, b], 1), position_ids=torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4]]))
+    torch.testing.assert_close(packed[0, :3], model(a)[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(packed[0, 3:], model(b)[0], atol=1e-12, rtol=0)
+
+
 def test_the_score_product_takes_the_streams_dtype_unless_a_context_chooses_another():
     products = fused_attention.score_products_of
     for dtype, name in ((torch.float16, tl.float16), (torch.bfloat16, tl.bfloat16), (torch.float32, tl.float32),

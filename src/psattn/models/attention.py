@@ -21,7 +21,8 @@ Rotation and shear run as one pass (``psattn.ops.rope_shear``: a compiled kernel
 streams) unless ``hook_q``, ``hook_k`` or ``hook_score_terms`` sits between them; on every path the
 standard shear computes 16-bit streams in float32 and rounds q̂ and k̂ once (``standard_shear``), so
 a listening hook, the scored-queries path and a cache change no bit. The layer's ``backend`` other
-than ``"auto"`` hands the uncached, unhooked full forward to ``psa_attention`` instead.
+than ``"auto"`` hands the uncached, unhooked full forward to ``psa_attention`` instead (``"fused"`` only
+without padding or packed documents: its kernel knows the causal mask alone).
 
 With ``scored`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), only those queries attend (``psattn.models.marked``). The hook points need every
@@ -113,7 +114,7 @@ class PhaseSpaceAttention(nn.Module):
         self.shear_fn = shear_fn
         # "auto": RoPE and the shear in one pass (psattn.ops.rope_shear), then SDPA; "fused", "sdpa",
         # "reference": rotate, then psa_attention with that backend, which shears itself (in the full,
-        # uncached, unhooked forward: elsewhere the layer shears as "auto" does)
+        # uncached, unhooked forward, for "fused" without padding or packing: elsewhere the layer shears as "auto" does)
         self.backend = backend
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -171,7 +172,7 @@ class PhaseSpaceAttention(nn.Module):
             raise ValueError(f"the key-lag baseline {self.config.variant!r} does not support cached decoding")
         if scored is not None and cache is None and not active(self) and scored.count:
             return self.o_proj(attend_marked(self, x, ctx, scored))  # (N, d_model): the scored positions alone
-        if self.backend != "auto" and self._one_call(cache):
+        if self.backend != "auto" and self._one_call(cache, ctx):
             out = self._attend_sheared_inside(x, ctx)  # (B, T, Hq * D)
         else:
             q_hat, k_hat, v = self._streams(x, ctx, cache)
@@ -188,12 +189,14 @@ class PhaseSpaceAttention(nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
 
-    def _one_call(self, cache: LayerCache | None) -> bool:
+    def _one_call(self, cache: LayerCache | None, ctx: AttentionContext) -> bool:
         """Whether shear and attention can be one ``psa_attention`` call: the standard post-RoPE shear,
-        no cache, no key-lag module, and no hook point between the shear and the output."""
+        no cache, no key-lag module, no hook point between the shear and the output, and for the fused
+        kernel, which knows the causal mask only, no padding or packed documents (no ``attn_mask``)."""
         between = (self.hook_q_sheared, self.hook_k_sheared, self.hook_score_terms, self.hook_pattern)
+        masked = self.backend == "fused" and ctx.attn_mask is not None
         return (cache is None and self.post_rope and self.key_lag is None and self.shear_fn is shear
-                and not any(hook.active for hook in between))
+                and not masked and not any(hook.active for hook in between))
 
     def _one_pass(self) -> bool:
         """Whether RoPE and the shear can be one pass (``rotated_and_sheared``): the standard shear, with no

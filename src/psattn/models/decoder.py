@@ -77,7 +77,8 @@ class DecoderLM(nn.Module):
             (default) rotates and shears q and k in one pass (``psattn.ops.rope_shear``) and calls SDPA;
             ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate and call ``psa_attention`` with that backend,
             which shears itself; another name is a ValueError. Cached decoding, ``scored`` and hooked layers
-            always shear as ``"auto"`` does (docs/kernel.md).
+            always shear as ``"auto"`` does, and so does ``"fused"`` for a left-padded or packed batch (its
+            kernel knows the causal mask alone; docs/kernel.md).
 
     Calling the model on token ids (B, T) gives logits (B, T, V); ``attention_mask`` (left padding),
     ``position_ids`` (packed documents) and ``cache`` (a ``PSACache`` from ``new_cache``) are optional.
