@@ -132,6 +132,20 @@ def test_packed_documents_equal_each_document_alone(variant):
     torch.testing.assert_close(logits[:, 5:], full_logits(model, b), **TOL)
 
 
+def test_packed_documents_are_kept_apart_only_without_a_cache():
+    """docs/huggingface.md says to pass use_cache=False with packed documents: transformers builds the mask that keeps
+    them apart only then, so with a cache the second document attends to the first, in the plain model too. A
+    transformers that keeps them apart with a cache fails here, and the page must change."""
+    torch.manual_seed(4)
+    a, b = torch.randint(1, VOCAB, (1, 5)), torch.randint(1, VOCAB, (1, 7))
+    position_ids = torch.cat([torch.arange(5), torch.arange(7)])[None]
+    for model in (tiny_model("llama"), apply_psa(tiny_model("llama"), "key_only", 0.8)):
+        with torch.no_grad():
+            cached = model(torch.cat([a, b], dim=1), position_ids=position_ids, use_cache=True).logits
+        torch.testing.assert_close(cached[:, :5], full_logits(model, a), **TOL)
+        assert (cached[:, 5:] - full_logits(model, b)).abs().max() > 1e-3  # the second document saw the first
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_chunked_prefill_equals_full_forward(variant, prompt):
     from psattn.integrations.hf import PSADynamicCache

@@ -154,7 +154,8 @@ def apply_psa(
     0.8 is refused for it); ``placement`` must be ``post_rope``. ``boundary``
     ``"replicate"`` (default) sets the momentum to 0 at every sequence start: the first token, the
     first real token after left padding, and wherever ``position_ids`` restarts at 0 (packed
-    documents). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
+    documents; pass ``use_cache=False`` with them, as transformers keeps packed documents apart in its attention
+    mask only then, PSA or not). ``attn_implementation`` is the kernel that attends over q̂, k̂, v (``sdpa`` or
     ``eager``; by default the one the model runs on, and otherwise ``sdpa``, or ``eager`` for a model
     transformers runs only eagerly, such as Gemma 2 with its logit soft-capping or GPT-OSS with its sinks).
     ``max_rollback`` only matters for a PSA *assistant* model in assisted decoding.
