@@ -146,6 +146,17 @@ def test_metastability():
     assert result.passed, result.message
 
 
+def test_metastability_fails_on_a_flow_that_never_moves(monkeypatch):
+    """A stepper that left the state as it was passed: the random start counted as dozens of clusters (≥ 2) and its
+    constant energy as one plateau as long as the run. The check now asks for a few clusters (2 to 4)."""
+    from psattn.meanfield import integrators
+
+    monkeypatch.setitem(integrators.STEPPERS, "rk4", lambda field, x, h: (x, field(x)[1]))
+    result = check_metastability(n=16, tau=150.0)
+    assert not result.passed and result.details["final_clusters"] > 4, result.message
+    assert result.details["longest_plateau"] == 150.0  # the plateau half of the check alone did not see it
+
+
 def test_metastability_rate():
     result = check_metastability_rate(betas=(2.0, 3.0, 4.0, 5.0), batch=1)
     assert result.passed, result.message

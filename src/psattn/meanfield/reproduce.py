@@ -260,6 +260,9 @@ CONSTRUCTIONS = """\
 - **Integrator order.** n = 8 on S², β = 1, τ = 2: generalised RoPE under USA and cosine Toeplitz under
   SA, each with fixed steps h = 0.1, 0.05, 0.025; the observed order log2(‖x(h) − x(h/2)‖ / ‖x(h/2) − x(h/4)‖)
   of the final states must be 4 ± 0.5 for RK4.
+- **Metastable plateau.** n = 32 particles on S¹ from i.i.d. uniform angles, SA, β = 4, τ = 300: at τ there
+  must be 2 to 4 clusters (cosine > 0.999, single linkage) and the longest energy plateau (slope below 2% of
+  the run's mean slope) must last at least τ/2.
 - **Metastability.** n = 16 particles on S¹ as two jittered clusters (angle noise 0.05) at distance
   π/2, SA dynamics; the plateau lifetime is the first time E_h passes half-way from the two-cluster
   value to the one-cluster value. log(lifetime) is fitted linearly in β and compared with the same fit
