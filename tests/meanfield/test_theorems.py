@@ -139,6 +139,29 @@ def test_energy_ascent_fails_on_energies_that_are_not_finite():
 def test_energy_ascent():
     result = check_energy_ascent(n=16, tau=2.0, batch=1)
     assert result.passed, result.message
+    assert all(result.details[f"{k}_rate_error"] < 5e-3 for k in ("usa", "rope", "prefix", "cosine_toeplitz"))
+
+
+@pytest.mark.parametrize("mutant", ["sa for usa", "half speed"])
+def test_energy_ascent_fails_on_a_flow_that_is_not_the_gradient_flow(monkeypatch, mutant):
+    """SA where USA was named, or the USA field at half its speed, passed every check of the quick reproduction: any
+    positive time change of the gradient flow raises E_h and reaches the same limits. The check now compares dE_h/dt
+    with the gradient flow's rate n Σ_i ‖P_{x_i}∇_{x_i}E_h‖²."""
+    from psattn.meanfield import dynamics
+
+    if mutant == "sa for usa":
+        init = dynamics.ComovingField.__init__
+
+        def as_sa(self, label_factor, beta, kind):
+            init(self, label_factor, beta, "sa")
+
+        monkeypatch.setattr(dynamics.ComovingField, "__init__", as_sa)
+    else:
+        call = dynamics.ComovingField.__call__
+        monkeypatch.setattr(dynamics.ComovingField, "__call__", lambda self, y: (0.5 * call(self, y)[0], call(self, y)[1]))
+    result = check_energy_ascent(n=16, tau=0.5, batch=1)
+    assert not result.passed and result.details["usa_rate_error"] > 0.1, result.message
+    assert all(result.details[k] == 0 for k in ("usa", "rope", "prefix"))  # the energy still never fell
 
 
 def test_metastability():

@@ -257,6 +257,9 @@ CONSTRUCTIONS = """\
   prescribed points, a uniform sample and the unaligned flow state are the references).
 - **Spectral dichotomy.** Distance bias c = exp(−(2/n)|s − t|) ≥ 0 against cosine Toeplitz
   c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20.
+- **Energy ascent.** n = 32 on S², USA, β = 1, τ = 5, every kernel of the paper experiment: E_h must never
+  fall, and at t = 0 its rise dE_h/dt (a second-order difference of the recorded energies) must be the
+  gradient flow's n Σ_i ‖P_{x_i}∇_{x_i}E_h‖² (∇ by autograd of the direct O(n²) energy) within 1%.
 - **Integrator order.** n = 8 on S², β = 1, τ = 2: generalised RoPE under USA and cosine Toeplitz under
   SA, each with fixed steps h = 0.1, 0.05, 0.025; the observed order log2(‖x(h) − x(h/2)‖ / ‖x(h/2) − x(h/4)‖)
   of the final states must be 4 ± 0.5 for RK4.
