@@ -125,7 +125,23 @@ def test_prefix_gauge_universality_fails_before_the_slices_collapse():
 def test_spectral_dichotomy():
     result = check_spectral_dichotomy(n=32, batch=1)
     assert result.passed, result.message
+    assert result.details["cosine_toeplitz_energy_gap"] < 1e-4
     assert not check_spectral_dichotomy(n=32, batch=1, tau=1.0).passed  # too short to collapse
+
+
+def test_spectral_dichotomy_fails_on_a_cosine_toeplitz_kernel_of_the_wrong_sign(monkeypatch):
+    """A label factor c = −cos(ω(s − t)) passed: the spread of its run, all the check looked at, is large too. The
+    check now asks the run to reach the energy of the uniform great circle, computed from the positions and ω."""
+    from psattn.meanfield import config, kernels
+
+    def flipped(positions, d, omega):
+        kernel = kernels.cosine_toeplitz_kernel(positions, d, omega)
+        return dataclasses.replace(kernel, label_factor=-kernel.label_factor)
+
+    monkeypatch.setattr(config, "cosine_toeplitz_kernel", flipped)
+    result = check_spectral_dichotomy(n=32, batch=1)
+    assert result.details["cosine_toeplitz_spread"] > 0.5  # the spread alone does not see it
+    assert not result.passed and result.details["cosine_toeplitz_energy_gap"] > 0.5, result.message
 
 
 def test_energy_ascent_fails_on_energies_that_are_not_finite():

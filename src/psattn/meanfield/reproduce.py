@@ -256,7 +256,9 @@ CONSTRUCTIONS = """\
   realised and prescribed laws) and the chordal energy distance to a 2000-point target sample (the
   prescribed points, a uniform sample and the unaligned flow state are the references).
 - **Spectral dichotomy.** Distance bias c = exp(−(2/n)|s − t|) ≥ 0 against cosine Toeplitz
-  c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20.
+  c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20. The distance-bias marginal spread must fall below
+  10⁻³; the cosine Toeplitz one must stay above 0.5, its energy within 10⁻³ (relative) of the uniform great
+  circle's, (1/(2βn²)) Σ_ij c_ij e^{β c_ij}.
 - **Energy ascent.** n = 32 on S², USA, β = 1, τ = 5, every kernel of the paper experiment: E_h must never
   fall, and at t = 0 its rise dE_h/dt (a second-order difference of the recorded energies) must be the
   gradient flow's n Σ_i ‖P_{x_i}∇_{x_i}E_h‖² (∇ by autograd of the direct O(n²) energy) within 1%.
