@@ -125,7 +125,23 @@ def test_prefix_gauge_universality_fails_before_the_slices_collapse():
 def test_spectral_dichotomy():
     result = check_spectral_dichotomy(n=32, batch=1)
     assert result.passed, result.message
+    assert result.details["cosine_toeplitz_energy_gap"] < 1e-4
     assert not check_spectral_dichotomy(n=32, batch=1, tau=1.0).passed  # too short to collapse
+
+
+def test_spectral_dichotomy_fails_on_a_cosine_toeplitz_kernel_of_the_wrong_sign(monkeypatch):
+    """A label factor c = −cos(ω(s − t)) passed: the spread of its run, all the check looked at, is large too. The
+    check now asks the run to reach the energy of the uniform great circle, computed from the positions and ω."""
+    from psattn.meanfield import config, kernels
+
+    def flipped(positions, d, omega):
+        kernel = kernels.cosine_toeplitz_kernel(positions, d, omega)
+        return dataclasses.replace(kernel, label_factor=-kernel.label_factor)
+
+    monkeypatch.setattr(config, "cosine_toeplitz_kernel", flipped)
+    result = check_spectral_dichotomy(n=32, batch=1)
+    assert result.details["cosine_toeplitz_spread"] > 0.5  # the spread alone does not see it
+    assert not result.passed and result.details["cosine_toeplitz_energy_gap"] > 0.5, result.message
 
 
 def test_energy_ascent_fails_on_energies_that_are_not_finite():
@@ -139,11 +155,52 @@ def test_energy_ascent_fails_on_energies_that_are_not_finite():
 def test_energy_ascent():
     result = check_energy_ascent(n=16, tau=2.0, batch=1)
     assert result.passed, result.message
+    kernels = ("usa", "rope", "prefix", "cosine_toeplitz")
+    assert all(result.details[f"{k}{sa}_rate_error"] < 1e-3 for k in kernels for sa in ("", "_sa"))
+
+
+@pytest.mark.parametrize("mutant", ["sa for usa", "half speed", "sa normalised without c"])
+def test_energy_ascent_fails_on_a_flow_that_is_not_the_gradient_flow(monkeypatch, mutant):
+    """SA where USA was named, the USA field at half its speed, or SA normalised without the label factor passed
+    every check of the quick reproduction: any positive time change of the gradient flow raises E_h and reaches the
+    same limits. The check now compares dE_h/dt with the rate of the flow the run names."""
+    from psattn.meanfield import dynamics
+
+    init = dynamics.ComovingField.__init__
+    if mutant == "sa for usa":
+        def as_sa(self, label_factor, beta, kind):
+            init(self, label_factor, beta, "sa")
+
+        monkeypatch.setattr(dynamics.ComovingField, "__init__", as_sa)
+    elif mutant == "sa normalised without c":  # Z_i = Σ_k e^{β⟨y_i, y_k⟩}: another positive time change
+        def without_c(self, label_factor, beta, kind):
+            init(self, label_factor, beta, kind)
+            self.abs_c = None
+
+        monkeypatch.setattr(dynamics.ComovingField, "__init__", without_c)
+    else:
+        call = dynamics.ComovingField.__call__
+        monkeypatch.setattr(dynamics.ComovingField, "__call__", lambda self, y: (0.5 * call(self, y)[0], call(self, y)[1]))
+    result = check_energy_ascent(n=16, tau=0.5, batch=1)
+    wrong = "distance_bias_sa" if mutant == "sa normalised without c" else "usa"
+    assert not result.passed and result.details[f"{wrong}_rate_error"] > 0.1, result.message
+    assert not any(v for k, v in result.details.items() if not k.endswith("_rate_error"))  # the energy never fell
 
 
 def test_metastability():
     result = check_metastability(n=16, tau=150.0)
     assert result.passed, result.message
+
+
+def test_metastability_fails_on_a_flow_that_never_moves(monkeypatch):
+    """A stepper that left the state as it was passed: the random start counted as dozens of clusters (≥ 2) and its
+    constant energy as one plateau as long as the run. The check now asks for a few clusters (2 to 4)."""
+    from psattn.meanfield import integrators
+
+    monkeypatch.setitem(integrators.STEPPERS, "rk4", lambda field, x, h: (x, field(x)[1]))
+    result = check_metastability(n=16, tau=150.0)
+    assert not result.passed and result.details["final_clusters"] > 4, result.message
+    assert result.details["longest_plateau"] == 150.0  # the plateau half of the check alone did not see it
 
 
 def test_metastability_rate():

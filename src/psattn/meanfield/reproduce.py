@@ -256,10 +256,19 @@ CONSTRUCTIONS = """\
   realised and prescribed laws) and the chordal energy distance to a 2000-point target sample (the
   prescribed points, a uniform sample and the unaligned flow state are the references).
 - **Spectral dichotomy.** Distance bias c = exp(−(2/n)|s − t|) ≥ 0 against cosine Toeplitz
-  c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20.
+  c = cos(2π(s − t)/n), n = 64 on S², USA, β = 1, τ = 20. The distance-bias marginal spread must fall below
+  10⁻³; the cosine Toeplitz one must stay above 0.5, its energy within 10⁻³ (relative) of the uniform great
+  circle's, (1/(2βn²)) Σ_ij c_ij e^{β c_ij}.
+- **Energy ascent.** n = 32 on S², USA and SA, β = 1, τ = 5, every kernel of the paper experiment: E_h must
+  never fall, and at t = 0 its rise dE_h/dt (a third-order difference of the recorded energies) must be the
+  flow's own rate within 1%: n Σ_i ‖P_{x_i}∇_{x_i}E_h‖² under USA, n² Σ_i ‖P_{x_i}∇_{x_i}E_h‖² / Z_i under SA
+  (∇ by autograd of the direct O(n²) energy).
 - **Integrator order.** n = 8 on S², β = 1, τ = 2: generalised RoPE under USA and cosine Toeplitz under
   SA, each with fixed steps h = 0.1, 0.05, 0.025; the observed order log2(‖x(h) − x(h/2)‖ / ‖x(h/2) − x(h/4)‖)
   of the final states must be 4 ± 0.5 for RK4.
+- **Metastable plateau.** n = 32 particles on S¹ from i.i.d. uniform angles, SA, β = 4, τ = 300: at τ there
+  must be 2 to 4 clusters (cosine > 0.999, single linkage) and the longest energy plateau (slope below 2% of
+  the run's mean slope) must last at least τ/2.
 - **Metastability.** n = 16 particles on S¹ as two jittered clusters (angle noise 0.05) at distance
   π/2, SA dynamics; the plateau lifetime is the first time E_h passes half-way from the two-cluster
   value to the one-cluster value. log(lifetime) is fitted linearly in β and compared with the same fit
