@@ -37,7 +37,8 @@ SIMULATION_TOLERANCE = 0.01
 def t4_moments(op: OperatorUnderTest, d_k: int = 64, n: int = 4000, gamma: float = 0.5, seed: int = 0):
     """Monte-Carlo moments of T4 / sqrt(d_k) = gamma^2 p'_qᵀ p'_k / sqrt(d_k) from the operator's momenta
     p' = (x̂ - x)/gamma, on token rows y x a b w c a with i.i.d. N(0, I) embeddings, k = e, q = -e.
-    Returns (mean at the target b, mean and variance at the clean distractors x and w)."""
+    Returns the mean at the target b and its standard error, then the mean and the variance at the clean
+    distractors x and w."""
     g = torch.Generator().manual_seed(seed)
     e = torch.randn(n, 6, d_k, generator=g, dtype=torch.float64)  # y x a b w c
     rows = torch.stack([e[:, 0], e[:, 1], e[:, 2], e[:, 3], e[:, 4], e[:, 5], e[:, 2]], dim=1)[:, None]  # (n, 1, 7, d)
