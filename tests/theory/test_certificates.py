@@ -99,3 +99,22 @@ def test_run_certificates_names_an_operator_or_a_name_list_of_the_wrong_kind():
         run_certificates("psa", ["symplecticity"])
     with pytest.raises(TypeError, match=r"names must be a list of certificate names, .*use \['symplecticity'\]"):
         run_certificates(REFERENCE, "symplecticity")
+
+
+@pytest.mark.parametrize("spread", [0.5, 0.9, 1.1])
+def test_transition_law_fails_on_a_reduced_model_with_the_wrong_distractor_variance(monkeypatch, spread):
+    """The simulation was compared with the law only far above the crossover (d_k 512 and 2048, T 256), where the
+    distractors barely enter: distractor scores of variance γ⁴ instead of 4γ⁴ (half the spread) moved γ_sim by
+    0.8% and 0.2% and the certificate passed with its 2% tolerance. Near twice the crossover a spread off by a
+    tenth now fails it."""
+    import psattn.theory.certificates.law as law
+
+    class MisspreadModel(law.ReducedModel):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.xi = spread * self.xi  # distractor scores of standard deviation 2 spread γ²
+
+    monkeypatch.setattr(law, "ReducedModel", MisspreadModel)
+    result = run_certificate(REGISTRY["transition_law"], REFERENCE)
+    assert not result.passed
+    assert result.failures and all(f.startswith("simulation at") for f in result.failures), result.failures

@@ -25,10 +25,12 @@ def test_the_measured_response_is_the_closed_form_for_random_weights_and_the_rep
     post, pre = result["measured"]
     assert all(post[f"{s}_r"] > 0.999 for s in ("key", "query", "joint"))
     assert pre["key_max_rel_error"] > 5 * post["key_max_rel_error"]  # the ablation departs from H
+    assert all(post[f"{s}_max_phase_error"] < 0.05 for s in ("key", "query", "joint"))
     text = " ".join(_spectral_lines(result, ""))
+    assert f"| {post['key_max_phase_error']:.4f} |" in text  # the table's phase column
     for claim in ("recovers the closed form H for any weights", "a randomly initialised model already gives r > 0.999",
                   "checks the implementation of the filter", "training does not change it",
-                  "the departure shows in the largest relative error"):
+                  "the departure shows in the largest relative error", "The phase is compared too"):
         assert claim in text
 
 

@@ -154,3 +154,27 @@ def test_relative_error_leaves_out_the_zeros_of_the_closed_form():
     assert abs(m.closed_form("key")[-1]) < 1e-12 and m.correlation("key") > 0.999
     for stream in ("key", "query", "joint"):
         assert 0 < m.max_rel_error(stream) < 1, stream
+
+
+def test_a_shear_towards_the_next_token_matches_the_gain_but_not_the_phase():
+    """The measured response was compared by its gain alone (Pearson r and the largest relative error), and the
+    time reverse of the shear, x̂_t = (1 + γ) x_t − γ x_{t+1}, has the closed form's gain: r 0.99995 and a 1.4%
+    error read it as the closed form. Its phase is the opposite, which the largest phase error now shows."""
+    from psattn.theory.operators import MUTANTS, REFERENCE
+
+    ids = torch.randint(0, 37, (8, 32), generator=torch.Generator().manual_seed(0))
+    right = measure_bode(REFERENCE.build_model("key_only", 0.8, n_layers=1), ids)
+    reversed_ = measure_bode(MUTANTS["look_ahead"].build_model("key_only", 0.8, n_layers=1), ids)
+    assert reversed_.correlation("key") > 0.9999 and reversed_.max_rel_error("key") < 0.02  # the gain cannot tell
+    assert right.max_phase_error("key") < 0.05 and reversed_.max_phase_error("key") > 0.5
+    assert right.summary()["key_max_phase_error"] == right.max_phase_error("key")
+    assert right.max_phase_error("query") == 0.0  # γ_q = 0: both phases are 0
+
+
+def test_the_phase_error_leaves_out_the_zeros_of_the_closed_form():
+    """At a zero of H (γ = −1/2, ω = π) the closed form has no phase: the rounding left there is not compared."""
+    omega = np.linspace(0.0, np.pi, 9)
+    h = shear_response(omega, -0.5)
+    flipped = h * np.where(omega == np.pi, -1.0, 1.0)  # the rounding at ω = π turned by π, the rest exact
+    bode = MeasuredBode(0, -0.5, -0.5, omega, h, flipped)
+    assert bode.max_phase_error("key") < 1e-12 and bode.max_phase_error("query") < 1e-12

@@ -149,7 +149,8 @@ def cmd_bode(args: argparse.Namespace) -> int:
     for stream in ("key", "query", "joint"):
         r = measured[f"{stream}_r"]
         print(f"{stream:6s} measured vs closed form: Pearson r {'n/a' if r is None else f'{r:.5f}'}, "
-              f"largest relative error {measured[f'{stream}_max_rel_error']:.4f}")
+              f"largest relative error {measured[f'{stream}_max_rel_error']:.4f}, "
+              f"largest phase error {measured[f'{stream}_max_phase_error']:.4f} rad")
     print(_bode_note(model.blocks[0].attn.config))
     print("figures: " + ", ".join(str(f) for f in figures))
     return 0

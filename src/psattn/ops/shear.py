@@ -35,7 +35,7 @@ Boundary = Literal["replicate", "zero"]
 BOUNDARIES: tuple[str, ...] = get_args(Boundary)
 
 
-#: the largest |gamma| accepted: far past any useful coupling (the filter's gain is 1 + 2|gamma|), and
+#: the largest |gamma| accepted: far past any useful coupling (the filter's gain is at most 1 + 2|gamma|), and
 #: small enough that gamma (1 + 2 gamma) times a key stays within float32 and bfloat16
 MAX_GAMMA = 1e4
 
@@ -56,7 +56,7 @@ def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
     if not math.isfinite(gamma):
         raise ValueError(f"{name} must be finite, got {gamma}")
     if abs(gamma) > MAX_GAMMA:
-        raise ValueError(f"{name} must lie within ±{MAX_GAMMA:g} (the shear's gain is 1 + 2|{name}|; larger "
+        raise ValueError(f"{name} must lie within ±{MAX_GAMMA:g} (the shear's gain is up to 1 + 2|{name}|; larger "
                          f"values overflow float32 activations), got {gamma:g}")
     return gamma
 

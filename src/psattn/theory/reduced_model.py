@@ -14,6 +14,9 @@ p_qᵀp_k = -(e_a - e_c)ᵀ(e_b - e_a) contains +|e_a|^2, of mean d_k, and three
 vectors, of mean 0: T4 has mean gamma^2 sqrt(d_k). At a distractor whose token and predecessor are
 both new, the four products are all between independent vectors: mean 0, variance 4 d_k, so T4 has
 variance 4 gamma^4. The ``transition_law`` certificate measures both moments on the operator itself.
+The model draws the distractors independently; on the operator, neighbouring distractor keys share a
+token (``p_j = e_j - e_{j-1}`` and ``p_{j+1} = e_{j+1} - e_j``), so their scores correlate at -1/2. The annealed
+log-partition, log of a sum of expectations, does not see it (branch 1 stands); the typical one does.
 
 Observable. The target's attention weight is ``e^{s_*} / (e^{s_*} + Z)`` with ``Z = sum_j e^{s_j}``; it
 reaches 1/2 when ``s_* = log Z``. The *simulated transition point* is the smallest u at which

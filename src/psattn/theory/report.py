@@ -235,13 +235,16 @@ def _spectral_lines(spec: dict[str, Any], link_prefix: str) -> list[str]:
               "(phase from the cross-spectrum), averaged over batch, heads and channels (32 rows of 64 random tokens). "
               "After RoPE the shear is a fixed linear time-invariant filter of the stream it reads, so this ratio "
               "recovers the closed form H for any weights (a randomly initialised model already gives r > 0.999): "
-              "the comparison checks the implementation of the filter, and training does not change it. (The paper "
+              "the comparison checks the implementation of the filter, and training does not change it. The phase "
+              "is compared too: a shear towards the next token has the closed form's gain and the opposite phase. (The paper "
               f"reports r = {PAPER['bode_r']} against a Bode plot measured on a trained model's score stream.)",
-              "", "| model | stream | Pearson r of measured against closed-form gain | largest relative error |",
-              "|---|---|---|---|"]
+              "", "| model | stream | Pearson r of measured against closed-form gain | largest relative error "
+              "| largest phase error (rad) |",
+              "|---|---|---|---|---|"]
     for m in spec["measured"]:
         for s in ("key", "query", "joint"):
-            lines.append(f"| {m['label']} | {s} | {_fmt(m[f'{s}_r'], '.5f')} | {m[f'{s}_max_rel_error']:.4f} |")
+            lines.append(f"| {m['label']} | {s} | {_fmt(m[f'{s}_r'], '.5f')} | {m[f'{s}_max_rel_error']:.4f} | "
+                         f"{m[f'{s}_max_phase_error']:.4f} |")
     if "ablation_skipped" in spec:
         lines += ["", f"No pre-RoPE ablation row: {spec['ablation_skipped']}."]
     else:

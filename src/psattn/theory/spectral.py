@@ -19,7 +19,9 @@ their power spectra and the phase of their cross-spectrum,
 with X the Hann-windowed DFT along the sequence and <.> the mean over batch, heads and channels.
 For the post-RoPE shear it recovers H up to window leakage and the sequence boundary, for any
 weights: the shear is a fixed filter of whatever stream it reads, so the measurement checks the
-implementation of the filter, not anything a model learned.
+implementation of the filter, not anything a model learned. Gain and phase are both compared: the gain
+of the shear towards the next token, ``(1 + gamma) - gamma e^{+iω}``, is the closed form's, its phase the
+opposite.
 For the pre-RoPE ablation it does not. Seen after RoPE that shear is time-invariant too, but shifted
 in frequency per RoPE pair: with y_t = R_t q_t and R_θ the pair's rotation by one position,
 
@@ -191,6 +193,16 @@ class MeasuredBode:
         measured = np.abs(self.measured(stream))[defined]
         return float(np.max(np.abs(measured - theory[defined]) / theory[defined]))
 
+    def max_phase_error(self, stream: str = "key") -> float:
+        """Largest difference, in radians (wrapped to [0, π]), between the measured and the closed-form phase, over
+        the frequencies where the closed form is not 0 (its phase is undefined there). The gain alone cannot tell
+        ``H(e^{iω})`` from its time reverse ``(1 + γ) − γ e^{+iω}``, a shear towards the next token, whose phase is
+        the opposite: r and the relative error read it as the closed form."""
+        theory = self.closed_form(stream)
+        defined = np.abs(theory) > ZERO_GAIN * np.abs(theory).max()
+        difference = np.angle(self.measured(stream)[defined] * np.conj(theory[defined]))  # wrapped to (-π, π]
+        return float(np.max(np.abs(difference)))
+
     def to_dict(self, label: str = "") -> dict[str, Any]:
         """Curves and numbers for ``psattn.theory.plots.plot_measured_bode`` and JSON."""
         out: dict[str, Any] = {"label": label, **self.summary(), "omega": self.omega.tolist()}
@@ -202,10 +214,11 @@ class MeasuredBode:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Correlations and largest errors of each stream, for JSON."""
+        """Correlations, largest gain errors and largest phase errors of each stream, for JSON."""
         return {"layer": self.layer, "gamma_q": self.gamma_q, "gamma_k": self.gamma_k,
-                **{f"{s}_r": self.correlation(s) for s in ("query", "key", "joint")},
-                **{f"{s}_max_rel_error": self.max_rel_error(s) for s in ("query", "key", "joint")}}
+                **{f"{s}_r": self.correlation(s) for s in STREAMS},
+                **{f"{s}_max_rel_error": self.max_rel_error(s) for s in STREAMS},
+                **{f"{s}_max_phase_error": self.max_phase_error(s) for s in STREAMS}}
 
 
 @torch.no_grad()
