@@ -189,8 +189,10 @@ def _transition_lines(trans: dict[str, Any], link_prefix: str) -> list[str]:
               + (f"; at {len(far)} the simulated γ differs: "
                  + ", ".join(f"(d_k={p['d_k']:g}, T={p['T']}: {p['gamma_sim']:.3f} vs {p['gamma_theory']:.3f})"
                              for p in far) if far else "") + ".",
-              "Reading: above the crossover the closed form is the annealed solution of this model and the simulation "
-              "reproduces it. Below it the target never (or only at a much larger γ, by finite-T effects) beats the "
+              "Reading: above the crossover the closed form is the annealed solution of this model, and the simulation "
+              "reproduces it from a little above the crossover up; at the crossover itself the simulated γ lies below it, "
+              "where finite-T effects are largest (the points where they part are listed above). Below it the target "
+              "never (or only at a much larger γ, by finite-T effects) beats the "
               "typical log-partition, since both grow like γ²; branch 2 is not a prediction of this reduced model. The "
               f"law also jumps at the crossover by a factor c√(2L) in γ (e.g. {crossover_jump(1024):.2f} at T = 1024)."]
 
