@@ -650,6 +650,7 @@ def test_the_text_verdict_reads_each_clause_off_the_numbers():
     assert "one PSA layer copies, and learns in context, more than one plain layer" in text
     assert "they copy less than the single PSA layer" in text
     assert "above the uniform guess's ln V" in text  # 9.0 > ln 2048 = 7.62
+    assert "Random tokens (drawn uniformly from the ids the training text uses)" in text  # not the whole vocabulary
     rows[1] = _row(1, "key_only", 1.0, 0.10, -0.17, random=(7.0, 6.0))
     rows[0] = _row(1, "baseline", 0.0, 0.12, -0.07, random=(7.0, 6.9))
     rows[2] = _row(2, "baseline", 0.0, 0.50, -0.30, random=(7.0, 6.0))
