@@ -558,6 +558,22 @@ def test_uniform_attention_scores_what_uniform_score_says():
         assert measured == pytest.approx(math.log(2) / (context // 2), rel=0.1 if context > 8 else 0.3)
 
 
+def test_the_induction_score_reads_the_first_copy_not_the_most_recent_occurrence():
+    """The docstrings said "the token after its previous occurrence"; the score reads t - n + 1, the token after the
+    occurrence in the first copy, which differs where R repeats a token: a head that follows the most recent
+    occurrence scores 0.5 on R = 3 5 3 7 (the second copy's 3s look back to the first copy's second 3)."""
+    half = 4
+    rows = torch.tensor([[3, 5, 3, 7] * 2])  # (1, 8): R + R, 3 twice in R
+
+    def most_recent(t):
+        earlier = [j for j in range(t) if rows[0, j] == rows[0, t]]
+        return earlier[-1] + 1 if earlier else 0
+
+    assert [most_recent(t) for t in range(half, 2 * half)] == [3, 2, 5, 4]  # first copy: 1, 2, 3, 4
+    assert repeat_scores(PatternModel(most_recent), rows, half).induction.item() == 0.5
+    assert repeat_scores(PatternModel(lambda t: max(t - half + 1, 0)), rows, half).induction.item() == 1.0
+
+
 def test_repeat_scores_take_int32_rows_as_the_model_does():
     """DecoderLM takes int32 ids; the copy losses raised torch's 'expected target dtype to be Long'."""
     from psattn import DecoderLM

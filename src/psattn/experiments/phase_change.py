@@ -6,7 +6,7 @@ real text, ``induction_score`` on synthetic tasks; the maximum over every layer 
 head's is: ``best``) reaches ``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
 (ln 2) / n on a row of 2 * n tokens (``uniform_score``): 0.005 on text rows of 256 tokens, 0.02 on rows
 of 64, 0.03 on the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
-head that puts a tenth of its mass on the one token after the previous occurrence, consistently, is
+head that puts a tenth of its mass on the one token after the same token in the first copy, consistently, is
 matching prefixes. The ICL
 score (text only) should drop at the same time; ``PhaseChange`` records it before and after.
 
