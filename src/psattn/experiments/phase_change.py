@@ -14,8 +14,8 @@ First copying (text runs, any model, one layer too) is read the same way off a b
 head: the first evaluation at which the repeated random tokens' copy gain (loss on their first copy
 minus their second, nats) reaches ``COPY_THRESHOLD`` and stays there for ``confirm`` evaluations.
 Random tokens cannot be predicted from the corpus, so only copying lowers their second copy; 0.25
-nats is more than twice what two plain layers show before their phase change at context 64 (0.03 to
-0.13 in ``psattn sweep text_pilot``).
+nats is about twice the most that two plain layers show before their phase change at context 64
+(0.02 to 0.13 in ``psattn sweep text_pilot``).
 """
 
 from __future__ import annotations
