@@ -119,7 +119,7 @@ def test_the_getting_started_commands_run_as_written_in_an_empty_folder(tmp_path
 
 def test_the_first_model_tutorial_prints_what_the_page_says(getting_started):
     """docs/getting-started.md's first-model block, run (with the page's other blocks, by the fixture): the plain
-    layer stays at chance, the key-sheared one learns (the page quotes this machine's numbers; float rounding may
+    layer stays where counting alone gets, the key-sheared one learns (the page quotes this machine's numbers; float rounding may
     move them a little elsewhere)."""
     text = (DOCS / "getting-started.md").read_text()
     block = re.search(r"## Your first PSA model.*?```python\n(.*?)```", text, flags=re.S).group(1)

@@ -477,6 +477,103 @@ def test_induction_and_previous_token_scores_on_hand_built_heads():
     assert induction_head.first_copy_loss == pytest.approx(math.log(10))
 
 
+class ScriptedModel(nn.Module):
+    """A two-layer stand-in whose answers are known: layer 1 attends to the previous token, layer 2 to t - T/2 + 1
+    (an induction head on an R + R row of T tokens); its logits copy on such rows (the token at t - T/2 + 1 from the
+    second copy on, uniform before), and on ``held_out``'s rows put ``confidence[t]`` on the target at position t
+    (a loss of log(e^a + V - 1) - a whatever the target)."""
+
+    def __init__(self, held_out: TaskBatch, confidence: torch.Tensor, vocab: int = 256):
+        super().__init__()
+        self.held_out, self.confidence, self.vocab = held_out, confidence, vocab
+        self.weight = nn.Parameter(torch.zeros(1))  # a device to be on
+        self.blocks = nn.ModuleList([nn.Module(), nn.Module()])
+        for block in self.blocks:
+            block.attn = nn.Module()
+            block.attn.hook_pattern = HookPoint()
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        half, t = T // 2, torch.arange(T)
+        for layer, attend in enumerate(((t - 1).clamp(min=0), torch.where(t >= half, t - half + 1, 0))):
+            pattern = torch.zeros(B, 1, T, T)
+            pattern[:, 0, t, attend] = 1.0
+            self.blocks[layer].attn.hook_pattern(pattern)
+        logits = torch.zeros(B, T, self.vocab)
+        if torch.equal(tokens, self.held_out.inputs):
+            logits.scatter_(2, self.held_out.targets[..., None], self.confidence.expand(B, T)[..., None])
+        else:
+            second = t[half:-1]  # positions predicting tokens 1..half-1 of the second copy: the token at t - half + 1
+            logits[torch.arange(B)[:, None], second, tokens[:, second - half + 1]] = 40.0
+        return logits
+
+
+def test_text_metrics_of_a_scripted_model_are_its_known_answers(tmp_path):
+    """Every column of a text run's evaluation against a hand computation: the keys only were checked, so scores
+    read at the wrong position, the losses averaged over rows instead of positions, or a copy's window off by one
+    went unseen."""
+    from psattn.models.lm_eval import text_metrics
+
+    config = text_run(tmp_path).task
+    T, V = config.seq_len, 256
+    held_out = sample_task(config, 6, torch.Generator().manual_seed(0), split="eval")
+    confidence = torch.linspace(0.0, 9.3, T)  # later positions are predicted better
+    model = ScriptedModel(held_out, confidence, V)
+    metrics = text_metrics(model, config, held_out, probe_rows=4)
+    loss = [math.log(math.exp(a) + V - 1) - a for a in confidence.tolist()]  # at each position, any target
+    early = [loss[t] for t in range(T) if T / 16 <= t < T / 8]
+    late = [loss[t] for t in range(T) if 7 * T / 8 <= t < T]
+    assert metrics["icl_score"] == pytest.approx(sum(late) / len(late) - sum(early) / len(early), rel=1e-5)
+    assert metrics["position_loss"] == pytest.approx(loss, abs=1e-4)
+    assert metrics["bits_per_byte"] == pytest.approx(sum(loss) / T / math.log(2), rel=1e-5)  # one byte a token
+    for probe in ("random", "passage"):
+        assert metrics[f"{probe}_first_loss"] == pytest.approx(math.log(V), rel=1e-6)  # uniform inside the first copy
+        assert metrics[f"{probe}_second_loss"] == pytest.approx(0.0, abs=1e-9)  # copied inside the second
+    assert metrics["induction_score"] == metrics["prefix_matching_score"] == [[0.0], [1.0]]
+    assert metrics["previous_token_score"][0] == [1.0]
+    assert metrics["previous_token_score"][1] == [pytest.approx(1 / (T - 1))]  # t = 1 looks at 0 for both reasons
+
+
+def test_uniform_attention_scores_what_uniform_score_says():
+    """The level the phase-change plots draw for uniform attention is what repeat_scores measures of it."""
+    from psattn.experiments.phase_change import uniform_score
+
+    class Uniform(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Module()])
+            self.blocks[0].attn = nn.Module()
+            self.blocks[0].attn.hook_pattern = HookPoint()
+
+        def forward(self, tokens):
+            B, T = tokens.shape
+            causal = torch.ones(T, T).tril()
+            self.blocks[0].attn.hook_pattern((causal / causal.sum(-1, keepdim=True)).expand(B, 1, T, T))
+            return torch.zeros(B, T, 10)
+
+    for context in (8, 64, 256):
+        rows = torch.randint(0, 10, (2, context // 2), generator=torch.Generator().manual_seed(0)).repeat(1, 2)
+        measured = repeat_scores(Uniform(), rows, context // 2).induction.item()
+        assert measured == pytest.approx(uniform_score(context), rel=1e-5)
+        assert measured == pytest.approx(math.log(2) / (context // 2), rel=0.1 if context > 8 else 0.3)
+
+
+def test_the_induction_score_reads_the_first_copy_not_the_most_recent_occurrence():
+    """The docstrings said "the token after its previous occurrence"; the score reads t - n + 1, the token after the
+    occurrence in the first copy, which differs where R repeats a token: a head that follows the most recent
+    occurrence scores 0.5 on R = 3 5 3 7 (the second copy's 3s look back to the first copy's second 3)."""
+    half = 4
+    rows = torch.tensor([[3, 5, 3, 7] * 2])  # (1, 8): R + R, 3 twice in R
+
+    def most_recent(t):
+        earlier = [j for j in range(t) if rows[0, j] == rows[0, t]]
+        return earlier[-1] + 1 if earlier else 0
+
+    assert [most_recent(t) for t in range(half, 2 * half)] == [3, 2, 5, 4]  # first copy: 1, 2, 3, 4
+    assert repeat_scores(PatternModel(most_recent), rows, half).induction.item() == 0.5
+    assert repeat_scores(PatternModel(lambda t: max(t - half + 1, 0)), rows, half).induction.item() == 1.0
+
+
 def test_repeat_scores_take_int32_rows_as_the_model_does():
     """DecoderLM takes int32 ids; the copy losses raised torch's 'expected target dtype to be Long'."""
     from psattn import DecoderLM
@@ -569,6 +666,7 @@ def test_the_text_verdict_reads_each_clause_off_the_numbers():
     assert "one PSA layer copies, and learns in context, more than one plain layer" in text
     assert "they copy less than the single PSA layer" in text
     assert "above the uniform guess's ln V" in text  # 9.0 > ln 2048 = 7.62
+    assert "Random tokens (drawn uniformly from the ids the training text uses)" in text  # not the whole vocabulary
     rows[1] = _row(1, "key_only", 1.0, 0.10, -0.17, random=(7.0, 6.0))
     rows[0] = _row(1, "baseline", 0.0, 0.12, -0.07, random=(7.0, 6.9))
     rows[2] = _row(2, "baseline", 0.0, 0.50, -0.30, random=(7.0, 6.0))

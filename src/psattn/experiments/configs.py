@@ -4,7 +4,8 @@ One layer, d_model 128, 4 heads, RoPE, an MLP, the default initialisation; full-
 over a vocabulary of 64 at length 64 (``form="single"`` for the single-answer form); AdamW at lr 3e-3
 with batch 64, evaluated every 50 steps on 512 held-out rows. On a 2-core CPU the key-only shear at
 gamma = 1 reaches 0.8 held-out accuracy in about 100 steps on the full form and 650-700 on the
-single-answer form (two seeds of three within 1000 steps), while the baseline stays near chance.
+single-answer form (two seeds of three within 1000 steps), while the baseline stays near what
+counting alone scores (0.08 on the full form: ``psattn.tasks.induction``).
 """
 
 from __future__ import annotations

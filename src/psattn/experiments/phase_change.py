@@ -6,7 +6,7 @@ real text, ``induction_score`` on synthetic tasks; the maximum over every layer 
 head's is: ``best``) reaches ``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
 (ln 2) / n on a row of 2 * n tokens (``uniform_score``): 0.005 on text rows of 256 tokens, 0.02 on rows
 of 64, 0.03 on the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
-head that puts a tenth of its mass on the one token after the previous occurrence, consistently, is
+head that puts a tenth of its mass on the one token after the same token in the first copy, consistently, is
 matching prefixes. The ICL
 score (text only) should drop at the same time; ``PhaseChange`` records it before and after.
 
@@ -14,8 +14,8 @@ First copying (text runs, any model, one layer too) is read the same way off a b
 head: the first evaluation at which the repeated random tokens' copy gain (loss on their first copy
 minus their second, nats) reaches ``COPY_THRESHOLD`` and stays there for ``confirm`` evaluations.
 Random tokens cannot be predicted from the corpus, so only copying lowers their second copy; 0.25
-nats is more than twice what two plain layers show before their phase change at context 64 (0.03 to
-0.13 in ``psattn sweep text_pilot``).
+nats is about twice the most that two plain layers show before their phase change at context 64
+(0.02 to 0.13 in ``psattn sweep text_pilot``).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def plot_head_heatmaps(scores: dict[str, dict[str, list[list[float]]]], path: st
             if col == 0:
                 ax.set_ylabel(f"{kind_label}\nlayer", fontsize=8)
     assert image is not None  # scores holds at least one model
-    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention to the token after\nthe earlier occurrence")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention to the token after\nits occurrence in the first copy")
     return save_figure(fig, path)
 
 

@@ -95,8 +95,9 @@ def verdict(rows: list[dict], tokens: int | None = None) -> str:
             + ("they copy more than the single PSA layer." if more else
                "at this budget they copy less than the single PSA layer, though with a second layer's parameters."))
     if any(r["random_first_loss"][0] > math.log(r["vocab_size"]) for r in rows):
-        out.append("Random tokens (uniform over the vocabulary) are unlike anything these models saw; at this budget "
-                   "their loss is above the uniform guess's ln V, so their copy gain is shown but not used above.")
+        out.append("Random tokens (drawn uniformly from the ids the training text uses) are unlike anything these models "
+                   "saw; at this budget their loss is above the uniform guess's ln V, so their copy gain is shown but not "
+                   "used above.")
     return " ".join(out)
 
 

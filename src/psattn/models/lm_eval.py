@@ -8,9 +8,12 @@
   [7T/8, T) (at T = 256: 16-31 and 224-255); negative means later tokens are predicted better;
 - repeated random tokens: a run R of T/2 tokens drawn uniformly from the ids that the first 2^20 tokens of
   the training text use, then R again; the loss on each copy and every head's induction score (attention
-  from a token of the second copy to the token after its first occurrence) and previous-token score;
+  from a token of the second copy to the token after its occurrence in the first copy; Olsson et al. call
+  it the prefix-matching score) and previous-token score;
 - a repeated passage: a held-out passage of T/2 tokens shown twice; the loss on each copy (the most
-  direct measure of copying in context) and every head's prefix-matching score on it.
+  direct measure of copying in context) and every head's prefix-matching score on it, the same
+  attention read on the passage (where a token that recurs within the passage makes a head that
+  follows its most recent occurrence score lower: ``psattn.models.heads``).
 """
 
 from __future__ import annotations
