@@ -5,10 +5,10 @@ first evaluation after step 0 at which the best head's score (``key``: ``prefix_
 real text, ``induction_score`` on synthetic tasks; the maximum over every layer and head, NaN if any
 head's is: ``best``) reaches ``threshold`` and stays there for ``confirm`` evaluations in a row. Uniform attention scores about
 (ln 2) / n on a row of 2 * n tokens (``uniform_score``): 0.005 on text rows of 256 tokens, 0.02 on rows
-of 64, 0.03 on the induction task's probe of 49. The default threshold, 0.1, is twenty, five and three times that; a
-head that puts a tenth of its mass on the one token after the same token in the first copy, consistently, is
-matching prefixes. The ICL
-score (text only) should drop at the same time; ``PhaseChange`` records it before and after.
+of 64, 0.028 on the induction task's probe of 49. The default threshold, 0.1, is about twenty, five and three and a
+half times that; a head that puts a tenth of its mass on the one token after the same token in the first copy,
+consistently, is matching prefixes. The ICL score (text only) should drop at the same time; ``PhaseChange`` records it
+before and after.
 
 First copying (text runs, any model, one layer too) is read the same way off a behaviour instead of a
 head: the first evaluation at which the repeated random tokens' copy gain (loss on their first copy
