@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from psattn.files import write_json, write_jsonl
+from psattn.files import write_json
 from psattn.progress import progress_bar
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
@@ -51,7 +51,6 @@ from psattn.training.reporting import board_scalars, evaluation_line, summary_wr
 from psattn.training.run_dir import (
     CHECKPOINT,
     CONFIG,
-    METRICS,
     RESULT,
     TENSORBOARD,
     RunResult,
@@ -61,6 +60,8 @@ from psattn.training.run_dir import (
     clear_run_files,
     eval_batch,
     load_result,
+    write_history,
+    write_result,
     write_run_files,
 )
 from psattn.training.schedule import build_optimizer
@@ -108,18 +109,19 @@ class _Run:
         return self.run_dir
 
     def start_or_resume(self, resume: bool) -> None:
-        """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
-        what an earlier run left in the directory and log the untrained model as the step-0 row."""
+        """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it, and a finished run,
+        with no step left, is left unwritten); otherwise clear what an earlier run left in the directory and
+        log the untrained model as the step-0 row."""
         if resume and self.ckpt_path is not None and self.ckpt_path.exists():
             self.state.load(self.ckpt_path, self.directory / CONFIG)
             if self.writes:
-                write_jsonl(self.directory / METRICS, self.state.history)  # drop lines written after the checkpoint
+                write_history(self.directory, self.state.history)  # drop lines written after the checkpoint
                 if (load_result(self.directory) or {}).get("diverged_at") is not None:
                     (self.directory / RESULT).unlink()  # trained again from before the divergence: unfinished
             log.info("resumed %s at step %d", self.run_dir, self.state.step)
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
             clear_run_files(self.directory)
-        if self.t.tensorboard and self.writes:
+        if self.t.tensorboard and self.writes and not self.finished():  # a finished run logs nothing more
             after = self.state.step + 1 if self.state.step else None  # the checkpoint's own row, in its history, stays
             self.board = tensorboard_writer(self.directory / TENSORBOARD, purge_step=after)
         if not self.state.history:
@@ -185,6 +187,10 @@ class _Run:
             self.state.emergence_step = self.state.step
         return row
 
+    def finished(self) -> bool:
+        """No step is left to take: the budget is spent, or early stopping has stopped the run."""
+        return self.state.step >= self.t.steps or self.stops_early()
+
     def stops_early(self) -> bool:
         """With early stopping: held-out accuracy has stayed at the threshold long enough."""
         return self.t.early_stop and at_threshold_streak(self.state.history, self.t.threshold) >= self.t.early_stop_evals
@@ -217,8 +223,9 @@ def train(
     again: str | None = None,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
-    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step (``loss`` None
-    for a batch that scored no position, as the history's ``train_loss``).
+    checkpoint when one exists (a finished run there is read back, its files left unwritten). ``on_step(step, loss)``
+    is called after every optimiser step (``loss`` None for a batch that scored no position, as the history's
+    ``train_loss``).
 
     ``time_limit_s`` stops at the first step boundary after that many seconds of this call:
     the checkpoint is written, no ``result.json`` (the run is unfinished), and the returned
@@ -317,7 +324,7 @@ def train(
                                leave=False)
             run.model.train()
             start = time.perf_counter()
-            while run.state.step < t.steps and not run.stops_early():
+            while not run.finished():
                 loss = run.train_step()
                 if on_step is not None:  # reads the loss anyway
                     run.raise_if_diverged()
@@ -357,13 +364,12 @@ def train(
             if signum is not None:
                 bar.close()
                 raise interrupted(signum)
-            run.raise_if_diverged()
-            run.state.seconds += time.perf_counter() - start
+            run.raise_if_diverged()  # the loop ends at a checkpoint, whose seconds are the run's
         bar.close()
         run.close()
         result = RunResult.of(run.state, t.steps, timed_out)
-        if run.writes and not timed_out:
-            write_json(run.directory / RESULT, result.summary())
+        if run.writes and not timed_out:  # a finished run read again holds this result already: not rewritten
+            write_result(run.directory, result.summary())
         barrier(ddp)
         return result
 
