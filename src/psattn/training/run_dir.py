@@ -453,6 +453,27 @@ def clear_run_files(run_dir: Path) -> None:
     shutil.rmtree(run_dir / TENSORBOARD, ignore_errors=True)
 
 
+def undo_failed_start(run_dir: Path) -> None:
+    """Remove what a start that failed before its first trained step wrote (config.json, meta.json, metrics.jsonl
+    and its step-0 row, a text run's tokenizer.json and data.json, TensorBoard events): a run that does not fit in
+    memory at its first step leaves the directory as the start found it, not a run that a smaller model there is
+    refused beside. A directory holding anything trained (a checkpoint, a result, a metrics row past step 0) is left
+    as it is."""
+    if (run_dir / CHECKPOINT).exists() or (run_dir / RESULT).exists():
+        return
+    try:
+        rows = [json.loads(line) for line in (run_dir / METRICS).read_text().splitlines()]
+    except FileNotFoundError:
+        rows = []
+    except (OSError, ValueError):  # not what this start wrote
+        return
+    if any(not isinstance(row, dict) or row.get("step") != 0 for row in rows):
+        return
+    for name in (CONFIG, META, METRICS, TOKENIZER, DATA):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / TENSORBOARD, ignore_errors=True)
+
+
 def write_history(run_dir: Path, history: list[dict[str, Any]]) -> None:
     """Make the run's metrics.jsonl hold ``history`` (a resumed checkpoint's): lines written after the
     checkpoint are dropped, and a file a full disk cut short is made whole. A file that already holds
