@@ -446,3 +446,26 @@ def test_psa_settings_pickled_without_their_variant_gammas_get_them_back():
         del vars(old)[name]
     spec = pickle.loads(pickle.dumps(old))
     assert spec == PSASpec("symmetric", 0.5) and (spec.gamma_q, spec.gamma_k) == (0.5, 0.5)
+
+
+def test_a_model_compiled_with_torch_compile_is_checked_eagerly_and_then_runs_compiled_with_psa(prompt):
+    """``apply_psa(torch.compile(model))`` ran its dry run through Dynamo: seconds of tracing, graph-break warnings at
+    the recording of the rotary embedding, and a graph of the probe in the compiled model's cache. Now the dry run runs
+    the module inside eagerly; the compiled forward then compiles with PSA (its guards see the patched attention), and
+    again without it after ``remove_psa``."""
+    graphs = []
+
+    def counting(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    plain = tiny_model("llama")
+    want = logits(apply_psa(tiny_model("llama"), "key_only", 0.8), prompt)
+    compiled = torch.compile(plain, backend=counting)
+    assert apply_psa(compiled, "key_only", 0.8) is compiled and not graphs  # nothing traced by the dry run
+    assert torch.allclose(logits(compiled, prompt), want, atol=1e-10) and graphs  # compiled, with PSA
+    remove_psa(compiled)
+    assert torch.allclose(logits(compiled, prompt), logits(plain, prompt), atol=1e-10)
+    assert not torch.allclose(want, logits(plain, prompt))
+    torch._dynamo.reset()

@@ -177,6 +177,14 @@ def _dry_input(model: Any) -> tuple[Tensor, Tensor]:
     return torch.tensor([ids], device=device), torch.tensor([[0, 1, 1, 1]], device=device)
 
 
+def _uncompiled(model: Any) -> Any:
+    """The module inside ``torch.compile(model)`` (its ``_orig_mod``), or ``model``: the dry run runs it eagerly, since
+    through Dynamo it took seconds of tracing (the recording breaks the graph) and filled the compiled model's cache
+    with a graph of the probe. The compiled model still sees the patched attention: its guards recompile it."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
 def _record(model: Any, base: str) -> _Recorder:
     recorder = _Recorder()
     patched: list[tuple[Any, str, Any]] = []  # (python module, name, original function)
@@ -198,7 +206,7 @@ def _record(model: Any, base: str) -> _Recorder:
         recorder.switched = model.config._attn_implementation == f"psa_probe_{base}"
         model.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            model(input_ids=ids, attention_mask=mask, use_cache=True)
+            _uncompiled(model)(input_ids=ids, attention_mask=mask, use_cache=True)
     except Exception as err:  # noqa: BLE001  (any failure of the model's own forward is reported in one line)
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise NotImplementedError(
