@@ -448,11 +448,12 @@ def test_psa_settings_pickled_without_their_variant_gammas_get_them_back():
     assert spec == PSASpec("symmetric", 0.5) and (spec.gamma_q, spec.gamma_k) == (0.5, 0.5)
 
 
-def test_a_model_compiled_with_torch_compile_is_checked_eagerly_and_then_runs_compiled_with_psa(prompt):
-    """``apply_psa(torch.compile(model))`` ran its dry run through Dynamo: seconds of tracing, graph-break warnings at
-    the recording of the rotary embedding, and a graph of the probe in the compiled model's cache. Now the dry run runs
-    the module inside eagerly; the compiled forward then compiles with PSA (its guards see the patched attention), and
-    again without it after ``remove_psa``."""
+@pytest.mark.parametrize("compile_model", ["torch.compile(model)", "model.compile()"])
+def test_a_compiled_model_is_checked_eagerly_and_then_runs_compiled_with_psa(prompt, compile_model):
+    """``apply_psa(torch.compile(model))`` (or of a model after ``model.compile()``) ran its dry run through Dynamo:
+    seconds of tracing, graph-break warnings at the recording of the rotary embedding, and graphs of the probe in the
+    compiled model's cache. Now the dry run runs the module eagerly; the compiled forward then compiles with PSA (its
+    guards see the patched attention), and again without it after ``remove_psa``."""
     graphs = []
 
     def counting(graph, example_inputs):
@@ -462,7 +463,11 @@ def test_a_model_compiled_with_torch_compile_is_checked_eagerly_and_then_runs_co
     torch._dynamo.reset()
     plain = tiny_model("llama")
     want = logits(apply_psa(tiny_model("llama"), "key_only", 0.8), prompt)
-    compiled = torch.compile(plain, backend=counting)
+    if compile_model == "model.compile()":
+        compiled = tiny_model("llama")
+        compiled.compile(backend=counting)
+    else:
+        compiled = torch.compile(tiny_model("llama"), backend=counting)
     assert apply_psa(compiled, "key_only", 0.8) is compiled and not graphs  # nothing traced by the dry run
     assert torch.allclose(logits(compiled, prompt), want, atol=1e-10) and graphs  # compiled, with PSA
     remove_psa(compiled)
