@@ -7,6 +7,7 @@ free on the host, which runs are checked against before they allocate."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -89,21 +90,37 @@ def new_staging(parent: Path, prefix: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def folder_made(folder: Path) -> Iterator[None]:
+    """Make ``folder`` and its missing parents for the block; when the block fails, remove again those
+    it made that are still empty, so that a refused or failed write leaves no folder of its own."""
+    made = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))  # deepest first
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                path.rmdir()
+        raise
+
+
+@contextlib.contextmanager
 def staged_folder(out: Path, prefix: str, moving: Callable[[], AbstractContextManager[Any]]) -> Iterator[Path]:
     """A staging folder inside ``out`` (made when missing; ``prefix`` then this process's id) for the block to write
     a set of files into. They are moved into ``out`` once the block has written all, inside ``moving()`` (the stop
     signals held, say), and the emptied folder is removed there too, before a stop held meanwhile ends the process:
     a stop or a failure midway leaves the earlier files whole, not a mix of two. SIGTERM and SIGHUP, which would end
     the process on the spot, remove the staging folder first and then end it (``signals_unwind``), and a second stop
-    meanwhile waits until it is gone (``remove_staging``). Staging folders of killed runs go first (``tidy_staging``)."""
-    out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out, prefix)
-    with signals_unwind(), new_staging(out, f"{prefix}{os.getpid()}-") as staging:
-        yield staging
-        with moving():
-            for path in sorted(staging.iterdir()):
-                os.replace(path, out / path.name)
-            staging.rmdir()
+    meanwhile waits until it is gone (``remove_staging``). Staging folders of killed runs go first (``tidy_staging``).
+    A failure leaves no ``out`` that this call made (``folder_made``)."""
+    with folder_made(out):
+        tidy_staging(out, prefix)
+        with signals_unwind(), new_staging(out, f"{prefix}{os.getpid()}-") as staging:
+            yield staging
+            with moving():
+                for path in sorted(staging.iterdir()):
+                    os.replace(path, out / path.name)
+                staging.rmdir()
 
 
 @contextlib.contextmanager

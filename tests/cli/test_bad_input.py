@@ -228,7 +228,30 @@ def test_an_out_of_memory_model_is_one_line(tmp_path, capsys):
         main(f"train --run-dir {tmp_path / 'r'} --set model.vocab_size=4000000000 model.d_model=1024".split())
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err and "does not fit in memory" in err, err
-    assert not (tmp_path / "r" / "config.json").exists()
+    assert not (tmp_path / "r").exists()  # no run folder, lock or partial file
+
+
+@pytest.mark.parametrize("where", ["step", "evaluation"])
+def test_a_run_out_of_memory_at_its_first_step_leaves_no_trace(tmp_path, capsys, monkeypatch, where):
+    """A model the estimate let through that ran out of memory at its first step (or its step-0 evaluation) left its
+    folder with config.json, meta.json, metrics.jsonl and .lock, and the same command with a smaller model was then
+    refused as "a run with a different config". Now the folder is left as the start found it: none made, or a
+    folder of the user's own left empty."""
+    import torch
+
+    from psattn.training import trainer
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(trainer._Run, "train_step" if where == "step" else "evaluate_and_log", out_of_memory)
+    (tmp_path / "mine").mkdir()
+    for run in (tmp_path / "r", tmp_path / "mine"):
+        with pytest.raises(SystemExit) as stop:
+            main(f"train --run-dir {run} --set train.steps=2 model.d_model=32 model.n_heads=2".split())
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and "does not fit in memory" in err, err
+    assert not (tmp_path / "r").exists() and list((tmp_path / "mine").iterdir()) == []
 
 
 @pytest.mark.parametrize("module,command", [

@@ -40,6 +40,22 @@ def test_a_demo_report_cut_short_leaves_the_earlier_report_whole(tmp_path, monke
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+def test_a_demo_run_again_on_a_full_disk_fails_only_at_its_report(tmp_path, capsys):
+    """The demo run again over its finished runs rewrote each run's metrics.jsonl and result.json, so on a full
+    disk it failed naming a run's metrics.jsonl. Now the finished runs are read, and only report.md is written."""
+    from helpers import file_size_limit
+
+    argv = ["demo", "--steps", "4", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    runs = {p: p.read_bytes() for p in tmp_path.glob("*/*") if p.name in ("metrics.jsonl", "result.json")}
+    capsys.readouterr()
+    with file_size_limit(200), pytest.raises(SystemExit) as stop:  # every file past 200 bytes: a full disk
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "report.md" in err, err
+    assert len(runs) == 4 and all(path.read_bytes() == data for path, data in runs.items())
+
+
 def test_a_demo_stopped_midway_resumes_when_run_again(tmp_path, monkeypatch, capsys):
     """A stop in the demo's second run said "run the same command without --restart to resume", but the same command
     trained both runs again from step 0, the finished first one too. Now it resumes the run cut short, exactly, and

@@ -744,7 +744,7 @@ def test_a_stop_after_the_first_theory_file_leaves_the_earlier_report_with_its_o
     def bode_model(folder, *a, **k):
         (folder / "bode_run").mkdir(parents=True, exist_ok=True)
         (folder / "bode_run" / "result.json").write_text("{}")
-        return None, "stub"
+        return random_model(), "stub"
 
     def plot(data, path):
         if run["n"] == 2:

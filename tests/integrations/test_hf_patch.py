@@ -446,3 +446,31 @@ def test_psa_settings_pickled_without_their_variant_gammas_get_them_back():
         del vars(old)[name]
     spec = pickle.loads(pickle.dumps(old))
     assert spec == PSASpec("symmetric", 0.5) and (spec.gamma_q, spec.gamma_k) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("compile_model", ["torch.compile(model)", "model.compile()"])
+def test_a_compiled_model_is_checked_eagerly_and_then_runs_compiled_with_psa(prompt, compile_model):
+    """``apply_psa(torch.compile(model))`` (or of a model after ``model.compile()``) ran its dry run through Dynamo:
+    seconds of tracing, graph-break warnings at the recording of the rotary embedding, and graphs of the probe in the
+    compiled model's cache. Now the dry run runs the module eagerly; the compiled forward then compiles with PSA (its
+    guards see the patched attention), and again without it after ``remove_psa``."""
+    graphs = []
+
+    def counting(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    plain = tiny_model("llama")
+    want = logits(apply_psa(tiny_model("llama"), "key_only", 0.8), prompt)
+    if compile_model == "model.compile()":
+        compiled = tiny_model("llama")
+        compiled.compile(backend=counting)
+    else:
+        compiled = torch.compile(tiny_model("llama"), backend=counting)
+    assert apply_psa(compiled, "key_only", 0.8) is compiled and not graphs  # nothing traced by the dry run
+    assert torch.allclose(logits(compiled, prompt), want, atol=1e-10) and graphs  # compiled, with PSA
+    remove_psa(compiled)
+    assert torch.allclose(logits(compiled, prompt), logits(plain, prompt), atol=1e-10)
+    assert not torch.allclose(want, logits(plain, prompt))
+    torch._dynamo.reset()

@@ -200,6 +200,46 @@ def test_reproduce_function_reports_failures(tmp_path, monkeypatch):
     assert not result["passed"] and "FAIL" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.parametrize("change,error,message", [
+    ({"out_dir": 3}, TypeError, "out_dir must be a folder's path"),
+    ({"out_dir": "file"}, ValueError, "is a file"),
+    ({"quick": "no"}, TypeError, "quick must be True or False"),
+    ({"progress": 1}, TypeError, "progress must be True or False"),
+    ({"threads": 0}, ValueError, "threads must be an integer ≥ 1 or None"),
+    ({"threads": "2"}, TypeError, "threads must be an integer ≥ 1 or None"),
+    ({"moving": 3}, TypeError, "moving must be a function"),
+], ids=lambda v: str(v)[:30] if isinstance(v, dict) else None)
+def test_meanfield_report_refuses_bad_arguments_in_one_line_before_any_work(tmp_path, monkeypatch, change, error,
+                                                                             message):
+    """Called from Python, meanfield_report made its folder before looking at its arguments: threads=0 was refused
+    with the folder left behind, a quick="no" ran the full set (minutes), and out_dir naming a file was a
+    FileExistsError. Now each is refused in one line before any work, and nothing is made."""
+    from psattn.meanfield import reproduce as module
+
+    monkeypatch.setattr(module, "_write_report", lambda *args: pytest.fail("the work began"))
+    (tmp_path / "file").write_text("mine\n")
+    monkeypatch.chdir(tmp_path)
+    arguments = {"out_dir": tmp_path / "out", "quick": True, "progress": False, "threads": 1, **change}
+    with pytest.raises(error) as refused:
+        meanfield_report(**arguments)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_meanfield_report_that_fails_midway_leaves_no_folder_of_its_own(tmp_path, monkeypatch):
+    """A failure after the work began left the report's folder, made for it, empty behind: now the folders it made
+    go with its staging folder."""
+    from psattn.meanfield import reproduce as module
+
+    def fails(*args):
+        raise RuntimeError("failed midway")
+
+    monkeypatch.setattr(module, "_write_report", fails)
+    with pytest.raises(RuntimeError, match="failed midway"):
+        meanfield_report(tmp_path / "new" / "meanfield")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_interrupted_while_writing_leaves_the_earlier_run_whole(tmp_path, monkeypatch, capsys):
     """The files are moved into --out only once all are written: Ctrl-C during the animation (the last and slowest
     file) left this run's config.json and summary.json beside the earlier run's states.npz and GIF."""

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from helpers import random_model
 from psattn.commands.theory import register
 from psattn.experiments.bode_model import bode_model
 from psattn.theory import report
@@ -175,7 +176,7 @@ def _stub_report(monkeypatch) -> dict:
     def bode_run(out, quick=True, run_dir=None, seed=0):
         (Path(out) / "bode_run").mkdir(parents=True, exist_ok=True)
         (Path(out) / "bode_run" / "result.json").write_text("{}")
-        return None, "stub"
+        return random_model(), "stub"
 
     def draw(data, path):
         if runs["stop"]:

@@ -73,3 +73,50 @@ def test_the_scaling_section_saves_the_sweeps_pairs_as_json():
         assert empirical["pairs"] == [[16.0, 1.2], [32.0, 0.6], [64.0, None]]
         assert empirical["fit"]["n"] == 2 and empirical["fit"]["dropped"] == 1
         json.dumps(empirical, allow_nan=False)
+
+
+@pytest.mark.parametrize("change,error,message", [
+    ({"model": "run"}, TypeError, "model must be a psattn DecoderLM"),
+    ({"out_dir": 3}, TypeError, "out_dir must be a folder's path"),
+    ({"out_dir": "file"}, ValueError, "is a file"),
+    ({"quick": "yes"}, TypeError, "quick must be True or False"),
+    ({"seed": -1}, ValueError, "seed must lie in [0, 2**32"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer"),
+    ({"sweep_results": [[16]]}, ValueError, "is neither a (d_k, gamma_critical) pair nor a record"),
+    ({"sweep_results": 5}, TypeError, "sweep_results must be"),
+    ({"sweep_results": "missing.json"}, ValueError, "missing.json"),
+    ({"model_label": None}, TypeError, "model_label must be a string"),
+    ({"link_prefix": 1}, TypeError, "link_prefix must be a string"),
+    ({"moving": 3}, TypeError, "moving must be a function"),
+], ids=lambda v: str(v)[:30] if isinstance(v, dict) else None)
+def test_theory_report_refuses_bad_arguments_in_one_line_before_any_work(tmp_path, monkeypatch, change, error,
+                                                                          message):
+    """Called from Python, theory_report took any model, seed and sweep results: a model that was not a DecoderLM
+    failed with an AttributeError after 10 s of certificates and Monte-Carlo draws, a malformed sweep result was
+    written into the report as its fit, and the folder made for the report was left behind. Now each is refused in
+    one line before any work, and nothing is made."""
+    from psattn.theory import report
+
+    monkeypatch.setattr(report, "certificate_results", lambda: pytest.fail("the work began"))
+    (tmp_path / "file").write_text("mine\n")
+    monkeypatch.chdir(tmp_path)
+    arguments = {"out_dir": tmp_path / "out", "model": _model(AttentionConfig("symmetric", 0.8)), "model_label": "m",
+                 "quick": True, "seed": 0, "sweep_results": None, "link_prefix": "", **change}
+    with pytest.raises(error) as refused:
+        report.theory_report(**arguments)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_theory_report_that_fails_midway_leaves_no_folder_of_its_own(tmp_path, monkeypatch):
+    """A failure after the work began (here in the certificates) left the report's folder, made for it, empty
+    behind: now the folders it made go with its staging folder."""
+    from psattn.theory import report
+
+    def fails():
+        raise RuntimeError("failed midway")
+
+    monkeypatch.setattr(report, "certificate_results", fails)
+    with pytest.raises(RuntimeError, match="failed midway"):
+        report.theory_report(tmp_path / "new" / "theory", _model(AttentionConfig("symmetric", 0.8)), "m")
+    assert list(tmp_path.iterdir()) == []

@@ -138,6 +138,24 @@ def text_run(tmp_path, fresh_token_cache):
     return run, corpus
 
 
+def test_generate_refuses_a_checkpoint_of_another_model_in_one_line(text_run, tmp_path, capsys):
+    """docs/faults.md says ``generate`` refuses a checkpoint beside the config of another model, as train resuming,
+    eval and export do, but no test ran it: it refuses it in one line, naming the field, with the checkpoint's
+    binding, and with a checkpoint from before bindings (whose weights do not fit the config's model)."""
+    import shutil
+
+    run, corpus = text_run
+    wider = apply_overrides(_text_config(corpus), ["model.d_model=64", "train.steps=2"])
+    train(wider, tmp_path / "wider")
+    shutil.copyfile(tmp_path / "wider" / "checkpoint.pt", run / "checkpoint.pt")
+    argv = ["generate", "--run-dir", str(run), "--prompt", "def", "--max-new-tokens", "2"]
+    err = _refused(argv, capsys)
+    assert "model.d_model = 64" in err and "says 32" in err, err
+    _unbind(run / "checkpoint.pt")
+    err = _refused(argv, capsys)
+    assert "does not hold the weights of the model in" in err and "size mismatch" in err, err
+
+
 def test_a_swapped_tokenizer_is_refused_by_generate_eval_and_export(text_run, tmp_path, capsys):
     pytest.importorskip("tokenizers")
     from psattn.textdata.tokenizer import BPETokenizer

@@ -1,4 +1,5 @@
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -49,6 +50,18 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     resumed = train(tiny_config(), tmp_path)
     assert science(resumed.history) == science(reference.history)
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 10, 20, 30, 40]
+
+
+def test_a_finished_run_trained_again_is_read_not_rewritten(tmp_path):
+    """Training a finished run again (``psattn demo`` or the theory report's Bode run, rerun) rewrote its
+    metrics.jsonl, result.json and, with TensorBoard, a new events file: on a full disk it failed there. Now
+    the run is read back, its files left as they are, and the same result returned."""
+    config = tiny_config(20, tensorboard=importlib.util.find_spec("tensorboard") is not None)  # its events too
+    first = train(config, tmp_path)
+    written = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.name != ".lock"}
+    again = train(config, tmp_path)
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.name != ".lock"} == written
+    assert again == first
 
 
 def test_resume_with_dropout_draws_the_same_masks(tmp_path):

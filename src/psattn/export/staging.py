@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from psattn.files import NEW_FILE_MODE, cannot_create, write_texts
-from psattn.processes import process_alive, remove_staging, signals_unwind
+from psattn.processes import folder_made, process_alive, remove_staging, signals_unwind
 from psattn.training.signals import stop_signals_held
 
 log = logging.getLogger(__name__)
@@ -62,21 +61,6 @@ def _tidy(target: Path) -> None:
             log.warning("putting back %s, set aside by an export that was killed while moving", target)
             (old / target.name).rename(target)
         shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _folder_made(folder: Path) -> Iterator[None]:
-    """Make ``folder`` and its missing parents for the block; when the block fails, remove again those
-    it made that are still empty, so that a refused or failed export leaves no folder of its own."""
-    made = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))  # deepest first
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        yield
-    except BaseException:
-        for path in made:
-            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
-                path.rmdir()
-        raise
 
 
 def _new_folder(target: Path, kind: str) -> Path:
@@ -155,7 +139,7 @@ def staged_folder(target: str | Path, *, force: bool = False, what: str = "the e
     for inside in (Path.cwd(), *map(Path, keep)):
         if inside.resolve() == whole or whole in inside.resolve().parents:
             raise ValueError(f"{target} holds {inside}, and {what} replaces its folder as a whole: name a folder of its own")
-    with signals_unwind(), _folder_made(target.parent):
+    with signals_unwind(), folder_made(target.parent):
         _tidy(target)
         if target.is_dir() and not force:
             foreign = _foreign(target)
@@ -207,7 +191,7 @@ def staged_files(target: str | Path, family: Callable[[Path], Iterable[Path]], *
     for path in (target, *family(target)):
         if path.resolve() in kept:
             raise ValueError(f"exporting to {target} would replace {path}, a file of the run itself: name another file")
-    with signals_unwind(), _folder_made(target.parent):
+    with signals_unwind(), folder_made(target.parent):
         _tidy(target)
         staging: Path | None = None
         placed = False

@@ -44,7 +44,7 @@ from psattn.meanfield.experiments import (
 from psattn.meanfield.simulate import simulate
 from psattn.meanfield.staging import STAGING_PREFIX
 from psattn.meanfield.theorems import TheoremCheck
-from psattn.processes import new_staging, signals_unwind, tidy_staging
+from psattn.processes import folder_made, new_staging, signals_unwind, tidy_staging
 from psattn.progress import progress_bar
 from psattn.provenance import git_revision
 from psattn.version import __version__
@@ -97,24 +97,47 @@ def meanfield_report(
     line holds the stop signals there): a failure or a kill midway leaves an earlier report whole, not a mix of two.
     SIGTERM and SIGHUP (in the main thread, where their handlers are the default) stop it as Ctrl-C does: the staging
     folder is removed and the KeyboardInterrupt goes on, its ``signum`` naming the signal.
+
+    Arguments of the wrong kind (an ``out_dir`` that is no path or is a file, a ``quick`` or ``progress`` that is not
+    a bool, ``threads`` that is not a positive integer or None, a ``moving`` that is not a function) are refused in
+    one line before any work; a failure leaves no ``out_dir`` that this call made.
     """
-    out = Path(out_dir)
+    out = _check_report_arguments(out_dir, quick, progress, threads, moving)
     earlier = (out / "report.md").is_file()  # the folder holds an earlier report, whose figures may not be rewritten
-    out.mkdir(parents=True, exist_ok=True)
-    tidy_staging(out, STAGING_PREFIX)
-    # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; the staging folder is removed as the
-    # block ends, a second stop meanwhile held until it is gone
-    with signals_unwind(end=False), new_staging(out, f"{STAGING_PREFIX}{os.getpid()}-") as staging:
-        result = _write_report(staging, quick, progress, threads)
-        with moving():
-            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                target = out / path.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, target)
-            if earlier:
-                remove_stale_figures(out, result["files"])
-            shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
+    with folder_made(out):
+        tidy_staging(out, STAGING_PREFIX)
+        # SIGTERM and SIGHUP, which ended the process on the spot, stop it as Ctrl-C; the staging folder is removed as
+        # the block ends, a second stop meanwhile held until it is gone
+        with signals_unwind(end=False), new_staging(out, f"{STAGING_PREFIX}{os.getpid()}-") as staging:
+            result = _write_report(staging, quick, progress, threads)
+            with moving():
+                for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                    target = out / path.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, target)
+                if earlier:
+                    remove_stale_figures(out, result["files"])
+                shutil.rmtree(staging)  # its folders, emptied, before a stop held meanwhile ends the process
     return {**result, "report": str(out / "report.md")}
+
+
+def _check_report_arguments(out_dir: Any, quick: Any, progress: Any, threads: Any, moving: Any) -> Path:
+    """``out_dir`` as a Path, after ``meanfield_report``'s arguments are checked (TypeError or ValueError, one line)."""
+    if not isinstance(out_dir, str | os.PathLike):
+        raise TypeError(f"out_dir must be a folder's path, got {type(out_dir).__name__}")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {out} is a file; the report is a folder: name a new folder, or an earlier report's")
+    for name, value in (("quick", quick), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise TypeError(f"threads must be an integer ≥ 1 or None, got {threads!r}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be an integer ≥ 1 or None, got {threads!r}")
+    if not callable(moving):
+        raise TypeError(f"moving must be a function returning a context manager, got {type(moving).__name__}")
+    return out
 
 
 def _write_report(out: Path, quick: bool, progress: bool, threads: int | None) -> dict[str, Any]:

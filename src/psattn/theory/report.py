@@ -11,8 +11,9 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -275,13 +276,59 @@ def theory_report(out_dir: str | Path, model, model_label: str, quick: bool = Tr
     pairs or records, or a JSON file of them, for the empirical exponent.
     ``link_prefix``: prepended to the figure links of the returned markdown (e.g. "theory/" when it
     is embedded in a report one folder up); theory.md itself links to the figures beside it.
+
+    Arguments of the wrong kind (a ``model`` that is not a ``DecoderLM``, an ``out_dir`` that is no path or is a file,
+    a ``quick`` that is not a bool, a seed outside [0, 2**32), ``sweep_results`` that are neither pairs nor records,
+    a ``model_label`` or ``link_prefix`` that is not a string, a ``moving`` that is not a function) are refused in one
+    line before any work; a failure leaves no ``out_dir`` that this call made.
     """
     from psattn.theory import plots  # noqa: F401  (matplotlib: a missing one is told before the folder is made)
 
-    out = Path(out_dir)
+    out = _check_out_dir(out_dir)
+    sweep_results = _check_report_arguments(model, model_label, quick, sweep_results, seed, link_prefix, moving)
     with staged_folder(out, STAGING_PREFIX, moving) as staging:
         result = _write_report(staging, model, model_label, quick, sweep_results, seed, link_prefix)
     return {**result, "figures": {k: str(out / Path(path).name) for k, path in result["figures"].items()}}
+
+
+def _check_out_dir(out_dir: Any) -> Path:
+    """``out_dir`` as a Path: refused (TypeError, ValueError) when it is no path, or names a file."""
+    if not isinstance(out_dir, str | os.PathLike):
+        raise TypeError(f"out_dir must be a folder's path, got {type(out_dir).__name__}")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {out} is a file; the report is a folder: name a new folder, or an earlier report's")
+    return out
+
+
+def _check_report_arguments(model: Any, model_label: Any, quick: Any, sweep_results: Any, seed: Any,
+                            link_prefix: Any, moving: Any) -> list[tuple[float, float]] | None:
+    """``theory_report``'s arguments checked before any work (TypeError or ValueError, one line); the sweep results
+    as (d_k, gamma_critical) pairs (None: none given)."""
+    from psattn.models.decoder import DecoderLM
+
+    if not isinstance(model, DecoderLM):  # measure_bode refused it, after the certificates and the reduced model
+        raise TypeError(f"model must be a psattn DecoderLM (psattn.training.load_trained(run_dir)), "
+                        f"got {type(model).__name__}")
+    for name, value in (("model_label", model_label), ("link_prefix", link_prefix)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be True or False, got {quick!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed must lie in [0, 2**32 = {2**32}), got {seed}")
+    if not callable(moving):
+        raise TypeError(f"moving must be a function returning a context manager, got {type(moving).__name__}")
+    if sweep_results is None:
+        return None
+    if isinstance(sweep_results, str | os.PathLike):
+        return load_sweep_results(sweep_results)
+    if isinstance(sweep_results, Mapping) or not isinstance(sweep_results, Iterable):
+        raise TypeError("sweep_results must be (d_k, gamma_critical) pairs or records, or a JSON file of them, "
+                        f"got {type(sweep_results).__name__}")
+    return sweep_pairs(sweep_results)  # a malformed pair or record: a ValueError naming it (it was written as the fit)
 
 
 def _write_report(out: Path, model, model_label: str, quick: bool, sweep_results, seed: int,

@@ -13,6 +13,7 @@ reader (export, the transformers bridge, the command line, the studies) reads it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -450,6 +451,49 @@ def clear_run_files(run_dir: Path) -> None:
     for stale in (RESULT, CHECKPOINT):
         (run_dir / stale).unlink(missing_ok=True)
     shutil.rmtree(run_dir / TENSORBOARD, ignore_errors=True)
+
+
+def undo_failed_start(run_dir: Path) -> None:
+    """Remove what a start that failed before its first trained step wrote (config.json, meta.json, metrics.jsonl
+    and its step-0 row, a text run's tokenizer.json and data.json, TensorBoard events): a run that does not fit in
+    memory at its first step leaves the directory as the start found it, not a run that a smaller model there is
+    refused beside. A directory holding anything trained (a checkpoint, a result, a metrics row past step 0) is left
+    as it is."""
+    if (run_dir / CHECKPOINT).exists() or (run_dir / RESULT).exists():
+        return
+    try:
+        rows = [json.loads(line) for line in (run_dir / METRICS).read_text().splitlines()]
+    except FileNotFoundError:
+        rows = []
+    except (OSError, ValueError):  # not what this start wrote
+        return
+    if any(not isinstance(row, dict) or row.get("step") != 0 for row in rows):
+        return
+    for name in (CONFIG, META, METRICS, TOKENIZER, DATA):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / TENSORBOARD, ignore_errors=True)
+
+
+def write_history(run_dir: Path, history: list[dict[str, Any]]) -> None:
+    """Make the run's metrics.jsonl hold ``history`` (a resumed checkpoint's): lines written after the
+    checkpoint are dropped, and a file a full disk cut short is made whole. A file that already holds
+    exactly ``history`` (a finished run read again) is left as it is, unwritten."""
+    text = "".join(json.dumps(row) + "\n" for row in history).encode()  # as append_metrics_row writes each row
+    path = run_dir / METRICS
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == text:
+            return
+    write_jsonl(path, history)
+
+
+def write_result(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary`` (``RunResult.summary``) as the run's result.json, unless it already holds exactly that
+    (a finished run read again is not rewritten)."""
+    path = run_dir / RESULT
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_bytes()) == summary:
+            return
+    write_json(path, summary)
 
 
 def append_metrics_row(run_dir: Path, row: dict[str, Any]) -> None:

@@ -14,13 +14,13 @@ import dataclasses
 import logging
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from psattn.files import write_json, write_jsonl
+from psattn.files import write_json
 from psattn.progress import progress_bar
 from psattn.tasks.batch import IGNORE_INDEX
 from psattn.tasks.registry import sample_task
@@ -51,7 +51,6 @@ from psattn.training.reporting import board_scalars, evaluation_line, summary_wr
 from psattn.training.run_dir import (
     CHECKPOINT,
     CONFIG,
-    METRICS,
     RESULT,
     TENSORBOARD,
     RunResult,
@@ -61,6 +60,9 @@ from psattn.training.run_dir import (
     clear_run_files,
     eval_batch,
     load_result,
+    undo_failed_start,
+    write_history,
+    write_result,
     write_run_files,
 )
 from psattn.training.schedule import build_optimizer
@@ -108,18 +110,19 @@ class _Run:
         return self.run_dir
 
     def start_or_resume(self, resume: bool) -> None:
-        """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it); otherwise clear
-        what an earlier run left in the directory and log the untrained model as the step-0 row."""
+        """Load the checkpoint when resuming from one (metrics.jsonl is cut back to it, and a finished run,
+        with no step left, is left unwritten); otherwise clear what an earlier run left in the directory and
+        log the untrained model as the step-0 row."""
         if resume and self.ckpt_path is not None and self.ckpt_path.exists():
             self.state.load(self.ckpt_path, self.directory / CONFIG)
             if self.writes:
-                write_jsonl(self.directory / METRICS, self.state.history)  # drop lines written after the checkpoint
+                write_history(self.directory, self.state.history)  # drop lines written after the checkpoint
                 if (load_result(self.directory) or {}).get("diverged_at") is not None:
                     (self.directory / RESULT).unlink()  # trained again from before the divergence: unfinished
             log.info("resumed %s at step %d", self.run_dir, self.state.step)
         elif self.writes:  # a fresh start: nothing of an earlier run in this directory may survive
             clear_run_files(self.directory)
-        if self.t.tensorboard and self.writes:
+        if self.t.tensorboard and self.writes and not self.finished():  # a finished run logs nothing more
             after = self.state.step + 1 if self.state.step else None  # the checkpoint's own row, in its history, stays
             self.board = tensorboard_writer(self.directory / TENSORBOARD, purge_step=after)
         if not self.state.history:
@@ -185,6 +188,10 @@ class _Run:
             self.state.emergence_step = self.state.step
         return row
 
+    def finished(self) -> bool:
+        """No step is left to take: the budget is spent, or early stopping has stopped the run."""
+        return self.state.step >= self.t.steps or self.stops_early()
+
     def stops_early(self) -> bool:
         """With early stopping: held-out accuracy has stayed at the threshold long enough."""
         return self.t.early_stop and at_threshold_streak(self.state.history, self.t.threshold) >= self.t.early_stop_evals
@@ -198,6 +205,21 @@ class _Run:
     def close(self) -> None:
         if self.board is not None:
             self.board.close()
+            self.board = None
+
+
+@contextlib.contextmanager
+def _undone_unless_trained(run: _Run) -> Iterator[None]:
+    """Run the block; when it fails before the run has trained a step into its directory (a model that does not fit
+    in memory at its first step, say), remove what it wrote (``undo_failed_start``), so that the directory, and the
+    lock's folder with it, is left as the start found it."""
+    try:
+        yield
+    except BaseException:
+        if run.writes:
+            run.close()
+            undo_failed_start(run.directory)
+        raise
 
 
 
@@ -217,8 +239,9 @@ def train(
     again: str | None = None,
 ) -> RunResult:
     """Train ``config``; with ``run_dir``, write the run files there and resume from its
-    checkpoint when one exists. ``on_step(step, loss)`` is called after every optimiser step (``loss`` None
-    for a batch that scored no position, as the history's ``train_loss``).
+    checkpoint when one exists (a finished run there is read back, its files left unwritten). ``on_step(step, loss)``
+    is called after every optimiser step (``loss`` None for a batch that scored no position, as the history's
+    ``train_loss``).
 
     ``time_limit_s`` stops at the first step boundary after that many seconds of this call:
     the checkpoint is written, no ``result.json`` (the run is unfinished), and the returned
@@ -229,7 +252,8 @@ def train(
     ``TrainingInterrupted`` raised; calling again resumes exactly.
 
     A run directory is trained by one process at a time: another process holding it raises
-    ``RunLocked`` (``lock=False``: the caller holds the lock).
+    ``RunLocked`` (``lock=False``: the caller holds the lock). A start that fails before its first trained
+    step (out of memory there, say) removes what it wrote, leaving the directory as it found it.
 
     ``report(line)`` receives a start line (parameters, device, steps, run directory) and one line per
     evaluation (``evaluation_line``), for a console. ``metrics(model, task, held_out)`` adds columns to
@@ -297,73 +321,73 @@ def train(
             check_binding(run_dir, config, run_dir / CHECKPOINT, bound)
             check_extensions(run_dir, run_dir / CHECKPOINT, bound, extensions)
             check_budget(run_dir, run_dir / CHECKPOINT, bound, config, extensions)
-        if run_dir is not None:
-            write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
-        timed_out, stop = False, StopFlag()
+        with _undone_unless_trained(run):  # a start that fails leaves the directory as it found it
+            if run_dir is not None:
+                write_run_files(run_dir, config, ddp.is_main, fresh=fresh, extensions=extensions)
+            timed_out, stop = False, StopFlag()
 
-        def interrupted(signum: int) -> TrainingInterrupted:
-            rerun = again or ("the same command again" if resume else "train(..., resume=True)")
-            hint = (f"checkpoint written in {run_dir}; run {rerun} to resume" if run_dir is not None
-                    else "no run directory, nothing kept")
-            return TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
-                                       signum, run.state.step)
+            def interrupted(signum: int) -> TrainingInterrupted:
+                rerun = again or ("the same command again" if resume else "train(..., resume=True)")
+                hint = (f"checkpoint written in {run_dir}; run {rerun} to resume" if run_dir is not None
+                        else "no run directory, nothing kept")
+                return TrainingInterrupted(f"{signal.Signals(signum).name} at step {run.state.step}: {hint}",
+                                           signum, run.state.step)
 
-        with stop.installed() if handle_signals else contextlib.nullcontext():
-            run.start_or_resume(resume)  # a signal in its step-0 evaluation is honoured at the first step boundary
-            say = report if report is not None and ddp.is_main else (lambda line: None)
-            say(f"{'resuming' if run.state.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters "
-                f"on {device}, step {run.state.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir else ""))
-            bar = progress_bar(total=t.steps, initial=run.state.step, enabled=progress and ddp.is_main, desc=config.name,
-                               leave=False)
-            run.model.train()
-            start = time.perf_counter()
-            while run.state.step < t.steps and not run.stops_early():
-                loss = run.train_step()
-                if on_step is not None:  # reads the loss anyway
-                    run.raise_if_diverged()
-                    on_step(run.state.step, loss.item() if run.scored_last else None)  # 0.0 over no position
-                bar.update(1)
-                if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
-                    run.raise_if_diverged()
-                    loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
-                    # a batch that scored no position (full-sequence induction rows without a repeat) has no loss
-                    train_loss = loss.item() if run.scored_last else None
-                    row = run.evaluate_and_log(train_loss, run.state.seconds + time.perf_counter() - start)
-                    bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
-                    say(evaluation_line(row, t.steps))
-                done = run.stops_early()
-                over_time = (time_limit_s is not None and run.state.step < t.steps and not done
-                             and time.perf_counter() - called >= time_limit_s)
-                if should_stop is not None and not stop.requested and should_stop():
-                    stop.signum = signal.SIGTERM
-                # read once: a signal landing after this is honoured at the next boundary; under DDP every rank
-                # stops at the step where any rank saw one or ran out of time (docs/scale-out.md)
-                timed_out, signum = agree_on_stop(over_time, stop.signum, ddp)
-                stopping = signum is not None
-                if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stopping or timed_out:
-                    run.raise_if_diverged()  # a diverged model is never saved
-                    run.state.seconds += time.perf_counter() - start
-                    start = time.perf_counter()
-                    run.checkpoint()
-                if signum is not None:  # checkpointed above, after raise_if_diverged
+            with stop.installed() if handle_signals else contextlib.nullcontext():
+                run.start_or_resume(resume)  # a signal in its step-0 evaluation is honoured at the first step boundary
+                say = report if report is not None and ddp.is_main else (lambda line: None)
+                say(f"{'resuming' if run.state.step else 'training'} {config.name}: {run.model.num_parameters():,} parameters "
+                    f"on {device}, step {run.state.step} of {t.steps}" + (f", run directory {run_dir}" if run_dir else ""))
+                bar = progress_bar(total=t.steps, initial=run.state.step, enabled=progress and ddp.is_main, desc=config.name,
+                                   leave=False)
+                run.model.train()
+                start = time.perf_counter()
+                while not run.finished():
+                    loss = run.train_step()
+                    if on_step is not None:  # reads the loss anyway
+                        run.raise_if_diverged()
+                        on_step(run.state.step, loss.item() if run.scored_last else None)  # 0.0 over no position
+                    bar.update(1)
+                    if run.state.step % t.eval_every == 0 or run.state.step == t.steps:
+                        run.raise_if_diverged()
+                        loss = mean_over_ranks(loss, ddp)  # the global batch's loss, for the log
+                        # a batch that scored no position (full-sequence induction rows without a repeat) has no loss
+                        train_loss = loss.item() if run.scored_last else None
+                        row = run.evaluate_and_log(train_loss, run.state.seconds + time.perf_counter() - start)
+                        bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{row['eval_accuracy']:.3f}")
+                        say(evaluation_line(row, t.steps))
+                    done = run.stops_early()
+                    over_time = (time_limit_s is not None and run.state.step < t.steps and not done
+                                 and time.perf_counter() - called >= time_limit_s)
+                    if should_stop is not None and not stop.requested and should_stop():
+                        stop.signum = signal.SIGTERM
+                    # read once: a signal landing after this is honoured at the next boundary; under DDP every rank
+                    # stops at the step where any rank saw one or ran out of time (docs/scale-out.md)
+                    timed_out, signum = agree_on_stop(over_time, stop.signum, ddp)
+                    stopping = signum is not None
+                    if run.state.step % t.checkpoint_every == 0 or done or run.state.step == t.steps or stopping or timed_out:
+                        run.raise_if_diverged()  # a diverged model is never saved
+                        run.state.seconds += time.perf_counter() - start
+                        start = time.perf_counter()
+                        run.checkpoint()
+                    if signum is not None:  # checkpointed above, after raise_if_diverged
+                        bar.close()
+                        raise interrupted(signum)
+                    if timed_out:
+                        log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
+                        break
+                # a signal after the last step's look: above all one while a finished run's checkpoint loads, when no
+                # step is left to take (the loop never ran); its checkpoint is this step's, as at a step boundary
+                _, signum = agree_on_stop(False, stop.signum, ddp)
+                if signum is not None:
                     bar.close()
                     raise interrupted(signum)
-                if timed_out:
-                    log.info("time limit reached at step %d; checkpoint written, rerun to resume", run.state.step)
-                    break
-            # a signal after the last step's look: above all one while a finished run's checkpoint loads, when no
-            # step is left to take (the loop never ran); its checkpoint is this step's, as at a step boundary
-            _, signum = agree_on_stop(False, stop.signum, ddp)
-            if signum is not None:
-                bar.close()
-                raise interrupted(signum)
-            run.raise_if_diverged()
-            run.state.seconds += time.perf_counter() - start
+                run.raise_if_diverged()  # the loop ends at a checkpoint, whose seconds are the run's
         bar.close()
         run.close()
         result = RunResult.of(run.state, t.steps, timed_out)
-        if run.writes and not timed_out:
-            write_json(run.directory / RESULT, result.summary())
+        if run.writes and not timed_out:  # a finished run read again holds this result already: not rewritten
+            write_result(run.directory, result.summary())
         barrier(ddp)
         return result
 

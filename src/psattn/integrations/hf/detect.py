@@ -26,9 +26,10 @@ sliding windows, sinks), which the base kernel handles as it does without PSA.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +178,22 @@ def _dry_input(model: Any) -> tuple[Tensor, Tensor]:
     return torch.tensor([ids], device=device), torch.tensor([[0, 1, 1, 1]], device=device)
 
 
+@contextlib.contextmanager
+def _uncompiled(model: Any) -> Iterator[Any]:
+    """The module to run ``model`` eagerly through: the one inside ``torch.compile(model)`` (its ``_orig_mod``), or
+    ``model``, its own compiled call (``model.compile()``) set aside for the block. The dry run runs eagerly, since
+    through Dynamo it took seconds of tracing (the recording breaks the graph) and filled the compiled model's cache
+    with graphs of the probe. The compiled model still sees the patched attention: its guards recompile it."""
+    inner = getattr(model, "_orig_mod", None)
+    module = inner if isinstance(inner, nn.Module) else model
+    compiled = vars(module).get("_compiled_call_impl")
+    module._compiled_call_impl = None
+    try:
+        yield module
+    finally:
+        module._compiled_call_impl = compiled
+
+
 def _record(model: Any, base: str) -> _Recorder:
     recorder = _Recorder()
     patched: list[tuple[Any, str, Any]] = []  # (python module, name, original function)
@@ -197,8 +214,8 @@ def _record(model: Any, base: str) -> _Recorder:
         model.set_attn_implementation(f"psa_probe_{base}")
         recorder.switched = model.config._attn_implementation == f"psa_probe_{base}"
         model.eval()
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            model(input_ids=ids, attention_mask=mask, use_cache=True)
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), _uncompiled(model) as eager:
+            eager(input_ids=ids, attention_mask=mask, use_cache=True)
     except Exception as err:  # noqa: BLE001  (any failure of the model's own forward is reported in one line)
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise NotImplementedError(
