@@ -324,7 +324,7 @@ def _check_report_arguments(model: Any, model_label: Any, quick: Any, sweep_resu
     if sweep_results is None:
         return None
     if isinstance(sweep_results, str | os.PathLike):
-        return load_sweep_results(sweep_results)
+        return load_sweep_results(Path(sweep_results))
     if isinstance(sweep_results, Mapping) or not isinstance(sweep_results, Iterable):
         raise TypeError("sweep_results must be (d_k, gamma_critical) pairs or records, or a JSON file of them, "
                         f"got {type(sweep_results).__name__}")
