@@ -13,7 +13,8 @@
 - a repeated passage: a held-out passage of T/2 tokens shown twice; the loss on each copy (the most
   direct measure of copying in context) and every head's prefix-matching score on it, the same
   attention read on the passage (where a token that recurs within the passage makes a head that
-  follows its most recent occurrence score lower: ``psattn.models.heads``).
+  follows its most recent occurrence score lower: ``psattn.models.heads``); the text phase-change rule
+  reads this one (``psattn.experiments.phase_change`` says why).
 """
 
 from __future__ import annotations
