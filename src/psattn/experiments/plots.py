@@ -163,12 +163,13 @@ def plot_phase_change(histories: dict[str, list[dict[str, Any]]], path: str | Pa
         prefix.axhline(uniform_score(t), color="grey", linestyle=":", linewidth=1,
                        label=f"uniform attention, T = {t} (~ln 2/(T/2) = {uniform_score(t):.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
-    prefix.set(yscale="log", xlabel="training tokens (millions)", ylabel="best prefix-matching score (any head)",
+    prefix.set(yscale="log", xlabel="training tokens (millions)",
+               ylabel="best prefix-matching score\n(any head, repeated passage)",
                title="prefix matching\n(circle: phase change" + ("; dotted: predicted)" if predicted else ")"))
     previous.set(xlabel="training tokens (millions)", ylabel="best previous-token score", ylim=(0, 1),
                  title="previous-token heads by layer\n(dashed: layer 1)")
     icl.set(xlabel="training tokens (millions)", ylabel=RUN_METRICS["icl_score"], title="in-context learning score\n")
-    prefix.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    prefix.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2)
     icl.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, path)
 

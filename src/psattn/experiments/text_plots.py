@@ -118,7 +118,7 @@ def plot_copying(histories: dict[str, list[dict[str, Any]]], path: str | Path, *
                    label=f"uniform attention (~ln 2/(T/2) = {uniform_score(context):.3f})")
     prefix.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"phase-change threshold ({threshold:g})")
     copy.axhline(copy_threshold, color="black", linestyle="--", linewidth=1)
-    prefix.set(yscale="log", ylabel="best prefix-matching score (any head)",
+    prefix.set(yscale="log", ylabel="best prefix-matching score\n(any head, repeated passage)",
                title="prefix matching\n(circle: phase change)")
     icl.set(ylabel="ICL score (nats; late minus early loss)", title="in-context learning\n(lower is better)")
     copy.set(ylabel="copy gain (nats; 1st minus 2nd copy)",
