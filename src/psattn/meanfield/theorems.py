@@ -112,11 +112,13 @@ def check_conditional_diracisation(
     return TheoremCheck(
         name=f"conditional Dirac-isation ({kernel})",
         passed=passed,
-        message=(f"worst co-moving spread {comoving:.2e}, graph-law distance {graph:.2e}, spread within a label "
+        message=(f"worst co-moving spread {comoving:.2e}, graph-law distance "
+                 f"{'undefined (co-moving mean 0)' if math.isnan(graph) else f'{graph:.2e}'}, spread within a label "
                  f"{'(one token per label)' if math.isnan(slices) else f'{slices:.2e}'}; "
                  f"smallest marginal spread {marginal:.3f}"),
-        details={"comoving_spread": comoving, "graph_law_distance": graph, "marginal_spread": marginal,
-                 **({} if math.isnan(slices) else {"conditional_spread": slices})},  # strict JSON has no NaN
+        details={"comoving_spread": comoving, "marginal_spread": marginal,  # strict JSON has no NaN
+                 **({} if math.isnan(graph) else {"graph_law_distance": graph}),
+                 **({} if math.isnan(slices) else {"conditional_spread": slices})},
         kind="diracisation",
         data={
             "kernel": kernel,
