@@ -220,6 +220,13 @@ def test_metastability_fails_where_clusters_merge_as_fast_as_they_form():
     assert not result.passed and result.details["lifetime_ratio"] < 2.0, result.message
 
 
+@pytest.mark.parametrize("ratio", [math.nan, 0.0, -1.0, True])
+def test_metastability_refuses_a_lifetime_ratio_that_is_not_a_positive_number(ratio):
+    """A ratio of 0 or below passed every run that formed a few clusters, however soon they merged."""
+    with pytest.raises(ValueError, match="min_lifetime_ratio must be a finite number > 0"):
+        check_metastability(n=16, tau=150.0, min_lifetime_ratio=ratio)
+
+
 def test_metastability_rate():
     result = check_metastability_rate(betas=(2.0, 3.0, 4.0, 5.0), batch=1)
     assert result.passed, result.message
