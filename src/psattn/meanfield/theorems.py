@@ -461,14 +461,14 @@ def check_metastability(
     ratio = float(np.median(ratios))
     metastable = sum(r >= min_lifetime_ratio for r in ratios)
     final_clusters = float(np.median([r["final_clusters"] for r in runs]))
-    formed = [r for r in runs if r["lifetime"] is not None]
+    formed = [r["formation_time"] for r in runs if r["formation_time"] is not None]
     return TheoremCheck(
         name="metastability (SA on the circle)",
         passed=ratio >= min_lifetime_ratio,
         message=(f"median multi-cluster lifetime {ratio:.1f} times its formation time ({min_lifetime_ratio:g} asked "
-                 f"for); {metastable} of {batch} runs metastable, {len(formed)} formed 2 to {max_clusters} clusters "
-                 f"(by t = {max((r['formation_time'] for r in formed), default=math.nan):g} at the latest), "
-                 f"{sum(r['merged'] for r in runs)} merged into one by t = {tau:g}; median {final_clusters:g} "
+                 f"for); {metastable} of {batch} runs metastable, {len(formed)} formed 2 to {max_clusters} clusters"
+                 + (f" (by t = {max(formed):g} at the latest)" if formed else "")
+                 + f", {sum(r['merged'] for r in runs)} merged into one by t = {tau:g}; median {final_clusters:g} "
                  f"clusters at t = {tau:g}"),
         details={"lifetime_ratio": ratio, "metastable_runs": float(metastable), "final_clusters": final_clusters},
         data={"runs": runs},
