@@ -80,7 +80,26 @@ def test_conditional_spread_per_prompt_group():
 
 
 def test_graph_law_distance_of_spread_state():
-    assert float(graph_law_distance(_great_circle(6), plain_kernel(6, 3))) > 1.0
+    angles = torch.linspace(0.0, 2.0, 6, dtype=torch.float64)  # an arc: its mean has a direction
+    x = torch.stack([angles.cos(), angles.sin(), torch.zeros(6, dtype=torch.float64)], -1)[None]
+    y_star = torch.tensor([math.cos(1.0), math.sin(1.0), 0.0], dtype=torch.float64)  # the arc's mean direction
+    expected = float((x[0] - y_star).norm(dim=-1).mean())
+    assert float(graph_law_distance(x, plain_kernel(6, 3))) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [4, 8, 64])
+def test_graph_law_distance_is_nan_where_the_comoving_mean_has_no_direction(n):
+    """A uniform great circle has co-moving mean 0 up to rounding: y* was the rounding error's direction, and the
+    same circle, turned, read 1.23 to 1.31 (n = 4). It is NaN now, as is the diagnostic that ``diagnose`` records."""
+    for phase in (0.0, 0.1, 0.3, 1.0):
+        angles = phase + 2 * math.pi * torch.arange(n, dtype=torch.float64) / n
+        x = torch.stack([angles.cos(), angles.sin(), torch.zeros(n, dtype=torch.float64)], -1)[None]
+        assert math.isnan(float(graph_law_distance(x, plain_kernel(n, 3))))
+        assert math.isnan(float(diagnose(x, plain_kernel(n, 3))["graph_law_distance"]))
+    balanced = _great_circle(n)
+    tilted = balanced.clone()
+    tilted[0, 0] = torch.tensor([math.cos(0.01), 0.0, math.sin(0.01)])  # ‖ȳ‖ ≈ 0.01/n: a direction again
+    assert math.isfinite(float(graph_law_distance(tilted, plain_kernel(n, 3))))
 
 
 def test_all_diagnostics_are_batched():

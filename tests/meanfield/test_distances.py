@@ -48,8 +48,45 @@ def test_energy_distance_is_a_symmetric_discrepancy():
     b[:, 0] = np.abs(b[:, 0])
     b /= np.linalg.norm(b, axis=1, keepdims=True)
     assert energy_distance(a, a) == pytest.approx(0.0, abs=1e-7)
+    for same, weights in ((a[::-1], None), (np.concatenate([a, a]), None), (a, np.full(50, 3.0))):  # one law again
+        assert energy_distance(a, same, weights_b=weights) < 1e-7  # √eps: D is the root of a sum of O(1) terms
     assert energy_distance(a, b) == pytest.approx(energy_distance(b, a))
     assert energy_distance(a, b) > 0.1
+
+
+def _on_circle(angles):
+    return np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], 1)  # (n, 3)
+
+
+@pytest.mark.parametrize("theta", [0.0, 1e-3, 1e-6, 1e-9, 1e-12])
+def test_energy_distance_of_near_laws_is_exact(theta):
+    """‖x‖² + ‖y‖² − 2⟨x, y⟩ cancelled to rounding noise for near points: two points 1e-9 apart were at energy distance
+    0 (it is 4.5e-5), and moving one of two points by 1e-12 read 1e-8 (it is 7e-7). Analytic values:
+    D(δ_x, δ_y)² = 2‖x − y‖, and D({x1, x2}, {x1, x2′})² = ‖x2 − x2′‖ / 2, with ‖x − y‖ = 2 sin(θ/2) at angle θ."""
+    chord = 2.0 * np.sin(theta / 2)  # angles 0 and θ: the points' rounding moves their chord by eps relative
+    one, other = _on_circle(np.array([0.0])), _on_circle(np.array([theta]))
+    assert energy_distance(one, other) == pytest.approx(np.sqrt(2.0 * chord), rel=1e-12)
+    pair, moved = _on_circle(np.array([2.0, 0.0])), _on_circle(np.array([2.0, theta]))
+    # the O(1) distances cancel to a few eps in D², which moves D by about eps / D: 1e-9 at D = 7e-7
+    assert energy_distance(pair, moved) == pytest.approx(np.sqrt(chord / 2.0), rel=1e-6, abs=1e-9)
+
+
+def test_energy_distance_matches_a_high_precision_reference_for_near_clouds():
+    """Clouds 1e-10 apart (D = 6.0e-6) read 0; 40-digit arithmetic on the same points is the reference."""
+    mpmath = pytest.importorskip("mpmath")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 3))
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b = a + 1e-10 * rng.standard_normal((6, 3))
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    with mpmath.workdps(40):
+        def norm(p, q):
+            return mpmath.sqrt(mpmath.fsum((mpmath.mpf(u) - mpmath.mpf(v)) ** 2 for u, v in zip(p, q, strict=True)))
+
+        def mean(x, y):
+            return mpmath.fsum(norm(p, q) for p in x for q in y) / (len(x) * len(y))
+        reference = float(mpmath.sqrt(2 * mean(a, b) - mean(a, a) - mean(b, b)))
+    assert energy_distance(a, b) == pytest.approx(reference, rel=1e-5)
 
 
 def test_coupling_bound_dominates_the_circle_w1():

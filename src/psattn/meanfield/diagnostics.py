@@ -17,7 +17,7 @@ Conditional diagnostics, which need the kernel's labels and gauges:
 - ``comoving_spread``      1 − ‖ȳ‖ of the co-moving coordinates y_i = G(ξ_i) x_i; 0 iff every slice
                            μ_ξ is the Dirac mass at x*(ξ) = G(ξ)ᵀ y* (conditional Dirac-isation).
 - ``graph_law_distance``   mean_i ‖x_i − G(ξ_i)ᵀ y*‖ with y* = ȳ/‖ȳ‖, the distance from the predicted
-                           graph law.
+                           graph law; NaN where ‖ȳ‖ ≤ √eps, which leaves y* no direction but rounding's.
 - ``conditional_spread``   mean over label groups with ≥ 2 tokens, weighted by their sizes, of
                            1 − ‖mean of x in the group‖ (NaN when every label is distinct, e.g. positions).
 """
@@ -99,11 +99,18 @@ def comoving_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
 
 
 def graph_law_distance(x: Tensor, kernel: LabelledKernel) -> Tensor:
-    """Mean distance of the co-moving particles from their normalised mean (B,)."""
+    """Mean distance of the co-moving particles from their normalised mean y* = ȳ/‖ȳ‖ (B,).
+
+    NaN where ‖ȳ‖ ≤ √eps of the dtype (co-moving particles balanced about the centre, as on a uniform great circle):
+    there y* is the direction of ȳ's rounding error, and the distance was that error's, not the state's (one great
+    circle, turned, read anywhere from 1.23 to 1.31); such a state is far from every graph law (``comoving_spread``
+    ≈ 1), and no y* is predicted."""
     y = kernel.to_comoving(x)  # (B, n, d)
-    y_star = y.mean(-2, keepdim=True)  # (B, 1, d)
-    y_star = y_star / y_star.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-    return (y - y_star).norm(dim=-1).mean(-1)  # G orthogonal: ‖x_i − G_iᵀy*‖ = ‖y_i − y*‖
+    mean = y.mean(-2, keepdim=True)  # (B, 1, d): ȳ
+    length = mean.norm(dim=-1, keepdim=True)  # (B, 1, 1)
+    y_star = mean / length.clamp_min(torch.finfo(x.dtype).tiny)
+    distance = (y - y_star).norm(dim=-1).mean(-1)  # (B,); G orthogonal: ‖x_i − G_iᵀy*‖ = ‖y_i − y*‖
+    return distance.masked_fill(length[:, 0, 0] <= torch.finfo(x.dtype).eps ** 0.5, float("nan"))
 
 
 def conditional_spread(x: Tensor, kernel: LabelledKernel) -> Tensor:
