@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -537,6 +539,20 @@ def test_the_one_pass_rotation_and_shear_equals_shearing_in_psa_attention_and_ap
         torch.testing.assert_close(one_pass, inside, atol=0, rtol=0)
     with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
         DecoderLM(config, backend="flash")
+
+
+def test_a_model_on_the_fused_backend_with_a_head_width_the_kernel_lacks_is_refused_when_built(monkeypatch):
+    """``backend="fused"`` with heads of width 24 built a model that failed at its first forward (and only where the
+    kernel could run at all); it is refused when built now, naming the widths, without importing Triton."""
+    for module in ("triton", "psattn.ops.fused_attention"):  # importing either now raises ImportError
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ValueError, match=r"backend='fused' takes a head width of 16, 32, 64, 128 .*got 24"):
+        DecoderLM(ModelConfig(vocab_size=32, d_model=48, n_heads=2), backend="fused")
+    with pytest.raises(ValueError, match="got 8"):
+        DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, d_head=8), backend="fused")
+    with pytest.raises(ValueError, match="got 24"):
+        PhaseSpaceAttention(48, 2, backend="fused")
+    DecoderLM(ModelConfig(vocab_size=32, d_model=64, n_heads=2), backend="fused")  # width 32: built
 
 
 def test_a_model_on_the_reference_backend_runs_under_bf16_autocast_as_the_default_one_does():
