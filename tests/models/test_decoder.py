@@ -253,6 +253,10 @@ def test_config_round_trip_and_errors():
         ModelConfig(d_model=12, n_heads=4)
     with pytest.raises(ValueError, match="unknown attention variant"):
         AttentionConfig("sym")
+    with pytest.raises(TypeError, match=r"attention variant must be one of \['baseline', .*\], got None"):
+        AttentionConfig(None)  # type: ignore[arg-type]  # a ValueError before, as if None were a misspelt name
+    with pytest.raises(ValueError, match="malformed model config: attention variant must be one of"):
+        ModelConfig.from_dict({"attention": {"variant": None}})  # read from a file: still a ValueError
     with pytest.raises(ValueError, match="placement"):
         AttentionConfig("symmetric", 1.0, placement="mid_rope")
     with pytest.raises(ValueError, match="finite"):

@@ -195,5 +195,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Build from plain values (a parsed JSON object); anything malformed raises ValueError."""
-        return from_fields(cls, data, "model config")
+        """Build from plain values (a parsed JSON object); anything malformed raises ValueError (a value of the
+        wrong type too, which the constructor refuses with a TypeError)."""
+        try:
+            return from_fields(cls, data, "model config")
+        except TypeError as err:
+            raise ValueError(f"malformed model config: {err}") from None
