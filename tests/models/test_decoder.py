@@ -213,9 +213,9 @@ def test_capture_and_build_context_name_arguments_of_the_wrong_kind():
     with pytest.raises(TypeError, match=r"patterns must be hook point names or shell-style patterns, got \[3\]"):
         with capture(random_model(), 3):
             pass
-    for kwargs, name in ((dict(batch=1, length=-1), "length"), (dict(batch=-1, length=3), "batch"),
-                         (dict(batch=1, length=2.0), "length")):
-        with pytest.raises(ValueError, match=f"{name} must be an integer >= 0"):
+    for kwargs, name, error in ((dict(batch=1, length=-1), "length", ValueError), (dict(batch=-1, length=3), "batch", ValueError),
+                                (dict(batch=1, length=2.0), "length", TypeError)):  # 2.0: a ValueError before
+        with pytest.raises(error, match=f"{name} must be an integer >= 0"):
             build_context(device=torch.device("cpu"), **kwargs)
 
 
@@ -298,6 +298,20 @@ def test_an_explicit_head_width_decouples_d_k_from_d_model():
 def test_malformed_model_configs_are_refused_by_name(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig.from_dict(fields)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"n_kv_heads": 2.0}, "n_kv_heads must be a positive integer, got 2.0"),
+    ({"d_head": 8.0}, "d_head must be a positive integer or unset, got 8.0"),
+    ({"mlp": "yes"}, "mlp must be true, false or one true/false per layer"),
+    ({"n_layers": 2, "mlp": [True, 1]}, "one true/false per layer"),
+    ({"tie_embeddings": 1}, "tie_embeddings must be true or false, got 1"),
+    ({"rotary_fraction": None}, "rotary_fraction must be a number"),
+])
+def test_a_model_config_built_with_a_value_of_the_wrong_type_is_a_type_error(fields, message):
+    """Built in Python, ModelConfig refused these type mistakes as ValueErrors; from a file they still are (above)."""
+    with pytest.raises(TypeError, match=message):
+        ModelConfig(**fields)
 
 
 def test_numpy_integers_are_integer_sizes():
@@ -451,6 +465,10 @@ def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was(backen
     ({"n_heads": 3}, ValueError, r"d_model \(32\) must be divisible by n_heads \(3\), or give head_dim"),
     ({"head_dim": 0}, ValueError, "head_dim must be a positive integer"),
     ({"dropout": 2.0}, ValueError, r"dropout must lie in \[0, 1\)"),
+    # type mistakes are TypeErrors (they were ValueErrors)
+    ({"n_heads": 2.0}, TypeError, "n_heads must be a positive integer, got 2.0"),
+    ({"head_dim": 8.0}, TypeError, "head_dim must be a positive integer or unset, got 8.0"),
+    ({"dropout": "0.1"}, TypeError, r"dropout must be a number in \[0, 1\), got '0.1'"),
     ({"attention": "symmetric"}, TypeError, "attention must be an AttentionConfig or None, got str"),
 ])
 def test_an_attention_layer_refuses_what_model_config_refuses(kwargs, error, message):

@@ -668,16 +668,17 @@ def test_evaluate_refuses_a_batch_that_scores_no_position():
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
 
 
-@pytest.mark.parametrize("chunk", [0, -1, 2.5, True])
-def test_evaluate_refuses_a_chunk_that_is_not_a_positive_integer_and_a_batch_that_is_not_a_task_batch(chunk):
-    """chunk 0 raised range()'s "arg 3 must not be zero", -1 a ZeroDivisionError; a tuple an AttributeError."""
+@pytest.mark.parametrize("chunk,error", [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_evaluate_refuses_a_chunk_that_is_not_a_positive_integer_and_a_batch_that_is_not_a_task_batch(chunk, error):
+    """chunk 0 raised range()'s "arg 3 must not be zero", -1 a ZeroDivisionError; a tuple an AttributeError; 2.5 and
+    True, type mistakes, were ValueErrors and are TypeErrors."""
     from psattn.tasks import TaskBatch
     from psattn.training.evaluation import evaluate
     from psattn.training.run_dir import build_model
 
     model = build_model(tiny_config())
     inputs = torch.tensor([[0, 3, 5, 3]])
-    with pytest.raises(ValueError, match=r"chunk must be a positive integer \(rows scored at once\), got"):
+    with pytest.raises(error, match=r"chunk must be a positive integer \(rows scored at once\), got"):
         evaluate(model, TaskBatch(inputs, inputs), chunk=chunk)
     with pytest.raises(TypeError, match=r"evaluate scores a TaskBatch \(TaskBatch\(inputs, targets\)\), got tuple"):
         evaluate(model, (inputs, inputs))

@@ -100,8 +100,11 @@ def probe_tokens(model, vocab_size: int, tokenizer=None) -> tuple[int, Tensor]:
 
 
 def _check_integer(name: str, value, minimum: int) -> None:
-    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+    """Refuse ``value`` unless it is an integer (not a bool) >= ``minimum``: a TypeError naming ``name`` for
+    another type (2.5, None), a ValueError for a smaller integer."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
@@ -116,9 +119,10 @@ class RepeatScores(HeadScores):
 def repeat_scores(model, rows: Tensor, half: int, offset: int = 0) -> RepeatScores:
     """Head scores and per-copy losses on ``rows`` (B, T) that hold a run of ``half`` tokens at
     ``offset`` and its exact repeat right after it (T >= offset + 2 * half)."""
-    if not isinstance(rows, Tensor) or rows.dim() != 2:  # a 1-D row raised "tuple index out of range"
-        raise ValueError(f"rows must be a (B, T) tensor of token ids, got "
-                         f"{tuple(rows.shape) if isinstance(rows, Tensor) else type(rows).__name__}")
+    if not isinstance(rows, Tensor):
+        raise TypeError(f"rows must be a (B, T) tensor of token ids, got {type(rows).__name__}")
+    if rows.dim() != 2:  # a 1-D row raised "tuple index out of range"
+        raise ValueError(f"rows must be a (B, T) tensor of token ids, got {tuple(rows.shape)}")
     _check_integer("half", half, 2)  # a float raised an indexing error deep inside
     _check_integer("offset", offset, 0)  # a negative offset indexed from the end and returned scores
     if rows.shape[1] < offset + 2 * half:
@@ -179,13 +183,15 @@ def head_scores(model, *, batch: int = 32, half: int = 24, seed: int = 0, vocab_
         config = config.get_text_config()
     model_vocab = config.vocab_size if vocab_size is None else getattr(config, "vocab_size", None)
     vocab_size = model_vocab if vocab_size is None else vocab_size
-    if isinstance(batch, bool) or not isinstance(batch, Integral) or batch < 1:  # 0 rows gave NaN scores
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    _check_integer("batch", batch, 1)  # 0 rows gave NaN scores
     _check_integer("half", half, 2)  # -3 raised torch's "negative dimension", 2.5 randint's TypeError
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral) or vocab_size < 2 or \
-            (model_vocab is not None and vocab_size > model_vocab):
-        raise ValueError(f"vocab_size must be an integer in [2, {model_vocab or 'the vocabulary'}] (BOS and one more "
-                         f"token, at most the model's), got {vocab_size!r}")
+    takes = (f"vocab_size must be an integer in [2, {model_vocab or 'the vocabulary'}] (BOS and one more token, at "
+             f"most the model's), got {vocab_size!r}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral):
+        raise TypeError(takes)
+    if vocab_size < 2 or (model_vocab is not None and vocab_size > model_vocab):
+        raise ValueError(takes)
+    vocab_size = int(vocab_size)  # a NumPy integer too
     bos, ids = probe_tokens(model, vocab_size, tokenizer)
     g = torch.Generator().manual_seed(seed)
     return repeat_scores(model, repeated_tokens(batch, half, vocab_size, g, bos, ids=ids), half, offset=1)
