@@ -137,8 +137,11 @@ def test_init_sets_the_scale_of_every_matrix(init, std):
         for weight in (embed, q, down):
             assert weight.std().item() == pytest.approx(std, rel=0.05)
     assert ModelConfig(d_model=768).init_std == pytest.approx(0.0208, abs=1e-4)  # GPT-2's 0.02 at its width
-    for bad in (0.0, -1.0, float("inf"), "0.1", True, "xavier"):
+    for bad in (0.0, -1.0, float("inf"), "0.1", "xavier"):
         with pytest.raises(ValueError, match="init must be"):
+            ModelConfig(init=bad)
+    for bad in (True, None):  # neither a name nor a number: a TypeError (True was a ValueError)
+        with pytest.raises(TypeError, match="init must be"):
             ModelConfig(init=bad)
 
 
@@ -306,6 +309,7 @@ def test_malformed_model_configs_are_refused_by_name(fields, message):
     ({"mlp": "yes"}, "mlp must be true, false or one true/false per layer"),
     ({"n_layers": 2, "mlp": [True, 1]}, "one true/false per layer"),
     ({"tie_embeddings": 1}, "tie_embeddings must be true or false, got 1"),
+    ({"rope_base": "1e4"}, "rope_base must be a finite number > 1, got '1e4'"),
     ({"rotary_fraction": None}, "rotary_fraction must be a number"),
 ])
 def test_a_model_config_built_with_a_value_of_the_wrong_type_is_a_type_error(fields, message):

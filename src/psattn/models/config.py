@@ -142,10 +142,10 @@ class ModelConfig:
         if self.d_head is not None:
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
-        if self.init not in INITS and not (
-            isinstance(self.init, (int, float)) and not isinstance(self.init, bool) and 0.0 < self.init < math.inf
-        ):
-            raise ValueError(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
+        number = isinstance(self.init, (int, float)) and not isinstance(self.init, bool)
+        if self.init not in INITS and not (number and 0.0 < self.init < math.inf):
+            error = ValueError if number or isinstance(self.init, str) else TypeError
+            raise error(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
         if not isinstance(self.tie_embeddings, bool):
             raise TypeError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         if isinstance(self.mlp, list):
@@ -157,7 +157,9 @@ class ModelConfig:
                                  f"got {self.mlp!r}")
         elif not isinstance(self.mlp, bool):
             raise TypeError(f"mlp must be true, false or one true/false per layer, got {self.mlp!r}")
-        if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
+        if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)):
+            raise TypeError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
+        if not (self.rope_base > 1.0 and math.isfinite(self.rope_base)):
             raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
         check_dropout_rate(self.dropout)
         rotary_dim(self.head_dim, self.rotary_fraction)
