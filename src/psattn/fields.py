@@ -36,11 +36,14 @@ def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
 
 
 def check_choices(obj: Any, what: str) -> None:
-    """Refuse, with a ValueError naming ``what`` and the field, a value outside its ``Literal[...]`` type."""
+    """Refuse, naming ``what`` and the field, a value outside its ``Literal[...]`` type: a TypeError for a value of
+    another type than the choices' (None or a number where a name is taken), a ValueError for another value."""
     # a class is hashable; mypy checks its unbound __hash__ and says it is not
     for name, choices in literal_fields(type(obj)).items():  # type: ignore[arg-type]
         value = getattr(obj, name)
-        if value not in choices or isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, tuple({type(choice) for choice in choices})):
+            raise TypeError(f"{what} {name} must be one of {list(choices)}, got {value!r}")
+        if value not in choices:
             raise ValueError(f"unknown {what} {name} {value!r}; expected one of {list(choices)}")
 
 

@@ -148,8 +148,8 @@ def test_evaluate_run_names_rows_and_overrides_when_they_are_bad(tmp_path):
     from psattn.training.evaluation import evaluate_run
 
     train(tiny_config(2), tmp_path / "run")
-    for rows in (0, -1, 2.5):
-        with pytest.raises(ValueError, match=r"rows must be a positive integer or None \(the run's eval_size\), got"):
+    for rows, error in ((0, ValueError), (-1, ValueError), (2.5, TypeError)):  # 2.5: a ValueError before
+        with pytest.raises(error, match=r"rows must be a positive integer or None \(the run's eval_size\), got"):
             evaluate_run(tmp_path / "run", rows=rows)
     with pytest.raises(TypeError, match="overrides must be a list of 'section.field=value' strings, got 'task.seq_len=32'"):
         evaluate_run(tmp_path / "run", "task.seq_len=32")

@@ -142,6 +142,49 @@ def test_head_scores_on_a_transformers_model():
     assert full.first_copy_loss > 0 and full.second_copy_loss > 0
 
 
+def probe_rows(model, **kwargs) -> torch.Tensor:
+    """The [BOS] + R + R rows ``head_scores(model, **kwargs)`` runs ``model`` on."""
+    seen = []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        head_scores(model, batch=32, half=8, **kwargs)
+    finally:
+        handle.remove()
+    return seen[0]
+
+
+def test_head_scores_start_rows_with_the_model_start_token_and_draw_no_special_token():
+    """Rows started with id 0 (Llama's <unk>, GPT-2's "!") and R held the config's bos, eos and pad ids."""
+    model = apply_psa(tiny_model(bos_token_id=5, eos_token_id=[6, 7], pad_token_id=0), "key_only", 1.0)
+    rows = probe_rows(model)
+    assert (rows[:, 0] == 5).all()
+    assert not torch.isin(rows[:, 1:], torch.tensor([0, 5, 6, 7])).any()
+
+
+def test_head_scores_start_a_model_without_bos_with_its_decoder_start_token_and_else_with_0():
+    """A config with a decoder start token but no bos started rows with 0 and drew the start token into R."""
+    rows = probe_rows(apply_psa(tiny_model(bos_token_id=None, decoder_start_token_id=9), "key_only", 1.0))
+    assert (rows[:, 0] == 9).all() and not torch.isin(rows[:, 1:], torch.tensor([0, 9])).any()
+    rows = probe_rows(apply_psa(tiny_model(bos_token_id=None), "key_only", 1.0))  # psattn's tasks' BOS
+    assert (rows[:, 0] == 0).all() and (rows[:, 1:] > 0).all()
+
+
+def test_head_scores_leave_out_the_tokenizer_special_ids_and_the_ids_past_it():
+    """R was drawn from the whole embedding matrix: the tokenizer's special tokens and its never-trained rows."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, **{f"w{i}": i for i in range(1, 50)}}  # 50 ids of the model's 61
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[PAD]")),
+                                        pad_token="[PAD]", unk_token="[PAD]")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<sep>"]})  # id 50
+    model = apply_psa(tiny_model(), "key_only", 1.0)
+    rows = probe_rows(model, tokenizer=tokenizer)
+    assert rows[:, 1:].max() < 50 and (rows[:, 1:] > 0).all()
+    with pytest.raises(TypeError, match="tokenizer must be a transformers tokenizer"):
+        head_scores(model, batch=2, half=4, tokenizer=vocab)
+
+
 def test_head_scores_on_a_multimodal_model_read_the_vocabulary_of_its_language_model():
     # Gemma 3's multimodal wrapper keeps vocab_size in its text config (not on model.config)
     model = apply_psa(tiny_model("gemma3"), "key_only", 1.0)

@@ -165,6 +165,13 @@ def test_unsupported_architecture_raises():
         (dict(gamma=float("nan")), ValueError, "finite"),
         (dict(boundary="wrap"), ValueError, "boundary"),
         (dict(max_rollback=-1), ValueError, "max_rollback"),
+        # a type mistake is a TypeError (they were ValueErrors, and the list an "unhashable type" TypeError)
+        (dict(max_rollback=1.5), TypeError, r"max_rollback must be an int >= 0, got 1\.5"),
+        (dict(keep_last_call=1), TypeError, "keep_last_call must be True or False, got 1"),
+        (dict(attn_implementation=1), TypeError, r"attn_implementation must be the name of one of .*'eager'\), got int 1"),
+        (dict(attn_implementation=["sdpa"]), TypeError, "attn_implementation must be the name"),
+        (dict(variant=None), TypeError, r"PSA variant must be one of \['baseline', .*\], got None"),
+        (dict(boundary=0), TypeError, "PSA boundary must be one of"),
     ],
 )
 def test_unsupported_options_raise(kwargs, error, match):
@@ -338,7 +345,8 @@ def test_generate_of_a_model_compiled_whole_refuses_a_cache_in_one_line_and_retu
 
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(max_rollback=-1), ValueError, r"^max_rollback must be an int >= 0, got -1$"),
-    (dict(keep_last_call="no"), ValueError, r"^keep_last_call must be True or False, got 'no'$"),
+    (dict(max_rollback=1.5), TypeError, r"^max_rollback must be an int >= 0, got 1.5$"),
+    (dict(keep_last_call="no"), TypeError, r"^keep_last_call must be True or False, got 'no'$"),
     (dict(config="llama"), TypeError, r"^PSADynamicCache's config must be a transformers PretrainedConfig \(model.config\) "
                                       r"or None, got str$"),
 ])
@@ -434,6 +442,8 @@ def test_psa_settings_are_the_library_attention_config_plus_cache_options():
         assert str(theirs.value) == str(ours.value)  # one check, stated once
     with pytest.raises(ValueError, match="max_rollback"):
         PSASpec(max_rollback=-1)
+    with pytest.raises(ValueError, match="malformed PSA settings: PSA variant must be one of"):
+        PSASpec.from_dict(PSASpec().to_dict() | {"variant": None})  # read from a saved config: a ValueError
 
 
 def test_psa_settings_pickled_without_their_variant_gammas_get_them_back():

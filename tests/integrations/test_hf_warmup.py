@@ -23,8 +23,10 @@ from psattn.ops.hooks import capture  # noqa: E402
 def test_gamma_warmup_schedule():
     assert [gamma_warmup(s, 1.0, 4) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
     assert gamma_warmup(0, 0.8, 0) == 0.8
-    for bad in (-1, 2.5, True):
-        with pytest.raises(ValueError, match="warmup_steps"):
+    with pytest.raises(ValueError, match="warmup_steps must be an int >= 0, got -1"):
+        gamma_warmup(0, 1.0, -1)
+    for bad in (2.5, True):  # type mistakes: TypeErrors (they were ValueErrors)
+        with pytest.raises(TypeError, match=f"warmup_steps must be an int >= 0, got {bad}"):
             gamma_warmup(0, 1.0, bad)
     with pytest.raises(ValueError, match="finite"):
         GammaWarmup(float("nan"), 10)

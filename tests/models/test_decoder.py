@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -135,8 +137,11 @@ def test_init_sets_the_scale_of_every_matrix(init, std):
         for weight in (embed, q, down):
             assert weight.std().item() == pytest.approx(std, rel=0.05)
     assert ModelConfig(d_model=768).init_std == pytest.approx(0.0208, abs=1e-4)  # GPT-2's 0.02 at its width
-    for bad in (0.0, -1.0, float("inf"), "0.1", True, "xavier"):
+    for bad in (0.0, -1.0, float("inf"), "0.1", "xavier"):
         with pytest.raises(ValueError, match="init must be"):
+            ModelConfig(init=bad)
+    for bad in (True, None):  # neither a name nor a number: a TypeError (True was a ValueError)
+        with pytest.raises(TypeError, match="init must be"):
             ModelConfig(init=bad)
 
 
@@ -211,9 +216,9 @@ def test_capture_and_build_context_name_arguments_of_the_wrong_kind():
     with pytest.raises(TypeError, match=r"patterns must be hook point names or shell-style patterns, got \[3\]"):
         with capture(random_model(), 3):
             pass
-    for kwargs, name in ((dict(batch=1, length=-1), "length"), (dict(batch=-1, length=3), "batch"),
-                         (dict(batch=1, length=2.0), "length")):
-        with pytest.raises(ValueError, match=f"{name} must be an integer >= 0"):
+    for kwargs, name, error in ((dict(batch=1, length=-1), "length", ValueError), (dict(batch=-1, length=3), "batch", ValueError),
+                                (dict(batch=1, length=2.0), "length", TypeError)):  # 2.0: a ValueError before
+        with pytest.raises(error, match=f"{name} must be an integer >= 0"):
             build_context(device=torch.device("cpu"), **kwargs)
 
 
@@ -251,6 +256,10 @@ def test_config_round_trip_and_errors():
         ModelConfig(d_model=12, n_heads=4)
     with pytest.raises(ValueError, match="unknown attention variant"):
         AttentionConfig("sym")
+    with pytest.raises(TypeError, match=r"attention variant must be one of \['baseline', .*\], got None"):
+        AttentionConfig(None)  # type: ignore[arg-type]  # a ValueError before, as if None were a misspelt name
+    with pytest.raises(ValueError, match="malformed model config: attention variant must be one of"):
+        ModelConfig.from_dict({"attention": {"variant": None}})  # read from a file: still a ValueError
     with pytest.raises(ValueError, match="placement"):
         AttentionConfig("symmetric", 1.0, placement="mid_rope")
     with pytest.raises(ValueError, match="finite"):
@@ -292,6 +301,21 @@ def test_an_explicit_head_width_decouples_d_k_from_d_model():
 def test_malformed_model_configs_are_refused_by_name(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig.from_dict(fields)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"n_kv_heads": 2.0}, "n_kv_heads must be a positive integer, got 2.0"),
+    ({"d_head": 8.0}, "d_head must be a positive integer or unset, got 8.0"),
+    ({"mlp": "yes"}, "mlp must be true, false or one true/false per layer"),
+    ({"n_layers": 2, "mlp": [True, 1]}, "one true/false per layer"),
+    ({"tie_embeddings": 1}, "tie_embeddings must be true or false, got 1"),
+    ({"rope_base": "1e4"}, "rope_base must be a finite number > 1, got '1e4'"),
+    ({"rotary_fraction": None}, "rotary_fraction must be a number"),
+])
+def test_a_model_config_built_with_a_value_of_the_wrong_type_is_a_type_error(fields, message):
+    """Built in Python, ModelConfig refused these type mistakes as ValueErrors; from a file they still are (above)."""
+    with pytest.raises(TypeError, match=message):
+        ModelConfig(**fields)
 
 
 def test_numpy_integers_are_integer_sizes():
@@ -445,6 +469,10 @@ def test_an_empty_chunk_gives_empty_logits_and_leaves_the_cache_as_it_was(backen
     ({"n_heads": 3}, ValueError, r"d_model \(32\) must be divisible by n_heads \(3\), or give head_dim"),
     ({"head_dim": 0}, ValueError, "head_dim must be a positive integer"),
     ({"dropout": 2.0}, ValueError, r"dropout must lie in \[0, 1\)"),
+    # type mistakes are TypeErrors (they were ValueErrors)
+    ({"n_heads": 2.0}, TypeError, "n_heads must be a positive integer, got 2.0"),
+    ({"head_dim": 8.0}, TypeError, "head_dim must be a positive integer or unset, got 8.0"),
+    ({"dropout": "0.1"}, TypeError, r"dropout must be a number in \[0, 1\), got '0.1'"),
     ({"attention": "symmetric"}, TypeError, "attention must be an AttentionConfig or None, got str"),
 ])
 def test_an_attention_layer_refuses_what_model_config_refuses(kwargs, error, message):
@@ -537,6 +565,20 @@ def test_the_one_pass_rotation_and_shear_equals_shearing_in_psa_attention_and_ap
         torch.testing.assert_close(one_pass, inside, atol=0, rtol=0)
     with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
         DecoderLM(config, backend="flash")
+
+
+def test_a_model_on_the_fused_backend_with_a_head_width_the_kernel_lacks_is_refused_when_built(monkeypatch):
+    """``backend="fused"`` with heads of width 24 built a model that failed at its first forward (and only where the
+    kernel could run at all); it is refused when built now, naming the widths, without importing Triton."""
+    for module in ("triton", "psattn.ops.fused_attention"):  # importing either now raises ImportError
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ValueError, match=r"backend='fused' takes a head width of 16, 32, 64, 128 .*got 24"):
+        DecoderLM(ModelConfig(vocab_size=32, d_model=48, n_heads=2), backend="fused")
+    with pytest.raises(ValueError, match="got 8"):
+        DecoderLM(ModelConfig(vocab_size=32, d_model=32, n_heads=2, d_head=8), backend="fused")
+    with pytest.raises(ValueError, match="got 24"):
+        PhaseSpaceAttention(48, 2, backend="fused")
+    DecoderLM(ModelConfig(vocab_size=32, d_model=64, n_heads=2), backend="fused")  # width 32: built
 
 
 def test_a_model_on_the_reference_backend_runs_under_bf16_autocast_as_the_default_one_does():

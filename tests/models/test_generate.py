@@ -133,6 +133,8 @@ def test_generation_reserves_room_for_every_token_at_the_prompt():
     assert all(layer.buffer.capacity == 11 for layer in cache.layers)  # one buffer from the prompt on, never copied
     with pytest.raises(ValueError, match="reserve takes a number of tokens"):
         cache.reserve(-1)
+    with pytest.raises(TypeError, match="reserve takes a number of tokens >= 0, got 2.5"):  # a ValueError before
+        cache.reserve(2.5)
 
 
 @pytest.mark.parametrize("variant,placement", ALL_VARIANTS)
@@ -222,8 +224,10 @@ def test_bad_generation_arguments():
         generate(model, prompt[0], 3)
     with pytest.raises(ValueError, match="integer token ids"):
         generate(model, prompt.float(), 3)
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(TypeError, match="max_new_tokens must be an integer >= 0, got 2.5"):  # a ValueError before
         generate(model, prompt, 2.5)
+    with pytest.raises(TypeError, match="input_ids must be a .batch, length. tensor of token ids, got list"):
+        generate(model, [[1, 2]], 3)  # a ValueError before
     with pytest.raises(ValueError, match="eos_token_id"):
         generate(model, prompt, 3, eos_token_id=37)
     with pytest.warns(UserWarning, match="only when do_sample=True") as caught:
@@ -232,18 +236,22 @@ def test_bad_generation_arguments():
     assert torch.equal(greedy.sequences, generate(model, prompt, 3).sequences)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(do_sample=True, top_k=2.5), r"top_k must be an integer >= 1, got 2.5"),  # topk()'s 'must be int'
-    (dict(do_sample=True, top_k=True), "top_k must be an integer >= 1, got True"),  # read as 1
-    (dict(do_sample=True, top_k="2"), "top_k must be an integer >= 1"),  # '<=' not supported
-    (dict(do_sample=True, temperature=float("inf")), "temperature must be a finite number > 0"),  # uniform draws
-    (dict(do_sample=True, temperature="1"), "temperature must be a finite number > 0"),  # '>' not supported
-    (dict(do_sample=True, top_p="0.5"), "top_p must lie in"),  # '<' not supported
-    (dict(prefill_chunk_size=2.5), "chunk_size must be an integer >= 1, got 2.5"),  # range()'s TypeError
-    (dict(prefill_chunk_size=True), "chunk_size must be an integer >= 1, got True"),  # read as 1
+@pytest.mark.parametrize("kwargs,error,match", [  # the type mistakes are TypeErrors (they were ValueErrors)
+    (dict(do_sample=True, top_k=2.5), TypeError, r"top_k must be an integer >= 1, got 2.5"),  # topk()'s 'must be int'
+    (dict(do_sample=True, top_k=True), TypeError, "top_k must be an integer >= 1, got True"),  # read as 1
+    (dict(do_sample=True, top_k="2"), TypeError, "top_k must be an integer >= 1"),  # '<=' not supported
+    (dict(do_sample=True, top_k=0), ValueError, "top_k must be an integer >= 1, got 0"),
+    (dict(do_sample=True, temperature=float("inf")), ValueError, "temperature must be a finite number > 0"),  # uniform
+    (dict(do_sample=True, temperature="1"), TypeError, "temperature must be a finite number > 0"),  # '>' not supported
+    (dict(do_sample=True, top_p="0.5"), TypeError, "top_p must be a number in"),  # '<' not supported
+    (dict(do_sample=True, top_p=1.5), ValueError, "top_p must lie in"),
+    (dict(prefill_chunk_size=2.5), TypeError, "chunk_size must be an integer >= 1, got 2.5"),  # range()'s TypeError
+    (dict(prefill_chunk_size=True), TypeError, "chunk_size must be an integer >= 1, got True"),  # read as 1
+    (dict(eos_token_id="3"), TypeError, r"eos_token_id must be a token id in \[0, 37\), got '3'"),
+    (dict(eos_token_id=37), ValueError, r"eos_token_id must be a token id in \[0, 37\), got 37"),
 ])
-def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_sampling_and_chunk_arguments_of_another_type_are_one_line(kwargs, error, match):
+    with pytest.raises(error, match=match):
         generate(random_model(), torch.randint(0, 37, (1, 3)), 3, **kwargs)
 
 
@@ -266,7 +274,7 @@ def test_continue_text_names_a_prompt_or_seed_of_the_wrong_kind():
     model = DecoderLM(ModelConfig(vocab_size=256, d_model=16, n_heads=2)).eval()
     with pytest.raises(TypeError, match="prompt must be a str, got NoneType"):
         continue_text(model, ByteTokenizer(), None, 3)
-    with pytest.raises(ValueError, match="seed must be an integer, got '1'"):
+    with pytest.raises(TypeError, match="seed must be an integer, got '1'"):  # a ValueError before
         continue_text(model, ByteTokenizer(), "Hi", 3, seed="1")
 
 
@@ -296,12 +304,16 @@ def test_malformed_requests_to_the_other_decoders_are_one_line():
         generate(random_model("canon", gamma=0.0), prompt[:, :0], 3)  # the uncached path: IndexError at [:, -1]
     with pytest.raises(ValueError, match=r"\(batch, length\)"):
         prefill(model, prompt[0], model.new_cache())  # IndexError: tuple index out of range
-    with pytest.raises(ValueError, match="num_draft must be an integer >= 1, got 2.5"):
+    with pytest.raises(TypeError, match="num_draft must be an integer >= 1, got 2.5"):  # a ValueError before
         speculative_generate(model, model, prompt, 3, num_draft=2.5)  # named max_rollback instead
+    with pytest.raises(ValueError, match="num_draft must be an integer >= 1, got 0"):
+        speculative_generate(model, model, prompt, 3, num_draft=0)
     from psattn.models.generate import continue_ids
 
-    with pytest.raises(ValueError, match="context must be an integer of at least 2 tokens, got 2.5"):
+    with pytest.raises(TypeError, match="context must be an integer of at least 2 tokens, got 2.5"):  # a ValueError before
         continue_ids(model, [1, 2], 3, context=2.5)  # slice indices must be integers
+    with pytest.raises(ValueError, match="context must be an integer of at least 2 tokens, got 1"):
+        continue_ids(model, [1, 2], 3, context=1)
 
 
 def test_continue_ids_ends_at_the_eos_token():
@@ -492,16 +504,17 @@ def test_a_cache_refuses_fractional_crops_and_row_indices_that_are_no_rows():
     x = torch.randint(0, 37, (2, 6), generator=torch.Generator().manual_seed(5))
     cache = model.new_cache(max_rollback=3)
     prefill(model, x, cache)
-    for length in (4.0, True, "4"):
-        with pytest.raises(ValueError, match="cropped to a whole number of tokens"):
+    for length in (4.0, True, "4"):  # a type mistake: a TypeError (it was a ValueError)
+        with pytest.raises(TypeError, match="cropped to a whole number of tokens"):
             cache.crop(length)
     for index, match in ((torch.tensor([0, 2]), r"batch rows in \[0, 2\), got 0 to 2"),
                          (torch.tensor([-1]), r"batch rows in \[0, 2\), got -1 to -1"),
                          (torch.tensor([0.0]), "1-D int64 or int32 tensor of batch rows, got a torch.float32"),
-                         (torch.tensor([[0, 1]]), "of shape \\(1, 2\\)"),
-                         ([0, 1], "got a list")):
+                         (torch.tensor([[0, 1]]), "of shape \\(1, 2\\)")):
         with pytest.raises(ValueError, match=match):
             cache.reorder(index)
+    with pytest.raises(TypeError, match="got a list"):  # a type mistake (it was a ValueError)
+        cache.reorder([0, 1])
     assert len(cache) == 6 and all(layer.keys.shape[0] == 2 for layer in cache.layers)
     torch.testing.assert_close(model(x[:, :1], cache=cache), model(torch.cat([x, x[:, :1]], 1))[:, -1:])
 
@@ -526,8 +539,8 @@ def test_vocab_limit_chooses_only_ids_below_it(do_sample):
     assert (chosen < 5).all() and (out.logits.argmax(-1) >= 5).any()  # the model prefers ids it may not choose
     if not do_sample:
         assert torch.equal(chosen, out.logits[..., :5].argmax(-1))
-    for bad in (0, model.config.vocab_size + 1, True, 2.0):
-        with pytest.raises(ValueError, match=r"vocab_limit must be an integer in \[1, "):
+    for bad, error in ((0, ValueError), (model.config.vocab_size + 1, ValueError), (True, TypeError), (2.0, TypeError)):
+        with pytest.raises(error, match=r"vocab_limit must be an integer in \[1, "):  # the TypeErrors were ValueErrors
             generate(model, prompt, 1, vocab_limit=bad)
 
 

@@ -135,15 +135,17 @@ def test_capture_refuses_a_pattern_that_matches_nothing_among_several():
     assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))  # nothing attached
 
 
-@pytest.mark.parametrize("replace", [lambda v: v[..., :2, :], lambda v: v.tolist(), lambda v: v[None]])
-def test_a_replacement_that_is_not_a_tensor_of_the_values_shape_is_refused(replace):
+@pytest.mark.parametrize("replace,error", [(lambda v: v[..., :2, :], ValueError), (lambda v: v.tolist(), TypeError),
+                                           (lambda v: v[None], ValueError)])
+def test_a_replacement_that_is_not_a_tensor_of_the_values_shape_is_refused(replace, error):
     """Values cut to 2 of 6 positions went on to CPU SDPA, which does not check the lengths of k and v: the
-    logits came back, read from past the values' end. The cache is left as it was."""
+    logits came back, read from past the values' end. The cache is left as it was. A list, no tensor at all, was a
+    ValueError too; it is a TypeError."""
     model = random_model("symmetric", gamma=0.5)
     x = torch.randint(0, 32, (1, 6))
     cache = model.new_cache()
     model(x[:, :3], cache=cache)
-    with pytest.raises(ValueError, match=r"the hook at blocks\.0\.attn\.hook_v returned .*a replacement must be a tensor "
+    with pytest.raises(error, match=r"the hook at blocks\.0\.attn\.hook_v returned .*a replacement must be a tensor "
                                          r"of the shape of the value it replaces, \(1, 2, 3, 8\)"):
         with patch(model, {"blocks.0.attn.hook_v": replace}):
             model(x[:, 3:], cache=cache)

@@ -79,6 +79,10 @@ def test_a_scored_of_another_shape_or_not_built_by_of_is_refused():
         model(x, scored=good.to("meta"))
     with pytest.raises(TypeError, match="bool tensor"):
         Scored.of(keep.long())
+    with pytest.raises(TypeError, match=r"scored must be a \(B, T\) bool tensor, got list"):  # a ValueError before
+        Scored.of(keep.tolist())
+    with pytest.raises(ValueError, match=r"scored must be a \(B, T\) bool tensor, got \(36,\)"):
+        Scored.of(keep.flatten())
     with pytest.raises(TypeError, match="a Scored or None"):
         model(x, scored=keep.tolist())
 

@@ -143,8 +143,10 @@ def test_bad_mask_and_gamma():
         psa_attention(q, k, v, gamma_k=float("nan"))
     with pytest.raises(ValueError, match="unknown PSA variant"):
         variant_gammas("both", 1.0)
-    with pytest.raises(ValueError, match=r"unknown PSA variant \['symmetric'\]"):
-        variant_gammas(["symmetric"], 1.0)  # unhashable type: 'list'
+    with pytest.raises(TypeError, match=r"variant must be the name of a PSA variant .*got \['symmetric'\]"):
+        variant_gammas(["symmetric"], 1.0)  # unhashable type: 'list'; then a ValueError, "unknown PSA variant"
+    with pytest.raises(TypeError, match="variant must be the name of a PSA variant .*got None"):
+        variant_gammas(None, 1.0)
 
 
 def test_mismatched_devices():

@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from psattn.ops import fused_attention  # noqa: E402
+from psattn.ops import fused_attention, fused_widths  # noqa: E402
 
 if not fused_attention.BUILT_FOR_INTERPRETER:  # Triton came in before TRITON_INTERPRET was set (tests/conftest.py sets it)
     pytest.skip("the kernels were built for a GPU in this process; benchmarks/gpu_check.py checks them there",
@@ -295,6 +295,7 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
         psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="fused")
     with pytest.raises(ValueError, match="head dimensions"):
         psa_attention(q[..., :12], k[..., :12], v[..., :12], gamma_k=0.5, backend="fused")
+    assert fused_attention.HEAD_DIMS is fused_widths.HEAD_DIMS  # the widths models check when built
     with pytest.raises(ValueError, match="unknown backend"):
         psa_attention(q, k, v, backend="flash")
     learned = torch.tensor(0.3, requires_grad=True)  # the reference differentiates it; the kernel read it as a number

@@ -80,17 +80,17 @@ def test_bad_fraction_and_base():
 
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(head_dim=8.5), "head_dim must be an integer, got 8.5"),  # rounded to 8 and built
-    (dict(head_dim=True), "head_dim must be an integer, got True"),
-    (dict(head_dim="8"), "head_dim must be an integer"),  # can't multiply sequence by non-int of type 'float'
-    (dict(head_dim=8, rotary_fraction=True), "rotary_fraction must be a number"),  # read as 1.0
-    (dict(head_dim=8, rotary_fraction="1"), "rotary_fraction must be a number"),  # '<' not supported
-    (dict(head_dim=8, base=float("inf")), "RoPE base must be a finite number > 1"),  # every frequency but the first 0
-    (dict(head_dim=8, base="1e4"), "RoPE base must be a finite number > 1"),
+@pytest.mark.parametrize("kwargs,error,match", [  # the type mistakes are TypeErrors (they were ValueErrors)
+    (dict(head_dim=8.5), TypeError, "head_dim must be an integer, got 8.5"),  # rounded to 8 and built
+    (dict(head_dim=True), TypeError, "head_dim must be an integer, got True"),
+    (dict(head_dim="8"), TypeError, "head_dim must be an integer"),  # can't multiply sequence by non-int of type 'float'
+    (dict(head_dim=8, rotary_fraction=True), TypeError, "rotary_fraction must be a number"),  # read as 1.0
+    (dict(head_dim=8, rotary_fraction="1"), TypeError, "rotary_fraction must be a number"),  # '<' not supported
+    (dict(head_dim=8, base=float("inf")), ValueError, "RoPE base must be a finite number > 1"),  # all frequencies but one 0
+    (dict(head_dim=8, base="1e4"), TypeError, "RoPE base must be a finite number > 1"),
 ])
-def test_rope_sizes_of_another_type_are_refused_by_name(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_rope_sizes_of_another_type_are_refused_by_name(kwargs, error, match):
+    with pytest.raises(error, match=match):
         RotaryEmbedding(**kwargs)
 
 

@@ -135,6 +135,8 @@ def test_bad_inputs_name_the_problem():
         shear(x, "0.5")
     with pytest.raises(ValueError, match="boundary"):
         shear(x, 0.5, boundary="reflect")
+    with pytest.raises(TypeError, match=r"boundary must be one of \('replicate', 'zero'\), got None"):
+        shear(x, 0.5, boundary=None)  # a ValueError before, as if a misspelt rule
     with pytest.raises(ValueError, match=r"\(B, H, T, D\)"):
         shear(torch.randn(3, 2), 0.5)
     with pytest.raises(ValueError, match="starts"):

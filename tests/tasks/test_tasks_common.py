@@ -126,8 +126,8 @@ def test_the_old_spelling_of_the_all_positions_form_reads_as_it():
     assert canonical_task_section({"name": "induction", "form": "full", "seq_len": 8}) == {
         "name": "induction", "form": "all_positions", "seq_len": 8}
     assert canonical_task_section({"name": "mqar", "form": "full"}) == {"name": "mqar", "form": "full"}
-    with pytest.raises(ValueError, match=r"unknown induction task form \['full'\]"):
-        make_task_config("induction", form=["full"])  # a value of the wrong type is refused as before
+    with pytest.raises(TypeError, match=r"induction task form must be one of \['single', 'all_positions'\], got \['full'\]"):
+        make_task_config("induction", form=["full"])  # a value of the wrong type is a TypeError (it was a ValueError)
 
 
 def test_sample_task_rejects_foreign_configs():

@@ -409,11 +409,12 @@ def test_icl_windows_are_the_positions_in_their_documented_intervals():
         assert early.start >= 1 and len(early) and len(late) and early.stop <= late.start
 
 
-@pytest.mark.parametrize("chunk", [0, -1, 1.5, True])
-def test_token_losses_names_a_chunk_that_is_no_positive_integer(chunk):
-    """0 was range()'s 'arg 3 must not be zero', -1 torch.cat's 'expected a non-empty list of Tensors'."""
+@pytest.mark.parametrize("chunk,error", [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_token_losses_names_a_chunk_that_is_no_positive_integer(chunk, error):
+    """0 was range()'s 'arg 3 must not be zero', -1 torch.cat's 'expected a non-empty list of Tensors'; 1.5 and True,
+    type mistakes, were ValueErrors and are TypeErrors."""
     batch = sample_task(make_task_config("induction"), 2, torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match=f"chunk must be an integer >= 1 .*got {chunk!r}"):
+    with pytest.raises(error, match=f"chunk must be an integer >= 1 .*got {chunk!r}"):
         token_losses(nn.Identity(), batch, chunk=chunk)
 
 
@@ -896,10 +897,17 @@ def test_repeat_scores_and_head_scores_name_a_bad_half_offset_or_rows():
     rows = torch.randint(0, 16, (2, 10), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="offset must be an integer >= 0, got -2"):
         repeat_scores(model, rows, 4, offset=-2)
-    with pytest.raises(ValueError, match="half must be an integer >= 2, got 4.0"):
+    with pytest.raises(TypeError, match="half must be an integer >= 2, got 4.0"):  # type mistakes: TypeErrors (were ValueErrors)
         repeat_scores(model, rows, 4.0)
     with pytest.raises(ValueError, match=r"rows must be a \(B, T\) tensor of token ids, got \(10,\)"):
         repeat_scores(model, rows[0], 4)
-    for half in (-3, 2.5):
-        with pytest.raises(ValueError, match=f"half must be an integer >= 2, got {half}"):
+    with pytest.raises(TypeError, match=r"rows must be a \(B, T\) tensor of token ids, got list"):
+        repeat_scores(model, rows.tolist(), 4)
+    for half, error in ((-3, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match=f"half must be an integer >= 2, got {half}"):
             head_scores(model, batch=2, half=half)
+    for bad in (2.0, None):
+        with pytest.raises(TypeError, match=f"batch must be an integer >= 1, got {bad}"):
+            head_scores(model, batch=bad, half=4)
+        with pytest.raises(TypeError, match=r"vocab_size must be an integer in \[2, 16\]"):
+            head_scores(model, batch=2, half=4, vocab_size=bad or "8")

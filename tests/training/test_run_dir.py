@@ -58,12 +58,13 @@ def test_run_tokenizer_of_a_folder_that_is_not_a_run_directory_says_so(tmp_path)
         run_tokenizer(tmp_path / "run")
 
 
-@pytest.mark.parametrize("device", ["tpu", "gpu", 3])
-def test_load_trained_names_a_device_it_does_not_know(device, tmp_path):
-    """"tpu" raised torch's RuntimeError listing twenty device types, 3 "Cannot access accelerator device"."""
+@pytest.mark.parametrize("device,error", [("tpu", ValueError), ("gpu", ValueError), (3, TypeError)])
+def test_load_trained_names_a_device_it_does_not_know(device, error, tmp_path):
+    """"tpu" raised torch's RuntimeError listing twenty device types, 3 "Cannot access accelerator device", then a
+    ValueError; a number is a type mistake, a TypeError."""
     from psattn.training.run_dir import load_trained
 
     train(tiny_config(2), tmp_path / "run")
-    with pytest.raises(ValueError, match=f"--device must be cpu, cuda, cuda:N or auto, got {device!r}"):
+    with pytest.raises(error, match=f"--device must be cpu, cuda, cuda:N or auto, got {device!r}"):
         load_trained(tmp_path / "run", device)
     assert not load_trained(tmp_path / "run", torch.device("cpu")).training

@@ -401,6 +401,27 @@ def test_a_section_that_is_not_an_object_is_refused(section):
         RunConfig.from_dict({section: [1]})
 
 
+@pytest.mark.parametrize("fields,message", [
+    ({"steps": 2.5}, "train.steps must be a positive integer, got 2.5"),
+    ({"seed": "1"}, "train.seed must be a non-negative integer, got '1'"),
+    ({"threads": 2.0}, "train.threads must be an integer from 1 to"),
+    ({"lr": "1e-3"}, "train.lr must be a positive number up to 10"),
+    ({"early_stop": "yes"}, "train.early_stop must be true or false, got 'yes'"),
+    ({"compile": 1}, "train.compile must be true, false or one of torch.compile's modes"),
+    ({"device": 0}, "train.device must be cpu, cuda, cuda:N or auto, got 0"),
+    ({"precision": None}, r"train precision must be one of \['fp32', 'bf16'\], got None"),
+])
+def test_a_train_config_of_the_wrong_type_is_a_type_error_in_python_and_a_value_error_from_a_file(fields, message):
+    """TrainConfig(steps=2.5) and the other type mistakes were ValueErrors, as a value out of range is; built in
+    Python they are TypeErrors now, and a run config read from a file still refuses them with a ValueError."""
+    with pytest.raises(TypeError, match=message):
+        TrainConfig(**fields)
+    with pytest.raises(ValueError, match=f"malformed train section: {message}"):
+        RunConfig.from_dict({"train": fields})
+    with pytest.raises(ValueError, match="train.steps must be a positive integer, got 0"):
+        TrainConfig(steps=0)
+
+
 def test_overrides_and_bad_configs(tmp_path):
     config = apply_overrides(tiny_config(), ["model.attention.gamma=0.5", "train.steps=7", "task.seq_len=12"])
     assert config.model.attention.gamma == 0.5 and config.train.steps == 7 and config.task.seq_len == 12
@@ -668,16 +689,17 @@ def test_evaluate_refuses_a_batch_that_scores_no_position():
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 2]))), rel=1e-5)
 
 
-@pytest.mark.parametrize("chunk", [0, -1, 2.5, True])
-def test_evaluate_refuses_a_chunk_that_is_not_a_positive_integer_and_a_batch_that_is_not_a_task_batch(chunk):
-    """chunk 0 raised range()'s "arg 3 must not be zero", -1 a ZeroDivisionError; a tuple an AttributeError."""
+@pytest.mark.parametrize("chunk,error", [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_evaluate_refuses_a_chunk_that_is_not_a_positive_integer_and_a_batch_that_is_not_a_task_batch(chunk, error):
+    """chunk 0 raised range()'s "arg 3 must not be zero", -1 a ZeroDivisionError; a tuple an AttributeError; 2.5 and
+    True, type mistakes, were ValueErrors and are TypeErrors."""
     from psattn.tasks import TaskBatch
     from psattn.training.evaluation import evaluate
     from psattn.training.run_dir import build_model
 
     model = build_model(tiny_config())
     inputs = torch.tensor([[0, 3, 5, 3]])
-    with pytest.raises(ValueError, match=r"chunk must be a positive integer \(rows scored at once\), got"):
+    with pytest.raises(error, match=r"chunk must be a positive integer \(rows scored at once\), got"):
         evaluate(model, TaskBatch(inputs, inputs), chunk=chunk)
     with pytest.raises(TypeError, match=r"evaluate scores a TaskBatch \(TaskBatch\(inputs, targets\)\), got tuple"):
         evaluate(model, (inputs, inputs))

@@ -22,7 +22,8 @@ streams) unless ``hook_q``, ``hook_k`` or ``hook_score_terms`` sits between them
 standard shear computes 16-bit streams in float32 and rounds q̂ and k̂ once (``standard_shear``), so
 a listening hook, the scored-queries path and a cache change no bit. The layer's ``backend`` other
 than ``"auto"`` hands the uncached, unhooked full forward to ``psa_attention`` instead (``"fused"`` only
-without padding or packed documents: its kernel knows the causal mask alone).
+without padding or packed documents: its kernel knows the causal mask alone); a layer built with ``"fused"``
+and a head width the kernel lacks (``psattn.ops.fused_widths.HEAD_DIMS``: 16, 32, 64, 128) is refused when built.
 
 With ``scored`` (the positions whose output is needed, as when a model is trained on a few scored
 positions), only those queries attend (``psattn.models.marked``). The hook points need every
@@ -45,6 +46,7 @@ from psattn.models.marked import attend_marked
 from psattn.models.scored import Scored, scored_of
 from psattn.ops.attention import BACKENDS, ScoreTerms, attention_weights, expand_kv_heads, psa_attention
 from psattn.ops.cache import LayerCache
+from psattn.ops.fused_widths import check_fused_head_dim
 from psattn.ops.hooks import HookPoint, active, add_hook_points
 from psattn.ops.rope import RotaryEmbedding, apply_rope
 from psattn.ops.rope_shear import rotated_and_sheared, wide_dtype
@@ -105,6 +107,8 @@ class PhaseSpaceAttention(nn.Module):
         self.config = attention or AttentionConfig()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim  # d_k: may differ from d_model / n_heads
+        if backend == "fused":  # refused here, not at the first forward (the width does not change)
+            check_fused_head_dim(self.head_dim)
         self.gamma_q, self.gamma_k = self.config.gammas
         self.post_rope = self.config.placement == "post_rope"
         self.boundary = self.config.boundary

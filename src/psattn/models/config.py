@@ -56,18 +56,23 @@ def _attention_from_dict(data: dict[str, Any]) -> AttentionConfig:
 
 
 def check_positive_int(name: str, value: Any) -> None:
-    """ValueError naming ``name`` unless ``value`` is a positive integer (not a bool)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    """Refuse ``value`` unless it is a positive integer (not a bool): a TypeError naming ``name`` for another
+    type (2.5, None), a ValueError for an integer below 1."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None, head_dim_name: str = "d_head") -> None:
-    """ValueError naming the field unless the widths and head counts of an attention layer fit together:
-    positive integers, d_model divisible by n_heads (unless ``head_dim``, called ``head_dim_name``, is
-    given) and n_heads a multiple of n_kv_heads."""
+    """Refuse, naming the field, widths and head counts of an attention layer that do not fit together (a
+    TypeError for one that is not an integer, a ValueError otherwise): positive integers, d_model divisible
+    by n_heads (unless ``head_dim``, called ``head_dim_name``, is given) and n_heads a multiple of n_kv_heads."""
     for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
         check_positive_int(name, value)
-    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0):
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool)):
+        raise TypeError(f"{head_dim_name} must be a positive integer or unset, got {head_dim!r}")
+    if head_dim is not None and head_dim <= 0:
         raise ValueError(f"{head_dim_name} must be a positive integer or unset, got {head_dim!r}")
     if head_dim is None and d_model % n_heads:
         raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads}), or give {head_dim_name}")
@@ -76,8 +81,11 @@ def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | Non
 
 
 def check_dropout_rate(dropout: Any) -> None:
-    """ValueError unless ``dropout`` is a number in [0, 1)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+    """Refuse ``dropout`` unless it is a number in [0, 1): a TypeError for what is not a number, a ValueError
+    for another number."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+        raise TypeError(f"dropout must be a number in [0, 1), got {dropout!r}")
+    if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
 
 
@@ -134,19 +142,24 @@ class ModelConfig:
         if self.d_head is not None:
             if self.d_head * self.n_heads == self.d_model:
                 self.d_head = None  # the default, written the canonical way (runs then share names)
-        if self.init not in INITS and not (
-            isinstance(self.init, (int, float)) and not isinstance(self.init, bool) and 0.0 < self.init < math.inf
-        ):
-            raise ValueError(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
+        number = isinstance(self.init, (int, float)) and not isinstance(self.init, bool)
+        if self.init not in INITS and not (number and 0.0 < self.init < math.inf):
+            error = ValueError if number or isinstance(self.init, str) else TypeError
+            raise error(f"init must be one of {INITS} or a finite positive std, got {self.init!r}")
         if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
+            raise TypeError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         if isinstance(self.mlp, list):
-            if len(self.mlp) != self.n_layers or not all(isinstance(m, bool) for m in self.mlp):
+            if not all(isinstance(m, bool) for m in self.mlp):
+                raise TypeError(f"mlp must be true, false or one true/false per layer ({self.n_layers}), "
+                                f"got {self.mlp!r}")
+            if len(self.mlp) != self.n_layers:
                 raise ValueError(f"mlp must be true, false or one true/false per layer ({self.n_layers}), "
                                  f"got {self.mlp!r}")
         elif not isinstance(self.mlp, bool):
-            raise ValueError(f"mlp must be true, false or one true/false per layer, got {self.mlp!r}")
-        if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1.0 and math.isfinite(self.rope_base)):
+            raise TypeError(f"mlp must be true, false or one true/false per layer, got {self.mlp!r}")
+        if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)):
+            raise TypeError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
+        if not (self.rope_base > 1.0 and math.isfinite(self.rope_base)):
             raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
         check_dropout_rate(self.dropout)
         rotary_dim(self.head_dim, self.rotary_fraction)
@@ -195,5 +208,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Build from plain values (a parsed JSON object); anything malformed raises ValueError."""
-        return from_fields(cls, data, "model config")
+        """Build from plain values (a parsed JSON object); anything malformed raises ValueError (a value of the
+        wrong type too, which the constructor refuses with a TypeError)."""
+        try:
+            return from_fields(cls, data, "model config")
+        except TypeError as err:
+            raise ValueError(f"malformed model config: {err}") from None

@@ -91,7 +91,9 @@ def build_context(
     CUDA would stop the device); a plain chunk has no such wait, and is not checked here."""
     B, T = batch, length
     for name, size in (("batch", B), ("length", T)):  # a negative one raised torch.arange's "inconsistent with step sign"
-        if isinstance(size, bool) or not isinstance(size, (int, torch.SymInt)) or (isinstance(size, int) and size < 0):
+        if isinstance(size, bool) or not isinstance(size, (int, torch.SymInt)):
+            raise TypeError(f"{name} must be an integer >= 0, got {size!r}")
+        if isinstance(size, int) and size < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {size!r}")
     for name, x in (("position_ids", position_ids), ("attention_mask", attention_mask)):
         if x is not None and not isinstance(x, Tensor):

@@ -76,7 +76,8 @@ class DecoderLM(nn.Module):
         backend: how every layer attends in an uncached, unhooked forward over all positions: ``"auto"``
             (default) rotates and shears q and k in one pass (``psattn.ops.rope_shear``) and calls SDPA;
             ``"fused"``, ``"sdpa"`` or ``"reference"`` rotate and call ``psa_attention`` with that backend,
-            which shears itself; another name is a ValueError. Cached decoding, ``scored`` and hooked layers
+            which shears itself; another name is a ValueError, and so is ``"fused"`` with a head width other
+            than 16, 32, 64 or 128 (the kernel's), when the model is built. Cached decoding, ``scored`` and hooked layers
             always shear as ``"auto"`` does, and so does ``"fused"`` for a left-padded or packed batch (its
             kernel knows the causal mask alone; docs/kernel.md).
 

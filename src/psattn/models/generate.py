@@ -180,11 +180,15 @@ def generate(
     _check_request(input_ids, max_new_tokens)
     if input_ids.shape[1] == 0:  # the cached path's prefill says so too; the uncached one raised an IndexError
         raise ValueError("the prompt must hold at least one token")
-    if do_sample and not (_is_number(temperature) and 0 < temperature < math.inf):  # inf: every token alike
+    if do_sample and not _is_number(temperature):
+        raise TypeError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if do_sample and not 0 < temperature < math.inf:  # inf: every token alike
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     if top_k is not None:
         _check_positive_int("top_k", top_k)
-    if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
+    if top_p is not None and not _is_number(top_p):
+        raise TypeError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
     if generator is not None and not isinstance(generator, torch.Generator):  # an AttributeError at the first draw
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
@@ -208,10 +212,12 @@ def generate(
             raise ValueError(f"row {empty[0]} of attention_mask marks no real token: a prompt needs at least one")
     V = model.config.vocab_size
     if vocab_limit is not None and not (_is_integer(vocab_limit) and 1 <= vocab_limit <= V):
-        raise ValueError(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
+        error = ValueError if _is_integer(vocab_limit) else TypeError
+        raise error(f"vocab_limit must be an integer in [1, {V}] (the model's vocab_size), got {vocab_limit!r}")
     for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
         if value is not None and not (_is_integer(value) and 0 <= value < V):
-            raise ValueError(f"{name} must be a token id in [0, {V}), got {value!r}")
+            error = ValueError if _is_integer(value) else TypeError
+            raise error(f"{name} must be a token id in [0, {V}), got {value!r}")
     # NumPy integers are taken as Python ints
     max_new_tokens = int(max_new_tokens)
     vocab_limit, eos_token_id, pad_token_id = (None if v is None else int(v) for v in (vocab_limit, eos_token_id, pad_token_id))
@@ -269,20 +275,27 @@ def _is_number(value: object) -> bool:
 
 
 def _check_positive_int(name: str, value: object) -> None:
-    """ValueError naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+    """Refuse ``value`` unless it is an integer >= 1 (not a bool): a TypeError naming ``name`` for another type,
+    a ValueError for a smaller integer."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+    if value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _check_request(input_ids: Tensor, max_new_tokens: int) -> None:
-    """ValueError unless ``input_ids`` is a (batch, length) tensor of token ids and ``max_new_tokens`` an integer >= 0."""
-    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be a (batch, length) tensor of token ids, got {shape}; "
+    """Refuse ``input_ids`` unless it is a (batch, length) tensor of token ids and ``max_new_tokens`` unless it is an
+    integer >= 0: a TypeError for an argument of another type, a ValueError otherwise."""
+    if not isinstance(input_ids, Tensor):
+        raise TypeError(f"input_ids must be a (batch, length) tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be a (batch, length) tensor of token ids, got {tuple(input_ids.shape)}; "
                          "for one prompt pass input_ids[None]")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if not _is_integer(max_new_tokens) or max_new_tokens < 0:
+    if not _is_integer(max_new_tokens):
+        raise TypeError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
 
 
@@ -379,12 +392,14 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, t
         >>> text == continue_text(model, ByteTokenizer(), "Hello", 8, seed=1)  # seeded: the same text
         True
     """
-    if not (_is_number(temperature) and 0 <= temperature < math.inf):
+    if not _is_number(temperature):
+        raise TypeError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if not 0 <= temperature < math.inf:
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if not isinstance(prompt, str):  # the tokenizer's AttributeError
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, Integral):  # manual_seed's "expected a long, but got str"
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+        raise TypeError(f"seed must be an integer, got {seed!r}")
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError("the prompt must not be empty")
@@ -401,7 +416,9 @@ def continue_ids(model, ids: list[int], max_new_tokens: int, *, context: int | N
     token, positions restarting at 0), never from positions the model has not seen; a longer prompt
     keeps its last ``context - 1`` tokens. ``sampling`` goes to ``generate``; with its ``eos_token_id`` the ids end
     at the first end of sequence, which may be before ``max_new_tokens``."""
-    if context is not None and (isinstance(context, bool) or not isinstance(context, Integral) or context < 2):
+    if context is not None and (isinstance(context, bool) or not isinstance(context, Integral)):
+        raise TypeError(f"context must be an integer of at least 2 tokens, got {context!r}")
+    if context is not None and context < 2:
         raise ValueError(f"context must be an integer of at least 2 tokens, got {context!r}")
     window = list(ids[-(context - 1):]) if context is not None else list(ids)
     room = max_new_tokens if context is None else min(max_new_tokens, context - len(window))

@@ -36,7 +36,9 @@ from psattn.tasks.text import windows
 def icl_window(seq_len: int) -> tuple[range, range]:
     """(early, late) positions of the in-context-learning score for a context of ``seq_len`` (>= 3, so that
     they do not overlap)."""
-    if isinstance(seq_len, bool) or not isinstance(seq_len, Integral) or seq_len < 3:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, Integral):
+        raise TypeError(f"seq_len must be an integer >= 3 (the in-context-learning score's context), got {seq_len!r}")
+    if seq_len < 3:
         raise ValueError(f"the in-context-learning score needs a context of at least 3 positions, got {seq_len!r}")
     early = range(max(1, -(-seq_len // 16)), max(2, -(-seq_len // 8)))  # the integers in [T/16, T/8): ceilings
     late = range(seq_len - max(1, seq_len // 8), seq_len)
@@ -57,7 +59,9 @@ def icl_score(position_loss: Tensor) -> float:
 def token_losses(model, batch: TaskBatch, chunk: int = 64) -> Tensor:
     """(B, T) next-token loss in nats at every position of ``batch`` (all positions scored), for
     psattn's models and transformers causal LMs alike; ``chunk`` rows at a time."""
-    if isinstance(chunk, bool) or not isinstance(chunk, Integral) or chunk < 1:  # 0: range()'s error; -1: torch.cat's
+    if isinstance(chunk, bool) or not isinstance(chunk, Integral):
+        raise TypeError(f"chunk must be an integer >= 1 (rows per forward pass), got {chunk!r}")
+    if chunk < 1:  # 0: range()'s error; -1: torch.cat's
         raise ValueError(f"chunk must be an integer >= 1 (rows per forward pass), got {chunk!r}")
     was_training = model.training
     model.eval()

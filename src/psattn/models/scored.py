@@ -66,8 +66,10 @@ class Scored:
     def of(cls, mask: Tensor) -> Scored:
         """The indices of ``mask`` (B, T) bool, on its device (where that is a GPU, reading the counts back
         is one wait for it)."""
-        if not isinstance(mask, Tensor) or mask.dim() != 2:
-            raise ValueError(f"scored must be a (B, T) bool tensor, got {getattr(mask, 'shape', type(mask).__name__)}")
+        if not isinstance(mask, Tensor):
+            raise TypeError(f"scored must be a (B, T) bool tensor, got {type(mask).__name__}")
+        if mask.dim() != 2:
+            raise ValueError(f"scored must be a (B, T) bool tensor, got {tuple(mask.shape)}")
         check_scored(mask, tuple(mask.shape))
         B, T = mask.shape
         counts = mask.sum(1)  # (B,)

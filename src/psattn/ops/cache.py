@@ -291,10 +291,11 @@ class PSACache:
     def crop(self, length: int) -> None:
         """Roll every layer back to its first ``length`` tokens (speculative decoding); all or nothing. ``length``
         is a length, not a count to remove; one outside [0, len(self)], or more than ``max_rollback`` tokens back
-        from the longest the cache has been, is a ValueError that changes nothing."""
+        from the longest the cache has been, is a ValueError that changes nothing (one that is not an integer a
+        TypeError)."""
         S = len(self)
         if isinstance(length, bool) or not isinstance(length, Integral):  # 2.5 was refused as a rollback too far
-            raise ValueError(f"a cache is cropped to a whole number of tokens, got {length!r}")
+            raise TypeError(f"a cache is cropped to a whole number of tokens, got {length!r}")
         if not 0 <= length <= S:
             raise ValueError(f"cannot crop a cache of length {S} to {length}")
         for layer in self.layers:
@@ -313,7 +314,9 @@ class PSACache:
     def reserve(self, tokens: int) -> None:
         """Make room for ``tokens`` tokens in every layer when it next needs a new buffer (at the first
         chunk, say): a generation that knows its length then never copies its cache to grow it."""
-        if isinstance(tokens, bool) or not isinstance(tokens, Integral) or tokens < 0:
+        if isinstance(tokens, bool) or not isinstance(tokens, Integral):
+            raise TypeError(f"reserve takes a number of tokens >= 0, got {tokens!r}")
+        if tokens < 0:
             raise ValueError(f"reserve takes a number of tokens >= 0, got {tokens!r}")
         for layer in self.layers:
             layer.reserved = int(tokens)
@@ -348,9 +351,11 @@ class PSACache:
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search) by ``index`` (N,), an int64 or int32 tensor of row numbers; nothing
         to do for an empty cache."""
-        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
-            what = f"{index.dtype} tensor of shape {tuple(index.shape)}" if isinstance(index, Tensor) else type(index).__name__
-            raise ValueError(f"reorder takes a 1-D int64 or int32 tensor of batch rows, got a {what}")
+        if not isinstance(index, Tensor):
+            raise TypeError(f"reorder takes a 1-D int64 or int32 tensor of batch rows, got a {type(index).__name__}")
+        if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"reorder takes a 1-D int64 or int32 tensor of batch rows, got a {index.dtype} tensor of "
+                             f"shape {tuple(index.shape)}")
         if self.key_pos is None:
             return
         try:

@@ -46,10 +46,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from psattn.ops.fused_widths import HEAD_DIMS  # head dimensions the kernels are built for (q, k and v share one)
+
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): the kernels take exponentials in base 2
 
-#: head dimensions the kernels are built for (q, k and v share one)
-HEAD_DIMS = (16, 32, 64, 128)
 #: input dtypes the kernels take
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: programs a CUDA launch grid may have along its second axis, where the kernels put batch x heads

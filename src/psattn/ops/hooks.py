@@ -128,13 +128,14 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, Any]]:
 
 def _replacement(name: str, value: Any, new: Any) -> Any:
     """``new``, what a hook returned for ``value`` at hook point ``name``: None (no change) or, for a tensor, a
-    tensor of its shape; a ValueError otherwise."""
+    tensor of its shape; a TypeError for what is not a tensor, a ValueError for a tensor of another shape."""
     if new is None or not isinstance(value, Tensor):
         return new
     if not isinstance(new, Tensor) or new.shape != value.shape:
+        error = ValueError if isinstance(new, Tensor) else TypeError
         got = f"shape {tuple(new.shape)}" if isinstance(new, Tensor) else type(new).__name__
-        raise ValueError(f"the hook at {name} returned {got}; a replacement must be a tensor of the shape of the "
-                         f"value it replaces, {tuple(value.shape)} (or None to keep it)")
+        raise error(f"the hook at {name} returned {got}; a replacement must be a tensor of the shape of the "
+                    f"value it replaces, {tuple(value.shape)} (or None to keep it)")
     return new
 
 

@@ -17,11 +17,12 @@ from psattn.ops.tracing import plain_ops_only
 
 
 def rotary_dim(head_dim: int, rotary_fraction: float = 1.0) -> int:
-    """Number of rotating channels; it must be even and positive (a ValueError names what is not)."""
+    """Number of rotating channels; it must be even and positive (a ValueError names what is not, a TypeError
+    an argument of the wrong type)."""
     if isinstance(head_dim, bool) or not isinstance(head_dim, Integral):  # 8.5 rounded to 8, True to 1
-        raise ValueError(f"head_dim must be an integer, got {head_dim!r}")
+        raise TypeError(f"head_dim must be an integer, got {head_dim!r}")
     if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, Real):
-        raise ValueError(f"rotary_fraction must be a number in (0, 1], got {rotary_fraction!r}")
+        raise TypeError(f"rotary_fraction must be a number in (0, 1], got {rotary_fraction!r}")
     if not 0.0 < rotary_fraction <= 1.0:
         raise ValueError(f"rotary_fraction must lie in (0, 1], got {rotary_fraction}")
     r = int(round(head_dim * rotary_fraction))
@@ -49,7 +50,9 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10000.0, rotary_fraction: float = 1.0):
         super().__init__()
-        if isinstance(base, bool) or not isinstance(base, Real) or not 1.0 < base < math.inf:  # inf: all but one frequency 0
+        if isinstance(base, bool) or not isinstance(base, Real):
+            raise TypeError(f"RoPE base must be a finite number > 1, got {base!r}")
+        if not 1.0 < base < math.inf:  # inf: all but one frequency 0
             raise ValueError(f"RoPE base must be a finite number > 1, got {base!r}")
         self.head_dim, self.base = head_dim, base
         self.rotary_dim = rotary_dim(head_dim, rotary_fraction)

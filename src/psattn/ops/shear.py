@@ -62,7 +62,10 @@ def check_gamma(gamma: float | Tensor, name: str = "gamma") -> float:
 
 
 def check_boundary(boundary: str) -> str:
-    """``boundary`` if it is a boundary rule (``replicate`` or ``zero``); ValueError otherwise."""
+    """``boundary`` if it is a boundary rule (``replicate`` or ``zero``); TypeError for what is not a name,
+    ValueError for another name."""
+    if not isinstance(boundary, str):  # None was an unknown rule, a list an "unhashable type"
+        raise TypeError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
     if boundary not in BOUNDARIES:
         raise ValueError(f"unknown boundary rule {boundary!r}; expected one of {BOUNDARIES}")
     return boundary

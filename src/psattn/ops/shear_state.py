@@ -171,14 +171,16 @@ class ShearState:
     Args:
         max_rollback: how many tokens back ``crop`` can always go (>= 0).
         keep_last_call: True to also hold every position of the last chunk (and the one before it) until
-            the next chunk, so that any crop within it is exact (a bool: anything else is a ValueError).
+            the next chunk, so that any crop within it is exact (a bool: anything else is a TypeError).
     """
 
     def __init__(self, max_rollback: int = 0, keep_last_call: bool = False):
-        if isinstance(max_rollback, bool) or not isinstance(max_rollback, int) or max_rollback < 0:
+        if isinstance(max_rollback, bool) or not isinstance(max_rollback, int):
+            raise TypeError(f"max_rollback must be an int >= 0, got {max_rollback!r}")
+        if max_rollback < 0:
             raise ValueError(f"max_rollback must be an int >= 0, got {max_rollback!r}")
         if not isinstance(keep_last_call, bool):  # "no" was kept as a true value
-            raise ValueError(f"keep_last_call must be True or False, got {keep_last_call!r}")
+            raise TypeError(f"keep_last_call must be True or False, got {keep_last_call!r}")
         self.max_rollback, self.keep_last_call = max_rollback, keep_last_call
         self.record_past = False  # hold every position until the next crop
         self.raw_q, self.raw_k = RawWindow(), RawWindow()

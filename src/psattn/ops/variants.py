@@ -18,8 +18,10 @@ PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 
 def check_variant(variant: str) -> str:
-    """``variant`` if it names a PSA variant; ValueError otherwise."""
-    if not isinstance(variant, str) or variant not in VARIANTS:  # a list raised "unhashable type"
+    """``variant`` if it names a PSA variant; TypeError for what is not a name, ValueError for another name."""
+    if not isinstance(variant, str):  # a list raised "unhashable type", None was an unknown variant
+        raise TypeError(f"variant must be the name of a PSA variant {sorted(VARIANTS)}, got {variant!r}")
+    if variant not in VARIANTS:
         raise ValueError(f"unknown PSA variant {variant!r}; expected one of {sorted(VARIANTS)}")
     return variant
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +35,9 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 @dataclass
 class TrainConfig:
     """AdamW with linear warm-up then cosine decay, gradient clipping, periodic evaluation. A field of another
-    type or outside its range is a ValueError that names it (``train.lr must be a positive number up to 10``)."""
+    type is a TypeError that names it (``train.steps must be a positive integer, got 2.5``), one outside its range
+    a ValueError (``train.lr must be a positive number up to 10``); read from a file (``RunConfig.from_dict``),
+    both are ValueErrors."""
 
     steps: int = 1000
     batch_size: int = 64
@@ -63,41 +66,48 @@ class TrainConfig:
         plain_numbers(self)  # np.float32(0.5) was refused as "train.threshold must lie in (0, 1], got 0.5"
         check_choices(self, "train")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every", "early_stop_evals"):
-            value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
-                raise ValueError(f"train.{name} must be a positive integer, got {value!r}")
+            _refuse_unless(getattr(self, name), _is_int, lambda v: v > 0, f"train.{name} must be a positive integer")
         for name in ("warmup_steps", "seed"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"train.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+            _refuse_unless(getattr(self, name), _is_int, lambda v: v >= 0, f"train.{name} must be a non-negative integer")
         if self.seed >= 2**32:  # a step's batch is drawn from the seed (seed << 32) + step, which must fit 64 bits
             raise ValueError(f"train.seed must be below 2**32 = {2**32}, got {self.seed}")
-        if self.threads is not None and (not _is_int(self.threads) or not 0 < self.threads <= MAX_THREADS):
-            raise ValueError(f"train.threads must be an integer from 1 to {MAX_THREADS} or null, got {self.threads!r}")
+        if self.threads is not None:
+            _refuse_unless(self.threads, _is_int, lambda v: 0 < v <= MAX_THREADS,
+                           f"train.threads must be an integer from 1 to {MAX_THREADS} or null")
         for name in ("early_stop", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
+                raise TypeError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
-            raise ValueError(f"train.compile must be true, false or one of torch.compile's modes {list(COMPILE_MODES)}, "
-                             f"got {self.compile!r}")
+            error = ValueError if isinstance(self.compile, str) else TypeError
+            raise error(f"train.compile must be true, false or one of torch.compile's modes {list(COMPILE_MODES)}, "
+                        f"got {self.compile!r}")
         try:
             self.betas = tuple(float(b) for b in self.betas)
         except (TypeError, ValueError):
             raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}") from None
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not (_is_number(self.lr) and 0 < self.lr <= MAX_LR):
-            raise ValueError(f"train.lr must be a positive number up to {MAX_LR:g} (AdamW moves every weight by "
-                             f"about lr a step), got {self.lr!r}")
-        if not (_is_number(self.weight_decay) and 0 <= self.weight_decay <= MAX_LR):
-            raise ValueError(f"train.weight_decay must be a number in [0, {MAX_LR:g}], got {self.weight_decay!r}")
-        if not (_is_number(self.threshold) and 0.0 < self.threshold <= 1.0):
-            raise ValueError(f"train.threshold must lie in (0, 1], got {self.threshold}")
-        if not (_is_number(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
-            raise ValueError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda|auto|cuda:[0-9]+", self.device)):
+        _refuse_unless(self.lr, _is_number, lambda v: 0 < v <= MAX_LR, f"train.lr must be a positive number up to "
+                       f"{MAX_LR:g} (AdamW moves every weight by about lr a step)")
+        _refuse_unless(self.weight_decay, _is_number, lambda v: 0 <= v <= MAX_LR,
+                       f"train.weight_decay must be a number in [0, {MAX_LR:g}]")
+        _refuse_unless(self.threshold, _is_number, lambda v: 0.0 < v <= 1.0, "train.threshold must lie in (0, 1]")
+        _refuse_unless(self.min_lr_ratio, _is_number, lambda v: 0.0 <= v <= 1.0, "train.min_lr_ratio must lie in [0, 1]")
+        if not isinstance(self.device, str):
+            raise TypeError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        if not re.fullmatch(r"cpu|cuda|auto|cuda:[0-9]+", self.device):
             raise ValueError(f"train.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
-        if not (_is_number(self.grad_clip) and 0 < self.grad_clip < float("inf")):
-            raise ValueError(f"train.grad_clip must be a positive finite number, got {self.grad_clip!r}")
+        _refuse_unless(self.grad_clip, _is_number, lambda v: 0 < v < float("inf"),
+                       "train.grad_clip must be a positive finite number")
+
+
+def _refuse_unless(value, of_type: Callable[[Any], bool], in_range: Callable[[Any], bool], takes: str) -> None:
+    """Refuse ``value`` with ``takes`` (a field and what it takes) and the value: a TypeError unless ``of_type(value)``,
+    a ValueError unless ``in_range(value)``."""
+    if not of_type(value):
+        raise TypeError(f"{takes}, got {value!r}")
+    if not in_range(value):
+        raise ValueError(f"{takes}, got {value!r}")
 
 
 def _is_int(value) -> bool:

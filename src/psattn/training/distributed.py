@@ -50,8 +50,8 @@ def resolve_device(name: str, local_rank: int = 0, what: str = "train.device") -
     """The torch device ``name`` means: ``auto`` is CUDA when available; ``cuda`` is this rank's GPU. The
     error for CUDA where there is none, or for a name torch does not know, names the setting ``what``
     (``--device`` for a trained model's)."""
-    if not isinstance(name, str):  # 3 was read as cuda:3
-        raise ValueError(f"{what} must be cpu, cuda, cuda:N or auto, got {name!r}")
+    if not isinstance(name, str):  # 3 was read as cuda:3, then refused as a ValueError
+        raise TypeError(f"{what} must be cpu, cuda, cuda:N or auto, got {name!r}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":

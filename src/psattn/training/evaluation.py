@@ -35,7 +35,9 @@ def evaluate(model: DecoderLM, batch: TaskBatch, chunk: int = 256) -> tuple[floa
     is not a positive integer; TypeError when ``batch`` is not a ``TaskBatch``."""
     if not isinstance(batch, TaskBatch):  # an AttributeError on .scored
         raise TypeError(f"evaluate scores a TaskBatch (TaskBatch(inputs, targets)), got {type(batch).__name__}")
-    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:  # range() or a ZeroDivisionError
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral):
+        raise TypeError(f"chunk must be a positive integer (rows scored at once), got {chunk!r}")
+    if chunk < 1:  # range() or a ZeroDivisionError
         raise ValueError(f"chunk must be a positive integer (rows scored at once), got {chunk!r}")
     if not bool(batch.scored.any()):
         rows = f"{len(batch)} row{'s' * (len(batch) != 1)}"
@@ -74,7 +76,9 @@ def evaluate_run(run_dir: str | Path, overrides: Sequence[str] = (), *, corpus: 
     ``report(line)`` receives a line saying what is scored before more than ``NOTED_ROWS`` rows (minutes on a CPU).
     ``rows`` that is not a positive integer is a ValueError; ``overrides`` that are not a list of strings a TypeError."""
     check_overrides(overrides)
-    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1):
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, numbers.Integral)):
+        raise TypeError(f"rows must be a positive integer or None (the run's eval_size), got {rows!r}")
+    if rows is not None and rows < 1:
         raise ValueError(f"rows must be a positive integer or None (the run's eval_size), got {rows!r}")
     run_dir = Path(run_dir)
     model = load_trained(run_dir, device)

@@ -167,8 +167,8 @@ def build_model(config: RunConfig) -> DecoderLM:
 def load_trained(run_dir: str | Path, device: str | torch.device = "cpu") -> DecoderLM:
     """The model of a run directory, with the weights of its last checkpoint, in eval mode, on ``device``
     (cpu, cuda, cuda:N, ``"auto"``: CUDA when available, or a ``torch.device``; a name torch does not know is a
-    ValueError), whichever device it trained on; refused when the checkpoint's binding disagrees with the run's
-    config, tokenizer or data record (see ``psattn.training.binding``).
+    ValueError, what is not a name a TypeError), whichever device it trained on; refused when the checkpoint's
+    binding disagrees with the run's config, tokenizer or data record (see ``psattn.training.binding``).
 
     Examples:
         >>> import tempfile

@@ -128,7 +128,10 @@ def register_attention() -> None:
 
 
 def implementation_name(base: str) -> str:
-    """The registered PSA implementation over ``base`` (``sdpa`` or ``eager``); ValueError for others."""
+    """The registered PSA implementation over ``base`` (``sdpa`` or ``eager``); TypeError for what is not a
+    name, ValueError for another name."""
+    if not isinstance(base, str):  # 1 was refused as an unsupported implementation, a list as unhashable
+        raise TypeError(f"attn_implementation must be the name of one of {BASES}, got {type(base).__name__} {base!r}")
     if base not in IMPLEMENTATIONS:
         raise ValueError(
             f"PSA runs on one of the base attention implementations {BASES}, got {base!r} "

@@ -81,8 +81,12 @@ class PSASpec:
 
     @classmethod
     def from_dict(cls, values) -> PSASpec:
-        """The inverse of ``to_dict``; raises ValueError on anything else."""
-        return from_fields(cls, values, "PSA settings")
+        """The inverse of ``to_dict``; raises ValueError on anything else (a value of the wrong type too: the
+        settings are read from a file)."""
+        try:
+            return from_fields(cls, values, "PSA settings")
+        except TypeError as err:
+            raise ValueError(f"malformed PSA settings: {err}") from None
 
     def shear_key(self) -> tuple[float, float, str]:
         """What a cache layer must agree on to be shared between forward calls."""

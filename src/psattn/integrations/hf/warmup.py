@@ -25,7 +25,9 @@ def gamma_warmup(step: int, gamma: float, warmup_steps: int) -> float:
     """γ at optimizer step ``step``: linear from 0 at step 0 to ``gamma`` at ``warmup_steps``, then constant.
     ``gamma`` is checked as ``set_psa_gamma`` checks it (a finite real number within ±``MAX_GAMMA``), so
     ``GammaWarmup`` refuses one as it is built, not when training begins."""
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int):
+        raise TypeError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    if warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
     gamma = check_gamma(gamma)  # what set_psa_gamma takes, checked before the first step
     if warmup_steps == 0:
