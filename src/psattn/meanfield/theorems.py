@@ -433,7 +433,7 @@ def check_metastability(
     """SA on S¹ from ``batch`` random starts: each forms a few clusters (2 to max_clusters; argmax_k k² I_k(4) = 3
     form first at β = 4), and in the median run the clusters last at least min_lifetime_ratio times as long as they
     took to form. That separation of time scales is what makes a state metastable: two clusters at distance φ last
-    about e^{β(1 − cos φ)} (``metastability``), while forming them does not slow down with β. Cluster counts
+    about exp(β(1 − cos φ)) (see ``psattn.meanfield.metastability``), while forming them does not slow down with β. Cluster counts
     (cosine > 0.999) are read every 0.5 time units; a run's multi-cluster phase lasts from its first count of 2 to
     max_clusters until its count is 1, or to tau.
 
