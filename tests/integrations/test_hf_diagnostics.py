@@ -169,6 +169,13 @@ def test_head_scores_start_a_model_without_bos_with_its_decoder_start_token_and_
     assert (rows[:, 0] == 0).all() and (rows[:, 1:] > 0).all()
 
 
+def test_head_scores_refuse_a_start_token_outside_the_vocabulary():
+    """A config whose bos_token_id lies past the embedding failed inside it with "index out of range in self"."""
+    model = apply_psa(tiny_model(bos_token_id=500), "key_only", 1.0)
+    with pytest.raises(ValueError, match="start token 500 .* outside its vocabulary of 61"):
+        head_scores(model, batch=2, half=4)
+
+
 def test_head_scores_leave_out_the_tokenizer_special_ids_and_the_ids_past_it():
     """R was drawn from the whole embedding matrix: the tokenizer's special tokens and its never-trained rows."""
     from tokenizers import Tokenizer, models

@@ -84,6 +84,9 @@ def probe_tokens(model, vocab_size: int, tokenizer=None) -> tuple[int, Tensor]:
     special = {i for c in configs for name in _SPECIAL_IDS for i in _token_ids(getattr(c, name, None))}
     starts = [i for name in _START_IDS for c in configs for i in _token_ids(getattr(c, name, None))]
     bos = starts[0] if starts else DEFAULT_BOS
+    if not 0 <= bos < vocab_size:  # the embedding raised "index out of range in self"
+        raise ValueError(f"the model's start token {bos} (its config's bos_token_id or decoder_start_token_id) is "
+                         f"outside its vocabulary of {vocab_size}: set the config's start token to an id below it")
     if tokenizer is not None:
         if not hasattr(tokenizer, "all_special_ids"):
             raise TypeError(f"tokenizer must be a transformers tokenizer (with all_special_ids), got "
