@@ -163,6 +163,29 @@ def test_report_refuses_a_bad_sweep_file_before_training(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_report_without_matplotlib_is_refused_before_the_bode_run_trains(tmp_path, monkeypatch):
+    """Without the plot extra, theory report trained its Bode run into --out/bode_run (about 10 s) and only then
+    failed on the missing matplotlib, leaving that run behind; now the missing library is told before anything runs."""
+    import sys
+
+    import psattn.experiments.bode_model
+    import psattn.theory
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before finding matplotlib missing")
+
+    monkeypatch.setattr(psattn.experiments.bode_model, "bode_model", no_training)
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib.") or name == "psattn.theory.plots":
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(psattn.theory, "plots", raising=False)  # as a fresh process has it: plots not yet imported
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ModuleNotFoundError
+    out = tmp_path / "report"
+    with pytest.raises(ModuleNotFoundError, match="matplotlib"):
+        run_cli(["theory", "report", "--quick", "--out", str(out)])
+    assert not out.exists()
+
+
 def _stub_report(monkeypatch) -> dict:
     """theory report with every part stubbed: its files say which run wrote them, ``{"run": 1, "stop": False}``
     (returned, to change); a figure drawn while "stop" raises KeyboardInterrupt."""

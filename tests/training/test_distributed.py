@@ -27,6 +27,7 @@ def torchrun(config, run_dir, *extra, background=False):
                                 start_new_session=True)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def same_history(a, b):
@@ -41,7 +42,8 @@ def same_history(a, b):
 def test_two_process_ddp_equals_one_process(tmp_path):
     config = tiny_config(steps=30)
     single = train(config, tmp_path / "single")
-    torchrun(config, tmp_path / "ddp")
+    out = torchrun(config, tmp_path / "ddp")
+    assert out.count("trained 30 steps") == 1, out  # rank 0 alone says how the run ended (every rank said it)
     ddp = load_result(tmp_path / "ddp")
     same_history(ddp["history"], single.history)
     files = {p.name for p in (tmp_path / "ddp").iterdir()}
@@ -57,7 +59,8 @@ def test_ddp_time_limit_stops_every_rank_and_a_run_resumes_after_it_and_after_a_
     config = tiny_config(steps=60, checkpoint_every=5)
     reference = train(config)
     run_dir = tmp_path / "ddp"
-    torchrun(config, run_dir, "--time-limit", "0")
+    out = torchrun(config, run_dir, "--time-limit", "0")
+    assert out.count("time limit reached at step 1") == 1, out  # rank 0's line alone
     assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1 and not (run_dir / "result.json").exists()
     proc = torchrun(config, run_dir, background=True)
     deadline = time.time() + 240

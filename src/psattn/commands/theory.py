@@ -50,6 +50,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from psattn.experiments.bode_model import bode_model
+    from psattn.theory import plots  # noqa: F401  (matplotlib: a missing one is told before the Bode run trains into --out)
     from psattn.theory.report import theory_report
     from psattn.theory.scaling import load_sweep_results
     from psattn.training.signals import stop_signals_held

@@ -76,6 +76,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         teardown_distributed(wait=False)  # one line: waiting for ranks that train on would hang the job
         raise
     teardown_distributed()  # under torchrun: leave the process group before exiting
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 alone says how the run ended, as it alone writes
+        return 0
     if result.timed_out:
         again = "the same command without --restart" if args.restart else "the same command"
         print(f"time limit reached at step {result.steps} of {config.train.steps}; checkpoint in {args.run_dir}, "
