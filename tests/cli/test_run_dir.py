@@ -48,6 +48,20 @@ def test_train_with_only_the_run_dir_continues_the_run_from_its_saved_config(tmp
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["steps"] == 20
 
 
+def test_a_new_run_from_the_defaults_and_set_is_named_after_its_directory(tmp_path, capsys):
+    """Without --config every such run was named "run" (its result, its report lines, a sweep's tables); it is named
+    after its folder, as a run from a config file with --set is, and continuing it keeps that name."""
+    small = [s for s in SMALL if not s.startswith("task.")]  # the default task's distractors need its length
+    command = ["train", "--run-dir", str(tmp_path / "austen-L1"), "--set", *small, "train.steps=4", "train.eval_every=2"]
+    assert main(command) == 0
+    assert json.loads((tmp_path / "austen-L1" / "config.json").read_text())["name"] == "austen-L1"
+    assert main([*command[:-2], "train.steps=6", "train.eval_every=2"]) == 0  # grown: the same run, the same name
+    saved = json.loads((tmp_path / "austen-L1" / "config.json").read_text())
+    assert (saved["name"], saved["train"]["steps"]) == ("austen-L1", 6)
+    assert main(["train", "--run-dir", str(tmp_path / "named"), "--set", *small, "train.steps=2", "name=mine"]) == 0
+    assert json.loads((tmp_path / "named" / "config.json").read_text())["name"] == "mine"
+
+
 @pytest.mark.parametrize("there", ["nothing", "an empty folder", "a run without its config.json"])
 def test_train_with_only_a_run_dir_that_holds_no_run_is_refused_and_starts_none(tmp_path, capsys, there):
     """--run-dir alone continues a run: a mistyped name of one, a folder without a config.json, is refused in one

@@ -19,11 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tr.add_argument("--config", metavar="FILE", help="JSON file with sections model, task, train, or the name of a "
                     "shipped example (psattn configs lists them); without it, the run directory's own config.json "
                     "when it has one (so --run-dir alone continues a run, and starts none: a folder without one is "
-                    "refused), else the defaults with --set's overrides. --set overrides "
-                    "other than name= name a new run after its directory (a run already there keeps its name)")
+                    "refused), else the defaults with --set's overrides")
     tr.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="overrides such as model.attention.variant=key_only train.steps=500 "
-                         "(several --set add up; each field once)")
+                         "(several --set add up; each field once); overrides other than name= name a new run after "
+                         "its directory (a run already there keeps its name)")
     tr.add_argument("--run-dir", metavar="DIR", help="directory for config, metrics and checkpoints (required to train)")
     tr.add_argument("--print-config", action="store_true",
                     help="print the resolved config (defaults, --config, --set) as JSON and exit")
@@ -52,7 +52,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = RunConfig()
     config = apply_overrides(config, args.set)
-    if args.config and args.run_dir is not None and args.set and not any(s.startswith("name=") for s in args.set):
+    named_by_dir = args.run_dir is not None and args.set and not any(s.startswith("name=") for s in args.set)
+    if named_by_dir and not args.config and saved is not None and not saved.is_file():
+        config.name = Path(args.run_dir).resolve().name  # a new run from the defaults: not every such run "run"
+    if named_by_dir and args.config:
         config.name = Path(args.run_dir).resolve().name  # the file's name describes the file's run, not this one
         if saved is not None and saved.is_file():  # the run there keeps its name as it continues (even one
             # started before runs were named, or by --config alone), also when it grows or changes its early stopping
