@@ -1,0 +1,36 @@
+"""Whatever the package reads at run time ships in its wheel: every file git tracks under src/psattn that is not
+Python source matches a ``[tool.setuptools.package-data]`` pattern in pyproject.toml (a corpus or config added
+without one works from a checkout and fails from an installed wheel, which only CI's wheel check would see)."""
+
+import fnmatch
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked_data_files() -> list[str]:
+    """Paths, relative to src/psattn, of the files git tracks there that are not Python source."""
+    listed = subprocess.run(["git", "ls-files", "src/psattn"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    paths = [Path(p).relative_to("src/psattn").as_posix() for p in listed.stdout.splitlines()]
+    return [p for p in paths if not p.endswith(".py")]
+
+
+def shipped(path: str, pattern: str) -> bool:
+    """Whether setuptools' glob ``pattern`` takes ``path``: ``*`` stays within one folder, as in a glob."""
+    parts, globs = path.split("/"), pattern.split("/")
+    return len(parts) == len(globs) and all(fnmatch.fnmatchcase(p, g) for p, g in zip(parts, globs, strict=True))
+
+
+def test_every_data_file_of_the_package_is_in_its_package_data():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["psattn"]
+    data = tracked_data_files()
+    assert any(p.startswith("data/configs/") for p in data)  # the listing sees the shipped configs
+    left_out = [p for p in data if not any(shipped(p, pattern) for pattern in patterns)]
+    assert shipped("data/configs/mqar.json", "data/configs/*.json") and not shipped("a/b/c.json", "a/*.json")
+    assert not left_out, f"not shipped in the wheel (add a package-data pattern in pyproject.toml): {left_out}"
