@@ -109,6 +109,29 @@ def test_cache_stores_sheared_keys_and_constant_extra_state(prompt):
         assert layer.shear_state.raw_k.values.shape[-2] == 2 and layer.shear_state.raw_q.values.shape[-2] == 2
 
 
+def test_a_cache_whose_rows_are_selected_or_repeated_continues_each_row_as_its_full_forward(prompt):
+    """batch_select_indices and batch_repeat_interleave (what transformers' generation utilities call on a filled
+    cache) select or repeat the raw windows the next chunk shears against, with the keys. No test called them: a
+    cache that left its raw windows alone passed."""
+    model = apply_psa(tiny_model("llama"), "symmetric", 0.8)
+    rows = torch.cat([prompt, prompt.flip(1)])  # (2, 9): two different rows
+    with torch.no_grad():
+        expected = model(rows, use_cache=False).logits[:, 6:]
+        cache = PSADynamicCache(model.config)
+        model(rows[:, :6], **cache_kw(cache), use_cache=True)
+        cache.batch_select_indices(torch.tensor([1]))
+        torch.testing.assert_close(model(rows[1:, 6:], **cache_kw(cache), use_cache=True).logits, expected[1:],
+                                   atol=1e-10, rtol=0)
+        cache = PSADynamicCache(model.config)
+        model(rows[1:, :6], **cache_kw(cache), use_cache=True)
+        cache.batch_repeat_interleave(2)
+        suffixes = torch.cat([rows[1:, 6:], prompt[:, 6:]])  # (2, 3): the row's own, then another
+        logits = model(suffixes, **cache_kw(cache), use_cache=True).logits
+        torch.testing.assert_close(logits[:1], expected[1:], atol=1e-10, rtol=0)
+        other = torch.cat([rows[1:, :6], prompt[:, 6:]], dim=1)
+        torch.testing.assert_close(logits[1:], model(other, use_cache=False).logits[:, 6:], atol=1e-10, rtol=0)
+
+
 def test_key_only_keeps_no_raw_queries(prompt):
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
     cache = PSADynamicCache(model.config)

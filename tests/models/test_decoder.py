@@ -99,6 +99,44 @@ def test_scored_computes_only_the_queries_of_the_marked_positions(variant, marke
     assert seen[0] == (2, rows, model.config.d_model)
 
 
+@pytest.mark.parametrize("variant, placement", [("symmetric", "post_rope"), ("symmetric", "pre_rope"), ("key_only", "pre_rope")])
+@pytest.mark.parametrize("inputs", ["left_padded", "packed"])
+def test_scored_queries_computed_apart_restart_at_sequence_starts_and_keep_the_placement(variant, placement, inputs):
+    """When the last layer computes the marked queries alone (few marked positions in a long row), its logits are
+    the full forward's on left-padded and packed rows (marked queries at sequence starts among them), and pre-RoPE
+    keys are sheared before they are rotated. The tests that reached that path had plain rows and post-RoPE shears
+    only, so keys rotated first, then sheared, passed."""
+    model = random_model(variant, placement, 0.8)
+    x = torch.randint(0, 37, (2, 17), generator=torch.Generator().manual_seed(2))
+    if inputs == "left_padded":
+        kwargs = {"attention_mask": torch.tensor([[0] * 5 + [1] * 12, [1] * 17])}
+        marked = [(0, 5), (0, 9), (0, 16), (1, 0), (1, 7), (1, 12)]  # (0, 5): the first real token
+    else:
+        kwargs = {"position_ids": torch.tensor([list(range(8)) + list(range(9)), list(range(3)) + list(range(14))])}
+        marked = [(0, 8), (0, 3), (0, 16), (1, 3), (1, 4), (1, 10)]  # (0, 8), (1, 3): documents' first tokens
+    keep = torch.zeros(2, 17, dtype=torch.bool)
+    keep[tuple(zip(*marked, strict=True))] = True
+    seen = []
+    model.blocks[-1].attn.q_proj.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
+    torch.testing.assert_close(model(x, scored=keep, **kwargs), model(x, **kwargs)[keep], atol=1e-10, rtol=0)
+    assert seen[0] == 3 * (1 + (variant == "symmetric"))  # the marked queries (and their predecessors) alone
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "reference"])
+def test_a_layer_that_hands_its_streams_to_psa_attention_restarts_them_at_sequence_starts(backend):
+    """With backend "sdpa" or "reference" a layer lets psa_attention shear q and k; on left-padded and packed
+    batches it must pass the sequence starts along. Its tests used plain batches, so a layer that dropped the
+    starts (a shear across padding and documents) passed."""
+    model = random_model("symmetric", gamma=0.8)
+    inside = random_model("symmetric", gamma=0.8)
+    for block in inside.blocks:
+        block.attn.backend = backend
+    x = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(3))
+    for kwargs in ({"attention_mask": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1], [1] * 9])},
+                   {"position_ids": torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 0, 1, 2, 3, 4, 5, 6]])}):
+        torch.testing.assert_close(inside(x, **kwargs), model(x, **kwargs), atol=1e-10, rtol=0)
+
+
 def test_scored_with_a_hooked_last_layer_computes_every_row():
     """A listener on the last layer sees every position, and the logits are still those of the mask."""
     model = random_model("key_only")

@@ -91,6 +91,23 @@ def test_packed_and_left_padded_batches_fed_through_the_cache_in_chunks_equal_th
         torch.testing.assert_close(together.logits[i], generate(model, r, 3).logits[0], atol=atol, rtol=0)
 
 
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_padding_that_ends_at_a_chunk_boundary_starts_the_next_real_token_as_in_the_full_forward(boundary):
+    """A row whose padding fills the cached chunk: its first real token in the next chunk starts its sequence, as
+    in the full forward, whatever position_ids it is given. The cache continued the padding's shear into it when
+    its position was not 0 (logits off by about 3)."""
+    model = random_model("symmetric", gamma=0.8, boundary=boundary)
+    ids, mask = torch.tensor([[7, 7, 3, 5, 9], [2, 4, 3, 5, 9]]), torch.tensor([[0, 0, 1, 1, 1], [1] * 5])
+    positions = torch.tensor([[0, 0, 5, 6, 7], [0, 1, 2, 3, 4]])  # row 0: a document continued from position 5
+    full = model(ids, attention_mask=mask, position_ids=positions)
+    cache = model.new_cache()
+    pieces = [model(ids[:, cols], attention_mask=mask[:, cols], position_ids=positions[:, cols], cache=cache)
+              for cols in (slice(0, 2), slice(2, 5))]
+    torch.testing.assert_close(torch.cat(pieces, 1)[0, 2:], full[0, 2:], atol=1e-9, rtol=0)
+    torch.testing.assert_close(torch.cat(pieces, 1)[1], full[1], atol=1e-9, rtol=0)
+    torch.testing.assert_close(full[0, 2:], model(ids[:1, 2:], position_ids=positions[:1, 2:])[0], atol=1e-9, rtol=0)
+
+
 @pytest.mark.parametrize("variant", ["symmetric", "key_only"])
 def test_forked_prefix_continues_two_suffixes(variant):
     model = random_model(variant)

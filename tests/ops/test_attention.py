@@ -63,6 +63,19 @@ def test_score_terms_sum_to_the_score_and_vanish_as_they_should():
         score_terms(q, k.double())  # was "q, k, v dtypes differ", of a v it does not take
 
 
+def test_score_terms_continue_a_cached_stream_from_prev_rows():
+    """score_terms with prev_q and prev_k: their momenta continue the cached streams, so the terms sum to the
+    scores of the continued shears; no test passed a prev row, and momenta that dropped prev_q went unseen."""
+    q, k, _ = qkv(T=5, dtype=torch.float64)
+    prev_q, prev_k = torch.randn(2, 4, 1, 8, dtype=torch.float64), torch.randn(2, 2, 1, 8, dtype=torch.float64)
+    terms = score_terms(q, k, gamma_q=0.4, gamma_k=1.1, prev_q=prev_q, prev_k=prev_k)
+    q_hat = shear(q, 0.4, prev=prev_q)
+    k_hat = shear(k, 1.1, prev=prev_k).repeat_interleave(2, dim=1)  # (B, Hq, T, D)
+    torch.testing.assert_close(terms.total(), q_hat @ k_hat.transpose(-2, -1))
+    torch.testing.assert_close(terms.t2, 0.4 * (q - torch.cat([prev_q, q[:, :, :-1]], dim=2))
+                               @ k.repeat_interleave(2, dim=1).transpose(-2, -1))
+
+
 def test_score_terms_from_streams_repeat_key_heads_and_name_streams_that_do_not_fit():
     """Head counts that differ raised torch's 'The size of tensor a (4) must match the size of tensor b (3)'."""
     q, k, _ = qkv(Hq=4, Hkv=2)
@@ -180,6 +193,16 @@ def test_fast_path_scale_and_dropout_mean_what_they_mean_for_sdpa():
     torch.manual_seed(0)
     assert torch.equal(psa_attention(q, k, v, dropout_p=0.5, **kw), dropped)  # reproducible from the seed
     assert not torch.allclose(dropped, psa_attention(q, k, v, **kw))
+
+
+def test_the_reference_path_drops_attention_weights_as_sdpa_does():
+    """psa_attention_reference's dropout_p drops attention weights (all of them at 1, some at 0.5); no test ran
+    the reference path with dropout, so a reference that ignored dropout_p passed."""
+    q, k, v = qkv(dtype=torch.float64)
+    kw = dict(gamma_q=0.4, gamma_k=0.9, is_causal=True)
+    assert torch.equal(psa_attention_reference(q, k, v, dropout_p=1.0, **kw), torch.zeros(2, 4, 9, 8, dtype=torch.float64))
+    torch.manual_seed(0)
+    assert not torch.allclose(psa_attention_reference(q, k, v, dropout_p=0.5, **kw), psa_attention_reference(q, k, v, **kw))
 
 
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "reference"])

@@ -52,6 +52,19 @@ def test_prev_continues_a_stream():
 
 
 @pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_one_decoded_row_after_prev_equals_the_full_streams_row(boundary):
+    """A single row after ``prev`` takes a one-lerp path of its own (a decode step); only chunks of several rows
+    were compared with the full stream, so that path could mix up the row and its predecessor unseen."""
+    x = torch.randn(2, 3, 6, 4, dtype=torch.float64)
+    full = shear(x, 0.8, boundary=boundary)
+    for t in (1, 5):
+        row = shear(x[:, :, t : t + 1], 0.8, prev=x[:, :, t - 1 : t], boundary=boundary)
+        torch.testing.assert_close(row, full[:, :, t : t + 1])
+    restart = shear(x[:, :, 5:6], 0.8, prev=x[:, :, 4:5], starts=torch.ones(2, 1, dtype=torch.bool), boundary=boundary)
+    torch.testing.assert_close(restart, shear(x[:, :, 5:6], 0.8, boundary=boundary))  # a start ignores prev
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
 def test_fast_path_gradient_matches_generic_path(boundary):
     x = torch.randn(2, 3, 7, 5, dtype=torch.float64, requires_grad=True)
     g = torch.randn(2, 3, 7, 5, dtype=torch.float64)
@@ -107,6 +120,15 @@ def test_unshear_inverts_shear(T, gamma, boundary, seed):
     starts = torch.rand(2, T, generator=g) < 0.2
     y = shear(x, gamma, starts=starts, boundary=boundary)
     assert torch.allclose(unshear(y, gamma, starts=starts, boundary=boundary), x, atol=1e-9)
+
+
+@pytest.mark.parametrize("boundary", ["replicate", "zero"])
+def test_unshear_continues_a_stream_from_prev(boundary):
+    """unshear with ``prev`` inverts the shear of a chunk that continued a stream; only whole streams were
+    inverted in the tests, so an unshear that restarted the chunk's first row (dropping prev) passed them."""
+    x = torch.randn(2, 3, 7, 4, dtype=torch.float64)
+    tail = shear(x, 0.6, boundary=boundary)[:, :, 4:]  # (B, H, 3, D): rows 4.. of the full stream's shear
+    torch.testing.assert_close(unshear(tail, 0.6, prev=x[:, :, 3:4], boundary=boundary), x[:, :, 4:])
 
 
 def test_sequence_starts_from_positions_and_padding():

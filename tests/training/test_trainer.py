@@ -4,6 +4,7 @@ import json
 import math
 import os
 import signal
+import types
 
 import pytest
 import torch
@@ -12,9 +13,11 @@ from helpers import science, tiny_config
 from psattn.models import ModelConfig
 from psattn.tasks import make_task_config
 from psattn.training import loss as loss_module
+from psattn.training import trainer as trainer_module
 from psattn.training.config import RunConfig, TrainConfig, apply_overrides
 from psattn.training.run_dir import load_result
 from psattn.training.schedule import lr_factor
+from psattn.training.seeds import seed_step_randomness
 from psattn.training.signals import TrainingInterrupted
 from psattn.training.trainer import TrainingDiverged, at_threshold_streak, train
 
@@ -71,6 +74,29 @@ def test_resume_with_dropout_draws_the_same_masks(tmp_path):
     assert reference.history != train(tiny_config()).history  # dropout is in play
     train(config, tmp_path, time_limit_s=0.0)  # stops after step 1, mid-way between checkpoints
     assert science(train(config, tmp_path).history) == science(reference.history)
+
+
+def test_each_step_draws_dropout_masks_of_its_own():
+    """Dropout is seeded from (seed, step): a step draws the masks it drew before, and another step other masks.
+    Only the first half was tested, so a seed that left the step out (every step the same masks) passed."""
+    with torch.random.fork_rng():
+        masks = []
+        for step in (3, 4, 3):
+            seed_step_randomness(0, step)
+            masks.append(torch.nn.functional.dropout(torch.ones(256), 0.5))
+    assert torch.equal(masks[0], masks[2]) and not torch.equal(masks[0], masks[1])
+
+
+def test_a_runs_seconds_add_up_across_its_checkpoints(monkeypatch):
+    """The seconds of the metrics rows and of the result count the whole run: each checkpoint adds the time
+    since the one before. No test looked, so seconds that counted from the last checkpoint alone passed. A clock
+    that ticks once a reading makes the count exact."""
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(trainer_module, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    result = train(tiny_config(20, eval_every=5, checkpoint_every=5))
+    seconds = [row["seconds"] for row in result.history]  # steps 0, 5, 10, 15, 20
+    assert seconds[4] > 3 * seconds[1] > 0  # four spans of five steps, against one
+    assert result.seconds >= seconds[4]
 
 
 def test_ctrl_c_checkpoints_at_the_step_boundary_and_resumes(tmp_path):

@@ -136,6 +136,8 @@ def build_context(
     starts = sequence_starts(position_ids, attention_mask, check_values=False)  # odd: read with the rest below
     if past == 0:
         starts[:, :1] = True  # the first token (none in an empty chunk) starts its sequence
+    elif cache is not None and cache.key_valid is not None:  # a padding run the cache ends with gives way to a real token
+        starts[:, :1] |= valid[:, :1] & ~cache.key_valid[:, -1:]
     held_seq = None if cache is None else cache.key_seq  # None for an empty cache
     prev_seq = held_seq[:, -1:] if held_seq is not None else torch.full((B, 1), -1, dtype=torch.long, device=device)
     seq = prev_seq + starts.long().cumsum(1)  # (B, T): sequence index of each token
