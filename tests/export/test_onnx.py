@@ -268,6 +268,9 @@ def test_static_int8_quantizes_every_matmul_but_the_lm_head_and_stays_close(tmp_
         assert body and body <= dequantized  # both operands of every other MatMul come through INT8
         head_inputs = {i for n in nodes if n.name in head for i in n.input}
         assert not head_inputs & dequantized  # the LM head stays fp32
+        weights = [onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer
+                   if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+        assert weights and all(np.abs(w.astype(int)).max() <= 64 for w in weights)  # 7 bits, as dynamic INT8's
     ids = rng.integers(0, 37, (4, 12))
     want, got = fp32.logits(ids), OnnxLM(q_prefill, q_decode).logits(ids)
     # a random model with 7-bit weights: close on average, and no logit far off
