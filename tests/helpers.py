@@ -71,6 +71,11 @@ def check_bad_inputs_are_refused(runtime, model):
         runtime.generate(np.zeros((1, 0), dtype=np.int64), 3)
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got -1"):
         runtime.generate(np.array([[1, 2]]), -1)
+    for count in (2.5, True):  # a type mistake is a TypeError, as in PyTorch's generate (it was a ValueError here)
+        with pytest.raises(TypeError, match=f"max_new_tokens must be an integer >= 0, got {count}"):
+            runtime.generate(np.array([[1, 2]]), count)
+        with pytest.raises(TypeError, match=f"max_new_tokens must be an integer >= 0, got {count}"):
+            generate(model, torch.tensor([[1, 2]]), count)
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
     with torch.no_grad():
         assert runtime.logits(ids[:, :0].numpy()).shape == model(ids[:, :0]).shape == (2, 0, V)  # no position

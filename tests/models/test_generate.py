@@ -177,6 +177,22 @@ def test_rollback_beyond_the_window_is_refused():
         cache.crop(4)
 
 
+def test_crop_takes_a_length_not_a_count_to_remove():
+    """docs/concepts.md: ``crop(n)`` keeps the first n tokens, so ``crop(-1)`` (transformers' "remove one") and a
+    length past the end are ValueErrors that leave the cache as it was; no test held the page to that."""
+    model = random_model("symmetric")
+    x = torch.randint(0, 37, (1, 7), generator=torch.Generator().manual_seed(3))
+    cache = model.new_cache(max_rollback=3)
+    prefill(model, x[:, :6], cache)
+    for length in (-1, 7):
+        with pytest.raises(ValueError, match=f"cannot crop a cache of length 6 to {length}$"):
+            cache.crop(length)
+    assert len(cache) == 6
+    torch.testing.assert_close(model(x[:, 6:], cache=cache), model(x)[:, 6:])
+    cache.crop(5)  # a length: the first 5 tokens stay
+    assert len(cache) == 5
+
+
 @pytest.mark.parametrize("variant", ["baseline", "symmetric", "key_only"])
 def test_speculative_decoding_equals_target_greedy(variant):
     target = random_model(variant, seed=1)

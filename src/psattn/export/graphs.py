@@ -43,8 +43,11 @@ def check_token_ids(input_ids, vocab_size: int) -> np.ndarray:
 
 def check_new_tokens(input_ids: np.ndarray, max_new_tokens: int) -> None:
     """ValueError unless greedy decoding can continue ``input_ids`` (B, T) by ``max_new_tokens``: a prompt of
-    at least one token, and an integer count >= 0 (as ``psattn.models.generate`` asks)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+    at least one token, and an integer count >= 0 (as ``psattn.models.generate`` asks: a count that is no
+    integer is a TypeError)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise TypeError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")

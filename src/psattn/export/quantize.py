@@ -71,10 +71,11 @@ def matmul_groups(path: str | Path, model: torch.nn.Module) -> dict[str, list[st
 def fp32_nodes(path: str | Path, model: DecoderLM) -> list[str]:
     """The MatMuls that INT8, dynamic or static, keeps in fp32: every layer's value projection, and the
     key projection of every layer that shears its keys (gamma_k != 0), whose rounding error the shear
-    k + gamma_k (k - k_prev) amplifies by up to 1 + 2 gamma_k. On the reproduction's and text_phase's
-    text models this keeps one key-sheared layer at least as close to fp32 as two plain layers in both
-    modes, where quantizing them did not (docs/edge.md); the value projections alone cost the
-    reproduction's one-layer key-only model 3% of its top-1 choices under dynamic INT8."""
+    k + gamma_k (k - k_prev) amplifies by up to 1 + 2 gamma_k: alone in INT8 it costs text_phase's key-only
+    layer more than two plain layers' key projections cost them, with 8-bit and 7-bit weights alike. The
+    value projections cost the reproduction's one-layer key-only model 3% of its top-1 choices under
+    dynamic INT8 with 8-bit weights, which saturated ONNX Runtime's kernels; with the 7-bit weights stored
+    now under 1%, about what they cost the plain models (docs/edge.md)."""
     sheared = [i for i, a in enumerate(model.config.layer_attention_configs()) if a.gammas[1] != 0]
 
     def kept(name: str) -> bool:
