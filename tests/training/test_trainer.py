@@ -474,6 +474,25 @@ def test_a_section_that_is_not_an_object_is_refused(section):
 
 
 @pytest.mark.parametrize("fields,message", [
+    ({"model": "x"}, "RunConfig's model must be a ModelConfig or a dict of its fields, got 'x'"),
+    ({"train": 3}, "RunConfig's train must be a TrainConfig or a dict of its fields, got 3"),
+    ({"task": [1]}, r"RunConfig's task must be a registered task's config \(make_task_config\) or a dict with a 'name', "
+                    r"got \[1\]"),
+    ({"task": TrainConfig()}, "RunConfig's task must be a registered task's config"),  # 'not a registered task config'
+])
+def test_a_section_of_the_wrong_type_is_a_type_error_in_python_and_a_value_error_from_a_file(fields, message):
+    """RunConfig(model="x") and a task that is no task config were ValueErrors ("the model section must be a JSON
+    object"), as a value out of range is; built in Python they are TypeErrors now, and a run config read from a
+    file still refuses a section that is no object with a ValueError."""
+    with pytest.raises(TypeError, match=message):
+        RunConfig(**fields)
+    if not dataclasses.is_dataclass(fields.get("task")):
+        section = next(iter(fields))
+        with pytest.raises(ValueError, match=f"the {section} section must be a JSON object"):
+            RunConfig.from_dict(fields)
+
+
+@pytest.mark.parametrize("fields,message", [
     ({"steps": 2.5}, "train.steps must be a positive integer, got 2.5"),
     ({"seed": "1"}, "train.seed must be a non-negative integer, got '1'"),
     ({"threads": 2.0}, "train.threads must be an integer from 1 to"),
