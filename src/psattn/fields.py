@@ -55,13 +55,14 @@ def int_fields(cls: type) -> tuple[str, ...]:
 
 
 def check_ints(obj: Any, what: str) -> None:
-    """Refuse, with a ValueError naming ``what`` and the field, a field typed ``int`` that holds anything but
-    an integer (2.0 and True included: a JSON file or an override can give either); an integer of another
+    """Refuse, with a TypeError naming ``what`` and the field, a field typed ``int`` that holds anything but
+    an integer (2.0 and True included: a JSON file or an override can give either, and a run config read from
+    one refuses it with a ValueError, ``RunConfig.from_dict``'s "malformed task section"); an integer of another
     type (NumPy's) is stored as a Python int."""
     for name in int_fields(type(obj)):  # type: ignore[arg-type]  # a class is hashable (see check_choices)
         value = getattr(obj, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"{what} {name} must be an integer, got {value!r}")
+            raise TypeError(f"{what} {name} must be an integer, got {value!r}")
         object.__setattr__(obj, name, int(value))  # frozen configs too
 
 

@@ -220,11 +220,22 @@ def test_metastability_fails_where_clusters_merge_as_fast_as_they_form():
     assert not result.passed and result.details["lifetime_ratio"] < 2.0, result.message
 
 
-@pytest.mark.parametrize("ratio", [math.nan, 0.0, -1.0, True])
-def test_metastability_refuses_a_lifetime_ratio_that_is_not_a_positive_number(ratio):
-    """A ratio of 0 or below passed every run that formed a few clusters, however soon they merged."""
-    with pytest.raises(ValueError, match="min_lifetime_ratio must be a finite number > 0"):
+@pytest.mark.parametrize("ratio,error", [(math.nan, ValueError), (0.0, ValueError), (-1.0, ValueError),
+                                         (True, TypeError), ("10", TypeError)])
+def test_metastability_refuses_a_lifetime_ratio_that_is_not_a_positive_number(ratio, error):
+    """A ratio of 0 or below passed every run that formed a few clusters, however soon they merged. A ratio of
+    another type than a number (True, "10") was a ValueError, as 0 is; it is a TypeError now."""
+    with pytest.raises(error, match="min_lifetime_ratio must be a finite number > 0"):
         check_metastability(n=16, tau=150.0, min_lifetime_ratio=ratio)
+
+
+@pytest.mark.parametrize("clusters,error", [(1, ValueError), (0, ValueError), (-3, ValueError),
+                                            (math.nan, TypeError), (2.5, TypeError), (True, TypeError)])
+def test_metastability_refuses_a_cluster_bound_that_is_not_an_integer_of_at_least_two(clusters, error):
+    """max_clusters of 1 or below, or NaN, was taken: no run could have a multi-cluster phase, and the check ran
+    its whole simulation to fail every flow, saying "0 of 5 runs metastable, 0 formed 2 to 0 clusters"."""
+    with pytest.raises(error, match=f"max_clusters must be an integer >= 2, got {clusters!r}"):
+        check_metastability(n=16, tau=150.0, max_clusters=clusters)
 
 
 def test_metastability_rate():

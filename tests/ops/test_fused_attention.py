@@ -203,11 +203,13 @@ def test_every_tile_shape_the_gpu_autotuner_tries_computes_the_same_function(mon
         assert_matches_reference(q, k[:, :, :97], v[:, :, :97], gamma_q=0.6, gamma_k=0.9)  # a shorter chunk of keys
 
 
-@pytest.mark.parametrize("block", [8, 24, 16.0])
-def test_fixed_tiles_refuse_a_tile_the_kernels_cannot_take(block):
+@pytest.mark.parametrize("block,error", [(8, ValueError), (24, ValueError), (16.0, TypeError), (True, TypeError)])
+def test_fixed_tiles_refuse_a_tile_the_kernels_cannot_take(block, error):
     """A tile of 24 rows failed deep in Triton ("arange's range must be a power of 2"), one of 8 ran in the
-    interpreter but is below the 16 rows tl.dot takes on a GPU."""
-    with pytest.raises(ValueError, match="power of two of at least 16"), fused_attention.fixed_tiles(block):
+    interpreter but is below the 16 rows tl.dot takes on a GPU. A float (16.0) was a ValueError, as 24 is; it is a
+    TypeError now."""
+    with pytest.raises(error, match=f"power of two of at least 16 rows a tile, got {block!r}"), \
+            fused_attention.fixed_tiles(block):
         pass
 
 

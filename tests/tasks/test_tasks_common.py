@@ -21,6 +21,7 @@ from psattn.tasks import (
     task_name,
 )
 from psattn.tasks.registry import canonical_task_section
+from psattn.training.config import RunConfig
 
 CONFIGS = {
     "induction_single": InductionConfig(vocab_size=32, seq_len=24, form="single", num_distractors=4),
@@ -137,14 +138,18 @@ def test_sample_task_rejects_foreign_configs():
 
 @pytest.mark.parametrize("name", ["induction", "random_offset", "multihop", "mqar"])
 def test_every_integer_field_of_a_synthetic_task_refuses_a_non_integer(name):
-    """A float or a bool passed the range checks and crashed later, inside sampling."""
+    """A float or a bool passed the range checks and crashed later, inside sampling. Built in Python it is a
+    TypeError (it was a ValueError, as a value out of range is); a run config read from a file or --set still
+    refuses it with a ValueError."""
     config_cls = TASKS[name][0]
     fields = [f for f in dataclasses.fields(config_cls) if f.type in (int, "int")]
     assert fields
     for field in fields:
         for bad in (float(getattr(make_task_config(name), field.name)) + 0.5, True, "8"):
-            with pytest.raises(ValueError, match=f"{field.name} must be an integer, got {bad!r}"):
+            with pytest.raises(TypeError, match=f"{field.name} must be an integer, got {bad!r}"):
                 make_task_config(name, **{field.name: bad})
+            with pytest.raises(ValueError, match=f"malformed task section: .*{field.name} must be an integer, got {bad!r}"):
+                RunConfig.from_dict({"task": {"name": name, field.name: bad}})
         good = getattr(make_task_config(name), fields[0].name)
         numpy_int = make_task_config(name, **{fields[0].name: np.int64(good)})
         assert type(getattr(numpy_int, fields[0].name)) is int and numpy_int == make_task_config(name)

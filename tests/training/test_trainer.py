@@ -55,6 +55,52 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 10, 20, 30, 40]
 
 
+def test_each_step_trains_on_a_batch_of_its_own_and_a_resumed_run_on_the_same_ones(tmp_path, monkeypatch):
+    """The training batch of a step is drawn from (seed, step): every step another batch, and a resumed run the
+    batches the uninterrupted one drew. Only "training improves the loss" looked, so a generator that left the
+    step out (one batch, every step) passed every deterministic test."""
+    drawn: list[torch.Tensor] = []
+    sample = trainer_module.sample_task
+
+    def recorded(*args, **kwargs):
+        batch = sample(*args, **kwargs)
+        drawn.append(batch.inputs)
+        return batch
+
+    monkeypatch.setattr(trainer_module, "sample_task", recorded)
+    train(tiny_config(4))
+    straight = list(drawn)
+    assert all(not torch.equal(straight[i], straight[j]) for i in range(4) for j in range(i))
+    drawn.clear()
+    train(tiny_config(4), tmp_path, time_limit_s=0.0)  # stops after step 1
+    train(tiny_config(4), tmp_path)
+    assert len(drawn) == 4 and all(torch.equal(a, b) for a, b in zip(drawn, straight, strict=True))
+
+
+def test_a_resumed_run_cuts_metrics_jsonl_back_to_its_checkpoint(tmp_path):
+    """A run killed after evaluations past its last checkpoint left their rows in metrics.jsonl; resuming takes
+    the steps again, so the file must be cut back to the checkpoint's rows first, or those rows appear twice. Only
+    the random SIGKILL test of test_faults looked, so a resume that kept the stale rows could pass on a lucky kill."""
+    config = tiny_config(20, eval_every=5, checkpoint_every=10)
+    train(config, tmp_path / "straight")
+
+    def die(step, loss):
+        if step == 17:  # checkpoint at 10, the row of step 15 written after it
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config, tmp_path / "resumed", on_step=die)
+    rows = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 5, 10, 15]  # a row past the checkpoint, as a kill leaves it
+    train(config, tmp_path / "resumed")
+
+    def metrics(run):
+        return science([json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()])
+
+    assert [row["step"] for row in metrics("resumed")] == [0, 5, 10, 15, 20]
+    assert metrics("resumed") == metrics("straight")
+
+
 def test_a_finished_run_trained_again_is_read_not_rewritten(tmp_path):
     """Training a finished run again (``psattn demo`` or the theory report's Bode run, rerun) rewrote its
     metrics.jsonl, result.json and, with TensorBoard, a new events file: on a full disk it failed there. Now
@@ -425,6 +471,25 @@ def test_malformed_train_configs_are_refused_by_name(fields, message):
 def test_a_section_that_is_not_an_object_is_refused(section):
     with pytest.raises(ValueError, match=f"{section} section must be a JSON object"):
         RunConfig.from_dict({section: [1]})
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"model": "x"}, "RunConfig's model must be a ModelConfig or a dict of its fields, got 'x'"),
+    ({"train": 3}, "RunConfig's train must be a TrainConfig or a dict of its fields, got 3"),
+    ({"task": [1]}, r"RunConfig's task must be a registered task's config \(make_task_config\) or a dict with a 'name', "
+                    r"got \[1\]"),
+    ({"task": TrainConfig()}, "RunConfig's task must be a registered task's config"),  # 'not a registered task config'
+])
+def test_a_section_of_the_wrong_type_is_a_type_error_in_python_and_a_value_error_from_a_file(fields, message):
+    """RunConfig(model="x") and a task that is no task config were ValueErrors ("the model section must be a JSON
+    object"), as a value out of range is; built in Python they are TypeErrors now, and a run config read from a
+    file still refuses a section that is no object with a ValueError."""
+    with pytest.raises(TypeError, match=message):
+        RunConfig(**fields)
+    if not dataclasses.is_dataclass(fields.get("task")):
+        section = next(iter(fields))
+        with pytest.raises(ValueError, match=f"the {section} section must be a JSON object"):
+            RunConfig.from_dict(fields)
 
 
 @pytest.mark.parametrize("fields,message", [

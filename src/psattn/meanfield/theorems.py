@@ -444,10 +444,16 @@ def check_metastability(
     the median of ``batch`` is. A flow that never moved fails: its random start never comes down to a few clusters.
     ``details``: the median ``lifetime_ratio`` (0 for a run with no multi-cluster phase), ``metastable_runs`` and
     the median ``final_clusters``; ``data["runs"]``: per run, its formation time, lifetime, whether it merged, and
-    its clusters at tau."""
-    if isinstance(min_lifetime_ratio, bool) or not isinstance(min_lifetime_ratio, numbers.Real) \
-            or not (math.isfinite(min_lifetime_ratio) and min_lifetime_ratio > 0):
+    its clusters at tau. ``max_clusters`` is an integer >= 2 and ``min_lifetime_ratio`` a finite number > 0: a
+    value of another type is a TypeError, one out of range a ValueError."""
+    if isinstance(min_lifetime_ratio, bool) or not isinstance(min_lifetime_ratio, numbers.Real):
+        raise TypeError(f"min_lifetime_ratio must be a finite number > 0, got {min_lifetime_ratio!r}")
+    if not (math.isfinite(min_lifetime_ratio) and min_lifetime_ratio > 0):
         raise ValueError(f"min_lifetime_ratio must be a finite number > 0, got {min_lifetime_ratio!r}")
+    if isinstance(max_clusters, bool) or not isinstance(max_clusters, numbers.Integral):
+        raise TypeError(f"max_clusters must be an integer >= 2, got {max_clusters!r}")
+    if max_clusters < 2:  # 1 or below: no run ever has a multi-cluster phase, and the check fails whatever the flow
+        raise ValueError(f"max_clusters must be an integer >= 2, got {max_clusters!r}")
     cfg = SimulationConfig(n=n, d=2, beta=beta, dynamics="sa", tau=tau, dt=dt, seed=seed, batch=batch,
                            n_records=max(2, round(2 * tau) + 1))  # a count every 0.5 time units
     traj = simulate(cfg)

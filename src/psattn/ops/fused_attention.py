@@ -506,9 +506,12 @@ def fixed_tiles(block: int = 32, num_warps: int = 4, num_stages: int = 2):
 
     One compilation per kernel instead of one per candidate shape: for checks that cover many switch
     sets (each is tuned afresh) and for debugging. Square tiles satisfy every kernel's causal split;
-    ``block`` is a power of two of at least 16 (what ``tl.arange`` and ``tl.dot`` take)."""
+    ``block`` is a power of two of at least 16 (what ``tl.arange`` and ``tl.dot`` take): another type than an
+    integer is a TypeError, another integer a ValueError."""
     global _FIXED
-    if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block & (block - 1):
+    if isinstance(block, bool) or not isinstance(block, int):
+        raise TypeError(f"fixed_tiles takes a power of two of at least 16 rows a tile, got {block!r}")
+    if block < 16 or block & (block - 1):
         raise ValueError(f"fixed_tiles takes a power of two of at least 16 rows a tile, got {block!r}")
     saved, _FIXED = _FIXED, (block, block, num_warps, num_stages)
     try:

@@ -123,7 +123,9 @@ class RunConfig:
     """One training run: a model trained on a task. ``task`` is a registered task config.
 
     Built from dataclasses or from plain values (``from_dict``, ``from_file``: a JSON file or a shipped
-    config's name); ``apply_overrides`` applies ``section.field=value`` strings as ``--set`` does.
+    config's name); ``apply_overrides`` applies ``section.field=value`` strings as ``--set`` does. A section of
+    another type is a TypeError built in Python (``RunConfig(model="x")``) and a ValueError read from a file
+    (``the model section must be a JSON object``).
 
     Examples:
         >>> from psattn.training.config import RunConfig, apply_overrides
@@ -146,15 +148,16 @@ class RunConfig:
             self.train = _section("train", from_fields, TrainConfig, self.train, "train")
         for name, kind in (("model", ModelConfig), ("train", TrainConfig)):
             if not isinstance(getattr(self, name), kind):
-                raise ValueError(f"the {name} section must be a JSON object, got {getattr(self, name)!r}")
-        if not isinstance(self.task, dict) and not dataclasses.is_dataclass(self.task):
-            raise ValueError(f"the task section must be a JSON object with a 'name', got {self.task!r}")
+                raise TypeError(f"RunConfig's {name} must be a {kind.__name__} or a dict of its fields, "
+                                f"got {reprlib.repr(getattr(self, name))}")
         if isinstance(self.task, dict):
             fields = dict(self.task)
             if not isinstance(fields.get("name"), str):
                 raise ValueError(f"task needs a 'name', one of {sorted(TASKS)}")
             self.task = _section("task", make_task_config, fields.pop("name"), **fields)
-        task_name(self.task)  # raises for an unregistered config
+        elif not any(type(self.task) is config_cls for config_cls, _ in TASKS.values()):
+            raise TypeError(f"RunConfig's task must be a registered task's config (make_task_config) or a dict with "
+                            f"a 'name', got {reprlib.repr(self.task)}")
         vocab = getattr(self.task, "vocab_size", None)
         if vocab is not None and vocab > self.model.vocab_size:
             raise ValueError(
@@ -180,6 +183,11 @@ class RunConfig:
             raise ValueError(f"unknown run config sections {sorted(unknown)}; expected name, model, task, train")
         if not isinstance(data.get("name", ""), str):
             raise ValueError(f"the run name must be a string, got {data['name']!r}")
+        for section in ("model", "task", "train"):  # a config object is taken as built in Python
+            value = data.get(section, {})
+            if not isinstance(value, dict) and not dataclasses.is_dataclass(value):
+                with_name = " with a 'name'" if section == "task" else ""
+                raise ValueError(f"the {section} section must be a JSON object{with_name}, got {reprlib.repr(value)}")
         return cls(**data)
 
     @classmethod
