@@ -473,6 +473,15 @@ def test_a_section_that_is_not_an_object_is_refused(section):
         RunConfig.from_dict({section: [1]})
 
 
+def test_a_run_name_that_is_not_a_string_is_a_type_error_in_python_and_a_value_error_from_a_file():
+    """RunConfig(name=3) built in Python was accepted (and written as a number into config.json), while a file's was
+    refused."""
+    with pytest.raises(TypeError, match="RunConfig's name must be a string, got 3"):
+        RunConfig(name=3)
+    with pytest.raises(ValueError, match="the run name must be a string, got 3"):
+        RunConfig.from_dict({"name": 3})
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"model": "x"}, "RunConfig's model must be a ModelConfig or a dict of its fields, got 'x'"),
     ({"train": 3}, "RunConfig's train must be a TrainConfig or a dict of its fields, got 3"),

@@ -142,6 +142,8 @@ class RunConfig:
     name: str = "run"
 
     def __post_init__(self):
+        if not isinstance(self.name, str):  # it names the run in its result, its report lines and a sweep's tables
+            raise TypeError(f"RunConfig's name must be a string, got {reprlib.repr(self.name)}")
         if isinstance(self.model, dict):
             self.model = _section("model", ModelConfig.from_dict, self.model)
         if isinstance(self.train, dict):
