@@ -510,6 +510,9 @@ def test_a_section_of_the_wrong_type_is_a_type_error_in_python_and_a_value_error
     ({"compile": 1}, "train.compile must be true, false or one of torch.compile's modes"),
     ({"device": 0}, "train.device must be cpu, cuda, cuda:N or auto, got 0"),
     ({"precision": None}, r"train precision must be one of \['fp32', 'bf16'\], got None"),
+    ({"betas": "ab"}, r"train.betas must be two numbers in \[0, 1\), got 'ab'"),
+    ({"betas": 0.9}, r"train.betas must be two numbers in \[0, 1\), got 0.9"),
+    ({"betas": [0.9, "0.99"]}, r"train.betas must be two numbers in \[0, 1\), got \[0.9, '0.99'\]"),
 ])
 def test_a_train_config_of_the_wrong_type_is_a_type_error_in_python_and_a_value_error_from_a_file(fields, message):
     """TrainConfig(steps=2.5) and the other type mistakes were ValueErrors, as a value out of range is; built in

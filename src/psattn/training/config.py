@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import re
 import reprlib
 from collections.abc import Callable
@@ -82,9 +83,12 @@ class TrainConfig:
             raise error(f"train.compile must be true, false or one of torch.compile's modes {list(COMPILE_MODES)}, "
                         f"got {self.compile!r}")
         try:
-            self.betas = tuple(float(b) for b in self.betas)
-        except (TypeError, ValueError):
-            raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}") from None
+            betas = None if isinstance(self.betas, (str, bytes)) else tuple(self.betas)
+        except TypeError:  # not a sequence: 0.9
+            betas = None
+        if betas is None or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) for b in betas):
+            raise TypeError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
+        self.betas = tuple(float(b) for b in betas)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
         _refuse_unless(self.lr, _is_number, lambda v: 0 < v <= MAX_LR, f"train.lr must be a positive number up to "
