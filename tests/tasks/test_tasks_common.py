@@ -132,7 +132,8 @@ def test_the_old_spelling_of_the_all_positions_form_reads_as_it():
 
 
 def test_sample_task_rejects_foreign_configs():
-    with pytest.raises(ValueError, match="not a registered task config"):
+    """Something that is no task config is a type mistake: a TypeError (it was a ValueError)."""
+    with pytest.raises(TypeError, match="object is not a registered task config"):
         sample_task(object(), 4, torch.Generator())
 
 

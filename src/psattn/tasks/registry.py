@@ -54,7 +54,7 @@ def task_name(config: TaskConfig) -> str:
     for name, (config_cls, _) in TASKS.items():
         if type(config) is config_cls:
             return name
-    raise ValueError(f"{type(config).__name__} is not a registered task config; known tasks: {sorted(TASKS)}")
+    raise TypeError(f"{type(config).__name__} is not a registered task config; known tasks: {sorted(TASKS)}")
 
 
 def sample_task(config: TaskConfig, batch_size: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
