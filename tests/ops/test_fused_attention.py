@@ -208,8 +208,21 @@ def test_fixed_tiles_refuse_a_tile_the_kernels_cannot_take(block, error):
     """A tile of 24 rows failed deep in Triton ("arange's range must be a power of 2"), one of 8 ran in the
     interpreter but is below the 16 rows tl.dot takes on a GPU. A float (16.0) was a ValueError, as 24 is; it is a
     TypeError now."""
-    with pytest.raises(error, match=f"power of two of at least 16 rows a tile, got {block!r}"), \
+    with pytest.raises(error, match=rf"power of two of at least 16 rows a tile \(block\), got {block!r}"), \
             fused_attention.fixed_tiles(block):
+        pass
+
+
+@pytest.mark.parametrize("settings,error,message", [
+    ({"num_warps": 3}, ValueError, r"a power of two from 1 to 32 warps \(num_warps\), got 3"),
+    ({"num_warps": 64}, ValueError, r"a power of two from 1 to 32 warps \(num_warps\), got 64"),
+    ({"num_warps": 4.0}, TypeError, r"a power of two from 1 to 32 warps \(num_warps\), got 4.0"),
+    ({"num_stages": 0}, ValueError, r"a positive number of pipeline stages \(num_stages\), got 0"),
+    ({"num_stages": None}, TypeError, r"a positive number of pipeline stages \(num_stages\), got None"),
+])
+def test_fixed_tiles_refuse_warps_and_stages_triton_cannot_launch(settings, error, message):
+    """num_warps and num_stages were taken unchecked and reached Triton's launcher (3 warps, 0 stages, None)."""
+    with pytest.raises(error, match=message), fused_attention.fixed_tiles(32, **settings):
         pass
 
 

@@ -506,13 +506,20 @@ def fixed_tiles(block: int = 32, num_warps: int = 4, num_stages: int = 2):
 
     One compilation per kernel instead of one per candidate shape: for checks that cover many switch
     sets (each is tuned afresh) and for debugging. Square tiles satisfy every kernel's causal split;
-    ``block`` is a power of two of at least 16 (what ``tl.arange`` and ``tl.dot`` take): another type than an
-    integer is a TypeError, another integer a ValueError."""
+    ``block`` is a power of two of at least 16 (what ``tl.arange`` and ``tl.dot`` take), ``num_warps`` a power of
+    two from 1 to 32 and ``num_stages`` a positive integer (what Triton launches): another type than an integer is
+    a TypeError, another integer a ValueError."""
     global _FIXED
-    if isinstance(block, bool) or not isinstance(block, int):
-        raise TypeError(f"fixed_tiles takes a power of two of at least 16 rows a tile, got {block!r}")
-    if block < 16 or block & (block - 1):
-        raise ValueError(f"fixed_tiles takes a power of two of at least 16 rows a tile, got {block!r}")
+    takes = {"block": "a power of two of at least 16 rows a tile", "num_warps": "a power of two from 1 to 32 warps",
+             "num_stages": "a positive number of pipeline stages"}
+    for name, value in (("block", block), ("num_warps", num_warps), ("num_stages", num_stages)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"fixed_tiles takes {takes[name]} ({name}), got {value!r}")
+    for name, value, ok in (("block", block, block >= 16 and not block & (block - 1)),
+                            ("num_warps", num_warps, num_warps in (1, 2, 4, 8, 16, 32)),
+                            ("num_stages", num_stages, num_stages >= 1)):
+        if not ok:
+            raise ValueError(f"fixed_tiles takes {takes[name]} ({name}), got {value!r}")
     saved, _FIXED = _FIXED, (block, block, num_warps, num_stages)
     try:
         yield
