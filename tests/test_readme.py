@@ -161,3 +161,13 @@ def test_the_python_page_s_text_run_would_stop_early_under_the_default_training_
 
     result = train(dataclasses.replace(config, train=dataclasses.replace(config.train, early_stop=True)))
     assert result.stopped_early and result.steps == 30 and result.final_accuracy >= 0.8
+
+
+def test_the_home_page_snippet_prints_the_shape_its_comment_gives():
+    """docs/index.md's snippet ran in the every-page test, but nothing compared what it prints with the comment
+    beside its print."""
+    block = re.findall(r"```python\n(.*?)```", (DOCS / "index.md").read_text(), flags=re.S)[0]
+    comment = re.search(r"^print\(out\.shape\)  # (.+)$", block, flags=re.M).group(1)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        exec(compile(block, "docs/index.md", "exec"), {})
+    assert printed.getvalue().strip() == comment == "torch.Size([1, 4, 16, 32])"
