@@ -124,3 +124,22 @@ def test_a_bad_seed_of_the_reduced_model_is_named(seed):
 def test_compare_with_theory_checks_its_grid_instead_of_converting_it(kwargs, match):
     with pytest.raises(ValueError, match=match):
         compare_with_theory(n_samples=4, **kwargs)
+
+
+def test_on_the_operator_neighbouring_distractor_scores_correlate_at_minus_one_half():
+    """The module says the reduced model draws its distractors independently while on the operator neighbouring
+    distractor keys share a token (p_j = e_j - e_{j-1}, p_{j+1} = e_{j+1} - e_j), so their T4 scores correlate at
+    -1/2 and those two apart not at all; nothing checked it. Measured on psattn's shear: T4 of the last query
+    (q = -e) against fresh keys (k = e), with i.i.d. N(0, I) embeddings."""
+    import torch
+
+    from psattn.ops import shear
+
+    n, T, d, gamma = 20_000, 8, 16, 0.5
+    e = torch.randn(n, 1, T, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # (n, 1, T, d)
+    p_k = (shear(e, gamma) - e) / gamma  # (n, 1, T, d): the keys' momenta
+    p_q = (shear(-e, gamma) + e) / gamma  # the queries' momenta
+    t4 = (p_q[:, 0, -1:] * p_k[:, 0, 1:5]).sum(-1)  # (n, 4): keys 1..4 share no token with the query (6, 7)
+    corr = np.corrcoef(t4.T.numpy())  # (4, 4)
+    neighbours, apart = np.diag(corr, 1), np.concatenate([np.diag(corr, 2), np.diag(corr, 3)])
+    assert np.abs(neighbours + 0.5).max() < 0.03 and np.abs(apart).max() < 0.03
