@@ -327,6 +327,29 @@ def test_reproduce_help_gives_the_quick_runs_time_as_the_readme_and_docs_do(caps
     assert len(said) == 1 and all(ranges == said for ranges in written.values()), (said, written)
 
 
+def test_the_single_answer_commands_of_the_reproduction_page_resolve_as_written(capsys):
+    """The page gave the key-only single-answer command and said "0.012 with `model.attention.variant=baseline`";
+    that swap alone leaves gamma 1.0 on the baseline, which the config refuses, so the page names gamma 0 too."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "reproduction.md").read_text().split())
+    command = re.search(r"`(psattn train --run-dir R --set task.form=single [^`]*)`", page).group(1)
+    swap = re.search(r"\(0\.012 with `([^`]*)`", page).group(1).split()
+    argv = shlex.split(command)[1:]
+    argv = ["train", "--print-config", *argv[argv.index("--set"):]]
+
+    def swapped(overrides):
+        values = dict(o.split("=", 1) for o in overrides)
+        return [f"{a.split('=')[0]}={values.pop(a.split('=')[0])}" if a.split("=")[0] in values else a for a in argv]
+    assert main(argv) == 0 and main(swapped(swap)) == 0
+    assert '"variant": "baseline"' in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # the swap the page gave before: gamma stays 1.0
+        main(swapped(["model.attention.variant=baseline"]))
+    assert "gamma must be 0" in capsys.readouterr().err
+
+
 def test_a_reader_that_closes_stdout_early_ends_the_command_quietly():
     """``psattn configs text | head -3`` said "psattn: error: [Errno 32] Broken pipe" and exited 2; now it ends
     without a word, with the shell's code for a process SIGPIPE ended (128 + 13), as ``yes | head`` does."""

@@ -28,6 +28,22 @@ def test_the_installed_corpus_is_every_python_file_of_stdlib_and_site_packages_o
     assert "3 files" in corpora.describe_corpus("python-installed")  # it counted the latin-1 file it leaves out
 
 
+def test_a_virtual_environment_s_corpus_leaves_out_its_base_interpreter_s_packages(tmp_path, monkeypatch):
+    """In a virtual environment the standard library's own site-packages is the base interpreter's, which the
+    environment does not import from; the corpus took its packages too (this project's environment: a second
+    sympy, 528 MB in all against 399)."""
+    stdlib, base, venv = tmp_path / "lib", tmp_path / "lib" / "site-packages", tmp_path / "venv" / "site-packages"
+    for site in (base, venv):
+        (site / "pkg").mkdir(parents=True)
+        (site / "pkg" / "__init__.py").write_text(f"where = {str(site)!r}\n")
+    (stdlib / "os.py").write_text("import sys\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(stdlib), "purelib": str(venv), "platlib": str(venv)})
+    files = [p.relative_to(tmp_path).as_posix() for p in corpora.python_installed_files()]
+    assert files == ["lib/os.py", "venv/site-packages/pkg/__init__.py"]
+    monkeypatch.syspath_prepend(str(base))  # a venv with include-system-site-packages imports from it: it counts
+    assert len(corpora.python_installed_files()) == 3
+
+
 def test_a_split_by_file_holds_out_whole_files_every_kth(tmp_path):
     folder = tmp_path / "corpus"
     folder.mkdir()

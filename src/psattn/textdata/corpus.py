@@ -72,17 +72,31 @@ def _installed_roots() -> list[Path]:
     return sorted({Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib") if key in paths})
 
 
+def _foreign_site_packages(roots: list[Path]) -> list[Path]:
+    """The site-packages folders inside the standard library that the running interpreter does not import from:
+    in a virtual environment, its base interpreter's (their packages are another environment's)."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    importable = {Path(p).resolve() for p in sys.path if p} | set(roots)
+    return [folder for name in ("site-packages", "dist-packages")
+            if (folder := stdlib / name).is_dir() and folder.resolve() not in importable]
+
+
 def _installed_sizes() -> dict[Path, int]:
     """The size in bytes of every ``.py`` file under the running interpreter's standard library and site-packages,
     each file once (one reached by two paths, site-packages inside the standard library or a hard link, under
-    the first of its paths in sorted order), by path. Files are told apart by device and inode, not by resolving
-    each path: that took most of the time of a walk over tens of thousands of files."""
+    the first of its paths in sorted order), by path; a site-packages folder inside the standard library that the
+    interpreter does not import from (a virtual environment's base interpreter's) is left out. Files are told
+    apart by device and inode, not by resolving each path: that took most of the time of a walk over tens of
+    thousands of files."""
     roots = _installed_roots()
+    foreign = _foreign_site_packages(roots)
     found: dict[tuple[int, int], tuple[Path, int]] = {}  # (device, inode) -> (path, size)
     for root in roots:
         if not root.is_dir():
             continue
         for path in root.rglob("*.py"):
+            if any(path.is_relative_to(folder) for folder in foreign):
+                continue
             try:
                 info = path.stat()
             except OSError:  # a broken link
