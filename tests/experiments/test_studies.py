@@ -168,6 +168,23 @@ def test_the_text_studies_say_how_many_times_their_runs_are_evaluated():
     assert "40 evaluations" not in docs and "evaluated 40 times" not in docs
 
 
+def test_the_pilot_page_says_how_many_evaluations_and_training_minutes_its_saved_runs_took():
+    """text.md said 48 evaluations a run and 137 training-minutes; the trainer evaluates at step 0, every
+    steps // 48 steps and at the last step (50 times), and the 137 left out the 2-rows run added later (75 minutes)."""
+    from psattn.training.run_dir import load_result
+
+    def evaluations(t):
+        return 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+
+    assert {evaluations(c.train) for c in STUDIES["text_pilot"].plan("quick")} == {50}
+    saved = [load_result(d) for d in sorted((ROOT / "docs" / "results" / "text_pilot").iterdir())]
+    assert len(saved) == 6 and {len(r["history"]) for r in saved} == {50}
+    minutes = round(sum(r["seconds"] for r in saved) / 60)
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert minutes == 212 and f"the runs below took {minutes} training-minutes" in page
+    assert "50 evaluations each (step 0, every 1/48 of the steps, the last step)" in page and "48 evaluations" not in page
+
+
 def test_a_nan_head_score_counts_the_same_wherever_it_sits(monkeypatch):
     """Python's max kept a NaN only in first place: [nan, 0.3] had no phase change and [0.3, nan] had one."""
     from psattn.experiments import text_plots
