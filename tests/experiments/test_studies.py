@@ -443,6 +443,21 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
     assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
 
 
+def test_the_two_layer_page_gives_the_training_minutes_of_its_saved_runs():
+    """text.md said the sweep took 90 training-minutes; that was before the four runs with an MLP in the second
+    layer alone (12 more): the saved runs took 101."""
+    from psattn.training.run_dir import load_result
+
+    seconds = {d.name: load_result(d)["seconds"] for d in sorted((ROOT / "docs" / "results" / "two_layer").iterdir())}
+    later = [s for name, s in seconds.items() if "-mlp2-" in name]
+    first = [s for name, s in seconds.items() if "-mlp2-" not in name]
+    assert (len(first), len(later)) == (16, 4)
+    minutes = [round(sum(s) / 60) for s in (list(seconds.values()), first, later)]
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert minutes == [101, 90, 12] and ("(101 training-minutes: 90 for the 16 runs first declared, about 45 minutes on "
+                                         "2 cores, and 12 for the four with an MLP in the second layer alone") in page
+
+
 def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
     from psattn.experiments.configs import small_config
     from psattn.training.run_dir import build_model
