@@ -238,3 +238,25 @@ def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_b
     results["p4s2"]["history"] = results["p4s2"]["history"][:-1]
     with pytest.raises(ValueError, match="seed 2: the two models were not evaluated at the same steps"):
         tm.depth_clause(results)
+
+
+def test_the_pages_prose_on_seed_0s_copy_gain_peak_and_the_runs_git_is_what_the_saved_runs_give():
+    """text.md said two plain layers with MLPs (seed 0) peak at 1.11 nats of random-token copy gain at 14.4M tokens;
+    the saved run peaks at 1.12 at 13.8M. It also put every four-layer run at git 4f7965f; seed 2 ran at 518ae07."""
+    import json
+    from pathlib import Path
+
+    from psattn.experiments.phase_change import random_copy_gain
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2] / "docs"
+    runs = root / "results" / "text_mlp"
+    rows = load_result(runs / "text_mlp-python-stdlib-bpe1024-c64-L2d128h4-mlp-baseline-s0")["history"]
+    peak = max(rows, key=random_copy_gain)
+    page = " ".join((root / "text.md").read_text().split())
+    assert (round(random_copy_gain(peak), 2), round(peak["tokens"] / 1e6, 1)) == (1.12, 13.8)
+    assert "peaks at 1.12 nats (13.8M) and falls to 0.70 by the end" in page
+    revisions = [json.loads((d / "meta.json").read_text())["git_revision"][:7] for d in sorted(runs.glob("*-L4d128h4-*"))]
+    assert revisions == ["4f7965f", "4f7965f", "518ae07"]
+    assert "the four-layer runs the same day at git 4f7965f, 46 minutes each, seeds 0 and 1 side by side, then seed 2 " \
+           "at 518ae07" in page
