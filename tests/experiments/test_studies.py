@@ -488,3 +488,19 @@ def test_the_plot_commands_the_docs_quote_redraw_their_figures_from_the_saved_ru
         argv = [p for a in argv for p in (sorted(glob.glob(str(docs.parent / a))) if "docs/results" in a else [a])]
         assert main(argv) == 0, command
         assert (tmp_path / figure.name).read_bytes()[16:24] == figure.read_bytes()[16:24]  # the PNG's width and height
+
+
+def test_random_tokens_loss_sits_above_ln_v_on_every_saved_text_run_as_the_metrics_section_says():
+    """The Metrics section said "the report" reads its verdict off the passage, for random tokens' loss sits above ln V;
+    that is the reproduce report: text_phase and text_mlp read first copying off the random tokens' copy gain."""
+    from psattn.training.run_dir import load_result
+
+    runs = sorted(ROOT.glob("docs/results/text_*/*"))
+    assert len(runs) == 30
+    for run_dir in runs:
+        result = load_result(run_dir)
+        ln_v = math.log(result["config"]["model"]["vocab_size"])
+        assert all(row["random_first_loss"] > ln_v for row in result["history"][1:]), run_dir.name
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert ("the `psattn reproduce` report shows their copy gain but reads its verdict off the passage, while "
+            "`text_phase` and `text_mlp` read first copying off their copy gain") in page
