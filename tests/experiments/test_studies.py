@@ -534,3 +534,42 @@ def test_the_two_layer_head_scores_the_page_quotes_are_what_its_saved_runs_give(
                   "(0.32 and 0.57 in the two seeds)", "induction heads (0.71, 0.73), and accuracy jumps from 0.10 to 0.84 "
                   "and 0.92"):
         assert claim in page, claim
+
+
+def test_the_context_64_pilots_prose_is_what_their_saved_runs_give():
+    """docs/text.md's account of how the circuit forms at context 64 (8 and 2 rows a step), read off the saved runs."""
+    from psattn.experiments.phase_change import best_head, random_copy_gain
+    from psattn.training.run_dir import load_result
+
+    def rows(batch):
+        run = ROOT / "docs" / "results" / "text_pilot" / f"text_pilot-python-stdlib-bpe1024-c64-L2d128h4-attnonly-b{batch}-s0"
+        return {round(r["tokens"] / 1e6, 1): r for r in load_result(run)["history"]}
+
+    def prefix(r):
+        return round(best_head(r, "prefix_matching_score"), 2)
+
+    def previous(r, layer):
+        return round(max(r["previous_token_score"][layer]), 2)
+
+    eight = rows(8)
+    assert prefix(eight[0.0]) == 0.02 and {prefix(r) for t, r in eight.items() if 0 < t <= 5.0} == {0.03, 0.04}
+    assert (prefix(eight[7.8]), prefix(eight[10.6])) == (0.11, 0.25)
+    assert min(prefix(r) for t, r in eight.items() if t >= 12) >= 0.27
+    assert (previous(eight[7.8], 0), previous(eight[12.0], 0)) == (0.16, 0.43)
+    before = [random_copy_gain(r) for t, r in eight.items() if 0 < t < 7.8]
+    assert (round(min(before), 2), round(max(before), 2)) == (0.03, 0.13)
+    assert (round(random_copy_gain(eight[7.8]), 2), round(random_copy_gain(eight[10.6]), 2)) == (0.19, 0.71)
+    assert round(eight[7.8]["seconds"] / 60) == 5
+    two = rows(2)
+    assert max(prefix(r) for t, r in two.items() if t < 2.6) <= 0.04 < 0.06 < best_head(two[3.2], "prefix_matching_score")
+    assert prefix(two[6.0]) == 0.35
+    assert (previous(two[3.2], 0), previous(two[7.8], 0)) == (0.22, 0.77)
+    assert round(two[3.9]["seconds"] / 60) == 17
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    for claim in ("at the uniform level (0.02) before training, stays between 0.03 and 0.04 until about 5M tokens",
+                  "crosses 0.1 at 7.8M and reaches 0.25 by 10.6M and about 0.3 from 12M on",
+                  "rises from 0.16 (7.8M) to 0.43 (12M)", "goes from 0.03–0.13 before to 0.19 at 7.8M and 0.71 at 10.6M",
+                  "leaves the uniform level at about 3M tokens and reaches 0.35 by 6M",
+                  "the first layer's previous-token score rises from about 0.22 to 0.77",
+                  "(17 training-minutes to the phase change against 5)"):
+        assert claim in page, claim
