@@ -244,3 +244,18 @@ def test_the_pages_prose_on_run_times_and_the_learned_lag_is_what_the_saved_runs
     assert canon["bits_per_byte"] < smeared["bits_per_byte"] < min(fixed)
     assert "better bits per byte than the plain and fixed-shear one-layer models (1.544 against 1.581 to 1.604)" in page
     assert "almost perfectly" not in page and "better bits per byte than any other one-layer model" not in page
+
+
+def test_the_page_says_its_device_rows_are_the_older_sweeps_which_now_writes_a_row_per_precision():
+    """docs/text.md called its device rows what `psattn sweep text_phase` writes; they are one row per model with
+    fp32 / INT8 columns, as the sweep wrote them on 2026-12-02, and it now writes one row per precision, static
+    INT8 among them (edge_table), which the page did not say."""
+    from pathlib import Path
+
+    from psattn.experiments.edge_report import PRECISIONS, edge_table
+
+    assert "INT8 static" in PRECISIONS and "| precision |" in edge_table({})[0]
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "text.md").read_text().split())
+    assert "| model | parameters | fp32 / INT8 file |" in page
+    assert ("These rows were written by the sweep of 2026-12-02; since 2026-12-03 it writes one row per precision, "
+            "static INT8 among them, and these rows, like the samples, stay as written until the sweep is run again") in page
