@@ -240,9 +240,10 @@ def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_b
         tm.depth_clause(results)
 
 
-def test_the_pages_prose_on_seed_0s_copy_gain_peak_and_the_runs_git_is_what_the_saved_runs_give():
+def test_the_pages_prose_on_seed_0s_copy_gain_peak_and_the_runs_git_and_minutes_is_what_the_saved_runs_give():
     """text.md said two plain layers with MLPs (seed 0) peak at 1.11 nats of random-token copy gain at 14.4M tokens;
-    the saved run peaks at 1.12 at 13.8M. It also put every four-layer run at git 4f7965f; seed 2 ran at 518ae07."""
+    the saved run peaks at 1.12 at 13.8M. It also put every four-layer run at git 4f7965f; seed 2 ran at 518ae07.
+    The runs' minutes it gives are their saved seconds."""
     import json
     from pathlib import Path
 
@@ -260,6 +261,9 @@ def test_the_pages_prose_on_seed_0s_copy_gain_peak_and_the_runs_git_is_what_the_
     assert revisions == ["4f7965f", "4f7965f", "518ae07"]
     assert "the four-layer runs the same day at git 4f7965f, 46 minutes each, seeds 0 and 1 side by side, then seed 2 " \
            "at 518ae07" in page
+    minutes = {n: [load_result(d)["seconds"] / 60 for d in sorted(runs.glob(f"*-L{n}d128h4-*"))] for n in (1, 2, 4)}
+    assert [(round(min(m)), round(max(m))) for m in minutes.values()] == [(16, 22), (27, 30), (46, 46)]
+    assert "27 to 30 minutes a two-layer run, 16 to 22 a one-layer one" in page
 
 
 def test_the_pages_prose_on_the_circuit_the_shear_and_depth_with_mlps_is_what_the_saved_runs_give():
