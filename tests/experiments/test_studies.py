@@ -168,6 +168,23 @@ def test_the_text_studies_say_how_many_times_their_runs_are_evaluated():
     assert "40 evaluations" not in docs and "evaluated 40 times" not in docs
 
 
+def test_the_pilot_page_says_how_many_evaluations_and_training_minutes_its_saved_runs_took():
+    """text.md said 48 evaluations a run and 137 training-minutes; the trainer evaluates at step 0, every
+    steps // 48 steps and at the last step (50 times), and the 137 left out the 2-rows run added later (75 minutes)."""
+    from psattn.training.run_dir import load_result
+
+    def evaluations(t):
+        return 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+
+    assert {evaluations(c.train) for c in STUDIES["text_pilot"].plan("quick")} == {50}
+    saved = [load_result(d) for d in sorted((ROOT / "docs" / "results" / "text_pilot").iterdir())]
+    assert len(saved) == 6 and {len(r["history"]) for r in saved} == {50}
+    minutes = round(sum(r["seconds"] for r in saved) / 60)
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert minutes == 212 and f"the runs below took {minutes} training-minutes" in page
+    assert "50 evaluations each (step 0, every 1/48 of the steps, the last step)" in page and "48 evaluations" not in page
+
+
 def test_a_nan_head_score_counts_the_same_wherever_it_sits(monkeypatch):
     """Python's max kept a NaN only in first place: [nan, 0.3] had no phase change and [0.3, nan] had one."""
     from psattn.experiments import text_plots
@@ -426,6 +443,21 @@ def test_the_two_layer_table_in_the_docs_is_what_its_saved_runs_give():
     assert all(line in (root / "docs" / "text.md").read_text() for line in table), "\n".join(table)
 
 
+def test_the_two_layer_page_gives_the_training_minutes_of_its_saved_runs():
+    """text.md said the sweep took 90 training-minutes; that was before the four runs with an MLP in the second
+    layer alone (12 more): the saved runs took 101."""
+    from psattn.training.run_dir import load_result
+
+    seconds = {d.name: load_result(d)["seconds"] for d in sorted((ROOT / "docs" / "results" / "two_layer").iterdir())}
+    later = [s for name, s in seconds.items() if "-mlp2-" in name]
+    first = [s for name, s in seconds.items() if "-mlp2-" not in name]
+    assert (len(first), len(later)) == (16, 4)
+    minutes = [round(sum(s) / 60) for s in (list(seconds.values()), first, later)]
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert minutes == [101, 90, 12] and ("(101 training-minutes: 90 for the 16 runs first declared, about 45 minutes on "
+                                         "2 cores, and 12 for the four with an MLP in the second layer alone") in page
+
+
 def test_the_parameter_counts_the_readme_gives_for_one_and_two_layers():
     from psattn.experiments.configs import small_config
     from psattn.training.run_dir import build_model
@@ -456,3 +488,88 @@ def test_the_plot_commands_the_docs_quote_redraw_their_figures_from_the_saved_ru
         argv = [p for a in argv for p in (sorted(glob.glob(str(docs.parent / a))) if "docs/results" in a else [a])]
         assert main(argv) == 0, command
         assert (tmp_path / figure.name).read_bytes()[16:24] == figure.read_bytes()[16:24]  # the PNG's width and height
+
+
+def test_random_tokens_loss_sits_above_ln_v_on_every_saved_text_run_as_the_metrics_section_says():
+    """The Metrics section said "the report" reads its verdict off the passage, for random tokens' loss sits above ln V;
+    that is the reproduce report: text_phase and text_mlp read first copying off the random tokens' copy gain."""
+    from psattn.training.run_dir import load_result
+
+    runs = sorted(ROOT.glob("docs/results/text_*/*"))
+    assert len(runs) == 30
+    for run_dir in runs:
+        result = load_result(run_dir)
+        ln_v = math.log(result["config"]["model"]["vocab_size"])
+        assert all(row["random_first_loss"] > ln_v for row in result["history"][1:]), run_dir.name
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    assert ("the `psattn reproduce` report shows their copy gain but reads its verdict off the passage, while "
+            "`text_phase` and `text_mlp` read first copying off their copy gain") in page
+
+
+def test_the_two_layer_head_scores_the_page_quotes_are_what_its_saved_runs_give():
+    """docs/text.md's account of the heads of two plain layers with and without MLPs (seed 0 for the MLPs, whose
+    figure it shows; both seeds at step 500 without), read off the saved runs."""
+    from psattn.training.run_dir import load_result
+
+    def steps(name):
+        return {r["step"]: r for r in load_result(ROOT / "docs" / "results" / "two_layer" / name)["history"]}
+
+    def heads(row, key, layer):
+        return [round(x, 2) for x in row[key][layer]]
+
+    mlps = steps("two_layer-induction-L2d128h4-baseline-stop2-s0")
+    assert (min(heads(mlps[100], "previous_token_score", 1)), max(heads(mlps[100], "previous_token_score", 1))) == (0.81, 0.89)
+    assert sorted(set(heads(mlps[300], "previous_token_score", 1))) == [0.96, 0.97]
+    assert set(heads(mlps[1500], "previous_token_score", 1)) == {1.0} and round(mlps[1500]["eval_accuracy"], 2) == 0.10
+    assert max(max(heads(r, "previous_token_score", 0)) for r in mlps.values()) == 0.08
+    plain = [steps(f"two_layer-induction-L2d128h4-attnonly-baseline-stop2-s{seed}") for seed in (0, 1)]
+    assert heads(plain[0][100], "previous_token_score", 1) == [0.89, 0.26, 0.72, 0.66]
+    assert [max(heads(p[500], "previous_token_score", 0)) for p in plain] == [0.32, 0.57]
+    assert [max(heads(p[500], "induction_score", 1)) for p in plain] == [0.71, 0.73]
+    assert [round(p[400]["eval_accuracy"], 2) for p in plain] == [0.10, 0.10]
+    assert [round(p[500]["eval_accuracy"], 2) for p in plain] == [0.84, 0.92]
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    for claim in ("all four second-layer heads become previous-token heads (0.81–0.89; 0.96–0.97 by step 300, 1.00 at "
+                  "step 1500) while the first layer's stay uniform (0.08)", "(0.89, 0.26, 0.72, 0.66 at step 100)",
+                  "(0.32 and 0.57 in the two seeds)", "induction heads (0.71, 0.73), and accuracy jumps from 0.10 to 0.84 "
+                  "and 0.92"):
+        assert claim in page, claim
+
+
+def test_the_context_64_pilots_prose_is_what_their_saved_runs_give():
+    """docs/text.md's account of how the circuit forms at context 64 (8 and 2 rows a step), read off the saved runs."""
+    from psattn.experiments.phase_change import best_head, random_copy_gain
+    from psattn.training.run_dir import load_result
+
+    def rows(batch):
+        run = ROOT / "docs" / "results" / "text_pilot" / f"text_pilot-python-stdlib-bpe1024-c64-L2d128h4-attnonly-b{batch}-s0"
+        return {round(r["tokens"] / 1e6, 1): r for r in load_result(run)["history"]}
+
+    def prefix(r):
+        return round(best_head(r, "prefix_matching_score"), 2)
+
+    def previous(r, layer):
+        return round(max(r["previous_token_score"][layer]), 2)
+
+    eight = rows(8)
+    assert prefix(eight[0.0]) == 0.02 and {prefix(r) for t, r in eight.items() if 0 < t <= 5.0} == {0.03, 0.04}
+    assert (prefix(eight[7.8]), prefix(eight[10.6])) == (0.11, 0.25)
+    assert min(prefix(r) for t, r in eight.items() if t >= 12) >= 0.27
+    assert (previous(eight[7.8], 0), previous(eight[12.0], 0)) == (0.16, 0.43)
+    before = [random_copy_gain(r) for t, r in eight.items() if 0 < t < 7.8]
+    assert (round(min(before), 2), round(max(before), 2)) == (0.03, 0.13)
+    assert (round(random_copy_gain(eight[7.8]), 2), round(random_copy_gain(eight[10.6]), 2)) == (0.19, 0.71)
+    assert round(eight[7.8]["seconds"] / 60) == 5
+    two = rows(2)
+    assert max(prefix(r) for t, r in two.items() if t < 2.6) <= 0.04 < 0.06 < best_head(two[3.2], "prefix_matching_score")
+    assert prefix(two[6.0]) == 0.35
+    assert (previous(two[3.2], 0), previous(two[7.8], 0)) == (0.22, 0.77)
+    assert round(two[3.9]["seconds"] / 60) == 17
+    page = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    for claim in ("at the uniform level (0.02) before training, stays between 0.03 and 0.04 until about 5M tokens",
+                  "crosses 0.1 at 7.8M and reaches 0.25 by 10.6M and about 0.3 from 12M on",
+                  "rises from 0.16 (7.8M) to 0.43 (12M)", "goes from 0.03–0.13 before to 0.19 at 7.8M and 0.71 at 10.6M",
+                  "leaves the uniform level at about 3M tokens and reaches 0.35 by 6M",
+                  "the first layer's previous-token score rises from about 0.22 to 0.77",
+                  "(17 training-minutes to the phase change against 5)"):
+        assert claim in page, claim

@@ -238,3 +238,85 @@ def test_the_depth_clause_sets_two_key_only_layers_beside_four_plain_ones_seed_b
     results["p4s2"]["history"] = results["p4s2"]["history"][:-1]
     with pytest.raises(ValueError, match="seed 2: the two models were not evaluated at the same steps"):
         tm.depth_clause(results)
+
+
+def test_the_pages_prose_on_seed_0s_copy_gain_peak_and_the_runs_git_and_minutes_is_what_the_saved_runs_give():
+    """text.md said two plain layers with MLPs (seed 0) peak at 1.11 nats of random-token copy gain at 14.4M tokens;
+    the saved run peaks at 1.12 at 13.8M. It also put every four-layer run at git 4f7965f; seed 2 ran at 518ae07.
+    The runs' minutes it gives are their saved seconds."""
+    import json
+    from pathlib import Path
+
+    from psattn.experiments.phase_change import random_copy_gain
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2] / "docs"
+    runs = root / "results" / "text_mlp"
+    rows = load_result(runs / "text_mlp-python-stdlib-bpe1024-c64-L2d128h4-mlp-baseline-s0")["history"]
+    peak = max(rows, key=random_copy_gain)
+    page = " ".join((root / "text.md").read_text().split())
+    assert (round(random_copy_gain(peak), 2), round(peak["tokens"] / 1e6, 1)) == (1.12, 13.8)
+    assert "peaks at 1.12 nats (13.8M) and falls to 0.70 by the end" in page
+    revisions = [json.loads((d / "meta.json").read_text())["git_revision"][:7] for d in sorted(runs.glob("*-L4d128h4-*"))]
+    assert revisions == ["4f7965f", "4f7965f", "518ae07"]
+    assert "the four-layer runs the same day at git 4f7965f, 46 minutes each, seeds 0 and 1 side by side, then seed 2 " \
+           "at 518ae07" in page
+    minutes = {n: [load_result(d)["seconds"] / 60 for d in sorted(runs.glob(f"*-L{n}d128h4-*"))] for n in (1, 2, 4)}
+    assert [(round(min(m)), round(max(m))) for m in minutes.values()] == [(16, 22), (27, 30), (46, 46)]
+    assert "27 to 30 minutes a two-layer run, 16 to 22 a one-layer one" in page
+
+
+def test_the_pages_prose_on_the_circuit_the_shear_and_depth_with_mlps_is_what_the_saved_runs_give():
+    """docs/text.md's paragraphs after the text_mlp tables, figure by figure, read off the saved runs."""
+    from pathlib import Path
+
+    from psattn.experiments.phase_change import random_copy_gain
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2] / "docs"
+
+    def rows(model, seed):
+        run = root / "results" / "text_mlp" / f"text_mlp-python-stdlib-bpe1024-c64-{model}-s{seed}"
+        return {round(r["tokens"] / 1e6, 1): r for r in load_result(run)["history"]}
+
+    def previous(r, layer):
+        return round(max(r["previous_token_score"][layer]), 2)
+
+    plain = [rows("L2d128h4-mlp-baseline", s) for s in range(3)]
+    shear = [rows("L2d128h4-mlp-key_only-g1", s) for s in range(3)]
+    deep = [rows("L4d128h4-mlp-baseline", s) for s in range(3)]
+    first = plain[0]
+    assert [previous(first[t], 0) for t in (1.2, 3.6)] == [0.20, 0.34]
+    assert all(0.58 <= previous(r, 0) <= 0.65 for t, r in first.items() if t >= 7.2)
+    assert [round(max(first[t]["prefix_matching_score"][1]), 2) for t in (3.6, 6.0)] == [0.12, 0.26]
+    assert all(0.23 <= round(max(r["prefix_matching_score"][1]), 2) <= 0.30 for t, r in first.items() if t > 6)
+    assert round(random_copy_gain(first[4.8]), 2) == 0.40
+    assert all(1.0 <= round(random_copy_gain(r), 1) <= 1.1 for t, r in first.items() if 9 <= t <= 14)
+    second = plain[1]
+    assert previous(second[0.6], 1) == 0.56 and {previous(second[t], 1) for t in (1.2, 1.8, 2.4, 3.0)} == {0.65, 0.70, 0.64, 0.59}
+    assert previous(second[9.6], 0) == 0.30
+    gaps = [{t: k["bits_per_byte"] - p[t]["bits_per_byte"] for t, k in s.items()} for s, p in zip(shear, plain, strict=True)]
+    assert all(abs(g) <= 0.025 for seed in gaps for t, g in seed.items() if 1.2 <= t <= 6.0)
+    assert [round(max(g for t, g in seed.items() if t > 6), 3) for seed in gaps] == [0.028, 0.032, 0.053]
+    assert round(min(g for t, g in gaps[2].items() if t >= 8.4), 3) == 0.013
+    assert [round(s[24.0]["icl_score"], 3) for s in shear] == [-0.356, -0.437, -0.414]
+    assert [round(p[24.0]["icl_score"], 3) for p in plain] == [-0.377, -0.496, -0.482]
+    pairs = list(zip(shear, deep, strict=True))
+    depth = [{t: k["bits_per_byte"] - d[t]["bits_per_byte"] for t, k in s.items() if t >= 0.6} for s, d in pairs]
+    below = [(seed, t) for seed, g in enumerate(depth) for t, x in g.items() if x <= 0]
+    assert below == [(1, 0.6)] and round(depth[1][0.6], 3) == -0.004
+    assert (round(min(x for g in depth for x in g.values() if x > 0), 2), round(max(x for g in depth for x in g.values()), 2)) \
+        == (0.01, 0.13)
+    reach = [next(t for t, r in d.items() if r["bits_per_byte"] <= s[24.0]["bits_per_byte"]) for s, d in pairs]
+    assert reach == [16.8, 16.8, 15.0]
+    assert round(max(random_copy_gain(r) for d in deep for r in d.values()), 1) == 2.3
+    assert [round(random_copy_gain(d[24.0]), 2) for d in deep] == [1.18, 1.31, 1.28]
+    page = " ".join((root / "text.md").read_text().split())
+    for claim in ("rises from 0.20 (1.2M tokens) to 0.34 (3.6M) and about 0.6 from 7M on",
+                  "(0.12 at 3.6M, 0.25 by 6M, 0.23 to 0.30 after)", "(0.40 nats at 4.8M, about 1.0 from 9M to 14M)",
+                  "(0.56 at 0.6M tokens, 0.59 to 0.70 until 3M)", "(0.30 by 9.6M)", "(within 0.025 either way) from 1.2M to 6M",
+                  "by at most 0.028 and 0.032 on seeds 0 and 1, by 0.013 to 0.053 from 8.4M tokens on for seed 2",
+                  "(ICL score −0.356, −0.437 and −0.414 against −0.377, −0.496 and −0.482)",
+                  "at every evaluation but one (0.6M on seed 1, where the pair is 0.004 below), by 0.01 to 0.13",
+                  "reach the pair's final loss at 16.8, 16.8 and 15.0M", "(up to 2.3 nats; 1.18, 1.31 and 1.28 at the end"):
+        assert claim in page, claim

@@ -215,3 +215,47 @@ def test_the_copy_threshold_is_about_twice_the_gain_two_plain_layers_show_before
     assert 1.9 < COPY_THRESHOLD / max(gains) < 2.1
     docs = " ".join((root / "docs" / "text.md").read_text().split())
     assert "two plain layers show 0.02 to 0.13 before their phase change in the pilot" in docs
+
+
+def test_the_pages_prose_on_run_times_and_the_learned_lag_is_what_the_saved_runs_give():
+    """text.md said a one-layer run took about 19 minutes and Canon 32 (Canon took 22), that smeared keys copy
+    random tokens "almost perfectly" (their second copy's loss stays at about ln V) and that they have better
+    bits per byte than any other one-layer model (Canon's are better)."""
+    import math
+    from pathlib import Path
+
+    from psattn.training.run_dir import load_result
+
+    root = Path(__file__).resolve().parents[2]
+    results = {d.name: load_result(d) for d in sorted((root / "docs" / "results" / "text_phase").iterdir())}
+    minutes = {layers: [r["seconds"] / 60 for n, r in results.items() if f"-L{layers}d128h4-" in n] for layers in (1, 2)}
+    page = " ".join((root / "docs" / "text.md").read_text().split())
+    assert [(round(min(m)), round(max(m))) for m in minutes.values()] == [(14, 22), (24, 28)]
+    assert "14 to 22 minutes a one-layer run, 24 to 28 a two-layer one)" in page
+
+    def last(name):
+        return next(r["history"][-1] for n, r in results.items() if n.endswith(f"-L1d128h4-attnonly-{name}-s0"))
+
+    smeared, canon = last("smeared_keys"), last("canon")
+    assert round(smeared["random_second_loss"], 2) == 6.84 and round(math.log(1024), 2) == 6.93
+    assert "though its second copy's loss, 6.84 nats, is still about the uniform guess's ln 1024 = 6.93" in page
+    one_layer = {n: r["history"][-1]["bits_per_byte"] for n, r in results.items() if "-L1d128h4-" in n}
+    fixed = [b for n, b in one_layer.items() if "smeared_keys" not in n and "canon" not in n]
+    assert canon["bits_per_byte"] < smeared["bits_per_byte"] < min(fixed)
+    assert "better bits per byte than the plain and fixed-shear one-layer models (1.544 against 1.581 to 1.604)" in page
+    assert "almost perfectly" not in page and "better bits per byte than any other one-layer model" not in page
+
+
+def test_the_page_says_its_device_rows_are_the_older_sweeps_which_now_writes_a_row_per_precision():
+    """docs/text.md called its device rows what `psattn sweep text_phase` writes; they are one row per model with
+    fp32 / INT8 columns, as the sweep wrote them on 2026-12-02, and it now writes one row per precision, static
+    INT8 among them (edge_table), which the page did not say."""
+    from pathlib import Path
+
+    from psattn.experiments.edge_report import PRECISIONS, edge_table
+
+    assert "INT8 static" in PRECISIONS and "| precision |" in edge_table({})[0]
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "text.md").read_text().split())
+    assert "| model | parameters | fp32 / INT8 file |" in page
+    assert ("These rows were written by the sweep of 2026-12-02; since 2026-12-03 it writes one row per precision, "
+            "static INT8 among them, and these rows, like the samples, stay as written until the sweep is run again") in page

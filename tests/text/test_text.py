@@ -141,6 +141,28 @@ def test_the_shipped_corpus_is_six_novels_of_real_prose():
     assert docs[1].text.startswith("PRIDE AND PREJUDICE")
 
 
+def test_the_prose_commands_text_md_quotes_train_the_models_and_corpus_it_describes():
+    """docs/text.md called the two plain layers of its commands "almost twice" the parameters of the one
+    key-sheared layer; with the MLPs those commands keep, they have 43% more (657,920 against 460,160). The
+    corpus sizes it gives (1.16M BPE training tokens, read 30 to 45 times) come from the same commands."""
+    import shlex
+
+    from psattn.training.run_dir import build_model
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "text.md").read_text()
+    commands = re.findall(r"^psattn train --run-dir runs/austen-\S+ --set (.*)$", page, flags=re.MULTILINE)
+    configs = [apply_overrides(RunConfig(), shlex.split(command)) for command in commands]
+    assert [(c.model.n_layers, c.model.attention.variant, c.model.mlp) for c in configs] == [
+        (1, "key_only", True), (2, "baseline", True)]
+    counts = [build_model(c).num_parameters() for c in configs]
+    assert counts == [460_160, 657_920] and round(counts[1] / counts[0] - 1, 2) == 0.43
+    assert "with 43% more parameters (657,920 against 460,160)" in " ".join(page.split())
+    train_tokens = len(configs[0].task.tokens().train)
+    reads = [c.train.steps * c.train.batch_size * c.task.seq_len / train_tokens for c in configs]
+    assert round(train_tokens / 1e6, 2) == 1.16 and [round(r) for r in reads] == [44, 32]
+    assert "(1.16M\nBPE training tokens, so those runs see it 30 to 45 times;" in page
+
+
 def test_the_python_stdlib_corpus_is_this_interpreters_source_code():
     files = corpus_files("python-stdlib")
     assert len(files) > 100 and all(p.suffix == ".py" for p in files) and files == sorted(files)

@@ -51,7 +51,8 @@ def law_tokens(batch_size: int, context: int) -> float:
 def pilot_config(batch_size: int, mlp: bool, tokens: int, *, seed: int = 0, device: str = "cpu",
                  context: int = CONTEXT) -> RunConfig:
     """Two plain layers on Python source, ``tokens`` training tokens at ``batch_size`` rows of ``context``
-    tokens a step, evaluated (and checkpointed) about 48 times."""
+    tokens a step, evaluated (and checkpointed) at step 0, every ``steps // 48`` steps and at the last step:
+    49 or 50 times (50 for every run of the quick plan)."""
     steps = max(1, tokens // (batch_size * context))
     every = max(1, steps // EVALUATIONS)
     task = make_task_config("text", corpus="python-stdlib", tokenizer="bpe", vocab_size=VOCAB, seq_len=context)
