@@ -78,6 +78,18 @@ def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp
     assert result["phase_transition"]["runs"] == [] and "kernels" in result  # on the CPU no section is skipped
 
 
+def test_the_gpu_checks_phase_transition_model_has_the_parameters_the_docs_give():
+    """docs/scale-out.md called the check's phase transition "the 91.3M-parameter" one: that is psa-92m at its default
+    vocabulary of 8192; the check trains it at the induction task's 64, which at_scale.md gives as 85,068,288."""
+    from psattn.models.presets import preset_parameter_count
+
+    config = _script("gpu_check").phase_transition_config(0.8, 0, 3000, "cpu", smoke=False)
+    count = f"{preset_parameter_count(config.model):,}"
+    assert count == "85,068,288" and config.task.vocab_size == 64 and config.train.precision == "bf16"
+    for page in ("scale-out.md", "at_scale.md"):
+        assert f"psa-92m preset ({count} parameters at the" in " ".join((ROOT / "docs" / page).read_text().split()), page
+
+
 @pytest.mark.parametrize("bad", [["--only", "fused_kernels"], ["--repeats", "0"]])
 def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path, bad):
     saved = tmp_path / "gpu_check.json"
