@@ -712,6 +712,16 @@ def step_profile(config, device: str, warm: int = 10, steps: int = 10) -> dict:
     return out
 
 
+def phase_transition_config(gamma: float, seed: int, max_steps: int, device: str, smoke: bool):
+    """One run of the phase-transition section: the psa-92m preset at the induction task's vocabulary of 64
+    (85,068,288 parameters, docs/scale-out.md), symmetric shear, bf16; with ``smoke`` a tiny model in fp32."""
+    model = {"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-92m"}
+    config = small_config("symmetric", gamma, seed=seed, steps=max_steps, early_stop=True, device=device, **model)
+    return dataclasses.replace(config, train=dataclasses.replace(
+        config.train, precision="fp32" if smoke else "bf16", threads=None, lr=3e-3 if smoke else 3e-4,
+        eval_every=10 if smoke else 50))
+
+
 def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, smoke: bool, report: Report) -> None:
     plan = [(gamma, seed) for seed in range(seeds) for gamma in (0.8, 0.0)]  # interleaved: a cut keeps pairs
     rows = report.data["phase_transition"]["runs"]
@@ -720,11 +730,7 @@ def phase_transition(device: str, seeds: int, max_steps: int, deadline: float, s
         if share < 5:
             print(f"  budget spent; skipping the {len(plan) - i} remaining runs", flush=True)
             break
-        model = {"d_model": 32, "n_heads": 2} if smoke else {"model_preset": "psa-92m"}
-        config = small_config("symmetric", gamma, seed=seed, steps=max_steps, early_stop=True, device=device, **model)
-        config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, precision="fp32" if smoke else "bf16", threads=None, lr=3e-3 if smoke else 3e-4,
-            eval_every=10 if smoke else 50))
+        config = phase_transition_config(gamma, seed, max_steps, device, smoke)
         if i == 0:
             report.data["phase_transition"]["parameters"] = DecoderLM(config.model).num_parameters()
         row, stamps = _timed_train(config, time_limit_s=share)

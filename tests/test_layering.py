@@ -3,7 +3,8 @@ its own layer and the layers below it; the data (tasks, text data) never imports
 anything above; theory and meanfield are leaves; the transformers bridge (integrations) imports only
 the operator and the models; nothing imports the package face
 (``psattn/__init__.py``), which is for users, nor a deprecated shim (``psattn.text``), which is kept
-for users' old imports; and no two modules import each other, directly or through others."""
+for users' old imports; no two modules import each other, directly or through others; and docs/layout.md lists
+the modules in an order that keeps to it."""
 
 import ast
 import graphlib
@@ -141,3 +142,33 @@ def test_the_circle_check_sees_a_circle_through_a_function_level_import(tmp_path
     assert graph["psattn.p.a"] == {"psattn.p.b"} and graph["psattn.p.b"] == {"psattn.p.a"}
     with pytest.raises(graphlib.CycleError):
         tuple(graphlib.TopologicalSorter(graph).static_order())
+
+
+def layout_listing() -> list[set[str]]:
+    """The top-level modules and packages docs/layout.md lists under ``src/psattn/``, in its order: one set a
+    line of the listing (the small utilities share one), the shipped data (``data/``) and subfolders left out."""
+    block = (SRC.parents[1] / "docs" / "layout.md").read_text().split("```\n", 2)[1]
+    listing = block.split("src/psattn/", 1)[1].split("\nbenchmarks/", 1)[0]
+    groups = []
+    for line in listing.splitlines()[1:]:
+        if not line.startswith("  ") or line.startswith("   "):
+            continue  # a description's continuation, or a subfolder
+        first = line.split()[0]
+        if first.endswith(".py") and " " in line.strip() and all(w.endswith(".py") for w in line.split()):
+            groups.append({w.removesuffix(".py") for w in line.split()})  # the utilities' line
+        elif "/" not in first.rstrip("/") and first != "data/":
+            groups.append({first.rstrip("/").removesuffix(".py")})
+    return groups
+
+
+def test_the_layout_page_lists_every_module_after_those_it_imports():
+    """docs/layout.md lists src/psattn's layers lowest first, "a layer imports only itself and those above it":
+    it listed tasks before textdata and export before integrations, which they import, and left out lazy.py."""
+    groups = layout_listing()
+    listed = set().union(*groups)
+    assert listed == set(LAYERS) - {"__main__"}, sorted(listed ^ (set(LAYERS) - {"__main__"}))
+    for i, group in enumerate(groups):
+        for owner, path in sources():
+            if owner in group:
+                later = (imports(path) - group - {""}) & set().union(*groups[i + 1:])
+                assert not later, f"{path.relative_to(SRC)} imports {sorted(later)}, listed below it in docs/layout.md"

@@ -1,6 +1,7 @@
 """Whatever the package reads at run time ships in its wheel: every file git tracks under src/psattn that is not
 Python source matches a ``[tool.setuptools.package-data]`` pattern in pyproject.toml (a corpus or config added
-without one works from a checkout and fails from an installed wheel, which only CI's wheel check would see)."""
+without one works from a checkout and fails from an installed wheel, which only CI's wheel check would see); and
+``import psattn`` loads none of the extras' libraries."""
 
 import fnmatch
 import subprocess
@@ -34,3 +35,20 @@ def test_every_data_file_of_the_package_is_in_its_package_data():
     left_out = [p for p in data if not any(shipped(p, pattern) for pattern in patterns)]
     assert shipped("data/configs/mqar.json", "data/configs/*.json") and not shipped("a/b/c.json", "a/*.json")
     assert not left_out, f"not shipped in the wheel (add a package-data pattern in pyproject.toml): {left_out}"
+
+
+#: the extras' libraries (pyproject.toml's optional dependencies), none of which ``import psattn`` may need
+EXTRAS = ("transformers", "accelerate", "tokenizers", "matplotlib", "onnx", "onnxruntime", "onnxscript", "executorch",
+          "torchao", "ray", "tensorboard", "scipy", "peft")
+
+
+def test_import_psattn_and_its_names_load_none_of_the_extras():
+    """docs/getting-started.md says ``import psattn`` needs only torch, numpy and tqdm, and docs/huggingface.md that it
+    does not import transformers; no test looked. A new process imports psattn and every name of its ``__all__``."""
+    import sys
+
+    code = ("import sys, psattn\nfor name in psattn.__all__: getattr(psattn, name)\n"
+            f"print([m for m in {EXTRAS!r} if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout

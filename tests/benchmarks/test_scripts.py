@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,28 @@ def test_gpu_check_budget_cuts_the_phase_transition_short_but_keeps_the_file(tmp
         "--only", "kernels", "phase_transition")  # the smoke test runs these sections in full
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["phase_transition"]["runs"] == [] and "kernels" in result  # on the CPU no section is skipped
+
+
+def test_the_gpu_checks_phase_transition_model_has_the_parameters_the_docs_give():
+    """docs/scale-out.md called the check's phase transition "the 91.3M-parameter" one: that is psa-92m at its default
+    vocabulary of 8192; the check trains it at the induction task's 64, which at_scale.md gives as 85,068,288."""
+    from psattn.models.presets import preset_parameter_count
+
+    config = _script("gpu_check").phase_transition_config(0.8, 0, 3000, "cpu", smoke=False)
+    count = f"{preset_parameter_count(config.model):,}"
+    assert count == "85,068,288" and config.task.vocab_size == 64 and config.train.precision == "bf16"
+    for page in ("scale-out.md", "at_scale.md"):
+        assert f"psa-92m preset ({count} parameters at the" in " ".join((ROOT / "docs" / page).read_text().split()), page
+
+
+def test_the_gpu_check_script_s_timeouts_add_up_to_the_wall_clock_the_docs_give():
+    """docs/scale-out.md gave the check "a 9-minute wall clock a call"; its three timeouts (the CPU benchmark's rows,
+    the transformers decode step, the check) add up to the 9 minutes 40 seconds its header gives."""
+    script = (ROOT / "benchmarks" / "gpu_check.sh").read_text()
+    seconds = sum(int(s) for s in re.findall(r"\btimeout (\d+) ", script))
+    wall = f"{seconds // 60} minutes {seconds % 60} seconds"
+    assert wall == "9 minutes 40 seconds" and f"wall clock of {wall}" in " ".join(script.split())
+    assert f"at most {wall} a call" in " ".join((ROOT / "docs" / "scale-out.md").read_text().split())
 
 
 @pytest.mark.parametrize("bad", [["--only", "fused_kernels"], ["--repeats", "0"]])

@@ -257,13 +257,15 @@ def _unusable_caches():
         "torch.compile-StaticCache": _compiled_forward_into_a_static_cache,
         "generate-paged": _generate_with("paged"),  # continuous batching: transformers would switch the attention
         "generate_batch": lambda model, ids: model.generate_batch(ids.tolist()),
+        "init_continuous_batching": lambda model, ids: model.init_continuous_batching(),
     }
 
 
 @pytest.mark.parametrize("path", list(_unusable_caches()))
 def test_a_cache_that_stores_raw_keys_is_refused_before_any_work_saying_what_to_use(path, prompt):
     """Every way a user asks for a static, offloaded, quantized or paged cache (generate's cache_implementation, a
-    cache object, a compiled forward, continuous batching) is refused in one line naming the cache to use instead,
+    cache object, a compiled forward, continuous batching: generate_batch and init_continuous_batching, which
+    docs/huggingface.md names and no test called) is refused in one line naming the cache to use instead,
     before the model's embedding runs, and changes nothing: the model then generates as before."""
     model = apply_psa(tiny_model("llama"), "key_only", 0.8)
     with torch.no_grad():
