@@ -317,7 +317,8 @@ def test_the_depth_law_table_and_figure_in_the_docs_are_what_its_saved_runs_give
 
 def test_the_depth_law_prose_says_what_its_saved_runs_give():
     """depth_law.md said every coupling from 0.25 up solves MQAR, and related-work.md that key-only's best γ is 2 at
-    every depth: the symmetric shear's γ = 4 fails MQAR at depth 4, and key-only's best on MQAR at depth 4 is 1."""
+    every depth: the symmetric shear's γ = 4 solves MQAR at depth 4 on one seed of two only (none of two in the runs of
+    git 3e4d6de), and key-only's best on MQAR at depth 4 is 1."""
     from psattn.training.run_dir import load_result
 
     results = {d.name: load_result(d) for d in sorted((ROOT / "docs" / "results" / "gamma_depth").iterdir())}
@@ -326,9 +327,17 @@ def test_the_depth_law_prose_says_what_its_saved_runs_give():
     failed = {(r["config"]["model"]["attention"]["variant"], r["config"]["model"]["n_layers"],
                r["config"]["model"]["attention"]["gamma"]) for r in mqar if r["emergence_step"] is None}
     assert failed == {("symmetric", 4, 4.0)}
-    assert max(r["emergence_step"] for r in mqar if r["emergence_step"] is not None) <= 200
-    assert ("coupling from 0.25 up solves MQAR within 200 steps but one (the symmetric shear's γ = 4 at depth 4, which\n"
-            "fails)") in (ROOT / "docs" / "depth_law.md").read_text()
+    cell = sorted((r["emergence_step"] is None, r["emergence_step"] or round(r["best_accuracy"], 3)) for r in mqar
+                  if (r["config"]["model"]["attention"]["variant"], r["config"]["model"]["n_layers"],
+                      r["config"]["model"]["attention"]["gamma"]) == ("symmetric", 4, 4.0))
+    assert cell == [(False, 370), (True, 0.495)]  # one seed of two, at step 370; the other peaks at 0.495
+    others = [r for r in mqar if r["config"]["model"]["n_layers"] != 4 or r["config"]["model"]["attention"]["gamma"] != 4.0
+              or r["config"]["model"]["attention"]["variant"] != "symmetric"]
+    assert max(r["emergence_step"] for r in others) <= 200
+    depth_law = " ".join((ROOT / "docs" / "depth_law.md").read_text().split())
+    assert ("coupling from 0.25 up solves MQAR on both seeds within 200 steps but one (the symmetric shear's γ = 4 at "
+            "depth 4, which solves it on one seed of two, at step 370)") in depth_law
+    assert "(step 370; the other peaks at 0.495)" in depth_law
     best = {(r["task"], r["variant"], r["depth"]): r["best_gamma"] for r in depth_table(results)}
     assert {k for k, g in best.items() if k[1] == "symmetric" and g != 1.0} == set()
     assert {k for k, g in best.items() if k[1] == "key_only" and g != 2.0} == {("mqar", "key_only", 4)}
