@@ -82,8 +82,8 @@ def test_every_declared_study_has_one_protocol_plans_per_mode_and_says_when_it_h
             study.plan("medium")
     assert all(study.table is not None for study in STUDIES.values())  # every study tables its runs
     assert sorted(name for name, study in STUDIES.items() if study.verdict is not None) == [
-        "critical_gamma", "critical_gamma_head_dim", "critical_gamma_width", "paper_scale", "text_mlp", "text_phase",
-        "text_scale"]
+        "critical_gamma", "critical_gamma_head_dim", "critical_gamma_width", "paper_scale", "text_corpora", "text_mlp",
+        "text_phase", "text_scale"]
     assert sorted(name for name, study in STUDIES.items() if study.report is not None) == [
         "gamma_depth", "init_sensitivity", "text_mlp", "text_phase", "text_pilot"]
 

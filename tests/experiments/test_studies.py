@@ -361,7 +361,7 @@ def test_two_layer_declares_both_forms_with_and_without_mlps_and_tables_them():
 
 
 def test_the_studies_stay_out_of_both_reproductions():
-    for study in ("text_pilot", "paper_form", "gamma_depth", "two_layer"):
+    for study in ("text_corpora", "text_pilot", "paper_form", "gamma_depth", "two_layer"):
         assert study in LEFT_OUT["quick"] and study in LEFT_OUT["full"]
 
 

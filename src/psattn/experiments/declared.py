@@ -10,6 +10,7 @@ from psattn.experiments.studies import (
     paper_form,
     paper_scale,
     text,
+    text_corpora,
     text_mlp,
     text_phase,
     text_pilot,
@@ -19,5 +20,5 @@ from psattn.experiments.studies import (
 from psattn.experiments.study import Study
 
 STUDIES: dict[str, Study] = {study.name: study for module in (
-    induction, text, text_pilot, text_phase, text_mlp, paper_form, gamma_depth, two_layer, paper_scale, text_scale,
+    induction, text, text_corpora, text_pilot, text_phase, text_mlp, paper_form, gamma_depth, two_layer, paper_scale, text_scale,
 ) for study in module.STUDIES}

@@ -45,7 +45,7 @@ HEAD_VARIANTS = ("baseline", "symmetric", "key_only", "query_only")
 #: experiments the quick reproduction leaves out, to stay short; ``psattn sweep NAME --quick``
 #: trains them at the quick scale, and ``--full`` includes them. The LONG_STUDIES are long experiments of
 #: their own (an hour or more on a CPU), run by ``psattn sweep NAME`` alone.
-LONG_STUDIES = ("text_pilot", "text_phase", "text_mlp", "paper_form", "gamma_depth", "two_layer")
+LONG_STUDIES = ("text_corpora", "text_pilot", "text_phase", "text_mlp", "paper_form", "gamma_depth", "two_layer")
 #: every critical-gamma design (about 6 training-minutes apiece), the initialisation table (1.4) and the
 #: single-answer key-lag rows (2.0; ``key_lag``, whose full-sequence rows the variant table trains) are left out
 #: of the quick reproduction, each its own `psattn sweep ... --quick`, which keeps the main job short
