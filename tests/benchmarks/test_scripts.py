@@ -470,6 +470,14 @@ def test_step_overhead_counts_and_times_both_models(tmp_path, monkeypatch, capsy
         assert r["extra_operations"] == {"lerp": 2 * r["layers"]}
 
 
+def test_output_layer_share_times_the_step_with_and_without_the_output_layer(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "output_layer_share", "--layers", "1", "--repeats", "1", "--json",
+                      str(tmp_path / "share.json"))
+    assert "BPE 1024, width 128, 32 rows of 256 tokens" in out and "| 1 layer, key_only |" in out
+    (row,) = json.loads((tmp_path / "share.json").read_text())["rows"]
+    assert row["ms"]["with"] > row["ms"]["without"] > 0 and 0 < row["output_layer_share"] < 1
+
+
 def test_the_kernel_page_quotes_the_saved_step_overhead_runs(monkeypatch, capsys):
     folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
     table = main_output(monkeypatch, capsys, "step_overhead", "--table", str(folder / "2026-12-06.json"),
