@@ -478,6 +478,18 @@ def test_output_layer_share_times_the_step_with_and_without_the_output_layer(tmp
     assert row["ms"]["with"] > row["ms"]["without"] > 0 and 0 < row["output_layer_share"] < 1
 
 
+def test_the_text_page_quotes_the_saved_output_layer_share_runs():
+    """docs/text.md said the output layer and its softmax were "most of a step" of the quick text models, which nothing
+    measured; it quotes the saved runs of benchmarks/output_layer_share.py now (under half of a one-layer step)."""
+    runs = [json.loads(p.read_text()) for p in sorted((ROOT / "docs" / "results" / "cpu" / "output_layer_share").glob("*.json"))]
+    assert len(runs) == 2 and {run["git"][:7] for run in runs} == {"f1d1bbc"}
+    text = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    shares = {layers: sorted(round(100 * r["output_layer_share"]) for run in runs for r in run["rows"] if r["layers"] == layers)
+              for layers in (1, 2)}
+    assert (f"take {shares[1][0]}–{shares[1][-1]} % of a one-layer step and {shares[2][0]}–{shares[2][-1]} % of a "
+            "two-layer one") in text and "at git f1d1bbc" in text
+
+
 def test_the_kernel_page_quotes_the_saved_step_overhead_runs(monkeypatch, capsys):
     folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
     table = main_output(monkeypatch, capsys, "step_overhead", "--table", str(folder / "2026-12-06.json"),
