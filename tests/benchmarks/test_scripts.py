@@ -728,6 +728,63 @@ def test_the_error_budget_table_in_the_docs_is_the_saved_run():
             assert f"| {T}, {D}, {window} | {cells} |" in kernel, (T, D, window)
 
 
+def _span(values, digits) -> str:
+    return f"{min(values):.{digits}f} to {max(values):.{digits}f}"
+
+
+def test_the_kernel_pages_sentences_on_the_gpu_check_are_its_saved_numbers():
+    """docs/kernel.md's tables were checked against the saved check, the sentences that read them (ranges, the backward
+    alone, TFLOP/s, error ratios) by no test; the page said "to 2e-6" where the check's largest fp32 error is 2.2e-6."""
+    check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
+    page = " ".join((ROOT / "docs" / "kernel.md").read_text().split())
+    fp32 = max(e for name, errors in check["fused_correctness"].items() if "bf16" not in name for e in errors.values())
+    assert page.count(f"to {fp32:.1e}".replace("e-06", "e-6") + " in fp32") == 2 and "to 2e-6" not in page
+    rows = list(check["fused_kernel"].values())
+    fused = {p: [r[p]["fused_over_sdpa"] for r in rows] for p in ("forward", "forward+backward")}
+    assert f"is {_span(fused['forward'], 2)} forward and {_span(fused['forward+backward'], 2)} forward+backward" in page
+    long = [r for r in rows if r["shape"][2] >= 4096]
+    shear = {p: [r[p]["shear_then_sdpa_over_sdpa"] for r in long] for p in ("forward", "forward+backward")}
+    assert (f"costs {_span(shear['forward+backward'], 2)} forward+backward at T ≥ 4k, and {_span(shear['forward'], 2)} "
+            "forward") in page
+    backward = [(r["forward+backward"]["psa_fused_ms"] - r["forward"]["psa_fused_ms"])
+                / (r["forward+backward"]["sdpa_ms"] - r["forward"]["sdpa_ms"]) for r in rows]
+    assert f"takes {_span(backward, 2)}× SDPA's" in page
+    widest = check["fused_kernel"]["T=16384 D=128"]
+    B, H, T, D = widest["shape"]
+    tflops = {k: 2 * B * H * T * T * D / widest["forward"][k] / 1e9 for k in ("psa_fused_ms", "sdpa_ms")}  # causal: half
+    assert (f"runs at {tflops['psa_fused_ms']:.0f} TFLOP/s of causal attention where SDPA's flash runs at "
+            f"{tflops['sdpa_ms']:.0f}") in page
+    errors = {k: [r["error_vs_fp64"][k] for r in rows] for k in ("sdpa", "psa_sdpa", "psa_fused")}
+    ratios = [r["error_vs_fp64"][k] / r["error_vs_fp64"]["sdpa"] for r in rows for k in ("psa_sdpa", "psa_fused")]
+    assert (f"({_span(errors['psa_sdpa'] + errors['psa_fused'], 3)} against SDPA's own {_span(errors['sdpa'], 4)}: "
+            f"{_span(ratios, 1)}×)") in page
+
+
+def test_the_kernel_pages_sentences_on_the_error_budget_are_its_saved_numbers():
+    """The error budget's table was checked against its saved run, the sentences that compare its columns by no test."""
+    saved = json.loads((ROOT / "docs" / "results" / "cpu" / "bf16_error_budget" / "2026-12-05.json").read_text())
+    page = " ".join((ROOT / "docs" / "kernel.md").read_text().split())
+    first = [shape["first_rows"] for shape in saved["shapes"].values()]
+    last = [shape["last_rows"] for shape in saved["shapes"].values() if shape["shape"][2] > saved["rows"]]
+
+    def span(rows, f, fmt=".2g"):
+        values = [f(e) for e in rows]
+        return f"{min(values):{fmt}} to {max(values):{fmt}}"
+
+    assert f"On the first rows, SDPA {span(first, lambda e: e['sdpa'])} here" in page
+    assert f"PSA with q̂ and k̂ in bf16 {span(first, lambda e: e['psa_bf16'])} here" in page
+    assert f"Rounding only the output gives {span(first + last, lambda e: 100 * e['output_only'] / e['sdpa'], '.0f')} %" in page
+    assert f"costs {span(first + last, lambda e: e['psa_output_only'])} in every window" in page
+    assert (f"That is {span(first, lambda e: e['psa_output_only'] / e['sdpa'], '.1f')}× SDPA's error on the first rows "
+            f"and {span(last, lambda e: e['psa_output_only'] / e['sdpa'], '.0f')}× on the last rows") in page
+    floor = span(first + last, lambda e: e["psa_bf16"] / e["psa_output_only"], ".1f")
+    fp16 = span(first + last, lambda e: e["psa_fp16_streams"] / e["psa_output_only"], ".2f")
+    assert f"bf16 error from {floor} times what rounding its output costs to {fp16} times" in page
+    assert f"to bf16**: {floor}× the floor" in page
+    assert (f"PSA comes to {fp16}× its floor, {span(first, lambda e: e['psa_fp16_streams'] / e['sdpa'], '.1f')}× SDPA's "
+            "error on the first rows") in page
+
+
 def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_it():
     gpu_tables = _script("gpu_tables")
     check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
