@@ -322,6 +322,29 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
 
 
+def test_every_other_call_the_kernel_cannot_take_is_refused_with_its_reason(monkeypatch):
+    """docs/kernel.md lists what the kernel refuses; dropout, an empty sequence, a CPU tensor outside the
+    interpreter, tracing by torch.compile and a missing Triton were refused by code no test ran."""
+    from psattn.ops.attention import fused_unsupported
+
+    q, k, v = streams(dtype=torch.float32)
+    with pytest.raises(ValueError, match="cannot run this call: attention dropout"):
+        psa_attention(q, k, v, gamma_k=0.5, is_causal=True, dropout_p=0.1, backend="fused")
+    with pytest.raises(ValueError, match="cannot run this call: an empty sequence"):
+        psa_attention(q[:, :, :0], k, v, gamma_k=0.5, backend="fused")
+    assert fused_unsupported(q, k, v, None, 0.0, None, True) is None
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("torch.compile")
+    with monkeypatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "0")
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("tensors on cpu")
+    with monkeypatch.context() as patch:
+        find_spec = __import__("importlib.util").util.find_spec
+        patch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "triton" else find_spec(name, *a))
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("Triton is not installed")
+
+
 def test_float64_streams_stay_float64_under_autocast_as_on_the_other_backends():
     """Autocast leaves float64 alone, and SDPA and the reference kept it; the fused backend cast v to autocast's
     dtype and returned a 16-bit output (on a GPU it ran fp64 q and k in bf16 where it refuses fp64)."""
