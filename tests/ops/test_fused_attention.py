@@ -345,6 +345,20 @@ def test_every_other_call_the_kernel_cannot_take_is_refused_with_its_reason(monk
         assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("Triton is not installed")
 
 
+def test_in_fp16_the_kernel_and_the_shear_then_sdpa_have_the_same_error_several_times_plain_sdpas():
+    """docs/kernel.md: both round q̂ and k̂ to half precision once, and that rounding of the sheared streams, not the
+    number of operations before the product, sets PSA's error (the page quoted figures no test computed)."""
+    q, k, v = (x.half() for x in streams(B=1, Hq=1, Hkv=1, T=40))
+    exact = [x.double() for x in (q, k, v)]  # the rounded inputs: the error is the computation's
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    reference = psa_attention_reference(*exact, **kw)
+    error = {b: (psa_attention(q, k, v, **kw, backend=b).double() - reference).abs().max().item() for b in ("fused", "sdpa")}
+    plain = (F.scaled_dot_product_attention(q, k, v, is_causal=True).double()
+             - F.scaled_dot_product_attention(*exact, is_causal=True)).abs().max().item()
+    assert error["fused"] == pytest.approx(error["sdpa"], rel=0.05)
+    assert min(error.values()) > 3 * plain
+
+
 def test_float64_streams_stay_float64_under_autocast_as_on_the_other_backends():
     """Autocast leaves float64 alone, and SDPA and the reference kept it; the fused backend cast v to autocast's
     dtype and returned a 16-bit output (on a GPU it ran fp64 q and k in bf16 where it refuses fp64)."""
