@@ -255,10 +255,11 @@ def fp32_dv_error(scale):
 def test_fp32_probabilities_in_the_backward_lose_digits_as_the_scores_grow():
     """docs/kernel.md: the backward recomputes each score, and its sums may run in another order than the forward's
     (a transposed product, other tiles), so a probability exp2(s - lse) carries the score's rounding, about |s| times fp32's
-    epsilon; the reference rounds the probabilities it kept. Harmless at unit scale, 1e-3 at scores of 3.5e4."""
+    epsilon; the reference rounds the probabilities it kept. Harmless at unit scale, about 1e-3 at scores of 3.5e4 (the
+    page's figure: this asserted only more than 1e-4)."""
     unit, large = fp32_dv_error(1.0), fp32_dv_error(100.0)
     assert unit["fused"] < 1e-6 and unit["reference"] < 1e-6
-    assert large["fused"] > 1e-4 > 1e-6 > large["reference"]
+    assert 3e-3 > large["fused"] > 3e-4 and large["reference"] < 1e-6
 
 
 def test_gradcheck_at_a_tiny_shape():
