@@ -470,6 +470,26 @@ def test_step_overhead_counts_and_times_both_models(tmp_path, monkeypatch, capsy
         assert r["extra_operations"] == {"lerp": 2 * r["layers"]}
 
 
+def test_output_layer_share_times_the_step_with_and_without_the_output_layer(tmp_path, monkeypatch, capsys):
+    out = main_output(monkeypatch, capsys, "output_layer_share", "--layers", "1", "--repeats", "1", "--json",
+                      str(tmp_path / "share.json"))
+    assert "BPE 1024, width 128, 32 rows of 256 tokens" in out and "| 1 layer, key_only |" in out
+    (row,) = json.loads((tmp_path / "share.json").read_text())["rows"]
+    assert row["ms"]["with"] > row["ms"]["without"] > 0 and 0 < row["output_layer_share"] < 1
+
+
+def test_the_text_page_quotes_the_saved_output_layer_share_runs():
+    """docs/text.md said the output layer and its softmax were "most of a step" of the quick text models, which nothing
+    measured; it quotes the saved runs of benchmarks/output_layer_share.py now (under half of a one-layer step)."""
+    runs = [json.loads(p.read_text()) for p in sorted((ROOT / "docs" / "results" / "cpu" / "output_layer_share").glob("*.json"))]
+    assert len(runs) == 2 and {run["git"][:7] for run in runs} == {"f1d1bbc"}
+    text = " ".join((ROOT / "docs" / "text.md").read_text().split())
+    shares = {layers: sorted(round(100 * r["output_layer_share"]) for run in runs for r in run["rows"] if r["layers"] == layers)
+              for layers in (1, 2)}
+    assert (f"take {shares[1][0]}–{shares[1][-1]} % of a one-layer step and {shares[2][0]}–{shares[2][-1]} % of a "
+            "two-layer one") in text and "at git f1d1bbc" in text
+
+
 def test_the_kernel_page_quotes_the_saved_step_overhead_runs(monkeypatch, capsys):
     folder = ROOT / "docs" / "results" / "cpu" / "step_overhead"
     table = main_output(monkeypatch, capsys, "step_overhead", "--table", str(folder / "2026-12-06.json"),
@@ -706,6 +726,63 @@ def test_the_error_budget_table_in_the_docs_is_the_saved_run():
         for window, errors in windows.items():
             cells = " | ".join(f"{errors[name]:#.2g}" for name in pipelines)
             assert f"| {T}, {D}, {window} | {cells} |" in kernel, (T, D, window)
+
+
+def _span(values, digits) -> str:
+    return f"{min(values):.{digits}f} to {max(values):.{digits}f}"
+
+
+def test_the_kernel_pages_sentences_on_the_gpu_check_are_its_saved_numbers():
+    """docs/kernel.md's tables were checked against the saved check, the sentences that read them (ranges, the backward
+    alone, TFLOP/s, error ratios) by no test; the page said "to 2e-6" where the check's largest fp32 error is 2.2e-6."""
+    check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
+    page = " ".join((ROOT / "docs" / "kernel.md").read_text().split())
+    fp32 = max(e for name, errors in check["fused_correctness"].items() if "bf16" not in name for e in errors.values())
+    assert page.count(f"to {fp32:.1e}".replace("e-06", "e-6") + " in fp32") == 2 and "to 2e-6" not in page
+    rows = list(check["fused_kernel"].values())
+    fused = {p: [r[p]["fused_over_sdpa"] for r in rows] for p in ("forward", "forward+backward")}
+    assert f"is {_span(fused['forward'], 2)} forward and {_span(fused['forward+backward'], 2)} forward+backward" in page
+    long = [r for r in rows if r["shape"][2] >= 4096]
+    shear = {p: [r[p]["shear_then_sdpa_over_sdpa"] for r in long] for p in ("forward", "forward+backward")}
+    assert (f"costs {_span(shear['forward+backward'], 2)} forward+backward at T ≥ 4k, and {_span(shear['forward'], 2)} "
+            "forward") in page
+    backward = [(r["forward+backward"]["psa_fused_ms"] - r["forward"]["psa_fused_ms"])
+                / (r["forward+backward"]["sdpa_ms"] - r["forward"]["sdpa_ms"]) for r in rows]
+    assert f"takes {_span(backward, 2)}× SDPA's" in page
+    widest = check["fused_kernel"]["T=16384 D=128"]
+    B, H, T, D = widest["shape"]
+    tflops = {k: 2 * B * H * T * T * D / widest["forward"][k] / 1e9 for k in ("psa_fused_ms", "sdpa_ms")}  # causal: half
+    assert (f"runs at {tflops['psa_fused_ms']:.0f} TFLOP/s of causal attention where SDPA's flash runs at "
+            f"{tflops['sdpa_ms']:.0f}") in page
+    errors = {k: [r["error_vs_fp64"][k] for r in rows] for k in ("sdpa", "psa_sdpa", "psa_fused")}
+    ratios = [r["error_vs_fp64"][k] / r["error_vs_fp64"]["sdpa"] for r in rows for k in ("psa_sdpa", "psa_fused")]
+    assert (f"({_span(errors['psa_sdpa'] + errors['psa_fused'], 3)} against SDPA's own {_span(errors['sdpa'], 4)}: "
+            f"{_span(ratios, 1)}×)") in page
+
+
+def test_the_kernel_pages_sentences_on_the_error_budget_are_its_saved_numbers():
+    """The error budget's table was checked against its saved run, the sentences that compare its columns by no test."""
+    saved = json.loads((ROOT / "docs" / "results" / "cpu" / "bf16_error_budget" / "2026-12-05.json").read_text())
+    page = " ".join((ROOT / "docs" / "kernel.md").read_text().split())
+    first = [shape["first_rows"] for shape in saved["shapes"].values()]
+    last = [shape["last_rows"] for shape in saved["shapes"].values() if shape["shape"][2] > saved["rows"]]
+
+    def span(rows, f, fmt=".2g"):
+        values = [f(e) for e in rows]
+        return f"{min(values):{fmt}} to {max(values):{fmt}}"
+
+    assert f"On the first rows, SDPA {span(first, lambda e: e['sdpa'])} here" in page
+    assert f"PSA with q̂ and k̂ in bf16 {span(first, lambda e: e['psa_bf16'])} here" in page
+    assert f"Rounding only the output gives {span(first + last, lambda e: 100 * e['output_only'] / e['sdpa'], '.0f')} %" in page
+    assert f"costs {span(first + last, lambda e: e['psa_output_only'])} in every window" in page
+    assert (f"That is {span(first, lambda e: e['psa_output_only'] / e['sdpa'], '.1f')}× SDPA's error on the first rows "
+            f"and {span(last, lambda e: e['psa_output_only'] / e['sdpa'], '.0f')}× on the last rows") in page
+    floor = span(first + last, lambda e: e["psa_bf16"] / e["psa_output_only"], ".1f")
+    fp16 = span(first + last, lambda e: e["psa_fp16_streams"] / e["psa_output_only"], ".2f")
+    assert f"bf16 error from {floor} times what rounding its output costs to {fp16} times" in page
+    assert f"to bf16**: {floor}× the floor" in page
+    assert (f"PSA comes to {fp16}× its floor, {span(first, lambda e: e['psa_fp16_streams'] / e['sdpa'], '.1f')}× SDPA's "
+            "error on the first rows") in page
 
 
 def test_the_kernel_tables_show_the_fp16_score_product_where_the_check_measured_it():

@@ -1,6 +1,6 @@
 """The guarantees of apply_psa on every tested model type (psattn.integrations.hf.support.TINY).
 
-CI runs one representative per attention family (``support.REPRESENTATIVES``); the whole matrix runs
+CI runs one representative per attention family (``support.REPRESENTATIVES``); every other type runs
 with ``-m hf_matrix`` (see conftest.py).
 """
 

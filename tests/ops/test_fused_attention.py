@@ -255,10 +255,11 @@ def fp32_dv_error(scale):
 def test_fp32_probabilities_in_the_backward_lose_digits_as_the_scores_grow():
     """docs/kernel.md: the backward recomputes each score, and its sums may run in another order than the forward's
     (a transposed product, other tiles), so a probability exp2(s - lse) carries the score's rounding, about |s| times fp32's
-    epsilon; the reference rounds the probabilities it kept. Harmless at unit scale, 1e-3 at scores of 3.5e4."""
+    epsilon; the reference rounds the probabilities it kept. Harmless at unit scale, about 1e-3 at scores of 3.5e4 (the
+    page's figure: this asserted only more than 1e-4)."""
     unit, large = fp32_dv_error(1.0), fp32_dv_error(100.0)
     assert unit["fused"] < 1e-6 and unit["reference"] < 1e-6
-    assert large["fused"] > 1e-4 > 1e-6 > large["reference"]
+    assert 3e-3 > large["fused"] > 3e-4 and large["reference"] < 1e-6
 
 
 def test_gradcheck_at_a_tiny_shape():
@@ -320,6 +321,43 @@ def test_calls_the_kernel_cannot_take_fall_back_under_auto_and_are_refused_by_na
                                psa_attention(q, k, v, gamma_k=0.5, scale=0.3, backend="fused"), rtol=0, atol=0)
     sdpa = psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask, backend="sdpa")
     torch.testing.assert_close(psa_attention(q, k, v, gamma_k=0.5, attn_mask=mask), sdpa)  # auto on the CPU: SDPA
+
+
+def test_every_other_call_the_kernel_cannot_take_is_refused_with_its_reason(monkeypatch):
+    """docs/kernel.md lists what the kernel refuses; dropout, an empty sequence, a CPU tensor outside the
+    interpreter, tracing by torch.compile and a missing Triton were refused by code no test ran."""
+    from psattn.ops.attention import fused_unsupported
+
+    q, k, v = streams(dtype=torch.float32)
+    with pytest.raises(ValueError, match="cannot run this call: attention dropout"):
+        psa_attention(q, k, v, gamma_k=0.5, is_causal=True, dropout_p=0.1, backend="fused")
+    with pytest.raises(ValueError, match="cannot run this call: an empty sequence"):
+        psa_attention(q[:, :, :0], k, v, gamma_k=0.5, backend="fused")
+    assert fused_unsupported(q, k, v, None, 0.0, None, True) is None
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("torch.compile")
+    with monkeypatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "0")
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("tensors on cpu")
+    with monkeypatch.context() as patch:
+        find_spec = __import__("importlib.util").util.find_spec
+        patch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "triton" else find_spec(name, *a))
+        assert fused_unsupported(q, k, v, None, 0.0, None, True).startswith("Triton is not installed")
+
+
+def test_in_fp16_the_kernel_and_the_shear_then_sdpa_have_the_same_error_several_times_plain_sdpas():
+    """docs/kernel.md: both round q̂ and k̂ to half precision once, and that rounding of the sheared streams, not the
+    number of operations before the product, sets PSA's error (the page quoted figures no test computed)."""
+    q, k, v = (x.half() for x in streams(B=1, Hq=1, Hkv=1, T=40))
+    exact = [x.double() for x in (q, k, v)]  # the rounded inputs: the error is the computation's
+    kw = dict(gamma_q=0.8, gamma_k=0.8, is_causal=True)
+    reference = psa_attention_reference(*exact, **kw)
+    error = {b: (psa_attention(q, k, v, **kw, backend=b).double() - reference).abs().max().item() for b in ("fused", "sdpa")}
+    plain = (F.scaled_dot_product_attention(q, k, v, is_causal=True).double()
+             - F.scaled_dot_product_attention(*exact, is_causal=True)).abs().max().item()
+    assert error["fused"] == pytest.approx(error["sdpa"], rel=0.05)
+    assert min(error.values()) > 3 * plain
 
 
 def test_float64_streams_stay_float64_under_autocast_as_on_the_other_backends():
