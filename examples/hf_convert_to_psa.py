@@ -26,11 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import transformers
 from torch.utils.data import Dataset
 from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainingArguments
 
 from psattn.integrations.hf import GammaWarmup, apply_psa, load_psa_model, psa_spec, remove_psa
 from psattn.models.lm_eval import text_metrics
+from psattn.provenance import provenance
 from psattn.tasks.text import TextConfig, sample
 
 
@@ -110,6 +112,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    started = provenance(args.seed)  # the revision and time the run starts at
 
     text = TextConfig(corpus="austen", tokenizer="byte", seq_len=args.seq_len)
     g = torch.Generator().manual_seed(args.seed)
@@ -146,7 +149,10 @@ def main(argv=None) -> int:
               f"steps, then {args.finetune_steps} steps per copy · wall {sum(seconds.values()) / 60:.1f} min")
     report = f"{header}\n\n{table(rows)}\n"
     (out / "report.md").write_text(report)
-    (out / "results.json").write_text(json.dumps({"args": vars(args), "seconds": seconds, "rows": rows}, indent=2))
+    meta = {**started, "transformers_version": transformers.__version__, "threads": torch.get_num_threads(),
+            "parameters": params}
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "seconds": seconds, "rows": rows, "meta": meta},
+                                                 indent=2))
     print(report)
     return 0
 
