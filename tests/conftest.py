@@ -44,6 +44,38 @@ def _token_cache(tmp_path_factory):
         os.environ["PSATTN_CACHE"] = previous
 
 
+@pytest.fixture(scope="session")
+def certificate_runs(tmp_path_factory):
+    """``run_certificates(op)`` of the library's operator and of each broken one, by operator name (``OPERATORS``):
+    run once per session for the tests that read them (the certificates' own, and those that write a theory report,
+    through ``certificates_run_once``)."""
+    import pickle
+
+    from helpers import shared
+    from psattn.theory.certificates import run_certificates
+    from psattn.theory.operators import OPERATORS
+
+    def make(folder):
+        folder.mkdir()
+        runs = {name: run_certificates(op) for name, op in OPERATORS.items()}
+        (folder / "runs.pickle").write_bytes(pickle.dumps(runs))
+
+    return pickle.loads((shared(tmp_path_factory, "certificate-runs", make) / "runs.pickle").read_bytes())
+
+
+@pytest.fixture
+def certificates_run_once(monkeypatch, certificate_runs):
+    """``run_certificates`` of every certificate answers from ``certificate_runs``: a theory report's certificates
+    (about 5 s of seven runs of each) are run once per session, not once per report."""
+    from psattn.theory import certificates
+
+    def cached(op=None, names=None):
+        assert names is None, "certificate_runs holds every certificate's run"
+        return certificate_runs[(op or certificates.REFERENCE).name]
+
+    monkeypatch.setattr(certificates, "run_certificates", cached)
+
+
 @pytest.fixture
 def fresh_token_cache(tmp_path, monkeypatch):
     """An empty token cache of the test's own (and no entry opened by another test); the text and

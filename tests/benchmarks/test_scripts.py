@@ -102,13 +102,14 @@ def test_the_gpu_check_script_s_timeouts_add_up_to_the_wall_clock_the_docs_give(
 
 
 @pytest.mark.parametrize("bad", [["--only", "fused_kernels"], ["--repeats", "0"]])
-def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path, bad):
+def test_gpu_check_refuses_bad_arguments_before_touching_a_saved_report(tmp_path, bad, monkeypatch, capsys):
     saved = tmp_path / "gpu_check.json"
     saved.write_bytes((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_bytes())
     before = saved.read_bytes()
-    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path), *bad],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and ("unknown sections ['fused_kernels']" in done.stderr or "--repeats" in done.stderr)
+    with pytest.raises(SystemExit) as exited:  # argparse's exit status 2, in this process
+        main_output(monkeypatch, capsys, "gpu_check", "--smoke", "--out", str(tmp_path), *bad)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and ("unknown sections ['fused_kernels']" in err or "--repeats" in err)
     assert saved.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json"]
 
 
@@ -247,7 +248,7 @@ def test_an_only_run_adds_its_sections_to_the_saved_report_and_each_table_names_
     assert "`fused_kernel`: NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, 2026-12-04, git 24285d5." in shown
 
 
-def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path):
+def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path, monkeypatch, capsys):
     # a device machine empties OUT before each call: the second piece names the first one's check, carried along
     saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
     before = json.loads(saved.read_text())
@@ -264,9 +265,9 @@ def test_an_only_run_adds_to_a_check_saved_by_an_earlier_call(tmp_path):
     assert json.loads(saved.read_text()) == before  # the saved check is read, never written
     for bad, why in ((["--add-to", str(saved)], "--add-to needs --only"),
                      (["--only", "kernels", "--add-to", str(tmp_path / "none.json")], "no such file")):
-        done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(tmp_path / "x"), *bad],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2 and why in done.stderr and not (tmp_path / "x").exists()
+        with pytest.raises(SystemExit) as exited:  # argparse's exit status 2, in this process
+            main_output(monkeypatch, capsys, "gpu_check", "--smoke", "--out", str(tmp_path / "x"), *bad)
+        assert exited.value.code == 2 and why in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 @pytest.mark.slow

@@ -364,7 +364,7 @@ def test_head_scores_of_a_bfloat16_model_are_not_rounded_to_bfloat16():
 
 
 @pytest.mark.slow
-def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch):
+def test_reproduce_end_to_end_on_a_tiny_plan(tmp_path, monkeypatch, certificates_run_once):
     quick = induction.PLANS["quick"]
     tiny_plan = dataclasses.replace(
         quick, training=dataclasses.replace(quick.training, steps=4, extra_steps=4, seeds=(0,), single_steps=4),

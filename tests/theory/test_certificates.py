@@ -25,13 +25,13 @@ MUST_FAIL = {
 
 
 @pytest.fixture(scope="module")
-def reference_results():
-    return {r.name: r for r in run_certificates(REFERENCE)}
+def reference_results(certificate_runs):
+    return {r.name: r for r in certificate_runs[REFERENCE.name]}
 
 
 @pytest.fixture(scope="module")
-def mutant_results():
-    return {name: {r.name: r for r in run_certificates(op)} for name, op in MUTANTS.items()}
+def mutant_results(certificate_runs):
+    return {name: {r.name: r for r in certificate_runs[op.name]} for name, op in MUTANTS.items()}
 
 
 def test_at_least_ten_certificates_cover_the_issue():

@@ -330,7 +330,7 @@ def tiny_run(tmp_path):
     return tmp_path / "run"
 
 
-def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypatch):
+def test_reproduce_writes_figures_json_and_markdown(tmp_path, tiny_run, monkeypatch, certificates_run_once):
     monkeypatch.setattr(report, "GRID_DK", [8, 64, 1024])
     monkeypatch.setattr(report, "GRID_T", [16, 256])
     monkeypatch.setattr(report, "SCALING_DK", [64, 1024, 4096, 16384])
