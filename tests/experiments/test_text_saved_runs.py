@@ -2,11 +2,13 @@
 and seed means in docs/reproduction.md (``psattn sweep text_seeds --quick``, docs/results/text_seeds) and the code
 corpus's table in docs/text.md (``psattn sweep text_corpora``, docs/results/text_corpora)."""
 
+import json
 from pathlib import Path
 
 from psattn.experiments.declared import STUDIES
 from psattn.experiments.phase_change import best_head
 from psattn.experiments.studies.text import mean_sd, model_key, summarise_text
+from psattn.experiments.studies.text_corpora import curve_table, end_row
 from psattn.models import ModelConfig
 from psattn.models.presets import preset_parameter_count
 from psattn.training.run_dir import load_result
@@ -19,6 +21,12 @@ def saved(study: str) -> dict:
     assert all(results.values()), [name for name, r in results.items() if r is None]
     assert set(results) <= {c.name for c in STUDIES[study].plan("quick")}
     return results
+
+
+def revision(study: str, result: dict) -> str:
+    """The short git revision a saved run of ``study`` was trained at (its meta.json)."""
+    meta = json.loads((ROOT / "docs" / "results" / study / result["config"]["name"] / "meta.json").read_text())
+    return meta["git_revision"][:7]
 
 
 def said(page: str) -> str:
@@ -61,3 +69,49 @@ def test_the_seed_means_of_the_reproduction_page_are_what_the_saved_runs_give():
     bpb = [mean_sd(r["bits_per_byte"]) for r in (key, one, two)]
     assert f"bits per byte {bpb[0]}, {bpb[1]} and {bpb[2]}" in page
 
+
+
+def test_the_code_table_of_the_text_page_is_what_the_saved_text_corpora_runs_give():
+    """docs/text.md's python-stdlib table and the figures after it had only their commands and a date (2026-11-30);
+    now they are rebuilt from text_corpora's saved runs."""
+    results = saved("text_corpora")
+    code = {model_key(r): r for r in results.values() if r["config"]["task"]["corpus"] == "python-stdlib"}
+    assert set(code) == {(1, "key_only", 1.0), (2, "baseline", 0.0)}
+    page = (ROOT / "docs" / "text.md").read_text()
+    for line in curve_table(results, "python-stdlib"):
+        assert line in page, line
+    one, two = end_row(code[(1, "key_only", 1.0)]), end_row(code[(2, "baseline", 0.0)])
+    assert one["steps"] == two["steps"] == 3000
+    text = said("text.md")
+    assert (f"Held-out bits per byte at step 3,000: {one['bits_per_byte']:.3f} (one key-sheared layer) against "
+            f"{two['bits_per_byte']:.3f} (two plain layers); ICL score {_minus(one['icl_score'], 2)} against "
+            f"{_minus(two['icl_score'], 2)}") in text
+    assert f"with 43% more parameters ({two['parameters']:,} against {one['parameters']:,})" in text
+    assert round(two["parameters"] / one["parameters"] - 1, 2) == 0.43
+    revisions = {revision("text_corpora", r) for r in code.values()}
+    assert len(revisions) == 1 and f"trained on 2026-12-07 at git {revisions.pop()} " in text
+    assert f"({one['minutes']:.0f} and {two['minutes']:.0f} minutes, sharing the two cores)" in text
+
+
+def test_text_corpora_trains_what_the_text_pages_commands_train():
+    """``psattn sweep text_corpora`` is said to train the runs of docs/text.md's quoted prose commands, and the code
+    runs are "the same commands with task.corpus=python-stdlib and 3,000 steps": each run's model, task and training
+    recipe is its command's (the study adds a name and a checkpoint at every evaluation, and its quick plan names the
+    CPU, which ``auto`` picks on a machine without a GPU)."""
+    import re
+    import shlex
+    from dataclasses import replace
+
+    from psattn.training.config import RunConfig, apply_overrides
+
+    page = (ROOT / "docs" / "text.md").read_text()
+    commands = re.findall(r"^psattn train --run-dir runs/austen-\S+ --set (.*)$", page, flags=re.MULTILINE)
+    quoted = [apply_overrides(RunConfig(), shlex.split(command)) for command in commands]
+    code = [replace(c, task=replace(c.task, corpus="python-stdlib"), train=replace(c.train, steps=3000)) for c in quoted]
+    studied = {(c.task.corpus, c.model.n_layers): c for c in STUDIES["text_corpora"].plan("quick")}
+    assert len(studied) == 4
+    for command in quoted + code:
+        run = studied[(command.task.corpus, command.model.n_layers)]
+        assert run.model == command.model and run.task == command.task
+        same = dict(checkpoint_every=command.train.checkpoint_every, threshold=command.train.threshold, device="auto")
+        assert run.train.device == "cpu" and replace(run.train, **same) == command.train

@@ -71,9 +71,10 @@ def _evaluation(result: dict[str, Any], step: int) -> dict[str, Any] | None:
 
 
 def _runs(results: Results, corpus: str, seed: int = 0) -> dict[tuple[int, str, float], dict[str, Any]]:
-    """The finished runs of ``corpus`` and ``seed``, keyed by model."""
-    return {model_key(r): r for r in results.values()
+    """The finished runs of ``corpus`` and ``seed``, keyed by model, one key-only layer first."""
+    runs = {model_key(r): r for r in results.values()
             if r["config"]["task"]["corpus"] == corpus and r["config"]["train"]["seed"] == seed}
+    return {model: runs[model] for model in STEPS[corpus] if model in runs}
 
 
 def _cell(row: dict[str, Any] | None) -> list[str]:
