@@ -24,8 +24,14 @@ def tiny(config):
 
 @pytest.mark.slow
 def test_ray_sweep_matches_local_and_skips_finished(tmp_path):
+    """Also: the sweep leaves the process's SIGTERM handler as it found it. ray.init installed its own (sys.exit)
+    and ray.shutdown left it, so a later SIGTERM skipped the handler of whatever ran next in the process."""
+    import signal
+
     configs = [tiny(small_config("key_only", 1.0, seed=s, d_model=32, n_heads=2)) for s in (0, 1)]
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     on_ray = run_sweep(configs, tmp_path / "ray", ray_address="local", workers=2, progress=False)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     local = run_sweep(configs, tmp_path / "local", workers=1, progress=False)
     for name in local:
         assert science(on_ray[name]["history"]) == science(local[name]["history"])

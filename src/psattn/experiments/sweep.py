@@ -413,6 +413,8 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
     except ImportError:
         raise ImportError("running sweeps on Ray needs the ray extra: pip install 'phase-space-attention[ray]'") from None
     started_here = not ray.is_initialized()
+    # ray.init installs its own SIGTERM handler (sys.exit) and leaves it after ray.shutdown: the caller's come back
+    handlers = _stop_handlers() if started_here else {}
     if started_here:
         if address == "local":
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
@@ -462,6 +464,16 @@ def _run_on_ray(configs: list[RunConfig], out_dir: Path, address: str, workers: 
     finally:
         if started_here:
             ray.shutdown()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+
+def _stop_handlers() -> dict[int, Any]:
+    """The Python handlers of SIGINT and SIGTERM, where they can be set again (in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    return {signum: handler for signum, handler in handlers.items() if handler is not None}  # None: set outside Python
 
 
 def _cluster_has_gpus(ray) -> bool:
