@@ -40,20 +40,29 @@ def float_program_file(tmp_path_factory):
     return folder / "m.pte"
 
 
+def _export_command(folder, run, *flags):
+    """``psattn export --format executorch`` of ``run`` to ``folder/model.pte`` with ``flags``: its JSON goes to
+    ``folder/r.json`` and the lines it printed to ``folder/out.txt``."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["export", "--format", "executorch", "--run-dir", str(run), "--out", str(folder / "model.pte"),
+                     "--json", str(folder / "r.json"), *flags]) == 0
+    (folder / "out.txt").write_text(printed.getvalue())
+
+
 @pytest.fixture(scope="session")
 def tiny_run_programs(tmp_path_factory, tiny_run):
-    """``tiny_run`` exported by ``psattn export --format executorch`` once per session: to ``one/m.pte``, one
-    program, and with ``--external-weights`` to ``two/m.pte``, its weights in ``two/m.ptd``; each folder also
-    holds the command's JSON (``r.json``) and the lines it printed (``out.txt``)."""
-    def make(folder):
-        for name, flags in (("one", []), ("two", ["--external-weights"])):
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                assert main(["export", "--format", "executorch", "--run-dir", str(tiny_run), "--out",
-                             str(folder / name / "m.pte"), "--json", str(folder / name / "r.json"), *flags]) == 0
-            (folder / name / "out.txt").write_text(printed.getvalue())
+    """``tiny_run`` (rows of 16 tokens) exported by ``psattn export --format executorch`` once per session
+    (``_export_command``)."""
+    return shared(tmp_path_factory, "tiny-run-executorch", lambda folder: _export_command(folder, tiny_run))
 
-    return shared(tmp_path_factory, "tiny-run-executorch", make)
+
+@pytest.fixture(scope="session")
+def induction_programs(tmp_path_factory, induction_run):
+    """``induction_run`` exported by ``psattn export --format executorch --quantize int8 int4 --external-weights``
+    once per session (``_export_command``): three programs, each with its weights in a ``.ptd`` beside it."""
+    return shared(tmp_path_factory, "induction-run-executorch", lambda folder: _export_command(
+        folder, induction_run, "--quantize", "int8", "int4", "--external-weights"))
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +116,10 @@ def test_the_int4_copy_keeps_its_scales_in_bfloat16_as_the_program_does():
     assert all(torch.equal(s, s.to(torch.bfloat16).float()) for s in scales)
 
 
-def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction_run):
-    run = induction_run
-    out = tmp_path / "pte" / "model.pte"
-    assert main(["export", "--format", "executorch", "--run-dir", str(run), "--out", str(out),
-                 "--quantize", "int8", "int4", "--json", str(tmp_path / "r.json")]) == 0
-    r = json.loads((tmp_path / "r.json").read_text())
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.int4.pte", "model.int8.pte", "model.pte"]
+def test_export_command_measures_fp32_int8_and_int4_programs(induction_programs):
+    r = json.loads((induction_programs / "r.json").read_text())
+    assert sorted(p.name for p in induction_programs.iterdir()) == [
+        "model.int4.ptd", "model.int4.pte", "model.int8.ptd", "model.int8.pte", "model.ptd", "model.pte", "out.txt", "r.json"]
     assert r["max_logit_error"]["full_forward"] < 1e-4 and r["max_logit_error"]["decode_steps"] < 1e-4
     assert r["greedy_tokens_equal"]
     acc = r["accuracy"]
@@ -130,36 +136,40 @@ def test_export_command_measures_fp32_int8_and_int4_programs(tmp_path, induction
 def test_a_run_of_short_rows_exports_and_times_its_decode_within_them(tiny_run_programs):
     """Rows of 16 tokens: the timed decode asked for 24 new tokens after a negative-length prompt, and the
     export failed ("plans memory for 16 tokens; 31 asked") after lowering the program."""
-    r = json.loads((tiny_run_programs / "one" / "r.json").read_text())
+    r = json.loads((tiny_run_programs / "r.json").read_text())
     assert r["max_context"] == 16 and r["greedy_tokens_equal"]
     assert set(r["latency_ms_per_token"]) == {"pytorch", "executorch_fp32"}
-    assert "data_files" not in r and sorted(p.name for p in (tiny_run_programs / "one").iterdir()) == \
-        ["m.pte", "out.txt", "r.json"]
+    assert "data_files" not in r and sorted(p.name for p in tiny_run_programs.iterdir()) == \
+        ["model.pte", "out.txt", "r.json"]
 
 
-def test_external_weights_hold_a_tied_table_once_and_run_as_the_one_file_program(tiny_run, tiny_run_programs):
-    """--external-weights writes the weights to m.ptd beside m.pte, the tied embedding table once (the one-file
-    program holds it twice: docs/edge.md); the command counts both files, and the program's logits and greedy
-    tokens are the one-file program's, bit for bit."""
-    one, two = tiny_run_programs / "one", tiny_run_programs / "two"
-    assert sorted(p.name for p in two.iterdir()) == ["m.ptd", "m.pte", "out.txt", "r.json"]
-    table = load_trained(tiny_run).embed.weight.detach().numpy().tobytes()
-    assert [(one / "m.pte").read_bytes().count(table), (two / "m.pte").read_bytes().count(table),
-            (two / "m.ptd").read_bytes().count(table)] == [2, 0, 1]
-    r = json.loads((two / "r.json").read_text())
-    assert r["files"] == {"fp32": str(two / "m.pte")} and r["data_files"] == {"fp32": str(two / "m.ptd")}
-    assert r["size_bytes"]["fp32"] == (two / "m.pte").stat().st_size + (two / "m.ptd").stat().st_size
-    assert r["data_size_bytes"]["fp32"] == (two / "m.ptd").stat().st_size
-    assert r["greedy_tokens_equal"] and r["max_logit_error"]["full_forward"] < 1e-4
-    printed = (two / "out.txt").read_text()
-    assert f"{two / 'm.pte'} with its weights in {two / 'm.ptd'}" in printed
+def test_external_weights_hold_a_tied_table_once_and_run_as_pytorch_does(induction_run, induction_programs):
+    """--external-weights writes each program's weights to a .ptd beside its .pte, the tied embedding table once
+    (a one-file program holds it twice: docs/edge.md, and the test above); the command counts both files, and
+    each program gives PyTorch's logits and greedy tokens, its quantized ones too."""
+    folder = induction_programs
+    model = load_trained(induction_run)
+    table = model.embed.weight.detach().numpy().tobytes()  # fp32 in every program: only linear layers are quantized
+    assert [(folder / name).read_bytes().count(table) for name in ("model.pte", "model.ptd", "model.int8.pte",
+                                                                    "model.int8.ptd", "model.int4.ptd")] == [0, 1, 0, 1, 1]
+    r = json.loads((folder / "r.json").read_text())
+    assert r["data_files"] == {q: str(folder / f"model{suffix}.ptd") for q, suffix in
+                               (("fp32", ""), ("int8", ".int8"), ("int4", ".int4"))}
+    for q, suffix in (("fp32", ""), ("int8", ".int8"), ("int4", ".int4")):
+        pte, ptd = folder / f"model{suffix}.pte", folder / f"model{suffix}.ptd"
+        assert r["size_bytes"][q] == pte.stat().st_size + ptd.stat().st_size
+        assert r["data_size_bytes"][q] == ptd.stat().st_size
+    printed = (folder / "out.txt").read_text()
+    assert f"{folder / 'model.pte'} with its weights in {folder / 'model.ptd'}" in printed
     assert "size (.pte + .ptd): fp32 " in printed and " MB (.ptd " in printed
-    single, external = ExecuTorchLM(one / "m.pte"), ExecuTorchLM(two / "m.pte")
-    assert single.data_path is None and external.data_path == two / "m.ptd"
-    ids = np.random.default_rng(0).integers(0, 16, (2, 16))
-    assert np.array_equal(external.logits(ids), single.logits(ids))
-    for ours, theirs in zip(external.generate(ids[:, :4], 12), single.generate(ids[:, :4], 12), strict=True):
-        assert np.array_equal(ours, theirs)
+    external = ExecuTorchLM(folder / "model.pte")
+    assert external.data_path == folder / "model.ptd"
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, 64, (2, 16)))
+    with torch.no_grad():
+        assert np.abs(external.logits(ids.numpy()) - model(ids).numpy()).max() < 1e-4
+    seqs, step_logits = external.generate(ids[:, :4].numpy(), 12)
+    ours = generate(model, ids[:, :4], 12)
+    assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
 
 
 def test_a_program_and_its_weights_file_land_as_a_set(tmp_path, monkeypatch):
@@ -193,16 +203,15 @@ def test_a_program_and_its_weights_file_land_as_a_set(tmp_path, monkeypatch):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"m.pte": b"new program"}
 
 
-def test_a_program_without_its_weights_file_is_refused_in_one_line(tmp_path, tiny_run_programs):
+def test_a_program_without_its_weights_file_is_refused_in_one_line(tmp_path, induction_programs):
     """The runtime said only "Failed to load method prefill, error: 0x:2"; a pair renamed together still loads."""
-    two = tiny_run_programs / "two"
-    shutil.copy(two / "m.pte", tmp_path / "m.pte")
+    shutil.copy(induction_programs / "model.pte", tmp_path / "m.pte")
     with pytest.raises(FileNotFoundError, match=f"did not load without a weights file beside it, and "
                                                 f"{tmp_path / 'm.ptd'} is missing"):
         ExecuTorchLM(tmp_path / "m.pte")
-    shutil.copy(two / "m.pte", tmp_path / "renamed.pte")
-    shutil.copy(two / "m.ptd", tmp_path / "renamed.ptd")
-    assert ExecuTorchLM(tmp_path / "renamed.pte").logits(np.array([[1, 2, 3]])).shape == (1, 3, 16)
+    shutil.copy(induction_programs / "model.pte", tmp_path / "renamed.pte")
+    shutil.copy(induction_programs / "model.ptd", tmp_path / "renamed.ptd")
+    assert ExecuTorchLM(tmp_path / "renamed.pte").logits(np.array([[1, 2, 3]])).shape == (1, 3, 64)
 
 
 @pytest.mark.parametrize("max_context", [2])

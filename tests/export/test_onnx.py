@@ -93,19 +93,23 @@ def test_the_graphs_share_one_copy_of_the_weights_which_a_new_export_to_the_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
 
 
-def test_an_export_that_fails_midway_leaves_the_earlier_one_whole_and_nothing_beside_it(tmp_path, monkeypatch):
+def test_an_export_that_fails_midway_leaves_the_earlier_one_whole_and_nothing_beside_it(tmp_path, monkeypatch,
+                                                                                       onnx_export):
     """export_onnx wrote its files in place, one after the other: a failure as it exported the decode step left the
     new prefill graph beside the earlier decode step, and one as it saved the decode graph against the new weights
     file left the earlier decode graph reading the new weights at offsets of its own. Now the three move in as a
     set: the earlier export is whole, and loads and decodes as before, and nothing else is left beside it."""
     import errno
 
-    from psattn.export import onnx as onnx_export
+    from psattn.export import onnx as exporter
 
-    model, second = (random_model("key_only", d_model=64, std=0.05, seed=seed).float() for seed in (0, 1))
-    paths = export_onnx(model, tmp_path / "m.onnx")
+    model, earlier = onnx_export("key_only")  # the earlier export, copied to the target's folder
+    for path in (earlier.prefill, earlier.decode, earlier.data):
+        shutil.copy(path, tmp_path / path.name)
+    second = random_model("key_only", d_model=64, std=0.05, seed=1).float()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    export, save = onnx_export._export, onnx.save
+    assert sorted(before) == ["m.decode.onnx", "m.onnx", "m.onnx.data"]
+    export, save = exporter._export, onnx.save
     full = OSError(errno.ENOSPC, "No space left on device")
 
     def fails_at_the_decode_step(graph, args, path, dynamic_shapes):
@@ -119,7 +123,7 @@ def test_an_export_that_fails_midway_leaves_the_earlier_one_whole_and_nothing_be
             raise full
         save(proto, path, *args, **kwargs)
 
-    for module, name, fake in ((onnx_export, "_export", fails_at_the_decode_step),
+    for module, name, fake in ((exporter, "_export", fails_at_the_decode_step),
                                (onnx, "save", fails_at_the_second_shared_graph)):
         with monkeypatch.context() as patch:
             patch.setattr(module, name, fake)
@@ -127,7 +131,7 @@ def test_an_export_that_fails_midway_leaves_the_earlier_one_whole_and_nothing_be
                 export_onnx(second, tmp_path / "m.onnx")
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before, fake.__name__
     ids = torch.randint(0, 37, (2, 9))
-    seqs, step_logits = OnnxLM(paths.prefill, paths.decode).generate(ids[:, :4].numpy(), 5)
+    seqs, step_logits = OnnxLM(tmp_path / "m.onnx", tmp_path / "m.decode.onnx").generate(ids[:, :4].numpy(), 5)
     ours = generate(model, ids[:, :4], 5)
     assert np.abs(step_logits - ours.logits.numpy()).max() < 1e-4 and (seqs == ours.sequences.numpy()).all()
 
