@@ -40,3 +40,22 @@ def test_the_fused_backend_names_the_reason_instead_of_failing_in_the_interprete
     with pytest.raises(ValueError, match=r"fused PSA kernel cannot run this call: Triton 3\.6\.0's interpreter"):
         psa_attention(q, k, v, gamma_k=0.8, is_causal=True, backend="fused")
     assert psa_attention(q, k, v, gamma_k=0.8, is_causal=True, backend="sdpa").shape == q.shape  # the others still run
+
+
+def test_the_kernel_pages_older_triton_sentence_is_what_its_saved_log_says():
+    """docs/kernel.md said the interpreter tests passed "40 of 40" under Triton 3.6.0 with no log behind it; the
+    saved log of a rerun gives the versions and the count the page now quotes, and it ran every test of the file."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    log = (root / "docs" / "results" / "cpu" / "triton_interpreter" / "2026-12-08-triton-3.6.0.txt").read_text()
+    versions = dict(re.findall(r"(torch|triton|numpy) ([^,\s]+)", log.splitlines()[1]))
+    passed = int(re.search(r"^(\d+) passed", log, flags=re.MULTILINE).group(1))
+    assert "failed" not in log and "skipped" not in log
+    page = " ".join((root / "docs" / "kernel.md").read_text().split())
+    assert (f"On 2026-12-08 they also passed ({passed} of {passed}) under Triton {versions['triton']}, the version the "
+            f"GPU rows below were measured with, with NumPy {versions['numpy']} and torch "
+            f"{versions['torch'].split('+')[0]}") in page
+    tests = Path(__file__).with_name("test_fused_attention.py").read_text()
+    assert passed >= len(re.findall(r"^def test_", tests, flags=re.MULTILINE))  # every test, some of them parametrized
