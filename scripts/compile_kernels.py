@@ -5,7 +5,7 @@ what only the compiler refuses (a global that is not a constexpr, a type the cod
 or what a tile shape costs. This script runs the compiler itself, down to the GPU's machine code
 with the ``ptxas`` that Triton ships, for every kernel at the tile shapes the autotuner tries first
 (``--all-shapes``: every one), and prints each one's shared memory, registers per thread and stack
-(a stack means registers spilled to local memory).
+(a stack means registers spilled to local memory), and the tensor-core instructions each product runs on.
 
 The kernels are specialised as Triton specialises them at run time for contiguous (B, H, T, D)
 streams of one query head per key head: pointers and sizes divisible by 16, feature strides and the
@@ -87,7 +87,16 @@ def compile_kernel(name: str, tile: triton.Config, dtype: str, head_dim: int, ca
                               target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": tile.num_warps, "num_stages": tile.num_stages})
     seconds = round(time.perf_counter() - start, 1)
-    return {"shared_bytes": compiled.metadata.shared, **resources(compiled.asm["cubin"]), "seconds": seconds}
+    return {"shared_bytes": compiled.metadata.shared, **resources(compiled.asm["cubin"]), "seconds": seconds,
+            "products": tensor_core_products(compiled.asm["ptx"])}
+
+
+def tensor_core_products(ptx: str) -> list[str]:
+    """The tensor-core instructions of ``ptx`` by kind, shape and input type (Hopper's ``wgmma``, the older ``mma``),
+    e.g. ``["wgmma m64n128k16 bf16", "wgmma m64n64k16 f16"]``: a product's n is the width of its output tile (the
+    key tile's for the scores q̂ k̂ᵀ, the head dimension for P·V), so each product's precision can be told apart."""
+    found = re.findall(r"\b(wgmma|mma)(?:\.mma_async)?\.sync\.aligned\.(m\d+n\d+k\d+)\.(?:row\.col\.)?\w+\.(\w+)\.\w+", ptx)
+    return sorted({f"{kind} {shape} {dtype}" for kind, shape, dtype in found})
 
 
 def resources(cubin: bytes) -> dict:
@@ -105,8 +114,9 @@ def resources(cubin: bytes) -> dict:
 
 def _line(arch: int, dtype: str, head_dim: int, what: str, row: dict) -> str:
     spilled = f", {row['stack_bytes']} bytes of stack (spilled)" if row["stack_bytes"] else ""
+    products = f", tensor cores: {', '.join(row['products'])}" if row["products"] else ""
     return (f"sm_{arch} {dtype} D={head_dim} {what}: {row['shared_bytes']:,} bytes of shared memory, "
-            f"{row['registers']} registers{spilled}, compiled in {row['seconds']} s")
+            f"{row['registers']} registers{spilled}{products}, compiled in {row['seconds']} s")
 
 
 def main(argv: list[str] | None = None) -> int:
