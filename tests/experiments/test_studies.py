@@ -535,7 +535,7 @@ def test_random_tokens_loss_sits_above_ln_v_on_every_saved_text_run_as_the_metri
     from psattn.training.run_dir import load_result
 
     runs = sorted(ROOT.glob("docs/results/text_*/*"))
-    assert len(runs) == 41  # text_corpora, text_mlp, text_phase, text_pilot and text_seeds
+    assert len(runs) == 43  # text_corpora, text_mlp, text_phase, text_pilot and text_seeds
     for run_dir in runs:
         result = load_result(run_dir)
         ln_v = math.log(result["config"]["model"]["vocab_size"])

@@ -160,7 +160,7 @@ def test_the_prose_commands_text_md_quotes_train_the_models_and_corpus_it_descri
     train_tokens = len(configs[0].task.tokens().train)
     reads = [c.train.steps * c.train.batch_size * c.task.seq_len / train_tokens for c in configs]
     assert round(train_tokens / 1e6, 2) == 1.16 and [round(r) for r in reads] == [44, 32]
-    assert "(1.16M\nBPE training tokens, so those runs see it 30 to 45 times;" in page
+    assert "(1.16M BPE training tokens, so those runs see it 30 to 45 times;" in " ".join(page.split())
 
 
 def test_the_python_stdlib_corpus_is_this_interpreters_source_code():
