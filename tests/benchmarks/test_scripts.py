@@ -440,6 +440,16 @@ def test_attention_speed_can_keep_freed_memory():
     assert ", freed memory kept" in out.splitlines()[0] and "decode step" in out
 
 
+def test_the_scale_out_page_quotes_the_saved_compiled_over_eager_ratios():
+    """docs/scale-out.md's compiled-over-eager ratios from trainer_speed.py --compile had no saved output to check
+    them against; the page now quotes a saved run's two, and this compares them with its lines."""
+    root = Path(__file__).resolve().parents[2]
+    saved = (root / "docs/results/cpu/trainer_speed_compile/2026-12-08-8daebca.txt").read_text()
+    ratios = re.findall(r"^eager .* ratio (\d\.\d{3})$", saved, flags=re.M)
+    page = " ".join((root / "docs" / "scale-out.md").read_text().split())
+    assert ratios == ["1.012", "1.000"] and f"{ratios[0]} and {ratios[1]} at git 8daebca" in page
+
+
 @pytest.mark.parametrize("task", ["induction", "text"])
 def test_trainer_speed_runs(task, monkeypatch, capsys):
     out = main_output(monkeypatch, capsys, "trainer_speed", "--task", task, "--steps", "3", "--repeats", "1")
