@@ -217,6 +217,16 @@ def main_output(monkeypatch, capsys, script, *args):
     return capsys.readouterr().out
 
 
+def test_the_saved_h200_check_ran_every_command_on_the_device_as_the_scale_out_page_says():
+    """docs/scale-out.md says every command of gpu_check.sh ran on the device on an H200 on 2026-12-04; no test read
+    the saved check's commands for it."""
+    check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
+    assert check["info"]["device"] == "NVIDIA H200" and check["info"]["date"].startswith("2026-12-04")
+    assert check["commands"] and all(command["status"] == "ok" for command in check["commands"].values())
+    page = " ".join((ROOT / "docs" / "scale-out.md").read_text().split())
+    assert "On an H200 on 2026-12-04 every command ran on the device." in page
+
+
 def test_the_tables_of_a_check_cut_short_show_what_it_measured_and_why_the_rest_is_missing(tmp_path):
     saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
     check = json.loads(saved.read_text())
