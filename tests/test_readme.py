@@ -180,6 +180,18 @@ def test_the_python_page_s_text_run_would_stop_early_under_the_default_training_
     assert result.stopped_early and result.steps == 30 and result.final_accuracy >= 0.8
 
 
+def test_the_python_page_quotes_the_refusal_of_a_model_vocabulary_below_the_task_s():
+    """docs/python.md quotes the words that refuse a BPE task of vocab_size 512 on a model of 256; nothing checked
+    the quotation against the message the config raises."""
+    from psattn.training.config import RunConfig
+
+    quoted = re.search(r'refused: "(task vocabulary \(512\)[^"]*)"', (DOCS / "python.md").read_text()).group(1)
+    with pytest.raises(ValueError) as refused:
+        RunConfig.from_dict({"task": {"name": "text", "corpus": "austen", "tokenizer": "bpe", "vocab_size": 512},
+                             "model": {"vocab_size": 256}})
+    assert str(refused.value) == " ".join(quoted.split())  # the page wraps the quotation
+
+
 def test_the_home_page_snippet_prints_the_shape_its_comment_gives():
     """docs/index.md's snippet ran in the every-page test, but nothing compared what it prints with the comment
     beside its print."""

@@ -217,6 +217,16 @@ def main_output(monkeypatch, capsys, script, *args):
     return capsys.readouterr().out
 
 
+def test_the_saved_h200_check_ran_every_command_on_the_device_as_the_scale_out_page_says():
+    """docs/scale-out.md says every command of gpu_check.sh ran on the device on an H200 on 2026-12-04; no test read
+    the saved check's commands for it."""
+    check = json.loads((ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json").read_text())
+    assert check["info"]["device"] == "NVIDIA H200" and check["info"]["date"].startswith("2026-12-04")
+    assert check["commands"] and all(command["status"] == "ok" for command in check["commands"].values())
+    page = " ".join((ROOT / "docs" / "scale-out.md").read_text().split())
+    assert "On an H200 on 2026-12-04 every command ran on the device." in page
+
+
 def test_the_tables_of_a_check_cut_short_show_what_it_measured_and_why_the_rest_is_missing(tmp_path):
     saved = ROOT / "docs" / "results" / "gpu" / "checks" / "2026-12-04-h200" / "gpu_check.json"
     check = json.loads(saved.read_text())
@@ -438,6 +448,16 @@ def test_attention_speed_can_keep_freed_memory():
     out = run("benchmarks/attention_speed.py", "--batch", "1", "--heads", "2", "--length", "64", "--head-dim", "16",
               "--repeats", "1", "--keep-freed-memory")
     assert ", freed memory kept" in out.splitlines()[0] and "decode step" in out
+
+
+def test_the_scale_out_page_quotes_the_saved_compiled_over_eager_ratios():
+    """docs/scale-out.md's compiled-over-eager ratios from trainer_speed.py --compile had no saved output to check
+    them against; the page now quotes a saved run's two, and this compares them with its lines."""
+    root = Path(__file__).resolve().parents[2]
+    saved = (root / "docs/results/cpu/trainer_speed_compile/2026-12-08-8daebca.txt").read_text()
+    ratios = re.findall(r"^eager .* ratio (\d\.\d{3})$", saved, flags=re.M)
+    page = " ".join((root / "docs" / "scale-out.md").read_text().split())
+    assert ratios == ["1.012", "1.000"] and f"{ratios[0]} and {ratios[1]} at git 8daebca" in page
 
 
 @pytest.mark.parametrize("task", ["induction", "text"])

@@ -185,3 +185,16 @@ def test_ddp_into_a_run_directory_another_process_holds_is_refused_at_once(tmp_p
         done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                               timeout=120)
     assert done.returncode != 0 and "being trained by another process" in done.stderr, done.stderr[-3000:]
+
+
+def test_train_device_is_auto_by_default_and_auto_is_cuda_where_there_is_one(monkeypatch):
+    """docs/scale-out.md says the device is chosen automatically (train.device=auto): neither the default nor what
+    auto resolves to had a test."""
+    from psattn.training.config import TrainConfig
+    from psattn.training.distributed import resolve_device
+
+    assert TrainConfig().device == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda:0") and resolve_device("auto", 1) == torch.device("cuda:1")

@@ -68,3 +68,13 @@ def test_load_trained_names_a_device_it_does_not_know(device, error, tmp_path):
     with pytest.raises(error, match=f"--device must be cpu, cuda, cuda:N or auto, got {device!r}"):
         load_trained(tmp_path / "run", device)
     assert not load_trained(tmp_path / "run", torch.device("cpu")).training
+
+
+def test_load_trained_of_the_folder_alone_gives_the_model_in_eval_mode_on_the_cpu(tmp_path):
+    """docs/python.md's `load_trained(work / "run")  # eval mode, on the CPU` had no test of the call without a
+    device: every test passed one."""
+    from psattn.training.run_dir import load_trained
+
+    train(tiny_config(2), tmp_path / "run")
+    model = load_trained(tmp_path / "run")
+    assert not model.training and {p.device.type for p in model.parameters()} == {"cpu"}
