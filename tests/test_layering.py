@@ -8,6 +8,7 @@ the modules in an order that keeps to it."""
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,46 @@ def test_the_layout_page_lists_every_module_after_those_it_imports():
             if owner in group:
                 later = (imports(path) - group - {""}) & set().union(*groups[i + 1:])
                 assert not later, f"{path.relative_to(SRC)} imports {sorted(later)}, listed below it in docs/layout.md"
+
+
+def _named_in_layout() -> list[tuple[Path, str]]:
+    """(folder, name) for every ``.py`` and ``.sh`` file docs/layout.md's listing names: the folder is the top-level
+    one the line sits under and, below ``src/psattn/``, the package; a name with a slash is read from src/psattn."""
+    root = SRC.parents[1]
+    block = (root / "docs" / "layout.md").read_text().split("```\n", 2)[1]
+    named, top, package = [], root, root
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            top = package = root / line.split()[0]
+        elif top == SRC and line.startswith("  ") and not line.startswith("   "):
+            first = line.split()[0]
+            package = SRC / first if first.endswith("/") else SRC
+        for name in re.findall(r"[\w/]+\.(?:py|sh)\b", line):
+            named.append((SRC if "/" in name else package, name))
+    return named
+
+
+def test_every_file_the_layout_page_names_is_where_it_says():
+    """docs/layout.md names some forty files (run_dir.py, gpu_check.sh, helpers.py, ...) in the folder each sits in;
+    only the top-level modules' names were checked, so a file moved or renamed left the page naming a file that is
+    not there."""
+    named = _named_in_layout()
+    assert len(named) > 40
+    missing = [f"{folder.name}/{name}" for folder, name in named
+               if not (folder / name).exists() and not any(folder.rglob(name))]
+    assert not missing, missing
+
+
+def test_the_layout_page_lists_every_study_module_and_every_command_module():
+    """docs/layout.md lists the declared studies' modules and the command families by name: a study or command
+    added or removed left the list out of step, and no test compared them."""
+
+    block = (SRC.parents[1] / "docs" / "layout.md").read_text().split("```\n", 2)[1]
+    studies = re.search(r"induction studies, which share one Plan; (.*?)\)", " ".join(block.split())).group(1)
+    commands = re.search(r"handlers: (.*?)\s+cli\.py", " ".join(block.split())).group(1)
+
+    def modules(folder: Path) -> set[str]:
+        return {p.stem for p in folder.glob("*.py")} - {"__init__"}
+
+    assert {"induction", *studies.split(", ")} == modules(SRC / "experiments" / "studies")
+    assert set(re.sub(r" \([^)]*\)", "", commands).split(", ")) == modules(SRC / "commands")

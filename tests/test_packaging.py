@@ -52,3 +52,24 @@ def test_import_psattn_and_its_names_load_none_of_the_extras():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
+def test_the_distribution_and_extras_are_as_getting_started_names_them():
+    """docs/getting-started.md names the distribution, what ``import psattn`` needs, the torch it asks for and the
+    library each extra brings; nothing compared those sentences with pyproject.toml."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    page = " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
+    assert project["name"] == "phase-space-attention" and "The distribution is named `phase-space-attention`" in page
+    needs = [re.split(r"[<>=]", d)[0] for d in project["dependencies"]]
+    assert needs == ["torch", "numpy", "tqdm"] and "`import psattn` itself needs only torch, numpy and tqdm" in page
+    assert "torch>=2.6" in project["dependencies"] and "The library itself asks for `torch>=2.6`" in page
+    extras = project["optional-dependencies"]
+    for extra, library, said in [("text", "tokenizers", "`text` (tokenizers:"), ("plot", "matplotlib", "`plot` (matplotlib:"),
+                                 ("export", "onnx", "`export` (ONNX and"), ("export", "onnxruntime", "ONNX Runtime:"),
+                                 ("hf", "transformers", "`hf` (transformers:")]:
+        assert library in [re.split(r"[<>=\[]", d)[0] for d in extras[extra]] and said in page, extra
+    for extra in ("executorch", "reproduce", "test"):  # installed by name on the page
+        assert extra in extras and f"[{extra}]" in page, extra

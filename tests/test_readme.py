@@ -150,6 +150,18 @@ def test_the_first_model_tutorial_prints_what_the_page_says(getting_started):
         assert abs(float(accuracy) - float(want_accuracy)) < 0.05 and (step == "None") == (want_step == "None")
 
 
+def test_the_first_model_numbers_the_page_quotes_are_those_of_its_saved_run():
+    """docs/getting-started.md quoted the first-model block's two lines and "about 15 seconds" from a run that saved
+    nothing: the page's lines and time are now those of the run saved in docs/results/cpu/first_model."""
+    text = (DOCS / "getting-started.md").read_text()
+    log = (DOCS / "results" / "cpu" / "first_model" / "2026-12-08.txt").read_text()
+    quoted = [" ".join(line.split()) for line in re.findall(r"`((?:baseline|key_only) held-out accuracy .*?)`", text, flags=re.S)]
+    assert quoted == [line for line in log.splitlines() if " held-out accuracy " in line]
+    seconds = float(re.search(r"^real\t0m([0-9.]+)s$", log, flags=re.M).group(1))
+    said = re.search(r"again on 2026-12-08 in ([0-9.]+) seconds on one core", " ".join(text.split())).group(1)
+    assert said == f"{seconds:.1f}" and "about 15 seconds" in text and abs(seconds - 15) < 5
+
+
 def test_the_wheel_the_install_lines_name_is_the_one_pip_wheel_builds():
     """`pip wheel --no-deps -w dist .` writes dist/phase_space_attention-VERSION-py3-none-any.whl: every install line
     names that file (docs/index.md named it without its dist/ folder)."""

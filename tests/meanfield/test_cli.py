@@ -174,13 +174,20 @@ def test_a_run_without_animation_removes_the_earlier_runs_animation(tmp_path, ca
 
 
 def test_meanfield_reproduce_quick(tmp_path, capsys):
+    """Every check docs/meanfield.md names runs and passes (conditional Dirac-isation, the energy's rate and RK4's
+    order were named on the page but not looked for here), and the paper experiment runs the kernels it names."""
     assert _main(["meanfield", "reproduce", "--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
     assert "**Overall: PASS**" in report
     checks = json.loads((tmp_path / "checks.json").read_text())
     names = {c["name"] for c in checks}
-    assert {"orbit-wise universality (RoPE)", "gauge-level universality (prefix tokens)", "spectral dichotomy",
-            "metastability: plateau lifetime against beta"} <= names
+    assert {"paper experiment: collapse without labels, none with RoPE / prefix tokens",
+            *(f"conditional Dirac-isation ({kernel})" for kernel in ("rope", "generalised_rope", "prefix")),
+            "orbit-wise universality (RoPE)", "gauge-level universality (prefix tokens)", "spectral dichotomy",
+            "metastability (SA on the circle)", "metastability: plateau lifetime against beta", "energy ascent",
+            "integrator order (rk4)"} <= names
+    paper = json.loads((tmp_path / "paper" / "summary.json").read_text())
+    assert {"usa", "rope", "generalised_rope", "prefix"} <= {run["config"]["kernel"]["name"] for run in paper["runs"]}
     assert all(c["passed"] for c in checks)
     for c in checks:
         if c["figure"]:

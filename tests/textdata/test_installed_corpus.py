@@ -2,6 +2,7 @@
 
 import json
 import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +135,18 @@ def test_the_installed_corpus_counts_a_linked_file_once_under_its_own_path(tmp_p
     names = [p.relative_to(tmp_path / "lib").as_posix() for p in corpora.corpus_files("python-installed:1MB")]
     assert names == ["os.py", "site-packages/pkg0/mod.py", "site-packages/pkg0/tool.py", "site-packages/pkg1/mod.py"]
     assert corpora.corpus_files("python-installed") == corpora.corpus_files("python-installed:1MB")
+
+
+def test_the_default_split_holds_out_each_documents_last_5_percent_or_every_20th_file():
+    """docs/getting-started.md: "the last 5% of each document is held out (`task.split=file` holds out every 20th
+    whole file instead)"; the defaults behind that sentence were checked nowhere."""
+    from psattn.tasks.text import TextConfig
+    from psattn.textdata.tokens import split_text
+
+    defaults = TextConfig()
+    assert (defaults.eval_fraction, defaults.split) == (0.05, "tail")
+    train, held = split_text("x" * 1000, defaults.eval_fraction)  # no paragraph break to move the cut to
+    assert (len(train), len(held)) == (950, 50)
+    assert [i for i, out in enumerate(held_out_files(40, defaults.eval_fraction)) if out] == [19, 39]
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "getting-started.md").read_text().split())
+    assert "the last 5% of each document is held out (`task.split=file` holds out every 20th whole file instead)" in page

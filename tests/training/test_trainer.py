@@ -878,3 +878,14 @@ def test_an_early_stopping_rule_written_into_config_json_is_checked_as_one_given
     with pytest.raises(ValueError, match="trained to step 20, but stopping early as asked .* would have stopped at step 10"):
         train(RunConfig.from_file(run / "config.json"), run)
     assert (run / "result.json").read_text() == kept
+
+
+def test_train_without_a_run_directory_writes_nothing(tmp_path, monkeypatch):
+    """docs/getting-started.md says "`train` without a run directory writes nothing", and no test checked it: a
+    run, a checkpoint or a cache left in the working folder or the cache folder would go unseen."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("PSATTN_CACHE", str(tmp_path / "cache"))
+    result = train(tiny_config(steps=4, eval_every=2))
+    assert result.steps == 4 and len(result.history) == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["work"] and not any((tmp_path / "work").iterdir())
